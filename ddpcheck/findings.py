@@ -1,0 +1,100 @@
+"""The one vocabulary shared by `lint` and `run`: every user-visible result is a Finding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    """How bad a finding is. `error`: the job crashes, hangs or trains wrongly; `warning`: likely
+    wrong or wasteful; `info`: worth knowing, often a judgement call."""
+
+    ERROR = "error"
+    WARNING = "warning"
+    INFO = "info"
+
+
+class Applicability(str, Enum):
+    """Ruff's split: safe fixes keep behaviour, unsafe ones may change it and need `--unsafe-fixes`."""
+
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace source[start:end] (character offsets into the file's text) with `content`."""
+
+    start: int
+    end: int
+    content: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    description: str
+    edits: tuple[Edit, ...]
+    applicability: Applicability = Applicability.SAFE
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem found in one place.
+
+    Lines and columns are 1-based (what editors and `grep -n` show). A runtime finding may have no
+    source location (path None) and names the ranks it concerns instead.
+    """
+
+    code: str
+    name: str
+    message: str
+    severity: Severity
+    path: str | None = None
+    line: int | None = None
+    column: int | None = None
+    end_line: int | None = None
+    end_column: int | None = None
+    fix: Fix | None = None
+    hint: str | None = None
+    ranks: tuple[int, ...] = ()
+    # Free-form, JSON-serialisable details (runtime figures, example indices, ...).
+    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def location(self) -> str:
+        if self.path is None:
+            return "<run>"
+        if self.line is None:
+            return self.path
+        return f"{self.path}:{self.line}:{self.column or 1}"
+
+    def sort_key(self) -> tuple:
+        return (self.path or "", self.line or 0, self.column or 0, self.code)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The documented JSON shape (see README, "JSON output")."""
+        return {
+            "code": self.code,
+            "name": self.name,
+            "message": self.message,
+            "severity": self.severity.value,
+            "path": self.path,
+            "location": None if self.line is None else {"line": self.line, "column": self.column},
+            "end_location": None
+            if self.end_line is None
+            else {"line": self.end_line, "column": self.end_column},
+            "fix": None
+            if self.fix is None
+            else {
+                "description": self.fix.description,
+                "applicability": self.fix.applicability.value,
+                "edits": [
+                    {"start": e.start, "end": e.end, "content": e.content} for e in self.fix.edits
+                ],
+            },
+            "hint": self.hint,
+            "ranks": list(self.ranks),
+            "details": self.details,
+        }

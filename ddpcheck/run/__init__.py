@@ -1,0 +1,1 @@
+"""`ddpcheck run`: the runtime half. Only code under this package may import torch, and only lazily."""
