@@ -66,6 +66,24 @@ def _is_zero_or_minus_one(expr: cst.BaseExpression) -> bool:
     return False
 
 
+_WORLD_NAME = re.compile(r"world_size$|^(n_?gpus?|num_gpus|nprocs|num_processes)$", re.I)
+
+
+def _is_not_distributed(test: cst.BaseExpression, resolve) -> bool:
+    """A test that holds only when the run is not distributed: `not args.distributed`,
+    `not dist.is_initialized()`, `world_size == 1`, `local_rank == -1`."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return True  # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, (cst.Equal, cst.LessThanEqual)) and isinstance(comp.comparator, cst.Integer):
+            if comp.comparator.evaluated_value == 1:
+                target = test.left.func if isinstance(test.left, cst.Call) else test.left
+                name = _last_name(target) or ""
+                return bool(_WORLD_NAME.search(name) or name == "get_world_size")
+    return False
+
+
 def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
     """True if `test` holds on rank 0 only; False if it holds on every rank but rank 0;
     None if it is not a rank condition."""
@@ -80,7 +98,13 @@ def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
         if isinstance(test.operator, cst.And):
             # `if args.save and rank == 0` still runs on rank 0 only.
             return True if (left is True or right is True) else None
-        return None  # `rank == 0 or x` may hold anywhere
+        # `not distributed or rank == 0` (ImageNet example style): in a distributed run only
+        # rank 0 passes; any other `x or rank == 0` may hold anywhere.
+        if (left is True and (right is True or _is_not_distributed(test.right, resolve))) or (
+            right is True and _is_not_distributed(test.left, resolve)
+        ):
+            return True
+        return None
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         comp = test.comparisons[0]
         left, right, op = test.left, comp.comparator, comp.operator

@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.findings import Edit, Finding, Fix
 from ddpcheck.lint import suppress
-from ddpcheck.lint.context import CallSite, FileContext, Guard, Scope
+from ddpcheck.lint.context import CallSite, FileContext, ForSite, Guard, Scope
 from ddpcheck.lint.facts import ProjectFacts
 from ddpcheck.lint.names import dotted
 from ddpcheck.lint.rule import Replace, Rule
@@ -35,6 +35,7 @@ class _Walker(cst.CSTVisitor):
         self.guards: list[Guard] = []
         self.withs: list[cst.With] = []
         self._saved: list[tuple[list, list, list]] = []  # loops/guards/withs outside a function
+        self._block_marks: list[int] = []  # len(guards) when each indented block was entered
         self.visit_hooks: dict[type, list[Callable]] = defaultdict(list)
         self.leave_hooks: dict[type, list[Callable]] = defaultdict(list)
         self.call_hooks: list[Callable[[CallSite], None]] = []
@@ -113,6 +114,19 @@ class _Walker(cst.CSTVisitor):
         for hook in self.call_hooks:
             hook(call)
 
+    def _enter_block(self, node) -> None:
+        self._block_marks.append(len(self.guards))
+
+    def _leave_block(self, node) -> None:
+        # Early-exit guards (see _early_exit) last until the end of the block that holds them.
+        del self.guards[self._block_marks.pop():]
+
+    def _early_exit(self, node: cst.If) -> None:
+        """`if rank != 0: return` (no else): the statements after it in the same block run only
+        where the test is false, as if they sat in its else branch."""
+        if node.orelse is None and _exits(node.body):
+            self.guards.append(Guard(node.test, True, node))
+
     def _assign(self, node: cst.Assign) -> None:
         for target in node.targets:
             self._bind(target.target, node.value)
@@ -129,11 +143,13 @@ class _Walker(cst.CSTVisitor):
         name = dotted(target)
         if name is not None and value is not None:
             self.scope.assignments.setdefault(name, []).append(value)
+            self.ctx.targets.setdefault(id(value), []).append(name)
 
     def _for_target(self, node: cst.For) -> None:
         name = dotted(node.target)
         if name is not None:
             self.scope.assignments.setdefault(name, [])
+        self.ctx.fors.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
 
     def _push_loop(self, node) -> None:
         self.loops.append(node)
@@ -157,6 +173,21 @@ class _Walker(cst.CSTVisitor):
         self.withs.pop()
 
 
+def _exits(body: cst.BaseSuite) -> bool:
+    """Whether a block always leaves its function/loop iteration: ends in return/raise/continue/break."""
+    statements = body.body
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(body, cst.SimpleStatementSuite):
+        small = last
+    elif isinstance(last, cst.SimpleStatementLine) and last.body:
+        small = last.body[-1]
+    else:
+        return False
+    return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
 _OWN_VISIT = {
     cst.Import: _Walker._import,
     cst.ImportFrom: _Walker._import,
@@ -166,10 +197,13 @@ _OWN_VISIT = {
     cst.Assign: _Walker._assign,
     cst.AnnAssign: _Walker._ann_assign,
     cst.For: _Walker._for_target,
+    cst.IndentedBlock: _Walker._enter_block,
 }
 _OWN_LEAVE = {
     cst.FunctionDef: _Walker._leave_scope,
     cst.ClassDef: _Walker._leave_scope,
+    cst.IndentedBlock: _Walker._leave_block,
+    cst.If: _Walker._early_exit,
 }
 _OWN_ATTR_VISIT = {
     (cst.For, "body"): _Walker._push_loop,
