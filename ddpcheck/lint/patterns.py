@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 import libcst as cst
 
-from ddpcheck.lint.context import FileContext, Scope
+from ddpcheck.lint.context import INIT_PROCESS_GROUP, CallSite, FileContext, Scope
 from ddpcheck.lint.names import dotted
 
 # Names whose value is (or is derived from) the number of ranks or the global batch.
@@ -98,8 +98,30 @@ def is_constant(expr: cst.BaseExpression, scope: Scope, depth: int = 4) -> bool:
 
 
 def is_entry_point(ctx: FileContext) -> bool:
-    """The file is run as a script (has a `__main__` guard), not only imported as a helper module."""
-    return bool(_ENTRY_POINT.search(ctx.source))
+    """The file is run as a script, not only imported as a helper module: it has a `__main__`
+    guard or does work at module level (calls one of its functions, or sets up DDP there)."""
+    if _ENTRY_POINT.search(ctx.source):
+        return True
+    return any(
+        c.scope is ctx.module_scope and (c.dotted in ctx.functions or (c.qualname or "").startswith("torch.distributed."))
+        for c in ctx.calls
+    )
+
+
+def init_sites(ctx: FileContext) -> list[CallSite]:
+    """Calls that create the default process group: `init_process_group` itself first, then calls
+    of helpers known to do it (`setup()`, `utils.init_distributed_mode()`)."""
+    direct = [c for c in ctx.calls if c.qualname == INIT_PROCESS_GROUP]
+    helpers = [c for c in ctx.calls if c.qualname != INIT_PROCESS_GROUP and ctx.helper_does(c, "init_process_group")]
+    return direct + helpers
+
+
+def mentioned_in_code(ctx: FileContext, word: str) -> bool:
+    """`word` occurs in the file outside comments (a reference such as
+    `atexit.register(dist.destroy_process_group)` counts, `# TODO destroy_process_group` not)."""
+    if word not in ctx.source:
+        return False
+    return any(word in line.split("#", 1)[0] for line in ctx.source.splitlines() if word in line)
 
 
 def any_sub(expr: cst.CSTNode, predicate: Callable[[cst.CSTNode], bool]) -> bool:
