@@ -92,6 +92,13 @@ class _Walker(cst.CSTVisitor):
         self.scope = Scope(node.name.value, node, self.scope)
         if isinstance(node, cst.FunctionDef):
             self.ctx.functions[self.scope.qualname] = node
+            # Parameters are bound here, by the caller: they shadow outer names with unknown values.
+            params = node.params
+            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                self.scope.assignments.setdefault(param.name.value, [])
+            for star in (params.star_arg, params.star_kwarg):
+                if isinstance(star, cst.Param):
+                    self.scope.assignments.setdefault(star.name.value, [])
         # Code in a function body runs when called, not under the loops/ifs around the def.
         self._saved.append((self.loops, self.guards, self.withs))
         self.loops, self.guards, self.withs = [], [], []
