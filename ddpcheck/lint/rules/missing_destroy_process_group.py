@@ -32,7 +32,7 @@ class MissingDestroyProcessGroup(Rule):
 
     ## References
     - https://pytorch.org/docs/stable/distributed.html#shutdown
-    - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html
+    - https://github.com/pytorch/pytorch/issues/126275 (the exit warning since PyTorch 2.4)
     """
 
     code = "DDP005"

@@ -126,9 +126,9 @@ class MissingDistributedSampler(Rule):
     def on_call(self, call: CallSite) -> None:
         if call.qualname != DATALOADER or call.has_star_kwargs:
             return
-        if call.has_keyword("batch_sampler"):
+        if call.arg("batch_sampler", 4) is not None:
             return
-        sampler = call.arg("sampler", 2)
+        sampler = call.arg("sampler", 3)
         if sampler is not None and not is_none(sampler) and not self._plainly_local(call, sampler):
             return
         dataset = call.arg("dataset", 0)

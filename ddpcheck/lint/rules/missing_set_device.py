@@ -36,7 +36,8 @@ class MissingSetDevice(Rule):
     ## References
     - https://pytorch.org/docs/stable/notes/cuda.html#best-practices
     - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
-    - https://github.com/pytorch/pytorch/issues/48359
+    - https://github.com/pytorch/examples/issues/969 (every process allocates memory on GPU 0)
+    - https://github.com/NVIDIA/apex/issues/222
     """
 
     code = "DDP003"

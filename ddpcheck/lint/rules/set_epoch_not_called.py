@@ -50,7 +50,8 @@ class SetEpochNotCalled(Rule):
 
     ## References
     - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
-    - https://discuss.pytorch.org/t/why-is-sampler-set-epoch-epoch-needed-for-distributedsampler/149672
+    - https://github.com/pytorch/pytorch/issues/31771 (DistributedSampler can't shuffle the dataset)
+    - https://github.com/pytorch/examples/issues/501
     """
 
     code = "DDP002"
@@ -231,9 +232,9 @@ class SetEpochNotCalled(Rule):
         if not loader_names:
             return None
         via_batch = False
-        sampler_arg = call.arg("sampler", 2)
+        sampler_arg = call.arg("sampler", 3)
         if sampler_arg is None:
-            sampler_arg = call.arg("batch_sampler", 3)
+            sampler_arg = call.arg("batch_sampler", 4)
             via_batch = True
         if sampler_arg is None:
             return None
