@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -8,6 +10,14 @@ from ddpcheck.lint.patterns import is_constant, is_world_size_expr
 from ddpcheck.lint.rule import Rule
 
 _ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
+# A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
+# `batch_size // dist.get_world_size()`): the script holds the global batch fixed, so a constant
+# learning rate is right.
+_DIVIDES_BY_WORLD = re.compile(
+    r"(?:batch|accum|micro)\w*\)?\s*//?=?\s*\(?\s*"
+    r"(?:[\w.]*(?:world_size|ngpus_per_node|num_gpus|n_gpus?|ngpus|nprocs|num_replicas)\b"
+    r"|[\w.]*get_world_size\(\))"
+)
 
 
 class UnscaledLearningRate(Rule):
@@ -28,7 +38,8 @@ class UnscaledLearningRate(Rule):
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
     A learning rate read from the command line, a config, the environment or a function
     parameter is a deliberate choice and is not reported; neither is an optimizer left at its
-    default `lr`. Severity is info: a rate tuned for the global batch at a fixed world size is
+    default `lr`, nor a script that holds the global batch fixed by dividing by the world size
+    (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style). Severity is info: a rate tuned for the global batch at a fixed world size is
     fine, and this rule cannot know that.
 
     ## How to fix
@@ -96,6 +107,16 @@ class UnscaledLearningRate(Rule):
         import torch
         optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
         """,
+        """
+        # The global batch is held fixed: fewer accumulation steps per rank.
+        import os, torch
+        ddp_world_size = int(os.environ["WORLD_SIZE"])
+        torch.distributed.init_process_group("nccl")
+        gradient_accumulation_steps = 40
+        gradient_accumulation_steps //= ddp_world_size
+        learning_rate = 6e-4
+        optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+        """,
     ]
     INVALID = [
         """
@@ -132,6 +153,6 @@ class UnscaledLearningRate(Rule):
             self._candidates.append(lr)
 
     def finish(self) -> None:
-        if self._candidates and self.ctx.uses_ddp:
+        if self._candidates and self.ctx.uses_ddp and not _DIVIDES_BY_WORLD.search(self.ctx.source):
             for lr in self._candidates:
                 self.report(lr)
