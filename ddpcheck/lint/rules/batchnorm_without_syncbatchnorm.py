@@ -4,7 +4,6 @@ import re
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP
-from ddpcheck.lint.patterns import mentioned_in_code
 from ddpcheck.lint.rule import Rule
 
 _BATCHNORM = re.compile(r"^torch\.nn\.BatchNorm[123]d$|^torch\.nn\.LazyBatchNorm[123]d$")
@@ -13,8 +12,9 @@ _BN_MODELS = re.compile(
     r"^torchvision\.models\.(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet"
     r"|inception|googlenet|shufflenet|mnasnet|vgg\d+_bn)"
 )
-# Words that show the file converts (or lets a flag convert) to SyncBatchNorm.
-_CONVERSION_WORDS = ("SyncBatchNorm", "sync_bn", "syncbn", "sync_batchnorm", "sync_batch_norm")
+# Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
+# `SyncBatchNorm(...)`, `args.sync_bn`. Prose such as "without SyncBatchNorm" does not count.
+_CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 
 
 class BatchnormWithoutSyncbatchnorm(Rule):
@@ -31,7 +31,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     Off by default and informational: per-GPU BatchNorm is a legitimate choice (Goyal et al.
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
-    (`resnet50()`, `densenet121()`, ...) and never mentions `SyncBatchNorm` — a conversion behind
+    (`resnet50()`, `densenet121()`, ...) and has no code for `SyncBatchNorm` — a conversion behind
     a flag (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
 
     ## How to fix
@@ -97,7 +97,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         wraps = [c for c in self.ctx.calls if c.qualname == DDP]
         if not wraps:
             return
-        if any(mentioned_in_code(self.ctx, word) for word in _CONVERSION_WORDS):
+        if _CONVERSION.search(self.ctx.source):
             return
         builds_bn = any(
             c.qualname and (_BATCHNORM.match(c.qualname) or _BN_MODELS.match(c.qualname)) for c in self.ctx.calls
