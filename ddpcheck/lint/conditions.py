@@ -154,3 +154,65 @@ def under_rank_condition(guards: tuple[Guard, ...], resolve) -> Guard | None:
         if selects_main_rank(guard.test, resolve) is not None:
             return guard
     return None
+
+
+# Names/calls that are true exactly when the run is distributed (`args.distributed`, `ddp`,
+# `dist.is_initialized()`, `is_dist_avail_and_initialized()`).
+_DISTRIBUTED_FLAG = re.compile(
+    r"^(is_|use_|using_)?(distributed|ddp|multiprocessing_distributed|dist|dist_avail_and_initialized"
+    r"|initialized|dist_enabled|distributed_mode)$",
+    re.I,
+)
+
+
+def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
+    """True if `test` holds exactly when the run is distributed, False if exactly when it is not
+    (`not args.distributed`, `world_size == 1`, `local_rank == -1`); None if it says neither."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = is_distributed_test(test.expression, resolve)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = is_distributed_test(test.left, resolve)
+        right = is_distributed_test(test.right, resolve)
+        if isinstance(test.operator, cst.And):
+            # `distributed and x` holds only in distributed runs; `not distributed and x` only outside.
+            return left if left is not None else right
+        return left if left is not None and left == right else None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        op, right = comp.operator, comp.comparator
+        left = test.left
+        if isinstance(right, cst.UnaryOperation) and _is_zero_or_minus_one(right) and is_rank_value(left, resolve):
+            if isinstance(op, (cst.Equal, cst.Is)):
+                return False  # local_rank == -1: launched without a launcher
+            if isinstance(op, (cst.NotEqual, cst.IsNot)):
+                return True
+            return None
+        target = left.func if isinstance(left, cst.Call) else left
+        name = _last_name(target) or ""
+        if (_WORLD_NAME.search(name) or name == "get_world_size") and isinstance(right, cst.Integer):
+            bound = right.evaluated_value
+            if (isinstance(op, cst.GreaterThan) and bound == 1) or (isinstance(op, cst.NotEqual) and bound == 1) or (
+                isinstance(op, cst.GreaterThanEqual) and bound == 2
+            ):
+                return True
+            if (isinstance(op, cst.Equal) and bound == 1) or (isinstance(op, cst.LessThan) and bound == 2) or (
+                isinstance(op, cst.LessThanEqual) and bound == 1
+            ):
+                return False
+        return None
+    target = test.func if isinstance(test, cst.Call) else test
+    name = _last_name(target)
+    if name and _DISTRIBUTED_FLAG.match(name):
+        return True
+    return None
+
+
+def on_single_process_only(guards: tuple[Guard, ...], resolve) -> Guard | None:
+    """The innermost guard that keeps the code to non-distributed runs (`if not args.distributed:`,
+    the `else` of `if ddp:`, after `if world_size > 1: return`), if any."""
+    for guard in reversed(guards):
+        distributed = is_distributed_test(guard.test, resolve)
+        if distributed is not None and distributed == guard.negated:
+            return guard
+    return None

@@ -5,7 +5,7 @@ import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import is_rank_value, on_main_rank_only
+from ddpcheck.lint.conditions import is_rank_value, on_main_rank_only, on_single_process_only
 from ddpcheck.lint.context import CallSite
 from ddpcheck.lint.patterns import subexpressions
 from ddpcheck.lint.rule import Rule
@@ -27,7 +27,8 @@ class CheckpointSavedByEveryRank(Rule):
     Reported for `torch.save(...)` in a file that uses DDP when it is not under a rank-0 guard
     (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`...), and for calls of
     the file's own functions that visibly call `torch.save` (`save_checkpoint(...)`) made on every
-    rank. A save whose path contains the rank (`f"ckpt_rank{rank}.pt"`) writes one file per rank
+    rank. Saves in a branch only a non-distributed run takes (`if not args.distributed:`) are not
+    reported either. A save whose path contains the rank (`f"ckpt_rank{rank}.pt"`) writes one file per rank
     on purpose and is not reported; so is a helper that no rank-unguarded code of the file calls.
 
     ## How to fix
@@ -100,6 +101,19 @@ class CheckpointSavedByEveryRank(Rule):
         import torch
         torch.save(model.state_dict(), "model.pt")
         """,
+        """
+        # Single-process branch of a script with a distributed mode.
+        import torch
+        import torch.distributed as dist
+        if args.distributed:
+            dist.init_process_group("nccl")
+        for epoch in range(3):
+            train()
+            if not args.distributed:
+                torch.save(model.state_dict(), "model.pt")
+            elif dist.get_rank() == 0:
+                torch.save(model.module.state_dict(), "model.pt")
+        """,
     ]
     INVALID = [
         """
@@ -129,7 +143,7 @@ class CheckpointSavedByEveryRank(Rule):
         for call in self.ctx.calls:
             if call.qualname != "torch.save" or self._per_rank_path(call):
                 continue
-            if on_main_rank_only(call.guards, self.ctx.qualname):
+            if self._guarded(call):
                 continue
             function = self._function_of(call)
             if function is None or not self._callers(function):
@@ -165,10 +179,14 @@ class CheckpointSavedByEveryRank(Rule):
             self._callers_cache[function] = cached
         return cached
 
+    def _guarded(self, call: CallSite) -> bool:
+        """Under a rank-0 guard, or in a branch only non-distributed runs take."""
+        return bool(on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname))
+
     def _reaches_every_rank(self, call: CallSite, seen: set[str]) -> bool:
         """Whether `call` runs on every rank: no rank-0 guard around it, nor around any caller
         chain that leads to it."""
-        if on_main_rank_only(call.guards, self.ctx.qualname):
+        if self._guarded(call):
             return False
         function = self._function_of(call)
         if function is None:

@@ -22,6 +22,11 @@ class _Candidate:
     kind: str  # "collective", "helper" or "forward"
 
 
+def _key(c: _Candidate) -> str:
+    """What is called, however it is spelled (`dist.barrier` and `torch.distributed.barrier` agree)."""
+    return c.call.qualname or c.what
+
+
 class CollectiveInRankBranch(Rule):
     """A collective (or a DDP forward) runs only under a rank condition: the other ranks never join and the job hangs.
 
@@ -94,6 +99,16 @@ class CollectiveInRankBranch(Rule):
         else:
             objs = [None]
             dist.broadcast_object_list(objs, src=0)
+        """,
+        """
+        # Balanced however it is spelled.
+        import torch
+        import torch.distributed as dist
+        if torch.distributed.get_rank() != 0:
+            torch.distributed.barrier()
+        prepare_cache()
+        if dist.get_rank() == 0:
+            dist.barrier()
         """,
         """
         # The zero-first context manager pairs its barriers.
@@ -194,7 +209,7 @@ class CollectiveInRankBranch(Rule):
             resolved.append(c)
         for c in resolved:
             if any(
-                o is not c and o.what == c.what and o.call.scope is c.call.scope and self._side(o) != self._side(c)
+                o is not c and _key(o) == _key(c) and o.call.scope is c.call.scope and self._side(o) != self._side(c)
                 for o in resolved
             ):
                 continue  # balanced: the other ranks make the same call

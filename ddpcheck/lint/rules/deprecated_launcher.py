@@ -33,7 +33,8 @@ class DeprecatedLauncher(Rule):
     Reported: importing or running `torch.distributed.launch` (import, `runpy.run_module`, a
     `-m torch.distributed.launch` command handed to `subprocess`/`os.system`), and an argparse
     `--local_rank` / `--local-rank` argument in a file that never reads `LOCAL_RANK` from the
-    environment. Scripts that keep the flag only as a fallback for `LOCAL_RANK`
+    environment (or imports `deepspeed`, whose launcher does pass the flag). Scripts that keep the
+    flag only as a fallback for `LOCAL_RANK`
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported. Comments and
     documentation strings that mention the launcher are not reported.
 
@@ -81,6 +82,14 @@ class DeprecatedLauncher(Rule):
         import subprocess
         HELP = "formerly started with torch.distributed.launch; use torchrun"
         subprocess.run(["torchrun", "--nproc_per_node=2", "train.py"])
+        """,
+        """
+        # DeepSpeed's launcher passes --local_rank itself.
+        import argparse
+        import deepspeed
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=-1)
+        parser = deepspeed.add_config_arguments(parser)
         """,
     ]
     INVALID = [
@@ -158,6 +167,7 @@ class DeprecatedLauncher(Rule):
                     self.report(value)
 
     def finish(self) -> None:
-        if self._flags and not _READS_LOCAL_RANK_ENV.search(self.ctx.source):
+        # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
+        if self._flags and not _READS_LOCAL_RANK_ENV.search(self.ctx.source) and not self.ctx.names.imports_from("deepspeed"):
             for flag in self._flags:
                 self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)))

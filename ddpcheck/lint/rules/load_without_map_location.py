@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import on_main_rank_only
+from ddpcheck.lint.conditions import on_main_rank_only, on_single_process_only
 from ddpcheck.lint.context import CallSite
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
@@ -19,7 +19,8 @@ class LoadWithoutMapLocation(Rule):
     rank on GPU 0.
 
     Reported for `torch.load(...)` with neither `map_location=` nor a second positional argument
-    (and no `**kwargs`), in a file that uses DDP, unless the load runs on rank 0 only.
+    (and no `**kwargs`), in a file that uses DDP, unless the load runs on rank 0 only or only in a
+    non-distributed run (`if not args.distributed:`).
 
     ## How to fix
     Pass `map_location="cpu"` (then `load_state_dict` copies into the model wherever it lives) or
@@ -63,6 +64,15 @@ class LoadWithoutMapLocation(Rule):
         # Not a DDP script.
         import torch
         state = torch.load("ckpt.pt")
+        """,
+        """
+        # Only a single-process run loads this way.
+        import torch
+        import torch.distributed as dist
+        if world_size == 1:
+            state = torch.load("ckpt.pt")
+        else:
+            dist.init_process_group("nccl")
         """,
         """
         # Options forwarded as **kwargs may carry map_location.
@@ -113,7 +123,7 @@ class LoadWithoutMapLocation(Rule):
             return
         if call.arg("map_location", 1) is not None:
             return
-        if on_main_rank_only(call.guards, self.ctx.qualname):
+        if on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname):
             return
         self._candidates.append(call)
 
