@@ -14,7 +14,12 @@ from ddpcheck.lint.context import Guard
 from ddpcheck.lint.names import dotted
 
 # Names whose value is a rank (global or local).
-_RANK_NAME = re.compile(r"(^|_)(global_|local_|node_)?rank$|^(rank|local_rank|global_rank|gpu_rank|node_rank)$", re.I)
+_RANK_NAME = re.compile(
+    r"(^|_)(global_|local_|node_)?rank$|^(rank|local_rank|global_rank|gpu_rank|node_rank)$"
+    # The per-process GPU index doubles as the local rank: `self.gpu_id == 0`, `args.gpu == 0`.
+    r"|^(gpu|gpu_id|gpu_idx|local_gpu|process_index|local_process_index)$",
+    re.I,
+)
 # Names/calls that are true on the main process only.
 _MAIN_PROCESS = re.compile(
     r"^(is_)?(main|master)(_process|_proc|_rank)?$|^is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"

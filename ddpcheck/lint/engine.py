@@ -149,7 +149,12 @@ class _Walker(cst.CSTVisitor):
             return
         name = dotted(target)
         if name is not None and value is not None:
-            self.scope.assignments.setdefault(name, []).append(value)
+            scope = self.scope
+            if name.startswith("self.") and scope.parent is not None and isinstance(scope.parent.node, cst.ClassDef):
+                # An attribute of `self` is shared by every method: `self.model = DDP(...)` in
+                # __init__ is what `self.model(x)` calls in train().
+                scope = scope.parent
+            scope.assignments.setdefault(name, []).append(value)
             self.ctx.targets.setdefault(id(value), []).append(name)
 
     def _for_target(self, node: cst.For) -> None:

@@ -102,6 +102,23 @@ class CheckpointSavedByEveryRank(Rule):
         torch.save(model.state_dict(), "model.pt")
         """,
         """
+        # A trainer class: the GPU index read from LOCAL_RANK guards the save in another method.
+        import os
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Trainer:
+            def __init__(self, model):
+                self.gpu_id = int(os.environ["LOCAL_RANK"])
+                self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+            def _save_snapshot(self, epoch):
+                torch.save({"model": self.model.module.state_dict(), "epoch": epoch}, "snapshot.pt")
+            def train(self, epochs):
+                for epoch in range(epochs):
+                    self._run_epoch(epoch)
+                    if self.gpu_id == 0 and epoch % 10 == 0:
+                        self._save_snapshot(epoch)
+        """,
+        """
         # Single-process branch of a script with a distributed mode.
         import torch
         import torch.distributed as dist

@@ -169,6 +169,17 @@ class CollectiveInRankBranch(Rule):
                 val_loss = model(val_batch)
         """,
         """
+        # The DDP model kept on `self`, evaluated in another method on rank 0 only.
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Trainer:
+            def __init__(self, model, local_rank):
+                self.model = DDP(model, device_ids=[local_rank])
+            def evaluate(self, batch):
+                if dist.get_rank() == 0:
+                    return self.model(batch)
+        """,
+        """
         # After an early return on the other ranks.
         import torch.distributed as dist
         def log_metrics(rank, t):
