@@ -101,8 +101,11 @@ def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
         left = selects_main_rank(test.left, resolve)
         right = selects_main_rank(test.right, resolve)
         if isinstance(test.operator, cst.And):
-            # `if args.save and rank == 0` still runs on rank 0 only.
-            return True if (left is True or right is True) else None
+            # `if args.save and rank == 0` still runs on rank 0 only; `rank != 0 and x` only
+            # on other ranks.
+            if left is True or right is True:
+                return True
+            return False if (left is False or right is False) else None
         # `not distributed or rank == 0` (ImageNet example style): in a distributed run only
         # rank 0 passes; any other `x or rank == 0` may hold anywhere.
         if (left is True and (right is True or _is_not_distributed(test.right, resolve))) or (

@@ -125,6 +125,17 @@ class CollectiveInRankBranch(Rule):
             dataset = build_dataset()
         """,
         """
+        # HF-style cache guard: the conditions carry an extra flag on both sides.
+        import torch
+        def load_and_cache_examples(args, evaluate=False):
+            if args.local_rank not in [-1, 0] and not evaluate:
+                torch.distributed.barrier()
+            features = build_features()
+            if args.local_rank == 0 and not evaluate:
+                torch.distributed.barrier()
+            return features
+        """,
+        """
         # "Is distributed" guards are not rank conditions.
         import torch.distributed as dist
         if args.distributed:

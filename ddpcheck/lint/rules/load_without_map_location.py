@@ -1,11 +1,18 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.conditions import on_main_rank_only, on_single_process_only
 from ddpcheck.lint.context import CallSite
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.values import origins
+
+
+# Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
+_DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus", re.I)
 
 
 class LoadWithoutMapLocation(Rule):
@@ -20,7 +27,8 @@ class LoadWithoutMapLocation(Rule):
 
     Reported for `torch.load(...)` with neither `map_location=` nor a second positional argument
     (and no `**kwargs`), in a file that uses DDP, unless the load runs on rank 0 only or only in a
-    non-distributed run (`if not args.distributed:`).
+    non-distributed run (`if not args.distributed:`), or when the path names cached data rather than
+    a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU.
 
     ## How to fix
     Pass `map_location="cpu"` (then `load_state_dict` copies into the model wherever it lives) or
@@ -75,6 +83,14 @@ class LoadWithoutMapLocation(Rule):
             dist.init_process_group("nccl")
         """,
         """
+        # Cached preprocessing output, saved from the CPU.
+        import os, torch
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        cached_features_file = os.path.join(args.data_dir, "cached_train")
+        features = torch.load(cached_features_file)
+        """,
+        """
         # Options forwarded as **kwargs may carry map_location.
         from torch.nn.parallel import DistributedDataParallel as DDP
         import torch
@@ -124,6 +140,11 @@ class LoadWithoutMapLocation(Rule):
         if call.arg("map_location", 1) is not None:
             return
         if on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname):
+            return
+        path = call.arg("f", 0)
+        if path is not None and any(
+            _DATA_WORDS.search(self.ctx.module.code_for_node(v)) for v in origins(self.ctx, path, call.scope)
+        ):
             return
         self._candidates.append(call)
 
