@@ -116,13 +116,6 @@ def init_sites(ctx: FileContext) -> list[CallSite]:
     return direct + helpers
 
 
-def mentioned_in_code(ctx: FileContext, word: str) -> bool:
-    """`word` occurs in the file outside comments (a reference such as
-    `atexit.register(dist.destroy_process_group)` counts, `# TODO destroy_process_group` not)."""
-    if word not in ctx.source:
-        return False
-    return any(word in line.split("#", 1)[0] for line in ctx.source.splitlines() if word in line)
-
 
 def any_sub(expr: cst.CSTNode, predicate: Callable[[cst.CSTNode], bool]) -> bool:
     return any(predicate(sub) for sub in subexpressions(expr))

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP, INIT_PROCESS_GROUP, CallSite
-from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, last_name, mentioned_in_code, string_text
+from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, last_name, string_text
 from ddpcheck.lint.rule import Rule
 
 _SETS_DEVICE = {"torch.cuda.set_device", "torch.cuda.device"}
+# `os.environ["CUDA_VISIBLE_DEVICES"] = ...` (a quoted key: prose in a docstring does not count).
+_PINS_VISIBLE_DEVICES = re.compile(r"""['"]CUDA_VISIBLE_DEVICES['"]""")
 
 
 class MissingSetDevice(Rule):
@@ -131,7 +135,7 @@ class MissingSetDevice(Rule):
             return
         if any(c.qualname in _SETS_DEVICE or self.ctx.helper_does(c, "set_device") for c in self.ctx.calls):
             return
-        if mentioned_in_code(self.ctx, "CUDA_VISIBLE_DEVICES"):
+        if _PINS_VISIBLE_DEVICES.search(self.ctx.source):
             return
         if not any(_uses_cuda(self.ctx, c) for c in self.ctx.calls):
             return
