@@ -5,7 +5,7 @@ file (the engine's one traversal already did)."""
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator
+from typing import Iterator
 
 import libcst as cst
 
@@ -114,8 +114,3 @@ def init_sites(ctx: FileContext) -> list[CallSite]:
     direct = [c for c in ctx.calls if c.qualname == INIT_PROCESS_GROUP]
     helpers = [c for c in ctx.calls if c.qualname != INIT_PROCESS_GROUP and ctx.helper_does(c, "init_process_group")]
     return direct + helpers
-
-
-
-def any_sub(expr: cst.CSTNode, predicate: Callable[[cst.CSTNode], bool]) -> bool:
-    return any(predicate(sub) for sub in subexpressions(expr))

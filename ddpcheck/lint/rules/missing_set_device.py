@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP, INIT_PROCESS_GROUP, CallSite
