@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import re
 
-
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP, INIT_PROCESS_GROUP, CallSite
 from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, last_name, string_text
@@ -37,7 +36,7 @@ class MissingSetDevice(Rule):
     `device_id=torch.device("cuda", local_rank)` to `init_process_group` (PyTorch 2.3+).
 
     ## References
-    - https://pytorch.org/docs/stable/notes/cuda.html#best-practices
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html ("ensuring that each process exclusively works on a single GPU ... by calling torch.cuda.set_device(i)")
     - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
     - https://github.com/pytorch/examples/issues/969 (every process allocates memory on GPU 0)
     - https://github.com/NVIDIA/apex/issues/222
