@@ -21,6 +21,18 @@ FACT_CALLS: dict[str, frozenset[str]] = {
     "set_device": frozenset({"torch.cuda.set_device"}),
     "distributed_sampler": frozenset({"torch.utils.data.DistributedSampler"}),
     "ddp_wrap": frozenset({"torch.nn.parallel.DistributedDataParallel"}),
+    # Calls every rank of the group must make, in the same order, or the others wait forever.
+    "collective": frozenset(
+        "torch.distributed." + name
+        for name in (
+            "all_reduce", "all_reduce_coalesced", "barrier", "monitored_barrier", "broadcast",
+            "broadcast_object_list", "all_gather", "all_gather_object", "all_gather_into_tensor",
+            "all_gather_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
+            "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single",
+            "new_group",
+        )
+    ),
+    "checkpoint_save": frozenset({"torch.save"}),
 }
 
 
