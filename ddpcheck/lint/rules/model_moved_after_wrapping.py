@@ -31,8 +31,8 @@ class ModelMovedAfterWrapping(Rule):
 
     ## References
     - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
-      ("the module ... should be on the device before being wrapped"; parameters must not change
-      after construction)
+      (its warning: never change the model's parameters after wrapping it, because the
+      constructor registers the gradient reduction on the parameters it sees)
     - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html
     """
 

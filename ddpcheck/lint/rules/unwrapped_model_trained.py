@@ -36,7 +36,7 @@ class UnwrappedModelTrained(Rule):
     ## References
     - https://pytorch.org/docs/stable/notes/ddp.html (gradient synchronization happens in the hooks
       DDP's forward prepares)
-    - https://discuss.pytorch.org/t/is-it-ok-to-use-model-module-in-forward-pass-with-ddp/
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
     """
 
     code = "DDP013"
