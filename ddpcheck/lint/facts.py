@@ -21,6 +21,8 @@ FACT_CALLS: dict[str, frozenset[str]] = {
     "set_device": frozenset({"torch.cuda.set_device"}),
     "distributed_sampler": frozenset({"torch.utils.data.DistributedSampler"}),
     "ddp_wrap": frozenset({"torch.nn.parallel.DistributedDataParallel"}),
+    "all_reduce": frozenset({"torch.distributed.all_reduce", "torch.distributed.reduce"}),
+    "spawn": frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"}),
 }
 
 
