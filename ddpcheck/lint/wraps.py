@@ -74,3 +74,16 @@ def is_optimizer_step(call: CallSite) -> bool:
     if "sched" in receiver:
         return False
     return "opt" in receiver or "scaler" in receiver or receiver in ("solver",)
+
+
+def visible_from(name: str, defined: Scope, used: Scope) -> bool:
+    """Whether a name bound in `defined` is the one meant in `used` (same or nested scope;
+    `self.x` attributes are shared by the methods of a class)."""
+    if name.startswith("self."):
+        return True
+    scope: Scope | None = used
+    while scope is not None:
+        if scope is defined:
+            return True
+        scope = scope.parent
+    return False

@@ -7,7 +7,7 @@ from ddpcheck.lint.conditions import on_main_rank_only
 from ddpcheck.lint.context import CallSite, Scope
 from ddpcheck.lint.names import dotted
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import ddp_wraps
+from ddpcheck.lint.wraps import ddp_wraps, visible_from
 
 _NO_GRAD = ("no_grad", "inference_mode")
 
@@ -155,7 +155,7 @@ class UnwrappedModelTrained(Rule):
             if call.dotted is None or call.qualname is not None:
                 continue
             for name, scope, after, outer in inner_names:
-                if call.dotted != name or index <= after or not _visible(name, scope, call.scope):
+                if call.dotted != name or index <= after or not visible_from(name, scope, call.scope):
                     continue
                 if not self._in_training_step(call, backwards):
                     continue
@@ -179,17 +179,6 @@ class UnwrappedModelTrained(Rule):
             if not call.loops and not b.loops:
                 return True
         return False
-
-
-def _visible(name: str, defined: Scope, used: Scope) -> bool:
-    if name.startswith("self."):
-        return True  # attributes live on the object, across methods
-    scope: Scope | None = used
-    while scope is not None:
-        if scope is defined:
-            return True
-        scope = scope.parent
-    return False
 
 
 def _is_no_grad(ctx, with_node: cst.With) -> bool:
