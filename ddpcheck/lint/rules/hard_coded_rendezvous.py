@@ -194,7 +194,13 @@ class HardCodedRendezvous(Rule):
         return "environ" in code or "getenv" in code
 
     def finish(self) -> None:
+        calls = self.ctx.calls
+        if not self._launched_by_torchrun:
+            # The environment may be read by a helper (`utils.init_distributed_mode()`).
+            self._launched_by_torchrun = any(self.ctx.helper_does(c, "reads_launcher_env") for c in calls)
         if not self._launched_by_torchrun or self._spawns:
+            return
+        if any(self.ctx.helper_does(c, "spawn") for c in calls):
             return
         for node, key in self._writes:
             self.report(

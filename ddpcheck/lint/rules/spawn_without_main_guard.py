@@ -22,8 +22,8 @@ class SpawnWithoutMainGuard(Rule):
     around the call, keep spawning; the parent then reports "process 0 terminated with exit
     code 1" and the actual error is buried in a child's output.
 
-    Also reported: a module-level call of a function of the file that spawns (`main()` whose body
-    calls `mp.spawn`).
+    Also reported: a module-level call of a function that spawns (`main()` whose body calls
+    `mp.spawn`), whether it is defined in the file or in a module of the project it imports.
 
     ## How to fix
     Put the launch under the guard: `if __name__ == "__main__": mp.spawn(main, nprocs=n)`. The
@@ -97,8 +97,8 @@ class SpawnWithoutMainGuard(Rule):
             return
         if call.qualname in SPAWN:
             self._report(call)
-        elif call.qualname is None and call.dotted in self.ctx.functions:
-            self._pending_helpers.append(call)
+        elif call.dotted is not None and not (call.qualname or "").startswith("torch."):
+            self._pending_helpers.append(call)  # maybe a helper of this file or the project
 
     def __init__(self, ctx) -> None:
         super().__init__(ctx)
