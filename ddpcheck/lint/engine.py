@@ -34,7 +34,8 @@ class _Walker(cst.CSTVisitor):
         self.loops: list[cst.CSTNode] = []
         self.guards: list[Guard] = []
         self.withs: list[cst.With] = []
-        self._saved: list[tuple[list, list, list]] = []  # loops/guards/withs outside a function
+        self._saved: list[tuple[list, list, list, list]] = []  # loops/guards/withs outside a function
+        self._blocks: list[int] = []  # guard depth at the start of each open block
         self.visit_hooks: dict[type, list[Callable]] = defaultdict(list)
         self.leave_hooks: dict[type, list[Callable]] = defaultdict(list)
         self.call_hooks: list[Callable[[CallSite], None]] = []
@@ -92,12 +93,12 @@ class _Walker(cst.CSTVisitor):
         if isinstance(node, cst.FunctionDef):
             self.ctx.functions[self.scope.qualname] = node
         # Code in a function body runs when called, not under the loops/ifs around the def.
-        self._saved.append((self.loops, self.guards, self.withs))
-        self.loops, self.guards, self.withs = [], [], []
+        self._saved.append((self.loops, self.guards, self.withs, self._blocks))
+        self.loops, self.guards, self.withs, self._blocks = [], [], [], []
 
     def _leave_scope(self, node) -> None:
         self.scope = self.scope.parent
-        self.loops, self.guards, self.withs = self._saved.pop()
+        self.loops, self.guards, self.withs, self._blocks = self._saved.pop()
 
     def _call(self, node: cst.Call) -> None:
         call = CallSite(
@@ -150,6 +151,17 @@ class _Walker(cst.CSTVisitor):
     def _pop_guard(self) -> None:
         self.guards.pop()
 
+    def _open_block(self, node) -> None:
+        self._blocks.append(len(self.guards))
+
+    def _close_block(self, node) -> None:
+        del self.guards[self._blocks.pop():]
+
+    def _after_if(self, node: cst.If) -> None:
+        # `if rank != 0: return` — the rest of the block runs only where the test was false.
+        if node.orelse is None and _terminates(node.body):
+            self.guards.append(Guard(node.test, True, node))
+
     def _push_with(self, node: cst.With) -> None:
         self.withs.append(node)
 
@@ -166,11 +178,37 @@ _OWN_VISIT = {
     cst.Assign: _Walker._assign,
     cst.AnnAssign: _Walker._ann_assign,
     cst.For: _Walker._for_target,
+    cst.IndentedBlock: _Walker._open_block,
+    cst.Module: _Walker._open_block,
 }
 _OWN_LEAVE = {
     cst.FunctionDef: _Walker._leave_scope,
     cst.ClassDef: _Walker._leave_scope,
+    cst.IndentedBlock: _Walker._close_block,
+    cst.Module: _Walker._close_block,
+    cst.If: _Walker._after_if,
 }
+
+
+_TERMINATORS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
+
+
+def _terminates(body: cst.BaseSuite) -> bool:
+    """Whether a block always leaves (return/raise/continue/break, or sys.exit()) at its end."""
+    statements = body.body
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, cst.SimpleStatementLine):
+        last = last.body[-1] if last.body else None
+    elif isinstance(body, cst.SimpleStatementSuite):
+        last = statements[-1]
+    if isinstance(last, _TERMINATORS):
+        return True
+    if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+        name = dotted(last.value.func)
+        return name in ("sys.exit", "exit", "quit", "os._exit")
+    return False
 _OWN_ATTR_VISIT = {
     (cst.For, "body"): _Walker._push_loop,
     (cst.While, "body"): _Walker._push_loop,
