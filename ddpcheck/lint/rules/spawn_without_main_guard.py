@@ -18,9 +18,8 @@ class SpawnWithoutMainGuard(Rule):
 
     ## Why it matters
     The children fail with "An attempt has been made to start a new process before the current
-    process has finished its bootstrapping phase", or, depending on the platform and the code
-    around the call, keep spawning; the parent then reports "process 0 terminated with exit
-    code 1" and the actual error is buried in a child's output.
+    process has finished its bootstrapping phase"; the parent then reports "process 0
+    terminated with exit code 1" and the actual error is buried in a child's output.
 
     Also reported: a module-level call of a function that spawns (`main()` whose body calls
     `mp.spawn`), whether it is defined in the file or in a module of the project it imports.
