@@ -28,7 +28,8 @@ class AllReduceSumAsMean(Rule):
 
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
     (`total`, `correct`, `num_samples`, confusion matrices), and functions that mention the world
-    size (or a division of the tensor) after reducing it.
+    size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
+    the function.
 
     ## How to fix
     Divide after the reduce (`t /= dist.get_world_size()`), or reduce sums and counts and divide
@@ -102,7 +103,8 @@ class AllReduceSumAsMean(Rule):
         last = name.rsplit(".", 1)[-1]
         if not _MEAN_LIKE.search(last) or _SUM_LIKE.search(last):
             return
-        code = self.ctx.module.code_for_node(call.scope.node)
+        # Where a division would be: the loop around the reduce, else the whole function.
+        code = self.ctx.module.code_for_node(call.loops[-1] if call.loops else call.scope.node)
         if any(s in code for s in _SCALES):
             return
         if re.search(rf"\b{re.escape(name)}\s*(/|\.div|\*|\.mul)", code):

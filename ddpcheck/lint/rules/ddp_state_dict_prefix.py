@@ -112,8 +112,12 @@ class DdpStateDictPrefix(Rule):
         if not wraps:
             return
         outers = {w.outer for w in wraps}
-        if any(c.method == "load_state_dict" and c.receiver in outers for c in self.ctx.calls):
-            return
+        wrapped_at = {}
+        for w in wraps:
+            wrapped_at.setdefault(w.outer, w.index)
+        if any(c.method == "load_state_dict" and c.receiver in outers and i > wrapped_at[c.receiver]
+               for i, c in enumerate(self.ctx.calls)):
+            return  # checkpoints are loaded into the DDP model: the prefix round-trips
         for index, call in self._saves:
             obj = call.arg("obj", 0)
             if obj is None:
