@@ -238,6 +238,16 @@ _OWN_ATTR_LEAVE = {
 }
 
 
+# Facts learnt about helper modules, shared by the files of one process (one lint run) unless the
+# caller passes its own; entries are re-read when a helper's size or mtime changes.
+_RUN_FACTS = ProjectFacts()
+
+
+def walk(ctx: FileContext, rules: Sequence[Rule]) -> None:
+    """Fill `ctx` (calls, assignments, imports, functions) in one traversal, running `rules`' hooks."""
+    ctx.module.visit(_Walker(ctx, rules))
+
+
 def lint_source(
     path: str,
     source: str,
@@ -251,9 +261,9 @@ def lint_source(
         return [_syntax_finding(path, source, err)]
     except RecursionError:
         return [_syntax_finding(path, source, None)]
-    ctx = FileContext(path, source, module, facts if facts is not None else ProjectFacts())
+    ctx = FileContext(path, source, module, facts if facts is not None else _RUN_FACTS)
     instances = [rule(ctx) for rule in rules]
-    module.visit(_Walker(ctx, instances))
+    walk(ctx, instances)
     for rule in instances:
         rule.finish()
     if not ctx.pending:
