@@ -186,7 +186,8 @@ class _Walker(cst.CSTVisitor):
 
 
 def _exits(body: cst.BaseSuite) -> bool:
-    """Whether a block always leaves its function/loop iteration: ends in return/raise/continue/break."""
+    """Whether a block always leaves its function/loop iteration: ends in return/raise/continue/
+    break or a call of sys.exit()/exit()/os._exit()."""
     statements = body.body
     if not statements:
         return False
@@ -197,6 +198,8 @@ def _exits(body: cst.BaseSuite) -> bool:
         small = last.body[-1]
     else:
         return False
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return dotted(small.value.func) in ("sys.exit", "exit", "quit", "os._exit")
     return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
@@ -210,11 +213,13 @@ _OWN_VISIT = {
     cst.AnnAssign: _Walker._ann_assign,
     cst.For: _Walker._for_target,
     cst.IndentedBlock: _Walker._enter_block,
+    cst.Module: _Walker._enter_block,
 }
 _OWN_LEAVE = {
     cst.FunctionDef: _Walker._leave_scope,
     cst.ClassDef: _Walker._leave_scope,
     cst.IndentedBlock: _Walker._leave_block,
+    cst.Module: _Walker._leave_block,
     cst.If: _Walker._early_exit,
 }
 _OWN_ATTR_VISIT = {
@@ -233,6 +238,16 @@ _OWN_ATTR_LEAVE = {
 }
 
 
+# Facts learnt about helper modules, shared by the files of one process (one lint run) unless the
+# caller passes its own; entries are re-read when a helper's size or mtime changes.
+_RUN_FACTS = ProjectFacts()
+
+
+def walk(ctx: FileContext, rules: Sequence[Rule]) -> None:
+    """Fill `ctx` (calls, assignments, imports, functions) in one traversal, running `rules`' hooks."""
+    ctx.module.visit(_Walker(ctx, rules))
+
+
 def lint_source(
     path: str,
     source: str,
@@ -246,9 +261,9 @@ def lint_source(
         return [_syntax_finding(path, source, err)]
     except RecursionError:
         return [_syntax_finding(path, source, None)]
-    ctx = FileContext(path, source, module, facts if facts is not None else ProjectFacts())
+    ctx = FileContext(path, source, module, facts if facts is not None else _RUN_FACTS)
     instances = [rule(ctx) for rule in rules]
-    module.visit(_Walker(ctx, instances))
+    walk(ctx, instances)
     for rule in instances:
         rule.finish()
     if not ctx.pending:
