@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
+import textwrap
 
 import pytest
 
 from ddpcheck.catalog import render_page
 from ddpcheck.findings import Severity
+from ddpcheck.lint.engine import lint_source
+from ddpcheck.lint.rule import Invalid
 from ddpcheck.lint.rules import rule_classes
 
 RULES = rule_classes()
@@ -30,11 +33,15 @@ def test_rule_page_has_its_sections(rule):
 
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.code)
-def test_rule_message_says_what_to_do(rule):
-    # Messages name the problem, then the remedy after a semicolon or colon.
-    message = rule.MESSAGE
-    assert message and (";" in message or ":" in message), message
+def test_rule_messages_say_what_to_do(rule):
+    # What users read: the messages the rule emits on its own INVALID examples name the problem,
+    # then the remedy after a colon or semicolon.
     assert isinstance(rule.severity, Severity)
+    for example in rule.INVALID:
+        source = textwrap.dedent(example.code if isinstance(example, Invalid) else example).lstrip("\n")
+        for finding in lint_source("example.py", source, [rule]):
+            assert finding.message and (";" in finding.message or ":" in finding.message), finding.message
+            assert not finding.message.endswith("."), "messages are one clause list, Ruff-style, no final period"
 
 
 def test_codes_and_names_are_unique():
