@@ -26,8 +26,8 @@ class CheckpointSavedByEveryRank(Rule):
 
     Reported for `torch.save(...)` in a file that uses DDP when it is not under a rank-0 guard
     (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`...), and for calls of
-    the file's own functions that visibly call `torch.save` (`save_checkpoint(...)`) made on every
-    rank. Saves in a branch only a non-distributed run takes (`if not args.distributed:`) are not
+    the project's own functions that visibly call `torch.save` (`save_checkpoint(...)`, also from
+    another module, when it has no rank test of its own) made on every rank. Saves in a branch only a non-distributed run takes (`if not args.distributed:`) are not
     reported either. A save whose path contains the rank (`f"ckpt_rank{rank}.pt"`) writes one file per rank
     on purpose and is not reported; so is a helper that no rank-unguarded code of the file calls.
 
@@ -170,6 +170,21 @@ class CheckpointSavedByEveryRank(Rule):
             for caller in self._callers(function):
                 if self._reaches_every_rank(caller, set()):
                     self.report(caller.node, self.HELPER_MESSAGE.format(what=caller.dotted))
+        for call in self.ctx.calls:
+            if self._unguarded_project_save(call) and self._reaches_every_rank(call, set()):
+                self.report(call.node, self.HELPER_MESSAGE.format(what=call.dotted))
+
+    def _unguarded_project_save(self, call: CallSite) -> bool:
+        """A function of another module of the project (`utils.save_checkpoint(...)`) that calls
+        torch.save with no rank test anywhere in it (`save_on_master` has one)."""
+        facts = self.ctx.facts
+        if facts is None or call.qualname is None or call.qualname.startswith("torch."):
+            return False
+        target = facts.target(self.ctx, call)
+        if target is None or target[0] is self.ctx:
+            return False  # local functions are followed above, call by call
+        found = facts.function_facts(*target)
+        return "save" in found and "rank_guard" not in found and "is_rank_check" not in found
 
     def _per_rank_path(self, call: CallSite) -> bool:
         path = call.arg("f", 1)

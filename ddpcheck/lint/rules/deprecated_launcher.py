@@ -33,7 +33,8 @@ class DeprecatedLauncher(Rule):
     Reported: importing or running `torch.distributed.launch` (import, `runpy.run_module`, a
     `-m torch.distributed.launch` command handed to `subprocess`/`os.system`), and an argparse
     `--local_rank` / `--local-rank` argument in a file that never reads `LOCAL_RANK` from the
-    environment (or imports `deepspeed`, whose launcher does pass the flag). Scripts that keep the
+    environment, directly or through a helper of the project (`utils.init_distributed_mode(args)`),
+    or imports `deepspeed` (whose launcher does pass the flag). Scripts that keep the
     flag only as a fallback for `LOCAL_RANK`
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported. Comments and
     documentation strings that mention the launcher are not reported.
@@ -166,8 +167,22 @@ class DeprecatedLauncher(Rule):
                 if re.search(r"-m\s+torch\.distributed\.launch\b", text):
                     self.report(value)
 
+    def _project_helper_reads_env(self, call: CallSite) -> bool:
+        """A function of another module of the project that reads the launcher's environment
+        (`utils.init_distributed_mode(args)` setting `args.gpu` from LOCAL_RANK)."""
+        facts = self.ctx.facts
+        if facts is None or call.qualname is None or call.qualname.startswith("torch."):
+            return False
+        target = facts.target(self.ctx, call)
+        return target is not None and target[0] is not self.ctx and "reads_launcher_env" in facts.function_facts(*target)
+
     def finish(self) -> None:
         # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
-        if self._flags and not _READS_LOCAL_RANK_ENV.search(self.ctx.source) and not self.ctx.names.imports_from("deepspeed"):
+        if (
+            self._flags
+            and not _READS_LOCAL_RANK_ENV.search(self.ctx.source)
+            and not self.ctx.names.imports_from("deepspeed")
+            and not any(self._project_helper_reads_env(c) for c in self.ctx.calls)
+        ):
             for flag in self._flags:
                 self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)))

@@ -42,7 +42,8 @@ class SetEpochNotCalled(Rule):
     feeds a `DataLoader` (as `sampler=` or inside `batch_sampler=`) that is iterated inside a loop,
     or passed to a function inside a loop, and no `set_epoch(...)` is called on the sampler: not
     through its variable, nor through `loader.sampler` / `loader.batch_sampler.sampler`, nor on
-    any object this rule cannot tell apart from it (a function parameter, for instance).
+    any object this rule cannot tell apart from it (a function parameter, for instance), nor by a
+    function of another module of the project that is handed the loader or the sampler.
 
     ## How to fix
     Call `sampler.set_epoch(epoch)` as the first statement of the epoch loop, before iterating
@@ -246,6 +247,8 @@ class SetEpochNotCalled(Rule):
             others = self._names_of_others(feed, feeds)
             if any(r is None or r not in others for r in set_epoch_receivers):
                 continue  # some set_epoch may well be this sampler's
+            if self._project_helper_sets_epoch(feed):
+                continue
             found = self._epoch_loop(feed)
             if found is None:
                 continue
@@ -297,6 +300,25 @@ class SetEpochNotCalled(Rule):
                     if found is not None:
                         return found, inner_names
         return None, []
+
+    def _project_helper_sets_epoch(self, feed: _Feed) -> bool:
+        """The loader or sampler is handed to a function of another module of the project
+        (`engine.train_one_epoch(loader, epoch)`) that calls `set_epoch` itself."""
+        facts = self.ctx.facts
+        if facts is None:
+            return False
+        names = set(feed.loader_names) | set(feed.sampler_names)
+        for call in self.ctx.calls:
+            if call.qualname is None or call.qualname.startswith("torch."):
+                continue
+            if not any(dotted(a.value) in names for a in call.node.args):
+                continue
+            target = facts.target(self.ctx, call)
+            if target is not None and target[0] is not self.ctx:
+                helper, function = target
+                if any(c.method == "set_epoch" for c in helper.calls_in(function)):
+                    return True
+        return False
 
     def _names_of_others(self, feed: _Feed, feeds: list[_Feed]) -> set[str]:
         """Receivers that certainly mean another sampler than `feed`'s."""
