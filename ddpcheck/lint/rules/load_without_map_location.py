@@ -116,6 +116,28 @@ class LoadWithoutMapLocation(Rule):
         ),
         Invalid(
             """
+            # One argument per line: the fix follows the layout.
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            state = torch.load(
+                args.resume,
+            )
+            """,
+            line=4,
+            fixed="""
+            # One argument per line: the fix follows the layout.
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            state = torch.load(
+                args.resume,
+                map_location="cpu",
+            )
+            """,
+        ),
+        Invalid(
+            """
             from torch import load
             from torch.utils.data.distributed import DistributedSampler
             def resume(path):
@@ -156,9 +178,17 @@ class LoadWithoutMapLocation(Rule):
 
 def _add_map_location(call: cst.Call) -> Replace:
     args = list(call.args)
-    if args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
+    new = cst.Arg(cst.SimpleString('"cpu"'), keyword=cst.Name("map_location"),
+                  equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
+                                        whitespace_after=cst.SimpleWhitespace("")))
+    if args and isinstance(call.whitespace_before_args, cst.ParenthesizedWhitespace):
+        # One argument per line: the new one goes on its own line, indented like the first,
+        # and takes over the last one's trailing comma and the space before `)`.
+        last = args[-1]
+        new = new.with_changes(comma=last.comma, whitespace_after_arg=last.whitespace_after_arg)
+        args[-1] = last.with_changes(comma=cst.Comma(whitespace_after=call.whitespace_before_args),
+                                     whitespace_after_arg=cst.SimpleWhitespace(""))
+    elif args and args[-1].comma is cst.MaybeSentinel.DEFAULT:
         args[-1] = args[-1].with_changes(comma=cst.Comma(whitespace_after=cst.SimpleWhitespace(" ")))
-    args.append(cst.Arg(cst.SimpleString('"cpu"'), keyword=cst.Name("map_location"),
-                        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                                              whitespace_after=cst.SimpleWhitespace(""))))
+    args.append(new)
     return Replace(call, call.with_changes(args=args), 'Add `map_location="cpu"`')

@@ -98,6 +98,21 @@ class ShuffleWithSampler(Rule):
             loader = tud.DataLoader(ds, sampler=sampler)
             """,
         ),
+        Invalid(
+            """
+            # A multi-line call keeps its layout and comments.
+            from torch.utils.data import DataLoader, DistributedSampler
+            loader = DataLoader(dataset, batch_size=128, shuffle=True,  # per GPU
+                                sampler=DistributedSampler(dataset), num_workers=8)
+            """,
+            line=3,
+            fixed="""
+            # A multi-line call keeps its layout and comments.
+            from torch.utils.data import DataLoader, DistributedSampler
+            loader = DataLoader(dataset, batch_size=128,  # per GPU
+                                sampler=DistributedSampler(dataset), num_workers=8)
+            """,
+        ),
         """
         from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
         bs = BatchSampler(DistributedSampler(ds), batch_size=8, drop_last=False)
@@ -133,4 +148,10 @@ def _drop_argument(call: cst.Call, value: cst.BaseExpression) -> Replace | None:
     if index == len(args) and args:
         # It was the last argument: the new last one takes over its (absent or trailing) comma.
         args[-1] = args[-1].with_changes(comma=removed.comma)
+    elif index > 0 and isinstance(removed.comma, cst.Comma) and isinstance(args[index - 1].comma, cst.Comma):
+        # Keep the layout: what followed the removed argument's comma (a comment, a line break)
+        # now follows the previous one's.
+        before = args[index - 1]
+        args[index - 1] = before.with_changes(
+            comma=before.comma.with_changes(whitespace_after=removed.comma.whitespace_after))
     return Replace(call, call.with_changes(args=args), "Remove `shuffle=True`")
