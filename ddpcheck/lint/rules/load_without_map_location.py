@@ -124,7 +124,7 @@ class LoadWithoutMapLocation(Rule):
                 args.resume,
             )
             """,
-            line=4,
+            line=5,
             fixed="""
             # One argument per line: the fix follows the layout.
             import torch
