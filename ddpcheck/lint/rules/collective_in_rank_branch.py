@@ -9,6 +9,7 @@ from ddpcheck.lint.conditions import selects_main_rank, under_rank_condition
 from ddpcheck.lint.context import DDP, CallSite, Guard
 from ddpcheck.lint.facts import FACT_CALLS
 from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.names import dotted
 from ddpcheck.lint.values import origins
 
 _COLLECTIVES = FACT_CALLS["collective"]
@@ -145,6 +146,14 @@ class CollectiveInRankBranch(Rule):
             dist.all_reduce(t)
         """,
         """
+        # The plain module, called on rank 0 before it is wrapped.
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if dist.get_rank() == 0:
+            print(model(example).shape)
+        model = DDP(model, device_ids=[local_rank])
+        """,
+        """
         # Rank-0 evaluation through the inner module.
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -251,9 +260,15 @@ class CollectiveInRankBranch(Rule):
         return bool(selects_main_rank(c.guard.test, self.ctx.qualname)) != c.guard.negated
 
     def _is_ddp_model(self, call: CallSite) -> bool:
+        """`model(x)` where `model` holds the DDP wrapper — wrapped before this call, in source
+        order, when both are in one function (`summary(model(x))` before `model = DDP(model)`
+        runs the plain module)."""
         if not isinstance(call.node.func, (cst.Name, cst.Attribute)):
             return False
-        return any(
-            isinstance(v, cst.Call) and self.ctx.qualname(v.func) == DDP
-            for v in origins(self.ctx, call.node.func, call.scope)
-        )
+        order = self.__dict__.setdefault("_order", {id(c.node): i for i, c in enumerate(self.ctx.calls)})
+        here = order.get(id(call.node), -1)
+        for v in origins(self.ctx, call.node.func, call.scope):
+            if isinstance(v, cst.Call) and self.ctx.qualname(v.func) == DDP:
+                if (dotted(call.node.func) or "").startswith("self.") or order.get(id(v), -1) < here:
+                    return True
+        return False
