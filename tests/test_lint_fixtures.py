@@ -103,7 +103,10 @@ _MUTATIONS = {
         "            accuracy = 0.0\n            if rank == 0:\n"
         "                accuracy = evaluate(model, val_loader, device)\n",
     ),
-    "DDP010": ("            if rank == 0:\n                print", "            if True:\n                print"),
+    "DDP010": (  # the save moves out of the rank-0 branch (the print stays in)
+        '                print(f"epoch {epoch}: accuracy {accuracy:.3f}")\n                torch.save(',
+        '                print(f"epoch {epoch}: accuracy {accuracy:.3f}")\n            torch.save(',
+    ),
     "DDP011": ("torch.load(args.resume, map_location=device)", "torch.load(args.resume)"),
     "DDP012": ("    if args.sync_bn:\n        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)\n", ""),
 }

@@ -150,11 +150,12 @@ class _Walker(cst.CSTVisitor):
         name = dotted(target)
         if name is not None and value is not None:
             scope = self.scope
+            scope.assignments.setdefault(name, []).append(value)
             if name.startswith("self.") and scope.parent is not None and isinstance(scope.parent.node, cst.ClassDef):
                 # An attribute of `self` is shared by every method: `self.model = DDP(...)` in
-                # __init__ is what `self.model(x)` calls in train().
-                scope = scope.parent
-            scope.assignments.setdefault(name, []).append(value)
+                # __init__ is what `self.model(x)` calls in train(). The method keeps its own
+                # list too, so lookups inside it still see only its own assignments first.
+                scope.parent.assignments.setdefault(name, []).append(value)
             self.ctx.targets.setdefault(id(value), []).append(name)
 
     def _for_target(self, node: cst.For) -> None:

@@ -5,7 +5,7 @@ file (the engine's one traversal already did)."""
 from __future__ import annotations
 
 import re
-from typing import Callable, Iterator
+from typing import Iterator
 
 import libcst as cst
 
@@ -114,15 +114,3 @@ def init_sites(ctx: FileContext) -> list[CallSite]:
     direct = [c for c in ctx.calls if c.qualname == INIT_PROCESS_GROUP]
     helpers = [c for c in ctx.calls if c.qualname != INIT_PROCESS_GROUP and ctx.helper_does(c, "init_process_group")]
     return direct + helpers
-
-
-def mentioned_in_code(ctx: FileContext, word: str) -> bool:
-    """`word` occurs in the file outside comments (a reference such as
-    `atexit.register(dist.destroy_process_group)` counts, `# TODO destroy_process_group` not)."""
-    if word not in ctx.source:
-        return False
-    return any(word in line.split("#", 1)[0] for line in ctx.source.splitlines() if word in line)
-
-
-def any_sub(expr: cst.CSTNode, predicate: Callable[[cst.CSTNode], bool]) -> bool:
-    return any(predicate(sub) for sub in subexpressions(expr))

@@ -80,6 +80,7 @@ class CollectiveInRankBranch(Rule):
             "`{what}.module(...)` for rank-0-only work"
         ),
     }
+    MESSAGE = MESSAGES["collective"]
 
     VALID = [
         """

@@ -92,6 +92,13 @@ class GlobalRankAsDevice(Rule):
         model = DDP(model.to(f"cuda:{rank}"), device_ids=[rank])
         """,
         """
+        # Aliased and fully dotted: the same call.
+        import torch
+        import torch.distributed as D
+        torch.cuda.set_device(D.get_rank())
+        x = torch.ones(1).cuda(torch.distributed.distributed_c10d.get_rank())
+        """,
+        """
         import os
         import torch
         gpu = os.environ["RANK"]

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import re
+
 from ddpcheck.findings import Severity
-from ddpcheck.lint.patterns import init_sites, is_entry_point, mentioned_in_code
+from ddpcheck.lint.patterns import init_sites, is_entry_point
 from ddpcheck.lint.rule import Rule
 
 _DESTROY = "torch.distributed.destroy_process_group"
+# A call or a reference handed on (`register(dist.destroy_process_group)`), not a word in prose.
+_REFERENCED = re.compile(r"destroy_process_group\s*[(),\]]")
 
 
 class MissingDestroyProcessGroup(Rule):
@@ -112,6 +116,10 @@ class MissingDestroyProcessGroup(Rule):
             return
         if any(c.qualname == _DESTROY or self.ctx.helper_does(c, "destroy_process_group") for c in self.ctx.calls):
             return
-        if mentioned_in_code(self.ctx, "destroy_process_group"):
-            return
+        if _REFERENCED.search(_without_comments(self.ctx.source)):
+            return  # passed as a callback: atexit.register(dist.destroy_process_group)
         self.report(sites[0].node)
+
+
+def _without_comments(source: str) -> str:
+    return "\n".join(line.split("#", 1)[0] for line in source.splitlines() if "destroy_process_group" in line)

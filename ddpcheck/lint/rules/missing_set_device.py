@@ -1,13 +1,15 @@
 from __future__ import annotations
 
-import libcst as cst
+import re
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP, INIT_PROCESS_GROUP, CallSite
-from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, last_name, mentioned_in_code, string_text
+from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, last_name, string_text
 from ddpcheck.lint.rule import Rule
 
 _SETS_DEVICE = {"torch.cuda.set_device", "torch.cuda.device"}
+# `os.environ["CUDA_VISIBLE_DEVICES"] = ...` (a quoted key: prose in a docstring does not count).
+_PINS_VISIBLE_DEVICES = re.compile(r"""['"]CUDA_VISIBLE_DEVICES['"]""")
 
 
 class MissingSetDevice(Rule):
@@ -34,7 +36,7 @@ class MissingSetDevice(Rule):
     `device_id=torch.device("cuda", local_rank)` to `init_process_group` (PyTorch 2.3+).
 
     ## References
-    - https://pytorch.org/docs/stable/notes/cuda.html#best-practices
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html ("ensuring that each process exclusively works on a single GPU ... by calling torch.cuda.set_device(i)")
     - https://pytorch.org/docs/stable/distributed.html#torch.distributed.init_process_group
     - https://github.com/pytorch/examples/issues/969 (every process allocates memory on GPU 0)
     - https://github.com/NVIDIA/apex/issues/222
@@ -131,7 +133,7 @@ class MissingSetDevice(Rule):
             return
         if any(c.qualname in _SETS_DEVICE or self.ctx.helper_does(c, "set_device") for c in self.ctx.calls):
             return
-        if mentioned_in_code(self.ctx, "CUDA_VISIBLE_DEVICES"):
+        if _PINS_VISIBLE_DEVICES.search(self.ctx.source):
             return
         if not any(_uses_cuda(self.ctx, c) for c in self.ctx.calls):
             return

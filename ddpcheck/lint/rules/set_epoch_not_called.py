@@ -188,6 +188,36 @@ class SetEpochNotCalled(Rule):
         ),
         Invalid(
             """
+            # The loader is iterated in a function that also runs the epochs: the fix reaches
+            # the sampler through the loader, the name visible there.
+            from torch.utils.data import DataLoader, DistributedSampler
+            def fit(model, loader, epochs):
+                for epoch in range(epochs):
+                    for batch in loader:
+                        model(batch)
+            def main():
+                sampler = DistributedSampler(dataset)
+                loader = DataLoader(dataset, sampler=sampler)
+                fit(model, loader, 10)
+            """,
+            line=9,
+            fixed="""
+            # The loader is iterated in a function that also runs the epochs: the fix reaches
+            # the sampler through the loader, the name visible there.
+            from torch.utils.data import DataLoader, DistributedSampler
+            def fit(model, loader, epochs):
+                for epoch in range(epochs):
+                    loader.sampler.set_epoch(epoch)
+                    for batch in loader:
+                        model(batch)
+            def main():
+                sampler = DistributedSampler(dataset)
+                loader = DataLoader(dataset, sampler=sampler)
+                fit(model, loader, 10)
+            """,
+        ),
+        Invalid(
+            """
             # The epoch loop hands the loader to a function; the other sampler's set_epoch
             # does not count for this one.
             from torch.utils.data import DataLoader, DistributedSampler
@@ -216,13 +246,14 @@ class SetEpochNotCalled(Rule):
             others = self._names_of_others(feed, feeds)
             if any(r is None or r not in others for r in set_epoch_receivers):
                 continue  # some set_epoch may well be this sampler's
-            loop = self._epoch_loop(feed)
-            if loop is None:
+            found = self._epoch_loop(feed)
+            if found is None:
                 continue
-            expression = self._sampler_expression(feed)
+            loop, scope, loader = found
+            expression = self._sampler_expression(feed, scope, loader)
             self.report(
                 feed.sampler,
-                self.MESSAGE.format(sampler=expression or "sampler"),
+                self.MESSAGE.format(sampler=expression),
                 fix=self._fix(loop, expression),
             )
 
@@ -276,28 +307,32 @@ class SetEpochNotCalled(Rule):
                 others |= set(other.sampler_names) | _via_loader(other.loader_names)
         return others - mine
 
-    def _epoch_loop(self, feed: _Feed) -> cst.CSTNode | None:
-        """The innermost loop around an iteration of the loader (or a call handed the loader)."""
+    def _epoch_loop(self, feed: _Feed) -> tuple[cst.CSTNode, Scope, str] | None:
+        """The innermost loop around an iteration of the loader (or a call handed the loader),
+        the scope it is in, and the name the loader has there."""
         names = set(feed.loader_names)
         for site in self.ctx.fors:
-            if site.loops and _mentions_loader(site.node.iter, names):
-                return site.loops[-1]
+            if site.loops:
+                used = _loader_in(site.node.iter, names)
+                if used is not None:
+                    return site.loops[-1], site.scope, used
         for call in self.ctx.calls:
             if call.loops and call.dotted not in _NOT_ITERATING:
-                if any(dotted(a.value) in names for a in call.node.args):
-                    return call.loops[-1]
+                for a in call.node.args:
+                    if dotted(a.value) in names:
+                        return call.loops[-1], call.scope, dotted(a.value)
         return None
 
-    def _sampler_expression(self, feed: _Feed) -> str | None:
-        """How code in the feed's scope can reach the sampler."""
+    def _sampler_expression(self, feed: _Feed, scope: Scope, loader: str) -> str:
+        """How code in the epoch loop's scope reaches the sampler: its own name where that is
+        visible there, else through the loader."""
         for name in feed.sampler_names:
-            if feed.scope.lookup(name):
+            if _visible(scope, name.split(".", 1)[0]) and scope.lookup(name):
                 return name
-        loader = feed.loader_names[0]
         return f"{loader}.batch_sampler.sampler" if feed.via_batch_sampler else f"{loader}.sampler"
 
-    def _fix(self, loop: cst.CSTNode, expression: str | None) -> Replace | None:
-        if expression is None or not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
+    def _fix(self, loop: cst.CSTNode, expression: str) -> Replace | None:
+        if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
             return None
         if not isinstance(loop.body, cst.IndentedBlock):
             return None
@@ -323,10 +358,23 @@ def _via_loader(loader_names: list[str]) -> set[str]:
     return {f"{n}.sampler" for n in loader_names} | {f"{n}.batch_sampler.sampler" for n in loader_names}
 
 
-def _mentions_loader(expr: cst.BaseExpression, names: set[str]) -> bool:
-    """`loader`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, other)`."""
-    if dotted(expr) in names:
-        return True
+def _loader_in(expr: cst.BaseExpression, names: set[str]) -> str | None:
+    """The loader iterated by `loader`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, other)`."""
+    name = dotted(expr)
+    if name in names:
+        return name
     if isinstance(expr, cst.Call):
-        return any(_mentions_loader(a.value, names) for a in expr.args)
+        for a in expr.args:
+            found = _loader_in(a.value, names)
+            if found is not None:
+                return found
+    return None
+
+
+def _visible(scope: Scope | None, name: str) -> bool:
+    """Whether `name` is bound (assigned, or a parameter) in `scope` or a scope around it."""
+    while scope is not None:
+        if name in scope.assignments:
+            return True
+        scope = scope.parent
     return False
