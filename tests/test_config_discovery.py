@@ -19,6 +19,7 @@ BAD = textwrap.dedent(
 
     dist.init_process_group("gloo")
     loader = DataLoader(dataset, batch_size=64)
+    dist.destroy_process_group()
     """
 )
 FINDING = re.compile(r"^(?P<path>[^:\n]+):\d+:\d+: (?P<code>DDP\d{3}) ", re.M)
