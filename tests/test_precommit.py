@@ -67,6 +67,22 @@ BAD = textwrap.dedent(
     dist.destroy_process_group()
     """
 )
+# Two mistakes whose fixes are unsafe (they change behaviour): DDP002 adds `sampler.set_epoch(epoch)`,
+# DDP006 drops `shuffle=True`.
+NEEDS_FIX = textwrap.dedent(
+    """\
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    dist.init_process_group("gloo")
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler, shuffle=True)
+    for epoch in range(2):
+        for batch in loader:
+            pass
+    dist.destroy_process_group()
+    """
+)
 TARGET_PYPROJECT = textwrap.dedent(
     """\
     [project]
@@ -110,6 +126,7 @@ def target(tmp_path_factory) -> Path:
     (repo / "vendored").mkdir()
     (repo / "vendored" / "gen.py").write_text(BAD)
     (repo / "broken.py").write_text("def train(:\n    pass\n")
+    (repo / "needs_fix.py").write_text(NEEDS_FIX)
     (repo / "pyproject.toml").write_text(TARGET_PYPROJECT)
     git("init", "-q", cwd=repo)
     git("add", "-A", cwd=repo)
@@ -198,11 +215,20 @@ def test_configured_args_are_honoured(configured):
 
 @pytest.mark.slow
 @needs_git
-def test_fix_hook_runs(configured):
-    r = configured("good.py", hook="ddpcheck-fix")
-    assert r.returncode == 0, r.stdout + r.stderr
-    blocked = configured("bad.py", hook="ddpcheck-fix")
-    assert blocked.returncode == 1 and "DDP001" in blocked.stdout  # nothing to fix: still reported
+def test_fix_hook_applies_fixes(configured, target):
+    assert configured("good.py", hook="ddpcheck-fix").returncode == 0
+    # Safe fixes only by default: these two are unsafe, so nothing changes and the commit is blocked.
+    r = configured("needs_fix.py", hook="ddpcheck-fix")
+    assert r.returncode == 1 and "DDP002" in r.stdout and "DDP006" in r.stdout
+    assert (target / "needs_fix.py").read_text() == NEEDS_FIX
+    # With --unsafe-fixes in args: the file is rewritten, pre-commit says so and blocks once ...
+    r = configured("needs_fix.py", hook="ddpcheck-fix", args=["--unsafe-fixes"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "files were modified by this hook" in r.stdout
+    fixed = (target / "needs_fix.py").read_text()
+    assert "sampler.set_epoch(epoch)" in fixed and "shuffle=True" not in fixed
+    # ... and the fixed file passes the lint hook.
+    assert configured("needs_fix.py").returncode == 0
 
 
 @pytest.mark.slow
