@@ -218,3 +218,21 @@ def test_readme_vscode_problem_matcher_parses_concise_output(project):
     assert groups["file"] == "bad.py" and groups["line"] == "5" and groups["column"] == "16"
     assert groups["code"] == "DDP001" and groups["message"].startswith("DataLoader has no DistributedSampler")
     assert not any(regexp.match(line) for line in r.stdout.splitlines()[2:])  # the summary is not a finding
+
+
+def test_runtime_findings_without_a_file_render_as_valid_sarif_and_junit():
+    # `ddpcheck run` reports findings that name ranks instead of a source location.
+    from ddpcheck.findings import Finding, Severity
+    from ddpcheck.report import render
+
+    found = [Finding(code="DDP001", name="missing-distributed-sampler", message="ranks 0 and 1 read the same samples",
+                     severity=Severity.ERROR, ranks=(0, 1))]
+    doc = json.loads(render("sarif", found, tool="run"))
+    assert_valid_sarif(doc)
+    (result,) = doc["runs"][0]["results"]
+    assert "locations" not in result and result["properties"] == {"ranks": [0, 1]}
+    assert doc["runs"][0]["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "DDP001"
+    root = ET.fromstring(render("junit", found, tool="run"))
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == "ddpcheck run"
+    assert suite.find("testcase/failure").text == "<run>: DDP001 ranks 0 and 1 read the same samples\nranks: 0, 1"
