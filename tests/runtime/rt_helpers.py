@@ -1,5 +1,5 @@
 """Helpers for the runtime tests: each one launches a real multi-rank gloo job on CPU through the
-real entry point, `python -m ddpcheck.run.entry` (what `ddpcheck run` calls)."""
+real entry point, `python -m ddpcheck run`."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class Result:
 def run_ddpcheck(args: list[str], tmp_path: Path, *, cwd: Path = ROOT, timeout: int = 150) -> Result:
     report = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "ddpcheck.run.entry", "--report", str(report), *args],
+        [sys.executable, "-m", "ddpcheck", "run", "--report", str(report), *args],
         cwd=cwd, env=subprocess_env(), capture_output=True, text=True, timeout=timeout,
     )
     data = json.loads(report.read_text()) if report.exists() else None
