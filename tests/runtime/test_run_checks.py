@@ -53,6 +53,8 @@ def test_correct_script_passes_every_check_and_trains_exactly_as_without_ddpchec
     ("iterable", "DDP104", 2),
     ("seeded-inputs", "DDP104", 2),
     ("tcp-init", "DDP113", 2),
+    ("bad-world-size", "DDP114", 2),
+    ("unused-param", "DDP112", 2),
 ])
 def test_each_planted_fault_gets_exactly_its_finding(tmp_path, fault, code, nproc):
     result = run_ddpcheck(["--nproc", str(nproc), TRAIN, "--fault", fault], tmp_path)
@@ -62,13 +64,13 @@ def test_each_planted_fault_gets_exactly_its_finding(tmp_path, fault, code, npro
     assert finding["hint"]  # the fix from the rule page
     if fault == "grad-edit":
         assert finding["ranks"] == [1] and finding["details"]["step"] == 1
-        assert finding["details"]["parameters"] == ["0.weight"]
+        assert finding["details"]["parameters"] == ["body.0.weight"]
     if fault == "no-sync":
         assert "no_sync()" in finding["message"]
     if fault == "param-edit":
         # rank 0 edits after step 1: the first checked step after that shows it, on rank 0 only
         assert finding["ranks"] == [0] and finding["details"]["step"] == 2
-        assert finding["details"]["parameters"] == ["2.bias"]
+        assert finding["details"]["parameters"] == ["body.2.bias"]
     if fault == "no-set-epoch":
         assert finding["details"]["epoch"] == 1 and "'loader'" in finding["message"]
     if fault == "unwrapped-model":
@@ -76,6 +78,10 @@ def test_each_planted_fault_gets_exactly_its_finding(tmp_path, fault, code, npro
         assert result.check("DDP105")["explained_by"] == "DDP109"
     if fault == "tcp-init":
         assert "tcp://127.0.0.1:29999" in finding["message"]
+    if fault == "bad-world-size":
+        assert "world_size=8" in finding["message"] and "WORLD_SIZE=2" in finding["message"]
+    if fault == "unused-param":
+        assert finding["details"]["parameters"] == ["aux.bias", "aux.weight"]
 
 
 def test_padding_of_1001_samples_on_4_ranks_passes_and_cadence_is_kept(tmp_path):
