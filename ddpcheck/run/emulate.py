@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
+
+from ddpcheck.run.sites import call_site
 
 ENV_FLAG = "DDPCHECK_EMULATE_CUDA"
 ENV_DEVICES = "DDPCHECK_EMULATED_DEVICES"
@@ -52,39 +53,6 @@ def enabled() -> bool:
     return os.environ.get(ENV_FLAG) == "1"
 
 
-def user_call_site(skip_prefixes: tuple[str, ...] | None = None) -> str | None:
-    """file:line of the innermost frame on the current stack that is the user's code (not torch,
-    not ddpcheck, not the standard library)."""
-    prefixes = skip_prefixes or _library_prefixes()
-    frame = sys._getframe(1)
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if not name.startswith("<") and not name.startswith(prefixes):
-            return f"{name}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
-
-
-@functools.lru_cache(maxsize=1)
-def _library_prefixes() -> tuple[str, ...]:
-    import sysconfig
-
-    import ddpcheck
-
-    paths = {os.path.dirname(os.path.abspath(ddpcheck.__file__)) + os.sep}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        p = sysconfig.get_paths().get(key)
-        if p:
-            paths.add(os.path.abspath(p) + os.sep)
-    try:
-        import torch
-
-        paths.add(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
-    except ImportError:  # pragma: no cover - emulation is only installed with torch present
-        pass
-    return tuple(sorted(paths))
-
-
 def _is_cuda(device) -> bool:
     import torch
 
@@ -106,7 +74,7 @@ def emulated_device_count() -> int:
 
 def _not_emulated(call: str, why: str = ""):
     def refuse(*args, **kwargs):
-        raise CudaNotEmulated(call, user_call_site(), why)
+        raise CudaNotEmulated(call, call_site(), why)
 
     refuse.__name__ = call.rsplit(".", 1)[-1]
     refuse.__ddpcheck_refuses__ = call
@@ -130,7 +98,7 @@ def _make_mode():
             if func is cuda:
                 return args[0]
             if func is pin:
-                raise CudaNotEmulated("Tensor.pin_memory()", user_call_site(), "there is no pinned memory without CUDA")
+                raise CudaNotEmulated("Tensor.pin_memory()", call_site(), "there is no pinned memory without CUDA")
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 kwargs = dict(kwargs, device=cpu)
             if func is to and len(args) > 1 and _is_cuda(args[1]):
@@ -222,7 +190,7 @@ def _patch_set_default_device(torch) -> None:
     def set_default_device(device):
         if device is not None and _is_cuda(device):
             raise CudaNotEmulated(
-                f"torch.set_default_device({device!r})", user_call_site(), "pass device= to the calls instead"
+                f"torch.set_default_device({device!r})", call_site(), "pass device= to the calls instead"
             )
         return original(device)
 
@@ -237,7 +205,7 @@ def _patch_load(torch) -> None:
         if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
             if _is_cuda(map_location):
                 raise CudaNotEmulated(
-                    f"torch.load(map_location={map_location!r})", user_call_site(), 'load with map_location="cpu"'
+                    f"torch.load(map_location={map_location!r})", call_site(), 'load with map_location="cpu"'
                 )
         return original(f, map_location, *args, **kwargs)
 
@@ -252,7 +220,7 @@ def _patch_amp(torch) -> None:
         enabled_ = kwargs.get("enabled", args[1] if len(args) > 1 else True)
         if device_type == "cuda" and enabled_:
             raise CudaNotEmulated(
-                "torch.autocast('cuda')", user_call_site(), "on the CPU it would silently compute in float32"
+                "torch.autocast('cuda')", call_site(), "on the CPU it would silently compute in float32"
             )
         return autocast_init(self, device_type, *args, **kwargs)
 
@@ -264,7 +232,7 @@ def _patch_amp(torch) -> None:
     def grad_scaler(self, device="cuda", *args, **kwargs):
         enabled_ = kwargs.get("enabled", args[3] if len(args) > 3 else True)
         if device == "cuda" and enabled_:
-            raise CudaNotEmulated("GradScaler('cuda')", user_call_site(), "loss scaling only means something for fp16 on a GPU")
+            raise CudaNotEmulated("GradScaler('cuda')", call_site(), "loss scaling only means something for fp16 on a GPU")
         return scaler_init(self, device, *args, **kwargs)
 
     torch.amp.GradScaler.__init__ = grad_scaler
