@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from ddpcheck.findings import Severity
+from ddpcheck.run.checks._diagnostic import Diagnostic
+
+
+class CollectiveHang(Diagnostic):
+    """The job hung: no rank made progress for `--hang-timeout` seconds; the report says where each rank waits.
+
+    Every rank keeps a cheap record of the collectives it entered (operation, tensor shape and
+    dtype, your call site, a sequence number). When no rank has made progress for the hang
+    timeout (default 30 s), ddpcheck dumps every rank's Python stack, compares the records and
+    names the mismatch, e.g. "rank 0 is in barrier at train.py:42 (call #7); ranks 1–3 are in
+    all_reduce at train.py:57 (call #7)". Then it stops the job. The stacks are in the JSON report
+    (`details.states`) and in `stack-rank<N>.txt` in the run directory.
+
+    ## Why it matters
+
+    A collective that not every rank joins waits for the process group's timeout — 30 minutes by
+    default with gloo and NCCL — and then fails with a message that names none of your lines.
+
+    ## How to fix
+
+    Make every rank call the same collectives in the same order: move collectives out of
+    rank-dependent branches (`if rank == 0:`), and out of loops whose length differs per rank
+    (uneven shards, early `break`).
+
+    ## References
+
+    - https://pytorch.org/docs/stable/distributed.html#collective-functions
+    """
+
+    code = "DDP123"
+    name = "collective-hang"
+    severity = Severity.ERROR
+    hint = "every rank must call the same collectives in the same order; move them out of `if rank == ...`"
+    BAD = """
+    if dist.get_rank() == 0:
+        dist.barrier()  # the other ranks never get here
+    dist.all_reduce(loss)
+    """
+    GOOD = """
+    dist.barrier()  # every rank
+    dist.all_reduce(loss)
+    """

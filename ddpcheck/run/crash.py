@@ -1,0 +1,171 @@
+"""Crash diagnosis: which rank raised what, where in the user's code.
+
+In each rank, `record(exc)` writes `crash-rank<N>.json` into the run directory before the rank
+exits. After the job, `crash_findings()` reads them back and names the first real failure: a rank
+whose collective broke only because a peer died ("Connection reset by peer") is a consequence, not
+the cause. Ranks that died without a Python exception (a signal, e.g. the out-of-memory killer) are
+reported from their exit codes. torchrun's own summary (`error_file: <N/A>`) is never shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpcheck.run import sites
+
+# A peer that went away shows up in the survivors as one of these, from gloo or the store.
+_CONSEQUENCE = re.compile(
+    r"Connection (reset|closed) by peer|Broken pipe|Socket closed|ProcessGroupGloo.*(closed|aborted)"
+    r"|failed to recv|failed to send|Connection refused|Read error|Write error",
+    re.IGNORECASE,
+)
+PREFIX = "crash-rank"
+
+
+@dataclass(frozen=True)
+class Crash:
+    rank: int
+    type: str
+    message: str
+    path: str | None
+    line: int | None
+    function: str | None
+    traceback: str
+    time: float
+    consequence: bool  # broke because another rank died
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}" if self.path else "<no frame of the script>"
+
+
+def _rank() -> int:
+    for var in ("RANK", "DDPCHECK_RANK"):
+        value = os.environ.get(var, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def record(exc: BaseException, run_dir: str | None = None, rank: int | None = None) -> Crash | None:
+    """Write what this rank died of; never raises (the rank is dying already)."""
+    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+        return None
+    try:
+        frame = sites.innermost_user_frame(exc.__traceback__)
+        message = str(exc).strip()
+        crash = Crash(
+            rank=_rank() if rank is None else rank,
+            type=type(exc).__name__,
+            message=message.splitlines()[0][:500] if message else "",
+            path=frame[0] if frame else None,
+            line=frame[1] if frame else None,
+            function=frame[2] if frame else None,
+            traceback="".join(traceback.format_exception(exc))[-6000:],
+            time=time.time(),
+            consequence=bool(_CONSEQUENCE.search(message)),
+        )
+        directory = run_dir or os.environ.get("DDPCHECK_RUN_DIR")
+        if directory:
+            path = Path(directory) / f"{PREFIX}{crash.rank}.json"
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(crash.__dict__))
+            os.replace(tmp, path)
+        return crash
+    except Exception:  # noqa: BLE001 - reporting must not mask the user's exception
+        return None
+
+
+def read(run_dir: str | os.PathLike) -> list[Crash]:
+    crashes = []
+    for path in sorted(Path(run_dir).glob(f"{PREFIX}*.json")):
+        try:
+            crashes.append(Crash(**json.loads(path.read_text())))
+        except (OSError, ValueError, TypeError):
+            continue
+    return sorted(crashes, key=lambda c: (c.consequence, c.time))
+
+
+def root_cause(crashes: list[Crash]) -> Crash | None:
+    """The first rank that failed on its own; the others are collateral."""
+    return crashes[0] if crashes else None
+
+
+def signal_name(exitcode: int) -> str | None:
+    if exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return f"signal {-exitcode}"
+
+
+def crash_findings(run_dir: str | os.PathLike, exitcodes: dict[int, int] | None = None) -> list:
+    """Findings for the ranks that crashed: one for the root cause, naming the collateral ranks;
+    one per rank killed by a signal that nobody (not torchrun, not ddpcheck) sent."""
+    from ddpcheck.findings import Finding
+    from ddpcheck.run.checks.cuda_not_emulated import CudaNotEmulatedCheck
+    from ddpcheck.run.checks.rank_crashed import RankCrashed
+    from ddpcheck.run.checks.rank_killed import RankKilled
+    from ddpcheck.run.checks.spawn_under_launcher import SpawnUnderLauncher
+
+    crashes = read(run_dir)
+    findings = []
+    cause = root_cause(crashes)
+    if cause is not None:
+        others = sorted({c.rank for c in crashes if c.rank != cause.rank})
+        check = {
+            "CudaNotEmulated": CudaNotEmulatedCheck,
+            "SpawnUnderLauncherError": SpawnUnderLauncher,
+        }.get(cause.type, RankCrashed)
+        also = f"; rank(s) {', '.join(map(str, others))} failed after it" if others else ""
+        where = f" at {os.path.basename(cause.path)}:{cause.line} (in {cause.function})" if cause.path else ""
+        message = f"rank {cause.rank} raised {cause.type}: {cause.message}{where}{also}"
+        if check is not RankCrashed:
+            message = f"rank {cause.rank}: {cause.message}"
+        findings.append(
+            Finding(
+                code=check.code,
+                name=check.name,
+                message=message,
+                severity=check.severity,
+                path=cause.path,
+                line=cause.line,
+                ranks=(cause.rank,),
+                hint=check.hint,
+                details={
+                    "exception": cause.type,
+                    "traceback": cause.traceback,
+                    "collateral_ranks": others,
+                    "all": [{"rank": c.rank, "type": c.type, "message": c.message, "where": c.where} for c in crashes],
+                },
+            )
+        )
+    recorded = {c.rank for c in crashes}
+    for rank, code in sorted((exitcodes or {}).items()):
+        name = signal_name(code)
+        # SIGTERM/SIGKILL are how torchrun stops the survivors once one rank failed.
+        if rank in recorded or name is None or (cause is not None and name in ("SIGTERM", "SIGKILL")):
+            continue
+        if name in ("SIGTERM", "SIGINT"):
+            continue
+        findings.append(
+            Finding(
+                code=RankKilled.code,
+                name=RankKilled.name,
+                message=f"rank {rank} was killed by {name} without a Python exception"
+                + (" (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""),
+                severity=RankKilled.severity,
+                ranks=(rank,),
+                hint=RankKilled.hint,
+                details={"exitcode": code, "signal": name},
+            )
+        )
+    return findings
