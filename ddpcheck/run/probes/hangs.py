@@ -320,3 +320,32 @@ def _ranks(ranks: list[int]) -> str:
     if ranks == list(range(ranks[0], ranks[-1] + 1)):
         return f"ranks {ranks[0]}–{ranks[-1]}" if len(ranks) > 2 else f"ranks {ranks[0]} and {ranks[1]}"
     return "ranks " + ", ".join(map(str, ranks))
+
+
+def hang_findings(run_dir: str | os.PathLike) -> list:
+    """The DDP123 finding for a hang verdict written by the ranks, if there is one."""
+    from pathlib import Path
+
+    from ddpcheck.findings import Finding
+    from ddpcheck.run.checks.collective_hang import CollectiveHang
+
+    path = Path(run_dir) / VERDICT_FILE
+    try:
+        verdict = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    site = verdict.get("site")
+    file, _, line = site.rpartition(":") if site else (None, "", "")
+    return [
+        Finding(
+            code=CollectiveHang.code,
+            name=CollectiveHang.name,
+            message=verdict["message"],
+            severity=CollectiveHang.severity,
+            path=file or None,
+            line=int(line) if line.isdigit() else None,
+            ranks=tuple(verdict.get("ranks", ())),
+            hint=CollectiveHang.hint,
+            details={"states": verdict.get("states", {}), "timeout_s": verdict.get("timeout_s")},
+        )
+    ]
