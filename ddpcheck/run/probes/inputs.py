@@ -1,0 +1,62 @@
+"""Ranks that train on identical inputs: the fingerprint of what the DDP model's forward receives,
+at the first forward before each checked step. Disjoint indices do not prove different data (an
+IterableDataset that does not shard by rank, synthetic inputs from identically seeded RNGs)."""
+
+from __future__ import annotations
+
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+
+PROBE = "inputs"
+CODE = "DDP104"
+
+
+def install(session) -> None:
+    from ddpcheck.run.fingerprint import structure_crc
+
+    section = session.section(PROBE)
+    section["steps"] = []
+    state = {"window": None}
+
+    def on_ddp_forward(ddp, args, kwargs) -> None:
+        step = session.step + 1
+        if state["window"] == step or not session.is_checked(step):
+            return
+        state["window"] = step
+        digest = structure_crc((args, kwargs))
+        if digest is not None:
+            session.stage("inputs", digest)
+            section["steps"].append([step, digest])
+
+    session.on_ddp_forward.append(on_ddp_forward)
+
+
+def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+    from ddpcheck.run.probes._compare import steps_by_rank
+
+    per_rank = {r: s for r, s in steps_by_rank(records, PROBE).items() if s}
+    if len(per_rank) < 2:
+        return [Verdict(CODE, SKIP, "no DDP forward with tensor inputs on two or more ranks")]
+    common = sorted(set.intersection(*(set(v) for v in per_rank.values())))
+    if not common:
+        return [Verdict(CODE, SKIP, "no common checked step")]
+    same_count: dict[tuple[int, int], int] = {}
+    ranks = sorted(per_rank)
+    for step in common:
+        for i, a in enumerate(ranks):
+            for b in ranks[i + 1:]:
+                if per_rank[a][step] == per_rank[b][step]:
+                    same_count[(a, b)] = same_count.get((a, b), 0) + 1
+    # A pair is a fault when it saw the same inputs at more than half of the compared steps.
+    pairs = sorted(p for p, n in same_count.items() if n * 2 > len(common))
+    if not pairs:
+        return [Verdict(CODE, PASS, f"inputs differ between ranks at {len(common)} checked steps")]
+    involved = tuple(sorted({r for p in pairs for r in p}))
+    worst = max(same_count[p] for p in pairs)
+    shown = ", ".join(f"{a}={b}" for a, b in pairs[:6])
+    return [Verdict(CODE, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
+                    message=f"Ranks {shown} fed identical inputs to the DDP model at {worst} of "
+                    f"{len(common)} checked steps: they compute the same gradients, so the extra "
+                    "ranks add no data. Shard the data by rank (DistributedSampler, or split an "
+                    "IterableDataset by get_rank()/get_worker_info()), and seed per-rank random "
+                    "inputs with the rank.", ranks=involved, step=common[0],
+                    details={"pairs": [list(p) for p in pairs], "checked_steps": len(common)})]
