@@ -1,7 +1,8 @@
 """Crash diagnosis: which rank raised what, where in the user's code.
 
-In each rank, `record(exc)` writes `crash-rank<N>.json` into the run directory before the rank
-exits. After the job, `crash_findings()` reads them back and names the first real failure: a rank
+In each rank, `describe(exc)` captures the exception — type, message, the innermost frame of the
+user's code — into the rank's record before the rank exits. After the job, `crash_findings()`
+reads them back and names the first real failure: a rank
 whose collective broke only because a peer died ("Connection reset by peer") is a consequence, not
 the cause. Ranks that died without a Python exception (a signal, e.g. the out-of-memory killer) are
 reported from their exit codes. torchrun's own summary (`error_file: <N/A>`) is never shown.
@@ -9,14 +10,12 @@ reported from their exit codes. torchrun's own summary (`error_file: <N/A>`) is 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import time
 import traceback
 from dataclasses import dataclass
-from pathlib import Path
 
 from ddpcheck.run import sites
 
@@ -26,7 +25,6 @@ _CONSEQUENCE = re.compile(
     r"|failed to recv|failed to send|Connection refused|Read error|Write error",
     re.IGNORECASE,
 )
-PREFIX = "crash-rank"
 
 
 @dataclass(frozen=True)
@@ -46,23 +44,18 @@ class Crash:
         return f"{self.path}:{self.line}" if self.path else "<no frame of the script>"
 
 
-def _rank() -> int:
-    for var in ("RANK", "DDPCHECK_RANK"):
-        value = os.environ.get(var, "")
-        if value.isdigit():
-            return int(value)
-    return 0
+SECTION = "crash"  # the part of the rank record (session.section) that holds it
 
 
-def record(exc: BaseException, run_dir: str | None = None, rank: int | None = None) -> Crash | None:
-    """Write what this rank died of; never raises (the rank is dying already)."""
+def describe(exc: BaseException, rank: int) -> dict | None:
+    """What this rank died of, JSON-ready; None for an exit or an interrupt. Never raises."""
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
         return None
     try:
         frame = sites.innermost_user_frame(exc.__traceback__)
         message = str(exc).strip()
-        crash = Crash(
-            rank=_rank() if rank is None else rank,
+        return Crash(
+            rank=rank,
             type=type(exc).__name__,
             message=message.splitlines()[0][:500] if message else "",
             path=frame[0] if frame else None,
@@ -71,25 +64,21 @@ def record(exc: BaseException, run_dir: str | None = None, rank: int | None = No
             traceback="".join(traceback.format_exception(exc))[-6000:],
             time=time.time(),
             consequence=bool(_CONSEQUENCE.search(message)),
-        )
-        directory = run_dir or os.environ.get("DDPCHECK_RUN_DIR")
-        if directory:
-            path = Path(directory) / f"{PREFIX}{crash.rank}.json"
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(crash.__dict__))
-            os.replace(tmp, path)
-        return crash
+        ).__dict__
     except Exception:  # noqa: BLE001 - reporting must not mask the user's exception
         return None
 
 
-def read(run_dir: str | os.PathLike) -> list[Crash]:
+def read(records: list[dict]) -> list[Crash]:
+    """The crashes the ranks recorded, root cause first."""
     crashes = []
-    for path in sorted(Path(run_dir).glob(f"{PREFIX}*.json")):
-        try:
-            crashes.append(Crash(**json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue
+    for record in records:
+        data = record.get("probes", {}).get(SECTION)
+        if data:
+            try:
+                crashes.append(Crash(**data))
+            except TypeError:
+                continue
     return sorted(crashes, key=lambda c: (c.consequence, c.time))
 
 
@@ -107,7 +96,7 @@ def signal_name(exitcode: int) -> str | None:
         return f"signal {-exitcode}"
 
 
-def crash_findings(run_dir: str | os.PathLike, exitcodes: dict[int, int] | None = None) -> list:
+def crash_findings(records: list[dict], exitcodes: dict[int, int] | None = None) -> list:
     """Findings for the ranks that crashed: one for the root cause, naming the collateral ranks;
     one per rank killed by a signal that nobody (not torchrun, not ddpcheck) sent."""
     from ddpcheck.findings import Finding
@@ -116,7 +105,7 @@ def crash_findings(run_dir: str | os.PathLike, exitcodes: dict[int, int] | None 
     from ddpcheck.run.checks.rank_killed import RankKilled
     from ddpcheck.run.checks.spawn_under_launcher import SpawnUnderLauncher
 
-    crashes = read(run_dir)
+    crashes = read(records)
     findings = []
     cause = root_cause(crashes)
     if cause is not None:

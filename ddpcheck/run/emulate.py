@@ -25,14 +25,31 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
-from ddpcheck.run.sites import call_site
+from ddpcheck.run.sites import call_site, is_user_file
 
 ENV_FLAG = "DDPCHECK_EMULATE_CUDA"
 ENV_DEVICES = "DDPCHECK_EMULATED_DEVICES"
 
 _installed = False
 _current_device = 0
+USED: set[str] = set()  # what the user's code actually asked of the emulation, for the report
+on_first_use = None  # callable(feature), set by the rank's session to say it once
+
+
+def _used(feature: str) -> None:
+    if feature not in USED:
+        USED.add(feature)
+        if on_first_use is not None and len(USED) == 1:
+            try:
+                on_first_use(feature)
+            except Exception:  # noqa: BLE001 - saying so must never break the run
+                pass
+
+
+def _from_user() -> bool:
+    return is_user_file(sys._getframe(2).f_code.co_filename)
 
 
 class CudaNotEmulated(RuntimeError):
@@ -96,12 +113,15 @@ def _make_mode():
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func is cuda:
+                _used(".cuda()")
                 return args[0]
             if func is pin:
                 raise CudaNotEmulated("Tensor.pin_memory()", call_site(), "there is no pinned memory without CUDA")
             if "device" in kwargs and _is_cuda(kwargs["device"]):
+                _used("CUDA device arguments")
                 kwargs = dict(kwargs, device=cpu)
             if func is to and len(args) > 1 and _is_cuda(args[1]):
+                _used("CUDA device arguments")
                 args = (args[0], cpu, *args[2:])
             return func(*args, **kwargs)
 
@@ -119,11 +139,22 @@ def install() -> None:
     from torch.nn.parallel import DistributedDataParallel
 
     tc = torch.cuda
-    tc.is_available = lambda: True
-    tc.device_count = emulated_device_count
+    def is_available() -> bool:
+        if _from_user():
+            _used("torch.cuda.is_available")
+        return True
+
+    def device_count() -> int:
+        if _from_user():
+            _used("torch.cuda.device_count")
+        return emulated_device_count()
+
+    tc.is_available = is_available
+    tc.device_count = device_count
 
     def set_device(device) -> None:
         global _current_device
+        _used("torch.cuda.set_device")
         _current_device = _ordinal(device)
 
     tc.set_device = set_device
@@ -240,6 +271,7 @@ def _patch_amp(torch) -> None:
 
 def _gloo(backend):
     if isinstance(backend, str) and "nccl" in backend.lower():
+        _used("nccl")
         # "nccl" and "cpu:gloo,cuda:nccl" alike: everything runs on the CPU.
         return "gloo"
     return backend
@@ -285,7 +317,8 @@ def _patch_ddp(ddp_class) -> None:
     @functools.wraps(original)
     def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
         on_cpu = all(p.device.type == "cpu" for p in module.parameters())
-        if on_cpu:
+        if on_cpu and (device_ids is not None or output_device is not None):
+            _used("DDP device_ids")
             device_ids, output_device = None, None
         return original(self, module, device_ids, output_device, *args, **kwargs)
 

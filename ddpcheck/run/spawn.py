@@ -103,28 +103,45 @@ def install_guard() -> None:
 
 
 class Worker:
-    """The user's worker function, wrapped so that a worker that raises is recorded (picklable:
-    torch's spawn sends it to fresh interpreters)."""
+    """The user's worker function, wrapped so that each worker ends like a rank of ddpcheck's own:
+    its record written (with the exception it died of), and an exit that cannot abort at
+    interpreter teardown. Picklable: torch's spawn sends it to fresh interpreters."""
 
     def __init__(self, fn) -> None:
         self.fn = fn
 
     def __call__(self, index: int, *args):
-        os.environ.setdefault("DDPCHECK_SPAWN_INDEX", str(index))
+        from ddpcheck.run import spawn_startup
+
+        session = spawn_startup.SESSION
         try:
-            return self.fn(index, *args)
-        except BaseException as exc:
-            from ddpcheck.run import crash
-
-            rank = None
-            try:
-                import torch.distributed as dist
-
-                rank = dist.get_rank() if dist.is_initialized() else index
-            except Exception:  # noqa: BLE001
-                rank = index
-            crash.record(exc, rank=rank)
+            self.fn(index, *args)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            _finish(session, code, None)
             raise
+        except BaseException as exc:
+            _finish(session, 1, exc)
+            raise  # torch's spawn sends the traceback to the parent
+        _finish(session, 0, None)
+        import atexit
+
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        os._exit(0)
+
+
+def _finish(session, code: int, error: BaseException | None) -> None:
+    if session is None:
+        return
+    try:
+        session.finish(code, error)
+    except Exception as exc:  # noqa: BLE001
+        print(f"ddpcheck: could not write the worker's record: {exc}", file=sys.stderr)
 
 
 def install_worker_wrapper() -> None:
@@ -164,6 +181,40 @@ def plain_environment(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def launch_plain(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
-    """Start `python argv...` in a session of its own, so that the whole tree can be stopped."""
-    return subprocess.Popen([sys.executable, *argv], env=plain_environment(env), start_new_session=True)
+def run_plain(script: str, args: list[str], env: dict[str, str]):
+    """Run `python script args...` (a spawn-style script) to the end; Ctrl-C stops the whole tree.
+    Returns (exit code, interrupted)."""
+    import signal
+
+    proc = subprocess.Popen([sys.executable, script, *args], env=plain_environment(env), start_new_session=True)
+    interrupted = False
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        _signal_group(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+    finally:
+        _reap(proc.pid)
+    return code, interrupted
+
+
+def _signal_group(pgid: int, sig) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pgid: int) -> None:
+    """No worker outlives the run: whatever is left of the script's process group goes."""
+    import signal
+    import time
+
+    _signal_group(pgid, signal.SIGTERM)
+    time.sleep(0.2)
+    _signal_group(pgid, signal.SIGKILL)

@@ -1,8 +1,10 @@
-"""Instrument a process when it first imports torch (armed by the start-up hook).
+"""Instrument a process of a spawn-style job when it first imports torch (armed by the start-up
+hook in ddpcheck/run/startup/).
 
-A process that never imports torch pays one meta-path lookup; one that does gets the same
-instrumentation as a rank that torchrun started: emulation when asked for, the hang record, the
-crash record of spawned workers, and the checks.
+A process that never imports torch pays one meta-path lookup. One that does gets a session and the
+same probes as a rank that torchrun started (bootstrap.install_probes). The script's own process
+(the parent, which only spawns) writes no record; each worker it spawns becomes a rank once its
+init_process_group says which (diagnostics._adopt_identity).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import importlib.util
 import os
 import sys
 
+PARENT_ENV = "DDPCHECK_SPAWN_PARENT"  # pid of the script's own process
+SESSION = None  # this process's Session, once torch is imported
 _armed = False
 
 
@@ -23,14 +27,13 @@ class _AfterTorch(importlib.abc.MetaPathFinder):
         spec = importlib.util.find_spec("torch")
         if spec is None or spec.loader is None:
             return spec
-        loader = spec.loader
-        execute = loader.exec_module
+        execute = spec.loader.exec_module
 
         def exec_module(module):
             execute(module)
             instrument()
 
-        loader.exec_module = exec_module
+        spec.loader.exec_module = exec_module
         return spec
 
 
@@ -39,51 +42,32 @@ def arm() -> None:
     if _armed:
         return
     _armed = True
+    os.environ.setdefault(PARENT_ENV, str(os.getpid()))
     if "torch" in sys.modules:
         instrument()
     else:
         sys.meta_path.insert(0, _AfterTorch())
 
 
-_done = False
+def is_parent() -> bool:
+    return os.environ.get(PARENT_ENV) == str(os.getpid())
 
 
 def instrument() -> None:
-    """Everything a rank gets, for a process of a spawn-style job (parent or worker)."""
-    global _done
-    if _done:
+    global SESSION
+    if SESSION is not None:
         return
-    _done = True
-    import torch.distributed as dist
+    try:
+        from ddpcheck.run import spawn
+        from ddpcheck.run.bootstrap import install_probes
+        from ddpcheck.run.options import RunOptions
+        from ddpcheck.run.session import Session
 
-    from ddpcheck.run import emulate, spawn
-    from ddpcheck.run.probes import hangs
-
-    if emulate.enabled():
-        emulate.install()
-    _publish_rank(dist)
-    hangs.install(dist)
-    spawn.install_worker_wrapper()
-
-
-def _publish_rank(dist) -> None:
-    """Spawned workers get their rank from init_process_group's arguments, not from torchrun's
-    environment: put it there, for the checks that read RANK/WORLD_SIZE."""
-    init = dist.init_process_group
-
-    def init_process_group(*args, **kwargs):
-        rank, world = kwargs.get("rank", -1), kwargs.get("world_size", -1)
-        if len(args) > 3:  # (backend, init_method, timeout, world_size, rank, ...)
-            world = args[3]
-        if len(args) > 4:
-            rank = args[4]
-        if rank is not None and rank >= 0:
-            os.environ["RANK"] = str(rank)
-            os.environ.setdefault("LOCAL_RANK", str(rank))
-        if world is not None and world > 0:
-            os.environ["WORLD_SIZE"] = str(world)
-            os.environ.setdefault("LOCAL_WORLD_SIZE", str(world))
-        return init(*args, **kwargs)
-
-    init_process_group.__wrapped__ = init
-    dist.init_process_group = init_process_group
+        session = Session(RunOptions.from_env() or RunOptions(), target=sys.argv[0] if sys.argv else "")
+        if is_parent():
+            session.record_path = None  # not a rank; a worker's rank-N.json is its own
+        SESSION = session
+        install_probes(session)
+        spawn.install_worker_wrapper()
+    except Exception as exc:  # noqa: BLE001 - a broken hook must not stop the user's script
+        print(f"ddpcheck: could not instrument this process; it runs unchecked: {exc}", file=sys.stderr)

@@ -100,33 +100,29 @@ def _describe_tensor(args: tuple, kwargs: dict) -> str:
     return ""
 
 
-def install(dist) -> None:
-    """Wrap the collectives of `torch.distributed` (the module) to keep the ledger, and
-    init_process_group to inject a backstop timeout and start the watchdog."""
+PROBE = "hangs"
+
+
+def install(session) -> None:
+    """Wrap the collectives of `torch.distributed` to keep the ledger; through the session's
+    hooks, give init_process_group a backstop timeout and start the watchdog after it."""
+    import torch.distributed as dist
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     for name in COLLECTIVES:
         original = getattr(dist, name, None)
         if original is not None and not getattr(original, "__ddpcheck_hangs__", False):
             setattr(dist, name, _recorded(name, original))
-    init = dist.init_process_group
-    if getattr(init, "__ddpcheck_hangs__", False):
-        return
+    timeout_s = hang_timeout()
 
-    def init_process_group(*args, **kwargs):
-        timeout_s = hang_timeout()
-        if "timeout" not in kwargs and len(args) < 3:
+    def before_init(kwargs: dict) -> None:
+        if kwargs.get("timeout") is None and timeout_s > 0:
             from datetime import timedelta
 
             kwargs["timeout"] = timedelta(seconds=max(4 * timeout_s, 60.0))
-        result = init(*args, **kwargs)
-        start_watchdog(timeout_s)
-        return result
 
-    init_process_group.__ddpcheck_hangs__ = True
-    init_process_group.__wrapped__ = init
-    dist.init_process_group = init_process_group
-
-    from torch.optim.optimizer import register_optimizer_step_post_hook
-
+    session.before_init.append(before_init)
+    session.after_init.append(lambda: start_watchdog(timeout_s, session))
     register_optimizer_step_post_hook(lambda *a, **k: LEDGER.progress())
 
 
@@ -157,8 +153,9 @@ def hang_timeout() -> float:
         return DEFAULT_TIMEOUT_S
 
 
-def run_dir() -> str:
-    path = os.environ.get("DDPCHECK_RUN_DIR") or os.path.join(
+def run_dir(session=None) -> str:
+    """Where this node's records go (the session's record directory; a temporary one without)."""
+    path = (session.options.record_dir if session is not None else "") or os.path.join(
         os.environ.get("TMPDIR", "/tmp"), f"ddpcheck-{os.getppid()}"
     )
     os.makedirs(path, exist_ok=True)
@@ -168,7 +165,7 @@ def run_dir() -> str:
 _watchdog: threading.Thread | None = None
 
 
-def start_watchdog(timeout_s: float) -> None:
+def start_watchdog(timeout_s: float, session=None) -> None:
     global _watchdog
     if _watchdog is not None or timeout_s <= 0:
         return
@@ -179,14 +176,15 @@ def start_watchdog(timeout_s: float) -> None:
         store = store.clone()  # its own connection: the training thread may be using the other
     except Exception:  # noqa: BLE001 - older stores cannot clone; sharing one is still safe
         pass
-    dog = Watchdog(store, dist.get_rank(), dist.get_world_size(), timeout_s)
+    dog = Watchdog(store, dist.get_rank(), dist.get_world_size(), timeout_s, session)
     _watchdog = threading.Thread(target=dog.run, name="ddpcheck-hang-watchdog", daemon=True)
     _watchdog.start()
 
 
 class Watchdog:
-    def __init__(self, store, rank: int, world: int, timeout_s: float) -> None:
+    def __init__(self, store, rank: int, world: int, timeout_s: float, session=None) -> None:
         self.store, self.rank, self.world, self.timeout = store, rank, world, timeout_s
+        self.session = session
         self.poll = min(1.0, max(0.1, timeout_s / 5))
         self.posted_events: int | None = None
         self.stalled_since: float | None = None
@@ -232,7 +230,7 @@ class Watchdog:
         }
 
     def dump_stack(self) -> str:
-        path = os.path.join(run_dir(), f"stack-rank{self.rank}.txt")
+        path = os.path.join(run_dir(self.session), f"stack-rank{self.rank}.txt")
         with open(path, "w") as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
         with open(path) as f:
@@ -265,7 +263,14 @@ class Watchdog:
         self.finish(verdict)
 
     def finish(self, verdict: dict) -> None:
-        path = os.path.join(run_dir(), VERDICT_FILE)
+        if self.session is not None:  # keep what this rank checked until now
+            try:
+                self.session.meta["status"] = "hung"
+                self.session.meta["exit_code"] = HANG_EXIT_CODE
+                self.session.flush(force=True)
+            except Exception:  # noqa: BLE001
+                pass
+        path = os.path.join(run_dir(self.session), VERDICT_FILE)
         tmp = f"{path}.{self.rank}.tmp"
         with open(tmp, "w") as f:
             json.dump(verdict, f)
