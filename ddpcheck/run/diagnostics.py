@@ -29,7 +29,10 @@ def install(session) -> None:
 
         def said(feature: str) -> None:
             section["used"] = sorted(emulate.USED)
-            session.progress("no CUDA device here: CUDA calls are emulated on the CPU (nccl → gloo)")
+            from ddpcheck.run import spawn_startup
+
+            if session.under_launcher or spawn_startup.is_parent():  # once per job, not per worker
+                session.progress("no CUDA device here: CUDA calls are emulated on the CPU (nccl → gloo)")
 
         emulate.on_first_use = said
         session.at_end.append(lambda why: section.update(used=sorted(emulate.USED)))
@@ -69,9 +72,9 @@ def _adopt_identity(session, kwargs: dict) -> None:
 # --- in the launcher process ---------------------------------------------------------------
 
 
-def _finding(check, message: str, **kw) -> Finding:
+def _finding(check, message: str, hint: bool = True, **kw) -> Finding:
     return Finding(code=check.code, name=check.name, message=message, severity=check.severity,
-                   hint=check.hint, **kw)
+                   hint=check.hint if hint else None, **kw)
 
 
 def findings(record_dir: str, records: list[dict], exit_codes: dict[int, int], *,
@@ -96,12 +99,12 @@ def findings(record_dir: str, records: list[dict], exit_codes: dict[int, int], *
         out.append(_finding(SpawnStyleScript, f"the script starts its own workers ({spawn_site.call} at "
                             f"{os.path.basename(spawn_site.path)}:{spawn_site.line}); ddpcheck ran it with "
                             f"the plain interpreter and checked the workers{extra}",
-                            path=spawn_site.path, line=spawn_site.line))
+                            path=spawn_site.path, line=spawn_site.line, hint=nproc_ignored))
     used = sorted({f for r in records for f in r.get("probes", {}).get(EMULATION, {}).get("used", [])})
     if used:
         out.append(_finding(CudaEmulated, "ran the GPU script on the CPU with CUDA emulated ("
                             + ", ".join(used) + "); timings and memory do not apply to GPUs",
-                            details={"emulated": used}))
+                            hint=False, details={"emulated": used}))
     return out
 
 
