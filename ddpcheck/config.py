@@ -1,0 +1,246 @@
+"""`[tool.ddpcheck]` discovery and code selection, with Ruff's semantics.
+
+The nearest `pyproject.toml` that has a `[tool.ddpcheck]` table applies to the files below it;
+`--config PATH` applies one file to everything. Command-line selection overrides the file's:
+`--select` replaces `select`, `--extend-select` and `--ignore` add to theirs.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from ddpcheck.errors import UserError
+
+KNOWN_KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
+
+DEFAULT_EXCLUDE = (
+    ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", "*.egg-info",
+    "build", "dist", "__pycache__", "node_modules", "site-packages", ".mypy_cache",
+    ".pytest_cache", ".ruff_cache", ".ddpcheck_cache", ".ipynb_checkpoints", "_build",
+)
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which codes to report. Entries are codes or prefixes (`DDP0`, `DDP013`) or `ALL`."""
+
+    select: tuple[str, ...] | None = None  # None: the rules that are on by default
+    extend_select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path  # the directory relative patterns are taken from
+    source: Path | None = None  # the pyproject.toml (or --config file) they came from
+    # Layers applied in order, Ruff's way: the file's, then the command line's. A layer's
+    # `select` resets the set, then its `extend-select` adds and its `ignore` removes.
+    layers: tuple[Selection, ...] = ()
+    per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    exclude: tuple[str, ...] = DEFAULT_EXCLUDE
+    extend_exclude: tuple[str, ...] = ()
+
+    def enabled_codes(self, known: dict) -> frozenset[str]:
+        codes = {c for c, info in known.items() if info.default_enabled}
+        for sel in self.layers:
+            if sel.select is not None:
+                codes = {c for c in known if _matches_any(c, sel.select)}
+            codes |= {c for c in known if _matches_any(c, sel.extend_select)}
+            codes -= {c for c in known if _matches_any(c, sel.ignore)}
+        return frozenset(codes)
+
+    def ignored_for(self, path: Path) -> tuple[str, ...]:
+        """Codes `per-file-ignores` turns off for `path`."""
+        rel = _relative(path, self.root)
+        out: list[str] = []
+        for pattern, codes in self.per_file_ignores:
+            if _glob_match(rel, path.name, pattern):
+                out.extend(codes)
+        return tuple(out)
+
+    def is_excluded(self, path: Path) -> bool:
+        rel = _relative(path, self.root)
+        parts = rel.split("/")
+        for pattern in self.exclude + self.extend_exclude:
+            if _glob_match(rel, path.name, pattern):
+                return True
+            # A pattern naming a directory excludes everything below it.
+            if any(fnmatch.fnmatchcase(part, pattern) for part in parts[:-1]):
+                return True
+            if "/" in pattern and any(fnmatch.fnmatchcase("/".join(parts[:i]), pattern.rstrip("/")) for i in range(1, len(parts))):
+                return True
+        return False
+
+
+def _matches_any(code: str, prefixes: tuple[str, ...]) -> bool:
+    return any(p == "ALL" or code.startswith(p) for p in prefixes)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.as_posix()
+
+
+def _glob_match(rel: str, name: str, pattern: str) -> bool:
+    pattern = pattern.rstrip("/")
+    return fnmatch.fnmatchcase(rel, pattern) or fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(rel, pattern + "/*")
+
+
+def validate_codes(codes: tuple[str, ...], where: str, known: dict) -> tuple[str, ...]:
+    """Normalise to upper case and refuse codes that match nothing."""
+    out = []
+    for raw in codes:
+        code = raw.strip().upper()
+        if not code:
+            continue
+        if code != "ALL" and not any(k.startswith(code) for k in known):
+            raise UserError(f"{where}: unknown rule code or prefix '{raw}'; run `ddpcheck rules` to list codes")
+        out.append(code)
+    return tuple(out)
+
+
+def _split_codes(value) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(v for v in value.replace(",", " ").split() if v)
+    return tuple(value)
+
+
+def _expect_list(value, key: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise UserError(f"{where}: `{key}` must be a list of strings, e.g. {key} = [\"DDP0\"]")
+    return tuple(value)
+
+
+def load_file(path: Path, known: dict, *, required_table: bool = False) -> Settings | None:
+    """Settings from one TOML file (`[tool.ddpcheck]` of a pyproject.toml, or the top level of a
+    ddpcheck.toml). None if a pyproject has no such table."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"{path}: cannot read config: {err.strerror or err}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"{path}: invalid TOML: {err}; fix the file or pass --config") from None
+    if path.name == "pyproject.toml":
+        table = data.get("tool", {}).get("ddpcheck")
+        if table is None:
+            if required_table:
+                raise UserError(f"{path}: no [tool.ddpcheck] table")
+            return None
+        where = f"{path} [tool.ddpcheck]"
+    else:
+        table = data.get("tool", {}).get("ddpcheck", data)
+        where = str(path)
+    if not isinstance(table, dict):
+        raise UserError(f"{where}: must be a table")
+    unknown = sorted(set(table) - set(KNOWN_KEYS))
+    if unknown:
+        raise UserError(f"{where}: unknown key '{unknown[0]}'; valid keys are {', '.join(KNOWN_KEYS)}")
+    select = table.get("select")
+    selection = Selection(
+        select=None if select is None else validate_codes(_expect_list(select, "select", where), f"{where} select", known),
+        extend_select=validate_codes(_expect_list(table.get("extend-select", []), "extend-select", where), f"{where} extend-select", known),
+        ignore=validate_codes(_expect_list(table.get("ignore", []), "ignore", where), f"{where} ignore", known),
+    )
+    pfi = table.get("per-file-ignores", {})
+    if not isinstance(pfi, dict):
+        raise UserError(f"{where}: `per-file-ignores` must be a table of \"glob\" = [\"CODE\", ...]")
+    per_file = tuple(
+        (pattern, validate_codes(_expect_list(codes, f"per-file-ignores.{pattern}", where), f"{where} per-file-ignores", known))
+        for pattern, codes in pfi.items()
+    )
+    settings = Settings(root=path.parent, source=path, layers=(selection,), per_file_ignores=per_file)
+    if "exclude" in table:
+        settings = replace(settings, exclude=_expect_list(table["exclude"], "exclude", where))
+    if "extend-exclude" in table:
+        settings = replace(settings, extend_exclude=_expect_list(table["extend-exclude"], "extend-exclude", where))
+    return settings
+
+
+class SettingsResolver:
+    """Finds the settings for each file: `--config`, else the nearest pyproject.toml with a
+    [tool.ddpcheck] table above the file, else the one above the cwd, else defaults. CLI
+    overrides are applied on top. Directory lookups are cached for the run."""
+
+    def __init__(self, known: dict, *, config: Path | None = None, overrides: Selection | None = None,
+                 cwd: Path | None = None, exclude: tuple[str, ...] | None = None,
+                 extend_exclude: tuple[str, ...] = ()):
+        self.known = known
+        self.overrides = overrides or Selection()
+        self.cwd = (cwd or Path.cwd()).resolve()
+        self.cli_exclude = exclude
+        self.cli_extend_exclude = extend_exclude
+        self._fixed: Settings | None = None
+        if config is not None:
+            if not config.is_file():
+                raise UserError(f"--config {config}: no such file")
+            self._fixed = self._finish(load_file(config, known, required_table=True))
+        self._by_dir: dict[Path, Settings | None] = {}
+        self._default = self._finish(Settings(root=self.cwd))
+
+    def for_path(self, path: Path) -> Settings:
+        if self._fixed is not None:
+            return self._fixed
+        found = self._nearest(path.resolve().parent if not path.is_dir() else path.resolve())
+        if found is None:
+            found = self._nearest(self.cwd)
+        return found or self._default
+
+    def _nearest(self, directory: Path) -> Settings | None:
+        chain = []
+        current = directory
+        result = None
+        while True:
+            if current in self._by_dir:
+                result = self._by_dir[current]
+                break
+            chain.append(current)
+            candidate = current / "pyproject.toml"
+            if candidate.is_file():
+                loaded = load_file(candidate, self.known)
+                if loaded is not None:
+                    result = self._finish(loaded)
+                    break
+            if current.parent == current:
+                break
+            current = current.parent
+        for d in chain:
+            self._by_dir[d] = result
+        return result
+
+    def _finish(self, settings: Settings) -> Settings:
+        settings = replace(settings, layers=settings.layers + (self.overrides,))
+        if self.cli_exclude is not None:
+            settings = replace(settings, exclude=self.cli_exclude)
+        if self.cli_extend_exclude:
+            settings = replace(settings, extend_exclude=settings.extend_exclude + self.cli_extend_exclude)
+        return settings
+
+
+def describe(settings: Settings, known: dict, path: Path) -> str:
+    """The settings that apply to `path`, for `ddpcheck config` / `lint --show-settings`."""
+    enabled = sorted(settings.enabled_codes(known) - set(settings.ignored_for(path)))
+    lines = [
+        f"file: {path}",
+        f"config: {settings.source or '(defaults: no [tool.ddpcheck] found)'}",
+        f"root: {settings.root}",
+    ]
+    for origin, sel in zip(("config", "command line") if settings.source else ("command line",), settings.layers):
+        lines += [
+            f"{origin}: select={list(sel.select) if sel.select is not None else '(unchanged)'} "
+            f"extend-select={list(sel.extend_select)} ignore={list(sel.ignore)}",
+        ]
+    lines += [
+        f"per-file-ignores: {dict((p, list(c)) for p, c in settings.per_file_ignores)}",
+        f"exclude: {list(settings.exclude)}",
+        f"extend-exclude: {list(settings.extend_exclude)}",
+        f"excluded: {'yes' if settings.is_excluded(path) else 'no'}",
+        f"enabled rules ({len(enabled)}): {', '.join(enabled)}",
+    ]
+    return "\n".join(lines)

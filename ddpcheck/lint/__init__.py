@@ -1,0 +1,1 @@
+"""`ddpcheck lint`: static analysis on libcst. Never imports or executes the code it reads."""

@@ -1,0 +1,132 @@
+"""Recognise rank conditions: code that runs on one rank only (`if rank == 0:` and friends).
+
+A guard that only asks "are we distributed?" (`if ddp:`, `if world_size > 1`) is not a rank
+condition: every rank takes the same branch.
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcheck.lint.context import Guard
+from ddpcheck.lint.names import dotted
+
+# Names whose value is a rank (global or local).
+_RANK_NAME = re.compile(r"(^|_)(global_|local_|node_)?rank$|^(rank|local_rank|global_rank|gpu_rank|node_rank)$", re.I)
+# Names/calls that are true on the main process only.
+_MAIN_PROCESS = re.compile(
+    r"^(is_)?(main|master)(_process|_proc|_rank)?$|^is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"
+    r"|^is_global_zero$|^is_local_(main|master)(_process)?$|^is_primary$",
+    re.I,
+)
+_RANK_CALLS = {"torch.distributed.get_rank", "torch.distributed.get_node_local_rank"}
+_RANK_ENV = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK"}
+
+
+def _last_name(expr: cst.BaseExpression) -> str | None:
+    name = dotted(expr)
+    return name.rsplit(".", 1)[-1] if name else None
+
+
+def is_rank_value(expr: cst.BaseExpression, resolve) -> bool:
+    """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, `self.rank`..."""
+    if isinstance(expr, cst.Call):
+        q = resolve(expr.func)
+        if q in _RANK_CALLS:
+            return True
+        name = _last_name(expr.func)
+        if name in ("int", "str") and expr.args:
+            return is_rank_value(expr.args[0].value, resolve)
+        if name in ("get_rank", "get_local_rank", "get_global_rank", "local_rank"):
+            return True
+        if name in ("get", "getenv") and expr.args:
+            return _is_rank_env_key(expr.args[0].value)
+        return False
+    if isinstance(expr, cst.Subscript):
+        base = dotted(expr.value) or ""
+        if base.endswith("environ") and len(expr.slice) == 1:
+            elem = expr.slice[0].slice
+            return isinstance(elem, cst.Index) and _is_rank_env_key(elem.value)
+        return False
+    name = _last_name(expr)
+    return bool(name and _RANK_NAME.search(name))
+
+
+def _is_rank_env_key(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value in _RANK_ENV
+
+
+def _is_zero_or_minus_one(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, cst.Integer):
+        return expr.evaluated_value == 0
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        return isinstance(expr.expression, cst.Integer) and expr.expression.evaluated_value == 1
+    return False
+
+
+def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
+    """True if `test` holds on rank 0 only; False if it holds on every rank but rank 0;
+    None if it is not a rank condition."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = selects_main_rank(test.expression, resolve)
+        if inner is None and is_rank_value(test.expression, resolve):
+            return True  # `not rank` is rank 0
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = selects_main_rank(test.left, resolve)
+        right = selects_main_rank(test.right, resolve)
+        if isinstance(test.operator, cst.And):
+            # `if args.save and rank == 0` still runs on rank 0 only.
+            return True if (left is True or right is True) else None
+        return None  # `rank == 0 or x` may hold anywhere
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        left, right, op = test.left, comp.comparator, comp.operator
+        for value, other in ((left, right), (right, left)):
+            if not is_rank_value(value, resolve):
+                continue
+            if isinstance(op, (cst.Equal, cst.Is)) and _is_zero_or_minus_one(other):
+                return True
+            if isinstance(op, (cst.NotEqual, cst.IsNot)) and _is_zero_or_minus_one(other):
+                return False
+            if isinstance(op, cst.In) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
+                if all(_is_zero_or_minus_one(e.value) for e in other.elements):
+                    return True
+            if isinstance(op, cst.NotIn) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
+                if all(_is_zero_or_minus_one(e.value) for e in other.elements):
+                    return False
+            if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
+                return False  # rank > 0
+        # `args.rank % ngpus == 0`
+        if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
+            if is_rank_value(left.left, resolve) and isinstance(op, cst.Equal) and _is_zero_or_minus_one(right):
+                return True
+        return None
+    if isinstance(test, cst.Call):
+        name = _last_name(test.func)
+        return True if name and _MAIN_PROCESS.match(name) else None
+    name = _last_name(test)
+    if name and _MAIN_PROCESS.match(name):
+        return True
+    return None
+
+
+def on_main_rank_only(guards: tuple[Guard, ...], resolve) -> Guard | None:
+    """The innermost guard that restricts the code to rank 0, if any."""
+    for guard in reversed(guards):
+        selects = selects_main_rank(guard.test, resolve)
+        if selects is None:
+            continue
+        if selects != guard.negated:
+            return guard
+    return None
+
+
+def under_rank_condition(guards: tuple[Guard, ...], resolve) -> Guard | None:
+    """The innermost guard that makes the code run on some ranks and not others."""
+    for guard in reversed(guards):
+        if selects_main_rank(guard.test, resolve) is not None:
+            return guard
+    return None

@@ -1,0 +1,88 @@
+"""Which files to lint: walk the given paths, skip the usual noise, what settings exclude and what
+`.gitignore` ignores (asked of git itself, so its rules hold exactly)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpcheck.config import SettingsResolver
+
+
+@dataclass(frozen=True)
+class Discovery:
+    files: tuple[Path, ...]
+    errors: tuple[str, ...]  # one line each: a missing path, a directory without Python files
+
+
+def discover(paths: list[str], resolver: SettingsResolver, *, force_exclude: bool = False) -> Discovery:
+    files: list[Path] = []
+    errors: list[str] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            errors.append(f"{raw}: no such file or directory")
+            continue
+        if path.is_file():
+            # Named explicitly: linted even if excluded, unless --force-exclude (pre-commit's case).
+            if force_exclude and (resolver.for_path(path).is_excluded(path) or _git_ignored([path])):
+                continue
+            if path.resolve() not in seen:
+                seen.add(path.resolve())
+                files.append(path)
+            continue
+        found = [p for p in _walk(path, resolver) if p.resolve() not in seen]
+        ignored = set(_git_ignored(found)) if found else set()
+        found = [p for p in found if p not in ignored]
+        if not found:
+            errors.append(f"{raw}: no Python files to lint in this directory")
+            continue
+        for p in found:
+            seen.add(p.resolve())
+            files.append(p)
+    return Discovery(tuple(files), tuple(errors))
+
+
+def _walk(top: Path, resolver: SettingsResolver):
+    for dirpath, dirnames, filenames in os.walk(top):
+        base = Path(dirpath)
+        keep = []
+        for d in sorted(dirnames):
+            sub = base / d
+            if resolver.for_path(sub).is_excluded(sub) or (sub / "pyvenv.cfg").exists():
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            if name.endswith((".py", ".pyi")):
+                p = base / name
+                if not resolver.for_path(p).is_excluded(p):
+                    yield p
+
+
+def _git_ignored(paths: list[Path]) -> list[Path]:
+    """The paths git would ignore (one `git check-ignore` call; nothing when git or a repo is absent)."""
+    git = shutil.which("git")
+    if git is None or not paths:
+        return []
+    by_cwd: dict[Path, list[Path]] = {}
+    for p in paths:
+        by_cwd.setdefault(p.resolve().parent, []).append(p)
+    # One call from a common directory is enough: git resolves each path to its own repository.
+    cwd = Path(os.path.commonpath([str(d) for d in by_cwd]))
+    try:
+        out = subprocess.run(
+            [git, "check-ignore", "--stdin", "-z"],
+            input="\0".join(str(p.resolve()) for p in paths) + "\0",
+            capture_output=True, text=True, cwd=cwd, timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []
+    if out.returncode not in (0, 1):
+        return []  # not a git repository, or git refused: nothing is ignored
+    ignored = {Path(s) for s in out.stdout.split("\0") if s}
+    return [p for p in paths if p.resolve() in ignored]

@@ -1,0 +1,13 @@
+"""One module per static rule, named for what it catches. Discovered, never registered by hand."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+
+@lru_cache(maxsize=1)
+def rule_classes() -> tuple[type, ...]:
+    from ddpcheck.catalog import _subclasses_in
+    from ddpcheck.lint.rule import Rule
+
+    return tuple(sorted(_subclasses_in(__name__, Rule), key=lambda r: r.code))

@@ -1,0 +1,22 @@
+"""Reporters shared by `lint` and `run`: one module per output format, each a `render` function
+from findings to text. Formats are looked up by name, so adding one is adding a module."""
+
+from __future__ import annotations
+
+import importlib
+
+from ddpcheck.errors import UserError
+from ddpcheck.findings import Finding
+
+FORMATS = ("full", "concise", "json", "github", "sarif")
+_MODULES = {"json": "json_format"}
+
+
+def render(fmt: str, findings: list[Finding], *, sources: dict[str, str] | None = None,
+           color: bool = False, tool: str = "lint") -> str:
+    """The report text. `sources` (path → text) lets `full` show the offending lines; `tool` is
+    "lint" or "run" (some formats name the run they describe)."""
+    if fmt not in FORMATS:
+        raise UserError(f"--output-format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")
+    module = importlib.import_module(f"ddpcheck.report.{_MODULES.get(fmt, fmt)}")
+    return module.render(findings, sources=sources or {}, color=color, tool=tool)

@@ -1,0 +1,94 @@
+"""SARIF 2.1.0 for code scanning. Each rule carries its help text and page link; each result a
+fingerprint built from the code, the path and the text of the offending line (not its number),
+so alerts survive unrelated edits above them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+
+from ddpcheck import __version__
+from ddpcheck.catalog import all_rules
+from ddpcheck.findings import Finding, Severity
+
+SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+_LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
+
+
+def _rule_descriptor(info) -> dict:
+    return {
+        "id": info.code,
+        "name": info.name,
+        "shortDescription": {"text": info.summary},
+        "fullDescription": {"text": info.summary},
+        "helpUri": info.url,
+        "help": {"text": f"{info.summary} See {info.url}", "markdown": info.body or info.summary},
+        "defaultConfiguration": {"level": _LEVEL[info.severity], "enabled": info.default_enabled},
+        "properties": {"kind": info.kind, "fixable": info.fixable, "tags": ["ddp", info.kind]},
+    }
+
+
+def _fingerprint(f: Finding, sources: dict[str, str], occurrence: int) -> str:
+    line_text = ""
+    if f.path and f.line and f.path in sources:
+        lines = sources[f.path].splitlines()
+        if 0 < f.line <= len(lines):
+            line_text = " ".join(lines[f.line - 1].split())
+    key = "\0".join([f.code, f.path or "", line_text or f.message, str(occurrence)])
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dict:
+    known = all_rules()
+    used = sorted({f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set()))
+    index = {code: i for i, code in enumerate(used)}
+    rules = [_rule_descriptor(known[c]) for c in used if c in known]
+    seen: Counter = Counter()
+    results = []
+    for f in findings:
+        result = {
+            "ruleId": f.code,
+            "level": _LEVEL[f.severity],
+            "message": {"text": f.message},
+        }
+        if f.code in index:
+            result["ruleIndex"] = index[f.code]
+        if f.path:
+            region = {}
+            if f.line is not None:
+                region = {"startLine": f.line, "startColumn": f.column or 1}
+                if f.end_line is not None:
+                    region.update(endLine=f.end_line, endColumn=f.end_column or 1)
+            location = {"physicalLocation": {"artifactLocation": {"uri": f.path.replace("\\", "/"), "uriBaseId": "%SRCROOT%"}}}
+            if region:
+                location["physicalLocation"]["region"] = region
+            result["locations"] = [location]
+        base = (f.code, f.path, f.line and _fingerprint(f, sources, 0))
+        result["partialFingerprints"] = {"ddpcheck/v1": _fingerprint(f, sources, seen[base])}
+        seen[base] += 1
+        if f.ranks:
+            result["properties"] = {"ranks": list(f.ranks)}
+        results.append(result)
+    return {
+        "$schema": SCHEMA,
+        "version": "2.1.0",
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "ddpcheck",
+                        "version": __version__,
+                        "informationUri": "https://github.com/ddpcheck/ddpcheck",
+                        "rules": rules,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+
+
+def render(findings: list[Finding], *, sources, color, tool) -> str:
+    return json.dumps(document(findings, sources, tool), indent=2) + "\n"

@@ -1,0 +1,48 @@
+"""`ddpcheck rules` / `explain`, and the rules/ pages that must never drift from the rule classes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ddpcheck.catalog import all_rules, render_page
+from tests.conftest import ROOT, cli_env, run_cli
+
+
+def test_pages_match_rule_classes():
+    r = subprocess.run([sys.executable, "-m", "ddpcheck.tools.pages", "--check"],
+                       capture_output=True, text=True, env=cli_env(), cwd=ROOT)
+    assert r.returncode == 0, r.stdout
+    for code in all_rules():
+        assert (ROOT / "rules" / f"{code}.md").is_file()
+
+
+def test_every_code_has_summary_and_fix_advice():
+    for code, info in all_rules().items():
+        assert info.summary, code
+        assert "## How to fix" in info.body, f"{code} page has no '## How to fix'"
+        if info.kind != "tool":
+            assert "## Why it matters" in info.body, f"{code} page has no '## Why it matters'"
+
+
+def test_rules_lists_every_code():
+    r = run_cli("rules", "--output-format", "json")
+    assert r.returncode == 0
+    listed = {row["code"] for row in json.loads(r.stdout)}
+    assert listed == set(all_rules())
+    text = run_cli("rules").stdout
+    assert "DDP001" in text and "missing-distributed-sampler" in text
+
+
+def test_explain_prints_the_page():
+    r = run_cli("explain", "DDP001")
+    assert r.returncode == 0
+    assert r.stdout == render_page(all_rules()["DDP001"])
+    assert "## Why it matters" in r.stdout and "```python" in r.stdout
+    assert run_cli("explain", "missing-distributed-sampler").stdout == r.stdout
+
+
+def test_explain_unknown_code():
+    r = run_cli("explain", "DDP0001")
+    assert r.returncode == 2 and "unknown rule 'DDP0001'" in r.stderr
