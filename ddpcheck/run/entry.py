@@ -85,12 +85,12 @@ def _run(argv: list[str], record_dir: str) -> int:
 
 
 def _script_exit_code(records: list[dict], result) -> int:
-    """The user's script's own exit code: the first non-zero one a rank recorded, else what the
-    launcher saw (a rank killed before it could write its record)."""
-    for record in records:
-        code = record.get("exit_code")
-        if code:
-            return int(code)
+    """The user's script's own exit code: the earliest non-zero one a rank recorded (later ones
+    are usually other ranks failing because it left), else what the launcher saw (a rank killed
+    before it could write its record)."""
+    failed = [r for r in records if r.get("exit_code")]
+    if failed:
+        return int(min(failed, key=lambda r: r.get("ended_at") or float("inf"))["exit_code"])
     for rank in sorted(result.exit_codes):
         code = result.exit_codes[rank]
         if code:

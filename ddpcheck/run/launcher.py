@@ -133,12 +133,20 @@ class JobResult:
 
 
 def run_job(launch: Launch) -> JobResult:
-    """Run the job through torchrun in this process; never raises for a failed job."""
+    """Run the job through torchrun in this process; never raises for a failed job.
+
+    With a machine-readable --output-format, the ranks' stdout goes to our stderr for the length
+    of the job (workers inherit file descriptor 1), so stdout carries only the report."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import run
 
     os.environ[CONFIG_ENV] = launch.options.to_env()
     _ensure_importable_in_workers()
+    saved_stdout = None
+    if launch.options.output_format != "full":
+        sys.stdout.flush()
+        saved_stdout = os.dup(1)
+        os.dup2(2, 1)
     try:
         run(launch.torchrun_args)
     except ChildFailedError as exc:
@@ -148,4 +156,8 @@ def run_job(launch: Launch) -> JobResult:
         return JobResult(False, {}, f"{type(exc).__name__}: {exc}")
     finally:
         os.environ.pop(CONFIG_ENV, None)
+        if saved_stdout is not None:
+            sys.stdout.flush()
+            os.dup2(saved_stdout, 1)
+            os.close(saved_stdout)
     return JobResult(True, {})

@@ -39,6 +39,7 @@ class Session:
         self.world_size = _env_int("WORLD_SIZE", 1)
         self.local_rank = _env_int("LOCAL_RANK", 0)
         self.under_launcher = "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_USE_AGENT_STORE" in os.environ
+        self.checked = 0  # of which checked
         self.step = 0  # optimizer.step() calls so far on this rank (all optimizers)
         self.group = None  # ddpcheck's own gloo process group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
@@ -124,6 +125,7 @@ class Session:
     def finish(self, exit_code: int, error: BaseException | None = None) -> None:
         self.end("exit")
         self.meta["status"] = "finished"
+        self.meta["ended_at"] = time.time()
         self.meta["exit_code"] = exit_code
         if error is not None:
             self.meta["error"] = {
@@ -146,6 +148,7 @@ class Session:
         if not self.is_checked(step):
             self.end_window()
             return
+        self.checked += 1
         for fn in self.after_step:
             _guard(fn, optimizer, step)
         rows = self._exchange(step)
@@ -155,6 +158,9 @@ class Session:
         self.staged = {}
         self.end_window()
         self.flush()
+        if step in (1, self.options.check_first) or step > self.options.check_first:
+            live = "compared across ranks" if rows is not None else "recorded"
+            self.progress(f"optimizer step {step} checked ({self.checked} so far, {live})")
 
     def end_window(self) -> None:
         self.window = {"forwards": 0, "unsynced": 0}

@@ -52,7 +52,7 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
         return [Verdict(CODE, PASS, f"inputs differ between ranks at {len(common)} checked steps")]
     involved = tuple(sorted({r for p in pairs for r in p}))
     worst = max(same_count[p] for p in pairs)
-    shown = ", ".join(f"{a}={b}" for a, b in pairs[:6])
+    shown = " and ".join(", ".join(map(str, group)) for group in _groups(pairs))
     return [Verdict(CODE, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
                     message=f"Ranks {shown} fed identical inputs to the DDP model at {worst} of "
                     f"{len(common)} checked steps: they compute the same gradients, so the extra "
@@ -60,3 +60,13 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
                     "IterableDataset by get_rank()/get_worker_info()), and seed per-rank random "
                     "inputs with the rank.", ranks=involved, step=common[0],
                     details={"pairs": [list(p) for p in pairs], "checked_steps": len(common)})]
+
+
+def _groups(pairs: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    """Ranks joined by identical inputs, as groups (0=1, 1=2 -> (0, 1, 2))."""
+    groups: list[set[int]] = []
+    for a, b in pairs:
+        joined = [g for g in groups if a in g or b in g]
+        merged = set().union(*joined, {a, b})
+        groups = [g for g in groups if g not in joined] + [merged]
+    return sorted(tuple(sorted(g)) for g in groups)

@@ -114,7 +114,9 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
 
     out.append(_devices(secs))
 
-    finished = {r: s for r, s in secs.items() if s.get("ended")}
+    # Ranks that ended normally: a crashed rank's missing destroy is the crash's business.
+    clean = {r["rank"] for r in records if r.get("status") == "finished" and not r.get("exit_code")}
+    finished = {r: s for r, s in secs.items() if s.get("ended") and r in clean}
     not_destroyed = tuple(r for r, s in finished.items() if s["init"] and not s["destroyed"])
     if not any(s["init"] for s in finished.values()):
         out.append(Verdict(DESTROY, SKIP, "no process group"))
