@@ -286,7 +286,7 @@ def compose_verdict(states: dict[int, dict], world: int, timeout_s: float) -> di
     for rank in range(world):
         state = states.get(rank)
         if state is None:
-            text = "did not answer (dead, or stuck outside Python)"
+            text = "silent: it did not answer (dead, or stuck outside Python)"
         elif state["current"]:
             text = "in " + Call(**state["current"]).describe()
         else:
