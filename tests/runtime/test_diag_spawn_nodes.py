@@ -1,0 +1,89 @@
+"""Scripts that spawn their own workers, and one job over two torchrun agents (two "nodes")."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import uuid
+
+import pytest
+from conftest import ROOT
+
+from diag_jobs import assert_no_survivors, codes, ddpcheck_run, env, finding, fixture
+
+pytestmark = pytest.mark.slow
+
+
+def test_spawn_style_script_runs_plainly_and_its_workers_are_checked(tmp_path):
+    script = fixture("spawn_tutorial.py", tmp_path)
+    port = str(_free_port())
+    # --nproc is the number of emulated GPUs the script's device_count() sees (no CUDA here).
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--fault", "crash", "--port", port],
+                                    tmp_path, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "starts its own workers (mp.spawn): running it with the plain interpreter" in proc.stderr
+    spawn = finding(data, "DDP125")
+    assert spawn["location"]["line"] == _line_of(script, "mp.spawn(")
+    # The planted fault in worker 1 is found in the worker, with its line.
+    crash = finding(data, "DDP120")
+    assert crash["ranks"] == [1] and crash["location"]["line"] == _line_of(script, "raise ValueError")
+    # The workers ran with the same checks as torchrun ranks: both wrote their records.
+    assert sorted(r["rank"] for r in data["ranks"]) == [0, 1]
+    assert data["ranks"][0]["probes"]["lifecycle"]["init"] is True
+    assert_no_survivors(mark)
+
+
+def test_spawn_style_script_with_a_planted_data_fault_gets_that_finding(tmp_path):
+    script = fixture("spawn_tutorial.py", tmp_path)
+    proc, data, mark = ddpcheck_run([str(script), "--fault", "no-sampler", "--port", str(_free_port())],
+                                    tmp_path, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "DDP100" in codes(data), codes(data)  # every worker read the whole dataset
+    assert "DDP120" not in codes(data)
+    assert_no_survivors(mark)
+
+
+def test_two_agents_form_one_job_and_the_rank_0_node_has_the_verdicts(tmp_path):
+    script = fixture("cpu_seeded.py", tmp_path)
+    endpoint = f"localhost:{_free_port()}"
+    rdzv_id = uuid.uuid4().hex[:8]
+    marks, procs, reports = [], [], []
+    for node in range(2):
+        mark = uuid.uuid4().hex
+        report = tmp_path / f"node{node}.json"
+        args = ["--nnodes", "2", "--nproc", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                "--rdzv-id", rdzv_id, "--report", str(report), str(script), str(tmp_path / "w.pt")]
+        procs.append(subprocess.Popen([sys.executable, "-m", "ddpcheck", "run", *args], cwd=ROOT,
+                                      env=env(mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        marks.append(mark)
+        reports.append(report)
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, out + err
+    data = [json.loads(r.read_text()) for r in reports]
+    assert all(d["job"]["world_size"] == 4 for d in data)
+    held = sorted(tuple(d["job"]["ranks_reported"]) for d in data)
+    assert held == [(0, 1), (2, 3)]  # one job of 4 ranks, 2 on each agent
+    head = next(d for d in data if 0 in d["job"]["ranks_reported"])
+    # The node holding rank 0 has the cross-rank verdicts over all four ranks.
+    grads = next(c for c in head["checks"] if c["code"] == "DDP105")
+    assert grads["status"] == "pass"
+    for mark in marks:
+        assert_no_survivors(mark)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _line_of(path, text: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if text in t)
