@@ -96,10 +96,12 @@ def findings(record_dir: str, records: list[dict], exit_codes: dict[int, int], *
         out += crash.crash_findings(records, exit_codes)
     if spawn_site is not None:
         extra = "; --nproc was ignored (the script chooses its own number of processes)" if nproc_ignored else ""
-        out.append(_finding(SpawnStyleScript, f"the script starts its own workers ({spawn_site.call} at "
-                            f"{os.path.basename(spawn_site.path)}:{spawn_site.line}); ddpcheck ran it with "
-                            f"the plain interpreter and checked the workers{extra}",
-                            path=spawn_site.path, line=spawn_site.line, hint=nproc_ignored))
+        said = spawn_site.call == "--spawn"
+        how = "as --spawn says" if said else (f"{spawn_site.call} at {os.path.basename(spawn_site.path)}:"
+                                               f"{spawn_site.line}")
+        out.append(_finding(SpawnStyleScript, f"the script starts its own workers ({how}); ddpcheck ran it "
+                            f"with the plain interpreter and checked the workers{extra}",
+                            path=spawn_site.path, line=None if said else spawn_site.line, hint=nproc_ignored))
     used = sorted({f for r in records for f in r.get("probes", {}).get(EMULATION, {}).get("used", [])})
     if used:
         out.append(_finding(CudaEmulated, "ran the GPU script on the CPU with CUDA emulated ("

@@ -114,6 +114,11 @@ class Worker:
         from ddpcheck.run import spawn_startup
 
         session = spawn_startup.SESSION
+        if session is not None and "RANK" not in os.environ:
+            # Until init_process_group says otherwise, worker i is rank i (as mp.spawn's examples have it).
+            session.rank = session.meta["rank"] = index
+            if session.options.record_dir:
+                session.record_path = os.path.join(session.options.record_dir, f"rank-{index}.json")
         try:
             self.fn(index, *args)
         except SystemExit as exc:

@@ -87,3 +87,14 @@ def _free_port() -> int:
 
 def _line_of(path, text: str) -> int:
     return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if text in t)
+
+
+def test_a_hidden_spawn_under_the_launcher_is_stopped_by_the_guard(tmp_path):
+    script = fixture("hidden_spawn.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "1", str(script)], tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    guard = finding(data, "DDP126")
+    assert guard["location"]["line"] == _line_of(script, "starter(worker")
+    assert "--spawn" in guard["message"]
+    assert "worker 0" not in proc.stdout  # no worker was started
+    assert_no_survivors(mark)

@@ -11,8 +11,14 @@ class CollectiveHang(Diagnostic):
     dtype, your call site, a sequence number). When no rank has made progress for the hang
     timeout (default 30 s), ddpcheck dumps every rank's Python stack, compares the records and
     names the mismatch, e.g. "rank 0 is in barrier at train.py:42 (call #7); ranks 1–3 are in
-    all_reduce at train.py:57 (call #7)". Then it stops the job. The stacks are in the JSON report
-    (`details.states`) and in `stack-rank<N>.txt` in the run directory.
+    all_reduce at train.py:57 (call #7)". Then it stops the job and exits with code 1. The stacks
+    are in the JSON report (`--report`, under `details.states`). A rank that stepped its optimizer
+    more often than the others waits in "ddpcheck's check exchange after optimizer step N".
+
+    The watchdog only calls it a hang when every rank is stalled and at least one waits in a
+    collective: a long evaluation without collectives is slow, not hung. When the script passes
+    no `timeout=` to `init_process_group`, ddpcheck passes four times the hang timeout (at least
+    60 s) as a backstop.
 
     ## Why it matters
 

@@ -74,6 +74,12 @@ class Ledger:
         self.current = Call(op, self.seq, sites.call_site(2), _describe_tensor(args, kwargs))
         self.progress()
 
+    def enter_ours(self, what: str) -> None:
+        """ddpcheck's own check traffic (not counted as the user's call): a rank blocked there
+        still says where it is."""
+        self.current = Call(what, self.seq, sites.call_site(2), "")
+        self.progress()
+
     def leave(self) -> None:
         self.last, self.current = self.current, None
         self.progress()
@@ -123,6 +129,17 @@ def install(session) -> None:
 
     session.before_init.append(before_init)
     session.after_init.append(lambda: start_watchdog(timeout_s, session))
+
+    exchange = session._exchange
+
+    def exchange_and_say_so(step: int):
+        LEDGER.enter_ours(f"ddpcheck's check exchange after optimizer step {step}")
+        try:
+            return exchange(step)
+        finally:
+            LEDGER.leave()
+
+    session._exchange = exchange_and_say_so
     register_optimizer_step_post_hook(lambda *a, **k: LEDGER.progress())
 
 
