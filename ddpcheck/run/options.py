@@ -19,7 +19,7 @@ from ddpcheck.errors import UserError
 
 # The probe names `--checks` accepts, in the order the summary lists them.
 PROBES = ("shards", "inputs", "set-epoch", "grads", "params", "lifecycle", "rendezvous")
-OUTPUT_FORMATS = ("full", "json", "sarif", "github")
+OUTPUT_FORMATS = ("full", "concise", "json", "sarif", "github")
 
 CONFIG_ENV = "DDPCHECK_RUN_CONFIG"  # JSON of RunOptions + the record dir, read by every rank
 
@@ -59,12 +59,12 @@ class RunOptions:
 def add_own_options(parser) -> None:
     """Add ddpcheck's options to torchrun's argparse parser (names checked not to collide)."""
     group = parser.add_argument_group("ddpcheck")
-    group.add_argument("--nproc", dest="ddpcheck_nproc", default=None,
+    group.add_argument("--nproc", dest="ddpcheck_nproc", default=None, metavar="N",
                        help="Processes on this node (same as torchrun's --nproc-per-node). Default 2.")
     group.add_argument("--report", dest="ddpcheck_report", default=None, metavar="PATH",
                        help="Write the full JSON report (schema in ddpcheck/run/REPORT.md) to PATH.")
-    group.add_argument("--output-format", dest="ddpcheck_output_format", default="full",
-                       help="How to print the result: full (a table), json, sarif or github.")
+    group.add_argument("--output-format", dest="ddpcheck_output_format", default="full", metavar="FORMAT",
+                       help="How to print the result: full (a table), concise, json (the --report document), sarif or github.")
     group.add_argument("--checks", dest="ddpcheck_checks", default=None, metavar="LIST",
                        help="Comma-separated probes to run: " + ",".join(PROBES) + " (default: all).")
     group.add_argument("--check-first", dest="ddpcheck_check_first", default=20, metavar="K",

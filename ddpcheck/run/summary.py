@@ -105,15 +105,10 @@ def write_report(path: str, data: dict[str, Any]) -> None:
 
 
 def render_other(fmt: str, findings, data: dict[str, Any]) -> str:
-    """json / sarif / github through the shared reporters once they are on main; our own JSON
-    until then (and for json, the full report is the richer document anyway)."""
-    try:
-        from ddpcheck.report import render  # type: ignore[attr-defined]
-    except ImportError:
-        render = None
-    if fmt == "json" or render is None:
-        if fmt != "json":
-            print(f"ddpcheck: --output-format {fmt} needs ddpcheck.report; printing JSON instead",
-                  file=sys.stderr)
+    """`json` prints the full run report (the same document as --report); concise, github and
+    sarif use the shared reporters, exactly as `ddpcheck lint` does."""
+    if fmt == "json":
         return json.dumps(data, indent=2, default=str)
-    return render(fmt, findings)
+    from ddpcheck.report import render
+
+    return render(fmt, findings, tool="run").rstrip("\n")
