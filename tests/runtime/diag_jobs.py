@@ -13,9 +13,19 @@ import time
 import uuid
 from pathlib import Path
 
-from conftest import FIXTURES, ROOT, cli_env
-
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
 MARK = "DDPCHECK_TEST_MARK"
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """This checkout first on PYTHONPATH (so the tests also pass from an editable install)."""
+    environ = dict(os.environ)
+    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
+    environ.pop("OMP_NUM_THREADS", None)  # torchrun sets 1 per worker; more is far slower on 2 cores
+    environ["COLUMNS"] = "160"
+    environ.update(extra)
+    return environ
 
 
 def fixture(name: str, tmp_path: Path) -> Path:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import ROOT, cli_env
+from diag_jobs import ROOT, cli_env
 
 from ddpcheck.run import crash
 from ddpcheck.run.probes.hangs import compose_verdict
