@@ -155,7 +155,8 @@ def prepare(launch) -> Plan:
     cpu = bool(extra.get("cpu")) or not torch.cuda.is_available()
     nproc_ignored = site is not None and bool(extra.get("nproc_given")) and not cpu
     plan = Plan(site, cpu, nproc_ignored)
-    env = {hangs.ENV_TIMEOUT: str(extra.get("hang_timeout", hangs.DEFAULT_TIMEOUT_S))}
+    env = {hangs.ENV_TIMEOUT: str(extra.get("hang_timeout", hangs.DEFAULT_TIMEOUT_S)),
+           hangs.ENV_COLLECTIVE_TIMEOUT: str(extra.get("collective_timeout", 0))}
     if cpu:
         env[emulate.ENV_FLAG] = "1"
         if site is not None:

@@ -79,6 +79,9 @@ def add_own_options(parser) -> None:
     group.add_argument("--hang-timeout", dest="ddpcheck_hang_timeout", default=30, metavar="S",
                        help="Seconds without progress on every rank before ddpcheck calls it a hang, "
                        "names where each rank waits and stops the job (default 30; 0: never).")
+    group.add_argument("--collective-timeout", dest="ddpcheck_collective_timeout", default=0, metavar="S",
+                       help="Give init_process_group(timeout=S) when the script passes none, so a "
+                       "stuck collective raises after S seconds (default 0: the script's own).")
     group.add_argument("--spawn", dest="ddpcheck_spawn", action="store_true",
                        help="The script starts its own workers (mp.spawn): run it with the plain "
                        "interpreter (detected automatically when the call is in the script).")
@@ -118,6 +121,7 @@ def own_options_from(ns, record_dir: str) -> RunOptions:
         quiet=bool(ns.ddpcheck_quiet),
         extra={"cpu": bool(ns.ddpcheck_cpu), "spawn": bool(ns.ddpcheck_spawn),
                "hang_timeout": _non_negative_float(ns.ddpcheck_hang_timeout, "--hang-timeout"),
+               "collective_timeout": _non_negative_float(ns.ddpcheck_collective_timeout, "--collective-timeout"),
                "nproc_given": ns.ddpcheck_nproc is not None},
     )
 

@@ -90,3 +90,12 @@ def test_ctrl_c_stops_every_rank_and_writes_the_partial_report(tmp_path):
     assert data["job"]["steps"] >= 3  # what ran before the interrupt is there
     assert "DDP120" not in codes(data)
     assert_no_survivors(mark)
+
+
+def test_rank_0_evaluating_while_the_others_wait_is_slow_not_hung(tmp_path):
+    # Three hang timeouts of CPU-bound work on rank 0 while rank 1 sits in a barrier.
+    proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", "2",
+                                     str(fixture("slow_rank0_eval.py", tmp_path)), "6"], tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert codes(data) == []
+    assert_no_survivors(mark)

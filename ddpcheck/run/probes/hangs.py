@@ -12,8 +12,10 @@ stalled and at least one is blocked in a collective, one rank composes the verdi
 barrier at train.py:42 (call #7); ranks 1-3 are in all_reduce at train.py:57 (call #7)"); every
 rank writes it to the run directory and leaves with HANG_EXIT_CODE, which ends the job.
 
-A per-collective timeout (`timeout=` of init_process_group, when the script passes none) is the
-backstop: gloo then raises instead of waiting its default 30 minutes.
+A rank that computes outside any collective (CPU busy) holds the verdict back: that is slow, not
+hung; so does every rank waiting in the same collective, for four hang timeouts. With
+`--collective-timeout S`, a per-collective timeout is also given to init_process_group (when the
+script passes none), as a backstop: gloo then raises instead of waiting its default 30 minutes.
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ from dataclasses import asdict, dataclass
 from ddpcheck.run import sites
 
 HANG_EXIT_CODE = 87
+BUSY_CPU_RATIO = 0.2  # CPU seconds per wall second above which a rank counts as computing
 ENV_TIMEOUT = "DDPCHECK_HANG_TIMEOUT"
+ENV_COLLECTIVE_TIMEOUT = "DDPCHECK_COLLECTIVE_TIMEOUT"  # seconds; init_process_group(timeout=) when unset
 DEFAULT_TIMEOUT_S = 30.0
 VERDICT_FILE = "hang.json"
 _KEY = "ddpcheck/hang/"
@@ -111,7 +115,7 @@ PROBE = "hangs"
 
 def install(session) -> None:
     """Wrap the collectives of `torch.distributed` to keep the ledger; through the session's
-    hooks, give init_process_group a backstop timeout and start the watchdog after it."""
+    hooks, start the watchdog after init_process_group (and give it a backstop timeout if asked)."""
     import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -120,12 +124,15 @@ def install(session) -> None:
         if original is not None and not getattr(original, "__ddpcheck_hangs__", False):
             setattr(dist, name, _recorded(name, original))
     timeout_s = hang_timeout()
+    backstop = _seconds(os.environ.get(ENV_COLLECTIVE_TIMEOUT), 0.0)
 
     def before_init(kwargs: dict) -> None:
-        if kwargs.get("timeout") is None and timeout_s > 0:
+        # Off by default: a legitimately long wait (rank 0 evaluating while the others sit in a
+        # barrier) must not start failing because ddpcheck is watching.
+        if kwargs.get("timeout") is None and backstop > 0:
             from datetime import timedelta
 
-            kwargs["timeout"] = timedelta(seconds=max(4 * timeout_s, 60.0))
+            kwargs["timeout"] = timedelta(seconds=backstop)
 
     session.before_init.append(before_init)
     session.after_init.append(lambda: start_watchdog(timeout_s, session))
@@ -163,11 +170,15 @@ def _recorded(op: str, fn):
     return collective
 
 
-def hang_timeout() -> float:
+def _seconds(value: str | None, default: float) -> float:
     try:
-        return float(os.environ.get(ENV_TIMEOUT, DEFAULT_TIMEOUT_S))
+        return float(value) if value not in (None, "") else default
     except ValueError:
-        return DEFAULT_TIMEOUT_S
+        return default
+
+
+def hang_timeout() -> float:
+    return _seconds(os.environ.get(ENV_TIMEOUT), DEFAULT_TIMEOUT_S)
 
 
 def run_dir(session=None) -> str:
@@ -203,9 +214,10 @@ class Watchdog:
         self.store, self.rank, self.world, self.timeout = store, rank, world, timeout_s
         self.session = session
         self.poll = min(1.0, max(0.1, timeout_s / 5))
-        self.posted_events: int | None = None
+        self.posted: tuple[int, bool] | None = None  # (ledger events, busy) last published
         self.stalled_since: float | None = None
         self.all_posted_since: float | None = None
+        self.cpu, self.wall = time.process_time(), time.monotonic()
 
     def key(self, rank: int) -> str:
         return f"{_KEY}state/{rank}"
@@ -218,21 +230,31 @@ class Watchdog:
         except Exception as exc:  # noqa: BLE001 - a broken watchdog must never break training
             print(f"ddpcheck: hang watchdog on rank {self.rank} stopped: {exc}", file=sys.stderr)
 
+    def busy(self) -> bool:
+        """Computing outside any collective (a long evaluation on one rank, say): the process
+        burns CPU. A rank blocked in gloo burns next to none."""
+        cpu, wall = time.process_time(), time.monotonic()
+        ratio = (cpu - self.cpu) / max(wall - self.wall, 1e-3)
+        self.cpu, self.wall = cpu, wall
+        return LEDGER.current is None and ratio > BUSY_CPU_RATIO
+
     def tick(self) -> None:
         ledger = LEDGER
+        busy = self.busy()
         stalled = time.monotonic() - ledger.last_progress >= self.timeout
         if not stalled:
-            if self.posted_events is not None:
+            if self.posted is not None:
                 self.store.delete_key(self.key(self.rank))
-                self.posted_events = None
+                self.posted = None
                 self.stalled_since = self.all_posted_since = None
             return
         if self.store.check([_KEY + "verdict"]):
             self.finish(json.loads(self.store.get(_KEY + "verdict")))
-        if self.posted_events != ledger.events:
-            self.posted_events = ledger.events
-            self.store.set(self.key(self.rank), json.dumps(self.state()))
-        self.maybe_decide()
+        if self.posted != (ledger.events, busy):
+            self.posted = (ledger.events, busy)
+            self.store.set(self.key(self.rank), json.dumps({**self.state(), "busy": busy}))
+        if not busy:
+            self.maybe_decide()
 
     def state(self) -> dict:
         ledger = LEDGER
@@ -271,8 +293,13 @@ class Watchdog:
         for r, k in enumerate(keys):
             if self.store.check([k]):
                 states[r] = json.loads(self.store.get(k))
-        if len(states) == self.world and not any(s["current"] for s in states.values()):
-            return  # everyone is busy outside collectives: slow, not hung
+        if any(s.get("busy") for s in states.values()):
+            return  # a rank is still computing: the others wait for it, which is slow, not hung
+        if not any(s["current"] for s in states.values()):
+            return  # nobody waits in a collective: not a communication hang
+        waiting = {(s["current"]["op"], s["current"]["seq"]) for s in states.values() if s["current"]}
+        if len(states) == self.world and len(waiting) == 1 and now - self.stalled_since < 4 * self.timeout:
+            return  # all in the same collective: maybe just a slow one; give it longer
         if self.store.add(_KEY + "claim", 1) != 1:
             return  # another rank is deciding
         verdict = compose_verdict(states, self.world, self.timeout)
