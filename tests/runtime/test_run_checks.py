@@ -43,39 +43,58 @@ def test_correct_script_passes_every_check_and_trains_exactly_as_without_ddpchec
     assert _weights(plain) == _weights(tmp_path / "checked.pt")
 
 
-@pytest.mark.parametrize(("fault", "code", "nproc"), [
-    ("no-sampler", "DDP100", 2),
-    ("no-set-epoch", "DDP103", 2),
-    ("unwrapped-model", "DDP109", 2),
-    ("grad-edit", "DDP105", 2),
-    ("no-sync", "DDP105", 2),
-    ("param-edit", "DDP106", 4),
-    ("iterable", "DDP104", 2),
-    ("seeded-inputs", "DDP104", 2),
-    ("tcp-init", "DDP113", 2),
+# Faults that touch unrelated checks share a job (the suite stays lean); each job must report
+# exactly the findings of its faults, so a fault that also tripped another check would show.
+@pytest.mark.parametrize(("faults", "codes", "nproc"), [
+    ("no-sampler,buffer-edit", {"DDP100", "DDP107"}, 2),
+    ("no-set-epoch,tcp-init", {"DDP103", "DDP113"}, 2),
+    ("unwrapped-model", {"DDP109"}, 2),
+    ("grad-edit", {"DDP105"}, 2),
+    ("no-sync", {"DDP105"}, 2),
+    ("grad-none", {"DDP105"}, 2),
+    ("param-edit", {"DDP106"}, 4),
+    ("iterable,unused-param", {"DDP104", "DDP112"}, 2),
+    ("seeded-inputs,bad-world-size", {"DDP104", "DDP114"}, 2),
 ])
-def test_each_planted_fault_gets_exactly_its_finding(tmp_path, fault, code, nproc):
-    result = run_ddpcheck(["--nproc", str(nproc), TRAIN, "--fault", fault], tmp_path)
+def test_each_planted_fault_gets_exactly_its_finding(tmp_path, faults, codes, nproc):
+    result = run_ddpcheck(["--nproc", str(nproc), TRAIN, "--fault", faults], tmp_path)
     assert result.returncode == 1, result.stderr[-3000:]
-    assert result.codes == {code}
-    finding = result.report["findings"][0]
-    assert finding["hint"]  # the fix from the rule page
-    if fault == "grad-edit":
-        assert finding["ranks"] == [1] and finding["details"]["step"] == 1
-        assert finding["details"]["parameters"] == ["0.weight"]
-    if fault == "no-sync":
-        assert "no_sync()" in finding["message"]
-    if fault == "param-edit":
+    assert result.codes == codes
+    found = {f["code"]: f for f in result.report["findings"]}
+    assert all(f["hint"] for f in found.values())  # the fix from the rule page
+    planted = set(faults.split(","))
+    if "grad-edit" in planted:
+        f = found["DDP105"]
+        assert f["ranks"] == [1] and f["details"]["step"] == 1
+        assert f["details"]["parameters"] == ["body.0.weight"]
+        assert result.check("DDP106")["explained_by"] == "DDP105"  # consequence, folded
+    if "no-sync" in planted:
+        assert "no_sync()" in found["DDP105"]["message"]
+    if "grad-none" in planted:
+        assert "body.2.bias (None on rank 1)" in found["DDP105"]["message"]
+    if "param-edit" in planted:
         # rank 0 edits after step 1: the first checked step after that shows it, on rank 0 only
-        assert finding["ranks"] == [0] and finding["details"]["step"] == 2
-        assert finding["details"]["parameters"] == ["2.bias"]
-    if fault == "no-set-epoch":
-        assert finding["details"]["epoch"] == 1 and "'loader'" in finding["message"]
-    if fault == "unwrapped-model":
-        assert result.status("DDP105") == "skip"  # folded into DDP109, not a second finding
-        assert result.check("DDP105")["explained_by"] == "DDP109"
-    if fault == "tcp-init":
-        assert "tcp://127.0.0.1:29999" in finding["message"]
+        f = found["DDP106"]
+        assert f["ranks"] == [0] and f["details"]["step"] == 2
+        assert f["details"]["parameters"] == ["body.2.bias"]
+    if "no-set-epoch" in planted:
+        f = found["DDP103"]
+        assert f["details"]["epoch"] == 1 and "'loader'" in f["message"]
+    if "unwrapped-model" in planted:
+        assert result.check("DDP105")["explained_by"] == "DDP109"  # not a second finding
+    if "no-sampler" in planted:
+        assert result.check("DDP104")["explained_by"] == "DDP100"
+        assert "every rank read the whole dataset" in found["DDP100"]["message"]
+    if "tcp-init" in planted:
+        assert "tcp://127.0.0.1:29999" in found["DDP113"]["message"]
+    if "bad-world-size" in planted:
+        f = found["DDP114"]
+        assert "world_size=8" in f["message"] and "WORLD_SIZE=2" in f["message"]
+    if "unused-param" in planted:
+        assert found["DDP112"]["details"]["parameters"] == ["aux.bias", "aux.weight"]
+    if "buffer-edit" in planted:
+        f = found["DDP107"]
+        assert f["details"]["buffers"] == ["scale"] and f["details"]["step"] == 2
 
 
 def test_padding_of_1001_samples_on_4_ranks_passes_and_cadence_is_kept(tmp_path):
@@ -89,3 +108,17 @@ def test_padding_of_1001_samples_on_4_ranks_passes_and_cadence_is_kept(tmp_path)
     # ceil(1001 / 4) = 251 samples per rank, 32 batches of 8, 2 epochs = 64 steps;
     # checked: steps 1, 2, then every 3rd: 3, 6, ..., 63 -> 23
     assert (job["world_size"], job["steps"], job["checked_steps"]) == (4, 64, 23)
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.skipif(_cuda_devices() < 2, reason="the NCCL path needs two GPUs")
+def test_nccl_on_gpus_passes_every_check(tmp_path):
+    result = run_ddpcheck(["--nproc", "2", TRAIN, "--device", "cuda"], tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.codes == set()
+    assert result.status("DDP110") == "pass"

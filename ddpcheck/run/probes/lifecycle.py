@@ -75,7 +75,8 @@ def _sections(records: list[dict]) -> dict[int, dict]:
 def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     secs = _sections(records)
     if not secs:
-        return [Verdict(c, SKIP, "no rank reported") for c in (INIT, USED, DEVICE, DESTROY, UNUSED)]
+        why = "torch was never imported" if records else "no rank reported"
+        return [Verdict(c, SKIP, why) for c in (INIT, USED, DEVICE, DESTROY, UNUSED)]
     out: list[Verdict] = []
     no_init = tuple(r for r, s in secs.items() if not s["init"])
     if ctx.world_size < 2:
