@@ -43,6 +43,7 @@ def install(session) -> None:
         spawn.install_guard()
 
     finish = session.finish
+    nodes = _NodeRecords(session)
 
     def finish_and_say_why(exit_code: int, error: BaseException | None = None) -> None:
         if error is not None:
@@ -50,8 +51,69 @@ def install(session) -> None:
             if described:
                 session.section(crash.SECTION).update(described)
         finish(exit_code, error)
+        nodes.share()
 
     session.finish = finish_and_say_why
+
+
+class _NodeRecords:
+    """Several nodes: each rank's record also reaches the node that holds global rank 0, through
+    the job's rendezvous store, so that this node judges across every rank of every node. The
+    store is kept from init_process_group on (the default group is gone by the end)."""
+
+    KEY = "ddpcheck/records/"
+    WAIT_S = 30.0  # how long rank 0 waits at its end for the other nodes' records
+
+    def __init__(self, session) -> None:
+        self.session = session
+        self.store = None
+        self.world = _env_int("WORLD_SIZE", 1)
+        self.local = _env_int("LOCAL_WORLD_SIZE", self.world)
+        if session.under_launcher and self.world > self.local:
+            session.after_init.append(self.keep_store)
+
+    def keep_store(self) -> None:
+        import torch.distributed as dist
+
+        store = dist.distributed_c10d._get_default_store()
+        try:
+            store = store.clone()
+        except Exception:  # noqa: BLE001 - a store that cannot clone is still usable
+            pass
+        self.store = store
+
+    def share(self) -> None:
+        if self.store is None:
+            return
+        import json
+        from datetime import timedelta
+
+        session = self.session
+        first_local = session.rank - session.local_rank  # ranks of a node are contiguous
+        try:
+            if first_local != 0:
+                self.store.set(self.KEY + str(session.rank), json.dumps(session.snapshot(), default=str))
+            elif session.rank == 0 and session.options.record_dir:
+                keys = [self.KEY + str(r) for r in range(self.local, self.world)]
+                try:
+                    self.store.wait(keys, timedelta(seconds=self.WAIT_S))
+                except Exception:  # noqa: BLE001 - a node that never finished: judge without it
+                    pass
+                for rank, key in zip(range(self.local, self.world), keys):
+                    if self.store.check([key]):
+                        path = os.path.join(session.options.record_dir, f"rank-{rank}.json")
+                        with open(path + ".tmp", "wb") as fh:
+                            fh.write(self.store.get(key))
+                        os.replace(path + ".tmp", path)
+        except Exception as exc:  # noqa: BLE001 - never fail the rank over the report
+            print(f"ddpcheck: could not share the records across nodes: {exc}", file=sys.stderr)
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
 
 
 def _adopt_identity(session, kwargs: dict) -> None:
@@ -110,7 +172,21 @@ def findings(record_dir: str, records: list[dict], exit_codes: dict[int, int], *
     return out
 
 
-def print_section(found: list[Finding], stream=None) -> None:
+def node_note(records: list[dict]) -> str | None:
+    """On a node without global rank 0: which ranks ran here, and who has the verdicts."""
+    ranks = sorted(r.get("rank", 0) for r in records if "local_rank" in r)
+    world = max([r.get("world_size", 1) for r in records] or [1])
+    if not ranks or 0 in ranks or len(ranks) >= world:
+        return None
+    span = f"{ranks[0]}–{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else ", ".join(map(str, ranks))
+    return (f"ddpcheck: this node ran ranks {span} of {world}; the verdicts across all ranks are "
+            "printed by the node that holds rank 0")
+
+
+def print_section(found: list[Finding], stream=None, records: list[dict] | None = None) -> None:
+    note = node_note(records or [])
+    if note:
+        print(note, file=stream or sys.stdout)
     if not found:
         return
     from rich.console import Console

@@ -78,7 +78,7 @@ def _run(argv: list[str], record_dir: str) -> int:
         summary.write_report(launch.options.report, data)
     if launch.options.output_format == "full":
         summary.print_table(rows, job)
-        diagnostics.print_section(incidents)
+        diagnostics.print_section(incidents, records=records)
     else:
         print(summary.render_other(launch.options.output_format, findings, data))
     return exit_code

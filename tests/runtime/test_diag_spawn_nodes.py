@@ -34,7 +34,7 @@ def test_spawn_style_script_runs_plainly_and_its_workers_are_checked(tmp_path):
 
 
 def test_two_agents_form_one_job_and_the_rank_0_node_has_the_verdicts(tmp_path):
-    script = fixture("cpu_seeded.py", tmp_path)
+    script = fixture("train.py", tmp_path)
     endpoint = f"localhost:{_free_port()}"
     rdzv_id = uuid.uuid4().hex[:8]
     marks, procs, reports = [], [], []
@@ -42,7 +42,7 @@ def test_two_agents_form_one_job_and_the_rank_0_node_has_the_verdicts(tmp_path):
         mark = uuid.uuid4().hex
         report = tmp_path / f"node{node}.json"
         args = ["--nnodes", "2", "--nproc", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                "--rdzv-id", rdzv_id, "--report", str(report), str(script), str(tmp_path / "w.pt")]
+                "--rdzv-id", rdzv_id, "--report", str(report), str(script)]
         procs.append(subprocess.Popen([sys.executable, "-m", "ddpcheck", "run", *args], cwd=ROOT,
                                       env=env(mark), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         marks.append(mark)
@@ -57,12 +57,16 @@ def test_two_agents_form_one_job_and_the_rank_0_node_has_the_verdicts(tmp_path):
         assert p.returncode == 0, out + err
     data = [json.loads(r.read_text()) for r in reports]
     assert all(d["job"]["world_size"] == 4 for d in data)
-    held = sorted(tuple(d["job"]["ranks_reported"]) for d in data)
-    assert held == [(0, 1), (2, 3)]  # one job of 4 ranks, 2 on each agent
-    head = next(d for d in data if 0 in d["job"]["ranks_reported"])
-    # The node holding rank 0 has the cross-rank verdicts over all four ranks.
-    grads = next(c for c in head["checks"] if c["code"] == "DDP105")
-    assert grads["status"] == "pass"
+    head_at = next(i for i, d in enumerate(data) if 0 in d["job"]["ranks_reported"])
+    head, other = data[head_at], data[1 - head_at]
+    # One job of 4 ranks, 2 on each agent; the node holding rank 0 has every rank's record and
+    # judges across all four: the shards of all ranks together cover the dataset exactly.
+    assert head["job"]["ranks_reported"] == [0, 1, 2, 3]
+    assert other["job"]["ranks_reported"] == [2, 3]
+    shards = next(c for c in head["checks"] if c["code"] == "DDP101")
+    assert shards["status"] == "pass" and "coverage 64/64" in shards["detail"]
+    assert next(c for c in head["checks"] if c["code"] == "DDP105")["status"] == "pass"
+    assert "this node ran ranks 2–3 of 4" in outs[1 - head_at][0]
     for mark in marks:
         assert_no_survivors(mark)
 
