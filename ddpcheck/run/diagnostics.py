@@ -174,12 +174,18 @@ def findings(record_dir: str, records: list[dict], exit_codes: dict[int, int], *
 
 def node_note(records: list[dict]) -> str | None:
     """On a node without global rank 0: which ranks ran here, and who has the verdicts."""
-    ranks = sorted(r.get("rank", 0) for r in records if "local_rank" in r)
+    ranks = sorted(r.get("rank", 0) for r in records)
     world = max([r.get("world_size", 1) for r in records] or [1])
-    if not ranks or 0 in ranks or len(ranks) >= world:
+    several_nodes = any(r.get("rank") != r.get("local_rank") for r in records)
+    if not several_nodes or not ranks or 0 in ranks:
         return None
-    span = f"{ranks[0]}–{ranks[-1]}" if ranks == list(range(ranks[0], ranks[-1] + 1)) else ", ".join(map(str, ranks))
-    return (f"ddpcheck: this node ran ranks {span} of {world}; the verdicts across all ranks are "
+    if len(ranks) == 1:
+        span = f"rank {ranks[0]}"
+    elif ranks == list(range(ranks[0], ranks[-1] + 1)):
+        span = f"ranks {ranks[0]}–{ranks[-1]}"
+    else:
+        span = "ranks " + ", ".join(map(str, ranks))
+    return (f"ddpcheck: this node ran {span} of {world}; the verdicts across all ranks are "
             "printed by the node that holds rank 0")
 
 

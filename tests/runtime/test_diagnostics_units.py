@@ -103,3 +103,9 @@ def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tm
     line = next(i for i, text in enumerate(script.splitlines(), 1) if "eval(stmt)" in text)
     assert all(f" at {path}:{line} is not emulated on CPU" in text for text in refused), refused
     assert any("torch.cuda.Event" in line for line in refused)
+
+
+def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():
+    (killed,) = crash.crash_findings([], {0: -15, 1: -9})
+    assert killed.code == "DDP127" and killed.ranks == (1,)
+    assert "SIGKILL" in killed.message and "out of memory" in killed.message

@@ -304,23 +304,30 @@ class Watchdog:
             return  # another rank is deciding
         verdict = compose_verdict(states, self.world, self.timeout)
         self.store.set(_KEY + "verdict", json.dumps(verdict))
-        self.finish(verdict)
+        self.finish(verdict, decided=True)
 
-    def finish(self, verdict: dict) -> None:
-        if self.session is not None:  # keep what this rank checked until now
-            try:
+    def finish(self, verdict: dict, decided: bool = False) -> None:
+        """Keep this rank's record and the verdict, wait (briefly) until every rank has done the
+        same — the first rank to exit makes the launcher kill the others — then leave."""
+        try:
+            if self.session is not None:  # what this rank checked until now
                 self.session.meta["status"] = "hung"
-                self.session.meta["exit_code"] = HANG_EXIT_CODE
                 self.session.flush(force=True)
-            except Exception:  # noqa: BLE001
-                pass
-        path = os.path.join(run_dir(self.session), VERDICT_FILE)
-        tmp = f"{path}.{self.rank}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(verdict, f)
-        os.replace(tmp, path)
-        sys.stderr.write(f"ddpcheck: hang on rank {self.rank}: {verdict['message']}\n")
-        sys.stderr.flush()
+            path = os.path.join(run_dir(self.session), VERDICT_FILE)
+            tmp = f"{path}.{self.rank}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(verdict, f)
+            os.replace(tmp, path)
+            if decided:  # said once, by the rank that decided; the report says it again
+                sys.stderr.write(f"ddpcheck: hang: {verdict['message']}; stopping the job\n")
+                sys.stderr.flush()
+            self.store.set(f"{_KEY}done/{self.rank}", "1")
+            done = [f"{_KEY}done/{r}" for r in range(self.world)]
+            deadline = time.monotonic() + max(3.0, 3 * self.poll)
+            while time.monotonic() < deadline and not self.store.check(done):
+                time.sleep(0.05)
+        except Exception:  # noqa: BLE001 - the store may be gone with its host rank: leave anyway
+            pass
         os._exit(HANG_EXIT_CODE)
 
 
