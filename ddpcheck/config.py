@@ -52,6 +52,11 @@ class Settings:
             codes -= {c for c in known if _matches_any(c, sel.ignore)}
         return frozenset(codes)
 
+    def codes_for(self, path: Path, known: dict) -> frozenset[str]:
+        """The codes reported for `path`: the enabled set less its per-file ignores."""
+        ignored = self.ignored_for(path)
+        return frozenset(c for c in self.enabled_codes(known) if not _matches_any(c, ignored))
+
     def ignored_for(self, path: Path) -> tuple[str, ...]:
         """Codes `per-file-ignores` turns off for `path`."""
         rel = _relative(path, self.root)

@@ -240,3 +240,10 @@ def test_lint_does_not_import_torch(tmp_path, bad):
 def test_internal_errors_never_show_a_traceback(tmp_path):
     r = run_cli("lint", "--output-format", "nope", ".")
     assert r.returncode == 2 and "unknown format" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_per_file_ignores_all(tmp_path, bad):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck.per-file-ignores]\n"train.py" = ["ALL"]\n')
+    assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 0
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck.per-file-ignores]\n"other.py" = ["ALL"]\n')
+    assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 1

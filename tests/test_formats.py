@@ -37,7 +37,8 @@ def project(tmp_path: Path) -> Path:
 
 
 def lint(project: Path, *args: str):
-    return run_cli("lint", *args, cwd=project)
+    # The fixtures here exercise the formats with DDP001 and DDP900 findings only.
+    return run_cli("lint", "--select", "DDP001,DDP900", *args, cwd=project)
 
 
 def sarif_of(project: Path, *paths: str) -> dict:
@@ -87,7 +88,7 @@ def test_junit_is_xml_with_a_suite_per_file_a_case_per_code_and_a_failure_per_fi
 def test_junit_escapes_markup_in_messages(tmp_path):
     # A file name with XML specials ends up in attributes and text; the document must still parse.
     (tmp_path / "a&b<c>.py").write_text(TWO_LOADERS)
-    r = run_cli("lint", "--output-format", "junit", "a&b<c>.py", cwd=tmp_path)
+    r = lint(tmp_path, "--output-format", "junit", "a&b<c>.py")
     assert r.returncode == 1, r.stderr
     root = ET.fromstring(r.stdout)
     assert root.find("testsuite").get("name") == "a&b<c>.py"
@@ -217,3 +218,21 @@ def test_readme_vscode_problem_matcher_parses_concise_output(project):
     assert groups["file"] == "bad.py" and groups["line"] == "5" and groups["column"] == "16"
     assert groups["code"] == "DDP001" and groups["message"].startswith("DataLoader has no DistributedSampler")
     assert not any(regexp.match(line) for line in r.stdout.splitlines()[2:])  # the summary is not a finding
+
+
+def test_runtime_findings_without_a_file_render_as_valid_sarif_and_junit():
+    # `ddpcheck run` reports findings that name ranks instead of a source location.
+    from ddpcheck.findings import Finding, Severity
+    from ddpcheck.report import render
+
+    found = [Finding(code="DDP001", name="missing-distributed-sampler", message="ranks 0 and 1 read the same samples",
+                     severity=Severity.ERROR, ranks=(0, 1))]
+    doc = json.loads(render("sarif", found, tool="run"))
+    assert_valid_sarif(doc)
+    (result,) = doc["runs"][0]["results"]
+    assert "locations" not in result and result["properties"] == {"ranks": [0, 1]}
+    assert doc["runs"][0]["tool"]["driver"]["rules"][result["ruleIndex"]]["id"] == "DDP001"
+    root = ET.fromstring(render("junit", found, tool="run"))
+    (suite,) = root.findall("testsuite")
+    assert suite.get("name") == "ddpcheck run"
+    assert suite.find("testcase/failure").text == "<run>: DDP001 ranks 0 and 1 read the same samples\nranks: 0, 1"

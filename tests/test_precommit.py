@@ -10,6 +10,7 @@ so it runs once; the configured hook's environment is installed once and reused 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,10 +21,7 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
-
-if shutil.which("git") is None:
-    pytest.skip("git is not installed", allow_module_level=True)
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 GOOD = textwrap.dedent(
     """\
@@ -66,6 +64,22 @@ BAD = textwrap.dedent(
     loader = DataLoader(TensorDataset(torch.randn(256, 8)), batch_size=32, shuffle=True)
     for (x,) in loader:
         pass
+    dist.destroy_process_group()
+    """
+)
+# Two mistakes whose fixes are unsafe (they change behaviour): DDP002 adds `sampler.set_epoch(epoch)`,
+# DDP006 drops `shuffle=True`.
+NEEDS_FIX = textwrap.dedent(
+    """\
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    dist.init_process_group("gloo")
+    sampler = DistributedSampler(dataset)
+    loader = DataLoader(dataset, batch_size=64, sampler=sampler, shuffle=True)
+    for epoch in range(2):
+        for batch in loader:
+            pass
     dist.destroy_process_group()
     """
 )
@@ -112,6 +126,7 @@ def target(tmp_path_factory) -> Path:
     (repo / "vendored").mkdir()
     (repo / "vendored" / "gen.py").write_text(BAD)
     (repo / "broken.py").write_text("def train(:\n    pass\n")
+    (repo / "needs_fix.py").write_text(NEEDS_FIX)
     (repo / "pyproject.toml").write_text(TARGET_PYPROJECT)
     git("init", "-q", cwd=repo)
     git("add", "-A", cwd=repo)
@@ -138,6 +153,8 @@ def hook_repo(tmp_path_factory) -> tuple[Path, str]:
     return repo, git("rev-parse", "HEAD", cwd=repo).strip()
 
 
+@pytest.mark.slow
+@needs_git
 def test_try_repo_blocks_the_bad_script_and_honours_the_target_config(target, tmp_path):
     r = pre_commit("try-repo", str(ROOT), "ddpcheck", "--files",
                    "good.py", "bad.py", "legacy/old.py", "vendored/gen.py", cwd=target, home=tmp_path / "home")
@@ -169,6 +186,8 @@ def configured(target, hook_repo, tmp_path_factory):
     return run
 
 
+@pytest.mark.slow
+@needs_git
 def test_configured_hook_passes_the_good_script_and_blocks_the_bad(configured):
     good = configured("good.py")
     assert good.returncode == 0, good.stdout + good.stderr
@@ -178,6 +197,8 @@ def test_configured_hook_passes_the_good_script_and_blocks_the_bad(configured):
     assert "Failed" in bad.stdout and "bad.py:5:10: DDP001" in bad.stdout
 
 
+@pytest.mark.slow
+@needs_git
 def test_configured_args_are_honoured(configured):
     # --select=DDP900 turns DDP001 off: the bad script passes, the file that does not parse fails.
     selected = configured("bad.py", args=["--select=DDP900"])
@@ -192,13 +213,26 @@ def test_configured_args_are_honoured(configured):
     assert "Traceback" not in wrong.stdout
 
 
-def test_fix_hook_runs(configured):
-    r = configured("good.py", hook="ddpcheck-fix")
-    assert r.returncode == 0, r.stdout + r.stderr
-    blocked = configured("bad.py", hook="ddpcheck-fix")
-    assert blocked.returncode == 1 and "DDP001" in blocked.stdout  # nothing to fix: still reported
+@pytest.mark.slow
+@needs_git
+def test_fix_hook_applies_fixes(configured, target):
+    assert configured("good.py", hook="ddpcheck-fix").returncode == 0
+    # Safe fixes only by default: these two are unsafe, so nothing changes and the commit is blocked.
+    r = configured("needs_fix.py", hook="ddpcheck-fix")
+    assert r.returncode == 1 and "DDP002" in r.stdout and "DDP006" in r.stdout
+    assert (target / "needs_fix.py").read_text() == NEEDS_FIX
+    # With --unsafe-fixes in args: the file is rewritten, pre-commit says so and blocks once ...
+    r = configured("needs_fix.py", hook="ddpcheck-fix", args=["--unsafe-fixes"])
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "files were modified by this hook" in r.stdout
+    fixed = (target / "needs_fix.py").read_text()
+    assert "sampler.set_epoch(epoch)" in fixed and "shuffle=True" not in fixed
+    # ... and the fixed file passes the lint hook.
+    assert configured("needs_fix.py").returncode == 0
 
 
+@pytest.mark.slow
+@needs_git
 def test_installing_the_hook_does_not_install_torch(configured):
     configured("good.py")  # make sure the environment exists
     site_dirs = list(Path(configured.home).glob("repo*/py_env-*/lib/python*/site-packages"))
@@ -208,3 +242,21 @@ def test_installing_the_hook_does_not_install_torch(configured):
     assert "torch" not in installed, sorted(installed)
     pages = [p for d in site_dirs for p in (d / "ddpcheck" / "_pages").glob("DDP*.md")]
     assert pages, "the installed hook lacks the rule pages"
+
+
+def test_hook_definitions_are_shaped_like_ruffs_and_match_the_readme():
+    import yaml  # comes with pre-commit (the dev extra)
+
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"ddpcheck", "ddpcheck-fix"}
+    assert hooks["ddpcheck"]["entry"] == "ddpcheck lint --force-exclude"
+    assert hooks["ddpcheck-fix"]["entry"] == "ddpcheck lint --force-exclude --fix"
+    for hook in hooks.values():
+        assert hook["language"] == "python"
+        assert hook["types_or"] == ["python", "pyi"]
+        assert hook["require_serial"] is True
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    snippet = re.search(r"## pre-commit\n.*?```yaml\n(.*?)```", readme, re.S).group(1)
+    config = yaml.safe_load(snippet)
+    (repo,) = config["repos"]
+    assert {h["id"] for h in repo["hooks"]} <= set(hooks)

@@ -28,6 +28,7 @@ BAD = textwrap.dedent(
 
     dist.init_process_group("gloo")
     loader = DataLoader(dataset, batch_size=64)
+    dist.destroy_process_group()
     """
 )
 

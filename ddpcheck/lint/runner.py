@@ -55,16 +55,12 @@ def decode_source(data: bytes, name: str) -> str:
 
 
 def rules_for(settings: Settings, path: Path, known: dict) -> list[type]:
-    enabled = settings.enabled_codes(known) - set(
-        c for c in known if any(c.startswith(i) for i in settings.ignored_for(path))
-    )
+    enabled = settings.codes_for(path, known)
     return [r for r in rule_classes() if r.code in enabled]
 
 
 def syntax_enabled(settings: Settings, path: Path, known: dict) -> bool:
-    enabled = settings.enabled_codes(known)
-    ignored = settings.ignored_for(path)
-    return SyntaxErrorInFile.code in enabled and not any(SyntaxErrorInFile.code.startswith(i) for i in ignored)
+    return SyntaxErrorInFile.code in settings.codes_for(path, known)
 
 
 def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from ddpcheck.findings import Finding
+from ddpcheck.findings import Applicability, Finding
 from ddpcheck.report.summary import summary_lines
 
 
 def line_for(f: Finding) -> str:
     ranks = f" [ranks {','.join(map(str, f.ranks))}]" if f.ranks else ""
-    marker = " [*]" if f.fix else ""
+    # Ruff's marker: fixable by a plain `--fix` (unsafe fixes need --unsafe-fixes too).
+    marker = " [*]" if f.fix and f.fix.applicability is Applicability.SAFE else ""
     return f"{f.location}: {f.code}{marker} {f.message}{ranks}"
 
 

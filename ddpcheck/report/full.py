@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from ddpcheck.findings import Finding, Severity
+from ddpcheck.findings import Applicability, Finding, Severity
 from ddpcheck.report.summary import summary_lines
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
@@ -18,7 +18,8 @@ def render(findings: list[Finding], *, sources, color, tool) -> str:
     console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False,
                       soft_wrap=True, width=120, emoji=False)
     for f in findings:
-        marker = " [*]" if f.fix else ""
+        # Ruff's marker: fixable by a plain `--fix` (unsafe fixes need --unsafe-fixes too).
+        marker = " [*]" if f.fix and f.fix.applicability is Applicability.SAFE else ""
         console.print(
             f"[bold]{escape(f.location)}[/]: [{_STYLE[f.severity]}]{f.code}[/]{marker} {escape(f.message)}"
         )

@@ -57,7 +57,8 @@ def _artifact_location(path: str) -> dict:
 
 def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dict:
     known = all_rules()
-    used = sorted({f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set()))
+    used = sorted(c for c in {f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set())
+                  if c in known)  # ruleIndex must point into the rules listed
     index = {code: i for i, code in enumerate(used)}
     rules = [_rule_descriptor(known[c]) for c in used if c in known]
     seen: Counter = Counter()
