@@ -20,8 +20,8 @@ HEADER = textwrap.dedent(
     """\
     import torch.distributed as dist
     from torch.utils.data import DataLoader
-    import atexit
-    dist.init_process_group("gloo"); atexit.register(dist.destroy_process_group)
+
+    dist.init_process_group("gloo")
     """
 )
 # Two findings of one code, on lines 5 and 6.
