@@ -174,3 +174,22 @@ def test_helpers_are_never_imported_nor_read_from_site_packages(tmp_path):
     found = sorted((f["code"], f["location"]["line"]) for f in json.loads(r.stdout)["findings"])
     assert found == [("DDP017", 3)]  # sidecar's spawn is seen; installed (site-packages) is not
     assert not marker.exists()
+
+
+def test_a_file_is_parsed_once_whether_linted_or_imported(tmp_path, monkeypatch):
+    write(tmp_path, {"a.py": TRAIN, "utils.py": UTILS_TORCHRUN})
+    import libcst
+
+    parses = []
+    real = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda src, *a, **k: parses.append(src) or real(src, *a, **k))
+    facts = ProjectFacts()
+    codes(tmp_path / "a.py", facts)  # parses a.py, then utils.py as its helper
+    codes(tmp_path / "utils.py", facts)  # linted now: reuses the helper's tree
+    assert len(parses) == 2
+    # And the other way round: a linted file answers a later import without a parse.
+    parses.clear()
+    facts = ProjectFacts()
+    codes(tmp_path / "utils.py", facts)
+    codes(tmp_path / "a.py", facts)
+    assert len(parses) == 2 and facts.parsed == 0
