@@ -30,13 +30,15 @@ from ddpcheck.lint import project
 if TYPE_CHECKING:
     from ddpcheck.lint.context import CallSite, FileContext
 
+# Calls every rank of the group must make, in the same order, or the others wait forever.
 _COLLECTIVES = frozenset(
     "torch.distributed." + n
     for n in (
-        "all_reduce", "barrier", "broadcast", "all_gather", "all_gather_object",
-        "all_gather_into_tensor", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
+        "all_reduce", "all_reduce_coalesced", "barrier", "monitored_barrier", "broadcast",
+        "broadcast_object_list", "all_gather", "all_gather_object", "all_gather_into_tensor",
+        "all_gather_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
         "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single",
-        "monitored_barrier", "broadcast_object_list",
+        "new_group",
     )
 )
 
