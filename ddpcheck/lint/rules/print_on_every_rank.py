@@ -84,6 +84,20 @@ class PrintOnEveryRank(Rule):
     INVALID = [
         Invalid(
             """
+            # `RANK != -1` asks "launched distributed?": every rank takes that branch.
+            import os
+            import torch.distributed as dist
+            RANK = int(os.getenv("RANK", -1))
+            if RANK != -1:
+                dist.init_process_group("nccl")
+            for epoch in range(3):
+                if RANK != -1:
+                    print("synced epoch", epoch)
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
             import torch.distributed as dist
             dist.init_process_group("nccl")
             for epoch in range(10):
