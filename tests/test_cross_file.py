@@ -193,3 +193,46 @@ def test_a_file_is_parsed_once_whether_linted_or_imported(tmp_path, monkeypatch)
     codes(tmp_path / "utils.py", facts)
     codes(tmp_path / "a.py", facts)
     assert len(parses) == 2 and facts.parsed == 0
+
+
+def test_collectives_balanced_by_a_context_manager_do_not_make_a_helper_a_collective(tmp_path):
+    write(tmp_path, {
+        "utils/__init__.py": "",
+        "utils/torch_utils.py": """
+            from contextlib import contextmanager
+            import torch.distributed as dist
+
+            @contextmanager
+            def torch_distributed_zero_first(local_rank):
+                if local_rank not in [-1, 0]:
+                    dist.barrier(device_ids=[local_rank])
+                yield
+                if local_rank == 0:
+                    dist.barrier(device_ids=[0])
+
+            def sync_all():
+                dist.barrier()
+        """,
+        "utils/dataloaders.py": """
+            from utils.torch_utils import torch_distributed_zero_first
+
+            def create_dataloader(path, rank=-1):
+                with torch_distributed_zero_first(rank):
+                    dataset = load(path)
+                return dataset
+        """,
+        "train.py": """
+            import os
+            import torch.distributed as dist
+            from utils.dataloaders import create_dataloader
+            from utils.torch_utils import sync_all
+            RANK = int(os.getenv("RANK", -1))
+            dist.init_process_group("nccl")
+            if RANK in {-1, 0}:
+                val_loader = create_dataloader("val", rank=-1)
+                sync_all()
+            dist.destroy_process_group()
+        """,
+    })
+    # Only the helper that really performs an unpaired collective is reported.
+    assert codes(tmp_path / "train.py", select=("DDP009",)) == [("DDP009", 9)]

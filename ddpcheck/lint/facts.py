@@ -99,7 +99,12 @@ class ProjectFacts:
                         found.add(fact)
             target = self.target(ctx, call)
             if target is not None and target != (ctx, function):
-                found |= self.function_facts(*target, seen)
+                inherited = self.function_facts(*target, seen)
+                if id(call.node) in _with_items(ctx):
+                    # `with torch_distributed_zero_first(rank):` — a context manager that pairs
+                    # its barriers across ranks; its collectives are balanced by construction.
+                    inherited -= _BALANCED_BY_CONTEXT
+                found |= inherited
         node = ctx.functions.get(function)
         if node is not None:
             found |= _body_facts(ctx, node)
@@ -201,6 +206,24 @@ class ProjectFacts:
             self.parsed += 1
         self._store(path, stamp, ctx)
         return ctx
+
+
+_BALANCED_BY_CONTEXT = frozenset({"collective", "barrier", "all_reduce"})
+
+
+def _with_items(ctx: FileContext) -> set[int]:
+    """Ids of the calls that open `with` blocks (`with cm(...):`), found from the calls inside them."""
+    cached = ctx.__dict__.get("_with_items")
+    if cached is None:
+        cached = set()
+        seen: set[int] = set()
+        for call in ctx.calls:
+            for w in call.withs:
+                if id(w) not in seen:
+                    seen.add(id(w))
+                    cached.update(id(item.item) for item in w.items)
+        ctx._with_items = cached
+    return cached
 
 
 def _resolved(path: str) -> Path | None:
