@@ -174,3 +174,65 @@ def test_helpers_are_never_imported_nor_read_from_site_packages(tmp_path):
     found = sorted((f["code"], f["location"]["line"]) for f in json.loads(r.stdout)["findings"])
     assert found == [("DDP017", 3)]  # sidecar's spawn is seen; installed (site-packages) is not
     assert not marker.exists()
+
+
+def test_a_file_is_parsed_once_whether_linted_or_imported(tmp_path, monkeypatch):
+    write(tmp_path, {"a.py": TRAIN, "utils.py": UTILS_TORCHRUN})
+    import libcst
+
+    parses = []
+    real = libcst.parse_module
+    monkeypatch.setattr(libcst, "parse_module", lambda src, *a, **k: parses.append(src) or real(src, *a, **k))
+    facts = ProjectFacts()
+    codes(tmp_path / "a.py", facts)  # parses a.py, then utils.py as its helper
+    codes(tmp_path / "utils.py", facts)  # linted now: reuses the helper's tree
+    assert len(parses) == 2
+    # And the other way round: a linted file answers a later import without a parse.
+    parses.clear()
+    facts = ProjectFacts()
+    codes(tmp_path / "utils.py", facts)
+    codes(tmp_path / "a.py", facts)
+    assert len(parses) == 2 and facts.parsed == 0
+
+
+def test_collectives_balanced_by_a_context_manager_do_not_make_a_helper_a_collective(tmp_path):
+    write(tmp_path, {
+        "utils/__init__.py": "",
+        "utils/torch_utils.py": """
+            from contextlib import contextmanager
+            import torch.distributed as dist
+
+            @contextmanager
+            def torch_distributed_zero_first(local_rank):
+                if local_rank not in [-1, 0]:
+                    dist.barrier(device_ids=[local_rank])
+                yield
+                if local_rank == 0:
+                    dist.barrier(device_ids=[0])
+
+            def sync_all():
+                dist.barrier()
+        """,
+        "utils/dataloaders.py": """
+            from utils.torch_utils import torch_distributed_zero_first
+
+            def create_dataloader(path, rank=-1):
+                with torch_distributed_zero_first(rank):
+                    dataset = load(path)
+                return dataset
+        """,
+        "train.py": """
+            import os
+            import torch.distributed as dist
+            from utils.dataloaders import create_dataloader
+            from utils.torch_utils import sync_all
+            RANK = int(os.getenv("RANK", -1))
+            dist.init_process_group("nccl")
+            if RANK in {-1, 0}:
+                val_loader = create_dataloader("val", rank=-1)
+                sync_all()
+            dist.destroy_process_group()
+        """,
+    })
+    # Only the helper that really performs an unpaired collective is reported.
+    assert codes(tmp_path / "train.py", select=("DDP009",)) == [("DDP009", 9)]

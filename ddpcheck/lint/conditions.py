@@ -71,6 +71,16 @@ def _is_zero_or_minus_one(expr: cst.BaseExpression) -> bool:
     return False
 
 
+def _is_zero(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Integer) and expr.evaluated_value == 0
+
+
+def _main_rank_set(expr: cst.Tuple | cst.List | cst.Set) -> bool:
+    """`(-1, 0)`, `{0}`, `[0, -1]`: the main process of a distributed run (or the only one)."""
+    values = [e.value for e in expr.elements]
+    return bool(values) and all(_is_zero_or_minus_one(v) for v in values) and any(_is_zero(v) for v in values)
+
+
 _WORLD_NAME = re.compile(r"world_size$|^(n_?gpus?|num_gpus|nprocs|num_processes)$", re.I)
 
 
@@ -119,15 +129,17 @@ def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
         for value, other in ((left, right), (right, left)):
             if not is_rank_value(value, resolve):
                 continue
-            if isinstance(op, (cst.Equal, cst.Is)) and _is_zero_or_minus_one(other):
+            # Only 0 names the main rank: `rank != -1` / `rank == -1` ask "launched distributed?"
+            # (YOLO style) and every rank takes the same branch (see is_distributed_test).
+            if isinstance(op, (cst.Equal, cst.Is)) and _is_zero(other):
                 return True
-            if isinstance(op, (cst.NotEqual, cst.IsNot)) and _is_zero_or_minus_one(other):
+            if isinstance(op, (cst.NotEqual, cst.IsNot)) and _is_zero(other):
                 return False
             if isinstance(op, cst.In) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
-                if all(_is_zero_or_minus_one(e.value) for e in other.elements):
+                if _main_rank_set(other):
                     return True
             if isinstance(op, cst.NotIn) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
-                if all(_is_zero_or_minus_one(e.value) for e in other.elements):
+                if _main_rank_set(other):
                     return False
             if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
                 return False  # rank > 0

@@ -256,15 +256,19 @@ def lint_source(
     facts: ProjectFacts | None = None,
 ) -> list[Finding]:
     """Findings of `rules` on one file's text, after `# noqa` suppression."""
-    try:
-        module = cst.parse_module(source)
-    except cst.ParserSyntaxError as err:
-        return [_syntax_finding(path, source, err)]
-    except RecursionError:
-        return [_syntax_finding(path, source, None)]
-    ctx = FileContext(path, source, module, facts if facts is not None else _RUN_FACTS)
+    facts = facts if facts is not None else _RUN_FACTS
+    module = facts.parsed_tree(path, source)  # already read as another file's helper module
+    if module is None:
+        try:
+            module = cst.parse_module(source)
+        except cst.ParserSyntaxError as err:
+            return [_syntax_finding(path, source, err)]
+        except RecursionError:
+            return [_syntax_finding(path, source, None)]
+    ctx = FileContext(path, source, module, facts)
     instances = [rule(ctx) for rule in rules]
     walk(ctx, instances)
+    facts.remember(ctx)
     for rule in instances:
         rule.finish()
     if not ctx.pending:

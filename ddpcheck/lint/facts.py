@@ -60,6 +60,7 @@ FACT_CALLS: dict[str, frozenset[str]] = {
 BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
 _LAUNCHER_ENV = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
 
+_MAX_MODULES = 512  # parsed modules kept per run
 Target = tuple["FileContext", str]  # (the file's context, a function's qualified name in it)
 
 
@@ -98,7 +99,12 @@ class ProjectFacts:
                         found.add(fact)
             target = self.target(ctx, call)
             if target is not None and target != (ctx, function):
-                found |= self.function_facts(*target, seen)
+                inherited = self.function_facts(*target, seen)
+                if id(call.node) in _with_items(ctx):
+                    # `with torch_distributed_zero_first(rank):` — a context manager that pairs
+                    # its barriers across ranks; its collectives are balanced by construction.
+                    inherited -= _BALANCED_BY_CONTEXT
+                found |= inherited
         node = ctx.functions.get(function)
         if node is not None:
             found |= _body_facts(ctx, node)
@@ -120,10 +126,19 @@ class ProjectFacts:
             return None
         return self._imported(ctx, call.qualname)
 
+    def module_of(self, ctx: FileContext, qualname: str) -> FileContext | None:
+        """The project module that defines an imported name (`utils.general.LOGGER`), if any."""
+        if not ctx.path or ctx.path == "-":
+            return None
+        where = project.locate(Path(ctx.path).resolve(), qualname)
+        return self.module(where[0]) if where is not None else None
+
     # --- cross-file --------------------------------------------------------------------------
     def _imported(self, ctx: FileContext, qualname: str) -> Target | None:
         if qualname.startswith("torch.") or not ctx.path or ctx.path == "-":
             return None
+        if qualname.rsplit(".", 1)[-1][:1].isupper():
+            return None  # a class: constructors are not followed, so don't parse a module to learn that
         where = project.locate(Path(ctx.path).resolve(), qualname)
         if where is None:
             return None
@@ -139,6 +154,32 @@ class ProjectFacts:
             rest = function.partition(".")[2]
             return self._imported(helper, f"{origin}.{rest}" if rest else origin)
         return None
+
+    # --- sharing with the lint run: a file is parsed once whether it is linted or imported ------
+    def parsed_tree(self, path: str, source: str) -> cst.Module | None:
+        """The module tree of a file already read as a helper, if its text is `source`."""
+        cached = self._modules.get(_resolved(path))
+        if cached is not None and cached[1] is not None and cached[1].source == source:
+            return cached[1].module
+        return None
+
+    def remember(self, ctx: FileContext) -> None:
+        """Keep a linted file's context: it answers later imports of that file without a parse."""
+        path = _resolved(ctx.path)
+        if path is None:
+            return
+        try:
+            stat = path.stat()
+        except OSError:
+            return
+        if stat.st_size == len(ctx.source.encode("utf-8")):
+            self._store(path, (stat.st_size, stat.st_mtime_ns), ctx)
+
+    def _store(self, path: Path, stamp: tuple[int, int], ctx: FileContext | None) -> None:
+        self._modules.pop(path, None)
+        self._modules[path] = (stamp, ctx)
+        while len(self._modules) > _MAX_MODULES:  # bound memory on huge trees: drop the oldest
+            del self._modules[next(iter(self._modules))]
 
     def module(self, path: Path) -> FileContext | None:
         """The helper module at `path`, parsed and walked once per run (None if unreadable)."""
@@ -163,8 +204,35 @@ class ProjectFacts:
             ctx = FileContext(str(path), source, module, self)
             walk(ctx, [])
             self.parsed += 1
-        self._modules[path] = (stamp, ctx)
+        self._store(path, stamp, ctx)
         return ctx
+
+
+_BALANCED_BY_CONTEXT = frozenset({"collective", "barrier", "all_reduce"})
+
+
+def _with_items(ctx: FileContext) -> set[int]:
+    """Ids of the calls that open `with` blocks (`with cm(...):`), found from the calls inside them."""
+    cached = ctx.__dict__.get("_with_items")
+    if cached is None:
+        cached = set()
+        seen: set[int] = set()
+        for call in ctx.calls:
+            for w in call.withs:
+                if id(w) not in seen:
+                    seen.add(id(w))
+                    cached.update(id(item.item) for item in w.items)
+        ctx._with_items = cached
+    return cached
+
+
+def _resolved(path: str) -> Path | None:
+    if not path or path == "-":
+        return None
+    try:
+        return Path(path).resolve()
+    except OSError:
+        return None
 
 
 def _star_imports(ctx: FileContext) -> list[str]:

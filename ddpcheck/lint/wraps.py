@@ -87,3 +87,10 @@ def visible_from(name: str, defined: Scope, used: Scope) -> bool:
             return True
         scope = scope.parent
     return False
+
+
+def exclusive(a: CallSite, b: CallSite) -> bool:
+    """Whether `a` and `b` sit in different arms of the same `if` (at most one of them runs):
+    source order says nothing about execution order then."""
+    arms = {id(g.node): g.negated for g in a.guards}
+    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b.guards)

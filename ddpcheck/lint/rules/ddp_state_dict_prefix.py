@@ -92,6 +92,17 @@ class DdpStateDictPrefix(Rule):
         state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict()}
         torch.save(state, path)
         """,
+        Invalid(
+            """
+            # Resumed into the plain model before wrapping: the saved prefix will not load back.
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model.load_state_dict(torch.load("last.pt", map_location="cpu"))
+            model = DDP(model)
+            torch.save(model.state_dict(), "last.pt")
+            """,
+            line=6,
+        ),
     ]
 
     def __init__(self, ctx) -> None:

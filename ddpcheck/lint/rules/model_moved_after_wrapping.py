@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import ddp_wraps
+from ddpcheck.lint.wraps import ddp_wraps, exclusive
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
 
@@ -53,6 +53,17 @@ class ModelMovedAfterWrapping(Rule):
         model = torch.nn.parallel.DistributedDataParallel(model.cuda(gpu), device_ids=[gpu])
         x = x.to(gpu)
         out = model(x).to("cpu")
+        """,
+        """
+        # Wrap in one branch, move in the other (the ImageNet example's shape): never both.
+        import torch
+        if args.distributed:
+            model.cuda(args.gpu)
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+        elif torch.cuda.is_available():
+            model.cuda()
+        else:
+            model = model.to("cpu")
         """,
         """
         # A new model built later under the same name is moved before its own wrap.
@@ -106,7 +117,7 @@ class ModelMovedAfterWrapping(Rule):
             # The next rebinding of a watched name ends the watch (a new model under that name).
             inside = _descendant_ids(wrap.call.node)
             for call in self.ctx.calls[wrap.index + 1:]:
-                if call.scope is not wrap.call.scope or id(call.node) in inside:
+                if call.scope is not wrap.call.scope or id(call.node) in inside or exclusive(wrap.call, call):
                     continue
                 if call.qualname is None and call.method in _MOVES and call.receiver in watched:
                     if _rebound_between(wrap, call, call.receiver):

@@ -27,7 +27,9 @@ class PrintOnEveryRank(Rule):
     `tqdm(..., disable=...)` and `tqdm(...) if is_main else loader`, files that silence `print`
     on other ranks by replacing `builtins.print` (DeiT/DETR's `setup_for_distributed`, also when
     it lives in an imported helper module), logging in files that set the log level by rank,
-    and anything outside loops (startup messages).
+    loggers imported from installed packages (their configuration is out of sight), messages
+    that name the rank (`print(f"[rank {rank}] ...")` is meant for every rank), and anything
+    outside loops (startup messages).
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
@@ -82,6 +84,20 @@ class PrintOnEveryRank(Rule):
     INVALID = [
         Invalid(
             """
+            # `RANK != -1` asks "launched distributed?": every rank takes that branch.
+            import os
+            import torch.distributed as dist
+            RANK = int(os.getenv("RANK", -1))
+            if RANK != -1:
+                dist.init_process_group("nccl")
+            for epoch in range(3):
+                if RANK != -1:
+                    print("synced epoch", epoch)
+            """,
+            line=9,
+        ),
+        Invalid(
+            """
             import torch.distributed as dist
             dist.init_process_group("nccl")
             for epoch in range(10):
@@ -122,6 +138,8 @@ class PrintOnEveryRank(Rule):
             return
         if under_rank_condition(call.guards, self.ctx.qualname):
             return
+        if kind != "tqdm" and any("rank" in self.ctx.module.code_for_node(a.value).lower() for a in call.node.args):
+            return  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
         self._calls.append(call)
 
     def _kind(self, call: CallSite) -> str | None:
@@ -136,6 +154,32 @@ class PrintOnEveryRank(Rule):
                 return "logging"
         return None
 
+    def _logger_visible(self, call: CallSite) -> bool:
+        """Whether we can see how the logger is configured: `logging` itself or a logger made in
+        this file, or one imported from a project module that does not set levels by rank.
+        A logger from an installed package (YOLOv5's comes from `ultralytics`) may well be
+        silenced on other ranks: not reported."""
+        q = call.qualname or ""
+        if q.startswith("logging."):
+            return True
+        root = (call.receiver or "").split(".", 1)[0]
+        origin = self.ctx.names.aliases.get(root)
+        if origin is None:
+            return True  # created here
+        if self.ctx.facts is None:
+            return False
+        where = self.ctx
+        for _ in range(5):  # follow re-exports: `from ultralytics.utils import LOGGER` in utils/general.py
+            helper = self.ctx.facts.module_of(where, origin)
+            if helper is None:
+                return False
+            name = origin.rsplit(".", 1)[-1]
+            if name not in helper.names.aliases:
+                # A logging module of the project that mentions ranks at all configures by rank.
+                return not re.search(r"rank", helper.source, re.I)
+            where, origin = helper, helper.names.aliases[name]
+        return False
+
     def finish(self) -> None:
         if not self._calls or not self.ctx.uses_ddp:
             return
@@ -148,7 +192,7 @@ class PrintOnEveryRank(Rule):
             kind = self._kind(call)
             if kind == "print" and print_silenced:
                 continue
-            if kind == "logging" and ranked_logging:
+            if kind == "logging" and (ranked_logging or not self._logger_visible(call)):
                 continue
             what = {"print": "`print`", "tqdm": "this progress bar", "logging": "this log call"}[kind]
             how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"

@@ -7,7 +7,7 @@ from ddpcheck.lint.conditions import on_main_rank_only
 from ddpcheck.lint.context import CallSite, Scope
 from ddpcheck.lint.names import dotted
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import ddp_wraps, visible_from
+from ddpcheck.lint.wraps import ddp_wraps, exclusive, visible_from
 
 _NO_GRAD = ("no_grad", "inference_mode")
 
@@ -77,6 +77,17 @@ class UnwrappedModelTrained(Rule):
         for batch in loader:
             loss = model(batch).mean()
             loss.backward()
+        """,
+        """
+        # Wrapped in one branch, the plain model trained in the other.
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        if distributed:
+            ddp = DDP(model)
+            for x in loader:
+                ddp(x).sum().backward()
+        else:
+            for x in loader:
+                model(x).sum().backward()
         """,
         """
         # EMA and the inner module used outside the forward of the step.
@@ -157,6 +168,8 @@ class UnwrappedModelTrained(Rule):
             for name, scope, after, outer in inner_names:
                 if call.dotted != name or index <= after or not visible_from(name, scope, call.scope):
                     continue
+                if exclusive(self.ctx.calls[after], call):
+                    continue  # `if distributed: ddp = DDP(model) ... else: model(x)`
                 if not self._in_training_step(call, backwards):
                     continue
                 self.report(

@@ -1,0 +1,29 @@
+"""Rank conditions: which `if` tests restrict code to the main rank, and which only ask
+"distributed or not" (YOLO's `RANK != -1`), which every rank answers alike."""
+
+from __future__ import annotations
+
+import libcst as cst
+import pytest
+
+from ddpcheck.lint.conditions import selects_main_rank
+
+
+def _resolve(expr):
+    return None
+
+
+@pytest.mark.parametrize("test,expected", [
+    ("rank == 0", True),
+    ("dist.get_rank() == 0", True),
+    ("RANK in {-1, 0}", True),
+    ("args.local_rank in [-1, 0]", True),
+    ("rank != 0", False),
+    ("LOCAL_RANK not in (-1, 0)", False),
+    ("RANK != -1", None),  # launched distributed: every rank
+    ("LOCAL_RANK == -1", None),  # not launched distributed: the only process
+    ("local_rank in (-1,)", None),
+    ("world_size > 1", None),
+])
+def test_selects_main_rank(test, expected):
+    assert selects_main_rank(cst.parse_expression(test), _resolve) is expected
