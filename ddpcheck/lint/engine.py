@@ -14,7 +14,7 @@ from typing import Callable, Iterable, Sequence
 import libcst as cst
 
 from ddpcheck.findings import Edit, Finding, Fix
-from ddpcheck.lint import suppress
+from ddpcheck.lint import suppress, traverse
 from ddpcheck.lint.context import CallSite, FileContext, Guard, Scope
 from ddpcheck.lint.facts import ProjectFacts
 from ddpcheck.lint.names import dotted
@@ -240,7 +240,7 @@ def lint_source(
         return [_syntax_finding(path, source, None)]
     ctx = FileContext(path, source, module, facts if facts is not None else ProjectFacts())
     instances = [rule(ctx) for rule in rules]
-    module.visit(_Walker(ctx, instances))
+    traverse.visit(module, _Walker(ctx, instances))  # libcst's visit would rebuild every node
     for rule in instances:
         rule.finish()
     if not ctx.pending:
