@@ -1,0 +1,54 @@
+"""The value a probe's `judge` returns: one check's outcome across ranks. Torch-free."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    code: str  # the check's code, DDP1nn
+    status: str  # PASS, FAIL or SKIP (nothing to check, or folded into another finding)
+    detail: str  # one line for the summary table
+    message: str | None = None  # the finding's message when FAIL: what is wrong, what to do
+    ranks: tuple[int, ...] = ()
+    step: int | None = None  # first optimizer step concerned (1-based)
+    epoch: int | None = None  # first epoch concerned (0-based, as DataLoader passes go)
+    severity: str | None = None  # overrides the check's default severity
+    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What judges know besides the records."""
+
+    world_size: int
+    check_first: int
+    check_every: int
+
+
+def live_records(records: list[dict]) -> list[dict]:
+    return sorted(records, key=lambda r: r.get("rank", 0))
+
+
+def group_ranks(values: dict[int, Any]) -> list[tuple[Any, tuple[int, ...]]]:
+    """Ranks grouped by equal value, biggest group first (then by lowest rank)."""
+    groups: dict[Any, list[int]] = {}
+    for rank, value in sorted(values.items()):
+        groups.setdefault(value, []).append(rank)
+    return sorted(((v, tuple(r)) for v, r in groups.items()), key=lambda g: (-len(g[1]), g[1][0]))
+
+
+def odd_ranks(values: dict[int, Any]) -> tuple[int, ...]:
+    """The ranks outside the biggest group of equal values (all ranks but the first if no majority)."""
+    groups = group_ranks(values)
+    return tuple(sorted(r for _, ranks in groups[1:] for r in ranks))
+
+
+def describe_groups(values: dict[int, Any]) -> str:
+    groups = group_ranks(values)
+    return " vs ".join("ranks " + ",".join(map(str, r)) if len(r) > 1 else f"rank {r[0]}"
+                       for _, r in groups)
