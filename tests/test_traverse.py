@@ -85,3 +85,30 @@ def test_same_calls_in_the_same_order_as_libcst(source):
     traverse.visit(module, ours)
     assert len(ours.events) > 100
     assert ours.events == theirs.events
+
+
+class Collect(cst.CSTVisitor):
+    def __init__(self):
+        super().__init__()
+        self.calls, self.lines = [], []
+
+    def visit_Call(self, node):
+        self.calls.append(node)
+
+    def visit_SimpleStatementLine(self, node):
+        self.lines.append(node)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_replace_gives_the_same_code_as_deep_replace(source):
+    import random
+
+    module = cst.parse_module(source)
+    found = Collect()
+    module.visit(found)
+    rnd = random.Random(1)
+    pairs = [(c, cst.Name("REPLACED")) for c in rnd.sample(found.calls, min(8, len(found.calls)))]
+    pairs += [(s, cst.parse_statement("pass\n")) for s in rnd.sample(found.lines, min(8, len(found.lines)))]
+    for old, new in pairs:
+        assert traverse.replace(module, old, new).code == module.deep_replace(old, new).code
+    assert traverse.replace(module, cst.Name("stranger"), cst.Name("x")).code == module.code

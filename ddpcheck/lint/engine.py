@@ -308,7 +308,7 @@ def _materialise(ctx: FileContext) -> list[Finding]:
 def _to_fix(ctx: FileContext, replace: Replace) -> Fix:
     """Turn a node replacement into one text edit: the span where old and new text differ."""
     old = ctx.source
-    new = ctx.module.deep_replace(replace.node, replace.new).code
+    new = traverse.replace(ctx.module, replace.node, replace.new).code  # deep_replace rebuilds every node
     start = 0
     limit = min(len(old), len(new))
     while start < limit and old[start] == new[start]:

@@ -84,3 +84,42 @@ def visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
         on_leave(node)
 
     walk(node)
+
+
+def replace(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
+    """`root.deep_replace(old, new)` for a node replaced by a node, rebuilding only the path from
+    `root` down to `old` (deep_replace rebuilds the whole tree). Same resulting tree."""
+    if not isinstance(new, cst.CSTNode):
+        return root.deep_replace(old, new)  # removals and flattening: libcst's own way
+    path: list[tuple[cst.CSTNode, str]] = []
+    if not _path_to(root, old, path):
+        return root
+    child_old, child_new = old, new
+    for parent, attribute in reversed(path):
+        value = getattr(parent, attribute)
+        if type(value) is tuple or type(value) is list:
+            value = type(value)(child_new if c is child_old else c for c in value)
+        else:
+            value = child_new
+        child_old, child_new = parent, parent.with_changes(**{attribute: value})
+    return child_new
+
+
+def _path_to(node: cst.CSTNode, target: cst.CSTNode, path: list) -> bool:
+    if node is target:
+        return True
+    order = _ORDER.get(type(node))
+    if order is None:
+        order = _order(node)
+    for attribute in order:
+        value = getattr(node, attribute)
+        kind = type(value)
+        children = value if kind is tuple or kind is list else (value,)
+        for child in children:
+            if child is None or type(child) is cst.MaybeSentinel:
+                continue
+            path.append((node, attribute))
+            if _path_to(child, target, path):
+                return True
+            path.pop()
+    return False
