@@ -72,8 +72,8 @@ def test_second_run_reads_the_cache_and_reports_the_same(project):
     assert (project / ".ddpcheck_cache" / ".gitignore").read_text().strip().endswith("*")
     again = lint(project)
     assert again.stdout == first.stdout
-    assert tamper(project) == 1
-    assert messages(lint(project)) == [MARK]
+    assert tamper(project) == len(messages(first)) >= 1
+    assert set(messages(lint(project))) == {MARK}
 
 
 def test_cache_lives_beside_the_nearest_pyproject(project):
@@ -105,8 +105,8 @@ def test_other_settings_do_not_share_entries(project):
     tamper(project)
     r = lint(project, "--ignore", "DDP900")  # another rule set, same findings
     assert MARK not in messages(r)
-    assert messages(lint(project)) == [MARK]  # the first settings' entry is still there
-    (project / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.ddpcheck]\nignore = ['DDP001']\n")
+    assert set(messages(lint(project))) == {MARK}  # the first settings' entry is still there
+    (project / "pyproject.toml").write_text("[project]\nname = 'demo'\n\n[tool.ddpcheck]\nignore = ['DDP']\n")
     assert messages(lint(project)) == []
 
 

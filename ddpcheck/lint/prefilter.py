@@ -3,8 +3,8 @@
 Every rule is about torch: a finding needs a call that resolves to `torch...` through the file's
 imports, or a helper of the project that leads there (lint/facts.py follows imports). So a file
 can only have findings if the text "torch" appears in it or in a project module it imports,
-directly or through other project modules. Everything else is skipped unparsed (most files of a
-mixed project; a syntax error in such a file is not reported, as no rule could look at it).
+directly or through other project modules. Everything else (most files of a mixed project) is
+not parsed with libcst; the runner only has CPython's parser check it for syntax errors.
 
 The same scan gives each file's project imports, which the cache (lint/cache.py) folds into its
 key: a helper's edit can change the findings of the files that import it.

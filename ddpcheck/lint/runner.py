@@ -128,11 +128,19 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     static = frozenset(c for c, info in known.items() if info.kind == "lint")
     todo: list[tuple[parallel.Job, str | None]] = []
     for display, path, data, source in items:
-        if not scan.relevant(path, source):
-            continue  # no rule can fire: not even parsed
+        relevant = scan.relevant(path, source)
         settings = resolver.for_path(path)
-        codes = codes_for(settings, path, known)
         syntax = syntax_enabled(settings, path, known)
+        verdict = None if relevant or not syntax else _compiles(display, source)
+        if not relevant and verdict is not None:
+            # No rule can fire: no libcst parse. Syntax errors are still reported, from CPython's
+            # own parser (about a fifth of libcst's cost).
+            if verdict is False:
+                from ddpcheck.lint.engine import _syntax_finding
+
+                result.findings.append(_syntax_finding(display, source, None))
+            continue
+        codes = codes_for(settings, path, known)
         if not (codes & static) and not syntax:
             continue
         entry = None
@@ -154,3 +162,17 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
         result.findings.extend(findings)
     result.findings.sort(key=Finding.sort_key)
     return result
+
+
+def _compiles(display: str, source: str) -> bool | None:
+    """Whether CPython parses `source`; None when it cannot tell (null bytes, deep nesting):
+    the engine then parses the file and words the error."""
+    import ast
+
+    try:
+        compile(source, display, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError:
+        return False
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return True
