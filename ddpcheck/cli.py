@@ -76,6 +76,8 @@ def lint(
     force_exclude: bool = typer.Option(False, "--force-exclude", help="Apply excludes to paths named on the command line too (for pre-commit)."),
     stdin_filename: Optional[str] = typer.Option(None, "--stdin-filename", help="The name to report (and configure) stdin as."),
     show_settings: bool = typer.Option(False, "--show-settings", help="Print the settings that apply to the first path and exit."),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Worker processes to lint with (default: one per CPU when there are enough files)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Lint every file again instead of reusing cached findings (.ddpcheck_cache/)."),
 ) -> None:
     """Lint training scripts statically (never imports or runs them)."""
     from ddpcheck.lint.command import LintOptions, run_lint
@@ -97,6 +99,8 @@ def lint(
         stdin_filename=stdin_filename,
         show_settings=show_settings,
         color=_use_color(sys.stdout),
+        jobs=jobs,
+        no_cache=no_cache,
     )
     raise typer.Exit(run_lint(options))
 

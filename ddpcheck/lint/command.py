@@ -11,7 +11,6 @@ from ddpcheck.catalog import all_rules
 from ddpcheck.config import Selection, SettingsResolver, describe, validate_codes
 from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
-from ddpcheck.lint.facts import ProjectFacts
 from ddpcheck.lint.files import discover
 from ddpcheck.lint.fixes import apply_fixes
 from ddpcheck.lint.runner import LintResult, ReadError, decode_source, lint_files, lint_text
@@ -38,12 +37,19 @@ class LintOptions:
     stdin_filename: str | None = None
     show_settings: bool = False
     color: bool = False
+    jobs: int | None = None  # worker processes; None: automatic
+    no_cache: bool = False
 
 
 def run_lint(o: LintOptions) -> int:
     if o.output_format not in FORMATS:
         raise UserError(f"--output-format {o.output_format}: unknown format; choose one of {', '.join(FORMATS)}")
-    known = all_rules()
+    if o.no_cache:
+        known = all_rules()
+    else:
+        from ddpcheck.lint.cache import catalog, cache_root
+
+        known = catalog(cache_root())  # a fully cached run never imports the rules (nor libcst)
     overrides = Selection(
         select=None if o.select is None else validate_codes(o.select, "--select", known),
         extend_select=validate_codes(o.extend_select, "--extend-select", known),
@@ -62,7 +68,14 @@ def run_lint(o: LintOptions) -> int:
         if "-" in o.paths:
             raise UserError("`-` (stdin) cannot be combined with other paths")
         found = discover(o.paths, resolver, force_exclude=o.force_exclude)
-        result = lint_files(list(found.files), resolver)
+        if o.jobs is not None and o.jobs < 1:
+            raise UserError(f"--jobs {o.jobs}: must be at least 1 (leave it out to use every CPU)")
+        cache = None
+        if not o.no_cache:
+            from ddpcheck.lint.cache import LintCache, cache_root
+
+            cache = LintCache(cache_root())
+        result = lint_files(list(found.files), resolver, jobs=o.jobs, cache=cache, known=known)
         result.errors[:0] = found.errors
         if o.fix or o.diff:
             _fix_files(result, resolver, o)
@@ -90,6 +103,8 @@ def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict) -> Lint
     except ReadError as err:
         result.errors.append(str(err))
         return result
+    from ddpcheck.lint.facts import ProjectFacts
+
     facts = ProjectFacts()
     findings = lint_text(display, path, source, resolver, facts, known)
     if o.fix and not o.diff:
@@ -120,6 +135,8 @@ def _fix_until_stable(display, path, source, findings, resolver, facts, known, u
 
 
 def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions) -> None:
+    from ddpcheck.lint.facts import ProjectFacts
+
     known = all_rules()
     facts = ProjectFacts()
     remaining: list[Finding] = []

@@ -1,8 +1,8 @@
 """Lint one file: parse once, walk once with every rule, then position, suppress and fix.
 
 Cost model (see bench/): libcst's parse is the floor. One traversal with a cheap dispatch table
-comes next; positions (a full position-tracking codegen) are computed only when a file has a
-finding, and only once for that file.
+comes next; positions are computed only when a file has a finding, only for the reported nodes
+(lint/positions.py: one plain code generation, lines counted between those nodes only).
 """
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ from collections import defaultdict
 from typing import Callable, Iterable, Sequence
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.findings import Edit, Finding, Fix
-from ddpcheck.lint import suppress
+from ddpcheck.lint import suppress, traverse
 from ddpcheck.lint.context import CallSite, FileContext, ForSite, Guard, Scope
 from ddpcheck.lint.facts import ProjectFacts
 from ddpcheck.lint.names import dotted
+from ddpcheck.lint.positions import node_ranges
 from ddpcheck.lint.rule import Replace, Rule
 from ddpcheck.lint.tool_codes import SyntaxErrorInFile
 
@@ -246,7 +246,7 @@ _RUN_FACTS = ProjectFacts()
 
 def walk(ctx: FileContext, rules: Sequence[Rule]) -> None:
     """Fill `ctx` (calls, assignments, imports, functions) in one traversal, running `rules`' hooks."""
-    ctx.module.visit(_Walker(ctx, rules))
+    traverse.visit(ctx.module, _Walker(ctx, rules))  # libcst's own visit would rebuild every node
 
 
 def lint_source(
@@ -277,7 +277,8 @@ def lint_source(
 
 
 def _materialise(ctx: FileContext) -> list[Finding]:
-    positions = MetadataWrapper(ctx.module, unsafe_skip_copy=True).resolve(PositionProvider)
+    # Positions only for the reported nodes (PositionProvider for every node costs more than the parse).
+    positions = node_ranges(ctx.module, [pending.node for pending in ctx.pending])
     findings = []
     seen = set()
     for pending in ctx.pending:
@@ -285,8 +286,7 @@ def _materialise(ctx: FileContext) -> list[Finding]:
         if rng is None:  # a node the rule built itself: report at the file start
             line, col, end_line, end_col = 1, 1, 1, 1
         else:
-            line, col = rng.start.line, rng.start.column + 1
-            end_line, end_col = rng.end.line, rng.end.column + 1
+            line, col, end_line, end_col = rng[0], rng[1] + 1, rng[2], rng[3] + 1
         key = (pending.rule.code, line, col)
         if key in seen:
             continue
@@ -312,7 +312,7 @@ def _materialise(ctx: FileContext) -> list[Finding]:
 def _to_fix(ctx: FileContext, replace: Replace) -> Fix:
     """Turn a node replacement into one text edit: the span where old and new text differ."""
     old = ctx.source
-    new = ctx.module.deep_replace(replace.node, replace.new).code
+    new = traverse.replace(ctx.module, replace.node, replace.new).code  # deep_replace rebuilds every node
     start = 0
     limit = min(len(old), len(new))
     while start < limit and old[start] == new[start]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ddpcheck.lint import project
+from ddpcheck.lint import project, traverse
 
 if TYPE_CHECKING:
     from ddpcheck.lint.context import CallSite, FileContext
@@ -257,7 +257,7 @@ def _body_facts(ctx: FileContext, node: cst.FunctionDef) -> frozenset[str]:
     if id(node) in cache:
         return cache[id(node)]
     finder = _BodyFacts(ctx)
-    node.body.visit(finder)
+    traverse.visit(node.body, finder)  # libcst's own visit rebuilds every node it passes
     cache[id(node)] = frozenset(finder.found)
     return cache[id(node)]
 

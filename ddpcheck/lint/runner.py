@@ -1,6 +1,9 @@
 """Lint many files: read, pick the rules that apply to each, run the engine, collect one result.
 
-A file that cannot be read is an error line (exit 2) but never stops the others."""
+A file that cannot be read is an error line (exit 2) but never stops the others. Before any
+parsing, files that cannot be relevant are skipped (lint/prefilter.py) and files whose cached
+findings still hold are answered from the cache (lint/cache.py); the rest go to the engine, in
+worker processes when there are enough of them (lint/parallel.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +11,16 @@ import io
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddpcheck.catalog import all_rules
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding
-from ddpcheck.lint.engine import lint_source
-from ddpcheck.lint.facts import ProjectFacts
-from ddpcheck.lint.rules import rule_classes
 from ddpcheck.lint.tool_codes import SyntaxErrorInFile
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.cache import LintCache
+    from ddpcheck.lint.facts import ProjectFacts
 
 
 @dataclass
@@ -32,11 +37,14 @@ class ReadError(Exception):
 
 def read_source(path: Path) -> str:
     """The file's text, decoded as Python would (PEP 263 declaration, else UTF-8)."""
+    return decode_source(read_bytes(path), str(path))
+
+
+def read_bytes(path: Path) -> bytes:
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as err:
         raise ReadError(f"{path}: cannot read: {err.strerror or err}") from None
-    return decode_source(data, str(path))
 
 
 def decode_source(data: bytes, name: str) -> str:
@@ -55,6 +63,8 @@ def decode_source(data: bytes, name: str) -> str:
 
 
 def rules_for(settings: Settings, path: Path, known: dict) -> list[type]:
+    from ddpcheck.lint.rules import rule_classes
+
     enabled = settings.codes_for(path, known)
     return [r for r in rule_classes() if r.code in enabled]
 
@@ -65,6 +75,8 @@ def syntax_enabled(settings: Settings, path: Path, known: dict) -> bool:
 
 def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
               facts: ProjectFacts, known: dict) -> list[Finding]:
+    from ddpcheck.lint.engine import lint_source
+
     settings = resolver.for_path(path)
     findings = lint_source(display, source, rules_for(settings, path, known), facts)
     if not syntax_enabled(settings, path, known):
@@ -72,19 +84,87 @@ def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
     return findings
 
 
-def lint_files(files: list[Path], resolver: SettingsResolver) -> LintResult:
-    known = all_rules()
-    facts = ProjectFacts()
+def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | None = None,
+               cache: LintCache | None = None, known: dict | None = None) -> LintResult:
+    """Lint `files`; `jobs` worker processes (None: automatic), `cache` to reuse findings."""
+    from ddpcheck.lint import parallel
+    from ddpcheck.lint.prefilter import ImportScan, absolute
+
+    known = known if known is not None else all_rules()
     result = LintResult()
+    read: dict[Path, tuple[bytes, str]] = {}  # resolved path → bytes and text, files and helpers
+    items = []
     for path in files:
         display = str(path)
         try:
-            source = read_source(path)
+            data = read_bytes(path)
+            source = decode_source(data, display)
         except ReadError as err:
             result.errors.append(str(err))
             continue
         result.files += 1
         result.sources[display] = source
-        result.findings.extend(lint_text(display, path, source, resolver, facts, known))
+        read[absolute(path)] = (data, source)
+        items.append((display, path, data, source))
+
+    def helper(path: Path) -> tuple[bytes, str] | None:
+        if path not in read:
+            try:
+                data = path.read_bytes()
+                read[path] = (data, data.decode("utf-8", "replace"))
+            except OSError:
+                read[path] = (b"", "")
+        return read[path]
+
+    scan = ImportScan(lambda p: helper(p)[1])
+    static = frozenset(c for c, info in known.items() if info.kind == "lint")
+    todo: list[tuple[parallel.Job, str | None]] = []
+    for display, path, data, source in items:
+        relevant = scan.relevant(path, source)
+        settings = resolver.for_path(path)
+        syntax = syntax_enabled(settings, path, known)
+        verdict = None if relevant or not syntax else _compiles(display, source)
+        if not relevant and verdict is not None:
+            # No rule can fire: no libcst parse. Syntax errors are still reported, from CPython's
+            # own parser (about a fifth of libcst's cost).
+            if verdict is False:
+                from ddpcheck.lint.engine import _syntax_finding
+
+                result.findings.append(_syntax_finding(display, source, None))
+            continue
+        codes = settings.codes_for(path, known)
+        if not (codes & static) and not syntax:
+            continue
+        entry = None
+        if cache is not None:
+            from ddpcheck.lint.cache import key
+
+            deps = [helper(dep)[0] for dep in scan.dependencies(path, source)]
+            entry = key(display, data, codes, syntax, deps)
+            hit = cache.get(entry)
+            if hit is not None:
+                result.findings.extend(hit)
+                continue
+        todo.append((parallel.Job(display, str(path), source, codes, syntax), entry))
+    workers = parallel.worker_count(jobs, len(todo))
+    outputs = parallel.lint_jobs([job for job, _ in todo], workers)
+    for (job, entry), findings in zip(todo, outputs):
+        if cache is not None and entry is not None:
+            cache.put(entry, findings)
+        result.findings.extend(findings)
     result.findings.sort(key=Finding.sort_key)
     return result
+
+
+def _compiles(display: str, source: str) -> bool | None:
+    """Whether CPython parses `source`; None when it cannot tell (null bytes, deep nesting):
+    the engine then parses the file and words the error."""
+    import ast
+
+    try:
+        compile(source, display, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError:
+        return False
+    except (ValueError, RecursionError, MemoryError):
+        return None
+    return True

@@ -1,0 +1,166 @@
+"""Lint throughput: ddpcheck against libcst's own floor and TorchFix, measured in the same run.
+
+    python bench/lint_bench.py [--reps 3] [--torchfix PATH] [--keep DIR]
+
+Every row is a separate process; its CPU time (user + system, from `os.wait4`, so worker
+processes count too) and wall time are taken, the median of `--reps` repetitions is reported.
+The machine is shared and noisy, so targets are ratios against baselines of the same run. Every
+row includes starting Python and importing libcst (the `start-up` row shows that part).
+
+TorchFix 0.7.0 lives in its own environment (it pins libcst < 1.6); see bench/README.md. When
+it is missing its row says so and the rest runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+from corpus import write_corpus  # noqa: E402
+
+DEFAULT_TORCHFIX = HERE / ".venv-torchfix" / "bin" / "torchfix"
+
+
+def measure(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, float]:
+    """(CPU seconds of the process and everything it waited for, wall seconds)."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"benchmark command failed ({proc.returncode}): {' '.join(cmd[:6])} ...\n{err[-2000:]}")
+    return usage.ru_utime + usage.ru_stime, wall
+
+
+def median_of(reps: int, cmd: list[str], cwd: Path, env: dict | None = None, prepare=None) -> tuple[float, float]:
+    cpus, walls = [], []
+    for _ in range(reps):
+        if prepare is not None:
+            prepare()
+        cpu, wall = measure(cmd, cwd, env)
+        cpus.append(cpu)
+        walls.append(wall)
+    return statistics.median(cpus), statistics.median(walls)
+
+
+def ddpcheck_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("DDPCHECK_CACHE_DIR", None)
+    return env
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per row (median reported)")
+    ap.add_argument("--torchfix", type=Path, default=DEFAULT_TORCHFIX, help="the torchfix executable")
+    ap.add_argument("--keep", type=Path, help="write the corpus here and keep it")
+    args = ap.parse_args()
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="ddpcheck-bench-"))
+    if work.exists() and args.keep:
+        shutil.rmtree(work)
+    ddp, mixed = write_corpus(work)
+    py = sys.executable
+    env = ddpcheck_env()
+    lines = sum(len(p.read_text().splitlines()) for p in ddp)
+    ddp_names = [str(p.relative_to(work / "ddp")) for p in ddp]
+    mixed_names = [str(p.relative_to(work / "mixed")) for p in mixed]
+    torchy = sum("torch" in p.read_text() for p in mixed)
+    base = [py, str(HERE / "baselines.py")]
+    lint = [py, "-m", "ddpcheck", "lint", "--output-format", "concise"]
+    reps = args.reps
+    cache_dir = work / "ddp" / ".ddpcheck_cache"
+
+    def clear_cache():
+        shutil.rmtree(cache_dir, ignore_errors=True)
+
+    rows: dict[str, tuple[float, float]] = {}
+    print(f"corpus: {len(ddp)} DDP files ({lines} lines); mixed tree: {len(mixed)} files, {torchy} mention torch", flush=True)
+
+    def row(name, cmd, cwd, **kw):
+        rows[name] = median_of(reps, cmd, cwd, **kw)
+        print(f"  {name}: {rows[name][0]:.2f} s CPU, {rows[name][1]:.2f} s wall", file=sys.stderr, flush=True)
+
+    ddp_dir = work / "ddp"
+    row("start-up (python + import libcst)", base + ["noop"], ddp_dir)
+    row("ast.parse + ast.walk", base + ["ast", *ddp_names], ddp_dir)
+    row("libcst parse", base + ["parse", *ddp_names], ddp_dir)
+    row("libcst parse + CSTVisitor traversal", base + ["parse_visit", *ddp_names], ddp_dir)
+    row("libcst parse + PositionProvider", base + ["parse_positions", *ddp_names], ddp_dir)
+    row("ddpcheck lint --no-cache -j1", lint + ["--no-cache", "-j1", "."], ddp_dir, env=env)
+    row("ddpcheck lint --no-cache -j2", lint + ["--no-cache", "-j2", "."], ddp_dir, env=env)
+    row("ddpcheck lint (cold cache)", lint + ["."], ddp_dir, env=env, prepare=clear_cache)
+    row("ddpcheck lint (unchanged re-run, cached)", lint + ["."], ddp_dir, env=env)
+    tf = args.torchfix
+    torchfix_note = ""
+    if tf.exists():
+        row("TorchFix 0.7.0 -j1", [str(tf), "-j", "1", *ddp_names], ddp_dir)
+    else:
+        torchfix_note = f"TorchFix not measured: {tf} is missing (see bench/README.md)."
+    mixed_dir = work / "mixed"
+    row("mixed: libcst parse of every file", base + ["parse", *mixed_names], mixed_dir)
+    row("mixed: ddpcheck lint --no-cache -j1", lint + ["--no-cache", "-j1", "."], mixed_dir, env=env)
+    one = ddp_names[1]
+    row("one file: python -c pass", [py, "-c", "pass"], ddp_dir)
+    row("one file: ddpcheck lint --no-cache", lint + ["--no-cache", one], ddp_dir, env=env)
+    row("one file: python -c 'import ddpcheck.cli'", [py, "-c", "import ddpcheck.cli"], ddp_dir, env=env)
+
+    parse = rows["libcst parse"][0]
+    start = rows["start-up (python + import libcst)"][0]
+    print()
+    print(f"### Lint: {len(ddp)} DDP scripts ({lines} lines), median of {reps}, CPU = user+sys of the process and its workers")
+    print()
+    print("| run | CPU s | wall s | CPU / libcst parse |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, (cpu, wall) in rows.items():
+        ratio = f"{cpu / parse:.2f}x" if not name.startswith(("mixed", "one file")) else ""
+        print(f"| {name} | {cpu:.2f} | {wall:.2f} | {ratio} |")
+    print()
+    ours = rows["ddpcheck lint --no-cache -j1"]
+    j2 = rows["ddpcheck lint --no-cache -j2"]
+    cached = rows["ddpcheck lint (unchanged re-run, cached)"]
+    single = rows["one file: ddpcheck lint --no-cache"]
+    mixed_ours = rows["mixed: ddpcheck lint --no-cache -j1"]
+    mixed_parse = rows["mixed: libcst parse of every file"]
+    print("| target | measured | goal | met |")
+    print("| --- | ---: | ---: | :---: |")
+
+    def target(name, value, goal, ok):
+        print(f"| {name} | {value} | {goal} | {'yes' if ok else 'NO'} |")
+
+    r = ours[0] / parse
+    target("ddpcheck CPU / libcst parse (DDP corpus, -j1)", f"{r:.2f}x", "<= 2.5x", r <= 2.5)
+    net = (ours[0] - start) / max(1e-9, parse - start)
+    print(f"| same, start-up subtracted from both | {net:.2f}x | (for reference) | |")
+    if "TorchFix 0.7.0 -j1" in rows:
+        s = rows["TorchFix 0.7.0 -j1"][0] / ours[0]
+        target("TorchFix CPU / ddpcheck CPU", f"{s:.1f}x", ">= 10x", s >= 10)
+    sp = ours[1] / j2[1]
+    target("-j2 wall speed-up over -j1 (2 cores)", f"{sp:.2f}x", "scales (> 1.5x)", sp > 1.5)
+    target("unchanged re-run, cached (wall)", f"{cached[1]:.2f} s ({cached[0]:.2f} s CPU)", "<= 0.3 s", cached[1] <= 0.3)
+    target("one file, incl. interpreter start (wall)", f"{single[1]:.2f} s ({single[0]:.2f} s CPU)", "<= 0.35 s", single[1] <= 0.35)
+    m = mixed_ours[0] / mixed_parse[0]
+    target("mixed tree: ddpcheck CPU / parsing every file", f"{m:.2f}x", "< 1 (pre-filter)", m < 1)
+    if torchfix_note:
+        print()
+        print(torchfix_note)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Lint files in worker processes (`-j N`): each worker lints whole files and returns findings.
+
+Workers are forked from the CLI process, so they start with ddpcheck and libcst already
+imported; each keeps its own ProjectFacts (helper modules parsed once per worker, not per file).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from ddpcheck.findings import Finding
+
+FILES_PER_WORKER = 8  # below this a worker costs more to start than it saves
+
+
+@dataclass(frozen=True)
+class Job:
+    display: str  # the path as reported
+    path: str
+    source: str
+    codes: frozenset[str]  # the rules enabled for this file
+    syntax: bool  # whether a syntax error is reported
+
+
+def available_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def worker_count(requested: int | None, files: int) -> int:
+    """`-j N` as asked (never more workers than files); without it, one per CPU when there is
+    enough work to pay for starting them."""
+    if requested is not None:
+        return max(1, min(requested, files))
+    return max(1, min(available_cpus(), files // FILES_PER_WORKER))
+
+
+def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding]]:
+    """Findings per job, in the order of `jobs`."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [_lint(job) for job in jobs]
+    methods = multiprocessing.get_all_start_methods()
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    # A few chunks per worker: even load without paying a round trip per file.
+    chunksize = max(1, len(jobs) // (workers * 4))
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+        return list(pool.map(_lint, jobs, chunksize=chunksize))
+
+
+_facts = None  # this process's ProjectFacts, created on first use
+
+
+def _lint(job: Job) -> list[Finding]:
+    global _facts
+    from ddpcheck.lint.engine import lint_source
+    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.rules import rule_classes
+    from ddpcheck.lint.tool_codes import SyntaxErrorInFile
+
+    if _facts is None:
+        _facts = ProjectFacts()
+    rules = [r for r in rule_classes() if r.code in job.codes]
+    findings = lint_source(job.display, job.source, rules, _facts)
+    if not job.syntax:
+        findings = [f for f in findings if f.code != SyntaxErrorInFile.code]
+    return findings

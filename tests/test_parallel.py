@@ -1,0 +1,50 @@
+"""`-j/--jobs` through the real CLI: worker processes find exactly what one process finds."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, run_cli
+
+sys.path.insert(0, str(ROOT / "bench"))
+from corpus import ddp_script  # noqa: E402  (bench/ is not a package)
+
+
+@pytest.fixture(scope="module")
+def scripts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("scripts")
+    for i in range(24):
+        (d / f"train_{i:02d}.py").write_text(ddp_script(i))
+    (d / "broken.py").write_text("import torch\ndef f(:\n")  # a syntax error travels back too
+    return d
+
+
+def lint(d, *args):
+    return run_cli("lint", "--no-cache", "--output-format", "json", *args, ".", cwd=d)
+
+
+@pytest.mark.slow
+def test_two_workers_and_the_default_report_what_one_worker_reports(scripts):
+    one = lint(scripts, "-j1")
+    assert one.returncode == 1, one.stderr
+    assert '"DDP900"' in one.stdout and '"DDP001"' in one.stdout
+    assert lint(scripts, "--jobs", "2").stdout == one.stdout
+    assert lint(scripts).stdout == one.stdout  # automatic: one worker per CPU here
+
+
+def test_more_workers_than_files_is_fine(tmp_path):
+    (tmp_path / "a.py").write_text("import torch.distributed as dist\nfrom torch.utils.data import DataLoader\n"
+                                   "dist.init_process_group('gloo')\nDataLoader(ds)\n")
+    r = run_cli("lint", "--no-cache", "-j", "8", "--output-format", "concise", str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    assert "DDP001" in r.stdout
+
+
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_jobs_below_one_is_a_clear_error(tmp_path, value):
+    (tmp_path / "a.py").write_text("import torch\n")
+    r = run_cli("lint", f"--jobs={value}", str(tmp_path))
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"ddpcheck: error: --jobs {value}: must be at least 1 (leave it out to use every CPU)"
