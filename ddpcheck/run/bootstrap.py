@@ -61,6 +61,9 @@ PROBE_MODULES = (
 
 
 def install_probes(session: Session) -> None:
+    from ddpcheck.run import diagnostics
+
+    diagnostics.install(session)  # emulation, hangs, crash capture: before anything wraps torch
     install_core(session)
     for name in PROBE_MODULES:
         module = importlib.import_module(name)

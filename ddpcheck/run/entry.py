@@ -33,10 +33,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(argv: list[str], record_dir: str) -> int:
-    from ddpcheck.run import launcher, summary, verdicts
+    from ddpcheck.run import diagnostics, launcher, summary, verdicts
 
     launch = launcher.parse(argv, record_dir)
-    result = launcher.run_job(launch)
+    plan = diagnostics.prepare(launch)  # issue 5: emulation, spawn style, hang timeout
+    result = diagnostics.run(launch, plan)
     if result.launcher_error and not verdicts.load_records(record_dir):
         raise UserError(f"ddpcheck run: the launcher failed before any rank started: "
                         f"{result.launcher_error}")
@@ -45,11 +46,14 @@ def _run(argv: list[str], record_dir: str) -> int:
     ctx = verdicts.context_from(records, launch.nproc * launch.nnodes_max, launch.options)
     judged = verdicts.judge_all(records, ctx, launch.options.checks)
     rows = verdicts.rows(judged)
-    findings = verdicts.findings(judged)
+    incidents = diagnostics.findings(record_dir, records, result.exit_codes, interrupted=plan.interrupted,
+                                     spawn_site=plan.spawn_site, nproc_ignored=plan.nproc_ignored)
+    findings = incidents + verdicts.findings(judged)
 
-    script_code = _script_exit_code(records, result)
+    script_code = diagnostics.script_exit_code(incidents, _script_exit_code(records, result))
     failed = any(r.status == "fail" for r in rows)
     exit_code = script_code if script_code else (1 if failed else 0)
+    exit_code = diagnostics.exit_code(incidents, exit_code)
     job = {
         "target": launch.target.name if launch.target.kind == "module" else os.path.relpath(launch.target.name),
         "kind": launch.target.kind,
@@ -74,6 +78,7 @@ def _run(argv: list[str], record_dir: str) -> int:
         summary.write_report(launch.options.report, data)
     if launch.options.output_format == "full":
         summary.print_table(rows, job)
+        diagnostics.print_section(incidents, records=records)
     else:
         print(summary.render_other(launch.options.output_format, findings, data))
     return exit_code

@@ -73,6 +73,18 @@ def add_own_options(parser) -> None:
                        help="After the first K steps, check every N-th step (default 50; 0: never).")
     group.add_argument("--quiet", dest="ddpcheck_quiet", action="store_true",
                        help="No progress lines from ddpcheck during the run.")
+    # Issue 5 (diagnostics.py): CUDA emulation, hangs, spawn-style scripts.
+    group.add_argument("--cpu", dest="ddpcheck_cpu", action="store_true",
+                       help="Run a GPU script on the CPU with CUDA emulated (automatic without CUDA).")
+    group.add_argument("--hang-timeout", dest="ddpcheck_hang_timeout", default=30, metavar="S",
+                       help="Seconds without progress on every rank before ddpcheck calls it a hang, "
+                       "names where each rank waits and stops the job (default 30; 0: never).")
+    group.add_argument("--collective-timeout", dest="ddpcheck_collective_timeout", default=0, metavar="S",
+                       help="Give init_process_group(timeout=S) when the script passes none, so a "
+                       "stuck collective raises after S seconds (default 0: the script's own).")
+    group.add_argument("--spawn", dest="ddpcheck_spawn", action="store_true",
+                       help="The script starts its own workers (mp.spawn): run it with the plain "
+                       "interpreter (detected automatically when the call is in the script).")
 
 
 def _non_negative_int(value, flag: str) -> int:
@@ -107,4 +119,18 @@ def own_options_from(ns, record_dir: str) -> RunOptions:
         output_format=fmt,
         record_dir=record_dir,
         quiet=bool(ns.ddpcheck_quiet),
+        extra={"cpu": bool(ns.ddpcheck_cpu), "spawn": bool(ns.ddpcheck_spawn),
+               "hang_timeout": _non_negative_float(ns.ddpcheck_hang_timeout, "--hang-timeout"),
+               "collective_timeout": _non_negative_float(ns.ddpcheck_collective_timeout, "--collective-timeout"),
+               "nproc_given": ns.ddpcheck_nproc is not None},
     )
+
+
+def _non_negative_float(value, flag: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag}: expected a number of seconds, got {value!r}") from None
+    if number < 0:
+        raise UserError(f"{flag}: expected 0 or more, got {value}")
+    return number

@@ -1,0 +1,101 @@
+"""A rank that raises, a rank that waits in a collective nobody joins, and Ctrl-C: each is named
+in seconds, every rank is stopped, and no process of the run survives it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from diag_jobs import ROOT, assert_no_survivors, codes, ddpcheck_run, env, finding, fixture
+
+pytestmark = pytest.mark.slow
+
+
+def _line_of(path, text: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if text in t)
+
+
+def test_crash_on_rank_1_names_the_rank_and_the_line(tmp_path):
+    script = fixture("crash_rank1.py", tmp_path)
+    # A generous bound: the other rank must be stopped at once, not after a collective timeout.
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script)], tmp_path, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["ranks"] == [1]
+    assert crash["path"] == str(script)
+    assert crash["location"]["line"] == _line_of(script, "raise ValueError")
+    assert "rank 1 raised ValueError: planted fault at step 3" in crash["message"]
+    assert "error_file" not in proc.stdout + proc.stderr
+    assert "DDP120 rank-crashed" in proc.stdout
+    # What was checked until the crash is still reported.
+    assert data["job"]["steps"] >= 3 and len(data["ranks"]) == 2
+    assert_no_survivors(mark)
+
+
+def test_rank_0_barrier_hang_is_named_within_the_hang_timeout(tmp_path):
+    script = fixture("hang_barrier.py", tmp_path)
+    # Without ddpcheck this job waits gloo's 30 minutes; the bound is far below that.
+    proc, data, mark = ddpcheck_run(["--nproc", "4", "--hang-timeout", "5", str(script)], tmp_path, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    hang = finding(data, "DDP123")
+    barrier, all_reduce = _line_of(script, "dist.barrier()"), _line_of(script, "the other ranks wait here")
+    message = hang["message"]
+    assert f"rank 0 is in barrier at hang_barrier.py:{barrier} (call #4)" in message, message
+    assert f"ranks 1–3 are in all_reduce at hang_barrier.py:{all_reduce} (call #4)" in message, message
+    assert hang["ranks"] == [0] and hang["location"]["line"] == barrier
+    # Every rank's Python stack, taken while it was blocked inside gloo.
+    stacks = hang["details"]["states"]
+    assert sorted(stacks) == ["0", "1", "2", "3"]
+    assert f"line {barrier} in main" in stacks["0"]["stack"]
+    assert "DDP120" not in codes(data)  # the stopped ranks are not reported as crashes
+    assert_no_survivors(mark)
+
+
+def test_ctrl_c_stops_every_rank_and_writes_the_partial_report(tmp_path):
+    script = fixture("slow_steps.py", tmp_path)
+    mark = uuid.uuid4().hex
+    report = tmp_path / "report.json"
+    proc = subprocess.Popen([sys.executable, "-m", "ddpcheck", "run", "--nproc", "2", "--report", str(report),
+                             str(script)], cwd=ROOT, env=env(mark), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = threading.Event()
+    lines: list[str] = []
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if "ddpcheck-fixture: training" in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert seen.wait(120), "".join(lines)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    reader.join(10)
+    data = json.loads(report.read_text())
+    stopped = finding(data, "DDP124")
+    assert "interrupted after" in stopped["message"]
+    assert data["job"]["steps"] >= 3  # what ran before the interrupt is there
+    assert "DDP120" not in codes(data)
+    assert_no_survivors(mark)
+
+
+def test_rank_0_evaluating_while_the_others_wait_is_slow_not_hung(tmp_path):
+    # Three hang timeouts of CPU-bound work on rank 0 while rank 1 sits in a barrier.
+    proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", "2",
+                                     str(fixture("slow_rank0_eval.py", tmp_path)), "6"], tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert codes(data) == []
+    assert_no_survivors(mark)

@@ -1,0 +1,111 @@
+"""Quick tests of the issue-5 pieces that need no job: hang verdicts, spawn detection, crash
+classification, and the CUDA emulation in one plain process."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from diag_jobs import ROOT, cli_env
+
+from ddpcheck.run import crash
+from ddpcheck.run.probes.hangs import compose_verdict
+from ddpcheck.run.spawn import find_spawn
+
+
+def _state(rank, op=None, seq=0, site=None, last=None):
+    current = None if op is None else {"op": op, "seq": seq, "site": site, "tensor": "float32[4]"}
+    return {"rank": rank, "events": 3, "stalled_s": 5.0, "current": current, "last": last, "stack": ""}
+
+
+def test_verdict_names_the_odd_rank_and_both_call_sites():
+    states = {0: _state(0, "barrier", 7, "/x/train.py:42")}
+    states.update({r: _state(r, "all_reduce", 7, "/x/train.py:57") for r in (1, 2, 3)})
+    verdict = compose_verdict(states, 4, 5.0)
+    assert "rank 0 is in barrier at train.py:42 (call #7)" in verdict["message"]
+    assert "ranks 1–3 are in all_reduce at train.py:57 (call #7)" in verdict["message"]
+    assert verdict["ranks"] == [0]
+    assert verdict["site"] == "/x/train.py:42"
+
+
+def test_verdict_says_which_rank_did_not_answer_and_who_is_not_in_a_collective():
+    last = {"op": "all_reduce", "seq": 3, "site": "/x/t.py:9", "tensor": ""}
+    states = {0: _state(0, "all_reduce", 4, "/x/t.py:9"), 1: _state(1, last=last)}
+    message = compose_verdict(states, 3, 5.0)["message"]
+    assert "rank 0 is in all_reduce at t.py:9 (call #4)" in message
+    assert "rank 1 is not in a collective; its last one was all_reduce at t.py:9 (call #3)" in message
+    assert "rank 2 is silent: it did not answer" in message
+
+
+def test_spawn_calls_are_found_under_every_import_spelling(tmp_path):
+    cases = {
+        "import torch.multiprocessing as mp\nmp.spawn(f, nprocs=2)\n": "mp.spawn",
+        "from torch.multiprocessing import spawn\nspawn(f, nprocs=2)\n": "spawn",
+        "import torch.multiprocessing\ntorch.multiprocessing.spawn(f)\n": "torch.multiprocessing.spawn",
+        "from torch import multiprocessing as tmp\ntmp.start_processes(f)\n": "tmp.start_processes",
+    }
+    for i, (source, call) in enumerate(cases.items()):
+        path = tmp_path / f"s{i}.py"
+        path.write_text(source)
+        site = find_spawn(path)
+        assert site is not None and site.call == call and site.line == 2, source
+    plain = tmp_path / "plain.py"
+    plain.write_text("import multiprocessing as mp\nmp.Process(target=f).start()\nspawn = 1\n")
+    assert find_spawn(plain) is None
+    assert find_spawn(ROOT / "fixtures/run/ddp_tutorial_gpu.py") is None
+
+
+def test_a_peer_that_went_away_is_a_consequence_not_the_cause():
+    records = [
+        {"rank": 0, "probes": {"crash": {"rank": 0, "type": "RuntimeError", "message":
+         "[pair.cc:553] Connection closed by peer [127.0.0.1]:1", "path": "/x/t.py", "line": 19,
+         "function": "main", "traceback": "", "time": 1.0, "consequence": True}}},
+        {"rank": 1, "probes": {"crash": {"rank": 1, "type": "ValueError", "message": "boom",
+         "path": "/x/t.py", "line": 17, "function": "main", "traceback": "", "time": 2.0,
+         "consequence": False}}},
+    ]
+    (finding,) = crash.crash_findings(records, {0: 1, 1: 1})
+    assert finding.code == "DDP120" and finding.ranks == (1,) and finding.line == 17
+    assert "rank 1 raised ValueError: boom at t.py:17" in finding.message
+
+
+def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tmp_path):
+    script = textwrap.dedent("""
+        from ddpcheck.run import emulate
+        emulate.install()
+        import torch
+        assert torch.cuda.is_available() and torch.cuda.device_count() == 3
+        torch.cuda.set_device(2); torch.cuda.synchronize(); torch.cuda.manual_seed(0)
+        x = torch.ones(2, device=1).cuda().to("cuda:0", non_blocking=True)
+        m = torch.nn.Linear(2, 2).cuda(2).to(torch.device("cuda", 1))
+        print("devices", x.device, m.weight.device, torch.cuda.current_device())
+        for stmt in ["torch.cuda.Event(enable_timing=True)", "torch.cuda.current_stream()",
+                     "x.pin_memory()", "torch.load('nowhere.pt', map_location='cuda:0')",
+                     "torch.set_default_device('cuda')", "torch.autocast('cuda', dtype=torch.float16)",
+                     "torch.amp.GradScaler('cuda')", "torch.cuda.get_device_name(0)"]:
+            try:
+                eval(stmt)
+                print("NOT REFUSED", stmt)
+            except emulate.CudaNotEmulated as exc:
+                print("refused", exc)
+    """)
+    path = tmp_path / "gpu_bits.py"
+    path.write_text(script)
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120,
+                         env=cli_env(DDPCHECK_EMULATED_DEVICES="3"), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "devices cpu cpu 2" in out.stdout
+    assert "NOT REFUSED" not in out.stdout
+    refused = [line for line in out.stdout.splitlines() if line.startswith("refused")]
+    assert len(refused) == 8
+    # Each refusal names the call and the user's own line (the eval in the loop).
+    line = next(i for i, text in enumerate(script.splitlines(), 1) if "eval(stmt)" in text)
+    assert all(f" at {path}:{line} is not emulated on CPU" in text for text in refused), refused
+    assert any("torch.cuda.Event" in line for line in refused)
+
+
+def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():
+    (killed,) = crash.crash_findings([], {0: -15, 1: -9})
+    assert killed.code == "DDP127" and killed.ranks == (1,)
+    assert "SIGKILL" in killed.message and "out of memory" in killed.message
