@@ -59,6 +59,10 @@ class Session:
         self.staged: dict[str, int] = {}
         self.ended = False
         self.exchange_ok = True
+        # Inside DDP's Join() context ranks may make different numbers of steps: a collective of
+        # ours there could wait for a rank that has left the loop, so the live exchange pauses
+        # (the records are still compared after the job).
+        self.uneven = False
         self._last_flush = 0.0
         self.record_path = (
             os.path.join(options.record_dir, f"rank-{self.rank}.json") if options.record_dir else None
@@ -173,7 +177,7 @@ class Session:
 
     def _exchange(self, step: int) -> list[list[int]] | None:
         """All-gather this step's digests over ddpcheck's own gloo group (never the user's)."""
-        if self.group is None or not self.exchange_ok or self.world_size < 2:
+        if self.group is None or not self.exchange_ok or self.world_size < 2 or self.uneven:
             return None
         import torch
         import torch.distributed as dist
@@ -228,7 +232,7 @@ def install_core(session: Session) -> None:
             try:
                 # Same place in every rank's program order, so every rank creates it together.
                 session.group = dist.new_group(backend="gloo", timeout=timedelta(
-                    seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "300"))))
+                    seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "120"))))
             except Exception as exc:  # noqa: BLE001
                 session.meta["group_error"] = f"{type(exc).__name__}: {exc}"[:500]
         for fn in session.after_init:
@@ -247,6 +251,30 @@ def install_core(session: Session) -> None:
         module.destroy_process_group = destroy_process_group
 
     _wrap_ddp(session)
+    _watch_join(session)
+
+
+def _watch_join(session: Session) -> None:
+    import functools
+
+    from torch.distributed.algorithms.join import Join
+
+    original_enter, original_exit = Join.__enter__, Join.__exit__
+
+    @functools.wraps(original_enter)
+    def __enter__(self):
+        session.uneven = True
+        return original_enter(self)
+
+    @functools.wraps(original_exit)
+    def __exit__(self, *exc):
+        try:
+            return original_exit(self, *exc)
+        finally:
+            session.uneven = False
+            session.meta["used_join"] = True
+
+    Join.__enter__, Join.__exit__ = __enter__, __exit__
 
 
 def _wrap_ddp(session: Session) -> None:

@@ -111,8 +111,9 @@ def _fold(verdicts: dict[str, Verdict]) -> dict[str, Verdict]:
             break
     # A DDP model that was never used is a milder thing if the gradients still agreed
     # (the script all-reduces by hand).
-    used, grads = out.get("DDP109"), out.get("DDP105")
-    if used and used.status == FAIL and grads and grads.status == PASS:
+    used, grads, inputs = out.get("DDP109"), out.get("DDP105"), out.get("DDP104")
+    if used and used.status == FAIL and grads and grads.status == PASS \
+            and not (inputs and inputs.status == FAIL):  # (identical inputs: identical gradients)
         out["DDP109"] = replace(used, severity="warning", message=(used.message or "") +
                                 " (Gradients were identical on every rank, so something else "
                                 "synchronises them.)")

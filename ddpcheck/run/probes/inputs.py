@@ -30,15 +30,41 @@ def install(session) -> None:
     session.on_ddp_forward.append(on_ddp_forward)
 
 
+def _loader_batches(records: list[dict]) -> dict[int, dict[str, dict[int, int]]]:
+    """loader label -> rank -> {step: digest} for loaders without indices (see shards.py)."""
+    from ddpcheck.run.probes.shards import loader_label
+
+    out: dict = {}
+    for r in records:
+        for info in r.get("probes", {}).get("shards", {}).get("loaders", []):
+            if info.get("batches"):
+                per = out.setdefault(loader_label(info), {})
+                per[r["rank"]] = {int(s): int(d) for s, d in info["batches"]}
+    return out
+
+
 def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     from ddpcheck.run.probes._compare import steps_by_rank
 
     per_rank = {r: s for r, s in steps_by_rank(records, PROBE).items() if s}
+    verdict = _judge(per_rank, "fed identical inputs to the DDP model")
+    if verdict.status != FAIL:
+        # No DDP forward to look at, or it looked fine: the batches of loaders without indices.
+        for label, batches in sorted(_loader_batches(records).items()):
+            other = _judge({r: s for r, s in batches.items() if s}, f"drew identical batches from {label}")
+            if other.status == FAIL or verdict.status == SKIP:
+                verdict = other
+            if other.status == FAIL:
+                break
+    return [verdict]
+
+
+def _judge(per_rank: dict[int, dict[int, int]], what: str) -> Verdict:
     if len(per_rank) < 2:
-        return [Verdict(CODE, SKIP, "no DDP forward with tensor inputs on two or more ranks")]
+        return Verdict(CODE, SKIP, "no DDP forward with tensor inputs on two or more ranks")
     common = sorted(set.intersection(*(set(v) for v in per_rank.values())))
     if not common:
-        return [Verdict(CODE, SKIP, "no common checked step")]
+        return Verdict(CODE, SKIP, "no common checked step")
     same_count: dict[tuple[int, int], int] = {}
     ranks = sorted(per_rank)
     for step in common:
@@ -49,17 +75,17 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     # A pair is a fault when it saw the same inputs at more than half of the compared steps.
     pairs = sorted(p for p, n in same_count.items() if n * 2 > len(common))
     if not pairs:
-        return [Verdict(CODE, PASS, f"inputs differ between ranks at {len(common)} checked steps")]
+        return Verdict(CODE, PASS, f"inputs differ between ranks at {len(common)} checked steps")
     involved = tuple(sorted({r for p in pairs for r in p}))
     worst = max(same_count[p] for p in pairs)
     shown = " and ".join(", ".join(map(str, group)) for group in _groups(pairs))
-    return [Verdict(CODE, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
-                    message=f"Ranks {shown} fed identical inputs to the DDP model at {worst} of "
+    return Verdict(CODE, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
+                    message=f"Ranks {shown} {what} at {worst} of "
                     f"{len(common)} checked steps: they compute the same gradients, so the extra "
                     "ranks add no data. Shard the data by rank (DistributedSampler, or split an "
                     "IterableDataset by get_rank()/get_worker_info()), and seed per-rank random "
                     "inputs with the rank.", ranks=involved, step=common[0],
-                    details={"pairs": [list(p) for p in pairs], "checked_steps": len(common)})]
+                    details={"pairs": [list(p) for p in pairs], "checked_steps": len(common)})
 
 
 def _groups(pairs: list[tuple[int, int]]) -> list[tuple[int, ...]]:

@@ -35,6 +35,8 @@ def install(session) -> None:
             "device": None if first is None else str(first.device),
             "device_ids": [str(d) for d in (ddp.device_ids or [])],
             "find_unused_parameters": bool(getattr(ddp, "find_unused_parameters", False)),
+            "cuda_devices": _cuda_count(first),
+            "gpu_uuid": _gpu_uuid(first),
             "forwards": 0,
         }
         section["ddp"].append(entry)
@@ -66,6 +68,27 @@ def install(session) -> None:
     session.on_ddp_forward.append(on_ddp_forward)
     session.after_step.append(after_step)
     session.at_end.append(at_end)
+
+
+def _cuda_count(param) -> int:
+    """How many GPUs this rank sees (0 for a CPU model; never initialises CUDA for one)."""
+    if param is None or param.device.type != "cuda":
+        return 0
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def _gpu_uuid(param) -> str | None:
+    """The physical GPU (cuda:0 is a different one on ranks with their own CUDA_VISIBLE_DEVICES)."""
+    if param is None or param.device.type != "cuda":
+        return None
+    import torch
+
+    try:
+        return str(torch.cuda.get_device_properties(param.device).uuid)
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def _sections(records: list[dict]) -> dict[int, dict]:
@@ -113,7 +136,7 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
             n = sum(d["forwards"] for s in secs.values() for d in s["ddp"])
             out.append(Verdict(USED, PASS, f"DDP forward called ({n} times over all ranks)"))
 
-    out.append(_devices(secs))
+    out.append(_devices(secs, {r["rank"]: r.get("local_rank", 0) for r in records}))
 
     # Ranks that ended normally: a crashed rank's missing destroy is the crash's business.
     clean = {r["rank"] for r in records if r.get("status") == "finished" and not r.get("exit_code")}
@@ -135,24 +158,27 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     return out
 
 
-def _devices(secs: dict[int, dict]) -> Verdict:
-    cuda = {r: d["device"] for r, s in secs.items() for d in s["ddp"][:1]
-            if d["device"] and d["device"].startswith("cuda")}
+def _devices(secs: dict[int, dict], local_ranks: dict[int, int]) -> Verdict:
+    first = {r: s["ddp"][0] for r, s in secs.items() if s["ddp"]}
+    cuda = {r: d["device"] for r, d in first.items() if d["device"] and d["device"].startswith("cuda")}
     if not cuda:
         return Verdict(DEVICE, SKIP, "no CUDA model")
-    records_local = {r: s for r, s in secs.items()}
     wrong, taken = [], {}
     for rank, device in sorted(cuda.items()):
         index = int(device.split(":")[1]) if ":" in device else 0
-        key = (records_local[rank]["host"], index)
+        key = (secs[rank]["host"], first[rank].get("gpu_uuid") or index)
+        local = local_ranks.get(rank, 0)
         if key in taken:
             wrong.append((rank, device, f"shares {device} with rank {taken[key]}"))
+        elif first[rank].get("cuda_devices", 0) > 1 and index != local:
+            # (a rank that sees one GPU, through CUDA_VISIBLE_DEVICES, rightly uses cuda:0)
+            wrong.append((rank, device, f"uses {device} but its LOCAL_RANK is {local}"))
         taken.setdefault(key, rank)
     if wrong:
         ranks = tuple(r for r, _, _ in wrong)
         what = "; ".join(f"rank {r} {why}" for r, _, why in wrong)
         return Verdict(DEVICE, FAIL, what, ranks=ranks,
-                       message=f"Ranks share a GPU ({what}). Call torch.cuda.set_device(LOCAL_RANK) "
+                       message=f"Ranks are not on their own GPU ({what}). Call torch.cuda.set_device(LOCAL_RANK) "
                        "and build the model on cuda:LOCAL_RANK.", details={"devices": cuda})
     return Verdict(DEVICE, PASS, "one device per rank", details={"devices": cuda})
 

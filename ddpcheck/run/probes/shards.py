@@ -111,6 +111,29 @@ def capture(session) -> None:
         self._ddpcheck_loader = id(loader)
         original_iter_init(self, loader, *args, **kwargs)
 
+    original_next = dl._BaseDataLoaderIter.__next__
+
+    def __next__(self):
+        batch = original_next(self)
+        state = loaders.get(getattr(self, "_ddpcheck_loader", None))
+        if state is not None and state["info"].get("iterable"):
+            _name(state)
+            _fingerprint_batch(state, batch)
+        return batch
+
+    def _fingerprint_batch(state, batch) -> None:
+        """A loader without indices (IterableDataset): fingerprint its first batch before each
+        checked step instead, for the identical-inputs check."""
+        from ddpcheck.run.fingerprint import structure_crc
+
+        step = session.step + 1
+        if state.get("batch_window") == step or not session.is_checked(step):
+            return
+        state["batch_window"] = step
+        digest = structure_crc(batch)
+        if digest is not None:
+            state["info"].setdefault("batches", []).append([step, digest])
+
     original_next_index = dl._BaseDataLoaderIter._next_index
 
     def _next_index(self):
@@ -131,16 +154,22 @@ def capture(session) -> None:
             state["info"]["opaque"] = True
         return index
 
-    def _new_epoch(state, it) -> None:
-        if state["epoch"] is not None:
-            state["epoch"].sync()
+    def _name(state) -> None:
+        """The user's variable for the loader, from the frame that iterates it (once)."""
         info = state["info"]
-        if info["name"] is None:
+        if info["name"] is None and not state.get("named"):
+            state["named"] = True
             frame = _user_frame()
             if frame is not None:
                 loader = state["loader"]
                 info["name"] = next((k for k, v in frame.f_locals.items() if v is loader), None)
+
+    def _new_epoch(state, it) -> None:
+        if state["epoch"] is not None:
+            state["epoch"].sync()
+        _name(state)
         sampler = getattr(state["loader"], "sampler", None)
+        info = state["info"]
         record = {"sampler_epoch": getattr(sampler, "epoch", None), "count": 0, "complete": False,
                   "head": [], "crc": 0, "indices": None, "step": session.step}
         info["epochs"].append(record)
@@ -163,6 +192,7 @@ def capture(session) -> None:
     dl.DataLoader.__init__ = __init__
     dl._BaseDataLoaderIter.__init__ = iter_init
     dl._BaseDataLoaderIter._next_index = _next_index
+    dl._BaseDataLoaderIter.__next__ = __next__
     session.after_step.append(after_step)
     session.at_end.append(at_end)
 
