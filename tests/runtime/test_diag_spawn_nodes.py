@@ -9,7 +9,7 @@ import sys
 import uuid
 
 import pytest
-from diag_jobs import ROOT, assert_no_survivors, codes, ddpcheck_run, env, finding, fixture
+from diag_jobs import ROOT, assert_no_survivors, ddpcheck_run, env, finding, fixture
 
 pytestmark = pytest.mark.slow
 

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from ddpcheck.run import sites
 
 HANG_EXIT_CODE = 87
-BUSY_CPU_RATIO = 0.2  # CPU seconds per wall second above which a rank counts as computing
+BUSY_CPU_RATIO = 0.05  # CPU seconds per wall second above which a rank counts as computing (blocked in gloo: ~0)
 ENV_TIMEOUT = "DDPCHECK_HANG_TIMEOUT"
 ENV_COLLECTIVE_TIMEOUT = "DDPCHECK_COLLECTIVE_TIMEOUT"  # seconds; init_process_group(timeout=) when unset
 DEFAULT_TIMEOUT_S = 30.0
