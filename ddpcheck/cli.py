@@ -66,7 +66,7 @@ def lint(
     extend_select: Optional[List[str]] = typer.Option(None, "--extend-select", help="Codes or prefixes to enable on top of the configured set."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Codes or prefixes to disable."),
     config: Optional[Path] = typer.Option(None, "--config", help="Use this pyproject.toml / TOML file for every file."),
-    output_format: str = typer.Option("full", "--output-format", help="full, concise, json, github, sarif."),
+    output_format: str = typer.Option("full", "--output-format", help="full, concise, json, github, sarif (code scanning) or junit (CI test reports)."),
     exit_zero: bool = typer.Option(False, "--exit-zero", help="Exit 0 even when there are findings."),
     fix: bool = typer.Option(False, "--fix", help="Apply safe fixes in place."),
     unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="With --fix or --diff: apply unsafe fixes too."),

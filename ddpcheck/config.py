@@ -224,23 +224,37 @@ class SettingsResolver:
 
 
 def describe(settings: Settings, known: dict, path: Path) -> str:
-    """The settings that apply to `path`, for `ddpcheck config` / `lint --show-settings`."""
-    enabled = sorted(settings.enabled_codes(known) - set(settings.ignored_for(path)))
-    lines = [
-        f"file: {path}",
-        f"config: {settings.source or '(defaults: no [tool.ddpcheck] found)'}",
-        f"root: {settings.root}",
+    """The settings that apply to `path`, for `ddpcheck config` / `lint --show-settings`: one
+    `key: value` line each, every selection step labelled with where it came from."""
+    origins = ("config", "command line") if settings.source else ("command line",)
+    layers = list(zip(origins, settings.layers))
+
+    def selection(sel: Selection) -> str:
+        parts = []
+        if sel.select is not None:
+            parts.append(f"select {', '.join(sel.select) or '(none)'}")
+        if sel.extend_select:
+            parts.append(f"extend-select {', '.join(sel.extend_select)}")
+        if sel.ignore:
+            parts.append(f"ignore {', '.join(sel.ignore)}")
+        return "; ".join(parts) or "-"
+
+    file_ignores = settings.ignored_for(path)
+    enabled = sorted(c for c in settings.enabled_codes(known) if not _matches_any(c, file_ignores))
+    # The steps in the order they apply (Ruff's): a later `select` replaces what came before.
+    rows = [
+        ("file", str(path)),
+        ("config", f"{settings.source} [tool.ddpcheck]" if settings.source and settings.source.name == "pyproject.toml"
+         else str(settings.source or "(none found: defaults)")),
+        ("root", str(settings.root)),
+        ("selection", "the rules that are on by default, then the steps below"),
+        *((f"  from {origin}", selection(sel)) for origin, sel in layers),
+        ("per-file-ignores", "; ".join(f"{p} = {', '.join(c)}" for p, c in settings.per_file_ignores) or "-"),
+        ("ignored for this file", ", ".join(file_ignores) or "-"),
+        ("exclude", ", ".join(settings.exclude) + (" (default)" if settings.exclude == DEFAULT_EXCLUDE else "")),
+        ("extend-exclude", ", ".join(settings.extend_exclude) or "-"),
+        ("excluded", "yes" if settings.is_excluded(path) else "no"),
+        (f"enabled rules ({len(enabled)})", ", ".join(enabled) or "(none)"),
     ]
-    for origin, sel in zip(("config", "command line") if settings.source else ("command line",), settings.layers):
-        lines += [
-            f"{origin}: select={list(sel.select) if sel.select is not None else '(unchanged)'} "
-            f"extend-select={list(sel.extend_select)} ignore={list(sel.ignore)}",
-        ]
-    lines += [
-        f"per-file-ignores: {dict((p, list(c)) for p, c in settings.per_file_ignores)}",
-        f"exclude: {list(settings.exclude)}",
-        f"extend-exclude: {list(settings.extend_exclude)}",
-        f"excluded: {'yes' if settings.is_excluded(path) else 'no'}",
-        f"enabled rules ({len(enabled)}): {', '.join(enabled)}",
-    ]
-    return "\n".join(lines)
+    width = max(len(key) for key, _ in rows) + 1
+    return "\n".join(f"{key + ':':<{width}} {value}" for key, value in rows)

@@ -17,6 +17,7 @@ BAD = textwrap.dedent(
 
     dist.init_process_group("gloo")
     loader = DataLoader(dataset, batch_size=64, shuffle=True)
+    dist.destroy_process_group()
     """
 )
 

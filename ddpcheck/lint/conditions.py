@@ -14,7 +14,12 @@ from ddpcheck.lint.context import Guard
 from ddpcheck.lint.names import dotted
 
 # Names whose value is a rank (global or local).
-_RANK_NAME = re.compile(r"(^|_)(global_|local_|node_)?rank$|^(rank|local_rank|global_rank|gpu_rank|node_rank)$", re.I)
+_RANK_NAME = re.compile(
+    r"(^|_)(global_|local_|node_)?rank$|^(rank|local_rank|global_rank|gpu_rank|node_rank)$"
+    # The per-process GPU index doubles as the local rank: `self.gpu_id == 0`, `args.gpu == 0`.
+    r"|^(gpu|gpu_id|gpu_idx|local_gpu|process_index|local_process_index)$",
+    re.I,
+)
 # Names/calls that are true on the main process only.
 _MAIN_PROCESS = re.compile(
     r"^(is_)?(main|master)(_process|_proc|_rank)?$|^is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"
@@ -66,6 +71,24 @@ def _is_zero_or_minus_one(expr: cst.BaseExpression) -> bool:
     return False
 
 
+_WORLD_NAME = re.compile(r"world_size$|^(n_?gpus?|num_gpus|nprocs|num_processes)$", re.I)
+
+
+def _is_not_distributed(test: cst.BaseExpression, resolve) -> bool:
+    """A test that holds only when the run is not distributed: `not args.distributed`,
+    `not dist.is_initialized()`, `world_size == 1`, `local_rank == -1`."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return True  # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, (cst.Equal, cst.LessThanEqual)) and isinstance(comp.comparator, cst.Integer):
+            if comp.comparator.evaluated_value == 1:
+                target = test.left.func if isinstance(test.left, cst.Call) else test.left
+                name = _last_name(target) or ""
+                return bool(_WORLD_NAME.search(name) or name == "get_world_size")
+    return False
+
+
 def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
     """True if `test` holds on rank 0 only; False if it holds on every rank but rank 0;
     None if it is not a rank condition."""
@@ -78,9 +101,18 @@ def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
         left = selects_main_rank(test.left, resolve)
         right = selects_main_rank(test.right, resolve)
         if isinstance(test.operator, cst.And):
-            # `if args.save and rank == 0` still runs on rank 0 only.
-            return True if (left is True or right is True) else None
-        return None  # `rank == 0 or x` may hold anywhere
+            # `if args.save and rank == 0` still runs on rank 0 only; `rank != 0 and x` only
+            # on other ranks.
+            if left is True or right is True:
+                return True
+            return False if (left is False or right is False) else None
+        # `not distributed or rank == 0` (ImageNet example style): in a distributed run only
+        # rank 0 passes; any other `x or rank == 0` may hold anywhere.
+        if (left is True and (right is True or _is_not_distributed(test.right, resolve))) or (
+            right is True and _is_not_distributed(test.left, resolve)
+        ):
+            return True
+        return None
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         comp = test.comparisons[0]
         left, right, op = test.left, comp.comparator, comp.operator
@@ -128,5 +160,67 @@ def under_rank_condition(guards: tuple[Guard, ...], resolve) -> Guard | None:
     """The innermost guard that makes the code run on some ranks and not others."""
     for guard in reversed(guards):
         if selects_main_rank(guard.test, resolve) is not None:
+            return guard
+    return None
+
+
+# Names/calls that are true exactly when the run is distributed (`args.distributed`, `ddp`,
+# `dist.is_initialized()`, `is_dist_avail_and_initialized()`).
+_DISTRIBUTED_FLAG = re.compile(
+    r"^(is_|use_|using_)?(distributed|ddp|multiprocessing_distributed|dist|dist_avail_and_initialized"
+    r"|initialized|dist_enabled|distributed_mode)$",
+    re.I,
+)
+
+
+def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
+    """True if `test` holds exactly when the run is distributed, False if exactly when it is not
+    (`not args.distributed`, `world_size == 1`, `local_rank == -1`); None if it says neither."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = is_distributed_test(test.expression, resolve)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = is_distributed_test(test.left, resolve)
+        right = is_distributed_test(test.right, resolve)
+        if isinstance(test.operator, cst.And):
+            # `distributed and x` holds only in distributed runs; `not distributed and x` only outside.
+            return left if left is not None else right
+        return left if left is not None and left == right else None
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        op, right = comp.operator, comp.comparator
+        left = test.left
+        if isinstance(right, cst.UnaryOperation) and _is_zero_or_minus_one(right) and is_rank_value(left, resolve):
+            if isinstance(op, (cst.Equal, cst.Is)):
+                return False  # local_rank == -1: launched without a launcher
+            if isinstance(op, (cst.NotEqual, cst.IsNot)):
+                return True
+            return None
+        target = left.func if isinstance(left, cst.Call) else left
+        name = _last_name(target) or ""
+        if (_WORLD_NAME.search(name) or name == "get_world_size") and isinstance(right, cst.Integer):
+            bound = right.evaluated_value
+            if (isinstance(op, cst.GreaterThan) and bound == 1) or (isinstance(op, cst.NotEqual) and bound == 1) or (
+                isinstance(op, cst.GreaterThanEqual) and bound == 2
+            ):
+                return True
+            if (isinstance(op, cst.Equal) and bound == 1) or (isinstance(op, cst.LessThan) and bound == 2) or (
+                isinstance(op, cst.LessThanEqual) and bound == 1
+            ):
+                return False
+        return None
+    target = test.func if isinstance(test, cst.Call) else test
+    name = _last_name(target)
+    if name and _DISTRIBUTED_FLAG.match(name):
+        return True
+    return None
+
+
+def on_single_process_only(guards: tuple[Guard, ...], resolve) -> Guard | None:
+    """The innermost guard that keeps the code to non-distributed runs (`if not args.distributed:`,
+    the `else` of `if ddp:`, after `if world_size > 1: return`), if any."""
+    for guard in reversed(guards):
+        distributed = is_distributed_test(guard.test, resolve)
+        if distributed is not None and distributed == guard.negated:
             return guard
     return None

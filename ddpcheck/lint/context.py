@@ -101,6 +101,16 @@ class CallSite:
 
 
 @dataclass(frozen=True, eq=False)
+class ForSite:
+    """One `for` statement, with the loops and guards around it (as for CallSite)."""
+
+    node: cst.For
+    scope: Scope
+    loops: tuple[cst.CSTNode, ...]
+    guards: tuple[Guard, ...]
+
+
+@dataclass(frozen=True, eq=False)
 class Pending:
     """A finding before it has a position: lines are computed only for nodes that get one."""
 
@@ -120,6 +130,8 @@ class FileContext:
         self.names = ImportMap()
         self.calls: list[CallSite] = []
         self.functions: dict[str, cst.FunctionDef] = {}  # qualified name within the file → def
+        self.fors: list[ForSite] = []
+        self.targets: dict[int, list[str]] = {}  # id(assigned value node) → names it was assigned to
         self.module_scope = Scope("<module>", module)
         self.facts = facts
         self.pending: list[Pending] = []
@@ -127,6 +139,10 @@ class FileContext:
     # --- queries -----------------------------------------------------------------------------
     def qualname(self, expr: cst.BaseExpression) -> str | None:
         return self.names.resolve(expr)
+
+    def assigned_names(self, value: cst.CSTNode) -> list[str]:
+        """The names (`loader`, `self.loader`) that `value` was assigned to, in source order."""
+        return self.targets.get(id(value), [])
 
     def calls_to(self, *qualnames: str) -> Iterator[CallSite]:
         wanted = set(qualnames)

@@ -16,7 +16,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.findings import Edit, Finding, Fix
 from ddpcheck.lint import suppress
-from ddpcheck.lint.context import CallSite, FileContext, Guard, Scope
+from ddpcheck.lint.context import CallSite, FileContext, ForSite, Guard, Scope
 from ddpcheck.lint.facts import ProjectFacts
 from ddpcheck.lint.names import dotted
 from ddpcheck.lint.rule import Replace, Rule
@@ -34,8 +34,8 @@ class _Walker(cst.CSTVisitor):
         self.loops: list[cst.CSTNode] = []
         self.guards: list[Guard] = []
         self.withs: list[cst.With] = []
-        self._saved: list[tuple[list, list, list, list]] = []  # loops/guards/withs outside a function
-        self._blocks: list[int] = []  # guard depth at the start of each open block
+        self._saved: list[tuple[list, list, list]] = []  # loops/guards/withs outside a function
+        self._block_marks: list[int] = []  # len(guards) when each indented block was entered
         self.visit_hooks: dict[type, list[Callable]] = defaultdict(list)
         self.leave_hooks: dict[type, list[Callable]] = defaultdict(list)
         self.call_hooks: list[Callable[[CallSite], None]] = []
@@ -92,13 +92,20 @@ class _Walker(cst.CSTVisitor):
         self.scope = Scope(node.name.value, node, self.scope)
         if isinstance(node, cst.FunctionDef):
             self.ctx.functions[self.scope.qualname] = node
+            # Parameters are bound here, by the caller: they shadow outer names with unknown values.
+            params = node.params
+            for param in (*params.posonly_params, *params.params, *params.kwonly_params):
+                self.scope.assignments.setdefault(param.name.value, [])
+            for star in (params.star_arg, params.star_kwarg):
+                if isinstance(star, cst.Param):
+                    self.scope.assignments.setdefault(star.name.value, [])
         # Code in a function body runs when called, not under the loops/ifs around the def.
-        self._saved.append((self.loops, self.guards, self.withs, self._blocks))
-        self.loops, self.guards, self.withs, self._blocks = [], [], [], []
+        self._saved.append((self.loops, self.guards, self.withs))
+        self.loops, self.guards, self.withs = [], [], []
 
     def _leave_scope(self, node) -> None:
         self.scope = self.scope.parent
-        self.loops, self.guards, self.withs, self._blocks = self._saved.pop()
+        self.loops, self.guards, self.withs = self._saved.pop()
 
     def _call(self, node: cst.Call) -> None:
         call = CallSite(
@@ -113,6 +120,19 @@ class _Walker(cst.CSTVisitor):
         self.ctx.calls.append(call)
         for hook in self.call_hooks:
             hook(call)
+
+    def _enter_block(self, node) -> None:
+        self._block_marks.append(len(self.guards))
+
+    def _leave_block(self, node) -> None:
+        # Early-exit guards (see _early_exit) last until the end of the block that holds them.
+        del self.guards[self._block_marks.pop():]
+
+    def _early_exit(self, node: cst.If) -> None:
+        """`if rank != 0: return` (no else): the statements after it in the same block run only
+        where the test is false, as if they sat in its else branch."""
+        if node.orelse is None and _exits(node.body):
+            self.guards.append(Guard(node.test, True, node))
 
     def _assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -129,12 +149,20 @@ class _Walker(cst.CSTVisitor):
             return
         name = dotted(target)
         if name is not None and value is not None:
-            self.scope.assignments.setdefault(name, []).append(value)
+            scope = self.scope
+            scope.assignments.setdefault(name, []).append(value)
+            if name.startswith("self.") and scope.parent is not None and isinstance(scope.parent.node, cst.ClassDef):
+                # An attribute of `self` is shared by every method: `self.model = DDP(...)` in
+                # __init__ is what `self.model(x)` calls in train(). The method keeps its own
+                # list too, so lookups inside it still see only its own assignments first.
+                scope.parent.assignments.setdefault(name, []).append(value)
+            self.ctx.targets.setdefault(id(value), []).append(name)
 
     def _for_target(self, node: cst.For) -> None:
         name = dotted(node.target)
         if name is not None:
             self.scope.assignments.setdefault(name, [])
+        self.ctx.fors.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
 
     def _push_loop(self, node) -> None:
         self.loops.append(node)
@@ -151,22 +179,29 @@ class _Walker(cst.CSTVisitor):
     def _pop_guard(self) -> None:
         self.guards.pop()
 
-    def _open_block(self, node) -> None:
-        self._blocks.append(len(self.guards))
-
-    def _close_block(self, node) -> None:
-        del self.guards[self._blocks.pop():]
-
-    def _after_if(self, node: cst.If) -> None:
-        # `if rank != 0: return` — the rest of the block runs only where the test was false.
-        if node.orelse is None and _terminates(node.body):
-            self.guards.append(Guard(node.test, True, node))
-
     def _push_with(self, node: cst.With) -> None:
         self.withs.append(node)
 
     def _pop_with(self) -> None:
         self.withs.pop()
+
+
+def _exits(body: cst.BaseSuite) -> bool:
+    """Whether a block always leaves its function/loop iteration: ends in return/raise/continue/
+    break or a call of sys.exit()/exit()/os._exit()."""
+    statements = body.body
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(body, cst.SimpleStatementSuite):
+        small = last
+    elif isinstance(last, cst.SimpleStatementLine) and last.body:
+        small = last.body[-1]
+    else:
+        return False
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return dotted(small.value.func) in ("sys.exit", "exit", "quit", "os._exit")
+    return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
 _OWN_VISIT = {
@@ -178,37 +213,16 @@ _OWN_VISIT = {
     cst.Assign: _Walker._assign,
     cst.AnnAssign: _Walker._ann_assign,
     cst.For: _Walker._for_target,
-    cst.IndentedBlock: _Walker._open_block,
-    cst.Module: _Walker._open_block,
+    cst.IndentedBlock: _Walker._enter_block,
+    cst.Module: _Walker._enter_block,
 }
 _OWN_LEAVE = {
     cst.FunctionDef: _Walker._leave_scope,
     cst.ClassDef: _Walker._leave_scope,
-    cst.IndentedBlock: _Walker._close_block,
-    cst.Module: _Walker._close_block,
-    cst.If: _Walker._after_if,
+    cst.IndentedBlock: _Walker._leave_block,
+    cst.Module: _Walker._leave_block,
+    cst.If: _Walker._early_exit,
 }
-
-
-_TERMINATORS = (cst.Return, cst.Raise, cst.Continue, cst.Break)
-
-
-def _terminates(body: cst.BaseSuite) -> bool:
-    """Whether a block always leaves (return/raise/continue/break, or sys.exit()) at its end."""
-    statements = body.body
-    if not statements:
-        return False
-    last = statements[-1]
-    if isinstance(last, cst.SimpleStatementLine):
-        last = last.body[-1] if last.body else None
-    elif isinstance(body, cst.SimpleStatementSuite):
-        last = statements[-1]
-    if isinstance(last, _TERMINATORS):
-        return True
-    if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
-        name = dotted(last.value.func)
-        return name in ("sys.exit", "exit", "quit", "os._exit")
-    return False
 _OWN_ATTR_VISIT = {
     (cst.For, "body"): _Walker._push_loop,
     (cst.While, "body"): _Walker._push_loop,
@@ -225,6 +239,16 @@ _OWN_ATTR_LEAVE = {
 }
 
 
+# Facts learnt about helper modules, shared by the files of one process (one lint run) unless the
+# caller passes its own; entries are re-read when a helper's size or mtime changes.
+_RUN_FACTS = ProjectFacts()
+
+
+def walk(ctx: FileContext, rules: Sequence[Rule]) -> None:
+    """Fill `ctx` (calls, assignments, imports, functions) in one traversal, running `rules`' hooks."""
+    ctx.module.visit(_Walker(ctx, rules))
+
+
 def lint_source(
     path: str,
     source: str,
@@ -238,9 +262,9 @@ def lint_source(
         return [_syntax_finding(path, source, err)]
     except RecursionError:
         return [_syntax_finding(path, source, None)]
-    ctx = FileContext(path, source, module, facts if facts is not None else ProjectFacts())
+    ctx = FileContext(path, source, module, facts if facts is not None else _RUN_FACTS)
     instances = [rule(ctx) for rule in rules]
-    module.visit(_Walker(ctx, instances))
+    walk(ctx, instances)
     for rule in instances:
         rule.finish()
     if not ctx.pending:

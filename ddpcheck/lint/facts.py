@@ -1,18 +1,46 @@
 """Facts about what functions do — "this helper calls init_process_group" — so rules see through
-helpers such as `setup()` or `utils.init_distributed_mode()`.
+helpers such as `setup()` in the same file or `utils.init_distributed_mode()` in another module
+of the project.
 
-A fact is a name such as "init_process_group", "set_device", "destroy_process_group",
-"distributed_sampler", "collective", "rank_guard". A function has a fact when its body
-visibly does it, directly or through another function of the project that has it.
+A fact is a name; a function has it when its body visibly does it, directly or through another
+function of the file or of the project (followed through imports, across modules). Facts:
+
+- from calls (FACT_CALLS): init_process_group, destroy_process_group, set_device,
+  distributed_sampler, ddp_wrap, spawn, all_reduce, collective, save (torch.save),
+  load (torch.load), sync_batchnorm, barrier;
+- from the body (BODY_FACTS): rank_guard (an `if` on a rank condition), reads_launcher_env
+  (reads LOCAL_RANK/RANK/WORLD_SIZE from the environment), silences_print (replaces
+  `builtins.print`, DeiT's `setup_for_distributed`), is_rank_check (returns a rank-0 test:
+  `return get_rank() == 0`).
+
+Imported modules are found by lint/project.py (the project's own import roots, never
+site-packages), parsed with libcst — never imported —, walked once with the engine's walker and
+cached by path for the whole run.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ddpcheck.lint import project
 
 if TYPE_CHECKING:
     from ddpcheck.lint.context import CallSite, FileContext
+
+# Calls every rank of the group must make, in the same order, or the others wait forever.
+_COLLECTIVES = frozenset(
+    "torch.distributed." + n
+    for n in (
+        "all_reduce", "all_reduce_coalesced", "barrier", "monitored_barrier", "broadcast",
+        "broadcast_object_list", "all_gather", "all_gather_object", "all_gather_into_tensor",
+        "all_gather_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
+        "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single",
+        "new_group",
+    )
+)
 
 # fact → the canonical calls that establish it
 FACT_CALLS: dict[str, frozenset[str]] = {
@@ -21,35 +49,194 @@ FACT_CALLS: dict[str, frozenset[str]] = {
     "set_device": frozenset({"torch.cuda.set_device"}),
     "distributed_sampler": frozenset({"torch.utils.data.DistributedSampler"}),
     "ddp_wrap": frozenset({"torch.nn.parallel.DistributedDataParallel"}),
+    "all_reduce": frozenset({"torch.distributed.all_reduce", "torch.distributed.reduce"}),
+    "spawn": frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"}),
+    "collective": _COLLECTIVES,
+    "barrier": frozenset({"torch.distributed.barrier", "torch.distributed.monitored_barrier"}),
+    "save": frozenset({"torch.save"}),
+    "load": frozenset({"torch.load"}),
+    "sync_batchnorm": frozenset({"torch.nn.SyncBatchNorm.convert_sync_batchnorm"}),
 }
+BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
+_LAUNCHER_ENV = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+
+Target = tuple["FileContext", str]  # (the file's context, a function's qualified name in it)
 
 
 class ProjectFacts:
-    """Facts for the functions of the file being linted (and, see issue 3, of the project modules it
-    imports). Cached per run."""
+    """One per lint run: caches the parsed helper modules (by path, checked against the file's
+    size and mtime) and every function's facts."""
+
+    def __init__(self) -> None:
+        self._modules: dict[Path, tuple[tuple[int, int], FileContext | None]] = {}
+        self.parsed = 0  # helper modules parsed so far (tests and benchmarks read it)
+
+    # --- the API rules use -------------------------------------------------------------------
+    def call_does(self, ctx: FileContext, call: CallSite, fact: str) -> bool:
+        if call.qualname is not None and call.qualname in FACT_CALLS.get(fact, ()):
+            return True
+        target = self.target(ctx, call)
+        return target is not None and fact in self.function_facts(*target)
 
     def file_function_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
-        found = set()
+        """Kept for callers of the first version; same as function_facts."""
+        return self.function_facts(ctx, function, _seen)
+
+    def function_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
+        cache = ctx.__dict__.setdefault("_function_facts", {})
+        if function in cache:
+            return cache[function]
+        key = (ctx.path, function)
+        if key in _seen:
+            return frozenset()  # recursion (direct or mutual): what the cycle adds is counted once
+        seen = _seen | {key}
+        found: set[str] = set()
         for call in ctx.calls_in(function):
-            for fact, calls in FACT_CALLS.items():
-                if call.qualname in calls:
-                    found.add(fact)
-            target = _local_target(ctx, call)
-            if target and target not in _seen and target != function:
-                found |= self.file_function_facts(ctx, target, _seen | {function})
-        return frozenset(found)
+            if call.qualname is not None:
+                for fact, calls in FACT_CALLS.items():
+                    if call.qualname in calls:
+                        found.add(fact)
+            target = self.target(ctx, call)
+            if target is not None and target != (ctx, function):
+                found |= self.function_facts(*target, seen)
+        node = ctx.functions.get(function)
+        if node is not None:
+            found |= _body_facts(ctx, node)
+        result = frozenset(found)
+        if not _seen:  # only complete answers are cached (a cycle may still be open below)
+            cache[function] = result
+        return result
 
-    def call_does(self, ctx: FileContext, call: CallSite, fact: str) -> bool:
-        if call.qualname in FACT_CALLS.get(fact, ()):
-            return True
-        target = _local_target(ctx, call)
-        if target is not None:
-            return fact in self.file_function_facts(ctx, target)
-        return False
+    def target(self, ctx: FileContext, call: CallSite) -> Target | None:
+        """The function `call` invokes, when it is one of the file or of the project."""
+        if call.qualname is None:
+            if call.dotted in ctx.functions:
+                return ctx, call.dotted
+            if call.dotted and "." not in call.dotted:
+                for module in _star_imports(ctx):
+                    found = self._imported(ctx, f"{module}.{call.dotted}")
+                    if found is not None:
+                        return found
+            return None
+        return self._imported(ctx, call.qualname)
+
+    # --- cross-file --------------------------------------------------------------------------
+    def _imported(self, ctx: FileContext, qualname: str) -> Target | None:
+        if qualname.startswith("torch.") or not ctx.path or ctx.path == "-":
+            return None
+        where = project.locate(Path(ctx.path).resolve(), qualname)
+        if where is None:
+            return None
+        path, function = where
+        helper = self.module(path)
+        if helper is None:
+            return None
+        if function in helper.functions:
+            return helper, function
+        # Re-exported: `from .dist import setup` in a package's __init__.py.
+        origin = helper.names.aliases.get(function.split(".", 1)[0])
+        if origin is not None and origin != qualname:
+            rest = function.partition(".")[2]
+            return self._imported(helper, f"{origin}.{rest}" if rest else origin)
+        return None
+
+    def module(self, path: Path) -> FileContext | None:
+        """The helper module at `path`, parsed and walked once per run (None if unreadable)."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = self._modules.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        ctx = None
+        try:
+            source = path.read_text(encoding="utf-8")
+            module = cst.parse_module(source)
+        except (OSError, UnicodeDecodeError, cst.ParserSyntaxError, RecursionError):
+            module = None
+        if module is not None:
+            from ddpcheck.lint.context import FileContext
+            from ddpcheck.lint.engine import walk
+
+            ctx = FileContext(str(path), source, module, self)
+            walk(ctx, [])
+            self.parsed += 1
+        self._modules[path] = (stamp, ctx)
+        return ctx
 
 
-def _local_target(ctx: FileContext, call: CallSite) -> str | None:
-    """The file-level function a call invokes, when the call is a plain name defined in the file."""
-    if call.qualname is None and call.dotted in ctx.functions:
-        return call.dotted
-    return None
+def _star_imports(ctx: FileContext) -> list[str]:
+    cached = ctx.__dict__.get("_star_imports")
+    if cached is None:
+        cached = []
+        for statement in ctx.module.body:
+            if isinstance(statement, cst.SimpleStatementLine):
+                for small in statement.body:
+                    if isinstance(small, cst.ImportFrom) and isinstance(small.names, cst.ImportStar):
+                        from ddpcheck.lint.names import dotted
+
+                        cached.append("." * len(small.relative) + (dotted(small.module) or "")
+                                      if small.module is not None else "." * len(small.relative))
+        ctx._star_imports = cached
+    return cached
+
+
+def _body_facts(ctx: FileContext, node: cst.FunctionDef) -> frozenset[str]:
+    """Facts read from a function's own body (not its calls): walked lazily, one function at a time."""
+    cache = ctx.__dict__.setdefault("_body_facts", {})
+    if id(node) in cache:
+        return cache[id(node)]
+    finder = _BodyFacts(ctx)
+    node.body.visit(finder)
+    cache[id(node)] = frozenset(finder.found)
+    return cache[id(node)]
+
+
+class _BodyFacts(cst.CSTVisitor):
+    def __init__(self, ctx: FileContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+        self.found: set[str] = set()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return False  # a nested def runs only when called
+
+    def visit_If(self, node: cst.If) -> None:
+        from ddpcheck.lint.conditions import selects_main_rank
+
+        if selects_main_rank(node.test, self.ctx.qualname) is not None:
+            self.found.add("rank_guard")
+
+    def visit_Return(self, node: cst.Return) -> None:
+        from ddpcheck.lint.conditions import selects_main_rank
+
+        if node.value is not None and selects_main_rank(node.value, self.ctx.qualname) is True:
+            self.found.add("is_rank_check")
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        from ddpcheck.lint.names import dotted
+
+        if (dotted(node.value) or "").endswith("environ") and len(node.slice) == 1:
+            elem = node.slice[0].slice
+            if isinstance(elem, cst.Index) and isinstance(elem.value, cst.SimpleString):
+                if elem.value.evaluated_value in _LAUNCHER_ENV:
+                    self.found.add("reads_launcher_env")
+
+    def visit_Call(self, node: cst.Call) -> None:
+        from ddpcheck.lint.names import dotted
+
+        name = dotted(node.func) or ""
+        if (name.endswith("environ.get") or name.endswith("getenv")) and node.args:
+            first = node.args[0].value
+            if isinstance(first, cst.SimpleString) and first.evaluated_value in _LAUNCHER_ENV:
+                self.found.add("reads_launcher_env")
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        from ddpcheck.lint.names import dotted
+
+        if dotted(node.target) in ("builtins.print", "__builtin__.print", "__builtins__.print"):
+            self.found.add("silences_print")
+
+

@@ -83,7 +83,8 @@ class ImportMap:
         for alias in node.names:
             name = _module_name(alias.name)
             local = dotted(alias.asname.name) if alias.asname is not None else name
-            self.aliases[local] = f"{module}.{name}" if module else name
+            # `from . import utils` → ".utils" (not "..utils", which would mean the parent package)
+            self.aliases[local] = (module + name if module.endswith(".") else f"{module}.{name}") if module else name
 
     def resolve(self, expr: cst.BaseExpression) -> str | None:
         """Canonical dotted name of an imported thing, or None if the root is not an import."""

@@ -8,7 +8,7 @@ import importlib
 from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
 
-FORMATS = ("full", "concise", "json", "github", "sarif")
+FORMATS = ("full", "concise", "json", "github", "sarif", "junit")
 _MODULES = {"json": "json_format"}
 
 

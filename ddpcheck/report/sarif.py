@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from pathlib import Path
 
 from ddpcheck import __version__
 from ddpcheck.catalog import all_rules
@@ -23,7 +24,8 @@ def _rule_descriptor(info) -> dict:
         "shortDescription": {"text": info.summary},
         "fullDescription": {"text": info.summary},
         "helpUri": info.url,
-        "help": {"text": f"{info.summary} See {info.url}", "markdown": info.body or info.summary},
+        "help": {"text": f"{info.summary} See {info.url}",
+                 "markdown": f"{info.body or info.summary}\n\n[{info.code} {info.name}]({info.url})"},
         "defaultConfiguration": {"level": _LEVEL[info.severity], "enabled": info.default_enabled},
         "properties": {"kind": info.kind, "fixable": info.fixable, "tags": ["ddp", info.kind]},
     }
@@ -35,13 +37,28 @@ def _fingerprint(f: Finding, sources: dict[str, str], occurrence: int) -> str:
         lines = sources[f.path].splitlines()
         if 0 < f.line <= len(lines):
             line_text = " ".join(lines[f.line - 1].split())
-    key = "\0".join([f.code, f.path or "", line_text or f.message, str(occurrence)])
+    # The path as uploaded (relative to the checkout), so `lint .` and `lint $PWD` agree.
+    where = _artifact_location(f.path)["uri"] if f.path else ""
+    key = "\0".join([f.code, where, line_text or f.message, str(occurrence)])
     return hashlib.sha256(key.encode()).hexdigest()[:32]
+
+
+def _artifact_location(path: str) -> dict:
+    """Code scanning wants paths relative to the checkout (%SRCROOT%, the working directory);
+    a file outside it gets an absolute file: URI instead."""
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            p = p.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            return {"uri": p.as_uri()}
+    return {"uri": p.as_posix(), "uriBaseId": "%SRCROOT%"}
 
 
 def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dict:
     known = all_rules()
-    used = sorted({f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set()))
+    used = sorted(c for c in {f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set())
+                  if c in known)  # ruleIndex must point into the rules listed
     index = {code: i for i, code in enumerate(used)}
     rules = [_rule_descriptor(known[c]) for c in used if c in known]
     seen: Counter = Counter()
@@ -60,7 +77,7 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
                 region = {"startLine": f.line, "startColumn": f.column or 1}
                 if f.end_line is not None:
                     region.update(endLine=f.end_line, endColumn=f.end_column or 1)
-            location = {"physicalLocation": {"artifactLocation": {"uri": f.path.replace("\\", "/"), "uriBaseId": "%SRCROOT%"}}}
+            location = {"physicalLocation": {"artifactLocation": _artifact_location(f.path)}}
             if region:
                 location["physicalLocation"]["region"] = region
             result["locations"] = [location]
@@ -83,6 +100,7 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
                         "rules": rules,
                     }
                 },
+                "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().resolve().as_uri() + "/"}},
                 "columnKind": "unicodeCodePoints",
                 "results": results,
             }

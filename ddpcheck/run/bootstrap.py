@@ -17,7 +17,8 @@ torchrun starts this module in each worker (see launcher.py). It
 
 A probe is a module `ddpcheck/run/probes/<name>.py` (one invariant each) with
 
-- `PROBE = "<name>"`: the name `--checks` selects it by (see `options.PROBES`);
+- `PROBE = "<name>"`: the name `--checks` selects it by (see `options.PROBES`); `ALWAYS = True`
+  installs it even when deselected (a guard the run needs, e.g. the tcp:// rewrite);
 - `install(session) -> None`: called in each rank once torch is imported. It patches torch or
   appends callbacks to the session's hook lists: `before_step` / `after_step`
   (`fn(optimizer, step)`, only for checked steps), `on_exchange` (`fn(step, rows)`: every rank's
@@ -38,6 +39,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import importlib.abc
+import importlib.util
 import os
 import runpy
 import sys
@@ -65,7 +67,7 @@ def install_probes(session: Session) -> None:
     install_core(session)
     for name in PROBE_MODULES:
         module = importlib.import_module(name)
-        if session.enabled(module.PROBE):
+        if session.enabled(module.PROBE) or getattr(module, "ALWAYS", False):
             module.install(session)
 
 

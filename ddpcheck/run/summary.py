@@ -36,7 +36,8 @@ def print_table(rows: list[Row], job: dict[str, Any], stream=None) -> None:
     from rich.table import Table
 
     console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=False,
-                      width=None if (stream or sys.stdout).isatty() else 160)
+                      width=None if (stream or sys.stdout).isatty() or os.environ.get("COLUMNS")
+                      else 160)
     table = Table(title=f"ddpcheck run: {job['target']} on {job['world_size']} ranks", title_justify="left")
     for col in ("status", "code", "check", "ranks", "where", "detail"):
         table.add_column(col, overflow="fold")

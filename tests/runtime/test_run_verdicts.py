@@ -34,3 +34,21 @@ def test_each_rank_on_its_own_gpu(records, status, says):
     verdict = _device_verdict(records)
     assert verdict.status == status
     assert says in verdict.detail
+
+
+def _loader(index: int, order: list[int]) -> dict:
+    epoch = {"sampler_epoch": 0, "count": len(order), "complete": True, "head": order,
+             "crc": hash(tuple(order)) & 0xFFFFFFFF, "indices": None, "step": 0}
+    return {"index": index, "name": None, "site": "train.py:12", "epochs": [epoch],
+            "dataset_len": 16, "iterable": False, "sampler": "DistributedSampler",
+            "distributed": True, "shuffle": True, "batch_size": 4, "drop_last": False}
+
+
+@pytest.mark.parametrize(("second", "status"), [([3, 1, 0, 2, 7, 5], "fail"), ([5, 2, 7, 0, 1, 3], "pass")])
+def test_a_new_loader_per_epoch_at_the_same_line_counts_as_the_next_epoch(second, status):
+    from ddpcheck.run.probes import set_epoch
+
+    records = [{"rank": r, "probes": {"shards": {"loaders": [_loader(0, [3, 1, 0, 2, 7, 5]),
+                                                             _loader(1, second)]}}} for r in (0, 1)]
+    (verdict,) = set_epoch.judge(records, Context(2, 20, 50))
+    assert verdict.status == status

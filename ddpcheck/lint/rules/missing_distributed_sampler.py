@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import on_main_rank_only
+from ddpcheck.lint.conditions import on_main_rank_only, on_single_process_only
 from ddpcheck.lint.context import DATALOADER, DISTRIBUTED_SAMPLER, CallSite
 from ddpcheck.lint.names import dotted
 from ddpcheck.lint.rule import Invalid, Rule
@@ -21,7 +21,8 @@ class MissingDistributedSampler(Rule):
     takes as long as on one GPU and each sample is seen N times per epoch, which also changes the
     effective batch statistics. Nothing crashes; training is just slower and subtly different.
 
-    Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process), loaders
+    Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process) or only
+    in the non-distributed branch of a script (`if not args.distributed:`), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time),
     loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler, and
     evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set on every rank costs
@@ -98,6 +99,16 @@ class MissingDistributedSampler(Rule):
         dist.init_process_group("gloo")
         val_loader = DataLoader(val_set, batch_size=64)
         """,
+        """
+        # The single-GPU branch of a script with a --distributed flag.
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+        if args.distributed:
+            dist.init_process_group("nccl")
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+        else:
+            loader = DataLoader(dataset, batch_size=64, shuffle=True)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -126,9 +137,9 @@ class MissingDistributedSampler(Rule):
     def on_call(self, call: CallSite) -> None:
         if call.qualname != DATALOADER or call.has_star_kwargs:
             return
-        if call.has_keyword("batch_sampler"):
+        if call.arg("batch_sampler", 4) is not None:
             return
-        sampler = call.arg("sampler", 2)
+        sampler = call.arg("sampler", 3)
         if sampler is not None and not is_none(sampler) and not self._plainly_local(call, sampler):
             return
         dataset = call.arg("dataset", 0)
@@ -136,7 +147,7 @@ class MissingDistributedSampler(Rule):
             return
         if self._is_eval_loader(call):
             return
-        if on_main_rank_only(call.guards, self.ctx.qualname):
+        if on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname):
             return
         self._candidates.append(call)
 

@@ -7,7 +7,7 @@ class BuffersDiverge(RuntimeCheck):
 
     ## Why it matters
 
-    With `broadcast_buffers=False`, DDP leaves buffers (BatchNorm statistics, masks, EMA state)
+    With `broadcast_buffers=False` (`forward_sync_buffers=False` from torch 2.13), DDP leaves buffers (BatchNorm statistics, masks, EMA state)
     alone, so rank-local updates make the ranks run different models, and evaluation on rank 0
     uses statistics the others never had. With the default `broadcast_buffers=True`, DDP copies
     rank 0's buffers at every forward and this check does not apply.

@@ -47,7 +47,9 @@ def install(session) -> None:
 
     def on_ddp_forward(ddp, args, kwargs) -> None:
         step = session.step + 1
-        if getattr(ddp, "broadcast_buffers", True) or not session.is_checked(step):
+        # forward_sync_buffers (torch >= 2.13) is what broadcast_buffers was
+        syncs = getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", True))
+        if syncs or not session.is_checked(step):
             return
         if state["buffer_window"] == step:
             return

@@ -21,17 +21,28 @@ def _same_order(a: dict, b: dict) -> bool:
     return n >= 4 and a["head"][:n] == b["head"][:n]
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
-    candidates = 0
+def _sequences(records: list[dict]):
+    """(first loader info, {rank: epochs in order}) per creation site: a script that builds a new
+    DataLoader every epoch at the same line gives one sequence of epochs too."""
+    by_site: dict = {}
     for index, per_rank in sorted(loaders_by_index(records).items()):
         info = per_rank[min(per_rank)]
         if not (info.get("distributed") and info.get("shuffle")):
             continue
-        if min(len(i["epochs"]) for i in per_rank.values()) < 2:
+        key = info.get("site") or f"#{index}"
+        first, epochs = by_site.setdefault(key, (info, {}))
+        for rank, i in per_rank.items():
+            epochs.setdefault(rank, []).extend(i["epochs"])
+    return list(by_site.values())
+
+
+def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+    candidates = 0
+    for info, per_rank in _sequences(records):
+        if min(len(e) for e in per_rank.values()) < 2:
             continue
         candidates += 1
-        for rank, i in sorted(per_rank.items()):
-            epochs = i["epochs"]
+        for rank, epochs in sorted(per_rank.items()):
             for e in range(len(epochs) - 1):
                 if _same_order(epochs[e], epochs[e + 1]):
                     label = loader_label(info)

@@ -14,6 +14,7 @@ import base64
 import os
 import sys
 import time
+import weakref
 import zlib
 from array import array
 
@@ -22,6 +23,7 @@ from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 PROBE = "shards"
 NO_SAMPLER, OVERLAP, COVERAGE = "DDP100", "DDP101", "DDP102"
 FULL_EPOCHS = 3  # epochs per loader whose every index is kept; later ones keep a digest only
+FULL_EPOCHS_PER_RANK = 12  # ... and over all loaders of a rank (scripts that build one per epoch)
 HEAD = 64  # indices kept from the start of every epoch (for the set_epoch comparison)
 
 _OURS = (os.sep + "torch" + os.sep, os.sep + "ddpcheck" + os.sep + "run" + os.sep, "<frozen ")
@@ -67,6 +69,13 @@ class _Epoch:
             self.record["indices"] = encode(self.values)
 
 
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
 def capture(session) -> None:
     """Install the index capture once (both `shards` and `set-epoch` need it)."""
     if getattr(session, "_shards_installed", False):
@@ -79,6 +88,7 @@ def capture(session) -> None:
     section["loaders"] = []
     loaders: dict[int, dict] = {}  # id(loader) -> runtime state
     last_sync = [time.monotonic()]
+    kept = [0]  # epochs with every index kept, over all loaders
 
     original_init = dl.DataLoader.__init__
 
@@ -103,19 +113,22 @@ def capture(session) -> None:
         info["batch_size"] = self.batch_size
         info["drop_last"] = bool(self.drop_last)
         section["loaders"].append(info)
-        loaders[id(self)] = {"info": info, "sampler_iter": None, "epoch": None, "loader": self}
+        # Weak references: a script that builds a loader per epoch must not keep every dataset
+        # alive. Iterators hold their loader's state themselves (they do not hold the loader).
+        loaders[id(self)] = {"info": info, "sampler_iter": None, "epoch": None,
+                             "loader": weakref.ref(self), "sampler": _weak(sampler)}
 
     original_iter_init = dl._BaseDataLoaderIter.__init__
 
     def iter_init(self, loader, *args, **kwargs):
-        self._ddpcheck_loader = id(loader)
+        self._ddpcheck_state = loaders.get(id(loader))
         original_iter_init(self, loader, *args, **kwargs)
 
     original_next = dl._BaseDataLoaderIter.__next__
 
     def __next__(self):
         batch = original_next(self)
-        state = loaders.get(getattr(self, "_ddpcheck_loader", None))
+        state = getattr(self, "_ddpcheck_state", None)
         if state is not None and state["info"].get("iterable"):
             _name(state)
             _fingerprint_batch(state, batch)
@@ -137,7 +150,7 @@ def capture(session) -> None:
     original_next_index = dl._BaseDataLoaderIter._next_index
 
     def _next_index(self):
-        state = loaders.get(getattr(self, "_ddpcheck_loader", None))
+        state = getattr(self, "_ddpcheck_state", None)
         if state is None or state["info"].get("iterable"):
             return original_next_index(self)
         if self._sampler_iter is not state["sampler_iter"]:
@@ -160,20 +173,22 @@ def capture(session) -> None:
         if info["name"] is None and not state.get("named"):
             state["named"] = True
             frame = _user_frame()
-            if frame is not None:
-                loader = state["loader"]
+            loader = state["loader"]()
+            if frame is not None and loader is not None:
                 info["name"] = next((k for k, v in frame.f_locals.items() if v is loader), None)
 
     def _new_epoch(state, it) -> None:
         if state["epoch"] is not None:
             state["epoch"].sync()
         _name(state)
-        sampler = getattr(state["loader"], "sampler", None)
+        sampler = state["sampler"]() if state["sampler"] is not None else None
         info = state["info"]
         record = {"sampler_epoch": getattr(sampler, "epoch", None), "count": 0, "complete": False,
                   "head": [], "crc": 0, "indices": None, "step": session.step}
         info["epochs"].append(record)
-        state["epoch"] = _Epoch(record, keep=len(info["epochs"]) <= FULL_EPOCHS)
+        keep = len(info["epochs"]) <= FULL_EPOCHS and kept[0] < FULL_EPOCHS_PER_RANK
+        kept[0] += keep
+        state["epoch"] = _Epoch(record, keep=keep)
         state["sampler_iter"] = it._sampler_iter
         session.flush()
 

@@ -1,0 +1,141 @@
+from __future__ import annotations
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.wraps import ddp_wraps, is_optimizer_step
+
+
+class AccumulationWithoutNoSync(Rule):
+    """Gradient accumulation with a DDP model all-reduces the gradients of every micro-batch instead of only the last.
+
+    The loop calls `backward()` on several micro-batches per optimizer step (the step sits under
+    `if (i + 1) % accum_steps == 0:` or after an inner micro-batch loop), but never enters
+    `model.no_sync()` (nor sets `require_backward_grad_sync`) for the non-final ones.
+
+    ## Why it matters
+    Every `backward()` of a DDP model launches an all-reduce of all gradients. With 8 accumulation
+    steps the job moves 8 times the data over the network for the same update: the results are
+    right, but steps are slower, often by tens of percent on multi-node jobs where the
+    interconnect is the bottleneck.
+
+    Not reported: files that mention `no_sync` or `require_backward_grad_sync` anywhere (they
+    handle it, perhaps through a helper or a `contextlib` switch), and loops whose step runs
+    after every backward.
+
+    ## How to fix
+    Wrap the forward and backward of the non-final micro-batches in `with model.no_sync():`
+    (e.g. `ctx = model.no_sync() if (i + 1) % accum != 0 else contextlib.nullcontext()`), or set
+    `model.require_backward_grad_sync = is_last_micro_step` before the forward as nanoGPT does.
+    Keep `optimizer.step()` outside the `no_sync` block (see DDP021).
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.no_sync
+    - https://huggingface.co/docs/accelerate/usage_guides/gradient_accumulation (why skipping the
+      sync of non-final micro-batches matters)
+    """
+
+    code = "DDP016"
+    name = "accumulation-without-no-sync"
+    severity = Severity.WARNING
+    MESSAGE = (
+        "gradient accumulation all-reduces every micro-batch; run the non-final micro-batches' "
+        "forward and backward under `with model.no_sync():`"
+    )
+
+    VALID = [
+        """
+        import contextlib
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model)
+        for i, (x, y) in enumerate(loader):
+            sync = (i + 1) % accum == 0
+            with (contextlib.nullcontext() if sync else model.no_sync()):
+                loss = model(x).sum() / accum
+                loss.backward()
+            if sync:
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
+        """
+        # nanoGPT's way: switch the sync flag before each micro-step.
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model, device_ids=[local_rank])
+        while True:
+            for micro_step in range(grad_accum):
+                model.require_backward_grad_sync = micro_step == grad_accum - 1
+                loss = model(x)
+                scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        """,
+        """
+        # A step after every backward is not accumulation; neither is a scheduler on a modulo.
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model)
+        for i, x in enumerate(loader):
+            model(x).sum().backward()
+            optimizer.step()
+            if i % 100 == 0:
+                scheduler.step()
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[local_rank])
+            for i, (x, y) in enumerate(loader):
+                loss = criterion(model(x), y) / accum_steps
+                loss.backward()
+                if (i + 1) % accum_steps == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            line=5,
+        ),
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(model)
+            for step in range(max_steps):
+                for micro in range(gradient_accumulation_steps):
+                    loss = model(next(batches))
+                    scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+            """,
+            line=6,
+        ),
+    ]
+
+    def finish(self) -> None:
+        if "no_sync" in self.ctx.source or "require_backward_grad_sync" in self.ctx.source:
+            return
+        if not ddp_wraps(self.ctx) and not any(self.ctx.helper_does(c, "ddp_wrap") for c in self.ctx.calls):
+            return
+        backwards = [c for c in self.ctx.calls if c.method == "backward" and c.loops]
+        if not backwards:
+            return
+        steps = [c for c in self.ctx.calls if is_optimizer_step(c)]
+        for b in backwards:
+            for s in steps:
+                if s.scope is b.scope and self._accumulates(b, s):
+                    self.report(b.node)
+                    break
+
+    def _accumulates(self, b: CallSite, s: CallSite) -> bool:
+        n = len(s.loops)
+        if n < len(b.loops) and b.loops[:n] == s.loops:
+            return True  # backward in an inner micro-batch loop, step after it
+        if not s.loops or s.loops != b.loops:
+            return False
+        # Same loop: the step runs only on some iterations, under a counter test.
+        own = {id(g.node) for g in b.guards}
+        for guard in s.guards:
+            if id(guard.node) in own:
+                continue
+            code = self.ctx.module.code_for_node(guard.test)
+            if "%" in code or "accum" in code.lower():
+                return True
+        return False

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import re
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import DDP
+from ddpcheck.lint.rule import Rule
+
+_BATCHNORM = re.compile(r"^torch\.nn\.BatchNorm[123]d$|^torch\.nn\.LazyBatchNorm[123]d$")
+# torchvision constructors of models built with BatchNorm layers.
+_BN_MODELS = re.compile(
+    r"^torchvision\.models\.(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet"
+    r"|inception|googlenet|shufflenet|mnasnet|vgg\d+_bn)"
+)
+# Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
+# `SyncBatchNorm(...)`, `args.sync_bn`. Prose such as "without SyncBatchNorm" does not count.
+_CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
+
+
+class BatchnormWithoutSyncbatchnorm(Rule):
+    """A model with BatchNorm layers is wrapped in DDP without SyncBatchNorm: each GPU normalises with its own small batch.
+
+    ## Why it matters
+    DDP synchronises gradients, not BatchNorm statistics. Each rank normalises with the mean and
+    variance of its own per-GPU batch and keeps its own running statistics (rank 0's are the ones
+    broadcast and saved). With large per-GPU batches this is fine and faster; with small ones
+    (detection, segmentation, 3-D, large models: 1–8 samples per GPU) the statistics are noisy and
+    users see lower accuracy than the same global batch on one GPU, and evaluation that differs
+    from training.
+
+    Off by default and informational: per-GPU BatchNorm is a legitimate choice (Goyal et al.
+    use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
+    the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
+    (`resnet50()`, `densenet121()`, ...) and has no code for `SyncBatchNorm` — a conversion behind
+    a flag (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
+
+    ## How to fix
+    Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
+    `DDP(model, device_ids=[local_rank])` — ideally behind a flag, since it costs a collective per
+    BatchNorm layer in every forward.
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html
+    - https://github.com/pytorch/pytorch/issues/2584 (why synchronised BatchNorm matters for small per-GPU batches)
+    - https://github.com/ultralytics/yolov5/pull/401 (measured: SyncBatchNorm helps at ≤ 8 images per GPU)
+    """
+
+    code = "DDP012"
+    name = "batchnorm-without-syncbatchnorm"
+    severity = Severity.INFO
+    default_enabled = False
+    MESSAGE = (
+        "model with BatchNorm layers is wrapped in DDP without SyncBatchNorm: each rank normalises "
+        "with its own per-GPU batch; if that batch is small, convert first with "
+        "`nn.SyncBatchNorm.convert_sync_batchnorm(model)`"
+    )
+
+    VALID = [
+        """
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = DDP(model, device_ids=[local_rank])
+        """,
+        """
+        # A flag controls the conversion.
+        import torch
+        import torchvision
+        model = torchvision.models.resnet50()
+        if args.sync_bn:
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        """,
+        """
+        # No BatchNorm: LayerNorm needs no synchronisation.
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)))
+        """,
+    ]
+    INVALID = [
+        """
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+        model = DDP(model.cuda(), device_ids=[local_rank])
+        """,
+        """
+        from torchvision.models import resnet18
+        from torch.nn.parallel import DistributedDataParallel
+        ddp = DistributedDataParallel(resnet18(num_classes=10))
+        """,
+    ]
+
+    def finish(self) -> None:
+        wraps = [c for c in self.ctx.calls if c.qualname == DDP]
+        if not wraps:
+            return
+        if _CONVERSION.search(self.ctx.source):
+            return
+        builds_bn = any(
+            c.qualname and (_BATCHNORM.match(c.qualname) or _BN_MODELS.match(c.qualname)) for c in self.ctx.calls
+        )
+        if builds_bn:
+            self.report(wraps[0].node)

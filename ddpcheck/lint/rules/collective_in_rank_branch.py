@@ -1,0 +1,259 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.conditions import selects_main_rank, under_rank_condition
+from ddpcheck.lint.context import DDP, CallSite, Guard
+from ddpcheck.lint.facts import FACT_CALLS
+from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.values import origins
+
+_COLLECTIVES = FACT_CALLS["collective"]
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    call: CallSite
+    guard: Guard
+    what: str  # the callee as written: dist.barrier, reduce_tensor, model
+    kind: str  # "collective", "helper" or "forward"
+
+
+def _key(c: _Candidate) -> str:
+    """What is called, however it is spelled (`dist.barrier` and `torch.distributed.barrier` agree)."""
+    return c.call.qualname or c.what
+
+
+class CollectiveInRankBranch(Rule):
+    """A collective (or a DDP forward) runs only under a rank condition: the other ranks never join and the job hangs.
+
+    ## Why it matters
+    Collectives — `all_reduce`, `barrier`, `broadcast`, `all_gather`, `reduce`, `gather`,
+    `scatter`, `all_to_all`, `new_group`... — complete only when every rank of the group calls
+    them. Under `if rank == 0:` rank 0 waits for partners that never arrive (or the others wait
+    at the next collective for a rank 0 that is somewhere else). Users see the job freeze with
+    GPUs at 100% or 0%, no error, until the NCCL watchdog kills it after its timeout (10 minutes
+    by default, 30 in older versions) with `Watchdog caught collective operation timeout`.
+    The forward pass of a `DistributedDataParallel` model is a collective too: it broadcasts
+    buffers (BatchNorm statistics) from rank 0, so evaluating the DDP model on rank 0 only hangs
+    — even under `torch.no_grad()`.
+
+    Reported for such calls, for a call of the DDP-wrapped model, and for calls of functions of
+    the project that visibly perform a collective, when they sit under a rank condition
+    (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
+    `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`...). Not reported:
+    balanced code, where the same collective also runs on the other side (the `else` branch, or
+    a complementary condition in the same function, as in the `torch_distributed_zero_first`
+    context manager); guards that only ask whether the run is distributed (`if ddp:`,
+    `if world_size > 1`, `if dist.is_initialized()`), which every rank answers alike.
+
+    ## How to fix
+    Call the collective on every rank, outside the branch, and keep only the rank-0 work (logging,
+    saving) inside it. To evaluate on rank 0 only, call the inner module:
+    `model.module(inputs)`. To make other ranks wait for rank 0, put `dist.barrier()` after the
+    branch, on every rank.
+
+    ## References
+    - https://pytorch.org/docs/stable/distributed.html#collective-functions
+    - https://github.com/pytorch/pytorch/issues/54059 (barrier hangs: evaluation of the DDP model on rank 0)
+    - https://github.com/pytorch/pytorch/issues/138322
+    """
+
+    code = "DDP009"
+    name = "collective-in-rank-branch"
+    severity = Severity.ERROR
+    MESSAGES = {
+        "collective": (
+            "`{what}()` runs only under a rank condition ({cond}): the other ranks never join it "
+            "and the job hangs; call it on every rank, outside the branch"
+        ),
+        "helper": (
+            "`{what}()` performs a collective and runs only under a rank condition ({cond}): the "
+            "other ranks never join it and the job hangs; call it on every rank, outside the branch"
+        ),
+        "forward": (
+            "the DDP model `{what}` is called only under a rank condition ({cond}): DDP's forward "
+            "synchronises buffers with the other ranks, which never join, and the job hangs; call "
+            "`{what}.module(...)` for rank-0-only work"
+        ),
+    }
+    MESSAGE = MESSAGES["collective"]
+
+    VALID = [
+        """
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        dist.all_reduce(loss)
+        if dist.get_rank() == 0:
+            print(loss.item())
+        dist.barrier()
+        """,
+        """
+        # Balanced: the same collective on both sides.
+        import torch.distributed as dist
+        if dist.get_rank() == 0:
+            objs = [load_config()]
+            dist.broadcast_object_list(objs, src=0)
+        else:
+            objs = [None]
+            dist.broadcast_object_list(objs, src=0)
+        """,
+        """
+        # Balanced however it is spelled.
+        import torch
+        import torch.distributed as dist
+        if torch.distributed.get_rank() != 0:
+            torch.distributed.barrier()
+        prepare_cache()
+        if dist.get_rank() == 0:
+            dist.barrier()
+        """,
+        """
+        # The zero-first context manager pairs its barriers.
+        from contextlib import contextmanager
+        import torch.distributed as dist
+        @contextmanager
+        def torch_distributed_zero_first(local_rank):
+            if local_rank not in (-1, 0):
+                dist.barrier(device_ids=[local_rank])
+            yield
+            if local_rank == 0:
+                dist.barrier(device_ids=[0])
+        with torch_distributed_zero_first(args.local_rank):
+            dataset = build_dataset()
+        """,
+        """
+        # HF-style cache guard: the conditions carry an extra flag on both sides.
+        import torch
+        def load_and_cache_examples(args, evaluate=False):
+            if args.local_rank not in [-1, 0] and not evaluate:
+                torch.distributed.barrier()
+            features = build_features()
+            if args.local_rank == 0 and not evaluate:
+                torch.distributed.barrier()
+            return features
+        """,
+        """
+        # "Is distributed" guards are not rank conditions.
+        import torch.distributed as dist
+        if args.distributed:
+            dist.barrier()
+        if world_size > 1 and dist.is_initialized():
+            dist.all_reduce(t)
+        """,
+        """
+        # Rank-0 evaluation through the inner module.
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(net, device_ids=[local_rank])
+        if dist.get_rank() == 0:
+            out = model.module(batch)
+        """,
+    ]
+    INVALID = [
+        """
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            dist.barrier()
+        """,
+        """
+        # A helper of this file that reduces, called on the main process only.
+        import torch
+        def reduce_mean(t):
+            torch.distributed.all_reduce(t)
+            return t / torch.distributed.get_world_size()
+        def is_main_process():
+            return torch.distributed.get_rank() == 0
+        if is_main_process():
+            print(reduce_mean(loss))
+        """,
+        """
+        # Evaluating the DDP model on rank 0 only.
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(net, device_ids=[local_rank])
+        if args.local_rank in (-1, 0):
+            with torch.no_grad():
+                val_loss = model(val_batch)
+        """,
+        """
+        # The DDP model kept on `self`, evaluated in another method on rank 0 only.
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        class Trainer:
+            def __init__(self, model, local_rank):
+                self.model = DDP(model, device_ids=[local_rank])
+            def evaluate(self, batch):
+                if dist.get_rank() == 0:
+                    return self.model(batch)
+        """,
+        """
+        # After an early return on the other ranks.
+        import torch.distributed as dist
+        def log_metrics(rank, t):
+            if rank != 0:
+                return
+            dist.all_reduce(t)
+        """,
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._candidates: list[_Candidate] = []
+
+    def on_call(self, call: CallSite) -> None:
+        if not call.guards:
+            return
+        guard = under_rank_condition(call.guards, self.ctx.qualname)
+        if guard is None:
+            return
+        if call.qualname in _COLLECTIVES:
+            kind = "collective"
+        elif call.dotted is not None and not (call.qualname or "").startswith("torch."):
+            kind = "local"  # a local helper or the DDP model: decided once the file is read
+        else:
+            return
+        self._candidates.append(_Candidate(call, guard, call.dotted or call.qualname or "", kind))
+
+    def finish(self) -> None:
+        resolved = []
+        for c in self._candidates:
+            if c.kind == "local":
+                if self._is_ddp_model(c.call):
+                    c = _Candidate(c.call, c.guard, c.what, "forward")
+                elif self.ctx.helper_does(c.call, "collective"):
+                    c = _Candidate(c.call, c.guard, c.what, "helper")
+                else:
+                    continue
+            resolved.append(c)
+        for c in resolved:
+            if any(
+                o is not c and _key(o) == _key(c) and o.call.scope is c.call.scope and self._side(o) != self._side(c)
+                for o in resolved
+            ):
+                continue  # balanced: the other ranks make the same call
+            self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c.guard)))
+
+    def _describe(self, guard: Guard) -> str:
+        test = " ".join(self.ctx.module.code_for_node(guard.test).split())
+        if not guard.negated:
+            return f"`if {test}`"
+        if guard.node.orelse is None:  # an early exit: `if rank != 0: return`
+            return f"after `if {test}:` exits"
+        return f"the else of `if {test}`"
+
+    def _side(self, c: _Candidate) -> bool:
+        """True when the call runs on rank 0 only, False when on every rank but rank 0."""
+        return bool(selects_main_rank(c.guard.test, self.ctx.qualname)) != c.guard.negated
+
+    def _is_ddp_model(self, call: CallSite) -> bool:
+        if not isinstance(call.node.func, (cst.Name, cst.Attribute)):
+            return False
+        return any(
+            isinstance(v, cst.Call) and self.ctx.qualname(v.func) == DDP
+            for v in origins(self.ctx, call.node.func, call.scope)
+        )

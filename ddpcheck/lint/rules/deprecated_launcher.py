@@ -1,0 +1,173 @@
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.names import dotted
+from ddpcheck.lint.patterns import string_text
+from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.values import origins
+
+_LAUNCH = "torch.distributed.launch"
+_READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
+_LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
+_RUNS_COMMANDS = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn")
+
+
+class DeprecatedLauncher(Rule):
+    """The script relies on `torch.distributed.launch` (deprecated) or its `--local_rank` argument.
+
+    ## Why it matters
+    `torch.distributed.launch` is deprecated in favour of `torchrun` and prints a `FutureWarning`
+    ("The module torch.distributed.launch is deprecated and will be removed in future. Use
+    torchrun.") on every start. The bigger trap is the `--local_rank` command-line argument it
+    passes to each process: `torchrun` does not pass it, it sets the `LOCAL_RANK` environment
+    variable instead. A script that takes its GPU from `args.local_rank` then sees the default
+    (`-1` or `0`) on every rank under torchrun: users see all processes crowd onto GPU 0, or
+    `error: unrecognized arguments: --local-rank=0` when the old launcher (PyTorch ≥ 2.0 spells it
+    with a hyphen) meets a parser that only knows `--local_rank`.
+
+    Reported: importing or running `torch.distributed.launch` (import, `runpy.run_module`, a
+    `-m torch.distributed.launch` command handed to `subprocess`/`os.system`), and an argparse
+    `--local_rank` / `--local-rank` argument in a file that never reads `LOCAL_RANK` from the
+    environment (or imports `deepspeed`, whose launcher does pass the flag). Scripts that keep the
+    flag only as a fallback for `LOCAL_RANK`
+    (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported. Comments and
+    documentation strings that mention the launcher are not reported.
+
+    ## How to fix
+    Launch with `torchrun --nproc_per_node=N script.py` and read the local rank with
+    `int(os.environ["LOCAL_RANK"])`. To keep old launch commands working, give the flag
+    `default=int(os.environ.get("LOCAL_RANK", -1))` and accept both spellings.
+
+    ## References
+    - https://pytorch.org/docs/stable/elastic/run.html#transitioning-from-torch-distributed-launch-to-torchrun
+    - https://pytorch.org/docs/stable/distributed.html#launch-utility
+    - https://github.com/huggingface/pytorch-image-models/issues/1728 (unrecognized arguments: --local-rank=0)
+    """
+
+    code = "DDP008"
+    name = "deprecated-launcher"
+    severity = Severity.WARNING
+    MESSAGE = (
+        "`torch.distributed.launch` is deprecated: launch with `torchrun` and read the local rank "
+        "from `os.environ[\"LOCAL_RANK\"]`"
+    )
+    FLAG_MESSAGE = (
+        "`{flag}` is only passed by the deprecated torch.distributed.launch; torchrun sets the "
+        "LOCAL_RANK environment variable instead: read `int(os.environ[\"LOCAL_RANK\"])` "
+        "(keep the flag only as a fallback)"
+    )
+
+    VALID = [
+        """
+        import os
+        import torch.distributed as dist
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        """,
+        """
+        # The flag is a fallback; LOCAL_RANK comes first.
+        import argparse, os
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", "--local-rank", type=int,
+                            default=int(os.environ.get("LOCAL_RANK", -1)))
+        """,
+        """
+        # The launcher mentioned in a comment or a help text only. Launch with:
+        #   python -m torch.distributed.launch --nproc_per_node=2 train.py
+        import subprocess
+        HELP = "formerly started with torch.distributed.launch; use torchrun"
+        subprocess.run(["torchrun", "--nproc_per_node=2", "train.py"])
+        """,
+        """
+        # DeepSpeed's launcher passes --local_rank itself.
+        import argparse
+        import deepspeed
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=-1)
+        parser = deepspeed.add_config_arguments(parser)
+        """,
+    ]
+    INVALID = [
+        """
+        import argparse
+        import torch
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        args = parser.parse_args()
+        torch.cuda.set_device(args.local_rank)
+        """,
+        """
+        import subprocess, sys
+        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]
+        subprocess.run(cmd, check=True)
+        """,
+        """
+        import runpy
+        from torch.distributed import launch
+        runpy.run_module("torch.distributed.launch", run_name="__main__")
+        """,
+        """
+        import os
+        os.system("python -m torch.distributed.launch --nproc_per_node=4 train.py")
+        """,
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._mentions_launch = _LAUNCH in ctx.source
+        self._flags: list[cst.CSTNode] = []
+
+    def visit_Import(self, node: cst.Import) -> None:
+        for alias in node.names:
+            if dotted(alias.name) == _LAUNCH:
+                self.report(alias)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        module = dotted(node.module) if node.module is not None and not node.relative else None
+        if module == _LAUNCH or (module and module.startswith(_LAUNCH + ".")):
+            self.report(node)
+        elif module == "torch.distributed" and not isinstance(node.names, cst.ImportStar):
+            for alias in node.names:
+                if dotted(alias.name) == "launch":
+                    self.report(alias)
+
+    def on_call(self, call: CallSite) -> None:
+        if call.method == "add_argument":
+            for a in call.node.args:
+                if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
+                    self._flags.append(a.value)
+                    break
+        if not self._mentions_launch:
+            return
+        q = call.qualname or ""
+        if q == "runpy.run_module":
+            module = call.arg("mod_name", 0)
+            if module is not None and string_text(module) == _LAUNCH:
+                self.report(module)
+            return
+        if not q.startswith(_RUNS_COMMANDS):
+            return
+        command = call.arg("args", 0)
+        if command is None:
+            return
+        for value in origins(self.ctx, command, call.scope):
+            if isinstance(value, (cst.List, cst.Tuple)):
+                texts = [string_text(e.value) for e in value.elements]
+                for i in range(1, len(texts)):
+                    if texts[i] == _LAUNCH and texts[i - 1] == "-m":
+                        self.report(value.elements[i].value)
+            else:
+                text = string_text(value) or ""
+                if re.search(r"-m\s+torch\.distributed\.launch\b", text):
+                    self.report(value)
+
+    def finish(self) -> None:
+        # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
+        if self._flags and not _READS_LOCAL_RANK_ENV.search(self.ctx.source) and not self.ctx.names.imports_from("deepspeed"):
+            for flag in self._flags:
+                self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)))

@@ -1,0 +1,240 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import INIT_PROCESS_GROUP, CallSite
+from ddpcheck.lint.names import dotted
+from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.values import origins
+
+SPAWNERS = frozenset({
+    "torch.multiprocessing.spawn",
+    "torch.multiprocessing.start_processes",
+    "torch.multiprocessing.spawn.spawn",
+    "multiprocessing.Process",
+    "torch.multiprocessing.Process",
+})
+_LAUNCHER_ENV = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+_RENDEZVOUS_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT"})
+
+
+def env_key(node: cst.Subscript) -> str | None:
+    """`os.environ["RANK"]` → "RANK"."""
+    base = dotted(node.value) or ""
+    if not base.endswith("environ") or len(node.slice) != 1:
+        return None
+    elem = node.slice[0].slice
+    if isinstance(elem, cst.Index) and isinstance(elem.value, cst.SimpleString):
+        value = elem.value.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def env_get_key(call: CallSite) -> str | None:
+    """`os.environ.get("RANK")`, `os.getenv("RANK")` → "RANK"."""
+    d = call.dotted or ""
+    if not (d.endswith("environ.get") or d.endswith("getenv") or d.endswith("environ.setdefault")):
+        return None
+    first = call.arg("key", 0)
+    if isinstance(first, cst.SimpleString):
+        value = first.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _literal(expr: cst.BaseExpression) -> bool:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.Integer)):
+        return True
+    if isinstance(expr, cst.Call) and dotted(expr.func) in ("str", "int") and expr.args:
+        return _literal(expr.args[0].value)
+    return False
+
+
+class HardCodedRendezvous(Rule):
+    """A torchrun-launched script hard-codes the rendezvous (address, port, rank or world size) that the launcher provides.
+
+    The script reads `LOCAL_RANK`/`RANK`/`WORLD_SIZE` from the environment, so it is started by
+    torchrun (or a scheduler doing the same), which exports `MASTER_ADDR`, `MASTER_PORT`, `RANK`
+    and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"`,
+    `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
+    `init_process_group` overrides that.
+
+    ## Why it matters
+    The job works on the machine it was written on and hangs elsewhere: on a second node every
+    process dials the first machine's hard-coded address, two jobs on one host fight over the
+    same port ("Address already in use" / EADDRINUSE), and a literal rank or world size makes
+    `init_process_group` wait forever for ranks that do not exist, or lets two processes claim
+    the same rank.
+
+    Not reported: `init_method="env://"`, values read from flags or the environment,
+    `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
+    tests the environment (a fallback for single-process runs), and scripts that start their own
+    workers with `mp.spawn` (they must set the rendezvous themselves; a free-port helper is best).
+
+    ## How to fix
+    Call `dist.init_process_group(backend)` with no `init_method`, `rank` or `world_size`: the
+    default `env://` reads what torchrun exported. Pick the address and port on the command line
+    (`torchrun --rdzv-endpoint=host:port` or `--master-addr/--master-port`).
+
+    ## References
+    - https://pytorch.org/docs/stable/elastic/run.html (environment variables torchrun sets)
+    - https://pytorch.org/docs/stable/distributed.html#environment-variable-initialization
+    """
+
+    code = "DDP015"
+    name = "hard-coded-rendezvous"
+    severity = Severity.WARNING
+
+    VALID = [
+        """
+        import os
+        import torch.distributed as dist
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        """,
+        """
+        # mp.spawn scripts set their own rendezvous (the official tutorial).
+        import os
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        def setup(rank, world_size):
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = "12355"
+            dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        if __name__ == "__main__":
+            mp.spawn(main, args=(2,), nprocs=2)
+        """,
+        """
+        # Fallback defaults, and values from flags.
+        import os
+        import torch.distributed as dist
+        rank = int(os.environ.get("RANK", 0))
+        os.environ.setdefault("MASTER_PORT", "29500")
+        if "MASTER_ADDR" not in os.environ:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+        dist.init_process_group("nccl", init_method=args.dist_url, rank=rank, world_size=args.world_size)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import os
+            import torch.distributed as dist
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl", init_method="tcp://10.1.1.20:23456", rank=0, world_size=2)
+            """,
+            line=4,
+        ),
+        Invalid(
+            """
+            import os
+            import torch.distributed as dist
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = str(12355)
+            dist.init_process_group("nccl")
+            local_rank = int(os.getenv("LOCAL_RANK"))
+            """,
+            line=3,
+        ),
+        """
+        import os
+        import torch.distributed as dist
+        DIST_URL = "tcp://127.0.0.1:29500"
+        rank = int(os.environ["RANK"])
+        dist.init_process_group(backend="nccl", init_method=DIST_URL)
+        """,
+    ]
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._launched_by_torchrun = False
+        self._spawns = False
+        self._writes: list[tuple[cst.CSTNode, str]] = []
+        self._written: set[int] = set()
+        self._inits: list[CallSite] = []
+        self._guard_stack: list[cst.BaseExpression] = []
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            t = target.target
+            if isinstance(t, cst.Subscript):
+                key = env_key(t)
+                if key is None:
+                    continue
+                self._written.add(id(t))
+                if key in _RENDEZVOUS_ENV | _LAUNCHER_ENV and _literal(node.value):
+                    if not any(self._tests_environ(g) for g in self._guard_stack):
+                        self._writes.append((node, key))
+
+    def visit_If(self, node: cst.If) -> None:
+        self._guard_stack.append(node.test)
+
+    def leave_If(self, node: cst.If) -> None:
+        self._guard_stack.pop()
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if id(node) in self._written:
+            return
+        if env_key(node) in _LAUNCHER_ENV:
+            self._launched_by_torchrun = True
+
+    def on_call(self, call: CallSite) -> None:
+        if call.qualname in SPAWNERS:
+            self._spawns = True
+        elif call.qualname == INIT_PROCESS_GROUP:
+            self._inits.append(call)
+        elif call.method in ("get", "getenv", "setdefault") or call.dotted == "getenv":
+            key = env_get_key(call)
+            if key in _LAUNCHER_ENV and call.method != "setdefault":
+                self._launched_by_torchrun = True
+
+    def _tests_environ(self, test: cst.BaseExpression) -> bool:
+        code = self.ctx.module.code_for_node(test)
+        return "environ" in code or "getenv" in code
+
+    def finish(self) -> None:
+        calls = self.ctx.calls
+        if not self._launched_by_torchrun:
+            # The environment may be read by a helper (`utils.init_distributed_mode()`).
+            self._launched_by_torchrun = any(self.ctx.helper_does(c, "reads_launcher_env") for c in calls)
+        if not self._launched_by_torchrun or self._spawns:
+            return
+        if any(self.ctx.helper_does(c, "spawn") for c in calls):
+            return
+        for node, key in self._writes:
+            self.report(
+                node,
+                f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
+                "the launcher's value and breaks multi-node runs and parallel jobs; delete it and "
+                "pass the rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)",
+            )
+        for call in self._inits:
+            problems = []
+            method = call.arg("init_method")
+            if method is not None and self._literal_url(call, method):
+                problems.append("init_method")
+            for keyword in ("rank", "world_size"):
+                value = call.arg(keyword)
+                if value is not None and isinstance(value, cst.Integer):
+                    problems.append(keyword)
+            if problems:
+                listed = ", ".join(f"`{p}=`" for p in problems)
+                self.report(
+                    call.node,
+                    f"init_process_group gets a hard-coded {listed} in a script torchrun launches; "
+                    "it overrides what the launcher provides; drop it and let the default `env://` "
+                    "read MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE",
+                )
+
+    def _literal_url(self, call: CallSite, method: cst.BaseExpression) -> bool:
+        leaves = [v for v in origins(self.ctx, method, call.scope) if not call.scope.lookup(dotted(v) or "")]
+        if not leaves:
+            return False
+        for value in leaves:
+            if not isinstance(value, cst.SimpleString):
+                return False
+            text = value.evaluated_value
+            if not isinstance(text, str) or text.startswith("env://"):
+                return False
+        return True

@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import re
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.patterns import init_sites, is_entry_point
+from ddpcheck.lint.rule import Rule
+
+_DESTROY = "torch.distributed.destroy_process_group"
+# A call or a reference handed on (`register(dist.destroy_process_group)`), not a word in prose.
+_REFERENCED = re.compile(r"destroy_process_group\s*[(),\]]")
+
+
+class MissingDestroyProcessGroup(Rule):
+    """`init_process_group` is called but `destroy_process_group` never is.
+
+    ## Why it matters
+    A process group holds communicators, background threads and (with NCCL) GPU memory. When the
+    script simply ends, they are torn down in whatever order the interpreter exits, while other
+    ranks may still have operations in flight. Users see, at the end of every run,
+    "WARNING: process group has NOT been destroyed before we destruct ProcessGroupNCCL. On normal
+    program exit, the application should call destroy_process_group to ensure that any pending
+    NCCL operations have finished in this process. In rare cases this process can exit before this
+    point and block the progress of another member of the process group" — and now and then a job
+    that hangs or exits non-zero after training finished.
+
+    Reported at the `init_process_group` call (or the call of a helper that makes it) in a script
+    that is run directly (a `__main__` guard or work at module level) when neither
+    `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
+    it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Helper modules that
+    are only imported are not reported.
+
+    ## How to fix
+    Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
+    every rank — in a `finally:` block if the training can raise.
+
+    ## References
+    - https://pytorch.org/docs/stable/distributed.html#shutdown
+    - https://github.com/pytorch/pytorch/issues/126275 (the exit warning since PyTorch 2.4)
+    """
+
+    code = "DDP005"
+    name = "missing-destroy-process-group"
+    severity = Severity.WARNING
+    MESSAGE = (
+        "`init_process_group` is called but `destroy_process_group` never is: the process group is "
+        "torn down unordered at exit; call `torch.distributed.destroy_process_group()` when training ends"
+    )
+
+    VALID = [
+        """
+        import torch.distributed as dist
+
+        def main():
+            dist.init_process_group("nccl")
+            try:
+                train()
+            finally:
+                dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # Through local helpers, with an alias.
+        from torch.distributed import init_process_group, destroy_process_group as teardown
+        def setup():
+            init_process_group("gloo")
+        def cleanup():
+            teardown()
+        def main():
+            setup()
+            train()
+            cleanup()
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # Registered as an exit callback.
+        import atexit
+        import torch
+        torch.distributed.init_process_group("gloo")
+        atexit.register(torch.distributed.destroy_process_group)
+        """,
+        """
+        # A helper module: its callers tear the group down.
+        import torch.distributed as dist
+        def init_distributed_mode(args):
+            dist.init_process_group(backend="nccl", init_method=args.dist_url)
+        """,
+    ]
+    INVALID = [
+        """
+        import torch.distributed as dist
+
+        def main():
+            dist.init_process_group("nccl")
+            train()
+
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # A helper sets up; nothing tears down (a comment naming it does not count).
+        import torch
+        def setup():
+            torch.distributed.init_process_group("gloo")
+        setup()
+        train()  # destroy_process_group is not called
+        """,
+    ]
+
+    def finish(self) -> None:
+        sites = init_sites(self.ctx)
+        if not sites or not is_entry_point(self.ctx):
+            return
+        if any(c.qualname == _DESTROY or self.ctx.helper_does(c, "destroy_process_group") for c in self.ctx.calls):
+            return
+        if _REFERENCED.search(_without_comments(self.ctx.source)):
+            return  # passed as a callback: atexit.register(dist.destroy_process_group)
+        self.report(sites[0].node)
+
+
+def _without_comments(source: str) -> str:
+    return "\n".join(line.split("#", 1)[0] for line in source.splitlines() if "destroy_process_group" in line)

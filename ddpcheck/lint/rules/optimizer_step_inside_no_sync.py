@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.values import origins
+from ddpcheck.lint.wraps import is_optimizer_step
+
+
+class OptimizerStepInsideNoSync(Rule):
+    """`optimizer.step()` runs inside a DDP `no_sync()` block, on gradients that were never all-reduced.
+
+    ## Why it matters
+    Under `no_sync()` DDP skips the gradient all-reduce; the gradients of that backward stay
+    local and are synchronized only by the first backward *outside* the block. A step taken
+    inside the block updates each replica with its own local gradients: the replicas silently
+    diverge, and the loss still goes down on every rank.
+
+    ## How to fix
+    Keep only the forward and backward of the non-final micro-batches inside `no_sync()`; run the
+    final micro-batch's backward outside it and call `optimizer.step()` after that.
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.no_sync
+      (the example: accumulate under `no_sync`, then a synchronized backward before the step)
+    """
+
+    code = "DDP021"
+    name = "optimizer-step-inside-no-sync"
+    severity = Severity.ERROR
+    MESSAGE = (
+        "optimizer step inside `no_sync()` uses gradients that were never all-reduced, so the "
+        "replicas diverge; move the step (and the final backward) outside the `no_sync()` block"
+    )
+
+    VALID = [
+        """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp = DDP(model)
+        with ddp.no_sync():
+            for x in micro_batches[:-1]:
+                ddp(x).sum().backward()
+        ddp(micro_batches[-1]).sum().backward()
+        optimizer.step()
+        """,
+        """
+        # A scheduler step inside no_sync does not touch gradients.
+        with model.no_sync():
+            model(x).sum().backward()
+            scheduler.step()
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            ddp = DDP(model)
+            for x in loader:
+                with ddp.no_sync():
+                    ddp(x).sum().backward()
+                    optimizer.step()
+            """,
+            line=6,
+        ),
+        """
+        ctx = model.no_sync()
+        with ctx:
+            loss.backward()
+            scaler.step(optimizer)
+        """,
+    ]
+
+    def on_call(self, call: CallSite) -> None:
+        if not call.withs or not is_optimizer_step(call):
+            return
+        for with_node in call.withs:
+            for item in with_node.items:
+                if self._is_no_sync(call, item.item):
+                    self.report(call.node)
+                    return
+
+    def _is_no_sync(self, call: CallSite, expr: cst.BaseExpression) -> bool:
+        for value in origins(self.ctx, expr, call.scope):
+            if (
+                isinstance(value, cst.Call)
+                and isinstance(value.func, cst.Attribute)
+                and value.func.attr.value == "no_sync"
+            ):
+                return True
+        return False

@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import DATALOADER, CallSite
+from ddpcheck.lint.patterns import last_name
+from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.values import origins
+
+
+class ShuffleWithSampler(Rule):
+    """`DataLoader(shuffle=True, sampler=...)`: PyTorch raises ValueError when the loader is built.
+
+    ## Why it matters
+    A `DataLoader` either shuffles itself (`shuffle=True`, through a `RandomSampler`) or takes the
+    order from the sampler you give it; it refuses both. Users see, on every rank, at start-up:
+    `ValueError: sampler option is mutually exclusive with shuffle` (or, with `batch_sampler=`,
+    `batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last`).
+    It often hides behind a flag: the single-GPU path passes `sampler=None` and works, and only the
+    distributed run crashes.
+
+    Reported when `shuffle` is literally `True` and the `sampler=`/`batch_sampler=` argument is,
+    on some path, a sampler the file builds (a call of a `...Sampler` class, followed through
+    assignments and both arms of `x if cond else None`). `shuffle=(sampler is None)` and other
+    computed values are not reported.
+
+    ## How to fix
+    Drop `shuffle=True`: a `DistributedSampler` shuffles by itself (its `shuffle` defaults to
+    `True`; call `set_epoch(epoch)` each epoch). With a flag, pass `shuffle=(sampler is None)`.
+    The fix removes the argument; it is unsafe only because it changes what the code does (it runs).
+
+    ## References
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader
+    - https://github.com/ultralytics/yolov3/issues/231 (the flag-dependent form of this crash)
+    """
+
+    code = "DDP006"
+    name = "shuffle-with-sampler"
+    severity = Severity.ERROR
+    fixable = True
+    MESSAGE = (
+        "`shuffle=True` together with `{arg}=`: DataLoader raises ValueError (mutually exclusive); "
+        "drop `shuffle=True`, the sampler decides the order (DistributedSampler shuffles by default)"
+    )
+
+    VALID = [
+        """
+        from torch.utils.data import DataLoader, DistributedSampler
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+        """,
+        """
+        # A flag picks one or the other.
+        from torch.utils.data import DataLoader, DistributedSampler
+        sampler = DistributedSampler(dataset) if args.distributed else None
+        loader = DataLoader(dataset, shuffle=(sampler is None), sampler=sampler)
+        single = DataLoader(dataset, shuffle=True, sampler=None)
+        """,
+        """
+        # shuffle=False with a sampler is allowed.
+        import torch
+        loader = torch.utils.data.DataLoader(
+            dataset, shuffle=False, sampler=torch.utils.data.distributed.DistributedSampler(dataset))
+        """,
+        """
+        # Not a torch DataLoader.
+        from mylib import DataLoader
+        loader = DataLoader(dataset, shuffle=True, sampler=MySampler(dataset))
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, shuffle=True, sampler=sampler)
+            """,
+            line=3,
+            fixed="""
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(dataset)
+            loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+            """,
+        ),
+        Invalid(
+            """
+            # Behind a flag, aliased, last argument: the distributed run crashes.
+            import torch.utils.data as tud
+            sampler = tud.DistributedSampler(ds) if distributed else None
+            loader = tud.DataLoader(ds, sampler=sampler, shuffle=True)
+            """,
+            line=4,
+            fixed="""
+            # Behind a flag, aliased, last argument: the distributed run crashes.
+            import torch.utils.data as tud
+            sampler = tud.DistributedSampler(ds) if distributed else None
+            loader = tud.DataLoader(ds, sampler=sampler)
+            """,
+        ),
+        """
+        from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+        bs = BatchSampler(DistributedSampler(ds), batch_size=8, drop_last=False)
+        loader = DataLoader(ds, batch_sampler=bs, shuffle=True)
+        """,
+    ]
+
+    def on_call(self, call: CallSite) -> None:
+        if call.qualname != DATALOADER:
+            return
+        shuffle = call.arg("shuffle", 2)
+        if not (isinstance(shuffle, cst.Name) and shuffle.value == "True"):
+            return
+        for keyword, position in (("sampler", 3), ("batch_sampler", 4)):
+            given = call.arg(keyword, position)
+            if given is not None and self._builds_sampler(call, given):
+                self.report(shuffle, self.MESSAGE.format(arg=keyword), fix=_drop_argument(call.node, shuffle))
+                return
+
+    def _builds_sampler(self, call: CallSite, expr: cst.BaseExpression) -> bool:
+        return any(
+            isinstance(v, cst.Call) and (last_name(v.func) or "").endswith("Sampler")
+            for v in origins(self.ctx, expr, call.scope)
+        )
+
+
+def _drop_argument(call: cst.Call, value: cst.BaseExpression) -> Replace | None:
+    args = list(call.args)
+    index = next(i for i, a in enumerate(args) if a.value is value)
+    if args[index].keyword is None:
+        return None  # dropping a positional argument would shift the others
+    removed = args.pop(index)
+    if index == len(args) and args:
+        # It was the last argument: the new last one takes over its (absent or trailing) comma.
+        args[-1] = args[-1].with_changes(comma=removed.comma)
+    return Replace(call, call.with_changes(args=args), "Remove `shuffle=True`")

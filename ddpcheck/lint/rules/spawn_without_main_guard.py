@@ -1,0 +1,135 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.rule import Invalid, Replace, Rule
+
+SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+
+
+class SpawnWithoutMainGuard(Rule):
+    """`mp.spawn` / `start_processes` runs at module level, outside `if __name__ == "__main__":`.
+
+    `torch.multiprocessing.spawn` starts workers with the `spawn` start method: each worker
+    re-imports the main script. Without the guard the import runs the module-level `mp.spawn`
+    again inside every child.
+
+    ## Why it matters
+    The children fail with "An attempt has been made to start a new process before the current
+    process has finished its bootstrapping phase"; the parent then reports "process 0
+    terminated with exit code 1" and the actual error is buried in a child's output.
+
+    Also reported: a module-level call of a function that spawns (`main()` whose body calls
+    `mp.spawn`), whether it is defined in the file or in a module of the project it imports.
+
+    ## How to fix
+    Put the launch under the guard: `if __name__ == "__main__": mp.spawn(main, nprocs=n)`. The
+    fix does that for a single statement (unsafe: it changes what happens when the module is
+    imported).
+
+    ## References
+    - https://pytorch.org/docs/stable/multiprocessing.html#spawning-subprocesses
+    - https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-start-methods
+      ("Safe importing of main module")
+    """
+
+    code = "DDP017"
+    name = "spawn-without-main-guard"
+    severity = Severity.ERROR
+    fixable = True
+    MESSAGE = (
+        "`mp.spawn` runs at module level: every spawned worker re-imports this file and runs it "
+        "again; put it under `if __name__ == \"__main__\":`"
+    )
+
+    VALID = [
+        """
+        import torch.multiprocessing as mp
+        def main(rank, world_size):
+            pass
+        if __name__ == "__main__":
+            mp.spawn(main, args=(2,), nprocs=2, join=True)
+        """,
+        """
+        # Spawning from a function that is only called under the guard.
+        from torch.multiprocessing import spawn
+        def run(n):
+            spawn(worker, nprocs=n)
+        if __name__ == '__main__':
+            run(4)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch.multiprocessing as mp
+            def main(rank):
+                pass
+            mp.spawn(main, nprocs=2)
+            """,
+            line=4,
+            fixed="""
+            import torch.multiprocessing as mp
+            def main(rank):
+                pass
+            if __name__ == "__main__":
+                mp.spawn(main, nprocs=2)
+            """,
+        ),
+        Invalid(
+            """
+            import torch.multiprocessing as mp
+            def launch():
+                mp.spawn(worker, nprocs=4)
+            launch()
+            """,
+            line=4,
+        ),
+    ]
+
+    def on_call(self, call: CallSite) -> None:
+        if call.scope.parent is not None:
+            return
+        if any("__name__" in self.ctx.module.code_for_node(g.test) for g in call.guards):
+            return
+        if call.qualname in SPAWN:
+            self._report(call)
+        elif call.dotted is not None and not (call.qualname or "").startswith("torch."):
+            self._pending_helpers.append(call)  # maybe a helper of this file or the project
+
+    def __init__(self, ctx) -> None:
+        super().__init__(ctx)
+        self._pending_helpers: list[CallSite] = []
+
+    def finish(self) -> None:
+        # Functions defined later in the file are known only after the traversal.
+        for call in self._pending_helpers:
+            if self.ctx.helper_does(call, "spawn"):
+                self._report(call, f"`{call.dotted}()` spawns workers and is called at module "
+                              "level: every worker re-imports this file and runs it again; call it under "
+                              "`if __name__ == \"__main__\":`")
+
+    def _report(self, call: CallSite, message: str | None = None) -> None:
+        statement = self._top_statement(call.node)
+        fix = None
+        if statement is not None and not call.guards:
+            guarded = cst.If(
+                test=cst.parse_expression('__name__ == "__main__"'),
+                body=cst.IndentedBlock(body=[statement.with_changes(leading_lines=[])]),
+                leading_lines=statement.leading_lines,
+            )
+            fix = Replace(statement, guarded, 'Move the call under `if __name__ == "__main__":`')
+        self.report(call.node, message, fix)
+
+    def _top_statement(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
+        """The module-level statement line that holds `node` as its expression or value."""
+        for statement in self.ctx.module.body:
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                continue
+            small = statement.body[0]
+            value = getattr(small, "value", None)
+            if value is node:
+                return statement
+        return None

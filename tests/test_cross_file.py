@@ -1,0 +1,176 @@
+"""Cross-file facts: rules see what the project's own helper modules do (read, never imported)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from ddpcheck.lint.engine import lint_source
+from ddpcheck.lint.facts import ProjectFacts
+from ddpcheck.lint.rules import rule_classes
+from tests.conftest import cli_env, run_cli
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def codes(path: Path, facts: ProjectFacts | None = None, select: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+    rules = [r for r in rule_classes() if not select or r.code in select]
+    found = lint_source(str(path), path.read_text(), rules, facts or ProjectFacts())
+    return sorted((f.code, f.line) for f in found)
+
+
+UTILS_TORCHRUN = """
+import os
+import torch
+import torch.distributed as dist
+
+def init_distributed_mode(args):
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        args.rank = int(os.environ["RANK"])
+        args.gpu = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(args.gpu)
+    dist.init_process_group("nccl", init_method=args.dist_url)
+
+def setup_for_distributed(is_master):
+    import builtins
+    builtin_print = builtins.print
+    def print(*args, **kwargs):
+        if is_master or kwargs.pop("force", False):
+            builtin_print(*args, **kwargs)
+    builtins.print = print
+
+def save_on_master(*args, **kwargs):
+    if is_main_process():
+        torch.save(*args, **kwargs)
+"""
+
+TRAIN = """
+import os
+from utils import init_distributed_mode, setup_for_distributed
+
+os.environ["MASTER_PORT"] = "29500"
+init_distributed_mode(args)
+setup_for_distributed(args.rank == 0)
+for epoch in range(3):
+    print("epoch", epoch)
+"""
+
+
+def test_helper_reading_launcher_env_makes_the_script_torchrun_launched(tmp_path):
+    write(tmp_path, {"train.py": TRAIN, "utils.py": UTILS_TORCHRUN})
+    assert ("DDP015", 4) in codes(tmp_path / "train.py", select=("DDP015",))
+
+
+def test_without_the_helper_module_nothing_is_assumed(tmp_path):
+    write(tmp_path, {"train.py": TRAIN})
+    assert codes(tmp_path / "train.py", select=("DDP015",)) == []
+
+
+def test_print_silenced_by_a_helper_is_not_reported(tmp_path):
+    write(tmp_path, {"train.py": TRAIN, "utils.py": UTILS_TORCHRUN})
+    assert codes(tmp_path / "train.py", select=("DDP020",)) == []
+    # The same script without the silencing helper prints on every rank.
+    write(tmp_path, {"train.py": TRAIN.replace("setup_for_distributed(args.rank == 0)\n", "")})
+    assert ("DDP020", 7) in codes(tmp_path / "train.py", select=("DDP020",))
+
+
+def test_package_modules_and_relative_imports(tmp_path):
+    write(tmp_path, {
+        "pyproject.toml": "[project]\nname = 'x'\n",
+        "src/proj/__init__.py": "",
+        "src/proj/launch/__init__.py": "from .spawner import launch\n",
+        "src/proj/launch/spawner.py": """
+            import torch.multiprocessing as mp
+            def launch(fn, n):
+                mp.spawn(fn, nprocs=n)
+        """,
+        "src/proj/tools/__init__.py": "",
+        "src/proj/tools/run.py": """
+            from ..launch import launch
+            from . import helpers
+            launch(helpers.work, 2)
+        """,
+        "src/proj/tools/helpers.py": "def work(rank):\n    pass\n",
+        "scripts/go.py": """
+            from proj.launch.spawner import launch as start
+            start(print, 2)
+        """,
+    })
+    # Relative import through a package __init__ that re-exports the function.
+    assert codes(tmp_path / "src/proj/tools/run.py", select=("DDP017",)) == [("DDP017", 3)]
+    # Absolute import from a script folder, found through the project's src/ root.
+    assert codes(tmp_path / "scripts/go.py", select=("DDP017",)) == [("DDP017", 2)]
+
+
+def test_helper_module_is_parsed_once_per_run(tmp_path):
+    write(tmp_path, {"a.py": TRAIN, "b.py": TRAIN, "utils.py": UTILS_TORCHRUN})
+    facts = ProjectFacts()
+    codes(tmp_path / "a.py", facts)
+    codes(tmp_path / "b.py", facts)
+    assert facts.parsed == 1
+
+
+def test_facts_through_a_chain_of_modules(tmp_path):
+    write(tmp_path, {
+        "train.py": """
+            import dist_util
+            from torch.utils.data import DataLoader
+            dist_util.setup_dist()
+            loader = DataLoader(dataset, batch_size=8, shuffle=True)
+        """,
+        "dist_util.py": """
+            from core import really_setup
+            def setup_dist():
+                really_setup()
+        """,
+        "core.py": """
+            import torch.distributed as dist
+            def really_setup():
+                dist.init_process_group("gloo")
+        """,
+    })
+    # The file uses DDP only through dist_util → core: DDP001 applies.
+    assert ("DDP001", 4) in codes(tmp_path / "train.py", select=("DDP001",))
+    facts = ProjectFacts()
+    path = tmp_path / "train.py"
+    from ddpcheck.lint.context import FileContext
+    from ddpcheck.lint.engine import walk
+    import libcst as cst
+
+    ctx = FileContext(str(path), path.read_text(), cst.parse_module(path.read_text()), facts)
+    walk(ctx, [])
+    setup = next(c for c in ctx.calls if c.dotted == "dist_util.setup_dist")
+    assert ctx.helper_does(setup, "init_process_group")
+    assert not ctx.helper_does(setup, "set_device")
+
+
+def test_mutual_recursion_between_modules_terminates(tmp_path):
+    write(tmp_path, {
+        "main.py": "from a import f\nf()\n",
+        "a.py": "from b import g\ndef f():\n    g()\n",
+        "b.py": "from a import f\nimport torch.multiprocessing as mp\ndef g():\n    f()\n    mp.spawn(w, nprocs=2)\n",
+    })
+    assert codes(tmp_path / "main.py", select=("DDP017",)) == [("DDP017", 2)]
+
+
+def test_helpers_are_never_imported_nor_read_from_site_packages(tmp_path):
+    marker = tmp_path / "executed.txt"
+    site = tmp_path / "env" / "lib" / "site-packages"
+    write(tmp_path, {
+        "proj/train.py": "import sidecar\nimport installed\nsidecar.go()\ninstalled.go()\n",
+        "proj/sidecar.py": f"open({str(marker)!r}, 'w').write('ran')\n"
+                           "import torch.multiprocessing as mp\ndef go():\n    mp.spawn(w, nprocs=2)\n",
+    })
+    write(site, {"installed.py": "import torch.multiprocessing as mp\ndef go():\n    mp.spawn(w, nprocs=2)\n"})
+    env = cli_env(PYTHONPATH=f"{cli_env()['PYTHONPATH']}:{site}")
+    r = run_cli("lint", "--output-format", "json", str(tmp_path / "proj/train.py"), env=env)
+    assert r.returncode == 1, r.stderr
+    found = sorted((f["code"], f["location"]["line"]) for f in json.loads(r.stdout)["findings"])
+    assert found == [("DDP017", 3)]  # sidecar's spawn is seen; installed (site-packages) is not
+    assert not marker.exists()
