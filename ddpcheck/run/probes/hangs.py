@@ -136,6 +136,7 @@ def install(session) -> None:
 
     session.before_init.append(before_init)
     session.after_init.append(lambda: start_watchdog(timeout_s, session))
+    session.at_end.append(lambda why: _STOP.set())  # no collectives after the end: nothing to watch
 
     exchange = session._exchange
 
@@ -191,6 +192,7 @@ def run_dir(session=None) -> str:
 
 
 _watchdog: threading.Thread | None = None
+_STOP = threading.Event()
 
 
 def start_watchdog(timeout_s: float, session=None) -> None:
@@ -224,8 +226,7 @@ class Watchdog:
 
     def run(self) -> None:
         try:
-            while True:
-                time.sleep(self.poll)
+            while not _STOP.wait(self.poll):
                 self.tick()
         except Exception as exc:  # noqa: BLE001 - a broken watchdog must never break training
             print(f"ddpcheck: hang watchdog on rank {self.rank} stopped: {exc}", file=sys.stderr)
