@@ -77,7 +77,36 @@ class ProjectFacts:
         if call.qualname is not None and call.qualname in FACT_CALLS.get(fact, ()):
             return True
         target = self.target(ctx, call)
-        return target is not None and fact in self.function_facts(*target)
+        if target is None:
+            return False
+        if fact not in BODY_FACTS:
+            # Facts from calls need no walk of the function bodies (the costly part).
+            return fact in self.call_facts(*target)
+        return fact in self.function_facts(*target)
+
+    def call_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
+        """The FACT_CALLS facts of `function` (what it and the project functions it calls call):
+        function_facts without the body facts, from the calls the engine already recorded."""
+        cache = ctx.__dict__.setdefault("_call_facts", {})
+        if function in cache:
+            return cache[function]
+        key = (ctx.path, function)
+        if key in _seen:
+            return frozenset()
+        seen = _seen | {key}
+        found: set[str] = set()
+        for call in ctx.calls_in(function):
+            if call.qualname is not None:
+                for fact, calls in FACT_CALLS.items():
+                    if call.qualname in calls:
+                        found.add(fact)
+            target = self.target(ctx, call)
+            if target is not None and target != (ctx, function):
+                found |= self.call_facts(*target, seen)
+        result = frozenset(found)
+        if not _seen:
+            cache[function] = result
+        return result
 
     def file_function_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
         """Kept for callers of the first version; same as function_facts."""

@@ -109,8 +109,14 @@ def is_entry_point(ctx: FileContext) -> bool:
 
 
 def init_sites(ctx: FileContext) -> list[CallSite]:
-    """Calls that create the default process group: `init_process_group` itself first, then calls
-    of helpers known to do it (`setup()`, `utils.init_distributed_mode()`)."""
+    """Calls that create the default process group: `init_process_group` itself or, when the file
+    makes none, the calls of helpers known to make it (`setup()`, `utils.init_distributed_mode()`)."""
     direct = [c for c in ctx.calls if c.qualname == INIT_PROCESS_GROUP]
-    helpers = [c for c in ctx.calls if c.qualname != INIT_PROCESS_GROUP and ctx.helper_does(c, "init_process_group")]
-    return direct + helpers
+    if direct:
+        return direct  # asking helpers costs a walk of their bodies; the direct call is enough
+    return [c for c in ctx.calls if _may_be_helper(c) and ctx.helper_does(c, "init_process_group")]
+
+
+def _may_be_helper(call: CallSite) -> bool:
+    """A call that may reach a function of the project (not torch's, not a method of a value)."""
+    return not (call.qualname or "").startswith("torch.") and call.dotted is not None

@@ -114,10 +114,13 @@ class MissingDestroyProcessGroup(Rule):
         sites = init_sites(self.ctx)
         if not sites or not is_entry_point(self.ctx):
             return
-        if any(c.qualname == _DESTROY or self.ctx.helper_does(c, "destroy_process_group") for c in self.ctx.calls):
+        # A call, or a reference handed on: atexit.register(dist.destroy_process_group).
+        if any(c.qualname == _DESTROY for c in self.ctx.calls) or _REFERENCED.search(_without_comments(self.ctx.source)):
             return
-        if _REFERENCED.search(_without_comments(self.ctx.source)):
-            return  # passed as a callback: atexit.register(dist.destroy_process_group)
+        # Last, as it costs a walk of the helpers' bodies: a helper of the project tears down.
+        if any(self.ctx.helper_does(c, "destroy_process_group") for c in self.ctx.calls
+               if not (c.qualname or "").startswith("torch.")):
+            return
         self.report(sites[0].node)
 
 

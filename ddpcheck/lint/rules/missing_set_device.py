@@ -131,11 +131,12 @@ class MissingSetDevice(Rule):
             return
         if any(c.qualname == INIT_PROCESS_GROUP and c.has_keyword("device_id") for c in sites):
             return
-        if any(c.qualname in _SETS_DEVICE or self.ctx.helper_does(c, "set_device") for c in self.ctx.calls):
-            return
-        if _PINS_VISIBLE_DEVICES.search(self.ctx.source):
+        if any(c.qualname in _SETS_DEVICE for c in self.ctx.calls) or _PINS_VISIBLE_DEVICES.search(self.ctx.source):
             return
         if not any(_uses_cuda(self.ctx, c) for c in self.ctx.calls):
+            return
+        # Last, as it costs a walk of the helpers' bodies: a helper of the project sets the device.
+        if any(self.ctx.helper_does(c, "set_device") for c in self.ctx.calls if not (c.qualname or "").startswith("torch.")):
             return
         self.report(sites[0].node)
 
