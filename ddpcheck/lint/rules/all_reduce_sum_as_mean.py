@@ -70,6 +70,15 @@ class AllReduceSumAsMean(Rule):
             dist.all_reduce(avg_loss)
             avg_loss /= world
         """,
+        """
+        # Sums and counts reduced together, divided after.
+        import torch
+        import torch.distributed as dist
+        def evaluate(loss_sum, n):
+            metrics = torch.tensor([loss_sum, n])
+            dist.all_reduce(metrics)
+            return metrics[0] / metrics[1]
+        """,
     ]
     INVALID = [
         Invalid(
@@ -107,7 +116,8 @@ class AllReduceSumAsMean(Rule):
         code = self.ctx.module.code_for_node(call.loops[-1] if call.loops else call.scope.node)
         if any(s in code for s in _SCALES):
             return
-        if re.search(rf"\b{re.escape(name)}\s*(/|\.div|\*|\.mul)", code):
+        # `loss / n`, `loss.div_(n)`, `metrics[0] / metrics[1]`, `loss.item() / n`
+        if re.search(rf"\b{re.escape(name)}(\[[^\]]*\])?(\.item\(\))?\s*(/|\.div|\*|\.mul)", code):
             return
         self.report(
             call.node,

@@ -69,7 +69,8 @@ class HardCodedRendezvous(Rule):
 
     Not reported: `init_method="env://"`, values read from flags or the environment,
     `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
-    tests the environment (a fallback for single-process runs), and scripts that start their own
+    tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
+    another way of starting), and scripts that start their own
     workers with `mp.spawn` (they must set the rendezvous themselves; a free-port helper is best).
 
     ## How to fix
@@ -113,6 +114,8 @@ class HardCodedRendezvous(Rule):
         os.environ.setdefault("MASTER_PORT", "29500")
         if "MASTER_ADDR" not in os.environ:
             os.environ["MASTER_ADDR"] = "127.0.0.1"
+        if args.launcher == "slurm":
+            os.environ["MASTER_PORT"] = "29501"
         dist.init_process_group("nccl", init_method=args.dist_url, rank=rank, world_size=args.world_size)
         """,
     ]
@@ -190,8 +193,10 @@ class HardCodedRendezvous(Rule):
                 self._launched_by_torchrun = True
 
     def _tests_environ(self, test: cst.BaseExpression) -> bool:
-        code = self.ctx.module.code_for_node(test)
-        return "environ" in code or "getenv" in code
+        """A test of the environment or of the launcher (`if "RANK" not in os.environ:`,
+        `if args.launcher == "slurm":`): the write is a fallback for another way of starting."""
+        code = self.ctx.module.code_for_node(test).lower()
+        return any(word in code for word in ("environ", "getenv", "slurm", "launcher", "mpi"))
 
     def finish(self) -> None:
         calls = self.ctx.calls
