@@ -104,7 +104,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1M model only, fewer steps (a smoke run)")
     args = ap.parse_args()
 
-    plan = [("1m", 2, 150), ("1m", 4, 150), ("25m", 2, 60), ("25m", 4, 40)]
+    plan = [("1m", 2, 100), ("1m", 4, 100), ("25m", 2, 40), ("25m", 4, 30)]
     if args.quick:
         plan = [("1m", 2, 60)]
     work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-bench-"))
@@ -120,6 +120,14 @@ def main() -> None:
                       f"first step after {runs[-1]['first_step']:.2f} s, wall {runs[-1]['wall']:.1f} s", file=sys.stderr, flush=True)
             results[(model, nproc, mode)] = {k: statistics.median([r[k] for r in runs]) if runs[0][k] is not None else None
                                             for k in runs[0]}
+
+    # The report must not grow with the number of steps: the same job, every step checked, twice as long.
+    growth = []
+    model, nproc, steps = plan[0]
+    for n in (steps, 2 * steps):
+        out = work / f"growth-{n}"
+        growth.append((n, launch("every-step", nproc, model, n, out, out / "report.json")["report_bytes"]))
+        print(f"  report after {n} checked steps: {growth[-1][1]} bytes", file=sys.stderr, flush=True)
 
     print(f"### Run: ddpcheck run vs plain torchrun, CPU/gloo, OMP_NUM_THREADS=1, median of {args.reps}")
     print()
@@ -144,6 +152,9 @@ def main() -> None:
         dflt = results[(model, nproc, "default")]
         cost = (every["step_mean"] - base["step_mean"]) * 1e3
         print(f"| {model} | {nproc} | {cost:.2f} | {cost / (base['params'] / 1e6):.3f} | {dflt['report_bytes']} | {every['report_bytes']} |")
+    print()
+    print(f"Report size with every step checked ({model}, {nproc} ranks): "
+          + ", ".join(f"{n} steps: {b} bytes" for n, b in growth) + ".")
     print()
     fp = fingerprint_throughput()
     print("Gradient fingerprint (ddpcheck.run.fingerprint.tensor_crc) vs torch.sum over the same tensors, one thread, best of 5:")
