@@ -102,9 +102,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=1, help="repetitions of each job (median reported)")
     ap.add_argument("--quick", action="store_true", help="1M model only, fewer steps (a smoke run)")
+    ap.add_argument("--plan", default="1m:2:100,1m:4:100,25m:2:40,25m:4:30",
+                    help="MODEL:RANKS:STEPS,... (steps timed after the 20-step warm-up)")
+    ap.add_argument("--growth-steps", type=int, default=None,
+                    help="steps of the report-growth pair (default: the first plan entry's)")
     args = ap.parse_args()
 
-    plan = [("1m", 2, 150), ("1m", 4, 150), ("25m", 2, 60), ("25m", 4, 40)]
+    plan = [(m, int(r), int(n)) for m, r, n in (item.split(":") for item in args.plan.split(","))]
     if args.quick:
         plan = [("1m", 2, 60)]
     work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-bench-"))
@@ -117,9 +121,19 @@ def main() -> None:
                 report = out / "report.json" if mode != "torchrun" else None
                 runs.append(launch(mode, nproc, model, steps, out, report))
                 print(f"  {model} x{nproc} {mode}: step {runs[-1]['step_mean'] * 1e3:.1f} ms, "
-                      f"first step after {runs[-1]['first_step']:.2f} s, wall {runs[-1]['wall']:.1f} s", file=sys.stderr, flush=True)
+                      f"first step after {runs[-1]['first_step']:.2f} s, wall {runs[-1]['wall']:.1f} s, "
+                      f"RSS {runs[-1]['rss']:.0f} MiB, report {runs[-1]['report_bytes']} bytes", file=sys.stderr, flush=True)
             results[(model, nproc, mode)] = {k: statistics.median([r[k] for r in runs]) if runs[0][k] is not None else None
                                             for k in runs[0]}
+
+    # The report must not grow with the number of steps: the same job, every step checked, twice as long.
+    growth = []
+    g_model, g_nproc, g_steps = plan[0]
+    g_steps = args.growth_steps or g_steps
+    for n in (g_steps, 2 * g_steps):
+        out = work / f"growth-{n}"
+        growth.append((n, launch("every-step", g_nproc, g_model, n, out, out / "report.json")["report_bytes"]))
+        print(f"  report after {n} checked steps: {growth[-1][1]} bytes", file=sys.stderr, flush=True)
 
     print(f"### Run: ddpcheck run vs plain torchrun, CPU/gloo, OMP_NUM_THREADS=1, median of {args.reps}")
     print()
@@ -144,6 +158,9 @@ def main() -> None:
         dflt = results[(model, nproc, "default")]
         cost = (every["step_mean"] - base["step_mean"]) * 1e3
         print(f"| {model} | {nproc} | {cost:.2f} | {cost / (base['params'] / 1e6):.3f} | {dflt['report_bytes']} | {every['report_bytes']} |")
+    print()
+    print(f"Report size with every step checked ({g_model}, {g_nproc} ranks): "
+          + ", ".join(f"{n} steps: {b} bytes" for n, b in growth) + ".")
     print()
     fp = fingerprint_throughput()
     print("Gradient fingerprint (ddpcheck.run.fingerprint.tensor_crc) vs torch.sum over the same tensors, one thread, best of 5:")

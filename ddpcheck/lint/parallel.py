@@ -6,9 +6,7 @@ imported; each keeps its own ProjectFacts (helper modules parsed once per worker
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from ddpcheck.findings import Finding
@@ -44,6 +42,9 @@ def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding]]:
     """Findings per job, in the order of `jobs`."""
     if workers <= 1 or len(jobs) <= 1:
         return [_lint(job) for job in jobs]
+    import multiprocessing  # only here: a one-file run should not pay for importing it
+    from concurrent.futures import ProcessPoolExecutor
+
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     # A few chunks per worker: even load without paying a round trip per file.
