@@ -68,12 +68,16 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per row (median reported)")
     ap.add_argument("--torchfix", type=Path, default=DEFAULT_TORCHFIX, help="the torchfix executable")
     ap.add_argument("--keep", type=Path, help="write the corpus here and keep it")
+    ap.add_argument("--files", type=int, default=None, help="use only the first N DDP scripts (a loaded machine)")
     args = ap.parse_args()
 
     work = args.keep or Path(tempfile.mkdtemp(prefix="ddpcheck-bench-"))
     if work.exists() and args.keep:
         shutil.rmtree(work)
     ddp, mixed = write_corpus(work)
+    if args.files:
+        scripts = [p for p in ddp if p.name.startswith("train_")][: args.files]
+        ddp = scripts + [p for p in ddp if not p.name.startswith("train_")]
     py = sys.executable
     env = ddpcheck_env()
     lines = sum(len(p.read_text().splitlines()) for p in ddp)
@@ -101,10 +105,10 @@ def main() -> None:
     row("libcst parse", base + ["parse", *ddp_names], ddp_dir)
     row("libcst parse + CSTVisitor traversal", base + ["parse_visit", *ddp_names], ddp_dir)
     row("libcst parse + PositionProvider", base + ["parse_positions", *ddp_names], ddp_dir)
-    row("ddpcheck lint --no-cache -j1", lint + ["--no-cache", "-j1", "."], ddp_dir, env=env)
-    row("ddpcheck lint --no-cache -j2", lint + ["--no-cache", "-j2", "."], ddp_dir, env=env)
-    row("ddpcheck lint (cold cache)", lint + ["."], ddp_dir, env=env, prepare=clear_cache)
-    row("ddpcheck lint (unchanged re-run, cached)", lint + ["."], ddp_dir, env=env)
+    row("ddpcheck lint --no-cache -j1", lint + ["--no-cache", "-j1", *ddp_names], ddp_dir, env=env)
+    row("ddpcheck lint --no-cache -j2", lint + ["--no-cache", "-j2", *ddp_names], ddp_dir, env=env)
+    row("ddpcheck lint (cold cache)", lint + ddp_names, ddp_dir, env=env, prepare=clear_cache)
+    row("ddpcheck lint (unchanged re-run, cached)", lint + ddp_names, ddp_dir, env=env)
     tf = args.torchfix
     torchfix_note = ""
     if tf.exists():
