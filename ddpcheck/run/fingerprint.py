@@ -29,7 +29,9 @@ def tensor_crc(t) -> int:
         nbytes = t.numel() * t.element_size()
         if nbytes == 0:
             return head
-        return zlib.crc32(ctypes.string_at(t.data_ptr(), nbytes), head)
+        # A view of the tensor's own memory (no copy: string_at would duplicate every gradient).
+        view = (ctypes.c_char * nbytes).from_address(t.data_ptr())
+        return zlib.crc32(view, head)
     except (RuntimeError, TypeError):
         return OPAQUE
 

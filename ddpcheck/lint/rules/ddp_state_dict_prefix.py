@@ -1,11 +1,11 @@
 from __future__ import annotations
 
 import libcst as cst
-import libcst.matchers as m
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import CallSite
 from ddpcheck.lint.names import dotted
+from ddpcheck.lint.patterns import subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.values import origins
 from ddpcheck.lint.wraps import ddp_wraps, visible_from
@@ -134,7 +134,11 @@ class DdpStateDictPrefix(Rule):
             if obj is None:
                 continue
             for value in origins(self.ctx, obj, call.scope):
-                for sd in m.findall(value, m.Call(func=m.Attribute(attr=m.Name("state_dict")))):
+                # Plain isinstance checks: importing libcst.matchers costs more than a lint run.
+                for sd in subexpressions(value):
+                    if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
+                            and sd.func.attr.value == "state_dict"):
+                        continue
                     receiver = dotted(sd.func.value)
                     wrap = next((w for w in wraps if w.outer == receiver and w.index < index
                                  and visible_from(receiver, w.call.scope, call.scope)), None)
