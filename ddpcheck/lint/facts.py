@@ -102,7 +102,7 @@ class ProjectFacts:
                         found.add(fact)
             target = self.target(ctx, call)
             if target is not None and target != (ctx, function):
-                found |= self.call_facts(*target, seen)
+                found |= _passed_on(ctx, call, self.call_facts(*target, seen))
         result = frozenset(found)
         if not _seen:
             cache[function] = result
@@ -128,12 +128,7 @@ class ProjectFacts:
                         found.add(fact)
             target = self.target(ctx, call)
             if target is not None and target != (ctx, function):
-                inherited = self.function_facts(*target, seen)
-                if id(call.node) in _with_items(ctx):
-                    # `with torch_distributed_zero_first(rank):` — a context manager that pairs
-                    # its barriers across ranks; its collectives are balanced by construction.
-                    inherited -= _BALANCED_BY_CONTEXT
-                found |= inherited
+                found |= _passed_on(ctx, call, self.function_facts(*target, seen))
         node = ctx.functions.get(function)
         if node is not None:
             found |= _body_facts(ctx, node)
@@ -238,6 +233,14 @@ class ProjectFacts:
 
 
 _BALANCED_BY_CONTEXT = frozenset({"collective", "barrier", "all_reduce"})
+
+
+def _passed_on(ctx: FileContext, call: CallSite, inherited: frozenset[str]) -> frozenset[str]:
+    """The callee's facts as seen by its caller. `with torch_distributed_zero_first(rank):` — a
+    context manager that pairs its barriers across ranks — balances its collectives by construction."""
+    if id(call.node) in _with_items(ctx):
+        return inherited - _BALANCED_BY_CONTEXT
+    return inherited
 
 
 def _with_items(ctx: FileContext) -> set[int]:
