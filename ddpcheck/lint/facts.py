@@ -84,36 +84,19 @@ class ProjectFacts:
             return fact in self.call_facts(*target)
         return fact in self.function_facts(*target)
 
-    def call_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
-        """The FACT_CALLS facts of `function` (what it and the project functions it calls call):
-        function_facts without the body facts, from the calls the engine already recorded."""
-        cache = ctx.__dict__.setdefault("_call_facts", {})
-        if function in cache:
-            return cache[function]
-        key = (ctx.path, function)
-        if key in _seen:
-            return frozenset()
-        seen = _seen | {key}
-        found: set[str] = set()
-        for call in ctx.calls_in(function):
-            if call.qualname is not None:
-                for fact, calls in FACT_CALLS.items():
-                    if call.qualname in calls:
-                        found.add(fact)
-            target = self.target(ctx, call)
-            if target is not None and target != (ctx, function):
-                found |= _passed_on(ctx, call, self.call_facts(*target, seen))
-        result = frozenset(found)
-        if not _seen:
-            cache[function] = result
-        return result
+    def call_facts(self, ctx: FileContext, function: str) -> frozenset[str]:
+        """The FACT_CALLS facts of `function` (what it and the project functions it calls call),
+        from the calls the engine already recorded: no walk of function bodies (the costly part)."""
+        return self._facts(ctx, function, frozenset(), with_body=False)
 
-    def file_function_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
-        """Kept for callers of the first version; same as function_facts."""
-        return self.function_facts(ctx, function, _seen)
+    def function_facts(self, ctx: FileContext, function: str) -> frozenset[str]:
+        """call_facts plus the BODY_FACTS of `function` and of the functions it calls."""
+        return self._facts(ctx, function, frozenset(), with_body=True)
 
-    def function_facts(self, ctx: FileContext, function: str, _seen: frozenset = frozenset()) -> frozenset[str]:
-        cache = ctx.__dict__.setdefault("_function_facts", {})
+    file_function_facts = function_facts  # the first version's name
+
+    def _facts(self, ctx: FileContext, function: str, _seen: frozenset, with_body: bool) -> frozenset[str]:
+        cache = ctx.__dict__.setdefault("_function_facts" if with_body else "_call_facts", {})
         if function in cache:
             return cache[function]
         key = (ctx.path, function)
@@ -128,10 +111,11 @@ class ProjectFacts:
                         found.add(fact)
             target = self.target(ctx, call)
             if target is not None and target != (ctx, function):
-                found |= _passed_on(ctx, call, self.function_facts(*target, seen))
-        node = ctx.functions.get(function)
-        if node is not None:
-            found |= _body_facts(ctx, node)
+                found |= _passed_on(ctx, call, self._facts(*target, seen, with_body))
+        if with_body:
+            node = ctx.functions.get(function)
+            if node is not None:
+                found |= _body_facts(ctx, node)
         result = frozenset(found)
         if not _seen:  # only complete answers are cached (a cycle may still be open below)
             cache[function] = result
