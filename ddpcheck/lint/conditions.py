@@ -11,7 +11,7 @@ import re
 import libcst as cst
 
 from ddpcheck.lint.context import Guard
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.names import dotted, last_name
 
 # Names whose value is a rank (global or local).
 _RANK_NAME = re.compile(
@@ -30,18 +30,13 @@ _RANK_CALLS = {"torch.distributed.get_rank", "torch.distributed.get_node_local_r
 _RANK_ENV = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK"}
 
 
-def _last_name(expr: cst.BaseExpression) -> str | None:
-    name = dotted(expr)
-    return name.rsplit(".", 1)[-1] if name else None
-
-
 def is_rank_value(expr: cst.BaseExpression, resolve) -> bool:
     """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, `self.rank`..."""
     if isinstance(expr, cst.Call):
         q = resolve(expr.func)
         if q in _RANK_CALLS:
             return True
-        name = _last_name(expr.func)
+        name = last_name(expr.func)
         if name in ("int", "str") and expr.args:
             return is_rank_value(expr.args[0].value, resolve)
         if name in ("get_rank", "get_local_rank", "get_global_rank", "local_rank"):
@@ -55,7 +50,7 @@ def is_rank_value(expr: cst.BaseExpression, resolve) -> bool:
             elem = expr.slice[0].slice
             return isinstance(elem, cst.Index) and _is_rank_env_key(elem.value)
         return False
-    name = _last_name(expr)
+    name = last_name(expr)
     return bool(name and _RANK_NAME.search(name))
 
 
@@ -94,7 +89,7 @@ def _is_not_distributed(test: cst.BaseExpression, resolve) -> bool:
         if isinstance(comp.operator, (cst.Equal, cst.LessThanEqual)) and isinstance(comp.comparator, cst.Integer):
             if comp.comparator.evaluated_value == 1:
                 target = test.left.func if isinstance(test.left, cst.Call) else test.left
-                name = _last_name(target) or ""
+                name = last_name(target) or ""
                 return bool(_WORLD_NAME.search(name) or name == "get_world_size")
     return False
 
@@ -149,9 +144,9 @@ def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
                 return True
         return None
     if isinstance(test, cst.Call):
-        name = _last_name(test.func)
+        name = last_name(test.func)
         return True if name and _MAIN_PROCESS.match(name) else None
-    name = _last_name(test)
+    name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
     return None
@@ -209,7 +204,7 @@ def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
                 return True
             return None
         target = left.func if isinstance(left, cst.Call) else left
-        name = _last_name(target) or ""
+        name = last_name(target) or ""
         if (_WORLD_NAME.search(name) or name == "get_world_size") and isinstance(right, cst.Integer):
             bound = right.evaluated_value
             if (isinstance(op, cst.GreaterThan) and bound == 1) or (isinstance(op, cst.NotEqual) and bound == 1) or (
@@ -222,7 +217,7 @@ def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
                 return False
         return None
     target = test.func if isinstance(test, cst.Call) else test
-    name = _last_name(target)
+    name = last_name(target)
     if name and _DISTRIBUTED_FLAG.match(name):
         return True
     return None

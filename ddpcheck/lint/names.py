@@ -51,6 +51,12 @@ def dotted(expr: cst.BaseExpression) -> str | None:
     return None
 
 
+def last_name(expr: cst.BaseExpression) -> str | None:
+    """`c` for `a.b.c` (the name a call or attribute chain ends in), else None."""
+    name = dotted(expr)
+    return name.rsplit(".", 1)[-1] if name else None
+
+
 def _module_name(node: cst.BaseExpression | None) -> str:
     return dotted(node) or "" if node is not None else ""
 

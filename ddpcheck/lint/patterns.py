@@ -10,7 +10,7 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.lint.context import INIT_PROCESS_GROUP, CallSite, FileContext, Scope
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.names import dotted, last_name
 
 # Names whose value is (or is derived from) the number of ranks or the global batch.
 WORLD_SIZE_NAME = re.compile(
@@ -22,11 +22,6 @@ _WORLD_SIZE_CALLS = ("get_world_size", "device_count", "num_processes")
 _WORLD_SIZE_ENV = {"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE"}
 
 _ENTRY_POINT = re.compile(r"""__name__\s*==\s*['"]__main__['"]|['"]__main__['"]\s*==\s*__name__""")
-
-
-def last_name(expr: cst.BaseExpression) -> str | None:
-    name = dotted(expr)
-    return name.rsplit(".", 1)[-1] if name else None
 
 
 def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

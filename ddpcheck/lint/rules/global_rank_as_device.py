@@ -4,8 +4,8 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP, CallSite, Scope
-from ddpcheck.lint.names import dotted
-from ddpcheck.lint.patterns import is_cuda_string, last_name
+from ddpcheck.lint.names import dotted, last_name
+from ddpcheck.lint.patterns import is_cuda_string
 from ddpcheck.lint.rule import Rule
 
 _GLOBAL_RANK_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}

@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.conditions import on_main_rank_only, on_single_process_only
 from ddpcheck.lint.context import DATALOADER, DISTRIBUTED_SAMPLER, CallSite
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.names import dotted, last_name
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.values import is_none, origins
 
@@ -186,7 +186,7 @@ class MissingDistributedSampler(Rule):
     def _iterable(self, call: CallSite, dataset: cst.BaseExpression) -> bool:
         for value in origins(self.ctx, dataset, call.scope):
             if isinstance(value, cst.Call):
-                name = (dotted(value.func) or "").rsplit(".", 1)[-1]
+                name = last_name(value.func) or ""
                 if name in self._iterable_classes or "Iterable" in name or "Stream" in name:
                     return True
         return False

@@ -4,7 +4,8 @@ import re
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DDP, INIT_PROCESS_GROUP, CallSite
-from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, last_name, string_text
+from ddpcheck.lint.names import last_name
+from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, string_text
 from ddpcheck.lint.rule import Rule
 
 _SETS_DEVICE = {"torch.cuda.set_device", "torch.cuda.device"}

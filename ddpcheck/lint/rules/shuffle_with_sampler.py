@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.context import DATALOADER, CallSite
-from ddpcheck.lint.patterns import last_name
+from ddpcheck.lint.names import last_name
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.values import origins
 

@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.conditions import on_main_rank_only
 from ddpcheck.lint.context import CallSite, Scope
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.names import dotted, last_name
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.wraps import ddp_wraps, exclusive, visible_from
 
@@ -198,7 +198,7 @@ def _is_no_grad(ctx, with_node: cst.With) -> bool:
     for item in with_node.items:
         expr = item.item
         func = expr.func if isinstance(expr, cst.Call) else expr
-        name = (dotted(func) or "").rsplit(".", 1)[-1]
+        name = last_name(func) or ""
         if name in _NO_GRAD:
             return True
     return False
