@@ -211,16 +211,22 @@ def export_tree(git_dir: str, commit: str, dest: Path) -> int:
             blobs.append((sha, path))
     out = _git(git_dir, "cat-file", "--batch", data="".join(f"{sha}\n" for sha, _ in blobs).encode())
     pos = 0
+    written = 0
     for _, path in blobs:
         header_end = out.index(b"\n", pos)
-        size = int(out[pos:header_end].split()[2])
+        header = out[pos:header_end].split()
+        if len(header) < 3:  # "<sha> missing": a snapshot without that blob (too large to store)
+            pos = header_end + 1
+            continue
+        size = int(header[2])
         body = out[header_end + 1: header_end + 1 + size]
         pos = header_end + 1 + size + 1
+        written += 1
         target = dest / path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(body)
     (dest / ".git").mkdir(exist_ok=True)  # the root marker a clone has
-    return len(blobs)
+    return written
 
 
 def lint(tree: Path, paths: Sequence[str]) -> list[Finding]:
