@@ -56,6 +56,7 @@ class RankState:
     frames: tuple[str, ...] = ()  # innermost user frames, 'path:line in function'
     busy: bool = False
     answered: bool = True
+    progress_at: float = 0.0  # wall-clock time of its last progress (0: unknown)
 
     @property
     def world(self) -> CallLog:
@@ -333,5 +334,6 @@ def states_from_files(record_dir: str, records: list[dict[str, Any]]) -> dict[in
             passes[info.key] = info
         out[rank] = RankState(rank, {WORLD: data["log"]}, data["steps"], data["forwards"],
                               tuple(passes[k] for k in sorted(passes)),
-                              "ddpcheck's check exchange" if data["ours"] else None)
+                              "ddpcheck's check exchange" if data["ours"] else None,
+                              progress_at=data["progress_ms"] / 1000.0)
     return out
