@@ -157,8 +157,11 @@ class Mismatch:
 
     @property
     def odd_ranks(self) -> tuple[int, ...]:
-        """The ranks that went their own way: the smaller sides, or those that never arrived."""
+        """The ranks that went their own way: the smaller sides, or those that never arrived;
+        every rank when no side is the bigger one (two ranks disagree: either may be wrong)."""
         if len(self.sides) > 1:
+            if len(self.sides[0].ranks) == len(self.sides[1].ranks):
+                return tuple(sorted(r for side in self.sides for r in side.ranks))
             return tuple(sorted(r for side in self.sides[1:] for r in side.ranks))
         return self.missing
 

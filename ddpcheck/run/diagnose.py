@@ -293,9 +293,9 @@ def _plain_hang(states: Mapping[int, RankState], world: int, hung_s: float) -> D
         if call is not None and call.site:
             site = call.site
             break
-        state = states.get(r)
-        if state is not None and state.frames:
-            site = state.frames[0].rpartition(" in ")[0]
+        known = states.get(r)
+        if known is not None and known.frames:
+            site = known.frames[0].rpartition(" in ")[0]
             break
     message = f"no progress for {hung_s:g} s: " + "; ".join(parts) + f" — {why}"
     return Diagnosis(HANG, message, tuple(sorted(odd)), site, {})

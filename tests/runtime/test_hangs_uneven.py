@@ -89,6 +89,23 @@ def test_two_collectives_in_swapped_order_on_one_rank_are_named_with_both_lines(
     assert_no_survivors(mark)
 
 
+def test_a_reduce_op_that_differs_on_one_rank_is_found_at_the_first_checked_step(tmp_path):
+    # gloo completes this call on every rank: nothing hangs, the metric is just wrong.
+    script = fixture("reduce_op_mismatch.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "3", str(script)], tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = _only(data, "DDP128")
+    line = _line_of(script, "dist.all_reduce(metric, op=op)")
+    assert found["message"] == (
+        f"call #3: rank 2 all_reduce float32[1] max at reduce_op_mismatch.py:{line} (before the first optimizer "
+        f"step), ranks 0 and 1 all_reduce float32[1] at reduce_op_mismatch.py:{line} (before the first optimizer step)")
+    assert found["ranks"] == [2] and found["location"]["line"] == line
+    row = next(c for c in data["checks"] if c["code"] == "DDP128")
+    assert row["step"] == 1  # seen at the first checked step's exchange, while the job ran on
+    assert data["job"]["steps"] == 4
+    assert_no_survivors(mark)
+
+
 def test_a_shard_one_batch_longer_on_the_last_rank_is_the_root_cause(tmp_path):
     # gloo either aborts ("Received data size doesn't match") or hangs here: the finding is the same.
     script, proc, data, mark = _run("uneven_iterable.py", tmp_path)

@@ -180,10 +180,11 @@ def _failed(records: list[Record], ctx: Context) -> bool:
         any(r.get("status") != "finished" for r in records)
 
 
-def _verdict(code: str, message: str, ranks: tuple[int, ...], site: str | None, details: dict[str, Any]) -> Verdict:
+def _verdict(code: str, message: str, ranks: tuple[int, ...], site: str | None, details: dict[str, Any],
+             step: int | None = None) -> Verdict:
     file, _, line = site.rpartition(":") if site else ("", "", "")
     return Verdict(code, FAIL, message, message=message, ranks=ranks, path=file or None,
-                   line=int(line) if line.isdigit() else None, details=details)
+                   line=int(line) if line.isdigit() else None, step=step, details=details)
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
@@ -209,7 +210,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             "the ranks had entered different collectives by optimizer step "
             f"{mismatch['step']} (counts {mismatch.get('counts')}), more than 32 calls before it was seen")
         found[CollectiveMismatch.code] = _verdict(CollectiveMismatch.code, message, tuple(mismatch.get("ranks", ())),
-                                                  mismatch.get("site"), {"step": mismatch["step"], "explains": ["DDP123"]})
+                                                  mismatch.get("site"), {"explains": ["DDP123"]}, step=mismatch["step"])
     if UnevenWork.code not in found:
         uneven = _uneven_after_the_job(records)
         if uneven is not None:

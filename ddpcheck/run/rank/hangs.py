@@ -65,7 +65,7 @@ def install(session: Session) -> None:
             return
         store = dist.distributed_c10d._get_default_store()
         try:
-            store = store.clone()  # its own connection: the training thread may be using the other
+            store = getattr(store, "clone")()  # its own connection: the training thread may be using the other
         except Exception:  # noqa: BLE001 - older stores cannot clone; sharing one is still safe
             pass
         dog = Watchdog(store, rank, world, timeout_s, record_dir=run_dir(session),

@@ -45,6 +45,9 @@ COLLECTIVES = (
 PASSES_KEPT = 200  # data loader passes kept in the record (the oldest are dropped first)
 
 
+_KEYS: dict[tuple[str, str], bytes] = {}  # (op, signature) -> the bytes the running hash takes in
+
+
 class GroupLog:
     __slots__ = ("entered", "hash", "recent")
 
@@ -103,10 +106,15 @@ class Ledger:
     # --- events ---------------------------------------------------------------------------------
     def enter(self, op: str, sig: str, site: str | None, group: str = WORLD) -> Call:
         with self.lock:
-            log = self.groups.setdefault(group, GroupLog())
+            log = self.groups.get(group)
+            if log is None:
+                log = self.groups[group] = GroupLog()
             log.entered += 1
             call = Call(log.entered, op, sig, site, self.steps, group)
-            log.hash = zlib.crc32(f"{op}|{sig}".encode(), log.hash)
+            key = _KEYS.get((op, sig))
+            if key is None:
+                key = _KEYS[(op, sig)] = f"{op}|{sig}".encode() if len(_KEYS) < 4096 else b""
+            log.hash = zlib.crc32(key or f"{op}|{sig}".encode(), log.hash)
             log.recent.append(call)
             self.stack.append(call)
             if self.live is not None and group == WORLD:
@@ -283,6 +291,10 @@ _SIGNATURES: dict[str, Callable[[dict[str, Any]], str]] = {
     "scatter_object_list": lambda a: _root(a, "src").strip(),
 }
 
+def _no_signature(bound: dict[str, Any]) -> str:
+    return ""
+
+
 _group_labels: dict[int, tuple[Any, str]] = {}
 
 
@@ -309,7 +321,7 @@ def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | No
         names = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         names = []
-    signature = _SIGNATURES.get(op, lambda a: "")
+    signature = _SIGNATURES.get(op, _no_signature)
 
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
@@ -399,8 +411,8 @@ def _wrap_backward(site_of: Callable[[int], str | None]) -> None:
 def _wrap_ddp(site_of: Callable[[int], str | None]) -> None:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    sync_buffers = DDP._sync_buffers
-    init = DDP.__init__
+    sync_buffers: Callable[[Any], Any] = DDP._sync_buffers
+    init: Callable[..., None] = DDP.__init__
     if getattr(sync_buffers, "__ddpcheck_ledger__", False):
         return
 
@@ -423,8 +435,8 @@ def _wrap_ddp(site_of: Callable[[int], str | None]) -> None:
             LEDGER.leave(call)
 
     _sync_buffers.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
-    DDP._sync_buffers = _sync_buffers
-    DDP.__init__ = __init__
+    setattr(DDP, "_sync_buffers", _sync_buffers)
+    setattr(DDP, "__init__", __init__)
 
 
 # --- data loader passes ----------------------------------------------------------------------------
@@ -449,7 +461,7 @@ def _wrap_loaders(site_of: Callable[[int], str | None]) -> None:
         p = LEDGER.start_pass(state[0], state[1], site_of(1))
         state[1] += 1
         try:
-            it._ddpcheck_pass = p
+            setattr(it, "_ddpcheck_pass", p)
         except AttributeError:  # an iterator class with __slots__: the pass is still counted
             pass
         return it
@@ -468,8 +480,8 @@ def _wrap_loaders(site_of: Callable[[int], str | None]) -> None:
         return data
 
     __next__.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
-    DataLoader.__iter__ = __iter__
-    _BaseDataLoaderIter.__next__ = __next__
+    setattr(DataLoader, "__iter__", __iter__)
+    setattr(_BaseDataLoaderIter, "__next__", __next__)
 
 
 def install(site_of: Callable[[int], str | None]) -> None:

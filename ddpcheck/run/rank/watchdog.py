@@ -58,7 +58,6 @@ class Watchdog:
             while not self.stop.wait(self.poll):
                 self.tick()
         except Exception as exc:  # noqa: BLE001 - a broken watchdog must never break training
-            import traceback; traceback.print_exc()
             print(f"ddpcheck: hang watchdog on rank {self.rank} stopped: {type(exc).__name__}: {exc}",
                   file=sys.stderr)
 
@@ -84,8 +83,6 @@ class Watchdog:
         if self.posted != (self.ledger.events, busy):
             self.posted = (self.ledger.events, busy)
             self.store.set(self.key(self.rank), json.dumps(self.state(busy, load)))
-        if os.environ.get("DDPCHECK_DEBUG_WATCHDOG"):
-            print(f"[wd {self.rank}] stalled busy={busy} load={load.to_json()} place={stacks.place(stacks.thread_frames(self.thread.ident or 0))}", file=sys.stderr, flush=True)
         if not busy:
             self.maybe_decide()
 
