@@ -103,9 +103,9 @@ def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict) -> Lint
     except ReadError as err:
         result.errors.append(str(err))
         return result
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
 
-    facts = ProjectFacts()
+    facts = Project()
     findings = lint_text(display, path, source, resolver, facts, known)
     if o.fix and not o.diff:
         fixed, findings = _fix_until_stable(display, path, source, findings, resolver, facts, known, o.unsafe_fixes)
@@ -135,10 +135,10 @@ def _fix_until_stable(display, path, source, findings, resolver, facts, known, u
 
 
 def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions) -> None:
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
 
     known = all_rules()
-    facts = ProjectFacts()
+    facts = Project()
     remaining: list[Finding] = []
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:

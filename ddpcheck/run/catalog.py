@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ddpcheck.catalog import Described
+from ddpcheck.describe import Described
 
 
 class RuntimeCheck(Described):
