@@ -50,9 +50,11 @@ def _build_helper(path: str, source: str, tree: cst.Module, project: Project) ->
     return build(path, source, tree)
 
 
-def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Project | None = None) -> list[Finding]:
+def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Project | None = None, *,
+                noqa: bool = True) -> list[Finding]:
     """Findings of `rules` on one file's text (and on the project lines it makes wrong), after
-    `# noqa` suppression."""
+    `# noqa` suppression (before it when `noqa` is False: the caller suppresses and tells which
+    directives were used)."""
     project = project if project is not None else _RUN_PROJECT
     project.build = _build_helper
     tree = project.parsed_tree(path, source)  # already read as another file's helper module
@@ -79,7 +81,7 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
         rule.finish()
     if not model.pending:
         return []
-    return _materialise(model, path)
+    return _materialise(model, path, noqa)
 
 
 def model_of(path: str, source: str, project: Project | None = None) -> Model:
@@ -103,7 +105,7 @@ def _display(root: str, module: ModuleModel) -> str:
     return module.path if relative.startswith("..") else relative
 
 
-def _materialise(model: Model, root_path: str) -> list[Finding]:
+def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Finding]:
     # Positions only for the reported nodes (PositionProvider for every node costs more than the parse).
     by_module: dict[int, list[Pending]] = defaultdict(list)
     modules: dict[int, ModuleModel] = {}
@@ -155,7 +157,9 @@ def _materialise(model: Model, root_path: str) -> list[Finding]:
                 fix=fix,
                 related=tuple(related),
             ))
-        findings += suppress.apply(module.source, found)
+        # The linted file's own noqa is the caller's to settle when it asks (`noqa=False`);
+        # other modules' findings are settled here, against their own text.
+        findings += suppress.apply(module.source, found) if noqa or module is not model.root else found
     findings.sort(key=Finding.sort_key)
     return findings
 
