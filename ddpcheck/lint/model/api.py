@@ -162,7 +162,7 @@ def canonical(name: str) -> str:
     if name.startswith("torch.optim.") and name.count(".") == 3:
         # torch.optim.sgd.SGD -> torch.optim.SGD
         parts = name.split(".")
-        if parts[2].islower() and parts[3][:1].isupper():
+        if parts[2].islower() and parts[3][:1].isupper() and parts[2] not in ("lr_scheduler", "swa_utils"):
             name = "torch.optim." + parts[3]
     return _CANONICAL_NAMES.get(name, name)
 

@@ -34,6 +34,7 @@ _MAIN_PROCESS = re.compile(
 )
 _RANK_CALLS = api.GLOBAL_RANK_CALLS | api.LOCAL_RANK_CALLS | {"horovod.torch.rank", "horovod.torch.local_rank"}
 _RANK_ENV = api.RANK_ENV
+_LAUNCH_ENV = api.RANK_ENV | api.WORLD_SIZE_ENV
 # A launch-mode flag: `not args.multiprocessing_distributed or rank % ngpus == 0` is true on every
 # rank of a job started without it (by torchrun).
 LAUNCH_FLAG = re.compile(r"multiprocessing|(^|_)mp(_|$)|spawn", re.I)
@@ -69,7 +70,10 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
             return isinstance(elem, cst.Index) and _is_rank_env_key(elem.value)
         return False
     name = last_name(expr)
-    return bool(name and _RANK_NAME.search(name))
+    if name and _RANK_NAME.search(name):
+        return True
+    bound = getattr(resolve, "bound_to_rank", None)
+    return bool(bound is not None and bound(expr))
 
 
 def _is_rank_env_key(expr: cst.BaseExpression) -> bool:
@@ -167,6 +171,13 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve) -> bool | None
     name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
+    held = getattr(resolve, "held_test", None)
+    if held is not None and isinstance(test, (cst.Name, cst.Attribute)):
+        # `save_logs = args.logs and is_master(args)`, then `if save_logs:`.
+        tests = held(test)
+        sides = {selects_main_rank(t, resolve) for t in tests} if tests else {None}
+        if len(sides) == 1:
+            return sides.pop()
     return None
 
 
@@ -227,6 +238,9 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         comp = test.comparisons[0]
         op, right = comp.operator, comp.comparator
         left = test.left
+        if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
+                and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":
+            return isinstance(op, cst.In)  # `"RANK" in os.environ`: launched distributed
         if isinstance(right, cst.UnaryOperation) and _is_zero_or_minus_one(right) and is_rank_value(left, resolve):
             if isinstance(op, (cst.Equal, cst.Is)):
                 return False  # local_rank == -1: launched without a launcher
@@ -247,9 +261,19 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
                 return False
         return None
     target = test.func if isinstance(test, cst.Call) else test
-    name = last_name(target)
+    name = last_name(target) or _key(target)
     if name and _DISTRIBUTED_FLAG.match(name):
         return True
+    return None
+
+
+def _key(expr: cst.BaseExpression) -> str | None:
+    """`opt["dist"]` → "dist": a flag kept in a dict."""
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        if isinstance(key, cst.SimpleString):
+            text = key.evaluated_value
+            return text if isinstance(text, str) else None
     return None
 
 

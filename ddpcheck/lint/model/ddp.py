@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel
-from ddpcheck.lint.model.syntax import argument, dotted, is_none, string_text
+from ddpcheck.lint.model.syntax import argument, dotted, is_none, string_text, subexpressions
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -202,6 +202,8 @@ def global_rank_source(model: Model, value: Value, depth: int = 3) -> str | None
     if isinstance(node, cst.Call):
         name = model.api_of(value)
         if name in api.GLOBAL_RANK_CALLS:
+            if argument(node, "group", 0) is not None:
+                return None  # the rank within a group (a node-local group gives the local rank)
             return "dist.get_rank()"
         if name in api.ENV_GETTERS:
             key = string_text(argument(node, "key", 0))
@@ -229,3 +231,30 @@ _EVAL_WORDS = re.compile(r"val|test|eval", re.I)
 
 def is_eval_name(name: str | None) -> bool:
     return bool(name) and "train" not in name.lower() and bool(_EVAL_WORDS.search(name))  # type: ignore[union-attr]
+
+
+# Where torch.save writes to memory, not to a file every rank shares.
+IN_MEMORY = frozenset({"io.BytesIO", "io.StringIO", "tempfile.SpooledTemporaryFile"})
+
+
+def per_rank_or_memory(model: Model, site: CallSite, target: cst.BaseExpression | None,
+                       memory: bool = True) -> bool:
+    """A file argument whose path contains the rank (one file per rank, on purpose), or (when
+    `memory`) that is an in-memory buffer."""
+    if target is None:
+        return False
+    from ddpcheck.lint.model.conditions import is_rank_value
+
+    for value in model.values.at_call(site, target):
+        if value.call is not None and model.api_of(value) in IN_MEMORY:
+            if memory:
+                return True
+            continue
+        node = value.node
+        if not isinstance(node, cst.CSTNode):
+            continue
+        resolve = model.resolver_for(value.module, value.scope)
+        for sub in subexpressions(node):
+            if isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve):
+                return True
+    return False

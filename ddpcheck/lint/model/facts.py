@@ -33,7 +33,8 @@ CALL_FACTS: dict[str, frozenset[str]] = {
     "load": frozenset({api.LOAD}),
     "sync_batchnorm": frozenset({api.CONVERT_SYNC_BATCHNORM}),
 }
-METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no_sync"}
+METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no_sync",
+                "load_state_dict": "load_state_dict"}
 BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
 # `with torch_distributed_zero_first(rank):` — a context manager pairs its barriers across ranks,
 # so the collectives it performs are balanced by construction.

@@ -23,7 +23,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
     is_distributed_test, is_wrapped_test, selects_main_rank, vacuous_without_flag,
 )
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted
 
@@ -103,14 +103,14 @@ class Paths:
         return Function(site.module, scope.qualname) if scope is not None else None
 
     # --- guards ------------------------------------------------------------------------------
-    def kind(self, module: ModuleModel, guard: Guard) -> str | None:
+    def kind(self, module: ModuleModel, guard: Guard, scope: Scope | None = None) -> str | None:
         """What the guard's test selects: "main" (rank 0), "other" (the ranks but 0), "single"
         (a non-distributed run only), "distributed", or None — with its branch (negated) taken
         into account. "main" on the mp.spawn path only is "flag"."""
         key = id(guard.test) * 2 + guard.negated
         if key in self._kinds:
             return self._kinds[key]
-        resolve = self.model.resolver_for(module)
+        resolve = self.model.resolver_for(module, scope)
         kind: str | None = None
         side = selects_main_rank(guard.test, resolve)
         if side is not None:
@@ -130,7 +130,7 @@ class Paths:
         the mp.spawn path only counts unless torchrun can start the script (`flags_count=False`
         asks about the torchrun path)."""
         for guard in reversed(site.guards):
-            kind = self.kind(site.module, guard)
+            kind = self.kind(site.module, guard, site.scope)
             if kind in ("main", "other"):
                 return guard
             if kind == "flag" and (flags_count or not self.model.torchrun_path):
@@ -140,7 +140,7 @@ class Paths:
     def main_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that restricts `site` to rank 0 on every launch path."""
         for guard in reversed(site.guards):
-            kind = self.kind(site.module, guard)
+            kind = self.kind(site.module, guard, site.scope)
             if kind == "main" or (kind == "flag" and not self.model.torchrun_path):
                 return guard
         return None
@@ -148,7 +148,7 @@ class Paths:
     def single_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that keeps `site` to non-distributed runs."""
         for guard in reversed(site.guards):
-            if self.kind(site.module, guard) == "single":
+            if self.kind(site.module, guard, site.scope) == "single":
                 return guard
         return None
 

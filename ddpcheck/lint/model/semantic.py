@@ -47,7 +47,7 @@ class Model:
         self.values = Values(self)
         self.facts = Facts(self)
         self.paths = Paths(self)
-        self._resolvers: dict[int, Callable[[cst.BaseExpression], str | None]] = {}
+        self._resolvers: dict[tuple[int, int], Names] = {}
         self._uses_ddp: bool | None = None
         self._torchrun: bool | None = None
         self.pending: list[Pending] = []  # what the rules reported (lint/engine.py positions them)
@@ -90,12 +90,15 @@ class Model:
         """The canonical API name `expr` names in `module` (through imports, re-exports, stars)."""
         return self.resolver.qualname(module, expr, scope)
 
-    def resolver_for(self, module: ModuleModel) -> Callable[[cst.BaseExpression], str | None]:
-        found = self._resolvers.get(id(module))
+    def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Names:
+        """A name reader for the condition readers (conditions.py): canonical API names in
+        `module` and, inside `scope`, whether a variable holds a rank (`device_id =
+        int(os.environ["LOCAL_RANK"])`)."""
+        key = (id(module), id(scope))
+        found = self._resolvers.get(key)
         if found is None:
-            def found(expr: cst.BaseExpression, module: ModuleModel = module) -> str | None:
-                return self.resolver.qualname(module, expr)
-            self._resolvers[id(module)] = found
+            found = Names(self, module, scope)
+            self._resolvers[key] = found
         return found
 
     def api(self, site: CallSite) -> str | None:
@@ -197,3 +200,41 @@ class Model:
 
     def describe(self, expr: cst.BaseExpression) -> str:
         return dotted(expr) or self.text_of(self.root, expr)
+
+
+class Names:
+    """Callable as `resolve(expr) -> canonical API name`; also tells whether a name is bound to a
+    rank read (see conditions.is_rank_value)."""
+
+    def __init__(self, model: Model, module: ModuleModel, scope: Scope | None) -> None:
+        self.model = model
+        self.module = module
+        self.scope = scope
+
+    def __call__(self, expr: cst.BaseExpression) -> str | None:
+        return self.model.resolver.qualname(self.module, expr)
+
+    def held_test(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The expressions a flag variable is assigned from (`ok = a and is_master()`), when every
+        assignment is a test (a comparison, a boolean operation, a `not`, a call)."""
+        name = dotted(expr)
+        if self.scope is None or name is None:
+            return []
+        values = [v for v in self.scope.lookup(name) if isinstance(v, cst.BaseExpression)]
+        if not values or len(values) != len(self.scope.lookup(name)):
+            return []
+        tests = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
+        return values if all(isinstance(v, tests) for v in values) else []
+
+    def bound_to_rank(self, expr: cst.BaseExpression) -> bool:
+        if self.scope is None or not isinstance(expr, (cst.Name, cst.Attribute)):
+            return False
+        from ddpcheck.lint.model.conditions import is_rank_value
+
+        for value in self.model.values.of(self.module, expr, self.scope, depth=6):
+            node = value.node
+            if node is expr or not isinstance(node, (cst.Call, cst.Subscript)):
+                continue
+            if is_rank_value(node, self.model.resolver_for(value.module)):
+                return True
+        return False

@@ -13,14 +13,14 @@ wrong answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import is_distributed_test, is_wrapped_test
 from ddpcheck.lint.model.module import (
-    Augmented, Binding, CallSite, Element, Item, ModuleModel, Param, Point, Scope, Shared,
+    Augmented, Binding, CallSite, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared,
 )
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, int_value
@@ -122,6 +122,9 @@ class Values:
         elif isinstance(node, Item):
             for whole in self._eval(module, node.value, scope, frame, depth - 1, seen, at):
                 yield from self._item(whole, node.index, depth - 1, seen)
+        elif isinstance(node, Element) and node.via_with:
+            # `with io.BytesIO() as f:`: what the context manager gives, taken to be itself.
+            yield from self._eval(module, node.iterable, scope, frame, depth - 1, seen, at)
         elif isinstance(node, (Element, Augmented)):
             yield Value(module, node, scope, frame, at)
         elif isinstance(node, cst.IfExp):
@@ -141,27 +144,36 @@ class Values:
 
     def _arm(self, module: ModuleModel, node: cst.IfExp, arm: cst.BaseExpression, negated: bool, scope: Scope,
              frame: Frame | None, depth: int, seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
-        """One arm of `a if test else b`. In the arm where `isinstance(m, DDP)` (or
-        `hasattr(m, "module")`) is false, `m` is not the DDP wrapper."""
+        """One arm of `a if test else b` (see _unwrapped)."""
         values = self._eval(module, arm, scope, frame, depth - 1, seen, at)
+        yield from self._unwrapped(values, module, [Guard(node.test, negated, node)])
+
+    def _unwrapped(self, values: Iterable[Value], module: ModuleModel, guards: Sequence[Guard]) -> Iterator[Value]:
+        """Drop the DDP wrappers that cannot be there under `guards`: where `isinstance(m, DDP)`
+        (or `hasattr(m, "module")`) is false, and, where the run is not distributed
+        (`else` of `if args.distributed:`), wraps made only in distributed runs."""
         resolve = self.model.resolver_for(module)
-        wrapped = is_wrapped_test(node.test, resolve)
-        distributed = is_distributed_test(node.test, resolve)
-        if wrapped is not None and wrapped == negated:
-            # `m.module if isinstance(m, DDP) else m`: here m is not the wrapper.
-            values = (v for v in values if self.model.api_of(v) not in (api.DDP, api.DATA_PARALLEL))
-        elif distributed is not None and distributed == negated:
-            # `model.module if ddp else model`: here the run is not distributed, so a wrap made
-            # only in distributed runs did not happen.
-            values = (v for v in values if not self._wrapped_when_distributed(v))
-        yield from values
+        unwrapped = single = False
+        for guard in guards:
+            wrapped = is_wrapped_test(guard.test, resolve)
+            if wrapped is not None and wrapped == guard.negated:
+                unwrapped = True
+            distributed = is_distributed_test(guard.test, resolve)
+            if distributed is not None and distributed == guard.negated:
+                single = True
+        for value in values:
+            if unwrapped and self.model.api_of(value) in (api.DDP, api.DATA_PARALLEL):
+                continue
+            if single and self._wrapped_when_distributed(value):
+                continue
+            yield value
 
     def _wrapped_when_distributed(self, value: Value) -> bool:
         if self.model.api_of(value) not in (api.DDP, api.DATA_PARALLEL) or value.call is None:
             return False
         site = value.module.call_at(value.call)
         return site is not None and any(
-            self.model.paths.kind(site.module, g) == "distributed" for g in site.guards)
+            self.model.paths.kind(site.module, g, site.scope) == "distributed" for g in site.guards)
 
     def _frame_for(self, scope: Scope, frame: Frame | None) -> Frame | None:
         """Keep the frame when it is the frame of `scope`'s function (a constructor's)."""
@@ -197,7 +209,10 @@ class Values:
         if bindings:
             inner_frame = frame if owner is scope else self._frame_for(owner, frame)
             for binding, point in bindings:
-                yield from self._eval(module, binding, owner, inner_frame, depth - 1, seen, point)
+                values = self._eval(module, binding, owner, inner_frame, depth - 1, seen, point)
+                if point is not None and point.guards:
+                    values = self._unwrapped(values, module, point.guards)
+                yield from values
             return
         if isinstance(node, cst.Attribute):
             for base in self._eval(module, node.value, scope, frame, depth - 1, seen, at):

@@ -126,6 +126,9 @@ class AccumulationWithoutNoSync(Rule):
         backwards = [c for c in sites if c.method == "backward" and c.loops]
         steps = [c for c in sites if c.method == "step" and is_optimizer_step(model, c)]
         for b in backwards:
+            if any(s.scope is b.scope and s.loops == b.loops and s.index > b.index and not self._counted(s, b)
+                   for s in steps):
+                continue  # its own step follows it in the same iteration: not accumulation
             for s in steps:
                 if s.scope is b.scope and self._accumulates(b, s):
                     self.report(b.node, module=b.module, related=model.paths.chain(b))
@@ -137,10 +140,14 @@ class AccumulationWithoutNoSync(Rule):
     def _accumulates(self, b: CallSite, s: CallSite) -> bool:
         n = len(s.loops)
         if n < len(b.loops) and b.loops[:n] == s.loops:
-            return True  # backward in an inner micro-batch loop, step after it
+            return s.index > b.index  # backward in an inner micro-batch loop, step after it
         if not s.loops or s.loops != b.loops:
             return False
         # Same loop: the step runs only on some iterations, under a counter test.
+        return self._counted(s, b)
+
+    def _counted(self, s: CallSite, b: CallSite) -> bool:
+        """The step sits under a counter test (`if (i + 1) % accum == 0:`) that the backward does not."""
         own = {id(g.node) for g in b.guards}
         for guard in s.guards:
             if id(guard.node) in own:

@@ -4,13 +4,9 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import is_rank_value
-from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.rule import Rule
 
-# Where torch.save writes to memory, not to a file every rank shares.
-_IN_MEMORY = frozenset({"io.BytesIO", "io.StringIO", "tempfile.SpooledTemporaryFile"})
 
 
 class CheckpointSavedByEveryRank(Rule):
@@ -161,27 +157,9 @@ class CheckpointSavedByEveryRank(Rule):
         if not model.uses_ddp:
             return
         for site in model.paths.sites():
-            if model.api(site) != api.SAVE or self._per_rank_or_memory(site):
+            if model.api(site) != api.SAVE or per_rank_or_memory(model, site, site.arg("f", 1)):
                 continue
             chain = model.paths.every_rank(site)
             if chain is None:
                 continue
             self.report(site.node, module=site.module, related=chain)
-
-    def _per_rank_or_memory(self, site: CallSite) -> bool:
-        """The path contains the rank (one file per rank, on purpose), or the target is an
-        in-memory buffer."""
-        target = site.arg("f", 1)
-        if target is None:
-            return False
-        resolve = self.model.resolver_for(site.module)
-        for value in self.model.values.at_call(site, target):
-            if value.call is not None and self.model.api_of(value) in _IN_MEMORY:
-                return True
-            node = value.node
-            if not isinstance(node, cst.CSTNode):
-                continue
-            for sub in subexpressions(node):
-                if isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve):
-                    return True
-        return False

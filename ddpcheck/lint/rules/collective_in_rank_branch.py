@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -8,7 +9,10 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
-from ddpcheck.lint.model.module import CallSite, Guard
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.project import locate, resolved_path
+from ddpcheck.lint.model.syntax import argument, is_false
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Rule
 
 
@@ -246,7 +250,7 @@ class CollectiveInRankBranch(Rule):
 
     def _side(self, c: _Candidate) -> bool:
         """True when the call runs on rank 0 only, False when on every rank but rank 0."""
-        resolve = self.model.resolver_for(c.call.module)
+        resolve = self.model.resolver_for(c.call.module, c.call.scope)
         return bool(selects_main_rank(c.guard.test, resolve)) != c.guard.negated
 
     def _is_ddp_model(self, site: CallSite) -> bool:
@@ -257,6 +261,43 @@ class CollectiveInRankBranch(Rule):
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return False
         for value in self.model.values.at_call(site, func):
-            if is_ddp(self.model, value) and before(value, site):
+            if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value):
                 return True
         return False
+
+    def _broadcasts(self, wrap: Value) -> bool:
+        """DDP's forward broadcasts the module's buffers from rank 0 (unless `broadcast_buffers=
+        False`); a module of the project whose code holds no buffers (no norm layers with running
+        statistics, no `register_buffer`) has none to send."""
+        call = wrap.call
+        assert call is not None
+        if is_false(argument(call, "broadcast_buffers", 4)):
+            return False
+        inner = argument(call, "module", 0)
+        if inner is None:
+            return True
+        for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at):
+            instance = self.model.graph.instance_of(value)
+            if instance is None:
+                return True  # an outside model: buffers unknown
+            if any(_BUFFERS.search(module.source) for module, _ in self.model.graph.mro(*instance)) or \
+                    self._imports_buffers(instance[0]):
+                return True
+        return False
+
+    def _imports_buffers(self, module: ModuleModel) -> bool:
+        """A project module the model's module imports holds buffer-making code."""
+        path = resolved_path(module.path)
+        if path is None:
+            return True
+        for origin in set(module.names.aliases.values()) | set(module.names.stars):
+            where = locate(path, origin)
+            if where is not None:
+                text = self.model.project.text(where[0])
+                if text is None or _BUFFERS.search(text):
+                    return True
+        return False
+
+
+# Layers and calls that give a module buffers (running statistics, registered tensors).
+_BUFFERS = re.compile(r"register_buffer|BatchNorm|InstanceNorm|running_mean|Buffer\(|torchvision|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")

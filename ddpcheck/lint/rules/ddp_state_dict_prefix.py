@@ -150,13 +150,19 @@ class DdpStateDictPrefix(Rule):
                    for v in self.model.values.at_call(state_dict, receiver))
 
     def _loads_into_ddp(self) -> bool:
+        """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(...)`, or the DDP
+        model handed to a function of the project that loads a state dict into what it gets
+        (`restart_from_checkpoint(path, state_dict=model)`)."""
         model = self.model
         for site in model.paths.sites():
-            if site.method != "load_state_dict":
-                continue
-            receiver = site.receiver
-            assert receiver is not None
-            if any(is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)):
+            if site.method == "load_state_dict":
+                receiver = site.receiver
+                assert receiver is not None
+                if any(is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)):
+                    return True
+            elif site.target is not None and site.target.external is None and any(
+                is_ddp(model, v) for a in site.node.args for v in model.values.at_call(site, a.value)
+            ) and "load_state_dict" in model.facts.of_call(site):
                 return True
         return False
 

@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
@@ -159,20 +160,18 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if model.paths.main_only(site) or model.paths.single_only(site):
                 continue
-            if self._data_or_memory(site):
-                continue
+            if self._cached_data(site) or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
+                continue  # cached data, or a file this rank saved from its own GPU
             fix = _add_map_location(site.node) if site.module is model.root else None
             self.report(site.node, fix=fix, module=site.module, related=model.paths.chain(site))
 
-    def _data_or_memory(self, site: CallSite) -> bool:
+    def _cached_data(self, site: CallSite) -> bool:
         path = site.arg("f", 0)
         if path is None:
             return False
         if _DATA_WORDS.search(site.module.code(path)):
             return True
         for value in self.model.values.at_call(site, path):
-            if value.call is not None and self.model.api_of(value) in ("io.BytesIO",):
-                return True
             node = value.node
             if isinstance(node, cst.CSTNode) and _DATA_WORDS.search(value.module.code(node)):
                 return True

@@ -160,9 +160,12 @@ class MissingSetDevice(Rule):
             guard = self._branch(setter)
             if guard is None:
                 return  # set on every path of its function
+        inits = self.model.init_sites()
         for setter in setters:
             guard = self._branch(setter)
             assert guard is not None
+            if any(any(g.node is guard.node and g.negated == guard.negated for g in i.guards) for i in inits):
+                continue  # the process group exists only on this branch: the other is single-process
             for use in cuda:
                 if use.scope is setter.scope and any(
                     g.node is guard.node and g.negated != guard.negated for g in use.guards
@@ -177,7 +180,7 @@ class MissingSetDevice(Rule):
         """The innermost guard of `site` that is about neither ranks nor CUDA availability nor the
         launch mode: a condition under which the device is set on some runs only."""
         for guard in reversed(site.guards):
-            if self.model.paths.kind(site.module, guard) is not None:
+            if self.model.paths.kind(site.module, guard, site.scope) is not None:
                 continue
             text = self.model.root.code(guard.test)
             if "is_available" in text or "cuda" in text.lower() or "device_count" in text:

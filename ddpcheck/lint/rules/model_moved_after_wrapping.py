@@ -131,7 +131,8 @@ class ModelMovedAfterWrapping(Rule):
                     break
 
     def _moved_wrapper_expression(self, wrap: Wrap) -> cst.CSTNode | None:
-        """`DDP(model).cuda()`: the wrap is the receiver of a move."""
+        """`DDP(model).cuda()`: the wrap is the receiver of a move — unless the module was
+        moved to the same device before it was wrapped (a move that moves nothing)."""
         for values in wrap.site.scope.assignments.values():
             for value in values:
                 if (
@@ -139,9 +140,28 @@ class ModelMovedAfterWrapping(Rule):
                     and isinstance(value.func, cst.Attribute)
                     and value.func.value is wrap.site.node
                     and value.func.attr.value in _MOVES
+                    and not self._already_there(wrap, value)
                 ):
                     return value
         return None
+
+    def _already_there(self, wrap: Wrap, move: cst.Call) -> bool:
+        """The wrapped module's every binding reaching the wrap is the same move (`m =
+        Net().to(device)` ... `DDP(m).to(device)`)."""
+        name = wrap.inner_name
+        if name is None:
+            return False
+        root = self.model.root
+        target = (move.func.attr.value, _args(root, move)) if isinstance(move.func, cst.Attribute) else None
+        bindings = wrap.site.scope.reaching(name, wrap.site.point)
+        if not bindings:
+            return False
+        for binding in bindings:
+            if not (isinstance(binding, cst.Call) and isinstance(binding.func, cst.Attribute)):
+                return False
+            if (binding.func.attr.value, _args(root, binding)) != target:
+                return False
+        return True
 
     def _rebound_between(self, wrap: Wrap, call: CallSite, name: str) -> bool:
         """Whether `name` gets a value other than the wrap between the wrap and `call`."""
@@ -164,6 +184,10 @@ class ModelMovedAfterWrapping(Rule):
             cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
             memo[id(scope_node)] = cached
         return cached
+
+
+def _args(module, call: cst.Call) -> str:
+    return ",".join(" ".join(module.code(a.value).split()) for a in call.args)
 
 
 def _descendants(node: cst.CSTNode) -> list[cst.CSTNode]:

@@ -186,7 +186,9 @@ class UnwrappedModelTrained(Rule):
             return None
         found = self._match(site, values, inner)
         if found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
-                and all(v.node is func for v in values) and not _on_self(func):
+                and all(v.node is func for v in values) and not _on_self(func) and site.loops:
+            # A method of the module (`model.module.encode(x)`), counted in a loop only: a
+            # one-off call (`configure_optimizers()`) is set-up, not a training step.
             values = self.model.values.at_call(site, func.value)
             if any(is_ddp(self.model, v) and before(v, site) for v in values):
                 return None
