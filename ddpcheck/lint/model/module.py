@@ -112,12 +112,18 @@ class Scope:
     assignments: dict[str, list[Binding]] = field(default_factory=dict)
     points: dict[str, list[Point | None]] = field(default_factory=dict)  # parallel to assignments
     updates: dict[str, list[tuple[str | None, cst.BaseExpression, tuple[Guard, ...]]]] = field(default_factory=dict)
+    _qualname: str | None = None
 
     @property
     def qualname(self) -> str:
-        if self.parent is None:
-            return self.name
-        return f"{self.parent.qualname}.{self.name}" if self.parent.parent else self.name
+        found = self._qualname
+        if found is None:
+            if self.parent is None:
+                found = self.name
+            else:
+                found = f"{self.parent.qualname}.{self.name}" if self.parent.parent else self.name
+            self._qualname = found
+        return found
 
     def __repr__(self) -> str:
         return f"<Scope {self.kind} {self.qualname}>"
@@ -318,6 +324,7 @@ class ModuleModel:
         self.decorators: dict[str, tuple[cst.BaseExpression, ...]] = {}  # function → decorator expressions
         self.memo: dict[str, Any] = {}  # per-module answers of the model's queries, by query name
         self._call_at: dict[int, CallSite] | None = None
+        self._by_scope: dict[str, list[CallSite]] | None = None
 
     def own_index(self) -> ModuleIndex:
         """This module's exports, from its model (the same shape lint/model/index.py reads from text)."""
@@ -334,9 +341,15 @@ class ModuleModel:
             self._call_at = {id(c.node): c for c in self.calls}
         return self._call_at.get(id(node))
 
-    def calls_in(self, function: str) -> Iterator[CallSite]:
-        """Calls made directly in the body of `function` (a qualified name within the module)."""
-        return (c for c in self.calls if c.scope.qualname == function)
+    def calls_in(self, function: str) -> list[CallSite]:
+        """Calls made directly in the body of `function` (a qualified name within the module;
+        "<module>" for module-level code)."""
+        if self._by_scope is None:
+            by_scope: dict[str, list[CallSite]] = {}
+            for call in self.calls:
+                by_scope.setdefault(call.scope.qualname, []).append(call)
+            self._by_scope = by_scope
+        return self._by_scope.get(function, [])
 
     def assigned_names(self, value: cst.CSTNode) -> list[str]:
         """The names (`loader`, `self.loader`) that `value` was assigned to, in source order."""

@@ -45,6 +45,7 @@ class Paths:
         self._reached: list[Function] = []
         self._kinds: dict[int, str | None] = {}
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
+        self._sites: list[CallSite] | None = None
 
     # --- reach -------------------------------------------------------------------------------
     def compute(self) -> None:
@@ -57,6 +58,8 @@ class Paths:
         while todo:
             module, qualname, hops = todo.pop(0)
             for site in module.calls_in(qualname):
+                if self._builds_a_module(site):
+                    continue
                 for callee, bound in self.model.graph.targets(site):
                     if callee.module is root:
                         continue
@@ -70,6 +73,13 @@ class Paths:
                     todo.append((callee.module, callee.qualname, hops + 1))
         self.complete = True
 
+    def _builds_a_module(self, site: CallSite) -> bool:
+        """`Net(...)` for a project subclass of `nn.Module`: building the network is not DDP
+        work, and its modules (often the largest of a project) need not be read for it."""
+        target = site.target
+        return target is not None and target.kind == "class" and target.external is None \
+            and self.model.graph.is_subclass(target, api.MODULE_BASE)
+
     def edges_into(self, function: Function) -> list[tuple[CallSite, str]]:
         return self._edges.get(function, [])
 
@@ -78,11 +88,18 @@ class Paths:
         self.compute()
         return self._reached
 
-    def sites(self) -> Iterator[CallSite]:
+    def sites(self) -> list[CallSite]:
         """Every call of the linted file, then the calls of the functions it reaches elsewhere."""
-        yield from self.model.root.calls
-        for function in self.reached():
-            yield from function.module.calls_in(function.qualname)
+        if self._sites is None:
+            found = list(self.model.root.calls)
+            for function in self.reached():
+                found += function.module.calls_in(function.qualname)
+            self._sites = found
+        return self._sites
+
+    def modules(self) -> list[ModuleModel]:
+        """The linted module and the project modules whose functions it reaches."""
+        return list({id(m): m for m in [self.model.root, *(f.module for f in self.reached())]}.values())
 
     def chain(self, site: CallSite) -> list[CallSite]:
         """The calls that lead from the linted file to `site` (outermost first), when `site` is

@@ -93,7 +93,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         wraps = [c for c in root.calls if model.api(c) == api.DDP]
         if not wraps or _CONVERSION.search(root.source):
             return
-        if any(_CONVERSION.search(f.module.source) for f in model.paths.reached()):
+        if any(_CONVERSION.search(m.source) for m in model.paths.modules()):
             return
         if any(_builds_batchnorm(model.api(c)) for c in root.calls):
             self.report(wraps[0].node)

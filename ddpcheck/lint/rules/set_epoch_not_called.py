@@ -293,8 +293,7 @@ class SetEpochNotCalled(Rule):
         """The loop around an iteration of the loader (or around a call handed the loader),
         with its module and scope and how the loader is named there."""
         loader = found.loader.node
-        modules = [self.model.root] + [f.module for f in self.model.paths.reached()]
-        for module in dict.fromkeys(modules):
+        for module in self.model.paths.modules():
             for site in module.fors:
                 if not site.loops:
                     continue
