@@ -49,7 +49,7 @@ def _run(argv: list[str]) -> int:
             "`ddpcheck run` needs PyTorch, which is not installed; install it with "
             "`pip install 'ddpcheck[run]'` (or install a torch build for your platform first)"
         )
-    from ddpcheck.run.entry import main as run_main
+    from ddpcheck.run.launcher.entry import main as run_main
 
     return run_main(argv)
 

@@ -406,13 +406,19 @@ def _row(name: str, t: Tally) -> str:
             f"{_pct(d['location_accuracy']):>10}")
 
 
-def render_text(results: Sequence[ScriptResult], codes: Sequence[str], skipped: Sequence[str]) -> str:
+def _summary(results: Sequence[ScriptResult], codes: Sequence[str]
+             ) -> tuple[dict[str, Tally], Tally, list[ScriptResult]]:
+    """Per-code tallies, the headline over every code but the separate ones, the scripts linted."""
     table = tally(results, codes)
     headline = Tally()
     for code, t in table.items():
         if code not in SEPARATE:
             headline.add(t)
-    evaluated = [r for r in results if r.error != "no mirror"]
+    return table, headline, [r for r in results if r.error != "no mirror"]
+
+
+def render_text(results: Sequence[ScriptResult], codes: Sequence[str], skipped: Sequence[str]) -> str:
+    table, headline, evaluated = _summary(results, codes)
     repos = {r.entry.repo for r in evaluated}
     lines = [f"ddpcheck {_ddpcheck_commit()}, {date.today().isoformat()}: "
              f"{len(evaluated)} scripts from {len(repos)} repositories"]
@@ -441,12 +447,7 @@ def render_text(results: Sequence[ScriptResult], codes: Sequence[str], skipped: 
 
 
 def render_json(results: Sequence[ScriptResult], codes: Sequence[str], skipped: Sequence[str]) -> str:
-    table = tally(results, codes)
-    headline = Tally()
-    for code, t in table.items():
-        if code not in SEPARATE:
-            headline.add(t)
-    evaluated = [r for r in results if r.error != "no mirror"]
+    table, headline, evaluated = _summary(results, codes)
     return json.dumps({
         "ddpcheck_commit": _ddpcheck_commit(),
         "date": date.today().isoformat(),
