@@ -61,10 +61,10 @@ def test_fixture_is_valid_python(path):
     compile(path.read_text(), str(path), "exec")
 
 
-def test_tutorial_reports_set_epoch_and_unscaled_lr_only():
+def test_tutorial_reports_set_epoch_unscaled_lr_and_old_launcher_only():
     path = FIXTURES / "tutorial_ddp.py"
-    # With the rules a user gets by default, exactly the two known mistakes, at their lines.
-    assert reported(path, DEFAULT_RULES) == {("DDP004", 34), ("DDP002", 38)}
+    # With the rules a user gets by default, exactly the three known mistakes, at their lines.
+    assert reported(path, DEFAULT_RULES) == {("DDP004", 34), ("DDP002", 38), ("DDP008", 60)}
 
 
 @pytest.mark.parametrize("name", ["good_ddp.py", "good_research_style.py", "good_nanogpt_style.py"])
