@@ -100,9 +100,9 @@ def test_a_reduce_op_that_differs_on_one_rank_is_found_at_the_first_checked_step
         f"call #3: rank 2 all_reduce float32[1] max at reduce_op_mismatch.py:{line} (before the first optimizer "
         f"step), ranks 0 and 1 all_reduce float32[1] at reduce_op_mismatch.py:{line} (before the first optimizer step)")
     assert found["ranks"] == [2] and found["location"]["line"] == line
-    row = next(c for c in data["checks"] if c["code"] == "DDP128")
+    row = next(c for c in data["run"]["checks"] if c["code"] == "DDP128")
     assert row["step"] == 1  # seen at the first checked step's exchange, while the job ran on
-    assert data["job"]["steps"] == 4
+    assert data["run"]["job"]["steps"] == 4
     assert_no_survivors(mark)
 
 
@@ -141,7 +141,7 @@ def test_a_correct_script_with_its_own_collectives_gets_no_finding(tmp_path):
     script, proc, data, mark = _run("collectives_ok.py", tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert codes(data) == []
-    rows = {c["code"]: c for c in data["checks"]}
+    rows = {c["code"]: c for c in data["run"]["checks"]}
     assert rows["DDP128"]["status"] == "pass" and "the same on every rank, compared at 12 checked steps" in \
         rows["DDP128"]["detail"], rows["DDP128"]
     assert rows["DDP129"]["status"] == "pass" and rows["DDP129"]["detail"].startswith("2 data loader passes and 12 optimizer steps")
