@@ -156,6 +156,8 @@ def capture(session: Session) -> None:
                 for fallback, p in optimizer_params(opt):
                     named.setdefault(session.name_of(p, fallback), p)
         names = sorted(named)
+        if not names:  # no DDP model, no optimizer: nothing to compare (not a pass)
+            return
         crcs = [tensor_crc(named[n]) for n in names]
         section["end"] = {"names": names, "crcs": crcs, "digest": combine(crcs), "why": why,
                           "step": session.step}
