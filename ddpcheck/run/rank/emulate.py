@@ -133,15 +133,14 @@ def _is_cuda(device: Any) -> bool:
 
 
 def _ordinal(device: Any) -> int:
-    import torch
-
     if device is None:
         return _current_device
-    if isinstance(device, torch.device):
-        return _current_device if device.index is None else device.index
     if isinstance(device, str):
         return int(device.split(":", 1)[1]) if ":" in device else _current_device
-    return int(device)
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)  # a torch.device (never imports torch here)
+    return _current_device if index is None else int(index)
 
 
 def _name(device: Any) -> str:
