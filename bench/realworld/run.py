@@ -160,7 +160,7 @@ def run_ddpcheck(entry: dict[str, Any], tree: Path) -> Outcome:
         except ValueError:
             data = {}
     findings = sorted({f["code"] for f in data.get("findings", [])})
-    statuses = {c["code"]: c["status"] for c in data.get("checks", [])}
+    statuses = {c["code"]: c["status"] for c in data.get("run", data).get("checks", [])}
     locations = {}
     for f in data.get("findings", []):
         path, line = f.get("path"), (f.get("location") or {}).get("line")

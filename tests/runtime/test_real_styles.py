@@ -18,11 +18,11 @@ TRAINED = ("DDP105", "DDP106", "DDP108", "DDP109", "DDP110", "DDP111")
 
 
 def status(data: dict, code: str) -> str:
-    return next(c["status"] for c in data["checks"] if c["code"] == code)
+    return next(c["status"] for c in data["run"]["checks"] if c["code"] == code)
 
 
 def detail(data: dict, code: str) -> str:
-    return next(c["detail"] for c in data["checks"] if c["code"] == code)
+    return next(c["detail"] for c in data["run"]["checks"] if c["code"] == code)
 
 
 def line_of(path, text: str) -> int:
@@ -53,7 +53,7 @@ def test_trainer_class_with_integer_devices_then_spawn_by_device_count_resumes_i
     assert sorted(codes(data)) == ["DDP122", "DDP125"], codes(data)
     assert json.loads(seen.read_text()) == {"world_size": 3, "device_count": 3, "current_device": 0,
                                             "model_device": "cpu"}
-    assert data["job"]["world_size"] == 3
+    assert data["run"]["job"]["world_size"] == 3
     assert "epoch 2" in proc.stdout and "epoch 1" not in proc.stdout  # resumed after epoch 2 of 3
     assert "torch.load(map_location=cuda)" in finding(data, "DDP122")["message"]
     for code in ("DDP105", "DDP108", "DDP109"):
@@ -83,7 +83,7 @@ def test_accelerator_api_script_runs_and_its_polite_exit_is_said_plainly(tmp_pat
     for code in ("DDP105", "DDP106", "DDP108", "DDP109", "DDP111"):
         assert status(data, code) == "not-reached", (code, status(data, code))
     assert "before init_process_group" in detail(data, "DDP108")
-    assert not any(c["status"] == "fail" for c in data["checks"])
+    assert not any(c["status"] == "fail" for c in data["run"]["checks"])
     assert "FAIL" not in proc.stdout and "trained alone" not in proc.stdout
     assert_no_survivors(mark)
 
@@ -101,7 +101,7 @@ def test_nanogpt_style_amp_with_bf16_detection_and_fp16_grad_scaler(tmp_path):
         assert re.search(r"iter 2: loss [\d.]+, [\d.]+ ms", proc.stdout), proc.stdout  # CUDA events time
         emulated = finding(data, "DDP122")["message"]
         assert "autocast" in emulated and "GradScaler" in emulated
-        assert data["job"]["steps"] == 3
+        assert data["run"]["job"]["steps"] == 3
         assert_no_survivors(mark)
 
 
@@ -121,7 +121,7 @@ def test_a_rank_that_crashes_early_leaves_the_checks_not_reached(tmp_path, how, 
     for code in ("DDP105", "DDP106", "DDP109"):
         assert status(data, code) == "not-reached", (code, status(data, code))
         assert f"rank 1 crashed (" in detail(data, code) and f"dies_early.py:{line}) {before}" in detail(data, code)
-    assert not any(c["status"] == "fail" for c in data["checks"])
+    assert not any(c["status"] == "fail" for c in data["run"]["checks"])
     # The root cause leads: the crash is the first finding; rank 0 was only stopped.
     assert data["findings"][0]["code"] == "DDP120"
     assert "Sending process" not in proc.stderr and "closing signal" not in proc.stderr  # torchrun's log is quiet

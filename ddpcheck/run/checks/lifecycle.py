@@ -145,7 +145,7 @@ class DestroyProcessGroupMissing(RuntimeCheck):
 
     code = "DDP111"
     needs = "init"
-    name = "destroy-process-group-missing"
+    name = "process-group-not-destroyed"
     severity = Severity.WARNING
     BAD = """
         dist.init_process_group("gloo")

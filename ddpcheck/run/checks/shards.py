@@ -54,7 +54,7 @@ class MissingDistributedSampler(RuntimeCheck):
     """
 
     code = "DDP100"
-    name = "missing-distributed-sampler"
+    name = "ranks-draw-same-samples"
     severity = Severity.ERROR
     explains = ("DDP104",)
     BAD = """
