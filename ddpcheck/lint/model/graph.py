@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.resolve import Target
@@ -171,7 +172,7 @@ class CallGraph:
         target = site.target
         if target is not None:
             if target.external is not None:
-                return []
+                return self._started(site, target.external)
             return self._of_target(target)
         func = site.node.func
         module = site.module
@@ -213,6 +214,35 @@ class CallGraph:
         if out:
             return out
         return self._by_unique_name(site, method)
+
+    def _started(self, site: CallSite, name: str) -> list[Callee]:
+        """`mp.spawn(worker, args=(...))`, `start_processes(worker, ...)`,
+        `multiprocessing.Process(target=worker, args=(...))`: the worker runs in every process it
+        starts, as if called here ("spawn": its first parameter is the process index)."""
+        if name not in api.PROCESS_STARTERS:
+            return []
+        process = name.endswith("Process")
+        fn = site.arg("target") if process else site.arg("fn", 0)
+        if fn is None:
+            return []
+        out: list[Callee] = []
+        for value in self.model.values.at_call(site, fn):
+            node = value.node
+            function = None
+            if isinstance(node, cst.Name):
+                for scope in value.scope.chain():
+                    if scope.kind == "function" and f"{scope.qualname}.{node.value}" in value.module.functions:
+                        function = Function(value.module, f"{scope.qualname}.{node.value}")
+                        break
+            if function is None and isinstance(node, (cst.Name, cst.Attribute)):
+                name_ = dotted(node)
+                found = self.model.resolver.name(value.module, name_, value.scope) if name_ else None
+                if found is not None and found.kind == "function":
+                    callees = self._of_target(found)
+                    function = callees[0][0] if callees else None
+            if function is not None:
+                out.append((function, "process" if process else "spawn"))
+        return out
 
     def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
         """`step(...)` where `step` holds an instance with `__call__` or a function of the project."""
@@ -311,6 +341,14 @@ class CallGraph:
         itself for the `self` of a constructor, or None."""
         if param.star:
             return None
+        if bound in ("spawn", "process"):
+            # The worker's parameters: the process index (spawn), then the `args=` tuple.
+            position = (param.index if param.index is not None else -1) - (1 if bound == "spawn" else 0)
+            passed = argument(call.node, "args")
+            if position < 0 or not isinstance(passed, cst.Tuple) or position >= len(passed.elements):
+                return None
+            element = passed.elements[position]
+            return None if isinstance(element, cst.StarredElement) else element.value
         if param.index is None:
             return argument(call.node, param.name)
         position = param.index

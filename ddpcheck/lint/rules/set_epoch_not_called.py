@@ -4,9 +4,9 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Feed, feed
+from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
-from ddpcheck.lint.model.syntax import argument, dotted, is_true
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
@@ -27,12 +27,15 @@ class SetEpochNotCalled(Rule):
     shuffling work properly across multiple epochs. Otherwise, the same ordering will be always
     used."
 
-    Reported when a `DistributedSampler` whose `shuffle` is not `False` (it defaults to `True`)
-    feeds a `DataLoader` (as `sampler=` or inside `batch_sampler=`) that is iterated inside a loop,
-    or passed to a function inside a loop, and no `set_epoch(...)` is called on the sampler: not
-    through its variable, nor through `loader.sampler` / `loader.batch_sampler.sampler`, nor on
-    any object this rule cannot tell apart from it (a function parameter, for instance), nor by a
-    function of another module of the project that is handed the loader or the sampler.
+    Reported at the epoch loop (where `set_epoch` goes; the sampler is a related location) when
+    a `DistributedSampler` (or a project subclass) whose `shuffle` may be true (it defaults to
+    `True`; a config value may turn it on) feeds a training `DataLoader` (as `sampler=` or inside
+    `batch_sampler=`, also when a builder function of the project makes both) that is iterated
+    inside a loop, or passed to a function inside a loop, and no `set_epoch(...)` is called on the
+    sampler anywhere the script reaches: not through its variable, nor through `loader.sampler` /
+    `loader.batch_sampler.sampler`, nor on any object the model cannot tell apart from it, nor by
+    a function of the project that is handed the loader or the sampler. Validation and test
+    samplers (by their names) are not reported: their order does not change a metric.
 
     ## How to fix
     Call `sampler.set_epoch(epoch)` as the first statement of the epoch loop, before iterating
@@ -140,7 +143,7 @@ class SetEpochNotCalled(Rule):
                 for batch in loader:
                     step(batch)
             """,
-            line=5,
+            lines=(7,),
             fixed="""
             import torch.distributed as dist
             from torch.utils.data import DataLoader, DistributedSampler
@@ -164,7 +167,7 @@ class SetEpochNotCalled(Rule):
                     for step, batch in enumerate(loader):
                         train(batch)
             """,
-            line=4,
+            lines=(5,),
             fixed="""
             import torch
             def main():
@@ -190,7 +193,7 @@ class SetEpochNotCalled(Rule):
                 loader = DataLoader(dataset, sampler=sampler)
                 fit(model, loader, 10)
             """,
-            line=9,
+            lines=(5,),
             fixed="""
             # The loader is iterated in a function that also runs the epochs: the fix reaches
             # the sampler through the loader, the name visible there.
@@ -221,7 +224,7 @@ class SetEpochNotCalled(Rule):
                 for batch in aux_loader:
                     step(batch)
             """,
-            line=4,
+            lines=(8,),
         ),
     ]
 
@@ -234,6 +237,8 @@ class SetEpochNotCalled(Rule):
                 continue
             found = feed(model, site)
             if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
+                continue
+            if self._evaluation(found):
                 continue
             seen.add(id(found.sampler.node))
             feeds.append(found)
@@ -248,16 +253,32 @@ class SetEpochNotCalled(Rule):
                 continue
             node, module, scope, loader = loop
             expression = self._expression(found, module, scope, loader)
-            sampler_module = found.sampler.module
-            fix = self._fix(node, expression) if module is model.root and sampler_module is model.root else None
-            self.report(found.sampler.node, self.MESSAGE.format(sampler=expression), fix=fix,
-                        module=sampler_module, related=model.paths.chain(found.loader))
+            fix = self._fix(node, expression) if module is model.root else None
+            made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
+            # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
+            self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
+                        related=[made] if made is not None else [])
 
     def _shuffles(self, sampler: Value) -> bool:
-        """`shuffle` is left at its default (True) or passed as a literal True."""
+        """`shuffle` is left at its default (True), or may be true: a literal False (on every
+        path) is the only way to turn the shuffle off for sure."""
         assert sampler.call is not None
         shuffle = argument(sampler.call, "shuffle", 3)
-        return shuffle is None or is_true(shuffle)
+        if shuffle is None:
+            return True
+        values = self.model.values.of(sampler.module, shuffle, sampler.scope, sampler.frame, at=sampler.at)
+        return not values or not all(is_false(v.node) for v in values)
+
+    def _evaluation(self, found: Feed) -> bool:
+        """A validation/test loader or sampler: its order does not change a metric."""
+        loader, sampler = found.loader, found.sampler
+        names = list(loader.module.assigned_names(loader.node))
+        if sampler.call is not None:
+            names += sampler.module.assigned_names(sampler.call)
+            dataset = argument(sampler.call, "dataset", 0)
+            if dataset is not None and dotted(dataset):
+                names.append(dotted(dataset) or "")
+        return any(is_eval_name(n) for n in names)
 
     def _may_set(self, found: Feed, site: CallSite) -> bool:
         """Whether `site` (a `set_epoch` call) may be on this sampler: its receiver may hold it,
@@ -268,6 +289,8 @@ class SetEpochNotCalled(Rule):
         for value in self.model.values.at_call(site, receiver):
             if value.node is found.sampler.node:
                 return True
+            if is_none(value.node):
+                continue  # `sampler = DistributedSampler(ds) if distributed else None`
             if value.call is None or not self.model.constructs(value, api.SAMPLER):
                 return True  # unknown: it may be this one
         return False
