@@ -113,6 +113,9 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
                 target = test.left.func if isinstance(test.left, cst.Call) else test.left
                 name = last_name(target) or ""
                 return bool(_WORLD_NAME.search(name) or name == "get_world_size")
+        if isinstance(comp.operator, cst.Equal) and isinstance(comp.comparator, cst.SimpleString) \
+                and is_rank_value(test.left, resolve):
+            return True  # `rank == "cpu"`: the rank variable holds a device name on a CPU-only run
     return False
 
 

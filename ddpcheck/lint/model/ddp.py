@@ -97,11 +97,13 @@ class Feed:
 
 
 def sampler_values(model: Model, loader: CallSite) -> tuple[list[Value], bool]:
-    """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True)."""
-    given = model.values.keyword(loader, "sampler", 3)
+    """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True).
+    Positions are torch's; a project subclass of DataLoader is read by keyword only."""
+    torch_own = model.api(loader) == api.DATALOADER
+    given = model.values.keyword(loader, "sampler", 3 if torch_own else None)
     if given:
         return given, False
-    return model.values.keyword(loader, "batch_sampler", 4), True
+    return model.values.keyword(loader, "batch_sampler", 4 if torch_own else None), True
 
 
 def distributed_sampler(model: Model, values: list[Value], via_batch: bool) -> Value | None:

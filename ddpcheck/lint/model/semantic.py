@@ -152,6 +152,15 @@ class Model:
             return self.api(site)
         return self.qualname(value.module, call.func, value.scope)
 
+    def makes(self, site: CallSite, api_class: str) -> bool:
+        """Whether a call builds an instance of the outside class `api_class` or of a project
+        class derived from it (`torch_geometric.loader.DataLoader` inside that library)."""
+        if self.api(site) == api_class:
+            return True
+        target = site.target
+        return target is not None and target.kind == "class" and target.external is None \
+            and self.graph.is_subclass(target, api_class)
+
     def constructs(self, value: Value, api_class: str) -> bool:
         """Whether a leaf value is an instance of the outside class `api_class`, made by calling
         it or a project subclass of it (a padding sampler derived from `Sampler`)."""

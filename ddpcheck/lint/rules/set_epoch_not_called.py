@@ -11,7 +11,10 @@ from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
 # Calls that take a loader without iterating it.
-_NOT_ITERATING = {"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"}
+_NOT_ITERATING = frozenset({"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"})
+_STORES = frozenset({"append", "extend", "insert", "add", "put", "setdefault", "update"})
+# Builtins that iterate what they are given.
+_ITERATING = frozenset({"iter", "enumerate", "zip", "list", "tuple", "next", "map", "itertools.cycle", "cycle"})
 
 
 class SetEpochNotCalled(Rule):
@@ -233,7 +236,7 @@ class SetEpochNotCalled(Rule):
         feeds: list[Feed] = []
         seen: set[int] = set()
         for site in model.paths.sites():
-            if model.api(site) != api.DATALOADER:
+            if not model.makes(site, api.DATALOADER):
                 continue
             found = feed(model, site)
             if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
@@ -324,12 +327,24 @@ class SetEpochNotCalled(Rule):
                 if used is not None:
                     return site.loops[-1], module, site.scope, dotted(used) or "loader"
         for call in self.model.paths.sites():
-            if not call.loops or call.dotted in _NOT_ITERATING:
+            if not call.loops or not self._iterates(call):
                 continue
             for a in call.node.args:
                 if self._holds_loader(call.module, a.value, call.scope, loader, call.point):
-                    return call.loops[-1], call.module, call.scope, dotted(a.value) or "loader"
+                    # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
+                    # outermost loop of the function is the epoch loop.
+                    return call.loops[0], call.module, call.scope, dotted(a.value) or "loader"
         return None
+
+    def _iterates(self, call: CallSite) -> bool:
+        """A call that may iterate a loader handed to it: a function (of the project or unknown),
+        `iter`, `enumerate`, `zip`, a progress bar; not `len`, `print` or a list's `append`."""
+        if call.dotted in _ITERATING or self.model.api(call) in api.TQDM:
+            return True
+        if call.dotted in _NOT_ITERATING or call.method in _STORES:
+            return False
+        name = self.model.api(call)
+        return name is None or name not in api.KNOWN
 
     def _expression(self, found: Feed, module: ModuleModel, scope: Scope, loader: str) -> str:
         """How code in the epoch loop's scope reaches the sampler: its own name where that is
