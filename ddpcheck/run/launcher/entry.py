@@ -1,6 +1,6 @@
 """`ddpcheck run [--nproc N] [torchrun options] [ddpcheck options] SCRIPT [ARGS...]` (or `-m MODULE`).
 
-`main(argv) -> exit code` (the rule: launcher/exit_codes.py). The CLI calls it. The launcher's
+`main(argv) -> exit code` (the rule: launcher/exit_codes.py; 2 for a usage error). The CLI calls it. The launcher's
 pipeline, each step in its own module of this package:
 
     command_line.parse → plan.prepare → launch.run (torchrun, or the plain interpreter)
@@ -56,7 +56,7 @@ def _run(argv: list[str], record_dir: str) -> int:
         exit_codes=dict(result.exit_codes), interrupted=job_plan.interrupted,
         spawn_site=job_plan.spawn_site, nproc_ignored=job_plan.nproc_ignored,
     )
-    judged = verdicts.judge_all(records, ctx, options.checks)
+    judged = verdicts.judge_all(records, ctx, options.codes)
     rows = verdicts.rows(judged)
     incidents = verdicts.incident_findings(judged)
     findings = incidents + verdicts.check_findings(judged)
@@ -64,7 +64,8 @@ def _run(argv: list[str], record_dir: str) -> int:
     happened = judged.happened
     script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
         exit_codes.script_exit_code(records, result.exit_codes)
-    exit_code = exit_codes.exit_code(happened, script_code, any(r.status == "fail" for r in rows))
+    failing = any(r.status == "fail" for r in rows) or any(f.severity.value != "info" for f in incidents)
+    exit_code = exit_codes.exit_code(happened, script_code, failing)
     target = job_launch.target
     job: dict[str, Any] = {
         "target": target.name if target.kind == "module" else os.path.relpath(target.name),
@@ -83,7 +84,7 @@ def _run(argv: list[str], record_dir: str) -> int:
                               for r in records] or [0]),
         "check_first": options.check_first,
         "check_every": options.check_every,
-        "checks": list(options.checks if options.checks is not None else registry.probe_names()),
+        "selected": list(options.codes if options.codes is not None else registry.checks()),
     }
     data = summary.report_dict(rows, findings, records, job)
     if options.report:
