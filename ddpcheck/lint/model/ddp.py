@@ -19,14 +19,7 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 # Methods a DDP wrapper and its module share that do not run the forward pass.
-MODULE_API = frozenset({
-    "parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
-    "cpu", "half", "float", "double", "bfloat16", "zero_grad", "modules", "named_modules", "children",
-    "named_children", "apply", "buffers", "named_buffers", "requires_grad_", "register_buffer",
-    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-    "register_parameter", "add_module", "get_parameter", "get_submodule", "get_buffer", "extra_repr",
-    "type", "share_memory", "no_sync", "module",
-})
+MODULE_API = api.MODULE_METHODS | {"no_sync", "module"}
 _MOVES = frozenset({"to", "cuda", "cpu", "half", "float", "bfloat16", "double"})
 
 
