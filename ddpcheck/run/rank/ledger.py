@@ -94,6 +94,8 @@ class Ledger:
         self.current_pass: Pass | None = None
         self.live: live_mod.LiveFile | None = None
         self.on_pass_end: Callable[[], None] | None = None  # the record is written when a pass ends
+        self.joins = 0  # depth of DDP Join() contexts the rank is in (sequences differ by design there)
+        self.restarts = 0  # times the sequences started afresh (after a Join context)
         self.lock = threading.Lock()  # enter/leave from several threads stay consistent
 
     @property
@@ -204,6 +206,15 @@ class Ledger:
         if p is not None and p.closed is None:
             p.closed = {"steps": self.steps - p.steps0, "forwards": self.forwards - p.forwards0}
 
+    def restart(self) -> None:
+        """Start every group's count and hash afresh (all ranks do it at the same point)."""
+        with self.lock:
+            self.groups = {}
+            self.restarts += 1
+            if self.live is not None:
+                self.live.set_call(0, 0, 0)
+        self.progress()
+
     # --- what others read -------------------------------------------------------------------------
     def logs(self) -> dict[str, CallLog]:
         with self.lock:
@@ -221,7 +232,7 @@ class Ledger:
         return {
             "groups": {name: {**log.to_json(), "hash": self.groups[name].hash} for name, log in self.logs().items()},
             "steps": self.steps, "forwards": self.forwards, "backwards": self.backwards,
-            "passes": [p.to_json(self) for p in self.passes],
+            "passes": [p.to_json(self) for p in self.passes], "restarts": self.restarts,
         }
 
 
@@ -331,6 +342,8 @@ def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | No
             return fn(*args, **kwargs)
         bound = dict(zip(names, args))
         bound.update(kwargs)
+        if isinstance(bound.get("group"), int):  # GroupMember.NON_GROUP_MEMBER: torch makes no call
+            return fn(*args, **kwargs)
         try:
             sig = signature(bound)
             group = group_label(bound.get("group"))
@@ -484,6 +497,35 @@ def _wrap_loaders(site_of: Callable[[int], str | None]) -> None:
     setattr(_BaseDataLoaderIter, "__next__", __next__)
 
 
+def _wrap_join() -> None:
+    """Inside DDP's Join() context the ranks that ran out of inputs shadow the others' collectives
+    with calls of their own, so the sequences differ by design. Every rank leaves the context
+    together, at the same point of its program: from there the counts and hashes start afresh."""
+    from torch.distributed.algorithms.join import Join
+
+    original_enter, original_exit = Join.__enter__, Join.__exit__
+    if getattr(original_exit, "__ddpcheck_ledger__", False):
+        return
+
+    @functools.wraps(original_enter)
+    def __enter__(self: Any) -> Any:
+        LEDGER.joins += 1
+        return original_enter(self)
+
+    @functools.wraps(original_exit)
+    def __exit__(self: Any, *exc: Any) -> Any:
+        try:
+            return original_exit(self, *exc)
+        finally:
+            LEDGER.joins -= 1
+            if LEDGER.joins == 0:
+                LEDGER.restart()
+
+    __exit__.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
+    setattr(Join, "__enter__", __enter__)
+    setattr(Join, "__exit__", __exit__)
+
+
 def install(site_of: Callable[[int], str | None]) -> None:
     """Wrap the collectives, DDP and the data loaders (once per process). `site_of(depth)` names the
     user's file:line of the caller `depth` frames up."""
@@ -497,6 +539,7 @@ def install(site_of: Callable[[int], str | None]) -> None:
     _wrap_backward(site_of)
     _wrap_ddp(site_of)
     _wrap_loaders(site_of)
+    _wrap_join()
     register_optimizer_step_post_hook(lambda *a, **k: LEDGER.stepped())
 
 
