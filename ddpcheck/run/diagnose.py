@@ -114,11 +114,19 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
         return Diagnosis(UNEVEN, left.message(mismatch) + suffix, left.ranks, left.site, details)
     if mismatch is not None:
         odd = mismatch.odd_ranks
-        doing = [f"{ranks_text([r])} is {activity(present[r])}" for r in mismatch.missing
-                 if r in present and (present[r].ours or present[r].current is None)]
-        if doing:
-            return Diagnosis(MISMATCH, mismatch.message() + " (" + "; ".join(doing) + ")" + suffix, odd,
-                             _mismatch_site(mismatch), details)
+        absent = [present[r] for r in mismatch.missing if r in present]
+        if len(mismatch.sides) == 1 and absent and all(a.ours for a in absent):
+            # They left the others' collective behind for ddpcheck's exchange: one more optimizer step.
+            steps = sorted({a.steps for a in absent})
+            others = sorted({present[r].steps for r in mismatch.sides[0].ranks if r in present})
+            verb = "waits" if len(mismatch.missing) == 1 else "wait"
+            text = (f"{ranks_text(mismatch.missing)} ran optimizer step {steps[-1]} (the others have run "
+                    f"{others[0] if others else '?'}) and {verb} in ddpcheck's check exchange: {mismatch.message()}")
+            return Diagnosis(UNEVEN, text + suffix, mismatch.missing, _mismatch_site(mismatch), details)
+        if len(mismatch.sides) == 1 and absent and all(a.current is None for a in absent):
+            if hung_s is not None:  # they are outside any collective (idle): a plain hang says where
+                return _plain_hang(states, world, hung_s)
+            return None
         return Diagnosis(MISMATCH, mismatch.message() + suffix, odd, _mismatch_site(mismatch), details)
     if hung_s is None:
         return None
