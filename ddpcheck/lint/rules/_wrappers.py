@@ -18,7 +18,7 @@ import libcst as cst
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import strip_moves
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import argument
+from ddpcheck.lint.model.syntax import argument, dotted
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -52,10 +52,14 @@ def _stacks(model: Model, value: Value, depth: int) -> list[Stack]:
         head = "compile"
         inner = argument(call, "model", 0)
     else:
-        # Any other call: a module built by a class or a library function. Project factories
-        # that return `torch.compile(...)` are followed by the value flow, and nothing else
-        # makes a compiled module, so this is the plain model.
-        return [()]
+        # A module built by a class (a project class, a torch.nn layer, or a name spelled like a
+        # class): the plain model. Project factories that return `torch.compile(...)` are
+        # followed by the value flow. Any other call (`getattr(self, name)`, an unknown
+        # function) is unknown.
+        if model.graph.instance_of(value) is not None or (name or "").startswith("torch.nn."):
+            return [()]
+        last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        return [()] if last[:1].isupper() else []
     if inner is None:
         return []
     inner = strip_moves(inner)

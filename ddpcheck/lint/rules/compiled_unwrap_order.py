@@ -24,7 +24,9 @@ class CompiledUnwrapOrder(Rule):
     and DDP are both on.
 
     Reported at the `._orig_mod` step when, on some path, the object before it is a DDP wrapper
-    or the plain model (followed through assignments, `torch.compile(...)` and `DDP(...)`).
+    or the plain model (followed through assignments, `torch.compile(...)` and `DDP(...)`), and
+    no `hasattr(x, "_orig_mod")` test guards it. An object the model cannot follow
+    (`getattr(self, name)`) is not judged.
 
     ## How to fix
     Unwrap in the reverse order of wrapping: `model.module._orig_mod` for
@@ -96,7 +98,7 @@ class CompiledUnwrapOrder(Rule):
                     continue
                 seen.add(id(sub))
                 base, chain = attribute_chain(sub)
-                if not chain:
+                if not chain or _checked(root, point, base):
                     continue
                 stacks = stacks_of(model, model.values.of(root, base, scope, at=point))
                 for stack in sorted(stacks, key=lambda st: "compile" not in st):  # the compiled path first
@@ -133,6 +135,12 @@ class CompiledUnwrapOrder(Rule):
                 return step.value, what
             current = after
         return None
+
+
+def _checked(root: ModuleModel, point, base: cst.BaseExpression) -> bool:
+    """The code tests for the attribute first (`if hasattr(m, "_orig_mod"): m = m._orig_mod`)."""
+    guards = point.guards if point is not None else ()
+    return any("hasattr" in root.code(g.test) and "_orig_mod" in root.code(g.test) for g in guards)
 
 
 def _hint(stack: tuple[str, ...]) -> str:

@@ -194,12 +194,15 @@ def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
 
 
 def _accumulated(loop: cst.For) -> set[str]:
-    """Names `+=`-ed in the loop body (not in nested functions)."""
+    """Names `+=`-ed in the loop body with something the batch gives (`correct += ...sum()`,
+    `total += y.size(0)`; a step counter `+= 1` is the same on every rank), not in nested
+    functions."""
     out: set[str] = set()
     stack: list[cst.CSTNode] = [loop.body]
     while stack:
         node = stack.pop()
-        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign):
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                and not isinstance(node.value, (cst.Integer, cst.Float)):
             name = dotted(node.target)
             if name is not None:
                 out.add(name)
