@@ -25,6 +25,7 @@ class RunOptions:
     output_format: str = "full"
     record_dir: str = ""
     quiet: bool = False
+    verbose: bool = False  # torchrun's own log lines on the terminal too (always in the run's log)
     cpu: bool = False  # emulate CUDA on the CPU even where CUDA is available
     spawn: bool = False  # the script starts its own workers (said by --spawn)
     hang_timeout: float = 30.0  # seconds without progress before a hang is diagnosed; 0: never
