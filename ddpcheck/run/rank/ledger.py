@@ -206,6 +206,17 @@ class Ledger:
         if p is not None and p.closed is None:
             p.closed = {"steps": self.steps - p.steps0, "forwards": self.forwards - p.forwards0}
 
+    def join_entered(self) -> None:
+        self.joins += 1
+
+    def join_left(self) -> None:
+        """Inside DDP's Join() context the ranks that ran out of inputs shadow the others'
+        collectives with calls of their own, so the sequences differ by design. Every rank leaves
+        the context together, at the same point of its program: from there they start afresh."""
+        self.joins = max(self.joins - 1, 0)
+        if self.joins == 0:
+            self.restart()
+
     def restart(self) -> None:
         """Start every group's count and hash afresh (all ranks do it at the same point)."""
         with self.lock:
@@ -497,35 +508,6 @@ def _wrap_loaders(site_of: Callable[[int], str | None]) -> None:
     setattr(_BaseDataLoaderIter, "__next__", __next__)
 
 
-def _wrap_join() -> None:
-    """Inside DDP's Join() context the ranks that ran out of inputs shadow the others' collectives
-    with calls of their own, so the sequences differ by design. Every rank leaves the context
-    together, at the same point of its program: from there the counts and hashes start afresh."""
-    from torch.distributed.algorithms.join import Join
-
-    original_enter, original_exit = Join.__enter__, Join.__exit__
-    if getattr(original_exit, "__ddpcheck_ledger__", False):
-        return
-
-    @functools.wraps(original_enter)
-    def __enter__(self: Any) -> Any:
-        LEDGER.joins += 1
-        return original_enter(self)
-
-    @functools.wraps(original_exit)
-    def __exit__(self: Any, *exc: Any) -> Any:
-        try:
-            return original_exit(self, *exc)
-        finally:
-            LEDGER.joins -= 1
-            if LEDGER.joins == 0:
-                LEDGER.restart()
-
-    __exit__.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
-    setattr(Join, "__enter__", __enter__)
-    setattr(Join, "__exit__", __exit__)
-
-
 def install(site_of: Callable[[int], str | None]) -> None:
     """Wrap the collectives, DDP and the data loaders (once per process). `site_of(depth)` names the
     user's file:line of the caller `depth` frames up."""
@@ -539,7 +521,6 @@ def install(site_of: Callable[[int], str | None]) -> None:
     _wrap_backward(site_of)
     _wrap_ddp(site_of)
     _wrap_loaders(site_of)
-    _wrap_join()
     register_optimizer_step_post_hook(lambda *a, **k: LEDGER.stepped())
 
 
