@@ -10,6 +10,17 @@ from ddpcheck.lint.model.syntax import dotted, is_false
 from ddpcheck.lint.rule import Invalid, Rule
 
 
+# Reductions of a gathered list of per-rank values: the same as an all-reduce.
+_AVERAGES = frozenset({"sum", "mean", "statistics.mean", "numpy.mean", "np.mean", "torch.mean", "math.fsum"})
+
+
+def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
+    """`dist.all_gather_object` inside a helper (`dist_gather(x)`) whose own calls are judged."""
+    function = gather.scope.function
+    return function is not None and any(
+        g is not gather and g.target is not None and g.target.name == function.qualname for g in gathers)
+
+
 class PaddedEvalSampler(Rule):
     """An evaluation loader uses a padding DistributedSampler and the metric is all-reduced: some samples count twice.
 
@@ -86,6 +97,22 @@ class PaddedEvalSampler(Rule):
         loader = DataLoader(ds, sampler=torch.utils.data.distributed.DistributedSampler(dataset_test))
         torch.distributed.all_reduce(total)
         """,
+        Invalid(
+            """
+            # Per-rank mean losses gathered and averaged: the padding is counted like an all-reduce.
+            from statistics import mean
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+            def dist_gather(value):
+                out = [None] * dist.get_world_size()
+                dist.all_gather_object(out, value)
+                return out
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            val_loader = DataLoader(val_set, sampler=val_sampler)
+            val_loss = mean(dist_gather(evaluate(model, val_loader)))
+            """,
+            lines=(9,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -95,9 +122,15 @@ class PaddedEvalSampler(Rule):
         if not samplers:
             return
         calls = model.root.calls
-        if any(model.api(c) in api.GATHERS for c in model.paths.sites()):
-            return
-        if not any("all_reduce" in model.facts.of_call(c) for c in calls):
+        sites = model.paths.sites()
+        averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
+                    for a in c.node.args}
+        gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
+        if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
+               not _inside_gathering_helper(g, gathers)):
+            return  # predictions are gathered: the padding can be dropped before the metric
+        reduced = any("all_reduce" in model.facts.of_call(c) for c in calls) or any(id(g.node) in averaged for g in gathers)
+        if not reduced:
             return
         for site in samplers:
             if self._for_evaluation(site):
@@ -108,6 +141,11 @@ class PaddedEvalSampler(Rule):
                     "predictions and trim to len(dataset)) or pass `drop_last=True`",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _gathering_helper(self, call: CallSite) -> bool:
+        """A call of a project function that itself gathers (`dist_gather(x)`)."""
+        return any(self.model.api(c) in api.GATHERS
+                   for callee, _ in self.model.graph.targets(call) for c in callee.module.calls_in(callee.qualname))
 
     def _for_evaluation(self, site: CallSite) -> bool:
         names = site.module.assigned_names(site.node)
