@@ -6,8 +6,8 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.rule import Rule
 
-# A call or a reference handed on (`register(dist.destroy_process_group)`), not a word in prose.
-_REFERENCED = re.compile(r"destroy_process_group\s*[(),\]]")
+# A reference handed on (`register(dist.destroy_process_group)`), not a call nor a word in prose.
+_REFERENCED = re.compile(r"destroy_process_group\s*[),\]]")
 
 
 class MissingDestroyProcessGroup(Rule):
@@ -139,8 +139,10 @@ class MissingDestroyProcessGroup(Rule):
         if _REFERENCED.search(_without_comments(root.source)):
             return
         # Last, as it follows the project's functions: one of them tears down.
-        init = sites[0]
-        self.report(init.node, module=init.module, related=model.paths.chain(init))
+        # Every init the run may go through in a helper (a SLURM branch and a torchrun branch are
+        # two places); the file's own first one otherwise.
+        for init in sites if sites[0].module is not root else sites[:1]:
+            self.report(init.node, module=init.module, related=model.paths.chain(init))
 
 
 def _describe(module, guard) -> str:

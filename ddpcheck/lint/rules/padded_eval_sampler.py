@@ -35,8 +35,11 @@ class PaddedEvalSampler(Rule):
     enough to make a paper's number irreproducible.
 
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
-    passes `drop_last=True` (a known, unbiased subset), or when the file gathers predictions
-    (`all_gather*`, `gather*`), which lets it drop the padding before computing the metric.
+    passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
+    `all_reduce` and gathers predictions (`all_gather*`, `gather*`), which lets it drop the
+    padding before computing the metric; gathered per-rank values that are then averaged
+    (`mean(all_gather(loss))`) count the padding like an all-reduce. Project samplers written like
+    `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too.
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -118,7 +121,7 @@ class PaddedEvalSampler(Rule):
     def finish(self) -> None:
         model = self.model
         samplers = [s for s in model.paths.sites()
-                    if model.makes(s, api.DISTRIBUTED_SAMPLER) and not s.has_keyword("drop_last") and not s.has_star_kwargs]
+                    if model.shards_like_distributed_sampler(s) and not s.has_keyword("drop_last") and not s.has_star_kwargs]
         if not samplers:
             return
         calls = model.root.calls
@@ -126,12 +129,14 @@ class PaddedEvalSampler(Rule):
         averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
                     for a in c.node.args}
         gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
-        if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
-               not _inside_gathering_helper(g, gathers)):
-            return  # predictions are gathered: the padding can be dropped before the metric
-        reduced = any("all_reduce" in model.facts.of_call(c) for c in calls) or any(id(g.node) in averaged for g in gathers)
-        if not reduced:
-            return
+        if not any("all_reduce" in model.facts.of_call(c) for c in calls):
+            # No metric is summed over ranks: gathered per-rank values averaged count the
+            # padding the same way; gathered predictions can drop it before the metric.
+            if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
+                   not _inside_gathering_helper(g, gathers)):
+                return
+            if not any(id(g.node) in averaged for g in gathers):
+                return
         for site in samplers:
             if self._for_evaluation(site):
                 self.report(
