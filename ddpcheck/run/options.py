@@ -12,6 +12,7 @@ CONFIG_ENV = "DDPCHECK_RUN_CONFIG"  # JSON of RunOptions, read by every rank
 # Set by the launcher for the length of the job; documented to users, so scripts may read them.
 ENV_EMULATE = "DDPCHECK_EMULATE_CUDA"  # "1": CUDA is emulated on the CPU in every rank
 ENV_EMULATED_DEVICES = "DDPCHECK_EMULATED_DEVICES"  # what torch.cuda.device_count() says there
+ENV_LAUNCHER_PID = "DDPCHECK_LAUNCHER_PID"  # the `ddpcheck run` process: its ranks must not outlive it
 
 
 @dataclass(frozen=True)

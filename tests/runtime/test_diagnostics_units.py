@@ -11,32 +11,39 @@ from diag_jobs import ROOT, cli_env
 
 from ddpcheck.run.checks import crash
 from ddpcheck.run.launcher.plan import find_spawn
-from ddpcheck.run.rank.hangs import compose_verdict
+from ddpcheck.run.rank.watchdog import compose
 from ddpcheck.run.verdict import Context
 
 
 def _state(rank, op=None, seq=0, site=None, last=None):
-    current = None if op is None else {"op": op, "seq": seq, "site": site, "tensor": "float32[4]"}
-    return {"rank": rank, "events": 3, "stalled_s": 5.0, "current": current, "last": last, "stack": ""}
+    calls = [c for c in (last, None if op is None else [seq, op, "float32[4]", site, 0, "world"]) if c]
+    current = seq if op is not None else None
+    entered = max([c[0] for c in calls] or [0])
+    return {"rank": rank, "logs": {"world": {"entered": entered, "recent": calls, "current": current}},
+            "frames": ["/x/t.py:40 in main"] if op is None else [], "stack": ""}
 
 
 def test_verdict_names_the_odd_rank_and_both_call_sites():
     states = {0: _state(0, "barrier", 7, "/x/train.py:42")}
     states.update({r: _state(r, "all_reduce", 7, "/x/train.py:57") for r in (1, 2, 3)})
-    verdict = compose_verdict(states, 4, 5.0)
-    assert "rank 0 is in barrier at train.py:42 (call #7)" in verdict["message"]
-    assert "ranks 1–3 are in all_reduce at train.py:57 (call #7)" in verdict["message"]
+    verdict = compose(states, 4, 5.0)
+    assert verdict["code"] == "DDP128"
+    assert verdict["message"].startswith("call #7: rank 0 barrier float32[4] at train.py:42 (before the first "
+                                         "optimizer step), ranks 1–3 all_reduce float32[4] at train.py:57")
     assert verdict["ranks"] == [0]
     assert verdict["site"] == "/x/train.py:42"
 
 
 def test_verdict_says_which_rank_did_not_answer_and_who_is_not_in_a_collective():
-    last = {"op": "all_reduce", "seq": 3, "site": "/x/t.py:9", "tensor": ""}
-    states = {0: _state(0, "all_reduce", 4, "/x/t.py:9"), 1: _state(1, last=last)}
-    message = compose_verdict(states, 3, 5.0)["message"]
-    assert "rank 0 is in all_reduce at t.py:9 (call #4)" in message
-    assert "rank 1 is not in a collective; its last one was all_reduce at t.py:9 (call #3)" in message
-    assert "rank 2 is silent: it did not answer" in message
+    last = [3, "all_reduce", "float32[4]", "/x/t.py:9", 0, "world"]
+    states = {0: _state(0, "all_reduce", 4, "/x/t.py:9", last=last), 1: _state(1, last=last)}
+    verdict = compose(states, 3, 5.0)
+    assert verdict["code"] == "DDP128"  # rank 1 never entered call #4
+    assert "rank 1 never entered it (its last was call #3, all_reduce float32[4] at t.py:9" in verdict["message"]
+    states[1] = _state(1, "all_reduce", 4, "/x/t.py:9", last=last)
+    message = compose(states, 3, 5.0)["message"]
+    assert "ranks 0 and 1 are in all_reduce float32[4] at t.py:9 (before the first optimizer step) (call #4)" in message
+    assert "rank 2 is silent" in message
 
 
 def test_spawn_calls_are_found_under_every_import_spelling(tmp_path):

@@ -73,12 +73,21 @@ def _failed(checks: dict[str, Verdict], incidents: list[Verdict], code: str) -> 
     return found if found is not None and found.status == FAIL else None
 
 
+def _explains(cause: Verdict | None, code: str) -> bool:
+    """A failed cause explains `code`, unless its verdict narrows what it explains in this run
+    (`details["explains"]`: a mismatch seen at a checked step does not explain a later crash)."""
+    if cause is None:
+        return False
+    only = cause.details.get("explains")
+    return only is None or code in only
+
+
 def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozenset[str]) -> Judged:
     explained_by = registry.explained_by()
     out = dict(checks)
     kept = []
     for v in incidents:
-        if v.status == FAIL and any(_failed(out, incidents, c) for c in explained_by.get(v.code, ())):
+        if v.status == FAIL and any(_explains(_failed(out, incidents, c), v.code) for c in explained_by.get(v.code, ())):
             continue
         kept.append(v)
     for code, causes in explained_by.items():
@@ -87,7 +96,7 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozen
             continue
         for cause in causes:
             c = _failed(out, kept, cause)
-            if c is None:
+            if c is None or not _explains(c, code):
                 continue
             if cause == "DDP105" and v.step is not None and c.step is not None and v.step < c.step:
                 continue  # parameters drifted before gradients did: its own fault

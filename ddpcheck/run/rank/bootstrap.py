@@ -24,7 +24,7 @@ import sys
 import traceback
 
 from ddpcheck.run.options import RunOptions
-from ddpcheck.run.rank import ending
+from ddpcheck.run.rank import ending, parent
 from ddpcheck.run.rank.instrument import instrument_after_torch
 from ddpcheck.run.rank.session import Session
 
@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
               file=sys.stderr)
         os._exit(2)
     kind, name, args = argv[0][2:], argv[1], argv[2:]
+    parent.die_with_parent()  # a SIGKILLed `ddpcheck run` takes its ranks with it
     options = RunOptions.from_env() or RunOptions()
     session = Session(options, target=name)
     instrument_after_torch(session)
