@@ -25,7 +25,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.module import UNASKED, CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver, Target
@@ -105,6 +105,14 @@ class Model:
     def api(self, site: CallSite) -> str | None:
         """The canonical API name `site` calls, including methods of objects the value flow
         knows (`comm.bcast(x)` after `comm = MPI.COMM_WORLD`)."""
+        found = site.api_memo
+        if found is not UNASKED:
+            return found  # type: ignore[return-value]
+        found = self._api(site)
+        site.api_memo = found
+        return found
+
+    def _api(self, site: CallSite) -> str | None:
         if site.qualname is not None:
             return site.qualname
         held = self.callee_apis(site)
