@@ -158,16 +158,19 @@ class CheckpointSavedByEveryRank(Rule):
                     torch.save(model.state_dict(), "model.pt")
             """,
         ),
-        """
-        # A helper of the file, called by every rank from the worker.
-        import torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        def save_checkpoint(state, filename="checkpoint.pth"):
-            torch.save(state, filename)
-        def main_worker(rank, world_size):
-            model = DDP(net)
-            save_checkpoint({"model": model.state_dict()})
-        """,
+        Invalid(
+            """
+            # A helper of the file, called by every rank from the worker.
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            def save_checkpoint(state, filename="checkpoint.pth"):
+                torch.save(state, filename)
+            def main_worker(rank, world_size):
+                model = DDP(net)
+                save_checkpoint({"model": model.state_dict()})
+            """,
+            lines=(5,),
+        ),
     ]
 
     def finish(self) -> None:

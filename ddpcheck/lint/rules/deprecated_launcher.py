@@ -143,20 +143,29 @@ class DeprecatedLauncher(Rule):
             torch.cuda.set_device(args.local_rank)
             """,
         ),
-        """
-        import subprocess, sys
-        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]
-        subprocess.run(cmd, check=True)
-        """,
-        """
-        import runpy
-        from torch.distributed import launch
-        runpy.run_module("torch.distributed.launch", run_name="__main__")
-        """,
-        """
-        import os
-        os.system("python -m torch.distributed.launch --nproc_per_node=4 train.py")
-        """,
+        Invalid(
+            """
+            import subprocess, sys
+            cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]
+            subprocess.run(cmd, check=True)
+            """,
+            lines=(2,),
+        ),
+        Invalid(
+            """
+            import runpy
+            from torch.distributed import launch
+            runpy.run_module("torch.distributed.launch", run_name="__main__")
+            """,
+            lines=(2, 3),
+        ),
+        Invalid(
+            """
+            import os
+            os.system("python -m torch.distributed.launch --nproc_per_node=4 train.py")
+            """,
+            lines=(2,),
+        ),
     ]
 
     COMMENT_MESSAGE = (

@@ -147,7 +147,7 @@ class HardCodedRendezvous(Rule):
             dist.init_process_group("nccl")
             local_rank = int(os.getenv("LOCAL_RANK"))
             """,
-            line=3,
+            lines=(3, 4),
         ),
         Invalid(
             """
@@ -176,13 +176,16 @@ class HardCodedRendezvous(Rule):
                 train()
             """,
         ),
-        """
-        import os
-        import torch.distributed as dist
-        DIST_URL = "tcp://127.0.0.1:29500"
-        rank = int(os.environ["RANK"])
-        dist.init_process_group(backend="nccl", init_method=DIST_URL)
-        """,
+        Invalid(
+            """
+            import os
+            import torch.distributed as dist
+            DIST_URL = "tcp://127.0.0.1:29500"
+            rank = int(os.environ["RANK"])
+            dist.init_process_group(backend="nccl", init_method=DIST_URL)
+            """,
+            lines=(5,),
+        ),
     ]
 
     SEED_MESSAGE = (

@@ -82,7 +82,7 @@ class ShuffleWithSampler(Rule):
             sampler = DistributedSampler(dataset)
             loader = DataLoader(dataset, batch_size=32, shuffle=True, sampler=sampler)
             """,
-            line=3,
+            lines=(3,),
             fixed="""
             from torch.utils.data import DataLoader, DistributedSampler
             sampler = DistributedSampler(dataset)
@@ -96,7 +96,7 @@ class ShuffleWithSampler(Rule):
             sampler = tud.DistributedSampler(ds) if distributed else None
             loader = tud.DataLoader(ds, sampler=sampler, shuffle=True)
             """,
-            line=4,
+            lines=(4,),
             fixed="""
             # Behind a flag, aliased, last argument: the distributed run crashes.
             import torch.utils.data as tud
@@ -126,7 +126,7 @@ class ShuffleWithSampler(Rule):
             loader = DataLoader(dataset, batch_size=128, shuffle=True,  # per GPU
                                 sampler=DistributedSampler(dataset), num_workers=8)
             """,
-            line=3,
+            lines=(3,),
             fixed="""
             # A multi-line call keeps its layout and comments.
             from torch.utils.data import DataLoader, DistributedSampler
@@ -134,11 +134,14 @@ class ShuffleWithSampler(Rule):
                                 sampler=DistributedSampler(dataset), num_workers=8)
             """,
         ),
-        """
-        from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
-        bs = BatchSampler(DistributedSampler(ds), batch_size=8, drop_last=False)
-        loader = DataLoader(ds, batch_sampler=bs, shuffle=True)
-        """,
+        Invalid(
+            """
+            from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+            bs = BatchSampler(DistributedSampler(ds), batch_size=8, drop_last=False)
+            loader = DataLoader(ds, batch_sampler=bs, shuffle=True)
+            """,
+            lines=(3,),
+        ),
     ]
 
     def finish(self) -> None:
