@@ -78,6 +78,8 @@ def _watch_join(session: Session) -> None:
     @functools.wraps(original_enter)
     def __enter__(self: Any) -> Any:
         session.uneven = True
+        for fn in session.on_join_enter:
+            guard(fn)
         return original_enter(self)
 
     @functools.wraps(original_exit)
@@ -87,6 +89,8 @@ def _watch_join(session: Session) -> None:
         finally:
             session.uneven = False
             session.meta["used_join"] = True
+            for fn in session.on_join_exit:
+                guard(fn)
 
     Join.__enter__, Join.__exit__ = __enter__, __exit__
 

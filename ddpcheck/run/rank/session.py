@@ -14,6 +14,7 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `after_step` | after a checked step, before the exchange | optimizer, step |
 | `before_exchange` / `after_exchange` | around the all-gather of a checked step | step |
 | `on_exchange` | after it, when it ran | step, every rank's row: [step, one int64 per `add_slot`] |
+| `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs) | - |
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
 | `after_finish` | after the final record is written | - |
@@ -68,6 +69,8 @@ class Session:
         self.before_exchange: list[Callable[[int], None]] = []
         self.after_exchange: list[Callable[[int], None]] = []
         self.on_exchange: list[Callable[[int, list[list[int]]], None]] = []
+        self.on_join_enter: list[Callable[[], None]] = []
+        self.on_join_exit: list[Callable[[], None]] = []
         self.at_end: list[Callable[[str], None]] = []
         self.before_finish: list[Callable[[int, BaseException | None], None]] = []
         self.after_finish: list[Callable[[], None]] = []
