@@ -1,0 +1,99 @@
+"""The terminal view of where the time goes: per-rank phase bars and the median / p90 table, and the
+`--scaling` table. Torch-free; prints with rich (colours when the terminal has them, distinct
+glyphs when it does not)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ddpcheck.report.html import PHASE_COLORS, fmt_lr, fmt_rate, fmt_seconds
+
+BAR_WIDTH = 36
+GLYPHS = {"data": "░", "forward": "▒", "backward": "▓", "optimizer": "█", "collectives": "▞", "other": "·"}
+
+
+def phase_bar(phases: dict[str, float], scale: float, color: bool, width: int = BAR_WIDTH) -> str:
+    """Rich markup for one stacked bar: each phase's share of `scale` seconds in characters."""
+    if scale <= 0:
+        return ""
+    out, used, carried = [], 0, 0.0
+    for phase, value in phases.items():
+        exact = width * value / scale + carried
+        n = int(exact)
+        carried = exact - n
+        n = min(n, width - used)
+        if n <= 0:
+            continue
+        used += n
+        glyph = "█" if color else GLYPHS[phase]
+        out.append(f"[{PHASE_COLORS[phase]}]{glyph * n}[/]" if color else glyph * n)
+    return "".join(out) + " " * (width - used)
+
+
+def print_performance(perf: dict[str, Any], console) -> None:
+    from rich.table import Table
+
+    color = console.color_system is not None
+    ranks = perf["ranks"]
+    phases = [p for p in perf["phases"] if any(r["phases"][p]["median"] > 0 for r in ranks)]
+    straggler = (perf.get("straggler") or {}).get("rank")
+    scale = max(sum(r["phases"][p]["median"] for p in phases) for r in ranks) or 1e-9
+    table = Table(title=f"Where the time goes: median / p90 per optimizer step ({perf['timed_steps']} "
+                  "timed steps per rank)", title_justify="left", box=None, pad_edge=False)
+    table.add_column("rank")
+    table.add_column("", no_wrap=True)
+    table.add_column("step", justify="right")
+    for p in phases:
+        table.add_column(p, justify="right")
+    for r in ranks:
+        bar = phase_bar({p: r["phases"][p]["median"] for p in phases}, scale, color)
+        mark = " [bold red]◀ straggler[/]" if r["rank"] == straggler else ""
+        cells = [f"{fmt_seconds(r['phases'][p]['median'])} / {fmt_seconds(r['phases'][p]['p90'])}"
+                 for p in phases]
+        table.add_row(f"{r['rank']}{mark}", bar,
+                      f"{fmt_seconds(r['step']['median'])} / {fmt_seconds(r['step']['p90'])}", *cells)
+    console.print(table)
+    legend = "  ".join((f"[{PHASE_COLORS[p]}]█[/] {p}" if color else f"{GLYPHS[p]} {p}") for p in phases)
+    console.print(f"  {legend}", highlight=False)
+    tp = perf.get("throughput") or {}
+    bits = []
+    if tp.get("samples_per_s"):
+        bits.append(f"throughput {fmt_rate(tp['samples_per_s'])} samples/s")
+    if tp.get("global_batch"):
+        bits.append(f"global batch {tp['global_batch']}")
+    dom = perf["dominant"]
+    bits.append(f"dominant phase: {dom['phase']} ({dom['share']:.0%} of a step)")
+    if not perf.get("enough_steps"):
+        bits.append("few timed steps: indicative only")
+    console.print("  " + " · ".join(bits), highlight=False)
+
+
+def print_scaling(scaling: dict[str, Any], console) -> None:
+    from rich.table import Table
+
+    table = Table(title="Scaling (samples/s from the batches the loaders yielded, all ranks)",
+                  title_justify="left", box=None, pad_edge=False)
+    for col in ("ranks", "samples/s", "speed-up", "efficiency", "", "global batch", "learning rate",
+                "median step"):
+        table.add_column(col, justify="left" if col in ("ranks", "") else "right")
+    color = console.color_system is not None
+    for r in scaling["runs"]:
+        eff = r.get("efficiency")
+        style = "green" if eff is not None and eff >= 0.8 else ("yellow" if eff is not None and eff >= 0.5 else "red")
+        bar = ""
+        if eff is not None:
+            n = max(0, min(20, round(20 * eff)))
+            bar = (f"[{style}]" + "█" * n + "[/]" if color else "█" * n) + "·" * (20 - n)
+        lr = fmt_lr(r.get("lr"))
+        if r.get("lr_expected") is not None and r.get("lr") is not None and abs(r["lr_expected"] - r["lr"]) > 0.05 * abs(r["lr_expected"]):
+            lr += f" [red](linear rule: {fmt_lr(r['lr_expected'])})[/]"
+        table.add_row(
+            f"{r['world_size']}" + ("" if r.get("ok", True) else " [red](failed)[/]"),
+            fmt_rate(r.get("samples_per_s")),
+            "–" if r.get("speedup") is None else f"{r['speedup']:.2f}×",
+            "–" if eff is None else f"[{style}]{eff:.0%}[/]", bar,
+            str(r.get("global_batch") or "–"), lr, fmt_seconds(r.get("step_median")),
+        )
+    console.print(table)
+    if scaling.get("lr_verdict"):
+        console.print(f"  [bold red]{scaling['lr_verdict']}[/]")

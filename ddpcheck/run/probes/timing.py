@@ -1,0 +1,434 @@
+"""Where each rank's time goes, step by step, from hooks only.
+
+A timed step runs from one optimizer step to the next (of the first optimizer that stepped). Inside
+it, the time spent in each phase is added up where the phase happens:
+
+- `data`: `_BaseDataLoaderIter.__next__` (waiting for the next batch; also counts the samples),
+- `forward`: `DistributedDataParallel.forward`,
+- `backward`: `torch.autograd.backward` (what `loss.backward()` calls), which on return has
+  waited for DDP's gradient reduction,
+- `optimizer`: between the global optimizer step pre- and post-hooks, with ddpcheck's own work
+  in those hooks (fingerprints, the exchange) measured apart and left out,
+- `collectives`: `torch.distributed` collectives the script calls itself (not ours).
+
+Phases never nest: a collective inside a forward (SyncBatchNorm) counts as forward. On a CUDA model
+forward, backward and the optimizer step are timed with CUDA events on the current stream (the
+host only queues the work), resolved a few steps later without synchronising; elsewhere with the
+wall clock. Each hook costs a clock read and an addition. DDP's own timers
+(`_get_ddp_logging_data`, sampled by DDP) are read at checked steps. The learning rate of each
+optimizer's first param group is read at each step (for `--scaling`).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+PROBE = "timing"
+COLUMNS = ("step", "total", "data", "forward", "backward", "optimizer", "collectives", "samples",
+           "ours", "checked")
+PHASE_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+MAX_ROWS = 2048  # then every other row is dropped and only every 2nd, 4th, ... step is kept
+DDP_LOG_KEYS = (
+    "avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
+    "avg_backward_compute_comm_overlap_time", "bucket_cap_bytes", "num_buckets_reduced",
+    "find_unused_parameters", "unused_parameter_size", "iteration", "static_graph",
+)
+
+clock = time.perf_counter
+
+
+class Timer:
+    """The running step window of one rank and the rows it has kept. Plain Python, no torch."""
+
+    def __init__(self, section: dict[str, Any]) -> None:
+        self.section = section
+        self.acc = [0.0] * len(COLUMNS)
+        self.active: str | None = None  # the phase being timed (phases never nest)
+        self.boundary: float | None = None  # end of the previous step (after ddpcheck's hooks)
+        self.first_boundary: float | None = None
+        self.samples = 0  # since the start
+        self.samples_at_first = 0
+        self.boundaries = 0
+        self.ours_total = 0.0  # ddpcheck's own time inside the window since the first step
+        self.closed_at = 0.0
+        self.stride = 1  # keep every stride-th step once MAX_ROWS is reached
+        self.pending: list[tuple[list[float], list[tuple[int, Any, Any]]]] = []  # CUDA events to resolve
+
+    def add(self, phase: str, seconds: float) -> None:
+        self.acc[PHASE_INDEX[phase]] += seconds
+
+    def close_step(self, step: int, now: float, checked: bool, events: list | None = None) -> None:
+        """An optimizer step of the leading optimizer ended at `now` (before ddpcheck's post-hooks)."""
+        self.boundaries += 1
+        if self.boundary is not None:
+            row = self.acc
+            row[0] = step
+            row[1] = now - self.boundary
+            row[PHASE_INDEX["samples"]] = self.samples - self._samples_at_boundary
+            row[PHASE_INDEX["checked"]] = 1 if checked else 0
+            if step % self.stride == 0:
+                if events:
+                    self.pending.append((row, events))
+                else:
+                    self._keep(row)
+            self.ours_total += self.acc[PHASE_INDEX["ours"]]
+        else:
+            self.first_boundary = now
+            self.samples_at_first = self.samples
+        self.acc = [0.0] * len(COLUMNS)
+        self._samples_at_boundary = self.samples
+        self.closed_at = now
+        self.section["window"] = [
+            round(now - self.first_boundary - self.ours_total, 6), self.samples - self.samples_at_first,
+            self.boundaries - 1,
+        ]
+        self.section["samples"] = self.samples
+
+    _samples_at_boundary = 0
+
+    def resume(self, now: float) -> None:
+        """ddpcheck's own post-step work is over: the next step's window starts here."""
+        self.boundary = now
+        self.ours_total += now - self.closed_at
+
+    def _keep(self, row: list[float]) -> None:
+        rows = self.section["steps"]
+        rows.append([int(row[0]), *(int(round(v * 1e6)) for v in row[1:7]), int(row[7]),
+                     int(round(row[8] * 1e6)), int(row[9])])
+        if len(rows) >= MAX_ROWS:
+            del rows[1::2]
+            self.stride *= 2
+            self.section["stride"] = self.stride
+
+    def resolve(self, force: bool = False) -> None:
+        """Fill in the CUDA-timed phases of rows whose events have completed."""
+        still = []
+        for row, events in self.pending:
+            if not force and not all(end.query() for _, _, end in events):
+                still.append((row, events))
+                continue
+            for index, start, end in events:
+                if force:
+                    end.synchronize()
+                row[index] = start.elapsed_time(end) / 1e3
+            self._keep(row)
+        self.pending = still
+
+
+def _batch_size(batch: Any, depth: int = 0) -> int:
+    """The leading dimension of the first tensor in a batch (tuple, list, dict, or a tensor)."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None and hasattr(batch, "dim"):
+        return int(shape[0]) if len(shape) else 1
+    if depth > 3:
+        return 0
+    if isinstance(batch, dict):
+        batch = list(batch.values())
+    if isinstance(batch, (list, tuple)):
+        for item in batch:
+            n = _batch_size(item, depth + 1)
+            if n:
+                return n
+    return 0
+
+
+def install(session) -> None:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.optim import optimizer as optim_mod
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    section = session.section(PROBE)
+    section.update(clock="wall", device=None, columns=list(COLUMNS), steps=[], stride=1,
+                   window=[0.0, 0, 0], samples=0, loaders=[], optimizers=[], ddp=None)
+    timer = Timer(section)
+    state: dict[str, Any] = {"lead": None, "cuda": False, "events": [], "opt_start": None,
+                             "pre_begin": None, "ours": 0.0, "loaders": set()}
+    optimizers: dict[int, dict[str, Any]] = {}
+
+    def enter(phase: str) -> float | None:
+        if timer.active is not None:
+            return None
+        timer.active = phase
+        return clock()
+
+    def leave(phase: str, start: float | None) -> None:
+        if start is None:
+            return
+        timer.active = None
+        timer.add(phase, clock() - start)
+
+    # --- data ---------------------------------------------------------------------------------
+    original_next = _BaseDataLoaderIter.__next__
+
+    def __next__(self):
+        start = enter("data")
+        try:
+            batch = original_next(self)
+        finally:
+            leave("data", start)
+        timer.samples += _batch_size(batch)
+        if id(self) not in state["loaders"]:
+            state["loaders"].add(id(self))
+            _note_loader(section, self)
+        return batch
+
+    _BaseDataLoaderIter.__next__ = __next__
+
+    # --- forward --------------------------------------------------------------------------------
+    original_forward = DDP.forward
+
+    def forward(self, *args, **kwargs):
+        if state["cuda"] and timer.active is None:
+            return _cuda_timed(state, "forward", lambda: original_forward(self, *args, **kwargs))
+        start = enter("forward")
+        try:
+            return original_forward(self, *args, **kwargs)
+        finally:
+            leave("forward", start)
+
+    DDP.forward = forward
+
+    def on_ddp_init(ddp) -> None:
+        first = next((p for p in ddp.module.parameters()), None)
+        if first is not None and section["device"] is None:
+            section["device"] = str(first.device)
+            state["cuda"] = first.device.type == "cuda" and _timing_events_work()
+            section["clock"] = "cuda" if state["cuda"] else "wall"
+
+    session.on_ddp_init.append(on_ddp_init)
+
+    # --- backward -----------------------------------------------------------------------------
+    original_backward = torch.autograd.backward
+
+    def backward(*args, **kwargs):
+        if state["cuda"] and timer.active is None:
+            return _cuda_timed(state, "backward", lambda: original_backward(*args, **kwargs))
+        start = enter("backward")
+        try:
+            return original_backward(*args, **kwargs)
+        finally:
+            leave("backward", start)
+
+    torch.autograd.backward = backward
+
+    # --- collectives the script calls itself -----------------------------------------------------
+    for name in _COLLECTIVES:
+        for module in (dist, c10d):
+            fn = getattr(module, name, None)
+            if fn is not None and not getattr(fn, "_ddpcheck_timed", False):
+                setattr(module, name, _timed_collective(fn, session, enter, leave))
+
+    # --- the optimizer step: four global hooks around everyone else's ---------------------------
+    def pre_first(opt, args, kwargs) -> None:
+        state["pre_begin"] = clock()
+
+    def pre_last(opt, args, kwargs) -> None:
+        now = clock()
+        if state["pre_begin"] is not None:
+            state["ours"] += now - state["pre_begin"]
+        if state["cuda"] and timer.active is None:
+            state["opt_event"] = _cuda_begin()
+        state["opt_start"] = now
+        timer.active = "optimizer"
+
+    def post_first(opt, args, kwargs) -> None:
+        now = clock()
+        timer.active = None
+        if state.get("opt_event") is not None:
+            state["events"].append(_cuda_end(state.pop("opt_event"), "optimizer"))
+        elif state["opt_start"] is not None:
+            timer.add("optimizer", now - state["opt_start"])
+        state["opt_start"] = None
+        _note_lr(optimizers, section, opt)
+        if state["lead"] is None:
+            state["lead"] = id(opt)
+        if id(opt) != state["lead"]:
+            return
+        step = session.step + 1  # the session counts this step in its own post-hook, after us
+        timer.add("ours", state["ours"])
+        state["ours"] = 0.0
+        timer.close_step(step, now, session.is_checked(step), state["events"] or None)
+        state["events"] = []
+        state["post_end_pending"] = True
+        if timer.pending:
+            timer.resolve()
+
+    def post_last(opt, args, kwargs) -> None:
+        if state.pop("post_end_pending", False):
+            timer.resume(clock())  # ddpcheck's post-step work is in no step's window
+        if session.is_checked(session.step) and session.step >= 10:
+            _read_ddp_logging(session, section)
+
+    h = optim_mod.register_optimizer_step_pre_hook(pre_first)
+    optim_mod._global_optimizer_pre_hooks.move_to_end(h.id, last=False)
+    optim_mod.register_optimizer_step_pre_hook(pre_last)
+    h = optim_mod.register_optimizer_step_post_hook(post_first)
+    optim_mod._global_optimizer_post_hooks.move_to_end(h.id, last=False)
+    optim_mod.register_optimizer_step_post_hook(post_last)
+
+    def at_end(why: str) -> None:
+        if timer.pending:
+            try:
+                timer.resolve(force=True)
+            except Exception:  # noqa: BLE001 - a broken CUDA context must not lose the rest
+                timer.pending = []
+        _read_ddp_logging(session, section)
+
+    session.at_end.append(at_end)
+
+    def _cuda_timed(state: dict, phase: str, call):
+        timer.active = phase
+        begin = _cuda_begin()
+        try:
+            return call()
+        finally:
+            timer.active = None
+            state["events"].append(_cuda_end(begin, phase))
+
+
+_COLLECTIVES = (
+    "all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "all_to_all",
+    "all_to_all_single", "barrier", "broadcast", "broadcast_object_list", "reduce",
+    "reduce_scatter", "reduce_scatter_tensor", "gather", "gather_object", "scatter",
+    "scatter_object_list",
+)  # fmt: skip
+
+
+def _timed_collective(fn, session, enter, leave):
+    import functools
+
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        group = kwargs.get("group")
+        if group is not None and group is session.group:  # ddpcheck's own traffic
+            return fn(*args, **kwargs)
+        start = enter("collectives")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            leave("collectives", start)
+
+    collective._ddpcheck_timed = True
+    return collective
+
+
+def _timing_events_work() -> bool:
+    """Real CUDA with timing events (an emulated CUDA on the CPU has none)."""
+    try:
+        import torch
+
+        torch.cuda.Event(enable_timing=True)
+        return torch.cuda.is_initialized() or torch.cuda.device_count() > 0
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _cuda_begin():
+    import torch
+
+    event = torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
+
+
+def _cuda_end(begin, phase: str):
+    import torch
+
+    end = torch.cuda.Event(enable_timing=True)
+    end.record()
+    return (PHASE_INDEX[phase], begin, end)
+
+
+def _note_loader(section: dict[str, Any], it) -> None:
+    if len(section["loaders"]) >= 16:
+        return
+    batch_sampler = getattr(it, "_index_sampler", None)
+    section["loaders"].append({
+        "num_workers": getattr(it, "_num_workers", 0),
+        "pin_memory": bool(getattr(it, "_pin_memory", False)),
+        "prefetch_factor": getattr(it, "_prefetch_factor", None),
+        "persistent_workers": bool(getattr(it, "_persistent_workers", False)),
+        "batch_size": getattr(batch_sampler, "batch_size", None),
+    })
+
+
+def _note_lr(optimizers: dict[int, dict[str, Any]], section: dict[str, Any], opt) -> None:
+    try:
+        lr = float(opt.param_groups[0]["lr"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return
+    entry = optimizers.get(id(opt))
+    if entry is None:
+        if len(optimizers) >= 8:
+            return
+        entry = {"class": type(opt).__name__, "groups": len(opt.param_groups), "first": lr,
+                 "max": lr, "last": lr, "steps": 0}
+        optimizers[id(opt)] = entry
+        section["optimizers"].append(entry)
+    entry["last"] = lr
+    entry["max"] = max(entry["max"], lr)
+    entry["steps"] += 1
+
+
+def _read_ddp_logging(session, section: dict[str, Any]) -> None:
+    for ddp in session.ddps():
+        try:
+            data = ddp._get_ddp_logging_data()
+        except Exception:  # noqa: BLE001 - private API: absent or changed in other releases
+            return
+        section["ddp"] = {k: data[k] for k in DDP_LOG_KEYS if k in data}
+        return
+
+
+# --- in the launcher --------------------------------------------------------------------------
+
+STRAGGLER, DATA, COMM = "DDP140", "DDP141", "DDP142"
+FINDING_MIN_STEPS = 10  # timed steps per rank (after the warm-up) before a performance finding
+
+
+def judge(records: list[dict], ctx) -> list:
+    from ddpcheck.run import performance
+    from ddpcheck.run.verdict import FAIL, PASS, SKIP, Verdict
+
+    perf = performance.summarise(records)
+    if perf is None:
+        return [Verdict(c, SKIP, "no optimizer step was timed") for c in (STRAGGLER, DATA, COMM)]
+    steps = perf["timed_steps"]
+    if steps < FINDING_MIN_STEPS:
+        why = f"{steps} timed steps per rank; {FINDING_MIN_STEPS} needed to judge"
+        return [Verdict(c, SKIP, why) for c in (STRAGGLER, DATA, COMM)]
+    hints = {h["kind"]: h["text"] for h in perf["hints"]}
+    median = performance.fmt_ms(perf["step_median"])
+    out = []
+    s = perf.get("straggler")
+    if s:
+        out.append(Verdict(STRAGGLER, FAIL, f"rank {s['rank']}: +{performance.fmt_ms(s['excess_s'])} per "
+                           f"step in {s['phase']}", message=hints["straggler"], ranks=(s["rank"],),
+                           details={"straggler": s}))
+    elif len(perf["ranks"]) < 2:
+        out.append(Verdict(STRAGGLER, SKIP, "one rank"))
+    else:
+        out.append(Verdict(STRAGGLER, PASS, f"ranks within {performance.STRAGGLER_SHARE:.0%} of each "
+                           f"other (median step {median})"))
+    share = perf["shares"]["data"]
+    if "data" in hints:
+        out.append(Verdict(DATA, FAIL, f"{share:.0%} of a {median} step waiting for data",
+                           message=f"The ranks spend {share:.0%} of each step (median {median}) waiting for "
+                           f"the DataLoader. {hints['data']}", details={"share": share}))
+    else:
+        out.append(Verdict(DATA, PASS, f"{share:.0%} of a step waiting for data"))
+    ddp = perf.get("ddp")
+    if "communication" in hints:
+        out.append(Verdict(COMM, FAIL, f"{performance.fmt_ms(ddp['exposed_comm_s'])} of a {median} step "
+                           "in the reduction, not hidden", message=hints["communication"],
+                           details={"ddp": ddp}))
+    elif ddp:
+        out.append(Verdict(COMM, PASS, f"{performance.fmt_ms(ddp['exposed_comm_s'])} of a {median} step "
+                           "in the reduction, not hidden"))
+    else:
+        out.append(Verdict(COMM, SKIP, "DDP's timers were not available"))
+    return out
