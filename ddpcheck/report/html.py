@@ -40,6 +40,8 @@ def esc(value: object) -> str:
 def fmt_seconds(s: float | None) -> str:
     if s is None:
         return "–"
+    if s == 0:
+        return "0"
     if s >= 1:
         return f"{s:.2f} s"
     ms = s * 1e3
@@ -53,6 +55,8 @@ def fmt_seconds(s: float | None) -> str:
 def fmt_rate(x: float | None) -> str:
     if x is None:
         return "–"
+    if x == 0:
+        return "0"
     if x >= 100:
         return f"{x:,.0f}"
     if x >= 10:
@@ -163,8 +167,8 @@ def _kpis(job: dict, perf: dict | None, scaling: dict | None) -> str:
         s = perf.get("straggler")
         if s:
             cards.append(_kpi("straggler", f"rank {s['rank']}",
-                              f"+{s['excess_share']:.0%} per step, in {esc(s['phase'])}", "kpi-straggler",
-                              tone="bad"))
+                              f"+{fmt_seconds(s['excess_s'])} per step in {esc(s['phase'])}; the others "
+                              f"wait {s['excess_share']:.0%} of each step", "kpi-straggler", tone="bad"))
         elif perf.get("enough_steps") and len(perf.get("ranks", [])) > 1:
             within = perf.get("straggler_threshold", 0.2)
             cards.append(_kpi("straggler", "none", f"ranks within {within:.0%} of each other",
@@ -184,8 +188,9 @@ def _kpis(job: dict, perf: dict | None, scaling: dict | None) -> str:
 
 def _kpi(label: str, value: str, sub: str, ident: str, *, tone: str = "", color: str | None = None) -> str:
     dot = f'<span class="dot" style="background:{color}"></span>' if color else ""
+    size = " long" if len(value) > 8 else ""
     return (f'<div class="kpi {tone}" id="{ident}"><div class="kpi-label">{esc(label)}</div>'
-            f'<div class="kpi-value">{dot}{value}</div><div class="kpi-sub">{sub}</div></div>')
+            f'<div class="kpi-value{size}">{dot}{value}</div><div class="kpi-sub">{sub}</div></div>')
 
 
 def _findings(findings: list[dict]) -> str:
@@ -290,15 +295,15 @@ def _phase_table(ranks: list[dict], phases: list[str], straggler: int | None) ->
     head = "".join(f'<th><span class="sw" style="background:{PHASE_COLORS[p]}"></span>{esc(p)}</th>' for p in phases)
     rows = []
     for r in ranks:
-        cells = "".join(f'<td>{fmt_seconds(r["phases"][p]["median"])}<small> / '
-                        f'{fmt_seconds(r["phases"][p]["p90"])}</small></td>' for p in phases)
+        cells = "".join(f'<td>{fmt_seconds(r["phases"][p]["median"])}'
+                        f'<small>{fmt_seconds(r["phases"][p]["p90"])}</small></td>' for p in phases)
         tp = fmt_rate(r.get("samples_per_s"))
         cls = ' class="slow"' if r["rank"] == straggler else ""
         rows.append(f'<tr{cls}><th>rank {r["rank"]}</th><td><b>{fmt_seconds(r["step"]["median"])}</b>'
-                    f'<small> / {fmt_seconds(r["step"]["p90"])}</small></td>{cells}<td>{tp}</td></tr>')
-    return (f'<table class="data" id="phase-table"><thead><tr><th></th><th>step</th>{head}'
-            f"<th>samples/s</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-            '<p class="caption">median <small>/ p90</small> per optimizer step</p>')
+                    f'<small>{fmt_seconds(r["step"]["p90"])}</small></td>{cells}<td>{tp}</td></tr>')
+    return (f'<div class="scroll"><table class="data stacked" id="phase-table"><thead><tr><th></th>'
+            f"<th>step</th>{head}<th>samples/s</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            '<p class="caption">per optimizer step: median, and below it the 90th percentile</p>')
 
 
 def _ddp_timers(perf: dict) -> str:
@@ -465,9 +470,11 @@ section.kpis{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr
 .kpi{background:var(--card);border:1px solid var(--line);border-radius:12px;padding:14px 16px;border-top:4px solid var(--accent)}
 .kpi.ok{border-top-color:var(--ok)}.kpi.warn{border-top-color:var(--warn)}.kpi.bad{border-top-color:var(--bad)}
 .kpi-label{font-size:12px;text-transform:uppercase;letter-spacing:.06em;color:var(--muted);font-weight:600}
-.kpi-value{font-size:28px;font-weight:700;margin:2px 0;display:flex;align-items:center;gap:8px;font-variant-numeric:tabular-nums}
+.kpi-value{font-size:26px;font-weight:700;margin:2px 0;display:flex;align-items:center;gap:8px;
+font-variant-numeric:tabular-nums;min-width:0}
+.kpi-value.long{font-size:20px;min-height:39px}
 .kpi-sub{font-size:13px;color:var(--muted)}
-.dot{width:14px;height:14px;border-radius:4px;display:inline-block}
+.dot{width:14px;height:14px;border-radius:4px;display:inline-block;flex:none}
 .count{font-size:13px;font-weight:600;color:var(--muted);background:var(--bg);border:1px solid var(--line);border-radius:999px;padding:1px 9px}
 .finding{border:1px solid var(--line);border-left:5px solid var(--info);border-radius:8px;padding:10px 14px;margin:10px 0}
 .finding.error{border-left-color:var(--bad)}.finding.warning{border-left-color:var(--warn)}
@@ -482,10 +489,6 @@ section.kpis{display:grid;grid-template-columns:repeat(auto-fit,minmax(170px,1fr
 .empty,.note,.caption,.ddp{color:var(--muted)}
 .lead{color:var(--muted);margin:-4px 0 12px}
 .caption{font-size:13px;margin:4px 0 0}
-.hints{margin:0 0 14px;padding:0;list-style:none}
-.hints li{background:color-mix(in srgb,var(--warn) 10%,transparent);border:1px solid color-mix(in srgb,var(--warn) 35%,transparent);
-border-radius:8px;padding:8px 12px;margin:0 0 8px}
-.hints li.hint-straggler{background:color-mix(in srgb,var(--bad) 8%,transparent);border-color:color-mix(in srgb,var(--bad) 35%,transparent)}
 .legend{display:flex;flex-wrap:wrap;gap:14px;font-size:13px;color:var(--muted);margin:0 0 6px}
 .lg{display:inline-flex;align-items:center;gap:6px}
 .sw{width:11px;height:11px;border-radius:3px;display:inline-block;margin-right:5px;vertical-align:-1px}
@@ -509,6 +512,8 @@ table.data th,table.data td{text-align:right;padding:6px 8px;border-bottom:1px s
 table.data th:first-child,table.data td:first-child{text-align:left}
 table.data thead th{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:var(--muted);font-weight:600}
 table.data small{color:var(--muted)}
+table.stacked small{display:block;font-size:12px}
+.scroll{overflow-x:auto}
 table.data tr.slow th,table.data tr.slow td{background:color-mix(in srgb,var(--bad) 7%,transparent)}
 td.ok{color:var(--ok);font-weight:700}td.warn{color:var(--warn);font-weight:700}td.bad{color:var(--bad);font-weight:700}
 small.bad,.hint-lr{color:var(--bad)}
