@@ -109,3 +109,41 @@ def test_a_learning_rate_scaled_with_the_batch_passes_and_adam_gets_the_square_r
     assert verdict.status == "pass"
     _block, verdict = scaling.summarise([_run(1, 400.0, 32, 1e-3, "AdamW"), _run(4, 1200.0, 128, 1e-3, "AdamW")])
     assert verdict.status == "fail" and "square-root rule, 2× to 0.002" in verdict.message
+
+
+class _Event:
+    """Stands in for torch.cuda.Event: a time on the GPU's clock, done or still queued."""
+
+    def __init__(self, t: float, done: bool = True) -> None:
+        self.t, self.done = t, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def synchronize(self) -> None:
+        self.done = True
+
+    def elapsed_time(self, end: "_Event") -> float:
+        return (end.t - self.t) * 1e3  # milliseconds, as CUDA events report
+
+
+def test_gpu_phases_come_from_the_events_once_they_complete():
+    section = {"steps": []}
+    timer = timing.Timer(section)
+    fwd, bwd = timing.PHASE_INDEX["forward"], timing.PHASE_INDEX["backward"]
+    timer.close_step(1, 10.0, checked=False)
+    timer.resume(10.0)
+    timer.add("data", 0.002)
+    # two micro-batches: the forward events add up; the backward's end is still queued
+    late = _Event(10.090, done=False)
+    events = [(fwd, _Event(10.0), _Event(10.010)), (fwd, _Event(10.020), _Event(10.035)),
+              (bwd, _Event(10.040), late)]
+    timer.close_step(2, 10.1, checked=False, events=events)
+    timer.resolve()
+    assert section["steps"] == [] and len(timer.pending) == 1
+    late.done = True
+    timer.resolve()
+    (row,) = section["steps"]
+    named = dict(zip(timing.COLUMNS, row))
+    assert (named["step"], named["total"], named["data"]) == (2, 100_000, 2000)
+    assert named["forward"] == pytest.approx(25_000, abs=1) and named["backward"] == pytest.approx(50_000, abs=1)

@@ -28,6 +28,7 @@ PROBE = "timing"
 COLUMNS = ("step", "total", "data", "forward", "backward", "optimizer", "collectives", "samples",
            "ours", "checked")
 PHASE_INDEX = {name: i for i, name in enumerate(COLUMNS)}
+MAX_PENDING = 32  # steps whose CUDA events may wait to be resolved
 MAX_ROWS = 2048  # then every other row is dropped and only every 2nd, 4th, ... step is kept
 DDP_LOG_KEYS = (
     "avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
@@ -102,16 +103,21 @@ class Timer:
             self.section["stride"] = self.stride
 
     def resolve(self, force: bool = False) -> None:
-        """Fill in the CUDA-timed phases of rows whose events have completed."""
+        """Fill in the CUDA-timed phases of rows whose events have completed (all of them when
+        forced, or when too many are waiting: then the oldest are synchronised)."""
         still = []
-        for row, events in self.pending:
-            if not force and not all(end.query() for _, _, end in events):
+        force_first = max(0, len(self.pending) - MAX_PENDING)
+        for n, (row, events) in enumerate(self.pending):
+            sync = force or n < force_first
+            if not sync and not all(end.query() for _, _, end in events):
                 still.append((row, events))
                 continue
+            for index in {index for index, _, _ in events}:
+                row[index] = 0.0  # the wall-clock value is replaced by the GPU's
             for index, start, end in events:
-                if force:
+                if sync:
                     end.synchronize()
-                row[index] = start.elapsed_time(end) / 1e3
+                row[index] += start.elapsed_time(end) / 1e3
             self._keep(row)
         self.pending = still
 
