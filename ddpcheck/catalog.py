@@ -92,7 +92,7 @@ def all_rules() -> dict[str, RuleInfo]:
     """Code → RuleInfo for everything, sorted by code."""
     from ddpcheck.lint.rule import Rule
     from ddpcheck.lint.tool_codes import TOOL_CODES
-    from ddpcheck.run.catalog import RuntimeCheck
+    from ddpcheck.run.registry import RuntimeCheck
 
     infos = [c.info() for c in _subclasses_in("ddpcheck.lint.rules", Rule)]
     infos += [c.info() for c in _subclasses_in("ddpcheck.run.checks", RuntimeCheck)]

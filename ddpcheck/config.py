@@ -1,8 +1,11 @@
 """`[tool.ddpcheck]` discovery and code selection, with Ruff's semantics.
 
 The nearest `pyproject.toml` that has a `[tool.ddpcheck]` table applies to the files below it;
-`--config PATH` applies one file to everything. Command-line selection overrides the file's:
-`--select` replaces `select`, `--extend-select` and `--ignore` add to theirs.
+`--config PATH` applies one file to everything. `extend = "../pyproject.toml"` starts from another
+file's settings (its path relative to the file that names it; chains allowed, cycles refused).
+Command-line selection overrides the files': `--select` replaces `select`, `--extend-select` and
+`--ignore` add to theirs. Patterns (excludes, per-file-ignores) are relative to the file that
+holds them, as in Ruff.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from pathlib import Path
 
 from ddpcheck.errors import UserError
 
-KNOWN_KEYS = ("select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
+KNOWN_KEYS = ("extend", "select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
 
 DEFAULT_EXCLUDE = (
     ".git", ".hg", ".svn", ".bzr", ".venv", "venv", ".tox", ".nox", ".eggs", "*.egg-info",
@@ -39,9 +42,12 @@ class Settings:
     # Layers applied in order, Ruff's way: the file's, then the command line's. A layer's
     # `select` resets the set, then its `extend-select` adds and its `ignore` removes.
     layers: tuple[Selection, ...] = ()
+    # Where each layer came from, for `ddpcheck config`: a file's path or "command line".
+    origins: tuple[str, ...] = ()
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     extend_exclude: tuple[str, ...] = ()
+    extends: tuple[Path, ...] = ()  # the files `extend` chained in, nearest first
 
     def enabled_codes(self, known: dict) -> frozenset[str]:
         codes = {c for c, info in known.items() if info.default_enabled}
@@ -62,15 +68,16 @@ class Settings:
         rel = _relative(path, self.root)
         out: list[str] = []
         for pattern, codes in self.per_file_ignores:
-            if _glob_match(rel, path.name, pattern):
+            if _glob_match(path.resolve().as_posix() if pattern.startswith("/") else rel, path.name, pattern):
                 out.extend(codes)
         return tuple(out)
 
     def is_excluded(self, path: Path) -> bool:
         rel = _relative(path, self.root)
-        parts = rel.split("/")
         for pattern in self.exclude + self.extend_exclude:
-            if _glob_match(rel, path.name, pattern):
+            target = path.resolve().as_posix() if pattern.startswith("/") else rel
+            parts = target.split("/")
+            if _glob_match(target, path.name, pattern):
                 return True
             # A pattern naming a directory excludes everything below it.
             if any(fnmatch.fnmatchcase(part, pattern) for part in parts[:-1]):
@@ -94,6 +101,14 @@ def _relative(path: Path, root: Path) -> str:
 def _glob_match(rel: str, name: str, pattern: str) -> bool:
     pattern = pattern.rstrip("/")
     return fnmatch.fnmatchcase(rel, pattern) or fnmatch.fnmatchcase(name, pattern) or fnmatch.fnmatchcase(rel, pattern + "/*")
+
+
+def _anchored(pattern: str, root: Path) -> str:
+    """A pattern of an extended file, made absolute so it keeps meaning what it meant there
+    (a bare name such as `build` matches anywhere and needs no anchor)."""
+    if "/" not in pattern.rstrip("/") or pattern.startswith("/"):
+        return pattern
+    return (root.resolve() / pattern).as_posix()
 
 
 def validate_codes(codes: tuple[str, ...], where: str, known: dict) -> tuple[str, ...]:
@@ -121,9 +136,10 @@ def _expect_list(value, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_file(path: Path, known: dict, *, required_table: bool = False) -> Settings | None:
+def load_file(path: Path, known: dict, *, required_table: bool = False,
+              _chain: tuple[Path, ...] = ()) -> Settings | None:
     """Settings from one TOML file (`[tool.ddpcheck]` of a pyproject.toml, or the top level of a
-    ddpcheck.toml). None if a pyproject has no such table."""
+    ddpcheck.toml), on top of the file its `extend` names. None if a pyproject has no such table."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -160,12 +176,47 @@ def load_file(path: Path, known: dict, *, required_table: bool = False) -> Setti
         (pattern, validate_codes(_expect_list(codes, f"per-file-ignores.{pattern}", where), f"{where} per-file-ignores", known))
         for pattern, codes in pfi.items()
     )
-    settings = Settings(root=path.parent, source=path, layers=(selection,), per_file_ignores=per_file)
+    base = _extended(path, table, where, known, _chain) if "extend" in table else None
+    settings = Settings(root=path.parent, source=path, layers=(selection,), origins=(str(path),),
+                        per_file_ignores=per_file)
+    if base is not None:
+        # Ruff's merge: selection layers stack; per-file-ignores and exclude are replaced when
+        # this file sets them, else inherited; extend-exclude accumulates.
+        settings = replace(
+            settings,
+            layers=base.layers + settings.layers,
+            origins=base.origins + settings.origins,
+            per_file_ignores=per_file if "per-file-ignores" in table else tuple(
+                (_anchored(p, base.root), codes) for p, codes in base.per_file_ignores),
+            exclude=tuple(_anchored(p, base.root) for p in base.exclude),
+            extend_exclude=tuple(_anchored(p, base.root) for p in base.extend_exclude),
+            extends=(base.source,) + base.extends if base.source else base.extends,
+        )
     if "exclude" in table:
         settings = replace(settings, exclude=_expect_list(table["exclude"], "exclude", where))
     if "extend-exclude" in table:
-        settings = replace(settings, extend_exclude=_expect_list(table["extend-exclude"], "extend-exclude", where))
+        settings = replace(settings, extend_exclude=settings.extend_exclude
+                           + _expect_list(table["extend-exclude"], "extend-exclude", where))
     return settings
+
+
+def _extended(path: Path, table: dict, where: str, known: dict, chain: tuple[Path, ...]) -> Settings:
+    """The settings of the file `extend` names, relative to `path`'s folder."""
+    value = table["extend"]
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{where}: `extend` must be a path to a TOML file, e.g. extend = \"../pyproject.toml\"")
+    import os
+
+    target = (path.parent / os.path.expandvars(os.path.expanduser(value))).resolve()
+    chain = chain + (path.resolve(),)
+    if target in chain:
+        loop = " -> ".join(str(p) for p in chain[chain.index(target):] + (target,))
+        raise UserError(f"{where}: `extend` makes a cycle ({loop}); remove one of the `extend` keys")
+    if not target.is_file():
+        raise UserError(f"{where}: `extend = \"{value}\"`: no such file ({target})")
+    base = load_file(target, known, required_table=True, _chain=chain)
+    assert base is not None  # required_table
+    return base
 
 
 class SettingsResolver:
@@ -220,7 +271,8 @@ class SettingsResolver:
         return result
 
     def _finish(self, settings: Settings) -> Settings:
-        settings = replace(settings, layers=settings.layers + (self.overrides,))
+        settings = replace(settings, layers=settings.layers + (self.overrides,),
+                           origins=settings.origins + ("command line",))
         if self.cli_exclude is not None:
             settings = replace(settings, exclude=self.cli_exclude)
         if self.cli_extend_exclude:
@@ -231,8 +283,14 @@ class SettingsResolver:
 def describe(settings: Settings, known: dict, path: Path) -> str:
     """The settings that apply to `path`, for `ddpcheck config` / `lint --show-settings`: one
     `key: value` line each, every selection step labelled with where it came from."""
-    origins = ("config", "command line") if settings.source else ("command line",)
-    layers = list(zip(origins, settings.layers))
+    def origin(name: str) -> str:
+        if name == "command line":
+            return name
+        if settings.source is not None and name == str(settings.source):
+            return "config"
+        return name  # an extended file: its path
+
+    layers = [(origin(name), sel) for name, sel in zip(settings.origins, settings.layers)]
 
     def selection(sel: Selection) -> str:
         parts = []
@@ -249,8 +307,9 @@ def describe(settings: Settings, known: dict, path: Path) -> str:
     # The steps in the order they apply (Ruff's): a later `select` replaces what came before.
     rows = [
         ("file", str(path)),
-        ("config", f"{settings.source} [tool.ddpcheck]" if settings.source and settings.source.name == "pyproject.toml"
-         else str(settings.source or "(none found: defaults)")),
+        ("config", (f"{settings.source} [tool.ddpcheck]" if settings.source and settings.source.name == "pyproject.toml"
+                    else str(settings.source or "(none found: defaults)"))
+         + "".join(f", extends {p}" for p in settings.extends)),
         ("root", str(settings.root)),
         ("selection", "the rules that are on by default, then the steps below"),
         *((f"  from {origin}", selection(sel)) for origin, sel in layers),

@@ -179,3 +179,53 @@ def test_show_settings_with_config_option(mono):
     s = settings(run_cli("lint", "--show-settings", "--config", "services/a/pyproject.toml", "tools/train.py", cwd=mono).stdout)
     assert s["config"].startswith(str(Path("services/a/pyproject.toml")))
     assert s["from config"] == "select DDP0"
+
+
+def test_extend_stacks_a_shared_config_under_a_project_one(tmp_path):
+    shared = tmp_path / "configs" / "ddpcheck.toml"
+    shared.parent.mkdir()
+    shared.write_text('ignore = ["DDP005"]\nextend-exclude = ["gen/*"]\n')
+    project = tmp_path / "proj"
+    (project / "gen").mkdir(parents=True)
+    (project / "pyproject.toml").write_text(
+        '[tool.ddpcheck]\nextend = "../configs/ddpcheck.toml"\nextend-select = ["DDP901"]\n')
+    (project / "train.py").write_text(BAD)
+    (project / "gen" / "x.py").write_text(BAD)
+    r = run_cli("lint", "--output-format", "concise", ".", cwd=project)
+    # The shared ignore applies; its `gen/*` is relative to configs/, so proj/gen is linted.
+    assert sorted(m.group("path", "code") for m in FINDING.finditer(r.stdout)) == [
+        ("gen/x.py", "DDP001"), ("train.py", "DDP001")]
+    shown = run_cli("config", "train.py", cwd=project).stdout
+    assert f"extends {shared}" in shown
+    assert f"from {shared}: ignore DDP005" in shown
+
+
+def test_extend_relative_to_the_file_that_names_it(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck]\nignore = ["DDP001"]\n')
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    (sub / "pyproject.toml").write_text('[tool.ddpcheck]\nextend = "../../pyproject.toml"\n')
+    (sub / "train.py").write_text(BAD)
+    assert run_cli("lint", "train.py", cwd=sub).returncode == 0
+    assert run_cli("lint", "a/b/train.py", cwd=tmp_path).returncode == 0
+
+
+@pytest.mark.parametrize("files,expected", [
+    ({"pyproject.toml": '[tool.ddpcheck]\nextend = "missing.toml"\n'},
+     '[tool.ddpcheck]: `extend = "missing.toml"`: no such file'),
+    ({"pyproject.toml": '[tool.ddpcheck]\nextend = "other.toml"\n', "other.toml": 'extend = "pyproject.toml"\n'},
+     "`extend` makes a cycle"),
+    ({"pyproject.toml": '[tool.ddpcheck]\nextend = "pyproject.toml"\n'}, "`extend` makes a cycle"),
+    ({"pyproject.toml": "[tool.ddpcheck]\nextend = 3\n"}, "`extend` must be a path to a TOML file"),
+    ({"pyproject.toml": '[tool.ddpcheck]\nextend = "base/pyproject.toml"\n',
+      "base/pyproject.toml": '[project]\nname = "x"\n'}, "no [tool.ddpcheck] table"),
+])
+def test_bad_extend_is_one_error_line_exit_2(tmp_path, files, expected):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    (tmp_path / "train.py").write_text(BAD)
+    r = run_cli("lint", "train.py", cwd=tmp_path)
+    assert r.returncode == 2
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("ddpcheck: error: ") and expected in line, line

@@ -47,4 +47,4 @@ def test_jobs_below_one_is_a_clear_error(tmp_path, value):
     (tmp_path / "a.py").write_text("import torch\n")
     r = run_cli("lint", f"--jobs={value}", str(tmp_path))
     assert r.returncode == 2
-    assert r.stderr.strip() == f"ddpcheck: error: --jobs {value}: must be at least 1 (leave it out to use every CPU)"
+    assert r.stderr.strip() == f"ddpcheck: error: --jobs {value}: must be at least 1 (leave it out to choose automatically)"

@@ -1,13 +1,12 @@
-"""`ddpcheck lint` from options to exit code: discover, lint, fix, report."""
+"""`ddpcheck lint` from options to exit code: discover, lint, fix or add noqa, report."""
 
 from __future__ import annotations
 
-import difflib
 import sys
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpcheck.catalog import all_rules
 from ddpcheck.config import Selection, SettingsResolver, describe, validate_codes
 from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
@@ -17,6 +16,7 @@ from ddpcheck.lint.runner import LintResult, ReadError, decode_source, lint_file
 from ddpcheck.report import FORMATS, render
 
 MAX_FIX_PASSES = 10
+TEXT_FORMATS = ("full", "concise")  # formats a person reads: they get the fix listings
 
 
 @dataclass(frozen=True)
@@ -27,10 +27,16 @@ class LintOptions:
     ignore: tuple[str, ...] = ()
     config: Path | None = None
     output_format: str = "full"
+    output_file: Path | None = None
+    statistics: bool = False
     exit_zero: bool = False
+    exit_non_zero_on_fix: bool = False
     fix: bool = False
+    fix_only: bool = False
     unsafe_fixes: bool = False
+    show_fixes: bool = False
     diff: bool = False
+    add_noqa: bool = False
     exclude: tuple[str, ...] | None = None
     extend_exclude: tuple[str, ...] = ()
     force_exclude: bool = False
@@ -41,10 +47,19 @@ class LintOptions:
     no_cache: bool = False
 
 
+@dataclass
+class FixReport:
+    """What the fixes did: the findings whose fixes were applied (or, with --diff, would be)."""
+
+    applied: list[Finding] = field(default_factory=list)
+    files: int = 0  # files changed
+
+
 def run_lint(o: LintOptions) -> int:
-    if o.output_format not in FORMATS:
-        raise UserError(f"--output-format {o.output_format}: unknown format; choose one of {', '.join(FORMATS)}")
+    _check_combinations(o)
     if o.no_cache:
+        from ddpcheck.catalog import all_rules
+
         known = all_rules()
     else:
         from ddpcheck.lint.cache import catalog, cache_root
@@ -62,14 +77,16 @@ def run_lint(o: LintOptions) -> int:
         print(describe(resolver.for_path(target), known, target))
         return 0
 
+    fixes = FixReport()
+    report_to = sys.stdout
     if o.paths == ["-"]:
-        result = _lint_stdin(o, resolver, known)
+        result, report_to = _lint_stdin(o, resolver, known, fixes)
     else:
         if "-" in o.paths:
             raise UserError("`-` (stdin) cannot be combined with other paths")
-        found = discover(o.paths, resolver, force_exclude=o.force_exclude)
         if o.jobs is not None and o.jobs < 1:
-            raise UserError(f"--jobs {o.jobs}: must be at least 1 (leave it out to use every CPU)")
+            raise UserError(f"--jobs {o.jobs}: must be at least 1 (leave it out to choose automatically)")
+        found = discover(o.paths, resolver, force_exclude=o.force_exclude)
         cache = None
         if not o.no_cache:
             from ddpcheck.lint.cache import LintCache, cache_root
@@ -77,98 +94,226 @@ def run_lint(o: LintOptions) -> int:
             cache = LintCache(cache_root())
         result = lint_files(list(found.files), resolver, jobs=o.jobs, cache=cache, known=known)
         result.errors[:0] = found.errors
+        if o.add_noqa:
+            return _add_noqa(result)
         if o.fix or o.diff:
-            _fix_files(result, resolver, o)
+            _fix_files(result, resolver, o, fixes, known)
 
     for line in result.errors:
         print(f"ddpcheck: error: {line}", file=sys.stderr)
-    text = render(o.output_format, result.findings, sources=result.sources, color=o.color)
-    sys.stdout.write(text)
-    sys.stdout.flush()
+    fix_only = o.fix_only or o.diff
+    if not fix_only:
+        text = _statistics(o, result.findings) if o.statistics else render(
+            o.output_format, result.findings, sources=result.sources, color=o.color and o.output_file is None)
+        if o.show_fixes and o.output_format in TEXT_FORMATS and not o.statistics:
+            text += _fix_listing(fixes)
+        _emit(text, o.output_file, report_to)
+    elif o.show_fixes and o.fix and not o.diff:
+        _emit(_fix_listing(fixes), o.output_file, report_to)
+    _fix_summary(o, fixes)
+
     if result.errors:
         return 2
-    if result.findings and not o.exit_zero:
+    if o.exit_zero:
+        return 0
+    if o.diff:
+        return 1 if fixes.applied else 0  # Ruff's contract: a diff to apply is a failure
+    if not fix_only and result.findings:
+        return 1
+    if o.exit_non_zero_on_fix and fixes.files:
         return 1
     return 0
 
 
-def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict) -> LintResult:
+def _check_combinations(o: LintOptions) -> None:
+    if o.output_format not in FORMATS:
+        raise UserError(f"--output-format {o.output_format}: unknown format; choose one of {', '.join(FORMATS)}")
+    if o.add_noqa and (o.fix or o.diff):
+        raise UserError("--add-noqa cannot be combined with --fix, --fix-only or --diff; run them one after the other")
+    if o.add_noqa and o.paths == ["-"]:
+        raise UserError("--add-noqa needs files to write to, not stdin")
+
+
+def _emit(text: str, output_file: Path | None, stream) -> None:
+    if output_file is None:
+        stream.write(text)
+        stream.flush()
+        return
+    try:
+        output_file.parent.mkdir(parents=True, exist_ok=True)
+        output_file.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UserError(f"--output-file {output_file}: cannot write: {err.strerror or err}") from None
+
+
+def _statistics(o: LintOptions, findings: list[Finding]) -> str:
+    """Ruff's `--statistics`: one row per code, most frequent first."""
+    from ddpcheck.findings import Applicability
+
+    counts = Counter(f.code for f in findings)
+    names = {f.code: f.name for f in findings}
+    fixable = {f.code for f in findings if f.fix is not None
+               and (o.unsafe_fixes or f.fix.applicability is Applicability.SAFE)}
+    rows = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    if o.output_format == "json":
+        import json
+
+        return json.dumps([{"code": code, "name": names[code], "count": n, "fixable": code in fixable}
+                           for code, n in rows], indent=2) + "\n"
+    if not rows:
+        return ""
+    width = len(str(rows[0][1]))
+    return "".join(f"{n:>{width}}\t{code}\t{'[*] ' if code in fixable else ''}{names[code]}\n" for code, n in rows)
+
+
+def _fix_listing(fixes: FixReport) -> str:
+    """`--show-fixes`: what was fixed, per file and code (Ruff's layout)."""
+    if not fixes.applied:
+        return "No findings fixed.\n"
+    n = len(fixes.applied)
+    lines = [f"Fixed {n} finding{'s' if n != 1 else ''}:"]
+    by_path: dict[str, Counter] = {}
+    for f in fixes.applied:
+        by_path.setdefault(f.path or "-", Counter())[(f.code, f.name)] += 1
+    for path, counts in by_path.items():
+        lines.append(f"- {path}:")
+        for (code, name), count in sorted(counts.items()):
+            lines.append(f"    {count} × {code} ({name})")
+    return "\n".join(lines) + "\n"
+
+
+def _fix_summary(o: LintOptions, fixes: FixReport) -> None:
+    """One line on stderr about fixes, so that stdout stays the report (or the fixed text)."""
+    n = len(fixes.applied)
+    noun = f"{n} finding{'s' if n != 1 else ''}"
+    if o.diff:
+        print(f"Would fix {noun}." if n else "No findings would be fixed.", file=sys.stderr)
+    elif o.fix and n and not o.show_fixes:
+        print(f"Fixed {noun}.", file=sys.stderr)
+    elif o.fix_only and not n:
+        print("No findings fixed.", file=sys.stderr)
+
+
+def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict, fixes: FixReport):
+    """Lint (and fix) standard input. Returns the result and the stream the report goes to:
+    with --fix the fixed text is standard output (Ruff's contract), so the report goes to stderr."""
     display = o.stdin_filename or "-"
     path = Path(o.stdin_filename or "stdin.py")
     result = LintResult()
     if o.stdin_filename and o.force_exclude and resolver.for_path(path).is_excluded(path):
-        return result
+        return result, sys.stdout
     try:
         source = decode_source(sys.stdin.buffer.read(), display)
     except ReadError as err:
         result.errors.append(str(err))
-        return result
+        return result, sys.stdout
     from ddpcheck.lint.facts import ProjectFacts
 
     facts = ProjectFacts()
     findings = lint_text(display, path, source, resolver, facts, known)
-    if o.fix and not o.diff:
-        fixed, findings = _fix_until_stable(display, path, source, findings, resolver, facts, known, o.unsafe_fixes)
-        sys.stdout.write(fixed)  # Ruff's contract: with --fix, stdin's fixed text goes to stdout
-        sys.stdout.flush()
-        result.files = 1
-        result.findings = findings
-        result.sources[display] = fixed
-        # Findings go to stderr so that stdout stays the file.
-        sys.stdout = sys.stderr
-        return result
     result.files = 1
+    if o.fix or o.diff:
+        fixed, findings, applied = _fix_until_stable(display, path, source, findings, resolver, facts, known, o.unsafe_fixes)
+        fixes.applied.extend(applied)
+        fixes.files = int(fixed != source)
+        if o.diff:
+            _print_diff(display, source, fixed)
+        else:
+            sys.stdout.write(fixed)
+            sys.stdout.flush()
+        result.sources[display] = fixed if not o.diff else source
+        result.findings = findings
+        return result, sys.stderr if not o.diff else sys.stdout
     result.sources[display] = source
     result.findings = findings
-    return result
+    return result, sys.stdout
 
 
-def _fix_until_stable(display, path, source, findings, resolver, facts, known, unsafe):
-    """Apply fixes, re-lint, repeat until nothing more applies; return the text and what remains."""
+def _fix_until_stable(display: str, path: Path, source: str, findings: list[Finding],
+                      resolver: SettingsResolver, facts, known: dict, unsafe: bool):
+    """Apply fixes, re-lint, repeat until nothing more applies. Returns the text, the findings
+    left, and the findings whose fixes were applied."""
+    applied_all: list[Finding] = []
     for _ in range(MAX_FIX_PASSES):
         new, applied = apply_fixes(source, findings, unsafe=unsafe)
         if not applied or new == source:
             break
+        applied_all.extend(applied)
         source = new
         findings = lint_text(display, path, source, resolver, facts, known)
-    return source, findings
+    return source, findings, applied_all
 
 
-def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions) -> None:
+def _print_diff(display: str, before: str, after: str) -> None:
+    import difflib
+
+    sys.stdout.writelines(difflib.unified_diff(
+        before.splitlines(keepends=True), after.splitlines(keepends=True),
+        fromfile=f"a/{display}", tofile=f"b/{display}"))
+    sys.stdout.flush()
+
+
+def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions, fixes: FixReport,
+               known: dict) -> None:
     from ddpcheck.lint.facts import ProjectFacts
 
-    known = all_rules()
     facts = ProjectFacts()
     remaining: list[Finding] = []
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_path.setdefault(f.path, []).append(f)
-    fixed_count = 0
     for display, findings in by_path.items():
         original = result.sources[display]
         path = Path(display)
-        fixed, left = _fix_until_stable(display, path, original, findings, resolver, facts, known, o.unsafe_fixes)
-        if fixed != original:
-            fixed_count += len(findings) - len([f for f in left if f.code in {g.code for g in findings}])
-            if o.diff:
-                sys.stdout.writelines(difflib.unified_diff(
-                    original.splitlines(keepends=True), fixed.splitlines(keepends=True),
-                    fromfile=f"a/{display}", tofile=f"b/{display}"))
-                remaining.extend(findings)
-                continue
-            try:
-                _write_preserving(path, fixed)
-            except OSError as err:
-                result.errors.append(f"{display}: cannot write fix: {err.strerror or err}")
-                remaining.extend(findings)
-                continue
-            result.sources[display] = fixed
-            remaining.extend(left)
-        else:
+        fixed, left, applied = _fix_until_stable(display, path, original, findings, resolver, facts,
+                                                 known, o.unsafe_fixes)
+        if fixed == original:
             remaining.extend(findings)
+            continue
+        if o.diff:
+            _print_diff(display, original, fixed)
+            fixes.applied.extend(applied)
+            fixes.files += 1
+            remaining.extend(findings)
+            continue
+        try:
+            _write_preserving(path, fixed)
+        except OSError as err:
+            result.errors.append(f"{display}: cannot write fix: {err.strerror or err}")
+            remaining.extend(findings)
+            continue
+        fixes.applied.extend(applied)
+        fixes.files += 1
+        result.sources[display] = fixed
+        remaining.extend(left)
     result.findings = sorted(remaining, key=Finding.sort_key)
-    if o.fix and not o.diff and fixed_count:
-        print(f"Fixed {fixed_count} finding{'s' if fixed_count != 1 else ''}.", file=sys.stderr)
+
+
+def _add_noqa(result: LintResult) -> int:
+    """`--add-noqa`: a `# noqa: CODE` on every reported line; reports nothing else."""
+    from ddpcheck.lint.suppress import add_noqa
+
+    for line in result.errors:
+        print(f"ddpcheck: error: {line}", file=sys.stderr)
+    by_path: dict[str, list[Finding]] = {}
+    for f in result.findings:
+        if f.path is not None:
+            by_path.setdefault(f.path, []).append(f)
+    added = 0
+    for display, findings in by_path.items():
+        source = result.sources.get(display)
+        if source is None:
+            continue
+        new, count = add_noqa(source, findings)
+        if count and new != source:
+            try:
+                _write_preserving(Path(display), new)
+            except OSError as err:
+                print(f"ddpcheck: error: {display}: cannot write: {err.strerror or err}", file=sys.stderr)
+                return 2
+            added += count
+    print(f"Added {added} noqa directive{'s' if added != 1 else ''}.", file=sys.stderr)
+    return 2 if result.errors else 0
 
 
 def _write_preserving(path: Path, text: str) -> None:

@@ -254,8 +254,11 @@ def lint_source(
     source: str,
     rules: Iterable[type[Rule]],
     facts: ProjectFacts | None = None,
+    *,
+    noqa: bool = True,
 ) -> list[Finding]:
-    """Findings of `rules` on one file's text, after `# noqa` suppression."""
+    """Findings of `rules` on one file's text, after `# noqa` suppression (before it when
+    `noqa` is False: the caller suppresses and tells which directives were used)."""
     facts = facts if facts is not None else _RUN_FACTS
     module = facts.parsed_tree(path, source)  # already read as another file's helper module
     if module is None:
@@ -273,7 +276,8 @@ def lint_source(
         rule.finish()
     if not ctx.pending:
         return []
-    return suppress.apply(source, _materialise(ctx))
+    findings = _materialise(ctx)
+    return suppress.apply(source, findings) if noqa else findings
 
 
 def _materialise(ctx: FileContext) -> list[Finding]:

@@ -58,6 +58,8 @@ _facts = None  # this process's ProjectFacts, created on first use
 
 def _lint(job: Job) -> list[Finding]:
     global _facts
+    from ddpcheck.catalog import all_rules
+    from ddpcheck.lint import suppress
     from ddpcheck.lint.engine import lint_source
     from ddpcheck.lint.facts import ProjectFacts
     from ddpcheck.lint.rules import rule_classes
@@ -66,7 +68,7 @@ def _lint(job: Job) -> list[Finding]:
     if _facts is None:
         _facts = ProjectFacts()
     rules = [r for r in rule_classes() if r.code in job.codes]
-    findings = lint_source(job.display, job.source, rules, _facts)
+    findings = lint_source(job.display, job.source, rules, _facts, noqa=False)
     if not job.syntax:
         findings = [f for f in findings if f.code != SyntaxErrorInFile.code]
-    return findings
+    return suppress.settle(job.display, job.source, findings, job.codes, all_rules())

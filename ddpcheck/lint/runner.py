@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from ddpcheck.catalog import all_rules
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding
-from ddpcheck.lint.tool_codes import SyntaxErrorInFile
+from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
 
 if TYPE_CHECKING:
     from ddpcheck.lint.cache import LintCache
@@ -77,11 +77,13 @@ def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
               facts: ProjectFacts, known: dict) -> list[Finding]:
     from ddpcheck.lint.engine import lint_source
 
+    from ddpcheck.lint import suppress
+
     settings = resolver.for_path(path)
-    findings = lint_source(display, source, rules_for(settings, path, known), facts)
+    findings = lint_source(display, source, rules_for(settings, path, known), facts, noqa=False)
     if not syntax_enabled(settings, path, known):
         findings = [f for f in findings if f.code != SyntaxErrorInFile.code]
-    return findings
+    return suppress.settle(display, source, findings, settings.codes_for(path, known), known)
 
 
 def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | None = None,
@@ -124,6 +126,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
         settings = resolver.for_path(path)
         syntax = syntax_enabled(settings, path, known)
         verdict = None if relevant or not syntax else _compiles(display, source)
+        codes = settings.codes_for(path, known)
         if not relevant and verdict is not None:
             # No rule can fire: no libcst parse. Syntax errors are still reported, from CPython's
             # own parser (about a fifth of libcst's cost).
@@ -131,9 +134,12 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
                 from ddpcheck.lint.engine import _syntax_finding
 
                 result.findings.append(_syntax_finding(display, source, None))
+            elif UnusedNoqa.code in codes and "noqa" in source.lower():
+                from ddpcheck.lint import suppress
+
+                result.findings.extend(suppress.settle(display, source, [], codes, known))
             continue
-        codes = settings.codes_for(path, known)
-        if not (codes & static) and not syntax:
+        if not (codes & static) and not syntax and UnusedNoqa.code not in codes:
             continue
         entry = None
         if cache is not None:

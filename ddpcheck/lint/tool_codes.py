@@ -28,4 +28,37 @@ class SyntaxErrorInFile(Described):
     """
 
 
-TOOL_CODES = (SyntaxErrorInFile,)
+class UnusedNoqa(Described):
+    """A `# noqa: DDPxxx` that suppresses nothing: the code it names is not reported on that line.
+
+    ## Why it matters
+    A suppression outlives the finding it was written for: the code was fixed, the rule got more
+    precise, or the comment was copied to another line. Left in place it hides the next real
+    finding of that code on the line, and readers take it for a known problem. Like Ruff's RUF100,
+    this check is off by default; turn it on with `--extend-select DDP901`.
+
+    Only ddpcheck's codes are judged (`# noqa: E501` belongs to another tool), only codes whose
+    rules ran on the file (a rule that is off here may be on in another job; runtime codes are
+    left alone), and never a bare `# noqa`, which other linters read too. A code that names no
+    ddpcheck rule (`DDP777`) is reported as unknown.
+
+    ## How to fix
+    Remove the code from the comment, or the whole comment when nothing is left. The fix does
+    exactly that and is safe: the code suppressed nothing, so nothing new is reported.
+    """
+
+    code = "DDP901"
+    name = "unused-noqa"
+    severity = Severity.INFO
+    kind = "tool"
+    default_enabled = False
+    fixable = True
+    BAD = """
+    loader = DataLoader(ds, sampler=DistributedSampler(ds))  # noqa: DDP001
+    """
+    GOOD = """
+    loader = DataLoader(ds, sampler=DistributedSampler(ds))
+    """
+
+
+TOOL_CODES = (SyntaxErrorInFile, UnusedNoqa)

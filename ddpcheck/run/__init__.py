@@ -1,1 +1,16 @@
-"""`ddpcheck run`: the runtime half. Only code under this package may import torch, and only lazily."""
+"""`ddpcheck run`: the runtime half. Only this package imports torch, and only lazily.
+
+Two kinds of process run its code; the folders say which:
+
+    launcher/   the `ddpcheck run` process: parse the command line, plan and launch the job
+                (torchrun, or the plain interpreter for spawn-style scripts), read the rank
+                records back, judge across ranks, the exit code, the table and the reports
+    rank/       inside every rank: the bootstrap, the session and its hook lists, the hook layer
+                over torch, the CUDA emulation, the hang ledger and watchdog, spawn-style start-up
+    checks/     one module per probe: its checks' pages, its in-rank capture and its judge
+                (see registry.py for how a check is declared and found)
+
+Shared by both, torch-free: options.py (what travels to the ranks), records.py (the per-rank
+record), registry.py (the checks), verdict.py (what a judge returns). REPORT.md documents the
+records and the JSON report.
+"""

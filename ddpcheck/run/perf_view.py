@@ -4,7 +4,9 @@ glyphs when it does not)."""
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import sys
+from typing import IO, Any
 
 from ddpcheck.report.html import PHASE_COLORS, fmt_lr, fmt_rate, fmt_seconds
 
@@ -30,9 +32,18 @@ def phase_bar(phases: dict[str, float], scale: float, color: bool, width: int = 
     return "".join(out) + " " * (width - used)
 
 
-def print_performance(perf: dict[str, Any], console) -> None:
+def _console(stream: IO[str] | None) -> Any:
+    from rich.console import Console
+
+    out = stream or sys.stdout
+    return Console(file=out, highlight=False, soft_wrap=False,
+                   width=None if out.isatty() or os.environ.get("COLUMNS") else 160)
+
+
+def print_performance(perf: dict[str, Any], stream: IO[str] | None = None) -> None:
     from rich.table import Table
 
+    console = _console(stream)
     color = console.color_system is not None
     ranks = perf["ranks"]
     phases = [p for p in perf["phases"] if any(r["phases"][p]["median"] > 0 for r in ranks)]
@@ -68,9 +79,10 @@ def print_performance(perf: dict[str, Any], console) -> None:
     console.print("  " + " · ".join(bits), highlight=False)
 
 
-def print_scaling(scaling: dict[str, Any], console) -> None:
+def print_scaling(scaling: dict[str, Any], stream: IO[str] | None = None) -> None:
     from rich.table import Table
 
+    console = _console(stream)
     table = Table(title="Scaling (samples/s from the batches the loaders yielded, all ranks)",
                   title_justify="left", box=None, pad_edge=False)
     for col in ("ranks", "samples/s", "speed-up", "efficiency", "", "global batch", "learning rate",

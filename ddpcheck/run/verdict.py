@@ -1,9 +1,10 @@
-"""The value a probe's `judge` returns: one check's outcome across ranks. Torch-free."""
+"""The vocabulary of judging: the Verdict a probe's `judge` returns for one check, and the Context
+it judges in. Torch-free; runs in the launcher."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -19,19 +20,32 @@ class Verdict:
     epoch: int | None = None  # first epoch concerned (0-based, as DataLoader passes go)
     severity: str | None = None  # overrides the check's default severity
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    path: str | None = None  # the user's file and line, when the finding has one
+    line: int | None = None
+    hint: bool = True  # show the check's fix beside the finding
+
+
+@dataclass(frozen=True)
+class SpawnSite:
+    """Where a script starts its own worker processes (`mp.spawn`), found before the launch."""
+
+    path: str
+    line: int
+    call: str  # as written, e.g. "mp.spawn"; "--spawn" when the user said so
 
 
 @dataclass(frozen=True)
 class Context:
-    """What judges know besides the records."""
+    """What judges know besides the records: the job as the launcher saw it."""
 
     world_size: int
-    check_first: int
-    check_every: int
-
-
-def live_records(records: list[dict]) -> list[dict]:
-    return sorted(records, key=lambda r: r.get("rank", 0))
+    check_first: int = 20
+    check_every: int = 50
+    record_dir: str = ""
+    exit_codes: Mapping[int, int] = field(default_factory=dict)  # rank -> code, ranks torchrun saw fail
+    interrupted: bool = False  # Ctrl-C: ddpcheck stopped every rank
+    spawn_site: SpawnSite | None = None  # the script started its own workers
+    nproc_ignored: bool = False  # ... and --nproc was given but not used
 
 
 def group_ranks(values: dict[int, Any]) -> list[tuple[Any, tuple[int, ...]]]:

@@ -1,4 +1,4 @@
-"""Helpers for the issue-5 runtime tests: run `python -m ddpcheck run ...` as a user would, with a
+"""Helpers for the runtime tests of crashes, hangs, emulation and spawn-style scripts: run `python -m ddpcheck run ...` as a user would, with a
 marker in the environment so that the test can look for any process of the run that survived."""
 
 from __future__ import annotations

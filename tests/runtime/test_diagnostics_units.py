@@ -1,4 +1,4 @@
-"""Quick tests of the issue-5 pieces that need no job: hang verdicts, spawn detection, crash
+"""Quick tests of the run's diagnostics that need no job: hang verdicts, spawn detection, crash
 classification, and the CUDA emulation in one plain process."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import textwrap
 
 from diag_jobs import ROOT, cli_env
 
-from ddpcheck.run import crash
-from ddpcheck.run.probes.hangs import compose_verdict
-from ddpcheck.run.spawn import find_spawn
+from ddpcheck.run.checks import crash
+from ddpcheck.run.launcher.plan import find_spawn
+from ddpcheck.run.rank.hangs import compose_verdict
+from ddpcheck.run.verdict import Context
 
 
 def _state(rank, op=None, seq=0, site=None, last=None):
@@ -65,14 +66,14 @@ def test_a_peer_that_went_away_is_a_consequence_not_the_cause():
          "path": "/x/t.py", "line": 17, "function": "main", "traceback": "", "time": 2.0,
          "consequence": False}}},
     ]
-    (finding,) = crash.crash_findings(records, {0: 1, 1: 1})
-    assert finding.code == "DDP120" and finding.ranks == (1,) and finding.line == 17
-    assert "rank 1 raised ValueError: boom at t.py:17" in finding.message
+    (verdict,) = crash.judge(records, Context(2, exit_codes={0: 1, 1: 1}))
+    assert verdict.code == "DDP120" and verdict.ranks == (1,) and verdict.line == 17
+    assert "rank 1 raised ValueError: boom at t.py:17" in (verdict.message or "")
 
 
 def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tmp_path):
     script = textwrap.dedent("""
-        from ddpcheck.run import emulate
+        from ddpcheck.run.rank import emulate
         emulate.install()
         import torch
         assert torch.cuda.is_available() and torch.cuda.device_count() == 3
@@ -106,6 +107,6 @@ def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tm
 
 
 def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():
-    (killed,) = crash.crash_findings([], {0: -15, 1: -9})
+    (killed,) = crash.judge([], Context(2, exit_codes={0: -15, 1: -9}))
     assert killed.code == "DDP127" and killed.ranks == (1,)
-    assert "SIGKILL" in killed.message and "out of memory" in killed.message
+    assert "SIGKILL" in (killed.message or "") and "out of memory" in (killed.message or "")

@@ -7,7 +7,7 @@ import pytest
 
 from ddpcheck.errors import UserError
 from ddpcheck.run import performance, scaling
-from ddpcheck.run.probes import timing
+from ddpcheck.run.checks import timing
 
 COLUMNS = list(timing.COLUMNS)
 

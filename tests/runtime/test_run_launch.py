@@ -63,7 +63,7 @@ def test_missing_destroy_is_reported_and_run_as_module(tmp_path):
 ])
 def test_usage_errors_are_one_line_and_exit_2(capsys, args, says):
     # In-process (`ddpcheck run` calls this very function): torch is imported once, not per case.
-    from ddpcheck.run.entry import main
+    from ddpcheck.run.launcher.entry import main
 
     assert main(args) == 2
     err = capsys.readouterr().err
@@ -75,5 +75,5 @@ def test_usage_error_through_the_cli(tmp_path):
     result = run_ddpcheck(["--checks", "bogus", EXITS], tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "--checks: unknown check bogus; choose from shards, inputs, set-epoch, grads, params, "
+        "--checks: unknown check bogus; choose from shards, set-epoch, inputs, grads, params, "
         "lifecycle, rendezvous"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpcheck.run.probes import lifecycle
+from ddpcheck.run.checks import lifecycle
 from ddpcheck.run.verdict import Context
 
 
@@ -46,7 +46,7 @@ def _loader(index: int, order: list[int]) -> dict:
 
 @pytest.mark.parametrize(("second", "status"), [([3, 1, 0, 2, 7, 5], "fail"), ([5, 2, 7, 0, 1, 3], "pass")])
 def test_a_new_loader_per_epoch_at_the_same_line_counts_as_the_next_epoch(second, status):
-    from ddpcheck.run.probes import set_epoch
+    from ddpcheck.run.checks import set_epoch
 
     records = [{"rank": r, "probes": {"shards": {"loaders": [_loader(0, [3, 1, 0, 2, 7, 5]),
                                                              _loader(1, second)]}}} for r in (0, 1)]

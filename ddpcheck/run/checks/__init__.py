@@ -1,1 +1,3 @@
-"""One module per runtime check code (metadata and docs only, no torch). Discovered automatically."""
+"""The runtime checks: one module per probe, discovered by ddpcheck/run/registry.py (which says how to
+add one). Each module holds its checks' pages (the class docstrings), its in-rank `capture` and its
+`judge` across ranks; importing it never imports torch."""

@@ -1,10 +1,14 @@
+"""Ctrl-C (or SIGTERM) to `ddpcheck run`: every rank was stopped; the report covers what ran."""
+
 from __future__ import annotations
 
 from ddpcheck.findings import Severity
-from ddpcheck.run.checks._diagnostic import Diagnostic
+from ddpcheck.run.records import Record
+from ddpcheck.run.registry import Incident, Probe
+from ddpcheck.run.verdict import FAIL, Context, Verdict
 
 
-class Interrupted(Diagnostic):
+class Interrupted(Incident):
     """The run was interrupted (Ctrl-C); every rank was stopped and the report covers only what ran.
 
     ddpcheck stops every rank, writes the report of what it had checked by then and exits with
@@ -23,4 +27,17 @@ class Interrupted(Diagnostic):
     code = "DDP124"
     name = "interrupted"
     severity = Severity.WARNING
+    explains = ("DDP120", "DDP121", "DDP126", "DDP127")
     hint = "the report is partial; shorten the run instead of interrupting it"
+
+
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
+    if not ctx.interrupted:
+        return []
+    steps = max([r.get("step", 0) for r in records] or [0])
+    message = (f"interrupted after {steps} optimizer step(s); every rank was stopped and this report "
+               "covers only what ran")
+    return [Verdict(Interrupted.code, FAIL, message, message=message)]
+
+
+PROBE = Probe("interrupted", (Interrupted,), judge, order=0)

@@ -1,0 +1,225 @@
+"""Parameters and buffers identical on every rank: after each checked optimizer step (the global
+post-step hook), and at the end of the run (at destroy_process_group, or at exit).
+
+Buffers are compared at the forward of DDP models built with broadcast_buffers=False (with the
+default True, DDP copies rank 0's buffers at every forward, and BatchNorm statistics legitimately
+differ between forwards).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddpcheck.run.checks._compare import (
+    DetailKeeper,
+    describe_tensor,
+    differing_tensors,
+    first_mismatch,
+    steps_by_rank,
+)
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks
+from ddpcheck.findings import Severity
+from ddpcheck.run.registry import Probe, RuntimeCheck
+
+if TYPE_CHECKING:
+    from ddpcheck.run.rank.session import Session
+
+
+class ParametersDiverge(RuntimeCheck):
+    """Model parameters differ across ranks after an optimizer step or at the end of the run.
+
+    ## Why it matters
+
+    DDP keeps replicas identical only if every rank applies the same update. A weight edited on
+    some ranks only (outside the optimizer, e.g. `if rank == 0: p.add_(...)`, a rank-local EMA or
+    target-network update written into the model) makes the replicas drift; the checkpoint saved
+    on rank 0 then is not what the other ranks trained. ddpcheck fingerprints the parameters after
+    checked steps (global optimizer post-step hook) and at the end.
+
+    ## How to fix
+
+    Change weights only through the optimizer, identically on every rank; if one rank must edit
+    them, broadcast them from that rank afterwards (`dist.broadcast(p, src=0)`).
+
+    ## References
+
+    - https://pytorch.org/docs/stable/notes/ddp.html
+    """
+
+    code = "DDP106"
+    name = "parameters-diverge"
+    severity = Severity.ERROR
+    BAD = """
+        optimizer.step()
+        if dist.get_rank() == 0:
+            with torch.no_grad():
+                model.head.bias.add_(0.01)
+    """
+    GOOD = """
+        optimizer.step()
+        with torch.no_grad():
+            model.head.bias.add_(0.01)  # the same edit on every rank
+    """
+
+
+class BuffersDiverge(RuntimeCheck):
+    """Module buffers differ across ranks at a forward, and DDP does not broadcast them.
+
+    ## Why it matters
+
+    With `broadcast_buffers=False` (`forward_sync_buffers=False` from torch 2.13), DDP leaves buffers (BatchNorm statistics, masks, EMA state)
+    alone, so rank-local updates make the ranks run different models, and evaluation on rank 0
+    uses statistics the others never had. With the default `broadcast_buffers=True`, DDP copies
+    rank 0's buffers at every forward and this check does not apply.
+
+    ## How to fix
+
+    Keep `broadcast_buffers=True`, convert BatchNorm with `nn.SyncBatchNorm.convert_sync_batchnorm`,
+    or all-reduce the buffers yourself before they are used.
+
+    ## References
+
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
+    """
+
+    code = "DDP107"
+    name = "buffers-diverge"
+    severity = Severity.ERROR
+    BAD = """
+        model = DDP(model, broadcast_buffers=False)
+        if dist.get_rank() == 0:
+            model.module.mask.fill_(0)
+    """
+    GOOD = """
+        model = DDP(model)  # broadcast_buffers=True: rank 0's buffers at every forward
+    """
+
+
+NAME = "params"
+PARAMS, BUFFERS = "DDP106", "DDP107"
+
+
+def capture(session: Session) -> None:
+    import weakref
+
+    from ddpcheck.run.rank.fingerprint import combine, tensor_crc
+    from ddpcheck.run.checks.grads import optimizer_params
+
+    section = session.section(NAME)
+    section.update(steps=[], buffers=[], end=None)
+    params = DetailKeeper(session, section, session.add_slot("params"))
+    buffers = DetailKeeper(session, section, session.add_slot("buffers"), key="buffer_detail")
+    optimizers: list = []
+    state = {"reported": False, "buffer_window": None}
+
+    def after_step(optimizer, step: int) -> None:
+        if not any(ref() is optimizer for ref in optimizers):
+            optimizers.append(weakref.ref(optimizer))
+        named = [(session.name_of(p, fallback), p) for fallback, p in optimizer_params(optimizer)]
+        crcs = [tensor_crc(p) for _, p in named]
+        digest = combine(crcs)
+        session.stage("params", digest)
+        section["steps"].append([step, digest])
+        params.hold(step, [n for n, _ in named], crcs)
+
+    def on_ddp_forward(ddp, args, kwargs) -> None:
+        step = session.step + 1
+        # forward_sync_buffers (torch >= 2.13) is what broadcast_buffers was
+        syncs = getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", True))
+        if syncs or not session.is_checked(step):
+            return
+        if state["buffer_window"] == step:
+            return
+        state["buffer_window"] = step
+        named = list(ddp.module.named_buffers())
+        if not named:
+            return
+        crcs = [tensor_crc(b) for _, b in named]
+        digest = combine(crcs)
+        session.stage("buffers", digest)
+        section["buffers"].append([step, digest])
+        buffers.hold(step, [n for n, _ in named], crcs)
+
+    def on_exchange(step: int, rows) -> None:
+        buffers.exchanged(step, rows)
+        if params.exchanged(step, rows) and not state["reported"]:
+            state["reported"] = True
+            session.progress(f"parameters differ across ranks after optimizer step {step}")
+
+    def at_end(why: str) -> None:
+        named: dict[str, object] = {}
+        for ddp in session.ddps():
+            for n, p in ddp.module.named_parameters():
+                named.setdefault(n, p)
+        for opt in (ref() for ref in optimizers):
+            if opt is not None:
+                for fallback, p in optimizer_params(opt):
+                    named.setdefault(session.name_of(p, fallback), p)
+        names = sorted(named)
+        crcs = [tensor_crc(named[n]) for n in names]
+        section["end"] = {"names": names, "crcs": crcs, "digest": combine(crcs), "why": why,
+                          "step": session.step}
+
+    session.after_step.append(after_step)
+    session.on_ddp_forward.append(on_ddp_forward)
+    session.on_exchange.append(on_exchange)
+    session.at_end.append(at_end)
+
+
+def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+    return [_params(records), _buffers(records)]
+
+
+def _params(records: list[dict]) -> Verdict:
+    per_rank = steps_by_rank(records, NAME)
+    ends = {r["rank"]: r["probes"][NAME]["end"] for r in records
+            if r.get("probes", {}).get(NAME, {}).get("end")}
+    if len(per_rank) < 2 or (not any(per_rank.values()) and len(ends) < 2):
+        return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
+    step, at, bad, compared = first_mismatch(per_rank)
+    if step is not None:
+        tensors = differing_tensors(records, NAME, step) or []
+        names = ", ".join(describe_tensor(n, v) for n, v in tensors[:5])
+        return Verdict(PARAMS, FAIL, f"differ after step {step}: {names or describe_groups(at)}",
+                       message=f"Parameters differ across ranks after optimizer step {step} "
+                       f"({describe_groups(at)}){': ' + names if names else ''}. The replicas have "
+                       "drifted apart: something updates weights on some ranks only (a rank-local "
+                       "edit, an update outside the optimizer, different gradients). Change weights "
+                       "only through the optimizer, identically on every rank, or broadcast them "
+                       "from rank 0 after the edit.", ranks=odd_ranks(at), step=step,
+                       details={"differing_steps": bad, "checked_steps": compared,
+                                "parameters": [n for n, _ in tensors]})
+    if len(ends) >= 2 and len({e["digest"] for e in ends.values()}) > 1:
+        digests = {r: e["digest"] for r, e in ends.items()}
+        first = next(iter(ends.values()))
+        names = [n for i, n in enumerate(first["names"])
+                 if len({e["crcs"][i] for e in ends.values() if i < len(e["crcs"])}) > 1]
+        shown = ", ".join(names[:5])
+        return Verdict(PARAMS, FAIL, f"differ at the end of the run: {shown or describe_groups(digests)}",
+                       message=f"Parameters differ across ranks at the end of the run "
+                       f"({describe_groups(digests)}){': ' + shown if shown else ''}, although they "
+                       "matched at every checked step: something changed them on some ranks after "
+                       "the last checked step. Change weights identically on every rank.",
+                       ranks=odd_ranks(digests), details={"parameters": names})
+    where = f"{compared} checked steps" + (" and at the end" if len(ends) >= 2 else "")
+    return Verdict(PARAMS, PASS, f"identical on every rank after {where}")
+
+
+def _buffers(records: list[dict]) -> Verdict:
+    per_rank = steps_by_rank(records, NAME, key="buffers")
+    if len(per_rank) < 2 or not all(per_rank.values()):
+        return Verdict(BUFFERS, SKIP, "DDP broadcasts buffers (broadcast_buffers=True) or no buffers")
+    step, at, bad, compared = first_mismatch(per_rank)
+    if step is None:
+        return Verdict(BUFFERS, PASS, f"identical at {compared} checked forwards")
+    tensors = differing_tensors(records, NAME, step, key="buffer_detail") or []
+    names = ", ".join(n for n, _ in tensors[:5])
+    return Verdict(BUFFERS, FAIL, f"differ at the forward of step {step}: {names or describe_groups(at)}",
+                   message=f"Module buffers differ across ranks at the forward of step {step} "
+                   f"({describe_groups(at)}){': ' + names if names else ''}, and DDP does not "
+                   "broadcast them (broadcast_buffers=False): ranks run different models. Keep "
+                   "broadcast_buffers=True, use SyncBatchNorm, or sync the buffers yourself.",
+                   ranks=odd_ranks(at), step=step, details={"buffers": [n for n, _ in tensors]})
+
+
+PROBE = Probe(NAME, (ParametersDiverge, BuffersDiverge), judge, capture, order=70)

@@ -1,0 +1,139 @@
+"""Rendezvous under the launcher: a hard-coded `tcp://` init_method, and rank/world_size arguments
+that disagree with the launcher's RANK/WORLD_SIZE.
+
+Under torchrun every rank becomes a client of the agent's store; a `tcp://host:port` of the
+script's own makes every rank wait for a store that is not there (30 minutes). We rewrite it to
+`env://` so the run goes on, and say so (DDP113). Explicit `rank=`/`world_size=` that disagree with
+the launcher's are replaced by the launcher's and reported (DDP114).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import os
+
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.findings import Severity
+from ddpcheck.run.registry import Probe, RuntimeCheck
+
+if TYPE_CHECKING:
+    from ddpcheck.run.rank.session import Session
+
+
+class HardcodedInitMethod(RuntimeCheck):
+    """`init_process_group(init_method="tcp://...")` is hard-coded in a script run by a launcher.
+
+    ## Why it matters
+
+    Under torchrun every rank connects to the launcher's store; a `tcp://host:port` of the
+    script's own makes each rank wait for a store nobody serves, and the job hangs for the store
+    timeout (30 minutes) unless the port happens to be the launcher's. ddpcheck rewrites it to
+    `env://` so the run goes on, and reports it.
+
+    ## How to fix
+
+    Call `init_process_group(backend)` without `init_method` (the default `env://` reads
+    MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE that the launcher sets).
+
+    ## References
+
+    - https://pytorch.org/docs/stable/distributed.html#tcp-initialization
+    - https://pytorch.org/docs/stable/elastic/run.html
+    """
+
+    code = "DDP113"
+    name = "hardcoded-init-method"
+    severity = Severity.ERROR
+    BAD = """
+        dist.init_process_group("gloo", init_method="tcp://10.0.0.1:23456",
+                                rank=rank, world_size=world_size)
+    """
+    GOOD = """
+        dist.init_process_group("gloo")
+    """
+
+
+class RankWorldSizeMismatch(RuntimeCheck):
+    """`init_process_group(rank=..., world_size=...)` disagrees with the launcher's RANK/WORLD_SIZE.
+
+    ## Why it matters
+
+    The launcher assigns each process its global RANK and the WORLD_SIZE. Explicit values that
+    disagree (LOCAL_RANK passed as rank on several nodes, a hard-coded world size) make the
+    rendezvous wait for ranks that never come, or two processes claim one rank. ddpcheck uses the
+    launcher's values so the run goes on, and reports it.
+
+    ## How to fix
+
+    Leave `rank` and `world_size` out of `init_process_group()` under torchrun, or read them from
+    `os.environ["RANK"]` and `os.environ["WORLD_SIZE"]`.
+
+    ## References
+
+    - https://pytorch.org/docs/stable/elastic/run.html#environment-variables
+    """
+
+    code = "DDP114"
+    name = "rank-world-size-mismatch"
+    severity = Severity.ERROR
+    BAD = """
+        dist.init_process_group("gloo", rank=int(os.environ["LOCAL_RANK"]), world_size=2)
+    """
+    GOOD = """
+        dist.init_process_group("gloo")
+    """
+
+
+NAME = "rendezvous"
+TCP_CODE, RANK_CODE = "DDP113", "DDP114"
+
+
+def capture(session: Session) -> None:
+    section = session.section(NAME)
+    section["seen"] = False
+
+    def before_init(kwargs: dict) -> None:
+        section["seen"] = True
+        if not session.under_launcher or kwargs.get("store") is not None:
+            return
+        method = kwargs.get("init_method")
+        if isinstance(method, str) and method.startswith("tcp://"):
+            kwargs["init_method"] = "env://"
+            session.note(TCP_CODE, f"init_process_group(init_method={method!r}) is hard-coded; under "
+                         "the launcher it waits for a store that is not there (30 min). ddpcheck "
+                         "rewrote it to 'env://'", init_method=method)
+        for arg, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE")):
+            given, launcher = kwargs.get(arg), os.environ.get(env)
+            if given is None or launcher is None or given == -1:
+                continue
+            if int(given) != int(launcher):
+                kwargs[arg] = int(launcher)
+                session.note(RANK_CODE, f"init_process_group({arg}={given}) disagrees with the "
+                             f"launcher's {env}={launcher}; ddpcheck used {launcher}",
+                             argument=arg, given=int(given), launcher=int(launcher))
+
+    session.before_init.append(before_init)
+
+
+def _notes(records: list[dict], code: str) -> dict[int, dict]:
+    return {r["rank"]: n for r in records for n in r.get("notes", []) if n["code"] == code}
+
+
+def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+    seen = any(r.get("probes", {}).get(NAME, {}).get("seen") for r in records)
+    out = []
+    for code, what in ((TCP_CODE, "init_method"), (RANK_CODE, "rank/world_size")):
+        notes = _notes(records, code)
+        if notes:
+            first = notes[min(notes)]
+            out.append(Verdict(code, FAIL, first["message"].split(";")[0], message=first["message"],
+                               ranks=tuple(sorted(notes)), details={"per_rank": notes}))
+        elif seen:
+            out.append(Verdict(code, PASS, f"{what} left to the launcher"))
+        else:
+            out.append(Verdict(code, SKIP, "init_process_group was not called"))
+    return out
+
+
+PROBE = Probe(NAME, (HardcodedInitMethod, RankWorldSizeMismatch), judge, capture, order=10, always=True)

@@ -1,0 +1,101 @@
+"""A shuffling DistributedSampler that yields the same order in consecutive epochs: `set_epoch` is
+never called, so every epoch reuses epoch 0's permutation. Uses the index capture of shards.py."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddpcheck.run.checks.shards import HEAD, capture, loader_label, loaders_by_index
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.findings import Severity
+from ddpcheck.run.registry import Probe, RuntimeCheck
+
+if TYPE_CHECKING:
+    from ddpcheck.run.rank.session import Session
+
+
+class MissingSetEpoch(RuntimeCheck):
+    """A shuffling DistributedSampler yields the same order every epoch: `set_epoch` is not called.
+
+    ## Why it matters
+
+    `DistributedSampler` seeds its shuffle with `seed + epoch`, and its epoch only changes through
+    `set_epoch()`. Without the call every epoch replays the first permutation, so the model sees
+    the batches in the same order each epoch, which hurts convergence quietly. ddpcheck compares
+    the index order of consecutive epochs.
+
+    ## How to fix
+
+    Call `loader.sampler.set_epoch(epoch)` at the start of every epoch, before iterating the loader.
+
+    ## References
+
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+    """
+
+    code = "DDP103"
+    name = "missing-set-epoch"
+    severity = Severity.WARNING
+    BAD = """
+        for epoch in range(epochs):
+            for x, y in loader:
+                ...
+    """
+    GOOD = """
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            for x, y in loader:
+                ...
+    """
+
+
+NAME = "set-epoch"
+CODE = "DDP103"
+
+
+def _same_order(a: dict, b: dict) -> bool:
+    if a["complete"] and b["complete"] and a["count"] == b["count"]:
+        return a["crc"] == b["crc"]
+    n = min(len(a["head"]), len(b["head"]), HEAD)
+    return n >= 4 and a["head"][:n] == b["head"][:n]
+
+
+def _sequences(records: list[dict]):
+    """(first loader info, {rank: epochs in order}) per creation site: a script that builds a new
+    DataLoader every epoch at the same line gives one sequence of epochs too."""
+    by_site: dict = {}
+    for index, per_rank in sorted(loaders_by_index(records).items()):
+        info = per_rank[min(per_rank)]
+        if not (info.get("distributed") and info.get("shuffle")):
+            continue
+        key = info.get("site") or f"#{index}"
+        first, epochs = by_site.setdefault(key, (info, {}))
+        for rank, i in per_rank.items():
+            epochs.setdefault(rank, []).extend(i["epochs"])
+    return list(by_site.values())
+
+
+def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+    candidates = 0
+    for info, per_rank in _sequences(records):
+        if min(len(e) for e in per_rank.values()) < 2:
+            continue
+        candidates += 1
+        for rank, epochs in sorted(per_rank.items()):
+            for e in range(len(epochs) - 1):
+                if _same_order(epochs[e], epochs[e + 1]):
+                    label = loader_label(info)
+                    return [Verdict(CODE, FAIL, f"{label}: epochs {e} and {e + 1} in the same order",
+                                    message=f"{label}: its shuffling DistributedSampler gave the same "
+                                    f"order in epochs {e} and {e + 1} (sampler.epoch stayed "
+                                    f"{epochs[e + 1]['sampler_epoch']}): set_epoch() is not called, "
+                                    "so every epoch repeats the first shuffle. Call "
+                                    "loader.sampler.set_epoch(epoch) at the start of each epoch.",
+                                    ranks=tuple(sorted(per_rank)), epoch=e + 1,
+                                    details={"loader": label})]
+    if not candidates:
+        return [Verdict(CODE, SKIP, "no shuffling DistributedSampler iterated twice")]
+    return [Verdict(CODE, PASS, f"order changes every epoch ({candidates} loader(s))")]
+
+
+PROBE = Probe(NAME, (MissingSetEpoch,), judge, capture, order=40)

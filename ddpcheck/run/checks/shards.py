@@ -1,0 +1,441 @@
+"""Which dataset indices each rank draws, per DataLoader epoch: overlap across ranks, coverage,
+and the missing DistributedSampler.
+
+Captured where the loader's iterator takes the next index from its sampler
+(`_BaseDataLoaderIter._next_index`), so worker prefetching and persistent workers lose nothing
+(wrapping `DataLoader.__iter__` loses the first prefetch_factor × num_workers batches). A new
+`_sampler_iter` object marks a new epoch. DistributedSampler's padding — `(-len(dataset)) %
+world_size` repeated indices when drop_last is False — is told apart from real overlap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import base64
+import os
+import sys
+import time
+import weakref
+import zlib
+from array import array
+
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.findings import Severity
+from ddpcheck.run.registry import Probe, RuntimeCheck
+
+if TYPE_CHECKING:
+    from ddpcheck.run.rank.session import Session
+
+
+class MissingDistributedSampler(RuntimeCheck):
+    """Every rank reads the same samples because the DataLoader has no DistributedSampler.
+
+    ## Why it matters
+
+    Each DDP rank runs its own DataLoader. Without a `DistributedSampler` every rank draws from
+    the whole dataset, so N ranks train N times on the same data: the job is no faster than one
+    process and an "epoch" is N epochs. ddpcheck records the indices each rank's loader takes from
+    its sampler and finds them shared across ranks.
+
+    ## How to fix
+
+    Pass `sampler=DistributedSampler(dataset)` to the DataLoader (and drop `shuffle=True`; the
+    sampler shuffles), and call `sampler.set_epoch(epoch)` every epoch.
+
+    ## References
+
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+    """
+
+    code = "DDP100"
+    name = "missing-distributed-sampler"
+    severity = Severity.ERROR
+    explains = ("DDP104",)
+    BAD = """
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+        model = DDP(model)
+        for x, y in loader:
+            ...
+    """
+    GOOD = """
+        loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+        model = DDP(model)
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            for x, y in loader:
+                ...
+    """
+
+
+class OverlappingShards(RuntimeCheck):
+    """Ranks draw the same dataset indices although a DistributedSampler is used.
+
+    ## Why it matters
+
+    A `DistributedSampler` built with the wrong `num_replicas` or `rank` (hard-coded, or taken
+    from `LOCAL_RANK` on several nodes) gives several ranks the same shard: those samples count
+    twice per epoch and others never appear. DistributedSampler's own padding (it repeats
+    `(-len(dataset)) % world_size` indices when `drop_last=False`) is expected and not reported.
+
+    ## How to fix
+
+    Build the sampler with the defaults, which read the process group, or with
+    `num_replicas=dist.get_world_size(), rank=dist.get_rank()`.
+
+    ## References
+
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+    """
+
+    code = "DDP101"
+    name = "overlapping-shards"
+    severity = Severity.ERROR
+    explains = ("DDP104",)
+    BAD = """
+        sampler = DistributedSampler(dataset, num_replicas=1, rank=0)
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    """
+    GOOD = """
+        sampler = DistributedSampler(dataset)  # world size and rank from the process group
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    """
+
+
+class ShardCoverageGap(RuntimeCheck):
+    """A complete epoch left samples that no rank drew.
+
+    ## Why it matters
+
+    When every rank finished an epoch, the union of their indices should cover the dataset, up
+    to what `drop_last` drops. Missing samples mean the shards do not add up (a sampler split for
+    more ranks than run), so part of the data is never trained on.
+
+    ## How to fix
+
+    Give the sampler the real world size (`DistributedSampler(dataset)` reads it from the process
+    group); check custom samplers split `len(dataset)` over `get_world_size()` ranks.
+
+    ## References
+
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+    """
+
+    code = "DDP102"
+    name = "shard-coverage-gap"
+    severity = Severity.WARNING
+    BAD = """
+        sampler = DistributedSampler(dataset, num_replicas=8, rank=dist.get_rank())  # 4 ranks run
+    """
+    GOOD = """
+        sampler = DistributedSampler(dataset)
+    """
+
+
+NAME = "shards"
+NO_SAMPLER, OVERLAP, COVERAGE = "DDP100", "DDP101", "DDP102"
+FULL_EPOCHS = 3  # epochs per loader whose every index is kept; later ones keep a digest only
+FULL_EPOCHS_PER_RANK = 12  # ... and over all loaders of a rank (scripts that build one per epoch)
+HEAD = 64  # indices kept from the start of every epoch (for the set_epoch comparison)
+
+_OURS = (os.sep + "torch" + os.sep, os.sep + "ddpcheck" + os.sep + "run" + os.sep, "<frozen ")
+
+
+def encode(values: array) -> str:
+    return base64.b64encode(zlib.compress(values.tobytes(), 1)).decode("ascii")
+
+
+def decode(text: str) -> array:
+    out = array("q")
+    out.frombytes(zlib.decompress(base64.b64decode(text)))
+    return out
+
+
+def _user_frame():
+    frame = sys._getframe(1)
+    while frame is not None and any(p in frame.f_code.co_filename for p in _OURS):
+        frame = frame.f_back
+    return frame
+
+
+class _Epoch:
+    def __init__(self, record: dict, keep: bool):
+        self.record, self.keep = record, keep
+        self.values = array("q")
+        self.crc = 0
+
+    def add(self, indices) -> None:
+        chunk = array("q", indices)
+        self.crc = zlib.crc32(chunk.tobytes(), self.crc)
+        if self.keep:
+            self.values.extend(chunk)
+        elif len(self.record["head"]) < HEAD:
+            self.record["head"].extend(chunk[: HEAD - len(self.record["head"])])
+        self.record["count"] += len(chunk)
+
+    def sync(self) -> None:
+        """Bring the JSON record up to date (done at epoch ends, at exit, and now and then)."""
+        self.record["crc"] = self.crc
+        if self.keep:
+            self.record["head"] = list(self.values[:HEAD])
+            self.record["indices"] = encode(self.values)
+
+
+def _weak(obj):
+    try:
+        return weakref.ref(obj)
+    except TypeError:
+        return None
+
+
+def capture(session: Session) -> None:
+    """Install the index capture once (both `shards` and `set-epoch` need it)."""
+    if not session.once("dataloader-indices"):
+        return
+    import torch.utils.data.dataloader as dl
+    from torch.utils.data import DistributedSampler, IterableDataset
+
+    section = session.section(NAME)
+    section["loaders"] = []
+    loaders: dict[int, dict] = {}  # id(loader) -> runtime state
+    last_sync = [time.monotonic()]
+    kept = [0]  # epochs with every index kept, over all loaders
+
+    original_init = dl.DataLoader.__init__
+
+    def __init__(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        frame = _user_frame()
+        info = {"index": len(section["loaders"]), "name": None,
+                "site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame else None,
+                "epochs": []}
+        try:
+            dataset = self.dataset
+            info["iterable"] = isinstance(dataset, IterableDataset)
+            info["dataset_len"] = None if info["iterable"] else len(dataset)
+        except TypeError:
+            info["dataset_len"] = None
+        sampler = getattr(self, "sampler", None)
+        info["sampler"] = type(sampler).__name__
+        info["distributed"] = isinstance(sampler, DistributedSampler)
+        if info["distributed"]:
+            info.update(shuffle=bool(sampler.shuffle), sampler_drop_last=bool(sampler.drop_last),
+                        num_replicas=int(sampler.num_replicas), sampler_rank=int(sampler.rank))
+        info["batch_size"] = self.batch_size
+        info["drop_last"] = bool(self.drop_last)
+        section["loaders"].append(info)
+        # Weak references: a script that builds a loader per epoch must not keep every dataset
+        # alive. Iterators hold their loader's state themselves (they do not hold the loader).
+        loaders[id(self)] = {"info": info, "sampler_iter": None, "epoch": None,
+                             "loader": weakref.ref(self), "sampler": _weak(sampler)}
+
+    original_iter_init = dl._BaseDataLoaderIter.__init__
+
+    def iter_init(self, loader, *args, **kwargs):
+        self._ddpcheck_state = loaders.get(id(loader))
+        original_iter_init(self, loader, *args, **kwargs)
+
+    original_next = dl._BaseDataLoaderIter.__next__
+
+    def __next__(self):
+        batch = original_next(self)
+        state = getattr(self, "_ddpcheck_state", None)
+        if state is not None and state["info"].get("iterable"):
+            _name(state)
+            _fingerprint_batch(state, batch)
+        return batch
+
+    def _fingerprint_batch(state, batch) -> None:
+        """A loader without indices (IterableDataset): fingerprint its first batch before each
+        checked step instead, for the identical-inputs check."""
+        from ddpcheck.run.rank.fingerprint import structure_crc
+
+        step = session.step + 1
+        if state.get("batch_window") == step or not session.is_checked(step):
+            return
+        state["batch_window"] = step
+        digest = structure_crc(batch)
+        if digest is not None:
+            state["info"].setdefault("batches", []).append([step, digest])
+
+    original_next_index = dl._BaseDataLoaderIter._next_index
+
+    def _next_index(self):
+        state = getattr(self, "_ddpcheck_state", None)
+        if state is None or state["info"].get("iterable"):
+            return original_next_index(self)
+        if self._sampler_iter is not state["sampler_iter"]:
+            _new_epoch(state, self)
+        try:
+            index = original_next_index(self)
+        except StopIteration:
+            state["epoch"].record["complete"] = True
+            state["epoch"].sync()
+            raise
+        try:
+            state["epoch"].add(index if isinstance(index, (list, tuple)) else [index])
+        except (TypeError, ValueError, OverflowError):
+            state["info"]["opaque"] = True
+        return index
+
+    def _name(state) -> None:
+        """The user's variable for the loader, from the frame that iterates it (once)."""
+        info = state["info"]
+        if info["name"] is None and not state.get("named"):
+            state["named"] = True
+            frame = _user_frame()
+            loader = state["loader"]()
+            if frame is not None and loader is not None:
+                info["name"] = next((k for k, v in frame.f_locals.items() if v is loader), None)
+
+    def _new_epoch(state, it) -> None:
+        if state["epoch"] is not None:
+            state["epoch"].sync()
+        _name(state)
+        sampler = state["sampler"]() if state["sampler"] is not None else None
+        info = state["info"]
+        record = {"sampler_epoch": getattr(sampler, "epoch", None), "count": 0, "complete": False,
+                  "head": [], "crc": 0, "indices": None, "step": session.step}
+        info["epochs"].append(record)
+        keep = len(info["epochs"]) <= FULL_EPOCHS and kept[0] < FULL_EPOCHS_PER_RANK
+        kept[0] += keep
+        state["epoch"] = _Epoch(record, keep=keep)
+        state["sampler_iter"] = it._sampler_iter
+        session.flush()
+
+    def after_step(optimizer, step: int) -> None:
+        if time.monotonic() - last_sync[0] > 5.0:
+            last_sync[0] = time.monotonic()
+            for state in loaders.values():
+                if state["epoch"] is not None:
+                    state["epoch"].sync()
+
+    def at_end(why: str) -> None:
+        for state in loaders.values():
+            if state["epoch"] is not None:
+                state["epoch"].sync()
+
+    dl.DataLoader.__init__ = __init__
+    dl._BaseDataLoaderIter.__init__ = iter_init
+    dl._BaseDataLoaderIter._next_index = _next_index
+    dl._BaseDataLoaderIter.__next__ = __next__
+    session.after_step.append(after_step)
+    session.at_end.append(at_end)
+
+
+# --- judgement (torch-free) ----------------------------------------------------------------------
+
+def loaders_by_index(records: list[dict]) -> dict[int, dict[int, dict]]:
+    """loader index -> {rank: loader info}, for loaders every reporting rank made."""
+    out: dict[int, dict[int, dict]] = {}
+    for r in records:
+        for info in r.get("probes", {}).get(NAME, {}).get("loaders", []):
+            out.setdefault(info["index"], {})[r["rank"]] = info
+    return out
+
+
+def loader_label(info: dict) -> str:
+    name = f"'{info['name']}'" if info.get("name") else f"#{info['index'] + 1}"
+    return f"DataLoader {name}" + (f" (made at {info['site']})" if info.get("site") else "")
+
+
+def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+    results = {NO_SAMPLER: [], OVERLAP: [], COVERAGE: []}
+    checked = 0
+    for index, per_rank in sorted(loaders_by_index(records).items()):
+        if len(per_rank) < 2 or len(per_rank) < ctx.world_size:
+            continue
+        first = per_rank[min(per_rank)]
+        if first.get("iterable") or first.get("opaque"):
+            continue
+        n_epochs = min(sum(1 for e in i["epochs"] if e.get("indices")) for i in per_rank.values())
+        for epoch in range(n_epochs):
+            checked += 1
+            drawn = {r: decode(i["epochs"][epoch]["indices"]) for r, i in per_rank.items()}
+            complete = all(i["epochs"][epoch]["complete"] for i in per_rank.values())
+            for code, verdict in _judge_epoch(first, epoch, drawn, complete, ctx).items():
+                results[code].append(verdict)
+    if not checked:
+        return [Verdict(c, SKIP, "no DataLoader with indices on every rank") for c in results]
+    out = []
+    for code, verdicts in results.items():
+        fails = [v for v in verdicts if v.status == FAIL]
+        if fails:
+            out.append(fails[0])
+        elif verdicts:
+            out.append(verdicts[0] if len(verdicts) == 1 else
+                       Verdict(code, PASS, f"{verdicts[0].detail} (+{len(verdicts) - 1} more epochs)"))
+        else:
+            out.append(Verdict(code, SKIP, "nothing to check"))
+    return out
+
+
+def _judge_epoch(info: dict, epoch: int, drawn: dict[int, array], complete: bool, ctx: Context):
+    label = loader_label(info)
+    world = len(drawn)
+    n = info.get("dataset_len")
+    seen: dict[int, set[int]] = {}
+    for rank, values in drawn.items():
+        for v in set(values):
+            seen.setdefault(v, set()).add(rank)
+    total = sum(len(v) for v in drawn.values())
+    distinct = len(seen)
+    excess = total - distinct
+    shared = sorted(v for v, ranks in seen.items() if len(ranks) > 1)
+    share_ranks = tuple(sorted({r for v in shared for r in seen[v]}))
+    example = ", ".join(map(str, shared[:5]))
+    where = f"epoch {epoch}"
+    out = {}
+    coverage = f"{distinct}/{n}" if n else f"{distinct}"
+    if not info.get("distributed"):
+        if excess > 0:
+            everything = all(len(set(v)) == distinct for v in drawn.values())
+            what = ("every rank read the whole dataset" if everything
+                    else f"{len(shared)} indices were read by more than one rank")
+            out[NO_SAMPLER] = Verdict(
+                NO_SAMPLER, FAIL, f"{label} uses {info['sampler']}: {what}",
+                message=f"{label} has no DistributedSampler (it uses {info['sampler']}), so {what} "
+                f"in {where} ({total} samples drawn for {distinct} distinct; e.g. indices {example}). "
+                "The ranks train on the same data and the job is no faster than one process. Pass "
+                "sampler=DistributedSampler(dataset) (and shuffle=False to the DataLoader).",
+                ranks=share_ranks, epoch=epoch,
+                details={"loader": label, "drawn": total, "distinct": distinct, "examples": shared[:10]})
+        else:
+            out[NO_SAMPLER] = Verdict(NO_SAMPLER, PASS, f"{label}: ranks draw disjoint indices "
+                                      f"({info['sampler']})", epoch=epoch)
+        return out
+    out[NO_SAMPLER] = Verdict(NO_SAMPLER, PASS, f"{label} uses DistributedSampler")
+    replicas = info.get("num_replicas") or world
+    pad = (-n) % replicas if n and not info.get("sampler_drop_last") else 0
+    if excess > pad:
+        out[OVERLAP] = Verdict(
+            OVERLAP, FAIL, f"{label}: {excess} indices drawn by more than one rank in {where}",
+            message=f"{label}: {len(shared)} dataset indices were drawn by more than one rank in "
+            f"{where} (ranks {','.join(map(str, share_ranks))}; e.g. {example}); DistributedSampler's "
+            f"padding explains at most {pad}. The sampler's num_replicas/rank do not match the "
+            f"launcher (sampler says num_replicas={info.get('num_replicas')}, "
+            f"rank={info.get('sampler_rank')} on the first rank): build it with the defaults or "
+            "with get_world_size()/get_rank().", ranks=share_ranks, epoch=epoch,
+            details={"loader": label, "overlap": len(shared), "padding": pad, "examples": shared[:10]})
+    else:
+        pad_note = f", {excess} padding repeats" if excess else ""
+        out[OVERLAP] = Verdict(OVERLAP, PASS, f"{label}: disjoint shards, coverage {coverage}{pad_note}",
+                               epoch=epoch, details={"padding": excess})
+    if complete and n:
+        allowed = (n % replicas if info.get("sampler_drop_last") else 0)
+        if info.get("drop_last") and info.get("batch_size"):
+            allowed += world * (info["batch_size"] - 1)
+        missing = n - distinct
+        if missing > allowed:
+            out[COVERAGE] = Verdict(
+                COVERAGE, FAIL, f"{label}: {missing} of {n} samples never drawn in {where}",
+                message=f"{label}: {missing} of {n} samples were drawn by no rank in complete {where} "
+                f"(drop_last explains at most {allowed}). Check the sampler's num_replicas.",
+                epoch=epoch, severity="warning", details={"loader": label, "missing": missing})
+        else:
+            out[COVERAGE] = Verdict(COVERAGE, PASS, f"{label}: {coverage} samples drawn in {where}",
+                                    epoch=epoch)
+    return out
+
+
+PROBE = Probe(NAME, (MissingDistributedSampler, OverlappingShards, ShardCoverageGap), judge, capture, order=30)

@@ -1,0 +1,226 @@
+"""The `ddpcheck run` command line, split into torchrun's options, ddpcheck's and the target.
+
+    ddpcheck run [--nproc N] [torchrun options] [ddpcheck options] SCRIPT [ARGS...]
+    ddpcheck run [...] -m MODULE [ARGS...]
+
+Parsed with torchrun's own parser (so every torchrun option and its environment-variable form
+passes through unchanged) with ddpcheck's options added to it; the training program is then
+swapped for the rank bootstrap module. Our option names are chosen so that none is torchrun's or a
+prefix-abbreviation of one (`--nproc` is an exact name, so argparse never confuses it with
+`--nproc-per-node`). torchrun's parser is imported only when a run is launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from ddpcheck.errors import UserError
+from ddpcheck.run.options import RunOptions
+
+BOOTSTRAP = "ddpcheck.run.rank.bootstrap"
+OUTPUT_FORMATS = ("full", "concise", "json", "sarif", "github")
+_RDZV_FLAGS = ("--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
+               "--master-port", "--master_port", "--master-addr", "--master_addr", "--standalone")
+_NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
+DEFAULT_NPROC = "2"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What each rank runs: a script path (absolute) or a module name, and its arguments."""
+
+    kind: str  # "script" or "module"
+    name: str
+    args: tuple[str, ...]
+
+    def bootstrap_args(self) -> list[str]:
+        return ["--" + self.kind, self.name, *self.args]
+
+
+@dataclass(frozen=True)
+class Launch:
+    torchrun_args: argparse.Namespace  # what torchrun's run() takes
+    target: Target
+    options: RunOptions
+    nproc: int
+    nnodes_max: int
+
+
+def _parser() -> argparse.ArgumentParser:
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = "ddpcheck run"
+    parser.description = "Run a DDP training script on torchrun and check it across ranks."
+    add_own_options(parser)
+
+    def error(message: str) -> NoReturn:  # argparse would print usage and sys.exit(2); we say one line
+        raise UserError(f"ddpcheck run: {message} (see `ddpcheck run --help`)")
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def _given(argv_before_script: list[str], flags: tuple[str, ...]) -> bool:
+    return any(a == f or a.startswith(f + "=") for a in argv_before_script for f in flags)
+
+
+def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
+    """Split `argv` into torchrun's options, ours, and the target; validate all of it. `nproc`
+    overrides the number of processes (one run of `--scaling`)."""
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    # Options before the script are launcher options; everything after it belongs to the script.
+    n_before = len(argv) - len(ns.training_script_args) - 1
+    before = argv[:n_before]
+
+    if ns.no_python or ns.run_path:
+        flag = "--no-python" if ns.no_python else "--run-path"
+        raise UserError(f"ddpcheck run: {flag} is not supported: each rank must start Python with "
+                        "ddpcheck's bootstrap; drop the flag")
+    if ns.ddpcheck_nproc is not None and (_given(before, _NPROC_FLAGS) or os.environ.get("PET_NPROC_PER_NODE")):
+        raise UserError("ddpcheck run: give either --nproc or --nproc-per-node, not both")
+    if ns.ddpcheck_scaling is not None and (ns.ddpcheck_nproc is not None or _given(before, _NPROC_FLAGS)):
+        raise UserError("ddpcheck run: --scaling sets the number of processes of each run; drop --nproc")
+    if nproc is not None:
+        ns.nproc_per_node = str(nproc)
+    elif ns.ddpcheck_nproc is not None:
+        ns.nproc_per_node = str(ns.ddpcheck_nproc)
+    elif not _given(before, _NPROC_FLAGS) and not os.environ.get("PET_NPROC_PER_NODE"):
+        ns.nproc_per_node = DEFAULT_NPROC
+    try:
+        from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
+
+        nproc = determine_local_world_size(ns.nproc_per_node)
+        _, nnodes_max = parse_min_max_nnodes(ns.nnodes)
+    except (ValueError, RuntimeError) as exc:
+        raise UserError(f"ddpcheck run: bad --nproc/--nproc-per-node or --nnodes: {exc}") from None
+    if ns.ddpcheck_scaling is not None and nnodes_max > 1:
+        raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
+
+    options = own_options_from(ns, record_dir)
+
+    if ns.module:
+        target = Target("module", ns.training_script, tuple(ns.training_script_args))
+    else:
+        path = os.path.abspath(ns.training_script)
+        if not os.path.isfile(path):
+            raise UserError(f"ddpcheck run: {ns.training_script}: no such script; give a path to a "
+                            "Python file or -m MODULE")
+        target = Target("script", path, tuple(ns.training_script_args))
+
+    # Single node and no rendezvous chosen: a standalone c10d rendezvous on loopback with a free
+    # port, so two jobs on one machine never collide (torchrun's own --standalone).
+    if nnodes_max == 1 and not _given(before, _RDZV_FLAGS) and not any(
+        os.environ.get(v) for v in ("PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT", "PET_MASTER_PORT")
+    ):
+        ns.standalone = True
+
+    for own in [k for k in vars(ns) if k.startswith("ddpcheck_")]:
+        delattr(ns, own)
+    ns.module = True
+    ns.training_script = BOOTSTRAP
+    ns.training_script_args = target.bootstrap_args()
+    return Launch(ns, target, options, nproc, nnodes_max)
+
+
+def add_own_options(parser: argparse.ArgumentParser) -> None:
+    """Add ddpcheck's options to torchrun's argparse parser (names checked not to collide)."""
+    group = parser.add_argument_group("ddpcheck")
+    group.add_argument("--nproc", dest="ddpcheck_nproc", default=None, metavar="N",
+                       help="Processes on this node (same as torchrun's --nproc-per-node). Default 2.")
+    group.add_argument("--report", dest="ddpcheck_report", default=None, metavar="PATH",
+                       help="Write the full JSON report (schema in ddpcheck/run/REPORT.md) to PATH.")
+    group.add_argument("--output-format", dest="ddpcheck_output_format", default="full", metavar="FORMAT",
+                       help="How to print the result: full (a table), concise, json (the --report document), sarif or github.")
+    group.add_argument("--checks", dest="ddpcheck_checks", default=None, metavar="LIST",
+                       help="Comma-separated probes to run (default: all); `ddpcheck rules` lists their checks.")
+    group.add_argument("--check-first", dest="ddpcheck_check_first", default=20, metavar="K",
+                       help="Check every optimizer step for the first K steps (default 20).")
+    group.add_argument("--check-every", dest="ddpcheck_check_every", default=50, metavar="N",
+                       help="After the first K steps, check every N-th step (default 50; 0: never).")
+    group.add_argument("--quiet", dest="ddpcheck_quiet", action="store_true",
+                       help="No progress lines from ddpcheck during the run.")
+    group.add_argument("--cpu", dest="ddpcheck_cpu", action="store_true",
+                       help="Run a GPU script on the CPU with CUDA emulated (automatic without CUDA).")
+    group.add_argument("--hang-timeout", dest="ddpcheck_hang_timeout", default=30, metavar="S",
+                       help="Seconds without progress on every rank before ddpcheck calls it a hang, "
+                       "names where each rank waits and stops the job (default 30; 0: never).")
+    group.add_argument("--collective-timeout", dest="ddpcheck_collective_timeout", default=0, metavar="S",
+                       help="Give init_process_group(timeout=S) when the script passes none, so a "
+                       "stuck collective raises after S seconds (default 0: the script's own).")
+    group.add_argument("--html", dest="ddpcheck_html", default=None, metavar="PATH",
+                       help="Also write the report as one self-contained HTML file (findings, "
+                       "per-rank phase breakdown, scaling curve) to PATH.")
+    group.add_argument("--scaling", dest="ddpcheck_scaling", default=None, metavar="LIST",
+                       help="Run the script at each of these world sizes on this node (e.g. 1,2,4) "
+                       "and compare throughput, scaling efficiency and the learning rate used.")
+    group.add_argument("--spawn", dest="ddpcheck_spawn", action="store_true",
+                       help="The script starts its own workers (mp.spawn): run it with the plain "
+                       "interpreter (detected automatically when the call is in the script).")
+
+
+def _non_negative_int(value: Any, flag: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag}: expected a whole number, got {value!r}") from None
+    if number < 0:
+        raise UserError(f"{flag}: expected 0 or more, got {number}")
+    return number
+
+
+def own_options_from(ns: argparse.Namespace, record_dir: str) -> RunOptions:
+    """Validate our options from the parsed namespace; every mistake is one UserError line."""
+    from ddpcheck.run.registry import probe_names
+
+    checks = None
+    if ns.ddpcheck_checks is not None:
+        names = probe_names()
+        wanted = [c.strip() for c in ns.ddpcheck_checks.split(",") if c.strip()]
+        unknown = [c for c in wanted if c not in names]
+        if unknown or not wanted:
+            raise UserError(
+                f"--checks: unknown check {', '.join(unknown) or '(empty)'}; choose from {', '.join(names)}"
+            )
+        checks = tuple(c for c in names if c in wanted)
+    fmt = ns.ddpcheck_output_format
+    if fmt not in OUTPUT_FORMATS:
+        raise UserError(f"--output-format: unknown format {fmt!r}; choose from {', '.join(OUTPUT_FORMATS)}")
+    return RunOptions(
+        checks=checks,
+        check_first=_non_negative_int(ns.ddpcheck_check_first, "--check-first"),
+        check_every=_non_negative_int(ns.ddpcheck_check_every, "--check-every"),
+        report=os.path.abspath(ns.ddpcheck_report) if ns.ddpcheck_report else None,
+        output_format=fmt,
+        record_dir=record_dir,
+        quiet=bool(ns.ddpcheck_quiet),
+        cpu=bool(ns.ddpcheck_cpu),
+        spawn=bool(ns.ddpcheck_spawn),
+        hang_timeout=_non_negative_float(ns.ddpcheck_hang_timeout, "--hang-timeout"),
+        collective_timeout=_non_negative_float(ns.ddpcheck_collective_timeout, "--collective-timeout"),
+        nproc_given=ns.ddpcheck_nproc is not None,
+        html=os.path.abspath(ns.ddpcheck_html) if ns.ddpcheck_html else None,
+        scaling=_scaling(ns.ddpcheck_scaling),
+    )
+
+
+def _scaling(value: str | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    from ddpcheck.run.scaling import parse_sizes
+
+    return parse_sizes(value)
+
+
+def _non_negative_float(value: Any, flag: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise UserError(f"{flag}: expected a number of seconds, got {value!r}") from None
+    if number < 0:
+        raise UserError(f"{flag}: expected 0 or more, got {value}")
+    return number

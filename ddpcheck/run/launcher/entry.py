@@ -1,0 +1,151 @@
+"""`ddpcheck run [--nproc N] [torchrun options] [ddpcheck options] SCRIPT [ARGS...]` (or `-m MODULE`).
+
+`main(argv) -> exit code` (the rule: launcher/exit_codes.py). The CLI calls it. The launcher's
+pipeline, each step in its own module of this package:
+
+    command_line.parse → plan.prepare → launch.run (torchrun, or the plain interpreter)
+      → records.load_records → verdicts.judge_all → exit_codes → summary (table, JSON, formats)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from ddpcheck.errors import UserError
+from ddpcheck.findings import Finding
+from ddpcheck.run.records import Record
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    record_dir = tempfile.mkdtemp(prefix="ddpcheck-run-")
+    try:
+        return _run(argv, record_dir)
+    except UserError as exc:
+        print(str(exc), file=sys.stderr)
+        return exc.exit_code
+    except SystemExit as exc:  # argparse's --help
+        return exc.code if isinstance(exc.code, int) else 0
+    finally:
+        if not os.environ.get("DDPCHECK_KEEP_RECORDS"):
+            shutil.rmtree(record_dir, ignore_errors=True)
+        else:
+            print(f"ddpcheck: rank records kept in {record_dir}", file=sys.stderr)
+
+
+@dataclass
+class Outcome:
+    """One job's result: its exit code, the report document and what the terminal shows."""
+
+    exit_code: int
+    data: dict[str, Any]
+    rows: list[Any]
+    incidents: list[Finding]
+    findings: list[Finding]
+    records: list[Record]
+
+
+def _run(argv: list[str], record_dir: str) -> int:
+    from ddpcheck.run.launcher import command_line
+
+    job_launch = command_line.parse(argv, record_dir)
+    if job_launch.options.scaling:
+        from ddpcheck.run.launcher import scaling_runs
+
+        return scaling_runs.run(argv, job_launch.options)
+    outcome = run_job(job_launch, argv, record_dir)
+    present(outcome, job_launch.options)
+    return outcome.exit_code
+
+
+def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
+    """Launch the job, judge its records, and build the report document."""
+    from ddpcheck.run import performance, registry
+    from ddpcheck.run.launcher import exit_codes, launch, plan, summary, verdicts
+    from ddpcheck.run.records import load_records
+    from ddpcheck.run.verdict import Context
+
+    options = job_launch.options
+    job_plan = plan.prepare(job_launch)
+    result = launch.run(job_launch, job_plan)
+    records = load_records(record_dir)
+    if result.launcher_error and not records:
+        raise UserError(f"ddpcheck run: the launcher failed before any rank started: "
+                        f"{result.launcher_error}")
+
+    ctx = Context(
+        world_size=verdicts.world_size(records, job_launch.nproc * job_launch.nnodes_max),
+        check_first=options.check_first, check_every=options.check_every, record_dir=record_dir,
+        exit_codes=dict(result.exit_codes), interrupted=job_plan.interrupted,
+        spawn_site=job_plan.spawn_site, nproc_ignored=job_plan.nproc_ignored,
+    )
+    judged = verdicts.judge_all(records, ctx, options.checks)
+    rows = verdicts.rows(judged)
+    incidents = verdicts.incident_findings(judged)
+    findings = incidents + verdicts.check_findings(judged)
+
+    happened = judged.happened
+    script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
+        exit_codes.script_exit_code(records, result.exit_codes)
+    exit_code = exit_codes.exit_code(happened, script_code, any(r.status == "fail" for r in rows))
+    target = job_launch.target
+    job: dict[str, Any] = {
+        "target": target.name if target.kind == "module" else os.path.relpath(target.name),
+        "kind": target.kind,
+        "args": list(target.args),
+        "argv": argv,
+        "world_size": ctx.world_size,
+        "ranks_reported": [r.get("rank") for r in records],
+        "launcher_ok": result.ok,
+        "launcher_error": result.launcher_error,
+        "failed_ranks": {str(k): v for k, v in result.exit_codes.items()},
+        "script_exit_code": script_code,
+        "exit_code": exit_code,
+        "steps": max([r.get("step", 0) for r in records] or [0]),
+        "checked_steps": max([len(r.get("probes", {}).get("grads", {}).get("steps", []))
+                              for r in records] or [0]),
+        "check_first": options.check_first,
+        "check_every": options.check_every,
+        "checks": list(options.checks if options.checks is not None else registry.probe_names()),
+    }
+    data = summary.report_dict(rows, findings, records, job)
+    perf = performance.summarise(records)
+    if perf is not None:
+        data["performance"] = perf
+    for rank in data.get("ranks", []):  # the per-step rows stay in the rank records
+        rank.get("probes", {}).get("timing", {}).pop("steps", None)
+    return Outcome(exit_code, data, rows, incidents, findings, records)
+
+
+def present(outcome: Outcome, options: Any) -> None:
+    """Write the report files and print the result in the chosen format."""
+    from ddpcheck.run.launcher import summary
+
+    data = outcome.data
+    if options.report:
+        summary.write_report(options.report, data)
+    if options.html:
+        from ddpcheck.report import html
+
+        html.write(options.html, data)
+    if options.output_format == "full":
+        summary.print_table(outcome.rows, data["job"])
+        if data.get("performance"):
+            from ddpcheck.run import perf_view
+
+            perf_view.print_performance(data["performance"])
+        if data.get("scaling"):
+            from ddpcheck.run import perf_view
+
+            perf_view.print_scaling(data["scaling"])
+        summary.print_incidents(outcome.incidents, outcome.records)
+        if options.html:
+            shown = os.path.relpath(options.html)
+            print(f"ddpcheck: HTML report written to {options.html if shown.startswith('..') else shown}")
+    else:
+        print(summary.render_other(options.output_format, outcome.findings, data))

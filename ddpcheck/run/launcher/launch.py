@@ -1,0 +1,139 @@
+"""Run the job: through PyTorch's own launcher, `torch.distributed.run` (torchrun), called in this
+process exactly as Lightning's and Accelerate's launchers do — never a hand-written process pool —
+or, for a script that starts its own workers, with the plain interpreter and ddpcheck's start-up
+hook on PYTHONPATH. Ctrl-C stops every rank and is remembered, never raised.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpcheck.run.launcher.command_line import Launch
+from ddpcheck.run.launcher.plan import Plan, restore_environment
+from ddpcheck.run.options import CONFIG_ENV
+
+ENV_STARTUP = "DDPCHECK_STARTUP"  # "1": the start-up hook instruments this process tree
+ENV_MODE = "DDPCHECK_MODE"  # "spawn" in a plain-interpreter run
+STARTUP_DIR = Path(__file__).resolve().parent.parent / "rank" / "startup"  # its sitecustomize
+
+
+@dataclass(frozen=True)
+class JobResult:
+    ok: bool
+    exit_codes: dict[int, int]  # global rank -> exit code, for the ranks torchrun reported failed
+    launcher_error: str | None = None
+
+
+def run(launch: Launch, plan: Plan) -> JobResult:
+    """Run the job as planned; `plan.interrupted` says whether Ctrl-C (or SIGTERM) stopped it."""
+    try:
+        if plan.spawn_site is None:
+            return run_job(launch)
+        env = dict(os.environ)
+        env[CONFIG_ENV] = launch.options.to_env()
+        code, plan.interrupted = run_plain(launch.target.name, list(launch.target.args), env)
+        return JobResult(code == 0, {} if code == 0 else {0: code})
+    except KeyboardInterrupt:
+        plan.interrupted = True
+    except Exception as exc:  # torchrun's SignalException (SIGINT/SIGTERM to this process)
+        if type(exc).__name__ != "SignalException":
+            raise
+        plan.interrupted = True
+    finally:
+        restore_environment(plan)
+    return JobResult(False, {})
+
+
+def _ensure_importable_in_workers() -> None:
+    """Workers run `python -m ddpcheck.run.rank.bootstrap`: make sure they find this very ddpcheck."""
+    import ddpcheck
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ddpcheck.__file__)))
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root in (os.path.abspath(p) for p in entries) or root in sys.path[1:] and "site-packages" in root:
+        return
+    os.environ["PYTHONPATH"] = os.pathsep.join([*entries, root])
+
+
+def run_job(launch: Launch) -> JobResult:
+    """Run the job through torchrun in this process; never raises for a failed job.
+
+    With a machine-readable --output-format, the ranks' stdout goes to our stderr for the length
+    of the job (workers inherit file descriptor 1), so stdout carries only the report."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.run import run as torchrun
+
+    os.environ[CONFIG_ENV] = launch.options.to_env()
+    _ensure_importable_in_workers()
+    saved_stdout = None
+    if launch.options.output_format != "full":
+        sys.stdout.flush()
+        saved_stdout = os.dup(1)
+        os.dup2(2, 1)
+    try:
+        torchrun(launch.torchrun_args)
+    except ChildFailedError as exc:
+        return JobResult(False, {int(r): int(f.exitcode) for r, f in exc.failures.items()})
+    except (ValueError, AssertionError, RuntimeError) as exc:
+        # torchrun's own configuration and rendezvous errors: say them in one line.
+        return JobResult(False, {}, f"{type(exc).__name__}: {exc}")
+    finally:
+        os.environ.pop(CONFIG_ENV, None)
+        if saved_stdout is not None:
+            sys.stdout.flush()
+            os.dup2(saved_stdout, 1)
+            os.close(saved_stdout)
+    return JobResult(True, {})
+
+
+def plain_environment(env: dict[str, str]) -> dict[str, str]:
+    """The environment of a plain-interpreter run: start-up hook on, ddpcheck importable."""
+    import ddpcheck
+
+    root = str(Path(ddpcheck.__file__).resolve().parent.parent)
+    paths = [str(STARTUP_DIR), root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    out = dict(env)
+    out["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    out[ENV_STARTUP] = "1"
+    out[ENV_MODE] = "spawn"
+    return out
+
+
+def run_plain(script: str, args: list[str], env: dict[str, str]) -> tuple[int, bool]:
+    """Run `python script args...` (a spawn-style script) to the end; Ctrl-C stops the whole tree.
+    Returns (exit code, interrupted)."""
+    proc = subprocess.Popen([sys.executable, script, *args], env=plain_environment(env), start_new_session=True)
+    interrupted = False
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        _signal_group(proc.pid, signal.SIGINT)
+        try:
+            code = proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            _signal_group(proc.pid, signal.SIGKILL)
+            code = proc.wait()
+    finally:
+        _reap(proc.pid)
+    return code, interrupted
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pgid: int) -> None:
+    """No worker outlives the run: whatever is left of the script's process group goes."""
+    _signal_group(pgid, signal.SIGTERM)
+    time.sleep(0.2)
+    _signal_group(pgid, signal.SIGKILL)

@@ -1,0 +1,164 @@
+"""What the user sees after the job: the rich summary table and the incidents below it, the
+`--report` JSON, and the other `--output-format`s. Schema of the JSON: ddpcheck/run/REPORT.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import IO, Any
+
+from ddpcheck.findings import Finding
+from ddpcheck.run import registry
+from ddpcheck.run.launcher.verdicts import Row
+from ddpcheck.run.records import Record
+
+REPORT_VERSION = 1
+_STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "skip": "[dim]skip[/]",
+           "not-run": "[dim]not run[/]"}
+
+
+def _where(row: Row) -> str:
+    v = row.verdict
+    if v is None:
+        return ""
+    parts = []
+    if v.step is not None:
+        parts.append(f"step {v.step}")
+    if v.epoch is not None:
+        parts.append(f"epoch {v.epoch}")
+    return ", ".join(parts)
+
+
+def _ranks(row: Row) -> str:
+    return ",".join(map(str, row.verdict.ranks)) if row.verdict and row.verdict.ranks else ""
+
+
+def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=False,
+                      width=None if (stream or sys.stdout).isatty() or os.environ.get("COLUMNS")
+                      else 160)
+    table = Table(title=f"ddpcheck run: {job['target']} on {job['world_size']} ranks", title_justify="left")
+    for col in ("status", "code", "check", "ranks", "where", "detail"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(_STATUS[row.status], row.code, row.name, _ranks(row), _where(row),
+                      row.verdict.detail if row.verdict else "")
+    console.print(table)
+    for row in rows:
+        if row.status != "fail":
+            continue
+        console.print(f"[bold red]{row.code}[/] [bold]{row.name}[/]: {row.verdict.message if row.verdict else ''}")
+        hint = registry.checks()[row.code].fix_hint()
+        if hint:
+            console.print(f"  [cyan]fix:[/] {hint}")
+    fails = sum(r.status == "fail" for r in rows)
+    passed = sum(r.status == "pass" for r in rows)
+    script = job["script_exit_code"]
+    tail = f"; the script exited with {script}" if script else ""
+    console.print(f"{fails} failed, {passed} passed, {len(rows) - fails - passed} skipped or not run"
+                  f" ({job['steps']} optimizer steps, {job['checked_steps']} checked){tail}")
+
+
+def _rank_summary(record: Record) -> dict[str, Any]:
+    probes = {}
+    for name, section in record.get("probes", {}).items():
+        probes[name] = _strip_bulk(section)
+    return {"rank": record.get("rank"), "local_rank": record.get("local_rank"), "pid": record.get("pid"),
+            "status": record.get("status"), "exit_code": record.get("exit_code"),
+            "steps": record.get("step"), "error": record.get("error"), "notes": record.get("notes", []),
+            "exchange_ok": record.get("exchange_ok"), "probes": probes}
+
+
+def _strip_bulk(value: Any) -> Any:
+    """The report keeps figures, not every drawn index (those stay in the rank records)."""
+    if isinstance(value, dict):
+        return {k: _strip_bulk(v) for k, v in value.items() if k not in ("indices",)}
+    if isinstance(value, list):
+        return [_strip_bulk(v) for v in value]
+    return value
+
+
+def report_dict(rows: list[Row], findings: list[Finding], records: list[Record], job: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "version": REPORT_VERSION,
+        "tool": "ddpcheck",
+        "job": job,
+        "checks": [{"code": r.code, "name": r.name, "status": r.status,
+                    "explained_by": r.explained_by,
+                    "detail": r.verdict.detail if r.verdict else None,
+                    "ranks": list(r.verdict.ranks) if r.verdict else [],
+                    "step": r.verdict.step if r.verdict else None,
+                    "epoch": r.verdict.epoch if r.verdict else None,
+                    "details": r.verdict.details if r.verdict else {}} for r in rows],
+        "findings": [f.to_dict() for f in findings],
+        "ranks": [_rank_summary(r) for r in records],
+    }
+
+
+def write_report(path: str, data: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh, indent=2, default=str)
+        fh.write("\n")
+    os.replace(tmp, path)
+
+
+def render_other(fmt: str, findings: list[Finding], data: dict[str, Any]) -> str:
+    """`json` prints the full run report (the same document as --report); concise, github and
+    sarif use the shared reporters, exactly as `ddpcheck lint` does."""
+    if fmt == "json":
+        return json.dumps(data, indent=2, default=str)
+    from ddpcheck.report import render
+
+    return render(fmt, findings, tool="run").rstrip("\n")
+
+
+def node_note(records: list[Record]) -> str | None:
+    """On a node without global rank 0: which ranks ran here, and who has the verdicts."""
+    ranks = sorted(r.get("rank", 0) for r in records)
+    world = max([r.get("world_size", 1) for r in records] or [1])
+    several_nodes = any(r.get("rank") != r.get("local_rank") for r in records)
+    if not several_nodes or not ranks or 0 in ranks:
+        return None
+    if len(ranks) == 1:
+        span = f"rank {ranks[0]}"
+    elif ranks == list(range(ranks[0], ranks[-1] + 1)):
+        span = f"ranks {ranks[0]}–{ranks[-1]}"
+    else:
+        span = "ranks " + ", ".join(map(str, ranks))
+    return (f"ddpcheck: this node ran {span} of {world}; the verdicts across all ranks are "
+            "printed by the node that holds rank 0")
+
+
+def print_incidents(found: list[Finding], records: list[Record], stream: IO[str] | None = None) -> None:
+    """After the table: what happened to the run (crash, hang, emulation, ...), one line each."""
+    out = stream or sys.stdout
+    note = node_note(records)
+    if note:
+        print(note, file=out)
+    if not found:
+        return
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(file=out, highlight=False, soft_wrap=True)
+    colour = {"error": "bold red", "warning": "yellow", "info": "cyan"}
+    for f in found:
+        where = f" {_relative(f.path)}:{f.line}" if f.path and f.line else (f" {_relative(f.path)}" if f.path else "")
+        console.print(f"[{colour[f.severity.value]}]{f.code}[/] [bold]{f.name}[/]{escape(where)}: "
+                      f"{escape(f.message)}")
+        if f.hint:
+            console.print(f"  [cyan]fix:[/] {escape(f.hint)}")
+
+
+def _relative(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith(".." + os.sep + "..") else rel

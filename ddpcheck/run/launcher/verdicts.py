@@ -1,0 +1,130 @@
+"""From per-rank records to check rows and Findings, in the launcher process. Torch-free.
+
+    records (rank-*.json)  →  every probe's judge()  →  fold consequences  →  rows + Findings
+
+Every probe of the registry judges (ddpcheck/run/registry.py); a deselected probe's checks are
+"not-run". Folding: one fault often shows up in several checks (an unwrapped model also makes
+gradients and then parameters differ; a hang makes the stopped ranks look crashed). The root
+cause keeps its finding (its check class says which codes it `explains`); a consequence that is a
+check becomes a SKIP row that says which finding explains it, and a consequence that is an
+incident is dropped, so each planted fault gets exactly its own finding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ddpcheck.findings import Finding, Severity
+from ddpcheck.run import registry
+from ddpcheck.run.records import Record
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the summary: a check and how it went."""
+
+    code: str
+    name: str
+    status: str  # pass | fail | skip | not-run
+    verdict: Verdict | None
+    explained_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Every verdict of a run: one per check (the table), and the incidents in the order found."""
+
+    checks: dict[str, Verdict]
+    incidents: list[Verdict]  # those that are not explained by another finding
+    happened: frozenset[str]  # every incident code that failed, folded or not (the exit code's)
+
+
+def judge_all(records: list[Record], ctx: Context, enabled: tuple[str, ...] | None) -> Judged:
+    """Run every enabled probe's judge (all probes when `enabled` is None; incidents always)."""
+    checks: dict[str, Verdict] = {}
+    incidents: list[Verdict] = []
+    for probe in registry.probes():
+        table = any(not c.incident for c in probe.checks)
+        if table and enabled is not None and probe.name not in enabled:
+            continue
+        kinds = {c.code: c.incident for c in probe.checks}
+        for verdict in probe.judge(records, ctx):
+            if verdict.code not in kinds:
+                raise RuntimeError(f"probe {probe.name} judged {verdict.code}, which it does not declare")
+            if kinds[verdict.code]:
+                incidents.append(verdict)
+            else:
+                checks[verdict.code] = verdict
+    return _fold(checks, incidents)
+
+
+def _failed(checks: dict[str, Verdict], incidents: list[Verdict], code: str) -> Verdict | None:
+    found = checks.get(code) or next((v for v in incidents if v.code == code), None)
+    return found if found is not None and found.status == FAIL else None
+
+
+def _fold(checks: dict[str, Verdict], incidents: list[Verdict]) -> Judged:
+    explained_by = registry.explained_by()
+    out = dict(checks)
+    kept = []
+    for v in incidents:
+        if v.status == FAIL and any(_failed(out, incidents, c) for c in explained_by.get(v.code, ())):
+            continue
+        kept.append(v)
+    for code, causes in explained_by.items():
+        v = out.get(code)
+        if v is None or v.status != FAIL:
+            continue
+        for cause in causes:
+            c = _failed(out, kept, cause)
+            if c is None:
+                continue
+            if cause == "DDP105" and v.step is not None and c.step is not None and v.step < c.step:
+                continue  # parameters drifted before gradients did: its own fault
+            out[code] = replace(v, status=SKIP, detail=f"explained by {cause}: {v.detail}",
+                                details={**v.details, "explained_by": cause})
+            break
+    # A DDP model that was never used is a milder thing if the gradients still agreed
+    # (the script all-reduces by hand).
+    used, grads, inputs = out.get("DDP109"), out.get("DDP105"), out.get("DDP104")
+    if used and used.status == FAIL and grads and grads.status == PASS \
+            and not (inputs and inputs.status == FAIL):  # (identical inputs: identical gradients)
+        out["DDP109"] = replace(used, severity="warning", message=(used.message or "") +
+                                " (Gradients were identical on every rank, so something else "
+                                "synchronises them.)")
+    return Judged(out, kept, frozenset(v.code for v in incidents if v.status == FAIL))
+
+
+def rows(judged: Judged) -> list[Row]:
+    """One row per check of the registry (incidents are not rows), failures first."""
+    order = {FAIL: 0, PASS: 1, SKIP: 2, "not-run": 3}
+    out = []
+    for code, cls in registry.checks().items():
+        if cls.incident:
+            continue
+        v = judged.checks.get(code)
+        status = v.status if v else "not-run"
+        out.append(Row(code, cls.name, status, v, (v.details.get("explained_by") if v else None)))
+    return sorted(out, key=lambda r: (order[r.status], r.code))
+
+
+def _finding(v: Verdict) -> Finding:
+    cls = registry.checks()[v.code]
+    severity = Severity(v.severity) if v.severity else cls.severity
+    details = v.details if cls.incident else {**v.details, "step": v.step, "epoch": v.epoch}
+    return Finding(code=v.code, name=cls.name, message=v.message or v.detail, severity=severity,
+                   path=v.path, line=v.line, hint=cls.fix_hint() if v.hint else None,
+                   ranks=tuple(v.ranks), details=details)
+
+
+def incident_findings(judged: Judged) -> list[Finding]:
+    return [_finding(v) for v in judged.incidents if v.status == FAIL]
+
+
+def check_findings(judged: Judged) -> list[Finding]:
+    return [_finding(v) for _, v in sorted(judged.checks.items()) if v.status == FAIL]
+
+
+def world_size(records: list[Record], launched: int) -> int:
+    """The job's world size: what the ranks said (several nodes), or what was launched here."""
+    return max([int(r.get("world_size", 0)) for r in records] + [launched])

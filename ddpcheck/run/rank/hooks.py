@@ -1,0 +1,121 @@
+"""The hook layer: wraps torch's events once per rank and drives the session's hook lists
+(rank/session.py). Installed after torch is imported, before any probe's capture.
+
+- the global optimizer step pre/post hooks (`torch.optim.optimizer.register_optimizer_step_*`):
+  they fire for every optimizer, see the final gradients, and need no DDP comm hook;
+- `init_process_group` / `destroy_process_group`, wrapped in `torch.distributed` and
+  `distributed_c10d`; ddpcheck's own gloo group is created right after the user's one;
+- `DistributedDataParallel.__init__` and `forward`, patched on the class (names the user bound
+  before or after the import all see it);
+- DDP's `Join()` context, inside which the live exchange pauses.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import weakref
+from datetime import timedelta
+from typing import Any
+
+from ddpcheck.run.rank.session import Session, guard
+
+
+def install(session: Session) -> None:
+    """Wrap init/destroy_process_group and register the global optimizer step hooks."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
+
+    register_optimizer_step_pre_hook(lambda opt, args, kwargs: session.before_optimizer_step(opt))
+    register_optimizer_step_post_hook(lambda opt, args, kwargs: session.after_optimizer_step(opt))
+
+    original_init = c10d.init_process_group
+    original_destroy = c10d.destroy_process_group
+
+    @functools.wraps(original_init)
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        names = ["backend", "init_method", "timeout", "world_size", "rank", "store", "group_name",
+                 "pg_options", "device_id"]
+        kwargs.update(dict(zip(names, args)))
+        for fn in session.before_init:
+            fn(kwargs)  # may rewrite kwargs; errors here are ours to see, not swallowed silently
+        result = original_init(**kwargs)
+        if session.group is None:
+            try:
+                # Same place in every rank's program order, so every rank creates it together.
+                session.group = dist.new_group(backend="gloo", timeout=timedelta(
+                    seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "120"))))
+            except Exception as exc:  # noqa: BLE001
+                session.meta["group_error"] = f"{type(exc).__name__}: {exc}"[:500]
+        for fn in session.after_init:
+            guard(fn)
+        return result
+
+    @functools.wraps(original_destroy)
+    def destroy_process_group(group: Any = None) -> Any:
+        if group is None or group is c10d.GroupMember.WORLD:
+            session.end("destroy_process_group")
+            session.group = None  # destroyed with the default group
+        return original_destroy(group)
+
+    for module in (c10d, dist):
+        module.init_process_group = init_process_group
+        module.destroy_process_group = destroy_process_group
+
+    _wrap_ddp(session)
+    _watch_join(session)
+
+
+def _watch_join(session: Session) -> None:
+    from torch.distributed.algorithms.join import Join
+
+    original_enter, original_exit = Join.__enter__, Join.__exit__
+
+    @functools.wraps(original_enter)
+    def __enter__(self: Any) -> Any:
+        session.uneven = True
+        return original_enter(self)
+
+    @functools.wraps(original_exit)
+    def __exit__(self: Any, *exc: Any) -> Any:
+        try:
+            return original_exit(self, *exc)
+        finally:
+            session.uneven = False
+            session.meta["used_join"] = True
+
+    Join.__enter__, Join.__exit__ = __enter__, __exit__
+
+
+def _wrap_ddp(session: Session) -> None:
+    """Know every DDP object and each forward through it (patched on the class, so names the
+    user bound before or after import all see it)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    original_init = DDP.__init__
+    original_forward = DDP.forward
+
+    @functools.wraps(original_init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        session.ddp_modules.append(weakref.ref(self))
+        for name, param in self.module.named_parameters():
+            session.param_names.setdefault(id(param), name)
+        for fn in session.on_ddp_init:
+            guard(fn, self)
+
+    @functools.wraps(original_forward)
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        session.window["forwards"] += 1
+        if not getattr(self, "require_backward_grad_sync", True):
+            session.window["unsynced"] += 1
+        for fn in session.on_ddp_forward:
+            guard(fn, self, args, kwargs)
+        return original_forward(self, *args, **kwargs)
+
+    DDP.__init__ = __init__
+    DDP.forward = forward

@@ -1,0 +1,250 @@
+"""One rank's ddpcheck state: identity, cadence, the per-rank record, ddpcheck's gloo group, and the
+hook lists that probes attach to. Torch-free at import.
+
+The hook layer (rank/hooks.py) drives the lists below from torch's own events; probes and
+ddpcheck's run-time support append callbacks to them in their `capture(session)`:
+
+| list | called | with |
+|---|---|---|
+| `before_init` | before `init_process_group` | its keyword arguments (a dict the callback may edit) |
+| `after_init` | after it (ddpcheck's group exists) | - |
+| `on_ddp_init` | after `DistributedDataParallel.__init__` | the DDP module |
+| `on_ddp_forward` | before every DDP forward | the DDP module, args, kwargs |
+| `before_step` | before a *checked* optimizer step | optimizer, step (1-based) |
+| `after_step` | after a checked step, before the exchange | optimizer, step |
+| `before_exchange` / `after_exchange` | around the all-gather of a checked step | step |
+| `on_exchange` | after it, when it ran | step, every rank's row: [step, one int64 per `add_slot`] |
+| `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
+| `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
+| `after_finish` | after the final record is written | - |
+
+An unchecked optimizer step costs the hook layer a counter increment and one comparison; no
+callback runs. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
+atomically at checked steps (at most once a second), at epoch ends and at exit, so a rank that
+crashes or is killed still leaves what it checked so far (layout: REPORT.md, "Per-rank records").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from typing import Any, Callable
+
+from ddpcheck.run.options import RunOptions
+from ddpcheck.run.records import RECORD_VERSION, record_path
+
+
+def env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+class Session:
+    def __init__(self, options: RunOptions, target: str = "", *, spawn_parent: bool = False) -> None:
+        self.options = options
+        self.rank = env_int("RANK", 0)
+        self.world_size = env_int("WORLD_SIZE", 1)
+        self.local_rank = env_int("LOCAL_RANK", 0)
+        self.under_launcher = "TORCHELASTIC_RUN_ID" in os.environ or "TORCHELASTIC_USE_AGENT_STORE" in os.environ
+        # The plain parent process of a spawn-style script: it only starts the workers, and
+        # writes no record of its own (each worker becomes a rank).
+        self.spawn_parent = spawn_parent
+        self.checked = 0  # of which checked
+        self.step = 0  # optimizer.step() calls so far on this rank (all optimizers)
+        self.group: Any = None  # ddpcheck's own gloo process group, once the user's one exists
+        self.sections: dict[str, dict[str, Any]] = {}
+        self.notes: list[dict[str, Any]] = []
+        self.before_init: list[Callable[[dict[str, Any]], None]] = []
+        self.after_init: list[Callable[[], None]] = []
+        self.on_ddp_init: list[Callable[[Any], None]] = []
+        self.on_ddp_forward: list[Callable[[Any, tuple[Any, ...], dict[str, Any]], None]] = []
+        self.before_step: list[Callable[[Any, int], None]] = []
+        self.after_step: list[Callable[[Any, int], None]] = []
+        self.before_exchange: list[Callable[[int], None]] = []
+        self.after_exchange: list[Callable[[int], None]] = []
+        self.on_exchange: list[Callable[[int, list[list[int]]], None]] = []
+        self.at_end: list[Callable[[str], None]] = []
+        self.before_finish: list[Callable[[int, BaseException | None], None]] = []
+        self.after_finish: list[Callable[[], None]] = []
+        self.ddp_modules: list[Any] = []  # weakrefs to every DDP object made on this rank
+        self.param_names: dict[int, str] = {}  # id(parameter) -> its name in the wrapped module
+        # Forwards through DDP since the last optimizer step, and how many ran under no_sync().
+        self.window = {"forwards": 0, "unsynced": 0}
+        # The digests exchanged at every checked step, one int64 per slot (-1: none staged), in
+        # the order the probes added them: the same on every rank, as every rank installs alike.
+        self.slots: list[str] = []
+        self.staged: dict[str, int] = {}
+        self.ended = False
+        self.exchange_ok = True
+        # Inside DDP's Join() context ranks may make different numbers of steps: a collective of
+        # ours there could wait for a rank that has left the loop, so the live exchange pauses
+        # (the records are still compared after the job).
+        self.uneven = False
+        self._once: set[str] = set()
+        self._last_flush = 0.0
+        self.record_path = (
+            record_path(options.record_dir, self.rank) if options.record_dir and not spawn_parent else None
+        )
+        self.meta: dict[str, Any] = {
+            "version": RECORD_VERSION, "rank": self.rank, "world_size": self.world_size,
+            "local_rank": self.local_rank, "pid": os.getpid(), "target": target,
+            "started": time.time(), "status": "running", "exit_code": None, "error": None,
+        }
+
+    # --- what probes call -------------------------------------------------------------------
+    def section(self, name: str) -> dict[str, Any]:
+        """The probe's own JSON-serialisable part of this rank's record."""
+        return self.sections.setdefault(name, {})
+
+    def once(self, key: str) -> bool:
+        """True the first time it is asked for `key` (a capture that several probes share)."""
+        if key in self._once:
+            return False
+        self._once.add(key)
+        return True
+
+    def note(self, code: str, message: str, **details: Any) -> None:
+        """A finding this rank can tell on its own (e.g. a rewritten init_method); the launcher
+        turns every note into a Finding (deduplicated across ranks)."""
+        self.notes.append({"code": code, "message": message, "details": details})
+        self.flush(force=True)
+
+    def is_checked(self, step: int) -> bool:
+        return self.options.is_checked(step)
+
+    def add_slot(self, name: str) -> int:
+        """A place for one int64 in the rows of the checked-step exchange; its index in each row."""
+        self.slots.append(name)
+        return len(self.slots)  # row[0] is the step
+
+    def stage(self, slot: str, value: int) -> None:
+        """A digest to compare across ranks at this checked step, in a slot added before."""
+        self.staged[slot] = int(value)
+
+    def progress(self, message: str) -> None:
+        if self.rank == 0 and not self.options.quiet:
+            print(f"ddpcheck: {message}", file=sys.stderr, flush=True)
+
+    def become_rank(self, rank: int) -> None:
+        """This process is rank `rank` after all (a worker of a spawn-style script)."""
+        self.rank = self.meta["rank"] = rank
+        if self.options.record_dir:
+            self.record_path = record_path(self.options.record_dir, rank)
+
+    # --- the record ---------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        return {**self.meta, "step": self.step, "exchange_ok": self.exchange_ok,
+                "notes": self.notes, "probes": self.sections, "written": time.time()}
+
+    def flush(self, force: bool = False) -> None:
+        if self.record_path is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_flush < 1.0:
+            return
+        self._last_flush = now
+        tmp = f"{self.record_path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(self.snapshot(), fh)
+            os.replace(tmp, self.record_path)
+        except (OSError, TypeError, ValueError) as exc:  # never break the user's run over a record
+            print(f"ddpcheck: could not write the rank record: {exc}", file=sys.stderr)
+
+    def end(self, why: str) -> None:
+        """Capture the final state once (at destroy_process_group, or at exit if never called)."""
+        if self.ended:
+            return
+        self.ended = True
+        for fn in self.at_end:
+            guard(fn, why)
+
+    def finish(self, exit_code: int, error: BaseException | None = None) -> None:
+        """The rank's program has ended: final state, exit code and exception into the record."""
+        for before in self.before_finish:
+            guard(before, exit_code, error)
+        self.end("exit")
+        self.meta["status"] = "finished"
+        self.meta["ended_at"] = time.time()
+        self.meta["exit_code"] = exit_code
+        if error is not None:
+            self.meta["error"] = {
+                "type": type(error).__name__, "message": str(error),
+                "traceback": "".join(traceback.format_exception(error))[-8000:],
+            }
+        self.flush(force=True)
+        for after in self.after_finish:
+            guard(after)
+
+    # --- the step machinery (called from the hooks of rank/hooks.py) ---------------------------
+    def before_optimizer_step(self, optimizer: Any) -> None:
+        step = self.step + 1
+        if not self.is_checked(step):
+            return
+        for fn in self.before_step:
+            guard(fn, optimizer, step)
+
+    def after_optimizer_step(self, optimizer: Any) -> None:
+        self.step += 1
+        step = self.step
+        if not self.is_checked(step):
+            self.end_window()
+            return
+        self.checked += 1
+        for fn in self.after_step:
+            guard(fn, optimizer, step)
+        rows = self.exchange(step)
+        if rows is not None:
+            for on_exchange in self.on_exchange:
+                guard(on_exchange, step, rows)
+        self.staged = {}
+        self.end_window()
+        self.flush()
+        if step in (1, self.options.check_first) or step > self.options.check_first:
+            live = "compared across ranks" if rows is not None else "recorded"
+            self.progress(f"optimizer step {step} checked ({self.checked} so far, {live})")
+
+    def end_window(self) -> None:
+        self.window = {"forwards": 0, "unsynced": 0}
+
+    def ddps(self) -> list[Any]:
+        return [m for m in (ref() for ref in self.ddp_modules) if m is not None]
+
+    def name_of(self, param: Any, fallback: str) -> str:
+        return self.param_names.get(id(param), fallback)
+
+    def exchange(self, step: int) -> list[list[int]] | None:
+        """All-gather this step's digests over ddpcheck's own gloo group (never the user's)."""
+        if self.group is None or not self.exchange_ok or self.world_size < 2 or self.uneven:
+            return None
+        import torch
+        import torch.distributed as dist
+
+        mine = torch.tensor([step] + [self.staged.get(s, -1) for s in self.slots], dtype=torch.int64)
+        out = [torch.empty_like(mine) for _ in range(self.world_size)]
+        for before in self.before_exchange:
+            guard(before, step)
+        try:
+            dist.all_gather(out, mine, group=self.group)
+        except Exception as exc:  # a rank left or stopped stepping: keep the run, drop live checks
+            self.exchange_ok = False
+            self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            return None
+        finally:
+            for after in self.after_exchange:
+                guard(after, step)
+        return [t.tolist() for t in out]
+
+
+def guard(fn: Callable[..., None], *args: Any) -> None:
+    """A probe's failure must never change the user's run: report it on stderr and go on."""
+    try:
+        fn(*args)
+    except Exception as exc:  # noqa: BLE001 - deliberately broad, see docstring
+        name = getattr(fn, "__qualname__", repr(fn))
+        print(f"ddpcheck: internal error in {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
