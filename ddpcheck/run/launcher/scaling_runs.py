@@ -16,11 +16,25 @@ from ddpcheck.run.verdict import FAIL
 
 
 def run(argv: list[str], options: Any) -> int:
+    runs, outcomes = [], {}
+    # torchrun gives each rank OMP_NUM_THREADS=1 when it starts 2 or more, and leaves a single rank
+    # all the cores: the runs would not compare like with like. Same threads per rank for all.
+    threads_set = "OMP_NUM_THREADS" not in os.environ
+    if threads_set:
+        os.environ["OMP_NUM_THREADS"] = "1"
+    try:
+        return _compare(argv, options, runs, outcomes, threads_set)
+    finally:
+        if threads_set:
+            os.environ.pop("OMP_NUM_THREADS", None)
+
+
+def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes: dict[int, Any],
+             threads_set: bool) -> int:
     from ddpcheck.report.html import fmt_rate
     from ddpcheck.run import registry, scaling
     from ddpcheck.run.launcher import command_line, entry
 
-    runs, outcomes = [], {}
     for i, n in enumerate(options.scaling, 1):
         _say(options, f"--scaling: run {i} of {len(options.scaling)}, {n} rank{'s' if n > 1 else ''}")
         record_dir = tempfile.mkdtemp(prefix=f"ddpcheck-run-{n}-")
@@ -41,6 +55,8 @@ def run(argv: list[str], options: Any) -> int:
 
     block, verdict = scaling.summarise(runs)
     last = outcomes[max(outcomes)]
+    block["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    block["omp_num_threads_set_by_ddpcheck"] = threads_set
     last.data["scaling"] = block
     cls = registry.checks()[scaling.CODE]
     last.rows = [replace(r, status=verdict.status, verdict=verdict) if r.code == scaling.CODE else r
