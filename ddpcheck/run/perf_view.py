@@ -40,6 +40,11 @@ def _console(stream: IO[str] | None) -> Any:
                    width=None if out.isatty() or os.environ.get("COLUMNS") else 160)
 
 
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.0f}" if ms >= 100 else f"{ms:.1f}" if ms >= 10 else f"{ms:.2f}"
+
+
 def print_performance(perf: dict[str, Any], stream: IO[str] | None = None) -> None:
     from rich.table import Table
 
@@ -49,20 +54,19 @@ def print_performance(perf: dict[str, Any], stream: IO[str] | None = None) -> No
     phases = [p for p in perf["phases"] if any(r["phases"][p]["median"] > 0 for r in ranks)]
     straggler = (perf.get("straggler") or {}).get("rank")
     scale = max(sum(r["phases"][p]["median"] for p in phases) for r in ranks) or 1e-9
-    table = Table(title=f"Where the time goes: median / p90 per optimizer step ({perf['timed_steps']} "
+    width = max(12, min(BAR_WIDTH, console.width - 14 * (len(phases) + 1) - 16))
+    table = Table(title=f"Where the time goes: ms per optimizer step, median / p90 ({perf['timed_steps']} "
                   "timed steps per rank)", title_justify="left", box=None, pad_edge=False)
-    table.add_column("rank")
+    table.add_column("rank", no_wrap=True)
     table.add_column("", no_wrap=True)
-    table.add_column("step", justify="right")
+    table.add_column("step", justify="right", no_wrap=True)
     for p in phases:
-        table.add_column(p, justify="right")
+        table.add_column(p, justify="right", no_wrap=True)
     for r in ranks:
-        bar = phase_bar({p: r["phases"][p]["median"] for p in phases}, scale, color)
+        bar = phase_bar({p: r["phases"][p]["median"] for p in phases}, scale, color, width)
         mark = " [bold red]◀ straggler[/]" if r["rank"] == straggler else ""
-        cells = [f"{fmt_seconds(r['phases'][p]['median'])} / {fmt_seconds(r['phases'][p]['p90'])}"
-                 for p in phases]
-        table.add_row(f"{r['rank']}{mark}", bar,
-                      f"{fmt_seconds(r['step']['median'])} / {fmt_seconds(r['step']['p90'])}", *cells)
+        cells = [f"{_ms(r['phases'][p]['median'])} / {_ms(r['phases'][p]['p90'])}" for p in phases]
+        table.add_row(f"{r['rank']}{mark}", bar, f"{_ms(r['step']['median'])} / {_ms(r['step']['p90'])}", *cells)
     console.print(table)
     legend = "  ".join((f"[{PHASE_COLORS[p]}]█[/] {p}" if color else f"{GLYPHS[p]} {p}") for p in phases)
     console.print(f"  {legend}", highlight=False)
@@ -87,18 +91,18 @@ def print_scaling(scaling: dict[str, Any], stream: IO[str] | None = None) -> Non
                   title_justify="left", box=None, pad_edge=False)
     for col in ("ranks", "samples/s", "speed-up", "efficiency", "", "global batch", "learning rate",
                 "median step"):
-        table.add_column(col, justify="left" if col in ("ranks", "") else "right")
+        table.add_column(col, justify="left" if col in ("ranks", "") else "right", no_wrap=True)
     color = console.color_system is not None
     for r in scaling["runs"]:
         eff = r.get("efficiency")
         style = "green" if eff is not None and eff >= 0.8 else ("yellow" if eff is not None and eff >= 0.5 else "red")
         bar = ""
         if eff is not None:
-            n = max(0, min(20, round(20 * eff)))
-            bar = (f"[{style}]" + "█" * n + "[/]" if color else "█" * n) + "·" * (20 - n)
+            n = max(0, min(12, round(12 * eff)))
+            bar = (f"[{style}]" + "█" * n + "[/]" if color else "█" * n) + "·" * (12 - n)
         lr = fmt_lr(r.get("lr"))
         if r.get("lr_expected") is not None and r.get("lr") is not None and abs(r["lr_expected"] - r["lr"]) > 0.05 * abs(r["lr_expected"]):
-            lr += f" [red](linear rule: {fmt_lr(r['lr_expected'])})[/]"
+            lr += f" [red](rule: {fmt_lr(r['lr_expected'])})[/]"
         table.add_row(
             f"{r['world_size']}" + ("" if r.get("ok", True) else " [red](failed)[/]"),
             fmt_rate(r.get("samples_per_s")),

@@ -137,7 +137,7 @@ def summarise(records: list[dict]) -> dict[str, Any] | None:
         "ddp": comm,
         "loaders": first.get("loaders", []),
         "optimizers": first.get("optimizers", []),
-        "graph_walk": _graph_walk(sections, step_median),
+        "graph_walk": _graph_walk(records, step_median),
     }
     out["hints"] = hints(out)
     return out
@@ -225,12 +225,15 @@ def _ddp_comm(sections: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _graph_walk(sections: dict[int, dict[str, Any]], step_median: float) -> dict[str, Any] | None:
-    """What find_unused_parameters=True's graph walk after each forward cost (median per step)."""
-    walks = [s["graph_walk"] for s in sections.values() if s.get("graph_walk")]
+def _graph_walk(records: list[dict], step_median: float) -> dict[str, Any] | None:
+    """What find_unused_parameters=True's graph walk after each forward cost (median per forward,
+    measured by the find-unused probe)."""
+    walks = [m["walk_median_s"] for r in records
+             for m in r.get("probes", {}).get("find-unused", {}).get("models", [])
+             if m.get("walk_median_s")]
     if not walks:
         return None
-    per_step = statistics.median(w["median_s"] for w in walks)
+    per_step = statistics.median(walks)
     return {"per_step_s": per_step, "share": per_step / step_median if step_median else 0.0}
 
 

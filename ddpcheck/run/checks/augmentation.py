@@ -349,10 +349,10 @@ def _held(workers: list[dict], sections: dict[int, dict]) -> Verdict:
             how = _how_repeated(users)
             attr = path.replace("dataset.", "", 1)
             return Verdict(
-                HELD, FAIL, f"{attr} ({kind}) starts in the same state in {how}",
+                HELD, FAIL, f"{attr} ({kind}) starts in the same state {how}",
                 message=(f"The dataset's `{attr}` ({kind}, created once and copied into every "
-                         f"DataLoader worker as it is) started from the same state in {how}, so they "
-                         "drew the same \"random\" augmentation. torch reseeds only the global "
+                         f"DataLoader worker as it is) started from the same state {how}, so the "
+                         "same \"random\" augmentation was drawn there. torch reseeds only the global "
                          "`random`, `numpy.random` and `torch` generators in each worker. Create it "
                          "per worker in a worker_init_fn from "
                          "torch.utils.data.get_worker_info().seed (different for each worker and "
@@ -363,22 +363,27 @@ def _held(workers: list[dict], sections: dict[int, dict]) -> Verdict:
 
 
 def _how_repeated(users: list[tuple[int, int, int]]) -> str:
-    ranks = sorted({u[0] for u in users})
+    """Where the same starting state was seen: workers of one loader, epochs, ranks."""
     parts = []
-    same_pass = {}
-    for rank, it, worker in users:
-        same_pass.setdefault((rank, it), []).append(worker)
-    workers_same = next((ws for ws in same_pass.values() if len(ws) > 1), None)
-    if workers_same:
-        parts.append("workers " + " and ".join(map(str, sorted(workers_same)[:4])) + " of the same loader")
-    by_worker = {}
-    for rank, it, worker in users:
-        by_worker.setdefault((rank, worker), set()).add(it)
+    by_pass: dict[tuple[int, int], list[int]] = {}
+    by_worker: dict[tuple[int, int], set[int]] = {}
+    for rank, iterator, worker in users:
+        by_pass.setdefault((rank, iterator), []).append(worker)
+        by_worker.setdefault((rank, worker), set()).add(iterator)
+    together = next((sorted(ws) for ws in by_pass.values() if len(ws) > 1), None)
+    if together:
+        parts.append("in workers " + _and(together[:4]) + " of the same DataLoader")
     if any(len(its) > 1 for its in by_worker.values()):
-        parts.append("every epoch (each new set of workers)")
+        parts.append("again in every epoch (new workers start from the untouched original)")
+    ranks = sorted({u[0] for u in users})
     if len(ranks) > 1:
-        parts.append("ranks " + ", ".join(map(str, ranks)))
-    return "; ".join(parts) or "several workers"
+        parts.append("on ranks " + _and(ranks))
+    return ", ".join(parts) or "in several workers"
+
+
+def _and(items: list[int]) -> str:
+    words = [str(i) for i in items]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
 def _seeds(workers: list[dict], sections: dict[int, dict]) -> Verdict:
