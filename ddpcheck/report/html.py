@@ -117,7 +117,8 @@ def write(path: str, report: dict[str, Any]) -> None:
 
 # --- sections ---------------------------------------------------------------------------------
 
-def _header(job: dict, findings: list[dict], perf: dict | None, scaling: dict | None) -> str:
+def _header(job: dict[str, Any], findings: list[dict[str, Any]], perf: dict[str, Any] | None,
+            scaling: dict[str, Any] | None) -> str:
     counts = {s: sum(f.get("severity") == s for f in findings) for s in ("error", "warning", "info")}
     if counts["error"]:
         pill = f'<span class="pill bad">{_plural(counts["error"], "error")}</span>'
@@ -152,7 +153,8 @@ def _header(job: dict, findings: list[dict], perf: dict | None, scaling: dict | 
     )
 
 
-def _kpis(job: dict, perf: dict | None, scaling: dict | None) -> str:
+def _kpis(job: dict[str, Any], perf: dict[str, Any] | None,
+            scaling: dict[str, Any] | None) -> str:
     cards = []
     if perf:
         tp = perf.get("throughput", {})
@@ -193,7 +195,7 @@ def _kpi(label: str, value: str, sub: str, ident: str, *, tone: str = "", color:
             f'<div class="kpi-value{size}">{dot}{value}</div><div class="kpi-sub">{sub}</div></div>')
 
 
-def _findings(findings: list[dict]) -> str:
+def _findings(findings: list[dict[str, Any]]) -> str:
     if not findings:
         return ('<section id="findings"><h2>Findings</h2><p class="empty">No findings: every check '
                 "that ran passed.</p></section>")
@@ -220,7 +222,7 @@ def _findings(findings: list[dict]) -> str:
     return f'<section id="findings"><h2>Findings <span class="count">{len(findings)}</span></h2>' + "".join(items) + "</section>"
 
 
-def _phases(perf: dict) -> str:
+def _phases(perf: dict[str, Any]) -> str:
     ranks = perf.get("ranks", [])
     phases = [p for p in perf.get("phases", PHASE_COLORS) if any(r["phases"][p]["median"] > 0 for r in ranks)]
     straggler = (perf.get("straggler") or {}).get("rank")
@@ -243,7 +245,7 @@ def _phases(perf: dict) -> str:
     )
 
 
-def phase_chart(ranks: list[dict], phases: list[str], straggler: int | None) -> str:
+def phase_chart(ranks: list[dict[str, Any]], phases: list[str], straggler: int | None) -> str:
     """Horizontal stacked bars, one per rank, on a shared time axis."""
     width, label_w, right = 860, 70, 90
     bar_h, gap, top, axis_h = 26, 12, 8, 28
@@ -291,7 +293,7 @@ def phase_chart(ranks: list[dict], phases: list[str], straggler: int | None) -> 
     return "".join(out)
 
 
-def _phase_table(ranks: list[dict], phases: list[str], straggler: int | None) -> str:
+def _phase_table(ranks: list[dict[str, Any]], phases: list[str], straggler: int | None) -> str:
     head = "".join(f'<th><span class="sw" style="background:{PHASE_COLORS[p]}"></span>{esc(p)}</th>' for p in phases)
     rows = []
     for r in ranks:
@@ -306,7 +308,7 @@ def _phase_table(ranks: list[dict], phases: list[str], straggler: int | None) ->
             '<p class="caption">per optimizer step: median, and below it the 90th percentile</p>')
 
 
-def _ddp_timers(perf: dict) -> str:
+def _ddp_timers(perf: dict[str, Any]) -> str:
     ddp = perf.get("ddp")
     walk = perf.get("graph_walk")
     bits = []
@@ -324,7 +326,7 @@ def _ddp_timers(perf: dict) -> str:
     return '<p class="ddp">' + esc(". ".join(bits)) + ".</p>"
 
 
-def _scaling(scaling: dict) -> str:
+def _scaling(scaling: dict[str, Any]) -> str:
     runs = scaling.get("runs", [])
     rows = []
     for r in runs:
@@ -356,7 +358,7 @@ def _fmt_x(x: float | None) -> str:
     return "–" if x is None else f"{x:.2f}×"
 
 
-def scaling_chart(runs: list[dict]) -> str:
+def scaling_chart(runs: list[dict[str, Any]]) -> str:
     """Measured throughput against world size, with the ideal (linear) line from one rank."""
     pts = [(r["world_size"], r["samples_per_s"]) for r in runs if r.get("samples_per_s")]
     width, height = 860, 340
@@ -376,7 +378,7 @@ def scaling_chart(runs: list[dict]) -> str:
         return left + plot_w * (n - 0) / max_n if max_n else left
 
     def Y(v: float) -> float:
-        return top + plot_h * (1 - v / y_max)
+        return float(top + plot_h * (1 - v / y_max))
 
     out = [f'<svg class="chart" id="scaling-chart" viewBox="0 0 {width} {height}" role="img" '
            'aria-label="throughput against world size, with the ideal line" xmlns="http://www.w3.org/2000/svg">']
@@ -405,7 +407,8 @@ def scaling_chart(runs: list[dict]) -> str:
         eff = r.get("efficiency")
         out.append(f'<circle class="pt" cx="{X(n):.1f}" cy="{Y(v):.1f}" r="6"><title>{n} ranks: '
                    f'{esc(fmt_rate(v))} samples/s{"" if eff is None else f", {eff:.0%} efficiency"}</title></circle>')
-        label = f"{fmt_rate(v)}" + ("" if eff is None or n == base["world_size"] else f" · {eff:.0%}")
+        first = base is not None and n == base["world_size"]
+        label = f"{fmt_rate(v)}" + ("" if eff is None or first else f" · {eff:.0%}")
         out.append(f'<text class="ptlabel" x="{X(n) + 10:.1f}" y="{Y(v) - 10:.1f}">{esc(label)}</text>')
     out.append(f'<g class="key" transform="translate({left + 14},{top + 14})">'
                '<line class="measured" x1="0" y1="0" x2="26" y2="0"/><text x="34" y="4">measured</text>'
@@ -414,12 +417,12 @@ def scaling_chart(runs: list[dict]) -> str:
     return "".join(out)
 
 
-def _checks(checks: list[dict]) -> str:
+def _checks(checks: list[dict[str, Any]]) -> str:
     if not checks:
         return ""
     label = {"fail": "FAIL", "pass": "pass", "skip": "skip", "not-run": "not run"}
     rows = "".join(
-        f'<tr class="st-{esc(c.get("status"))}"><td><span class="st">{esc(label.get(c.get("status"), c.get("status")))}</span></td>'
+        f'<tr class="st-{esc(c.get("status"))}"><td><span class="st">{esc(label.get(str(c.get("status")), c.get("status")))}</span></td>'
         f'<td class="code">{esc(c.get("code"))}</td><td>{esc(c.get("name"))}</td>'
         f'<td>{esc(c.get("detail") or "")}</td></tr>' for c in checks
     )
@@ -444,8 +447,8 @@ def _nice_step(raw: float) -> float:
     for m in (1, 2, 5, 10):
         step = m * 10 ** exp
         if step >= raw:
-            return step
-    return 10 ** (exp + 1)
+            return float(step)
+    return float(10 ** (exp + 1))
 
 
 CSS = """

@@ -84,12 +84,12 @@ def timed_steps(section: dict[str, Any]) -> list[dict[str, float]]:
     return unchecked if len(unchecked) >= UNCHECKED_ENOUGH else out
 
 
-def _rank_sections(records: list[dict]) -> dict[int, dict[str, Any]]:
+def _rank_sections(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {r["rank"]: r["probes"][SECTION] for r in records
             if isinstance(r.get("probes", {}).get(SECTION), dict) and "rank" in r}
 
 
-def summarise(records: list[dict]) -> dict[str, Any] | None:
+def summarise(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The `performance` block of the report, or None when no rank timed a step."""
     sections = _rank_sections(records)
     steps = {rank: timed_steps(sec) for rank, sec in sections.items()}
@@ -146,7 +146,7 @@ def summarise(records: list[dict]) -> dict[str, Any] | None:
 def find_straggler(medians: dict[int, dict[str, float]]) -> dict[str, Any] | None:
     """The rank whose own phases exceed the other ranks' by a clear margin, or None."""
     own = [p for p in PHASES if p not in WAITING]
-    best = None
+    best: dict[str, Any] | None = None
     for rank, mine in medians.items():
         others = [m for r, m in medians.items() if r != rank]
         base = {p: statistics.median(m[p] for m in others) for p in PHASES + ("total",)}
@@ -177,10 +177,10 @@ def _rank_throughput(section: dict[str, Any]) -> float | None:
     window = section.get("window")  # [seconds between the first and last step, samples in between]
     if not window or window[0] <= 0 or not window[1]:
         return None
-    return window[1] / window[0]
+    return float(window[1] / window[0])
 
 
-def throughput(records: list[dict]) -> dict[str, Any]:
+def throughput(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Samples per second over all ranks (the batches the loaders yielded between each rank's first
     and last optimizer step), and the global batch (samples per optimizer step, summed over ranks)."""
     sections = _rank_sections(records)
@@ -208,7 +208,7 @@ def _ddp_comm(sections: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         return None
 
     def med(key: str) -> float:
-        return statistics.median(r.get(key, 0) for r in rows) / 1e9
+        return float(statistics.median(r.get(key, 0) for r in rows)) / 1e9
 
     comm, overlap = med("avg_backward_comm_time"), med("avg_backward_compute_comm_overlap_time")
     first = rows[0]
@@ -225,7 +225,7 @@ def _ddp_comm(sections: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def _graph_walk(records: list[dict], step_median: float) -> dict[str, Any] | None:
+def _graph_walk(records: list[dict[str, Any]], step_median: float) -> dict[str, Any] | None:
     """What find_unused_parameters=True's graph walk after each forward cost (median per forward,
     measured by the find-unused probe)."""
     walks = [m["walk_median_s"] for r in records

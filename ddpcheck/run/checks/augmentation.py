@@ -140,10 +140,10 @@ def capture(session: "Session") -> None:
     record_dir = session.options.record_dir
     rank = session.rank
 
-    original_init = _MultiProcessingDataLoaderIter.__init__
+    original_init: Any = _MultiProcessingDataLoaderIter.__init__
 
     @functools.wraps(original_init)
-    def __init__(self, loader, *args, **kwargs):
+    def __init__(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, loader, *args, **kwargs)
         try:
             index = datasets.setdefault(id(loader.dataset), len(datasets))
@@ -157,12 +157,12 @@ def capture(session: "Session") -> None:
         except Exception:  # noqa: BLE001 - never break the user's loader over a note
             pass
 
-    _MultiProcessingDataLoaderIter.__init__ = __init__
+    _MultiProcessingDataLoaderIter.__init__ = __init__  # type: ignore[method-assign]
 
-    original_loop = worker_mod._worker_loop
+    original_loop: Any = worker_mod._worker_loop
 
     @functools.wraps(original_loop)
-    def _worker_loop(*args, **kwargs):
+    def _worker_loop(*args: Any, **kwargs: Any) -> Any:
         try:
             _spy_on_worker(args, record_dir, rank, len(section["iterators"]))
         except Exception:  # noqa: BLE001
@@ -190,16 +190,16 @@ def _collect(section: dict[str, Any], record_dir: str, rank: int) -> None:
 
 # --- in the worker process --------------------------------------------------------------------
 
-def _spy_on_worker(args: tuple, record_dir: str, rank: int, iterator: int) -> None:
+def _spy_on_worker(args: tuple[Any, ...], record_dir: str, rank: int, iterator: int) -> None:
     """Runs in a freshly forked worker before its loop: watch its first fetches."""
     if not record_dir or len(args) < 11:
         return
     dataset, worker_id = args[1], args[10]
     from torch.utils.data import _DatasetKind
 
-    original_create = _DatasetKind.create_fetcher
+    original_create: Any = _DatasetKind.create_fetcher
 
-    def create_fetcher(*c_args, **c_kwargs):
+    def create_fetcher(*c_args: Any, **c_kwargs: Any) -> Any:
         fetcher = original_create(*c_args, **c_kwargs)
         held = _find_rngs(dataset)  # after the worker's seeding and worker_init_fn
         report = {"rank": rank, "iterator": iterator, "worker": worker_id, "pid": os.getpid(),
@@ -207,7 +207,7 @@ def _spy_on_worker(args: tuple, record_dir: str, rank: int, iterator: int) -> No
                            for p, t, o in held], "global": {}, "fetches": 0}
         original_fetch = fetcher.fetch
 
-        def fetch(index):
+        def fetch(index: Any) -> Any:
             if report["fetches"] >= FETCHES:
                 return original_fetch(index)
             before = _global_states()
@@ -228,7 +228,7 @@ def _spy_on_worker(args: tuple, record_dir: str, rank: int, iterator: int) -> No
         _write(record_dir, report)  # a worker that never fetches still says what it holds
         return fetcher
 
-    _DatasetKind.create_fetcher = staticmethod(create_fetcher)
+    _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[method-assign]
 
 
 def _write(record_dir: str, report: dict[str, Any]) -> None:
@@ -323,7 +323,7 @@ def _global_states() -> dict[str, int]:
 
 # --- in the launcher --------------------------------------------------------------------------
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     sections = {r["rank"]: r["probes"][PROBE_NAME] for r in records if PROBE_NAME in r.get("probes", {})}
     workers = [w for s in sections.values() for w in s.get("workers", [])]
     if not workers:
@@ -332,7 +332,7 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     return [_held(workers, sections), _seeds(workers, sections)]
 
 
-def _held(workers: list[dict], sections: dict[int, dict]) -> Verdict:
+def _held(workers: list[dict[str, Any]], sections: dict[int, dict[str, Any]]) -> Verdict:
     # (path, kind) -> first digest -> the (rank, iterator, worker) that started from it and drew
     starts: dict[tuple[str, str], dict[int, list[tuple[int, int, int]]]] = {}
     for w in workers:
@@ -386,7 +386,7 @@ def _and(items: list[int]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _seeds(workers: list[dict], sections: dict[int, dict]) -> Verdict:
+def _seeds(workers: list[dict[str, Any]], sections: dict[int, dict[str, Any]]) -> Verdict:
     if len(sections) < 2:
         return Verdict(SEEDS, SKIP, "one rank")
     used = sorted({name for w in workers for name, moved in w.get("global", {}).items() if moved})

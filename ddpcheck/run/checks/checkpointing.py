@@ -103,10 +103,10 @@ def capture(session: "Session") -> None:
     section.update(sites=[], static_graph=None, find_unused_parameters=None)
     by_site: dict[str, dict[str, Any]] = {}
     window: dict[int, int] = {}  # id(function) -> reentrant calls since the last optimizer step
-    original = cp.checkpoint
+    original: Any = cp.checkpoint
 
     @functools.wraps(original)
-    def checkpoint(function, *args, use_reentrant=None, **kwargs):
+    def checkpoint(function: Any, *args: Any, use_reentrant: bool | None = None, **kwargs: Any) -> Any:
         reentrant = True if use_reentrant is None else bool(use_reentrant)
         if reentrant and torch.is_grad_enabled() and session.ddp_modules:
             try:
@@ -115,7 +115,7 @@ def capture(session: "Session") -> None:
                 pass
         return original(function, *args, use_reentrant=use_reentrant, **kwargs)
 
-    def _note(function, args, given) -> None:
+    def _note(function: Any, args: tuple[Any, ...], given: bool | None) -> None:
         site = sites.call_site(2) or "?"
         entry = by_site.get(site)
         if entry is None:
@@ -136,7 +136,7 @@ def capture(session: "Session") -> None:
 
     cp.checkpoint = checkpoint
 
-    def on_ddp_init(ddp) -> None:
+    def on_ddp_init(ddp: Any) -> None:
         section["static_graph"] = bool(getattr(ddp, "static_graph", False))
         section["find_unused_parameters"] = bool(getattr(ddp, "find_unused_parameters", False))
 
@@ -146,14 +146,14 @@ def capture(session: "Session") -> None:
     session.after_step.append(lambda optimizer, step: window.clear())
 
 
-def _describe(function) -> str:
+def _describe(function: Any) -> str:
     owner = getattr(function, "__self__", None)
     target = owner if owner is not None and hasattr(owner, "named_parameters") else function
     name = type(target).__name__ if hasattr(target, "named_parameters") else getattr(function, "__qualname__", "")
     return str(name)[:80]
 
 
-def _param_names(session, function) -> list[str]:
+def _param_names(session: "Session", function: Any) -> list[str]:
     owner = getattr(function, "__self__", None)
     module = function if hasattr(function, "parameters") else owner
     if module is None or not hasattr(module, "parameters"):
@@ -162,7 +162,7 @@ def _param_names(session, function) -> list[str]:
     return [n for n in names if n][:20]
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     sections = {r["rank"]: r["probes"][PROBE_NAME] for r in records if PROBE_NAME in r.get("probes", {})}
     entries = [e for s in sections.values() for e in s.get("sites", [])]
     if not entries:
@@ -182,7 +182,7 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
         details={"sites": [e["site"] for e in entries], "damage": damage})]
 
 
-def _damage(records: list[dict], entries: list[dict]) -> str:
+def _damage(records: list[dict[str, Any]], entries: list[dict[str, Any]]) -> str:
     from ddpcheck.run.checks._compare import first_mismatch, steps_by_rank
 
     seen_errors = set()
@@ -206,7 +206,7 @@ def _damage(records: list[dict], entries: list[dict]) -> str:
     return "; ".join(parts)
 
 
-def _cause(entries: list[dict], section: dict) -> tuple[str, str]:
+def _cause(entries: list[dict[str, Any]], section: dict[str, Any]) -> tuple[str, str]:
     if any(e["no_grad_input"] for e in entries):
         return ("None of the checkpointed function's inputs required grad, so the reentrant "
                 "implementation computed no gradient for the parameters inside it, and DDP's "

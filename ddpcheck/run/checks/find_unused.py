@@ -110,7 +110,7 @@ class UnfinishedReduction(RuntimeCheck):
     """
 
 
-def reducer_parameter_names(ddp) -> list[str]:
+def reducer_parameter_names(ddp: Any) -> list[str]:
     """The names of the parameters in the order DDP's reducer numbers them."""
     ignore = set(getattr(ddp, "parameters_to_ignore", ()) or ())
     names, memo = [], set()
@@ -146,10 +146,10 @@ def capture(session: "Session") -> None:
     walks: list[float] = []
     entries: dict[int, dict[str, Any]] = {}
 
-    original_pre = DDP._pre_forward
-    original_post = DDP._post_forward
+    original_pre: Any = DDP._pre_forward
+    original_post: Any = DDP._post_forward
 
-    def _pre_forward(self, *args, **kwargs):
+    def _pre_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return original_pre(self, *args, **kwargs)
         except RuntimeError as exc:
@@ -162,7 +162,7 @@ def capture(session: "Session") -> None:
                 session.flush(force=True)
             raise
 
-    def _post_forward(self, output):
+    def _post_forward(self: Any, output: Any) -> Any:
         entry = entries.get(id(self))
         if entry is None or not (self.find_unused_parameters and torch.is_grad_enabled()):
             return original_post(self, output)
@@ -173,10 +173,10 @@ def capture(session: "Session") -> None:
             if len(walks) < 4096:
                 walks.append(time.perf_counter() - start)
 
-    DDP._pre_forward = _pre_forward
-    DDP._post_forward = _post_forward
+    DDP._pre_forward = _pre_forward  # type: ignore[method-assign]
+    DDP._post_forward = _post_forward  # type: ignore[method-assign]
 
-    def on_ddp_init(ddp) -> None:
+    def on_ddp_init(ddp: Any) -> None:
         fup = bool(getattr(ddp, "find_unused_parameters", False))
         entry = {"find_unused_parameters": fup, "static_graph": bool(getattr(ddp, "static_graph", False)),
                  "params": 0, "steps": 0, "incomplete_steps": 0, "missing": [], "walk_median_s": None,
@@ -188,7 +188,7 @@ def capture(session: "Session") -> None:
         if fup:
             _watch_every_grad(session, entry, ddp)
 
-    def summarise(*_args) -> None:
+    def summarise(*_args: Any) -> None:
         if walks:
             for entry in entries.values():
                 if entry["find_unused_parameters"]:
@@ -200,7 +200,7 @@ def capture(session: "Session") -> None:
     session.at_end.append(summarise)
 
 
-def _watch_every_grad(session, entry: dict[str, Any], ddp) -> None:
+def _watch_every_grad(session: "Session", entry: dict[str, Any], ddp: Any) -> None:
     """Per step: did every parameter get a gradient? (post-accumulate-grad hooks fire for this
     rank's own backward; DDP marking a parameter unused does not fire them.) First K steps only."""
     params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
@@ -208,11 +208,11 @@ def _watch_every_grad(session, entry: dict[str, Any], ddp) -> None:
     seen: set[str] = set()
     handles = []
     for name, p in params:
-        def mark(_tensor, name=name) -> None:
+        def mark(_tensor: Any, name: str = name) -> None:
             seen.add(name)
         handles.append(p.register_post_accumulate_grad_hook(mark))
 
-    def after_step(optimizer, step: int) -> None:
+    def after_step(optimizer: Any, step: int) -> None:
         if not handles:
             return
         if seen:  # a window with a backward through this model
@@ -230,14 +230,14 @@ def _watch_every_grad(session, entry: dict[str, Any], ddp) -> None:
     session.after_step.append(after_step)
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     sections = {r["rank"]: r["probes"][PROBE_NAME] for r in records if PROBE_NAME in r.get("probes", {})}
     if not sections:
         return [Verdict(UNNEEDED, SKIP, "no DDP model"), Verdict(CRASH, SKIP, "no DDP model")]
     return [_unneeded(records, sections), _crash(sections)]
 
 
-def _crash(sections: dict[int, dict]) -> Verdict:
+def _crash(sections: dict[int, dict[str, Any]]) -> Verdict:
     hit = {r: s["unfinished"] for r, s in sections.items() if s.get("unfinished")}
     if not hit:
         return Verdict(CRASH, SKIP, "DDP's reduction always finished")
@@ -258,7 +258,7 @@ def _crash(sections: dict[int, dict]) -> Verdict:
         details={"parameters": names})
 
 
-def _unneeded(records: list[dict], sections: dict[int, dict]) -> Verdict:
+def _unneeded(records: list[dict[str, Any]], sections: dict[int, dict[str, Any]]) -> Verdict:
     fup = {r: [m for m in s.get("models", []) if m["find_unused_parameters"]] for r, s in sections.items()}
     fup = {r: ms for r, ms in fup.items() if ms}
     if not fup:
@@ -290,7 +290,7 @@ def _unneeded(records: list[dict], sections: dict[int, dict]) -> Verdict:
         severity="warning", details={"steps": steps, "walk_s": walk_s, "share": share})
 
 
-def _share_of_step(records: list[dict], walk_s: float | None) -> float | None:
+def _share_of_step(records: list[dict[str, Any]], walk_s: float | None) -> float | None:
     """The graph walk as a share of the median step, when the timing probe measured steps."""
     if walk_s is None:
         return None
@@ -299,7 +299,7 @@ def _share_of_step(records: list[dict], walk_s: float | None) -> float | None:
     perf = performance.summarise(records)
     if not perf or not perf.get("step_median"):
         return None
-    return walk_s / perf["step_median"]
+    return float(walk_s / perf["step_median"])
 
 
 PROBE = Probe(PROBE_NAME, (FindUnusedParametersUnneeded, UnfinishedReduction), judge, capture, order=80)

@@ -22,7 +22,7 @@ optimizer's first param group is read at each step (for `--scaling`).
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -239,7 +239,8 @@ class Timer:
     def add(self, phase: str, seconds: float) -> None:
         self.acc[PHASE_INDEX[phase]] += seconds
 
-    def close_step(self, step: int, now: float, checked: bool, events: list | None = None) -> None:
+    def close_step(self, step: int, now: float, checked: bool,
+                   events: list[tuple[int, Any, Any]] | None = None) -> None:
         """An optimizer step of the leading optimizer ended at `now` (before ddpcheck's post-hooks)."""
         self.boundaries += 1
         if self.boundary is not None:
@@ -261,7 +262,7 @@ class Timer:
         self._samples_at_boundary = self.samples
         self.closed_at = now
         self.section["window"] = [
-            round(now - self.first_boundary - self.ours_total, 6), self.samples - self.samples_at_first,
+            round(now - (self.first_boundary or now) - self.ours_total, 6), self.samples - self.samples_at_first,
             self.boundaries - 1,
         ]
         self.section["samples"] = self.samples
@@ -350,7 +351,7 @@ def capture(session: "Session") -> None:
     # --- data ---------------------------------------------------------------------------------
     original_next = _BaseDataLoaderIter.__next__
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         start = enter("data")
         try:
             batch = original_next(self)
@@ -362,12 +363,12 @@ def capture(session: "Session") -> None:
             _note_loader(section, self)
         return batch
 
-    _BaseDataLoaderIter.__next__ = __next__
+    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
 
     # --- forward --------------------------------------------------------------------------------
-    original_forward = DDP.forward
+    original_forward: Any = DDP.forward
 
-    def forward(self, *args, **kwargs):
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if state["cuda"] and timer.active is None:
             return _cuda_timed(state, "forward", lambda: original_forward(self, *args, **kwargs))
         start = enter("forward")
@@ -376,9 +377,9 @@ def capture(session: "Session") -> None:
         finally:
             leave("forward", start)
 
-    DDP.forward = forward
+    DDP.forward = forward  # type: ignore[method-assign]
 
-    def on_ddp_init(ddp) -> None:
+    def on_ddp_init(ddp: Any) -> None:
         first = next((p for p in ddp.module.parameters()), None)
         if first is not None and section["device"] is None:
             section["device"] = str(first.device)
@@ -390,7 +391,7 @@ def capture(session: "Session") -> None:
     # --- backward -----------------------------------------------------------------------------
     original_backward = torch.autograd.backward
 
-    def backward(*args, **kwargs):
+    def backward(*args: Any, **kwargs: Any) -> Any:
         if state["cuda"] and timer.active is None:
             return _cuda_timed(state, "backward", lambda: original_backward(*args, **kwargs))
         start = enter("backward")
@@ -409,10 +410,10 @@ def capture(session: "Session") -> None:
                 setattr(module, name, _timed_collective(fn, session, enter, leave))
 
     # --- the optimizer step: four global hooks around everyone else's ---------------------------
-    def pre_first(opt, args, kwargs) -> None:
+    def pre_first(opt: Any, args: Any, kwargs: Any) -> None:
         state["pre_begin"] = clock()
 
-    def pre_last(opt, args, kwargs) -> None:
+    def pre_last(opt: Any, args: Any, kwargs: Any) -> None:
         now = clock()
         if state["pre_begin"] is not None:
             state["ours"] += now - state["pre_begin"]
@@ -421,7 +422,7 @@ def capture(session: "Session") -> None:
         state["opt_start"] = now
         timer.active = "optimizer"
 
-    def post_first(opt, args, kwargs) -> None:
+    def post_first(opt: Any, args: Any, kwargs: Any) -> None:
         now = clock()
         timer.active = None
         if state.get("opt_event") is not None:
@@ -443,17 +444,18 @@ def capture(session: "Session") -> None:
         if timer.pending:
             timer.resolve()
 
-    def post_last(opt, args, kwargs) -> None:
+    def post_last(opt: Any, args: Any, kwargs: Any) -> None:
         if state.pop("post_end_pending", False):
             timer.resume(clock())  # ddpcheck's post-step work is in no step's window
         if session.is_checked(session.step) and session.step >= 10:
             _read_ddp_logging(session, section)
 
-    h = optim_mod.register_optimizer_step_pre_hook(pre_first)
-    optim_mod._global_optimizer_pre_hooks.move_to_end(h.id, last=False)
+    # torch keeps the global hooks in OrderedDicts and calls them in order: ours go first and last.
+    pre_hooks: Any = optim_mod._global_optimizer_pre_hooks
+    post_hooks: Any = optim_mod._global_optimizer_post_hooks
+    pre_hooks.move_to_end(optim_mod.register_optimizer_step_pre_hook(pre_first).id, last=False)
     optim_mod.register_optimizer_step_pre_hook(pre_last)
-    h = optim_mod.register_optimizer_step_post_hook(post_first)
-    optim_mod._global_optimizer_post_hooks.move_to_end(h.id, last=False)
+    post_hooks.move_to_end(optim_mod.register_optimizer_step_post_hook(post_first).id, last=False)
     optim_mod.register_optimizer_step_post_hook(post_last)
 
     def at_end(why: str) -> None:
@@ -466,7 +468,7 @@ def capture(session: "Session") -> None:
 
     session.at_end.append(at_end)
 
-    def _cuda_timed(state: dict, phase: str, call):
+    def _cuda_timed(state: dict[str, Any], phase: str, call: Callable[[], Any]) -> Any:
         timer.active = phase
         begin = _cuda_begin()
         try:
@@ -484,11 +486,13 @@ _COLLECTIVES = (
 )  # fmt: skip
 
 
-def _timed_collective(fn, session, enter, leave):
+def _timed_collective(fn: Callable[..., Any], session: "Session",
+                      enter: Callable[[str], float | None],
+                      leave: Callable[[str, float | None], None]) -> Callable[..., Any]:
     import functools
 
     @functools.wraps(fn)
-    def collective(*args, **kwargs):
+    def collective(*args: Any, **kwargs: Any) -> Any:
         group = kwargs.get("group")
         if group is not None and group is session.group:  # ddpcheck's own traffic
             return fn(*args, **kwargs)
@@ -498,38 +502,39 @@ def _timed_collective(fn, session, enter, leave):
         finally:
             leave("collectives", start)
 
-    collective._ddpcheck_timed = True
+    collective._ddpcheck_timed = True  # type: ignore[attr-defined]
     return collective
 
 
 def _timing_events_work() -> bool:
     """Real CUDA with timing events (an emulated CUDA on the CPU has none)."""
     try:
-        import torch
-
-        torch.cuda.Event(enable_timing=True)
-        return torch.cuda.is_initialized() or torch.cuda.device_count() > 0
+        cuda = _cuda()
+        cuda.Event(enable_timing=True)
+        return bool(cuda.is_initialized() or cuda.device_count() > 0)
     except Exception:  # noqa: BLE001
         return False
 
 
-def _cuda_begin():
+def _cuda() -> Any:
     import torch
 
-    event = torch.cuda.Event(enable_timing=True)
+    return torch.cuda
+
+
+def _cuda_begin() -> Any:
+    event = _cuda().Event(enable_timing=True)
     event.record()
     return event
 
 
-def _cuda_end(begin, phase: str):
-    import torch
-
-    end = torch.cuda.Event(enable_timing=True)
+def _cuda_end(begin: Any, phase: str) -> tuple[int, Any, Any]:
+    end = _cuda().Event(enable_timing=True)
     end.record()
     return (PHASE_INDEX[phase], begin, end)
 
 
-def _note_loader(section: dict[str, Any], it) -> None:
+def _note_loader(section: dict[str, Any], it: Any) -> None:
     if len(section["loaders"]) >= 16:
         return
     batch_sampler = getattr(it, "_index_sampler", None)
@@ -542,7 +547,7 @@ def _note_loader(section: dict[str, Any], it) -> None:
     })
 
 
-def _note_lr(optimizers: dict[int, dict[str, Any]], section: dict[str, Any], opt) -> None:
+def _note_lr(optimizers: dict[int, dict[str, Any]], section: dict[str, Any], opt: Any) -> None:
     try:
         lr = float(opt.param_groups[0]["lr"])
     except (KeyError, IndexError, TypeError, ValueError):
@@ -560,7 +565,7 @@ def _note_lr(optimizers: dict[int, dict[str, Any]], section: dict[str, Any], opt
     entry["steps"] += 1
 
 
-def _read_ddp_logging(session, section: dict[str, Any]) -> None:
+def _read_ddp_logging(session: "Session", section: dict[str, Any]) -> None:
     for ddp in session.ddps():
         try:
             data = ddp._get_ddp_logging_data()
@@ -576,7 +581,7 @@ STRAGGLER, DATA, COMM, UNSCALED_LR = "DDP140", "DDP141", "DDP142", "DDP143"
 FINDING_MIN_STEPS = 10  # timed steps per rank (after the warm-up) before a performance finding
 
 
-def judge(records: list[dict], ctx: Context | None) -> list[Verdict]:
+def judge(records: list[dict[str, Any]], ctx: Context | None) -> list[Verdict]:
     from ddpcheck.run import performance
 
     lr = Verdict(UNSCALED_LR, SKIP, "compares runs at several world sizes: `--scaling 1,2,4`")
@@ -608,7 +613,7 @@ def judge(records: list[dict], ctx: Context | None) -> list[Verdict]:
     else:
         out.append(Verdict(DATA, PASS, f"{share:.0%} of a step waiting for data"))
     ddp = perf.get("ddp")
-    if "communication" in hints:
+    if "communication" in hints and ddp:
         out.append(Verdict(COMM, FAIL, f"{performance.fmt_ms(ddp['exposed_comm_s'])} of a {median} step "
                            "in the reduction, not hidden", message=hints["communication"],
                            details={"ddp": ddp}))

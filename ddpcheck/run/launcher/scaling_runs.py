@@ -16,7 +16,8 @@ from ddpcheck.run.verdict import FAIL
 
 
 def run(argv: list[str], options: Any) -> int:
-    runs, outcomes = [], {}
+    runs: list[dict[str, Any]] = []
+    outcomes: dict[int, Any] = {}
     # torchrun gives each rank OMP_NUM_THREADS=1 when it starts 2 or more, and leaves a single rank
     # all the cores: the runs would not compare like with like. Same threads per rank for all.
     threads_set = "OMP_NUM_THREADS" not in os.environ
