@@ -13,6 +13,8 @@ import html
 import math
 from typing import Any
 
+from ddpcheck.catalog import DOCS_URL
+
 # Phase colours: distinct in hue and lightness, readable on white and on the dark theme.
 PHASE_COLORS = {
     "data": "#e8a33d",
@@ -210,7 +212,7 @@ def _findings(findings: list[dict[str, Any]]) -> str:
             loc = f["path"] + (f":{f['location']['line']}" if f.get("location") else "")
             meta.append(loc)
         hint = f'<p class="hint"><b>Fix:</b> {esc(f["hint"])}</p>' if f.get("hint") else ""
-        url = f"https://github.com/ddpcheck/ddpcheck/blob/main/rules/{f.get('code')}.md"
+        url = DOCS_URL.format(code=f.get("code"))
         items.append(
             f'<article class="finding {esc(sev)}"><div class="fhead">'
             f'<span class="code">{esc(f.get("code"))}</span><span class="fname">{esc(f.get("name"))}</span>'

@@ -28,8 +28,12 @@ SECTION = "timing"
 # more than they do in its own phases. Timing on shared machines is noisy: only clear cases.
 STRAGGLER_SHARE = 0.2
 STRAGGLER_MIN_S = 0.005
-# A phase that takes this share of the median step is worth a hint.
+# A phase that takes this share of the median step, and this long, is worth a hint.
 BOUND_SHARE = 0.4
+BOUND_MIN_S = 0.005
+# Below this many bytes of gradients a reduction is bound by latency, not bandwidth: bucket sizes
+# and compression cannot help, and on a shared CPU its time is mostly waiting for a busy peer.
+COMM_MIN_BYTES = 4 * 2**20
 # Too few timed steps to say anything.
 MIN_STEPS = 3
 UNCHECKED_ENOUGH = 10
@@ -222,6 +226,7 @@ def _ddp_comm(sections: dict[int, dict[str, Any]]) -> dict[str, Any] | None:
         "buckets": first.get("num_buckets_reduced"),
         "find_unused_parameters": bool(first.get("find_unused_parameters")),
         "unused_parameter_size": first.get("unused_parameter_size"),
+        "gradient_bytes": first.get("total_parameter_size_bytes"),
     }
 
 
@@ -244,12 +249,13 @@ def hints(perf: dict[str, Any]) -> list[dict[str, str]]:
     straggler = perf.get("straggler")
     if straggler:
         out.append({"kind": "straggler", "text": straggler_hint(straggler)})
-    if shares["data"] >= BOUND_SHARE:
+    step = perf["step_median"]
+    if shares["data"] >= BOUND_SHARE and shares["data"] * step >= BOUND_MIN_S:
         out.append({"kind": "data", "text": data_hint(perf)})
     comm = perf.get("ddp")
-    if comm and perf["step_median"] and not straggler:
-        exposed = comm["exposed_comm_s"] / perf["step_median"]
-        if exposed >= BOUND_SHARE:
+    if comm and step and not straggler and (comm.get("gradient_bytes") or 0) >= COMM_MIN_BYTES:
+        exposed = comm["exposed_comm_s"] / step
+        if exposed >= BOUND_SHARE and comm["exposed_comm_s"] >= BOUND_MIN_S:
             out.append({"kind": "communication", "text": comm_hint(comm, exposed)})
     return out
 

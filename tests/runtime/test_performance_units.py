@@ -147,3 +147,19 @@ def test_gpu_phases_come_from_the_events_once_they_complete():
     named = dict(zip(timing.COLUMNS, row))
     assert (named["step"], named["total"], named["data"]) == (2, 100_000, 2000)
     assert named["forward"] == pytest.approx(25_000, abs=1) and named["backward"] == pytest.approx(50_000, abs=1)
+
+
+def _with_ddp_timers(rec: dict, gradient_bytes: int) -> dict:
+    rec["probes"]["timing"]["ddp"] = {  # DDP's own timers, nanoseconds: 14 ms of reduction, 2 hidden
+        "avg_backward_comm_time": 14_000_000, "avg_backward_compute_comm_overlap_time": 2_000_000,
+        "avg_forward_compute_time": 1_000_000, "avg_backward_compute_time": 3_000_000,
+        "bucket_cap_bytes": 25 * 2**20, "total_parameter_size_bytes": gradient_bytes}
+    return rec
+
+
+def test_an_exposed_reduction_is_reported_only_for_models_big_enough_to_be_bandwidth_bound():
+    big = performance.summarise([_with_ddp_timers(_rank(r, fwd=1000, bwd=14_000), 40 * 2**20) for r in range(2)])
+    (hint,) = big["hints"]
+    assert hint["kind"] == "communication" and "bucket_cap_mb (now 25 MB)" in hint["text"]
+    tiny = performance.summarise([_with_ddp_timers(_rank(r, fwd=1000, bwd=14_000), 644) for r in range(2)])
+    assert tiny["hints"] == [] and tiny["ddp"]["exposed_comm_s"] == pytest.approx(0.012)

@@ -152,6 +152,7 @@ def capture(session: "Session") -> None:
                     "dataset": index, "base_seed": int(self._base_seed), "workers": self._num_workers,
                     "persistent": bool(self._persistent_workers),
                     "own_generator": loader.generator is not None,
+                    "start": _start_method(loader),
                 })
             _collect(section, record_dir, rank)
         except Exception:  # noqa: BLE001 - never break the user's loader over a note
@@ -171,6 +172,16 @@ def capture(session: "Session") -> None:
 
     worker_mod._worker_loop = _worker_loop
     session.at_end.append(lambda why: _collect(section, record_dir, rank))
+
+
+def _start_method(loader: Any) -> str:
+    """How the loader starts its workers: only forked workers inherit the spy."""
+    import multiprocessing
+
+    ctx = loader.multiprocessing_context
+    if ctx is None:
+        return str(multiprocessing.get_start_method(allow_none=True) or "fork")
+    return str(ctx if isinstance(ctx, str) else ctx.get_start_method())
 
 
 def _collect(section: dict[str, Any], record_dir: str, rank: int) -> None:
@@ -327,7 +338,11 @@ def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     sections = {r["rank"]: r["probes"][PROBE_NAME] for r in records if PROBE_NAME in r.get("probes", {})}
     workers = [w for s in sections.values() for w in s.get("workers", [])]
     if not workers:
-        why = "no DataLoader with workers" if sections else "no rank reported"
+        starts = sorted({it.get("start", "fork") for s in sections.values() for it in s.get("iterators", [])})
+        if starts and "fork" not in starts:
+            why = f"DataLoader workers started with {', '.join(starts)} (only forked workers are watched)"
+        else:
+            why = "no DataLoader with workers" if sections else "no rank reported"
         return [Verdict(HELD, SKIP, why), Verdict(SEEDS, SKIP, why)]
     return [_held(workers, sections), _seeds(workers, sections)]
 

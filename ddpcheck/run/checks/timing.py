@@ -41,6 +41,7 @@ DDP_LOG_KEYS = (
     "avg_forward_compute_time", "avg_backward_compute_time", "avg_backward_comm_time",
     "avg_backward_compute_comm_overlap_time", "bucket_cap_bytes", "num_buckets_reduced",
     "find_unused_parameters", "unused_parameter_size", "iteration", "static_graph",
+    "total_parameter_size_bytes",
 )
 
 clock = time.perf_counter
@@ -103,7 +104,7 @@ class DataBound(RuntimeCheck):
     Time a rank spends in `next(iter(loader))` is time its device sits idle; adding ranks does not
     help when each of them waits for its input pipeline. ddpcheck measures the wait for each batch
     (`DataLoader.__next__`) on every rank and reports it when it takes 40 % of the median step or
-    more (over at least 10 timed steps), with the loader's settings.
+    more, and at least 5 ms (over at least 10 timed steps), with the loader's settings.
 
     ## How to fix
 
@@ -140,8 +141,10 @@ class CommunicationBound(RuntimeCheck):
     DDP overlaps the all-reduce of each gradient bucket with the rest of backward. What is left
     after the last gradient is computed is pure waiting. ddpcheck reads DDP's own timers
     (`_get_ddp_logging_data()`: the reduction's time and its overlap with backward compute, sampled
-    by DDP) and reports the exposed part when it is 40 % of the median step or more and no
-    straggler explains it.
+    by DDP) and reports the exposed part when it is 40 % of the median step or more (and 5 ms)
+    and no straggler explains it. Models with under 4 MiB of gradients (about a million float32
+    parameters) are left out: their reduction is bound by latency, which bucket sizes and
+    compression cannot change, and on a shared CPU its time is mostly waiting for a busy peer.
 
     ## How to fix
 
