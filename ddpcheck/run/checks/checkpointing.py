@@ -76,9 +76,10 @@ class ReentrantCheckpoint(RuntimeCheck):
     hint = "pass use_reentrant=False to torch.utils.checkpoint"
     name = "reentrant-checkpoint-breaks-ddp"
     severity = Severity.ERROR
-    # What it makes fail: the gradients of the step whose reduction never completed, parameters
-    # without a gradient, DDP's error at the next forward and the crash it is.
-    explains = ("DDP105", "DDP112", "DDP146", "DDP120")
+    # What it makes fail: the gradients of the step whose reduction never completed (and the
+    # parameters that then drift), parameters without a gradient, DDP's error at the next
+    # forward and the crash it is.
+    explains = ("DDP105", "DDP106", "DDP112", "DDP146", "DDP120")
     BAD = """
         def forward(self, images):
             h = checkpoint(self.stem, images)  # use_reentrant not given: reentrant; images need no grad

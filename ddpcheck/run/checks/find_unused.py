@@ -98,7 +98,9 @@ class UnfinishedReduction(RuntimeCheck):
     hint = "use the named parameters in the loss, freeze or remove them, or find_unused_parameters=True"
     name = "unfinished-reduction"
     severity = Severity.ERROR
-    explains = ("DDP112", "DDP120")  # the parameters without a gradient, and the crash it is
+    # The step whose reduction never completed left the other gradients unsynchronised (and the
+    # parameters then drift); the parameters without a gradient; the crash it is.
+    explains = ("DDP105", "DDP106", "DDP112", "DDP120")
     BAD = """
         def forward(self, x):
             features = self.backbone(x)
