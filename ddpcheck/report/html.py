@@ -74,9 +74,10 @@ def fmt_lr(x: float | None) -> str:
 
 def render(report: dict[str, Any], *, generated: str | None = None) -> str:
     """The whole page for one run report (the `--report` JSON document)."""
-    job = report.get("job", {})
-    perf = report.get("performance")
-    scaling = report.get("scaling")
+    run = report.get("run", {})
+    job = run.get("job", {})
+    perf = run.get("performance")
+    scaling = run.get("scaling")
     findings = sorted(report.get("findings", []),
                       key=lambda f: (_SEVERITY_ORDER.get(f.get("severity"), 3), f.get("code", "")))
     when = generated or _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -98,7 +99,7 @@ def render(report: dict[str, Any], *, generated: str | None = None) -> str:
         parts.append(_phases(perf))
     if scaling:
         parts.append(_scaling(scaling))
-    parts.append(_checks(report.get("checks", [])))
+    parts.append(_checks(run.get("checks", [])))
     from ddpcheck import __version__
 
     parts.append(f"<footer>ddpcheck {esc(__version__)} · generated {esc(when)} · "

@@ -18,7 +18,7 @@ ENV_EMULATED_DEVICES = "DDPCHECK_EMULATED_DEVICES"  # what torch.cuda.device_cou
 class RunOptions:
     """What the ranks and the report need to know. Travels to the ranks as JSON in CONFIG_ENV."""
 
-    checks: tuple[str, ...] | None = None  # the probes whose checks run; None: every probe
+    codes: tuple[str, ...] | None = None  # the runtime codes selected; None: every one
     check_first: int = 20  # check every optimizer step for the first K steps ...
     check_every: int = 50  # ... then every N-th step
     report: str | None = None
@@ -42,13 +42,13 @@ class RunOptions:
         if not raw:
             return None
         data = json.loads(raw)
-        if data.get("checks") is not None:
-            data["checks"] = tuple(data["checks"])
+        if data.get("codes") is not None:
+            data["codes"] = tuple(data["codes"])
         data["scaling"] = tuple(data.get("scaling", ()))
         return cls(**data)
 
-    def probe_enabled(self, name: str) -> bool:
-        return self.checks is None or name in self.checks
+    def selects(self, code: str) -> bool:
+        return self.codes is None or code in self.codes
 
     def is_checked(self, step: int) -> bool:
         """Is optimizer step `step` (1-based) one we check? Every step for the first K, then every N-th."""

@@ -43,13 +43,14 @@ def parse_sizes(text: str) -> tuple[int, ...]:
 
 def run_entry(world_size: int, report: dict[str, Any], exit_code: int) -> dict[str, Any]:
     """One row of the scaling table from one run's report."""
-    perf = report.get("performance") or {}
+    run = report.get("run", {})
+    perf = run.get("performance") or {}
     tp = perf.get("throughput") or {}
     opts = perf.get("optimizers") or []
     lr = opts[0]["max"] if opts else None
     return {
         "world_size": world_size,
-        "ok": exit_code == 0 or not report.get("job", {}).get("script_exit_code"),
+        "ok": not run.get("job", {}).get("script_exit_code"),
         "exit_code": exit_code,
         "samples_per_s": tp.get("samples_per_s"),
         "global_batch": tp.get("global_batch"),

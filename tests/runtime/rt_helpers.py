@@ -34,7 +34,7 @@ class Result:
         return {f["code"] for f in self.report["findings"]}
 
     def check(self, code: str) -> dict:
-        return next(c for c in self.report["checks"] if c["code"] == code)
+        return next(c for c in self.report["run"]["checks"] if c["code"] == code)
 
     def status(self, code: str) -> str:
         return self.check(code)["status"]

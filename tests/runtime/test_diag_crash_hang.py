@@ -34,7 +34,7 @@ def test_crash_on_rank_1_names_the_rank_and_the_line(tmp_path):
     assert "error_file" not in proc.stdout + proc.stderr
     assert "DDP120 rank-crashed" in proc.stdout
     # What was checked until the crash is still reported.
-    assert data["job"]["steps"] >= 3 and len(data["ranks"]) == 2
+    assert data["run"]["job"]["steps"] >= 3 and len(data["run"]["ranks"]) == 2
     assert_no_survivors(mark)
 
 
@@ -87,7 +87,7 @@ def test_ctrl_c_stops_every_rank_and_writes_the_partial_report(tmp_path):
     data = json.loads(report.read_text())
     stopped = finding(data, "DDP124")
     assert "interrupted after" in stopped["message"]
-    assert data["job"]["steps"] >= 3  # what ran before the interrupt is there
+    assert data["run"]["job"]["steps"] >= 3  # what ran before the interrupt is there
     assert "DDP120" not in codes(data)
     assert_no_survivors(mark)
 

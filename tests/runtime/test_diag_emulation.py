@@ -33,7 +33,7 @@ def test_gpu_script_on_cpu_ends_bitwise_equal_to_its_cpu_twin(tmp_path):
 def test_tutorial_gpu_script_runs_on_four_cpu_ranks_with_its_true_findings(tmp_path):
     proc, data, mark = ddpcheck_run(["--nproc", "4", str(fixture("ddp_tutorial_gpu.py", tmp_path))], tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # checks failed; the script itself ran fine
-    assert data["job"]["world_size"] == 4
+    assert data["run"]["job"]["world_size"] == 4
     # The hard-coded tcp:// init_method (rewritten, so no hang), set_epoch never called, and the
     # emulation said out loud; nothing else.
     assert sorted(codes(data)) == ["DDP103", "DDP113", "DDP122"], codes(data)

@@ -28,8 +28,8 @@ def test_spawn_style_script_runs_plainly_and_its_workers_are_checked(tmp_path):
     crash = finding(data, "DDP120")
     assert crash["ranks"] == [1] and crash["location"]["line"] == _line_of(script, "raise ValueError")
     # The workers ran with the same checks as torchrun ranks: both wrote their records.
-    assert sorted(r["rank"] for r in data["ranks"]) == [0, 1]
-    assert data["ranks"][0]["probes"]["lifecycle"]["init"] is True
+    assert sorted(r["rank"] for r in data["run"]["ranks"]) == [0, 1]
+    assert data["run"]["ranks"][0]["probes"]["lifecycle"]["init"] is True
     assert_no_survivors(mark)
 
 
@@ -56,16 +56,16 @@ def test_two_agents_form_one_job_and_the_rank_0_node_has_the_verdicts(tmp_path):
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, out + err
     data = [json.loads(r.read_text()) for r in reports]
-    assert all(d["job"]["world_size"] == 4 for d in data)
-    head_at = next(i for i, d in enumerate(data) if 0 in d["job"]["ranks_reported"])
+    assert all(d["run"]["job"]["world_size"] == 4 for d in data)
+    head_at = next(i for i, d in enumerate(data) if 0 in d["run"]["job"]["ranks_reported"])
     head, other = data[head_at], data[1 - head_at]
     # One job of 4 ranks, 2 on each agent; the node holding rank 0 has every rank's record and
     # judges across all four: the shards of all ranks together cover the dataset exactly.
-    assert head["job"]["ranks_reported"] == [0, 1, 2, 3]
-    assert other["job"]["ranks_reported"] == [2, 3]
-    shards = next(c for c in head["checks"] if c["code"] == "DDP101")
+    assert head["run"]["job"]["ranks_reported"] == [0, 1, 2, 3]
+    assert other["run"]["job"]["ranks_reported"] == [2, 3]
+    shards = next(c for c in head["run"]["checks"] if c["code"] == "DDP101")
     assert shards["status"] == "pass" and "coverage 64/64" in shards["detail"]
-    assert next(c for c in head["checks"] if c["code"] == "DDP105")["status"] == "pass"
+    assert next(c for c in head["run"]["checks"] if c["code"] == "DDP105")["status"] == "pass"
     assert "this node ran ranks 2–3 of 4" in outs[1 - head_at][0]
     for mark in marks:
         assert_no_survivors(mark)

@@ -41,17 +41,19 @@ def _report() -> dict:
     ]
     block, verdict = scaling.summarise(runs)
     return {
-        "job": {"target": "train<script>.py", "args": ["--epochs", "2"], "world_size": 4, "steps": 30,
-                "checked_steps": 20, "exit_code": 1},
-        "checks": [{"code": "DDP105", "name": "gradients-differ", "status": "pass", "detail": "identical"}],
+        "run": {
+            "job": {"target": "train<script>.py", "args": ["--epochs", "2"], "world_size": 4, "steps": 30,
+                    "checked_steps": 20, "exit_code": 1},
+            "checks": [{"code": "DDP105", "name": "gradients-differ", "status": "pass", "detail": "identical"}],
+            "performance": perf,
+            "scaling": block,
+        },
         "findings": [
             {"code": "DDP140", "name": "straggler-rank", "severity": "warning",
              "message": performance.straggler_hint(perf["straggler"]), "hint": None, "ranks": [2]},
             {"code": "DDP143", "name": "unscaled-learning-rate", "severity": "warning",
              "message": verdict.message, "hint": None, "ranks": []},
         ],
-        "performance": perf,
-        "scaling": block,
     }
 
 
@@ -69,15 +71,16 @@ def test_the_page_is_self_contained_and_escapes_what_the_script_controls():
 
 def test_the_planted_figures_are_in_the_report():
     report = _report()
-    perf = report["performance"]
+    perf = report["run"]["performance"]
     assert perf["straggler"]["rank"] == 2 and perf["straggler"]["phase"] == "other"
     assert perf["straggler"]["excess_s"] == pytest.approx(0.060, abs=0.002)
     assert perf["throughput"]["samples_per_s"] == pytest.approx(1600)
     assert perf["throughput"]["global_batch"] == 128
-    runs = {r["world_size"]: r for r in report["scaling"]["runs"]}
+    runs = {r["world_size"]: r for r in report["run"]["scaling"]["runs"]}
     assert runs[4]["speedup"] == pytest.approx(3.2) and runs[4]["efficiency"] == pytest.approx(0.8)
     assert runs[4]["lr_expected"] == pytest.approx(0.4)
-    assert "grew 4×" in report["scaling"]["lr_verdict"] and "0.4" in report["scaling"]["lr_verdict"]
+    verdict = report["run"]["scaling"]["lr_verdict"]
+    assert "grew 4×" in verdict and "0.4" in verdict
 
 
 chromium = pytest.mark.skipif(find_chromium() is None, reason="chromium is not installed (CI installs "

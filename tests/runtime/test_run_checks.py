@@ -28,10 +28,10 @@ def test_correct_script_passes_every_check_and_trains_exactly_as_without_ddpchec
     checked = run_ddpcheck(["--nproc", "2", TRAIN, "--save", str(tmp_path / "checked.pt")], tmp_path)
     assert checked.returncode == 0, checked.stderr[-3000:]
     assert checked.codes == set()
-    assert {c["code"] for c in checked.report["checks"] if c["status"] == "pass"} == MUST_PASS
+    assert {c["code"] for c in checked.report["run"]["checks"] if c["status"] == "pass"} == MUST_PASS
     assert "optimizer step 1 checked" in checked.stderr  # progress during the run
     assert "DDP105" in checked.stdout and "pass" in checked.stdout  # the summary table
-    job = checked.report["job"]
+    job = checked.report["run"]["job"]
     assert (job["world_size"], job["steps"], job["checked_steps"]) == (2, 8, 8)
 
     # The same seeded script under plain torchrun: final weights bitwise equal.
@@ -104,7 +104,7 @@ def test_padding_of_1001_samples_on_4_ranks_passes_and_cadence_is_kept(tmp_path)
     assert result.codes == set()
     overlap = result.check("DDP101")
     assert overlap["status"] == "pass" and "3 padding repeats" in overlap["detail"]
-    job = result.report["job"]
+    job = result.report["run"]["job"]
     # ceil(1001 / 4) = 251 samples per rank, 32 batches of 8, 2 epochs = 64 steps;
     # checked: steps 1, 2, then every 3rd: 3, 6, ..., 63 -> 23
     assert (job["world_size"], job["steps"], job["checked_steps"]) == (4, 64, 23)

@@ -11,16 +11,19 @@ import re
 
 import pytest
 
+import jsonschema
+
 from browser import count_color, dump_dom, find_chromium, read_png, screenshot
 from ddpcheck.report.html import PHASE_COLORS
-from rt_helpers import FIXTURES, run_ddpcheck
+from rt_helpers import FIXTURES, ROOT, run_ddpcheck
 
 pytestmark = pytest.mark.slow
+SCHEMA = json.loads((ROOT / "ddpcheck" / "report" / "report.schema.json").read_text())
 
 
 def _perf(result) -> dict:
     assert result.report is not None, result.stderr[-3000:]
-    return result.report["performance"]
+    return result.report["run"]["performance"]
 
 
 def test_a_data_bound_script_waits_for_data_and_is_told_what_to_try(tmp_path):
@@ -33,6 +36,7 @@ def test_a_data_bound_script_waits_for_data_and_is_told_what_to_try(tmp_path):
     assert perf["throughput"]["global_batch"] == 32 and perf["throughput"]["samples_per_s"] > 0
     assert perf["straggler"] is None
     assert result.codes == {"DDP141"}
+    jsonschema.validate(result.report, SCHEMA)
     finding = next(f for f in result.report["findings"] if f["code"] == "DDP141")
     assert "num_workers (now 0)" in finding["message"]
     # The terminal: the phase table with bars, and the summary line under it.
@@ -82,7 +86,7 @@ def test_scaling_with_a_constant_learning_rate_reports_the_factor_it_should_have
     result = run_ddpcheck(["--scaling", "1,2", str(FIXTURES / "scaling_train.py"), "--steps", "24"],
                           tmp_path, timeout=300)
     assert result.returncode == 1, result.stderr[-3000:]
-    runs = {r["world_size"]: r for r in result.report["scaling"]["runs"]}
+    runs = {r["world_size"]: r for r in result.report["run"]["scaling"]["runs"]}
     assert sorted(runs) == [1, 2]
     assert (runs[1]["global_batch"], runs[2]["global_batch"]) == (32, 64)
     assert runs[1]["lr"] == runs[2]["lr"] == pytest.approx(0.1)
@@ -90,8 +94,9 @@ def test_scaling_with_a_constant_learning_rate_reports_the_factor_it_should_have
     assert runs[1]["efficiency"] == pytest.approx(1.0) and runs[2]["efficiency"] > 0
     assert runs[2]["speedup"] == pytest.approx(runs[2]["samples_per_s"] / runs[1]["samples_per_s"])
     assert result.codes == {"DDP143"}
+    jsonschema.validate(result.report, SCHEMA)
     assert "grew 2× (32 → 64)" in result.report["findings"][0]["message"]
-    assert result.report["job"]["world_size"] == 2  # the report is the largest run's
+    assert result.report["run"]["job"]["world_size"] == 2  # the report is the largest run's
     # The terminal: the scaling table with efficiency and the learning rate the rule asks for.
     assert "Scaling" in result.stdout and "efficiency" in result.stdout
     assert "0.1 (rule: 0.2)" in result.stdout
@@ -102,7 +107,7 @@ def test_scaling_with_a_learning_rate_scaled_by_the_world_size_passes(tmp_path):
     result = run_ddpcheck(["--scaling", "1,2", "--quiet", str(FIXTURES / "scaling_train.py"), "--steps", "24",
                            "--scale-lr"], tmp_path, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    runs = {r["world_size"]: r for r in result.report["scaling"]["runs"]}
+    runs = {r["world_size"]: r for r in result.report["run"]["scaling"]["runs"]}
     assert runs[2]["lr"] == pytest.approx(0.2) and runs[2]["lr_expected"] == pytest.approx(0.2)
     assert result.status("DDP143") == "pass" and result.codes == set()
     assert "(rule:" not in result.stdout

@@ -143,7 +143,7 @@ class DestroyProcessGroupMissing(RuntimeCheck):
     """
 
     code = "DDP111"
-    name = "destroy-process-group-missing"
+    name = "process-group-not-destroyed"
     severity = Severity.WARNING
     BAD = """
         dist.init_process_group("gloo")

@@ -43,7 +43,7 @@ class HardcodedInitMethod(RuntimeCheck):
     """
 
     code = "DDP113"
-    name = "hardcoded-init-method"
+    name = "init-method-bypasses-launcher"
     severity = Severity.ERROR
     BAD = """
         dist.init_process_group("gloo", init_method="tcp://10.0.0.1:23456",

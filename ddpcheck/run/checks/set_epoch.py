@@ -34,7 +34,7 @@ class MissingSetEpoch(RuntimeCheck):
     """
 
     code = "DDP103"
-    name = "missing-set-epoch"
+    name = "same-shuffle-every-epoch"
     severity = Severity.WARNING
     BAD = """
         for epoch in range(epochs):

@@ -49,7 +49,7 @@ class MissingDistributedSampler(RuntimeCheck):
     """
 
     code = "DDP100"
-    name = "missing-distributed-sampler"
+    name = "ranks-draw-same-samples"
     severity = Severity.ERROR
     explains = ("DDP104",)
     BAD = """

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn
 
 from ddpcheck.errors import UserError
@@ -101,8 +102,6 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
     if ns.ddpcheck_scaling is not None and nnodes_max > 1:
         raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
 
-    options = own_options_from(ns, record_dir)
-
     if ns.module:
         target = Target("module", ns.training_script, tuple(ns.training_script_args))
     else:
@@ -111,6 +110,7 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
             raise UserError(f"ddpcheck run: {ns.training_script}: no such script; give a path to a "
                             "Python file or -m MODULE")
         target = Target("script", path, tuple(ns.training_script_args))
+    options = own_options_from(ns, record_dir, Path(target.name if target.kind == "script" else os.getcwd()))
 
     # Single node and no rendezvous chosen: a standalone c10d rendezvous on loopback with a free
     # port, so two jobs on one machine never collide (torchrun's own --standalone).
@@ -136,8 +136,17 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
                        help="Write the full JSON report (schema in ddpcheck/run/REPORT.md) to PATH.")
     group.add_argument("--output-format", dest="ddpcheck_output_format", default="full", metavar="FORMAT",
                        help="How to print the result: full (a table), concise, json (the --report document), sarif or github.")
-    group.add_argument("--checks", dest="ddpcheck_checks", default=None, metavar="LIST",
-                       help="Comma-separated probes to run (default: all); `ddpcheck rules` lists their checks.")
+    group.add_argument("--select", dest="ddpcheck_select", action="append", default=None, metavar="CODES",
+                       help="Codes or prefixes to check (DDP10, DDP105, ALL), replacing the configured set.")
+    group.add_argument("--extend-select", dest="ddpcheck_extend_select", action="append", default=None,
+                       metavar="CODES", help="Codes or prefixes to check on top of the configured set.")
+    group.add_argument("--ignore", dest="ddpcheck_ignore", action="append", default=None, metavar="CODES",
+                       help="Codes or prefixes not to check.")
+    group.add_argument("--config", dest="ddpcheck_config", default=None, metavar="PATH",
+                       help="Use this TOML file's [tool.ddpcheck] selection instead of the nearest "
+                       "pyproject.toml above the script.")
+    group.add_argument("--checks", dest="ddpcheck_checks", default=None, metavar="PROBES",
+                       help="Comma-separated probes (shards, grads, ...): select their codes, like --select.")
     group.add_argument("--check-first", dest="ddpcheck_check_first", default=20, metavar="K",
                        help="Check every optimizer step for the first K steps (default 20).")
     group.add_argument("--check-every", dest="ddpcheck_check_every", default=50, metavar="N",
@@ -173,25 +182,22 @@ def _non_negative_int(value: Any, flag: str) -> int:
     return number
 
 
-def own_options_from(ns: argparse.Namespace, record_dir: str) -> RunOptions:
+def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> RunOptions:
     """Validate our options from the parsed namespace; every mistake is one UserError line."""
-    from ddpcheck.run.registry import probe_names
+    from ddpcheck.run.launcher.selection import selected_codes
 
-    checks = None
-    if ns.ddpcheck_checks is not None:
-        names = probe_names()
-        wanted = [c.strip() for c in ns.ddpcheck_checks.split(",") if c.strip()]
-        unknown = [c for c in wanted if c not in names]
-        if unknown or not wanted:
-            raise UserError(
-                f"--checks: unknown check {', '.join(unknown) or '(empty)'}; choose from {', '.join(names)}"
-            )
-        checks = tuple(c for c in names if c in wanted)
+    if ns.ddpcheck_checks is not None and ns.ddpcheck_select is not None:
+        raise UserError("ddpcheck run: give either --select or --checks, not both")
+    codes = selected_codes(
+        select=_code_list(ns.ddpcheck_select), extend_select=_code_list(ns.ddpcheck_extend_select) or (),
+        ignore=_code_list(ns.ddpcheck_ignore) or (), probes=_code_list(None if ns.ddpcheck_checks is None else [ns.ddpcheck_checks], upper=False),
+        config=Path(ns.ddpcheck_config) if ns.ddpcheck_config else None, script=script,
+    )
     fmt = ns.ddpcheck_output_format
     if fmt not in OUTPUT_FORMATS:
         raise UserError(f"--output-format: unknown format {fmt!r}; choose from {', '.join(OUTPUT_FORMATS)}")
     return RunOptions(
-        checks=checks,
+        codes=codes,
         check_first=_non_negative_int(ns.ddpcheck_check_first, "--check-first"),
         check_every=_non_negative_int(ns.ddpcheck_check_every, "--check-every"),
         report=os.path.abspath(ns.ddpcheck_report) if ns.ddpcheck_report else None,
@@ -214,6 +220,14 @@ def _scaling(value: str | None) -> tuple[int, ...]:
     from ddpcheck.run.scaling import parse_sizes
 
     return parse_sizes(value)
+
+
+def _code_list(values: list[str] | None, upper: bool = True) -> tuple[str, ...] | None:
+    """`--select A,B --select C` -> ("A", "B", "C"); None when the flag was not given."""
+    if values is None:
+        return None
+    items = [v for value in values for v in value.replace(" ", ",").split(",") if v]
+    return tuple(v.upper() if upper else v for v in items)
 
 
 def _non_negative_float(value: Any, flag: str) -> float:

@@ -1,6 +1,6 @@
 """`ddpcheck run [--nproc N] [torchrun options] [ddpcheck options] SCRIPT [ARGS...]` (or `-m MODULE`).
 
-`main(argv) -> exit code` (the rule: launcher/exit_codes.py). The CLI calls it. The launcher's
+`main(argv) -> exit code` (the rule: launcher/exit_codes.py; 2 for a usage error). The CLI calls it. The launcher's
 pipeline, each step in its own module of this package:
 
     command_line.parse → plan.prepare → launch.run (torchrun, or the plain interpreter)
@@ -84,7 +84,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         exit_codes=dict(result.exit_codes), interrupted=job_plan.interrupted,
         spawn_site=job_plan.spawn_site, nproc_ignored=job_plan.nproc_ignored,
     )
-    judged = verdicts.judge_all(records, ctx, options.checks)
+    judged = verdicts.judge_all(records, ctx, options.codes)
     rows = verdicts.rows(judged)
     incidents = verdicts.incident_findings(judged)
     findings = incidents + verdicts.check_findings(judged)
@@ -92,7 +92,8 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     happened = judged.happened
     script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
         exit_codes.script_exit_code(records, result.exit_codes)
-    exit_code = exit_codes.exit_code(happened, script_code, any(r.status == "fail" for r in rows))
+    failing = any(r.status == "fail" for r in rows) or any(f.severity.value != "info" for f in incidents)
+    exit_code = exit_codes.exit_code(happened, script_code, failing)
     target = job_launch.target
     job: dict[str, Any] = {
         "target": target.name if target.kind == "module" else os.path.relpath(target.name),
@@ -111,13 +112,13 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
                               for r in records] or [0]),
         "check_first": options.check_first,
         "check_every": options.check_every,
-        "checks": list(options.checks if options.checks is not None else registry.probe_names()),
+        "selected": list(options.codes if options.codes is not None else registry.checks()),
     }
     data = summary.report_dict(rows, findings, records, job)
     perf = performance.summarise(records)
     if perf is not None:
-        data["performance"] = perf
-    for rank in data.get("ranks", []):  # the per-step rows stay in the rank records
+        data["run"]["performance"] = perf
+    for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
         rank.get("probes", {}).get("timing", {}).pop("steps", None)
     return Outcome(exit_code, data, rows, incidents, findings, records)
 
@@ -134,15 +135,15 @@ def present(outcome: Outcome, options: Any) -> None:
 
         html.write(options.html, data)
     if options.output_format == "full":
-        summary.print_table(outcome.rows, data["job"])
-        if data.get("performance"):
+        summary.print_table(outcome.rows, data["run"]["job"])
+        if data["run"].get("performance"):
             from ddpcheck.run import perf_view
 
-            perf_view.print_performance(data["performance"])
-        if data.get("scaling"):
+            perf_view.print_performance(data["run"]["performance"])
+        if data["run"].get("scaling"):
             from ddpcheck.run import perf_view
 
-            perf_view.print_scaling(data["scaling"])
+            perf_view.print_scaling(data["run"]["scaling"])
         summary.print_incidents(outcome.incidents, outcome.records)
         if options.html:
             shown = os.path.relpath(options.html)

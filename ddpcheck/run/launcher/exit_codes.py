@@ -1,10 +1,14 @@
-"""The exit code of `ddpcheck run`.
+"""The exit code of `ddpcheck run`: a few fixed codes, so that ddpcheck's own usage error and a
+script that exits 2 are never confused (pytest's way; the script's own code is in the report,
+`run.job.script_exit_code`, and on the summary line).
 
-- 130 after Ctrl-C (as a shell says it);
-- 1 after a hang (ddpcheck stopped the ranks, so their exit codes are ddpcheck's, not the script's);
-- otherwise the script's own non-zero exit code if it failed (the earliest rank to fail; a rank
-  killed by signal N gives 128 + N, as a shell says it);
-- otherwise 1 if a check failed, else 0.
+| code | meaning |
+|---|---|
+| 0 | the script ran and exited 0; no selected check failed |
+| 1 | findings: a check failed, or the run crashed or hung (an error or warning incident) |
+| 2 | usage or configuration error (a bad flag, an unknown code, no such script): nothing ran |
+| 3 | the script exited non-zero (or a rank was killed) and nothing else explains it |
+| 130 | interrupted (Ctrl-C); the partial report is written |
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from ddpcheck.run.records import Record
 
 INTERRUPTED, HANG = "DDP124", "DDP123"
-INTERRUPTED_EXIT = 130
+FINDINGS_EXIT, USAGE_EXIT, SCRIPT_FAILED_EXIT, INTERRUPTED_EXIT = 1, 2, 3, 130
 
 
 def script_exit_code(records: list[Record], failed_ranks: Mapping[int, int]) -> int:
@@ -36,12 +40,14 @@ def stopped_by_ddpcheck(incidents: Iterable[str]) -> bool:
     return bool({INTERRUPTED, HANG} & set(incidents))
 
 
-def exit_code(incidents: Iterable[str], script_code: int, check_failed: bool) -> int:
-    codes = set(incidents)
+def exit_code(happened: Iterable[str], script_code: int, findings: bool) -> int:
+    """`happened`: every incident that happened (selected or not); `findings`: a selected check
+    failed or a selected incident of severity error or warning was reported."""
+    codes = set(happened)
     if INTERRUPTED in codes:
         return INTERRUPTED_EXIT
-    if HANG in codes:
-        return 1
+    if HANG in codes or findings:
+        return FINDINGS_EXIT
     if script_code:
-        return script_code
-    return 1 if check_failed else 0
+        return SCRIPT_FAILED_EXIT
+    return 0

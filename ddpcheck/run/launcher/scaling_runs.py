@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ddpcheck.findings import Finding, Severity
+from ddpcheck.report.json_format import document
 from ddpcheck.run.verdict import FAIL
 
 
@@ -55,10 +56,13 @@ def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes
              + f", exit code {outcome.exit_code}")
 
     block, verdict = scaling.summarise(runs)
+    if not options.selects(scaling.CODE):  # --ignore DDP143: the table, not the finding
+        verdict = replace(verdict, status="not-run", message=None)
     last = outcomes[max(outcomes)]
     block["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
     block["omp_num_threads_set_by_ddpcheck"] = threads_set
-    last.data["scaling"] = block
+    run_part = last.data["run"]
+    run_part["scaling"] = block
     cls = registry.checks()[scaling.CODE]
     last.rows = [replace(r, status=verdict.status, verdict=verdict) if r.code == scaling.CODE else r
                  for r in last.rows]
@@ -67,13 +71,16 @@ def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes
                           severity=Severity(verdict.severity) if verdict.severity else cls.severity,
                           hint=cls.fix_hint(), details=dict(verdict.details))
         last.findings.append(finding)
-        last.data["findings"].append(finding.to_dict())
-    for check in last.data.get("checks", []):
+        last.data.update({k: v for k, v in document(last.findings, "run").items()
+                          if k in ("findings", "summary")})
+    for check in run_part["checks"]:
         if check.get("code") == scaling.CODE:
             check.update(status=verdict.status, detail=verdict.detail, details=dict(verdict.details))
-    failed_script = next((o.exit_code for o in outcomes.values() if o.data["job"].get("script_exit_code")), 0)
-    exit_code = failed_script or last.exit_code or (1 if verdict.status == FAIL else 0)
-    last.data["job"]["exit_code"] = exit_code
+    # The largest run's code (findings 1, the script failed 3), else a smaller run's, else 1 when
+    # the learning rate did not scale.
+    exit_code = last.exit_code or next((o.exit_code for o in outcomes.values() if o.exit_code), 0) \
+        or (1 if verdict.status == FAIL else 0)
+    run_part["job"]["exit_code"] = exit_code
     last.exit_code = exit_code
     entry.present(last, options)
     return exit_code

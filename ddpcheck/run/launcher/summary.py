@@ -13,7 +13,6 @@ from ddpcheck.run import registry
 from ddpcheck.run.launcher.verdicts import Row
 from ddpcheck.run.records import Record
 
-REPORT_VERSION = 1
 _STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "skip": "[dim]skip[/]",
            "not-run": "[dim]not run[/]"}
 
@@ -83,9 +82,12 @@ def _strip_bulk(value: Any) -> Any:
 
 
 def report_dict(rows: list[Row], findings: list[Finding], records: list[Record], job: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "version": REPORT_VERSION,
-        "tool": "ddpcheck",
+    """The JSON report: `ddpcheck lint`'s document (schema_version, tool, version, command,
+    findings, summary) with what only a run has under "run"."""
+    from ddpcheck.report.json_format import document
+
+    data = document(findings, "run")
+    data["run"] = {
         "job": job,
         "checks": [{"code": r.code, "name": r.name, "status": r.status,
                     "explained_by": r.explained_by,
@@ -94,9 +96,9 @@ def report_dict(rows: list[Row], findings: list[Finding], records: list[Record],
                     "step": r.verdict.step if r.verdict else None,
                     "epoch": r.verdict.epoch if r.verdict else None,
                     "details": r.verdict.details if r.verdict else {}} for r in rows],
-        "findings": [f.to_dict() for f in findings],
         "ranks": [_rank_summary(r) for r in records],
     }
+    return data
 
 
 def write_report(path: str, data: dict[str, Any]) -> None:

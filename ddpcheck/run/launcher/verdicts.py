@@ -36,26 +36,32 @@ class Judged:
 
     checks: dict[str, Verdict]
     incidents: list[Verdict]  # those that are not explained by another finding
-    happened: frozenset[str]  # every incident code that failed, folded or not (the exit code's)
+    happened: frozenset[str]  # every incident that happened, folded or selected or not (for the exit code)
 
 
-def judge_all(records: list[Record], ctx: Context, enabled: tuple[str, ...] | None) -> Judged:
-    """Run every enabled probe's judge (all probes when `enabled` is None; incidents always)."""
+def judge_all(records: list[Record], ctx: Context, selected: tuple[str, ...] | None) -> Judged:
+    """Run the judge of every probe with a selected code (every code when `selected` is None), and
+    of every incident, whose verdicts decide the exit code whether selected or not."""
     checks: dict[str, Verdict] = {}
     incidents: list[Verdict] = []
+    happened: set[str] = set()
+    chosen = set(registry.checks()) if selected is None else set(selected)
     for probe in registry.probes():
-        table = any(not c.incident for c in probe.checks)
-        if table and enabled is not None and probe.name not in enabled:
-            continue
         kinds = {c.code: c.incident for c in probe.checks}
+        if not any(kinds.values()) and not chosen & set(kinds):
+            continue
         for verdict in probe.judge(records, ctx):
             if verdict.code not in kinds:
                 raise RuntimeError(f"probe {probe.name} judged {verdict.code}, which it does not declare")
+            if kinds[verdict.code] and verdict.status == FAIL:
+                happened.add(verdict.code)
+            if verdict.code not in chosen:
+                continue
             if kinds[verdict.code]:
                 incidents.append(verdict)
             else:
                 checks[verdict.code] = verdict
-    return _fold(checks, incidents)
+    return _fold(checks, incidents, frozenset(happened))
 
 
 def _failed(checks: dict[str, Verdict], incidents: list[Verdict], code: str) -> Verdict | None:
@@ -63,7 +69,7 @@ def _failed(checks: dict[str, Verdict], incidents: list[Verdict], code: str) -> 
     return found if found is not None and found.status == FAIL else None
 
 
-def _fold(checks: dict[str, Verdict], incidents: list[Verdict]) -> Judged:
+def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozenset[str]) -> Judged:
     explained_by = registry.explained_by()
     out = dict(checks)
     kept = []
@@ -92,7 +98,7 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict]) -> Judged:
         out["DDP109"] = replace(used, severity="warning", message=(used.message or "") +
                                 " (Gradients were identical on every rank, so something else "
                                 "synchronises them.)")
-    return Judged(out, kept, frozenset(v.code for v in incidents if v.status == FAIL))
+    return Judged(out, kept, happened)
 
 
 def rows(judged: Judged) -> list[Row]:

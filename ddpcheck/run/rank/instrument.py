@@ -32,7 +32,7 @@ def instrument(session: Session) -> None:
     nodes.install(session)
     hooks.install(session)
     for probe in registry.probes():
-        if probe.capture is not None and (probe.always or session.options.probe_enabled(probe.name)):
+        if probe.capture is not None and (probe.always or any(map(session.options.selects, probe.codes))):
             probe.capture(session)
 
 
