@@ -28,6 +28,7 @@ SECTION = "timing"
 # more than they do in its own phases. Timing on shared machines is noisy: only clear cases.
 STRAGGLER_SHARE = 0.2
 STRAGGLER_MIN_S = 0.005
+STRAGGLER_CONSISTENCY = 2 / 3  # ... in at least this share of the steps
 # A phase that takes this share of the median step, and this long, is worth a hint.
 BOUND_SHARE = 0.4
 BOUND_MIN_S = 0.005
@@ -122,7 +123,7 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any] | None:
                   for p in PHASES}
     dominant = max(PHASES, key=lambda p: mean_share[p])
     enough = min(len(s) for s in steps.values()) >= MIN_STEPS
-    straggler = find_straggler(medians) if enough and len(medians) >= 2 else None
+    straggler = find_straggler(medians, steps) if enough and len(medians) >= 2 else None
     comm = _ddp_comm(sections)
     first = sections[min(sections)]
     out = {
@@ -147,8 +148,10 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
-def find_straggler(medians: dict[int, dict[str, float]]) -> dict[str, Any] | None:
-    """The rank whose own phases exceed the other ranks' by a clear margin, or None."""
+def find_straggler(medians: dict[int, dict[str, float]],
+                   steps: dict[int, list[dict[str, float]]] | None = None) -> dict[str, Any] | None:
+    """The rank whose own phases exceed the other ranks' by a clear margin, step after step, or
+    None. (A busy machine slows some rank in some steps; a straggler is slow in most of them.)"""
     own = [p for p in PHASES if p not in WAITING]
     best: dict[str, Any] | None = None
     for rank, mine in medians.items():
@@ -165,8 +168,12 @@ def find_straggler(medians: dict[int, dict[str, float]]) -> dict[str, Any] | Non
             if excess[phase] < 0.5 * extra:  # no own phase explains it: it is in the waiting ones
                 phase = max(PHASES, key=lambda p: mine[p] - base[p])
             waited = {p: statistics.median(m[p] for m in others) - mine[p] for p in WAITING}
+            consistent = _slowest_share(rank, steps) if steps else 1.0
+            if consistent < STRAGGLER_CONSISTENCY:
+                continue
             best = {
                 "rank": rank,
+                "slowest_in": consistent,
                 "excess_s": extra,
                 "excess_share": extra / base["total"] if base["total"] else 0.0,
                 "phase": phase,
@@ -175,6 +182,23 @@ def find_straggler(medians: dict[int, dict[str, float]]) -> dict[str, Any] | Non
                 "others_wait_s": max(0.0, sum(waited.values())),
             }
     return best
+
+
+def _own(step: dict[str, float]) -> float:
+    """A step's time outside the phases where ranks wait for each other (or its whole time when
+    nothing waited)."""
+    own = sum(step[p] for p in PHASES if p not in WAITING)
+    return own if any(step[p] for p in WAITING) else step["total"]
+
+
+def _slowest_share(rank: int, steps: dict[int, list[dict[str, float]]]) -> float:
+    """In what share of the steps every rank timed `rank` spent the longest in its own phases."""
+    by_step = {r: {int(s["step"]): _own(s) for s in rows} for r, rows in steps.items()}
+    common = set.intersection(*(set(v) for v in by_step.values()))
+    if not common:
+        return 0.0
+    slowest = sum(1 for n in common if by_step[rank][n] >= max(v[n] for v in by_step.values()))
+    return slowest / len(common)
 
 
 def _rank_throughput(section: dict[str, Any]) -> float | None:

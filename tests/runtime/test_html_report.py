@@ -51,7 +51,7 @@ def _report() -> dict:
         "findings": [
             {"code": "DDP140", "name": "straggler-rank", "severity": "warning",
              "message": performance.straggler_hint(perf["straggler"]), "hint": None, "ranks": [2]},
-            {"code": "DDP143", "name": "unscaled-learning-rate", "severity": "warning",
+            {"code": "DDP143", "name": "learning-rate-ignores-world-size", "severity": "warning",
              "message": verdict.message, "hint": None, "ranks": []},
         ],
     }

@@ -163,3 +163,20 @@ def test_an_exposed_reduction_is_reported_only_for_models_big_enough_to_be_bandw
     assert hint["kind"] == "communication" and "bucket_cap_mb (now 25 MB)" in hint["text"]
     tiny = performance.summarise([_with_ddp_timers(_rank(r, fwd=1000, bwd=14_000), 644) for r in range(2)])
     assert tiny["hints"] == [] and tiny["ddp"]["exposed_comm_s"] == pytest.approx(0.012)
+
+
+def test_a_rank_slowed_in_some_steps_by_a_busy_machine_is_no_straggler():
+    # rank 0 is 30 ms slower (descheduled) in 3 steps of 5, rank 1 in the others: rank 0's median
+    # is the slow one, but it is not slow step after step
+    def rows(rank: int) -> dict:
+        rec = _rank(rank)
+        for row in rec["probes"]["timing"]["steps"]:
+            slow = (row[0] % 5 < 3) == (rank == 0)
+            row[3] += 30_000 if slow else 0  # forward
+            row[4] += 0 if slow else 30_000  # backward: waiting
+            row[1] += 30_000
+        return rec
+
+    perf = performance.summarise([rows(0), rows(1)])
+    assert perf["ranks"][0]["phases"]["forward"]["median"] == pytest.approx(0.035)
+    assert perf["straggler"] is None

@@ -58,8 +58,9 @@ class StragglerRank(RuntimeCheck):
     hooks (waiting for the DataLoader, DDP's forward, `backward()` with the reduction, the
     optimizer step, the script's own collectives, and the rest) and compares each rank's own
     phases, leaving out the phases where ranks wait for each other, with the median of the other
-    ranks. A rank whose excess is at least 20 % of the others' median step (and 5 ms) is
-    reported with the phase it comes from.
+    ranks. A rank whose excess is at least 20 % of the others' median step (and 5 ms), and that
+    is the slowest in at least two thirds of the steps (a busy machine slows some rank in some
+    steps; a straggler is slow step after step), is reported with the phase it comes from.
 
     ## How to fix
 
@@ -211,7 +212,7 @@ class UnscaledLearningRate(RuntimeCheck):
 
     code = "DDP143"
     hint = "scale the learning rate with the global batch (lr × world_size), with a warm-up"
-    name = "unscaled-learning-rate"
+    name = "learning-rate-ignores-world-size"
     severity = Severity.WARNING
     BAD = """
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # the one-GPU value at any world size
