@@ -70,6 +70,10 @@ def capture(session: Session) -> None:
         if state["window"] == step or not session.is_checked(step):
             return
         state["window"] = step
+        if "rows" not in section:
+            from ddpcheck.run.checks.shards import leading_rows
+
+            section["rows"] = leading_rows((args, kwargs))
         digest = structure_crc((args, kwargs))
         if digest is not None:
             session.stage("inputs", digest)

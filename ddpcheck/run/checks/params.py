@@ -34,7 +34,9 @@ class ParametersDiverge(RuntimeCheck):
     some ranks only (outside the optimizer, e.g. `if rank == 0: p.add_(...)`, a rank-local EMA or
     target-network update written into the model) makes the replicas drift; the checkpoint saved
     on rank 0 then is not what the other ranks trained. ddpcheck fingerprints the parameters after
-    checked steps (global optimizer post-step hook) and at the end.
+    checked steps (global optimizer post-step hook) and at the end. Once a DDP model exists, only
+    its parameters are compared: others the optimizer updates may differ per rank by design
+    (model-parallel embedding tables, as in DLRM).
 
     ## How to fix
 
@@ -112,10 +114,17 @@ def capture(session: Session) -> None:
     optimizers: list = []
     state = {"reported": False, "buffer_window": None}
 
+    def replicated(params: list) -> list:
+        """Once a DDP model exists, only its parameters are meant to be equal on every rank: others
+        the optimizer holds may be sharded on purpose (DLRM's model-parallel embedding tables)."""
+        if not session.param_names:
+            return params
+        return [(n, p) for n, p in params if id(p) in session.param_names]
+
     def after_step(optimizer, step: int) -> None:
         if not any(ref() is optimizer for ref in optimizers):
             optimizers.append(weakref.ref(optimizer))
-        named = [(session.name_of(p, fallback), p) for fallback, p in optimizer_params(optimizer)]
+        named = [(session.name_of(p, fallback), p) for fallback, p in replicated(optimizer_params(optimizer))]
         crcs = [tensor_crc(p) for _, p in named]
         digest = combine(crcs)
         session.stage("params", digest)
@@ -153,9 +162,11 @@ def capture(session: Session) -> None:
                 named.setdefault(n, p)
         for opt in (ref() for ref in optimizers):
             if opt is not None:
-                for fallback, p in optimizer_params(opt):
+                for fallback, p in replicated(optimizer_params(opt)):
                     named.setdefault(session.name_of(p, fallback), p)
         names = sorted(named)
+        if not names:  # no DDP model, no optimizer: nothing to compare (not a pass)
+            return
         crcs = [tensor_crc(named[n]) for n in names]
         section["end"] = {"names": names, "crcs": crcs, "digest": combine(crcs), "why": why,
                           "step": session.step}

@@ -45,7 +45,8 @@ class Outcome:
     exit_code: int
     data: dict[str, Any]
     rows: list[Any]
-    incidents: list[Finding]
+    first: list[Finding]  # the incidents that lead (the root cause)
+    notes: list[Finding]  # the other incidents
     findings: list[Finding]
     records: list[Record]
 
@@ -66,7 +67,7 @@ def _run(argv: list[str], record_dir: str) -> int:
 def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     """Launch the job, judge its records, and build the report document."""
     from ddpcheck.run import performance, registry
-    from ddpcheck.run.launcher import exit_codes, launch, plan, summary, verdicts
+    from ddpcheck.run.launcher import exit_codes, launch, launcher_log, plan, summary, verdicts
     from ddpcheck.run.records import load_records
     from ddpcheck.run.verdict import Context
 
@@ -87,7 +88,8 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     judged = verdicts.judge_all(records, ctx, options.codes)
     rows = verdicts.rows(judged)
     incidents = verdicts.incident_findings(judged)
-    findings = incidents + verdicts.check_findings(judged)
+    first, notes = summary.leading(incidents)
+    findings = first + verdicts.check_findings(judged) + notes  # the root cause leads
 
     happened = judged.happened
     script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
@@ -103,6 +105,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         "world_size": ctx.world_size,
         "ranks_reported": [r.get("rank") for r in records],
         "launcher_ok": result.ok,
+        "torchrun_log": launcher_log.keep(record_dir) if not result.ok else None,
         "launcher_error": result.launcher_error,
         "failed_ranks": {str(k): v for k, v in result.exit_codes.items()},
         "script_exit_code": script_code,
@@ -120,7 +123,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         data["run"]["performance"] = perf
     for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
         rank.get("probes", {}).get("timing", {}).pop("steps", None)
-    return Outcome(exit_code, data, rows, incidents, findings, records)
+    return Outcome(exit_code, data, rows, first, notes, findings, records)
 
 
 def present(outcome: Outcome, options: Any) -> None:
@@ -128,6 +131,7 @@ def present(outcome: Outcome, options: Any) -> None:
     from ddpcheck.run.launcher import summary
 
     data = outcome.data
+    job = data["run"]["job"]
     if options.report:
         summary.write_report(options.report, data)
     if options.html:
@@ -135,16 +139,19 @@ def present(outcome: Outcome, options: Any) -> None:
 
         html.write(options.html, data)
     if options.output_format == "full":
-        summary.print_table(outcome.rows, data["run"]["job"])
-        if data["run"].get("performance"):
+        summary.print_incidents(outcome.first, outcome.records)
+        summary.print_table(outcome.rows, job)
+        summary.print_incidents(outcome.notes, [])
+        print(summary.totals(outcome.rows, job), flush=True)
+        if data["run"].get("performance") or data["run"].get("scaling"):
             from ddpcheck.run import perf_view
 
-            perf_view.print_performance(data["run"]["performance"])
-        if data["run"].get("scaling"):
-            from ddpcheck.run import perf_view
-
-            perf_view.print_scaling(data["run"]["scaling"])
-        summary.print_incidents(outcome.incidents, outcome.records)
+            if data["run"].get("performance"):
+                perf_view.print_performance(data["run"]["performance"])
+            if data["run"].get("scaling"):
+                perf_view.print_scaling(data["run"]["scaling"])
+        if job["torchrun_log"]:
+            print(f"torchrun's own log: {job['torchrun_log']}", flush=True)
         if options.html:
             shown = os.path.relpath(options.html)
             print(f"ddpcheck: HTML report written to {options.html if shown.startswith('..') else shown}")
