@@ -230,8 +230,11 @@ def _phases(perf: dict[str, Any]) -> str:
     phases = [p for p in perf.get("phases", PHASE_COLORS) if any(r["phases"][p]["median"] > 0 for r in ranks)]
     straggler = (perf.get("straggler") or {}).get("rank")
     note = ""
+    if perf.get("emulated"):
+        note += ('<p class="note">CUDA was emulated on the CPU: these are the CPU\'s timings, not '
+                 "those of the GPU job.</p>")
     if not perf.get("enough_steps"):
-        note = ('<p class="note">Few timed steps: the figures are indicative only (the first steps '
+        note += ('<p class="note">Few timed steps: the figures are indicative only (the first steps '
                 "after start-up are left out).</p>")
     legend = "".join(f'<span class="lg"><span class="sw" style="background:{PHASE_COLORS[p]}"></span>'
                      f"{esc(PHASE_LABELS[p])}</span>" for p in phases)

@@ -80,6 +80,8 @@ def print_performance(perf: dict[str, Any], stream: IO[str] | None = None) -> No
     bits.append(f"dominant phase: {dom['phase']} ({dom['share']:.0%} of a step)")
     if not perf.get("enough_steps"):
         bits.append("few timed steps: indicative only")
+    if perf.get("emulated"):
+        bits.append("CUDA emulated: the CPU's timings, not the GPU job's")
     console.print("  " + " · ".join(bits), highlight=False)
 
 

@@ -129,6 +129,8 @@ def summarise(records: list[dict[str, Any]]) -> dict[str, Any] | None:
     out = {
         "clock": first.get("clock", "wall"),
         "device": first.get("device"),
+        # The script asked for CUDA and got the CPU (the emulation probe lists what it emulated).
+        "emulated": any(r.get("probes", {}).get("emulation", {}).get("used") for r in records),
         "phases": list(PHASES),
         "timed_steps": min(len(s) for s in steps.values()),
         "enough_steps": enough,

@@ -593,6 +593,9 @@ def judge(records: list[dict[str, Any]], ctx: Context | None) -> list[Verdict]:
     if perf is None:
         return [Verdict(c, SKIP, "no optimizer step was timed") for c in (STRAGGLER, DATA, COMM)] + [lr]
     steps = perf["timed_steps"]
+    if perf.get("emulated"):
+        why = "CUDA was emulated on the CPU: these are the CPU's timings, not the GPU job's"
+        return [Verdict(c, SKIP, why) for c in (STRAGGLER, DATA, COMM)] + [lr]
     if steps < FINDING_MIN_STEPS:
         why = f"{steps} timed steps per rank; {FINDING_MIN_STEPS} needed to judge"
         return [Verdict(c, SKIP, why) for c in (STRAGGLER, DATA, COMM)] + [lr]
