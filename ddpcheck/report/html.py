@@ -161,8 +161,12 @@ def _kpis(job: dict[str, Any], perf: dict[str, Any] | None,
     cards = []
     if perf:
         tp = perf.get("throughput", {})
-        cards.append(_kpi("throughput", fmt_rate(tp.get("samples_per_s")), "samples/s, all ranks",
-                          "kpi-throughput"))
+        if tp.get("samples_per_s"):
+            cards.append(_kpi("throughput", fmt_rate(tp.get("samples_per_s")), "samples/s, all ranks",
+                              "kpi-throughput"))
+        elif perf.get("step_median"):
+            cards.append(_kpi("throughput", fmt_rate(1 / perf["step_median"]), "optimizer steps/s "
+                              "(no DataLoader batches seen)", "kpi-throughput"))
         gb = tp.get("global_batch")
         cards.append(_kpi("median step", fmt_seconds(perf.get("step_median")),
                           f"global batch {gb}" if gb else "per optimizer step", "kpi-step"))
@@ -301,16 +305,18 @@ def phase_chart(ranks: list[dict[str, Any]], phases: list[str], straggler: int |
 
 def _phase_table(ranks: list[dict[str, Any]], phases: list[str], straggler: int | None) -> str:
     head = "".join(f'<th><span class="sw" style="background:{PHASE_COLORS[p]}"></span>{esc(p)}</th>' for p in phases)
+    rates = any(r.get("samples_per_s") for r in ranks)
     rows = []
     for r in ranks:
         cells = "".join(f'<td>{fmt_seconds(r["phases"][p]["median"])}'
                         f'<small>{fmt_seconds(r["phases"][p]["p90"])}</small></td>' for p in phases)
-        tp = fmt_rate(r.get("samples_per_s"))
+        tp = f"<td>{fmt_rate(r.get('samples_per_s'))}</td>" if rates else ""
         cls = ' class="slow"' if r["rank"] == straggler else ""
         rows.append(f'<tr{cls}><th>rank {r["rank"]}</th><td><b>{fmt_seconds(r["step"]["median"])}</b>'
-                    f'<small>{fmt_seconds(r["step"]["p90"])}</small></td>{cells}<td>{tp}</td></tr>')
+                    f'<small>{fmt_seconds(r["step"]["p90"])}</small></td>{cells}{tp}</tr>')
+    rate_head = "<th>samples/s</th>" if rates else ""
     return (f'<div class="scroll"><table class="data stacked" id="phase-table"><thead><tr><th></th>'
-            f"<th>step</th>{head}<th>samples/s</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+            f"<th>step</th>{head}{rate_head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
             '<p class="caption">per optimizer step: median, and below it the 90th percentile</p>')
 
 
