@@ -59,7 +59,7 @@ class FindUnusedParametersUnneeded(RuntimeCheck):
 
     code = "DDP144"
     hint = "drop find_unused_parameters=True"
-    name = "find-unused-parameters-unneeded"
+    name = "find-unused-walk-for-nothing"
     severity = Severity.WARNING
     BAD = """
         model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)  # all params used
