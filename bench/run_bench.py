@@ -5,7 +5,8 @@
 For each workload (the 1 M-parameter MLP and a 25 M-parameter MLP) and 2 and 4 ranks on CPU
 (gloo, OMP_NUM_THREADS=1 for every run), the same script (bench/workloads/train_ddp.py) runs
 under plain torchrun, under `ddpcheck run` at its default cadence (every step for the first 20,
-then every 50th) and under `ddpcheck run --check-first 0 --check-every 1` (every step). The
+then every 50th), at the default cadence without the timing probe (first plan entry only: what
+timing costs) and under `ddpcheck run --check-first 0 --check-every 1` (every step). The
 script times its own steps after a 20-step warm-up, so "default" is the steady state past the
 checked warm-up. Also measured in this process: the gradient fingerprint's throughput against
 a plain `torch.sum` over the same tensors, and its cost per parameter at three sizes.
@@ -45,6 +46,10 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
         cmd = [sys.executable, "-m", "ddpcheck", "run", "--nproc", str(nproc), "--quiet"]
         if mode == "every-step":
             cmd += ["--check-first", "0", "--check-every", "1"]
+        if mode == "no-timing":  # the default cadence with every probe but the step timing
+            from ddpcheck.run.registry import probe_names
+
+            cmd += ["--checks", ",".join(p for p in probe_names() if p != "timing")]
         if report is not None:
             cmd += ["--report", str(report)]
         cmd += script
@@ -114,7 +119,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-bench-"))
     results: dict[tuple, dict] = {}
     for model, nproc, steps in plan:
-        for mode in ("torchrun", "default", "every-step"):
+        # The timing probe's own cost: on the plan's first entry (the 1 M-param MLP at 2 ranks).
+        modes = ("torchrun", "default", "no-timing", "every-step") if (model, nproc, steps) == plan[0] \
+            else ("torchrun", "default", "every-step")
+        for mode in modes:
             runs = []
             for rep in range(args.reps):
                 out = work / f"{model}-{nproc}-{mode}-{rep}"
@@ -161,6 +169,12 @@ def main() -> None:
     print()
     print(f"Report size with every step checked ({g_model}, {g_nproc} ranks): "
           + ", ".join(f"{n} steps: {b} bytes" for n, b in growth) + ".")
+    print()
+    t_model, t_nproc, _ = plan[0]
+    with_t, without = results[(t_model, t_nproc, "default")], results[(t_model, t_nproc, "no-timing")]
+    print(f"Timing probe (per-rank phases; DDP140-DDP143) at the default cadence, {t_model} x{t_nproc}: "
+          f"step {with_t['step_mean'] * 1e3:.2f} ms with it, {without['step_mean'] * 1e3:.2f} ms without "
+          f"({(with_t['step_mean'] / without['step_mean'] - 1) * 100:+.1f} %).")
     print()
     fp = fingerprint_throughput()
     print("Gradient fingerprint (ddpcheck.run.fingerprint.tensor_crc) vs torch.sum over the same tensors, one thread, best of 5:")
