@@ -4,8 +4,9 @@ IterableDataset that does not shard by rank, synthetic inputs from identically s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ddpcheck.run.checks._compare import StepLog, logs_by_rank, steps_by_rank
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -58,22 +59,20 @@ CODE = "DDP104"
 
 
 def capture(session: Session) -> None:
-    from ddpcheck.run.rank.fingerprint import structure_crc
+    from ddpcheck.run.rank.fingerprint import structure_digest
 
-    section = session.section(NAME)
-    section["steps"] = []
-    session.add_slot("inputs")
-    state = {"window": None}
+    log = StepLog(session, session.section(NAME), session.add_slot(NAME))
+    window = [0]  # the step whose first forward was fingerprinted
 
-    def on_ddp_forward(ddp, args, kwargs) -> None:
+    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         step = session.step + 1
-        if state["window"] == step or not session.is_checked(step):
+        if step != session.next_checked or window[0] == step:
             return
-        state["window"] = step
-        digest = structure_crc((args, kwargs))
+        window[0] = step
+        digest = structure_digest((args, kwargs))
         if digest is not None:
-            session.stage("inputs", digest)
-            section["steps"].append([step, digest])
+            session.stage(NAME, digest)
+            log.add([step, digest])
 
     session.on_ddp_forward.append(on_ddp_forward)
 
@@ -92,9 +91,7 @@ def _loader_batches(records: list[dict]) -> dict[int, dict[str, dict[int, int]]]
 
 
 def judge(records: list[dict], ctx: Context) -> list[Verdict]:
-    from ddpcheck.run.checks._compare import steps_by_rank
-
-    per_rank = {r: s for r, s in steps_by_rank(records, NAME).items() if s}
+    per_rank = {r: s for r, s in steps_by_rank(logs_by_rank(records, NAME)).items() if s}
     verdict = _judge(per_rank, "fed identical inputs to the DDP model")
     if verdict.status != FAIL:
         # No DDP forward to look at, or it looked fine: the batches of loaders without indices.

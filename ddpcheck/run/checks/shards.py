@@ -137,6 +137,7 @@ NO_SAMPLER, OVERLAP, COVERAGE = "DDP100", "DDP101", "DDP102"
 FULL_EPOCHS = 3  # epochs per loader whose every index is kept; later ones keep a digest only
 FULL_EPOCHS_PER_RANK = 12  # ... and over all loaders of a rank (scripts that build one per epoch)
 HEAD = 64  # indices kept from the start of every epoch (for the set_epoch comparison)
+KEPT_BATCHES = 32  # checked steps whose first batch a loader without indices fingerprints
 
 _OURS = (os.sep + "torch" + os.sep, os.sep + "ddpcheck" + os.sep + "run" + os.sep, "<frozen ")
 
@@ -248,15 +249,17 @@ def capture(session: Session) -> None:
     def _fingerprint_batch(state, batch) -> None:
         """A loader without indices (IterableDataset): fingerprint its first batch before each
         checked step instead, for the identical-inputs check."""
-        from ddpcheck.run.rank.fingerprint import structure_crc
+        from ddpcheck.run.rank.fingerprint import structure_digest
 
         step = session.step + 1
-        if state.get("batch_window") == step or not session.is_checked(step):
+        if state.get("batch_window") == step or step != session.next_checked:
             return
         state["batch_window"] = step
-        digest = structure_crc(batch)
-        if digest is not None:
-            state["info"].setdefault("batches", []).append([step, digest])
+        batches = state["info"].setdefault("batches", [])
+        if len(batches) < KEPT_BATCHES:
+            digest = structure_digest(batch)
+            if digest is not None:
+                batches.append([step, digest])
 
     original_next_index = dl._BaseDataLoaderIter._next_index
 

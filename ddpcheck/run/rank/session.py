@@ -17,9 +17,15 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
 | `after_finish` | after the final record is written | - |
+| `on_phase` | at the start and end of every phase of every step | phase, True at the start / False at the end |
 
-An unchecked optimizer step costs the hook layer a counter increment and one comparison; no
-callback runs. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
+The phases are "data" (the DataLoader iterator's `__next__`), "forward" (a DDP forward),
+"backward" (`torch.autograd.backward`, hence `loss.backward()`) and "step" (an optimizer step:
+its start is signalled after ddpcheck's own `before_step` work, its end before `after_step`, so
+ddpcheck's time stays out of it). They cost a truthiness test while nobody listens.
+
+An unchecked optimizer step costs the hook layer a counter increment and one comparison (with
+`next_checked`); no callback runs and nothing is allocated. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
 atomically at checked steps (at most once a second), at epoch ends and at exit, so a rank that
 crashes or is killed still leaves what it checked so far (layout: REPORT.md, "Per-rank records").
 """
@@ -56,6 +62,7 @@ class Session:
         self.spawn_parent = spawn_parent
         self.checked = 0  # of which checked
         self.step = 0  # optimizer.step() calls so far on this rank (all optimizers)
+        self.next_checked = options.next_checked(0)  # the next optimizer step to check
         self.group: Any = None  # ddpcheck's own gloo process group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []
@@ -69,12 +76,14 @@ class Session:
         self.after_exchange: list[Callable[[int], None]] = []
         self.on_exchange: list[Callable[[int, list[list[int]]], None]] = []
         self.at_end: list[Callable[[str], None]] = []
+        self.on_phase: list[Callable[[str, bool], None]] = []
         self.before_finish: list[Callable[[int, BaseException | None], None]] = []
         self.after_finish: list[Callable[[], None]] = []
         self.ddp_modules: list[Any] = []  # weakrefs to every DDP object made on this rank
         self.param_names: dict[int, str] = {}  # id(parameter) -> its name in the wrapped module
         # Forwards through DDP since the last optimizer step, and how many ran under no_sync().
-        self.window = {"forwards": 0, "unsynced": 0}
+        self.forwards = 0
+        self.unsynced = 0
         # The digests exchanged at every checked step, one int64 per slot (-1: none staged), in
         # the order the probes added them: the same on every rank, as every rank installs alike.
         self.slots: list[str] = []
@@ -138,7 +147,7 @@ class Session:
 
     # --- the record ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        return {**self.meta, "step": self.step, "exchange_ok": self.exchange_ok,
+        return {**self.meta, "step": self.step, "checked": self.checked, "exchange_ok": self.exchange_ok,
                 "notes": self.notes, "probes": self.sections, "written": time.time()}
 
     def flush(self, force: bool = False) -> None:
@@ -183,18 +192,21 @@ class Session:
 
     # --- the step machinery (called from the hooks of rank/hooks.py) ---------------------------
     def before_optimizer_step(self, optimizer: Any) -> None:
-        step = self.step + 1
-        if not self.is_checked(step):
-            return
-        for fn in self.before_step:
-            guard(fn, optimizer, step)
+        if self.step + 1 == self.next_checked:
+            for fn in self.before_step:
+                guard(fn, optimizer, self.step + 1)
+        if self.on_phase:
+            self.phase("step", True)
 
     def after_optimizer_step(self, optimizer: Any) -> None:
+        if self.on_phase:
+            self.phase("step", False)
         self.step += 1
-        step = self.step
-        if not self.is_checked(step):
-            self.end_window()
+        if self.step != self.next_checked:
+            self.forwards = self.unsynced = 0
             return
+        step = self.step
+        self.next_checked = self.options.next_checked(step)
         self.checked += 1
         for fn in self.after_step:
             guard(fn, optimizer, step)
@@ -203,14 +215,15 @@ class Session:
             for on_exchange in self.on_exchange:
                 guard(on_exchange, step, rows)
         self.staged = {}
-        self.end_window()
+        self.forwards = self.unsynced = 0
         self.flush()
         if step in (1, self.options.check_first) or step > self.options.check_first:
             live = "compared across ranks" if rows is not None else "recorded"
             self.progress(f"optimizer step {step} checked ({self.checked} so far, {live})")
 
-    def end_window(self) -> None:
-        self.window = {"forwards": 0, "unsynced": 0}
+    def phase(self, name: str, begin: bool) -> None:
+        for fn in self.on_phase:
+            guard(fn, name, begin)
 
     def ddps(self) -> list[Any]:
         return [m for m in (ref() for ref in self.ddp_modules) if m is not None]
@@ -220,7 +233,7 @@ class Session:
 
     def exchange(self, step: int) -> list[list[int]] | None:
         """All-gather this step's digests over ddpcheck's own gloo group (never the user's)."""
-        if self.group is None or not self.exchange_ok or self.world_size < 2 or self.uneven:
+        if self.group is None or not self.exchange_ok or self.world_size < 2 or self.uneven or not self.slots:
             return None
         import torch
         import torch.distributed as dist
