@@ -35,7 +35,7 @@ class StepLog:
 
     def __init__(self, session: Session, part: dict[str, Any], slot: int, key: str = "steps") -> None:
         self.session, self.part, self.slot, self.key = session, part, slot, key
-        self.pending: tuple[list[Any], dict[str, Any]] | None = None
+        self.pending: dict[int, tuple[list[Any], dict[str, Any]]] = {}  # step -> held until exchanged
         part[key] = {"steps": [], "count": 0, "rolling": 0, "differ": [], "detail": [], "differing": 0}
 
     @property
@@ -56,21 +56,22 @@ class StepLog:
         if not live:
             if fingerprints is not None and len(log["detail"]) < MAX_DETAIL_OFFLINE:
                 log["detail"].append(detail)
-            self.pending = None
-        else:
-            self.pending = (entry, detail)
+        else:  # held until the exchange of this step finishes, at the next checked step
+            self.pending[entry[0]] = (entry, detail)
+            while len(self.pending) > 2:
+                del self.pending[min(self.pending)]
 
     def exchanged(self, step: int, rows: list[list[int]]) -> bool:
         """Keep the held entry (and its detail) if the ranks differ in this slot; True if they do."""
         differ = len({row[self.slot] for row in rows}) > 1
         log = self.log
         log["differing"] += differ
-        if differ and self.pending is not None and self.pending[0][0] == step and len(log["differ"]) < MAX_DETAIL:
-            entry, detail = self.pending
+        held = self.pending.pop(step, None)
+        if differ and held is not None and len(log["differ"]) < MAX_DETAIL:
+            entry, detail = held
             log["differ"].append(entry)
             if detail["names"] or detail["fingerprints"]:
                 log["detail"].append(detail)
-        self.pending = None
         return differ
 
 

@@ -74,13 +74,18 @@ class _Plan:
 def _words(t: Any) -> tuple[Any, int]:
     """The tensor's whole 64-bit words (a view when it can be), and its last 1-7 bytes."""
     torch = _torch()
-    flat = t.reshape(-1)  # a view when contiguous (the usual case), else one copy
-    if flat.dtype.is_complex:
-        flat = torch.view_as_real(flat).reshape(-1)
+    if t.dtype.is_complex:
+        t = torch.view_as_real(t)
+    if t.is_contiguous() and t.dim() and t.shape[-1] * t.element_size() % 8 == 0:
+        try:
+            return t.view(torch.int64), 0  # the usual case: no copy, no reshape
+        except RuntimeError:  # storage not 8-byte aligned (a view into a larger buffer)
+            pass
+    flat = t.reshape(-1)
     if flat.numel() * flat.element_size() % 8 == 0:
         try:
             return flat.view(torch.int64), 0
-        except RuntimeError:  # storage not 8-byte aligned (a view into a larger buffer)
+        except RuntimeError:
             return flat.clone().view(torch.int64), 0
     raw = flat.contiguous().view(torch.uint8)
     whole = raw.numel() // 8 * 8
@@ -102,13 +107,17 @@ def _parts(t: Any, index: int, scalars: list[Any], tails: list[Any]) -> _Plan | 
     n_rows = n_words // BLOCK
     tail = n_words - n_rows * BLOCK
     if n_rows:
-        matrix = (words[: n_rows * BLOCK] if tail else words).view(n_rows, BLOCK)
+        if tail:
+            words = words.reshape(-1)
+            matrix = words[: n_rows * BLOCK].view(n_rows, BLOCK)
+        else:
+            matrix = words.view(n_rows, BLOCK)
         rows = matrix.sum(1)
         scalars.append(rows.sum())
         scalars.append(torch.dot(rows, _row_weights(n_rows, words.device)))
     if tail:
-        tails.append(words[n_rows * BLOCK:])
-    return _Plan(index, bool(n_rows), tail, rest, _header(t.dtype, tuple(t.shape)))
+        tails.append(words.reshape(-1)[n_rows * BLOCK:])
+    return _Plan(index, bool(n_rows), tail, rest, _header(t.dtype, t.shape))
 
 
 def fingerprints(tensors: Iterable[Any]) -> list[tuple[int, int]]:
