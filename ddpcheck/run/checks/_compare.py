@@ -115,9 +115,9 @@ def first_mismatch(logs: dict[int, dict[str, Any]]) -> tuple[int | None, dict[in
                 first, at = step, values
     bad = max([bad, *(log.get("differing", 0) for log in logs.values())])
     counts = {log.get("count", 0) for log in logs.values()}
-    compared = max(counts) if len(counts) == 1 else len(common)
+    compared = int(max(counts)) if len(counts) == 1 else len(common)
     if first is None and len(counts) == 1:
-        rolling = {r: log.get("rolling") for r, log in logs.items()}
+        rolling = {r: int(log.get("rolling", 0)) for r, log in logs.items()}
         if len(set(rolling.values())) > 1:
             return -1, rolling, 1, compared
     return first, at, bad, compared

@@ -123,7 +123,7 @@ def capture(session: Session) -> None:
 
     # entries: [step, digest, forwards since the last step, of which under no_sync()]
     log = StepLog(session, session.section(NAME), session.add_slot(NAME))
-    reported = []
+    reported: list[int] = []
 
     def before_step(optimizer: Any, step: int) -> None:
         named = synchronised(session, optimizer_params(optimizer))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.run.checks._compare import StepLog, logs_by_rank, steps_by_rank
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -77,11 +78,11 @@ def capture(session: Session) -> None:
     session.on_ddp_forward.append(on_ddp_forward)
 
 
-def _loader_batches(records: list[dict]) -> dict[int, dict[str, dict[int, int]]]:
+def _loader_batches(records: list[Record]) -> dict[str, dict[int, dict[int, int]]]:
     """loader label -> rank -> {step: digest} for loaders without indices (see shards.py)."""
     from ddpcheck.run.checks.shards import loader_label
 
-    out: dict = {}
+    out: dict[str, dict[int, dict[int, int]]] = {}
     for r in records:
         for info in r.get("probes", {}).get("shards", {}).get("loaders", []):
             if info.get("batches"):
@@ -90,7 +91,7 @@ def _loader_batches(records: list[dict]) -> dict[int, dict[str, dict[int, int]]]
     return out
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     per_rank = {r: s for r, s in steps_by_rank(logs_by_rank(records, NAME)).items() if s}
     verdict = _judge(per_rank, "fed identical inputs to the DDP model")
     if verdict.status != FAIL:

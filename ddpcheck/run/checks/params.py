@@ -178,10 +178,10 @@ def _params(records: list[Record]) -> Verdict:
     step, at, bad, compared = first_mismatch(logs)
     if step is not None:
         tensors = differing_tensors(logs, step) or []
-        names = ", ".join(describe_tensor(n, v) for n, v in tensors[:5])
-        return Verdict(PARAMS, FAIL, f"differ after step {step}: {names or describe_groups(at)}",
+        shown = ", ".join(describe_tensor(n, v) for n, v in tensors[:5])
+        return Verdict(PARAMS, FAIL, f"differ after step {step}: {shown or describe_groups(at)}",
                        message=f"Parameters differ across ranks after {where(step)} "
-                       f"({describe_groups(at)}){': ' + names if names else ''}. The replicas have "
+                       f"({describe_groups(at)}){': ' + shown if shown else ''}. The replicas have "
                        "drifted apart: something updates weights on some ranks only (a rank-local "
                        "edit, an update outside the optimizer, different gradients). Change weights "
                        "only through the optimizer, identically on every rank, or broadcast them "

@@ -53,8 +53,8 @@ def install(session: Session) -> None:
                     seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "120"))))
             except Exception as exc:  # noqa: BLE001
                 session.meta["group_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        for fn in session.after_init:
-            guard(fn)
+        for after in session.after_init:
+            guard(after)
         return result
 
     @functools.wraps(original_destroy)
@@ -65,8 +65,8 @@ def install(session: Session) -> None:
         return original_destroy(group)
 
     for module in (c10d, dist):
-        module.init_process_group = init_process_group
-        module.destroy_process_group = destroy_process_group
+        setattr(module, "init_process_group", init_process_group)
+        setattr(module, "destroy_process_group", destroy_process_group)
 
     _wrap_ddp(session)
     _watch_join(session)
@@ -76,7 +76,8 @@ def install(session: Session) -> None:
 def _watch_join(session: Session) -> None:
     from torch.distributed.algorithms.join import Join
 
-    original_enter, original_exit = Join.__enter__, Join.__exit__
+    original_enter: Any = Join.__enter__
+    original_exit: Any = Join.__exit__
 
     @functools.wraps(original_enter)
     def __enter__(self: Any) -> Any:
@@ -91,7 +92,8 @@ def _watch_join(session: Session) -> None:
             session.uneven = False
             session.meta["used_join"] = True
 
-    Join.__enter__, Join.__exit__ = __enter__, __exit__
+    setattr(Join, "__enter__", __enter__)
+    setattr(Join, "__exit__", __exit__)
 
 
 def _wrap_ddp(session: Session) -> None:
@@ -99,8 +101,8 @@ def _wrap_ddp(session: Session) -> None:
     user bound before or after import all see it)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    original_init = DDP.__init__
-    original_forward = DDP.forward
+    original_init: Any = DDP.__init__
+    original_forward: Any = DDP.forward
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -128,16 +130,16 @@ def _wrap_ddp(session: Session) -> None:
         finally:
             session.phase("forward", False)
 
-    DDP.__init__ = __init__
-    DDP.forward = forward
+    setattr(DDP, "__init__", __init__)
+    setattr(DDP, "forward", forward)
 
 
 def _watch_phases(session: Session) -> None:
     import torch.autograd
     import torch.utils.data.dataloader as dl
 
-    original_backward = torch.autograd.backward
-    original_next = dl._BaseDataLoaderIter.__next__
+    original_backward: Any = torch.autograd.backward
+    original_next: Any = dl._BaseDataLoaderIter.__next__
 
     @functools.wraps(original_backward)
     def backward(*args: Any, **kwargs: Any) -> Any:
@@ -159,5 +161,5 @@ def _watch_phases(session: Session) -> None:
         finally:
             session.phase("data", False)
 
-    torch.autograd.backward = backward
-    dl._BaseDataLoaderIter.__next__ = __next__
+    setattr(torch.autograd, "backward", backward)
+    setattr(dl._BaseDataLoaderIter, "__next__", __next__)
