@@ -11,7 +11,6 @@ holds them, as in Ruff.
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -144,6 +143,8 @@ def load_file(path: Path, known: dict, *, required_table: bool = False,
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UserError(f"{path}: cannot read config: {err.strerror or err}") from None
+    import tomllib  # only when there is a config file to read
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:

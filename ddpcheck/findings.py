@@ -40,6 +40,16 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class Related:
+    """Another place that explains a finding: a call on the way to it, where the value came from."""
+
+    path: str
+    line: int
+    column: int
+    message: str
+
+
+@dataclass(frozen=True)
 class Finding:
     """One problem found in one place.
 
@@ -59,6 +69,7 @@ class Finding:
     fix: Fix | None = None
     hint: str | None = None
     ranks: tuple[int, ...] = ()
+    related: tuple[Related, ...] = ()  # e.g. the calls that make a helper's line run on every rank
     # Free-form, JSON-serialisable details (runtime figures, example indices, ...).
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -96,5 +107,9 @@ class Finding:
             },
             "hint": self.hint,
             "ranks": list(self.ranks),
+            "related": [
+                {"path": r.path, "location": {"line": r.line, "column": r.column}, "message": r.message}
+                for r in self.related
+            ],
             "details": self.details,
         }

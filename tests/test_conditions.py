@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from ddpcheck.lint.conditions import selects_main_rank
+from ddpcheck.lint.model.conditions import selects_main_rank
 
 
 def _resolve(expr):

@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 from ddpcheck.lint.engine import lint_source
-from ddpcheck.lint.facts import ProjectFacts
+from ddpcheck.lint.model import Project
 from ddpcheck.lint.rules import rule_classes
 from tests.conftest import cli_env, run_cli
 
@@ -19,9 +19,9 @@ def write(root: Path, files: dict[str, str]) -> None:
         path.write_text(textwrap.dedent(text).lstrip("\n"))
 
 
-def codes(path: Path, facts: ProjectFacts | None = None, select: tuple[str, ...] = ()) -> list[tuple[str, int]]:
+def codes(path: Path, facts: Project | None = None, select: tuple[str, ...] = ()) -> list[tuple[str, int]]:
     rules = [r for r in rule_classes() if not select or r.code in select]
-    found = lint_source(str(path), path.read_text(), rules, facts or ProjectFacts())
+    found = lint_source(str(path), path.read_text(), rules, facts or Project())
     return sorted((f.code, f.line) for f in found)
 
 
@@ -110,7 +110,7 @@ def test_package_modules_and_relative_imports(tmp_path):
 
 def test_helper_module_is_parsed_once_per_run(tmp_path):
     write(tmp_path, {"a.py": TRAIN, "b.py": TRAIN, "utils.py": UTILS_TORCHRUN})
-    facts = ProjectFacts()
+    facts = Project()
     codes(tmp_path / "a.py", facts)
     codes(tmp_path / "b.py", facts)
     assert facts.parsed == 1
@@ -137,17 +137,14 @@ def test_facts_through_a_chain_of_modules(tmp_path):
     })
     # The file uses DDP only through dist_util → core: DDP001 applies.
     assert ("DDP001", 4) in codes(tmp_path / "train.py", select=("DDP001",))
-    facts = ProjectFacts()
+    facts = Project()
     path = tmp_path / "train.py"
-    from ddpcheck.lint.context import FileContext
-    from ddpcheck.lint.engine import walk
-    import libcst as cst
+    from ddpcheck.lint.engine import model_of
 
-    ctx = FileContext(str(path), path.read_text(), cst.parse_module(path.read_text()), facts)
-    walk(ctx, [])
-    setup = next(c for c in ctx.calls if c.dotted == "dist_util.setup_dist")
-    assert ctx.helper_does(setup, "init_process_group")
-    assert not ctx.helper_does(setup, "set_device")
+    model = model_of(str(path), path.read_text(), facts)
+    setup = next(c for c in model.root.calls if c.dotted == "dist_util.setup_dist")
+    assert model.facts.does(setup, "init_process_group")
+    assert not model.facts.does(setup, "set_device")
 
 
 def test_mutual_recursion_between_modules_terminates(tmp_path):
@@ -183,13 +180,13 @@ def test_a_file_is_parsed_once_whether_linted_or_imported(tmp_path, monkeypatch)
     parses = []
     real = libcst.parse_module
     monkeypatch.setattr(libcst, "parse_module", lambda src, *a, **k: parses.append(src) or real(src, *a, **k))
-    facts = ProjectFacts()
+    facts = Project()
     codes(tmp_path / "a.py", facts)  # parses a.py, then utils.py as its helper
     codes(tmp_path / "utils.py", facts)  # linted now: reuses the helper's tree
     assert len(parses) == 2
     # And the other way round: a linted file answers a later import without a parse.
     parses.clear()
-    facts = ProjectFacts()
+    facts = Project()
     codes(tmp_path / "utils.py", facts)
     codes(tmp_path / "a.py", facts)
     assert len(parses) == 2 and facts.parsed == 0

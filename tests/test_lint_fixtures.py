@@ -1,8 +1,8 @@
 """The lint rules on whole training scripts (fixtures/lint/), good and bad.
 
 Each fixture marks the lines that must be reported with a trailing `# expect: CODE[, CODE]`
-comment; a test asserts that the exact set of (code, line) pairs is reported — no more, no less.
-Until the CLI lands these go through `ddpcheck.lint.engine.lint_source`, the engine it calls.
+comment; a test asserts that the exact set of (code, line) pairs is reported — no more, no less —
+and a marker naming a code that does not exist fails instead of being skipped.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ def test_fixture_set_is_there():
 
 @pytest.mark.parametrize("path", _fixtures(), ids=lambda p: p.name)
 def test_fixture_reports_exactly_its_expectations(path):
-    want = {(code, line) for code, line in expected(path) if code in KNOWN_CODES}
+    want = expected(path)
+    unknown = sorted(code for code, _ in want if code not in KNOWN_CODES)
+    assert not unknown, f"{path.name}: `# expect:` names codes that no rule has: {unknown}"
     got = reported(path)
     assert got == want, f"{path.name}: missing {sorted(want - got)}, unexpected {sorted(got - want)}"
 
@@ -59,10 +61,10 @@ def test_fixture_is_valid_python(path):
     compile(path.read_text(), str(path), "exec")
 
 
-def test_tutorial_reports_set_epoch_and_unscaled_lr_only():
+def test_tutorial_reports_set_epoch_unscaled_lr_and_old_launcher_only():
     path = FIXTURES / "tutorial_ddp.py"
-    # With the rules a user gets by default, exactly the two known mistakes, at their lines.
-    assert reported(path, DEFAULT_RULES) == {("DDP004", 34), ("DDP002", 38)}
+    # With the rules a user gets by default, exactly the three known mistakes, at their lines.
+    assert reported(path, DEFAULT_RULES) == {("DDP004", 34), ("DDP002", 38), ("DDP008", 60)}
 
 
 @pytest.mark.parametrize("name", ["good_ddp.py", "good_research_style.py", "good_nanogpt_style.py"])

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from tests.conftest import ROOT, run_cli
-
-sys.path.insert(0, str(ROOT / "bench"))
-from corpus import ddp_script  # noqa: E402  (bench/ is not a package)
+from tests.conftest import FIXTURES, run_cli
 
 
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory):
+    # The single-file training scripts of the fixtures, each twice: enough files for workers.
     d = tmp_path_factory.mktemp("scripts")
-    for i in range(24):
-        (d / f"train_{i:02d}.py").write_text(ddp_script(i))
+    sources = sorted(FIXTURES.glob("lint/*.py")) + sorted(FIXTURES.glob("corpus/*.py"))
+    for i, path in enumerate(sources * 2):
+        (d / f"train_{i:02d}_{path.name}").write_text(path.read_text())
     (d / "broken.py").write_text("import torch\ndef f(:\n")  # a syntax error travels back too
     return d
 

@@ -177,3 +177,19 @@ def test_exports_the_labelled_commit_lints_and_scores(tmp_path: Path) -> None:
     assert text.returncode == 0, text.stderr
     assert "1 scripts from 1 repositories" in text.stdout
     assert any(row.split()[:4] == ["DDP006", "1", "0", "0"] for row in text.stdout.splitlines())
+
+
+def test_corpus_table_and_missing_mirrors_file(tmp_path: Path) -> None:
+    raw = _raw_entry(_labels(DDP005={"status": "PRESENT", "reason": "never destroyed",
+                                     "lines": [{"path": "train.py", "line": 3}]}))
+    raw["prefix_fix"] = {"thread": "https://example.org/pull/1", "change": "destroys the group"}
+    (tmp_path / "labels.json").write_text(json.dumps([raw]))
+    labels = ["--labels", str(tmp_path / "labels.json")]
+    table = subprocess.run([sys.executable, str(EVAL), "--corpus", *labels],
+                           capture_output=True, text=True, env=cli_env(), timeout=60)
+    assert table.returncode == 0, table.stderr
+    row = next(line for line in table.stdout.splitlines() if "someone/proj" in line)
+    assert "`train.py`" in row and "[thread](https://example.org/pull/1)" in row and row.endswith("| DDP005 |")
+    missing = subprocess.run([sys.executable, str(EVAL), *labels],
+                             capture_output=True, text=True, env=cli_env(), timeout=60)
+    assert missing.returncode == 2 and "mirrors file is required" in missing.stderr

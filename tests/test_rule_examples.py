@@ -31,6 +31,8 @@ def test_rule_example(rule, kind, example):
     assert findings, f"{rule.code} missed an invalid example:\n{source}"
     if invalid.line is not None:
         assert invalid.line in [f.line for f in findings], [f.line for f in findings]
+    if invalid.lines is not None:
+        assert sorted(f.line for f in findings) == sorted(invalid.lines), [f.line for f in findings]
     if invalid.fixed is not None:
         fixed, applied = apply_fixes(source, findings, unsafe=True)
         assert applied, f"{rule.code} offered no fix"

@@ -75,6 +75,7 @@ class Entry:
     kind: str
     labels: dict[str, Label]
     source: str
+    prefix_fix: dict[str, str] | None = None
 
     @property
     def name(self) -> str:
@@ -155,7 +156,7 @@ def _entry(raw: Any, where: str) -> Entry:
         if (lab["status"] == "PRESENT") != bool(instances):
             raise LabelError(f"{at}: lines are given exactly when the status is PRESENT")
         labels[code] = Label(lab["status"], tuple(instances), lab["reason"])
-    return Entry(raw["repo"], raw["commit"], raw["path"], tuple(helpers), raw["kind"], labels, where)
+    return Entry(raw["repo"], raw["commit"], raw["path"], tuple(helpers), raw["kind"], labels, where, fix)
 
 
 def load_labels(files: Sequence[Path]) -> tuple[list[Entry], list[str]]:
@@ -466,6 +467,17 @@ def render_json(results: Sequence[ScriptResult], codes: Sequence[str], skipped: 
     }, indent=1)
 
 
+def render_corpus(entries: Sequence[Entry]) -> str:
+    """The labelled scripts as a Markdown table: where each comes from and what is PRESENT in it."""
+    lines = ["| repository | script | kind | helpers | fixed later | PRESENT |",
+             "|---|---|---|---:|---|---|"]
+    for e in entries:
+        present = ", ".join(c for c in CODES if c in e.labels and e.labels[c].status == "PRESENT")
+        fixed = f"[thread]({e.prefix_fix['thread']})" if e.prefix_fix else ""
+        lines.append(f"| {e.repo} | `{e.path}` | {e.kind} | {len(e.helpers)} | {fixed} | {present or '—'} |")
+    return "\n".join(lines)
+
+
 def _codes(values: Sequence[str] | None) -> tuple[str, ...]:
     if not values:
         return CODES
@@ -478,13 +490,15 @@ def _codes(values: Sequence[str] | None) -> tuple[str, ...]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("mirrors", type=Path, help="JSON object: owner/name -> local git directory")
+    parser.add_argument("mirrors", type=Path, nargs="?",
+                        help="JSON object: owner/name -> local git directory (not needed for --check/--corpus)")
     parser.add_argument("--labels", type=Path, nargs="+", default=[DEFAULT_LABELS],
                         help="labels files (default: labels.json beside this script)")
     parser.add_argument("--code", action="append", help="score only these codes (repeat or comma-separate)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--jobs", "-j", type=int, default=1, help="scripts linted at once (default 1)")
     parser.add_argument("--check", action="store_true", help="only validate the labels files")
+    parser.add_argument("--corpus", action="store_true", help="print the labelled scripts as a Markdown table")
     args = parser.parse_args(argv)
     try:
         codes = _codes(args.code)
@@ -497,6 +511,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         print(f"{len(entries)} entries from {len({e.repo for e in entries})} repositories: labels are valid")
         return 0
+    if args.corpus:
+        print(render_corpus(entries))
+        return 0
+    if args.mirrors is None:
+        print("eval.py: a mirrors file is required (JSON object: owner/name -> git directory)", file=sys.stderr)
+        return 2
     try:
         mirrors = json.loads(args.mirrors.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:

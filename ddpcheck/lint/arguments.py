@@ -47,7 +47,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(("--force-exclude",), "force_exclude", "Apply excludes to paths named on the command line too (for pre-commit)."),
     Option(("--stdin-filename",), "stdin_filename", "The name to report (and configure) stdin as.", "NAME"),
     Option(("--show-settings",), "show_settings", "Print the settings that apply to the first path and exit."),
-    Option(("--jobs", "-j"), "jobs", "Worker processes (default: 1, or one per CPU for large trees when the CPUs are idle).", "N"),
+    Option(("--jobs", "-j"), "jobs", "Worker processes (default: one per idle CPU, for 8 files or more per worker).", "N"),
     Option(("--no-cache",), "no_cache", "Lint every file again instead of reusing cached findings (.ddpcheck_cache/)."),
     Option(("--help", "-h"), "help", "Show this message and exit."),
 )

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Iterable
 
 from ddpcheck import __version__
-from ddpcheck.findings import Applicability, Edit, Finding, Fix, Severity
+from ddpcheck.findings import Applicability, Edit, Finding, Fix, Related, Severity
 
 DIRNAME = ".ddpcheck_cache"
-FORMAT = 1  # bump when the entry layout changes
+FORMAT = 2  # bump when the entry layout changes
 _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This directory is ddpcheck's cache; see https://bford.info/cachedir/\n"
 
 
@@ -113,6 +113,7 @@ def _dump(f: Finding) -> dict:
         "code": f.code, "name": f.name, "message": f.message, "severity": f.severity.value,
         "path": f.path, "line": f.line, "column": f.column, "end_line": f.end_line,
         "end_column": f.end_column, "hint": f.hint, "ranks": list(f.ranks), "details": f.details,
+        "related": [[r.path, r.line, r.column, r.message] for r in f.related],
         "fix": None,
     }
     if f.fix is not None:
@@ -130,6 +131,7 @@ def _load(d: dict) -> Finding:
         code=d["code"], name=d["name"], message=d["message"], severity=Severity(d["severity"]),
         path=d["path"], line=d["line"], column=d["column"], end_line=d["end_line"],
         end_column=d["end_column"], hint=d["hint"], ranks=tuple(d["ranks"]), details=d["details"],
+        related=tuple(Related(str(p), int(line), int(col), str(m)) for p, line, col, m in d["related"]),
         fix=None if fix is None else Fix(
             fix["description"],
             tuple(Edit(int(s), int(e), str(c)) for s, e, c in fix["edits"]),
@@ -175,7 +177,7 @@ def _catalog_stamp() -> str:
     h = hashlib.blake2b(digest_size=12)
     h.update(__version__.encode())
     places = [package / "lint" / "rules", package / "run" / "checks"]
-    files = [package / "catalog.py", package / "lint" / "rule.py", package / "lint" / "tool_codes.py",
+    files = [package / "catalog.py", package / "describe.py", package / "lint" / "rule.py", package / "lint" / "tool_codes.py",
              package / "run" / "catalog.py"]
     for place in places:
         try:

@@ -207,9 +207,9 @@ def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict, fixes: 
     except ReadError as err:
         result.errors.append(str(err))
         return result, sys.stdout
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
 
-    facts = ProjectFacts()
+    facts = Project()
     findings = lint_text(display, path, source, resolver, facts, known)
     result.files = 1
     if o.fix or o.diff:
@@ -255,14 +255,17 @@ def _print_diff(display: str, before: str, after: str) -> None:
 
 def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions, fixes: FixReport,
                known: dict) -> None:
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
 
-    facts = ProjectFacts()
+    facts = Project()
     remaining: list[Finding] = []
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         by_path.setdefault(f.path, []).append(f)
     for display, findings in by_path.items():
+        if display not in result.sources:  # a line of a project module the linted files reach
+            remaining.extend(findings)
+            continue
         original = result.sources[display]
         path = Path(display)
         fixed, left, applied = _fix_until_stable(display, path, original, findings, resolver, facts,

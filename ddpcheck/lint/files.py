@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +64,13 @@ def _walk(top: Path, resolver: SettingsResolver):
 
 def _git_ignored(paths: list[Path]) -> list[Path]:
     """The paths git would ignore (one `git check-ignore` call; nothing when git or a repo is absent)."""
+    if not paths:
+        return []
+    import shutil
+    import subprocess  # only here: naming one file (a pre-commit run) never pays for it
+
     git = shutil.which("git")
-    if git is None or not paths:
+    if git is None:
         return []
     by_cwd: dict[Path, list[Path]] = {}
     for p in paths:

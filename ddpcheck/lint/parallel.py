@@ -1,7 +1,7 @@
 """Lint files in worker processes (`-j N`): each worker lints whole files and returns findings.
 
 Workers are forked from the CLI process, so they start with ddpcheck and libcst already
-imported; each keeps its own ProjectFacts (helper modules parsed once per worker, not per file).
+imported; each keeps its own Project (lint/model/project.py) (helper modules parsed once per worker, not per file).
 """
 
 from __future__ import annotations
@@ -30,12 +30,24 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def idle_cpus() -> int:
+    """CPUs nobody else is using now: ours less the 1-minute load average. On a shared or busy
+    machine extra workers only queue for the same cores (measured: -j2 no faster than -j1 on
+    two loaded cores), so they are not started unless asked for."""
+    cpus = available_cpus()
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return cpus
+    return max(1, int(cpus - load + 0.5))
+
+
 def worker_count(requested: int | None, files: int) -> int:
-    """`-j N` as asked (never more workers than files); without it, one per CPU when there is
-    enough work to pay for starting them."""
+    """`-j N` as asked (never more workers than files); without it, one per idle CPU when there
+    is enough work to pay for starting them."""
     if requested is not None:
         return max(1, min(requested, files))
-    return max(1, min(available_cpus(), files // FILES_PER_WORKER))
+    return max(1, min(idle_cpus(), files // FILES_PER_WORKER))
 
 
 def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding]]:
@@ -53,7 +65,7 @@ def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding]]:
         return list(pool.map(_lint, jobs, chunksize=chunksize))
 
 
-_facts = None  # this process's ProjectFacts, created on first use
+_facts = None  # this process's Project, created on first use
 
 
 def _lint(job: Job) -> list[Finding]:
@@ -61,12 +73,12 @@ def _lint(job: Job) -> list[Finding]:
     from ddpcheck.catalog import all_rules
     from ddpcheck.lint import suppress
     from ddpcheck.lint.engine import lint_source
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
     from ddpcheck.lint.rules import rule_classes
     from ddpcheck.lint.tool_codes import SyntaxErrorInFile
 
     if _facts is None:
-        _facts = ProjectFacts()
+        _facts = Project()
     rules = [r for r in rule_classes() if r.code in job.codes]
     findings = lint_source(job.display, job.source, rules, _facts, noqa=False)
     if not job.syntax:

@@ -1,7 +1,7 @@
 """Which files can matter, decided from their text before anything is parsed.
 
 Every rule is about torch: a finding needs a call that resolves to `torch...` through the file's
-imports, or a helper of the project that leads there (lint/facts.py follows imports). So a file
+imports, or a module of the project that leads there (lint/model/ follows imports). So a file
 can only have findings if the text "torch" appears in it or in a project module it imports,
 directly or through other project modules. Everything else (most files of a mixed project) is
 not parsed with libcst; the runner only has CPython's parser check it for syntax errors.

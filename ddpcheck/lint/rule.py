@@ -4,33 +4,44 @@ A rule is one module in ddpcheck/lint/rules/, one `Rule` subclass named for what
 Its docstring is its documentation page; `VALID` and `INVALID` examples sit beside the logic and
 tests/test_rule_examples.py turns each into a test. Rules are discovered, never registered.
 
-Hooks a rule may define (all optional); the engine calls them during its single traversal:
-- `visit_<Node>(self, node)` / `leave_<Node>(self, node)` for any libcst node type;
-- `on_call(self, call: CallSite)` for every call, with its scope, loops, guards and with-blocks;
-- `finish(self)` after the traversal, when `self.ctx` holds every call and assignment of the file.
-Rules report with `self.report(node, message=None, fix=None)`.
+A rule holds a DDP judgement, not analysis: it asks the semantic model of the file
+(`self.model`, ddpcheck/lint/model/semantic.py) what the code does — resolved API names, values,
+the call graph, what runs on every rank — and reports. Hooks (all optional):
+- `finish(self)` after the traversal: most rules do all their work here;
+- `on_call(self, call: CallSite)` for every call of the file, in source order, names resolved;
+- `visit_<Node>(self, node)` / `leave_<Node>(self, node)` for libcst node types, during the one
+  traversal (before names are resolved across modules).
+Rules report with `self.report(node, message=None, fix=None, module=None, related=())`: `module`
+is the project module the node belongs to when it is not the linted file, `related` the calls
+that lead there (see Model.paths.chain).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar, Sequence
+import textwrap
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import libcst as cst
 
-from ddpcheck.catalog import Described
+from ddpcheck.describe import Described, RuleInfo
 from ddpcheck.findings import Applicability
-from ddpcheck.lint.context import FileContext, Pending
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.module import CallSite, ModuleModel
+    from ddpcheck.lint.model.semantic import Model
 
 
 @dataclass(frozen=True)
 class Invalid:
-    """An example the rule must report. `line`: the 1-based line of the finding, if pinned;
-    `fixed`: the source after applying the rule's fix, for fixable rules."""
+    """An example the rule must report. `lines`: the 1-based lines of its findings, exactly (if
+    given); `line`: one line that must be among them; `fixed`: the source after applying the
+    rule's fix, for fixable rules."""
 
     code: str
     line: int | None = None
     fixed: str | None = None
+    lines: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -43,34 +54,51 @@ class Replace:
     applicability: Applicability = Applicability.UNSAFE
 
 
+@dataclass(frozen=True, eq=False)
+class Pending:
+    """A finding before it has a position: lines are computed only for nodes that get one."""
+
+    rule: type[Rule]
+    module: ModuleModel
+    node: cst.CSTNode
+    message: str
+    fix: Replace | None
+    related: tuple[tuple[ModuleModel, cst.CSTNode, str], ...] = ()
+
+
 class Rule(Described):
     kind: ClassVar[str] = "lint"
     MESSAGE: ClassVar[str] = ""  # default message: says what is wrong and what to do
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[Invalid | str]] = ()
 
-    def __init__(self, ctx: FileContext) -> None:
-        self.ctx = ctx
+    def __init__(self, model: Model) -> None:
+        self.model = model
 
-    def on_call(self, call) -> None:
-        """Called for every call in the file, in source order (see CallSite)."""
+    def on_call(self, call: CallSite) -> None:
+        """Called for every call in the file, in source order, after names are resolved."""
 
     def finish(self) -> None:
         """Called once after the traversal."""
 
-    def report(self, node: cst.CSTNode, message: str | None = None, fix: Replace | None = None) -> None:
-        self.ctx.pending.append(Pending(type(self), node, message or self.MESSAGE, fix))
+    def report(self, node: cst.CSTNode, message: str | None = None, fix: Replace | None = None,
+               module: ModuleModel | None = None, related: Sequence[CallSite] = ()) -> None:
+        where = module if module is not None else self.model.root
+        chain = tuple((c.module, c.node, _via(c)) for c in related)
+        self.model.pending.append(Pending(type(self), where, node, message or self.MESSAGE, fix, chain))
 
     @classmethod
-    def info(cls):
+    def info(cls) -> RuleInfo:
         info = super().info()
         if info.bad or info.good:
             return info
         # The first examples double as the page's bad/good pair.
-        from dataclasses import replace
-        import textwrap
-
         bad = cls.INVALID[0] if cls.INVALID else ""
         bad = bad.code if isinstance(bad, Invalid) else bad
         good = cls.VALID[0] if cls.VALID else ""
         return replace(info, bad=textwrap.dedent(bad).strip("\n"), good=textwrap.dedent(good).strip("\n"))
+
+
+def _via(call: CallSite) -> str:
+    name = call.dotted or "this call"
+    return f"called here: `{name}(...)`"

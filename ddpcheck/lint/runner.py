@@ -20,7 +20,7 @@ from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
 
 if TYPE_CHECKING:
     from ddpcheck.lint.cache import LintCache
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
 
 
 @dataclass
@@ -74,7 +74,7 @@ def syntax_enabled(settings: Settings, path: Path, known: dict) -> bool:
 
 
 def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
-              facts: ProjectFacts, known: dict) -> list[Finding]:
+              facts: Project, known: dict) -> list[Finding]:
     from ddpcheck.lint.engine import lint_source
 
     from ddpcheck.lint import suppress
@@ -158,8 +158,21 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
         if cache is not None and entry is not None:
             cache.put(entry, findings)
         result.findings.extend(findings)
-    result.findings.sort(key=Finding.sort_key)
+    result.findings = _unique(result.findings)
     return result
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    """Sorted, each finding once: a line of a project module that several linted files reach
+    (a helper's `torch.save` every script calls on every rank) is reported once."""
+    seen: set[tuple[object, ...]] = set()
+    out = []
+    for f in sorted(findings, key=Finding.sort_key):
+        key = (f.path, f.line, f.column, f.code)
+        if key not in seen:
+            seen.add(key)
+            out.append(f)
+    return out
 
 
 def _compiles(display: str, source: str) -> bool | None:

@@ -249,7 +249,10 @@ def settle(path: str, source: str, raw: list[Finding], codes: frozenset[str], kn
     """A file's findings as reported: `raw` less what noqa suppresses, plus DDP901 when enabled."""
     from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
 
-    kept, used = partition(source, raw)
+    # Findings on lines of other project modules were settled against their own text already.
+    others = [f for f in raw if f.path != path]
+    kept, used = partition(source, [f for f in raw if f.path == path])
+    kept += others
     if UnusedNoqa.code in codes and "noqa" in source.lower() \
             and not any(f.code == SyntaxErrorInFile.code for f in raw):
         kept = sorted(kept + unused_directives(path, source, used, codes, known), key=Finding.sort_key)

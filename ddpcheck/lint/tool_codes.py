@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddpcheck.catalog import Described
+from ddpcheck.describe import Described
 from ddpcheck.findings import Severity
 
 

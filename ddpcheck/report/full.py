@@ -11,30 +11,43 @@ _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.
 
 
 def render(findings: list[Finding], *, sources, color, tool) -> str:
+    # Plain text needs no library; rich is imported only to colour a terminal.
+    lines: list[tuple[str, str | None, bool]] = []  # (text, style, text holds markup)
+    for f in findings:
+        # Ruff's marker: fixable by a plain `--fix` (unsafe fixes need --unsafe-fixes too).
+        marker = " [*]" if f.fix and f.fix.applicability is Applicability.SAFE else ""
+        lines.append((f"{f.location}\0: \1{f.code}\2{marker} {f.message}", _STYLE[f.severity], True))
+        snippet = _snippet(f, sources)
+        if snippet:
+            lines.append((snippet, "dim", False))
+        if f.ranks:
+            lines.append((f"  = ranks: {', '.join(map(str, f.ranks))}", None, False))
+        if f.hint:
+            lines.append((f"  = help: {f.hint}", None, False))
+        if f.fix:
+            lines.append((f"  = fix ({f.fix.applicability.value}): {f.fix.description}", None, False))
+        lines.append(("", None, False))
+    for line in summary_lines(findings):
+        lines.append((line, "bold" if line.startswith("Found") else None, False))
+    if not color:
+        return "".join(text.replace("\0", "").replace("\1", "").replace("\2", "") + "\n"
+                       for text, _, _ in lines)
+    return _colored(lines)
+
+
+def _colored(lines: list[tuple[str, str | None, bool]]) -> str:
     from rich.console import Console
     from rich.markup import escape
 
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=color, no_color=not color, highlight=False,
-                      soft_wrap=True, width=120, emoji=False)
-    for f in findings:
-        # Ruff's marker: fixable by a plain `--fix` (unsafe fixes need --unsafe-fixes too).
-        marker = " [*]" if f.fix and f.fix.applicability is Applicability.SAFE else ""
-        console.print(
-            f"[bold]{escape(f.location)}[/]: [{_STYLE[f.severity]}]{f.code}[/]{marker} {escape(f.message)}"
-        )
-        snippet = _snippet(f, sources)
-        if snippet:
-            console.print(snippet, markup=False, style="dim" if color else None)
-        if f.ranks:
-            console.print(f"  = ranks: {', '.join(map(str, f.ranks))}", markup=False)
-        if f.hint:
-            console.print(f"  = help: {f.hint}", markup=False)
-        if f.fix:
-            console.print(f"  = fix ({f.fix.applicability.value}): {f.fix.description}", markup=False)
-        console.print()
-    for line in summary_lines(findings):
-        console.print(escape(line), style="bold" if line.startswith("Found") else None)
+    console = Console(file=buf, force_terminal=True, highlight=False, soft_wrap=True, width=120, emoji=False)
+    for text, style, header in lines:
+        if header:
+            location, rest = text.split("\0", 1)
+            code, tail = rest.split("\1", 1)[1].split("\2", 1)
+            console.print(f"[bold]{escape(location)}[/]: [{style}]{code}[/]{escape(tail)}")
+        else:
+            console.print(text, style=style, markup=False)
     return buf.getvalue()
 
 

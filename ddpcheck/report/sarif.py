@@ -84,6 +84,18 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
         base = (f.code, f.path, f.line and _fingerprint(f, sources, 0))
         result["partialFingerprints"] = {"ddpcheck/v1": _fingerprint(f, sources, seen[base])}
         seen[base] += 1
+        if f.related:
+            result["relatedLocations"] = [
+                {
+                    "id": number,
+                    "message": {"text": r.message},
+                    "physicalLocation": {
+                        "artifactLocation": _artifact_location(r.path),
+                        "region": {"startLine": r.line, "startColumn": r.column},
+                    },
+                }
+                for number, r in enumerate(f.related)
+            ]
         if f.ranks:
             result["properties"] = {"ranks": list(f.ranks)}
         results.append(result)

@@ -61,12 +61,12 @@ def markers(text: str) -> dict[str, set[tuple[int, str]]]:
 
 def evaluate(corpus: Path = DEFAULT_CORPUS) -> CorpusResult:
     from ddpcheck.lint.engine import lint_source
-    from ddpcheck.lint.facts import ProjectFacts
+    from ddpcheck.lint.model import Project
     from ddpcheck.lint.rules import rule_classes
 
     rules = list(rule_classes())
     present = {r.code for r in rules}
-    facts = ProjectFacts()  # one per run, as the CLI does
+    facts = Project()  # one per run, as the CLI does
     result = CorpusResult()
     for path in sorted(corpus.rglob("*.py")):
         rel = path.relative_to(corpus).as_posix()
@@ -77,7 +77,10 @@ def evaluate(corpus: Path = DEFAULT_CORPUS) -> CorpusResult:
                 key = (rel, line, code)
                 (getattr(result, kind) if code in present else result.pending).add(key)
         for finding in lint_source(str(path.resolve()), text, rules, facts):
-            result.found.add((rel, finding.line, finding.code))
+            # A finding may sit in another module of the fixture's project (where the fix goes).
+            where = Path(finding.path or path).resolve()
+            inside = where.relative_to(corpus.resolve()).as_posix() if where.is_relative_to(corpus.resolve()) else rel
+            result.found.add((inside, finding.line, finding.code))
     return result
 
 

@@ -7,7 +7,7 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def rule_classes() -> tuple[type, ...]:
-    from ddpcheck.catalog import _subclasses_in
+    from ddpcheck.catalog import subclasses_in
     from ddpcheck.lint.rule import Rule
 
-    return tuple(sorted(_subclasses_in(__name__, Rule), key=lambda r: r.code))
+    return tuple(sorted(subclasses_in(__name__, Rule), key=lambda r: r.code))

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
+from ddpcheck.lint.model.module import CallSite, Param
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import ddp_wraps, is_optimizer_step
 
 
 class AccumulationWithoutNoSync(Rule):
@@ -110,32 +114,77 @@ class AccumulationWithoutNoSync(Rule):
     ]
 
     def finish(self) -> None:
-        if "no_sync" in self.ctx.source or "require_backward_grad_sync" in self.ctx.source:
+        model = self.model
+        sites = list(model.paths.sites())
+        modules = list({id(s.module): s.module for s in sites}.values()) or [model.root]
+        if any("no_sync" in m.source or "require_backward_grad_sync" in m.source for m in modules):
             return
-        if not ddp_wraps(self.ctx) and not any(self.ctx.helper_does(c, "ddp_wrap") for c in self.ctx.calls):
+        if not any(wraps(model, m) for m in modules) and not any(
+            "ddp_wrap" in model.facts.of_call(c) for c in model.root.calls if c.target is not None
+        ):
             return
-        backwards = [c for c in self.ctx.calls if c.method == "backward" and c.loops]
-        if not backwards:
-            return
-        steps = [c for c in self.ctx.calls if is_optimizer_step(c)]
+        backwards = [c for c in sites if c.method == "backward" and c.loops]
+        steps = [c for c in sites if c.method == "step" and is_optimizer_step(model, c)]
         for b in backwards:
+            if any(s.scope is b.scope and s.loops == b.loops and s.index > b.index and not self._counted(s, b)
+                   for s in steps):
+                continue  # its own step follows it in the same iteration: not accumulation
             for s in steps:
                 if s.scope is b.scope and self._accumulates(b, s):
-                    self.report(b.node)
+                    self.report(b.node, module=b.module, related=model.paths.chain(b))
                     break
+        for site in sites:
+            if site.loops and self._steps_on_a_counter(site):
+                self.report(site.node, module=site.module, related=model.paths.chain(site))
 
     def _accumulates(self, b: CallSite, s: CallSite) -> bool:
         n = len(s.loops)
         if n < len(b.loops) and b.loops[:n] == s.loops:
-            return True  # backward in an inner micro-batch loop, step after it
+            return s.index > b.index  # backward in an inner micro-batch loop, step after it
         if not s.loops or s.loops != b.loops:
             return False
         # Same loop: the step runs only on some iterations, under a counter test.
+        return self._counted(s, b)
+
+    def _counted(self, s: CallSite, b: CallSite) -> bool:
+        """The step sits under a counter test (`if (i + 1) % accum == 0:`) that the backward does not."""
         own = {id(g.node) for g in b.guards}
         for guard in s.guards:
             if id(guard.node) in own:
                 continue
-            code = self.ctx.module.code_for_node(guard.test)
-            if "%" in code or "accum" in code.lower():
+            if _counter(s.module.code(guard.test)):
                 return True
         return False
+
+    def _steps_on_a_counter(self, site: CallSite) -> bool:
+        """`loss_scaler(loss, optimizer, update_grad=(i + 1) % accum == 0)`: the callee runs
+        backward on every call and the optimizer step only when a parameter says so, and this
+        call passes it a counter test."""
+        for callee, bound in self.model.graph.targets(site):
+            param = self._step_switch(callee)
+            if param is None:
+                continue
+            passed = self.model.graph.argument_for(site, callee, param, bound)
+            if isinstance(passed, cst.BaseExpression) and _counter(site.module.code(passed)):
+                return True
+        return False
+
+    def _step_switch(self, function: Function) -> Param | None:
+        calls = list(function.module.calls_in(function.qualname))
+        if not any(c.method == "backward" for c in calls):
+            return None
+        for c in calls:
+            if c.method != "step" or not is_optimizer_step(self.model, c):
+                continue
+            for guard in c.guards:
+                name = dotted(guard.test)
+                if name is None or guard.negated:
+                    continue
+                for binding in function.scope.assignments.get(name, []):
+                    if isinstance(binding, Param) and binding.function == function.qualname:
+                        return binding
+        return None
+
+
+def _counter(code: str) -> bool:
+    return "%" in code or "accum" in code.lower()

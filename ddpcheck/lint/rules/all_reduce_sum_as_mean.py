@@ -3,11 +3,11 @@ from __future__ import annotations
 import re
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
-_ALL_REDUCE = frozenset({"torch.distributed.all_reduce", "torch.distributed.reduce"})
 _MEAN_LIKE = re.compile(r"loss|acc|mean|avg|average|metric|ppl|perplexity|error|score|top1|top5|iou|dice", re.I)
 _SUM_LIKE = re.compile(r"sum|total|count|num|correct|cnt|^n_|tp|fp|fn|hist|confusion|size", re.I)
 _SCALES = ("world_size", "get_world_size", "nprocs", "num_gpus", "ngpus", "n_gpu", "num_replicas",
@@ -99,28 +99,42 @@ class AllReduceSumAsMean(Rule):
         """,
     ]
 
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname not in _ALL_REDUCE:
-            return
-        op = call.arg("op", 1 if call.qualname.endswith("all_reduce") else 2)
-        if op is not None and not (dotted(op) or "").endswith("SUM"):
-            return
-        tensor = call.arg("tensor", 0)
-        name = dotted(tensor) if tensor is not None else None
-        if name is None:
-            return
-        last = name.rsplit(".", 1)[-1]
+    def finish(self) -> None:
+        model = self.model
+        for site in model.paths.sites():
+            name = model.api(site)
+            if name not in api.SUM_REDUCTIONS:
+                continue
+            tensor = self._unscaled_mean(site, name)
+            if tensor is not None:
+                self.report(
+                    site.node,
+                    f"`{tensor}` is summed over ranks (all_reduce's default op is SUM), so it is world_size "
+                    f"times the mean; divide it by `dist.get_world_size()` after the reduce",
+                    module=site.module, related=model.paths.chain(site),
+                )
+
+    def _unscaled_mean(self, site: CallSite, name: str) -> str | None:
+        op = site.arg("op", 1 if name.endswith("all_reduce") else 2)
+        if op is not None:
+            resolved = self.model.qualname(site.module, op, site.scope) or dotted(op) or ""
+            if not resolved.endswith("SUM"):
+                return None
+        tensor = site.arg("tensor", 0)
+        written = dotted(tensor) if tensor is not None else None
+        if written is None:
+            return None
+        last = written.rsplit(".", 1)[-1]
         if not _MEAN_LIKE.search(last) or _SUM_LIKE.search(last):
-            return
+            return None
+        function = site.scope.function
+        if function is not None and any(dotted(v) == written for v in site.module.returns.get(function.qualname, ())):
+            return None  # handed back to callers, who may divide it
         # Where a division would be: the loop around the reduce, else the whole function.
-        code = self.ctx.module.code_for_node(call.loops[-1] if call.loops else call.scope.node)
+        code = site.module.code(site.loops[-1] if site.loops else site.scope.node)
         if any(s in code for s in _SCALES):
-            return
+            return None
         # `loss / n`, `loss.div_(n)`, `metrics[0] / metrics[1]`, `loss.item() / n`
-        if re.search(rf"\b{re.escape(name)}(\[[^\]]*\])?(\.item\(\))?\s*(/|\.div|\*|\.mul)", code):
-            return
-        self.report(
-            call.node,
-            f"`{name}` is summed over ranks (all_reduce's default op is SUM), so it is world_size "
-            f"times the mean; divide it by `dist.get_world_size()` after the reduce",
-        )
+        if re.search(rf"\b{re.escape(written)}(\[[^\]]*\])?(\.item\(\))?\s*(/|\.div|\*|\.mul)", code):
+            return None
+        return written

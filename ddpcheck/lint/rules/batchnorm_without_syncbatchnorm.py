@@ -3,15 +3,9 @@ from __future__ import annotations
 import re
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import DDP
+from ddpcheck.lint.model import api
 from ddpcheck.lint.rule import Rule
 
-_BATCHNORM = re.compile(r"^torch\.nn\.BatchNorm[123]d$|^torch\.nn\.LazyBatchNorm[123]d$")
-# torchvision constructors of models built with BatchNorm layers.
-_BN_MODELS = re.compile(
-    r"^torchvision\.models\.(resnet|resnext|wide_resnet|densenet|mobilenet|efficientnet|regnet"
-    r"|inception|googlenet|shufflenet|mnasnet|vgg\d+_bn)"
-)
 # Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
 # `SyncBatchNorm(...)`, `args.sync_bn`. Prose such as "without SyncBatchNorm" does not count.
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
@@ -94,13 +88,17 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     ]
 
     def finish(self) -> None:
-        wraps = [c for c in self.ctx.calls if c.qualname == DDP]
-        if not wraps:
+        model = self.model
+        root = model.root
+        wraps = [c for c in root.calls if model.api(c) == api.DDP]
+        if not wraps or _CONVERSION.search(root.source):
             return
-        if _CONVERSION.search(self.ctx.source):
+        if any(_CONVERSION.search(m.source) for m in model.paths.modules()):
             return
-        builds_bn = any(
-            c.qualname and (_BATCHNORM.match(c.qualname) or _BN_MODELS.match(c.qualname)) for c in self.ctx.calls
-        )
-        if builds_bn:
+        if any(_builds_batchnorm(model.api(c)) for c in root.calls):
             self.report(wraps[0].node)
+
+
+def _builds_batchnorm(name: str | None) -> bool:
+    return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
+        name.startswith("torchvision.models.vgg") and name.endswith("_bn")))

@@ -1,18 +1,12 @@
 from __future__ import annotations
 
-import re
-
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import is_rank_value, on_main_rank_only, on_single_process_only
-from ddpcheck.lint.context import CallSite
-from ddpcheck.lint.patterns import subexpressions
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.rule import Rule
-from ddpcheck.lint.values import origins
 
-# Functions nobody in the file calls that are still run by every rank (mp.spawn targets, main).
-_ENTRY_NAME = re.compile(r"^(main|main_worker|worker|run|train|fit|.*_main|main_.*|.*_worker)$")
 
 
 class CheckpointSavedByEveryRank(Rule):
@@ -24,12 +18,17 @@ class CheckpointSavedByEveryRank(Rule):
     that fail to load (`PytorchStreamReader failed reading zip archive`, `storage has wrong
     size`), truncated files on shared file systems, and N times the I/O at every save.
 
-    Reported for `torch.save(...)` in a file that uses DDP when it is not under a rank-0 guard
-    (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`...), and for calls of
-    the project's own functions that visibly call `torch.save` (`save_checkpoint(...)`, also from
-    another module, when it has no rank test of its own) made on every rank. Saves in a branch only a non-distributed run takes (`if not args.distributed:`) are not
-    reported either. A save whose path contains the rank (`f"ckpt_rank{rank}.pt"`) writes one file per rank
-    on purpose and is not reported; so is a helper that no rank-unguarded code of the file calls.
+    Reported at the `torch.save(...)` line — in the script or in the project module that holds
+    it (`utils.save_checkpoint`) — when a file that uses DDP makes it run on every rank: no
+    rank-0 guard (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`...)
+    around it nor around any call on the way to it. The calls that lead there are given as
+    related locations (JSON `related`, SARIF `relatedLocations`). The ImageNet example's
+    `if not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:` guards only
+    the `mp.spawn` path: in a script torchrun can start (it reads `RANK`/`WORLD_SIZE`), it is true
+    on every rank. Not reported: saves in a branch only a non-distributed run takes
+    (`if not args.distributed:`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
+    file per rank on purpose), saves into memory (`io.BytesIO`), and functions nobody calls
+    on every rank.
 
     ## How to fix
     Save on one rank: `if dist.get_rank() == 0: torch.save(model.module.state_dict(), path)`,
@@ -154,80 +153,13 @@ class CheckpointSavedByEveryRank(Rule):
     ]
 
     def finish(self) -> None:
-        if not self.ctx.uses_ddp:
+        model = self.model
+        if not model.uses_ddp:
             return
-        self._callers_cache: dict[str, list[CallSite]] = {}
-        for call in self.ctx.calls:
-            if call.qualname != "torch.save" or self._per_rank_path(call):
+        for site in model.paths.sites():
+            if model.api(site) != api.SAVE or per_rank_or_memory(model, site, site.arg("f", 1)):
                 continue
-            if self._guarded(call):
+            chain = model.paths.every_rank(site)
+            if chain is None:
                 continue
-            function = self._function_of(call)
-            if function is None or not self._callers(function):
-                if self._reaches_every_rank(call, set()):
-                    self.report(call.node)
-                continue
-            for caller in self._callers(function):
-                if self._reaches_every_rank(caller, set()):
-                    self.report(caller.node, self.HELPER_MESSAGE.format(what=caller.dotted))
-        for call in self.ctx.calls:
-            if self._unguarded_project_save(call) and self._reaches_every_rank(call, set()):
-                self.report(call.node, self.HELPER_MESSAGE.format(what=call.dotted))
-
-    def _unguarded_project_save(self, call: CallSite) -> bool:
-        """A function of another module of the project (`utils.save_checkpoint(...)`) that calls
-        torch.save with no rank test anywhere in it (`save_on_master` has one)."""
-        facts = self.ctx.facts
-        if facts is None or call.qualname is None or call.qualname.startswith("torch."):
-            return False
-        target = facts.target(self.ctx, call)
-        if target is None or target[0] is self.ctx:
-            return False  # local functions are followed above, call by call
-        found = facts.function_facts(*target)
-        return "save" in found and "rank_guard" not in found and "is_rank_check" not in found
-
-    def _per_rank_path(self, call: CallSite) -> bool:
-        path = call.arg("f", 1)
-        if path is None:
-            return False
-        for value in origins(self.ctx, path, call.scope):
-            for sub in subexpressions(value):
-                if isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, self.ctx.qualname):
-                    return True
-        return False
-
-    def _function_of(self, call: CallSite) -> str | None:
-        name = call.scope.qualname
-        return name if name in self.ctx.functions else None
-
-    def _callers(self, function: str) -> list[CallSite]:
-        """Calls of a function of this file: `f(...)` for a module-level one, `self.m(...)` for a method."""
-        cached = self._callers_cache.get(function)
-        if cached is None:
-            outer, _, short = function.rpartition(".")
-            # A method is called through `self`; a module-level or nested function by its name.
-            wanted = short if not outer or outer in self.ctx.functions else "self." + short
-            cached = [c for c in self.ctx.calls if c.dotted == wanted]
-            self._callers_cache[function] = cached
-        return cached
-
-    def _guarded(self, call: CallSite) -> bool:
-        """Under a rank-0 guard, or in a branch only non-distributed runs take."""
-        return bool(on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname))
-
-    def _reaches_every_rank(self, call: CallSite, seen: set[str]) -> bool:
-        """Whether `call` runs on every rank: no rank-0 guard around it, nor around any caller
-        chain that leads to it."""
-        if self._guarded(call):
-            return False
-        function = self._function_of(call)
-        if function is None:
-            return call.scope is self.ctx.module_scope
-        if function in seen:
-            return False
-        callers = self._callers(function)
-        if not callers:
-            facts = self.ctx.facts.file_function_facts(self.ctx, function) if self.ctx.facts else frozenset()
-            short = function.rsplit(".", 1)[-1]
-            return bool(_ENTRY_NAME.match(short)) or "init_process_group" in facts or "ddp_wrap" in facts
-        return any(self._reaches_every_rank(c, seen | {function}) for c in callers)
+            self.report(site.node, module=site.module, related=chain)

@@ -1,18 +1,19 @@
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import selects_main_rank, under_rank_condition
-from ddpcheck.lint.context import DDP, CallSite, Guard
-from ddpcheck.lint.facts import FACT_CALLS
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import selects_main_rank
+from ddpcheck.lint.model.ddp import before, is_ddp
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.project import locate, resolved_path
+from ddpcheck.lint.model.syntax import argument, is_false
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Rule
-from ddpcheck.lint.names import dotted
-from ddpcheck.lint.values import origins
-
-_COLLECTIVES = FACT_CALLS["collective"]
 
 
 @dataclass(frozen=True)
@@ -21,11 +22,7 @@ class _Candidate:
     guard: Guard
     what: str  # the callee as written: dist.barrier, reduce_tensor, model
     kind: str  # "collective", "helper" or "forward"
-
-
-def _key(c: _Candidate) -> str:
-    """What is called, however it is spelled (`dist.barrier` and `torch.distributed.barrier` agree)."""
-    return c.call.qualname or c.what
+    key: str  # what is called, however it is spelled
 
 
 class CollectiveInRankBranch(Rule):
@@ -42,8 +39,9 @@ class CollectiveInRankBranch(Rule):
     buffers (BatchNorm statistics) from rank 0, so evaluating the DDP model on rank 0 only hangs
     — even under `torch.no_grad()`.
 
-    Reported for such calls, for a call of the DDP-wrapped model, and for calls of functions of
-    the project that visibly perform a collective, when they sit under a rank condition
+    Reported for such calls (and for the collectives of MPI communicators — `MPI.COMM_WORLD.bcast`
+    — and of Horovod), for a call of the DDP-wrapped model, and for calls of functions and
+    methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`...). Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
@@ -210,65 +208,96 @@ class CollectiveInRankBranch(Rule):
         """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._candidates: list[_Candidate] = []
-
-    def on_call(self, call: CallSite) -> None:
-        if not call.guards:
-            return
-        guard = under_rank_condition(call.guards, self.ctx.qualname)
-        if guard is None:
-            return
-        if call.qualname in _COLLECTIVES:
-            kind = "collective"
-        elif call.dotted is not None and not (call.qualname or "").startswith("torch."):
-            kind = "local"  # a local helper or the DDP model: decided once the file is read
-        else:
-            return
-        self._candidates.append(_Candidate(call, guard, call.dotted or call.qualname or "", kind))
-
     def finish(self) -> None:
-        resolved = []
-        for c in self._candidates:
-            if c.kind == "local":
-                if self._is_ddp_model(c.call):
-                    c = _Candidate(c.call, c.guard, c.what, "forward")
-                elif self.ctx.helper_does(c.call, "collective"):
-                    c = _Candidate(c.call, c.guard, c.what, "helper")
-                else:
-                    continue
-            resolved.append(c)
-        for c in resolved:
+        model = self.model
+        found: list[_Candidate] = []
+        for site in model.paths.sites():
+            if not site.guards:
+                continue
+            guard = model.paths.rank_guard(site)
+            if guard is None:
+                continue
+            name = model.api(site)
+            what = site.dotted or name or ""
+            if api.is_collective(name):
+                kind = "collective"
+            elif name is not None and site.target is None:
+                continue  # an outside API that is not a collective
+            elif self._is_ddp_model(site):
+                kind = "forward"
+            elif "collective" in model.facts.of_call(site):
+                kind = "helper"
+            else:
+                continue
+            found.append(_Candidate(site, guard, what, kind, name or what))
+        for c in found:
             if any(
-                o is not c and _key(o) == _key(c) and o.call.scope is c.call.scope and self._side(o) != self._side(c)
-                for o in resolved
+                o is not c and o.key == c.key and o.call.scope is c.call.scope and self._side(o) != self._side(c)
+                for o in found
             ):
                 continue  # balanced: the other ranks make the same call
-            self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c.guard)))
+            self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
+                        module=c.call.module, related=model.paths.chain(c.call))
 
-    def _describe(self, guard: Guard) -> str:
-        test = " ".join(self.ctx.module.code_for_node(guard.test).split())
+    def _describe(self, c: _Candidate) -> str:
+        guard = c.guard
+        test = " ".join(c.call.module.code(guard.test).split())
         if not guard.negated:
             return f"`if {test}`"
-        if guard.node.orelse is None:  # an early exit: `if rank != 0: return`
+        if isinstance(guard.node, cst.If) and guard.node.orelse is None:  # an early exit: `if rank != 0: return`
             return f"after `if {test}:` exits"
         return f"the else of `if {test}`"
 
     def _side(self, c: _Candidate) -> bool:
         """True when the call runs on rank 0 only, False when on every rank but rank 0."""
-        return bool(selects_main_rank(c.guard.test, self.ctx.qualname)) != c.guard.negated
+        resolve = self.model.resolver_for(c.call.module, c.call.scope)
+        return bool(selects_main_rank(c.guard.test, resolve)) != c.guard.negated
 
-    def _is_ddp_model(self, call: CallSite) -> bool:
-        """`model(x)` where `model` holds the DDP wrapper — wrapped before this call, in source
-        order, when both are in one function (`summary(model(x))` before `model = DDP(model)`
-        runs the plain module)."""
-        if not isinstance(call.node.func, (cst.Name, cst.Attribute)):
+    def _is_ddp_model(self, site: CallSite) -> bool:
+        """`model(x)` where `model` holds the DDP wrapper — wrapped before this call when both
+        are in one function (`summary(model(x))` before `model = DDP(model)` runs the plain
+        module)."""
+        func = site.node.func
+        if not isinstance(func, (cst.Name, cst.Attribute)):
             return False
-        order = self.__dict__.setdefault("_order", {id(c.node): i for i, c in enumerate(self.ctx.calls)})
-        here = order.get(id(call.node), -1)
-        for v in origins(self.ctx, call.node.func, call.scope):
-            if isinstance(v, cst.Call) and self.ctx.qualname(v.func) == DDP:
-                if (dotted(call.node.func) or "").startswith("self.") or order.get(id(v), -1) < here:
+        for value in self.model.values.at_call(site, func):
+            if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value):
+                return True
+        return False
+
+    def _broadcasts(self, wrap: Value) -> bool:
+        """DDP's forward broadcasts the module's buffers from rank 0 (unless `broadcast_buffers=
+        False`); a module of the project whose code holds no buffers (no norm layers with running
+        statistics, no `register_buffer`) has none to send."""
+        call = wrap.call
+        assert call is not None
+        if is_false(argument(call, "broadcast_buffers", 4)):
+            return False
+        inner = argument(call, "module", 0)
+        if inner is None:
+            return True
+        for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at):
+            instance = self.model.graph.instance_of(value)
+            if instance is None:
+                return True  # an outside model: buffers unknown
+            if any(_BUFFERS.search(module.source) for module, _ in self.model.graph.mro(*instance)) or \
+                    self._imports_buffers(instance[0]):
+                return True
+        return False
+
+    def _imports_buffers(self, module: ModuleModel) -> bool:
+        """A project module the model's module imports holds buffer-making code."""
+        path = resolved_path(module.path)
+        if path is None:
+            return True
+        for origin in set(module.names.aliases.values()) | set(module.names.stars):
+            where = locate(path, origin)
+            if where is not None:
+                text = self.model.project.text(where[0])
+                if text is None or _BUFFERS.search(text):
                     return True
         return False
+
+
+# Layers and calls that give a module buffers (running statistics, registered tensors).
+_BUFFERS = re.compile(r"register_buffer|BatchNorm|InstanceNorm|running_mean|Buffer\(|torchvision|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")

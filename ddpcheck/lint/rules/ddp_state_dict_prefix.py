@@ -3,14 +3,11 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
-from ddpcheck.lint.names import dotted
-from ddpcheck.lint.patterns import subexpressions
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import before, is_ddp
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.values import origins
-from ddpcheck.lint.wraps import ddp_wraps, visible_from
-
-_SAVE = frozenset({"torch.save"})
 
 
 class DdpStateDictPrefix(Rule):
@@ -105,51 +102,70 @@ class DdpStateDictPrefix(Rule):
         ),
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._saves: list[tuple[int, CallSite]] = []
-
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname in _SAVE:
-            self._saves.append((len(self.ctx.calls) - 1, call))
-
     def finish(self) -> None:
-        if not self._saves:
+        model = self.model
+        saves = [s for s in model.paths.sites() if model.api(s) == api.SAVE]
+        if not saves:
             return
-        source = self.ctx.source
-        if "'module.'" in source or '"module."' in source or "consume_prefix_in_state_dict" in source:
+        if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s in saves}.values()) or _strips_prefix(model.root.source):
             return
-        wraps = [w for w in ddp_wraps(self.ctx) if w.outer]
-        if not wraps:
-            return
-        outers = {w.outer for w in wraps}
-        wrapped_at = {}
-        for w in wraps:
-            wrapped_at.setdefault(w.outer, w.index)
-        if any(c.method == "load_state_dict" and c.receiver in outers and i > wrapped_at[c.receiver]
-               for i, c in enumerate(self.ctx.calls)):
+        if self._loads_into_ddp():
             return  # checkpoints are loaded into the DDP model: the prefix round-trips
-        for index, call in self._saves:
-            obj = call.arg("obj", 0)
+        for site in saves:
+            obj = site.arg("obj", 0)
             if obj is None:
                 continue
-            for value in origins(self.ctx, obj, call.scope):
-                # Plain isinstance checks: importing libcst.matchers costs more than a lint run.
-                for sd in subexpressions(value):
+            for value in model.values.at_call(site, obj):
+                node = value.node
+                if not isinstance(node, cst.CSTNode):
+                    continue
+                for sd in subexpressions(node):
                     if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
                             and sd.func.attr.value == "state_dict"):
                         continue
-                    receiver = dotted(sd.func.value)
-                    wrap = next((w for w in wraps if w.outer == receiver and w.index < index
-                                 and visible_from(receiver, w.call.scope, call.scope)), None)
-                    if wrap is None:
+                    where = value.module.call_at(sd)
+                    if where is None or not self._of_ddp(where, site):
                         continue
+                    receiver = " ".join(value.module.code(sd.func.value).split())
                     new = sd.with_changes(
                         func=sd.func.with_changes(value=cst.Attribute(sd.func.value, cst.Name("module")))
                     )
+                    fix = Replace(sd, new, f"Save `{receiver}.module.state_dict()`") if value.module is model.root else None
                     self.report(
                         sd,
                         f"`{receiver}.state_dict()` of the DDP model saves every key with a `module.` "
                         f"prefix, which the plain model cannot load; save `{receiver}.module.state_dict()`",
-                        Replace(sd, new, f"Save `{receiver}.module.state_dict()`"),
+                        fix, module=value.module, related=model.paths.chain(site),
                     )
+
+    def _of_ddp(self, state_dict: CallSite, save: CallSite) -> bool:
+        """`x.state_dict()` where x holds the DDP wrapper when the save runs — not in the branch
+        of a `... if ddp else ...` (or `if isinstance(m, DDP)`) that only a plain model takes."""
+        if self.model.paths.single_only(state_dict) or self.model.paths.unwrapped_only(state_dict):
+            return False
+        receiver = state_dict.receiver
+        assert receiver is not None
+        site = save if state_dict.scope is save.scope else state_dict
+        return any(is_ddp(self.model, v) and before(v, site)
+                   for v in self.model.values.at_call(state_dict, receiver))
+
+    def _loads_into_ddp(self) -> bool:
+        """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(...)`, or the DDP
+        model handed to a function of the project that loads a state dict into what it gets
+        (`restart_from_checkpoint(path, state_dict=model)`)."""
+        model = self.model
+        for site in model.paths.sites():
+            if site.method == "load_state_dict":
+                receiver = site.receiver
+                assert receiver is not None
+                if any(is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)):
+                    return True
+            elif site.target is not None and site.target.external is None and any(
+                is_ddp(model, v) for a in site.node.args for v in model.values.at_call(site, a.value)
+            ) and "load_state_dict" in model.facts.of_call(site):
+                return True
+        return False
+
+
+def _strips_prefix(source: str) -> bool:
+    return "'module.'" in source or '"module."' in source or "consume_prefix_in_state_dict" in source

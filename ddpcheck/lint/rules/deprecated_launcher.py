@@ -5,16 +5,18 @@ import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
-from ddpcheck.lint.names import dotted
-from ddpcheck.lint.patterns import string_text
-from ddpcheck.lint.rule import Rule
-from ddpcheck.lint.values import origins
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import dotted, string_text
+from ddpcheck.lint.rule import Invalid, Rule
 
-_LAUNCH = "torch.distributed.launch"
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
-_RUNS_COMMANDS = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn")
+# A command that starts the deprecated launcher (in code, a comment or a docstring), not prose
+# that names it: `-m torch.distributed.launch`, or the module followed by its options or a script.
+_COMMAND = re.compile(
+    r"-m\s+torch\.distributed\.launch\b|torch\.distributed\.launch\s+(?:--[\w-]+|\S+\.py\b)"
+)
 
 
 class DeprecatedLauncher(Rule):
@@ -31,13 +33,14 @@ class DeprecatedLauncher(Rule):
     with a hyphen) meets a parser that only knows `--local_rank`.
 
     Reported: importing or running `torch.distributed.launch` (import, `runpy.run_module`, a
-    `-m torch.distributed.launch` command handed to `subprocess`/`os.system`), and an argparse
+    `-m torch.distributed.launch` command handed to `subprocess`/`os.system`), a launch command
+    for it written in a comment or docstring (the script is meant to be started that way), and an argparse
     `--local_rank` / `--local-rank` argument in a file that never reads `LOCAL_RANK` from the
     environment, directly or through a helper of the project (`utils.init_distributed_mode(args)`),
     or imports `deepspeed` (whose launcher does pass the flag). Scripts that keep the
     flag only as a fallback for `LOCAL_RANK`
-    (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported. Comments and
-    documentation strings that mention the launcher are not reported.
+    (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported, nor prose that only
+    names the launcher ("formerly started with torch.distributed.launch").
 
     ## How to fix
     Launch with `torchrun --nproc_per_node=N script.py` and read the local rank with
@@ -78,8 +81,7 @@ class DeprecatedLauncher(Rule):
                             default=int(os.environ.get("LOCAL_RANK", -1)))
         """,
         """
-        # The launcher mentioned in a comment or a help text only. Launch with:
-        #   python -m torch.distributed.launch --nproc_per_node=2 train.py
+        # The launcher named in prose only (no command that starts it).
         import subprocess
         HELP = "formerly started with torch.distributed.launch; use torchrun"
         subprocess.run(["torchrun", "--nproc_per_node=2", "train.py"])
@@ -94,6 +96,27 @@ class DeprecatedLauncher(Rule):
         """,
     ]
     INVALID = [
+        Invalid(
+            """
+            # A launch command in a comment: the script is meant for the old launcher.
+            # Launch with: torch.distributed.launch --nproc_per_node=2 train.py
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            """,
+            lines=(2,),
+        ),
+        Invalid(
+            """
+            \"\"\"Train on several GPUs.
+
+            Usage:
+                python -m torch.distributed.launch --nproc_per_node=8 main.py --epochs 90
+            \"\"\"
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            """,
+            lines=(1,),
+        ),
         """
         import argparse
         import torch
@@ -118,24 +141,37 @@ class DeprecatedLauncher(Rule):
         """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._mentions_launch = _LAUNCH in ctx.source
+    COMMENT_MESSAGE = (
+        "this launch command uses the deprecated `torch.distributed.launch`: launch with `torchrun` "
+        "(`torchrun --nproc_per_node=N script.py`) and read the local rank from `os.environ[\"LOCAL_RANK\"]`"
+    )
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        self._mentions_launch = api.LAUNCH_MODULE in model.root.source
         self._flags: list[cst.CSTNode] = []
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
-            if dotted(alias.name) == _LAUNCH:
+            if dotted(alias.name) == api.LAUNCH_MODULE:
                 self.report(alias)
 
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         module = dotted(node.module) if node.module is not None and not node.relative else None
-        if module == _LAUNCH or (module and module.startswith(_LAUNCH + ".")):
+        if module == api.LAUNCH_MODULE or (module and module.startswith(api.LAUNCH_MODULE + ".")):
             self.report(node)
         elif module == "torch.distributed" and not isinstance(node.names, cst.ImportStar):
             for alias in node.names:
                 if dotted(alias.name) == "launch":
                     self.report(alias)
+
+    def visit_Comment(self, node: cst.Comment) -> None:
+        if self._mentions_launch and _COMMAND.search(node.value):
+            self.report(node, self.COMMENT_MESSAGE)
+
+    def visit_SimpleString(self, node: cst.SimpleString) -> None:
+        if self._mentions_launch and _COMMAND.search(node.value):
+            self.report(node, self.COMMENT_MESSAGE)
 
     def on_call(self, call: CallSite) -> None:
         if call.method == "add_argument":
@@ -146,43 +182,33 @@ class DeprecatedLauncher(Rule):
         if not self._mentions_launch:
             return
         q = call.qualname or ""
-        if q == "runpy.run_module":
+        if q == api.RUN_MODULE:
             module = call.arg("mod_name", 0)
-            if module is not None and string_text(module) == _LAUNCH:
+            if module is not None and string_text(module) == api.LAUNCH_MODULE:
                 self.report(module)
             return
-        if not q.startswith(_RUNS_COMMANDS):
+        if not q.startswith(api.RUNS_COMMANDS):
             return
         command = call.arg("args", 0)
         if command is None:
             return
-        for value in origins(self.ctx, command, call.scope):
-            if isinstance(value, (cst.List, cst.Tuple)):
-                texts = [string_text(e.value) for e in value.elements]
+        for value in self.model.values.at_call(call, command):
+            node = value.node
+            if isinstance(node, (cst.List, cst.Tuple)):
+                texts = [string_text(e.value) for e in node.elements]
                 for i in range(1, len(texts)):
-                    if texts[i] == _LAUNCH and texts[i - 1] == "-m":
-                        self.report(value.elements[i].value)
-            else:
-                text = string_text(value) or ""
-                if re.search(r"-m\s+torch\.distributed\.launch\b", text):
-                    self.report(value)
-
-    def _project_helper_reads_env(self, call: CallSite) -> bool:
-        """A function of another module of the project that reads the launcher's environment
-        (`utils.init_distributed_mode(args)` setting `args.gpu` from LOCAL_RANK)."""
-        facts = self.ctx.facts
-        if facts is None or call.qualname is None or call.qualname.startswith("torch."):
-            return False
-        target = facts.target(self.ctx, call)
-        return target is not None and target[0] is not self.ctx and "reads_launcher_env" in facts.function_facts(*target)
+                    if texts[i] == api.LAUNCH_MODULE and texts[i - 1] == "-m":
+                        self.report(node.elements[i].value, module=value.module)
 
     def finish(self) -> None:
         # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
+        model = self.model
         if (
             self._flags
-            and not _READS_LOCAL_RANK_ENV.search(self.ctx.source)
-            and not self.ctx.names.imports_from("deepspeed")
-            and not any(self._project_helper_reads_env(c) for c in self.ctx.calls)
+            and not _READS_LOCAL_RANK_ENV.search(model.root.source)
+            and not model.root.names.imports_from("deepspeed")
+            and not any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
+                        if c.target is not None and c.target.external is None and not model.is_root(c.target))
         ):
             for flag in self._flags:
                 self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)))

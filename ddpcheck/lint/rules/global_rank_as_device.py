@@ -3,12 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import DDP, CallSite, Scope
-from ddpcheck.lint.names import dotted, last_name
-from ddpcheck.lint.patterns import is_cuda_string
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import global_rank_source
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import string_text
 from ddpcheck.lint.rule import Rule
 
-_GLOBAL_RANK_ENV = {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}
 _DEVICE_KEYWORDS = ("device", "map_location", "output_device")
 
 
@@ -106,78 +106,58 @@ class GlobalRankAsDevice(Rule):
         """,
     ]
 
-    def on_call(self, call: CallSite) -> None:
-        for index in self._device_indices(call):
-            for value in _index_values(index):
-                source = self._global_rank(value, call.scope, 3)
-                if source:
-                    text = self.ctx.module.code_for_node(value)
-                    self.report(index, self.MESSAGE.format(index=text, source=source))
-                    break
+    def finish(self) -> None:
+        model = self.model
+        for site in model.paths.sites():
+            for index in self._device_indices(site):
+                for expr in _index_values(index):
+                    source = self._source(site, expr)
+                    if source:
+                        text = " ".join(site.module.code(expr).split())
+                        self.report(index, self.MESSAGE.format(index=text, source=source), module=site.module,
+                                    related=model.paths.chain(site))
+                        break
 
-    def _device_indices(self, call: CallSite) -> list[cst.BaseExpression]:
-        found = []
-        q = call.qualname
-        if q == "torch.cuda.set_device":
-            found.append(call.arg("device", 0))
-        elif q == "torch.device":
-            first = call.arg("type", 0)
-            if first is not None and is_cuda_string(first):
-                found += [first, call.arg("index", 1)]
-        elif q == DDP:
-            ids = call.arg("device_ids", 1)
-            if isinstance(ids, (cst.List, cst.Tuple)):
-                found += [e.value for e in ids.elements]
-        elif call.method in ("cuda", "to") and call.node.args and call.node.args[0].keyword is None:
-            found.append(call.node.args[0].value)
-        for keyword in _DEVICE_KEYWORDS:
-            found.append(call.arg(keyword))
-        return [e for e in found if e is not None]
-
-    def _global_rank(self, expr: cst.BaseExpression, scope: Scope, depth: int) -> str | None:
-        """The global-rank source `expr` is (or was assigned from), as the user wrote it."""
-        if isinstance(expr, cst.Call):
-            q = self.ctx.qualname(expr.func)
-            if q == "torch.distributed.get_rank":
-                return "dist.get_rank()"
-            name = last_name(expr.func)
-            if name in ("int", "str") and expr.args:
-                return self._global_rank(expr.args[0].value, scope, depth)
-            if name in ("get", "getenv") and expr.args and _env_key(expr.args[0].value) in _GLOBAL_RANK_ENV:
-                return f'os.environ["{_env_key(expr.args[0].value)}"]'
-            return None
-        if isinstance(expr, cst.Subscript):
-            base = dotted(expr.value) or ""
-            if base.endswith("environ") and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-                key = _env_key(expr.slice[0].slice.value)
-                if key in _GLOBAL_RANK_ENV:
-                    return f'os.environ["{key}"]'
-            return None
-        name = dotted(expr)
-        if name is None or depth == 0:
-            return None
-        for value in scope.lookup(name):
-            source = self._global_rank(value, scope, depth - 1)
-            if source:
-                return source
+    def _source(self, site: CallSite, expr: cst.BaseExpression) -> str | None:
+        for value in self.model.values.at_call(site, expr):
+            found = global_rank_source(self.model, value)
+            if found:
+                return found
         return None
 
+    def _device_indices(self, site: CallSite) -> list[cst.BaseExpression]:
+        found: list[cst.BaseExpression | None] = []
+        name = self.model.api(site)
+        if name in api.SET_DEVICE:
+            found.append(site.arg("device", 0))
+        elif name == api.TORCH_DEVICE:
+            first = site.arg("type", 0)
+            if first is not None and _is_cuda_text(first):
+                found += [first, site.arg("index", 1)]
+        elif name == api.DDP:
+            ids = site.arg("device_ids", 1)
+            if isinstance(ids, (cst.List, cst.Tuple)):
+                found += [e.value for e in ids.elements]
+        elif site.method in ("cuda", "to") and site.qualname is None and site.node.args and site.node.args[0].keyword is None:
+            found.append(site.node.args[0].value)
+        for keyword in _DEVICE_KEYWORDS:
+            found.append(site.arg(keyword))
+        return [e for e in found if e is not None]
 
-def _env_key(expr: cst.BaseExpression) -> str | None:
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
+
+def _is_cuda_text(expr: cst.BaseExpression) -> bool:
+    text = string_text(expr)
+    return text is not None and text.startswith("cuda")
 
 
 def _index_values(index: cst.BaseExpression) -> list[cst.BaseExpression]:
     """The expressions that give the GPU number inside a device argument: `x` in `x`,
     `f"cuda:{x}"`, `"cuda:%d" % x`, `"cuda:{}".format(x)`, `"cuda:" + str(x)`."""
     if isinstance(index, cst.FormattedString):
-        if is_cuda_string(index):
+        if _is_cuda_text(index):
             return [p.expression for p in index.parts if isinstance(p, cst.FormattedStringExpression)]
         return []
-    if isinstance(index, cst.BinaryOperation) and is_cuda_string(index.left):
+    if isinstance(index, cst.BinaryOperation) and _is_cuda_text(index.left):
         if isinstance(index.operator, (cst.Modulo, cst.Add)):
             right = index.right
             if isinstance(right, cst.Tuple):
@@ -185,7 +165,7 @@ def _index_values(index: cst.BaseExpression) -> list[cst.BaseExpression]:
             return [right]
         return []
     if isinstance(index, cst.Call) and isinstance(index.func, cst.Attribute) and index.func.attr.value == "format":
-        if is_cuda_string(index.func.value):
+        if _is_cuda_text(index.func.value):
             return [a.value for a in index.args]
         return []
     if isinstance(index, (cst.SimpleString, cst.ConcatenatedString)):

@@ -3,20 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import INIT_PROCESS_GROUP, CallSite
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import dotted, int_value
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.values import origins
 
-SPAWNERS = frozenset({
-    "torch.multiprocessing.spawn",
-    "torch.multiprocessing.start_processes",
-    "torch.multiprocessing.spawn.spawn",
-    "multiprocessing.Process",
-    "torch.multiprocessing.Process",
-})
-_LAUNCHER_ENV = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
-_RENDEZVOUS_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT"})
+_LAUNCHER_ENV = api.LAUNCHER_ENV
+_RENDEZVOUS_ENV = api.RENDEZVOUS_ENV
 
 
 def env_key(node: cst.Subscript) -> str | None:
@@ -58,7 +51,12 @@ class HardCodedRendezvous(Rule):
     torchrun (or a scheduler doing the same), which exports `MASTER_ADDR`, `MASTER_PORT`, `RANK`
     and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"`,
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
-    `init_process_group` overrides that.
+    `init_process_group` overrides that. The DDP tutorial's form is reported too: a script that
+    starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
+    `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
+    started from outside, and under torchrun every rank waits for a store at that port, which
+    exists only if `--master-port` happens to equal it (otherwise the job sits for the 30-minute
+    store timeout); `localhost` cannot span nodes.
 
     ## Why it matters
     The job works on the machine it was written on and hangs elsewhere: on a second node every
@@ -149,13 +147,18 @@ class HardCodedRendezvous(Rule):
         """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._launched_by_torchrun = False
-        self._spawns = False
+    SEED_MESSAGE = (
+        "init_process_group gets a hard-coded `init_method={url}` with explicit `rank=`/`world_size=` "
+        "in a script that starts no workers itself: under torchrun every rank waits for a store at "
+        "that address, which exists only if `--master-port` happens to match (otherwise the job "
+        "sits for the 30-minute store timeout), and `localhost` cannot span nodes; drop them and "
+        "let the default `env://` read what the launcher exports"
+    )
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
         self._writes: list[tuple[cst.CSTNode, str]] = []
         self._written: set[int] = set()
-        self._inits: list[CallSite] = []
         self._guard_stack: list[cst.BaseExpression] = []
 
     def visit_Assign(self, node: cst.Assign) -> None:
@@ -176,70 +179,69 @@ class HardCodedRendezvous(Rule):
     def leave_If(self, node: cst.If) -> None:
         self._guard_stack.pop()
 
-    def visit_Subscript(self, node: cst.Subscript) -> None:
-        if id(node) in self._written:
-            return
-        if env_key(node) in _LAUNCHER_ENV:
-            self._launched_by_torchrun = True
-
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname in SPAWNERS:
-            self._spawns = True
-        elif call.qualname == INIT_PROCESS_GROUP:
-            self._inits.append(call)
-        elif call.method in ("get", "getenv", "setdefault") or call.dotted == "getenv":
-            key = env_get_key(call)
-            if key in _LAUNCHER_ENV and call.method != "setdefault":
-                self._launched_by_torchrun = True
-
     def _tests_environ(self, test: cst.BaseExpression) -> bool:
         """A test of the environment or of the launcher (`if "RANK" not in os.environ:`,
         `if args.launcher == "slurm":`): the write is a fallback for another way of starting."""
-        code = self.ctx.module.code_for_node(test).lower()
+        code = self.model.root.code(test).lower()
         return any(word in code for word in ("environ", "getenv", "slurm", "launcher", "mpi"))
 
     def finish(self) -> None:
-        calls = self.ctx.calls
-        if not self._launched_by_torchrun:
-            # The environment may be read by a helper (`utils.init_distributed_mode()`).
-            self._launched_by_torchrun = any(self.ctx.helper_does(c, "reads_launcher_env") for c in calls)
-        if not self._launched_by_torchrun or self._spawns:
+        model = self.model
+        root = model.root
+        if any(model.api(c) in api.PROCESS_STARTERS for c in root.calls):
+            return  # it starts its own workers and must set the rendezvous itself
+        if any("spawn" in model.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None):
             return
-        if any(self.ctx.helper_does(c, "spawn") for c in calls):
-            return
-        for node, key in self._writes:
-            self.report(
-                node,
-                f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
-                "the launcher's value and breaks multi-node runs and parallel jobs; delete it and "
-                "pass the rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)",
-            )
-        for call in self._inits:
-            problems = []
-            method = call.arg("init_method")
-            if method is not None and self._literal_url(call, method):
-                problems.append("init_method")
-            for keyword in ("rank", "world_size"):
-                value = call.arg(keyword)
-                if value is not None and isinstance(value, cst.Integer):
-                    problems.append(keyword)
-            if problems:
-                listed = ", ".join(f"`{p}=`" for p in problems)
+        torchrun = model.torchrun_path
+        if torchrun:
+            for node, key in self._writes:
                 self.report(
-                    call.node,
-                    f"init_process_group gets a hard-coded {listed} in a script torchrun launches; "
-                    "it overrides what the launcher provides; drop it and let the default `env://` "
-                    "read MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE",
+                    node,
+                    f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
+                    "the launcher's value and breaks multi-node runs and parallel jobs; delete it and "
+                    "pass the rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)",
                 )
+        entry = None
+        for call in root.calls:
+            if model.api(call) != api.INIT_PROCESS_GROUP:
+                continue
+            method = call.arg("init_method")
+            url = self._literal_url(call, method) if method is not None else None
+            if torchrun:
+                problems = ["init_method"] if url is not None else []
+                for keyword in ("rank", "world_size"):
+                    value = call.arg(keyword)
+                    if value is not None and isinstance(value, cst.Integer):
+                        problems.append(keyword)
+                if problems:
+                    listed = ", ".join(f"`{p}=`" for p in problems)
+                    self.report(
+                        call.node,
+                        f"init_process_group gets a hard-coded {listed} in a script torchrun launches; "
+                        "it overrides what the launcher provides; drop it and let the default `env://` "
+                        "read MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE",
+                    )
+                continue
+            if url is None or not url.startswith("tcp://"):
+                continue
+            rank, world = call.arg("rank"), call.arg("world_size")
+            if rank is None or world is None or (int_value(rank) is not None and int_value(world) is not None):
+                continue  # a literal rank and size: a fixed, hand-made job
+            if entry is None:
+                entry = model.is_entry_point()
+            if entry:
+                self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)))
 
-    def _literal_url(self, call: CallSite, method: cst.BaseExpression) -> bool:
-        leaves = [v for v in origins(self.ctx, method, call.scope) if not call.scope.lookup(dotted(v) or "")]
-        if not leaves:
-            return False
-        for value in leaves:
-            if not isinstance(value, cst.SimpleString):
-                return False
-            text = value.evaluated_value
+    def _literal_url(self, call: CallSite, method: cst.BaseExpression) -> str | None:
+        """The URL when every value `init_method` may take is the same literal, not `env://`."""
+        values = self.model.values.at_call(call, method)
+        texts = set()
+        for value in values:
+            node = value.node
+            if not isinstance(node, cst.SimpleString):
+                return None
+            text = node.evaluated_value
             if not isinstance(text, str) or text.startswith("env://"):
-                return False
-        return True
+                return None
+            texts.add(text)
+        return sorted(texts)[0] if texts else None

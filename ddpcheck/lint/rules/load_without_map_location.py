@@ -5,11 +5,10 @@ import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import on_main_rank_only, on_single_process_only
-from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import per_rank_or_memory
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.values import origins
-
 
 # Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
 _DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus", re.I)
@@ -152,28 +151,31 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._candidates: list[CallSite] = []
-
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname != "torch.load" or call.has_star_kwargs:
-            return
-        if call.arg("map_location", 1) is not None:
-            return
-        if on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname):
-            return
-        path = call.arg("f", 0)
-        if path is not None and any(
-            _DATA_WORDS.search(self.ctx.module.code_for_node(v)) for v in origins(self.ctx, path, call.scope)
-        ):
-            return
-        self._candidates.append(call)
-
     def finish(self) -> None:
-        if self._candidates and self.ctx.uses_ddp:
-            for call in self._candidates:
-                self.report(call.node, fix=_add_map_location(call.node))
+        model = self.model
+        if not model.uses_ddp:
+            return
+        for site in model.paths.sites():
+            if model.api(site) != api.LOAD or site.has_star_kwargs or site.arg("map_location", 1) is not None:
+                continue
+            if model.paths.main_only(site) or model.paths.single_only(site):
+                continue
+            if self._cached_data(site) or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
+                continue  # cached data, or a file this rank saved from its own GPU
+            fix = _add_map_location(site.node) if site.module is model.root else None
+            self.report(site.node, fix=fix, module=site.module, related=model.paths.chain(site))
+
+    def _cached_data(self, site: CallSite) -> bool:
+        path = site.arg("f", 0)
+        if path is None:
+            return False
+        if _DATA_WORDS.search(site.module.code(path)):
+            return True
+        for value in self.model.values.at_call(site, path):
+            node = value.node
+            if isinstance(node, cst.CSTNode) and _DATA_WORDS.search(value.module.code(node)):
+                return True
+        return False
 
 
 def _add_map_location(call: cst.Call) -> Replace:

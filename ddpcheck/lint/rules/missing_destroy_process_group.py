@@ -3,10 +3,9 @@ from __future__ import annotations
 import re
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.patterns import init_sites, is_entry_point
+from ddpcheck.lint.model import api
 from ddpcheck.lint.rule import Rule
 
-_DESTROY = "torch.distributed.destroy_process_group"
 # A call or a reference handed on (`register(dist.destroy_process_group)`), not a word in prose.
 _REFERENCED = re.compile(r"destroy_process_group\s*[(),\]]")
 
@@ -27,8 +26,10 @@ class MissingDestroyProcessGroup(Rule):
     Reported at the `init_process_group` call (or the call of a helper that makes it) in a script
     that is run directly (a `__main__` guard or work at module level) when neither
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
-    it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Helper modules that
-    are only imported are not reported.
+    it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported, at the
+    call, when every `destroy_process_group()` sits under a rank condition (in the `else:` of
+    `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. Helper
+    modules that are only imported are not reported.
 
     ## How to fix
     Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
@@ -110,18 +111,39 @@ class MissingDestroyProcessGroup(Rule):
         """,
     ]
 
+    GUARDED_MESSAGE = (
+        "`destroy_process_group()` runs only under a rank condition ({cond}): the other ranks never "
+        "tear their process group down; call it on every rank when training ends"
+    )
+
     def finish(self) -> None:
-        sites = init_sites(self.ctx)
-        if not sites or not is_entry_point(self.ctx):
+        model = self.model
+        sites = model.init_sites()
+        if not sites or not model.is_entry_point():
             return
-        # A call, or a reference handed on: atexit.register(dist.destroy_process_group).
-        if any(c.qualname == _DESTROY for c in self.ctx.calls) or _REFERENCED.search(_without_comments(self.ctx.source)):
+        root = model.root
+        destroys = [c for c in model.paths.sites() if model.api(c) == api.DESTROY_PROCESS_GROUP]
+        if destroys:
+            guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
+            if all(g is not None for _, g in guarded):
+                site, guard = guarded[0]
+                assert guard is not None
+                self.report(site.node, self.GUARDED_MESSAGE.format(cond=_describe(site.module, guard)),
+                            module=site.module, related=model.paths.chain(site))
             return
-        # Last, as it costs a walk of the helpers' bodies: a helper of the project tears down.
-        if any(self.ctx.helper_does(c, "destroy_process_group") for c in self.ctx.calls
-               if not (c.qualname or "").startswith("torch.")):
+        # A reference handed on: atexit.register(dist.destroy_process_group).
+        if _REFERENCED.search(_without_comments(root.source)):
+            return
+        # Last, as it follows the project's functions: one of them tears down.
+        if any("destroy_process_group" in model.facts.of_call(c) for c in root.calls
+               if c.qualname is None or c.target is not None):
             return
         self.report(sites[0].node)
+
+
+def _describe(module, guard) -> str:
+    test = " ".join(module.code(guard.test).split())
+    return f"`if {test}`" if not guard.negated else f"the else of `if {test}`"
 
 
 def _without_comments(source: str) -> str:

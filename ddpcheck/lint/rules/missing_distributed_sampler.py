@@ -3,13 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import on_main_rank_only, on_single_process_only
-from ddpcheck.lint.context import DATALOADER, DISTRIBUTED_SAMPLER, CallSite
-from ddpcheck.lint.names import dotted, last_name
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.syntax import is_none, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.values import is_none, origins
-
-_EVAL_WORDS = ("val", "valid", "test", "eval")
 
 
 class MissingDistributedSampler(Rule):
@@ -25,8 +24,10 @@ class MissingDistributedSampler(Rule):
     in the non-distributed branch of a script (`if not args.distributed:`), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time),
     loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler, and
-    evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set on every rank costs
-    time but is not wrong.
+    datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
+    themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
+    on every rank costs time but is not wrong. A loader built by a function of another module of
+    the project (`build_loader(cfg)`) is reported there, with the call that leads to it.
 
     ## How to fix
     Build a `DistributedSampler(dataset)` and pass it as `sampler=`; drop `shuffle=True` from the
@@ -134,64 +135,47 @@ class MissingDistributedSampler(Rule):
         """,
     ]
 
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname != DATALOADER or call.has_star_kwargs:
-            return
-        if call.arg("batch_sampler", 4) is not None:
-            return
-        sampler = call.arg("sampler", 3)
-        if sampler is not None and not is_none(sampler) and not self._plainly_local(call, sampler):
-            return
-        dataset = call.arg("dataset", 0)
-        if dataset is not None and self._iterable(call, dataset):
-            return
-        if self._is_eval_loader(call):
-            return
-        if on_main_rank_only(call.guards, self.ctx.qualname) or on_single_process_only(call.guards, self.ctx.qualname):
-            return
-        self._candidates.append(call)
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._candidates: list[CallSite] = []
-        self._iterable_classes: set[str] = set()
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        for base in node.bases:
-            name = dotted(base.value) or ""
-            if name.endswith("IterableDataset") or name in self._iterable_classes:
-                self._iterable_classes.add(node.name.value)
-
     def finish(self) -> None:
-        # Decided at the end: a file "uses DDP" may only become clear after the loader is built.
-        if not self.ctx.uses_ddp:
+        # Decided at the end: whether the file uses DDP may only become clear after the loader.
+        if not self.model.uses_ddp:
             return
-        for call in self._candidates:
-            self.report(call.node)
+        for site in self.model.paths.sites():
+            if self.model.api(site) == api.DATALOADER and self._unsharded(site):
+                self.report(site.node, module=site.module, related=self.model.paths.chain(site))
 
-    def _plainly_local(self, call: CallSite, sampler: cst.BaseExpression) -> bool:
-        """The sampler is visibly None or a non-distributed torch sampler (RandomSampler, ...)."""
-        for value in origins(self.ctx, sampler, call.scope):
-            name = dotted(value)
-            if name is not None and call.scope.lookup(name):
-                continue  # a name we followed to its assignments
-            if is_none(value):
-                continue
-            q = self.ctx.qualname(value.func) if isinstance(value, cst.Call) else None
-            if q and q != DISTRIBUTED_SAMPLER and q.startswith("torch.utils.data.") and q.endswith("Sampler"):
-                continue
+    def _unsharded(self, site: CallSite) -> bool:
+        model = self.model
+        values, via_batch = sampler_values(model, site)
+        if via_batch and values and not all(is_none(v.node) for v in values):
+            return False  # a batch sampler decides the shards
+        if values and not plainly_local(model, values):
             return False  # distributed, or something we cannot see into
+        if not values and site.has_star_kwargs:
+            return False  # options passed on whole: the sampler may be among them
+        dataset = site.arg("dataset", 0)
+        if dataset is not None and self._iterable(site, dataset):
+            return False
+        if any(is_eval_name(name) for name in site.module.assigned_names(site.node)):
+            return False
+        if model.paths.main_only(site) or model.paths.single_only(site):
+            return False
         return True
 
-    def _iterable(self, call: CallSite, dataset: cst.BaseExpression) -> bool:
-        for value in origins(self.ctx, dataset, call.scope):
-            if isinstance(value, cst.Call):
-                name = last_name(value.func) or ""
-                if name in self._iterable_classes or "Iterable" in name or "Stream" in name:
+    def _iterable(self, site: CallSite, dataset) -> bool:
+        """The dataset shards itself: an IterableDataset (a torch one, a project subclass, or an
+        outside class whose name says so), or a dataset made with the rank
+        (`ImageDataset(files, shard=dist.get_rank(), num_shards=...)`)."""
+        for value in self.model.values.at_call(site, dataset):
+            if value.call is None:
+                continue
+            resolve = self.model.resolver_for(value.module)
+            for a in value.call.args:
+                if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve)
+                       for sub in subexpressions(a.value)):
                     return True
+            if self.model.constructs(value, api.ITERABLE_DATASET):
+                return True
+            name = self.model.api_of(value) or ""
+            if "Iterable" in name.rsplit(".", 1)[-1]:
+                return True
         return False
-
-    def _is_eval_loader(self, call: CallSite) -> bool:
-        parent_names = [name for name, values in call.scope.assignments.items()
-                        if any(v is call.node for v in values)]
-        return any(any(w in n.lower() for w in _EVAL_WORDS) for n in parent_names)

@@ -1,16 +1,10 @@
 from __future__ import annotations
 
-import re
-
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import DDP, INIT_PROCESS_GROUP, CallSite
-from ddpcheck.lint.names import last_name
-from ddpcheck.lint.patterns import init_sites, is_cuda_string, is_entry_point, string_text
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import uses_cuda
+from ddpcheck.lint.model.module import CallSite, Guard
 from ddpcheck.lint.rule import Rule
-
-_SETS_DEVICE = {"torch.cuda.set_device", "torch.cuda.device"}
-# `os.environ["CUDA_VISIBLE_DEVICES"] = ...` (a quoted key: prose in a docstring does not count).
-_PINS_VISIBLE_DEVICES = re.compile(r"""['"]CUDA_VISIBLE_DEVICES['"]""")
 
 
 class MissingSetDevice(Rule):
@@ -28,8 +22,12 @@ class MissingSetDevice(Rule):
     calls) initialises the process group, uses CUDA (the `nccl` backend, `.cuda(...)`,
     `device_ids=`, a `"cuda..."` device), and nowhere calls `torch.cuda.set_device(...)`, enters
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
-    with `CUDA_VISIBLE_DEVICES`. Helper modules that are only imported (no `__main__` guard, no
-    work at module level) are not reported: the script that calls them may set the device.
+    with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too). A device held
+    in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the
+    `set_device` call, when the device is set on one branch only (`if args.gpu is not None:`)
+    and the other branch uses CUDA. Helper modules that are only imported (no `__main__`
+    guard, no work at module level) are not reported: the script that calls them may set the
+    device.
 
     ## How to fix
     Right after reading the local rank, call `torch.cuda.set_device(local_rank)` (with torchrun:
@@ -126,36 +124,66 @@ class MissingSetDevice(Rule):
         """,
     ]
 
+    BRANCH_MESSAGE = (
+        "`{set_device}` runs only when `{test}`; the other branch uses CUDA without it, so every "
+        "rank starts on GPU 0 there; set the device on every path (`torch.cuda.set_device(local_rank)`)"
+    )
+
     def finish(self) -> None:
-        sites = init_sites(self.ctx)
-        if not sites or not is_entry_point(self.ctx):
+        model = self.model
+        sites = model.init_sites()
+        if not sites or not model.is_entry_point():
             return
-        if any(c.qualname == INIT_PROCESS_GROUP and c.has_keyword("device_id") for c in sites):
+        if any(c.qualname == api.INIT_PROCESS_GROUP and c.has_keyword("device_id") for c in sites):
             return
-        if any(c.qualname in _SETS_DEVICE for c in self.ctx.calls) or _PINS_VISIBLE_DEVICES.search(self.ctx.source):
+        root = model.root
+        if any(a.written and a.key == "CUDA_VISIBLE_DEVICES" for a in root.env):
             return
-        if not any(_uses_cuda(self.ctx, c) for c in self.ctx.calls):
+        if "CUDA_VISIBLE_DEVICES" in root.source and ("'CUDA_VISIBLE_DEVICES'" in root.source or '"CUDA_VISIBLE_DEVICES"' in root.source):
             return
-        # Last, as it costs a walk of the helpers' bodies: a helper of the project sets the device.
-        if any(self.ctx.helper_does(c, "set_device") for c in self.ctx.calls if not (c.qualname or "").startswith("torch.")):
+        cuda = [c for c in root.calls if uses_cuda(model, c)]
+        if not cuda:
+            return
+        direct = [c for c in root.calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS]
+        if direct:
+            self._on_one_branch(direct, cuda)
+            return
+        # Last, as it follows the project's functions: one of them sets the device.
+        if any("set_device" in model.facts.of_call(c) for c in root.calls if c.qualname is None or c.target is not None):
             return
         self.report(sites[0].node)
 
+    def _on_one_branch(self, setters: list[CallSite], cuda: list[CallSite]) -> None:
+        """`if args.gpu is not None: torch.cuda.set_device(args.gpu) ... else: model.cuda()`: the
+        device is set on one path only, and the other path uses CUDA."""
+        for setter in setters:
+            guard = self._branch(setter)
+            if guard is None:
+                return  # set on every path of its function
+        inits = self.model.init_sites()
+        for setter in setters:
+            guard = self._branch(setter)
+            assert guard is not None
+            if any(any(g.node is guard.node and g.negated == guard.negated for g in i.guards) for i in inits):
+                continue  # the process group exists only on this branch: the other is single-process
+            for use in cuda:
+                if use.scope is setter.scope and any(
+                    g.node is guard.node and g.negated != guard.negated for g in use.guards
+                ):
+                    test = " ".join(self.model.root.code(guard.test).split())
+                    if guard.negated:
+                        test = f"not ({test})"
+                    self.report(setter.node, self.BRANCH_MESSAGE.format(set_device=setter.dotted or "set_device", test=test))
+                    return
 
-def _uses_cuda(ctx, call: CallSite) -> bool:
-    if call.qualname == INIT_PROCESS_GROUP:
-        backend = call.arg("backend", 0)
-        if backend is not None:
-            text = string_text(backend)
-            return (text is not None and "nccl" in text.lower()) or last_name(backend) == "NCCL"
-        return False
-    if call.method == "cuda":
-        return True
-    if call.qualname == DDP and call.has_keyword("device_ids"):
-        return True
-    if call.qualname == "torch.device" or call.method == "to":
-        first = call.arg("device", 0)
-        if first is not None and is_cuda_string(first):
-            return True
-    device = call.arg("device")
-    return device is not None and is_cuda_string(device)
+    def _branch(self, site: CallSite) -> Guard | None:
+        """The innermost guard of `site` that is about neither ranks nor CUDA availability nor the
+        launch mode: a condition under which the device is set on some runs only."""
+        for guard in reversed(site.guards):
+            if self.model.paths.kind(site.module, guard, site.scope) is not None:
+                continue
+            text = self.model.root.code(guard.test)
+            if "is_available" in text or "cuda" in text.lower() or "device_count" in text:
+                continue
+            return guard
+        return None

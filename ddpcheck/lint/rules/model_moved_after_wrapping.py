@@ -3,8 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model.ddp import Wrap, strip_moves, wraps
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import ddp_wraps, exclusive
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
 
@@ -105,84 +106,102 @@ class ModelMovedAfterWrapping(Rule):
     ]
 
     def finish(self) -> None:
-        wraps = ddp_wraps(self.ctx)
-        for wrap in wraps:
+        model = self.model
+        root = model.root
+        for wrap in wraps(model, root):
             parent_move = self._moved_wrapper_expression(wrap)
             if parent_move is not None:
                 self.report(parent_move)
                 continue
-            watched = {n for n in (wrap.outer, wrap.inner) if n}
+            watched = {n for n in (*wrap.outer[:1], wrap.inner_name) if n}
             if not watched:
                 continue
             # The next rebinding of a watched name ends the watch (a new model under that name).
-            inside = _descendant_ids(wrap.call.node)
-            for call in self.ctx.calls[wrap.index + 1:]:
-                if call.scope is not wrap.call.scope or id(call.node) in inside or exclusive(wrap.call, call):
+            inside = {id(n) for n in _descendants(wrap.site.node)}
+            for call in root.calls[wrap.site.index + 1:]:
+                if call.scope is not wrap.site.scope or id(call.node) in inside or _exclusive(wrap.site, call):
                     continue
-                if call.qualname is None and call.method in _MOVES and call.receiver in watched:
-                    if _rebound_between(wrap, call, call.receiver):
-                        watched.discard(call.receiver)
+                if call.qualname is None and call.method in _MOVES and call.receiver_name in watched:
+                    name = call.receiver_name
+                    assert name is not None
+                    if self._rebound_between(wrap, call, name):
+                        watched.discard(name)
                         continue
                     self.report(call.node)
                     break
 
-    def _moved_wrapper_expression(self, wrap) -> cst.CSTNode | None:
-        """`DDP(model).cuda()`: the wrap is the receiver of a move."""
-        for values in wrap.call.scope.assignments.values():
+    def _moved_wrapper_expression(self, wrap: Wrap) -> cst.CSTNode | None:
+        """`DDP(model).cuda()`: the wrap is the receiver of a move — unless the module was
+        moved to the same device before it was wrapped (a move that moves nothing)."""
+        for values in wrap.site.scope.assignments.values():
             for value in values:
                 if (
                     isinstance(value, cst.Call)
                     and isinstance(value.func, cst.Attribute)
-                    and value.func.value is wrap.call.node
+                    and value.func.value is wrap.site.node
                     and value.func.attr.value in _MOVES
+                    and not self._already_there(wrap, value)
                 ):
                     return value
         return None
 
+    def _already_there(self, wrap: Wrap, move: cst.Call) -> bool:
+        """The wrapped module's every binding reaching the wrap is the same move (`m =
+        Net().to(device)` ... `DDP(m).to(device)`)."""
+        name = wrap.inner_name
+        if name is None:
+            return False
+        root = self.model.root
+        target = (move.func.attr.value, _args(root, move)) if isinstance(move.func, cst.Attribute) else None
+        bindings = wrap.site.scope.reaching(name, wrap.site.point)
+        if not bindings:
+            return False
+        for binding in bindings:
+            if not (isinstance(binding, cst.Call) and isinstance(binding.func, cst.Attribute)):
+                return False
+            if (binding.func.attr.value, _args(root, binding)) != target:
+                return False
+        return True
 
-def _descendant_ids(node: cst.CSTNode) -> set[int]:
-    found: set[int] = set()
-
-    class _V(cst.CSTVisitor):
-        def on_visit(self, n):
-            found.add(id(n))
-            return True
-
-    node.visit(_V())
-    return found
-
-
-def _rebound_between(wrap, call, name: str) -> bool:
-    """Whether `name` gets a non-DDP value between the wrap and `call` (a new module)."""
-    values = wrap.call.scope.assignments.get(name, [])
-    # Values are in source order; the wrap's own assignment is `wrap.call.node` (for the outer).
-    seen_wrap = False
-    for value in values:
-        if value is wrap.call.node:
-            seen_wrap = True
-            continue
-        if seen_wrap or name == wrap.inner:
-            # A later non-wrap value: accept it only if it appears after the wrap in the source.
-            if _starts_after(value, wrap.call.node, wrap) and not _starts_after(value, call.node, wrap):
+    def _rebound_between(self, wrap: Wrap, call: CallSite, name: str) -> bool:
+        """Whether `name` gets a value other than the wrap between the wrap and `call`."""
+        order = self._order(wrap)
+        start, end = order.get(id(wrap.site.node), -1), order.get(id(call.node), -1)
+        for value in wrap.site.scope.assignments.get(name, []):
+            if not isinstance(value, cst.CSTNode) or value is wrap.site.node or strip_moves(value) is wrap.site.node:
+                continue
+            where = order.get(id(value), -1)
+            if start < where < end:
                 return True
-    return False
+        return False
+
+    def _order(self, wrap: Wrap) -> dict[int, int]:
+        """Source order of the nodes of the wrap's scope (a pre-order numbering, made once)."""
+        memo = wrap.site.module.memo.setdefault("preorder", {})
+        scope_node = wrap.site.scope.node
+        cached = memo.get(id(scope_node))
+        if cached is None:
+            cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
+            memo[id(scope_node)] = cached
+        return cached
 
 
-def _starts_after(a: cst.CSTNode, b: cst.CSTNode, wrap) -> bool:
-    return _order(wrap).get(id(a), -1) > _order(wrap).get(id(b), -1)
+def _args(module, call: cst.Call) -> str:
+    return ",".join(" ".join(module.code(a.value).split()) for a in call.args)
 
 
-def _order(wrap) -> dict[int, int]:
-    """Source order of assignment values and calls of the wrap's scope (by a pre-order walk)."""
-    cached = getattr(wrap.call.scope, "_ddp014_order", None)
-    if cached is None:
-        cached = {}
+def _descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node` and everything below it, in source (pre-)order."""
+    out: list[cst.CSTNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        stack.extend(reversed(current.children))
+    return out
 
-        class _V(cst.CSTVisitor):
-            def on_visit(self, node):
-                cached.setdefault(id(node), len(cached))
-                return True
 
-        wrap.call.scope.node.visit(_V())
-        wrap.call.scope._ddp014_order = cached
-    return cached
+def _exclusive(a: CallSite, b: CallSite) -> bool:
+    """Whether `a` and `b` sit in different arms of the same `if` (at most one of them runs)."""
+    arms = {id(g.node): g.negated for g in a.guards}
+    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b.guards)

@@ -3,10 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.model.ddp import is_optimizer_step
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.values import origins
-from ddpcheck.lint.wraps import is_optimizer_step
 
 
 class OptimizerStepInsideNoSync(Rule):
@@ -72,21 +71,17 @@ class OptimizerStepInsideNoSync(Rule):
         """,
     ]
 
-    def on_call(self, call: CallSite) -> None:
-        if not call.withs or not is_optimizer_step(call):
-            return
-        for with_node in call.withs:
-            for item in with_node.items:
-                if self._is_no_sync(call, item.item):
-                    self.report(call.node)
-                    return
+    def finish(self) -> None:
+        model = self.model
+        for site in model.paths.sites():
+            if not site.withs or site.method != "step" or not is_optimizer_step(model, site):
+                continue
+            if any(self._is_no_sync(site, item.item) for w in site.withs for item in w.items):
+                self.report(site.node, module=site.module, related=model.paths.chain(site))
 
-    def _is_no_sync(self, call: CallSite, expr: cst.BaseExpression) -> bool:
-        for value in origins(self.ctx, expr, call.scope):
-            if (
-                isinstance(value, cst.Call)
-                and isinstance(value.func, cst.Attribute)
-                and value.func.attr.value == "no_sync"
-            ):
+    def _is_no_sync(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        for value in self.model.values.at_call(site, expr):
+            call = value.call
+            if call is not None and isinstance(call.func, cst.Attribute) and call.func.attr.value == "no_sync":
                 return True
         return False

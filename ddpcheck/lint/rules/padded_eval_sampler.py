@@ -3,24 +3,11 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import DISTRIBUTED_SAMPLER, CallSite
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import is_eval_name
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import dotted, is_false
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import assigned_names
-
-_EVAL_WORDS = ("val", "test", "eval", "dev")
-_GATHERS = frozenset({
-    "torch.distributed.all_gather", "torch.distributed.all_gather_object",
-    "torch.distributed.gather", "torch.distributed.gather_object",
-    "torch.distributed.all_gather_into_tensor",
-})
-
-
-def _eval_name(name: str | None) -> bool:
-    if not name:
-        return False
-    lower = name.lower()
-    return "train" not in lower and any(w in lower for w in _EVAL_WORDS)
 
 
 class PaddedEvalSampler(Rule):
@@ -101,37 +88,33 @@ class PaddedEvalSampler(Rule):
         """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._samplers: list[CallSite] = []
-
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname == DISTRIBUTED_SAMPLER and not call.has_keyword("drop_last") and not call.has_star_kwargs:
-            self._samplers.append(call)
-
     def finish(self) -> None:
-        if not self._samplers:
+        model = self.model
+        samplers = [s for s in model.paths.sites()
+                    if model.api(s) == api.DISTRIBUTED_SAMPLER and not s.has_keyword("drop_last") and not s.has_star_kwargs]
+        if not samplers:
             return
-        calls = self.ctx.calls
-        if any(c.qualname in _GATHERS for c in calls):
+        calls = model.root.calls
+        if any(model.api(c) in api.GATHERS for c in model.paths.sites()):
             return
-        if not any(self.ctx.helper_does(c, "all_reduce") for c in calls):
+        if not any("all_reduce" in model.facts.of_call(c) for c in calls):
             return
-        for call in self._samplers:
-            if self._for_evaluation(call):
+        for site in samplers:
+            if self._for_evaluation(site):
                 self.report(
-                    call.node,
+                    site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
                     "metric is all-reduced, so some samples count twice; evaluate exactly (gather "
                     "predictions and trim to len(dataset)) or pass `drop_last=True`",
+                    module=site.module, related=model.paths.chain(site),
                 )
 
-    def _for_evaluation(self, call: CallSite) -> bool:
-        names = assigned_names(call.scope, call.node)
-        dataset = call.arg("dataset", 0)
+    def _for_evaluation(self, site: CallSite) -> bool:
+        names = site.module.assigned_names(site.node)
+        dataset = site.arg("dataset", 0)
         dataset_name = dotted(dataset) if dataset is not None else None
-        if any(_eval_name(n) for n in names) or _eval_name(dataset_name):
+        if any(is_eval_name(n) for n in names) or is_eval_name(dataset_name):
             return True
-        shuffle = call.arg("shuffle", 3)
+        shuffle = site.arg("shuffle", 3)
         named_train = any("train" in n.lower() for n in names) or "train" in (dataset_name or "").lower()
-        return isinstance(shuffle, cst.Name) and shuffle.value == "False" and not named_train
+        return is_false(shuffle) and not named_train

@@ -5,13 +5,14 @@ import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import selects_main_rank, under_rank_condition
-from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Rule
 
 _LOG_METHODS = frozenset({"info", "debug", "warning", "log"})
 _LOGGERS = re.compile(r"^(logger|log|logging|LOGGER|_logger|_LOGGER)$")
 _RANKED_LOG_SETUP = re.compile(r"(basicConfig|setLevel)\(.*(rank|main|master)", re.I)
+_RANK = re.compile(r"rank", re.I)
 
 
 class PrintOnEveryRank(Rule):
@@ -29,7 +30,9 @@ class PrintOnEveryRank(Rule):
     it lives in an imported helper module), logging in files that set the log level by rank,
     loggers imported from installed packages (their configuration is out of sight), messages
     that name the rank (`print(f"[rank {rank}] ...")` is meant for every rank), and anything
-    outside loops (startup messages).
+    outside loops (startup messages). A function of the project called from the loop on every
+    rank (a progress printer's `display()`) is reported on its own line; one that is called only
+    under a rank guard, or that nothing known calls, is not.
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
@@ -118,82 +121,92 @@ class PrintOnEveryRank(Rule):
         """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._calls: list[CallSite] = []
-        self._rank_branches: set[int] = set()
+    def finish(self) -> None:
+        model = self.model
+        if not model.uses_ddp:
+            return
+        root = model.root
+        print_silenced = "builtins.print" in root.source or "__builtin__.print" in root.source or any(
+            "silences_print" in model.facts.of_call(c) for c in root.calls if c.target is not None
+        )
+        ranked_logging = bool(_RANKED_LOG_SETUP.search(root.source))
+        for site in model.paths.sites():
+            kind = self._kind(site)
+            if kind is None:
+                continue
+            if kind != "tqdm" and not self._in_a_loop(site):
+                continue
+            if kind == "tqdm" and site.has_keyword("disable"):
+                continue
+            if model.paths.rank_guard(site, flags_count=False):
+                continue
+            if kind != "tqdm" and any(_RANK.search(site.module.code(a.value)) for a in site.node.args):
+                continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
+            if kind == "print" and print_silenced:
+                continue
+            if kind == "logging" and (ranked_logging or not self._logger_visible(site)):
+                continue
+            if self._only_under_guards(site):
+                continue
+            what = {"print": "`print`", "tqdm": "this progress bar", "logging": "this log call"}[kind]
+            how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
+            self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
+                        module=site.module, related=model.paths.chain(site))
 
-    def visit_IfExp(self, node: cst.IfExp) -> None:
-        if selects_main_rank(node.test, self.ctx.qualname) is not None:
-            self._rank_branches.add(id(node.body))
-            self._rank_branches.add(id(node.orelse))
-
-    def on_call(self, call: CallSite) -> None:
-        kind = self._kind(call)
-        if kind is None or id(call.node) in self._rank_branches:
-            return
-        if kind != "tqdm" and not call.loops:
-            return
-        if kind == "tqdm" and call.has_keyword("disable"):
-            return
-        if under_rank_condition(call.guards, self.ctx.qualname):
-            return
-        if kind != "tqdm" and any("rank" in self.ctx.module.code_for_node(a.value).lower() for a in call.node.args):
-            return  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
-        self._calls.append(call)
-
-    def _kind(self, call: CallSite) -> str | None:
-        if call.dotted == "print" and "print" not in self.ctx.functions:
+    def _kind(self, site: CallSite) -> str | None:
+        if site.dotted == "print" and "print" not in site.module.functions:
             return "print"
-        q = call.qualname or ""
-        if q in ("tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm"):
+        q = self.model.api(site) or ""
+        if q in api.TQDM:
             return "tqdm"
-        if call.method in _LOG_METHODS:
-            receiver = call.receiver or ""
+        if site.method in _LOG_METHODS:
+            receiver = site.receiver_name or ""
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"
         return None
 
-    def _logger_visible(self, call: CallSite) -> bool:
+    def _in_a_loop(self, site: CallSite) -> bool:
+        """In a loop, or in a function called from a loop (`progress.display(i)` each step)."""
+        if site.loops:
+            return True
+        chain = self.model.paths.every_rank(site)
+        return bool(chain) and any(call.loops for call in chain)
+
+    def _only_under_guards(self, site: CallSite) -> bool:
+        """The function holding `site` is called only under a rank guard (or under a condition
+        no run takes), or nobody known calls it in a module that is only imported: whether it
+        runs on every rank is not known."""
+        if self.model.paths.never(site):
+            return True
+        function = self.model.paths.function_of(site)
+        if function is None:
+            return False
+        if not self.model.graph.callers(function):
+            return site.module is not self.model.root or not self.model.is_entry_point()
+        return self.model.paths.every_rank(site) is None
+
+    def _logger_visible(self, site: CallSite) -> bool:
         """Whether we can see how the logger is configured: `logging` itself or a logger made in
-        this file, or one imported from a project module that does not set levels by rank.
-        A logger from an installed package (YOLOv5's comes from `ultralytics`) may well be
-        silenced on other ranks: not reported."""
-        q = call.qualname or ""
+        this file, or one from a project module that does not mention ranks. A logger from an
+        installed package may well be silenced on other ranks: not reported."""
+        q = self.model.api(site) or ""
         if q.startswith("logging."):
             return True
-        root = (call.receiver or "").split(".", 1)[0]
-        origin = self.ctx.names.aliases.get(root)
-        if origin is None:
+        root = (site.receiver_name or "").split(".", 1)[0]
+        target = self.model.resolver.name(site.module, root, site.scope) if root else None
+        if target is None:
             return True  # created here
-        if self.ctx.facts is None:
+        if target.external is not None:
+            return target.external.startswith("logging")
+        if target.path is None:
             return False
-        where = self.ctx
-        for _ in range(5):  # follow re-exports: `from ultralytics.utils import LOGGER` in utils/general.py
-            helper = self.ctx.facts.module_of(where, origin)
-            if helper is None:
-                return False
-            name = origin.rsplit(".", 1)[-1]
-            if name not in helper.names.aliases:
-                # A logging module of the project that mentions ranks at all configures by rank.
-                return not re.search(r"rank", helper.source, re.I)
-            where, origin = helper, helper.names.aliases[name]
-        return False
+        if str(target.path) == str(site.module.path) or target.kind == "value" and target.path == _path(site):
+            return True  # made in this module
+        text = self.model.project.text(target.path)
+        return text is not None and not _RANK.search(text)
 
-    def finish(self) -> None:
-        if not self._calls or not self.ctx.uses_ddp:
-            return
-        source = self.ctx.source
-        print_silenced = "builtins.print" in source or "__builtin__.print" in source or any(
-            self.ctx.helper_does(c, "silences_print") for c in self.ctx.calls
-        )
-        ranked_logging = bool(_RANKED_LOG_SETUP.search(source))
-        for call in self._calls:
-            kind = self._kind(call)
-            if kind == "print" and print_silenced:
-                continue
-            if kind == "logging" and (ranked_logging or not self._logger_visible(call)):
-                continue
-            what = {"print": "`print`", "tqdm": "this progress bar", "logging": "this log call"}[kind]
-            how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
-            self.report(call.node, f"{what} runs on every rank, so the output is repeated once per process; {how}")
+
+def _path(site: CallSite):
+    from ddpcheck.lint.model.project import resolved_path
+
+    return resolved_path(site.module.path)

@@ -1,28 +1,17 @@
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import DATALOADER, DISTRIBUTED_SAMPLER, CallSite, Scope
-from ddpcheck.lint.names import dotted
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import Feed, feed
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.syntax import argument, dotted, is_true
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.values import origins
 
 # Calls that take a loader without iterating it.
 _NOT_ITERATING = {"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"}
-
-
-@dataclass
-class _Feed:
-    """A shuffling DistributedSampler and the loader it feeds."""
-
-    sampler: cst.Call
-    sampler_names: list[str]
-    loader_names: list[str]
-    via_batch_sampler: bool
-    scope: Scope
 
 
 class SetEpochNotCalled(Rule):
@@ -237,121 +226,97 @@ class SetEpochNotCalled(Rule):
     ]
 
     def finish(self) -> None:
-        feeds = [feed for call in self.ctx.calls_to(DATALOADER) if (feed := self._feed(call))]
+        model = self.model
+        feeds: list[Feed] = []
+        seen: set[int] = set()
+        for site in model.paths.sites():
+            if model.api(site) != api.DATALOADER:
+                continue
+            found = feed(model, site)
+            if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
+                continue
+            seen.add(id(found.sampler.node))
+            feeds.append(found)
         if not feeds:
             return
-        set_epoch_receivers = [
-            c.receiver for c in self.ctx.calls if c.method == "set_epoch"
-        ]
-        for feed in feeds:
-            others = self._names_of_others(feed, feeds)
-            if any(r is None or r not in others for r in set_epoch_receivers):
-                continue  # some set_epoch may well be this sampler's
-            if self._project_helper_sets_epoch(feed):
+        set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch"]
+        for found in feeds:
+            if any(self._may_set(found, s) for s in set_epochs):
                 continue
-            found = self._epoch_loop(feed)
-            if found is None:
+            loop = self._epoch_loop(found)
+            if loop is None:
                 continue
-            loop, scope, loader = found
-            expression = self._sampler_expression(feed, scope, loader)
-            self.report(
-                feed.sampler,
-                self.MESSAGE.format(sampler=expression),
-                fix=self._fix(loop, expression),
-            )
+            node, module, scope, loader = loop
+            expression = self._expression(found, module, scope, loader)
+            sampler_module = found.sampler.module
+            fix = self._fix(node, expression) if module is model.root and sampler_module is model.root else None
+            self.report(found.sampler.node, self.MESSAGE.format(sampler=expression), fix=fix,
+                        module=sampler_module, related=model.paths.chain(found.loader))
 
-    # --- what feeds what ---------------------------------------------------------------------
-    def _feed(self, call: CallSite) -> _Feed | None:
-        loader_names = self.ctx.assigned_names(call.node)
-        if not loader_names:
-            return None
-        via_batch = False
-        sampler_arg = call.arg("sampler", 3)
-        if sampler_arg is None:
-            sampler_arg = call.arg("batch_sampler", 4)
-            via_batch = True
-        if sampler_arg is None:
-            return None
-        sampler_call, names = self._distributed_sampler(call.scope, sampler_arg, via_batch)
-        if sampler_call is None:
-            return None
-        shuffle = _arg(sampler_call, "shuffle", 3)
-        if shuffle is not None and not (isinstance(shuffle, cst.Name) and shuffle.value == "True"):
-            return None  # shuffle=False, or a flag we cannot evaluate
-        return _Feed(sampler_call, names, loader_names, via_batch, call.scope)
+    def _shuffles(self, sampler: Value) -> bool:
+        """`shuffle` is left at its default (True) or passed as a literal True."""
+        assert sampler.call is not None
+        shuffle = argument(sampler.call, "shuffle", 3)
+        return shuffle is None or is_true(shuffle)
 
-    def _distributed_sampler(self, scope: Scope, expr: cst.BaseExpression, via_batch: bool):
-        names = []
-        for value in origins(self.ctx, expr, scope):
-            name = dotted(value)
-            if name is not None:
-                names.append(name)
-                continue
-            if not isinstance(value, cst.Call):
-                continue
-            q = self.ctx.qualname(value.func)
-            if q == DISTRIBUTED_SAMPLER:
-                return value, names + self.ctx.assigned_names(value)
-            if via_batch and value.args:
-                # BatchSampler(sampler, ...): look at the sampler it wraps.
-                inner = _arg(value, "sampler", 0)
-                if inner is not None:
-                    found, inner_names = self._distributed_sampler(scope, inner, False)
-                    if found is not None:
-                        return found, inner_names
-        return None, []
-
-    def _project_helper_sets_epoch(self, feed: _Feed) -> bool:
-        """The loader or sampler is handed to a function of another module of the project
-        (`engine.train_one_epoch(loader, epoch)`) that calls `set_epoch` itself."""
-        facts = self.ctx.facts
-        if facts is None:
-            return False
-        names = set(feed.loader_names) | set(feed.sampler_names)
-        for call in self.ctx.calls:
-            if call.qualname is None or call.qualname.startswith("torch."):
-                continue
-            if not any(dotted(a.value) in names for a in call.node.args):
-                continue
-            target = facts.target(self.ctx, call)
-            if target is not None and target[0] is not self.ctx:
-                helper, function = target
-                if any(c.method == "set_epoch" for c in helper.calls_in(function)):
-                    return True
+    def _may_set(self, found: Feed, site: CallSite) -> bool:
+        """Whether `site` (a `set_epoch` call) may be on this sampler: its receiver may hold it,
+        or holds something the model cannot see into. A receiver that certainly holds another
+        sampler does not count."""
+        receiver = site.receiver
+        assert receiver is not None
+        for value in self.model.values.at_call(site, receiver):
+            if value.node is found.sampler.node:
+                return True
+            if value.call is None or not self.model.constructs(value, api.SAMPLER):
+                return True  # unknown: it may be this one
         return False
 
-    def _names_of_others(self, feed: _Feed, feeds: list[_Feed]) -> set[str]:
-        """Receivers that certainly mean another sampler than `feed`'s."""
-        others: set[str] = set()
-        mine = set(feed.sampler_names) | _via_loader(feed.loader_names)
-        for other in feeds:
-            if other is not feed and other.sampler is not feed.sampler:
-                others |= set(other.sampler_names) | _via_loader(other.loader_names)
-        return others - mine
+    def _holds_loader(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
+                      at: Point) -> bool:
+        return any(v.node is loader for v in self.model.values.of(module, expr, scope, at=at))
 
-    def _epoch_loop(self, feed: _Feed) -> tuple[cst.CSTNode, Scope, str] | None:
-        """The innermost loop around an iteration of the loader (or a call handed the loader),
-        the scope it is in, and the name the loader has there."""
-        names = set(feed.loader_names)
-        for site in self.ctx.fors:
-            if site.loops:
-                used = _loader_in(site.node.iter, names)
-                if used is not None:
-                    return site.loops[-1], site.scope, used
-        for call in self.ctx.calls:
-            if call.loops and call.dotted not in _NOT_ITERATING:
-                for a in call.node.args:
-                    if dotted(a.value) in names:
-                        return call.loops[-1], call.scope, dotted(a.value)
+    def _iterated(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
+                  at: Point) -> cst.BaseExpression | None:
+        """The expression that is the loader in `for ... in <expr>`: `loader`, `enumerate(loader)`,
+        `tqdm(loader, ...)`, `zip(loader, other)`, `logger.log_every(loader, 10)`."""
+        if self._holds_loader(module, expr, scope, loader, at):
+            return expr
+        if isinstance(expr, cst.Call):
+            for a in expr.args:
+                found = self._iterated(module, a.value, scope, loader, at)
+                if found is not None:
+                    return found
         return None
 
-    def _sampler_expression(self, feed: _Feed, scope: Scope, loader: str) -> str:
+    def _epoch_loop(self, found: Feed) -> tuple[cst.CSTNode, ModuleModel, Scope, str] | None:
+        """The loop around an iteration of the loader (or around a call handed the loader),
+        with its module and scope and how the loader is named there."""
+        loader = found.loader.node
+        for module in self.model.paths.modules():
+            for site in module.fors:
+                if not site.loops:
+                    continue
+                used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
+                if used is not None:
+                    return site.loops[-1], module, site.scope, dotted(used) or "loader"
+        for call in self.model.paths.sites():
+            if not call.loops or call.dotted in _NOT_ITERATING:
+                continue
+            for a in call.node.args:
+                if self._holds_loader(call.module, a.value, call.scope, loader, call.point):
+                    return call.loops[-1], call.module, call.scope, dotted(a.value) or "loader"
+        return None
+
+    def _expression(self, found: Feed, module: ModuleModel, scope: Scope, loader: str) -> str:
         """How code in the epoch loop's scope reaches the sampler: its own name where that is
         visible there, else through the loader."""
-        for name in feed.sampler_names:
-            if _visible(scope, name.split(".", 1)[0]) and scope.lookup(name):
-                return name
-        return f"{loader}.batch_sampler.sampler" if feed.via_batch_sampler else f"{loader}.sampler"
+        sampler = found.sampler
+        if sampler.module is module and sampler.call is not None:
+            for name in sampler.module.assigned_names(sampler.call):
+                if scope.lookup(name) or scope.lookup(name.split(".", 1)[0]):
+                    return name
+        return f"{loader}.batch_sampler.sampler" if found.via_batch_sampler else f"{loader}.sampler"
 
     def _fix(self, loop: cst.CSTNode, expression: str) -> Replace | None:
         if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
@@ -361,42 +326,3 @@ class SetEpochNotCalled(Rule):
         statement = cst.parse_statement(f"{expression}.set_epoch({loop.target.value})\n")
         body = loop.body.with_changes(body=(statement, *loop.body.body))
         return Replace(loop, loop.with_changes(body=body), f"Call `{expression}.set_epoch(...)` each epoch")
-
-
-def _arg(call: cst.Call, keyword: str, position: int) -> cst.BaseExpression | None:
-    positional = 0
-    for a in call.args:
-        if a.keyword is not None:
-            if a.keyword.value == keyword:
-                return a.value
-        elif not a.star:
-            if positional == position:
-                return a.value
-            positional += 1
-    return None
-
-
-def _via_loader(loader_names: list[str]) -> set[str]:
-    return {f"{n}.sampler" for n in loader_names} | {f"{n}.batch_sampler.sampler" for n in loader_names}
-
-
-def _loader_in(expr: cst.BaseExpression, names: set[str]) -> str | None:
-    """The loader iterated by `loader`, `enumerate(loader)`, `tqdm(loader, ...)`, `zip(loader, other)`."""
-    name = dotted(expr)
-    if name in names:
-        return name
-    if isinstance(expr, cst.Call):
-        for a in expr.args:
-            found = _loader_in(a.value, names)
-            if found is not None:
-                return found
-    return None
-
-
-def _visible(scope: Scope | None, name: str) -> bool:
-    """Whether `name` is bound (assigned, or a parameter) in `scope` or a scope around it."""
-    while scope is not None:
-        if name in scope.assignments:
-            return True
-        scope = scope.parent
-    return False

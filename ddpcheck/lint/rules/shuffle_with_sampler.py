@@ -3,10 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import DATALOADER, CallSite
-from ddpcheck.lint.names import last_name
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import is_true
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.values import origins
 
 
 class ShuffleWithSampler(Rule):
@@ -20,10 +20,12 @@ class ShuffleWithSampler(Rule):
     It often hides behind a flag: the single-GPU path passes `sampler=None` and works, and only the
     distributed run crashes.
 
-    Reported when `shuffle` is literally `True` and the `sampler=`/`batch_sampler=` argument is,
-    on some path, a sampler the file builds (a call of a `...Sampler` class, followed through
-    assignments and both arms of `x if cond else None`). `shuffle=(sampler is None)` and other
-    computed values are not reported.
+    Reported when `shuffle` is literally `True` (passed directly, or through `**kwargs` built as a
+    dict, `kwargs.update({...})` or `kwargs["shuffle"] = True` outside any condition the loader
+    is not under) and the `sampler=`/`batch_sampler=` argument is, on some path, a sampler the
+    code builds (a torch sampler or a project subclass of `Sampler`, followed through
+    assignments, builders and both arms of `x if cond else None`). `shuffle=(sampler is None)`
+    and other computed values are not reported.
 
     ## How to fix
     Drop `shuffle=True`: a `DistributedSampler` shuffles by itself (its `shuffle` defaults to
@@ -120,23 +122,25 @@ class ShuffleWithSampler(Rule):
         """,
     ]
 
-    def on_call(self, call: CallSite) -> None:
-        if call.qualname != DATALOADER:
-            return
-        shuffle = call.arg("shuffle", 2)
-        if not (isinstance(shuffle, cst.Name) and shuffle.value == "True"):
-            return
-        for keyword, position in (("sampler", 3), ("batch_sampler", 4)):
-            given = call.arg(keyword, position)
-            if given is not None and self._builds_sampler(call, given):
-                self.report(shuffle, self.MESSAGE.format(arg=keyword), fix=_drop_argument(call.node, shuffle))
-                return
-
-    def _builds_sampler(self, call: CallSite, expr: cst.BaseExpression) -> bool:
-        return any(
-            isinstance(v, cst.Call) and (last_name(v.func) or "").endswith("Sampler")
-            for v in origins(self.ctx, expr, call.scope)
-        )
+    def finish(self) -> None:
+        model = self.model
+        for site in model.paths.sites():
+            if model.api(site) != api.DATALOADER:
+                continue
+            shuffle = site.arg("shuffle", 2)
+            if shuffle is not None:
+                if not is_true(shuffle):
+                    continue
+            elif not any(is_true(v.node) for v in model.values.keyword(site, "shuffle", 2)):
+                continue
+            for keyword, position in (("sampler", 3), ("batch_sampler", 4)):
+                values = model.values.keyword(site, keyword, position)
+                if any(model.constructs(v, api.SAMPLER) for v in values):
+                    where = shuffle if shuffle is not None else site.node
+                    fix = _drop_argument(site.node, shuffle) if shuffle is not None else None
+                    self.report(where, self.MESSAGE.format(arg=keyword), fix=fix, module=site.module,
+                                related=model.paths.chain(site))
+                    break
 
 
 def _drop_argument(call: cst.Call, value: cst.BaseExpression) -> Replace | None:

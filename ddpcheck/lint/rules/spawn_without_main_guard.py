@@ -3,10 +3,9 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-
-SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
 
 
 class SpawnWithoutMainGuard(Rule):
@@ -89,27 +88,22 @@ class SpawnWithoutMainGuard(Rule):
         ),
     ]
 
-    def on_call(self, call: CallSite) -> None:
-        if call.scope.parent is not None:
-            return
-        if any("__name__" in self.ctx.module.code_for_node(g.test) for g in call.guards):
-            return
-        if call.qualname in SPAWN:
-            self._report(call)
-        elif call.dotted is not None and not (call.qualname or "").startswith("torch."):
-            self._pending_helpers.append(call)  # maybe a helper of this file or the project
-
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._pending_helpers: list[CallSite] = []
-
     def finish(self) -> None:
-        # Functions defined later in the file are known only after the traversal.
-        for call in self._pending_helpers:
-            if self.ctx.helper_does(call, "spawn"):
-                self._report(call, f"`{call.dotted}()` spawns workers and is called at module "
-                              "level: every worker re-imports this file and runs it again; call it under "
-                              "`if __name__ == \"__main__\":`")
+        model = self.model
+        root = model.root
+        for site in root.calls:
+            if site.scope is not root.module_scope:
+                continue
+            if any(node is g.node for g in site.guards for node in root.main_guards):
+                continue
+            if any("__name__" in root.code(g.test) for g in site.guards):
+                continue
+            if model.api(site) in api.SPAWN:
+                self._report(site)
+            elif site.target is not None and site.target.external is None and "spawn" in model.facts.of_call(site):
+                self._report(site, f"`{site.dotted}()` spawns workers and is called at module "
+                                   "level: every worker re-imports this file and runs it again; call it under "
+                                   "`if __name__ == \"__main__\":`")
 
     def _report(self, call: CallSite, message: str | None = None) -> None:
         statement = self._top_statement(call.node)
@@ -125,7 +119,7 @@ class SpawnWithoutMainGuard(Rule):
 
     def _top_statement(self, node: cst.CSTNode) -> cst.SimpleStatementLine | None:
         """The module-level statement line that holds `node` as its expression or value."""
-        for statement in self.ctx.module.body:
+        for statement in self.model.root.tree.body:
             if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
                 continue
             small = statement.body[0]

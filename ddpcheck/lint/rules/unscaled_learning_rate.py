@@ -5,11 +5,12 @@ import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.context import CallSite
-from ddpcheck.lint.patterns import is_constant, is_world_size_expr
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
+from ddpcheck.lint.model.syntax import dotted, subexpressions
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Rule
 
-_ZERO = "torch.distributed.optim.ZeroRedundancyOptimizer"
 # A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
 # `batch_size // dist.get_world_size()`): the script holds the global batch fixed, so a constant
 # learning rate is right.
@@ -18,6 +19,13 @@ _DIVIDES_BY_WORLD = re.compile(
     r"(?:[\w.]*(?:world_size|ngpus_per_node|num_gpus|n_gpus?|ngpus|nprocs|num_replicas)\b"
     r"|[\w.]*get_world_size\(\))"
 )
+# Names whose value is (or is derived from) the number of ranks or the global batch.
+WORLD_SIZE_NAME = re.compile(
+    r"world_size|world|num_replicas|n_?replicas|global_batch|total_batch|effective_batch|eff_batch"
+    r"|nprocs|num_processes|n_?procs|^n_?gpus?$|num_gpus|ngpus|gpus_per_node|num_nodes|nnodes",
+    re.I,
+)
+_DEPTH = 4
 
 
 class UnscaledLearningRate(Rule):
@@ -39,8 +47,11 @@ class UnscaledLearningRate(Rule):
     A learning rate read from the command line, a config, the environment or a function
     parameter is a deliberate choice and is not reported; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
-    (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style). Severity is info: a rate tuned for the global batch at a fixed world size is
-    fine, and this rule cannot know that.
+    (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
+    nor `lr=0`, a placeholder that a schedule overwrites every step. A literal passed into the
+    project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
+    where it is written. Severity is info: a rate tuned for the global batch at a fixed world
+    size is fine, and this rule cannot know that.
 
     ## How to fix
     Scale by the world size: `lr = base_lr * dist.get_world_size()` (equivalently
@@ -135,24 +146,106 @@ class UnscaledLearningRate(Rule):
         """,
     ]
 
-    def __init__(self, ctx) -> None:
-        super().__init__(ctx)
-        self._candidates: list[cst.BaseExpression] = []
-
-    def on_call(self, call: CallSite) -> None:
-        q = call.qualname
-        if q is None:
-            return
-        if q == _ZERO:
-            lr = call.arg("lr")
-        elif q.startswith("torch.optim.") and q.count(".") == 2 and q[12:13].isupper() and q != "torch.optim.Optimizer":
-            lr = call.arg("lr", 1)
-        else:
-            return
-        if lr is not None and is_constant(lr, call.scope) and not is_world_size_expr(self.ctx, lr, call.scope):
-            self._candidates.append(lr)
-
     def finish(self) -> None:
-        if self._candidates and self.ctx.uses_ddp and not _DIVIDES_BY_WORLD.search(self.ctx.source):
-            for lr in self._candidates:
-                self.report(lr)
+        model = self.model
+        if not model.uses_ddp:
+            return
+        sites = list(model.paths.sites())
+        modules = {id(s.module): s.module for s in sites}
+        if any(_DIVIDES_BY_WORLD.search(m.source) for m in modules.values()):
+            return
+        for site in sites:
+            name = model.api(site)
+            if name == api.ZERO_OPTIMIZER:
+                lr = site.arg("lr")
+            elif api.is_optimizer(name) and name != api.ZERO_OPTIMIZER:
+                lr = site.arg("lr", 1)
+            else:
+                continue
+            if lr is None:
+                continue  # the optimizer's default
+            values = model.values.at_call(site, lr)
+            if not values or not all(self._constant(v, _DEPTH) for v in values):
+                continue
+            if self._mentions_world(site.module, lr, site.scope, None, site.point, _DEPTH) or any(
+                    self._mentions_world(v.module, v.node, v.scope, v.frame, v.at, _DEPTH) for v in values
+                    if isinstance(v.node, cst.CSTNode)):
+                continue
+            if all(_is_zero(v.node) for v in values):
+                continue  # a placeholder the schedule overwrites every step
+            passed = [v for v in values if self._through_parameter(site, lr)]
+            if passed and isinstance(passed[0].node, cst.CSTNode):
+                # The literal is passed in by a caller (`build_optimizer(model, lr=0.01)`):
+                # report where it is written.
+                self.report(passed[0].node, module=passed[0].module, related=[site])
+            else:
+                self.report(lr, module=site.module, related=model.paths.chain(site))
+
+    def _through_parameter(self, site: CallSite, lr: cst.BaseExpression) -> bool:
+        """The rate is a parameter of the function that builds the optimizer."""
+        name = dotted(lr)
+        return name is not None and any(isinstance(b, Param) for b in site.scope.reaching(name, site.point))
+
+    def _constant(self, value: Value, depth: int) -> bool:
+        """Built only from number literals, directly or through names every one of whose
+        values is itself constant: `0.01`, `1e-3 * 2`, `lr` after `lr = 0.1`. A parameter nobody
+        passes, an attribute (`args.lr`), a call or a subscript (`cfg["lr"]`) is not."""
+        if _is_default(value):
+            return False  # a parameter's default: the signature is a deliberate choice
+        return self._constant_expr(value.module, value.node, value.scope, value.frame, value.at, depth)
+
+    def _constant_expr(self, module: ModuleModel, node, scope: Scope, frame: Frame | None, at: Point | None,
+                       depth: int) -> bool:
+        if isinstance(node, (cst.Integer, cst.Float)):
+            return True
+        if isinstance(node, cst.UnaryOperation):
+            return self._constant_expr(module, node.expression, scope, frame, at, depth)
+        if isinstance(node, cst.BinaryOperation):
+            return self._constant_expr(module, node.left, scope, frame, at, depth) and \
+                self._constant_expr(module, node.right, scope, frame, at, depth)
+        if isinstance(node, cst.Name) and depth > 0:
+            values = self.model.values.of(module, node, scope, frame, at=at)
+            return bool(values) and all(v.node is not node and self._constant(v, depth - 1) for v in values)
+        return False
+
+    def _mentions_world(self, module: ModuleModel, node: cst.CSTNode, scope: Scope, frame: Frame | None,
+                        at: Point | None, depth: int) -> bool:
+        """Whether `node`, or a name it is computed from, involves the number of ranks:
+        `get_world_size()`, `os.environ["WORLD_SIZE"]`, `world_size`, `args.ngpus`, a global batch."""
+        for sub in subexpressions(node):
+            if isinstance(sub, cst.SimpleString) and sub.evaluated_value in api.WORLD_SIZE_ENV:
+                return True
+            if isinstance(sub, cst.Call):
+                q = self.model.qualname(module, sub.func, scope)
+                if q in api.WORLD_SIZE_CALLS or (dotted(sub.func) or "").rsplit(".", 1)[-1] in (
+                        "get_world_size", "device_count", "num_processes"):
+                    return True
+                continue
+            if isinstance(sub, (cst.Name, cst.Attribute)):
+                name = dotted(sub)
+                if name is None:
+                    continue
+                if WORLD_SIZE_NAME.search(name.rsplit(".", 1)[-1]):
+                    return True
+                if depth > 0 and isinstance(sub, cst.Name):
+                    for value in self.model.values.of(module, sub, scope, frame, at=at):
+                        if value.node is not sub and isinstance(value.node, cst.CSTNode) and \
+                                self._mentions_world(value.module, value.node, value.scope, value.frame, value.at, depth - 1):
+                            return True
+        return False
+
+
+def _is_zero(node) -> bool:
+    return isinstance(node, (cst.Integer, cst.Float)) and float(node.evaluated_value) == 0.0
+
+
+def _is_default(value: Value) -> bool:
+    """The leaf is the default value of a parameter of the function it sits in."""
+    function = value.scope.function
+    if function is None:
+        return False
+    for bindings in function.assignments.values():
+        for binding in bindings:
+            if isinstance(binding, Param) and binding.default is value.node:
+                return True
+    return False

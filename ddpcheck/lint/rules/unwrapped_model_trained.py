@@ -3,13 +3,12 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.conditions import on_main_rank_only
-from ddpcheck.lint.context import CallSite, Scope
-from ddpcheck.lint.names import dotted, last_name
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, is_ddp, wraps
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.paths import is_no_grad
+from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.wraps import ddp_wraps, exclusive, visible_from
-
-_NO_GRAD = ("no_grad", "inference_mode")
 
 
 class UnwrappedModelTrained(Rule):
@@ -25,7 +24,11 @@ class UnwrappedModelTrained(Rule):
     evaluation numbers differ from rank to rank. Often noticed only when a multi-GPU run is worse
     than a single-GPU one.
 
-    Not reported: calls of the inner module under `torch.no_grad()` / `torch.inference_mode()`,
+    The model is followed through the project: `net = model.module if isinstance(model, DDP)
+    else model` in a helper, a property that returns `self.model.module`, a method of the inner
+    module (`model.module.encode(x)`), a step function that returns the loss to a loop that
+    calls backward. Not reported: calls of the inner module under `torch.no_grad()` /
+    `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
 
@@ -143,62 +146,109 @@ class UnwrappedModelTrained(Rule):
     ]
 
     def finish(self) -> None:
-        wraps = ddp_wraps(self.ctx)
-        if not wraps:
+        model = self.model
+        sites = list(model.paths.sites())
+        modules = list({id(s.module): s.module for s in sites}.values())
+        inner: dict[int, Wrap] = {}
+        for module in modules:
+            for wrap in wraps(model, module):
+                if wrap.inner is None:
+                    continue
+                for value in model.values.of(module, wrap.inner, wrap.site.scope, at=wrap.site.point):
+                    inner.setdefault(id(value.node), wrap)
+        if not inner:
             return
-        # (name, wrap scope, index after which it is the inner module, outer name)
-        inner_names: list[tuple[str, Scope, int, str]] = []
-        for wrap in wraps:
-            outer = wrap.outer or "the DDP model"
-            if wrap.inner and wrap.inner != wrap.outer:
-                inner_names.append((wrap.inner, wrap.call.scope, wrap.index, outer))
-            if wrap.outer:
-                inner_names.append((f"{wrap.outer}.module", wrap.call.scope, wrap.index, outer))
-                for name, values in wrap.call.scope.assignments.items():
-                    if any(dotted(v) == f"{wrap.outer}.module" for v in values):
-                        inner_names.append((name, wrap.call.scope, wrap.index, outer))
-        if not inner_names:
-            return
-        backwards = [c for c in self.ctx.calls if c.method == "backward"]
+        backwards = [s for s in sites if s.method == "backward"]
         if not backwards:
             return
-        for index, call in enumerate(self.ctx.calls):
-            if call.dotted is None or call.qualname is not None:
+        for site in sites:
+            wrap = self._runs_inner(site, inner)
+            if wrap is None or not self._in_training_step(site, backwards):
                 continue
-            for name, scope, after, outer in inner_names:
-                if call.dotted != name or index <= after or not visible_from(name, scope, call.scope):
-                    continue
-                if exclusive(self.ctx.calls[after], call):
-                    continue  # `if distributed: ddp = DDP(model) ... else: model(x)`
-                if not self._in_training_step(call, backwards):
-                    continue
-                self.report(
-                    call.node,
-                    f"`{name}(...)` runs the module inside DDP, so its gradients are never "
-                    f"all-reduced and the replicas drift apart; call `{outer}(...)` in the training step",
-                )
-                break
+            name = " ".join(site.module.code(site.node.func).split())
+            outer = wrap.outer[0] if wrap.outer else "the DDP model"
+            self.report(
+                site.node,
+                f"`{name}(...)` runs the module inside DDP, so its gradients are never "
+                f"all-reduced and the replicas drift apart; call `{outer}(...)` in the training step",
+                module=site.module, related=model.paths.chain(site),
+            )
 
-    def _in_training_step(self, call: CallSite, backwards: list[CallSite]) -> bool:
-        if any(_is_no_grad(self.ctx, w) for w in call.withs):
-            return False
-        if on_main_rank_only(call.guards, self.ctx.qualname):
-            return False
-        for b in backwards:
-            if b.scope is not call.scope:
+    def _runs_inner(self, site: CallSite, inner: dict[int, Wrap]) -> Wrap | None:
+        """The wrap whose inner module `site` runs: a call of it (`model(x)`, `ddp.module(x)`,
+        `self.net(x)`), or of one of its own methods (`model.module.encode(x)`), when the callee
+        cannot be the DDP wrapper at that point."""
+        func = site.node.func
+        if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
+            return None
+        values = self.model.values.at_call(site, func)
+        if any(is_ddp(self.model, v) and before(v, site) for v in values):
+            return None
+        found = self._match(site, values, inner)
+        if found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
+                and all(v.node is func for v in values) and not _on_self(func) and site.loops:
+            # A method of the module (`model.module.encode(x)`), counted in a loop only: a
+            # one-off call (`configure_optimizers()`) is set-up, not a training step.
+            values = self.model.values.at_call(site, func.value)
+            if any(is_ddp(self.model, v) and before(v, site) for v in values):
+                return None
+            found = self._match(site, values, inner)
+        return found
+
+    def _match(self, site: CallSite, values: list, inner: dict[int, Wrap]) -> Wrap | None:
+        for value in values:
+            wrap = inner.get(id(value.node))
+            if wrap is None:
                 continue
-            if call.loops and call.loops[-1] in b.loops:
-                return True
-            if not call.loops and not b.loops:
-                return True
+            if wrap.site.module is site.module and wrap.site.scope.function is site.scope.function \
+                    and site.index < wrap.site.index:
+                continue  # used before it was wrapped
+            if wrap.site.module is site.module and _exclusive(wrap.site, site):
+                continue  # `if distributed: ddp = DDP(model) ... else: model(x)`
+            return wrap
+        return None
+
+    def _in_training_step(self, site: CallSite, backwards: list[CallSite]) -> bool:
+        """A forward whose result gets a backward: in the same function and loop as a
+        `backward()`, or in a function whose caller runs, in the same loop, a call that does one
+        (`loss = self._forward(x)` then `self.scaler(loss, optimizer)`)."""
+        function = site.scope.function
+        if is_no_grad(self.model, site.module, site.withs, function.qualname if function else None):
+            return False
+        if self.model.paths.main_only(site):
+            return False
+        if _beside_backward(site, backwards):
+            return True
+        enclosing = self.model.paths.function_of(site)
+        if enclosing is None or site.loops:
+            return False
+        for caller, _ in self.model.graph.callers(enclosing):
+            if is_no_grad(self.model, caller.module, caller.withs, None) or not caller.loops:
+                continue
+            for other in caller.module.calls_in(caller.scope.qualname):
+                if other is caller or caller.loops[-1] not in other.loops:
+                    continue
+                if other.method == "backward" or "backward" in self.model.facts.of_call(other):
+                    return True
         return False
 
 
-def _is_no_grad(ctx, with_node: cst.With) -> bool:
-    for item in with_node.items:
-        expr = item.item
-        func = expr.func if isinstance(expr, cst.Call) else expr
-        name = last_name(func) or ""
-        if name in _NO_GRAD:
+def _beside_backward(site: CallSite, backwards: list[CallSite]) -> bool:
+    for b in backwards:
+        if b.scope is not site.scope:
+            continue
+        if site.loops and site.loops[-1] in b.loops:
+            return True
+        if not site.loops and not b.loops:
             return True
     return False
+
+def _exclusive(a: CallSite, b: CallSite) -> bool:
+    """Whether `a` and `b` sit in different arms of the same `if` (at most one of them runs)."""
+    arms = {id(g.node): g.negated for g in a.guards}
+    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b.guards)
+
+
+def _on_self(func: cst.Attribute) -> bool:
+    """`self.encode(x)`: a module calling its own method, inside whatever called it."""
+    return isinstance(func.value, cst.Name) and func.value.value == "self"

@@ -1,7 +1,8 @@
-"""Recognise rank conditions: code that runs on one rank only (`if rank == 0:` and friends).
+"""Rank conditions: code that runs on one rank only (`if rank == 0:` and friends).
 
 A guard that only asks "are we distributed?" (`if ddp:`, `if world_size > 1`) is not a rank
-condition: every rank takes the same branch.
+condition: every rank takes the same branch. Each reader works on one test expression; `resolve`
+turns a name into its canonical API name (`dist.get_rank` → torch.distributed.get_rank).
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ import re
 
 import libcst as cst
 
-from ddpcheck.lint.context import Guard
-from ddpcheck.lint.names import dotted, last_name
+from typing import Callable
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import Guard
+from ddpcheck.lint.model.syntax import dotted, last_name
+
+Resolve = Callable[[cst.BaseExpression], "str | None"]
 
 # Names whose value is a rank (global or local).
 _RANK_NAME = re.compile(
@@ -26,12 +32,25 @@ _MAIN_PROCESS = re.compile(
     r"|^is_global_zero$|^is_local_(main|master)(_process)?$|^is_primary$",
     re.I,
 )
-_RANK_CALLS = {"torch.distributed.get_rank", "torch.distributed.get_node_local_rank"}
-_RANK_ENV = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK"}
+_RANK_CALLS = api.GLOBAL_RANK_CALLS | api.LOCAL_RANK_CALLS | {"horovod.torch.rank", "horovod.torch.local_rank"}
+_RANK_ENV = api.RANK_ENV
+_LAUNCH_ENV = api.RANK_ENV | api.WORLD_SIZE_ENV
+# A launch-mode flag: `not args.multiprocessing_distributed or rank % ngpus == 0` is true on every
+# rank of a job started without it (by torchrun).
+LAUNCH_FLAG = re.compile(r"multiprocessing|(^|_)mp(_|$)|spawn", re.I)
 
 
-def is_rank_value(expr: cst.BaseExpression, resolve) -> bool:
+def _is_mpi_rank(expr: cst.BaseExpression, resolve: Resolve) -> bool:
+    """`MPI.COMM_WORLD.Get_rank()`, `MPI.COMM_WORLD.rank`."""
+    target = expr.func if isinstance(expr, cst.Call) else expr
+    q = resolve(target)
+    return bool(q and q.startswith(api.MPI_COMM_WORLD + ".") and q.rsplit(".", 1)[1] in api.MPI_RANK_METHODS)
+
+
+def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
     """`rank`, `args.local_rank`, `dist.get_rank()`, `int(os.environ["RANK"])`, `self.rank`..."""
+    if _is_mpi_rank(expr, resolve):
+        return True
     if isinstance(expr, cst.Call):
         q = resolve(expr.func)
         if q in _RANK_CALLS:
@@ -51,7 +70,10 @@ def is_rank_value(expr: cst.BaseExpression, resolve) -> bool:
             return isinstance(elem, cst.Index) and _is_rank_env_key(elem.value)
         return False
     name = last_name(expr)
-    return bool(name and _RANK_NAME.search(name))
+    if name and _RANK_NAME.search(name):
+        return True
+    bound = getattr(resolve, "bound_to_rank", None)
+    return bool(bound is not None and bound(expr))
 
 
 def _is_rank_env_key(expr: cst.BaseExpression) -> bool:
@@ -79,7 +101,7 @@ def _main_rank_set(expr: cst.Tuple | cst.List | cst.Set) -> bool:
 _WORLD_NAME = re.compile(r"world_size$|^(n_?gpus?|num_gpus|nprocs|num_processes)$", re.I)
 
 
-def _is_not_distributed(test: cst.BaseExpression, resolve) -> bool:
+def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
     """A test that holds only when the run is not distributed: `not args.distributed`,
     `not dist.is_initialized()`, `world_size == 1`, `local_rank == -1`."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -94,7 +116,7 @@ def _is_not_distributed(test: cst.BaseExpression, resolve) -> bool:
     return False
 
 
-def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
+def selects_main_rank(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
     """True if `test` holds on rank 0 only; False if it holds on every rank but rank 0;
     None if it is not a rank condition."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -149,10 +171,29 @@ def selects_main_rank(test: cst.BaseExpression, resolve) -> bool | None:
     name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
+    held = getattr(resolve, "held_test", None)
+    if held is not None and isinstance(test, (cst.Name, cst.Attribute)):
+        # `save_logs = args.logs and is_master(args)`, then `if save_logs:`.
+        tests = held(test)
+        sides = {selects_main_rank(t, resolve) for t in tests} if tests else {None}
+        if len(sides) == 1:
+            return sides.pop()
     return None
 
 
-def on_main_rank_only(guards: tuple[Guard, ...], resolve) -> Guard | None:
+def vacuous_without_flag(test: cst.BaseExpression) -> str | None:
+    """The launch-mode flag X of `not X or <rank test>`: a test that holds on every rank of a
+    job launched without X (torchrun), so it is a rank guard on one launch path only."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        for side in (test.left, test.right):
+            if isinstance(side, cst.UnaryOperation) and isinstance(side.operator, cst.Not):
+                name = last_name(side.expression)
+                if name and LAUNCH_FLAG.search(name):
+                    return name
+    return None
+
+
+def on_main_rank_only(guards: tuple[Guard, ...], resolve: Resolve) -> Guard | None:
     """The innermost guard that restricts the code to rank 0, if any."""
     for guard in reversed(guards):
         selects = selects_main_rank(guard.test, resolve)
@@ -163,7 +204,7 @@ def on_main_rank_only(guards: tuple[Guard, ...], resolve) -> Guard | None:
     return None
 
 
-def under_rank_condition(guards: tuple[Guard, ...], resolve) -> Guard | None:
+def under_rank_condition(guards: tuple[Guard, ...], resolve: Resolve) -> Guard | None:
     """The innermost guard that makes the code run on some ranks and not others."""
     for guard in reversed(guards):
         if selects_main_rank(guard.test, resolve) is not None:
@@ -174,13 +215,13 @@ def under_rank_condition(guards: tuple[Guard, ...], resolve) -> Guard | None:
 # Names/calls that are true exactly when the run is distributed (`args.distributed`, `ddp`,
 # `dist.is_initialized()`, `is_dist_avail_and_initialized()`).
 _DISTRIBUTED_FLAG = re.compile(
-    r"^(is_|use_|using_)?(distributed|ddp|multiprocessing_distributed|dist|dist_avail_and_initialized"
+    r"^(is_|use_|using_)?(distributed|ddp|dist|dist_avail_and_initialized"
     r"|initialized|dist_enabled|distributed_mode)$",
     re.I,
 )
 
 
-def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
+def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
     """True if `test` holds exactly when the run is distributed, False if exactly when it is not
     (`not args.distributed`, `world_size == 1`, `local_rank == -1`); None if it says neither."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
@@ -197,6 +238,9 @@ def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
         comp = test.comparisons[0]
         op, right = comp.operator, comp.comparator
         left = test.left
+        if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
+                and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":
+            return isinstance(op, cst.In)  # `"RANK" in os.environ`: launched distributed
         if isinstance(right, cst.UnaryOperation) and _is_zero_or_minus_one(right) and is_rank_value(left, resolve):
             if isinstance(op, (cst.Equal, cst.Is)):
                 return False  # local_rank == -1: launched without a launcher
@@ -217,17 +261,45 @@ def is_distributed_test(test: cst.BaseExpression, resolve) -> bool | None:
                 return False
         return None
     target = test.func if isinstance(test, cst.Call) else test
-    name = last_name(target)
+    name = last_name(target) or _key(target)
     if name and _DISTRIBUTED_FLAG.match(name):
         return True
     return None
 
 
-def on_single_process_only(guards: tuple[Guard, ...], resolve) -> Guard | None:
+def _key(expr: cst.BaseExpression) -> str | None:
+    """`opt["dist"]` → "dist": a flag kept in a dict."""
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        key = expr.slice[0].slice.value
+        if isinstance(key, cst.SimpleString):
+            text = key.evaluated_value
+            return text if isinstance(text, str) else None
+    return None
+
+
+def on_single_process_only(guards: tuple[Guard, ...], resolve: Resolve) -> Guard | None:
     """The innermost guard that keeps the code to non-distributed runs (`if not args.distributed:`,
     the `else` of `if ddp:`, after `if world_size > 1: return`), if any."""
     for guard in reversed(guards):
         distributed = is_distributed_test(guard.test, resolve)
         if distributed is not None and distributed == guard.negated:
             return guard
+    return None
+
+
+def is_wrapped_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
+    """True for a test that holds when a model is wrapped (`isinstance(m, DDP)`,
+    `hasattr(m, "module")`), False for its negation, None otherwise."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = is_wrapped_test(test.expression, resolve)
+        return None if inner is None else not inner
+    if isinstance(test, cst.Call) and len(test.args) == 2:
+        name = dotted(test.func)
+        second = test.args[1].value
+        if name == "hasattr" and isinstance(second, cst.SimpleString) and second.evaluated_value == "module":
+            return True
+        if name == "isinstance":
+            classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
+            if any(resolve(c) in (api.DDP, api.DATA_PARALLEL) for c in classes):
+                return True
     return None

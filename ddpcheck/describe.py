@@ -1,0 +1,91 @@
+"""What every code carries — the base its classes subclass and the page made from it.
+
+A leaf module: it imports nothing of ddpcheck but `findings`, so rule modules, runtime check
+modules and the catalog that collects them can all import it without a circle. Torch-free and
+libcst-free: `ddpcheck rules` and `explain` stay light.
+"""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ddpcheck.findings import Severity
+
+DOCS_URL = "https://github.com/ddpcheck/ddpcheck/blob/main/rules/{code}.md"
+
+
+@dataclass(frozen=True)
+class RuleInfo:
+    code: str
+    name: str
+    summary: str
+    severity: Severity
+    kind: str  # "lint" (static rule), "run" (runtime check) or "tool" (ddpcheck's own diagnostics)
+    default_enabled: bool
+    fixable: bool
+    body: str  # Markdown after the summary: why it matters, how to fix, references
+    bad: str  # an example that is reported
+    good: str  # the same program, right
+
+    @property
+    def url(self) -> str:
+        return DOCS_URL.format(code=self.code)
+
+
+class Described:
+    """Base for anything with a code. Subclasses set the class attributes; the docstring is the doc:
+    its first paragraph is the one-line summary, the rest is Markdown (`## Why it matters`,
+    `## How to fix`, `## References`)."""
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    severity: ClassVar[Severity] = Severity.WARNING
+    default_enabled: ClassVar[bool] = True
+    fixable: ClassVar[bool] = False
+    kind: ClassVar[str] = "lint"
+    BAD: ClassVar[str] = ""
+    GOOD: ClassVar[str] = ""
+
+    @classmethod
+    def info(cls) -> RuleInfo:
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        summary, _, body = doc.partition("\n\n")
+        return RuleInfo(
+            code=cls.code,
+            name=cls.name,
+            summary=" ".join(summary.split()),
+            severity=cls.severity,
+            kind=cls.kind,
+            default_enabled=cls.default_enabled,
+            fixable=cls.fixable,
+            body=body.strip(),
+            bad=textwrap.dedent(cls.BAD).strip("\n"),
+            good=textwrap.dedent(cls.GOOD).strip("\n"),
+        )
+
+
+def render_page(info: RuleInfo) -> str:
+    """The Markdown page for one code: what `ddpcheck explain` prints and what rules/CODE.md holds."""
+    kind = {"lint": "static rule (`ddpcheck lint`)", "run": "runtime check (`ddpcheck run`)",
+            "tool": "ddpcheck diagnostic"}[info.kind]
+    lines = [
+        f"# {info.code} `{info.name}`",
+        "",
+        info.summary,
+        "",
+        f"- Kind: {kind}",
+        f"- Severity: {info.severity.value}",
+        f"- Default: {'on' if info.default_enabled else 'off (enable with `--extend-select ' + info.code + '`)'}",
+        f"- Fixable: {'yes' if info.fixable else 'no'}",
+        "",
+    ]
+    if info.body:
+        lines += [info.body, ""]
+    if info.bad:
+        lines += ["## Example that is reported", "", "```python", info.bad, "```", ""]
+    if info.good:
+        lines += ["## The same, done right", "", "```python", info.good, "```", ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,200 @@
+"""The APIs rules know, by canonical qualified name — torch's, and other collective libraries'.
+
+Rules compare resolved names (ddpcheck/lint/model/resolve.py turns `DS`, `tud.DistributedSampler`,
+`torch.utils.data.distributed.DistributedSampler` or a re-export through a project module into
+`torch.utils.data.DistributedSampler`), never the spelling of a name. This module is the only
+place those names are written.
+"""
+
+from __future__ import annotations
+
+# --- torch.nn.parallel ---------------------------------------------------------------------------
+DDP = "torch.nn.parallel.DistributedDataParallel"
+DATA_PARALLEL = "torch.nn.parallel.DataParallel"
+MODULE_BASE = "torch.nn.Module"
+
+# --- torch.utils.data ----------------------------------------------------------------------------
+DATALOADER = "torch.utils.data.DataLoader"
+DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
+SAMPLER = "torch.utils.data.Sampler"
+BATCH_SAMPLER = "torch.utils.data.BatchSampler"
+ITERABLE_DATASET = "torch.utils.data.IterableDataset"
+# Samplers that draw from the whole dataset on every rank.
+LOCAL_SAMPLERS = frozenset({
+    "torch.utils.data.RandomSampler",
+    "torch.utils.data.SequentialSampler",
+    "torch.utils.data.SubsetRandomSampler",
+    "torch.utils.data.WeightedRandomSampler",
+})
+
+# --- torch.distributed ---------------------------------------------------------------------------
+INIT_PROCESS_GROUP = "torch.distributed.init_process_group"
+DESTROY_PROCESS_GROUP = "torch.distributed.destroy_process_group"
+GET_RANK = "torch.distributed.get_rank"
+GET_WORLD_SIZE = "torch.distributed.get_world_size"
+GLOBAL_RANK_CALLS = frozenset({GET_RANK, "torch.distributed.get_global_rank"})
+LOCAL_RANK_CALLS = frozenset({"torch.distributed.get_node_local_rank"})
+WORLD_SIZE_CALLS = frozenset({GET_WORLD_SIZE, "torch.cuda.device_count", "torch.accelerator.device_count"})
+IS_INITIALIZED = frozenset({"torch.distributed.is_initialized", "torch.distributed.is_available"})
+REDUCE_OP = "torch.distributed.ReduceOp"
+
+_TORCH_COLLECTIVES = (
+    "all_reduce", "all_reduce_coalesced", "barrier", "monitored_barrier", "broadcast",
+    "broadcast_object_list", "all_gather", "all_gather_object", "all_gather_into_tensor",
+    "all_gather_coalesced", "reduce", "reduce_scatter", "reduce_scatter_tensor", "gather",
+    "gather_object", "scatter", "scatter_object_list", "all_to_all", "all_to_all_single",
+    "new_group",
+)
+# Calls every rank of the group must make, in the same order, or the others wait forever.
+COLLECTIVES = frozenset("torch.distributed." + n for n in _TORCH_COLLECTIVES)
+BARRIERS = frozenset({"torch.distributed.barrier", "torch.distributed.monitored_barrier"})
+SUM_REDUCTIONS = frozenset({"torch.distributed.all_reduce", "torch.distributed.reduce"})
+GATHERS = frozenset({
+    "torch.distributed.all_gather", "torch.distributed.all_gather_object",
+    "torch.distributed.all_gather_into_tensor", "torch.distributed.gather",
+    "torch.distributed.gather_object",
+})
+
+# mpi4py: `MPI.COMM_WORLD.bcast(...)` blocks until every rank of the communicator joins.
+MPI_COMM_WORLD = "mpi4py.MPI.COMM_WORLD"
+MPI_COLLECTIVE_METHODS = frozenset({
+    "bcast", "Bcast", "allreduce", "Allreduce", "reduce", "Reduce", "gather", "Gather", "Gatherv",
+    "allgather", "Allgather", "Allgatherv", "scatter", "Scatter", "Scatterv", "alltoall",
+    "Alltoall", "Alltoallv", "barrier", "Barrier", "Reduce_scatter", "Scan", "scan", "Exscan",
+})
+# Horovod's torch API: the same contract.
+HOROVOD_COLLECTIVES = frozenset(
+    "horovod.torch." + n for n in (
+        "allreduce", "allreduce_", "allgather", "allgather_object", "broadcast", "broadcast_",
+        "broadcast_object", "broadcast_parameters", "broadcast_optimizer_state", "alltoall",
+        "barrier", "join",
+    )
+)
+
+# --- devices -------------------------------------------------------------------------------------
+SET_DEVICE = frozenset({
+    "torch.cuda.set_device", "torch.accelerator.set_device_index", "torch.accelerator.set_device_idx",
+    "torch.xpu.set_device",
+})
+DEVICE_CONTEXTS = frozenset({"torch.cuda.device", "torch.accelerator.device_index"})
+TORCH_DEVICE = "torch.device"
+CURRENT_ACCELERATOR = "torch.accelerator.current_accelerator"
+DEFAULT_BACKEND_FOR_DEVICE = "torch.distributed.get_default_backend_for_device"
+
+# --- checkpoints ---------------------------------------------------------------------------------
+SAVE = "torch.save"
+LOAD = "torch.load"
+CONSUME_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
+
+# --- processes and launchers ---------------------------------------------------------------------
+SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+PROCESS_STARTERS = SPAWN | frozenset({
+    "torch.multiprocessing.spawn.spawn", "multiprocessing.Process", "torch.multiprocessing.Process",
+})
+LAUNCH_MODULE = "torch.distributed.launch"
+LAUNCHER_ENV = frozenset({"LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"})
+RENDEZVOUS_ENV = frozenset({"MASTER_ADDR", "MASTER_PORT"})
+GLOBAL_RANK_ENV = frozenset({"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"})
+LOCAL_RANK_ENV = frozenset({"LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+RANK_ENV = GLOBAL_RANK_ENV | LOCAL_RANK_ENV
+WORLD_SIZE_ENV = frozenset({"WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+ENVIRON = "os.environ"
+ENV_GETTERS = frozenset({"os.environ.get", "os.getenv", "os.environ.setdefault"})
+RUNS_COMMANDS = ("subprocess.", "os.system", "os.popen", "os.exec", "os.spawn")
+RUN_MODULE = "runpy.run_module"
+MPI_RANK_METHODS = frozenset({"Get_rank", "rank"})
+
+# --- nn and optim --------------------------------------------------------------------------------
+SYNC_BATCHNORM = "torch.nn.SyncBatchNorm"
+CONVERT_SYNC_BATCHNORM = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
+BATCHNORMS = frozenset(
+    f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
+)
+OPTIMIZER_BASE = "torch.optim.Optimizer"
+ZERO_OPTIMIZER = "torch.distributed.optim.ZeroRedundancyOptimizer"
+GRAD_SCALERS = frozenset({"torch.amp.GradScaler", "torch.cuda.amp.GradScaler"})
+NO_GRAD = frozenset({"torch.no_grad", "torch.inference_mode", "torch.autograd.no_grad"})
+# torchvision constructors of models made with BatchNorm layers.
+BATCHNORM_MODEL_PREFIXES = tuple(
+    "torchvision.models." + n for n in (
+        "resnet", "resnext", "wide_resnet", "densenet", "mobilenet", "efficientnet", "regnet",
+        "inception", "googlenet", "shufflenet", "mnasnet",
+    )
+)
+
+PRINT = "print"
+TQDM = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm"})
+
+# Deep module paths users may import from, mapped to the public name rules match on.
+_CANONICAL_PREFIXES = (
+    ("torch.utils.data.distributed.", "torch.utils.data."),
+    ("torch.utils.data.dataloader.", "torch.utils.data."),
+    ("torch.utils.data.dataset.", "torch.utils.data."),
+    ("torch.utils.data.sampler.", "torch.utils.data."),
+    ("torch.nn.parallel.distributed.", "torch.nn.parallel."),
+    ("torch.nn.parallel.data_parallel.", "torch.nn.parallel."),
+    ("torch.distributed.distributed_c10d.", "torch.distributed."),
+    ("torch.nn.modules.batchnorm.", "torch.nn."),
+    ("torch.nn.modules.module.", "torch.nn."),
+    ("torch.cuda.amp.", "torch.amp."),
+    ("torch.multiprocessing.spawn.", "torch.multiprocessing."),
+    ("torch.amp.grad_scaler.", "torch.amp."),
+)
+_CANONICAL_NAMES = {
+    "torch.nn.DataParallel": DATA_PARALLEL,
+    "torch.nn.parallel.DistributedDataParallel": DDP,
+    "torch.nn.parallel.distributed.DistributedDataParallel": DDP,
+    "torch.multiprocessing.spawn.spawn": "torch.multiprocessing.spawn",
+    "torch.multiprocessing.spawn.start_processes": "torch.multiprocessing.start_processes",
+}
+_OPTIMIZER_SKIP = frozenset({"torch.optim.Optimizer", "torch.optim.lr_scheduler"})
+
+
+def canonical(name: str) -> str:
+    """The public spelling of an API name reached through a deeper module path."""
+    exact = _CANONICAL_NAMES.get(name)
+    if exact is not None:
+        return exact
+    for deep, public in _CANONICAL_PREFIXES:
+        if name.startswith(deep):
+            name = public + name[len(deep):]
+            break
+    if name.startswith("torch.optim.") and name.count(".") == 3:
+        # torch.optim.sgd.SGD -> torch.optim.SGD
+        parts = name.split(".")
+        if parts[2].islower() and parts[3][:1].isupper() and parts[2] not in ("lr_scheduler", "swa_utils"):
+            name = "torch.optim." + parts[3]
+    return _CANONICAL_NAMES.get(name, name)
+
+
+def is_optimizer(qualname: str | None) -> bool:
+    """A torch optimizer class (`torch.optim.SGD`, `torch.optim.AdamW`, ZeRO)."""
+    if qualname is None:
+        return False
+    if qualname == ZERO_OPTIMIZER:
+        return True
+    return (
+        qualname.startswith("torch.optim.") and qualname.count(".") == 2
+        and qualname[12:13].isupper() and qualname not in _OPTIMIZER_SKIP
+    )
+
+
+def is_collective(qualname: str | None) -> bool:
+    return qualname is not None and (qualname in COLLECTIVES or qualname in HOROVOD_COLLECTIVES or (
+        qualname.startswith(MPI_COMM_WORLD + ".") and qualname.rsplit(".", 1)[1] in MPI_COLLECTIVE_METHODS
+    ))
+
+
+def _known_names() -> frozenset[str]:
+    names: set[str] = set()
+    for value in list(globals().values()):
+        if isinstance(value, str) and "." in value:
+            names.add(value)
+        elif isinstance(value, frozenset):
+            names |= {v for v in value if isinstance(v, str) and "." in v}
+    names |= {f"torch.utils.data.{n}" for n in ("Dataset", "TensorDataset", "Subset", "ConcatDataset")}
+    return frozenset(names)
+
+
+# Every API name above: what `from torch.utils.data import *` is taken to provide.
+KNOWN = _known_names()

@@ -1,0 +1,372 @@
+"""The one traversal of a module: fills its ModuleModel (scopes, bindings, calls with their loops,
+guards and with-blocks, functions, classes, returns) and, for the linted file, calls the rules'
+visit/leave hooks through a dispatch table on the way.
+
+Cost model (see bench/): libcst's parse is the floor; this walk reads the tree once with a cheap
+dispatch table (lint/traverse.py) and records only what the queries need later.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import libcst as cst
+
+from ddpcheck.lint import traverse
+from ddpcheck.lint.model.module import (
+    Augmented, CallSite, ClassInfo, Element, EnvAccess, ForSite, Guard, Item, ModuleModel, Param, Point,
+    Scope, Shared,
+)
+from ddpcheck.lint.model.syntax import dotted
+
+Hook = Callable[[cst.CSTNode], None]
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+
+
+class Walker(cst.CSTVisitor):
+    """Tracks scopes, loops, guards and with-blocks while it records calls and bindings."""
+
+    def __init__(self, module: ModuleModel, visit_hooks: dict[type, list[Hook]] | None = None,
+                 leave_hooks: dict[type, list[Hook]] | None = None) -> None:
+        super().__init__()
+        self.module = module
+        self.scope = module.module_scope
+        self.loops: list[cst.CSTNode] = []
+        self.guards: list[Guard] = []
+        self.withs: list[cst.With] = []
+        self._saved: list[tuple[list[cst.CSTNode], list[Guard], list[cst.With]]] = []
+        self._block_marks: list[int] = []  # len(guards) when each indented block was entered
+        self._written: set[int] = set()  # subscripts assigned to (`os.environ["K"] = v`)
+        self.tick = 0  # counts calls and bindings in traversal order (see Point)
+        self.visit_hooks = visit_hooks or {}
+        self.leave_hooks = leave_hooks or {}
+
+    # libcst calls these for every node; a dict lookup is far cheaper than its getattr dispatch.
+    def on_visit(self, node: cst.CSTNode) -> bool:
+        t = type(node)
+        own = _OWN_VISIT.get(t)
+        if own is not None:
+            own(self, node)
+        hooks = self.visit_hooks.get(t)
+        if hooks:
+            for hook in hooks:
+                hook(node)
+        return True
+
+    def on_leave(self, original_node: cst.CSTNode) -> None:
+        t = type(original_node)
+        hooks = self.leave_hooks.get(t)
+        if hooks:
+            for hook in hooks:
+                hook(original_node)
+        own = _OWN_LEAVE.get(t)
+        if own is not None:
+            own(self, original_node)
+
+    def on_visit_attribute(self, node: cst.CSTNode, attribute: str) -> None:
+        own = _OWN_ATTR_VISIT.get((type(node), attribute))
+        if own is not None:
+            own(self, node)
+
+    def on_leave_attribute(self, original_node: cst.CSTNode, attribute: str) -> None:
+        own = _OWN_ATTR_LEAVE.get((type(original_node), attribute))
+        if own is not None:
+            own(self)
+
+    # --- scopes ------------------------------------------------------------------------------
+    def _import(self, node: cst.Import | cst.ImportFrom) -> None:
+        self.module.names.add(node)
+
+    def _enter_function(self, node: cst.FunctionDef) -> None:
+        outer = self.scope
+        self.scope = Scope(node.name.value, node, outer, "function")
+        qualname = self.scope.qualname
+        module = self.module
+        module.functions[qualname] = node
+        module.function_scopes[qualname] = self.scope
+        if node.decorators:
+            module.decorators[qualname] = tuple(d.decorator for d in node.decorators)
+        if outer.kind == "class":
+            info = module.classes.get(outer.qualname)
+            if info is not None:
+                info.methods[node.name.value] = qualname
+                if any(dotted(d.decorator) in ("property", "functools.cached_property", "cached_property")
+                       for d in node.decorators):
+                    info.properties.add(node.name.value)
+        else:
+            outer.assignments.setdefault(node.name.value, [])
+        # Parameters are bound by the caller: they shadow outer names with values from call sites.
+        params = node.params
+        assignments = self.scope.assignments
+        points = self.scope.points
+        for index, param in enumerate((*params.posonly_params, *params.params)):
+            assignments[param.name.value] = [Param(qualname, param.name.value, index, param.default)]
+            points[param.name.value] = [Point(-1)]
+        for param in params.kwonly_params:
+            assignments[param.name.value] = [Param(qualname, param.name.value, None, param.default)]
+            points[param.name.value] = [Point(-1)]
+        for star, mark in ((params.star_arg, "*"), (params.star_kwarg, "**")):
+            if isinstance(star, cst.Param):
+                assignments[star.name.value] = [Param(qualname, star.name.value, None, None, mark)]
+                points[star.name.value] = [Point(-1)]
+        self._enter_body()
+
+    def _enter_class(self, node: cst.ClassDef) -> None:
+        outer = self.scope
+        self.scope = Scope(node.name.value, node, outer, "class")
+        self.module.classes[self.scope.qualname] = ClassInfo(
+            self.scope.qualname, node, tuple(b.value for b in node.bases), self.scope
+        )
+        outer.assignments.setdefault(node.name.value, [])
+        self._enter_body()
+
+    def _enter_body(self) -> None:
+        # Code in a body runs when called, not under the loops/ifs around the def.
+        self._saved.append((self.loops, self.guards, self.withs))
+        self.loops, self.guards, self.withs = [], [], []
+
+    def _leave_scope(self, node: cst.CSTNode) -> None:
+        assert self.scope.parent is not None
+        self.scope = self.scope.parent
+        self.loops, self.guards, self.withs = self._saved.pop()
+
+    # --- calls and bindings ------------------------------------------------------------------
+    def _call(self, node: cst.Call) -> None:
+        module = self.module
+        func = node.func
+        self.tick += 1
+        module.calls.append(CallSite(
+            node,
+            module.names.resolve(func),
+            dotted(func),
+            self.scope,
+            tuple(self.loops),
+            tuple(self.guards),
+            tuple(self.withs),
+            module,
+            len(module.calls),
+            self.tick,
+        ))
+        # `kw.update({...})` / `kw.update(k=v)`: entries a `**kw` later passes on.
+        if isinstance(func, cst.Attribute) and func.attr.value == "update":
+            name = dotted(func.value)
+            if name is not None:
+                entries = self.scope.updates.setdefault(name, [])
+                guards = tuple(self.guards)
+                for a in node.args:
+                    if a.keyword is not None:
+                        entries.append((a.keyword.value, a.value, guards))
+                    elif not a.star:
+                        entries.append((None, a.value, guards))
+
+    def _return(self, node: cst.Return) -> None:
+        if node.value is not None:
+            function = self.scope.function
+            if function is not None:
+                self.module.returns.setdefault(function.qualname, []).append(node.value)
+                self.tick += 1
+                self.module.return_points[id(node.value)] = Point(self.tick, tuple(self.loops), tuple(self.guards))
+
+    def _mark_written(self, node: cst.Assign) -> None:
+        # Targets are visited before the value is bound (bindings are made on leave, after the
+        # value's calls): mark written subscripts now, for _subscript.
+        for target in node.targets:
+            if isinstance(target.target, cst.Subscript):
+                self._written.add(id(target.target))
+
+    def _assign(self, node: cst.Assign) -> None:
+        for target in node.targets:
+            self._bind(target.target, node.value)
+
+    def _ann_assign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            self._bind(node.target, node.value)
+
+    def _aug_assign(self, node: cst.AugAssign) -> None:
+        name = dotted(node.target)
+        if name is not None:
+            self._record(name, Augmented(node))
+
+    def _bind(self, target: cst.BaseExpression, value: cst.BaseExpression | Item | Element) -> None:
+        if isinstance(target, (cst.Tuple, cst.List)):
+            for index, element in enumerate(target.elements):
+                if isinstance(element, cst.StarredElement):
+                    self._bind(element.value, Element(value) if not isinstance(value, (Item, Element)) else value)
+                    continue
+                inner = Item(value, index) if isinstance(value, cst.BaseExpression) else value
+                self._bind(element.value, inner)
+            return
+        if isinstance(target, cst.Subscript) and isinstance(value, cst.BaseExpression):
+            self._written.add(id(target))
+            name = dotted(target.value)
+            if name is not None and len(target.slice) == 1:
+                key = target.slice[0].slice
+                text = key.value.evaluated_value if (
+                    isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString)) else None
+                self.scope.updates.setdefault(name, []).append(
+                    (text if isinstance(text, str) else "", value, tuple(self.guards)))
+            return
+        name = dotted(target)
+        if name is not None:
+            self._record(name, value)
+            if isinstance(value, cst.BaseExpression):
+                self.module.targets.setdefault(id(value), []).append(name)
+
+    def _record(self, name: str, value: cst.BaseExpression | Item | Element | Augmented) -> None:
+        scope = self.scope
+        self.tick += 1
+        point = Point(self.tick, tuple(self.loops), tuple(self.guards))
+        scope.assignments.setdefault(name, []).append(value)
+        scope.points.setdefault(name, []).append(point)
+        if name.startswith("self."):
+            owner = scope.class_scope
+            if owner is not None and owner is not scope:
+                # An attribute of `self` is shared by every method: `self.model = DDP(...)` in
+                # __init__ is what `self.model(x)` calls in train(). The method keeps its own
+                # list too, so lookups inside it still see its own assignments first.
+                owner.assignments.setdefault(name, []).append(Shared(value, scope, point))
+                owner.points.setdefault(name, []).append(None)
+
+    def _for(self, node: cst.For) -> None:
+        self.module.fors.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1))
+
+    def _for_body(self, node: cst.For) -> None:
+        # The target is bound after the iterable is evaluated, inside the loop.
+        self.loops.append(node)
+        self._bind(node.target, Element(node.iter))
+
+    def _with(self, node: cst.With) -> None:
+        self.module.withs.append(node)
+        for item in node.items:
+            if item.asname is not None:
+                self._bind(item.asname.name, Element(item.item, via_with=True))
+
+    # --- blocks and guards -------------------------------------------------------------------
+    def _enter_block(self, node: cst.CSTNode) -> None:
+        self._block_marks.append(len(self.guards))
+
+    def _leave_block(self, node: cst.CSTNode) -> None:
+        # Early-exit guards (see _early_exit) last until the end of the block that holds them.
+        del self.guards[self._block_marks.pop():]
+
+    def _subscript(self, node: cst.Subscript) -> None:
+        base = node.value
+        named = base.attr.value if isinstance(base, cst.Attribute) else base.value if isinstance(base, cst.Name) else ""
+        if named == "environ" and len(node.slice) == 1:
+            key = node.slice[0].slice
+            if isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString):
+                text = key.value.evaluated_value
+                if isinstance(text, str):
+                    self.module.env.append(EnvAccess(text, node, self.scope, tuple(self.guards), id(node) in self._written))
+
+    def _visit_if(self, node: cst.If) -> None:
+        self.module.ifs.append((node, self.scope))
+        if self.scope.parent is None and not self.guards and _is_main_test(node.test):
+            self.module.main_guards.append(node)
+
+    def _early_exit(self, node: cst.If) -> None:
+        """`if rank != 0: return` (no else): the statements after it in the same block run only
+        where the test is false, as if they sat in its else branch."""
+        if node.orelse is None and _exits(node.body):
+            self.guards.append(Guard(node.test, True, node))
+
+    def _push_loop(self, node: cst.CSTNode) -> None:
+        self.loops.append(node)
+
+    def _pop_loop(self) -> None:
+        self.loops.pop()
+
+    def _push_if_body(self, node: cst.If | cst.IfExp) -> None:
+        self.guards.append(Guard(node.test, False, node))
+
+    def _push_if_else(self, node: cst.If | cst.IfExp) -> None:
+        self.guards.append(Guard(node.test, True, node))
+
+    def _pop_guard(self) -> None:
+        self.guards.pop()
+
+    def _push_with(self, node: cst.With) -> None:
+        self.withs.append(node)
+
+    def _pop_with(self) -> None:
+        self.withs.pop()
+
+
+def _is_main_test(test: cst.BaseExpression) -> bool:
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    return isinstance(test.comparisons[0].operator, cst.Equal) and any(
+        isinstance(s, cst.Name) and s.value == "__name__" for s in sides
+    ) and any(isinstance(s, cst.SimpleString) and s.evaluated_value == "__main__" for s in sides)
+
+
+def _exits(body: cst.BaseSuite) -> bool:
+    """Whether a block always leaves its function/loop iteration: ends in return/raise/continue/
+    break or a call of sys.exit()/exit()/os._exit()."""
+    statements = body.body
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(body, cst.SimpleStatementSuite):
+        small = last
+    elif isinstance(last, cst.SimpleStatementLine) and last.body:
+        small = last.body[-1]
+    else:
+        return False
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return dotted(small.value.func) in _EXITS
+    return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
+
+
+_OWN_VISIT: dict[type, Callable[[Walker, cst.CSTNode], None]] = {
+    cst.Import: Walker._import,
+    cst.ImportFrom: Walker._import,
+    cst.FunctionDef: Walker._enter_function,
+    cst.ClassDef: Walker._enter_class,
+    cst.Call: Walker._call,
+    cst.Return: Walker._return,
+    cst.Assign: Walker._mark_written,
+    cst.For: Walker._for,
+    cst.With: Walker._with,
+    cst.If: Walker._visit_if,
+    cst.Subscript: Walker._subscript,
+    cst.IndentedBlock: Walker._enter_block,
+    cst.Module: Walker._enter_block,
+}  # type: ignore[dict-item]
+_OWN_LEAVE: dict[type, Callable[[Walker, cst.CSTNode], None]] = {
+    cst.Assign: Walker._assign,
+    cst.AnnAssign: Walker._ann_assign,
+    cst.AugAssign: Walker._aug_assign,
+    cst.FunctionDef: Walker._leave_scope,
+    cst.ClassDef: Walker._leave_scope,
+    cst.IndentedBlock: Walker._leave_block,
+    cst.Module: Walker._leave_block,
+    cst.If: Walker._early_exit,
+}  # type: ignore[dict-item]
+_OWN_ATTR_VISIT: dict[tuple[type, str], Callable[[Walker, cst.CSTNode], None]] = {
+    (cst.For, "body"): Walker._for_body,
+    (cst.While, "body"): Walker._push_loop,
+    (cst.If, "body"): Walker._push_if_body,
+    (cst.If, "orelse"): Walker._push_if_else,
+    (cst.IfExp, "body"): Walker._push_if_body,
+    (cst.IfExp, "orelse"): Walker._push_if_else,
+    (cst.With, "body"): Walker._push_with,
+}  # type: ignore[dict-item]
+_OWN_ATTR_LEAVE: dict[tuple[type, str], Callable[[Walker], None]] = {
+    (cst.For, "body"): Walker._pop_loop,
+    (cst.While, "body"): Walker._pop_loop,
+    (cst.If, "body"): Walker._pop_guard,
+    (cst.If, "orelse"): Walker._pop_guard,
+    (cst.IfExp, "body"): Walker._pop_guard,
+    (cst.IfExp, "orelse"): Walker._pop_guard,
+    (cst.With, "body"): Walker._pop_with,
+}
+
+
+def build(path: str, source: str, tree: cst.Module, visit_hooks: dict[type, list[Hook]] | None = None,
+          leave_hooks: dict[type, list[Hook]] | None = None) -> ModuleModel:
+    """The model of one module, from its parsed tree, in one traversal."""
+    module = ModuleModel(path, source, tree)
+    traverse.visit(tree, Walker(module, visit_hooks, leave_hooks))  # libcst's visit rebuilds every node
+    return module

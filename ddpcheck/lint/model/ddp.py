@@ -1,0 +1,260 @@
+"""What DDP code is made of, as rules ask about it: DDP wraps and the module inside, data loaders
+and the samplers that feed them, optimizer steps, uses of CUDA, where a device index comes from.
+Each answer is computed from the model (values, calls), once per question."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.syntax import argument, dotted, is_none, string_text, subexpressions
+from ddpcheck.lint.model.values import Value
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+# Methods a DDP wrapper and its module share that do not run the forward pass.
+MODULE_API = frozenset({
+    "parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
+    "cpu", "half", "float", "double", "bfloat16", "zero_grad", "modules", "named_modules", "children",
+    "named_children", "apply", "buffers", "named_buffers", "requires_grad_", "register_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_parameter", "add_module", "get_parameter", "get_submodule", "get_buffer", "extra_repr",
+    "type", "share_memory", "no_sync", "module",
+})
+_MOVES = frozenset({"to", "cuda", "cpu", "half", "float", "bfloat16", "double"})
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Wrap:
+    """`ddp = DDP(module, ...)`: the call, the names it is bound to, the module expression inside
+    (moves stripped: `DDP(model.to(dev))` wraps `model`)."""
+
+    site: CallSite
+    outer: tuple[str, ...]
+    inner: cst.BaseExpression | None
+
+    @property
+    def inner_name(self) -> str | None:
+        return dotted(self.inner) if self.inner is not None else None
+
+
+def strip_moves(expr: cst.BaseExpression) -> cst.BaseExpression:
+    while isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _MOVES:
+        expr = expr.func.value
+    return expr
+
+
+def wraps(model: Model, module: ModuleModel) -> list[Wrap]:
+    """The DDP wraps made in `module`, in source order."""
+    found = module.memo.get("ddp_wraps")
+    if found is None:
+        found = []
+        for site in module.calls:
+            if model.api(site) != api.DDP:
+                continue
+            inner = site.arg("module", 0)
+            names = list(module.assigned_names(site.node))
+            if not names:
+                # `model = DDP(model).to(device)`: the wrap is the receiver of the assigned call.
+                for name, values in site.scope.assignments.items():
+                    if any(isinstance(v, cst.BaseExpression) and strip_moves(v) is site.node for v in values):
+                        names.append(name)
+            found.append(Wrap(site, tuple(names), strip_moves(inner) if inner is not None else None))
+        module.memo["ddp_wraps"] = found
+    return found
+
+
+def is_ddp(model: Model, value: Value) -> bool:
+    return model.api_of(value) == api.DDP
+
+
+def before(value: Value, site: CallSite) -> bool:
+    """Whether a leaf made by a call exists when `site` runs, as far as source order in one
+    function tells (a leaf made later in the same function does not)."""
+    call = value.call
+    if call is None or value.module is not site.module:
+        return True
+    made = site.module.call_at(call)
+    if made is None or made.scope.function is not site.scope.function:
+        return True
+    return made.index < site.index
+
+
+# --- data loaders and samplers --------------------------------------------------------------------
+@dataclass(frozen=True, eq=False, repr=False)
+class Feed:
+    """A DataLoader fed by a DistributedSampler (`sampler` is the leaf that builds it)."""
+
+    loader: CallSite
+    sampler: Value
+    via_batch_sampler: bool
+
+
+def sampler_values(model: Model, loader: CallSite) -> tuple[list[Value], bool]:
+    """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True)."""
+    given = model.values.keyword(loader, "sampler", 3)
+    if given:
+        return given, False
+    return model.values.keyword(loader, "batch_sampler", 4), True
+
+
+def distributed_sampler(model: Model, values: list[Value], via_batch: bool) -> Value | None:
+    """The leaf among `values` that builds a DistributedSampler (or a project subclass), looking
+    inside `BatchSampler(sampler, ...)` when the loader takes a batch sampler."""
+    for value in values:
+        if model.constructs(value, api.DISTRIBUTED_SAMPLER):
+            return value
+        if via_batch and value.call is not None and model.api_of(value) == api.BATCH_SAMPLER:
+            inner = argument(value.call, "sampler", 0)
+            if inner is not None:
+                found = distributed_sampler(model, model.values.of(value.module, inner, value.scope, value.frame, at=value.at), False)
+                if found is not None:
+                    return found
+    return None
+
+
+def feed(model: Model, loader: CallSite) -> Feed | None:
+    values, via_batch = sampler_values(model, loader)
+    sampler = distributed_sampler(model, values, via_batch)
+    return Feed(loader, sampler, via_batch) if sampler is not None else None
+
+
+def plainly_local(model: Model, values: list[Value]) -> bool:
+    """Every value is None or a torch sampler that draws from the whole dataset."""
+    return all(is_none(v.node) or model.api_of(v) in api.LOCAL_SAMPLERS for v in values)
+
+
+# --- optimizers -------------------------------------------------------------------------------------
+def is_optimizer_step(model: Model, site: CallSite) -> bool:
+    """`optimizer.step()`, `self.opt.step()`, `scaler.step(optimizer)`; not `scheduler.step()`."""
+    if site.method != "step":
+        return False
+    receiver = site.receiver
+    assert receiver is not None
+    values = model.values.at_call(site, receiver)
+    for value in values:
+        name = model.api_of(value)
+        if name is not None:
+            if api.is_optimizer(name) or name in api.GRAD_SCALERS:
+                return True
+            if name.startswith("torch.optim.lr_scheduler."):
+                return False
+    last = (site.receiver_name or "").rsplit(".", 1)[-1].lower()
+    if "sched" in last:
+        return False
+    return "opt" in last or "scaler" in last or last == "solver"
+
+
+# --- devices ----------------------------------------------------------------------------------------
+def is_cuda_value(model: Model, site: CallSite, expr: cst.BaseExpression) -> bool:
+    """A device expression that is (or may be) CUDA: `"cuda:0"`, `f"cuda:{rank}"`, a variable
+    holding one on some path (`device = "cuda" if ... else "cpu"`), `torch.device("cuda", i)`."""
+    for value in model.values.at_call(site, expr):
+        node = value.node
+        text = string_text(node) if isinstance(node, cst.BaseExpression) else None
+        if text is not None and text.startswith("cuda"):
+            return True
+        if value.call is not None and model.api_of(value) == api.TORCH_DEVICE:
+            first = argument(value.call, "type", 0)
+            if first is not None and string_text(first) is not None and string_text(first).startswith("cuda"):  # type: ignore[union-attr]
+                return True
+    return False
+
+
+def uses_cuda(model: Model, site: CallSite) -> bool:
+    name = model.api(site)
+    if name == api.INIT_PROCESS_GROUP:
+        backend = site.arg("backend", 0)
+        if backend is None:
+            return False
+        for value in model.values.at_call(site, backend):
+            text = string_text(value.node) if isinstance(value.node, cst.BaseExpression) else None
+            if text is not None and "nccl" in text.lower():
+                return True
+            if isinstance(value.node, cst.Attribute) and value.node.attr.value == "NCCL":
+                return True
+        return False
+    if site.method == "cuda":
+        return True
+    if name == api.DDP and site.has_keyword("device_ids"):
+        return True
+    if name == api.TORCH_DEVICE or site.method == "to":
+        first = site.arg("device", 0)
+        if first is not None and is_cuda_value(model, site, first):
+            return True
+    device = site.arg("device")
+    return device is not None and is_cuda_value(model, site, device)
+
+
+_RANK_WRAPPERS = frozenset({"int", "str"})
+
+
+def global_rank_source(model: Model, value: Value, depth: int = 3) -> str | None:
+    """`dist.get_rank()` or the RANK environment variable, as the user wrote it, when a leaf is
+    (or converts) one."""
+    node = value.node
+    if isinstance(node, cst.Call):
+        name = model.api_of(value)
+        if name in api.GLOBAL_RANK_CALLS:
+            if argument(node, "group", 0) is not None:
+                return None  # the rank within a group (a node-local group gives the local rank)
+            return "dist.get_rank()"
+        if name in api.ENV_GETTERS:
+            key = string_text(argument(node, "key", 0))
+            if key in api.GLOBAL_RANK_ENV:
+                return f'os.environ["{key}"]'
+            return None
+        if dotted(node.func) in _RANK_WRAPPERS and node.args and depth > 0:
+            for inner in model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at):
+                found = global_rank_source(model, inner, depth - 1)
+                if found:
+                    return found
+        return None
+    if isinstance(node, cst.Subscript):
+        base = node.value
+        named = base.attr.value if isinstance(base, cst.Attribute) else base.value if isinstance(base, cst.Name) else ""
+        if named == "environ" and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            key = string_text(node.slice[0].slice.value)
+            if key in api.GLOBAL_RANK_ENV:
+                return f'os.environ["{key}"]'
+    return None
+
+
+_EVAL_WORDS = re.compile(r"val|test|eval", re.I)
+
+
+def is_eval_name(name: str | None) -> bool:
+    return bool(name) and "train" not in name.lower() and bool(_EVAL_WORDS.search(name))  # type: ignore[union-attr]
+
+
+# Where torch.save writes to memory, not to a file every rank shares.
+IN_MEMORY = frozenset({"io.BytesIO", "io.StringIO", "tempfile.SpooledTemporaryFile"})
+
+
+def per_rank_or_memory(model: Model, site: CallSite, target: cst.BaseExpression | None,
+                       memory: bool = True) -> bool:
+    """A file argument whose path contains the rank (one file per rank, on purpose), or (when
+    `memory`) that is an in-memory buffer."""
+    if target is None:
+        return False
+    from ddpcheck.lint.model.conditions import is_rank_value
+
+    for value in model.values.at_call(site, target):
+        if value.call is not None and model.api_of(value) in IN_MEMORY:
+            if memory:
+                return True
+            continue
+        node = value.node
+        if not isinstance(node, cst.CSTNode):
+            continue
+        resolve = model.resolver_for(value.module, value.scope)
+        for sub in subexpressions(node):
+            if isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve):
+                return True
+    return False

@@ -1,0 +1,139 @@
+"""What functions do, followed through the call graph: "this call initialises the process
+group", "this method performs a collective", "this helper reads LOCAL_RANK".
+
+A fact is a name; a function has it when its body visibly does it, directly or through a function
+it calls (any module of the project, any kind of call the graph follows). Facts from calls
+(CALL_FACTS) come from resolved API names; body facts (BODY_FACTS) from what the traversal
+recorded (ifs, returns, environment reads, assignments): no function body is walked again.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import selects_main_rank
+from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.syntax import string_text
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+# fact → the API calls that establish it
+CALL_FACTS: dict[str, frozenset[str]] = {
+    "init_process_group": frozenset({api.INIT_PROCESS_GROUP}),
+    "destroy_process_group": frozenset({api.DESTROY_PROCESS_GROUP}),
+    "set_device": api.SET_DEVICE | api.DEVICE_CONTEXTS,
+    "distributed_sampler": frozenset({api.DISTRIBUTED_SAMPLER}),
+    "ddp_wrap": frozenset({api.DDP}),
+    "all_reduce": api.SUM_REDUCTIONS,
+    "spawn": api.SPAWN,
+    "barrier": api.BARRIERS,
+    "save": frozenset({api.SAVE}),
+    "load": frozenset({api.LOAD}),
+    "sync_batchnorm": frozenset({api.CONVERT_SYNC_BATCHNORM}),
+}
+METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no_sync",
+                "load_state_dict": "load_state_dict"}
+BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
+# `with torch_distributed_zero_first(rank):` — a context manager pairs its barriers across ranks,
+# so the collectives it performs are balanced by construction.
+_BALANCED_BY_CONTEXT = frozenset({"collective", "barrier", "all_reduce"})
+_PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
+
+
+class Facts:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self._memo: dict[tuple[int, str], frozenset[str]] = {}
+
+    def of_call(self, site: CallSite) -> frozenset[str]:
+        """What `site` does: its own API fact and the facts of the project functions it runs."""
+        found = set(self.direct(site))
+        for callee, _ in self.model.graph.targets(site):
+            found |= self._passed_on(site, self.of_scope(callee.module, callee.qualname))
+        return frozenset(found)
+
+    def does(self, site: CallSite, fact: str) -> bool:
+        return fact in self.of_call(site)
+
+    def direct(self, site: CallSite) -> frozenset[str]:
+        name = self.model.api(site)
+        found = set()
+        if name is not None:
+            for fact, names in CALL_FACTS.items():
+                if name in names:
+                    found.add(fact)
+            if api.is_collective(name):
+                found.add("collective")
+            if name == api.INIT_PROCESS_GROUP and site.has_keyword("device_id"):
+                found.add("set_device")
+            if name in api.ENV_GETTERS and name != "os.environ.setdefault":
+                if string_text(site.arg("key", 0)) in api.LAUNCHER_ENV:
+                    found.add("reads_launcher_env")
+        method = site.method
+        if method in METHOD_FACTS:
+            found.add(METHOD_FACTS[method])
+        return frozenset(found)
+
+    def of_scope(self, module: ModuleModel, qualname: str, _seen: frozenset[tuple[int, str]] = frozenset()
+                 ) -> frozenset[str]:
+        """The facts of the function `qualname` of `module` ("<module>" for module-level code)."""
+        key = (id(module), qualname)
+        cached = self._memo.get(key)
+        if cached is not None:
+            return cached
+        if key in _seen:
+            return frozenset()  # recursion: what the cycle adds is counted once
+        seen = _seen | {key}
+        found: set[str] = set()
+        for site in module.calls_in(qualname):
+            found |= self.direct(site)
+            for callee, _ in self.model.graph.targets(site):
+                if callee.module is module and callee.qualname == qualname:
+                    continue
+                found |= self._passed_on(site, self.of_scope(callee.module, callee.qualname, seen))
+        found |= self._body(module, qualname)
+        result = frozenset(found)
+        if not _seen:  # only complete answers are kept (a cycle may still be open below)
+            self._memo[key] = result
+        return result
+
+    def _passed_on(self, site: CallSite, inherited: frozenset[str]) -> frozenset[str]:
+        if inherited & _BALANCED_BY_CONTEXT and self._opens_with(site):
+            return inherited - _BALANCED_BY_CONTEXT
+        return inherited
+
+    def _opens_with(self, site: CallSite) -> bool:
+        """`with cm(...):` — the call is the context manager of a with statement."""
+        memo: set[int] | None = site.module.memo.get("with_items")
+        if memo is None:
+            memo = {id(item.item) for statement in site.module.withs for item in statement.items}
+            site.module.memo["with_items"] = memo
+        return id(site.node) in memo
+
+    def _body(self, module: ModuleModel, qualname: str) -> frozenset[str]:
+        found = set()
+        resolve = self.model.resolver_for(module)
+        for node, scope in module.ifs:
+            if scope.qualname == qualname and selects_main_rank(node.test, resolve) is not None:
+                found.add("rank_guard")
+                break
+        for value in module.returns.get(qualname, ()):
+            if selects_main_rank(value, resolve) is True:
+                found.add("is_rank_check")
+                break
+        for access in module.env:
+            if not access.written and access.key in api.LAUNCHER_ENV and access.scope.qualname == qualname:
+                found.add("reads_launcher_env")
+                break
+        scope = module.function_scopes.get(qualname) if qualname != "<module>" else module.module_scope
+        if scope is not None:
+            for name in scope.assignments:
+                if name.endswith(".print"):
+                    origin = module.names.origin(name) or name
+                    if origin in _PRINT_TARGETS or name in _PRINT_TARGETS:
+                        found.add("silences_print")
+                        break
+        return frozenset(found)
+

@@ -1,0 +1,371 @@
+"""The call graph across the project's modules: which functions a call may run.
+
+Followed: plain calls of project functions (imported, re-exported, star-imported, nested),
+`self.m()` and `cls.m()` through the class and its project bases, `super().m()`, `obj.m()` where
+the model knows obj's class (`logger = MetricLogger()`, `self.scaler = NativeScaler()`, a
+parameter every caller passes an instance to), constructors (→ `__init__`), calls of instances
+(→ `__call__`), and, for a method name defined by exactly one class of the module and the project
+modules it imports, `x.m()` on an object of unknown class. Properties are followed by the value
+flow (values.py).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param
+from ddpcheck.lint.model.project import locate, resolved_path
+from ddpcheck.lint.model.resolve import Target
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import argument, dotted
+
+from ddpcheck.lint.model.values import Frame, Value
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+Callee = tuple[Function, str]  # the function and how it is bound: "", "method", "instance", "constructor"
+_MAX_MRO = 8
+# Method names too common to pin on one class by name alone.
+_COMMON = frozenset({
+    "__init__", "__call__", "forward", "update", "step", "reset", "save", "load", "log", "get", "set",
+    "run", "train", "eval", "to", "cuda", "item", "append", "add", "clear", "close", "write", "read",
+    "state_dict", "load_state_dict", "zero_grad", "backward", "keys", "values", "items", "copy",
+    "start", "stop", "info", "debug", "warning", "error", "print", "format", "build", "setup",
+    "sample", "apply", "parameters", "named_parameters", "modules", "children", "predict", "test",
+    "validate", "main", "next", "send", "join", "put", "pop", "extend", "insert", "remove", "sort",
+    "mean", "sum", "max", "min", "view", "reshape", "size", "numel", "float", "half", "cpu", "detach",
+    "clone", "init", "initialize", "compute", "process", "encode", "decode", "generate", "fit",
+})
+
+
+class CallGraph:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self._targets: dict[int, list[Callee]] = {}
+        self._callers: dict[tuple[int, str], list[tuple[CallSite, str]]] = {}
+        self._classes: dict[tuple[str, str], tuple[ModuleModel, ClassInfo] | None] = {}
+        self._in_progress: set[int] = set()
+
+    # --- classes -----------------------------------------------------------------------------
+    def class_at(self, target: Target) -> tuple[ModuleModel, ClassInfo] | None:
+        """The project class a Target of kind "class" names."""
+        if target.path is None or target.kind != "class":
+            return None
+        key = (str(target.path), target.name)
+        if key not in self._classes:
+            module = self.model.project_model(target.path)
+            info = module.classes.get(target.name) if module is not None else None
+            self._classes[key] = (module, info) if module is not None and info is not None else None
+        return self._classes[key]
+
+    def bases(self, module: ModuleModel, info: ClassInfo) -> list[Target]:
+        found = []
+        for base in info.bases:
+            name = dotted(base)
+            if name is None:
+                continue
+            target = self.model.resolver.name(module, name, info.scope.parent)
+            if target is not None:
+                found.append(target)
+        return found
+
+    def mro(self, module: ModuleModel, info: ClassInfo) -> list[tuple[ModuleModel, ClassInfo]]:
+        """The class and its project bases, depth first (enough for single inheritance chains)."""
+        out: list[tuple[ModuleModel, ClassInfo]] = []
+        todo = [(module, info)]
+        while todo and len(out) < _MAX_MRO:
+            current = todo.pop(0)
+            if any(c[1] is current[1] for c in out):
+                continue
+            out.append(current)
+            for base in self.bases(*current):
+                found = self.class_at(base)
+                if found is not None:
+                    todo.append(found)
+        return out
+
+    def method(self, module: ModuleModel, info: ClassInfo, name: str, after: ClassInfo | None = None) -> Function | None:
+        chain = self.mro(module, info)
+        if after is not None:
+            index = next((i for i, c in enumerate(chain) if c[1] is after), None)
+            chain = chain[index + 1:] if index is not None else []
+        for owner_module, owner in chain:
+            qualname = owner.methods.get(name)
+            if qualname is not None:
+                return Function(owner_module, qualname)
+        return None
+
+    def is_subclass(self, target: Target | None, api_name: str, depth: int = _MAX_MRO) -> bool:
+        """Whether `target` is the outside class `api_name` or a project class derived from it,
+        read from the modules' indexes (no parse)."""
+        if target is None or depth <= 0:
+            return False
+        if target.external is not None:
+            return target.external == api_name or _EXTERNAL_BASES.get(target.external) == api_name
+        if target.kind != "class" or target.path is None:
+            return False
+        index = self.model.project.index(target.path)
+        if index is None:
+            return False
+        for base in index.classes.get(target.name, ()):
+            found = self.model.resolve_in(target.path, base)
+            if self.is_subclass(found, api_name, depth - 1):
+                return True
+        return False
+
+    def instance_of(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None:
+        """The project class a value is an instance of (a leaf that calls the class)."""
+        call = value.call
+        if call is None:
+            return None
+        site = value.module.call_at(call)
+        target = site.target if site is not None else None
+        if target is None or target.kind != "class":
+            return None
+        return self.class_at(target)
+
+    def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int) -> list[Value]:
+        """What `instance.attr` may hold: `self.attr` set in a method of the class or its bases
+        (the constructor's parameters bound to the arguments of the call that made it), or the
+        returns of a property."""
+        module, info = instance
+        site = made.module.call_at(made.call) if made.call is not None else None
+        out: list[Value] = []
+        init = self.method(module, info, "__init__")
+        frame = Frame(init, site, made.frame, True) if init is not None and site is not None else None
+        for owner_module, owner in self.mro(module, info):
+            if attr in owner.properties:
+                getter = Function(owner_module, owner.methods[attr])
+                for value in owner_module.returns.get(getter.qualname, ()):
+                    out.append(Value(owner_module, value, getter.scope, None))
+                return out
+            values = owner.scope.assignments.get(f"self.{attr}")
+            if values:
+                for value in values:
+                    out.append(Value(owner_module, value, owner.scope, frame))
+                return out
+        return out
+
+    # --- targets -----------------------------------------------------------------------------
+    def targets(self, site: CallSite) -> list[Callee]:
+        """The project functions `site` may run, each with how it is bound."""
+        key = id(site.node)
+        cached = self._targets.get(key)
+        if cached is not None:
+            return cached
+        if key in self._in_progress:
+            return []
+        self._in_progress.add(key)
+        try:
+            found = self._find(site)
+        finally:
+            self._in_progress.discard(key)
+        self._targets[key] = found
+        return found
+
+    def _find(self, site: CallSite) -> list[Callee]:
+        target = site.target
+        if target is not None:
+            if target.external is not None:
+                return []
+            return self._of_target(target)
+        func = site.node.func
+        module = site.module
+        if isinstance(func, cst.Name):
+            name = func.value
+            for scope in site.scope.chain():
+                if scope.kind == "function":
+                    nested = f"{scope.qualname}.{name}"
+                    if nested in module.functions:
+                        return [(Function(module, nested), "")]
+            return self._through_values(site, func)
+        if not isinstance(func, cst.Attribute):
+            return []
+        method = func.attr.value
+        receiver = func.value
+        owner = site.scope.class_scope
+        if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls") and owner is not None:
+            info = module.classes.get(owner.qualname)
+            if info is not None:
+                found = self.method(module, info, method)
+                if found is not None:
+                    return [(found, "" if found.is_static else "method")]
+            # `self.scaler(loss, ...)`: an attribute holding a callable object.
+            return self._through_values(site, func)
+        if isinstance(receiver, cst.Call) and dotted(receiver.func) == "super" and owner is not None:
+            info = module.classes.get(owner.qualname)
+            if info is not None:
+                found = self.method(module, info, method, after=info)
+                if found is not None:
+                    return [(found, "method")]
+            return []
+        out: list[Callee] = []
+        for value in self.model.values.at_call(site, receiver):
+            instance = self.instance_of(value)
+            if instance is not None:
+                found = self.method(*instance, method)
+                if found is not None and all(found != f for f, _ in out):
+                    out.append((found, "" if found.is_static else "method"))
+        if out:
+            return out
+        return self._by_unique_name(site, method)
+
+    def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
+        """`step(...)` where `step` holds an instance with `__call__` or a function of the project."""
+        out: list[Callee] = []
+        name = dotted(func) or ""
+        if not site.scope.lookup(name) and not name.startswith("self."):
+            return out
+        for value in self.model.values.at_call(site, func):
+            instance = self.instance_of(value)
+            if instance is not None:
+                found = self.method(*instance, "__call__")
+                if found is not None:
+                    out.append((found, "instance"))
+        return out
+
+    def _of_target(self, target: Target) -> list[Callee]:
+        if target.path is None:
+            return []
+        if target.kind == "function":
+            module = self.model.project_model(target.path)
+            if module is not None and target.name in module.functions:
+                return [(Function(module, target.name), "")]
+            return []
+        if target.kind == "class":
+            found = self.class_at(target)
+            if found is not None:
+                init = self.method(*found, "__init__")
+                return [(init, "constructor")] if init is not None else []
+            return []
+        if target.kind == "member":
+            head, _, rest = target.name.rpartition(".")
+            module = self.model.project_model(target.path)
+            if module is None:
+                return []
+            if head in module.classes and "." not in rest:
+                found = self.method(module, module.classes[head], rest)
+                return [(found, "")] if found is not None else []
+            if head in module.module_scope.assignments and "." not in head:
+                # `logger.info(...)` where `logger = Logger()` at the top of a project module.
+                out: list[Callee] = []
+                for value in self.model.values.of(module, cst.Name(head), module.module_scope):
+                    instance = self.instance_of(value)
+                    if instance is not None:
+                        method = self.method(*instance, rest)
+                        if method is not None:
+                            out.append((method, "method"))
+                return out
+        return []
+
+    def _by_unique_name(self, site: CallSite, method: str) -> list[Callee]:
+        """`meter.synchronize_between_processes()` on an object of unknown class: the one class of
+        this module or of the project modules it imports that defines the method (a composite
+        calling its parts' method of the same name is not calling itself)."""
+        if method in _COMMON or method.startswith("__") or len(method) < 6:
+            return []
+        pattern = re.compile(rf"^[ \t]+def[ \t]+{re.escape(method)}[ \t]*\(", re.MULTILINE)
+        enclosing = site.scope.class_scope
+        found: list[Function] = []
+        for module in self._neighbourhood(site.module, pattern):
+            for info in module.classes.values():
+                qualname = info.methods.get(method)
+                if qualname is None or (enclosing is not None and info.scope is enclosing and module is site.module):
+                    continue
+                found.append(Function(module, qualname))
+                if len(found) > 1:
+                    return []
+        return [(found[0], "method")] if found else []
+
+    def _neighbourhood(self, module: ModuleModel, pattern: re.Pattern[str]) -> list[ModuleModel]:
+        out = [module] if pattern.search(module.source) else []
+        path = resolved_path(module.path)
+        if path is None:
+            return out
+        origins = set(module.names.aliases.values()) | set(module.names.stars)
+        seen: set[str] = set()
+        for origin in sorted(origins):
+            where = locate(path, origin)
+            if where is None:
+                continue
+            file = where[0]
+            if str(file) in seen or str(file) == str(path):
+                continue
+            seen.add(str(file))
+            text = self.model.project.text(file)
+            if text is None or not pattern.search(text):
+                continue
+            other = self.model.project_model(file)
+            if other is not None:
+                out.append(other)
+        return out
+
+    # --- arguments and callers -----------------------------------------------------------------
+    def argument_for(self, call: CallSite, function: Function, param: Param, bound: str | bool
+                     ) -> cst.BaseExpression | CallSite | None:
+        """What `call` passes to `param` of `function`: an expression of the caller, the call
+        itself for the `self` of a constructor, or None."""
+        if param.star:
+            return None
+        if param.index is None:
+            return argument(call.node, param.name)
+        position = param.index
+        if bound:
+            if position == 0:
+                if bound == "constructor" or bound is True:
+                    return call
+                func = call.node.func
+                if bound == "instance":
+                    return func
+                return func.value if isinstance(func, cst.Attribute) else None
+            position -= 1
+        return argument(call.node, param.name, position)
+
+    def callers(self, function: Function) -> list[tuple[CallSite, str]]:
+        """Known calls of `function`: in its own module, and the calls that reached it from the
+        linted file (see Model.reach)."""
+        key = (id(function.module), function.qualname)
+        cached = self._callers.get(key)
+        if cached is not None:
+            return cached
+        out: list[tuple[CallSite, str]] = []
+        seen: set[int] = set()
+        for module in dict.fromkeys([function.module, self.model.root]):
+            for call in self._candidates(module, function):
+                for callee, bound in self.targets(call):
+                    if callee == function and id(call.node) not in seen:
+                        seen.add(id(call.node))
+                        out.append((call, bound))
+        for call, bound in self.model.edges_into(function):
+            if id(call.node) not in seen:
+                seen.add(id(call.node))
+                out.append((call, bound))
+        if self.model.reach_complete:
+            self._callers[key] = out
+        return out
+
+    def _candidates(self, module: ModuleModel, function: Function) -> list[CallSite]:
+        name = function.name
+        if name == "__init__":
+            owner = function.owner
+            wanted = owner.qualname.rsplit(".", 1)[-1] if owner is not None else None
+            return [c for c in module.calls if c.dotted is not None and (
+                c.dotted.rsplit(".", 1)[-1] == wanted or (c.target is not None and c.target.kind == "class"))]
+        if name == "__call__":
+            return [c for c in module.calls if c.qualname is None and c.dotted is not None]
+        return [c for c in module.calls if c.dotted is not None and c.dotted.rsplit(".", 1)[-1] == name]
+
+
+# Outside classes derived from the ones rules ask about.
+_EXTERNAL_BASES = {
+    "torch.utils.data.DistributedSampler": "torch.utils.data.Sampler",
+    "torch.utils.data.RandomSampler": "torch.utils.data.Sampler",
+    "torch.utils.data.SequentialSampler": "torch.utils.data.Sampler",
+    "torch.utils.data.BatchSampler": "torch.utils.data.Sampler",
+    "torch.utils.data.SubsetRandomSampler": "torch.utils.data.Sampler",
+    "torch.utils.data.WeightedRandomSampler": "torch.utils.data.Sampler",
+}

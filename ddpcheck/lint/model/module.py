@@ -1,0 +1,362 @@
+"""One module of the project as the model sees it: scopes and what is bound in them, calls with
+the loops, guards and with-blocks around them, functions, classes and their methods, returns.
+
+Filled by one traversal (lint/model/build.py). Values are libcst nodes of this module's tree, or
+the small binding markers below where a name is bound by something other than `name = value`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Union
+
+import libcst as cst
+
+from ddpcheck.lint.model.imports import ImportMap
+from ddpcheck.lint.model.index import ModuleIndex
+from ddpcheck.lint.model.syntax import argument, dotted, has_keyword, has_star_kwargs
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.resolve import Target
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Point:
+    """Where in its scope something happens: the traversal's counter (`tick`), and the loops and
+    guards around it. Used to tell which bindings of a name reach a use."""
+
+    tick: int
+    loops: tuple[cst.CSTNode, ...] = ()
+    guards: tuple[Guard, ...] = ()
+
+    def reaches(self, use: Point) -> bool:
+        """A binding made here may be what `use` sees: it comes first, or a loop around both
+        brings it round again."""
+        return self.tick < use.tick or any(loop in use.loops for loop in self.loops)
+
+    def dominates(self, use: Point) -> bool:
+        """A binding made here always happens before `use` and hides earlier ones: it comes
+        first, under no condition and in no loop that `use` is not also under."""
+        if self.tick >= use.tick:
+            return False
+        if any(loop not in use.loops for loop in self.loops):
+            return False
+        arms = {(id(g.node), g.negated) for g in use.guards}
+        return all((id(g.node), g.negated) in arms for g in self.guards)
+
+
+UNKNOWN_POINT = None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Param:
+    """A parameter of `function` (its qualified name in the module); `index` counts positional
+    parameters from 0 (`self` included), None for keyword-only and `*`/`**` ones."""
+
+    function: str
+    name: str
+    index: int | None
+    default: cst.BaseExpression | None
+    star: str = ""
+
+    def __repr__(self) -> str:
+        return f"<Param {self.function}({self.name})>"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Item:
+    """`a, b = value`: the name is element `index` of `value`."""
+
+    value: cst.BaseExpression
+    index: int
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Element:
+    """`for x in iterable`, `with cm as x`: the name is an element of `iterable` (or what `cm` gives)."""
+
+    iterable: cst.BaseExpression
+    via_with: bool = False
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Augmented:
+    """`x += value` (and the other in-place operators): the name's new value depends on the old one."""
+
+    node: cst.AugAssign
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Shared:
+    """`self.x = value` in a method, as seen from the class: `value` belongs to `scope` (the
+    method), where its own names are looked up."""
+
+    value: Union[cst.BaseExpression, Item, Element, Augmented]
+    scope: Scope
+    point: Point | None = None
+
+
+Binding = Union[cst.BaseExpression, Param, Item, Element, Augmented, Shared]
+
+
+@dataclass(eq=False, repr=False)
+class Scope:
+    """A module, class or function body. `assignments` maps a name (or `self.x` chain) to every
+    value bound to it in this scope, in source order; `updates` maps a dict's name to the entries
+    added later (`kw.update({...})`, `kw.update(k=v)`, `kw["k"] = v`) as (key or None, value)."""
+
+    name: str
+    node: cst.CSTNode
+    parent: Scope | None = None
+    kind: str = "module"  # "module", "class" or "function"
+    assignments: dict[str, list[Binding]] = field(default_factory=dict)
+    points: dict[str, list[Point | None]] = field(default_factory=dict)  # parallel to assignments
+    updates: dict[str, list[tuple[str | None, cst.BaseExpression, tuple[Guard, ...]]]] = field(default_factory=dict)
+    _qualname: str | None = None
+
+    @property
+    def qualname(self) -> str:
+        found = self._qualname
+        if found is None:
+            if self.parent is None:
+                found = self.name
+            else:
+                found = f"{self.parent.qualname}.{self.name}" if self.parent.parent else self.name
+            self._qualname = found
+        return found
+
+    def __repr__(self) -> str:
+        return f"<Scope {self.kind} {self.qualname}>"
+
+    def lookup(self, name: str) -> list[Binding]:
+        """Values bound to `name` in this scope or the enclosing ones (nearest first); class
+        bodies are skipped from inside their methods, as in Python."""
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.assignments and (scope is self or scope.kind != "class" or name.startswith("self.")):
+                return scope.assignments[name]
+            scope = scope.parent
+        return []
+
+    def owner_of(self, name: str) -> Scope | None:
+        """The scope whose bindings `lookup(name)` returns."""
+        scope: Scope | None = self
+        while scope is not None:
+            if name in scope.assignments and (scope is self or scope.kind != "class" or name.startswith("self.")):
+                return scope
+            scope = scope.parent
+        return None
+
+    def reaching(self, name: str, use: Point) -> list[Binding]:
+        """The bindings of `name` in this scope that may reach `use` (a point in this scope):
+        the latest one that always happens before it, and the conditional ones after that."""
+        values = self.assignments.get(name, [])
+        points = self.points.get(name, [])
+        if len(points) != len(values):
+            return values
+        found: list[Binding] = []
+        for value, point in sorted(zip(values, points), key=lambda vp: vp[1].tick if vp[1] else -1, reverse=True):
+            if point is None:
+                found.append(value)
+                continue
+            if not point.reaches(use):
+                continue
+            found.append(value)
+            if point.dominates(use):
+                break
+        found.reverse()
+        return found
+
+    def binds(self, name: str) -> bool:
+        """Whether `name` is bound (assigned, or a parameter) here or in a scope around this one."""
+        return bool(self.lookup(name)) or any(
+            name in s.assignments for s in self.chain()
+        )
+
+    def chain(self) -> Iterator[Scope]:
+        scope: Scope | None = self
+        while scope is not None:
+            yield scope
+            scope = scope.parent
+
+    @property
+    def function(self) -> Scope | None:
+        """The innermost function scope this scope is (or is in)."""
+        for scope in self.chain():
+            if scope.kind == "function":
+                return scope
+        return None
+
+    @property
+    def class_scope(self) -> Scope | None:
+        """The class whose method this scope is (for `self`)."""
+        function = self.function
+        if function is not None and function.parent is not None and function.parent.kind == "class":
+            return function.parent
+        return None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Guard:
+    """An `if` (or `a if c else b`) the code sits under: `test` is true (negated False) or
+    false (negated True). `node` is the If/IfExp; an early exit (`if rank != 0: return`) guards
+    the rest of its block with negated=True."""
+
+    test: cst.BaseExpression
+    negated: bool
+    node: cst.CSTNode
+
+
+@dataclass(eq=False)
+class CallSite:
+    """One call, with the context it runs in. `qualname` is the callee's resolved name: the
+    canonical API name for outside libraries (`torch.distributed.barrier`, followed through the
+    project's re-exports and star imports), the dotted origin for project names, or None."""
+
+    node: cst.Call
+    qualname: str | None
+    dotted: str | None  # as written: dist.barrier, model.module, print
+    scope: Scope
+    loops: tuple[cst.CSTNode, ...]  # enclosing For/While bodies within the same function
+    guards: tuple[Guard, ...]
+    withs: tuple[cst.With, ...]
+    module: ModuleModel
+    index: int  # position in module.calls (source order)
+    tick: int = 0  # the traversal's counter when the call was met (see Point)
+    target: Target | None = None  # what a project name resolved to (see resolve.py)
+
+    @property
+    def point(self) -> Point:
+        return Point(self.tick, self.loops, self.guards)
+
+    def __repr__(self) -> str:
+        return f"<CallSite {self.dotted or '?'} #{self.index} in {self.scope.qualname} of {self.module.path}>"
+
+    def arg(self, keyword: str, position: int | None = None) -> cst.BaseExpression | None:
+        """The argument passed as `keyword=` or, failing that, at `position`."""
+        return argument(self.node, keyword, position)
+
+    def has_keyword(self, keyword: str) -> bool:
+        return has_keyword(self.node, keyword)
+
+    @property
+    def has_star_kwargs(self) -> bool:
+        return has_star_kwargs(self.node)
+
+    @property
+    def method(self) -> str | None:
+        """`x.set_epoch(...)` → "set_epoch"."""
+        func = self.node.func
+        return func.attr.value if isinstance(func, cst.Attribute) else None
+
+    @property
+    def receiver(self) -> cst.BaseExpression | None:
+        func = self.node.func
+        return func.value if isinstance(func, cst.Attribute) else None
+
+    @property
+    def receiver_name(self) -> str | None:
+        """`loader.sampler.set_epoch(...)` → "loader.sampler"."""
+        func = self.node.func
+        return dotted(func.value) if isinstance(func, cst.Attribute) else None
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class ForSite:
+    """One `for` statement, with the loops and guards around it (as for CallSite)."""
+
+    node: cst.For
+    scope: Scope
+    loops: tuple[cst.CSTNode, ...]
+    guards: tuple[Guard, ...]
+    tick: int = 0
+
+    @property
+    def point(self) -> Point:
+        return Point(self.tick, self.loops, self.guards)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class EnvAccess:
+    """`os.environ["KEY"]` (`written`: as an assignment target) in `scope`, under `guards`."""
+
+    key: str
+    node: cst.Subscript
+    scope: Scope
+    guards: tuple[Guard, ...]
+    written: bool
+
+
+@dataclass(eq=False, repr=False)
+class ClassInfo:
+    """A class of the module: its bases as written, its methods (name → qualified function name),
+    which of them are properties, and its body scope (holding `self.x` attributes)."""
+
+    qualname: str
+    node: cst.ClassDef
+    bases: tuple[cst.BaseExpression, ...]
+    scope: Scope
+    methods: dict[str, str] = field(default_factory=dict)
+    properties: set[str] = field(default_factory=set)
+
+
+class ModuleModel:
+    """Everything the model knows about one module after its single traversal."""
+
+    def __init__(self, path: str, source: str, tree: cst.Module) -> None:
+        self.path = path
+        self.source = source
+        self.tree = tree
+        self.names = ImportMap()
+        self.calls: list[CallSite] = []
+        self.functions: dict[str, cst.FunctionDef] = {}  # qualified name within the module → def
+        self.function_scopes: dict[str, Scope] = {}
+        self.classes: dict[str, ClassInfo] = {}
+        self.returns: dict[str, list[cst.BaseExpression]] = {}  # function → returned values
+        self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
+        self.fors: list[ForSite] = []
+        self.targets: dict[int, list[str]] = {}  # id(assigned value) → names it was assigned to
+        self.module_scope = Scope("<module>", tree)
+        self.main_guards: list[cst.If] = []  # `if __name__ == "__main__":` blocks
+        self.ifs: list[tuple[cst.If, Scope]] = []  # every `if` statement and the scope it is in
+        self.env: list[EnvAccess] = []  # `os.environ["KEY"]` reads and writes
+        self.withs: list[cst.With] = []  # every with statement
+        self.decorators: dict[str, tuple[cst.BaseExpression, ...]] = {}  # function → decorator expressions
+        self.memo: dict[str, Any] = {}  # per-module answers of the model's queries, by query name
+        self._call_at: dict[int, CallSite] | None = None
+        self._by_scope: dict[str, list[CallSite]] | None = None
+
+    def own_index(self) -> ModuleIndex:
+        """This module's exports, from its model (the same shape lint/model/index.py reads from text)."""
+        scope = self.module_scope
+        functions = frozenset(q for q in self.functions if "." not in q)
+        classes = {q: tuple(dotted(b) or "" for b in c.bases) for q, c in self.classes.items() if "." not in q}
+        assigned = frozenset(n for n in scope.assignments if "." not in n) - functions - set(classes)
+        aliases = {k: v for k, v in self.names.aliases.items() if k not in functions and k not in classes}
+        return ModuleIndex(aliases, tuple(self.names.stars), functions, classes, assigned)
+
+    def call_at(self, node: cst.Call) -> CallSite | None:
+        """The CallSite recorded for a call node of this module."""
+        if self._call_at is None:
+            self._call_at = {id(c.node): c for c in self.calls}
+        return self._call_at.get(id(node))
+
+    def calls_in(self, function: str) -> list[CallSite]:
+        """Calls made directly in the body of `function` (a qualified name within the module;
+        "<module>" for module-level code)."""
+        if self._by_scope is None:
+            by_scope: dict[str, list[CallSite]] = {}
+            for call in self.calls:
+                by_scope.setdefault(call.scope.qualname, []).append(call)
+            self._by_scope = by_scope
+        return self._by_scope.get(function, [])
+
+    def assigned_names(self, value: cst.CSTNode) -> list[str]:
+        """The names (`loader`, `self.loader`) that `value` was assigned to, in source order."""
+        return self.targets.get(id(value), [])
+
+    def code(self, node: cst.CSTNode) -> str:
+        return self.tree.code_for_node(node)
+
+    def __repr__(self) -> str:
+        return f"<ModuleModel {self.path}>"

@@ -1,0 +1,280 @@
+"""Path facts: which code runs on every rank, and what the linted file reaches in other modules.
+
+- Guards: an `if` (or early exit, or `a if c else b`) whose test selects rank 0, the other ranks,
+  some ranks, or only a non-distributed run. `not args.multiprocessing_distributed or
+  args.rank % ngpus == 0` selects rank 0 only on the `mp.spawn` path: in a script torchrun can
+  start (it reads LOCAL_RANK/RANK/WORLD_SIZE), it is true on every rank.
+- Every rank: a call runs on every rank when no such guard is around it, and its function is an
+  entry (module level, an `mp.spawn` target, a `main`-like function, a function that sets up the
+  process group) or is called on every rank by some caller, across modules.
+- Reach: the project functions the linted file calls, directly or through other project
+  functions, breadth first within bounds (depth, number of functions). Rules look at their calls
+  too, and report there with the chain of calls from the linted file as related locations.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Iterator
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import (
+    is_distributed_test, is_wrapped_test, selects_main_rank, vacuous_without_flag,
+)
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+MAX_FUNCTIONS = 300
+MAX_HOPS = 5
+# Functions nobody in the file calls that are still run by every rank (mp.spawn targets, main).
+_ENTRY_NAME = re.compile(r"^(main|main_worker|worker|run|train|fit|.*_main|main_.*|.*_worker)$")
+
+
+class Paths:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self.complete = False
+        self._edges: dict[Function, list[tuple[CallSite, str]]] = {}
+        self._parent: dict[Function, CallSite] = {}
+        self._reached: list[Function] = []
+        self._kinds: dict[int, str | None] = {}
+        self._every: dict[tuple[int, str], list[CallSite] | None] = {}
+        self._sites: list[CallSite] | None = None
+
+    # --- reach -------------------------------------------------------------------------------
+    def compute(self) -> None:
+        if self.complete:
+            return
+        root = self.model.root
+        todo: list[tuple[ModuleModel, str, int]] = [(root, "<module>", 0)]
+        todo += [(root, q, 0) for q in root.functions]
+        seen: set[tuple[int, str]] = {(id(root), q) for _, q, _ in todo}
+        while todo:
+            module, qualname, hops = todo.pop(0)
+            for site in module.calls_in(qualname):
+                if self._builds_a_module(site):
+                    continue
+                for callee, bound in self.model.graph.targets(site):
+                    if callee.module is root:
+                        continue
+                    self._edges.setdefault(callee, []).append((site, bound))
+                    key = (id(callee.module), callee.qualname)
+                    if key in seen or hops >= MAX_HOPS or len(self._reached) >= MAX_FUNCTIONS:
+                        continue
+                    seen.add(key)
+                    self._reached.append(callee)
+                    self._parent[callee] = site
+                    todo.append((callee.module, callee.qualname, hops + 1))
+        self.complete = True
+
+    def _builds_a_module(self, site: CallSite) -> bool:
+        """`Net(...)` for a project subclass of `nn.Module`: building the network is not DDP
+        work, and its modules (often the largest of a project) need not be read for it."""
+        target = site.target
+        return target is not None and target.kind == "class" and target.external is None \
+            and self.model.graph.is_subclass(target, api.MODULE_BASE)
+
+    def edges_into(self, function: Function) -> list[tuple[CallSite, str]]:
+        return self._edges.get(function, [])
+
+    def reached(self) -> list[Function]:
+        """Project functions outside the linted file that it runs (breadth first)."""
+        self.compute()
+        return self._reached
+
+    def sites(self) -> list[CallSite]:
+        """Every call of the linted file, then the calls of the functions it reaches elsewhere."""
+        if self._sites is None:
+            found = list(self.model.root.calls)
+            for function in self.reached():
+                found += function.module.calls_in(function.qualname)
+            self._sites = found
+        return self._sites
+
+    def modules(self) -> list[ModuleModel]:
+        """The linted module and the project modules whose functions it reaches."""
+        return list({id(m): m for m in [self.model.root, *(f.module for f in self.reached())]}.values())
+
+    def chain(self, site: CallSite) -> list[CallSite]:
+        """The calls that lead from the linted file to `site` (outermost first), when `site` is
+        in a function it reaches in another module; [] for the file's own calls."""
+        out: list[CallSite] = []
+        function = self.function_of(site)
+        while function is not None and function.module is not self.model.root and len(out) < MAX_HOPS + 2:
+            parent = self._parent.get(function)
+            if parent is None:
+                break
+            out.append(parent)
+            function = self.function_of(parent)
+        return list(reversed(out))
+
+    @staticmethod
+    def function_of(site: CallSite) -> Function | None:
+        scope = site.scope.function
+        return Function(site.module, scope.qualname) if scope is not None else None
+
+    # --- guards ------------------------------------------------------------------------------
+    def kind(self, module: ModuleModel, guard: Guard, scope: Scope | None = None) -> str | None:
+        """What the guard's test selects: "main" (rank 0), "other" (the ranks but 0), "single"
+        (a non-distributed run only), "distributed", or None — with its branch (negated) taken
+        into account. "main" on the mp.spawn path only is "flag"."""
+        key = id(guard.test) * 2 + guard.negated
+        if key in self._kinds:
+            return self._kinds[key]
+        resolve = self.model.resolver_for(module, scope)
+        kind: str | None = None
+        side = selects_main_rank(guard.test, resolve)
+        if side is not None:
+            main = side != guard.negated
+            kind = "main" if main else "other"
+            if main and vacuous_without_flag(guard.test) is not None:
+                kind = "flag"
+        else:
+            distributed = is_distributed_test(guard.test, resolve)
+            if distributed is not None:
+                kind = "distributed" if distributed != guard.negated else "single"
+        self._kinds[key] = kind
+        return kind
+
+    def rank_guard(self, site: CallSite, flags_count: bool = True) -> Guard | None:
+        """The innermost guard that keeps `site` off some ranks. A guard that is a rank guard on
+        the mp.spawn path only counts unless torchrun can start the script (`flags_count=False`
+        asks about the torchrun path)."""
+        for guard in reversed(site.guards):
+            kind = self.kind(site.module, guard, site.scope)
+            if kind in ("main", "other"):
+                return guard
+            if kind == "flag" and (flags_count or not self.model.torchrun_path):
+                return guard
+        return None
+
+    def main_only(self, site: CallSite) -> Guard | None:
+        """The innermost guard that restricts `site` to rank 0 on every launch path."""
+        for guard in reversed(site.guards):
+            kind = self.kind(site.module, guard, site.scope)
+            if kind == "main" or (kind == "flag" and not self.model.torchrun_path):
+                return guard
+        return None
+
+    def single_only(self, site: CallSite) -> Guard | None:
+        """The innermost guard that keeps `site` to non-distributed runs."""
+        for guard in reversed(site.guards):
+            if self.kind(site.module, guard, site.scope) == "single":
+                return guard
+        return None
+
+    def unwrapped_only(self, site: CallSite) -> Guard | None:
+        """The innermost guard that holds only for a model that is not wrapped in DDP
+        (the else of `if isinstance(model, DDP):`, `m.state_dict() if ... else ...`)."""
+        resolve = self.model.resolver_for(site.module)
+        for guard in reversed(site.guards):
+            wrapped = is_wrapped_test(guard.test, resolve)
+            if wrapped is not None and wrapped == guard.negated:
+                return guard
+        return None
+
+    def never(self, site: CallSite) -> Guard | None:
+        """A guard that no known run takes: its test is a parameter (or a name) that every caller
+        and the default leave False or None (`if progress:` with `progress=False` by default
+        and no caller passing it)."""
+        for guard in site.guards:
+            test = guard.test
+            if not isinstance(test, cst.Name):
+                continue
+            values = self.model.values.of(site.module, test, site.scope, at=site.point)
+            if not values or not all(isinstance(v.node, cst.CSTNode) for v in values):
+                continue
+            truths = {_truth(v.node) for v in values}
+            if truths == {False} and not guard.negated or truths == {True} and guard.negated:
+                return guard
+        return None
+
+    # --- every rank --------------------------------------------------------------------------
+    def every_rank(self, site: CallSite) -> list[CallSite] | None:
+        """A chain of calls (outermost first) along which `site` runs on every rank of a
+        distributed job; None when every path to it is guarded, or nothing is known."""
+        if self.main_only(site) is not None or self.single_only(site) is not None or self.rank_guard(site, False):
+            return None
+        if self.never(site) is not None:
+            return None
+        function = self.function_of(site)
+        if function is None:
+            return []
+        return self._function_every_rank(function, frozenset())
+
+    def _function_every_rank(self, function: Function, seen: frozenset[Function]) -> list[CallSite] | None:
+        key = (id(function.module), function.qualname)
+        if key in self._every:
+            return self._every[key]
+        if function in seen:
+            return None
+        seen = seen | {function}
+        result: list[CallSite] | None = None
+        callers = self.model.graph.callers(function)
+        for call, _ in callers:
+            if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call):
+                continue
+            outer = self.function_of(call)
+            if outer is None:
+                result = [call]
+                break
+            above = self._function_every_rank(outer, seen)
+            if above is not None:
+                result = above + [call]
+                break
+        if result is None and not callers and self._is_entry(function):
+            result = []
+        if not seen - {function}:  # a complete answer
+            self._every[key] = result
+        return result
+
+    def _is_entry(self, function: Function) -> bool:
+        """A function nobody calls that every rank still runs: a spawn target, a main-like name,
+        a function that sets up the process group or wraps the model."""
+        module = function.module
+        if module is not self.model.root or function.owner is not None:
+            return False
+        if "." in function.qualname:
+            return False
+        if _ENTRY_NAME.match(function.name):
+            return True
+        for site in module.calls:
+            if self.model.api(site) in api.PROCESS_STARTERS:
+                target = site.arg("fn", 0) or site.arg("target")
+                if target is not None and dotted(target) == function.name:
+                    return True
+        facts = self.model.facts.of_scope(module, function.qualname)
+        return "init_process_group" in facts or "ddp_wrap" in facts
+
+
+def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], function: str | None) -> bool:
+    """Whether code runs under `torch.no_grad()` / `inference_mode()` (a with block, or a
+    decorator of its function)."""
+    for w in withs:
+        for item in w.items:
+            expr = item.item.func if isinstance(item.item, cst.Call) else item.item
+            if model.qualname(module, expr) in api.NO_GRAD:
+                return True
+    if function is not None:
+        for decorator in module.decorators.get(function, ()):
+            expr = decorator.func if isinstance(decorator, cst.Call) else decorator
+            if model.qualname(module, expr) in api.NO_GRAD:
+                return True
+    return False
+
+
+def _truth(node: cst.CSTNode) -> bool | None:
+    """The truth of a literal (`False`, `None`, `0`, `""` are false), None if not a literal."""
+    if isinstance(node, cst.Name):
+        return {"True": True, "False": False, "None": False}.get(node.value)
+    if isinstance(node, cst.Integer):
+        return node.evaluated_value not in ("0",)
+    if isinstance(node, cst.SimpleString):
+        return bool(node.evaluated_value)
+    return None

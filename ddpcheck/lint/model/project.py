@@ -1,0 +1,229 @@
+"""The linted file's project: where its modules are, their indexes and models, loaded lazily and
+kept for the whole run.
+
+Import roots, in order: the file's folder, the root of the package it sits in (the folder above
+the topmost `__init__.py`), the project root (nearest folder with pyproject.toml, setup.py,
+setup.cfg or .git, at most 6 levels up) and its `src/`. Never site-packages: ddpcheck learns what
+*the project's* modules do, and reads them as text (it never imports them). A name resolves to
+the project's file whenever one exists — `datasets`, `utils`, or a package named like a published
+library when linting inside that library — and to an outside library only when none does.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import libcst as cst
+
+from ddpcheck.lint.model.index import ModuleIndex, read_index
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.module import ModuleModel
+
+_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_MAX_MODULES = 512  # module models kept per run (memory bound on huge trees)
+Stamp = tuple[int, int]
+
+
+def _outside_packages(path: Path) -> bool:
+    return not any(part in ("site-packages", "dist-packages") for part in path.parts)
+
+
+@lru_cache(maxsize=1024)
+def import_roots(folder: Path) -> tuple[Path, ...]:
+    roots = [folder]
+    top = folder
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    roots.append(top)
+    for ancestor in [folder, *folder.parents][:6]:
+        if any((ancestor / m).exists() for m in _MARKERS):
+            roots += [ancestor, ancestor / "src"]
+            break
+    unique: list[Path] = []
+    for root in roots:
+        if root not in unique and root.is_dir() and _outside_packages(root):
+            unique.append(root)
+    return tuple(unique)
+
+
+@lru_cache(maxsize=1024)
+def _top_names(root: Path) -> frozenset[str]:
+    """Module and package names directly in `root`: a name outside this set cannot be found
+    below it (one directory listing instead of a stat per lookup)."""
+    names = set()
+    try:
+        with os.scandir(root) as entries:
+            for entry in entries:
+                name = entry.name
+                if name.endswith(".py"):
+                    names.add(name[:-3])
+                elif "." not in name:
+                    names.add(name)
+    except OSError:
+        pass
+    return frozenset(names)
+
+
+@lru_cache(maxsize=8192)
+def _module_file(root: Path, module: str) -> Path | None:
+    base = root.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def locate(importer: Path, dotted: str) -> tuple[Path, str] | None:
+    """The project file that defines `dotted` (as the importing file spells it) and the rest of
+    the name inside it: `utils.misc.init_distributed_mode` → (…/utils/misc.py,
+    "init_distributed_mode"); `pkg` → (…/pkg/__init__.py, ""); relative names (`.dist.setup`)
+    resolve from the importing file's package."""
+    folder = importer.parent
+    if dotted.startswith("."):
+        level = len(dotted) - len(dotted.lstrip("."))
+        rest = dotted[level:]
+        base = folder
+        for _ in range(level - 1):
+            base = base.parent
+        if not rest:
+            init = base / "__init__.py"
+            return (init, "") if init.is_file() else None
+        return _split(rest, (base,))
+    head = dotted.split(".", 1)[0]
+    roots = tuple(r for r in import_roots(folder) if head in _top_names(r))
+    return _split(dotted, roots) if roots else None
+
+
+def _split(dotted_name: str, roots: tuple[Path, ...]) -> tuple[Path, str] | None:
+    parts = dotted_name.split(".")
+    # Longest module prefix first: `pkg.mod.Class.method` → pkg/mod.py, "Class.method".
+    for cut in range(len(parts), 0, -1):
+        module, rest = ".".join(parts[:cut]), ".".join(parts[cut:])
+        for root in roots:
+            found = _module_file(root, module)
+            if found is not None:
+                return found, rest
+    return None
+
+
+def resolved_path(path: str) -> Path | None:
+    if not path or path == "-":
+        return None
+    try:
+        return Path(os.path.abspath(path))
+    except (OSError, ValueError):
+        return None
+
+
+class Project:
+    """One per lint run: the project modules read so far — their indexes (from the text) and
+    their models (parsed and walked once, when a question first needs a function body) — checked
+    against each file's size and mtime."""
+
+    def __init__(self) -> None:
+        self._texts: dict[Path, tuple[Stamp, str | None]] = {}
+        self._indexes: dict[Path, ModuleIndex | None] = {}
+        self._models: dict[Path, tuple[Stamp, ModuleModel | None]] = {}
+        self._linted: dict[Path, ModuleModel] = {}
+        self.parsed = 0  # module models built from a parse of a helper (tests and benchmarks read it)
+        self.build: Callable[[str, str, cst.Module, Project], ModuleModel] | None = None
+
+    # --- text and index ----------------------------------------------------------------------
+    def _text(self, path: Path) -> tuple[Stamp, str | None]:
+        try:
+            stat = path.stat()
+        except OSError:
+            return (0, 0), None
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        cached = self._texts.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached
+        try:
+            text: str | None = path.read_bytes().decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = None
+        self._texts[path] = (stamp, text)
+        self._indexes.pop(path, None)
+        return stamp, text
+
+    def text(self, path: Path) -> str | None:
+        """The module's text (None if unreadable or not UTF-8)."""
+        return self._text(path)[1]
+
+    def index(self, path: Path) -> ModuleIndex | None:
+        """The module's top-level names, from its text (no parse)."""
+        linted = self._linted.get(path)
+        if linted is not None:
+            return linted.own_index()
+        _, text = self._text(path)
+        if path in self._indexes:
+            return self._indexes[path]
+        model = self._fresh_model(path)
+        index = model.own_index() if model is not None else (read_index(text) if text is not None else None)
+        self._indexes[path] = index
+        return index
+
+    def linting(self, model: ModuleModel) -> None:
+        """`model` is the file being linted: its own text (maybe unsaved, or from stdin) is what
+        other modules see of it while it is."""
+        path = resolved_path(model.path)
+        self._linted.clear()
+        if path is not None:
+            self._linted[path] = model
+
+    # --- models ------------------------------------------------------------------------------
+    def _fresh_model(self, path: Path) -> ModuleModel | None:
+        cached = self._models.get(path)
+        if cached is None or cached[1] is None:
+            return None
+        stamp, _ = self._text(path)
+        return cached[1] if cached[0] == stamp else None
+
+    def model(self, path: Path) -> ModuleModel | None:
+        """The module's model, parsed and walked once per run (None if unreadable or invalid)."""
+        linted = self._linted.get(path)
+        if linted is not None:
+            return linted
+        stamp, text = self._text(path)
+        cached = self._models.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        model = None
+        if text is not None and self.build is not None:
+            try:
+                tree = cst.parse_module(text)
+            except (cst.ParserSyntaxError, RecursionError):
+                tree = None
+            if tree is not None:
+                model = self.build(str(path), text, tree, self)
+                self.parsed += 1
+        self._store(path, stamp, model)
+        return model
+
+    def parsed_tree(self, path: str, source: str) -> cst.Module | None:
+        """The tree of a file already read as a helper, if its text is `source`."""
+        where = resolved_path(path)
+        cached = self._models.get(where) if where is not None else None
+        if cached is not None and cached[1] is not None and cached[1].source == source:
+            return cached[1].tree
+        return None
+
+    def remember(self, model: ModuleModel) -> None:
+        """Keep a linted file's model: later imports of that file are answered without a parse."""
+        path = resolved_path(model.path)
+        if path is None:
+            return
+        stamp, text = self._text(path)
+        if text == model.source:
+            self._store(path, stamp, model)
+
+    def _store(self, path: Path, stamp: Stamp, model: ModuleModel | None) -> None:
+        self._models.pop(path, None)
+        self._models[path] = (stamp, model)
+        self._indexes.pop(path, None)
+        while len(self._models) > _MAX_MODULES:
+            del self._models[next(iter(self._models))]

@@ -1,0 +1,165 @@
+"""Qualified-name resolution across the project: what a name used in a module really is.
+
+`DS` after `from torch.utils.data import DistributedSampler as DS`, `tud.DataLoader`, a re-export
+through a project package's `__init__`, a name from `from common import *` followed into project
+modules, `DDP = torch.nn.parallel.DistributedDataParallel` at module level: each resolves to a
+Target — an API outside the project by its canonical name, or a function, class, module or value
+of a project module. Other modules are read through their indexes (their text), never parsed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import ModuleModel, Scope
+from ddpcheck.lint.model.project import Project, locate, resolved_path
+from ddpcheck.lint.model.syntax import dotted
+
+_MAX_DEPTH = 8
+
+
+@dataclass(frozen=True)
+class Target:
+    """`external`: the canonical name of something outside the project (`torch.save`). Otherwise
+    `path` is the project module and `name` the qualified name inside it ("" for the module
+    itself); `kind` is "function", "class", "module", "value" or "member" (an attribute of a
+    function or class: `Trainer.fit`)."""
+
+    external: str | None = None
+    path: Path | None = None
+    name: str = ""
+    kind: str = "external"
+
+
+def _lookup(project: Project, path: Path, rest: str, seen: frozenset[tuple[Path, str]], depth: int) -> Target | None:
+    """`rest` (a dotted name) inside the project module at `path`."""
+    if depth <= 0 or (path, rest) in seen:
+        return None
+    seen = seen | {(path, rest)}
+    if not rest:
+        return Target(None, path, "", "module")
+    index = project.index(path)
+    if index is None:
+        return None
+    head, _, tail = rest.partition(".")
+    if head in index.functions:
+        return Target(None, path, rest, "member" if tail else "function")
+    if head in index.classes:
+        return Target(None, path, rest, "member" if tail else "class")
+    origin = index.aliases.get(head)
+    if origin is not None:
+        return _origin(project, path, f"{origin}.{tail}" if tail else origin, seen, depth - 1)
+    for star in reversed(index.stars):
+        found = _through_star(project, path, star, rest, seen, depth - 1)
+        if found is not None:
+            return found
+    if head in index.assigned:
+        return Target(None, path, rest, "value" if not tail else "member")
+    return None
+
+
+def _through_star(project: Project, importer: Path, star: str, rest: str,
+                  seen: frozenset[tuple[Path, str]], depth: int) -> Target | None:
+    where = locate(importer, star)
+    if where is not None:
+        path, inner = where
+        return _lookup(project, path, f"{inner}.{rest}" if inner else rest, seen, depth)
+    if star.startswith("."):
+        return None
+    name = api.canonical(f"{star}.{rest}")
+    return Target(name) if name in api.KNOWN else None
+
+
+def _origin(project: Project, importer: Path, origin: str, seen: frozenset[tuple[Path, str]], depth: int) -> Target | None:
+    """What `origin` (a dotted name as `importer` imports it) is."""
+    where = locate(importer, origin)
+    if where is None:
+        return None if origin.startswith(".") else Target(api.canonical(origin))
+    path, rest = where
+    return _lookup(project, path, rest, seen, depth)
+
+
+class Resolver:
+    """Resolves names used in one module (memoised per module)."""
+
+    def __init__(self, project: Project | None) -> None:
+        self.project = project
+
+    def name(self, module: ModuleModel, name: str, scope: Scope | None = None) -> Target | None:
+        """What the dotted `name`, as written in `module` (inside `scope`), refers to."""
+        root = name.partition(".")[0]
+        if scope is not None and scope.kind != "module":
+            # A name bound in a function (a local or a parameter) is not the module's global.
+            inner = next((s for s in scope.chain() if s.kind != "class" and root in s.assignments), None)
+            if inner is not None and inner.parent is not None:
+                return None
+        memo: dict[str, Target | None] = module.memo.setdefault("resolve", {})
+        if name in memo:
+            return memo[name]
+        memo[name] = None  # a module-level alias cycle resolves to nothing
+        found = self._name(module, name)
+        memo[name] = found
+        return found
+
+    def _name(self, module: ModuleModel, name: str) -> Target | None:
+        path = resolved_path(module.path)
+        origin = module.names.origin(name)
+        if origin is not None:
+            if path is None or self.project is None:
+                return None if origin.startswith(".") else Target(api.canonical(origin))
+            return _origin(self.project, path, origin, frozenset(), _MAX_DEPTH)
+        root, _, tail = name.partition(".")
+        if root in module.functions or root in module.classes:
+            return Target(None, path, name, "member" if tail else ("class" if root in module.classes else "function"))
+        values = module.module_scope.assignments.get(root)
+        if values:
+            aliases = [dotted(v) for v in values if isinstance(v, (cst.Name, cst.Attribute))]
+            if len(aliases) == len(values) and len(set(aliases)) == 1 and aliases[0] != root:
+                # `DDP = torch.nn.parallel.DistributedDataParallel`: an alias made by assignment.
+                alias = aliases[0]
+                assert alias is not None
+                return self.name(module, f"{alias}.{tail}" if tail else alias)
+            return Target(None, path, name, "member" if tail else "value")
+        if path is not None and self.project is not None:
+            for star in reversed(module.names.stars):
+                found = _through_star(self.project, path, star, name, frozenset(), _MAX_DEPTH)
+                if found is not None:
+                    return found
+        return None
+
+    def in_module(self, path: Path, name: str) -> Target | None:
+        """What `name`, written at the top level of the project module at `path`, refers to."""
+        if self.project is None:
+            return None
+        found = _lookup(self.project, path, name, frozenset(), _MAX_DEPTH)
+        if found is None and "." in name:
+            # `torch.utils.data.Sampler` in a module that did `import torch`: an outside name.
+            index = self.project.index(path)
+            head = name.partition(".")[0]
+            if index is not None and index.aliases.get(head) == head:
+                return _origin(self.project, path, name, frozenset(), _MAX_DEPTH)
+        return found
+
+    def qualname(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope | None = None) -> str | None:
+        """The canonical name of an outside API that `expr` names, else None."""
+        name = dotted(expr)
+        if name is None:
+            return None
+        target = self.name(module, name, scope)
+        return target.external if target is not None else None
+
+    def resolve_calls(self, module: ModuleModel) -> None:
+        """Give every call of `module` its resolved callee (`CallSite.qualname` and `.target`)."""
+        for call in module.calls:
+            if call.dotted is None:
+                continue
+            target = self.name(module, call.dotted, call.scope)
+            if target is None:
+                continue
+            call.target = target
+            if target.external is not None:
+                call.qualname = target.external

@@ -1,0 +1,240 @@
+"""The semantic model of one linted file in its project: the one object every rule queries.
+
+    model.root                  the linted module (calls, functions, classes, scopes...)
+    model.api(call)             the canonical API name a call runs (`torch.save`), or None
+    model.qualname(module, e)   the canonical API name an expression names
+    model.values.of(m, e, s)    what an expression may hold (values.py)
+    model.graph.targets(call)   the project functions a call runs (graph.py)
+    model.facts.of_call(call)   what a call does, through the functions it runs (facts.py)
+    model.paths.every_rank(c)   whether a call runs on every rank, and along which calls (paths.py)
+    model.paths.sites()         the file's calls and those of the functions it reaches elsewhere
+    model.uses_ddp              whether the file takes part in DDP training
+
+Everything is computed lazily and memoised for the file; the project's modules (project.py)
+are shared by every file of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.facts import Facts
+from ddpcheck.lint.model.graph import CallGraph
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.paths import Paths
+from ddpcheck.lint.model.project import Project, resolved_path
+from ddpcheck.lint.model.resolve import Resolver, Target
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted, string_text
+from ddpcheck.lint.model.values import Value, Values
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.rule import Pending
+
+_ENTRY_TEXT = ("__main__",)
+
+
+class Model:
+    def __init__(self, root: ModuleModel, project: Project | None, defer: bool = False) -> None:
+        self.root = root
+        self.project = project if project is not None else Project()
+        self.resolver = Resolver(self.project if resolved_path(root.path) is not None else None)
+        self.graph = CallGraph(self)
+        self.values = Values(self)
+        self.facts = Facts(self)
+        self.paths = Paths(self)
+        self._resolvers: dict[tuple[int, int], Names] = {}
+        self._uses_ddp: bool | None = None
+        self._torchrun: bool | None = None
+        self.pending: list[Pending] = []  # what the rules reported (lint/engine.py positions them)
+        if not defer:
+            self.start()
+
+    def start(self) -> None:
+        """Resolve the names of the root's calls (after its traversal, when every import and
+        definition of the file is known)."""
+        self.project.linting(self.root)
+        self.resolver.resolve_calls(self.root)
+
+    # --- modules -----------------------------------------------------------------------------
+    def project_model(self, path: Path) -> ModuleModel | None:
+        """The model of a project module (the linted file's own when `path` is it)."""
+        if str(path) == str(resolved_path(self.root.path)):
+            return self.root
+        module = self.project.model(path)
+        if module is not None and "resolved" not in module.memo:
+            module.memo["resolved"] = True
+            Resolver(self.project).resolve_calls(module)
+        return module
+
+    def is_root(self, target: Target) -> bool:
+        """Whether a project Target lies in the linted file itself."""
+        return target.path is not None and str(target.path) == str(resolved_path(self.root.path))
+
+    @property
+    def reach_complete(self) -> bool:
+        return self.paths.complete
+
+    def edges_into(self, function: Function) -> list[tuple[CallSite, str]]:
+        return self.paths.edges_into(function)
+
+    # --- names -------------------------------------------------------------------------------
+    def resolve_in(self, path: Path, name: str) -> Target | None:
+        return self.resolver.in_module(path, name)
+
+    def qualname(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope | None = None) -> str | None:
+        """The canonical API name `expr` names in `module` (through imports, re-exports, stars)."""
+        return self.resolver.qualname(module, expr, scope)
+
+    def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Names:
+        """A name reader for the condition readers (conditions.py): canonical API names in
+        `module` and, inside `scope`, whether a variable holds a rank (`device_id =
+        int(os.environ["LOCAL_RANK"])`)."""
+        key = (id(module), id(scope))
+        found = self._resolvers.get(key)
+        if found is None:
+            found = Names(self, module, scope)
+            self._resolvers[key] = found
+        return found
+
+    def api(self, site: CallSite) -> str | None:
+        """The canonical API name `site` calls, including methods of objects the value flow
+        knows (`comm.bcast(x)` after `comm = MPI.COMM_WORLD`)."""
+        if site.qualname is not None:
+            return site.qualname
+        method = site.method
+        if method in api.MPI_COLLECTIVE_METHODS or method in api.MPI_RANK_METHODS:
+            receiver = site.receiver
+            assert receiver is not None
+            for value in self.values.at_call(site, receiver):
+                node = value.node
+                if isinstance(node, (cst.Name, cst.Attribute)):
+                    origin = self.qualname(value.module, node, value.scope)
+                    if origin == api.MPI_COMM_WORLD:
+                        return f"{api.MPI_COMM_WORLD}.{method}"
+        return None
+
+    def api_of(self, value: Value) -> str | None:
+        """The API a leaf value calls (`DDP(model)` → torch.nn.parallel.DistributedDataParallel)."""
+        call = value.call
+        if call is None:
+            return None
+        site = value.module.call_at(call)
+        if site is not None:
+            return self.api(site)
+        return self.qualname(value.module, call.func, value.scope)
+
+    def constructs(self, value: Value, api_class: str) -> bool:
+        """Whether a leaf value is an instance of the outside class `api_class`, made by calling
+        it or a project subclass of it (a padding sampler derived from `Sampler`)."""
+        call = value.call
+        if call is None:
+            return False
+        name = self.api_of(value)
+        if name is not None and (name == api_class or self.graph.is_subclass(Target(name), api_class)):
+            return True
+        site = value.module.call_at(call)
+        return site is not None and site.target is not None and site.target.kind == "class" \
+            and self.graph.is_subclass(site.target, api_class)
+
+    # --- whole-file facts ----------------------------------------------------------------------
+    @property
+    def uses_ddp(self) -> bool:
+        """The file takes part in DDP training: it initialises a process group, wraps a model in
+        DDP, imports from torch.distributed, or uses a DistributedSampler (itself, or through
+        the project's modules)."""
+        if self._uses_ddp is None:
+            root = self.root
+            self._uses_ddp = (
+                root.names.imports_from("torch.distributed")
+                or any(api.canonical(v) == api.DISTRIBUTED_SAMPLER for v in root.names.aliases.values())
+                or any(c.qualname in (api.INIT_PROCESS_GROUP, api.DDP, api.DISTRIBUTED_SAMPLER)
+                       or (c.qualname or "").startswith("torch.distributed.") for c in root.calls)
+                or any(self.facts.does(c, "init_process_group") for c in root.calls if c.target is not None)
+            )
+        return self._uses_ddp
+
+    @property
+    def torchrun_path(self) -> bool:
+        """torchrun (or another outside launcher) can start the file: it reads LOCAL_RANK, RANK
+        or WORLD_SIZE from the environment, itself or through the functions it calls."""
+        if self._torchrun is None:
+            root = self.root
+            self._torchrun = any(not a.written and a.key in api.LAUNCHER_ENV for a in root.env) or any(
+                "reads_launcher_env" in self.facts.of_call(c) for c in root.calls
+            )
+        return self._torchrun
+
+    def is_entry_point(self) -> bool:
+        """The file is run as a script, not only imported: it has a `__main__` guard or does work
+        at module level (calls one of its functions, or sets up DDP there)."""
+        root = self.root
+        if root.main_guards or "__main__" in root.source and "__name__" in root.source:
+            return True
+        return any(
+            c.scope is root.module_scope and (
+                (c.target is not None and c.target.path is not None and c.target.kind in ("function", "class")
+                 and c.module is root and c.dotted in root.functions)
+                or (c.qualname or "").startswith("torch.distributed."))
+            for c in root.calls
+        )
+
+    def init_sites(self) -> list[CallSite]:
+        """Calls that create the default process group: `init_process_group` itself or, when the
+        file makes none, the calls of project functions known to make it."""
+        direct = [c for c in self.root.calls if c.qualname == api.INIT_PROCESS_GROUP]
+        if direct:
+            return direct
+        return [c for c in self.root.calls
+                if (c.qualname is None or c.target is not None) and "init_process_group" in self.facts.of_call(c)]
+
+    def text_of(self, module: ModuleModel, expr: cst.CSTNode) -> str:
+        return " ".join(module.code(expr).split())
+
+    def env_key(self, expr: cst.BaseExpression | None) -> str | None:
+        return string_text(expr)
+
+    def describe(self, expr: cst.BaseExpression) -> str:
+        return dotted(expr) or self.text_of(self.root, expr)
+
+
+class Names:
+    """Callable as `resolve(expr) -> canonical API name`; also tells whether a name is bound to a
+    rank read (see conditions.is_rank_value)."""
+
+    def __init__(self, model: Model, module: ModuleModel, scope: Scope | None) -> None:
+        self.model = model
+        self.module = module
+        self.scope = scope
+
+    def __call__(self, expr: cst.BaseExpression) -> str | None:
+        return self.model.resolver.qualname(self.module, expr)
+
+    def held_test(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """The expressions a flag variable is assigned from (`ok = a and is_master()`), when every
+        assignment is a test (a comparison, a boolean operation, a `not`, a call)."""
+        name = dotted(expr)
+        if self.scope is None or name is None:
+            return []
+        values = [v for v in self.scope.lookup(name) if isinstance(v, cst.BaseExpression)]
+        if not values or len(values) != len(self.scope.lookup(name)):
+            return []
+        tests = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
+        return values if all(isinstance(v, tests) for v in values) else []
+
+    def bound_to_rank(self, expr: cst.BaseExpression) -> bool:
+        if self.scope is None or not isinstance(expr, (cst.Name, cst.Attribute)):
+            return False
+        from ddpcheck.lint.model.conditions import is_rank_value
+
+        for value in self.model.values.of(self.module, expr, self.scope, depth=6):
+            node = value.node
+            if node is expr or not isinstance(node, (cst.Call, cst.Subscript)):
+                continue
+            if is_rank_value(node, self.model.resolver_for(value.module)):
+                return True
+        return False

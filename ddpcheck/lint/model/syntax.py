@@ -1,0 +1,105 @@
+"""Small readers of libcst expressions that every layer of the model shares. None walks a file."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+
+def dotted(expr: cst.CSTNode | None) -> str | None:
+    """`a.b.c` for a Name/Attribute chain, else None."""
+    parts = []
+    while isinstance(expr, cst.Attribute):
+        parts.append(expr.attr.value)
+        expr = expr.value
+    if isinstance(expr, cst.Name):
+        parts.append(expr.value)
+        return ".".join(reversed(parts))
+    return None
+
+
+def last_name(expr: cst.CSTNode | None) -> str | None:
+    """`c` for `a.b.c` (the name a call or attribute chain ends in), else None."""
+    if isinstance(expr, cst.Attribute):
+        return expr.attr.value
+    if isinstance(expr, cst.Name):
+        return expr.value
+    return None
+
+
+def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """`node` and everything under it (for small subtrees: an argument, a condition)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+
+
+def string_text(expr: cst.CSTNode | None) -> str | None:
+    """The literal text of a plain string, or the literal head of an f-string (`f"cuda:{i}"`
+    → "cuda:")."""
+    if isinstance(expr, cst.SimpleString):
+        try:
+            value = expr.evaluated_value
+        except Exception:  # noqa: BLE001 - odd literals (bytes with escapes) are simply not text
+            return None
+        return value if isinstance(value, str) else None
+    if isinstance(expr, cst.FormattedString):
+        head = expr.parts[0] if expr.parts else None
+        return head.value if isinstance(head, cst.FormattedStringText) else ""
+    if isinstance(expr, cst.ConcatenatedString):
+        return string_text(expr.left)
+    return None
+
+
+def is_none(expr: cst.CSTNode | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+def is_true(expr: cst.CSTNode | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "True"
+
+
+def is_false(expr: cst.CSTNode | None) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "False"
+
+
+def int_value(expr: cst.CSTNode | None) -> int | None:
+    """The value of an integer literal, negative ones included (`-1`)."""
+    if isinstance(expr, cst.Integer):
+        try:
+            return int(expr.evaluated_value)
+        except ValueError:
+            return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
+        inner = int_value(expr.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def argument(call: cst.Call, keyword: str, position: int | None = None) -> cst.BaseExpression | None:
+    """The argument passed as `keyword=` or, failing that, at `position` (before any `*args`)."""
+    positional = 0
+    for a in call.args:
+        if a.keyword is not None:
+            if a.keyword.value == keyword:
+                return a.value
+        elif a.star:
+            if a.star == "*":
+                position = None  # later positions are unknown
+            continue
+        else:
+            if position is not None and positional == position:
+                return a.value
+            positional += 1
+    return None
+
+
+def has_keyword(call: cst.Call, keyword: str) -> bool:
+    return any(a.keyword is not None and a.keyword.value == keyword for a in call.args)
+
+
+def has_star_kwargs(call: cst.Call) -> bool:
+    return any(a.star == "**" for a in call.args)
