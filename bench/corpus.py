@@ -743,3 +743,314 @@ if __name__ == "__main__":
     ddp, mixed = write_corpus(Path(sys.argv[1]))
     lines = [len(p.read_text().splitlines()) for p in ddp if p.name.startswith("train_")]
     print(f"{len(ddp)} DDP files ({min(lines)}-{max(lines)} lines, {sum(lines)} total); {len(mixed)} mixed files")
+
+
+# --- a research repository: one long script and the project modules it imports -------------------
+
+REAL_HELPERS = ("utils/distributed.py", "utils/misc.py", "engine.py", "datasets/builder.py",
+                "optim_factory.py", "checkpoint.py")  # what a DDP review reads besides the script
+REAL_MODELS = ("models/backbone.py", "models/heads.py", "models/blocks.py", "models/losses.py")
+
+
+def _filler_functions(r: random.Random, prefix: str, count: int) -> str:
+    """Plain helper functions (argument checks, table formatting) that make a module long."""
+    out = []
+    for i in range(count):
+        out.append(_dedent(f'''
+        def {prefix}_{i}(values, scale={r.randint(1, 9)}, clip=None):
+            """Normalise `values` ({prefix} step {i}): scale, clip, and drop empty entries."""
+            result = []
+            for index, value in enumerate(values):
+                if value is None:
+                    continue
+                scaled = value * scale
+                if clip is not None and abs(scaled) > clip:
+                    scaled = clip if scaled > 0 else -clip
+                result.append((index, scaled))
+            if not result:
+                raise ValueError("{prefix}_{i}: nothing left after filtering")
+            return result
+        '''))
+    return "\n\n".join(out)
+
+
+def _model_module(r: random.Random, name: str, blocks: int) -> str:
+    parts = [f'"""Network pieces: {name}."""\n\nimport math\n\nimport torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n']
+    for i in range(blocks):
+        parts.append(_dedent(f'''
+        class {name.title()}Block{i}(nn.Module):
+            def __init__(self, dim, hidden={r.choice([2, 4])} * 64, dropout=0.{r.randint(0, 3)}):
+                super().__init__()
+                self.norm = nn.LayerNorm(dim)
+                self.fc1 = nn.Linear(dim, hidden)
+                self.fc2 = nn.Linear(hidden, dim)
+                self.drop = nn.Dropout(dropout)
+                self.scale = 1.0 / math.sqrt(dim)
+
+            def forward(self, x):
+                h = self.norm(x)
+                h = self.drop(F.gelu(self.fc1(h)))
+                h = self.drop(self.fc2(h))
+                return x + h * self.scale
+        '''))
+    parts.append(_dedent(f'''
+    class {name.title()}(nn.Module):
+        def __init__(self, dim=256, depth={blocks}):
+            super().__init__()
+            self.blocks = nn.ModuleList([{name.title()}Block0(dim) for _ in range(depth)])
+            self.head = nn.Linear(dim, 10)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            return self.head(x.mean(dim=1))
+    '''))
+    return "\n\n".join(parts)
+
+
+def _real_helpers(r: random.Random) -> dict[str, str]:
+    files = {}
+    files["utils/__init__.py"] = ""
+    files["utils/distributed.py"] = _dedent('''
+        """Process-group set-up from the launcher's environment."""
+        import builtins
+        import os
+
+        import torch
+        import torch.distributed as dist
+
+
+        def init_distributed_mode(args):
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+                args.rank = int(os.environ["RANK"])
+                args.world_size = int(os.environ["WORLD_SIZE"])
+                args.gpu = int(os.environ["LOCAL_RANK"])
+            else:
+                args.distributed = False
+                return
+            args.distributed = True
+            torch.cuda.set_device(args.gpu)
+            dist.init_process_group(backend="nccl", init_method="env://",
+                                    world_size=args.world_size, rank=args.rank)
+            dist.barrier()
+            setup_for_distributed(args.rank == 0)
+
+
+        def setup_for_distributed(is_master):
+            builtin_print = builtins.print
+
+            def print(*args, **kwargs):
+                if is_master or kwargs.pop("force", False):
+                    builtin_print(*args, **kwargs)
+
+            builtins.print = print
+
+
+        def get_rank():
+            return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+        def get_world_size():
+            return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+        def is_main_process():
+            return get_rank() == 0
+        ''') + "\n\n" + _filler_functions(r, "dist_table", 8)
+    files["utils/misc.py"] = _dedent('''
+        """Meters and logging."""
+        from collections import defaultdict
+
+        import torch
+        import torch.distributed as dist
+
+
+        class SmoothedValue:
+            def __init__(self):
+                self.total = 0.0
+                self.count = 0
+
+            def update(self, value, n=1):
+                self.total += value * n
+                self.count += n
+
+            def synchronize_between_processes(self):
+                t = torch.tensor([self.count, self.total], dtype=torch.float64, device="cuda")
+                dist.barrier()
+                dist.all_reduce(t)
+                self.count, self.total = int(t[0].item()), t[1].item()
+
+
+        class MetricLogger:
+            def __init__(self):
+                self.meters = defaultdict(SmoothedValue)
+
+            def update(self, **kwargs):
+                for name, value in kwargs.items():
+                    self.meters[name].update(value)
+
+            def synchronize_between_processes(self):
+                for meter in self.meters.values():
+                    meter.synchronize_between_processes()
+        ''') + "\n\n" + _filler_functions(r, "meter_table", 10)
+    files["engine.py"] = _dedent('''
+        """The loops."""
+        import torch
+
+        from utils.misc import MetricLogger
+
+
+        def train_one_epoch(model, loader, optimizer, scaler, accum_iter, epoch):
+            model.train()
+            logger = MetricLogger()
+            for step, (samples, targets) in enumerate(loader):
+                with torch.cuda.amp.autocast():
+                    loss = torch.nn.functional.cross_entropy(model(samples.cuda()), targets.cuda())
+                scaler.scale(loss / accum_iter).backward()
+                if (step + 1) % accum_iter == 0:
+                    scaler.step(optimizer)
+                    scaler.update()
+                    optimizer.zero_grad()
+                logger.update(loss=loss.item())
+            logger.synchronize_between_processes()
+            return {name: meter.total / max(meter.count, 1) for name, meter in logger.meters.items()}
+
+
+        @torch.no_grad()
+        def evaluate(model, loader):
+            model.eval()
+            logger = MetricLogger()
+            for samples, targets in loader:
+                output = model(samples.cuda())
+                acc = (output.argmax(-1) == targets.cuda()).float().mean()
+                logger.update(acc=acc.item())
+            logger.synchronize_between_processes()
+            return logger.meters["acc"].total / max(logger.meters["acc"].count, 1)
+        ''') + "\n\n" + _filler_functions(r, "engine_table", 6)
+    files["datasets/__init__.py"] = ""
+    files["datasets/builder.py"] = _dedent('''
+        """Datasets, samplers and loaders."""
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+        def build_dataset(is_train, size):
+            return TensorDataset(torch.randn(size, 16, 32), torch.randint(0, 10, (size,)))
+
+
+        def build_loaders(args):
+            train_set = build_dataset(True, 4096)
+            val_set = build_dataset(False, 512)
+            if args.distributed:
+                train_sampler = DistributedSampler(train_set)
+                val_sampler = DistributedSampler(val_set, shuffle=False)
+            else:
+                train_sampler = torch.utils.data.RandomSampler(train_set)
+                val_sampler = torch.utils.data.SequentialSampler(val_set)
+            train_loader = DataLoader(train_set, batch_size=args.batch_size, sampler=train_sampler, drop_last=True)
+            val_loader = DataLoader(val_set, batch_size=args.batch_size, sampler=val_sampler)
+            return train_loader, val_loader, train_sampler
+        ''') + "\n\n" + _filler_functions(r, "augment", 8)
+    files["optim_factory.py"] = _dedent('''
+        import torch
+
+
+        def create_optimizer(args, model):
+            decay, no_decay = [], []
+            for name, param in model.named_parameters():
+                (no_decay if param.ndim <= 1 else decay).append(param)
+            groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            return torch.optim.AdamW(groups, lr=args.lr)
+        ''') + "\n\n" + _filler_functions(r, "schedule", 6)
+    files["checkpoint.py"] = _dedent('''
+        import torch
+
+        from utils.distributed import is_main_process
+
+
+        def save_on_master(state, path):
+            if is_main_process():
+                torch.save(state, path)
+
+
+        def load_checkpoint(path, model):
+            state = torch.load(path, map_location="cpu")
+            model.load_state_dict(state["model"])
+            return state.get("epoch", 0)
+        ''')
+    for name, blocks in zip(REAL_MODELS, (14, 10, 12, 6)):
+        stem = name.split("/")[1][:-3]
+        files[name] = _model_module(r, stem, blocks) + "\n\n" + _filler_functions(r, f"{stem}_init", 6)
+    files["models/__init__.py"] = "from .backbone import Backbone\nfrom .heads import Heads\n"
+    return files
+
+
+def _real_script(r: random.Random) -> str:
+    head = _dedent('''
+        """Train a classifier on several GPUs (torchrun --nproc_per_node=8 train.py)."""
+        import argparse
+        import json
+        import os
+        import time
+
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        import engine
+        from checkpoint import load_checkpoint, save_on_master
+        from datasets.builder import build_loaders
+        from models import Backbone
+        from optim_factory import create_optimizer
+        from utils.distributed import get_world_size, init_distributed_mode
+        from utils.misc import MetricLogger
+        ''')
+    options = ["def get_args_parser():", '    parser = argparse.ArgumentParser("classifier", add_help=False)']
+    for i in range(120):
+        options.append(f'    parser.add_argument("--option-{i}", type=float, default={r.random():.4f}, help="tuning knob {i}")')
+    options += ['    parser.add_argument("--lr", type=float, default=1e-3)', '    parser.add_argument("--weight-decay", type=float, default=0.05)',
+                '    parser.add_argument("--batch-size", type=int, default=64)', '    parser.add_argument("--epochs", type=int, default=100)',
+                '    parser.add_argument("--accum-iter", type=int, default=1)', '    parser.add_argument("--resume", default="")',
+                '    parser.add_argument("--output-dir", default="runs")', "    return parser"]
+    main = _dedent('''
+        def main(args):
+            init_distributed_mode(args)
+            train_loader, val_loader, train_sampler = build_loaders(args)
+            model = Backbone().cuda()
+            model_without_ddp = model
+            if args.distributed:
+                model = DDP(model, device_ids=[args.gpu])
+                model_without_ddp = model.module
+            args.lr = args.lr * args.batch_size * get_world_size() / 256
+            optimizer = create_optimizer(args, model_without_ddp)
+            scaler = torch.cuda.amp.GradScaler()
+            start_epoch = load_checkpoint(args.resume, model_without_ddp) if args.resume else 0
+            for epoch in range(start_epoch, args.epochs):
+                if args.distributed:
+                    train_sampler.set_epoch(epoch)
+                stats = engine.train_one_epoch(model, train_loader, optimizer, scaler, args.accum_iter, epoch)
+                acc = engine.evaluate(model, val_loader)
+                save_on_master({"model": model_without_ddp.state_dict(), "epoch": epoch}, os.path.join(args.output_dir, "last.pt"))
+                print(json.dumps({"epoch": epoch, "acc": acc, **stats}))
+
+
+        if __name__ == "__main__":
+            main(get_args_parser().parse_args())
+        ''')
+    body = "\n\n".join([head, "\n".join(options) + "\n", _filler_functions(r, "report", 56), main])
+    return body
+
+
+def write_real_project(out: Path, seed: int = 0) -> tuple[Path, list[Path], list[Path]]:
+    """A ~1,000-line training script and the 10 project modules it imports: returns the script,
+    the helper modules a DDP review needs, and every module it imports."""
+    r = random.Random(seed + 4242)
+    (out / ".git").mkdir(parents=True, exist_ok=True)  # the project root, as in a clone
+    for name, text in _real_helpers(r).items():
+        path = out / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    script = out / "train.py"
+    script.write_text(_real_script(r))
+    helpers = [out / n for n in REAL_HELPERS]
+    imported = helpers + [out / n for n in REAL_MODELS]
+    return script, helpers, imported

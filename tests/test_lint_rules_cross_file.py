@@ -96,7 +96,7 @@ def test_pitfalls_hidden_in_helper_calls_are_reported(tmp_path):
             main()
         """})
     assert found(train) == {
-        ("DDP005", 5),  # the group dist_util creates is never destroyed
+        ("DDP005", 8),  # dist_util.py's init_process_group: the group it creates is never destroyed
         ("DDP009", 9),  # reduce_mean all-reduces, on rank 0 only: hang
         ("DDP010", 19),  # dist_util.py's torch.save: save_checkpoint runs on every rank
     }

@@ -132,7 +132,7 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
                 line, col, end_line, end_col = 1, 1, 1, 1
             else:
                 line, col, end_line, end_col = rng[0], rng[1] + 1, rng[2], rng[3] + 1
-            dedup = (pending.rule.code, line, col)
+            dedup = (pending.rule.code, line, col, pending.message)
             if dedup in seen:
                 continue
             seen.add(dedup)

@@ -168,7 +168,7 @@ def _unique(findings: list[Finding]) -> list[Finding]:
     seen: set[tuple[object, ...]] = set()
     out = []
     for f in sorted(findings, key=Finding.sort_key):
-        key = (f.path, f.line, f.column, f.code)
+        key = (f.path, f.line, f.column, f.code, f.message)
         if key not in seen:
             seen.add(key)
             out.append(f)

@@ -12,6 +12,7 @@ CONFIG_ENV = "DDPCHECK_RUN_CONFIG"  # JSON of RunOptions, read by every rank
 # Set by the launcher for the length of the job; documented to users, so scripts may read them.
 ENV_EMULATE = "DDPCHECK_EMULATE_CUDA"  # "1": CUDA is emulated on the CPU in every rank
 ENV_EMULATED_DEVICES = "DDPCHECK_EMULATED_DEVICES"  # what torch.cuda.device_count() says there
+ENV_LAUNCHER_PID = "DDPCHECK_LAUNCHER_PID"  # the `ddpcheck run` process: its ranks must not outlive it
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class RunOptions:
     output_format: str = "full"
     record_dir: str = ""
     quiet: bool = False
+    verbose: bool = False  # torchrun's own log lines on the terminal too (always in the run's log)
     cpu: bool = False  # emulate CUDA on the CPU even where CUDA is available
     spawn: bool = False  # the script starts its own workers (said by --spawn)
     hang_timeout: float = 30.0  # seconds without progress before a hang is diagnosed; 0: never

@@ -64,6 +64,10 @@ class RuntimeCheck(Described):
 
     kind: ClassVar[str] = "run"
     incident: ClassVar[bool] = False
+    # The point of the run the check needs, in program order: "init" (init_process_group returned),
+    # "ddp" (a DDP model was built) or "step" (an optimizer step). When no rank got there, the
+    # check is "not reached" (launcher/reach.py); None: it needs nothing.
+    needs: ClassVar[str | None] = "step"
     # The one-line fix shown beside a finding; empty: the first paragraph of "## How to fix".
     hint: ClassVar[str] = ""
     # Codes whose failure this check's failure explains: their findings fold into this one (a
@@ -83,6 +87,7 @@ class Incident(RuntimeCheck):
     when it happens, never a row of the checks table."""
 
     incident: ClassVar[bool] = True
+    needs: ClassVar[str | None] = None
 
 
 @dataclass(frozen=True)

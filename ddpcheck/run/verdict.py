@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+# The run ended (crashed, exited, was stopped) before the point the check needs — no process group,
+# no DDP model, no optimizer step yet: the check neither passed nor failed (launcher/reach.py).
+NOT_REACHED = "not-reached"
 
 
 @dataclass(frozen=True)
 class Verdict:
     code: str  # the check's code, DDP1nn
-    status: str  # PASS, FAIL or SKIP (nothing to check, or folded into another finding)
+    status: str  # PASS, FAIL, SKIP (nothing to check, or folded) or NOT_REACHED (the run ended before)
     detail: str  # one line for the summary table
     message: str | None = None  # the finding's message when FAIL: what is wrong, what to do
     ranks: tuple[int, ...] = ()

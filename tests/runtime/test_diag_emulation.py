@@ -42,13 +42,13 @@ def test_tutorial_gpu_script_runs_on_four_cpu_ranks_with_its_true_findings(tmp_p
 
 
 def test_unsupported_cuda_call_is_named_with_its_line(tmp_path):
-    script = fixture("cuda_event.py", tmp_path)
+    script = fixture("cuda_graph.py", tmp_path)
     proc, data, mark = ddpcheck_run(["--nproc", "1", "--cpu", str(script)], tmp_path)
     assert proc.returncode == 1
     refused = finding(data, "DDP121")
-    line = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "torch.cuda.Event" in t)
+    line = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "torch.cuda.CUDAGraph()" in t)
     assert refused["path"] == str(script) and refused["location"]["line"] == line
-    assert "torch.cuda.Event" in refused["message"] and "not emulated" in refused["message"]
+    assert "torch.cuda.CUDAGraph" in refused["message"] and "not emulated" in refused["message"]
     assert "DDP120" not in codes(data)  # one finding for it, not a generic crash as well
     assert "Traceback" not in proc.stdout
     assert_no_survivors(mark)

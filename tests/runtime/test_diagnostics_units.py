@@ -11,32 +11,39 @@ from diag_jobs import ROOT, cli_env
 
 from ddpcheck.run.checks import crash
 from ddpcheck.run.launcher.plan import find_spawn
-from ddpcheck.run.rank.hangs import compose_verdict
+from ddpcheck.run.rank.watchdog import compose
 from ddpcheck.run.verdict import Context
 
 
 def _state(rank, op=None, seq=0, site=None, last=None):
-    current = None if op is None else {"op": op, "seq": seq, "site": site, "tensor": "float32[4]"}
-    return {"rank": rank, "events": 3, "stalled_s": 5.0, "current": current, "last": last, "stack": ""}
+    calls = [c for c in (last, None if op is None else [seq, op, "float32[4]", site, 0, "world"]) if c]
+    current = seq if op is not None else None
+    entered = max([c[0] for c in calls] or [0])
+    return {"rank": rank, "logs": {"world": {"entered": entered, "recent": calls, "current": current}},
+            "frames": ["/x/t.py:40 in main"] if op is None else [], "stack": ""}
 
 
 def test_verdict_names_the_odd_rank_and_both_call_sites():
     states = {0: _state(0, "barrier", 7, "/x/train.py:42")}
     states.update({r: _state(r, "all_reduce", 7, "/x/train.py:57") for r in (1, 2, 3)})
-    verdict = compose_verdict(states, 4, 5.0)
-    assert "rank 0 is in barrier at train.py:42 (call #7)" in verdict["message"]
-    assert "ranks 1–3 are in all_reduce at train.py:57 (call #7)" in verdict["message"]
+    verdict = compose(states, 4, 5.0)
+    assert verdict["code"] == "DDP128"
+    assert verdict["message"].startswith("call #7: rank 0 barrier float32[4] at train.py:42 (before the first "
+                                         "optimizer step), ranks 1–3 all_reduce float32[4] at train.py:57")
     assert verdict["ranks"] == [0]
     assert verdict["site"] == "/x/train.py:42"
 
 
 def test_verdict_says_which_rank_did_not_answer_and_who_is_not_in_a_collective():
-    last = {"op": "all_reduce", "seq": 3, "site": "/x/t.py:9", "tensor": ""}
-    states = {0: _state(0, "all_reduce", 4, "/x/t.py:9"), 1: _state(1, last=last)}
-    message = compose_verdict(states, 3, 5.0)["message"]
-    assert "rank 0 is in all_reduce at t.py:9 (call #4)" in message
-    assert "rank 1 is not in a collective; its last one was all_reduce at t.py:9 (call #3)" in message
-    assert "rank 2 is silent: it did not answer" in message
+    last = [3, "all_reduce", "float32[4]", "/x/t.py:9", 0, "world"]
+    states = {0: _state(0, "all_reduce", 4, "/x/t.py:9", last=last), 1: _state(1, last=last)}
+    verdict = compose(states, 3, 5.0)
+    assert verdict["code"] == "DDP128"  # rank 1 never entered call #4
+    assert "rank 1 never entered it (its last was call #3, all_reduce float32[4] at t.py:9" in verdict["message"]
+    states[1] = _state(1, "all_reduce", 4, "/x/t.py:9", last=last)
+    message = compose(states, 3, 5.0)["message"]
+    assert "ranks 0 and 1 are in all_reduce float32[4] at t.py:9 (before the first optimizer step) (call #4)" in message
+    assert "rank 2 is silent" in message
 
 
 def test_spawn_calls_are_found_under_every_import_spelling(tmp_path):
@@ -73,18 +80,40 @@ def test_a_peer_that_went_away_is_a_consequence_not_the_cause():
 
 def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tmp_path):
     script = textwrap.dedent("""
+        import threading
         from ddpcheck.run.rank import emulate
         emulate.install()
         import torch
         assert torch.cuda.is_available() and torch.cuda.device_count() == 3
+        assert torch.accelerator.is_available() and torch.accelerator.device_count() == 3
+        assert str(torch.accelerator.current_accelerator()) == "cuda"
         torch.cuda.set_device(2); torch.cuda.synchronize(); torch.cuda.manual_seed(0)
-        x = torch.ones(2, device=1).cuda().to("cuda:0", non_blocking=True)
-        m = torch.nn.Linear(2, 2).cuda(2).to(torch.device("cuda", 1))
-        print("devices", x.device, m.weight.device, torch.cuda.current_device())
-        for stmt in ["torch.cuda.Event(enable_timing=True)", "torch.cuda.current_stream()",
-                     "x.pin_memory()", "torch.load('nowhere.pt', map_location='cuda:0')",
-                     "torch.set_default_device('cuda')", "torch.autocast('cuda', dtype=torch.float16)",
-                     "torch.amp.GradScaler('cuda')", "torch.cuda.get_device_name(0)"]:
+        x = torch.ones(2, device=1).cuda().to("cuda:0", non_blocking=True).pin_memory()
+        m = torch.nn.Linear(2, 2).cuda(2).to(torch.device("cuda", 1)).to(0)
+        d = torch.device(1)
+        print("devices", x.device, m.weight.device, torch.cuda.current_device(), d, isinstance(d, torch.device))
+        props = torch.cuda.get_device_properties(0)
+        print("props", props.major, props.minor, props.total_memory // 2**30, props.multi_processor_count,
+              torch.cuda.get_device_capability(), torch.cuda.is_bf16_supported(), torch.cuda.max_memory_allocated())
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = m(torch.randn(3, 2, device="cuda"))
+        with torch.cuda.amp.autocast():
+            z = m(torch.randn(3, 2, device="cuda"))
+        print("autocast", y.dtype, z.dtype)
+        scaler = torch.amp.GradScaler("cuda")
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        scaler.scale(z.float().sum()).backward(); scaler.step(opt); scaler.update()
+        print("scale", scaler.get_scale())
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(); end.record(); torch.cuda.synchronize()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            torch.cuda.current_stream().wait_stream(torch.cuda.default_stream())
+        print("timed", start.elapsed_time(end) >= 0)
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(torch.zeros(1).cuda(1).device))
+        thread.start(); thread.join()
+        print("thread", seen)
+        for stmt in ["torch.cuda.CUDAGraph()", "torch.cuda.graph(None)", "torch.cuda.make_graphed_callables(m, ())"]:
             try:
                 eval(stmt)
                 print("NOT REFUSED", stmt)
@@ -96,14 +125,18 @@ def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tm
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120,
                          env=cli_env(DDPCHECK_EMULATED_DEVICES="3"), cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    assert "devices cpu cpu 2" in out.stdout
+    assert "devices cpu cpu 2 cuda:1 True" in out.stdout
+    assert "props 8 0 16 108 (8, 0) True 0" in out.stdout
+    assert "autocast torch.bfloat16 torch.float16" in out.stdout  # CUDA autocast's own default: float16
+    assert "scale 32768.0" in out.stdout and "timed True" in out.stdout
+    assert "thread [device(type='cpu')]" in out.stdout
     assert "NOT REFUSED" not in out.stdout
     refused = [line for line in out.stdout.splitlines() if line.startswith("refused")]
-    assert len(refused) == 8
+    assert len(refused) == 3
     # Each refusal names the call and the user's own line (the eval in the loop).
     line = next(i for i, text in enumerate(script.splitlines(), 1) if "eval(stmt)" in text)
     assert all(f" at {path}:{line} is not emulated on CPU" in text for text in refused), refused
-    assert any("torch.cuda.Event" in line for line in refused)
+    assert any("torch.cuda.CUDAGraph" in line for line in refused)
 
 
 def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():

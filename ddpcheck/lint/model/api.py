@@ -122,6 +122,16 @@ BATCHNORM_MODEL_PREFIXES = tuple(
     )
 )
 
+# Methods every `torch.nn.Module` has: calling one on a project network needs no look inside it.
+MODULE_METHODS = frozenset({
+    "parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
+    "cpu", "half", "float", "double", "bfloat16", "zero_grad", "modules", "named_modules", "children",
+    "named_children", "apply", "buffers", "named_buffers", "requires_grad_", "register_buffer",
+    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
+    "register_parameter", "add_module", "get_parameter", "get_submodule", "get_buffer", "extra_repr",
+    "type", "share_memory",
+})
+
 PRINT = "print"
 TQDM = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm"})
 

@@ -113,20 +113,23 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
                 target = test.left.func if isinstance(test.left, cst.Call) else test.left
                 name = last_name(target) or ""
                 return bool(_WORLD_NAME.search(name) or name == "get_world_size")
+        if isinstance(comp.operator, cst.Equal) and isinstance(comp.comparator, cst.SimpleString) \
+                and is_rank_value(test.left, resolve):
+            return True  # `rank == "cpu"`: the rank variable holds a device name on a CPU-only run
     return False
 
 
-def selects_main_rank(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
+def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 0) -> bool | None:
     """True if `test` holds on rank 0 only; False if it holds on every rank but rank 0;
     None if it is not a rank condition."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        inner = selects_main_rank(test.expression, resolve)
+        inner = selects_main_rank(test.expression, resolve, _depth)
         if inner is None and is_rank_value(test.expression, resolve):
             return True  # `not rank` is rank 0
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation):
-        left = selects_main_rank(test.left, resolve)
-        right = selects_main_rank(test.right, resolve)
+        left = selects_main_rank(test.left, resolve, _depth)
+        right = selects_main_rank(test.right, resolve, _depth)
         if isinstance(test.operator, cst.And):
             # `if args.save and rank == 0` still runs on rank 0 only; `rank != 0 and x` only
             # on other ranks.
@@ -172,10 +175,10 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve) -> bool | None
     if name and _MAIN_PROCESS.match(name):
         return True
     held = getattr(resolve, "held_test", None)
-    if held is not None and isinstance(test, (cst.Name, cst.Attribute)):
+    if held is not None and isinstance(test, (cst.Name, cst.Attribute)) and _depth < 3:
         # `save_logs = args.logs and is_master(args)`, then `if save_logs:`.
         tests = held(test)
-        sides = {selects_main_rank(t, resolve) for t in tests} if tests else {None}
+        sides = {selects_main_rank(t, resolve, _depth + 1) for t in tests} if tests else {None}
         if len(sides) == 1:
             return sides.pop()
     return None

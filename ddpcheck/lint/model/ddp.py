@@ -19,14 +19,7 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 # Methods a DDP wrapper and its module share that do not run the forward pass.
-MODULE_API = frozenset({
-    "parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",
-    "cpu", "half", "float", "double", "bfloat16", "zero_grad", "modules", "named_modules", "children",
-    "named_children", "apply", "buffers", "named_buffers", "requires_grad_", "register_buffer",
-    "register_forward_hook", "register_forward_pre_hook", "register_full_backward_hook",
-    "register_parameter", "add_module", "get_parameter", "get_submodule", "get_buffer", "extra_repr",
-    "type", "share_memory", "no_sync", "module",
-})
+MODULE_API = api.MODULE_METHODS | {"no_sync", "module"}
 _MOVES = frozenset({"to", "cuda", "cpu", "half", "float", "bfloat16", "double"})
 
 
@@ -97,11 +90,13 @@ class Feed:
 
 
 def sampler_values(model: Model, loader: CallSite) -> tuple[list[Value], bool]:
-    """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True)."""
-    given = model.values.keyword(loader, "sampler", 3)
+    """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True).
+    Positions are torch's; a project subclass of DataLoader is read by keyword only."""
+    torch_own = model.api(loader) == api.DATALOADER
+    given = model.values.keyword(loader, "sampler", 3 if torch_own else None)
     if given:
         return given, False
-    return model.values.keyword(loader, "batch_sampler", 4), True
+    return model.values.keyword(loader, "batch_sampler", 4 if torch_own else None), True
 
 
 def distributed_sampler(model: Model, values: list[Value], via_batch: bool) -> Value | None:

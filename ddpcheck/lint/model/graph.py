@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.resolve import Target
@@ -27,6 +28,7 @@ from ddpcheck.lint.model.values import Frame, Value
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
+_METHOD_DEF = re.compile(r"^[ \t]+def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
 Callee = tuple[Function, str]  # the function and how it is bound: "", "method", "instance", "constructor"
 _MAX_MRO = 8
 # Method names too common to pin on one class by name alone.
@@ -49,6 +51,7 @@ class CallGraph:
         self._callers: dict[tuple[int, str], list[tuple[CallSite, str]]] = {}
         self._classes: dict[tuple[str, str], tuple[ModuleModel, ClassInfo] | None] = {}
         self._in_progress: set[int] = set()
+        self._methods: dict[str, frozenset[str]] = {}
 
     # --- classes -----------------------------------------------------------------------------
     def class_at(self, target: Target) -> tuple[ModuleModel, ClassInfo] | None:
@@ -117,6 +120,13 @@ class CallGraph:
                 return True
         return False
 
+    def _network(self, value: Value) -> bool:
+        """A leaf that builds a project subclass of `nn.Module` (read from the indexes)."""
+        call = value.call
+        site = value.module.call_at(call) if call is not None else None
+        target = site.target if site is not None else None
+        return target is not None and target.kind == "class" and self.is_subclass(target, api.MODULE_BASE)
+
     def instance_of(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None:
         """The project class a value is an instance of (a leaf that calls the class)."""
         call = value.call
@@ -171,7 +181,7 @@ class CallGraph:
         target = site.target
         if target is not None:
             if target.external is not None:
-                return []
+                return self._started(site, target.external)
             return self._of_target(target)
         func = site.node.func
         module = site.module
@@ -205,6 +215,8 @@ class CallGraph:
             return []
         out: list[Callee] = []
         for value in self.model.values.at_call(site, receiver):
+            if method in api.MODULE_METHODS and self._network(value):
+                continue  # `model.train()`, `model.parameters()` on a project network
             instance = self.instance_of(value)
             if instance is not None:
                 found = self.method(*instance, method)
@@ -214,6 +226,35 @@ class CallGraph:
             return out
         return self._by_unique_name(site, method)
 
+    def _started(self, site: CallSite, name: str) -> list[Callee]:
+        """`mp.spawn(worker, args=(...))`, `start_processes(worker, ...)`,
+        `multiprocessing.Process(target=worker, args=(...))`: the worker runs in every process it
+        starts, as if called here ("spawn": its first parameter is the process index)."""
+        if name not in api.PROCESS_STARTERS:
+            return []
+        process = name.endswith("Process")
+        fn = site.arg("target") if process else site.arg("fn", 0)
+        if fn is None:
+            return []
+        out: list[Callee] = []
+        for value in self.model.values.at_call(site, fn):
+            node = value.node
+            function = None
+            if isinstance(node, cst.Name):
+                for scope in value.scope.chain():
+                    if scope.kind == "function" and f"{scope.qualname}.{node.value}" in value.module.functions:
+                        function = Function(value.module, f"{scope.qualname}.{node.value}")
+                        break
+            if function is None and isinstance(node, (cst.Name, cst.Attribute)):
+                name_ = dotted(node)
+                found = self.model.resolver.name(value.module, name_, value.scope) if name_ else None
+                if found is not None and found.kind == "function":
+                    callees = self._of_target(found)
+                    function = callees[0][0] if callees else None
+            if function is not None:
+                out.append((function, "process" if process else "spawn"))
+        return out
+
     def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
         """`step(...)` where `step` holds an instance with `__call__` or a function of the project."""
         out: list[Callee] = []
@@ -221,6 +262,8 @@ class CallGraph:
         if not site.scope.lookup(name) and not name.startswith("self."):
             return out
         for value in self.model.values.at_call(site, func):
+            if self._network(value):
+                continue  # running a project network's forward is not DDP work to follow
             instance = self.instance_of(value)
             if instance is not None:
                 found = self.method(*instance, "__call__")
@@ -268,10 +311,9 @@ class CallGraph:
         calling its parts' method of the same name is not calling itself)."""
         if method in _COMMON or method.startswith("__") or len(method) < 6:
             return []
-        pattern = re.compile(rf"^[ \t]+def[ \t]+{re.escape(method)}[ \t]*\(", re.MULTILINE)
         enclosing = site.scope.class_scope
         found: list[Function] = []
-        for module in self._neighbourhood(site.module, pattern):
+        for module in self._neighbourhood(site.module, method):
             for info in module.classes.values():
                 qualname = info.methods.get(method)
                 if qualname is None or (enclosing is not None and info.scope is enclosing and module is site.module):
@@ -281,8 +323,16 @@ class CallGraph:
                     return []
         return [(found[0], "method")] if found else []
 
-    def _neighbourhood(self, module: ModuleModel, pattern: re.Pattern[str]) -> list[ModuleModel]:
-        out = [module] if pattern.search(module.source) else []
+    def _defines(self, text: str, method: str) -> bool:
+        """Whether a module's text defines an indented `def method(` (a method), read once."""
+        names = self._methods.get(text)
+        if names is None:
+            names = frozenset(_METHOD_DEF.findall(text))
+            self._methods[text] = names
+        return method in names
+
+    def _neighbourhood(self, module: ModuleModel, method: str) -> list[ModuleModel]:
+        out = [module] if self._defines(module.source, method) else []
         path = resolved_path(module.path)
         if path is None:
             return out
@@ -297,7 +347,7 @@ class CallGraph:
                 continue
             seen.add(str(file))
             text = self.model.project.text(file)
-            if text is None or not pattern.search(text):
+            if text is None or not self._defines(text, method):
                 continue
             other = self.model.project_model(file)
             if other is not None:
@@ -311,6 +361,14 @@ class CallGraph:
         itself for the `self` of a constructor, or None."""
         if param.star:
             return None
+        if bound in ("spawn", "process"):
+            # The worker's parameters: the process index (spawn), then the `args=` tuple.
+            position = (param.index if param.index is not None else -1) - (1 if bound == "spawn" else 0)
+            passed = argument(call.node, "args")
+            if position < 0 or not isinstance(passed, cst.Tuple) or position >= len(passed.elements):
+                return None
+            element = passed.elements[position]
+            return None if isinstance(element, cst.StarredElement) else element.value
         if param.index is None:
             return argument(call.node, param.name)
         position = param.index

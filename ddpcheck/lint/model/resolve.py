@@ -80,6 +80,15 @@ def _origin(project: Project, importer: Path, origin: str, seen: frozenset[tuple
     if where is None:
         return None if origin.startswith(".") else Target(api.canonical(origin))
     path, rest = where
+    if not rest and "." in origin.lstrip("."):
+        # `from pkg import launch` where pkg/__init__.py does `from .launch import launch`: the
+        # package's attribute (the function) hides the submodule of the same name.
+        parent, _, name = origin.rpartition(".")
+        above = locate(importer, parent)
+        if above is not None and not above[1] and above[0].name == "__init__.py":
+            found = _lookup(project, above[0], name, seen, depth)
+            if found is not None and found.kind != "module":
+                return found
     return _lookup(project, path, rest, seen, depth)
 
 

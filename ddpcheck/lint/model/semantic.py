@@ -106,6 +106,9 @@ class Model:
         knows (`comm.bcast(x)` after `comm = MPI.COMM_WORLD`)."""
         if site.qualname is not None:
             return site.qualname
+        held = self.callee_apis(site)
+        if len(held) == 1:
+            return next(iter(held))
         method = site.method
         if method in api.MPI_COLLECTIVE_METHODS or method in api.MPI_RANK_METHODS:
             receiver = site.receiver
@@ -118,6 +121,27 @@ class Model:
                         return f"{api.MPI_COMM_WORLD}.{method}"
         return None
 
+    def callee_apis(self, site: CallSite) -> frozenset[str]:
+        """The outside APIs a call may run when its callee is a variable holding them
+        (`sampler_cls = RandomSampler if single else DistributedSampler; sampler_cls(ds)`)."""
+        if site.qualname is not None:
+            return frozenset({site.qualname})
+        func = site.node.func
+        if not isinstance(func, cst.Name) or not site.scope.lookup(func.value):
+            return frozenset()
+        memo: dict[int, frozenset[str]] = site.module.memo.setdefault("callee_apis", {})
+        found = memo.get(id(site.node))
+        if found is None:
+            names = set()
+            for value in self.values.at_call(site, func):
+                if isinstance(value.node, (cst.Name, cst.Attribute)):
+                    name = self.qualname(value.module, value.node, value.scope)
+                    if name is not None:
+                        names.add(name)
+            found = frozenset(names)
+            memo[id(site.node)] = found
+        return found
+
     def api_of(self, value: Value) -> str | None:
         """The API a leaf value calls (`DDP(model)` → torch.nn.parallel.DistributedDataParallel)."""
         call = value.call
@@ -128,16 +152,27 @@ class Model:
             return self.api(site)
         return self.qualname(value.module, call.func, value.scope)
 
+    def makes(self, site: CallSite, api_class: str) -> bool:
+        """Whether a call builds an instance of the outside class `api_class` or of a project
+        class derived from it (`torch_geometric.loader.DataLoader` inside that library)."""
+        if self.api(site) == api_class:
+            return True
+        target = site.target
+        return target is not None and target.kind == "class" and target.external is None \
+            and self.graph.is_subclass(target, api_class)
+
     def constructs(self, value: Value, api_class: str) -> bool:
         """Whether a leaf value is an instance of the outside class `api_class`, made by calling
         it or a project subclass of it (a padding sampler derived from `Sampler`)."""
         call = value.call
         if call is None:
             return False
-        name = self.api_of(value)
-        if name is not None and (name == api_class or self.graph.is_subclass(Target(name), api_class)):
-            return True
         site = value.module.call_at(call)
+        names = self.callee_apis(site) if site is not None else frozenset()
+        name = self.api_of(value)
+        for name in ({name} if name is not None else set()) | names:
+            if name == api_class or self.graph.is_subclass(Target(name), api_class):
+                return True
         return site is not None and site.target is not None and site.target.kind == "class" \
             and self.graph.is_subclass(site.target, api_class)
 
@@ -184,13 +219,13 @@ class Model:
         )
 
     def init_sites(self) -> list[CallSite]:
-        """Calls that create the default process group: `init_process_group` itself or, when the
-        file makes none, the calls of project functions known to make it."""
+        """The `init_process_group` calls the file's run goes through: its own, else those of the
+        project functions it reaches (`utils.init_distributed_mode(args)`, a launcher's spawned
+        worker), in the order they are reached."""
         direct = [c for c in self.root.calls if c.qualname == api.INIT_PROCESS_GROUP]
         if direct:
             return direct
-        return [c for c in self.root.calls
-                if (c.qualname is None or c.target is not None) and "init_process_group" in self.facts.of_call(c)]
+        return [c for c in self.paths.sites() if c.module is not self.root and self.api(c) == api.INIT_PROCESS_GROUP]
 
     def text_of(self, module: ModuleModel, expr: cst.CSTNode) -> str:
         return " ".join(module.code(expr).split())
@@ -210,6 +245,7 @@ class Names:
         self.model = model
         self.module = module
         self.scope = scope
+        self._holding: set[str] = set()
 
     def __call__(self, expr: cst.BaseExpression) -> str | None:
         return self.model.resolver.qualname(self.module, expr)
@@ -218,8 +254,16 @@ class Names:
         """The expressions a flag variable is assigned from (`ok = a and is_master()`), when every
         assignment is a test (a comparison, a boolean operation, a `not`, a call)."""
         name = dotted(expr)
-        if self.scope is None or name is None:
-            return []
+        if self.scope is None or name is None or name in self._holding:
+            return []  # (a flag defined from itself: `master = master and rank == 0`)
+        self._holding.add(name)
+        try:
+            return self._held(name)
+        finally:
+            self._holding.discard(name)
+
+    def _held(self, name: str) -> list[cst.BaseExpression]:
+        assert self.scope is not None
         values = [v for v in self.scope.lookup(name) if isinstance(v, cst.BaseExpression)]
         if not values or len(values) != len(self.scope.lookup(name)):
             return []

@@ -319,7 +319,8 @@ class Values:
             # `model.to(device)` is `model` (moved); `DDP(model).cuda()` is the DDP wrapper.
             yield from self._eval(module, func.value, scope, frame, depth - 1, seen, here)
             return
-        if site is not None:
+        if site is not None and not (site.target is not None and site.target.kind == "class"):
+            # (A constructor's value is the new instance, the call itself: its class need not be read.)
             followed = False
             for callee, bound in self.model.graph.targets(site):
                 if callee.qualname.rsplit(".", 1)[-1] == "__init__" and bound:

@@ -123,16 +123,25 @@ class AccumulationWithoutNoSync(Rule):
             "ddp_wrap" in model.facts.of_call(c) for c in model.root.calls if c.target is not None
         ):
             return
-        backwards = [c for c in sites if c.method == "backward" and c.loops]
         steps = [c for c in sites if c.method == "step" and is_optimizer_step(model, c)]
+        # A backward, or a call of a project function that does one (`backward(loss, scaler)`)
+        # but no optimizer step of its own.
+        backwards = [c for c in sites if c.method == "backward" or (
+            c.target is not None and c.target.external is None and c.loops
+            and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps))]
+        found: dict[int, CallSite] = {}
         for b in backwards:
             if any(s.scope is b.scope and s.loops == b.loops and s.index > b.index and not self._counted(s, b)
                    for s in steps):
                 continue  # its own step follows it in the same iteration: not accumulation
             for s in steps:
                 if s.scope is b.scope and self._accumulates(b, s):
-                    self.report(b.node, module=b.module, related=model.paths.chain(b))
+                    # One finding per accumulated step: the last backward before it (an AMP
+                    # branch and a plain branch are one place to fix).
+                    found[id(s.node)] = b
                     break
+        for b in found.values():
+            self.report(b.node, module=b.module, related=model.paths.chain(b))
         for site in sites:
             if site.loops and self._steps_on_a_counter(site):
                 self.report(site.node, module=site.module, related=model.paths.chain(site))
@@ -141,9 +150,10 @@ class AccumulationWithoutNoSync(Rule):
         n = len(s.loops)
         if n < len(b.loops) and b.loops[:n] == s.loops:
             return s.index > b.index  # backward in an inner micro-batch loop, step after it
-        if not s.loops or s.loops != b.loops:
+        if s.loops != b.loops:
             return False
-        # Same loop: the step runs only on some iterations, under a counter test.
+        # Same loop (or a step function a framework calls per batch): the step runs only on
+        # some iterations, under a counter test.
         return self._counted(s, b)
 
     def _counted(self, s: CallSite, b: CallSite) -> bool:
@@ -165,9 +175,20 @@ class AccumulationWithoutNoSync(Rule):
             if param is None:
                 continue
             passed = self.model.graph.argument_for(site, callee, param, bound)
-            if isinstance(passed, cst.BaseExpression) and _counter(site.module.code(passed)):
+            if isinstance(passed, cst.BaseExpression) and self._counter_expr(site, passed):
                 return True
         return False
+
+    def _counter_expr(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """A counter test, written there or in the variable's assignment
+        (`is_update = True if step % args.grad_acc == 0 else False`)."""
+        if _counter(site.module.code(expr)):
+            return True
+        name = dotted(expr)
+        if name is None:
+            return False
+        return any(isinstance(b, cst.BaseExpression) and _counter(site.module.code(b))
+                   for b in site.scope.reaching(name, site.point))
 
     def _step_switch(self, function: Function) -> Param | None:
         calls = list(function.module.calls_in(function.qualname))

@@ -11,7 +11,7 @@ from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.project import locate, resolved_path
-from ddpcheck.lint.model.syntax import argument, is_false
+from ddpcheck.lint.model.syntax import argument, dotted, is_false
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Rule
 
@@ -72,6 +72,11 @@ class CollectiveInRankBranch(Rule):
         "helper": (
             "`{what}()` performs a collective and runs only under a rank condition ({cond}): the "
             "other ranks never join it and the job hangs; call it on every rank, outside the branch"
+        ),
+        "helper_forward": (
+            "`{what}()` runs the DDP model's forward and is called only under a rank condition "
+            "({cond}): DDP's forward synchronises buffers with the other ranks, which never join, "
+            "and the job hangs; hand it the inner module (`model.module`) for rank-0-only work"
         ),
         "forward": (
             "the DDP model `{what}` is called only under a rank condition ({cond}): DDP's forward "
@@ -225,6 +230,8 @@ class CollectiveInRankBranch(Rule):
                 continue  # an outside API that is not a collective
             elif self._is_ddp_model(site):
                 kind = "forward"
+            elif self._forwards_ddp_argument(site):
+                kind = "helper_forward"
             elif "collective" in model.facts.of_call(site):
                 kind = "helper"
             else:
@@ -263,6 +270,33 @@ class CollectiveInRankBranch(Rule):
         for value in self.model.values.at_call(site, func):
             if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value):
                 return True
+        return False
+
+    def _forwards_ddp_argument(self, site: CallSite) -> bool:
+        """`evaluate(model, loader)` where `model` holds the DDP wrapper and the function of the
+        project runs its forward (`model(x)`), itself or in a function it hands it to."""
+        for callee, bound in self.model.graph.targets(site):
+            for param in callee.params():
+                passed = self.model.graph.argument_for(site, callee, param, bound)
+                if not isinstance(passed, cst.BaseExpression):
+                    continue
+                if any(is_ddp(self.model, v) and before(v, site) and self._broadcasts(v)
+                       for v in self.model.values.at_call(site, passed)):
+                    if self._calls_param(callee, param.name, 5):
+                        return True
+        return False
+
+    def _calls_param(self, function, name: str, depth: int) -> bool:
+        for call in function.module.calls_in(function.qualname):
+            if call.dotted == name:
+                return True
+            if depth > 0 and any(dotted(a.value) == name for a in call.node.args):
+                for callee, bound in self.model.graph.targets(call):
+                    for param in callee.params():
+                        passed = self.model.graph.argument_for(call, callee, param, bound)
+                        if isinstance(passed, cst.BaseExpression) and dotted(passed) == name:
+                            if self._calls_param(callee, param.name, depth - 1):
+                                return True
         return False
 
     def _broadcasts(self, wrap: Value) -> bool:

@@ -26,8 +26,8 @@ class MissingDestroyProcessGroup(Rule):
     Reported at the `init_process_group` call (or the call of a helper that makes it) in a script
     that is run directly (a `__main__` guard or work at module level) when neither
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
-    it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported, at the
-    call, when every `destroy_process_group()` sits under a rank condition (in the `else:` of
+    it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with
+    the call as a related location) when every `destroy_process_group()` sits under a rank condition (in the `else:` of
     `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. Helper
     modules that are only imported are not reported.
 
@@ -122,23 +122,25 @@ class MissingDestroyProcessGroup(Rule):
         if not sites or not model.is_entry_point():
             return
         root = model.root
-        destroys = [c for c in model.paths.sites() if model.api(c) == api.DESTROY_PROCESS_GROUP]
+        # `destroy_process_group(group)` tears down that group only, not the default one.
+        destroys = [c for c in model.paths.sites()
+                    if model.api(c) == api.DESTROY_PROCESS_GROUP and c.arg("group", 0) is None]
         if destroys:
             guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
             if all(g is not None for _, g in guarded):
                 site, guard = guarded[0]
                 assert guard is not None
-                self.report(site.node, self.GUARDED_MESSAGE.format(cond=_describe(site.module, guard)),
-                            module=site.module, related=model.paths.chain(site))
+                # Reported at the init call, like a missing teardown; the guarded call is related.
+                init = sites[0]
+                self.report(init.node, self.GUARDED_MESSAGE.format(cond=_describe(site.module, guard)),
+                            module=init.module, related=[*model.paths.chain(init), site])
             return
         # A reference handed on: atexit.register(dist.destroy_process_group).
         if _REFERENCED.search(_without_comments(root.source)):
             return
         # Last, as it follows the project's functions: one of them tears down.
-        if any("destroy_process_group" in model.facts.of_call(c) for c in root.calls
-               if c.qualname is None or c.target is not None):
-            return
-        self.report(sites[0].node)
+        init = sites[0]
+        self.report(init.node, module=init.module, related=model.paths.chain(init))
 
 
 def _describe(module, guard) -> str:

@@ -140,7 +140,7 @@ class MissingDistributedSampler(Rule):
         if not self.model.uses_ddp:
             return
         for site in self.model.paths.sites():
-            if self.model.api(site) == api.DATALOADER and self._unsharded(site):
+            if self.model.makes(site, api.DATALOADER) and self._unsharded(site):
                 self.report(site.node, module=site.module, related=self.model.paths.chain(site))
 
     def _unsharded(self, site: CallSite) -> bool:

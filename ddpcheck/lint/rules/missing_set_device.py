@@ -23,9 +23,9 @@ class MissingSetDevice(Rule):
     `device_ids=`, a `"cuda..."` device), and nowhere calls `torch.cuda.set_device(...)`, enters
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
     with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too). A device held
-    in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the
-    `set_device` call, when the device is set on one branch only (`if args.gpu is not None:`)
-    and the other branch uses CUDA. Helper modules that are only imported (no `__main__`
+    in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the same
+    call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
+    branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
     guard, no work at module level) are not reported: the script that calls them may set the
     device.
 
@@ -151,7 +151,8 @@ class MissingSetDevice(Rule):
         # Last, as it follows the project's functions: one of them sets the device.
         if any("set_device" in model.facts.of_call(c) for c in root.calls if c.qualname is None or c.target is not None):
             return
-        self.report(sites[0].node)
+        init = sites[0]
+        self.report(init.node, module=init.module, related=model.paths.chain(init))
 
     def _on_one_branch(self, setters: list[CallSite], cuda: list[CallSite]) -> None:
         """`if args.gpu is not None: torch.cuda.set_device(args.gpu) ... else: model.cuda()`: the
@@ -173,7 +174,12 @@ class MissingSetDevice(Rule):
                     test = " ".join(self.model.root.code(guard.test).split())
                     if guard.negated:
                         test = f"not ({test})"
-                    self.report(setter.node, self.BRANCH_MESSAGE.format(set_device=setter.dotted or "set_device", test=test))
+                    # Reported with the whole-run findings, at the init call; the one-branch
+                    # `set_device` and the CUDA use that misses it are the related locations.
+                    where = inits[0] if inits else setter
+                    self.report(where.node,
+                                self.BRANCH_MESSAGE.format(set_device=setter.dotted or "set_device", test=test),
+                                module=where.module, related=[*self.model.paths.chain(where), setter, use])
                     return
 
     def _branch(self, site: CallSite) -> Guard | None:

@@ -91,7 +91,7 @@ class PaddedEvalSampler(Rule):
     def finish(self) -> None:
         model = self.model
         samplers = [s for s in model.paths.sites()
-                    if model.api(s) == api.DISTRIBUTED_SAMPLER and not s.has_keyword("drop_last") and not s.has_star_kwargs]
+                    if model.makes(s, api.DISTRIBUTED_SAMPLER) and not s.has_keyword("drop_last") and not s.has_star_kwargs]
         if not samplers:
             return
         calls = model.root.calls

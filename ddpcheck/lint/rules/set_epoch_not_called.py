@@ -4,14 +4,17 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Feed, feed
+from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
-from ddpcheck.lint.model.syntax import argument, dotted, is_true
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
 # Calls that take a loader without iterating it.
-_NOT_ITERATING = {"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"}
+_NOT_ITERATING = frozenset({"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"})
+_STORES = frozenset({"append", "extend", "insert", "add", "put", "setdefault", "update"})
+# Builtins that iterate what they are given.
+_ITERATING = frozenset({"iter", "enumerate", "zip", "list", "tuple", "next", "map", "itertools.cycle", "cycle"})
 
 
 class SetEpochNotCalled(Rule):
@@ -27,12 +30,15 @@ class SetEpochNotCalled(Rule):
     shuffling work properly across multiple epochs. Otherwise, the same ordering will be always
     used."
 
-    Reported when a `DistributedSampler` whose `shuffle` is not `False` (it defaults to `True`)
-    feeds a `DataLoader` (as `sampler=` or inside `batch_sampler=`) that is iterated inside a loop,
-    or passed to a function inside a loop, and no `set_epoch(...)` is called on the sampler: not
-    through its variable, nor through `loader.sampler` / `loader.batch_sampler.sampler`, nor on
-    any object this rule cannot tell apart from it (a function parameter, for instance), nor by a
-    function of another module of the project that is handed the loader or the sampler.
+    Reported at the epoch loop (where `set_epoch` goes; the sampler is a related location) when
+    a `DistributedSampler` (or a project subclass) whose `shuffle` may be true (it defaults to
+    `True`; a config value may turn it on) feeds a training `DataLoader` (as `sampler=` or inside
+    `batch_sampler=`, also when a builder function of the project makes both) that is iterated
+    inside a loop, or passed to a function inside a loop, and no `set_epoch(...)` is called on the
+    sampler anywhere the script reaches: not through its variable, nor through `loader.sampler` /
+    `loader.batch_sampler.sampler`, nor on any object the model cannot tell apart from it, nor by
+    a function of the project that is handed the loader or the sampler. Validation and test
+    samplers (by their names) are not reported: their order does not change a metric.
 
     ## How to fix
     Call `sampler.set_epoch(epoch)` as the first statement of the epoch loop, before iterating
@@ -140,7 +146,7 @@ class SetEpochNotCalled(Rule):
                 for batch in loader:
                     step(batch)
             """,
-            line=5,
+            lines=(7,),
             fixed="""
             import torch.distributed as dist
             from torch.utils.data import DataLoader, DistributedSampler
@@ -164,7 +170,7 @@ class SetEpochNotCalled(Rule):
                     for step, batch in enumerate(loader):
                         train(batch)
             """,
-            line=4,
+            lines=(5,),
             fixed="""
             import torch
             def main():
@@ -190,7 +196,7 @@ class SetEpochNotCalled(Rule):
                 loader = DataLoader(dataset, sampler=sampler)
                 fit(model, loader, 10)
             """,
-            line=9,
+            lines=(5,),
             fixed="""
             # The loader is iterated in a function that also runs the epochs: the fix reaches
             # the sampler through the loader, the name visible there.
@@ -221,7 +227,7 @@ class SetEpochNotCalled(Rule):
                 for batch in aux_loader:
                     step(batch)
             """,
-            line=4,
+            lines=(8,),
         ),
     ]
 
@@ -230,10 +236,12 @@ class SetEpochNotCalled(Rule):
         feeds: list[Feed] = []
         seen: set[int] = set()
         for site in model.paths.sites():
-            if model.api(site) != api.DATALOADER:
+            if not model.makes(site, api.DATALOADER):
                 continue
             found = feed(model, site)
             if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
+                continue
+            if self._evaluation(found):
                 continue
             seen.add(id(found.sampler.node))
             feeds.append(found)
@@ -248,16 +256,32 @@ class SetEpochNotCalled(Rule):
                 continue
             node, module, scope, loader = loop
             expression = self._expression(found, module, scope, loader)
-            sampler_module = found.sampler.module
-            fix = self._fix(node, expression) if module is model.root and sampler_module is model.root else None
-            self.report(found.sampler.node, self.MESSAGE.format(sampler=expression), fix=fix,
-                        module=sampler_module, related=model.paths.chain(found.loader))
+            fix = self._fix(node, expression) if module is model.root else None
+            made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
+            # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
+            self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
+                        related=[made] if made is not None else [])
 
     def _shuffles(self, sampler: Value) -> bool:
-        """`shuffle` is left at its default (True) or passed as a literal True."""
+        """`shuffle` is left at its default (True), or may be true: a literal False (on every
+        path) is the only way to turn the shuffle off for sure."""
         assert sampler.call is not None
         shuffle = argument(sampler.call, "shuffle", 3)
-        return shuffle is None or is_true(shuffle)
+        if shuffle is None:
+            return True
+        values = self.model.values.of(sampler.module, shuffle, sampler.scope, sampler.frame, at=sampler.at)
+        return not values or not all(is_false(v.node) for v in values)
+
+    def _evaluation(self, found: Feed) -> bool:
+        """A validation/test loader or sampler: its order does not change a metric."""
+        loader, sampler = found.loader, found.sampler
+        names = list(loader.module.assigned_names(loader.node))
+        if sampler.call is not None:
+            names += sampler.module.assigned_names(sampler.call)
+            dataset = argument(sampler.call, "dataset", 0)
+            if dataset is not None and dotted(dataset):
+                names.append(dotted(dataset) or "")
+        return any(is_eval_name(n) for n in names)
 
     def _may_set(self, found: Feed, site: CallSite) -> bool:
         """Whether `site` (a `set_epoch` call) may be on this sampler: its receiver may hold it,
@@ -268,6 +292,8 @@ class SetEpochNotCalled(Rule):
         for value in self.model.values.at_call(site, receiver):
             if value.node is found.sampler.node:
                 return True
+            if is_none(value.node):
+                continue  # `sampler = DistributedSampler(ds) if distributed else None`
             if value.call is None or not self.model.constructs(value, api.SAMPLER):
                 return True  # unknown: it may be this one
         return False
@@ -301,12 +327,24 @@ class SetEpochNotCalled(Rule):
                 if used is not None:
                     return site.loops[-1], module, site.scope, dotted(used) or "loader"
         for call in self.model.paths.sites():
-            if not call.loops or call.dotted in _NOT_ITERATING:
+            if not call.loops or not self._iterates(call):
                 continue
             for a in call.node.args:
                 if self._holds_loader(call.module, a.value, call.scope, loader, call.point):
-                    return call.loops[-1], call.module, call.scope, dotted(a.value) or "loader"
+                    # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
+                    # outermost loop of the function is the epoch loop.
+                    return call.loops[0], call.module, call.scope, dotted(a.value) or "loader"
         return None
+
+    def _iterates(self, call: CallSite) -> bool:
+        """A call that may iterate a loader handed to it: a function (of the project or unknown),
+        `iter`, `enumerate`, `zip`, a progress bar; not `len`, `print` or a list's `append`."""
+        if call.dotted in _ITERATING or self.model.api(call) in api.TQDM:
+            return True
+        if call.dotted in _NOT_ITERATING or call.method in _STORES:
+            return False
+        name = self.model.api(call)
+        return name is None or name not in api.KNOWN
 
     def _expression(self, found: Feed, module: ModuleModel, scope: Scope, loader: str) -> str:
         """How code in the epoch loop's scope reaches the sampler: its own name where that is

@@ -125,7 +125,7 @@ class ShuffleWithSampler(Rule):
     def finish(self) -> None:
         model = self.model
         for site in model.paths.sites():
-            if model.api(site) != api.DATALOADER:
+            if not model.makes(site, api.DATALOADER):
                 continue
             shuffle = site.arg("shuffle", 2)
             if shuffle is not None:

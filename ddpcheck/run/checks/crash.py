@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.findings import Severity
+from ddpcheck.run import reach
 from ddpcheck.run.records import Record, section
 from ddpcheck.run.registry import Incident, Probe
 from ddpcheck.run.verdict import FAIL, Context, Verdict
@@ -97,36 +98,34 @@ class RankKilled(Incident):
 class CudaNotEmulated(Incident):
     """The GPU script called a CUDA feature that `ddpcheck run --cpu` cannot emulate on a CPU.
 
-    On a machine without CUDA, ddpcheck runs GPU scripts on the CPU: `nccl` becomes `gloo`, CUDA
-    devices become the CPU, `set_device` and `synchronize` do nothing, DDP's `device_ids` are
-    dropped. Some features have no honest CPU stand-in and stop the run at the call, naming it and
-    your line: CUDA events and streams (`torch.cuda.Event`, `Stream`, `current_stream`),
-    `Tensor.pin_memory()`, `torch.load(map_location="cuda...")`, `torch.set_default_device("cuda")`,
-    autocast on `"cuda"` (on the CPU it would silently compute in float32), an enabled CUDA
-    `GradScaler`, and device queries (`get_device_name`, `get_device_properties`, the memory
-    statistics). `x.is_cuda` stays False under the emulation.
+    On a machine without CUDA, ddpcheck runs GPU scripts on the CPU (DDP122 lists what is
+    emulated: devices, `torch.cuda` and `torch.accelerator` queries, events and streams, AMP,
+    `nccl`). A few features have no CPU stand-in at all and stop the run at the call, naming it and
+    your line: CUDA graphs (`torch.cuda.CUDAGraph`, `torch.cuda.graph`,
+    `make_graphed_callables`), kernels compiled for the GPU (`torch.cuda.jiterator`), and anything
+    that reaches the CUDA runtime from outside torch (custom CUDA extensions, NCCL-only calls).
 
     ## Why it matters
 
-    Emulating these would make the dry run lie: timings, precision or memory would not be those of
-    the GPU job.
+    There is nothing on a CPU to replay a CUDA graph or run a CUDA kernel; pretending would make
+    the dry run lie.
 
     ## How to fix
 
     Skip the call when the environment variable `DDPCHECK_EMULATE_CUDA` is `1` (ddpcheck sets it
-    in every rank it emulates), load checkpoints with `map_location="cpu"`, or run on a GPU machine.
+    in every rank it emulates), or run on a GPU machine.
     """
 
     code = "DDP121"
     name = "cuda-not-emulated"
     severity = Severity.ERROR
-    hint = 'skip the call when DDPCHECK_EMULATE_CUDA=1, or use map_location="cpu"; or run on a GPU'
+    hint = "skip the call when DDPCHECK_EMULATE_CUDA=1, or run on a GPU machine"
     BAD = """
-    start = torch.cuda.Event(enable_timing=True)  # stops `ddpcheck run --cpu` here
+    graph = torch.cuda.CUDAGraph()  # stops `ddpcheck run --cpu` here
     """
     GOOD = """
-    timing = not os.environ.get("DDPCHECK_EMULATE_CUDA")
-    start = torch.cuda.Event(enable_timing=True) if timing else None
+    use_graphs = not os.environ.get("DDPCHECK_EMULATE_CUDA")
+    graph = torch.cuda.CUDAGraph() if use_graphs else None
     """
 
 
@@ -154,6 +153,38 @@ class SpawnUnderLauncher(Incident):
     hint = "rerun with `--spawn` (and no --nproc), or read LOCAL_RANK/WORLD_SIZE instead of spawning"
 
 
+class EndedBeforeTraining(Incident):
+    """The script ended on its own before its first optimizer step: nothing was trained or checked.
+
+    Some scripts stop politely before training: a device-count check (`Unable to locate
+    sufficient 4 gpus ... Exiting.`), an empty dataset, `--help`, a config that says there is
+    nothing to do. ddpcheck says so plainly — which rank ended first, with which exit code, at
+    which line of your script, and the last line it printed — and marks every check "not
+    reached" instead of blaming the script for a missing process group or DDP model it never got
+    to build.
+
+    ## Why it matters
+
+    A dry run that stopped before training checked nothing; it must not read as a pass, nor as a
+    list of failures.
+
+    ## How to fix
+
+    Give the script what it asked for (the reason is in its last line), e.g. more processes with
+    `--nproc` when it counts GPUs: under `ddpcheck run --cpu` every rank is one emulated GPU.
+    """
+
+    code = "DDP130"
+    name = "ended-before-training"
+    severity = Severity.INFO
+    leads = True  # the report opens with it: it says why nothing below was checked
+    BAD = """
+    if torch.cuda.device_count() < 4:
+        print("Unable to locate sufficient 4 gpus to run this example. Exiting.")
+        sys.exit()  # `ddpcheck run --nproc 2`: ended before training, every check not reached
+    """
+
+
 @dataclass(frozen=True)
 class Crash:
     rank: int
@@ -176,6 +207,7 @@ def describe(exc: BaseException, rank: int) -> dict[str, Any] | None:
     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
         return None
     try:
+        from ddpcheck.run.rank import ending
         from ddpcheck.run.rank.sites import innermost_user_frame
 
         frame = innermost_user_frame(exc.__traceback__)
@@ -188,7 +220,7 @@ def describe(exc: BaseException, rank: int) -> dict[str, Any] | None:
             line=frame[1] if frame else None,
             function=frame[2] if frame else None,
             traceback="".join(traceback.format_exception(exc))[-6000:],
-            time=time.time(),
+            time=ending.failed_at() or time.time(),
             consequence=bool(_CONSEQUENCE.search(message)),
         ).__dict__
     except Exception:  # noqa: BLE001 - reporting must not mask the user's exception
@@ -223,6 +255,10 @@ def signal_name(exitcode: int) -> str | None:
 
 
 def capture(session: Session) -> None:
+    from ddpcheck.run.rank import ending
+
+    ending.capture(session)
+
     def say_why(exit_code: int, error: BaseException | None) -> None:
         if error is not None:
             described = describe(error, session.rank)
@@ -233,45 +269,99 @@ def capture(session: Session) -> None:
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
-    """One finding for the root cause, naming the collateral ranks; one per rank killed by a
-    signal that nobody (not torchrun, not ddpcheck) sent."""
+    """The root cause first: the first rank that failed on its own (an exception that is not a
+    broken connection, or a signal nobody sent), naming the ranks that failed or were stopped
+    because of it; when every exception is a broken connection, the rank that left the job first
+    leads. A run that ended on its own before training is said plainly (DDP130)."""
     crashes = read(records)
-    out = []
-    cause = root_cause(crashes)
-    if cause is not None:
-        others = sorted({c.rank for c in crashes if c.rank != cause.rank})
-        check = {
-            "CudaNotEmulated": CudaNotEmulated,
-            "SpawnUnderLauncherError": SpawnUnderLauncher,
-        }.get(cause.type, RankCrashed)
-        also = f"; rank(s) {', '.join(map(str, others))} failed after it" if others else ""
-        where = f" at {os.path.basename(cause.path)}:{cause.line} (in {cause.function})" if cause.path else ""
-        message = f"rank {cause.rank} raised {cause.type}: {cause.message}{where}{also}"
-        if check is not RankCrashed:
-            message = f"rank {cause.rank}: {cause.message}"
-        out.append(Verdict(
-            check.code, FAIL, message, message=message, ranks=(cause.rank,), path=cause.path, line=cause.line,
-            details={
-                "exception": cause.type,
-                "traceback": cause.traceback,
-                "collateral_ranks": others,
-                "all": [{"rank": c.rank, "type": c.type, "message": c.message, "where": c.where} for c in crashes],
-            },
-        ))
+    ends = reach.endings(records, ctx.exit_codes)
     recorded = {c.rank for c in crashes}
-    for rank, code in sorted(ctx.exit_codes.items()):
-        name = signal_name(code)
-        # SIGTERM/SIGKILL are how torchrun stops the survivors once one rank failed.
-        if rank in recorded or name is None or (cause is not None and name in ("SIGTERM", "SIGKILL")):
+    # SIGTERM (and SIGKILL after a crash) is how torchrun stops the survivors; SIGINT is Ctrl-C.
+    spared = ("SIGTERM", "SIGINT", "SIGKILL") if crashes else ("SIGTERM", "SIGINT")
+    killed = {rank: signal_name(code) for rank, code in sorted(ctx.exit_codes.items())
+              if rank not in recorded and signal_name(code) is not None and signal_name(code) not in spared}
+    own = [c for c in crashes if not c.consequence]
+    out: list[Verdict] = []
+    if own:
+        out.append(_crashed(own[0], crashes, ends, killed))
+    elif killed:
+        rank, name = next(iter(killed.items()))
+        oom = " (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""
+        message = f"rank {rank} was killed by {name} without a Python exception{oom}" \
+            + _after(rank, crashes, ends, killed)
+        out.append(Verdict(RankKilled.code, FAIL, message, message=message, ranks=(rank,),
+                           details={"exitcode": ctx.exit_codes[rank], "signal": name}))
+    elif crashes:
+        out.append(_crashed(crashes[0], crashes, ends, killed))
+    if not crashes and not killed:
+        early = reach.early_exit(ends, ctx.world_size)
+        if early is not None:
+            said = f"; its last output: {early['last_output']!r}" if early["last_output"] else ""
+            message = f"{early['why']}{said}. Nothing was trained, so no check was reached."
+            out.append(Verdict(EndedBeforeTraining.code, FAIL, message, message=message,
+                               ranks=(early["rank"],), hint=False, details=early))
+    # A signal that nobody sent, on a rank that is not the root cause: its own finding.
+    for rank, name in killed.items():
+        if out and rank in out[0].ranks:
             continue
-        if name in ("SIGTERM", "SIGINT"):
-            continue
+        if own or crashes:
+            continue  # died after the root cause: a consequence, listed in its finding
         message = (f"rank {rank} was killed by {name} without a Python exception"
                    + (" (out of memory? the kernel's OOM killer sends SIGKILL)" if name == "SIGKILL" else ""))
         out.append(Verdict(RankKilled.code, FAIL, message, message=message, ranks=(rank,),
-                           details={"exitcode": code, "signal": name}))
+                           details={"exitcode": ctx.exit_codes[rank], "signal": name}))
     return out
 
 
-PROBE = Probe(NAME, (RankCrashed, CudaNotEmulated, SpawnUnderLauncher, RankKilled), judge, capture,
+def _after(cause_rank: int, crashes: list[Crash], ends: list[reach.Ending], killed: dict[int, str | None]) -> str:
+    """'; then rank 1 failed (Connection reset by peer), rank 2 was stopped by the launcher'."""
+    parts = []
+    for c in crashes:
+        if c.rank != cause_rank:
+            parts.append(f"rank {c.rank} failed after it ({c.type}: {c.message[:80]})" if c.consequence
+                         else f"rank {c.rank} failed after it ({c.type})")
+    for rank, name in killed.items():
+        if rank != cause_rank:
+            parts.append(f"rank {rank} was killed by {name}")
+    shown = {c.rank for c in crashes} | set(killed) | {cause_rank}
+    stopped = sorted(e.rank for e in ends if e.how == "stopped" and e.rank not in shown)
+    if stopped:
+        parts.append(f"rank{'s' if len(stopped) > 1 else ''} {', '.join(map(str, stopped))} "
+                     f"{'were' if len(stopped) > 1 else 'was'} stopped by the launcher")
+    return "; " + "; ".join(parts) if parts else ""
+
+
+def _crashed(cause: Crash, crashes: list[Crash], ends: list[reach.Ending], killed: dict[int, str | None]) -> Verdict:
+    check = {
+        "CudaNotEmulated": CudaNotEmulated,
+        "SpawnUnderLauncherError": SpawnUnderLauncher,
+    }.get(cause.type, RankCrashed)
+    where = f" at {os.path.basename(cause.path)}:{cause.line} (in {cause.function})" if cause.path else ""
+    lead = ""
+    if cause.consequence:
+        # Only broken connections: the rank that left first is why.
+        leaver = next((e for e in ends if e.how in ("exited", "returned") and e.rank != cause.rank
+                       and (e.at is None or e.at <= cause.time)), None)
+        if leaver is not None:
+            lead = (f"rank {leaver.rank} {leaver.describe()} while the other ranks were still in a "
+                    "collective; then ")
+    others = sorted({c.rank for c in crashes if c.rank != cause.rank} | set(killed) - {cause.rank})
+    message = f"{lead}rank {cause.rank} raised {cause.type}: {cause.message}{where}" \
+        + _after(cause.rank, crashes, ends, killed)
+    if check is not RankCrashed:
+        message = f"rank {cause.rank}: {cause.message}"
+    return Verdict(
+        check.code, FAIL, message, message=message, ranks=(cause.rank,), path=cause.path, line=cause.line,
+        details={
+            "exception": cause.type,
+            "traceback": cause.traceback,
+            "collateral_ranks": others,
+            "at": cause.time,
+            "all": [{"rank": c.rank, "type": c.type, "message": c.message, "where": c.where,
+                     "consequence": c.consequence} for c in crashes],
+        },
+    )
+
+
+PROBE = Probe(NAME, (RankCrashed, CudaNotEmulated, SpawnUnderLauncher, RankKilled, EndedBeforeTraining), judge, capture,
               order=2, always=True)

@@ -20,13 +20,31 @@ class CudaEmulated(Incident):
     """The script ran with CUDA emulated on the CPU (`--cpu`, or no CUDA device on this machine).
 
     ddpcheck says so because what it checked is the logic of the job — sharding, seeding,
-    gradient and parameter sync, collectives — not its speed or memory. Emulated: `nccl` → `gloo`
-    (`init_process_group`, `new_group`); `torch.cuda.is_available()` is True and `device_count()`
-    is the number of ranks on the node (or `--nproc` for a script that spawns its own workers);
-    `set_device`, `synchronize`, `empty_cache`, `torch.cuda.device(...)` and the CUDA seeding calls
-    do nothing; DDP's `device_ids`/`output_device` are dropped; every CUDA device argument
-    (`device=rank`, `"cuda:1"`, `torch.device("cuda", i)`, `.to(...)`, `.cuda()`) means the CPU.
-    Not emulated: see DDP121. The final weights equal those of the same script written for CPUs.
+    gradient and parameter sync, collectives — not its speed or memory. Each rank is one GPU of a
+    node with as many GPUs as ranks (`--nproc`, also for a script that `mp.spawn`s
+    `torch.cuda.device_count()` workers), and every CUDA device is the CPU:
+
+    - devices: `.to(i)`, `.to(f"cuda:{i}")`, `.cuda(i)`, `torch.device(i)`, `device=i` in factory
+      functions, DDP's `device_ids=[i]`, `map_location=f"cuda:{i}"`, `set_default_device("cuda")`;
+      `pin_memory` (also `DataLoader(pin_memory=True)`) and `non_blocking` copies are plain ones;
+    - `torch.cuda`: `is_available`, `device_count`, `current_device`, `set_device`, `device(...)`,
+      `get_device_name`, `get_device_properties` (name, `total_memory` 16 GiB, compute capability
+      8.0, 108 multiprocessors), `get_device_capability`, `is_bf16_supported`, `synchronize`,
+      `empty_cache`, the memory statistics (0: nothing is allocated on a GPU), `Event` (timing on
+      the host clock), `Stream` / `current_stream` / `stream()`, `manual_seed(_all)` (CUDA tensors
+      draw from the CPU generator), `get_rng_state`, `nvtx`;
+    - `torch.accelerator`: `is_available`, `device_count`, `current_accelerator` (cuda),
+      `set_device_index`, `current_device_index`, `device_index`, `synchronize`;
+    - AMP: `torch.autocast("cuda")`, `torch.amp.autocast("cuda", dtype=...)` and
+      `torch.cuda.amp.autocast` run CPU autocast with the same dtype; a CUDA `GradScaler` is a CPU
+      one (it scales, unscales and skips steps on inf/nan);
+    - `torch.distributed`: `nccl` → `gloo` (`init_process_group`, `new_group`; the backend
+      `get_default_backend_for_device` names), `init_process_group(device_id=...)` and
+      `barrier(device_ids=...)` are accepted.
+
+    torch's own code (the DataLoader, `torch.compile`, the GradScaler) is told the truth, that
+    there is no GPU, so it keeps to its CPU paths. What cannot be emulated: see DDP121. The final
+    weights equal those of the same script written for CPUs.
 
     ## Why it matters
 

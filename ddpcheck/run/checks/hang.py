@@ -13,20 +13,22 @@ from ddpcheck.run.verdict import FAIL, Context, Verdict
 
 
 class CollectiveHang(Incident):
-    """The job hung: no rank made progress for `--hang-timeout` seconds; the report says where each rank waits.
+    """The job hung: no rank made progress for `--hang-timeout` seconds; the report says why, and where each rank waits.
 
-    Every rank keeps a cheap record of the collectives it entered (operation, tensor shape and
-    dtype, your call site, a sequence number). When no rank has made progress for the hang
-    timeout (default 30 s), ddpcheck dumps every rank's Python stack, compares the records and
-    names the mismatch, e.g. "rank 0 is in barrier at train.py:42 (call #7); ranks 1–3 are in
-    all_reduce at train.py:57 (call #7)". Then it stops the job and exits with code 1. The stacks
-    are in the JSON report (`--report`, under `details.states`). A rank that stepped its optimizer
-    more often than the others waits in "ddpcheck's check exchange after optimizer step N".
+    Every rank keeps a ledger of the collectives it enters, its own and those DDP runs for it (the
+    gradient all-reduce inside `loss.backward()`, the buffer broadcast in the forward), and counts
+    its batches, forwards and optimizer steps. When a rank has made no progress for the hang
+    timeout (default 30 s), its watchdog reads what the training thread is doing — the ledger, its
+    Python stack (readable while it is blocked inside gloo), whether it burns CPU — and shares it.
+    Once every rank is stalled and none is computing, ddpcheck names the cause: uneven work
+    (DDP129), the first collective the ranks entered differently (DDP128), or, when neither
+    explains it, where each rank waits ("every rank waits in the same collective", "rank 1 is not
+    in a collective: idle at train.py:40"). Then it stops the job within seconds and exits with
+    code 1. Every rank's state and Python stack are in the JSON report (`--report`, under
+    `details.states`). A rank that is computing holds the verdict back: that is slow, not hung.
 
-    The watchdog only calls it a hang when every rank is stalled and at least one waits in a
-    collective: a long evaluation without collectives is slow, not hung. When the script passes
-    no `timeout=` to `init_process_group`, ddpcheck passes four times the hang timeout (at least
-    60 s) as a backstop.
+    With `--collective-timeout S`, ddpcheck also passes `timeout=S` to `init_process_group` when
+    the script passes none, so that a stuck collective raises instead of waiting 30 minutes.
 
     ## Why it matters
 
@@ -35,9 +37,11 @@ class CollectiveHang(Incident):
 
     ## How to fix
 
-    Make every rank call the same collectives in the same order: move collectives out of
-    rank-dependent branches (`if rank == 0:`), and out of loops whose length differs per rank
-    (uneven shards, early `break`).
+    Read the cause the report leads with. Make every rank call the same collectives in the same
+    order: move collectives out of rank-dependent branches (`if rank == 0:`), and out of loops
+    whose length differs per rank (uneven shards, early `break`). A long evaluation on one rank
+    while the others wait is fine when it computes; raise `--hang-timeout` for one that waits on
+    I/O.
 
     ## References
 
@@ -61,6 +65,8 @@ class CollectiveHang(Incident):
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
+    """The hang, whatever its cause (when DDP128 or DDP129 names the cause, their finding leads
+    and this one folds into it)."""
     try:
         verdict = json.loads((Path(ctx.record_dir) / HANG_VERDICT_FILE).read_text())
     except (OSError, ValueError):

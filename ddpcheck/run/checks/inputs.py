@@ -62,7 +62,8 @@ CODE = "DDP104"
 def capture(session: Session) -> None:
     from ddpcheck.run.rank.fingerprint import structure_digest
 
-    log = StepLog(session, session.section(NAME), session.add_slot(NAME))
+    part = session.section(NAME)
+    log = StepLog(session, part, session.add_slot(NAME))
     window = [0]  # the step whose first forward was fingerprinted
 
     def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -70,6 +71,10 @@ def capture(session: Session) -> None:
         if step != session.next_checked or window[0] == step:
             return
         window[0] = step
+        if "rows" not in part:
+            from ddpcheck.run.checks.shards import leading_rows
+
+            part["rows"] = leading_rows((args, kwargs))
         digest = structure_digest((args, kwargs))
         if digest is not None:
             session.stage(NAME, digest)

@@ -111,6 +111,7 @@ class CudaDeviceMismatch(RuntimeCheck):
     """
 
     code = "DDP110"
+    needs = "ddp"
     name = "cuda-device-mismatch"
     severity = Severity.ERROR
     BAD = """
@@ -144,6 +145,7 @@ class DestroyProcessGroupMissing(RuntimeCheck):
     """
 
     code = "DDP111"
+    needs = "init"
     name = "process-group-not-destroyed"
     severity = Severity.WARNING
     BAD = """
@@ -200,6 +202,8 @@ INIT, USED, DEVICE, DESTROY, UNUSED = "DDP108", "DDP109", "DDP110", "DDP111", "D
 
 
 def capture(session: Session) -> None:
+    from ddpcheck.run.rank import emulate
+
     section = session.section(NAME)
     section.update(init=False, backend=None, ddp=[], destroyed=False, ended=None,
                    host=socket.gethostname(), grad_seen=[])
@@ -226,6 +230,9 @@ def capture(session: Session) -> None:
             "gpu_uuid": _gpu_uuid(first),
             "forwards": 0,
         }
+        meant = emulate.meant_device(ddp) if emulate.enabled() else None
+        if meant is not None:  # CUDA emulated on the CPU: judge the GPU the script asked for
+            entry.update(device=meant, cuda_devices=emulate.emulated_device_count(), emulated=True)
         section["ddp"].append(entry)
         by_id[id(ddp)] = entry
         for name, p in params:
@@ -329,7 +336,9 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     clean = {r["rank"] for r in records if r.get("status") == "finished" and not r.get("exit_code")}
     finished = {r: s for r, s in secs.items() if s.get("ended") and r in clean}
     not_destroyed = tuple(r for r, s in finished.items() if s["init"] and not s["destroyed"])
-    if not any(s["init"] for s in finished.values()):
+    if not finished:
+        out.append(Verdict(DESTROY, SKIP, "no rank ended normally"))
+    elif not any(s["init"] for s in finished.values()):
         out.append(Verdict(DESTROY, SKIP, "no process group"))
     elif not_destroyed:
         out.append(Verdict(DESTROY, FAIL, f"not called on {_ranks(not_destroyed)}",
@@ -368,7 +377,9 @@ def _devices(secs: dict[int, dict[str, Any]], local_ranks: dict[int, int]) -> Ve
         return Verdict(DEVICE, FAIL, what, ranks=ranks,
                        message=f"Ranks are not on their own GPU ({what}). Call torch.cuda.set_device(LOCAL_RANK) "
                        "and build the model on cuda:LOCAL_RANK.", details={"devices": cuda})
-    return Verdict(DEVICE, PASS, "one device per rank", details={"devices": cuda})
+    shown = ", ".join(f"rank {r}: {d}" for r, d in sorted(cuda.items()))
+    emulated = " (emulated)" if any(first[r].get("emulated") for r in cuda) else ""
+    return Verdict(DEVICE, PASS, f"one device per rank{emulated}: {shown}", details={"devices": cuda})
 
 
 def _unused(secs: dict[int, dict[str, Any]]) -> Verdict:

@@ -36,7 +36,9 @@ class ParametersDiverge(RuntimeCheck):
     some ranks only (outside the optimizer, e.g. `if rank == 0: p.add_(...)`, a rank-local EMA or
     target-network update written into the model) makes the replicas drift; the checkpoint saved
     on rank 0 then is not what the other ranks trained. ddpcheck fingerprints the parameters after
-    checked steps (global optimizer post-step hook) and at the end.
+    checked steps (global optimizer post-step hook) and at the end. Once a DDP model exists, only
+    its parameters are compared: others the optimizer updates may differ per rank by design
+    (model-parallel embedding tables, as in DLRM).
 
     ## How to fix
 

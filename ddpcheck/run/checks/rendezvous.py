@@ -44,6 +44,7 @@ class HardcodedInitMethod(RuntimeCheck):
     """
 
     code = "DDP113"
+    needs = "init"
     name = "init-method-bypasses-launcher"
     severity = Severity.ERROR
     BAD = """
@@ -76,6 +77,7 @@ class RankWorldSizeMismatch(RuntimeCheck):
     """
 
     code = "DDP114"
+    needs = "init"
     name = "rank-world-size-mismatch"
     severity = Severity.ERROR
     BAD = """

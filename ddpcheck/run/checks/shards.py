@@ -40,6 +40,11 @@ class MissingDistributedSampler(RuntimeCheck):
     process and an "epoch" is N epochs. ddpcheck records the indices each rank's loader takes from
     its sampler and finds them shared across ranks.
 
+    Not a finding: scripts that load the whole global batch on every rank and keep their own
+    slice of it before the model (recommendation models such as DLRM do, to pair data-parallel
+    layers with model-parallel embeddings). When each rank's DDP model gets exactly 1/N of the
+    rows each rank loads, the check passes and says so.
+
     ## How to fix
 
     Pass `sampler=DistributedSampler(dataset)` to the DataLoader (and drop `shuffle=True`; the
@@ -243,9 +248,12 @@ def capture(session: Session) -> None:
     def __next__(self: Any) -> Any:
         batch = original_next(self)
         state = getattr(self, "_ddpcheck_state", None)
-        if state is not None and state["info"].get("iterable"):
-            _name(state)
-            _fingerprint_batch(state, batch)
+        if state is not None:
+            if state["info"].get("iterable"):
+                _name(state)
+                _fingerprint_batch(state, batch)
+            elif "rows" not in state["info"]:
+                state["info"]["rows"] = leading_rows(batch)
         return batch
 
     def _fingerprint_batch(state: dict[str, Any], batch: Any) -> None:
@@ -344,6 +352,37 @@ def loader_label(info: dict[str, Any]) -> str:
     return f"DataLoader {name}" + (f" (made at {info['site']})" if info.get("site") else "")
 
 
+def leading_rows(value: object) -> int | None:
+    """The first dimension of the first tensor in a batch or a call's arguments (its sample count)."""
+    import torch
+
+    stack = [value]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            if item.dim() >= 1:
+                return int(item.shape[0])
+        elif isinstance(item, dict):
+            stack[:0] = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack[:0] = list(item)
+    return None
+
+
+def _kept_slice(records: list[Record], per_rank: dict[int, dict[str, Any]], world: int) -> tuple[int, int] | None:
+    """(rows each rank's DDP model gets, rows each rank loads) when every rank keeps exactly 1/world
+    of every batch it loads: the script splits the global batch itself (DLRM does), so a loader
+    without a DistributedSampler is how it is meant to work."""
+    fed = {r["rank"]: r.get("probes", {}).get("inputs", {}).get("rows") for r in records}
+    found: set[tuple[int, int]] = set()
+    for rank, info in per_rank.items():
+        loaded, kept = info.get("rows"), fed.get(rank)
+        if not loaded or not kept or kept * world != loaded:
+            return None
+        found.add((kept, loaded))
+    return found.pop() if len(found) == 1 else None
+
+
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     results: dict[str, list[Verdict]] = {NO_SAMPLER: [], OVERLAP: [], COVERAGE: []}
     checked = 0
@@ -359,6 +398,12 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             drawn = {r: decode(i["epochs"][epoch]["indices"]) for r, i in per_rank.items()}
             complete = all(i["epochs"][epoch]["complete"] for i in per_rank.values())
             for code, verdict in _judge_epoch(first, epoch, drawn, complete, ctx).items():
+                split = (_kept_slice(records, per_rank, len(per_rank))
+                         if code == NO_SAMPLER and verdict.status == FAIL else None)
+                if split is not None:
+                    verdict = Verdict(NO_SAMPLER, PASS, f"{loader_label(first)} has no DistributedSampler, but "
+                                      f"each rank keeps 1/{len(per_rank)} of every batch it loads ({split[0]} of "
+                                      f"{split[1]} rows reach the DDP model)")
                 results[code].append(verdict)
     if not checked:
         return [Verdict(c, SKIP, "no DataLoader with indices on every rank") for c in results]

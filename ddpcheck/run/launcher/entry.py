@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(argv: list[str], record_dir: str) -> int:
     from ddpcheck.run import registry
-    from ddpcheck.run.launcher import command_line, exit_codes, launch, plan, summary, verdicts
+    from ddpcheck.run.launcher import command_line, exit_codes, launch, launcher_log, plan, summary, verdicts
     from ddpcheck.run.records import load_records
     from ddpcheck.run.verdict import Context
 
@@ -59,7 +59,8 @@ def _run(argv: list[str], record_dir: str) -> int:
     judged = verdicts.judge_all(records, ctx, options.codes)
     rows = verdicts.rows(judged)
     incidents = verdicts.incident_findings(judged)
-    findings = incidents + verdicts.check_findings(judged)
+    first, notes = summary.leading(incidents)
+    findings = first + verdicts.check_findings(judged) + notes  # the root cause leads
 
     happened = judged.happened
     script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
@@ -75,6 +76,7 @@ def _run(argv: list[str], record_dir: str) -> int:
         "world_size": ctx.world_size,
         "ranks_reported": [r.get("rank") for r in records],
         "launcher_ok": result.ok,
+        "torchrun_log": launcher_log.keep(record_dir) if not result.ok else None,
         "launcher_error": result.launcher_error,
         "failed_ranks": {str(k): v for k, v in result.exit_codes.items()},
         "script_exit_code": script_code,
@@ -89,8 +91,12 @@ def _run(argv: list[str], record_dir: str) -> int:
     if options.report:
         summary.write_report(options.report, data)
     if options.output_format == "full":
+        summary.print_incidents(first, records)
         summary.print_table(rows, job)
-        summary.print_incidents(incidents, records)
+        summary.print_incidents(notes, [])
+        print(summary.totals(rows, job), flush=True)
+        if job["torchrun_log"]:
+            print(f"torchrun's own log: {job['torchrun_log']}", flush=True)
     else:
         print(summary.render_other(options.output_format, findings, data))
     return exit_code

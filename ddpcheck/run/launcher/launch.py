@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpcheck.run.launcher import launcher_log
 from ddpcheck.run.launcher.command_line import Launch
 from ddpcheck.run.launcher.plan import Plan, restore_environment
 from ddpcheck.run.options import CONFIG_ENV
@@ -80,7 +81,8 @@ def run_job(launch: Launch) -> JobResult:
         saved_stdout = os.dup(1)
         os.dup2(2, 1)
     try:
-        torchrun(launch.torchrun_args)
+        with launcher_log.captured(launch.options.record_dir, verbose=launch.options.verbose):
+            torchrun(launch.torchrun_args)
     except ChildFailedError as exc:
         return JobResult(False, {int(r): int(f.exitcode) for r, f in exc.failures.items()})
     except (ValueError, AssertionError, RuntimeError) as exc:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpcheck.run.launcher.command_line import Launch
-from ddpcheck.run.options import ENV_EMULATE, ENV_EMULATED_DEVICES
+from ddpcheck.run.options import ENV_EMULATE, ENV_EMULATED_DEVICES, ENV_LAUNCHER_PID
 from ddpcheck.run.verdict import SpawnSite
 
 _SPAWNERS = {"spawn", "start_processes"}
@@ -48,7 +48,7 @@ def prepare(launch: Launch) -> Plan:
     cpu = options.cpu or not torch.cuda.is_available()
     nproc_ignored = site is not None and options.nproc_given and not cpu
     plan = Plan(site, cpu, nproc_ignored)
-    env: dict[str, str] = {}
+    env: dict[str, str] = {ENV_LAUNCHER_PID: str(os.getpid())}
     if cpu:
         env[ENV_EMULATE] = "1"
         if site is not None:

@@ -13,8 +13,8 @@ from ddpcheck.run import registry
 from ddpcheck.run.launcher.verdicts import Row
 from ddpcheck.run.records import Record
 
-_STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "skip": "[dim]skip[/]",
-           "not-run": "[dim]not run[/]"}
+_STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "not-reached": "[yellow]not reached[/]",
+           "skip": "[dim]skip[/]", "not-run": "[dim]not run[/]"}
 
 
 def _where(row: Row) -> str:
@@ -54,12 +54,31 @@ def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = N
         hint = registry.checks()[row.code].fix_hint()
         if hint:
             console.print(f"  [cyan]fix:[/] {hint}")
-    fails = sum(r.status == "fail" for r in rows)
-    passed = sum(r.status == "pass" for r in rows)
+
+
+def totals(rows: list[Row], job: dict[str, Any]) -> str:
+    """The closing line: '1 failed, 12 passed, 2 skipped or not run (40 optimizer steps, ...)'."""
+    count = {s: sum(r.status == s for r in rows) for s in ("fail", "pass", "not-reached")}
+    rest = len(rows) - sum(count.values())
+    reached = f", {count['not-reached']} not reached" if count["not-reached"] else ""
     script = job["script_exit_code"]
     tail = f"; the script exited with {script}" if script else ""
-    console.print(f"{fails} failed, {passed} passed, {len(rows) - fails - passed} skipped or not run"
-                  f" ({job['steps']} optimizer steps, {job['checked_steps']} checked){tail}")
+    return (f"{count['fail']} failed, {count['pass']} passed{reached}, {rest} skipped or not run"
+            f" ({job['steps']} optimizer steps, {job['checked_steps']} checked){tail}")
+
+
+def leading(found: list[Finding]) -> tuple[list[Finding], list[Finding]]:
+    """The incidents that say why the run stopped (a crash, a hang, a kill, an early end), first in
+    time first: the report leads with them. The others (notes such as the emulation) follow the table."""
+    checks = registry.checks()
+    first = [f for f in found if getattr(checks[f.code], "leads", checks[f.code].severity.value == "error")]
+    first.sort(key=_when)
+    return first, [f for f in found if f not in first]
+
+
+def _when(finding: Finding) -> float:
+    at = finding.details.get("at")
+    return float(at) if isinstance(at, (int, float)) else float("inf")
 
 
 def _rank_summary(record: Record) -> dict[str, Any]:

@@ -1,9 +1,11 @@
 """From per-rank records to check rows and Findings, in the launcher process. Torch-free.
 
-    records (rank-*.json)  →  every probe's judge()  →  fold consequences  →  rows + Findings
+    records (rank-*.json)  →  every probe's judge()  →  not reached?  →  fold consequences  →  rows + Findings
 
 Every probe of the registry judges (ddpcheck/run/registry.py); a deselected probe's checks are
-"not-run". Folding: one fault often shows up in several checks (an unwrapped model also makes
+"not-run". A check whose point of the run (its class's `needs`: a process group, a DDP model, an
+optimizer step) no rank reached is "not-reached", with the reason (ddpcheck/run/reach.py): a run
+that stopped early neither passes nor fails what it never got to. Folding: one fault often shows up in several checks (an unwrapped model also makes
 gradients and then parameters differ; a hang makes the stopped ranks look crashed). The root
 cause keeps its finding (its check class says which codes it `explains`); a consequence that is a
 check becomes a SKIP row that says which finding explains it, and a consequence that is an
@@ -15,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ddpcheck.findings import Finding, Severity
-from ddpcheck.run import registry
+from ddpcheck.run import reach, registry
 from ddpcheck.run.records import Record
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.run.verdict import FAIL, NOT_REACHED, PASS, SKIP, Context, Verdict
 
 @dataclass(frozen=True)
 class Row:
@@ -25,7 +27,7 @@ class Row:
 
     code: str
     name: str
-    status: str  # pass | fail | skip | not-run
+    status: str  # pass | fail | not-reached | skip | not-run
     verdict: Verdict | None
     explained_by: str | None = None
 
@@ -61,6 +63,8 @@ def judge_all(records: list[Record], ctx: Context, selected: tuple[str, ...] | N
                 incidents.append(verdict)
             else:
                 checks[verdict.code] = verdict
+    checks = reach.apply(checks, {code: cls.needs for code, cls in registry.checks().items()},
+                         reach.endings(records, ctx.exit_codes), ctx.world_size)
     return _fold(checks, incidents, frozenset(happened))
 
 
@@ -69,12 +73,21 @@ def _failed(checks: dict[str, Verdict], incidents: list[Verdict], code: str) -> 
     return found if found is not None and found.status == FAIL else None
 
 
+def _explains(cause: Verdict | None, code: str) -> bool:
+    """A failed cause explains `code`, unless its verdict narrows what it explains in this run
+    (`details["explains"]`: a mismatch seen at a checked step does not explain a later crash)."""
+    if cause is None:
+        return False
+    only = cause.details.get("explains")
+    return only is None or code in only
+
+
 def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozenset[str]) -> Judged:
     explained_by = registry.explained_by()
     out = dict(checks)
     kept = []
     for v in incidents:
-        if v.status == FAIL and any(_failed(out, incidents, c) for c in explained_by.get(v.code, ())):
+        if v.status == FAIL and any(_explains(_failed(out, incidents, c), v.code) for c in explained_by.get(v.code, ())):
             continue
         kept.append(v)
     for code, causes in explained_by.items():
@@ -84,7 +97,7 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozen
         v = found
         for cause in causes:
             c = _failed(out, kept, cause)
-            if c is None:
+            if c is None or not _explains(c, code):
                 continue
             if cause == "DDP105" and v.step is not None and c.step is not None and v.step < c.step:
                 continue  # parameters drifted before gradients did: its own fault
@@ -104,7 +117,7 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozen
 
 def rows(judged: Judged) -> list[Row]:
     """One row per check of the registry (incidents are not rows), failures first."""
-    order = {FAIL: 0, PASS: 1, SKIP: 2, "not-run": 3}
+    order = {FAIL: 0, PASS: 1, NOT_REACHED: 2, SKIP: 3, "not-run": 4}
     out = []
     for code, cls in registry.checks().items():
         if cls.incident:

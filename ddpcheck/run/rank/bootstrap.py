@@ -24,6 +24,7 @@ import sys
 import traceback
 
 from ddpcheck.run.options import RunOptions
+from ddpcheck.run.rank import ending, parent
 from ddpcheck.run.rank.instrument import instrument_after_torch
 from ddpcheck.run.rank.session import Session
 
@@ -50,8 +51,10 @@ def run_target(kind: str, name: str, args: list[str]) -> tuple[int, BaseExceptio
             sys.path[0] = os.getcwd()
             runpy.run_module(name, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
+        ending.ended(exc)
         return _exit_code(exc), None
     except BaseException as exc:  # noqa: BLE001 - an uncaught exception in the user's script
+        ending.ended(exc)
         traceback.print_exc()
         return 1, exc
     return 0, None
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
               file=sys.stderr)
         os._exit(2)
     kind, name, args = argv[0][2:], argv[1], argv[2:]
+    parent.die_with_parent()  # a SIGKILLed `ddpcheck run` takes its ranks with it
     options = RunOptions.from_env() or RunOptions()
     session = Session(options, target=name)
     instrument_after_torch(session)

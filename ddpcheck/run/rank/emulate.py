@@ -2,23 +2,34 @@
 
 Installed inside every rank before the user's script starts, only when emulation is on
 (`DDPCHECK_EMULATE_CUDA=1`, set by the launcher for `--cpu` or when this machine has no CUDA
-device). What is emulated — each piece was needed for a real torchrun-style GPU script:
+device). Each rank behaves as on a node with one GPU per rank — `device_count()` is the number of
+ranks on the node (`--nproc`), also in scripts that `mp.spawn` their own workers — and every CUDA
+device is the CPU:
 
-- `torch.cuda.is_available()` is True and `device_count()` is the number of emulated devices
-  (the ranks on this node, or `--nproc` for scripts that start their own processes);
-- `set_device`, `synchronize`, `empty_cache` and `torch.cuda.device(...)` do nothing;
-  `current_device()` returns the device last set;
-- the `nccl` backend becomes `gloo` (`init_process_group`, `new_group`), `device_id=` is dropped;
-- DDP's `device_ids` / `output_device` are dropped for modules whose parameters are on the CPU;
-- every CUDA device argument (`device=rank`, `"cuda:1"`, `torch.device("cuda", i)`) becomes the CPU,
-  `Tensor.to(<cuda device>)` stays on the CPU, `Tensor.cuda()` returns the tensor itself. This is
-  a `TorchFunctionMode`, which is thread-local: threads the script starts itself are not covered.
+- devices: integer and string devices everywhere (`.to(i)`, `.to(f"cuda:{i}")`, `.cuda(i)`,
+  `torch.device(i)`, `device=i` in factories, `map_location="cuda:i"`, `set_default_device`) mean
+  the CPU; modules and tensors report `cpu`. `pin_memory` is a no-op (DataLoader included) and
+  `non_blocking` copies are plain copies. The device rewriting is a `TorchFunctionMode`, pushed on
+  the main thread and on every thread the script starts;
+- `torch.cuda`: is_available, device_count, current_device, set_device, device(...),
+  get_device_name, get_device_properties (a plausible description: name, total_memory,
+  major/minor, multi_processor_count), get_device_capability, is_bf16_supported, synchronize,
+  empty_cache, memory statistics (zero: nothing is allocated on a GPU), Event (timing works, on
+  the host clock), Stream / current_stream / stream() (one in-order stream), manual_seed(_all)
+  (CUDA tensors draw from the CPU generator, seeded by torch.manual_seed), get/set_rng_state, nvtx;
+- `torch.accelerator`: is_available, device_count, current_accelerator (cuda), set_device_index,
+  current_device_index, device_index(...), synchronize;
+- AMP: autocast on "cuda" (`torch.autocast`, `torch.amp.autocast`, `torch.cuda.amp.autocast`) is
+  CPU autocast with the same dtype (bfloat16 where the CPU lacks float16 autocast, said once); a
+  CUDA `GradScaler` is a CPU GradScaler (it scales, unscales, skips steps on inf/nan);
+- `torch.distributed`: nccl becomes gloo (`init_process_group`, `new_group`,
+  `get_default_backend_for_device`), `device_id=` and `barrier(device_ids=)` are dropped; DDP's
+  `device_ids` / `output_device` are dropped for CPU modules. The device the script asked for is
+  kept on the DDP object (`_ddpcheck_device`) so that the one-device-per-rank check still judges it.
 
-What is not emulated fails at the call with `CudaNotEmulated`, a clear one-line message naming the
-call and the user's file:line (reported as DDP121): CUDA events and streams, `pin_memory()`,
-`torch.load(map_location=<cuda>)`, `set_default_device("cuda")`, autocast on "cuda" (it would
-silently stay float32), an enabled CUDA `GradScaler`, and device queries such as
-`get_device_name` or the memory statistics. `x.is_cuda` stays False.
+What truly cannot be emulated fails at the call with `CudaNotEmulated`, one line naming the call and
+the user's file:line (reported as DDP121): CUDA graphs, custom CUDA kernels (`torch.cuda.jiterator`,
+`load_inline` with CUDA sources), and CUDA-only collectives are not available on the CPU.
 """
 
 from __future__ import annotations
@@ -26,6 +37,10 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from ddpcheck.run.options import ENV_EMULATE as ENV_FLAG
 from ddpcheck.run.options import ENV_EMULATED_DEVICES as ENV_DEVICES
@@ -34,7 +49,9 @@ from ddpcheck.run.rank.sites import call_site, is_user_file
 _installed = False
 _current_device = 0
 USED: set[str] = set()  # what the user's code actually asked of the emulation, for the report
-on_first_use = None  # callable(feature), set by the rank's session to say it once
+NOTES: list[str] = []  # things said once (an autocast dtype replaced, ...), for the report
+on_first_use: Callable[[str], None] | None = None  # set by the rank's session to say it once
+_mode: Any = None
 
 
 def _used(feature: str) -> None:
@@ -47,8 +64,35 @@ def _used(feature: str) -> None:
                 pass
 
 
+def _note(text: str) -> None:
+    if text not in NOTES:
+        NOTES.append(text)
+        print(f"ddpcheck: {text}", file=sys.stderr, flush=True)
+
+
+def _caller_file() -> str:
+    """The file of the first frame outside this module: who called the emulated function."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back  # type: ignore[assignment]
+    return frame.f_code.co_filename if frame is not None else ""
+
+
 def _from_user() -> bool:
-    return is_user_file(sys._getframe(2).f_code.co_filename)
+    return is_user_file(_caller_file())
+
+
+@functools.lru_cache(maxsize=1)
+def _torch_dir() -> str:
+    import torch
+
+    return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def _from_torch() -> bool:
+    """Asked by torch itself (DataLoader, torch.compile, GradScaler...): those get the truth, there
+    is no GPU, so that they keep to their CPU paths; the script and its libraries see GPUs."""
+    return _caller_file().startswith(_torch_dir())
 
 
 class CudaNotEmulated(RuntimeError):
@@ -69,7 +113,15 @@ def enabled() -> bool:
     return os.environ.get(ENV_FLAG) == "1"
 
 
-def _is_cuda(device) -> bool:
+def emulated_device_count() -> int:
+    for var in (ENV_DEVICES, "LOCAL_WORLD_SIZE"):
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return 1
+
+
+def _is_cuda(device: Any) -> bool:
     import torch
 
     if isinstance(device, torch.device):
@@ -80,45 +132,74 @@ def _is_cuda(device) -> bool:
     return isinstance(device, int) and not isinstance(device, bool)
 
 
-def emulated_device_count() -> int:
-    for var in (ENV_DEVICES, "LOCAL_WORLD_SIZE"):
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            return int(value)
-    return 1
+def _ordinal(device: Any) -> int:
+    if device is None:
+        return _current_device
+    if isinstance(device, str):
+        return int(device.split(":", 1)[1]) if ":" in device else _current_device
+    if isinstance(device, int):
+        return device
+    index = getattr(device, "index", None)  # a torch.device (never imports torch here)
+    return _current_device if index is None else int(index)
 
 
-def _not_emulated(call: str, why: str = ""):
-    def refuse(*args, **kwargs):
+def _name(device: Any) -> str:
+    """The CUDA device the script meant, as torch would print it."""
+    return f"cuda:{_ordinal(device)}"
+
+
+def _own(name: str, value: Any) -> Any:
+    """A distinct function object per patched name: torch.compile's tracing rules index torch's
+    functions by object, and refuse one object standing for two names."""
+    if not callable(value) or isinstance(value, type):
+        return value
+
+    @functools.wraps(value)
+    def stand_in(*args: Any, **kwargs: Any) -> Any:
+        return value(*args, **kwargs)
+
+    stand_in.__name__ = stand_in.__qualname__ = name
+    return stand_in
+
+
+def _not_emulated(call: str, why: str = "") -> Callable[..., Any]:
+    def refuse(*args: Any, **kwargs: Any) -> Any:
         raise CudaNotEmulated(call, call_site(), why)
 
     refuse.__name__ = call.rsplit(".", 1)[-1]
-    refuse.__ddpcheck_refuses__ = call
+    refuse.__ddpcheck_refuses__ = call  # type: ignore[attr-defined]
     return refuse
 
 
-def _make_mode():
+# --- devices -------------------------------------------------------------------------------
+
+
+def _make_mode() -> Any:
     import torch
     from torch.overrides import TorchFunctionMode
 
     cpu = torch.device("cpu")
-    to = torch.Tensor.to
-    cuda = torch.Tensor.cuda
-    pin = torch.Tensor.pin_memory
+    to, cuda, pin = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.pin_memory
+    is_pinned = torch.Tensor.is_pinned
 
     class CudaOnCpu(TorchFunctionMode):
         """Rewrites CUDA device arguments to the CPU for every torch call in this thread."""
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             kwargs = kwargs or {}
             if func is cuda:
                 _used(".cuda()")
                 return args[0]
             if func is pin:
-                raise CudaNotEmulated("Tensor.pin_memory()", call_site(), "there is no pinned memory without CUDA")
+                _used("pin_memory")
+                return args[0]
+            if func is is_pinned:
+                return False
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 _used("CUDA device arguments")
                 kwargs = dict(kwargs, device=cpu)
+            if kwargs.get("pin_memory"):
+                kwargs = dict(kwargs, pin_memory=False)
             if func is to and len(args) > 1 and _is_cuda(args[1]):
                 _used("CUDA device arguments")
                 args = (args[0], cpu, *args[2:])
@@ -127,148 +208,458 @@ def _make_mode():
     return CudaOnCpu()
 
 
-def install() -> None:
-    """Patch torch so that CUDA code runs on the CPU. Idempotent; call before the user's script."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
+def _cover_threads() -> None:
+    """The mode is thread-local: push it in every thread the script starts too."""
+    original = threading.Thread.run
 
+    @functools.wraps(original)
+    def run(self: threading.Thread) -> None:
+        if _mode is not None:
+            with _mode:
+                return original(self)
+        return original(self)
+
+    threading.Thread.run = run  # type: ignore[method-assign]
+
+
+class _DeviceMeta(type):
+    _real: Any = None
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._real)
+
+    def __subclasscheck__(cls, sub: type) -> bool:
+        return issubclass(sub, cls._real)
+
+
+class device(metaclass=_DeviceMeta):  # noqa: N801 - stands in for torch.device
+    """`torch.device` as on a GPU machine: `torch.device(0)` means the current accelerator's device
+    0, so an integer becomes `cuda:i` (there is no accelerator here for torch to ask), which the
+    rest of the emulation maps to the CPU. Everything else is torch's own device type. Defined at
+    module level so that torch.compile's caches can pickle it."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        real = _DeviceMeta._real
+        if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+            _used("torch.device(int)")
+            return real("cuda", args[0])
+        return real(*args, **kwargs)
+
+
+def _patch_device_type(torch: Any) -> None:
+    _DeviceMeta._real = torch.device
+    device.__doc__ = torch.device.__doc__
+    torch.device = device
+
+
+def _remember(module: Any, name: str) -> None:
+    """The GPU a module (and each of its submodules, which DDP may wrap alone) was sent to."""
+    for sub in module.modules():
+        object.__setattr__(sub, "_ddpcheck_device", name)
+
+
+def _patch_modules(torch: Any) -> None:
+    """`Module.to` parses its device in C++ (no torch function); `Module.cuda` would copy every
+    parameter: both keep the module on the CPU and remember which GPU was meant."""
+    module = torch.nn.Module
+    original_to = module.to
+
+    @functools.wraps(original_to)
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        meant = None
+        if args and _is_cuda(args[0]):
+            meant, args = args[0], ("cpu", *args[1:])
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            meant, kwargs = kwargs["device"], dict(kwargs, device="cpu")
+        if meant is not None:
+            _used("CUDA device arguments")
+            _remember(self, _name(meant))
+        if args and args[0] == "cpu" and len(args) == 1 and not kwargs:
+            return self
+        return original_to(self, *args, **kwargs)
+
+    def cuda(self: Any, device: Any = None) -> Any:
+        _used(".cuda()")
+        _remember(self, _name(device))
+        return self
+
+    module.to = to
+    module.cuda = cuda
+
+
+def _patch_load(torch: Any) -> None:
+    original = torch.load
+
+    def to_cpu(location: Any) -> Any:
+        if isinstance(location, dict):
+            return {k: ("cpu" if _is_cuda(v) else v) for k, v in location.items()}
+        if location is None or _is_cuda(location):
+            return "cpu"
+        if callable(location):
+            def relocate(storage: Any, where: str) -> Any:
+                try:
+                    return location(storage, where)
+                except (RuntimeError, AssertionError):
+                    return storage
+            return relocate
+        return location
+
+    @functools.wraps(original)
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if map_location is not None and _is_cuda(map_location):
+            _used("torch.load(map_location=cuda)")
+        return original(f, to_cpu(map_location), *args, **kwargs)
+
+    torch.load = load
+
+
+def _patch_set_default_device(torch: Any) -> None:
+    original = torch.set_default_device
+
+    @functools.wraps(original)
+    def set_default_device(device: Any) -> None:
+        if device is not None and _is_cuda(device):
+            _used("torch.set_default_device(cuda)")
+            device = "cpu"
+        original(device)
+
+    torch.set_default_device = set_default_device
+
+
+def _patch_data_loader(torch: Any) -> None:
+    """Pinned host memory needs a GPU; a DataLoader asked for it yields ordinary tensors."""
+    loader = torch.utils.data.DataLoader
+    original = loader.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if self.pin_memory:
+            _used("pin_memory")
+            self.pin_memory = False
+
+    loader.__init__ = __init__
+
+
+# --- torch.cuda ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """What `torch.cuda.get_device_properties` says of an emulated device."""
+
+    name: str = "ddpcheck emulated GPU (CPU)"
+    major: int = 8
+    minor: int = 0
+    total_memory: int = 16 * 2**30
+    multi_processor_count: int = 108
+    is_integrated: int = 0
+    is_multi_gpu_board: int = 0
+    max_threads_per_multi_processor: int = 2048
+    warp_size: int = 32
+    L2_cache_size: int = 40 * 2**20
+    uuid: str = "00000000-0000-0000-0000-000000000000"
+    gcnArchName: str = "NVIDIA"  # noqa: N815 - torch's spelling
+
+
+class Event:
+    """A CUDA event on the host clock: `record`, `synchronize`, `elapsed_time` (milliseconds)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False) -> None:
+        self.enable_timing = enable_timing
+        self._at: float | None = None
+
+    def record(self, stream: Any = None) -> None:
+        self._at = time.perf_counter()
+
+    def wait(self, stream: Any = None) -> None:
+        pass
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._at is None or end_event._at is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        return (end_event._at - self._at) * 1000.0
+
+
+class Stream:
+    """One in-order stream: everything the CPU does is already ordered."""
+
+    def __init__(self, device: Any = None, priority: int = 0, **kwargs: Any) -> None:
+        self.device_index = _ordinal(device)
+        self.priority = priority
+
+    def wait_stream(self, stream: Any) -> None:
+        pass
+
+    def wait_event(self, event: Any) -> None:
+        pass
+
+    def record_event(self, event: Event | None = None) -> Event:
+        recorded = event or Event()
+        recorded.record()
+        return recorded
+
+    def query(self) -> bool:
+        return True
+
+    def synchronize(self) -> None:
+        pass
+
+    def is_capturing(self) -> bool:
+        return False
+
+    @property
+    def cuda_stream(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream)
+
+    def __hash__(self) -> int:
+        return 0
+
+
+_STREAM = Stream()
+
+
+class _StreamContext:
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream
+
+    def __enter__(self) -> Any:
+        return self.stream
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class _DeviceContext:
+    """`with torch.cuda.device(i):` switches the current device for the block."""
+
+    def __init__(self, device: Any = None) -> None:
+        self.index = None if device is None or (isinstance(device, int) and device < 0) else _ordinal(device)
+        self.previous = 0
+
+    def __enter__(self) -> "_DeviceContext":
+        global _current_device
+        self.previous = _current_device
+        if self.index is not None:
+            _current_device = self.index
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        global _current_device
+        _current_device = self.previous
+
+
+def _check_index(device: Any, call: str) -> int:
+    index = _ordinal(device)
+    count = emulated_device_count()
+    if not 0 <= index < count:
+        raise RuntimeError(f"{call}: invalid device ordinal {index} (ddpcheck emulates {count} GPU(s) per node, "
+                           "one per rank: --nproc)")
+    return index
+
+
+def _patch_cuda(torch: Any) -> None:
     tc = torch.cuda
+    real_is_available, real_device_count = tc.is_available, tc.device_count
+
     def is_available() -> bool:
+        if _from_torch():
+            return bool(real_is_available())
         if _from_user():
             _used("torch.cuda.is_available")
         return True
 
     def device_count() -> int:
+        if _from_torch():
+            return int(real_device_count())
         if _from_user():
             _used("torch.cuda.device_count")
         return emulated_device_count()
 
-    tc.is_available = is_available
-    tc.device_count = device_count
-
-    def set_device(device) -> None:
+    def set_device(device: Any) -> None:
         global _current_device
         _used("torch.cuda.set_device")
-        _current_device = _ordinal(device)
+        _current_device = _check_index(device, "torch.cuda.set_device")
 
-    tc.set_device = set_device
-    tc.current_device = lambda: _current_device
-    tc.synchronize = lambda device=None: None
-    tc.empty_cache = lambda: None
-    tc.ipc_collect = lambda: None
-    # CUDA generators do not exist here; "CUDA" tensors draw from the CPU generator.
-    for name in ("manual_seed", "manual_seed_all", "seed", "seed_all"):
-        setattr(tc, name, lambda *args, **kwargs: None)
+    def get_device_properties(device: Any = None) -> DeviceProperties:
+        _check_index(device, "torch.cuda.get_device_properties")
+        _used("torch.cuda device queries")
+        return DeviceProperties()
 
-    class _NoDevice:
-        def __init__(self, device=None) -> None:
+    def get_device_name(device: Any = None) -> str:
+        return get_device_properties(device).name
+
+    def get_device_capability(device: Any = None) -> tuple[int, int]:
+        props = get_device_properties(device)
+        return props.major, props.minor
+
+    def zero(*args: Any, **kwargs: Any) -> int:
+        _used("torch.cuda memory statistics")
+        return 0
+
+    def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        total = get_device_properties(device).total_memory
+        return total, total
+
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        _used("torch.cuda memory statistics")
+        return {}
+
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+        return "ddpcheck: CUDA is emulated on the CPU; no GPU memory is allocated.\n"
+
+    for name, value in {
+        "is_available": is_available, "device_count": device_count, "set_device": set_device,
+        "current_device": lambda: _current_device, "get_device_properties": get_device_properties,
+        "get_device_name": get_device_name, "get_device_capability": get_device_capability,
+        "is_bf16_supported": lambda including_emulation=True: True, "is_initialized": lambda: True,
+        "init": nothing, "synchronize": nothing, "empty_cache": nothing, "ipc_collect": nothing,
+        "memory_allocated": zero, "max_memory_allocated": zero, "memory_reserved": zero,
+        "max_memory_reserved": zero, "memory_cached": zero, "max_memory_cached": zero,
+        "reset_peak_memory_stats": nothing, "reset_max_memory_allocated": nothing,
+        "reset_max_memory_cached": nothing, "reset_accumulated_memory_stats": nothing,
+        "mem_get_info": mem_get_info, "memory_stats": memory_stats, "memory_summary": memory_summary,
+        "set_per_process_memory_fraction": nothing,
+        "Event": Event, "Stream": Stream, "ExternalStream": Stream,
+        "current_stream": lambda device=None: _STREAM, "default_stream": lambda device=None: _STREAM,
+        "stream": _StreamContext, "StreamContext": _StreamContext, "set_stream": nothing,
+        "is_current_stream_capturing": lambda: False,
+        "device": _DeviceContext, "device_of": lambda obj: _DeviceContext(None),
+        "manual_seed": nothing, "manual_seed_all": nothing, "seed": nothing, "seed_all": nothing,
+        "initial_seed": lambda: torch.initial_seed(),
+        "get_rng_state": lambda device="cuda": torch.get_rng_state(),
+        "get_rng_state_all": lambda: [torch.get_rng_state() for _ in range(emulated_device_count())],
+        "set_rng_state": nothing, "set_rng_state_all": nothing,
+        "CUDAGraph": _not_emulated("torch.cuda.CUDAGraph", "CUDA graphs replay GPU kernels"),
+        "graph": _not_emulated("torch.cuda.graph", "CUDA graphs replay GPU kernels"),
+        "make_graphed_callables": _not_emulated("torch.cuda.make_graphed_callables", "CUDA graphs replay GPU kernels"),
+    }.items():
+        setattr(tc, name, _own(name, value))
+    for name in ("range_push", "range_pop", "mark", "range_start", "range_end"):
+        setattr(tc.nvtx, name, _own(name, nothing))
+    tc.nvtx.range = _own("range", lambda *args, **kwargs: _StreamContext())
+    if hasattr(tc, "jiterator"):
+        tc.jiterator._create_jit_fn = _not_emulated("torch.cuda.jiterator", "it compiles a CUDA kernel")
+
+
+def _patch_accelerator(torch: Any) -> None:
+    acc = getattr(torch, "accelerator", None)
+    if acc is None:
+        return
+    cuda = torch.cuda
+    real_is_available, real_current = acc.is_available, acc.current_accelerator
+    real_device_count = acc.device_count
+
+    def current_accelerator(check_available: bool = False) -> Any:
+        if _from_torch():
+            return real_current(check_available)
+        if _from_user():
+            _used("torch.accelerator")
+        return torch.device("cuda")
+
+    def set_device_index(device: Any, /) -> None:
+        cuda.set_device(device)
+
+    def device_count() -> int:
+        return int(real_device_count()) if _from_torch() else emulated_device_count()
+
+    class device_index(_DeviceContext):  # noqa: N801 - torch's name
+        def __init__(self, device: Any, /) -> None:
+            super().__init__(device)
+
+    def is_available() -> bool:
+        if _from_torch():
+            return bool(real_is_available())
+        if _from_user():
+            _used("torch.accelerator")
+        return True
+
+    for name, value in {
+        "is_available": is_available,
+        "device_count": device_count,
+        "current_accelerator": current_accelerator,
+        "set_device_index": set_device_index, "set_device_idx": set_device_index,
+        "current_device_index": lambda: _current_device, "current_device_idx": lambda: _current_device,
+        "device_index": device_index,
+        "synchronize": lambda device=None, /: None,
+        "empty_cache": lambda: None,
+        "current_stream": lambda device=None, /: _STREAM,
+        "set_stream": lambda stream: None,
+        "memory_allocated": lambda device=None, /: 0, "max_memory_allocated": lambda device=None, /: 0,
+        "memory_reserved": lambda device=None, /: 0, "max_memory_reserved": lambda device=None, /: 0,
+        "reset_peak_memory_stats": lambda device=None, /: None,
+    }.items():
+        if hasattr(acc, name):
+            setattr(acc, name, _own(name, value))
+
+
+# --- AMP -----------------------------------------------------------------------------------
+
+
+def _cpu_autocast_dtype(torch: Any, dtype: Any) -> Any:
+    """The dtype a CUDA autocast would use (float16 unless given), if the CPU's autocast has it."""
+    if dtype is None:
+        try:
+            dtype = torch.get_autocast_dtype("cuda")
+        except (RuntimeError, AttributeError):
+            dtype = torch.float16
+    if dtype == torch.bfloat16:
+        return dtype
+    try:
+        with torch.autocast("cpu", dtype=dtype, enabled=True):
             pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc) -> bool:
-            return False
-
-    tc.device = _NoDevice
-    for name, why in (
-        ("Event", "CUDA events time GPU work"),
-        ("Stream", "CUDA streams order GPU work"),
-        ("stream", "CUDA streams order GPU work"),
-        ("current_stream", "CUDA streams order GPU work"),
-        ("default_stream", "CUDA streams order GPU work"),
-        ("get_device_name", "there is no GPU to name"),
-        ("get_device_properties", "there is no GPU to describe"),
-        ("get_device_capability", "there is no GPU to describe"),
-        ("mem_get_info", "there is no GPU memory"),
-        ("memory_allocated", "there is no GPU memory"),
-        ("max_memory_allocated", "there is no GPU memory"),
-        ("memory_reserved", "there is no GPU memory"),
-        ("max_memory_reserved", "there is no GPU memory"),
-        ("reset_peak_memory_stats", "there is no GPU memory"),
-        ("memory_summary", "there is no GPU memory"),
-    ):
-        setattr(tc, name, _not_emulated(f"torch.cuda.{name}", why))
-
-    _patch_set_default_device(torch)
-    _patch_load(torch)
-    _patch_amp(torch)
-    _patch_distributed(dist)
-    _patch_ddp(DistributedDataParallel)
-    _make_mode().__enter__()  # stays pushed for the life of the main thread
+        return dtype
+    except (RuntimeError, AssertionError):
+        _note(f"autocast to {dtype} on the emulated GPU runs as bfloat16 (the CPU has no {dtype} autocast)")
+        return torch.bfloat16
 
 
-def _ordinal(device) -> int:
-    import torch
-
-    if isinstance(device, torch.device):
-        return device.index or 0
-    if isinstance(device, str):
-        return int(device.split(":", 1)[1]) if ":" in device else 0
-    return int(device or 0)
-
-
-def _patch_set_default_device(torch) -> None:
-    original = torch.set_default_device
-
-    @functools.wraps(original)
-    def set_default_device(device):
-        if device is not None and _is_cuda(device):
-            raise CudaNotEmulated(
-                f"torch.set_default_device({device!r})", call_site(), "pass device= to the calls instead"
-            )
-        return original(device)
-
-    torch.set_default_device = set_default_device
-
-
-def _patch_load(torch) -> None:
-    original = torch.load
-
-    @functools.wraps(original)
-    def load(f, map_location=None, *args, **kwargs):
-        if map_location is not None and not callable(map_location) and not isinstance(map_location, dict):
-            if _is_cuda(map_location):
-                raise CudaNotEmulated(
-                    f"torch.load(map_location={map_location!r})", call_site(), 'load with map_location="cpu"'
-                )
-        return original(f, map_location, *args, **kwargs)
-
-    torch.load = load
-
-
-def _patch_amp(torch) -> None:
-    autocast_init = torch.amp.autocast.__init__
+def _patch_amp(torch: Any) -> None:
+    autocast = torch.amp.autocast_mode.autocast
+    autocast_init = autocast.__init__
 
     @functools.wraps(autocast_init)
-    def autocast(self, device_type, *args, **kwargs):
-        enabled_ = kwargs.get("enabled", args[1] if len(args) > 1 else True)
-        if device_type == "cuda" and enabled_:
-            raise CudaNotEmulated(
-                "torch.autocast('cuda')", call_site(), "on the CPU it would silently compute in float32"
-            )
-        return autocast_init(self, device_type, *args, **kwargs)
+    def __init__(self: Any, device_type: Any, dtype: Any = None, enabled: bool = True,
+                 cache_enabled: bool | None = None) -> None:
+        if device_type == "cuda":
+            _used("autocast")
+            dtype = _cpu_autocast_dtype(torch, dtype)
+            device_type = "cpu"
+        autocast_init(self, device_type, dtype=dtype, enabled=enabled, cache_enabled=cache_enabled)
 
-    torch.amp.autocast.__init__ = autocast
+    autocast.__init__ = __init__
 
-    scaler_init = torch.amp.GradScaler.__init__
+    scaler = torch.amp.GradScaler
+    scaler_init = scaler.__init__
 
     @functools.wraps(scaler_init)
-    def grad_scaler(self, device="cuda", *args, **kwargs):
-        enabled_ = kwargs.get("enabled", args[3] if len(args) > 3 else True)
-        if device == "cuda" and enabled_:
-            raise CudaNotEmulated("GradScaler('cuda')", call_site(), "loss scaling only means something for fp16 on a GPU")
-        return scaler_init(self, device, *args, **kwargs)
+    def grad_scaler(self: Any, device: str = "cuda", *args: Any, **kwargs: Any) -> None:
+        if device == "cuda":
+            _used("GradScaler")
+            device = "cpu"
+        scaler_init(self, device, *args, **kwargs)
 
-    torch.amp.GradScaler.__init__ = grad_scaler
+    scaler.__init__ = grad_scaler
 
 
-def _gloo(backend):
+# --- torch.distributed ---------------------------------------------------------------------
+
+
+def _gloo(backend: Any) -> Any:
     if isinstance(backend, str) and "nccl" in backend.lower():
         _used("nccl")
         # "nccl" and "cpu:gloo,cuda:nccl" alike: everything runs on the CPU.
@@ -276,11 +667,13 @@ def _gloo(backend):
     return backend
 
 
-def _patch_distributed(dist) -> None:
+def _patch_distributed(dist: Any) -> None:
     init = dist.init_process_group
 
     @functools.wraps(init)
-    def init_process_group(backend=None, *args, **kwargs):
+    def init_process_group(backend: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > 7:  # positional device_id (the ninth parameter)
+            args = args[:7]
         kwargs.pop("device_id", None)
         return init(_gloo(backend), *args, **kwargs)
 
@@ -290,7 +683,8 @@ def _patch_distributed(dist) -> None:
     new_group = dist.new_group
 
     @functools.wraps(new_group)
-    def new_group_(*args, **kwargs):
+    def new_group_(*args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("device_id", None)
         if "backend" in kwargs:
             kwargs["backend"] = _gloo(kwargs["backend"])
         elif len(args) > 2:
@@ -300,25 +694,72 @@ def _patch_distributed(dist) -> None:
     dist.new_group = new_group_
     dist.is_nccl_available = lambda: True
 
+    default_backend = getattr(dist, "get_default_backend_for_device", None)
+    if default_backend is not None:
+        @functools.wraps(default_backend)
+        def get_default_backend_for_device(device: Any) -> str:
+            return str(default_backend(device))  # "nccl" for cuda, as on a GPU node; init maps it
+
+        dist.get_default_backend_for_device = get_default_backend_for_device
+
     barrier = dist.barrier
 
     @functools.wraps(barrier)
-    def barrier_(*args, **kwargs):
+    def barrier_(*args: Any, **kwargs: Any) -> Any:
         kwargs.pop("device_ids", None)
         return barrier(*args[:2], **kwargs)
 
     dist.barrier = barrier_
 
 
-def _patch_ddp(ddp_class) -> None:
+def _patch_ddp(ddp_class: Any) -> None:
     original = ddp_class.__init__
 
     @functools.wraps(original)
-    def __init__(self, module, device_ids=None, output_device=None, *args, **kwargs):
+    def __init__(self: Any, module: Any, device_ids: Any = None, output_device: Any = None,
+                 *args: Any, **kwargs: Any) -> None:
+        meant = getattr(module, "_ddpcheck_device", None)
         on_cpu = all(p.device.type == "cpu" for p in module.parameters())
         if on_cpu and (device_ids is not None or output_device is not None):
             _used("DDP device_ids")
+            if device_ids:
+                meant = _name(device_ids[0])
             device_ids, output_device = None, None
-        return original(self, module, device_ids, output_device, *args, **kwargs)
+        original(self, module, device_ids, output_device, *args, **kwargs)
+        object.__setattr__(self, "_ddpcheck_device", meant)
 
     ddp_class.__init__ = __init__
+
+
+def meant_device(ddp: Any) -> str | None:
+    """The CUDA device a DDP model would be on with real GPUs (None: a CPU model)."""
+    return getattr(ddp, "_ddpcheck_device", None)
+
+
+# --- install -------------------------------------------------------------------------------
+
+
+def install() -> None:
+    """Patch torch so that CUDA code runs on the CPU. Idempotent; call before the user's script."""
+    global _installed, _mode
+    if _installed:
+        return
+    _installed = True
+    import torch
+    import torch.distributed as dist
+    import torch.utils.data
+    from torch.nn.parallel import DistributedDataParallel
+
+    _patch_cuda(torch)
+    _patch_accelerator(torch)
+    _patch_device_type(torch)
+    _patch_modules(torch)
+    _patch_set_default_device(torch)
+    _patch_load(torch)
+    _patch_data_loader(torch)
+    _patch_amp(torch)
+    _patch_distributed(dist)
+    _patch_ddp(DistributedDataParallel)
+    _mode = _make_mode()
+    _mode.__enter__()  # stays pushed for the life of the main thread
+    _cover_threads()

@@ -18,7 +18,7 @@ import os
 import sys
 from typing import Any, Callable, NoReturn
 
-from ddpcheck.run.rank import sites
+from ddpcheck.run.rank import ending, sites
 from ddpcheck.run.rank.session import Session
 
 _SPAWNERS = ("spawn", "start_processes")
@@ -83,13 +83,17 @@ def _run_worker(session: Session, fn: Callable[..., Any], index: int, *args: Any
     if "RANK" not in os.environ:
         # Until init_process_group says otherwise, worker i is rank i (as mp.spawn's examples have it).
         session.become_rank(index)
+    if "LOCAL_RANK" not in os.environ:  # worker i of this node: its GPU is cuda:i
+        session.local_rank = session.meta["local_rank"] = index
     try:
         fn(index, *args)
     except SystemExit as exc:
+        ending.ended(exc)
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         _finish(session, code, None)
         raise
     except BaseException as exc:
+        ending.ended(exc)
         _finish(session, 1, exc)
         raise  # torch's spawn sends the traceback to the parent
     _finish(session, 0, None)

@@ -22,6 +22,12 @@ def arm() -> None:
         return
     _armed = True
     os.environ.setdefault(PARENT_ENV, str(os.getpid()))
+    from ddpcheck.run.rank import parent
+
+    if os.environ[PARENT_ENV] == str(os.getpid()):
+        parent.die_with_parent()  # the script's own process: started by `ddpcheck run` itself
+    else:
+        parent.watch_parent()  # a worker the script started, from a thread we do not know
     from ddpcheck.run.rank.torch_import import when_torch_imported
 
     when_torch_imported(_instrument)

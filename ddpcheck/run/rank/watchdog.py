@@ -1,0 +1,178 @@
+"""The hang watchdog: a daemon thread in every rank.
+
+While its rank makes progress (enters or leaves a collective, DDP's included; draws a batch; steps
+an optimizer) the watchdog only compares two clock readings each poll. Once the rank has made no
+progress for the hang timeout, it reads what the training thread is doing — its collective ledger,
+its Python stack (readable while the thread is blocked inside gloo's C++), whether it burns CPU —
+and publishes that on the job's rendezvous store. When every rank has published and none is
+computing, one rank diagnoses the hang (diagnose.py: uneven work, the first collective the ranks
+entered differently, or where each waits), writes the verdict, and every rank leaves with
+HANG_EXIT_CODE, which ends the job. A rank that computes holds the verdict back: slow, not hung.
+Ranks that never answer (dead, or stuck in C++ that holds the GIL) are decided without after one
+more timeout, and the deciding rank kills those on its own node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from ddpcheck.run import diagnose as diagnose_mod
+from ddpcheck.run import live as live_mod
+from ddpcheck.run.rank import stacks
+from ddpcheck.run.rank.ledger import LEDGER, Ledger
+
+HANG_EXIT_CODE = 87
+KEY = "ddpcheck/hang/"
+SAMPLES = 5  # scheduler-state samples per poll once stalled
+PASSES_SHOWN = 4
+
+
+class Watchdog:
+    def __init__(self, store: Any, rank: int, world: int, timeout_s: float, *, record_dir: str,
+                 is_user_file: Callable[[str], bool], on_verdict: Callable[[dict[str, Any]], None],
+                 ledger: Ledger = LEDGER, thread: threading.Thread | None = None) -> None:
+        self.store, self.rank, self.world, self.timeout = store, rank, world, timeout_s
+        self.record_dir, self.is_user_file, self.on_verdict = record_dir, is_user_file, on_verdict
+        self.ledger = ledger
+        self.thread = thread or threading.main_thread()
+        self.meter = stacks.ThreadMeter(self.thread)
+        self.poll = min(1.0, max(0.1, timeout_s / 10))
+        self.posted: tuple[int, bool] | None = None  # (ledger events, busy) last published
+        self.stalled_since: float | None = None
+        self.all_posted_since: float | None = None
+        self.measuring = False
+        self.stop = threading.Event()
+
+    def key(self, rank: int) -> str:
+        return f"{KEY}state/{rank}"
+
+    def run(self) -> None:
+        try:
+            while not self.stop.wait(self.poll):
+                self.tick()
+        except Exception as exc:  # noqa: BLE001 - a broken watchdog must never break training
+            print(f"ddpcheck: hang watchdog on rank {self.rank} stopped: {type(exc).__name__}: {exc}",
+                  file=sys.stderr)
+
+    def tick(self) -> None:
+        stalled = time.monotonic() - self.ledger.last_progress >= self.timeout
+        if not stalled:
+            self.measuring = False
+            if self.posted is not None:
+                self.store.delete_key(self.key(self.rank))
+                self.posted = None
+                self.stalled_since = self.all_posted_since = None
+            return
+        if not self.measuring:  # the load is measured from the moment the rank stalled
+            self.meter.read()
+            self.measuring = True
+        for _ in range(SAMPLES):
+            self.meter.sample()
+            time.sleep(min(0.02, self.poll / 20))
+        load = self.meter.read()
+        if self.store.check([KEY + "verdict"]):
+            self.finish(json.loads(self.store.get(KEY + "verdict")))
+        busy = load.busy or (self._waiting_for_data() and load.children_ratio > stacks.BUSY_CPU_RATIO)
+        if self.posted != (self.ledger.events, busy):
+            self.posted = (self.ledger.events, busy)
+            self.store.set(self.key(self.rank), json.dumps(self.state(busy, load)))
+        if not busy:
+            self.maybe_decide()
+
+    def _waiting_for_data(self) -> bool:
+        return stacks.place(stacks.thread_frames(self.thread.ident or 0)) == "waiting for a DataLoader batch"
+
+    def state(self, busy: bool, load: stacks.Load) -> dict[str, Any]:
+        ledger = self.ledger
+        frames = stacks.thread_frames(self.thread.ident or 0)
+        passes = [p.to_json(ledger) for p in list(ledger.passes)[-PASSES_SHOWN:]]
+        return {
+            "rank": self.rank, "pid": os.getpid(), "host": socket.gethostname(),
+            "events": ledger.events, "stalled_s": round(time.monotonic() - ledger.last_progress, 1),
+            "at": round(time.time() - (time.monotonic() - ledger.last_progress), 3),  # its last progress
+            "busy": busy, "load": load.to_json(),
+            "logs": {name: log.to_json() for name, log in ledger.logs().items()},
+            "steps": ledger.steps, "forwards": ledger.forwards, "backwards": ledger.backwards,
+            "passes": passes, "ours": ledger.ours, "place": stacks.place(frames),
+            "frames": stacks.user_frames(frames, self.is_user_file),
+            "stack": stacks.format_stack(frames),
+        }
+
+    def maybe_decide(self) -> None:
+        keys = [self.key(r) for r in range(self.world)]
+        now = time.monotonic()
+        if self.stalled_since is None:
+            self.stalled_since = now
+        if self.store.check(keys):
+            if self.all_posted_since is None:
+                self.all_posted_since = now  # wait one more poll: a rank that moved on withdraws
+                return
+        elif now - self.stalled_since < max(5.0, self.timeout):
+            return  # ranks that never answer are dead or stuck outside Python: decide without them later
+        states = {}
+        for r, k in enumerate(keys):
+            if self.store.check([k]):
+                states[r] = json.loads(self.store.get(k))
+        if any(s.get("busy") for s in states.values()):
+            return  # a rank is still computing: the others wait for it, which is slow, not hung
+        if self.store.add(KEY + "claim", 1) != 1:
+            return  # another rank is deciding
+        verdict = compose(states, self.world, self.timeout)
+        self.store.set(KEY + "verdict", json.dumps(verdict))
+        self.finish(verdict, decided=True)
+
+    def finish(self, verdict: dict[str, Any], decided: bool = False) -> None:
+        """Keep this rank's record and the verdict, wait briefly until every rank has done the
+        same, kill the local ranks that never answered, and leave."""
+        try:
+            self.on_verdict(verdict)
+            if decided:  # said once, by the rank that decided; the report says it again
+                sys.stderr.write(f"ddpcheck: hang: {verdict['message']}; stopping the job\n")
+                sys.stderr.flush()
+            self.store.set(f"{KEY}done/{self.rank}", "1")
+            done = [f"{KEY}done/{r}" for r in range(self.world)]
+            deadline = time.monotonic() + max(3.0, 3 * self.poll)
+            while time.monotonic() < deadline and not self.store.check(done):
+                time.sleep(0.05)
+            if decided:
+                self.kill_silent_local(done)
+        except Exception:  # noqa: BLE001 - the store may be gone with its host rank: leave anyway
+            pass
+        os._exit(HANG_EXIT_CODE)
+
+    def kill_silent_local(self, done: list[str]) -> None:
+        """Ranks on this node that never said they were done (stuck in C++ holding the GIL, or with
+        a SIGTERM handler that cannot run): SIGKILL, found by the pid in their live file."""
+        for rank, key in enumerate(done):
+            if rank == self.rank or self.store.check([key]):
+                continue
+            data = live_mod.read(live_mod.path_for(self.record_dir, rank))
+            pid = int(data["pid"]) if data else 0
+            if pid > 1 and pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+def compose(states: dict[int, dict[str, Any]], world: int, timeout_s: float) -> dict[str, Any]:
+    """The verdict the ranks write: the diagnosis, and every rank's state for the report."""
+    ranks = {r: diagnose_mod.RankState.from_json(r, s) for r, s in states.items()}
+    found = diagnose_mod.diagnose(ranks, world, hung_s=timeout_s)
+    assert found is not None  # with hung_s there is always one
+    now = time.time()
+    progress = [float(s["at"]) for s in states.values() if "at" in s] or [now]
+    return {
+        "code": found.code, "message": found.message, "site": found.site, "ranks": list(found.ranks),
+        # at: when the first rank stopped making progress; quiet_s: how long after the job's last
+        # progress (on any rank) the verdict came.
+        "details": {**found.details, "at": min(progress), "quiet_s": round(now - max(progress), 1)},
+        "states": {str(r): s for r, s in states.items()}, "timeout_s": timeout_s,
+    }
