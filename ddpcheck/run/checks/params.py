@@ -174,7 +174,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
 
 def _params(records: list[Record]) -> Verdict:
     logs = logs_by_rank(records, NAME)
-    ends = {int(r["rank"]): section(r, NAME)["end"] for r in records if section(r, NAME).get("end")}
+    ends = {int(r["rank"]): section(r, NAME)["end"] for r in records
+            if (section(r, NAME).get("end") or {}).get("names")}  # parameters to compare at the end
     if len(logs) < 2 or (not any(log.get("count") for log in logs.values()) and len(ends) < 2):
         return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
     step, at, bad, compared = first_mismatch(logs)
