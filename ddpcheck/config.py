@@ -11,7 +11,7 @@ holds them, as in Ruff.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddpcheck.errors import UserError

@@ -7,14 +7,15 @@ import textwrap
 
 from tests.conftest import run_cli
 
-# One safe fix (the unused noqa on line 6, with DDP901 on) and one unsafe fix (DDP006 on line 5).
+# One safe fix (the unused noqa on line 6, with DDP901 on) and one unsafe fix (DDP006 on line 5:
+# the sampler keeps its order, so dropping `shuffle=True` changes what the user asked for).
 SOURCE = textwrap.dedent(
     """\
     import torch.distributed as dist
     from torch.utils.data import DataLoader, DistributedSampler
 
     dist.init_process_group("gloo")
-    loader = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds))
+    loader = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds, shuffle=False))
     print("ready")  # noqa: DDP011
     dist.destroy_process_group()
     """
@@ -77,8 +78,8 @@ def test_diff_prints_the_change_writes_nothing_and_exits_1(tmp_path):
     assert p.read_text() == SOURCE
     assert r.returncode == 1
     assert f"--- a/{p}" in r.stdout
-    assert "-loader = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds))\n" in r.stdout
-    assert "+loader = DataLoader(ds, sampler=DistributedSampler(ds))\n" in r.stdout
+    assert "-loader = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds, shuffle=False))\n" in r.stdout
+    assert "+loader = DataLoader(ds, sampler=DistributedSampler(ds, shuffle=False))\n" in r.stdout
     assert "DDP006" not in r.stdout  # a diff, not a report
     assert "Would fix 2 findings." in r.stderr
     clean = _file(tmp_path, NO_SHUFFLE.replace("  # noqa: DDP011", ""))

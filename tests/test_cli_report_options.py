@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     dist.init_process_group("gloo")
     a = DataLoader(ds, batch_size=8)
     b = DataLoader(ds, batch_size=8)
-    c = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds))
+    c = DataLoader(ds, shuffle=True, sampler=DistributedSampler(ds, shuffle=False))
     """
 )
 

@@ -22,17 +22,20 @@ def _cases():
 
 @pytest.mark.parametrize("rule,kind,example", list(_cases()))
 def test_rule_example(rule, kind, example):
-    invalid = example if isinstance(example, Invalid) else Invalid(example)
-    source = textwrap.dedent(invalid.code).lstrip("\n")
-    findings = [f for f in lint_source("example.py", source, [rule]) if f.code == rule.code]
     if kind == "valid":
+        source = textwrap.dedent(example).lstrip("\n")
+        findings = [f for f in lint_source("example.py", source, [rule]) if f.code == rule.code]
         assert findings == [], f"{rule.code} fired on a valid example:\n{source}\n{findings}"
         return
+    # Fixit's contract: an INVALID example states exactly where it is reported.
+    assert isinstance(example, Invalid), f"{rule.code}: INVALID examples are Invalid(code, lines=...)"
+    invalid = example
+    source = textwrap.dedent(invalid.code).lstrip("\n")
+    findings = [f for f in lint_source("example.py", source, [rule]) if f.code == rule.code]
     assert findings, f"{rule.code} missed an invalid example:\n{source}"
-    if invalid.line is not None:
-        assert invalid.line in [f.line for f in findings], [f.line for f in findings]
-    if invalid.lines is not None:
-        assert sorted(f.line for f in findings) == sorted(invalid.lines), [f.line for f in findings]
+    assert sorted(f.line for f in findings) == sorted(invalid.lines), (
+        f"{rule.code} reported lines {sorted(f.line for f in findings)}, the example pins "
+        f"{sorted(invalid.lines)}:\n{source}")
     if invalid.fixed is not None:
         fixed, applied = apply_fixes(source, findings, unsafe=True)
         assert applied, f"{rule.code} offered no fix"

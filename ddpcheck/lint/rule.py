@@ -34,14 +34,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Invalid:
-    """An example the rule must report. `lines`: the 1-based lines of its findings, exactly (if
-    given); `line`: one line that must be among them; `fixed`: the source after applying the
-    rule's fix, for fixable rules."""
+    """An example the rule must report: `lines` are the 1-based lines of its findings, exactly
+    (a line twice for two findings on it); `fixed` is the source after applying the rule's fix,
+    for fixable rules."""
 
     code: str
-    line: int | None = None
+    lines: tuple[int, ...]
     fixed: str | None = None
-    lines: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ class Rule(Described):
     kind: ClassVar[str] = "lint"
     MESSAGE: ClassVar[str] = ""  # default message: says what is wrong and what to do
     VALID: ClassVar[Sequence[str]] = ()
-    INVALID: ClassVar[Sequence[Invalid | str]] = ()
+    INVALID: ClassVar[Sequence[Invalid]] = ()
 
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -93,8 +92,7 @@ class Rule(Described):
         if info.bad or info.good:
             return info
         # The first examples double as the page's bad/good pair.
-        bad = cls.INVALID[0] if cls.INVALID else ""
-        bad = bad.code if isinstance(bad, Invalid) else bad
+        bad = cls.INVALID[0].code if cls.INVALID else ""
         good = cls.VALID[0] if cls.VALID else ""
         return replace(info, bad=textwrap.dedent(bad).strip("\n"), good=textwrap.dedent(good).strip("\n"))
 

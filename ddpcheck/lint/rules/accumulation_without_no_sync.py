@@ -96,7 +96,7 @@ class AccumulationWithoutNoSync(Rule):
                     optimizer.step()
                     optimizer.zero_grad()
             """,
-            line=5,
+            lines=(5,),
         ),
         Invalid(
             """
@@ -109,7 +109,7 @@ class AccumulationWithoutNoSync(Rule):
                 scaler.step(optimizer)
                 scaler.update()
             """,
-            line=6,
+            lines=(6,),
         ),
     ]
 

@@ -90,13 +90,16 @@ class AllReduceSumAsMean(Rule):
                 dist.all_reduce(reduced_loss)
                 print(reduced_loss.item())
             """,
-            line=5,
+            lines=(5,),
         ),
-        """
-        import torch.distributed as dist
-        acc1 = accuracy(output, target)
-        dist.all_reduce(acc1, op=dist.ReduceOp.SUM)
-        """,
+        Invalid(
+            """
+            import torch.distributed as dist
+            acc1 = accuracy(output, target)
+            dist.all_reduce(acc1, op=dist.ReduceOp.SUM)
+            """,
+            lines=(3,),
+        ),
     ]
 
     def finish(self) -> None:

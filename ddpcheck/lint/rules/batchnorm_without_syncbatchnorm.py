@@ -4,7 +4,7 @@ import re
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 # Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
 # `SyncBatchNorm(...)`, `args.sync_bn`. Prose such as "without SyncBatchNorm" does not count.
@@ -74,17 +74,23 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         """,
     ]
     INVALID = [
-        """
-        import torch.nn as nn
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
-        model = DDP(model.cuda(), device_ids=[local_rank])
-        """,
-        """
-        from torchvision.models import resnet18
-        from torch.nn.parallel import DistributedDataParallel
-        ddp = DistributedDataParallel(resnet18(num_classes=10))
-        """,
+        Invalid(
+            """
+            import torch.nn as nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU())
+            model = DDP(model.cuda(), device_ids=[local_rank])
+            """,
+            lines=(4,),
+        ),
+        Invalid(
+            """
+            from torchvision.models import resnet18
+            from torch.nn.parallel import DistributedDataParallel
+            ddp = DistributedDataParallel(resnet18(num_classes=10))
+            """,
+            lines=(3,),
+        ),
     ]
 
     def finish(self) -> None:

@@ -3,9 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import per_rank_or_memory
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 
 
@@ -32,7 +33,10 @@ class CheckpointSavedByEveryRank(Rule):
 
     ## How to fix
     Save on one rank: `if dist.get_rank() == 0: torch.save(model.module.state_dict(), path)`,
-    then `dist.barrier()` on every rank before anyone reads the file.
+    then `dist.barrier()` on every rank before anyone reads the file. The fix puts the save
+    under `if not dist.is_initialized() or dist.get_rank() == 0:`, which is also true in a
+    single-process run. It is unsafe: the other ranks no longer write the file, so code that
+    reads it on them right after needs a `dist.barrier()` first.
 
     ## References
     - https://pytorch.org/tutorials/intermediate/ddp_tutorial.html#save-and-load-checkpoints
@@ -41,6 +45,7 @@ class CheckpointSavedByEveryRank(Rule):
     """
 
     code = "DDP010"
+    fixable = True
     name = "checkpoint-saved-by-every-rank"
     severity = Severity.WARNING
     MESSAGE = (
@@ -132,24 +137,39 @@ class CheckpointSavedByEveryRank(Rule):
         """,
     ]
     INVALID = [
-        """
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("nccl")
-        for epoch in range(10):
-            train_one_epoch()
-            torch.save(model.state_dict(), "model.pt")
-        """,
-        """
-        # A helper of the file, called by every rank from the worker.
-        import torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        def save_checkpoint(state, filename="checkpoint.pth"):
-            torch.save(state, filename)
-        def main_worker(rank, world_size):
-            model = DDP(net)
-            save_checkpoint({"model": model.state_dict()})
-        """,
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            for epoch in range(10):
+                train_one_epoch()
+                torch.save(model.state_dict(), "model.pt")
+            """,
+            lines=(6,),
+            fixed="""
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            for epoch in range(10):
+                train_one_epoch()
+                if not dist.is_initialized() or dist.get_rank() == 0:
+                    torch.save(model.state_dict(), "model.pt")
+            """,
+        ),
+        Invalid(
+            """
+            # A helper of the file, called by every rank from the worker.
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            def save_checkpoint(state, filename="checkpoint.pth"):
+                torch.save(state, filename)
+            def main_worker(rank, world_size):
+                model = DDP(net)
+                save_checkpoint({"model": model.state_dict()})
+            """,
+            lines=(5,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -162,4 +182,5 @@ class CheckpointSavedByEveryRank(Rule):
             chain = model.paths.every_rank(site)
             if chain is None:
                 continue
-            self.report(site.node, module=site.module, related=chain)
+            fix = remedies.guard_on_rank_zero(model.root, site.node) if site.module is model.root else None
+            self.report(site.node, module=site.module, related=chain, fix=fix)

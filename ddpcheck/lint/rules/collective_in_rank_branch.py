@@ -13,7 +13,7 @@ from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 
 @dataclass(frozen=True)
@@ -166,51 +166,66 @@ class CollectiveInRankBranch(Rule):
         """,
     ]
     INVALID = [
-        """
-        import torch.distributed as dist
-        dist.init_process_group("gloo")
-        if dist.get_rank() == 0:
-            dist.barrier()
-        """,
-        """
-        # A helper of this file that reduces, called on the main process only.
-        import torch
-        def reduce_mean(t):
-            torch.distributed.all_reduce(t)
-            return t / torch.distributed.get_world_size()
-        def is_main_process():
-            return torch.distributed.get_rank() == 0
-        if is_main_process():
-            print(reduce_mean(loss))
-        """,
-        """
-        # Evaluating the DDP model on rank 0 only.
-        import torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(net, device_ids=[local_rank])
-        if args.local_rank in (-1, 0):
-            with torch.no_grad():
-                val_loss = model(val_batch)
-        """,
-        """
-        # The DDP model kept on `self`, evaluated in another method on rank 0 only.
-        import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        class Trainer:
-            def __init__(self, model, local_rank):
-                self.model = DDP(model, device_ids=[local_rank])
-            def evaluate(self, batch):
-                if dist.get_rank() == 0:
-                    return self.model(batch)
-        """,
-        """
-        # After an early return on the other ranks.
-        import torch.distributed as dist
-        def log_metrics(rank, t):
-            if rank != 0:
-                return
-            dist.all_reduce(t)
-        """,
+        Invalid(
+            """
+            import torch.distributed as dist
+            dist.init_process_group("gloo")
+            if dist.get_rank() == 0:
+                dist.barrier()
+            """,
+            lines=(4,),
+        ),
+        Invalid(
+            """
+            # A helper of this file that reduces, called on the main process only.
+            import torch
+            def reduce_mean(t):
+                torch.distributed.all_reduce(t)
+                return t / torch.distributed.get_world_size()
+            def is_main_process():
+                return torch.distributed.get_rank() == 0
+            if is_main_process():
+                print(reduce_mean(loss))
+            """,
+            lines=(9,),
+        ),
+        Invalid(
+            """
+            # Evaluating the DDP model on rank 0 only.
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(net, device_ids=[local_rank])
+            if args.local_rank in (-1, 0):
+                with torch.no_grad():
+                    val_loss = model(val_batch)
+            """,
+            lines=(7,),
+        ),
+        Invalid(
+            """
+            # The DDP model kept on `self`, evaluated in another method on rank 0 only.
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            class Trainer:
+                def __init__(self, model, local_rank):
+                    self.model = DDP(model, device_ids=[local_rank])
+                def evaluate(self, batch):
+                    if dist.get_rank() == 0:
+                        return self.model(batch)
+            """,
+            lines=(9,),
+        ),
+        Invalid(
+            """
+            # After an early return on the other ranks.
+            import torch.distributed as dist
+            def log_metrics(rank, t):
+                if rank != 0:
+                    return
+                dist.all_reduce(t)
+            """,
+            lines=(6,),
+        ),
     ]
 
     def finish(self) -> None:

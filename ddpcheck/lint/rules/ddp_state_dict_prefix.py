@@ -75,7 +75,7 @@ class DdpStateDictPrefix(Rule):
             ddp_model = DDP(model, device_ids=[rank])
             torch.save(ddp_model.state_dict(), "model.pt")
             """,
-            line=4,
+            lines=(4,),
             fixed="""
             import torch
             from torch.nn.parallel import DistributedDataParallel as DDP
@@ -83,12 +83,15 @@ class DdpStateDictPrefix(Rule):
             torch.save(ddp_model.module.state_dict(), "model.pt")
             """,
         ),
-        """
-        import torch
-        model = torch.nn.parallel.DistributedDataParallel(model)
-        state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict()}
-        torch.save(state, path)
-        """,
+        Invalid(
+            """
+            import torch
+            model = torch.nn.parallel.DistributedDataParallel(model)
+            state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict()}
+            torch.save(state, path)
+            """,
+            lines=(3,),
+        ),
         Invalid(
             """
             # Resumed into the plain model before wrapping: the saved prefix will not load back.
@@ -98,7 +101,7 @@ class DdpStateDictPrefix(Rule):
             model = DDP(model)
             torch.save(model.state_dict(), "last.pt")
             """,
-            line=6,
+            lines=(6,),
         ),
     ]
 

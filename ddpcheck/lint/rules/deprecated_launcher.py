@@ -5,6 +5,7 @@ import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted, string_text
@@ -45,7 +46,11 @@ class DeprecatedLauncher(Rule):
     ## How to fix
     Launch with `torchrun --nproc_per_node=N script.py` and read the local rank with
     `int(os.environ["LOCAL_RANK"])`. To keep old launch commands working, give the flag
-    `default=int(os.environ.get("LOCAL_RANK", -1))` and accept both spellings.
+    `default=int(os.environ.get("LOCAL_RANK", -1))` and accept both spellings. The fix does
+    exactly that for a flag with an integer default, `default=int(os.environ.get("LOCAL_RANK",
+    <the old default>))`, adding `import os` when needed. It is safe: torchrun sets LOCAL_RANK
+    and passes no flag, while `torch.distributed.launch` (which passes the flag) and a run
+    without a launcher (which gets the old default) behave as before.
 
     ## References
     - https://pytorch.org/docs/stable/elastic/run.html#transitioning-from-torch-distributed-launch-to-torchrun
@@ -54,6 +59,7 @@ class DeprecatedLauncher(Rule):
     """
 
     code = "DDP008"
+    fixable = True
     name = "deprecated-launcher"
     severity = Severity.WARNING
     MESSAGE = (
@@ -117,28 +123,49 @@ class DeprecatedLauncher(Rule):
             """,
             lines=(1,),
         ),
-        """
-        import argparse
-        import torch
-        parser = argparse.ArgumentParser()
-        parser.add_argument("--local_rank", type=int, default=0)
-        args = parser.parse_args()
-        torch.cuda.set_device(args.local_rank)
-        """,
-        """
-        import subprocess, sys
-        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]
-        subprocess.run(cmd, check=True)
-        """,
-        """
-        import runpy
-        from torch.distributed import launch
-        runpy.run_module("torch.distributed.launch", run_name="__main__")
-        """,
-        """
-        import os
-        os.system("python -m torch.distributed.launch --nproc_per_node=4 train.py")
-        """,
+        Invalid(
+            """
+            import argparse
+            import torch
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=0)
+            args = parser.parse_args()
+            torch.cuda.set_device(args.local_rank)
+            """,
+            lines=(4,),
+            fixed="""
+            import argparse
+            import torch
+            import os
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+            args = parser.parse_args()
+            torch.cuda.set_device(args.local_rank)
+            """,
+        ),
+        Invalid(
+            """
+            import subprocess, sys
+            cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2", "train.py"]
+            subprocess.run(cmd, check=True)
+            """,
+            lines=(2,),
+        ),
+        Invalid(
+            """
+            import runpy
+            from torch.distributed import launch
+            runpy.run_module("torch.distributed.launch", run_name="__main__")
+            """,
+            lines=(2, 3),
+        ),
+        Invalid(
+            """
+            import os
+            os.system("python -m torch.distributed.launch --nproc_per_node=4 train.py")
+            """,
+            lines=(2,),
+        ),
     ]
 
     COMMENT_MESSAGE = (
@@ -211,4 +238,6 @@ class DeprecatedLauncher(Rule):
                         if c.target is not None and c.target.external is None and not model.is_root(c.target))
         ):
             for flag in self._flags:
-                self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)))
+                call = next((c.node for c in model.root.calls if any(a.value is flag for a in c.node.args)), None)
+                fix = remedies.local_rank_default_from_env(model.root, call) if call is not None else None
+                self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix)

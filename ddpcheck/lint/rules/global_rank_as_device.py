@@ -7,7 +7,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import global_rank_source
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import string_text
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 _DEVICE_KEYWORDS = ("device", "map_location", "output_device")
 
@@ -76,34 +76,46 @@ class GlobalRankAsDevice(Rule):
         """,
     ]
     INVALID = [
-        """
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("nccl")
-        rank = dist.get_rank()
-        torch.cuda.set_device(rank)
-        """,
-        """
-        import os
-        import torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        rank = int(os.environ.get("RANK", 0))
-        device = torch.device("cuda", rank)
-        model = DDP(model.to(f"cuda:{rank}"), device_ids=[rank])
-        """,
-        """
-        # Aliased and fully dotted: the same call.
-        import torch
-        import torch.distributed as D
-        torch.cuda.set_device(D.get_rank())
-        x = torch.ones(1).cuda(torch.distributed.distributed_c10d.get_rank())
-        """,
-        """
-        import os
-        import torch
-        gpu = os.environ["RANK"]
-        state = torch.load("ckpt.pt", map_location="cuda:%s" % gpu)
-        """,
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            rank = dist.get_rank()
+            torch.cuda.set_device(rank)
+            """,
+            lines=(5,),
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            rank = int(os.environ.get("RANK", 0))
+            device = torch.device("cuda", rank)
+            model = DDP(model.to(f"cuda:{rank}"), device_ids=[rank])
+            """,
+            lines=(5, 6, 6),
+        ),
+        Invalid(
+            """
+            # Aliased and fully dotted: the same call.
+            import torch
+            import torch.distributed as D
+            torch.cuda.set_device(D.get_rank())
+            x = torch.ones(1).cuda(torch.distributed.distributed_c10d.get_rank())
+            """,
+            lines=(4, 5),
+        ),
+        Invalid(
+            """
+            import os
+            import torch
+            gpu = os.environ["RANK"]
+            state = torch.load("ckpt.pt", map_location="cuda:%s" % gpu)
+            """,
+            lines=(4,),
+        ),
     ]
 
     def finish(self) -> None:

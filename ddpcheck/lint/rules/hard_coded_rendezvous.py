@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted, int_value
@@ -74,7 +75,10 @@ class HardCodedRendezvous(Rule):
     ## How to fix
     Call `dist.init_process_group(backend)` with no `init_method`, `rank` or `world_size`: the
     default `env://` reads what torchrun exported. Pick the address and port on the command line
-    (`torchrun --rdzv-endpoint=host:port` or `--master-addr/--master-port`).
+    (`torchrun --rdzv-endpoint=host:port` or `--master-addr/--master-port`). The fix writes
+    `init_method="env://"` and drops literal `rank=`/`world_size=` (computed ones are kept: with
+    `env://` they still apply). It is unsafe: the same script started by hand, without a
+    launcher, then needs MASTER_ADDR and MASTER_PORT in its environment.
 
     ## References
     - https://pytorch.org/docs/stable/elastic/run.html (environment variables torchrun sets)
@@ -82,6 +86,7 @@ class HardCodedRendezvous(Rule):
     """
 
     code = "DDP015"
+    fixable = True
     name = "hard-coded-rendezvous"
     severity = Severity.WARNING
 
@@ -125,7 +130,13 @@ class HardCodedRendezvous(Rule):
             local_rank = int(os.environ["LOCAL_RANK"])
             dist.init_process_group("nccl", init_method="tcp://10.1.1.20:23456", rank=0, world_size=2)
             """,
-            line=4,
+            lines=(4,),
+            fixed="""
+            import os
+            import torch.distributed as dist
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl", init_method="env://")
+            """,
         ),
         Invalid(
             """
@@ -136,15 +147,45 @@ class HardCodedRendezvous(Rule):
             dist.init_process_group("nccl")
             local_rank = int(os.getenv("LOCAL_RANK"))
             """,
-            line=3,
+            lines=(3, 4),
         ),
-        """
-        import os
-        import torch.distributed as dist
-        DIST_URL = "tcp://127.0.0.1:29500"
-        rank = int(os.environ["RANK"])
-        dist.init_process_group(backend="nccl", init_method=DIST_URL)
-        """,
+        Invalid(
+            """
+            # The tutorial's setup, started by an outside launcher (no mp.spawn here).
+            import torch.distributed as dist
+
+            def setup(rank, world_size):
+                dist.init_process_group("gloo", init_method="tcp://localhost:29500",
+                                        rank=rank, world_size=world_size)
+
+            if __name__ == "__main__":
+                setup(args.rank, args.world_size)
+                train()
+            """,
+            lines=(5,),
+            fixed="""
+            # The tutorial's setup, started by an outside launcher (no mp.spawn here).
+            import torch.distributed as dist
+
+            def setup(rank, world_size):
+                dist.init_process_group("gloo", init_method="env://",
+                                        rank=rank, world_size=world_size)
+
+            if __name__ == "__main__":
+                setup(args.rank, args.world_size)
+                train()
+            """,
+        ),
+        Invalid(
+            """
+            import os
+            import torch.distributed as dist
+            DIST_URL = "tcp://127.0.0.1:29500"
+            rank = int(os.environ["RANK"])
+            dist.init_process_group(backend="nccl", init_method=DIST_URL)
+            """,
+            lines=(5,),
+        ),
     ]
 
     SEED_MESSAGE = (
@@ -215,11 +256,14 @@ class HardCodedRendezvous(Rule):
                         problems.append(keyword)
                 if problems:
                     listed = ", ".join(f"`{p}=`" for p in problems)
+                    fix = remedies.env_rendezvous(call.node, method if url is not None else None,
+                                                  [p for p in problems if p != "init_method"])
                     self.report(
                         call.node,
                         f"init_process_group gets a hard-coded {listed} in a script torchrun launches; "
                         "it overrides what the launcher provides; drop it and let the default `env://` "
                         "read MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE",
+                        fix=fix,
                     )
                 continue
             if url is None or not url.startswith("tcp://"):
@@ -230,7 +274,8 @@ class HardCodedRendezvous(Rule):
             if entry is None:
                 entry = model.is_entry_point()
             if entry:
-                self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)))
+                self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)),
+                            fix=remedies.env_rendezvous(call.node, method, []))
 
     def _literal_url(self, call: CallSite, method: cst.BaseExpression) -> str | None:
         """The URL when every value `init_method` may take is the same literal, not `env://`."""

@@ -105,7 +105,7 @@ class LoadWithoutMapLocation(Rule):
             dist.init_process_group("nccl")
             state = torch.load(args.resume)
             """,
-            line=4,
+            lines=(4,),
             fixed="""
             import torch
             import torch.distributed as dist
@@ -123,7 +123,7 @@ class LoadWithoutMapLocation(Rule):
                 args.resume,
             )
             """,
-            line=5,
+            lines=(5,),
             fixed="""
             # One argument per line: the fix follows the layout.
             import torch
@@ -142,6 +142,7 @@ class LoadWithoutMapLocation(Rule):
             def resume(path):
                 return load(path, weights_only=True)
             """,
+            lines=(4,),
             fixed="""
             from torch import load
             from torch.utils.data.distributed import DistributedSampler

@@ -3,8 +3,11 @@ from __future__ import annotations
 import re
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.rule import Invalid, Replace, Rule
 
 # A call or a reference handed on (`register(dist.destroy_process_group)`), not a word in prose.
 _REFERENCED = re.compile(r"destroy_process_group\s*[(),\]]")
@@ -33,7 +36,11 @@ class MissingDestroyProcessGroup(Rule):
 
     ## How to fix
     Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
-    every rank — in a `finally:` block if the training can raise.
+    every rank — in a `finally:` block if the training can raise. The fix appends it to the
+    function that creates the group and trains (a `setup()` that only creates it is passed over
+    for the function that calls it), or to the `__main__` block for module-level code. It is
+    unsafe: code after that point in the same process (a caller that goes on using the group, an
+    early `return` that skips the call) is not checked.
 
     ## References
     - https://pytorch.org/docs/stable/distributed.html#shutdown
@@ -41,6 +48,7 @@ class MissingDestroyProcessGroup(Rule):
     """
 
     code = "DDP005"
+    fixable = True
     name = "missing-destroy-process-group"
     severity = Severity.WARNING
     MESSAGE = (
@@ -91,24 +99,94 @@ class MissingDestroyProcessGroup(Rule):
         """,
     ]
     INVALID = [
-        """
-        import torch.distributed as dist
+        Invalid(
+            """
+            import torch.distributed as dist
 
-        def main():
-            dist.init_process_group("nccl")
-            train()
+            def main():
+                dist.init_process_group("nccl")
+                train()
 
-        if __name__ == "__main__":
-            main()
-        """,
-        """
-        # A helper sets up; nothing tears down (a comment naming it does not count).
-        import torch
-        def setup():
-            torch.distributed.init_process_group("gloo")
-        setup()
-        train()  # destroy_process_group is not called
-        """,
+            if __name__ == "__main__":
+                main()
+            """,
+            lines=(4,),
+            fixed="""
+            import torch.distributed as dist
+
+            def main():
+                dist.init_process_group("nccl")
+                train()
+                dist.destroy_process_group()
+
+            if __name__ == "__main__":
+                main()
+            """,
+        ),
+        Invalid(
+            """
+            # A helper sets up; nothing tears down (a comment naming it does not count).
+            import torch
+            def setup():
+                torch.distributed.init_process_group("gloo")
+            setup()
+            train()  # destroy_process_group is not called
+            """,
+            lines=(4,),
+            fixed="""
+            # A helper sets up; nothing tears down (a comment naming it does not count).
+            import torch
+            def setup():
+                torch.distributed.init_process_group("gloo")
+            setup()
+            train()  # destroy_process_group is not called
+            torch.distributed.destroy_process_group()
+            """,
+        ),
+        Invalid(
+            """
+            # A setup() that only creates the group: the fix goes where training ends.
+            import os
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+
+            def setup(rank, world_size):
+                os.environ["MASTER_ADDR"] = "localhost"
+                dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+            def run(rank, world_size):
+                setup(rank, world_size)
+                model = build_model()
+                for epoch in range(10):
+                    train_one_epoch(model)
+                return model
+
+            if __name__ == "__main__":
+                mp.spawn(run, args=(2,), nprocs=2)
+            """,
+            lines=(8,),
+            fixed="""
+            # A setup() that only creates the group: the fix goes where training ends.
+            import os
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+
+            def setup(rank, world_size):
+                os.environ["MASTER_ADDR"] = "localhost"
+                dist.init_process_group("gloo", rank=rank, world_size=world_size)
+
+            def run(rank, world_size):
+                setup(rank, world_size)
+                model = build_model()
+                for epoch in range(10):
+                    train_one_epoch(model)
+                dist.destroy_process_group()
+                return model
+
+            if __name__ == "__main__":
+                mp.spawn(run, args=(2,), nprocs=2)
+            """,
+        ),
     ]
 
     GUARDED_MESSAGE = (
@@ -140,7 +218,39 @@ class MissingDestroyProcessGroup(Rule):
             return
         # Last, as it follows the project's functions: one of them tears down.
         init = sites[0]
-        self.report(init.node, module=init.module, related=model.paths.chain(init))
+        fix = self._fix(init) if init.module is model.root else None
+        self.report(init.node, module=init.module, related=model.paths.chain(init), fix=fix)
+
+    def _fix(self, site: CallSite) -> Replace | None:
+        """Where training ends: the end of the function that makes `site` and trains, else of the
+        function in this file that calls it."""
+        model = self.model
+        root = model.root
+        scope = site.scope.function
+        if scope is None:
+            return remedies.destroy_at_end(root, None)
+        function = Function(root, scope.qualname)
+        if model.api(site) == api.INIT_PROCESS_GROUP and not _works_after(model, root, scope.qualname, site):
+            callers = [c for c, _ in model.graph.callers(function) if c.module is root]
+            if len(callers) != 1:
+                return None
+            outer = callers[0].scope.function
+            if outer is None:
+                return remedies.destroy_at_end(root, None)
+            function = Function(root, outer.qualname)
+        return remedies.destroy_at_end(root, function.node)
+
+
+def _works_after(model, module: ModuleModel, function: str, init: CallSite) -> bool:
+    """The function goes on after creating the group (trains, or calls what trains): it is not a
+    `setup()` that only creates it."""
+    for call in module.calls_in(function):
+        if call.index <= init.index:
+            continue
+        name = model.api(call) or ""
+        if not (name.startswith(("torch.distributed.", "torch.cuda.", "os.")) or name in ("print", "int", "str")):
+            return True
+    return False
 
 
 def _describe(module, guard) -> str:

@@ -120,19 +120,25 @@ class MissingDistributedSampler(Rule):
             dist.init_process_group("gloo")
             loader = DataLoader(dataset, batch_size=64, shuffle=True)
             """,
-            line=5,
+            lines=(5,),
         ),
-        """
-        import torch
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model)
-        train_loader = torch.utils.data.DataLoader(dataset, batch_size=64, sampler=None)
-        """,
-        """
-        from torch.utils.data import DataLoader, RandomSampler
-        from torch.utils.data.distributed import DistributedSampler
-        loader = DataLoader(dataset, sampler=RandomSampler(dataset))
-        """,
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model)
+            train_loader = torch.utils.data.DataLoader(dataset, batch_size=64, sampler=None)
+            """,
+            lines=(4,),
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, RandomSampler
+            from torch.utils.data.distributed import DistributedSampler
+            loader = DataLoader(dataset, sampler=RandomSampler(dataset))
+            """,
+            lines=(3,),
+        ),
     ]
 
     def finish(self) -> None:

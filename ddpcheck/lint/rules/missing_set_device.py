@@ -4,7 +4,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import uses_cuda
 from ddpcheck.lint.model.module import CallSite, Guard
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 
 class MissingSetDevice(Rule):
@@ -104,24 +104,30 @@ class MissingSetDevice(Rule):
         """,
     ]
     INVALID = [
-        """
-        import os
-        import torch
-        import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel as DDP
+        Invalid(
+            """
+            import os
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
 
-        local_rank = int(os.environ["LOCAL_RANK"])
-        dist.init_process_group("nccl")
-        model = DDP(model.to(f"cuda:{local_rank}"), device_ids=[local_rank])
-        """,
-        """
-        import torch
-        def main():
-            torch.distributed.init_process_group(backend="gloo")
-            model = torch.nn.parallel.DistributedDataParallel(net.cuda())
-        if __name__ == "__main__":
-            main()
-        """,
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group("nccl")
+            model = DDP(model.to(f"cuda:{local_rank}"), device_ids=[local_rank])
+            """,
+            lines=(7,),
+        ),
+        Invalid(
+            """
+            import torch
+            def main():
+                torch.distributed.init_process_group(backend="gloo")
+                model = torch.nn.parallel.DistributedDataParallel(net.cuda())
+            if __name__ == "__main__":
+                main()
+            """,
+            lines=(3,),
+        ),
     ]
 
     BRANCH_MESSAGE = (

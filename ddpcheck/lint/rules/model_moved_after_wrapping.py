@@ -84,7 +84,7 @@ class ModelMovedAfterWrapping(Rule):
             ddp_model = DDP(model, device_ids=[local_rank])
             ddp_model.to(local_rank)
             """,
-            line=4,
+            lines=(4,),
         ),
         Invalid(
             """
@@ -92,7 +92,7 @@ class ModelMovedAfterWrapping(Rule):
             model = Net()
             model = torch.nn.parallel.DistributedDataParallel(model).cuda()
             """,
-            line=3,
+            lines=(3,),
         ),
         Invalid(
             """
@@ -101,7 +101,7 @@ class ModelMovedAfterWrapping(Rule):
             model = DDP(net, device_ids=[gpu])
             net.cuda(gpu)
             """,
-            line=4,
+            lines=(4,),
         ),
     ]
 

@@ -61,14 +61,17 @@ class OptimizerStepInsideNoSync(Rule):
                     ddp(x).sum().backward()
                     optimizer.step()
             """,
-            line=6,
+            lines=(6,),
         ),
-        """
-        ctx = model.no_sync()
-        with ctx:
-            loss.backward()
-            scaler.step(optimizer)
-        """,
+        Invalid(
+            """
+            ctx = model.no_sync()
+            with ctx:
+                loss.backward()
+                scaler.step(optimizer)
+            """,
+            lines=(4,),
+        ),
     ]
 
     def finish(self) -> None:

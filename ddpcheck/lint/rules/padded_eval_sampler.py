@@ -78,14 +78,17 @@ class PaddedEvalSampler(Rule):
             val_loader = DataLoader(val_dataset, sampler=val_sampler)
             dist.all_reduce(correct, op=dist.ReduceOp.SUM)
             """,
-            line=3,
+            lines=(3,),
         ),
-        """
-        import torch
-        from torch.utils.data import DataLoader
-        loader = DataLoader(ds, sampler=torch.utils.data.distributed.DistributedSampler(dataset_test))
-        torch.distributed.all_reduce(total)
-        """,
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader
+            loader = DataLoader(ds, sampler=torch.utils.data.distributed.DistributedSampler(dataset_test))
+            torch.distributed.all_reduce(total)
+            """,
+            lines=(3,),
+        ),
     ]
 
     def finish(self) -> None:

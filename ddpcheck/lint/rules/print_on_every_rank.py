@@ -97,7 +97,7 @@ class PrintOnEveryRank(Rule):
                 if RANK != -1:
                     print("synced epoch", epoch)
             """,
-            line=9,
+            lines=(9,),
         ),
         Invalid(
             """
@@ -107,18 +107,21 @@ class PrintOnEveryRank(Rule):
                 train(epoch)
                 print(f"epoch {epoch}: loss {loss:.3f}")
             """,
-            line=5,
+            lines=(5,),
         ),
-        """
-        import logging
-        from tqdm import tqdm
-        import torch.distributed as dist
-        logger = logging.getLogger(__name__)
-        dist.init_process_group("nccl")
-        for epoch in range(3):
-            for x in tqdm(loader):
-                logger.info("step")
-        """,
+        Invalid(
+            """
+            import logging
+            from tqdm import tqdm
+            import torch.distributed as dist
+            logger = logging.getLogger(__name__)
+            dist.init_process_group("nccl")
+            for epoch in range(3):
+                for x in tqdm(loader):
+                    logger.info("step")
+            """,
+            lines=(7, 8),
+        ),
     ]
 
     def finish(self) -> None:

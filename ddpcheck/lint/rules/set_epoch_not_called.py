@@ -3,12 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name
+from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 # Calls that take a loader without iterating it.
 _NOT_ITERATING = frozenset({"len", "print", "isinstance", "hasattr", "getattr", "type", "id", "str", "repr"})
@@ -42,7 +43,11 @@ class SetEpochNotCalled(Rule):
 
     ## How to fix
     Call `sampler.set_epoch(epoch)` as the first statement of the epoch loop, before iterating
-    the loader. The fix (unsafe: it changes the order of samples) inserts exactly that.
+    the loader. The fix inserts exactly that, right on every path: where the sampler exists
+    only when distributed (`sampler = DistributedSampler(ds) if distributed else None`) it
+    writes `if sampler is not None: sampler.set_epoch(epoch)`, and through the loader
+    `if hasattr(loader.sampler, "set_epoch"): ...` (a plain sampler has no `set_epoch`). It is
+    unsafe because it changes the order of samples from the second epoch on.
 
     ## References
     - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
@@ -229,6 +234,64 @@ class SetEpochNotCalled(Rule):
             """,
             lines=(8,),
         ),
+        Invalid(
+            """
+            # A sampler only when distributed: the fix must not call set_epoch on None.
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(train_set) if dist.is_initialized() else None
+            loader = DataLoader(train_set, batch_size=64, shuffle=(sampler is None), sampler=sampler)
+            for epoch in range(args.epochs):
+                for batch in loader:
+                    step(batch)
+            """,
+            lines=(6,),
+            fixed="""
+            # A sampler only when distributed: the fix must not call set_epoch on None.
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+            sampler = DistributedSampler(train_set) if dist.is_initialized() else None
+            loader = DataLoader(train_set, batch_size=64, shuffle=(sampler is None), sampler=sampler)
+            for epoch in range(args.epochs):
+                if sampler is not None:
+                    sampler.set_epoch(epoch)
+                for batch in loader:
+                    step(batch)
+            """,
+        ),
+        Invalid(
+            """
+            # Built inline by a helper: through the loader, whose sampler is a plain one when not
+            # distributed (no set_epoch there).
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def make_loader(ds, distributed):
+                return DataLoader(ds, batch_size=32, shuffle=not distributed,
+                                  sampler=DistributedSampler(ds) if distributed else None)
+
+            loader = make_loader(train_set, args.distributed)
+            for epoch in range(10):
+                for x, y in loader:
+                    step(x, y)
+            """,
+            lines=(10,),
+            fixed="""
+            # Built inline by a helper: through the loader, whose sampler is a plain one when not
+            # distributed (no set_epoch there).
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def make_loader(ds, distributed):
+                return DataLoader(ds, batch_size=32, shuffle=not distributed,
+                                  sampler=DistributedSampler(ds) if distributed else None)
+
+            loader = make_loader(train_set, args.distributed)
+            for epoch in range(10):
+                if hasattr(loader.sampler, "set_epoch"):
+                    loader.sampler.set_epoch(epoch)
+                for x, y in loader:
+                    step(x, y)
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -256,7 +319,14 @@ class SetEpochNotCalled(Rule):
                 continue
             node, module, scope, loader = loop
             expression = self._expression(found, module, scope, loader)
-            fix = self._fix(node, expression) if module is model.root else None
+            fix = None
+            if module is model.root:
+                given, _ = sampler_values(model, found.loader)
+                conditional = any(isinstance(v.node, cst.CSTNode) and is_none(v.node) for v in given) \
+                    or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
+                own_name = not expression.endswith(".sampler")
+                guard = ("none" if own_name else "hasattr") if conditional else None
+                fix = remedies.set_epoch(node, expression, guard)
             made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
             # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
             self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
@@ -351,16 +421,7 @@ class SetEpochNotCalled(Rule):
         visible there, else through the loader."""
         sampler = found.sampler
         if sampler.module is module and sampler.call is not None:
-            for name in sampler.module.assigned_names(sampler.call):
+            for name in remedies.names_holding(sampler.module, sampler.call):
                 if scope.lookup(name) or scope.lookup(name.split(".", 1)[0]):
                     return name
         return f"{loader}.batch_sampler.sampler" if found.via_batch_sampler else f"{loader}.sampler"
-
-    def _fix(self, loop: cst.CSTNode, expression: str) -> Replace | None:
-        if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name):
-            return None
-        if not isinstance(loop.body, cst.IndentedBlock):
-            return None
-        statement = cst.parse_statement(f"{expression}.set_epoch({loop.target.value})\n")
-        body = loop.body.with_changes(body=(statement, *loop.body.body))
-        return Replace(loop, loop.with_changes(body=body), f"Call `{expression}.set_epoch(...)` each epoch")

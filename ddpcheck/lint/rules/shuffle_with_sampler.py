@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import libcst as cst
-
 from ddpcheck.findings import Severity
+from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import is_true
-from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.model.ddp import distributed_sampler
+from ddpcheck.lint.model.syntax import argument, is_false, is_true
+from ddpcheck.lint.rule import Invalid, Rule
 
 
 class ShuffleWithSampler(Rule):
@@ -30,7 +29,12 @@ class ShuffleWithSampler(Rule):
     ## How to fix
     Drop `shuffle=True`: a `DistributedSampler` shuffles by itself (its `shuffle` defaults to
     `True`; call `set_epoch(epoch)` each epoch). With a flag, pass `shuffle=(sampler is None)`.
-    The fix removes the argument; it is unsafe only because it changes what the code does (it runs).
+    The fix is right on every path: where the sampler exists only on some paths (`sampler =
+    DistributedSampler(ds) if distributed else None`) it writes `shuffle=(sampler is None)` (or
+    `shuffle=not distributed` for an inline `... if distributed else None`), so the
+    single-process run keeps shuffling — safe. Where the sampler is always there it removes
+    `shuffle=True`: safe for a DistributedSampler that shuffles (the order stays shuffled, as
+    asked), unsafe for other samplers (the order becomes theirs).
 
     ## References
     - https://pytorch.org/docs/stable/data.html#torch.utils.data.DataLoader
@@ -78,7 +82,7 @@ class ShuffleWithSampler(Rule):
             sampler = DistributedSampler(dataset)
             loader = DataLoader(dataset, batch_size=32, shuffle=True, sampler=sampler)
             """,
-            line=3,
+            lines=(3,),
             fixed="""
             from torch.utils.data import DataLoader, DistributedSampler
             sampler = DistributedSampler(dataset)
@@ -92,12 +96,27 @@ class ShuffleWithSampler(Rule):
             sampler = tud.DistributedSampler(ds) if distributed else None
             loader = tud.DataLoader(ds, sampler=sampler, shuffle=True)
             """,
-            line=4,
+            lines=(4,),
             fixed="""
             # Behind a flag, aliased, last argument: the distributed run crashes.
             import torch.utils.data as tud
             sampler = tud.DistributedSampler(ds) if distributed else None
-            loader = tud.DataLoader(ds, sampler=sampler)
+            loader = tud.DataLoader(ds, sampler=sampler, shuffle=(sampler is None))
+            """,
+        ),
+        Invalid(
+            """
+            # The sampler chosen inline: shuffle exactly when it is absent.
+            from torch.utils.data import DataLoader, DistributedSampler
+            train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True,
+                                      sampler=DistributedSampler(train_set) if args.distributed else None)
+            """,
+            lines=(3,),
+            fixed="""
+            # The sampler chosen inline: shuffle exactly when it is absent.
+            from torch.utils.data import DataLoader, DistributedSampler
+            train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=not args.distributed,
+                                      sampler=DistributedSampler(train_set) if args.distributed else None)
             """,
         ),
         Invalid(
@@ -107,7 +126,7 @@ class ShuffleWithSampler(Rule):
             loader = DataLoader(dataset, batch_size=128, shuffle=True,  # per GPU
                                 sampler=DistributedSampler(dataset), num_workers=8)
             """,
-            line=3,
+            lines=(3,),
             fixed="""
             # A multi-line call keeps its layout and comments.
             from torch.utils.data import DataLoader, DistributedSampler
@@ -115,11 +134,14 @@ class ShuffleWithSampler(Rule):
                                 sampler=DistributedSampler(dataset), num_workers=8)
             """,
         ),
-        """
-        from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
-        bs = BatchSampler(DistributedSampler(ds), batch_size=8, drop_last=False)
-        loader = DataLoader(ds, batch_sampler=bs, shuffle=True)
-        """,
+        Invalid(
+            """
+            from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+            bs = BatchSampler(DistributedSampler(ds), batch_size=8, drop_last=False)
+            loader = DataLoader(ds, batch_sampler=bs, shuffle=True)
+            """,
+            lines=(3,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -137,25 +159,13 @@ class ShuffleWithSampler(Rule):
                 values = model.values.keyword(site, keyword, position)
                 if any(model.constructs(v, api.SAMPLER) for v in values):
                     where = shuffle if shuffle is not None else site.node
-                    fix = _drop_argument(site.node, shuffle) if shuffle is not None else None
+                    fix = None
+                    if shuffle is not None:
+                        sampler = site.arg(keyword, position)
+                        found = distributed_sampler(model, values, keyword == "batch_sampler")
+                        shuffles = found is not None and found.call is not None and not is_false(
+                            argument(found.call, "shuffle", 3))
+                        fix = remedies.shuffle_with_sampler(site.node, shuffle, sampler, values, shuffles)
                     self.report(where, self.MESSAGE.format(arg=keyword), fix=fix, module=site.module,
                                 related=model.paths.chain(site))
                     break
-
-
-def _drop_argument(call: cst.Call, value: cst.BaseExpression) -> Replace | None:
-    args = list(call.args)
-    index = next(i for i, a in enumerate(args) if a.value is value)
-    if args[index].keyword is None:
-        return None  # dropping a positional argument would shift the others
-    removed = args.pop(index)
-    if index == len(args) and args:
-        # It was the last argument: the new last one takes over its (absent or trailing) comma.
-        args[-1] = args[-1].with_changes(comma=removed.comma)
-    elif index > 0 and isinstance(removed.comma, cst.Comma) and isinstance(args[index - 1].comma, cst.Comma):
-        # Keep the layout: what followed the removed argument's comma (a comment, a line break)
-        # now follows the previous one's.
-        before = args[index - 1]
-        args[index - 1] = before.with_changes(
-            comma=before.comma.with_changes(whitespace_after=removed.comma.whitespace_after))
-    return Replace(call, call.with_changes(args=args), "Remove `shuffle=True`")

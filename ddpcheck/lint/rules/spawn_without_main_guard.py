@@ -68,7 +68,7 @@ class SpawnWithoutMainGuard(Rule):
                 pass
             mp.spawn(main, nprocs=2)
             """,
-            line=4,
+            lines=(4,),
             fixed="""
             import torch.multiprocessing as mp
             def main(rank):
@@ -84,7 +84,7 @@ class SpawnWithoutMainGuard(Rule):
                 mp.spawn(worker, nprocs=4)
             launch()
             """,
-            line=4,
+            lines=(4,),
         ),
     ]
 

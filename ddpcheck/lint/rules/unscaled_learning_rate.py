@@ -9,7 +9,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
-from ddpcheck.lint.rule import Rule
+from ddpcheck.lint.rule import Invalid, Rule
 
 # A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
 # `batch_size // dist.get_world_size()`): the script holds the global batch fixed, so a constant
@@ -130,20 +130,26 @@ class UnscaledLearningRate(Rule):
         """,
     ]
     INVALID = [
-        """
-        import torch
-        import torch.distributed as dist
-        dist.init_process_group("nccl")
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-        """,
-        """
-        # A positional rate through a constant name, a deep import path.
-        from torch.optim.adamw import AdamW as Opt
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        LR = 3e-4
-        model = DDP(model)
-        opt = Opt(model.parameters(), LR)
-        """,
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            dist.init_process_group("nccl")
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+            """,
+            lines=(4,),
+        ),
+        Invalid(
+            """
+            # A positional rate through a constant name, a deep import path.
+            from torch.optim.adamw import AdamW as Opt
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            LR = 3e-4
+            model = DDP(model)
+            opt = Opt(model.parameters(), LR)
+            """,
+            lines=(6,),
+        ),
     ]
 
     def finish(self) -> None:

@@ -113,7 +113,7 @@ class UnwrappedModelTrained(Rule):
                 loss.backward()
                 optimizer.step()
             """,
-            line=5,
+            lines=(5,),
         ),
         Invalid(
             """
@@ -123,26 +123,32 @@ class UnwrappedModelTrained(Rule):
                 out = model.module(x)
                 out.sum().backward()
             """,
-            line=4,
+            lines=(4,),
         ),
-        """
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model, device_ids=[gpu])
-        model_without_ddp = model.module
-        def train_one_epoch():
-            for x in loader:
-                loss = criterion(model_without_ddp(x))
-                scaler.scale(loss).backward()
-        """,
-        """
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        class Trainer:
-            def __init__(self, net):
-                self.model = DDP(net)
-            def step(self, x):
-                loss = self.model.module(x).mean()
-                loss.backward()
-        """,
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = DDP(model, device_ids=[gpu])
+            model_without_ddp = model.module
+            def train_one_epoch():
+                for x in loader:
+                    loss = criterion(model_without_ddp(x))
+                    scaler.scale(loss).backward()
+            """,
+            lines=(6,),
+        ),
+        Invalid(
+            """
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            class Trainer:
+                def __init__(self, net):
+                    self.model = DDP(net)
+                def step(self, x):
+                    loss = self.model.module(x).mean()
+                    loss.backward()
+            """,
+            lines=(6,),
+        ),
     ]
 
     def finish(self) -> None:

@@ -316,10 +316,15 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
 def _after(cause_rank: int, crashes: list[Crash], ends: list[reach.Ending], killed: dict[int, str | None]) -> str:
     """'; then rank 1 failed (Connection reset by peer), rank 2 was stopped by the launcher'."""
     parts = []
+    cause = next((c for c in crashes if c.rank == cause_rank), None)
+    same = [c.rank for c in crashes if c.rank != cause_rank and not c.consequence and cause is not None
+            and (c.type, c.message, c.line) == (cause.type, cause.message, cause.line)]
+    if same:
+        parts.append(f"rank{'s' if len(same) > 1 else ''} {', '.join(map(str, same))} failed the same way")
     for c in crashes:
-        if c.rank != cause_rank:
+        if c.rank != cause_rank and c.rank not in same:
             parts.append(f"rank {c.rank} failed after it ({c.type}: {c.message[:80]})" if c.consequence
-                         else f"rank {c.rank} failed after it ({c.type})")
+                         else f"rank {c.rank} also raised {c.type}")
     for rank, name in killed.items():
         if rank != cause_rank:
             parts.append(f"rank {rank} was killed by {name}")

@@ -23,7 +23,23 @@ def library_prefixes() -> tuple[str, ...]:
     torch_file = getattr(sys.modules.get("torch"), "__file__", None)
     if torch_file:
         paths.add(os.path.dirname(os.path.abspath(torch_file)) + os.sep)
+    paths.add(_compiled_code_dir() + os.sep)
     return tuple(sorted(paths))
+
+
+def _compiled_code_dir() -> str:
+    """Where torch.compile writes the Python it generates (not the user's code either)."""
+    import getpass
+    import tempfile
+
+    where = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if not where:
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = f"uid_{os.getuid()}"
+        where = os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+    return os.path.abspath(where)
 
 
 def is_user_file(filename: str) -> bool:

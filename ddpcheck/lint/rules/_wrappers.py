@@ -1,0 +1,97 @@
+"""The wrappers around a model, outermost first: `DDP(torch.compile(net))` is ("ddp", "compile"),
+`torch.compile(DDP(net))` is ("compile", "ddp"), a plain module (). What `.module` and
+`._orig_mod` do to such a stack in torch 2.13:
+
+- `.module` of a DDP wrapper is what it wraps; `.module` of a compiled module is forwarded to the
+  module it compiled (`OptimizedModule.__getattr__`), so on ("compile", "ddp", ...) it reaches
+  what DDP wraps;
+- `._orig_mod` of a compiled module is the module it compiled; a DDP wrapper has none
+  (AttributeError).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import strip_moves
+from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import argument, dotted
+from ddpcheck.lint.model.values import Value
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+COMPILE = "torch.compile"
+UNKNOWN = "?"  # below this wrapper: a module the model cannot see
+DEPTH = 4
+Stack = tuple[str, ...]
+
+
+def stacks_of(model: Model, values: list[Value], depth: int = DEPTH) -> list[Stack]:
+    """The wrapper stacks the values may be (each once); an unknown leaf gives no stack."""
+    out: list[Stack] = []
+    for value in values:
+        for stack in _stacks(model, value, depth):
+            if stack not in out:
+                out.append(stack)
+    return out
+
+
+def _stacks(model: Model, value: Value, depth: int) -> list[Stack]:
+    call = value.call
+    if call is None or depth <= 0:
+        return []
+    name = model.api_of(value)
+    if name == api.DDP:
+        head = "ddp"
+        inner = argument(call, "module", 0)
+    elif name == COMPILE:
+        head = "compile"
+        inner = argument(call, "model", 0)
+    else:
+        # A module built by a class (a project class, a torch.nn layer, or a name spelled like a
+        # class): the plain model. Project factories that return `torch.compile(...)` are
+        # followed by the value flow. Any other call (`getattr(self, name)`, an unknown
+        # function) is unknown.
+        if model.graph.instance_of(value) is not None or (name or "").startswith("torch.nn."):
+            return [()]
+        last = (dotted(call.func) or "").rsplit(".", 1)[-1]
+        return [()] if last[:1].isupper() else []
+    if inner is None:
+        return []
+    inner = strip_moves(inner)
+    below = stacks_of(model, model.values.of(value.module, inner, value.scope, value.frame, at=value.at), depth - 1)
+    return [(head, *s) for s in below] or [(head, UNKNOWN)]
+
+
+def attribute_chain(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Attribute]]:
+    """`m.module._orig_mod` → (m, [the `.module` node, the `._orig_mod` node])."""
+    chain: list[cst.Attribute] = []
+    while isinstance(expr, cst.Attribute) and expr.attr.value in ("module", "_orig_mod"):
+        chain.append(expr)
+        expr = expr.value
+    chain.reverse()
+    return expr, chain
+
+
+def unwrap(stack: Stack, attribute: str) -> Stack | None:
+    """The stack after `.module` / `._orig_mod`; None when the attribute does not exist there;
+    (UNKNOWN,) when what it reaches is not known."""
+    if stack[:1] == (UNKNOWN,):
+        return stack
+    if attribute == "_orig_mod":
+        return stack[1:] if stack[:1] == ("compile",) else None
+    if stack[:1] == ("ddp",):
+        return stack[1:]
+    if stack[:2] == ("compile", "ddp"):
+        return stack[2:]
+    if stack[:2] == ("compile", UNKNOWN):
+        return (UNKNOWN,)
+    return ()  # the module's own `.module` attribute, if any: not a wrapper
+
+
+def at_site(model: Model, site: CallSite, base: cst.BaseExpression) -> list[Stack]:
+    return stacks_of(model, model.values.at_call(site, base))

@@ -1,0 +1,339 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.model.ddp import is_optimizer_step
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.syntax import dotted, int_value
+from ddpcheck.lint.rule import Invalid, Rule
+
+
+class AccumulationSyncOffByOne(Rule):
+    """Gradient accumulation skips the all-reduce on the micro-batch that the optimizer steps after: ranks step on unsynchronised gradients.
+
+    With accumulation over N micro-batches, every micro-batch but the last runs under
+    `model.no_sync()` (or with `require_backward_grad_sync = False`), and the last one's backward
+    all-reduces everything accumulated. When the condition that picks `no_sync` and the condition
+    that picks the optimizer step disagree by one — `no_sync` when `i % N != 0` but the step when
+    `(i + 1) % N == 0`, or nanoGPT's switch written `micro_step == 0` instead of
+    `micro_step == N - 1` — the step follows a backward that did not synchronise.
+
+    ## Why it matters
+    Each rank then steps with its own gradients for part of the accumulated batches (all of them,
+    in the worst case): the replicas drift apart silently, and rank 0's checkpoint is a model
+    trained on its own shard. The loss still goes down, so nothing looks wrong.
+
+    Reported at the optimizer step (at the switch, for nanoGPT's form) when both conditions are of the form
+    `(counter [+ c]) % N == r` / `!= r` (or `micro_step == K` inside `for micro_step in range(N)`)
+    over the same counter and the same N, and the step's micro-batch is one that skips
+    synchronisation. Conditions of any other shape are not judged.
+
+    ## How to fix
+    Use one expression for both decisions, e.g.
+    `last = (i + 1) % accum == 0`, then `ctx = contextlib.nullcontext() if last else model.no_sync()`
+    and `if last: optimizer.step()` (nanoGPT: `model.require_backward_grad_sync = micro_step ==
+    accum - 1`).
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.no_sync
+    - https://github.com/karpathy/nanoGPT/blob/master/train.py (the require_backward_grad_sync switch)
+    """
+
+    code = "DDP031"
+    name = "accumulation-sync-off-by-one"
+    severity = Severity.ERROR
+    MESSAGE = (
+        "the optimizer steps after a micro-batch whose backward ran without synchronising "
+        "(`{no_sync}` and `{step}` disagree): ranks step on their own gradients; decide both "
+        "from one `is_last_micro_batch` value"
+    )
+
+    VALID = [
+        """
+        import contextlib
+        for i, (x, y) in enumerate(loader):
+            ctx = model.no_sync() if (i + 1) % accum != 0 else contextlib.nullcontext()
+            with ctx:
+                loss = criterion(model(x), y) / accum
+                loss.backward()
+            if (i + 1) % accum == 0:
+                optimizer.step()
+                optimizer.zero_grad()
+        """,
+        """
+        for micro_step in range(gradient_accumulation_steps):
+            model.require_backward_grad_sync = micro_step == gradient_accumulation_steps - 1
+            logits, loss = model(X, Y)
+            loss.backward()
+        optimizer.step()
+        """,
+        """
+        for step, batch in enumerate(loader):
+            if step % accum_steps != accum_steps - 1:
+                with model.no_sync():
+                    model(batch).loss.backward()
+            else:
+                model(batch).loss.backward()
+            if step % accum_steps == accum_steps - 1:
+                optimizer.step()
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            for i, (x, y) in enumerate(loader):
+                if i % accum != 0:
+                    with model.no_sync():
+                        loss = criterion(model(x), y) / accum
+                        loss.backward()
+                else:
+                    loss = criterion(model(x), y) / accum
+                    loss.backward()
+                if (i + 1) % accum == 0:
+                    optimizer.step()
+                    optimizer.zero_grad()
+            """,
+            lines=(11,),
+        ),
+        Invalid(
+            """
+            import contextlib
+            def train(model, loader, optimizer, accum):
+                for it, batch in enumerate(loader):
+                    sync = contextlib.nullcontext() if it % accum == 0 else model.no_sync()
+                    with sync:
+                        loss = model(**batch).loss / accum
+                        loss.backward()
+                    if (it + 1) % accum == 0:
+                        optimizer.step()
+                        optimizer.zero_grad(set_to_none=True)
+            """,
+            lines=(9,),
+        ),
+        Invalid(
+            """
+            # nanoGPT's switch, off by one: the last micro-step does not synchronise.
+            import torch
+            for micro_step in range(grad_accum):
+                model.require_backward_grad_sync = micro_step == 0
+                with ctx:
+                    logits, loss = model(X, Y)
+                loss.backward()
+            optimizer.step()
+            """,
+            lines=(4,),
+        ),
+    ]
+
+    def finish(self) -> None:
+        model = self.model
+        for module in (model.root,):
+            steps = [s for s in module.calls if s.method == "step" and s.loops and is_optimizer_step(model, s)]
+            for no_sync, predicate, text in self._no_sync_predicates(module):
+                for step in steps:
+                    if step.scope is not no_sync.scope or step.loops[-1] is not no_sync.loops[-1]:
+                        continue
+                    stepping = _guard_predicate(module, step.guards, predicate.counter)
+                    if stepping is None or stepping[0].counter != predicate.counter \
+                            or stepping[0].modulus != predicate.modulus:
+                        continue
+                    if _overlap(predicate, stepping[0]):
+                        self.report(step.node, self.MESSAGE.format(no_sync=text, step=stepping[1]))
+            for switch, step in self._off_by_one_switches(module):
+                self.report(switch, self.MESSAGE.format(no_sync=module.code(switch).strip(),
+                                                        step=module.code(step.node)))
+
+    # --- no_sync under a modular condition ------------------------------------------------------
+    def _no_sync_predicates(self, module: ModuleModel):
+        """(the no_sync call, when it is used as a predicate, the condition's text)."""
+        for site in module.calls:
+            if site.method != "no_sync" or not site.loops:
+                continue
+            found = self._chosen_by(module, site)
+            if found is not None:
+                yield site, found[0], found[1]
+
+    def _chosen_by(self, module: ModuleModel, site: CallSite) -> tuple[_Pred, str] | None:
+        """The condition under which this no_sync() is used: the arm of `a if c else b` it is in
+        (directly in the with, or through a variable), or the `if` around its with block."""
+        expr = _ifexp_holding(module, site)
+        if expr is not None:
+            pred = _predicate(expr.test)
+            if pred is None:
+                return None
+            in_body = _contains(expr.body, site.node)
+            return (pred if in_body else pred.negate()), module.code(expr.test)
+        if site.guards:
+            guard = site.guards[-1]
+            pred = _predicate(guard.test)
+            if pred is not None:
+                return (pred.negate() if guard.negated else pred), module.code(guard.test)
+        return None
+
+    # --- nanoGPT's switch ---------------------------------------------------------------------
+    def _off_by_one_switches(self, module: ModuleModel):
+        """`model.require_backward_grad_sync = micro_step == K` in `for micro_step in range(N)`
+        with K not `N - 1`, and an optimizer step after that loop."""
+        for site in module.fors:
+            loop = site.node
+            target = dotted(loop.target)
+            if target is None or not (isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "range"
+                                      and len(loop.iter.args) == 1):
+                continue
+            bound = module.code(loop.iter.args[0].value).strip()
+            for statement in _statements(loop.body):
+                if not (isinstance(statement, cst.Assign) and len(statement.targets) == 1):
+                    continue
+                name = dotted(statement.targets[0].target) or ""
+                if not name.endswith(".require_backward_grad_sync"):
+                    continue
+                value = statement.value
+                while isinstance(value, cst.BaseExpression) and value.lpar:
+                    value = value.with_changes(lpar=(), rpar=())
+                if not (isinstance(value, cst.Comparison) and len(value.comparisons) == 1
+                        and isinstance(value.comparisons[0].operator, cst.Equal)
+                        and dotted(value.left) == target):
+                    continue
+                k = value.comparisons[0].comparator
+                k_text = " ".join(module.code(k).split())
+                wrong = (int_value(k) is not None and int_value(k) != _last(bound)) or k_text == bound
+                if not wrong:
+                    continue
+                step = next((s for s in module.calls if s.scope is site.scope and loop not in s.loops
+                             and s.method == "step" and is_optimizer_step(self.model, s)
+                             and _after(module, loop, s)), None)
+                if step is not None:
+                    yield statement, step
+
+
+@dataclass(frozen=True)
+class _Pred:
+    """`counter ≡ residue (mod modulus)` (equal) or `≢` (not equal); residue is an offset such as
+    0 or -1 (that is, modulus - 1)."""
+
+    counter: str
+    modulus: str
+    residue: int
+    equal: bool
+
+    def negate(self) -> _Pred:
+        return _Pred(self.counter, self.modulus, self.residue, not self.equal)
+
+
+def _overlap(no_sync: _Pred, step: _Pred) -> bool | None:
+    """Whether some micro-batch both skips synchronisation and is followed by a step."""
+    if step.equal and no_sync.equal:
+        return step.residue == no_sync.residue
+    if step.equal and not no_sync.equal:
+        return step.residue != no_sync.residue and abs(step.residue - no_sync.residue) == 1
+    return False  # other shapes are not judged
+
+
+def _predicate(test: cst.BaseExpression) -> _Pred | None:
+    """Parse `(c [+ k]) % N ==/!= r`, `not ...`, and a bare `(c + k) % N` (true when != 0)."""
+    test = _unparen(test)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _predicate(test.expression)
+        return inner.negate() if inner is not None else None
+    if isinstance(test, cst.BinaryOperation):
+        mod = _modulo(test)
+        return _Pred(mod[0], mod[1], -mod[2], False) if mod is not None else None
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return None
+    comparison = test.comparisons[0]
+    if not isinstance(comparison.operator, (cst.Equal, cst.NotEqual)):
+        return None
+    mod = _modulo(_unparen(test.left))
+    if mod is None:
+        return None
+    counter, modulus, shift = mod
+    right = _unparen(comparison.comparator)
+    r = int_value(right)
+    if r is None:
+        # `N - 1`
+        if (isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract)
+                and _text(right.left) == modulus and int_value(right.right) is not None):
+            r = -int_value(right.right)  # type: ignore[operator]
+        else:
+            return None
+    residue = r - shift
+    return _Pred(counter, modulus, residue, isinstance(comparison.operator, cst.Equal))
+
+
+def _modulo(expr: cst.BaseExpression) -> tuple[str, str, int] | None:
+    """`(c + k) % N` → (c, N, k)."""
+    expr = _unparen(expr)
+    if not (isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Modulo)):
+        return None
+    left = _unparen(expr.left)
+    shift = 0
+    if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, (cst.Add, cst.Subtract)):
+        k = int_value(left.right)
+        if k is None:
+            return None
+        shift = k if isinstance(left.operator, cst.Add) else -k
+        left = _unparen(left.left)
+    counter = dotted(left)
+    if counter is None:
+        return None
+    return counter, _text(expr.right), shift
+
+
+def _guard_predicate(module: ModuleModel, guards: tuple[Guard, ...], counter: str) -> tuple[_Pred, str] | None:
+    for guard in reversed(guards):
+        pred = _predicate(guard.test)
+        if pred is not None and pred.counter == counter:
+            return (pred.negate() if guard.negated else pred), module.code(guard.test)
+    return None
+
+
+def _ifexp_holding(module: ModuleModel, site: CallSite) -> cst.IfExp | None:
+    """The `a if c else b` whose arm is this call: in a with item, or assigned to the name the
+    with uses."""
+    for with_node in module.withs:
+        for item in with_node.items:
+            value = _unparen(item.item)
+            if isinstance(value, cst.IfExp) and (_contains(value.body, site.node) or _contains(value.orelse, site.node)):
+                return value
+    for values in site.scope.assignments.values():
+        for value in values:
+            if isinstance(value, cst.IfExp) and (_contains(value.body, site.node) or _contains(value.orelse, site.node)):
+                return value
+    return None
+
+
+def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
+    if tree is node:
+        return True
+    return any(_contains(child, node) for child in tree.children)
+
+
+def _unparen(expr: cst.BaseExpression) -> cst.BaseExpression:
+    return expr.with_changes(lpar=(), rpar=()) if getattr(expr, "lpar", ()) else expr
+
+
+def _text(expr: cst.BaseExpression) -> str:
+    return " ".join(cst.Module(body=[]).code_for_node(_unparen(expr)).split())
+
+
+def _last(bound: str) -> int | None:
+    try:
+        return int(bound) - 1
+    except ValueError:
+        return None
+
+
+def _statements(body: cst.BaseSuite):
+    for line in body.body:
+        if isinstance(line, cst.SimpleStatementLine):
+            yield from line.body
+
+
+def _after(module: ModuleModel, loop: cst.For, site: CallSite) -> bool:
+    """The call comes after the loop in its function (a later tick than every call inside it)."""
+    inside = [s.tick for s in module.calls if loop in s.loops]
+    return bool(inside) and site.tick > max(inside)

@@ -1,0 +1,151 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Applicability, Severity
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rules._wrappers import at_site, attribute_chain, unwrap
+
+
+class CompiledStateDictPrefix(Rule):
+    """A checkpoint saves the `state_dict()` of a `torch.compile`d model, whose keys all start with `_orig_mod.`.
+
+    `torch.compile(model)` returns an `OptimizedModule` that holds the original as its submodule
+    `_orig_mod` (torch 2.13, `torch/_dynamo/eval_frame.py`), so its `state_dict()` names every
+    parameter `_orig_mod.<name>` — `_orig_mod.module.<name>` when the DDP model was compiled, and
+    `module._orig_mod.` after `DDP(compiled).state_dict()` (see DDP019 for `module.`).
+
+    ## Why it matters
+    The checkpoint loads only into a model compiled the same way: loading it into the plain model
+    for evaluation, export or fine-tuning fails with "Unexpected key(s) in state_dict:
+    _orig_mod...", and a run resumed without `--compile` cannot read its own checkpoints.
+
+    Reported at `x.state_dict()` inside a `torch.save(...)` when `x` is (on some path) a compiled
+    module after the `.module` / `._orig_mod` steps written, unless the file strips the prefix
+    itself. `model.compile()` (the in-place method) keeps the keys and is not reported.
+
+    ## How to fix
+    Save the module inside: `model._orig_mod.state_dict()` for `torch.compile(model)`,
+    `model.module.state_dict()` for `torch.compile(DDP(model))` (the compiled wrapper forwards
+    `.module` to DDP's), `ddp.module._orig_mod.state_dict()` for `DDP(torch.compile(model))`.
+    The fix inserts that step; it is unsafe because loaders that expect the prefix (a resume
+    into the compiled model) must then load into the inner module too.
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.compile.html
+    - https://github.com/pytorch/pytorch/issues/101107 (state_dict of a compiled model has `_orig_mod.` keys)
+    - https://github.com/karpathy/nanoGPT/issues/325 (resuming fails on the prefix)
+    - https://github.com/huggingface/pytorch-image-models/pull/2003 (resuming a compiled checkpoint;
+      the DDP + compile question `_orig_mod.module.` or `_orig_mod.`)
+    - https://github.com/meta-pytorch/tnt/pull/441 (in-place `Module.compile()` keeps the keys)
+    """
+
+    code = "DDP024"
+    name = "compiled-state-dict-prefix"
+    severity = Severity.INFO
+    fixable = True
+    MESSAGE = (
+        "`{receiver}.state_dict()` of a compiled model saves every key with a `{prefix}` prefix, "
+        "which the plain model cannot load; save `{fixed}.state_dict()`"
+    )
+
+    VALID = [
+        """
+        import torch
+        model = torch.compile(Net().cuda())
+        torch.save(model._orig_mod.state_dict(), "model.pt")
+        """,
+        """
+        # nn.Module.compile() compiles in place and keeps the keys.
+        import torch
+        model = Net().cuda()
+        model.compile()
+        torch.save(model.state_dict(), "model.pt")
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            model = Net().cuda()
+            if args.compile:
+                model = torch.compile(model)
+            for epoch in range(args.epochs):
+                train_one_epoch(model, loader)
+                torch.save({"model": model.state_dict(), "epoch": epoch}, "ckpt.pt")
+            """,
+            lines=(7,),
+            fixed="""
+            import torch
+            model = Net().cuda()
+            if args.compile:
+                model = torch.compile(model)
+            for epoch in range(args.epochs):
+                train_one_epoch(model, loader)
+                torch.save({"model": model._orig_mod.state_dict(), "epoch": epoch}, "ckpt.pt")
+            """,
+        ),
+        Invalid(
+            """
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = torch.compile(DDP(Net().to(rank), device_ids=[rank]))
+            if rank == 0:
+                torch.save(model.state_dict(), "final.pt")
+            """,
+            lines=(5,),
+            fixed="""
+            import torch
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = torch.compile(DDP(Net().to(rank), device_ids=[rank]))
+            if rank == 0:
+                torch.save(model.module.state_dict(), "final.pt")
+            """,
+        ),
+    ]
+
+    def finish(self) -> None:
+        model = self.model
+        saves = [s for s in model.paths.sites() if model.api(s) == api.SAVE]
+        if not saves or "_orig_mod." in model.root.source:
+            return
+        for site in saves:
+            obj = site.arg("obj", 0)
+            if obj is None:
+                continue
+            for value in model.values.at_call(site, obj):
+                node = value.node
+                if not isinstance(node, cst.CSTNode):
+                    continue
+                for sd in subexpressions(node):
+                    if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
+                            and sd.func.attr.value == "state_dict" and not sd.args):
+                        continue
+                    where = value.module.call_at(sd)
+                    if where is None:
+                        continue
+                    base, chain = attribute_chain(sd.func.value)
+                    for stack in at_site(model, where, base):
+                        for step in chain:
+                            if stack is None:
+                                break
+                            stack = unwrap(stack, step.attr.value)
+                        if not stack or stack[0] != "compile":
+                            continue
+                        self._report(sd, stack, value.module is model.root, value.module, site)
+                        break
+
+    def _report(self, sd: cst.Call, stack: tuple[str, ...], own: bool, module, save) -> None:
+        receiver_node = sd.func.value  # type: ignore[attr-defined]
+        receiver = " ".join(self.model.root.code(receiver_node).split()) if own else "model"
+        step = "module" if stack[1:2] == ("ddp",) else "_orig_mod"
+        prefix = "_orig_mod.module." if step == "module" else "_orig_mod."
+        fixed = f"{receiver}.{step}"
+        fix = None
+        if own:
+            new = sd.with_changes(func=sd.func.with_changes(value=cst.Attribute(receiver_node, cst.Name(step))))  # type: ignore[attr-defined]
+            fix = Replace(sd, new, f"Save `{fixed}.state_dict()`", Applicability.UNSAFE)
+        self.report(sd, self.MESSAGE.format(receiver=receiver, prefix=prefix, fixed=fixed), fix,
+                    module=module, related=self.model.paths.chain(save))

@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.model.ddp import wraps
+from ddpcheck.lint.model.module import ClassInfo, ModuleModel
+from ddpcheck.lint.model.syntax import is_true
+from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._classes import class_closure, classes_of, dynamic_members, self_references
+
+
+class FindUnusedParametersUnneeded(Rule):
+    """`find_unused_parameters=True` on a model whose forward uses every layer on every call: DDP searches the autograd graph every iteration for nothing.
+
+    With the flag DDP traverses the autograd graph from the forward's output after every forward
+    pass to mark parameters that will get no gradient. When every layer takes part in every
+    forward, the search finds nothing and only costs time; torch 2.13 itself warns about it at
+    run time ("find_unused_parameters=True was specified in DDP constructor, but did not find any
+    unused parameters in the forward pass. This flag results in an extra traversal of the
+    autograd graph every iteration, which can adversely affect performance.").
+
+    ## Why it matters
+    The traversal runs on the critical path of every step and grows with the size of the graph;
+    it also delays the first bucket's all-reduce. `ddpcheck run` measures the share of step time
+    on a real job. Off by default and informational: it is a cost, not a bug, and static analysis
+    cannot see a loss that ignores part of the output.
+
+    Reported at the flag when the model class and every project class it builds are known, every
+    layer they assign is read in their `forward`, each `forward` is straight-line code (no `if`,
+    no early `return`, no `try`) and returns one value (not a tuple, list or dict, whose parts a
+    loss might leave out), and nothing reaches members dynamically or changes `requires_grad`.
+
+    ## How to fix
+    Remove `find_unused_parameters=True`. If some iterations do skip layers, keep it, or use
+    `static_graph=True` when the set of used layers never changes.
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
+    - https://pytorch.org/docs/stable/notes/ddp.html (internal design: the graph traversal)
+    - https://github.com/speechbrain/speechbrain/pull/713 (the warning in a real training run)
+    """
+
+    code = "DDP027"
+    name = "find-unused-parameters-unneeded"
+    severity = Severity.INFO
+    default_enabled = False
+    MESSAGE = (
+        "`find_unused_parameters=True` but `{cls}` uses every layer in every forward: DDP traverses "
+        "the autograd graph each iteration for nothing; remove the flag"
+    )
+
+    VALID = [
+        """
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.body = nn.Linear(8, 8)
+                self.early_exit = nn.Linear(8, 2)
+
+            def forward(self, x, exit_early=False):
+                if exit_early:
+                    return self.early_exit(x)
+                return self.body(x)
+
+        model = DDP(Net(), find_unused_parameters=True)
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            from torch import nn
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            class MLP(nn.Module):
+                def __init__(self, dim, hidden, classes):
+                    super().__init__()
+                    self.fc1 = nn.Linear(dim, hidden)
+                    self.act = nn.GELU()
+                    self.fc2 = nn.Linear(hidden, classes)
+
+                def forward(self, x):
+                    return self.fc2(self.act(self.fc1(x)))
+
+            model = DDP(MLP(784, 512, 10).to(rank), device_ids=[rank], find_unused_parameters=True)
+            """,
+            lines=(14,),
+        ),
+    ]
+
+    def finish(self) -> None:
+        model = self.model
+        if "requires_grad" in model.root.source:
+            return
+        for wrap in wraps(model, model.root):
+            site = wrap.site
+            flag = site.arg("find_unused_parameters")
+            if not is_true(flag) or is_true(site.arg("static_graph")) or wrap.inner is None:
+                continue
+            roots = classes_of(model, model.values.at_call(site, wrap.inner))
+            if len(roots) != 1:
+                continue
+            closure = class_closure(model, roots)
+            if closure and all(self._uses_everything(module, info) for module, info in closure):
+                self.report(flag, self.MESSAGE.format(cls=roots[0][1].qualname))
+
+    @staticmethod
+    def _uses_everything(module: ModuleModel, info: ClassInfo) -> bool:
+        if dynamic_members(module, info) or "requires_grad" in module.source:
+            return False
+        forward_name = info.methods.get("forward")
+        members = [n[5:] for n in info.scope.assignments if n.startswith("self.") and n.count(".") == 1]
+        if forward_name is None:
+            return not members  # a base class or a holder without layers of its own
+        forward = module.functions[forward_name]
+        if not _straight_line(forward):
+            return False
+        for attr in members:
+            values = info.scope.assignments[f"self.{attr}"]
+            if not any(isinstance(getattr(v, "value", v), cst.Call) for v in values):
+                continue  # a plain attribute (a size, a flag), not a layer
+            if not any(method == "forward" for method, _ in self_references(module, info, attr)):
+                return False
+        return True
+
+
+def _straight_line(function: cst.FunctionDef) -> bool:
+    body = function.body.body
+    stack: list[cst.CSTNode] = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.If, cst.IfExp, cst.Try, cst.While, cst.Break, cst.Continue, cst.Raise)):
+            return False
+        if isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            continue
+        stack.extend(node.children)
+    returns = [n for n in _returns(function)]
+    if len(returns) != 1 or returns[0].value is None:
+        return False
+    return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
+
+
+def _returns(function: cst.FunctionDef):
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Return):
+            yield node
+        elif not isinstance(node, (cst.FunctionDef, cst.Lambda)):
+            stack.extend(node.children)

@@ -1,0 +1,186 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.model.ddp import is_ddp
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.rule import Invalid, Rule
+
+# Values each rank computes on its own: the wall clock, a tensor read back to Python.
+_LOCAL_CALLS = frozenset({
+    "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "datetime.datetime.now",
+    "math.isnan", "math.isinf", "torch.isnan", "torch.isinf", "numpy.isnan", "os.path.exists",
+})
+_LOCAL_METHODS = frozenset({"item", "tolist"})
+
+
+class RankLocalBreak(Rule):
+    """The training loop `break`s (or returns) on a condition each rank evaluates on its own: one rank leaves, the others wait in the next all-reduce forever.
+
+    Every DDP backward all-reduces gradients, so every rank must run the same number of
+    iterations. A time budget (`if time.time() - start > limit: break`), a loss threshold on the
+    rank's own loss (`if loss.item() < target: break`) or a NaN check on it can be true on one
+    rank and false on another at the same step.
+
+    ## Why it matters
+    The rank that left goes on to evaluation, saving or `destroy_process_group`; the others sit in
+    the gradient all-reduce of their next backward until the process-group timeout (30 minutes by
+    default with gloo and NCCL) and then crash with a timeout that points nowhere near the cause.
+    With a DistributedSampler that pads (`drop_last=False`) every rank has the same number of
+    batches, so this is the remaining way for the ranks to disagree.
+
+    Reported at the `break` / `return` inside a loop that runs a DDP model's forward or a
+    `backward()`, when its `if` reads the clock, a tensor's `.item()`, `isnan`/`isinf` or a file's
+    existence (directly or through a variable assigned from one in the function), and the loop
+    makes no collective call that could agree on the decision.
+
+    ## How to fix
+    Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
+    op=dist.ReduceOp.MAX)` (or broadcast rank 0's decision) before testing it; or stop on a step
+    or epoch count, which is the same everywhere; or wrap the loop in `model.join()` for inputs
+    that are uneven by design.
+
+    ## References
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.join
+    - https://pytorch.org/tutorials/advanced/generic_join.html
+    """
+
+    code = "DDP035"
+    name = "rank-local-break"
+    severity = Severity.ERROR
+    MESSAGE = (
+        "`{exit}` on a condition each rank evaluates on its own (`{test}`): if one rank leaves the "
+        "loop, the others wait in their next all-reduce until the timeout; agree on it across ranks "
+        "(all_reduce the flag) or stop on a step count"
+    )
+
+    VALID = [
+        """
+        import time
+        import torch
+        import torch.distributed as dist
+
+        for step, (x, y) in enumerate(loader):
+            loss = criterion(model(x), y)
+            loss.backward()
+            optimizer.step()
+            out_of_time = torch.tensor(float(time.time() - start > budget), device=device)
+            dist.all_reduce(out_of_time, op=dist.ReduceOp.MAX)
+            if out_of_time.item():
+                break
+        """,
+        """
+        for step, (x, y) in enumerate(loader):
+            criterion(model(x), y).backward()
+            optimizer.step()
+            if step >= args.max_steps:
+                break
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import time
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def train(net, loader, optimizer, budget_s, rank):
+                model = DDP(net, device_ids=[rank])
+                start = time.time()
+                for epoch in range(100):
+                    for x, y in loader:
+                        loss = criterion(model(x), y)
+                        optimizer.zero_grad()
+                        loss.backward()
+                        optimizer.step()
+                    if time.time() - start > budget_s:
+                        break
+            """,
+            lines=(14,),
+        ),
+        Invalid(
+            """
+            import math
+
+            def fit(model, loader, optimizer):
+                for batch in loader:
+                    loss = model(**batch).loss
+                    if math.isnan(loss.item()):
+                        return False
+                    loss.backward()
+                    optimizer.step()
+                return True
+            """,
+            lines=(7,),
+        ),
+    ]
+
+    def finish(self) -> None:
+        model = self.model
+        root = model.root
+        for loop in root.fors:
+            body_calls = [c for c in root.calls if loop.node in c.loops]
+            if not any(c.method == "backward" for c in body_calls) and not self._forwards(body_calls):
+                continue
+            if any(model.facts.does(c, "collective") for c in body_calls):
+                continue
+            for exit_node, guard_test in _exits(loop.node):
+                if self._local(root, loop.scope, guard_test):
+                    keyword = "break" if isinstance(exit_node, cst.Break) else "return"
+                    self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+
+    def _forwards(self, calls: list[CallSite]) -> bool:
+        for site in calls:
+            if isinstance(site.node.func, cst.Name):
+                if any(is_ddp(self.model, v) for v in self.model.values.at_call(site, site.node.func)):
+                    return True
+        return False
+
+    def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2) -> bool:
+        for node in _nodes(test):
+            if isinstance(node, cst.Call):
+                site = root.call_at(node)
+                name = self.model.api(site) if site is not None else None
+                if name in _LOCAL_CALLS:
+                    return True
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
+                    return True
+            elif isinstance(node, cst.Name) and depth > 0:
+                for value in scope.assignments.get(node.value, []):
+                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1):
+                        return True
+        return False
+
+
+def _exits(loop: cst.For):
+    """(`break` or `return`, the test of the innermost `if` around it) in the loop body; a break
+    inside a nested loop belongs to that loop and is skipped."""
+    def visit(node: cst.CSTNode, test: cst.BaseExpression | None, nested: bool):
+        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            return
+        if isinstance(node, cst.If):
+            yield from visit(node.body, node.test, nested)
+            if node.orelse is not None:
+                yield from visit(node.orelse, None, nested)
+            return
+        if isinstance(node, (cst.For, cst.While)):
+            for child in node.children:
+                yield from visit(child, test, True)
+            return
+        if isinstance(node, cst.Break) and not nested and test is not None:
+            yield node, test
+        if isinstance(node, cst.Return) and test is not None:
+            yield node, test
+        for child in node.children:
+            yield from visit(child, test, nested)
+
+    yield from visit(loop.body, None, False)
+
+
+def _nodes(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+

@@ -1,0 +1,191 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.module import ModuleModel, Scope
+from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._classes import classes_of
+
+_SPLITTERS = frozenset({"numpy.array_split", "torch.chunk", "torch.tensor_split", "numpy.split"})
+_WORLD = ("world_size", "get_world_size", "WORLD_SIZE", "num_replicas", "nprocs", "ngpus", "n_gpus", "num_gpus")
+
+
+class UnevenInputs(Rule):
+    """Each rank gets its share of the data by a hand-made split (or a rank-sharded IterableDataset) that can leave ranks with different numbers of batches, and nothing evens them out.
+
+    `files[rank::world_size]`, `np.array_split(samples, world_size)[rank]` and an
+    `IterableDataset` whose `__iter__` keeps the items of its rank give the first `len % world`
+    ranks one item more than the others. Unlike DistributedSampler, which pads or drops so that
+    every rank has `ceil(len / world)` (or `floor`) samples, nothing equalises them.
+
+    ## Why it matters
+    DDP needs the same number of forward/backward passes on every rank: the gradient all-reduce
+    of each backward waits for all of them. A rank with one batch fewer leaves the loop (to
+    evaluate, save, or start the next epoch) while the others wait in the all-reduce of their
+    extra batch: a hang until the process-group timeout, only for dataset sizes that do not
+    divide evenly, so it appears after the dataset changes.
+
+    Reported at the split (or the class's `__iter__`) when the file trains with it and contains
+    no `join()` (DDP's uneven-inputs context manager) and no truncation to a multiple of the
+    world size.
+
+    ## How to fix
+    Use `DistributedSampler` for map-style data; for a hand split, truncate first
+    (`n = len(files) // world_size * world_size; files = files[:n]`) or pad; for an
+    `IterableDataset`, stop every rank after the same number of batches (computed from the
+    smallest shard), or wrap the training loop in `with model.join():`.
+
+    ## References
+    - https://pytorch.org/tutorials/advanced/generic_join.html
+    - https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html#torch.nn.parallel.DistributedDataParallel.join
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.IterableDataset
+    """
+
+    code = "DDP034"
+    name = "uneven-inputs"
+    severity = Severity.WARNING
+    MESSAGE = (
+        "`{split}` gives ranks different numbers of items when the total does not divide by the "
+        "world size, and nothing evens them out: the rank with fewer batches leaves while the others "
+        "wait in the all-reduce; truncate to a multiple of the world size, use DistributedSampler, "
+        "or train under `model.join()`"
+    )
+
+    VALID = [
+        """
+        import torch.distributed as dist
+        world_size, rank = dist.get_world_size(), dist.get_rank()
+        n = len(files) // world_size * world_size
+        shard = files[:n][rank::world_size]
+        for path in shard:
+            loss = model(load(path)).sum()
+            loss.backward()
+            optimizer.step()
+        """,
+        """
+        import torch.distributed as dist
+        shard = files[dist.get_rank()::dist.get_world_size()]
+        with model.join():
+            for path in shard:
+                model(load(path)).sum().backward()
+                optimizer.step()
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import glob
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader
+
+            dist.init_process_group("nccl")
+            rank, world_size = dist.get_rank(), dist.get_world_size()
+            files = sorted(glob.glob("shards/*.tar"))
+            my_files = files[rank::world_size]
+            loader = DataLoader(ShardDataset(my_files), batch_size=32)
+            for batch in loader:
+                model(batch).loss.backward()
+                optimizer.step()
+            """,
+            lines=(8,),
+        ),
+        Invalid(
+            """
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, IterableDataset
+
+            class LineStream(IterableDataset):
+                def __init__(self, path):
+                    self.path = path
+
+                def __iter__(self):
+                    rank, world = dist.get_rank(), dist.get_world_size()
+                    with open(self.path) as f:
+                        for i, line in enumerate(f):
+                            if i % world == rank:
+                                yield encode(line)
+
+            loader = DataLoader(LineStream("train.txt"), batch_size=64)
+            for batch in loader:
+                model(batch).backward()
+            """,
+            lines=(8,),
+        ),
+    ]
+
+    def finish(self) -> None:
+        model = self.model
+        root = model.root
+        source = root.source
+        if "join(" in source or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+            return  # DDP's join, or a truncation to a multiple of the world size
+        if not any(c.method == "backward" for c in root.calls):
+            return
+        resolve = model.resolver_for(root)
+        for scope, node in _expressions(root):
+            for sub in _nodes(node):
+                if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve):
+                    self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
+                elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and _by_rank(sub, resolve):
+                    site = root.call_at(sub.value)
+                    if site is not None and model.api(site) in _SPLITTERS:
+                        self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
+        for site in root.calls:
+            if model.api(site) != api.DATALOADER:
+                continue
+            dataset = site.arg("dataset", 0)
+            if dataset is None:
+                continue
+            for module, info in classes_of(model, model.values.at_call(site, dataset)):
+                if not any(model.graph.is_subclass(base, api.ITERABLE_DATASET)
+                           for owner_module, owner in model.graph.mro(module, info)
+                           for base in model.graph.bases(owner_module, owner)):
+                    continue
+                iterate = info.methods.get("__iter__")
+                if iterate is None:
+                    continue
+                function = module.functions[iterate]
+                text = module.code(function)
+                if any(w in text for w in _WORLD) and ("rank" in text):
+                    self.report(function.name, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
+                                module=module)
+
+
+def _strided_by_rank(sub: cst.Subscript, resolve) -> bool:
+    """`x[rank::world_size]`."""
+    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
+        return False
+    piece = sub.slice[0].slice
+    return piece.lower is not None and piece.step is not None and is_rank_value(piece.lower, resolve) \
+        and _is_world(piece.step)
+
+
+def _by_rank(sub: cst.Subscript, resolve) -> bool:
+    return len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and is_rank_value(sub.slice[0].slice.value, resolve)
+
+
+def _is_world(expr: cst.BaseExpression) -> bool:
+    text = dotted(expr.func if isinstance(expr, cst.Call) else expr) or ""
+    return any(text.endswith(w) for w in _WORLD)
+
+
+def _expressions(root: ModuleModel):
+    scopes: list[Scope] = [root.module_scope, *root.function_scopes.values()]
+    for scope in scopes:
+        for values in scope.assignments.values():
+            for value in values:
+                if isinstance(value, cst.BaseExpression):
+                    yield scope, value
+
+
+def _nodes(node: cst.CSTNode):
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(current.children)
+

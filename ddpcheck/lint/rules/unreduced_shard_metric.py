@@ -1,0 +1,227 @@
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.findings import Severity
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import feed
+from ddpcheck.lint.model.module import CallSite, ForSite
+from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.rule import Invalid, Rule
+
+# Where a metric ends up in front of a person.
+_REPORTERS = frozenset({"print", "logging.info", "logging.warning"})
+_REPORT_METHODS = frozenset({"info", "log", "add_scalar", "add_scalars", "log_metrics", "write"})
+
+
+class UnreducedShardMetric(Rule):
+    """An evaluation metric is counted over one rank's DistributedSampler shard and reported without a reduction across ranks.
+
+    With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
+    (`correct += ...`, `total += ...`, `loss_sum += ...`) hold that rank's shard only until they
+    are all-reduced (or gathered).
+
+    ## Why it matters
+    The printed or logged number is the accuracy of one shard, presented as the accuracy of the
+    whole set: it differs from rank to rank, from run to run with the world size, and from the
+    single-GPU figure; with a rank-0 guard around the print, the report is simply rank 0's shard.
+    Model selection and early stopping then follow noise.
+
+    Reported at the print / log call (`print`, `logger.info`, `writer.add_scalar`, `wandb.log`,
+    ...) after a loop over a DataLoader fed by a DistributedSampler, when what it reports is
+    computed from counters the loop accumulated and the function makes no collective call (nor
+    hands the counters to a function) after the loop. Metrics returned to the caller are left to
+    the caller.
+
+    ## How to fix
+    All-reduce the sums before dividing: `stats = torch.tensor([correct, total], device=device);
+    dist.all_reduce(stats); accuracy = stats[0] / stats[1]`, or gather per-sample results with
+    `dist.all_gather_object`, or use a metric object that synchronises (torchmetrics). Mind the
+    padding a DistributedSampler adds (DDP018).
+
+    ## References
+    - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
+    - https://github.com/pytorch/examples/blob/main/imagenet/main.py (`summary(...)` all-reduces the
+      meters before printing)
+    """
+
+    code = "DDP036"
+    name = "unreduced-shard-metric"
+    severity = Severity.WARNING
+    MESSAGE = (
+        "`{metric}` is computed from counters of this rank's DistributedSampler shard only ({counters}) "
+        "and reported without a reduction: it is one shard's figure, not the whole set's; all_reduce "
+        "the counters before computing it"
+    )
+
+    VALID = [
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def evaluate(model, val_set, device):
+            loader = DataLoader(val_set, batch_size=256, sampler=DistributedSampler(val_set, shuffle=False))
+            correct = total = 0
+            with torch.no_grad():
+                for x, y in loader:
+                    pred = model(x.to(device)).argmax(1)
+                    correct += (pred == y.to(device)).sum().item()
+                    total += y.numel()
+            stats = torch.tensor([correct, total], device=device)
+            dist.all_reduce(stats)
+            if dist.get_rank() == 0:
+                print(f"accuracy {stats[0].item() / stats[1].item():.4f}")
+        """,
+        """
+        # Returned to the caller, which decides.
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def evaluate(model, val_set):
+            loader = DataLoader(val_set, sampler=DistributedSampler(val_set, shuffle=False))
+            correct = 0
+            for x, y in loader:
+                correct += (model(x).argmax(1) == y).sum().item()
+            return correct
+        """,
+    ]
+    INVALID = [
+        Invalid(
+            """
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def validate(model, val_set, epoch):
+                sampler = DistributedSampler(val_set, shuffle=False)
+                loader = DataLoader(val_set, batch_size=128, sampler=sampler)
+                correct, seen = 0, 0
+                model.eval()
+                with torch.no_grad():
+                    for images, labels in loader:
+                        logits = model(images.cuda(non_blocking=True))
+                        correct += (logits.argmax(dim=1) == labels.cuda()).sum().item()
+                        seen += labels.size(0)
+                acc = 100.0 * correct / seen
+                if dist.get_rank() == 0:
+                    print(f"epoch {epoch}: top-1 {acc:.2f}%")
+            """,
+            lines=(17,),
+        ),
+        Invalid(
+            """
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def test(model, loader, writer, step):
+                total_loss = 0.0
+                for batch in loader:
+                    total_loss += model(**batch).loss.item()
+                writer.add_scalar("val/loss", total_loss / len(loader), step)
+
+            def main():
+                val_loader = DataLoader(val_set, batch_size=64, sampler=DistributedSampler(val_set))
+                test(model, val_loader, writer, 0)
+            """,
+            lines=(7,),
+        ),
+    ]
+
+    def finish(self) -> None:
+        model = self.model
+        root = model.root
+        for loop in root.fors:
+            if loop.scope.function is None or not self._sharded(loop):
+                continue
+            counters = _accumulated(loop.node)
+            if not counters:
+                continue
+            later = [s for s in root.calls if s.scope.function is loop.scope.function and loop.node not in s.loops
+                     and s.tick > max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)]
+            if any(model.facts.does(s, "collective") or _passes(s, counters) and model.graph.targets(s) for s in later):
+                continue
+            derived = self._derived(loop, counters)
+            for site in later:
+                if not self._reports(site):
+                    continue
+                used = _names_in(site.node) & derived
+                if used:
+                    metric = sorted(used - counters) or sorted(used)
+                    self.report(site.node, self.MESSAGE.format(
+                        metric=metric[0], counters=", ".join(sorted(counters))))
+                    break
+
+    def _sharded(self, loop: ForSite) -> bool:
+        """The loop iterates a DataLoader fed by a DistributedSampler (the loader may be a
+        parameter whose callers pass one)."""
+        model = self.model
+        loader = _iterated(loop.node.iter)
+        if loader is None:
+            return False
+        for value in model.values.of(model.root, loader, loop.scope, at=loop.point):
+            call = value.call
+            if call is None:
+                continue
+            site = value.module.call_at(call)
+            if site is not None and model.api(site) == api.DATALOADER and feed(model, site) is not None:
+                return True
+        return False
+
+    def _reports(self, site: CallSite) -> bool:
+        name = self.model.api(site) or dotted(site.node.func) or ""
+        return name in _REPORTERS or (site.method in _REPORT_METHODS and name != "print") \
+            or name.startswith("wandb.log") or name == "wandb.log"
+
+    def _derived(self, loop: ForSite, counters: set[str]) -> set[str]:
+        """The counters and the names assigned from them in the loop's function."""
+        out = set(counters)
+        scope = loop.scope
+        for _ in range(3):
+            for name, values in scope.assignments.items():
+                if name in out:
+                    continue
+                if any(isinstance(v, cst.BaseExpression) and _names_in(v) & out for v in values):
+                    out.add(name)
+        return out
+
+
+def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The loader in `loader`, `enumerate(loader)`, `tqdm(loader, ...)`."""
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return expr
+    if isinstance(expr, cst.Call) and expr.args:
+        return _iterated(expr.args[0].value)
+    return None
+
+
+def _accumulated(loop: cst.For) -> set[str]:
+    """Names `+=`-ed in the loop body with something the batch gives (`correct += ...sum()`,
+    `total += y.size(0)`; a step counter `+= 1` is the same on every rank), not in nested
+    functions."""
+    out: set[str] = set()
+    stack: list[cst.CSTNode] = [loop.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                and not isinstance(node.value, (cst.Integer, cst.Float)):
+            name = dotted(node.target)
+            if name is not None:
+                out.add(name)
+        elif not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(node.children)
+    return out
+
+
+def _names_in(node: cst.CSTNode) -> set[str]:
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        name = dotted(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
+        if name is not None:
+            out.add(name)
+        stack.extend(current.children)
+    return out
+
+
+def _passes(site: CallSite, counters: set[str]) -> bool:
+    return bool(_names_in(site.node) & counters)
