@@ -71,18 +71,22 @@ def micro() -> dict[str, float]:
 
     dist.init_process_group("gloo", rank=0, world_size=1)
     one = torch.ones(1)
-    raw_all_reduce = dist.all_reduce
-    out = {"empty call": best(lambda: None, 20000),
-           "gloo all_reduce (1 rank)": best(lambda: raw_all_reduce(one), 2000)}
+    out = {"gloo all_reduce of 1 float, 1 rank (reference)": best(lambda: dist.all_reduce(one), 2000)}
     ledger.install(sites.call_site)
     ledger.open_live(tempfile.mkdtemp(prefix="ddpcheck-bench-"), 0)
-    out["all_reduce with the ledger"] = best(lambda: dist.all_reduce(one), 2000)
     book = ledger.LEDGER
+
+    def noop(tensor: object, op: object = None, group: object = None, async_op: bool = False) -> None:
+        return None
+
+    # The whole wrapper (site, signature, ledger, live file) around a collective that does nothing:
+    # timing it around a real gloo call in a tight loop would mostly measure gloo's thread wake-ups.
+    wrapped = ledger._recorded("all_reduce", noop, sites.call_site)
+    out["ledger wrapper around one collective"] = best(lambda: wrapped(one), 20000) - best(lambda: noop(one), 20000)
 
     def one_call() -> None:
         book.leave(book.enter("all_reduce", "float32[1]", "/x/train.py:10"))
 
-    out["ledger: one collective"] = best(one_call, 20000)
     model = DDP(nn.Linear(8, 1))
     pass_ = book.start_pass(0, 0, "/x/train.py:5")
 

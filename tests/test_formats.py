@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, cli_env, run_cli
 
 SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
@@ -236,3 +236,19 @@ def test_runtime_findings_without_a_file_render_as_valid_sarif_and_junit():
     (suite,) = root.findall("testsuite")
     assert suite.get("name") == "ddpcheck run"
     assert suite.find("testcase/failure").text == "<run>: DDP001 ranks 0 and 1 read the same samples\nranks: 0, 1"
+
+
+def test_a_helper_finding_names_the_calls_that_lead_there():
+    """The every-rank checkpoint is reported on the helper's torch.save line, with the call in
+    the script as a related location (JSON `related`, SARIF `relatedLocations`)."""
+    project = ROOT / "fixtures" / "corpus" / "constructs" / "c12_where_the_fix_goes"
+    out = run_cli("lint", "--no-cache", "--output-format", "json", "train.py", cwd=project, env=cli_env())
+    findings = json.loads(out.stdout)["findings"]
+    save = next(f for f in findings if f["code"] == "DDP010")
+    assert (save["path"], save["location"]["line"]) == ("checkpoint.py", 8)
+    assert [(r["path"], r["location"]["line"]) for r in save["related"]] == [("train.py", 26), ("train.py", 21)]
+    sarif = json.loads(run_cli("lint", "--no-cache", "--output-format", "sarif", "train.py",
+                               cwd=project, env=cli_env()).stdout)
+    result = next(r for r in sarif["runs"][0]["results"] if r["ruleId"] == "DDP010")
+    related = result["relatedLocations"]
+    assert [loc["physicalLocation"]["region"]["startLine"] for loc in related] == [26, 21]

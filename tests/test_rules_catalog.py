@@ -11,7 +11,7 @@ from tests.conftest import ROOT, cli_env, run_cli
 
 
 def test_pages_match_rule_classes():
-    r = subprocess.run([sys.executable, "-m", "ddpcheck.tools.pages", "--check"],
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "pages.py"), "--check"],
                        capture_output=True, text=True, env=cli_env(), cwd=ROOT)
     assert r.returncode == 0, r.stdout
     for code in all_rules():

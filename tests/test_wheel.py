@@ -85,7 +85,9 @@ def test_wheel_requires_only_the_light_dependencies_and_carries_the_pages(wheel)
     assert any("torch" in r and "extra == 'run'" in r.replace('"', "'") for r in meta.get_all("Requires-Dist"))
     pages = sorted(p.name for p in (ROOT / "rules").glob("*.md"))
     assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith("ddpcheck/_pages/")) == pages
-    assert not any(n.startswith(("tests/", "fixtures/", "bench/")) for n in names)
+    assert not any(n.startswith(("tests/", "fixtures/", "bench/", "scripts/")) for n in names)
+    # Developer tools (page generation, corpus statistics) stay in the repository.
+    assert not any(n.startswith("ddpcheck/tools/") for n in names)
 
 
 def test_the_venv_has_no_torch_and_runs_the_installed_copy(venv, workdir):

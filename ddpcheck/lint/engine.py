@@ -21,7 +21,7 @@ from ddpcheck.lint.model.build import Walker, build
 from ddpcheck.lint.model.module import ModuleModel
 from ddpcheck.lint.model.project import Project
 from ddpcheck.lint.model.semantic import Model
-from ddpcheck.lint.positions import node_ranges
+from ddpcheck.lint.positions import Span, code_at, node_spans
 from ddpcheck.lint.rule import Pending, Replace, Rule
 from ddpcheck.lint.tool_codes import SyntaxErrorInFile
 
@@ -117,9 +117,11 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
     wanted: dict[int, list[cst.CSTNode]] = defaultdict(list)
     for pending in model.pending:
         wanted[id(pending.module)].append(pending.node)
+        if pending.fix is not None and pending.module is model.root:
+            wanted[id(pending.module)].append(pending.fix.node)
         for module, node, _ in pending.related:
             wanted[id(module)].append(node)
-    positions = {key: node_ranges(modules[key].tree, nodes) for key, nodes in wanted.items()}
+    spans = {key: node_spans(modules[key].tree, nodes) for key, nodes in wanted.items()}
     findings: list[Finding] = []
     for key, pendings in by_module.items():
         module = modules[key]
@@ -127,23 +129,23 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
         found = []
         seen = set()
         for pending in pendings:
-            rng = positions[key].get(pending.node)
-            if rng is None:  # a node the rule built itself: report at the file start
+            span = spans[key].get(id(pending.node))
+            if span is None:  # a node the rule built itself: report at the file start
                 line, col, end_line, end_col = 1, 1, 1, 1
             else:
-                line, col, end_line, end_col = rng[0], rng[1] + 1, rng[2], rng[3] + 1
+                line, col, end_line, end_col = span.line, span.column + 1, span.end_line, span.end_column + 1
             dedup = (pending.rule.code, line, col, pending.message)
             if dedup in seen:
                 continue
             seen.add(dedup)
             related = []
             for other, node, label in pending.related:
-                where = positions[id(other)].get(node)
+                where = spans[id(other)].get(id(node))
                 if where is not None:
-                    related.append(Related(_display(root_path, other), where[0], where[1] + 1, label))
+                    related.append(Related(_display(root_path, other), where.line, where.column + 1, label))
             fix = None
             if pending.fix is not None and module is model.root:
-                fix = _to_fix(module, pending.fix)  # fixes edit the linted file only
+                fix = _to_fix(module, pending.fix, spans[key].get(id(pending.fix.node)))  # the linted file only
             found.append(Finding(
                 code=pending.rule.code,
                 name=pending.rule.name,
@@ -164,8 +166,25 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
     return findings
 
 
-def _to_fix(module: ModuleModel, replace: Replace) -> Fix:
-    """Turn a node replacement into one text edit: the span where old and new text differ."""
+def _to_fix(module: ModuleModel, replace: Replace, span: Span | None) -> Fix:
+    """Turn a node replacement into one text edit: the new node's code, generated at the old
+    one's indentation, over the old one's text."""
+    if span is None or not isinstance(replace.new, cst.CSTNode):
+        return _to_fix_by_diff(module, replace)  # removals and flattening: the whole new text
+    text = code_at(replace.new, span, module.tree)
+    old = module.source[span.start:span.end]
+    start, end_old, end_new = 0, len(old), len(text)
+    while start < min(end_old, end_new) and old[start] == text[start]:
+        start += 1
+    while end_old > start and end_new > start and old[end_old - 1] == text[end_new - 1]:
+        end_old -= 1
+        end_new -= 1
+    edit = Edit(span.start + start, span.start + end_old, text[start:end_new])
+    return Fix(replace.description, (edit,), replace.applicability)
+
+
+def _to_fix_by_diff(module: ModuleModel, replace: Replace) -> Fix:
+    """The edit between the file and the file with the replacement made (a whole code generation)."""
     old = module.source
     new = traverse.replace(module.tree, replace.node, replace.new).code  # deep_replace rebuilds every node
     start = 0

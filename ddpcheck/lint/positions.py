@@ -12,8 +12,8 @@ the joined text between them. The results equal PositionProvider's (tests/test_p
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
-from typing import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Iterable
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -26,60 +26,131 @@ class _AllFound(Exception):
     pass
 
 
+class _Syntactic:
+    """`with state.record_syntactic_position(node, ...)`: a plain object (a generator-based
+    context manager per node costs more than the node's own code generation)."""
+
+    __slots__ = ("state", "node", "start_node", "end_node", "start")
+
+    def __init__(self, state: _IndexState, node: cst.CSTNode, start_node: cst.CSTNode | None,
+                 end_node: cst.CSTNode | None) -> None:
+        self.state = state
+        self.node = node
+        self.start_node = start_node
+        self.end_node = end_node
+        self.start = 0
+
+    def __enter__(self) -> None:
+        self.start = len(self.state.tokens)
+
+    def __exit__(self, kind: object, value: object, trace: object) -> bool:
+        if kind is not None:
+            return False  # when _AllFound stops the generation, nothing more is recorded
+        ranges = self.state.ranges
+        start = ranges[id(self.start_node)][0] if self.start_node is not None else self.start
+        end = ranges[id(self.end_node)][1] if self.end_node is not None else len(self.state.tokens)
+        ranges[id(self.node)] = (start, end)
+        return False
+
+
 class _IndexState(CodegenState):
     """Code generation that records, per node, the token index where it starts and ends."""
 
     def __init__(self, module: cst.Module, wanted: set[cst.CSTNode]) -> None:
         super().__init__(default_indent=module.default_indent, default_newline=module.default_newline)
-        self.ranges: dict[cst.CSTNode, tuple[int, int]] = {}
+        self.ranges: dict[int, tuple[int, int]] = {}  # id(node) → syntactic (else whole) token range
+        self.whole: dict[int, tuple[int, int]] = {}  # id(node) → whole token range, wanted nodes
+        self.indents: dict[int, tuple[str, ...]] = {}  # id(node) → indentation it is generated at
         self._stack: list[int] = []
-        self._left = set(wanted)  # requested nodes whose range is not complete yet
+        self._wanted = {id(n) for n in wanted}
+        self._left = set(self._wanted)  # requested nodes whose range is not complete yet
 
     def before_codegen(self, node: cst.CSTNode) -> None:
         self._stack.append(len(self.tokens))
+        if id(node) in self._wanted:
+            self.indents[id(node)] = tuple(self.indent_tokens)
 
     def after_codegen(self, node: cst.CSTNode) -> None:
         start = self._stack.pop()
-        if node not in self.ranges:  # a syntactic range recorded inside wins, as in PositionProvider
-            self.ranges[node] = (start, len(self.tokens))
-        if node in self._left:
-            self._left.discard(node)
+        key = id(node)
+        if key not in self.ranges:  # a syntactic range recorded inside wins, as in PositionProvider
+            self.ranges[key] = (start, len(self.tokens))
+        if key in self._left:
+            self.whole[key] = (start, len(self.tokens))
+            self._left.discard(key)
             if not self._left:
                 raise _AllFound  # the rest of the file cannot change these ranges
 
-    @contextmanager
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None) -> Iterator[None]:
-        start = len(self.tokens)
-        yield  # no try/finally: when _AllFound stops the generation, nothing more is recorded
-        end = len(self.tokens)
-        if start_node is not None:
-            start = self.ranges[start_node][0]
-        if end_node is not None:
-            end = self.ranges[end_node][1]
-        self.ranges[node] = (start, end)
+    def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # type: ignore[no-untyped-def, override]
+        return _Syntactic(self, node, start_node, end_node)
 
     def pop_trailing_newline(self) -> None:
         # PositionProvider computed its positions before this pop; keep the token so ours match.
         pass
 
 
-def node_ranges(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[cst.CSTNode, tuple[int, int, int, int]]:
-    """`node → (line, column, end_line, end_column)` (line 1-based, column 0-based, like libcst's
-    CodeRange) for each of `nodes` found in `module`; nodes not in the tree are left out."""
+@dataclass(frozen=True)
+class Span:
+    """Where a node is: its reported range (line 1-based, column 0-based, like libcst's
+    CodeRange) and, for editing it, the character offsets of its whole text and the indentation
+    it is generated at."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    start: int
+    end: int
+    indent: tuple[str, ...]
+
+
+def node_spans(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[int, Span]:
+    """`id(node) → Span` for each of `nodes` found in `module` (one code generation, stopped
+    after the last of them)."""
     nodes = list(nodes)
     state = _IndexState(module, set(nodes))
     try:
         module._codegen(state)
     except _AllFound:
         pass
-    wanted = {}
-    for node in nodes:
-        rng = state.ranges.get(node)
-        if rng is not None:
-            wanted[node] = rng
-    indices = sorted({i for rng in wanted.values() for i in rng})
+    found = {id(n) for n in nodes if id(n) in state.ranges and id(n) in state.whole}
+    indices = sorted({i for key in found for i in (*state.ranges[key], *state.whole[key])})
     where = _line_columns(state.tokens, indices)
-    return {node: (*where[a], *where[b]) for node, (a, b) in wanted.items()}
+    offsets = _offsets(state.tokens, indices)
+    out = {}
+    for key in found:
+        a, b = state.ranges[key]
+        c, d = state.whole[key]
+        out[key] = Span(*where[a], *where[b], offsets[c], offsets[d], state.indents.get(key, ()))
+    return out
+
+
+def node_ranges(module: cst.Module, nodes: Iterable[cst.CSTNode]) -> dict[cst.CSTNode, tuple[int, int, int, int]]:
+    """`node → (line, column, end_line, end_column)` (line 1-based, column 0-based, like libcst's
+    CodeRange) for each of `nodes` found in `module`; nodes not in the tree are left out."""
+    nodes = list(nodes)
+    spans = node_spans(module, nodes)
+    return {n: (spans[id(n)].line, spans[id(n)].column, spans[id(n)].end_line, spans[id(n)].end_column)
+            for n in nodes if id(n) in spans}
+
+
+def code_at(node: cst.CSTNode, span: Span, module: cst.Module) -> str:
+    """`node`'s code generated where `span` is (at its indentation): the text to put there."""
+    state = CodegenState(default_indent=module.default_indent, default_newline=module.default_newline)
+    state.indent_tokens = list(span.indent)
+    node._codegen(state)
+    return "".join(state.tokens)
+
+
+def _offsets(tokens: list[str], indices: list[int]) -> dict[int, int]:
+    """The character offset after the first `i` tokens, for each sorted index `i`."""
+    out: dict[int, int] = {}
+    total, done = 0, 0
+    for index in indices:
+        total += sum(len(t) for t in tokens[done:index])
+        done = index
+        out[index] = total
+    return out
 
 
 def _line_columns(tokens: list[str], indices: list[int]) -> dict[int, tuple[int, int]]:

@@ -57,6 +57,7 @@ class RankState:
     busy: bool = False
     answered: bool = True
     progress_at: float = 0.0  # wall-clock time of its last progress (0: unknown)
+    in_join: bool = False  # inside DDP's Join() context: the sequences differ by design
 
     @property
     def world(self) -> CallLog:
@@ -75,7 +76,7 @@ class RankState:
         return cls(rank, logs, int(data.get("steps", 0)), int(data.get("forwards", 0)),
                    tuple(PassInfo.from_json(p) for p in data.get("passes") or ()),
                    data.get("ours"), data.get("place"), tuple(data.get("frames") or ()),
-                   bool(data.get("busy")), True)
+                   bool(data.get("busy")), True, float(data.get("at", 0.0)), bool(data.get("in_join")))
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,8 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
     """The explanation, most causal first. With `hung_s` (the job made no progress for that long)
     there is always one; without (the job crashed), only a mismatch or uneven work."""
     present = {r: s for r, s in states.items() if s.answered}
+    if any(s.in_join for s in present.values()):  # Join shadows the collectives: no comparison
+        return _plain_hang(states, world, hung_s) if hung_s is not None else None
     mismatch = _mismatch(present)
     uneven = uneven_passes(present)
     suffix = f"; the job hung (no progress for {hung_s:g} s) and ddpcheck stopped it" if hung_s is not None else ""
@@ -111,13 +114,31 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
         return Diagnosis(UNEVEN, left.message(mismatch) + suffix, left.ranks, left.site, details)
     if mismatch is not None:
         odd = mismatch.odd_ranks
-        site = next((c.site for s in mismatch.sides[1:] for c in s.calls if c.site), None)
-        if site is None and mismatch.sides:
-            site = mismatch.sides[0].call.site
-        return Diagnosis(MISMATCH, mismatch.message() + suffix, odd, site, details)
+        absent = [present[r] for r in mismatch.missing if r in present]
+        if len(mismatch.sides) == 1 and absent and all(a.ours for a in absent):
+            # They left the others' collective behind for ddpcheck's exchange: one more optimizer step.
+            steps = sorted({a.steps for a in absent})
+            others = sorted({present[r].steps for r in mismatch.sides[0].ranks if r in present})
+            verb = "waits" if len(mismatch.missing) == 1 else "wait"
+            text = (f"{ranks_text(mismatch.missing)} ran optimizer step {steps[-1]} (the others have run "
+                    f"{others[0] if others else '?'}) and {verb} in ddpcheck's check exchange: {mismatch.message()}")
+            return Diagnosis(UNEVEN, text + suffix, mismatch.missing, _mismatch_site(mismatch), details)
+        if len(mismatch.sides) == 1 and absent and all(a.current is None for a in absent):
+            if hung_s is not None:  # they are outside any collective (idle): a plain hang says where
+                return _plain_hang(states, world, hung_s)
+            return None
+        return Diagnosis(MISMATCH, mismatch.message() + suffix, odd, _mismatch_site(mismatch), details)
     if hung_s is None:
         return None
     return _plain_hang(states, world, hung_s)
+
+
+def _mismatch_site(mismatch: Mismatch) -> str | None:
+    """The line of the ranks that went their own way (else the others')."""
+    site = next((c.site for s in mismatch.sides[1:] for c in s.calls if c.site), None)
+    if site is None and mismatch.sides:
+        site = mismatch.sides[0].call.site
+    return site
 
 
 def _mismatch(states: Mapping[int, RankState]) -> Mismatch | None:

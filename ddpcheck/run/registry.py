@@ -32,7 +32,7 @@ reported as findings only, never as rows of the checks table.
    checked steps; `session.add_slot` for a digest to compare live) and `judge` (compare the
    records across ranks; PASS, FAIL or SKIP for each of its codes).
 4. `PROBE = Probe("what-it-watches", (TheCheck,), judge, capture, order=...)` at the end.
-5. `python -m ddpcheck.tools.pages` writes `rules/DDPnnn.md`; add a planted fault to
+5. `python scripts/pages.py` writes `rules/DDPnnn.md`; add a planted fault to
    `fixtures/run/train.py` and its case to `tests/runtime/test_run_checks.py`.
 """
 

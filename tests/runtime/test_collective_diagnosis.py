@@ -164,3 +164,14 @@ def test_the_live_file_reads_back_what_the_rank_wrote_even_after_a_torn_slot(tmp
         fh.seek(live._HEAD + live.PASS_SLOT + (20 % live.RING) * live.SLOT)
         fh.write(b'[20, "all_re\n')
     assert [c.seq for c in live.read(path)["log"].recent] == list(range(21, 41))  # type: ignore[index]
+
+
+def test_a_rank_that_stepped_once_more_waits_in_ddpchecks_exchange_and_is_uneven_work():
+    a = Call(4, "all_reduce", "float32[1]", "/x/t.py:9", 3)
+    b = Call(5, "all_reduce", "float32[1]", "/x/t.py:9", 3)
+    states = {r: _state(r, a, b, steps=3) for r in (0, 1, 2)}
+    states[3] = RankState(3, {"world": _log(a, current=False)}, steps=4, ours="ddpcheck's check exchange after optimizer step 4")
+    found = diagnose(states, 4, hung_s=5)
+    assert found is not None and found.code == UNEVEN and found.ranks == (3,)
+    assert found.message.startswith("rank 3 ran optimizer step 4 (the others have run 3) and waits in ddpcheck's "
+                                    "check exchange: call #5: ranks 0–2 all_reduce float32[1] at t.py:9")

@@ -38,8 +38,12 @@ def test_verdict_says_which_rank_did_not_answer_and_who_is_not_in_a_collective()
     last = [3, "all_reduce", "float32[4]", "/x/t.py:9", 0, "world"]
     states = {0: _state(0, "all_reduce", 4, "/x/t.py:9", last=last), 1: _state(1, last=last)}
     verdict = compose(states, 3, 5.0)
-    assert verdict["code"] == "DDP128"  # rank 1 never entered call #4
-    assert "rank 1 never entered it (its last was call #3, all_reduce float32[4] at t.py:9" in verdict["message"]
+    assert verdict["code"] == "DDP123"  # rank 1 is outside any collective: where each rank is
+    message = verdict["message"]
+    assert "rank 0 is in all_reduce float32[4] at t.py:9 (before the first optimizer step) (call #4)" in message
+    assert ("rank 1 is not in a collective: idle at t.py:40 in main; its last collective was call #3, "
+            "all_reduce float32[4] at t.py:9") in message
+    assert "rank 2 is silent" in message and message.endswith("rank 1 never joined the collective the others wait in")
     states[1] = _state(1, "all_reduce", 4, "/x/t.py:9", last=last)
     message = compose(states, 3, 5.0)["message"]
     assert "ranks 0 and 1 are in all_reduce float32[4] at t.py:9 (before the first optimizer step) (call #4)" in message

@@ -83,6 +83,8 @@ DEFAULT_BACKEND_FOR_DEVICE = "torch.distributed.get_default_backend_for_device"
 
 # --- checkpoints ---------------------------------------------------------------------------------
 SAVE = "torch.save"
+JIT_SAVE = "torch.jit.save"
+JIT_MAKERS = frozenset({"torch.jit.script", "torch.jit.trace"})
 LOAD = "torch.load"
 CONSUME_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present"
 

@@ -15,7 +15,7 @@ import libcst as cst
 from ddpcheck.lint import traverse
 from ddpcheck.lint.model.module import (
     Augmented, CallSite, ClassInfo, Element, EnvAccess, ForSite, Guard, Item, ModuleModel, Param, Point,
-    Scope, Shared,
+    Scope, Shared, UNASKED,
 )
 from ddpcheck.lint.model.syntax import dotted
 
@@ -146,6 +146,9 @@ class Walker(cst.CSTVisitor):
             module,
             len(module.calls),
             self.tick,
+            None,
+            func.attr.value if isinstance(func, cst.Attribute) else None,
+            UNASKED,
         ))
         # `kw.update({...})` / `kw.update(k=v)`: entries a `**kw` later passes on.
         if isinstance(func, cst.Attribute) and func.attr.value == "update":

@@ -303,6 +303,6 @@ def is_wrapped_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
             return True
         if name == "isinstance":
             classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
-            if any(resolve(c) in (api.DDP, api.DATA_PARALLEL) for c in classes):
-                return True
+            if any(resolve(c) == api.DDP for c in classes):
+                return True  # (`isinstance(m, DataParallel)` alone says nothing about DDP)
     return None

@@ -32,6 +32,7 @@ CALL_FACTS: dict[str, frozenset[str]] = {
     "save": frozenset({api.SAVE}),
     "load": frozenset({api.LOAD}),
     "sync_batchnorm": frozenset({api.CONVERT_SYNC_BATCHNORM}),
+    "gather": api.GATHERS,
 }
 METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no_sync",
                 "load_state_dict": "load_state_dict"}

@@ -213,6 +213,8 @@ class CallGraph:
                 if found is not None:
                     return [(found, "method")]
             return []
+        if method not in self.method_names(module):
+            return []  # no class of the project defines it: `loss.backward()`, `x.to(device)`
         out: list[Callee] = []
         for value in self.model.values.at_call(site, receiver):
             if method in api.MODULE_METHODS and self._network(value):
@@ -260,6 +262,8 @@ class CallGraph:
         out: list[Callee] = []
         name = dotted(func) or ""
         if not site.scope.lookup(name) and not name.startswith("self."):
+            return out
+        if "__call__" not in self.method_names(site.module):
             return out
         for value in self.model.values.at_call(site, func):
             if self._network(value):
@@ -322,6 +326,46 @@ class CallGraph:
                 if len(found) > 1:
                     return []
         return [(found[0], "method")] if found else []
+
+    def method_names(self, module: ModuleModel) -> frozenset[str]:
+        """Method names defined in the project modules `module` may get objects from: itself, the
+        linted file, and the project modules either imports, transitively (read from their
+        texts). A method call by any other name cannot run project code."""
+        found = module.memo.get("method_names")
+        if found is None:
+            names: set[str] = set()
+            for text in self._import_closure(module):
+                names |= self._methods_of(text)
+            found = frozenset(names)
+            module.memo["method_names"] = found
+        return found
+
+    def _import_closure(self, module: ModuleModel) -> list[str]:
+        texts = [module.source, self.model.root.source]
+        todo = [p for p in (resolved_path(module.path), resolved_path(self.model.root.path)) if p is not None]
+        seen = set(todo)
+        while todo and len(seen) < 200:
+            path = todo.pop()
+            index = self.model.project.index(path)
+            if index is None:
+                continue
+            for origin in (*index.aliases.values(), *index.stars):
+                where = locate(path, origin)
+                if where is None or where[0] in seen:
+                    continue
+                seen.add(where[0])
+                text = self.model.project.text(where[0])
+                if text is not None:
+                    texts.append(text)
+                    todo.append(where[0])
+        return texts
+
+    def _methods_of(self, text: str) -> frozenset[str]:
+        names = self._methods.get(text)
+        if names is None:
+            names = frozenset(_METHOD_DEF.findall(text))
+            self._methods[text] = names
+        return names
 
     def _defines(self, text: str, method: str) -> bool:
         """Whether a module's text defines an indented `def method(` (a method), read once."""

@@ -16,10 +16,13 @@ def _module_name(node: cst.BaseExpression | None) -> str:
 class ImportMap:
     """Filled as import statements are met, in source order (Python's own binding order)."""
 
-    __slots__ = ("aliases", "modules", "stars")
+    __slots__ = ("aliases", "modules", "stars", "others")
 
     def __init__(self) -> None:
         self.aliases: dict[str, str] = {}
+        # Every origin a name was imported as (function-level imports in different branches:
+        # `import models.wideresnet as models` / `import models.resnext as models`).
+        self.others: dict[str, list[str]] = {}
         self.modules: set[str] = set()  # every module imported from, dotted
         self.stars: list[str] = []  # modules imported with `*`, in order
 
@@ -29,7 +32,9 @@ class ImportMap:
                 full = _module_name(alias.name)
                 self.modules.add(full)
                 if alias.asname is not None:
-                    self.aliases[dotted(alias.asname.name) or full] = full
+                    local = dotted(alias.asname.name) or full
+                    self.aliases[local] = full
+                    self.others.setdefault(local, []).append(full)
                 else:
                     # `import torch.distributed` binds `torch`; the full chain then resolves itself.
                     root = full.split(".", 1)[0]
@@ -45,6 +50,7 @@ class ImportMap:
             local = dotted(alias.asname.name) if alias.asname is not None else name
             if local:
                 self.aliases[local] = join_import(module, name)
+                self.others.setdefault(local, []).append(self.aliases[local])
 
     def origin(self, name: str) -> str | None:
         """The imported dotted name behind `name` (`dist.barrier` → torch.distributed.barrier)."""
@@ -53,6 +59,14 @@ class ImportMap:
         if origin is None:
             return None
         return f"{origin}.{rest}" if rest else origin
+
+    def alternatives(self, name: str) -> list[str]:
+        """Other origins `name` was imported as, besides `origin(name)`."""
+        root, _, rest = name.partition(".")
+        found = []
+        for origin in self.others.get(root, ())[:-1]:
+            found.append(f"{origin}.{rest}" if rest else origin)
+        return found
 
     def resolve(self, expr: cst.BaseExpression) -> str | None:
         """Canonical dotted name of an imported thing, or None if the root is not an import."""

@@ -46,6 +46,15 @@ def join_import(module: str, name: str) -> str:
     return module + name if module.endswith(".") else f"{module}.{name}"
 
 
+_COMMENT = re.compile(r"#[^\n]*")
+
+
+def code_only(text: str) -> str:
+    """The text without docstrings and comments (roughly: triple-quoted strings and `#` to the
+    end of the line), for searches that must not match prose."""
+    return _COMMENT.sub("", _TRIPLE.sub("", text))
+
+
 def read_index(text: str) -> ModuleIndex:
     code = _TRIPLE.sub(lambda m: "\n" * m.group(0).count("\n"), text).replace("\\\n", " ")
     aliases: dict[str, str] = {}

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.resolve import Target
 
 
+UNASKED = object()  # a memo slot not filled yet
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Point:
     """Where in its scope something happens: the traversal's counter (`tick`), and the loops and
@@ -224,6 +227,8 @@ class CallSite:
     index: int  # position in module.calls (source order)
     tick: int = 0  # the traversal's counter when the call was met (see Point)
     target: Target | None = None  # what a project name resolved to (see resolve.py)
+    method: str | None = None  # `x.set_epoch(...)` → "set_epoch"
+    api_memo: object = UNASKED  # Model.api's answer, once asked
 
     @property
     def point(self) -> Point:
@@ -242,12 +247,6 @@ class CallSite:
     @property
     def has_star_kwargs(self) -> bool:
         return has_star_kwargs(self.node)
-
-    @property
-    def method(self) -> str | None:
-        """`x.set_epoch(...)` → "set_epoch"."""
-        func = self.node.func
-        return func.attr.value if isinstance(func, cst.Attribute) else None
 
     @property
     def receiver(self) -> cst.BaseExpression | None:

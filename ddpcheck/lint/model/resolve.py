@@ -120,7 +120,13 @@ class Resolver:
         if origin is not None:
             if path is None or self.project is None:
                 return None if origin.startswith(".") else Target(api.canonical(origin))
-            return _origin(self.project, path, origin, frozenset(), _MAX_DEPTH)
+            found = _origin(self.project, path, origin, frozenset(), _MAX_DEPTH)
+            if found is None:
+                for other in module.names.alternatives(name):
+                    found = _origin(self.project, path, other, frozenset(), _MAX_DEPTH)
+                    if found is not None:
+                        break
+            return found
         root, _, tail = name.partition(".")
         if root in module.functions or root in module.classes:
             return Target(None, path, name, "member" if tail else ("class" if root in module.classes else "function"))

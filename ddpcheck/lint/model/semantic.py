@@ -24,7 +24,8 @@ import libcst as cst
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.module import UNASKED, CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver, Target
@@ -104,6 +105,14 @@ class Model:
     def api(self, site: CallSite) -> str | None:
         """The canonical API name `site` calls, including methods of objects the value flow
         knows (`comm.bcast(x)` after `comm = MPI.COMM_WORLD`)."""
+        found = site.api_memo
+        if found is not UNASKED:
+            return found  # type: ignore[return-value]
+        found = self._api(site)
+        site.api_memo = found
+        return found
+
+    def _api(self, site: CallSite) -> str | None:
         if site.qualname is not None:
             return site.qualname
         held = self.callee_apis(site)
@@ -160,6 +169,20 @@ class Model:
         target = site.target
         return target is not None and target.kind == "class" and target.external is None \
             and self.graph.is_subclass(target, api_class)
+
+    def shards_like_distributed_sampler(self, site: CallSite) -> bool:
+        """A DistributedSampler, or a project sampler written the same way (a `Sampler` subclass
+        that splits by `num_replicas` and pads to a `total_size`, as copies of torch's do)."""
+        if self.makes(site, api.DISTRIBUTED_SAMPLER):
+            return True
+        target = site.target
+        if target is None or target.kind != "class" or not self.graph.is_subclass(target, api.SAMPLER):
+            return False
+        found = self.graph.class_at(target)
+        if found is None:
+            return False
+        code = code_only(found[0].code(found[1].node))
+        return "num_replicas" in code and "total_size" in code
 
     def constructs(self, value: Value, api_class: str) -> bool:
         """Whether a leaf value is an instance of the outside class `api_class`, made by calling

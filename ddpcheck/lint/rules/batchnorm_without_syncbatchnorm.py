@@ -2,12 +2,21 @@ from __future__ import annotations
 
 import re
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.module import CallSite, Item, ModuleModel
+from ddpcheck.lint.model.project import locate, resolved_path
+from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
 # `SyncBatchNorm(...)`, `args.sync_bn`. Prose such as "without SyncBatchNorm" does not count.
+_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+_BATCHNORM_TEXT = re.compile(r"\bBatchNorm[123]d\b|\bnn\.BatchNorm|norm_layer\s*=\s*nn\.BatchNorm")
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 
 
@@ -25,8 +34,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     Off by default and informational: per-GPU BatchNorm is a legitimate choice (Goyal et al.
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
-    (`resnet50()`, `densenet121()`, ...) and has no code for `SyncBatchNorm` — a conversion behind
-    a flag (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
+    (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
+    them (its class, its bases, the project modules they import; `nn.Sequential(backbone, head)`
+    and `resnet.__dict__[args.arch](...)` are looked into), and no code the run reaches converts
+    to `SyncBatchNorm` — a conversion behind a flag
+    (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
 
     ## How to fix
     Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
@@ -95,15 +107,78 @@ class BatchnormWithoutSyncbatchnorm(Rule):
 
     def finish(self) -> None:
         model = self.model
-        root = model.root
-        wraps = [c for c in root.calls if model.api(c) == api.DDP]
-        if not wraps or _CONVERSION.search(root.source):
+        wraps = [c for c in model.paths.sites() if model.api(c) == api.DDP]
+        if not wraps:
             return
         if any(_CONVERSION.search(m.source) for m in model.paths.modules()):
             return
-        if any(_builds_batchnorm(model.api(c)) for c in root.calls):
-            self.report(wraps[0].node)
+        root_builds = any(_builds_batchnorm(model.api(c)) for c in model.root.calls)
+        for wrap in wraps:
+            if root_builds and wrap.module is model.root or self._wraps_batchnorm(wrap):
+                self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
+                return
 
+    def _wraps_batchnorm(self, wrap: CallSite) -> bool:
+        """The wrapped network is a class of the project whose code (its module, its bases' and
+        the project modules they import) builds BatchNorm layers and never converts them, or a
+        torchvision network made of them."""
+        inner = wrap.arg("module", 0)
+        if inner is None:
+            return False
+        return self._has_batchnorm(self.model.values.at_call(wrap, inner), 2)
+
+    def _has_batchnorm(self, values: list[Value], depth: int) -> bool:
+        graph = self.model.graph
+        for value in values:
+            node = value.node
+            call = node.value if isinstance(node, Item) and isinstance(node.value, cst.Call) else value.call
+            if call is None:
+                continue
+            made = Value(value.module, call, value.scope, value.frame, value.at)
+            name = self.model.api_of(made)
+            if _builds_batchnorm(name):
+                return True
+            if name in _CONTAINERS and depth > 0:
+                # `nn.Sequential(backbone, head)`: look at what it holds.
+                parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
+                if self._has_batchnorm(parts, depth - 1):
+                    return True
+                continue
+            texts = [code_only(t) for t in self._network_texts(made)]
+            if texts and any(_BATCHNORM_TEXT.search(t) for t in texts) and not any(_CONVERSION.search(t) for t in texts):
+                return True
+        return False
+
+    def _network_texts(self, made: Value) -> list[str]:
+        """The code of the project network a call builds: its class (and bases, and the project
+        modules they import), or the whole module for `resnet.__dict__[args.arch](...)`."""
+        graph = self.model.graph
+        instance = graph.instance_of(made)
+        if instance is not None:
+            return [m.source for m, _ in graph.mro(*instance)] + self._imported_texts(instance[0])
+        call = made.call
+        assert call is not None
+        func = call.func
+        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
+            name = dotted(func.value.value)
+            target = self.model.resolver.name(made.module, name, made.scope) if name else None
+            if target is not None and target.kind == "module" and target.path is not None:
+                text = self.model.project.text(target.path)
+                return [text] if text is not None else []
+        return []
+
+    def _imported_texts(self, module: ModuleModel) -> list[str]:
+        path = resolved_path(module.path)
+        if path is None:
+            return []
+        out = []
+        for origin in set(module.names.aliases.values()) | set(module.names.stars):
+            where = locate(path, origin)
+            if where is not None and where[0] != path:
+                text = self.model.project.text(where[0])
+                if text is not None:
+                    out.append(text)
+        return out
 
 def _builds_batchnorm(name: str | None) -> bool:
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (

@@ -29,7 +29,8 @@ class CheckpointSavedByEveryRank(Rule):
     on every rank. Not reported: saves in a branch only a non-distributed run takes
     (`if not args.distributed:`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
     file per rank on purpose), saves into memory (`io.BytesIO`), and functions nobody calls
-    on every rank.
+    on every rank. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
+    are checkpoints too.
 
     ## How to fix
     Save on one rank: `if dist.get_rank() == 0: torch.save(model.module.state_dict(), path)`,
@@ -177,10 +178,24 @@ class CheckpointSavedByEveryRank(Rule):
         if not model.uses_ddp:
             return
         for site in model.paths.sites():
-            if model.api(site) != api.SAVE or per_rank_or_memory(model, site, site.arg("f", 1)):
+            target = self._file(site)
+            if target is False or per_rank_or_memory(model, site, target or None):
                 continue
             chain = model.paths.every_rank(site)
             if chain is None:
                 continue
             fix = remedies.guard_on_rank_zero(model.root, site.node) if site.module is model.root else None
             self.report(site.node, module=site.module, related=chain, fix=fix)
+
+    def _file(self, site):
+        """The file a save writes to (None when not given), or False when `site` is no save:
+        `torch.save(obj, f)`, `torch.jit.save(m, f)`, `scripted.save(f)` on a TorchScript module."""
+        name = self.model.api(site)
+        if name in (api.SAVE, api.JIT_SAVE):
+            return site.arg("f", 1)
+        if site.method == "save" and name is None:
+            receiver = site.receiver
+            assert receiver is not None
+            if any(self.model.api_of(v) in api.JIT_MAKERS for v in self.model.values.at_call(site, receiver)):
+                return site.arg("f", 0)
+        return False

@@ -9,6 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false
@@ -329,7 +330,7 @@ class CollectiveInRankBranch(Rule):
             instance = self.model.graph.instance_of(value)
             if instance is None:
                 return True  # an outside model: buffers unknown
-            if any(_BUFFERS.search(module.source) for module, _ in self.model.graph.mro(*instance)) or \
+            if any(_BUFFERS.search(code_only(module.source)) for module, _ in self.model.graph.mro(*instance)) or \
                     self._imports_buffers(instance[0]):
                 return True
         return False
@@ -343,7 +344,7 @@ class CollectiveInRankBranch(Rule):
             where = locate(path, origin)
             if where is not None:
                 text = self.model.project.text(where[0])
-                if text is None or _BUFFERS.search(text):
+                if text is None or _BUFFERS.search(code_only(text)):
                     return True
         return False
 

@@ -9,8 +9,8 @@ from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
-# A call or a reference handed on (`register(dist.destroy_process_group)`), not a word in prose.
-_REFERENCED = re.compile(r"destroy_process_group\s*[(),\]]")
+# A reference handed on (`register(dist.destroy_process_group)`), not a call nor a word in prose.
+_REFERENCED = re.compile(r"destroy_process_group\s*[),\]]")
 
 
 class MissingDestroyProcessGroup(Rule):
@@ -217,9 +217,11 @@ class MissingDestroyProcessGroup(Rule):
         if _REFERENCED.search(_without_comments(root.source)):
             return
         # Last, as it follows the project's functions: one of them tears down.
-        init = sites[0]
-        fix = self._fix(init) if init.module is model.root else None
-        self.report(init.node, module=init.module, related=model.paths.chain(init), fix=fix)
+        # Every init the run may go through in a helper (a SLURM branch and a torchrun branch are
+        # two places); the file's own first one otherwise.
+        for init in sites if sites[0].module is not root else sites[:1]:
+            fix = self._fix(init) if init.module is model.root else None
+            self.report(init.node, module=init.module, related=model.paths.chain(init), fix=fix)
 
     def _fix(self, site: CallSite) -> Replace | None:
         """Where training ends: the end of the function that makes `site` and trains, else of the

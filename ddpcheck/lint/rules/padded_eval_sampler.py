@@ -10,6 +10,17 @@ from ddpcheck.lint.model.syntax import dotted, is_false
 from ddpcheck.lint.rule import Invalid, Rule
 
 
+# Reductions of a gathered list of per-rank values: the same as an all-reduce.
+_AVERAGES = frozenset({"sum", "mean", "statistics.mean", "numpy.mean", "np.mean", "torch.mean", "math.fsum"})
+
+
+def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
+    """`dist.all_gather_object` inside a helper (`dist_gather(x)`) whose own calls are judged."""
+    function = gather.scope.function
+    return function is not None and any(
+        g is not gather and g.target is not None and g.target.name == function.qualname for g in gathers)
+
+
 class PaddedEvalSampler(Rule):
     """An evaluation loader uses a padding DistributedSampler and the metric is all-reduced: some samples count twice.
 
@@ -24,8 +35,11 @@ class PaddedEvalSampler(Rule):
     enough to make a paper's number irreproducible.
 
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
-    passes `drop_last=True` (a known, unbiased subset), or when the file gathers predictions
-    (`all_gather*`, `gather*`), which lets it drop the padding before computing the metric.
+    passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
+    `all_reduce` and gathers predictions (`all_gather*`, `gather*`), which lets it drop the
+    padding before computing the metric; gathered per-rank values that are then averaged
+    (`mean(all_gather(loss))`) count the padding like an all-reduce. Project samplers written like
+    `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too.
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -89,19 +103,43 @@ class PaddedEvalSampler(Rule):
             """,
             lines=(3,),
         ),
+        Invalid(
+            """
+            # Per-rank mean losses gathered and averaged: the padding is counted like an all-reduce.
+            from statistics import mean
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+            def dist_gather(value):
+                out = [None] * dist.get_world_size()
+                dist.all_gather_object(out, value)
+                return out
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            val_loader = DataLoader(val_set, sampler=val_sampler)
+            val_loss = mean(dist_gather(evaluate(model, val_loader)))
+            """,
+            lines=(9,),
+        ),
     ]
 
     def finish(self) -> None:
         model = self.model
         samplers = [s for s in model.paths.sites()
-                    if model.makes(s, api.DISTRIBUTED_SAMPLER) and not s.has_keyword("drop_last") and not s.has_star_kwargs]
+                    if model.shards_like_distributed_sampler(s) and not s.has_keyword("drop_last") and not s.has_star_kwargs]
         if not samplers:
             return
         calls = model.root.calls
-        if any(model.api(c) in api.GATHERS for c in model.paths.sites()):
-            return
+        sites = model.paths.sites()
+        averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
+                    for a in c.node.args}
+        gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
         if not any("all_reduce" in model.facts.of_call(c) for c in calls):
-            return
+            # No metric is summed over ranks: gathered per-rank values averaged count the
+            # padding the same way; gathered predictions can drop it before the metric.
+            if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
+                   not _inside_gathering_helper(g, gathers)):
+                return
+            if not any(id(g.node) in averaged for g in gathers):
+                return
         for site in samplers:
             if self._for_evaluation(site):
                 self.report(
@@ -111,6 +149,11 @@ class PaddedEvalSampler(Rule):
                     "predictions and trim to len(dataset)) or pass `drop_last=True`",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _gathering_helper(self, call: CallSite) -> bool:
+        """A call of a project function that itself gathers (`dist_gather(x)`)."""
+        return any(self.model.api(c) in api.GATHERS
+                   for callee, _ in self.model.graph.targets(call) for c in callee.module.calls_in(callee.qualname))
 
     def _for_evaluation(self, site: CallSite) -> bool:
         names = site.module.assigned_names(site.node)

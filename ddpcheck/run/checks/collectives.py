@@ -90,17 +90,17 @@ class UnevenWork(RuntimeCheck):
 
     ## Why it matters
 
-    Under DDP every forward with gradient sync on is followed by one all-reduce per gradient
-    bucket, which every rank must join. A rank with one more batch waits in that all-reduce for
-    ranks that have left the loop: the job hangs until the process group's timeout, or crashes
-    when the all-reduce meets another collective of a different size.
+    Under DDP, the backward after a forward with gradient sync on all-reduces every gradient
+    bucket, and every rank must join each of those all-reduces. A rank with one more batch waits
+    in them for ranks that have left the loop: the job hangs until the process group's timeout,
+    or crashes when the all-reduce meets another collective of a different size.
 
     ## How to fix
 
-    Give every rank the same number of batches: a `DistributedSampler` (it pads to equal shards,
-    or truncates with `drop_last=True`), `drop_last=True` on the DataLoader, and for an
-    `IterableDataset` shards of equal length. Decide early stopping on a value every rank agrees
-    on (`all_reduce` the loss or the stop flag first). When uneven inputs are intended, wrap the
+    Give every rank the same number of batches: a `DistributedSampler` (it pads every rank's shard
+    to the same length, or with `drop_last=True` truncates them), and for an `IterableDataset`
+    shards of equal length (drop the remainder, or pad it). Decide early stopping on a value every
+    rank agrees on (`all_reduce` the loss or the stop flag first). When uneven inputs are intended, wrap the
     loop in DDP's `model.join()` context (or `torch.distributed.algorithms.Join`), which shadows
     the collectives of ranks that ran out.
 
@@ -115,8 +115,8 @@ class UnevenWork(RuntimeCheck):
     name = "uneven-work"
     severity = Severity.ERROR
     explains = ("DDP120", "DDP123", "DDP127", "DDP128")
-    hint = ("give every rank the same number of batches (DistributedSampler, drop_last=True) and decide "
-            "early stopping on an all-reduced value; for intended uneven inputs use DDP's join()")
+    hint = ("give every rank the same number of batches (DistributedSampler; equal IterableDataset shards) and "
+            "decide early stopping on an all-reduced value; for intended uneven inputs use DDP's join()")
     BAD = """
     for step in range(max_steps):
         loss = train_step(model)

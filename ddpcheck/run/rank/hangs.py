@@ -79,6 +79,8 @@ def install(session: Session) -> None:
         keep_section()
 
     LEDGER.on_pass_end = pass_ended
+    session.on_join_enter.append(LEDGER.join_entered)
+    session.on_join_exit.append(LEDGER.join_left)
     session.on_ddp_forward.append(lambda ddp, args, kwargs: ledger_mod.forward_started(ddp))
     session.before_init.append(before_init)
     session.after_init.append(after_init)

@@ -82,6 +82,8 @@ def _watch_join(session: Session) -> None:
     @functools.wraps(original_enter)
     def __enter__(self: Any) -> Any:
         session.uneven = True
+        for fn in session.on_join_enter:
+            guard(fn)
         return original_enter(self)
 
     @functools.wraps(original_exit)
@@ -91,6 +93,8 @@ def _watch_join(session: Session) -> None:
         finally:
             session.uneven = False
             session.meta["used_join"] = True
+            for fn in session.on_join_exit:
+                guard(fn)
 
     setattr(Join, "__enter__", __enter__)
     setattr(Join, "__exit__", __exit__)

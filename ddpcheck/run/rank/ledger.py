@@ -94,6 +94,8 @@ class Ledger:
         self.current_pass: Pass | None = None
         self.live: live_mod.LiveFile | None = None
         self.on_pass_end: Callable[[], None] | None = None  # the record is written when a pass ends
+        self.joins = 0  # depth of DDP Join() contexts the rank is in (sequences differ by design there)
+        self.restarts = 0  # times the sequences started afresh (after a Join context)
         self.lock = threading.Lock()  # enter/leave from several threads stay consistent
 
     @property
@@ -204,6 +206,26 @@ class Ledger:
         if p is not None and p.closed is None:
             p.closed = {"steps": self.steps - p.steps0, "forwards": self.forwards - p.forwards0}
 
+    def join_entered(self) -> None:
+        self.joins += 1
+
+    def join_left(self) -> None:
+        """Inside DDP's Join() context the ranks that ran out of inputs shadow the others'
+        collectives with calls of their own, so the sequences differ by design. Every rank leaves
+        the context together, at the same point of its program: from there they start afresh."""
+        self.joins = max(self.joins - 1, 0)
+        if self.joins == 0:
+            self.restart()
+
+    def restart(self) -> None:
+        """Start every group's count and hash afresh (all ranks do it at the same point)."""
+        with self.lock:
+            self.groups = {}
+            self.restarts += 1
+            if self.live is not None:
+                self.live.set_call(0, 0, 0)
+        self.progress()
+
     # --- what others read -------------------------------------------------------------------------
     def logs(self) -> dict[str, CallLog]:
         with self.lock:
@@ -221,7 +243,7 @@ class Ledger:
         return {
             "groups": {name: {**log.to_json(), "hash": self.groups[name].hash} for name, log in self.logs().items()},
             "steps": self.steps, "forwards": self.forwards, "backwards": self.backwards,
-            "passes": [p.to_json(self) for p in self.passes],
+            "passes": [p.to_json(self) for p in self.passes], "restarts": self.restarts,
         }
 
 
@@ -331,6 +353,8 @@ def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | No
             return fn(*args, **kwargs)
         bound = dict(zip(names, args))
         bound.update(kwargs)
+        if isinstance(bound.get("group"), int):  # GroupMember.NON_GROUP_MEMBER: torch makes no call
+            return fn(*args, **kwargs)
         try:
             sig = signature(bound)
             group = group_label(bound.get("group"))

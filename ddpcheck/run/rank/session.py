@@ -14,6 +14,7 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `after_step` | after a checked step, before the exchange | optimizer, step |
 | `before_exchange` / `after_exchange` | around the wait for a checked step's all-gather | step |
 | `on_exchange` | when that all-gather has finished (at the next checked step, or at the end) | step, every rank's row: [step, one int64 per `add_slot`] |
+| `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs) | - |
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
 | `after_finish` | after the final record is written | - |
@@ -78,6 +79,8 @@ class Session:
         self.before_exchange: list[Callable[[int], None]] = []
         self.after_exchange: list[Callable[[int], None]] = []
         self.on_exchange: list[Callable[[int, list[list[int]]], None]] = []
+        self.on_join_enter: list[Callable[[], None]] = []
+        self.on_join_exit: list[Callable[[], None]] = []
         self.at_end: list[Callable[[str], None]] = []
         self.on_phase: list[Callable[[str, bool], None]] = []
         self.before_finish: list[Callable[[int, BaseException | None], None]] = []

@@ -100,7 +100,7 @@ class Watchdog:
             "busy": busy, "load": load.to_json(),
             "logs": {name: log.to_json() for name, log in ledger.logs().items()},
             "steps": ledger.steps, "forwards": ledger.forwards, "backwards": ledger.backwards,
-            "passes": passes, "ours": ledger.ours, "place": stacks.place(frames),
+            "passes": passes, "ours": ledger.ours, "place": stacks.place(frames), "in_join": ledger.joins > 0,
             "frames": stacks.user_frames(frames, self.is_user_file),
             "stack": stacks.format_stack(frames),
         }
