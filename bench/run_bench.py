@@ -7,8 +7,9 @@ Rows:
 - per-step overhead: the same script (bench/workloads/train_ddp.py, a correct DDP script timing
   its own steps after a 20-step warm-up) under plain torchrun, under `ddpcheck run` at the default
   cadence (every step for the first 20, then every 50th: past the warm-up, the steady state) and
-  under `ddpcheck run --check-first 0 --check-every 1` (every step). Gloo on CPU,
-  OMP_NUM_THREADS=1. The three modes take turns within each repetition, and the overhead is the
+  under `ddpcheck run --check-first 0 --check-every 1` (every step); on the plan's first entry
+  also at the default cadence without the timing probe (what per-rank phase timing costs). Gloo
+  on CPU, OMP_NUM_THREADS=1. The modes take turns within each repetition, and the overhead is the
   median over repetitions of each repetition's ratio to its own torchrun job;
 - gradient fingerprint throughput: `fingerprints()` against `torch.sum` over the same
   gradient-shaped tensors (1, 5 and 25 M parameters, and the 1 M MLP's six tensors), one thread,
@@ -58,6 +59,10 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
         cmd = [sys.executable, "-m", "ddpcheck", "run", "--nproc", str(nproc), "--quiet"]
         if mode == "every-step":
             cmd += ["--check-first", "0", "--check-every", "1"]
+        if mode == "no-timing":  # the default cadence with every probe but the step timing
+            from ddpcheck.run.registry import probe_names
+
+            cmd += ["--checks", ",".join(p for p in probe_names() if p != "timing")]
         if report is not None:
             cmd += ["--report", str(report)]
         cmd += script
@@ -140,10 +145,12 @@ def main() -> None:
         print("| workload | ranks | torchrun step ms | default cadence | every step | start-up extra s "
               "| extra RSS MiB | load |")
         print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        timing: tuple[str, int, list[float]] | None = None
         for model, nproc, steps in plan:
-            runs: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+            modes = (*MODES, "no-timing") if (model, nproc, steps) == plan[0] else MODES
+            runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
             for rep in range(reps):
-                for mode in MODES:
+                for mode in modes:
                     out = work / f"{model}-{nproc}-{mode}-{rep}"
                     report = out / "report.json" if mode != "torchrun" else None
                     runs[mode].append(launch(mode, nproc, model, steps, out, report))
@@ -159,11 +166,16 @@ def main() -> None:
 
             start = statistics.median(r["first_step"] - b["first_step"] for r, b in zip(runs["default"], base))
             rss = statistics.median(r["rss"] - b["rss"] for r, b in zip(runs["default"], base))
-            loads = [r["load"] for m in MODES for r in runs[m]]
+            loads = [r["load"] for m in modes for r in runs[m]]
+            if "no-timing" in runs:
+                timing = (model, nproc, [w["step"] / wo["step"] - 1 for w, wo in zip(runs["default"], runs["no-timing"])])
             print(f"| {model} ({base[0]['params'] / 1e6:.2f} M params) | {nproc} | "
                   f"{statistics.median(b['step'] for b in base) * 1e3:.1f} | {ratio('default')} | "
                   f"{ratio('every-step')} | {start:+.2f} | {rss:+.0f} | {min(loads):.1f}–{max(loads):.1f} |")
         print()
+        if timing is not None:
+            print(f"Timing probe (per-rank phases; DDP140-DDP143) at the default cadence, {timing[0]} x{timing[1]}: "
+                  f"{statistics.median(timing[2]) * 100:+.1f} % step time with it against without.\n")
 
         model, nproc, _ = plan[0]
         sizes = []

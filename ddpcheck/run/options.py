@@ -32,6 +32,8 @@ class RunOptions:
     hang_timeout: float = 30.0  # seconds without progress before a hang is diagnosed; 0: never
     collective_timeout: float = 0.0  # init_process_group(timeout=) when the script gives none; 0: none
     nproc_given: bool = False  # --nproc was on the command line
+    html: str | None = None  # --html PATH: the report as one self-contained HTML file
+    scaling: tuple[int, ...] = ()  # --scaling 1,2,4: the launcher runs the job at each world size
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -44,6 +46,7 @@ class RunOptions:
         data = json.loads(raw)
         if data.get("codes") is not None:
             data["codes"] = tuple(data["codes"])
+        data["scaling"] = tuple(data.get("scaling", ()))
         return cls(**data)
 
     def selects(self, code: str) -> bool:

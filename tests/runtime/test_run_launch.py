@@ -88,4 +88,4 @@ def test_usage_error_through_the_cli(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "--checks: unknown check bogus; choose from shards, set-epoch, inputs, grads, params, "
-        "lifecycle, rendezvous, collectives"]
+        "lifecycle, rendezvous, collectives, timing, find-unused, checkpointing, augmentation"]

@@ -69,8 +69,9 @@ def _given(argv_before_script: list[str], flags: tuple[str, ...]) -> bool:
     return any(a == f or a.startswith(f + "=") for a in argv_before_script for f in flags)
 
 
-def parse(argv: list[str], record_dir: str) -> Launch:
-    """Split `argv` into torchrun's options, ours, and the target; validate all of it."""
+def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
+    """Split `argv` into torchrun's options, ours, and the target; validate all of it. `nproc`
+    overrides the number of processes (one run of `--scaling`)."""
     parser = _parser()
     ns = parser.parse_args(argv)
     # Options before the script are launcher options; everything after it belongs to the script.
@@ -83,7 +84,11 @@ def parse(argv: list[str], record_dir: str) -> Launch:
                         "ddpcheck's bootstrap; drop the flag")
     if ns.ddpcheck_nproc is not None and (_given(before, _NPROC_FLAGS) or os.environ.get("PET_NPROC_PER_NODE")):
         raise UserError("ddpcheck run: give either --nproc or --nproc-per-node, not both")
-    if ns.ddpcheck_nproc is not None:
+    if ns.ddpcheck_scaling is not None and (ns.ddpcheck_nproc is not None or _given(before, _NPROC_FLAGS)):
+        raise UserError("ddpcheck run: --scaling sets the number of processes of each run; drop --nproc")
+    if nproc is not None:
+        ns.nproc_per_node = str(nproc)
+    elif ns.ddpcheck_nproc is not None:
         ns.nproc_per_node = str(ns.ddpcheck_nproc)
     elif not _given(before, _NPROC_FLAGS) and not os.environ.get("PET_NPROC_PER_NODE"):
         ns.nproc_per_node = DEFAULT_NPROC
@@ -94,6 +99,8 @@ def parse(argv: list[str], record_dir: str) -> Launch:
         _, nnodes_max = parse_min_max_nnodes(ns.nnodes)
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"ddpcheck run: bad --nproc/--nproc-per-node or --nnodes: {exc}") from None
+    if ns.ddpcheck_scaling is not None and nnodes_max > 1:
+        raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
 
     if ns.module:
         target = Target("module", ns.training_script, tuple(ns.training_script_args))
@@ -157,6 +164,12 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--collective-timeout", dest="ddpcheck_collective_timeout", default=0, metavar="S",
                        help="Give init_process_group(timeout=S) when the script passes none, so a "
                        "stuck collective raises after S seconds (default 0: the script's own).")
+    group.add_argument("--html", dest="ddpcheck_html", default=None, metavar="PATH",
+                       help="Also write the report as one self-contained HTML file (findings, "
+                       "per-rank phase breakdown, scaling curve) to PATH.")
+    group.add_argument("--scaling", dest="ddpcheck_scaling", default=None, metavar="LIST",
+                       help="Run the script at each of these world sizes on this node (e.g. 1,2,4) "
+                       "and compare throughput, scaling efficiency and the learning rate used.")
     group.add_argument("--spawn", dest="ddpcheck_spawn", action="store_true",
                        help="The script starts its own workers (mp.spawn): run it with the plain "
                        "interpreter (detected automatically when the call is in the script).")
@@ -200,7 +213,17 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
         hang_timeout=_non_negative_float(ns.ddpcheck_hang_timeout, "--hang-timeout"),
         collective_timeout=_non_negative_float(ns.ddpcheck_collective_timeout, "--collective-timeout"),
         nproc_given=ns.ddpcheck_nproc is not None,
+        html=os.path.abspath(ns.ddpcheck_html) if ns.ddpcheck_html else None,
+        scaling=_scaling(ns.ddpcheck_scaling),
     )
+
+
+def _scaling(value: str | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    from ddpcheck.run.scaling import parse_sizes
+
+    return parse_sizes(value)
 
 
 def _code_list(values: list[str] | None, upper: bool = True) -> tuple[str, ...] | None:

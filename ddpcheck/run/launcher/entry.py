@@ -13,9 +13,12 @@ import os
 import shutil
 import sys
 import tempfile
+from dataclasses import dataclass
 from typing import Any
 
 from ddpcheck.errors import UserError
+from ddpcheck.findings import Finding
+from ddpcheck.run.records import Record
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,13 +38,39 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ddpcheck: rank records kept in {record_dir}", file=sys.stderr)
 
 
+@dataclass
+class Outcome:
+    """One job's result: its exit code, the report document and what the terminal shows."""
+
+    exit_code: int
+    data: dict[str, Any]
+    rows: list[Any]
+    first: list[Finding]  # the incidents that lead (the root cause)
+    notes: list[Finding]  # the other incidents
+    findings: list[Finding]
+    records: list[Record]
+
+
 def _run(argv: list[str], record_dir: str) -> int:
-    from ddpcheck.run import registry
-    from ddpcheck.run.launcher import command_line, exit_codes, launch, launcher_log, plan, summary, verdicts
+    from ddpcheck.run.launcher import command_line
+
+    job_launch = command_line.parse(argv, record_dir)
+    if job_launch.options.scaling:
+        from ddpcheck.run.launcher import scaling_runs
+
+        return scaling_runs.run(argv, job_launch.options)
+    outcome = run_job(job_launch, argv, record_dir)
+    present(outcome, job_launch.options)
+    return outcome.exit_code
+
+
+def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
+    """Launch the job, judge its records, and build the report document."""
+    from ddpcheck.run import performance, registry
+    from ddpcheck.run.launcher import exit_codes, launch, launcher_log, plan, summary, verdicts
     from ddpcheck.run.records import load_records
     from ddpcheck.run.verdict import Context
 
-    job_launch = command_line.parse(argv, record_dir)
     options = job_launch.options
     job_plan = plan.prepare(job_launch)
     result = launch.run(job_launch, job_plan)
@@ -88,15 +117,42 @@ def _run(argv: list[str], record_dir: str) -> int:
         "selected": list(options.codes if options.codes is not None else registry.checks()),
     }
     data = summary.report_dict(rows, findings, records, job)
+    perf = performance.summarise(records)
+    if perf is not None:
+        data["run"]["performance"] = perf
+    for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
+        rank.get("probes", {}).get("timing", {}).pop("steps", None)
+    return Outcome(exit_code, data, rows, first, notes, findings, records)
+
+
+def present(outcome: Outcome, options: Any) -> None:
+    """Write the report files and print the result in the chosen format."""
+    from ddpcheck.run.launcher import summary
+
+    data = outcome.data
+    job = data["run"]["job"]
     if options.report:
         summary.write_report(options.report, data)
+    if options.html:
+        from ddpcheck.report import html
+
+        html.write(options.html, data)
     if options.output_format == "full":
-        summary.print_incidents(first, records)
-        summary.print_table(rows, job)
-        summary.print_incidents(notes, [])
-        print(summary.totals(rows, job), flush=True)
+        summary.print_incidents(outcome.first, outcome.records)
+        summary.print_table(outcome.rows, job)
+        summary.print_incidents(outcome.notes, [])
+        print(summary.totals(outcome.rows, job), flush=True)
+        if data["run"].get("performance") or data["run"].get("scaling"):
+            from ddpcheck.run import perf_view
+
+            if data["run"].get("performance"):
+                perf_view.print_performance(data["run"]["performance"])
+            if data["run"].get("scaling"):
+                perf_view.print_scaling(data["run"]["scaling"])
         if job["torchrun_log"]:
             print(f"torchrun's own log: {job['torchrun_log']}", flush=True)
+        if options.html:
+            shown = os.path.relpath(options.html)
+            print(f"ddpcheck: HTML report written to {options.html if shown.startswith('..') else shown}")
     else:
-        print(summary.render_other(options.output_format, findings, data))
-    return exit_code
+        print(summary.render_other(options.output_format, outcome.findings, data))

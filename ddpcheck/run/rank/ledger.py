@@ -250,7 +250,7 @@ class Ledger:
 LEDGER = Ledger()
 _ours = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # ddpcheck/run/
 # ddpcheck modules that wrap a collective on the user's behalf (the call is still the user's).
-_PASS_THROUGH = {os.path.join(_ours, "rank", "emulate.py")}
+_PASS_THROUGH = {os.path.join(_ours, "rank", "emulate.py"), os.path.join(_ours, "checks", "timing.py")}
 
 
 # --- the user's collectives ------------------------------------------------------------------------
