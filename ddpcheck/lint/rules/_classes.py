@@ -9,6 +9,7 @@ import libcst as cst
 
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import children
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def _attributes(node: cst.CSTNode):
         current = stack.pop()
         if isinstance(current, cst.Attribute):
             yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def _assigned_nodes(function: cst.FunctionDef) -> set[int]:
@@ -141,4 +142,4 @@ def _walk(node: cst.CSTNode):
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
