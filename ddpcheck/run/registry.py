@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from ddpcheck.catalog import Described
+from ddpcheck.describe import Described
 
 if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
