@@ -78,7 +78,7 @@ def fingerprint_throughput(sizes=(1_000_000, 5_000_000, 25_000_000), reps: int =
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from ddpcheck.run.fingerprint import tensor_crc
+    from ddpcheck.run.rank.fingerprint import tensor_crc
 
     torch.set_num_threads(1)
     rows = []
@@ -177,7 +177,7 @@ def main() -> None:
           f"({(with_t['step_mean'] / without['step_mean'] - 1) * 100:+.1f} %).")
     print()
     fp = fingerprint_throughput()
-    print("Gradient fingerprint (ddpcheck.run.fingerprint.tensor_crc) vs torch.sum over the same tensors, one thread, best of 5:")
+    print("Gradient fingerprint (ddpcheck.run.rank.fingerprint.tensor_crc) vs torch.sum over the same tensors, one thread, best of 5:")
     print()
     print("| params | MB | fingerprint ms | GB/s | torch.sum ms | GB/s | fingerprint / sum throughput | fingerprint ns per param |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

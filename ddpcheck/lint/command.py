@@ -58,9 +58,9 @@ class FixReport:
 def run_lint(o: LintOptions) -> int:
     _check_combinations(o)
     if o.no_cache:
-        from ddpcheck.catalog import all_rules
+        from ddpcheck.lint.known import lint_codes
 
-        known = all_rules()
+        known = lint_codes()
     else:
         from ddpcheck.lint.cache import catalog, cache_root
 
@@ -73,8 +73,10 @@ def run_lint(o: LintOptions) -> int:
     resolver = SettingsResolver(known, config=o.config, overrides=overrides,
                                 exclude=o.exclude, extend_exclude=o.extend_exclude)
     if o.show_settings:
+        from ddpcheck.lint.known import complete
+
         target = Path(o.stdin_filename if o.paths == ["-"] and o.stdin_filename else o.paths[0])
-        print(describe(resolver.for_path(target), known, target))
+        print(describe(resolver.for_path(target), complete(known), target))
         return 0
 
     fixes = FixReport()

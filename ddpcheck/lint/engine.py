@@ -17,7 +17,7 @@ import libcst as cst
 
 from ddpcheck.findings import Edit, Finding, Fix, Related
 from ddpcheck.lint import suppress, traverse
-from ddpcheck.lint.model.build import Walker, build
+from ddpcheck.lint.model.build import build, walk
 from ddpcheck.lint.model.module import ModuleModel
 from ddpcheck.lint.model.project import Project
 from ddpcheck.lint.model.semantic import Model
@@ -69,7 +69,7 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
     model = Model(module, project, defer=True)
     instances = [rule(model) for rule in rules]
     visit, leave = _hooks(instances)
-    traverse.visit(tree, Walker(module, visit, leave))  # libcst's own visit would rebuild every node
+    walk(module, visit, leave)
     model.start()
     project.remember(module)
     call_hooks = [r.on_call for r in instances if type(r).on_call is not Rule.on_call]

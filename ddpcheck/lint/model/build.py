@@ -367,9 +367,24 @@ _OWN_ATTR_LEAVE: dict[tuple[type, str], Callable[[Walker], None]] = {
 }
 
 
+_ATTRIBUTES = frozenset(_OWN_ATTR_VISIT) | frozenset(_OWN_ATTR_LEAVE)
+
+
+def walk(module: ModuleModel, visit_hooks: dict[type, list[Hook]] | None = None,
+         leave_hooks: dict[type, list[Hook]] | None = None) -> None:
+    """Fill `module`'s model from its tree in one traversal, running the hooks on the way. Token
+    nodes (whitespace, punctuation, operators) are not entered unless a hook asks for one."""
+    hooked = set(visit_hooks or ()) | set(leave_hooks or ())
+    skip = traverse.TOKEN_NODES - hooked
+    if cst.Comment in hooked:
+        skip -= traverse.COMMENT_HOLDERS
+    # libcst's own visit would rebuild every node; this one reads them.
+    traverse.visit_selected(module.tree, Walker(module, visit_hooks, leave_hooks), _ATTRIBUTES, frozenset(skip))
+
+
 def build(path: str, source: str, tree: cst.Module, visit_hooks: dict[type, list[Hook]] | None = None,
           leave_hooks: dict[type, list[Hook]] | None = None) -> ModuleModel:
     """The model of one module, from its parsed tree, in one traversal."""
     module = ModuleModel(path, source, tree)
-    traverse.visit(tree, Walker(module, visit_hooks, leave_hooks))  # libcst's visit rebuilds every node
+    walk(module, visit_hooks, leave_hooks)
     return module

@@ -28,13 +28,29 @@ def last_name(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children` in source order, read from the node's fields (libcst's property rebuilds
+    the node with a visitor to find them: many times slower)."""
+    from ddpcheck.lint.traverse import attributes_of
+
+    out: list[cst.CSTNode] = []
+    for attribute in attributes_of(node):
+        value = getattr(node, attribute)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+        elif isinstance(value, cst.CSTNode):
+            out.append(value)
+    return out
+
+
 def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node` and everything under it (for small subtrees: an argument, a condition)."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def string_text(expr: cst.CSTNode | None) -> str | None:

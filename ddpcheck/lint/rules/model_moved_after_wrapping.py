@@ -5,6 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import Wrap, strip_moves, wraps
 from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import children
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
@@ -197,7 +198,7 @@ def _descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
     while stack:
         current = stack.pop()
         out.append(current)
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(children(current)))
     return out
 
 

@@ -76,7 +76,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     return [Verdict(CollectiveHang.code, FAIL, verdict["message"], message=verdict["message"],
                     ranks=tuple(verdict.get("ranks", ())), path=file or None,
                     line=int(line) if line.isdigit() else None,
-                    details={"states": verdict.get("states", {}), "timeout_s": verdict.get("timeout_s")})]
+                    details={**verdict.get("details", {}), "states": verdict.get("states", {}),
+                             "timeout_s": verdict.get("timeout_s")})]
 
 
 PROBE = Probe("hang", (CollectiveHang,), judge, order=1)

@@ -142,14 +142,19 @@ class Watchdog:
             while time.monotonic() < deadline and not self.store.check(done):
                 time.sleep(0.05)
             if decided:
-                self.kill_silent_local(done)
+                killed = self.kill_silent_local(done)
+                if killed:  # said in the verdict: the report shows who was stopped by force
+                    verdict.setdefault("details", {})["killed"] = killed
+                    self.on_verdict(verdict)
         except Exception:  # noqa: BLE001 - the store may be gone with its host rank: leave anyway
             pass
         os._exit(HANG_EXIT_CODE)
 
-    def kill_silent_local(self, done: list[str]) -> None:
-        """Ranks on this node that never said they were done (stuck in C++ holding the GIL, or with
-        a SIGTERM handler that cannot run): SIGKILL, found by the pid in their live file."""
+    def kill_silent_local(self, done: list[str]) -> list[int]:
+        """Ranks on this node that never said they were done (stuck in native code that holds the
+        GIL, where not even a SIGTERM handler runs): SIGKILL, found by the pid in their live file.
+        Returns the ranks killed."""
+        killed = []
         for rank, key in enumerate(done):
             if rank == self.rank or self.store.check([key]):
                 continue
@@ -158,8 +163,10 @@ class Watchdog:
             if pid > 1 and pid != os.getpid():
                 try:
                     os.kill(pid, signal.SIGKILL)
+                    killed.append(rank)
                 except OSError:
                     pass
+        return killed
 
 
 def compose(states: dict[int, dict[str, Any]], world: int, timeout_s: float) -> dict[str, Any]:
