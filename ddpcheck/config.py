@@ -21,9 +21,6 @@ from ddpcheck.errors import UserError
 if TYPE_CHECKING:
     from ddpcheck.describe import RuleInfo
 
-    # Code -> what it is: the catalogue, or the part of it a command knows.
-    Known = Mapping[str, RuleInfo]
-
 KNOWN_KEYS = ("extend", "select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
 
 DEFAULT_EXCLUDE = (
@@ -56,7 +53,7 @@ class Settings:
     extend_exclude: tuple[str, ...] = ()
     extends: tuple[Path, ...] = ()  # the files `extend` chained in, nearest first
 
-    def enabled_codes(self, known: Known) -> frozenset[str]:
+    def enabled_codes(self, known: Mapping[str, RuleInfo]) -> frozenset[str]:
         codes = {c for c, info in known.items() if info.default_enabled}
         for sel in self.layers:
             if sel.select is not None:
@@ -65,7 +62,7 @@ class Settings:
             codes -= {c for c in known if _matches_any(c, sel.ignore)}
         return frozenset(codes)
 
-    def codes_for(self, path: Path, known: Known) -> frozenset[str]:
+    def codes_for(self, path: Path, known: Mapping[str, RuleInfo]) -> frozenset[str]:
         """The codes reported for `path`: the enabled set less its per-file ignores."""
         ignored = self.ignored_for(path)
         return frozenset(c for c in self.enabled_codes(known) if not _matches_any(c, ignored))
@@ -118,7 +115,7 @@ def _anchored(pattern: str, root: Path) -> str:
     return (root.resolve() / pattern).as_posix()
 
 
-def validate_codes(codes: tuple[str, ...], where: str, known: Known) -> tuple[str, ...]:
+def validate_codes(codes: tuple[str, ...], where: str, known: Mapping[str, RuleInfo]) -> tuple[str, ...]:
     """Normalise to upper case and refuse codes that match nothing."""
     out: list[str] = []
     for raw in codes:
@@ -141,7 +138,7 @@ def _expect_list(value: object, key: str, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def load_file(path: Path, known: Known, *, required_table: bool = False,
+def load_file(path: Path, known: Mapping[str, RuleInfo], *, required_table: bool = False,
               _chain: tuple[Path, ...] = ()) -> Settings | None:
     """Settings from one TOML file (`[tool.ddpcheck]` of a pyproject.toml, or the top level of a
     ddpcheck.toml), on top of the file its `extend` names. None if a pyproject has no such table."""
@@ -207,7 +204,7 @@ def load_file(path: Path, known: Known, *, required_table: bool = False,
     return settings
 
 
-def _extended(path: Path, table: Mapping[str, object], where: str, known: Known, chain: tuple[Path, ...]) -> Settings:
+def _extended(path: Path, table: Mapping[str, object], where: str, known: Mapping[str, RuleInfo], chain: tuple[Path, ...]) -> Settings:
     """The settings of the file `extend` names, relative to `path`'s folder."""
     value = table["extend"]
     if not isinstance(value, str) or not value.strip():
@@ -231,7 +228,7 @@ class SettingsResolver:
     [tool.ddpcheck] table above the file, else the one above the cwd, else defaults. CLI
     overrides are applied on top. Directory lookups are cached for the run."""
 
-    def __init__(self, known: Known, *, config: Path | None = None, overrides: Selection | None = None,
+    def __init__(self, known: Mapping[str, RuleInfo], *, config: Path | None = None, overrides: Selection | None = None,
                  cwd: Path | None = None, exclude: tuple[str, ...] | None = None,
                  extend_exclude: tuple[str, ...] = ()) -> None:
         self.known = known
@@ -289,7 +286,7 @@ class SettingsResolver:
         return settings
 
 
-def describe(settings: Settings, known: Known, path: Path) -> str:
+def describe(settings: Settings, known: Mapping[str, RuleInfo], path: Path) -> str:
     """The settings that apply to `path`, for `ddpcheck config` / `lint --show-settings`: one
     `key: value` line each, every selection step labelled with where it came from."""
     def origin(name: str) -> str:
