@@ -118,6 +118,10 @@ def validate_codes(codes: tuple[str, ...], where: str, known: dict) -> tuple[str
         if not code:
             continue
         if code != "ALL" and not any(k.startswith(code) for k in known):
+            from ddpcheck.lint.known import complete
+
+            known = complete(known)  # a runtime check's code, perhaps
+        if code != "ALL" and not any(k.startswith(code) for k in known):
             raise UserError(f"{where}: unknown rule code or prefix '{raw}'; run `ddpcheck rules` to list codes")
         out.append(code)
     return tuple(out)

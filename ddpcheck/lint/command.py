@@ -12,7 +12,13 @@ from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
 from ddpcheck.lint.files import discover
 from ddpcheck.lint.fixes import apply_fixes
-from ddpcheck.lint.runner import LintResult, ReadError, decode_source, lint_files, lint_text
+from ddpcheck.lint.runner import (
+    LintResult,
+    ReadError,
+    decode_source,
+    lint_files,
+    lint_text,
+)
 from ddpcheck.report import FORMATS, render
 
 MAX_FIX_PASSES = 10
@@ -58,11 +64,11 @@ class FixReport:
 def run_lint(o: LintOptions) -> int:
     _check_combinations(o)
     if o.no_cache:
-        from ddpcheck.catalog import all_rules
+        from ddpcheck.lint.known import lint_codes
 
-        known = all_rules()
+        known = lint_codes()
     else:
-        from ddpcheck.lint.cache import catalog, cache_root
+        from ddpcheck.lint.cache import cache_root, catalog
 
         known = catalog(cache_root())  # a fully cached run never imports the rules (nor libcst)
     overrides = Selection(
@@ -73,8 +79,10 @@ def run_lint(o: LintOptions) -> int:
     resolver = SettingsResolver(known, config=o.config, overrides=overrides,
                                 exclude=o.exclude, extend_exclude=o.extend_exclude)
     if o.show_settings:
+        from ddpcheck.lint.known import complete
+
         target = Path(o.stdin_filename if o.paths == ["-"] and o.stdin_filename else o.paths[0])
-        print(describe(resolver.for_path(target), known, target))
+        print(describe(resolver.for_path(target), complete(known), target))
         return 0
 
     fixes = FixReport()

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpcheck.catalog import all_rules
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding
 from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
@@ -92,7 +91,10 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     from ddpcheck.lint import parallel
     from ddpcheck.lint.prefilter import ImportScan, absolute
 
-    known = known if known is not None else all_rules()
+    if known is None:
+        from ddpcheck.lint.known import lint_codes
+
+        known = lint_codes()
     result = LintResult()
     read: dict[Path, tuple[bytes, str]] = {}  # resolved path → bytes and text, files and helpers
     items = []

@@ -134,6 +134,7 @@ def unused_directives(path: str, source: str, used: dict[Directive, set[str]],
     Judged conservatively: only ddpcheck codes (`# noqa: E501` belongs to another tool), only
     when every code an entry covers is a static code enabled for this file (a rule that is off
     here may be on in another job), and never a bare `# noqa` (other linters read it too)."""
+    from ddpcheck.lint.known import complete
     from ddpcheck.lint.tool_codes import UnusedNoqa
 
     findings = []
@@ -141,6 +142,8 @@ def unused_directives(path: str, source: str, used: dict[Directive, set[str]],
     for d in directives(source):
         if d.codes is None:
             continue
+        if any(c.startswith("DDP") and c not in known for c in d.codes):
+            known = complete(known)  # a runtime code, or a prefix that may cover some
         unused, unknown, keep = [], [], []
         for code in d.codes:
             covered = [k for k in known if k.startswith(code)]
