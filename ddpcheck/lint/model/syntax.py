@@ -70,7 +70,7 @@ def string_text(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
-def is_none(expr: cst.CSTNode | None) -> bool:
+def is_none(expr: object) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
 
 
