@@ -14,7 +14,13 @@ from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
 from ddpcheck.lint.files import discover
 from ddpcheck.lint.fixes import apply_fixes
-from ddpcheck.lint.runner import LintResult, ReadError, decode_source, lint_files, lint_text
+from ddpcheck.lint.runner import (
+    LintResult,
+    ReadError,
+    decode_source,
+    lint_files,
+    lint_text,
+)
 from ddpcheck.report import FORMATS, render
 
 if TYPE_CHECKING:
@@ -69,7 +75,7 @@ def run_lint(o: LintOptions) -> int:
 
         known = lint_codes()
     else:
-        from ddpcheck.lint.cache import catalog, cache_root
+        from ddpcheck.lint.cache import cache_root, catalog
 
         known = catalog(cache_root())  # a fully cached run never imports the rules (nor libcst)
     overrides = Selection(

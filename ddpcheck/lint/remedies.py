@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpcheck.findings import Applicability
 from ddpcheck.lint.model.module import ModuleModel
-from ddpcheck.lint.model.syntax import dotted, int_value, is_none
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
 from ddpcheck.lint.rule import Replace
 
 if TYPE_CHECKING:
@@ -269,7 +269,7 @@ def _statement_of(tree: cst.Module, call: cst.Call) -> cst.SimpleStatementLine |
             if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and node.body[0].value is call:
                 return node
             continue
-        stack.extend(node.children)
+        stack.extend(children(node))
     return None
 
 

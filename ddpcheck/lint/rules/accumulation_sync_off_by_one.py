@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_optimizer_step
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
-from ddpcheck.lint.model.syntax import dotted, int_value
+from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -309,7 +309,7 @@ def _ifexp_holding(module: ModuleModel, site: CallSite) -> cst.IfExp | None:
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
     if tree is node:
         return True
-    return any(_contains(child, node) for child in tree.children)
+    return any(_contains(child, node) for child in children(tree))
 
 
 def _unparen(expr: cst.BaseExpression) -> cst.BaseExpression:

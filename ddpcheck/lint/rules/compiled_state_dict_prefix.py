@@ -3,10 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Applicability, Severity
-from ddpcheck.lint.model import api
-from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.rules._wrappers import at_site, attribute_chain, unwrap
+from ddpcheck.lint.rules._wrappers import (
+    at_site,
+    attribute_chain,
+    saved_state_dicts,
+    unwrap,
+)
 
 
 class CompiledStateDictPrefix(Rule):
@@ -108,34 +111,18 @@ class CompiledStateDictPrefix(Rule):
 
     def finish(self) -> None:
         model = self.model
-        saves = [s for s in model.paths.sites() if model.api(s) == api.SAVE]
-        if not saves or "_orig_mod." in model.root.source:
-            return
-        for site in saves:
-            obj = site.arg("obj", 0)
-            if obj is None:
-                continue
-            for value in model.values.at_call(site, obj):
-                node = value.node
-                if not isinstance(node, cst.CSTNode):
-                    continue
-                for sd in subexpressions(node):
-                    if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
-                            and sd.func.attr.value == "state_dict" and not sd.args):
-                        continue
-                    where = value.module.call_at(sd)
-                    if where is None:
-                        continue
-                    base, chain = attribute_chain(sd.func.value)
-                    for stack in at_site(model, where, base):
-                        for step in chain:
-                            if stack is None:
-                                break
-                            stack = unwrap(stack, step.attr.value)
-                        if not stack or stack[0] != "compile":
-                            continue
-                        self._report(sd, stack, value.module is model.root, value.module, site)
+        if "_orig_mod." in model.root.source:
+            return  # the file strips the prefix itself
+        for save, value, sd, where in saved_state_dicts(model):
+            base, chain = attribute_chain(sd.func.value)
+            for stack in at_site(model, where, base):
+                for step in chain:
+                    if stack is None:
                         break
+                    stack = unwrap(stack, step.attr.value)
+                if stack and stack[0] == "compile":
+                    self._report(sd, stack, value.module is model.root, value.module, save)
+                    break
 
     def _report(self, sd: cst.Call, stack: tuple[str, ...], own: bool, module, save) -> None:
         receiver_node = sd.func.value  # type: ignore[attr-defined]

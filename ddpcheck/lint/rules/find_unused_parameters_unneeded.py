@@ -5,9 +5,14 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
 from ddpcheck.lint.model.module import ClassInfo, ModuleModel
-from ddpcheck.lint.model.syntax import is_true
+from ddpcheck.lint.model.syntax import children, is_true
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.rules._classes import class_closure, classes_of, dynamic_members, self_references
+from ddpcheck.lint.rules._classes import (
+    class_closure,
+    classes_of,
+    dynamic_members,
+    self_references,
+)
 
 
 class FindUnusedParametersUnneeded(Rule):
@@ -136,7 +141,7 @@ def _straight_line(function: cst.FunctionDef) -> bool:
             return False
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
             continue
-        stack.extend(node.children)
+        stack.extend(children(node))
     returns = [n for n in _returns(function)]
     if len(returns) != 1 or returns[0].value is None:
         return False
@@ -150,4 +155,4 @@ def _returns(function: cst.FunctionDef):
         if isinstance(node, cst.Return):
             yield node
         elif not isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            stack.extend(node.children)
+            stack.extend(children(node))

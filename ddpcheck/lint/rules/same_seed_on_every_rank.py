@@ -6,8 +6,8 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.ddp import feed
+from ddpcheck.lint.model.syntax import children, int_value
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.model.syntax import int_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import int_default
 
@@ -122,4 +122,4 @@ _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 def _mentions_rank(expr: cst.CSTNode, resolve) -> bool:
     if isinstance(expr, cst.BaseExpression) and is_rank_value(expr, resolve):
         return True
-    return any(_mentions_rank(child, resolve) for child in expr.children)
+    return any(_mentions_rank(child, resolve) for child in children(expr))

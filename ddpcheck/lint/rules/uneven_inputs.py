@@ -6,7 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.module import ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import classes_of
 
@@ -127,7 +127,7 @@ class UnevenInputs(Rule):
             return
         resolve = model.resolver_for(root)
         for scope, node in _expressions(root):
-            for sub in _nodes(node):
+            for sub in subexpressions(node):
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve):
                     self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
                 elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and _by_rank(sub, resolve):
@@ -180,12 +180,3 @@ def _expressions(root: ModuleModel):
             for value in values:
                 if isinstance(value, cst.BaseExpression):
                     yield scope, value
-
-
-def _nodes(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-

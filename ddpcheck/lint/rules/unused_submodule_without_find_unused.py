@@ -5,7 +5,11 @@ from ddpcheck.lint.model.ddp import wraps
 from ddpcheck.lint.model.syntax import is_true
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
-    class_closure, classes_of, dynamic_members, parameter_submodules, self_references,
+    class_closure,
+    classes_of,
+    dynamic_members,
+    parameter_submodules,
+    self_references,
 )
 
 

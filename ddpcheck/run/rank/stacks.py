@@ -92,7 +92,7 @@ def format_stack(frames: list[Frame], limit: int = 40) -> str:
 @dataclass
 class Load:
     cpu_ratio: float  # CPU seconds per wall second of the thread since the previous reading
-    running: float  # fraction of the samples in which the thread was running or runnable
+    running: float  # fraction of the samples in which the thread was running, runnable or in disk I/O
     children_ratio: float  # the same for this process's children (DataLoader workers)
     others_ratio: float = 0.0  # the rank's other threads (gloo's transfers, intra-op pools)
 
@@ -141,11 +141,11 @@ class ThreadMeter:
         return text[text.rfind(")") + 2:].split()  # after "pid (comm) "
 
     def sample(self) -> None:
-        """One look at the thread's state (R running/runnable, S sleeping, D disk...)."""
+        """One look at the thread's state (R running/runnable, S sleeping, D disk I/O, ...)."""
         fields = self._stat(f"/proc/self/task/{self.tid}/stat")
         if fields:
             self.samples += 1
-            self.running_samples += fields[0] == "R"
+            self.running_samples += fields[0] in ("R", "D")  # running, or in disk I/O (a checkpoint)
 
     def _children_cpu(self) -> float:
         ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
