@@ -13,7 +13,7 @@ wrong answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, Union
 
 import libcst as cst
 
@@ -42,7 +42,11 @@ _PASSTHROUGH = frozenset({
 class Unknown:
     """A leaf the evaluation stopped at (a cycle): nothing is known about it."""
 
-    node: Binding | Unknown
+    node: Leaf
+
+
+# What a Value holds: an expression or binding marker, or where the evaluation stopped.
+Leaf = Union[Binding, Unknown]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -63,7 +67,7 @@ class Value:
     `frame`."""
 
     module: ModuleModel
-    node: Binding | Unknown
+    node: Leaf
     scope: Scope
     frame: Frame | None
     at: Point | None = None  # where in `scope` the leaf is reached (see Point)
@@ -96,7 +100,7 @@ class Values:
         return out
 
     # --- the evaluator -----------------------------------------------------------------------
-    def _eval(self, module: ModuleModel, node: Binding | Unknown, scope: Scope, frame: Frame | None, depth: int,
+    def _eval(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, depth: int,
               seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
         """`seen` holds what is being evaluated on the way here: met again, it is a cycle."""
         key = (id(node), id(frame))
@@ -109,7 +113,7 @@ class Values:
         finally:
             seen.discard(key)
 
-    def _step(self, module: ModuleModel, node: Binding | Unknown, scope: Scope, frame: Frame | None, depth: int,
+    def _step(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, depth: int,
               seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
         self.budget -= 1
         if depth <= 0 or self.budget <= 0:
@@ -398,7 +402,7 @@ class Values:
         return out
 
 
-def _entry(node: Binding | Unknown, key: str | None, number: int | None) -> cst.BaseExpression | None:
+def _entry(node: Leaf, key: str | None, number: int | None) -> cst.BaseExpression | None:
     """`{"k": v}["k"]`, `dict(k=v)["k"]`, `(a, b)[1]`."""
     if key is not None and isinstance(node, cst.Dict):
         for element in node.elements:
