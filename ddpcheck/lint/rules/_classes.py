@@ -117,7 +117,7 @@ def dynamic_members(module: ModuleModel, info: ClassInfo) -> bool:
                                          "self.named_modules(", "self.parameters(", "self.named_parameters("))
 
 
-def _attributes(node: cst.CSTNode):
+def _attributes(node: cst.CSTNode) -> Iterator[cst.Attribute]:
     stack = [node]
     while stack:
         current = stack.pop()

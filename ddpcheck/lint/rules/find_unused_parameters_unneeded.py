@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -148,7 +150,7 @@ def _straight_line(function: cst.FunctionDef) -> bool:
     return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
 
 
-def _returns(function: cst.FunctionDef):
+def _returns(function: cst.FunctionDef) -> Iterator[cst.Return]:
     stack: list[cst.CSTNode] = [function.body]
     while stack:
         node = stack.pop()

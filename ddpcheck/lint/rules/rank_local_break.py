@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -153,10 +155,11 @@ class RankLocalBreak(Rule):
         return False
 
 
-def _exits(loop: cst.For):
+def _exits(loop: cst.For) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
     """(`break` or `return`, the test of the innermost `if` around it) in the loop body; a break
     inside a nested loop belongs to that loop and is skipped."""
-    def visit(node: cst.CSTNode, test: cst.BaseExpression | None, nested: bool):
+    def visit(node: cst.CSTNode, test: cst.BaseExpression | None,
+              nested: bool) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
         if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             return
         if isinstance(node, cst.If):
