@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
-from ddpcheck.lint.model.module import ClassInfo, ModuleModel
 from ddpcheck.lint.model.syntax import is_true, last_name
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
@@ -12,6 +13,9 @@ from ddpcheck.lint.rules._classes import (
     parameter_submodules,
     self_references,
 )
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.module import ClassInfo, ModuleModel
 
 
 class UnusedSubmoduleWithoutFindUnused(Rule):
