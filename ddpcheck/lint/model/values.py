@@ -252,6 +252,7 @@ class Values:
             if inner is not None:
                 yield from self._eval(base.module, inner, base.scope, base.frame, depth - 1, seen, self._call_point(base))
                 return
+        if call is not None or isinstance(base.node, Param):
             instance = self.model.graph.instance_of(base)
             if instance is not None:
                 found = False
