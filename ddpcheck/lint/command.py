@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from ddpcheck.config import Selection, SettingsResolver, describe, validate_codes
 from ddpcheck.errors import UserError
@@ -20,6 +22,10 @@ from ddpcheck.lint.runner import (
     lint_text,
 )
 from ddpcheck.report import FORMATS, render
+
+if TYPE_CHECKING:
+    from ddpcheck.describe import RuleInfo
+    from ddpcheck.lint.model import Project
 
 MAX_FIX_PASSES = 10
 TEXT_FORMATS = ("full", "concise")  # formats a person reads: they get the fix listings
@@ -63,6 +69,7 @@ class FixReport:
 
 def run_lint(o: LintOptions) -> int:
     _check_combinations(o)
+    known: Mapping[str, RuleInfo]
     if o.no_cache:
         from ddpcheck.lint.known import lint_codes
 
@@ -142,7 +149,7 @@ def _check_combinations(o: LintOptions) -> None:
         raise UserError("--add-noqa needs files to write to, not stdin")
 
 
-def _emit(text: str, output_file: Path | None, stream) -> None:
+def _emit(text: str, output_file: Path | None, stream: TextIO) -> None:
     if output_file is None:
         stream.write(text)
         stream.flush()
@@ -180,7 +187,7 @@ def _fix_listing(fixes: FixReport) -> str:
         return "No findings fixed.\n"
     n = len(fixes.applied)
     lines = [f"Fixed {n} finding{'s' if n != 1 else ''}:"]
-    by_path: dict[str, Counter] = {}
+    by_path: dict[str, Counter[tuple[str, str]]] = {}
     for f in fixes.applied:
         by_path.setdefault(f.path or "-", Counter())[(f.code, f.name)] += 1
     for path, counts in by_path.items():
@@ -202,7 +209,8 @@ def _fix_summary(o: LintOptions, fixes: FixReport) -> None:
         print("No findings fixed.", file=sys.stderr)
 
 
-def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict, fixes: FixReport):
+def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: Mapping[str, RuleInfo],
+                fixes: FixReport) -> tuple[LintResult, TextIO]:
     """Lint (and fix) standard input. Returns the result and the stream the report goes to:
     with --fix the fixed text is standard output (Ruff's contract), so the report goes to stderr."""
     display = o.stdin_filename or "-"
@@ -238,7 +246,8 @@ def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict, fixes: 
 
 
 def _fix_until_stable(display: str, path: Path, source: str, findings: list[Finding],
-                      resolver: SettingsResolver, facts, known: dict, unsafe: bool):
+                      resolver: SettingsResolver, facts: Project, known: Mapping[str, RuleInfo],
+                      unsafe: bool) -> tuple[str, list[Finding], list[Finding]]:
     """Apply fixes, re-lint, repeat until nothing more applies. Returns the text, the findings
     left, and the findings whose fixes were applied."""
     applied_all: list[Finding] = []
@@ -262,13 +271,16 @@ def _print_diff(display: str, before: str, after: str) -> None:
 
 
 def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions, fixes: FixReport,
-               known: dict) -> None:
+               known: Mapping[str, RuleInfo]) -> None:
     from ddpcheck.lint.model import Project
 
     facts = Project()
     remaining: list[Finding] = []
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
+        if f.path is None:  # no file, nothing to fix
+            remaining.append(f)
+            continue
         by_path.setdefault(f.path, []).append(f)
     for display, findings in by_path.items():
         if display not in result.sources:  # a line of a project module the linted files reach

@@ -9,12 +9,13 @@ than the rest of a one-file lint, so they are added the first time such a questi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 
 from ddpcheck.describe import RuleInfo
 
 
-class Known(dict):
+class Known(dict[str, RuleInfo]):
     """Code → RuleInfo: the static rules and tool codes, and the runtime checks once
     `with_runtime()` has been called."""
 
@@ -48,7 +49,6 @@ def lint_codes() -> Known:
     return Known(dict(sorted((i.code, i) for i in infos)))
 
 
-def complete(known: dict) -> dict:
+def complete(known: Mapping[str, RuleInfo]) -> Mapping[str, RuleInfo]:
     """`known` with the runtime checks in it (a no-op for a full catalog)."""
-    extend = getattr(known, "with_runtime", None)
-    return extend() if extend is not None else known
+    return known.with_runtime() if isinstance(known, Known) else known

@@ -171,7 +171,7 @@ def replace(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNod
     return child_new
 
 
-def _path_to(node: cst.CSTNode, target: cst.CSTNode, path: list) -> bool:
+def _path_to(node: cst.CSTNode, target: cst.CSTNode, path: list[tuple[cst.CSTNode, str]]) -> bool:
     if node is target:
         return True
     order = _ORDER.get(type(node))

@@ -8,13 +8,13 @@ dispatch table (lint/traverse.py) and records only what the queries need later.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar, cast
 
 import libcst as cst
 
 from ddpcheck.lint import traverse
 from ddpcheck.lint.model.module import (
-    Augmented, CallSite, ClassInfo, Element, EnvAccess, ForSite, Guard, Item, ModuleModel, Param, Point,
+    Augmented, CallSite, ClassInfo, Element, EnvAccess, ExitSite, ForSite, Guard, Item, ModuleModel, Param, Point,
     Scope, Shared, UNASKED,
 )
 from ddpcheck.lint.model.syntax import dotted
@@ -37,6 +37,7 @@ class Walker(cst.CSTVisitor):
         self._saved: list[tuple[list[cst.CSTNode], list[Guard], list[cst.With]]] = []
         self._block_marks: list[int] = []  # len(guards) when each indented block was entered
         self._written: set[int] = set()  # subscripts assigned to (`os.environ["K"] = v`)
+        self._assigned_attributes: set[int] = set()  # attributes that are assignment targets
         self.tick = 0  # counts calls and bindings in traversal order (see Point)
         self.visit_hooks = visit_hooks or {}
         self.leave_hooks = leave_hooks or {}
@@ -164,7 +165,11 @@ class Walker(cst.CSTVisitor):
                     elif not a.star:
                         entries.append((None, a.value, guards))
 
+    def _exit(self, node: cst.Break | cst.Continue) -> None:
+        self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
+
     def _return(self, node: cst.Return) -> None:
+        self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
         if node.value is not None:
             function = self.scope.function
             if function is not None:
@@ -174,10 +179,31 @@ class Walker(cst.CSTVisitor):
 
     def _mark_written(self, node: cst.Assign) -> None:
         # Targets are visited before the value is bound (bindings are made on leave, after the
-        # value's calls): mark written subscripts now, for _subscript.
+        # value's calls): mark written subscripts and attributes now, for _subscript and
+        # _attribute.
         for target in node.targets:
             if isinstance(target.target, cst.Subscript):
                 self._written.add(id(target.target))
+            self._mark_target(target.target)
+
+    def _mark_target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Attribute):
+            self._assigned_attributes.add(id(target))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._mark_target(element.value)
+
+    def _mark_other_target(self, node: cst.AnnAssign | cst.AugAssign) -> None:
+        self._mark_target(node.target)
+
+    def _attribute(self, node: cst.Attribute) -> None:
+        """`self.x` read in a function body (assignment targets are writes, not reads)."""
+        base = node.value
+        if type(base) is cst.Name and base.value == "self" and id(node) not in self._assigned_attributes:
+            scope = self.scope
+            if scope.kind == "function":
+                reads = self.module.self_reads.setdefault(scope.qualname, {})
+                reads.setdefault(node.attr.value, []).append(node)
 
     def _assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -324,41 +350,61 @@ def _exits(body: cst.BaseSuite) -> bool:
     return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
-_OWN_VISIT: dict[type, Callable[[Walker, cst.CSTNode], None]] = {
-    cst.Import: Walker._import,
-    cst.ImportFrom: Walker._import,
-    cst.FunctionDef: Walker._enter_function,
-    cst.ClassDef: Walker._enter_class,
-    cst.Call: Walker._call,
-    cst.Return: Walker._return,
-    cst.Assign: Walker._mark_written,
-    cst.For: Walker._for,
-    cst.With: Walker._with,
-    cst.If: Walker._visit_if,
-    cst.Subscript: Walker._subscript,
-    cst.IndentedBlock: Walker._enter_block,
-    cst.Module: Walker._enter_block,
-}  # type: ignore[dict-item]
-_OWN_LEAVE: dict[type, Callable[[Walker, cst.CSTNode], None]] = {
-    cst.Assign: Walker._assign,
-    cst.AnnAssign: Walker._ann_assign,
-    cst.AugAssign: Walker._aug_assign,
-    cst.FunctionDef: Walker._leave_scope,
-    cst.ClassDef: Walker._leave_scope,
-    cst.IndentedBlock: Walker._leave_block,
-    cst.Module: Walker._leave_block,
-    cst.If: Walker._early_exit,
-}  # type: ignore[dict-item]
-_OWN_ATTR_VISIT: dict[tuple[type, str], Callable[[Walker, cst.CSTNode], None]] = {
-    (cst.For, "body"): Walker._for_body,
-    (cst.While, "body"): Walker._push_loop,
-    (cst.If, "body"): Walker._push_if_body,
-    (cst.If, "orelse"): Walker._push_if_else,
-    (cst.IfExp, "body"): Walker._push_if_body,
-    (cst.IfExp, "orelse"): Walker._push_if_else,
-    (cst.With, "body"): Walker._push_with,
-}  # type: ignore[dict-item]
-_OWN_ATTR_LEAVE: dict[tuple[type, str], Callable[[Walker], None]] = {
+# The dispatch tables are keyed by type(node), so each method gets nodes of the type it names;
+# _own checks that pairing once, where the table is built.
+_Own = Callable[[Walker, cst.CSTNode], None]
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
+
+def _own(node_type: type[_Node], method: Callable[[Walker, _Node], None]) -> tuple[type[cst.CSTNode], _Own]:
+    return node_type, cast(_Own, method)
+
+
+def _own_attr(node_type: type[_Node], attribute: str,
+              method: Callable[[Walker, _Node], None]) -> tuple[tuple[type[cst.CSTNode], str], _Own]:
+    return (node_type, attribute), cast(_Own, method)
+
+
+_OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
+    _own(cst.Import, Walker._import),
+    _own(cst.ImportFrom, Walker._import),
+    _own(cst.FunctionDef, Walker._enter_function),
+    _own(cst.ClassDef, Walker._enter_class),
+    _own(cst.Call, Walker._call),
+    _own(cst.Return, Walker._return),
+    _own(cst.Break, Walker._exit),
+    _own(cst.Continue, Walker._exit),
+    _own(cst.Attribute, Walker._attribute),
+    _own(cst.Assign, Walker._mark_written),
+    _own(cst.AnnAssign, Walker._mark_other_target),
+    _own(cst.AugAssign, Walker._mark_other_target),
+    _own(cst.For, Walker._for),
+    _own(cst.With, Walker._with),
+    _own(cst.If, Walker._visit_if),
+    _own(cst.Subscript, Walker._subscript),
+    _own(cst.IndentedBlock, Walker._enter_block),
+    _own(cst.Module, Walker._enter_block),
+])
+_OWN_LEAVE: dict[type[cst.CSTNode], _Own] = dict([
+    _own(cst.Assign, Walker._assign),
+    _own(cst.AnnAssign, Walker._ann_assign),
+    _own(cst.AugAssign, Walker._aug_assign),
+    _own(cst.FunctionDef, Walker._leave_scope),
+    _own(cst.ClassDef, Walker._leave_scope),
+    _own(cst.IndentedBlock, Walker._leave_block),
+    _own(cst.Module, Walker._leave_block),
+    _own(cst.If, Walker._early_exit),
+])
+_OWN_ATTR_VISIT: dict[tuple[type[cst.CSTNode], str], _Own] = dict([
+    _own_attr(cst.For, "body", Walker._for_body),
+    _own_attr(cst.While, "body", Walker._push_loop),
+    _own_attr(cst.If, "body", Walker._push_if_body),
+    _own_attr(cst.If, "orelse", Walker._push_if_else),
+    _own_attr(cst.IfExp, "body", Walker._push_if_body),
+    _own_attr(cst.IfExp, "orelse", Walker._push_if_else),
+    _own_attr(cst.With, "body", Walker._push_with),
+])
+_OWN_ATTR_LEAVE: dict[tuple[type[cst.CSTNode], str], Callable[[Walker], None]] = {
     (cst.For, "body"): Walker._pop_loop,
     (cst.While, "body"): Walker._pop_loop,
     (cst.If, "body"): Walker._pop_guard,

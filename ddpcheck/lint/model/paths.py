@@ -269,12 +269,12 @@ def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], f
     return False
 
 
-def _truth(node: cst.CSTNode) -> bool | None:
+def _truth(node: object) -> bool | None:
     """The truth of a literal (`False`, `None`, `0`, `""` are false), None if not a literal."""
     if isinstance(node, cst.Name):
         return {"True": True, "False": False, "None": False}.get(node.value)
     if isinstance(node, cst.Integer):
-        return node.evaluated_value not in ("0",)
+        return node.evaluated_value != 0
     if isinstance(node, cst.SimpleString):
         return bool(node.evaluated_value)
     return None

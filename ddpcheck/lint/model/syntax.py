@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TypeGuard
 
 import libcst as cst
 
@@ -88,15 +88,15 @@ def string_text(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
-def is_none(expr: cst.CSTNode | None) -> bool:
+def is_none(expr: object) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
 
 
-def is_true(expr: cst.CSTNode | None) -> bool:
+def is_true(expr: object) -> TypeGuard[cst.Name]:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def is_false(expr: cst.CSTNode | None) -> bool:
+def is_false(expr: object) -> TypeGuard[cst.Name]:
     return isinstance(expr, cst.Name) and expr.value == "False"
 
 

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
@@ -97,7 +97,7 @@ def at_site(model: Model, site: CallSite, base: cst.BaseExpression) -> list[Stac
     return stacks_of(model, model.values.at_call(site, base))
 
 
-def saved_state_dicts(model: Model):
+def saved_state_dicts(model: Model) -> Iterator[tuple[CallSite, Value, cst.Call, CallSite]]:
     """`x.state_dict()` calls whose result a `torch.save(...)` writes (directly or inside the
     object it saves): (the save, the value holding the call, the `.state_dict()` call node, its
     CallSite)."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -103,7 +105,7 @@ class FindUnusedParametersUnneeded(Rule):
         for wrap in wraps(model, model.root):
             site = wrap.site
             flag = site.arg("find_unused_parameters")
-            if not is_true(flag) or is_true(site.arg("static_graph")) or wrap.inner is None:
+            if flag is None or not is_true(flag) or is_true(site.arg("static_graph")) or wrap.inner is None:
                 continue
             roots = classes_of(model, model.values.at_call(site, wrap.inner))
             if len(roots) != 1:
@@ -148,7 +150,7 @@ def _straight_line(function: cst.FunctionDef) -> bool:
     return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
 
 
-def _returns(function: cst.FunctionDef):
+def _returns(function: cst.FunctionDef) -> Iterator[cst.Return]:
     stack: list[cst.CSTNode] = [function.body]
     while stack:
         node = stack.pop()

@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import Wrap, strip_moves, wraps
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.model.syntax import children
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -180,14 +180,14 @@ class ModelMovedAfterWrapping(Rule):
         """Source order of the nodes of the wrap's scope (a pre-order numbering, made once)."""
         memo = wrap.site.module.memo.setdefault("preorder", {})
         scope_node = wrap.site.scope.node
-        cached = memo.get(id(scope_node))
+        cached: dict[int, int] | None = memo.get(id(scope_node))
         if cached is None:
             cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
             memo[id(scope_node)] = cached
         return cached
 
 
-def _args(module, call: cst.Call) -> str:
+def _args(module: ModuleModel, call: cst.Call) -> str:
     return ",".join(" ".join(module.code(a.value).split()) for a in call.args)
 
 

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.module import ModuleModel, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
@@ -155,7 +157,7 @@ class UnevenInputs(Rule):
                                 module=module)
 
 
-def _strided_by_rank(sub: cst.Subscript, resolve) -> bool:
+def _strided_by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
     """`x[rank::world_size]`."""
     if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
         return False
@@ -164,7 +166,7 @@ def _strided_by_rank(sub: cst.Subscript, resolve) -> bool:
         and _is_world(piece.step)
 
 
-def _by_rank(sub: cst.Subscript, resolve) -> bool:
+def _by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
     return len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and is_rank_value(sub.slice[0].slice.value, resolve)
 
 
@@ -173,7 +175,7 @@ def _is_world(expr: cst.BaseExpression) -> bool:
     return any(text.endswith(w) for w in _WORLD)
 
 
-def _expressions(root: ModuleModel):
+def _expressions(root: ModuleModel) -> Iterator[tuple[Scope, cst.BaseExpression]]:
     scopes: list[Scope] = [root.module_scope, *root.function_scopes.values()]
     for scope in scopes:
         for values in scope.assignments.values():

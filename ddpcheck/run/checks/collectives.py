@@ -280,9 +280,11 @@ def _uneven_pass(records: list[Record]) -> Verdict:
     if any(r.get("used_join") for r in records):
         return Verdict(UnevenWork.code, PASS, "uneven inputs handled by DDP's join()")
     states = _passes(records)
-    epochs = max([len(s.passes) for s in states.values()] or [0])
     if not states:
         return Verdict(UnevenWork.code, SKIP, "no work recorded")
+    # Passes every rank made (a loader only rank 0 walks, for evaluation, is not compared).
+    shared = set.intersection(*({p.key for p in s.passes} for s in states.values()))
+    epochs = len(shared)
     steps = sorted({s.steps for s in states.values()})
     what = f"{epochs} data loader pass{'es' if epochs != 1 else ''} and " if epochs else ""
     return Verdict(UnevenWork.code, PASS, f"{what}{steps[-1]} optimizer steps, the same on every rank")
