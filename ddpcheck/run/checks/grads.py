@@ -18,6 +18,7 @@ from ddpcheck.run.checks._compare import (
     entries,
     first_mismatch,
     logs_by_rank,
+    realigned,
     where,
 )
 from ddpcheck.run.records import Record
@@ -150,7 +151,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
-        return [Verdict(CODE, PASS, f"identical on every rank at {compared} checked steps")]
+        return [Verdict(CODE, PASS, f"identical on every rank at {compared} checked steps{realigned(records)}")]
     tensors = differing_tensors(logs, step)
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
     if tensors and len(tensors) > 5:

@@ -16,6 +16,7 @@ from ddpcheck.run.checks._compare import (
     differing_tensors,
     first_mismatch,
     logs_by_rank,
+    realigned,
     where,
 )
 from ddpcheck.run.records import Record, section
@@ -207,7 +208,7 @@ def _params(records: list[Record]) -> Verdict:
                        "the last checked step. Change weights identically on every rank.",
                        ranks=odd_ranks(digests), details={"parameters": names})
     when = f"{compared} checked steps" + (" and at the end" if len(ends) >= 2 else "")
-    return Verdict(PARAMS, PASS, f"identical on every rank after {when}")
+    return Verdict(PARAMS, PASS, f"identical on every rank after {when}{realigned(records)}")
 
 
 def _buffers(records: list[Record]) -> Verdict:

@@ -14,7 +14,7 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `after_step` | after a checked step, before the exchange | optimizer, step |
 | `before_exchange` / `after_exchange` | around the wait for a checked step's all-gather | step |
 | `on_exchange` | when that all-gather has finished (at the next checked step, or at the end) | step, every rank's row: [step, one int64 per `add_slot`] |
-| `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs) | - |
+| `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs); on leaving, the step numbers are realigned first (`align_steps`) | - |
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
 | `after_finish` | after the final record is written | - |
@@ -75,7 +75,10 @@ class Session:
         # writes no record of its own (each worker becomes a rank).
         self.spawn_parent = spawn_parent
         self.checked = 0  # of which checked
-        self.step = 0  # optimizer.step() calls so far on this rank (all optimizers)
+        # The step number the checks use, the same on every rank at the same point of training:
+        # optimizer.step() calls so far (all optimizers), realigned after DDP's Join() (align_steps).
+        self.step = 0
+        self.taken = 0  # optimizer.step() calls this rank really made
         self.next_checked = options.next_checked(0)  # the next optimizer step to check
         self.group: ProcessGroup | None = None  # ddpcheck's own gloo group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
@@ -164,7 +167,7 @@ class Session:
 
     # --- the record ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        return {**self.meta, "step": self.step, "checked": self.checked, "exchange_ok": self.exchange_ok,
+        return {**self.meta, "step": self.taken, "checked": self.checked, "exchange_ok": self.exchange_ok,
                 "notes": self.notes, "probes": self.sections, "written": time.time()}
 
     def flush(self, force: bool = False) -> None:
@@ -222,6 +225,7 @@ class Session:
         if self.on_phase:
             self.phase("step", False)
         self.step += 1
+        self.taken += 1
         if self.step != self.next_checked:
             self.forwards = self.unsynced = 0
             return
@@ -237,6 +241,30 @@ class Session:
         if step in (1, self.options.check_first) or step > self.options.check_first:
             how = "compared across ranks" if live else "recorded"
             self.progress(f"optimizer step {step} checked ({self.checked} so far, {how})")
+
+    def align_steps(self) -> None:
+        """After DDP's Join() context: ranks with fewer inputs made fewer optimizer steps inside it
+        (the others' all-reduces were shadowed), so the same step number now means different
+        points of training. Every rank leaves the context together; agree there on the largest
+        step number, so that checks compare the steps the ranks take together from here on (a
+        step only some ranks took inside the context is compared with nothing)."""
+        if self.group is None or not self.exchange_ok or self.world_size < 2:
+            return
+        import torch
+        import torch.distributed as dist
+
+        mine = torch.tensor([self.step], dtype=torch.int64)
+        try:
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=self.group)
+        except Exception as exc:  # a rank left: keep the run, drop live checks
+            self.exchange_ok = False
+            self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            return
+        agreed = int(mine.item())
+        if agreed != self.step:
+            self.meta["steps_realigned"] = self.meta.get("steps_realigned", 0) + 1
+            self.step = agreed
+            self.next_checked = self.options.next_checked(agreed)
 
     def phase(self, name: str, begin: bool) -> None:
         for fn in self.on_phase:
