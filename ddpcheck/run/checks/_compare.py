@@ -40,7 +40,8 @@ class StepLog:
 
     @property
     def log(self) -> dict[str, Any]:
-        return self.part[self.key]  # type: ignore[no-any-return]
+        log: dict[str, Any] = self.part[self.key]
+        return log
 
     def add(self, entry: list[Any], names: list[str] | None = None,
             fingerprints: list[tuple[int, int]] | None = None) -> None:

@@ -27,6 +27,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
 if TYPE_CHECKING:
+    import torch
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 
@@ -103,7 +106,7 @@ NAME = "grads"
 CODE = "DDP105"
 
 
-def optimizer_params(optimizer: Any) -> Iterator[tuple[str, Any]]:
+def optimizer_params(optimizer: Optimizer) -> Iterator[tuple[str, torch.Tensor]]:
     for gi, group in enumerate(optimizer.param_groups):
         for pi, p in enumerate(group["params"]):
             yield f"param_groups[{gi}][{pi}]", p
@@ -126,7 +129,7 @@ def capture(session: Session) -> None:
     log = StepLog(session, session.section(NAME), session.add_slot(NAME))
     reported: list[int] = []
 
-    def before_step(optimizer: Any, step: int) -> None:
+    def before_step(optimizer: Optimizer, step: int) -> None:
         named = synchronised(session, optimizer_params(optimizer))
         fps = fingerprints(p.grad for _, p in named)
         digest = combine(fps)

@@ -38,10 +38,20 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVarTuple, Unpack
 
 from ddpcheck.run.options import RunOptions
 from ddpcheck.run.records import RECORD_VERSION, record_path
+
+if TYPE_CHECKING:
+    import weakref
+
+    import torch
+    from torch.distributed import ProcessGroup, Work
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim import Optimizer
+
+_Args = TypeVarTuple("_Args")
 
 
 END_EXCHANGE_TIMEOUT_S = 10.0  # how long the end of a rank waits for its last exchange
@@ -70,15 +80,15 @@ class Session:
         self.step = 0
         self.taken = 0  # optimizer.step() calls this rank really made
         self.next_checked = options.next_checked(0)  # the next optimizer step to check
-        self.group: Any = None  # ddpcheck's own gloo process group, once the user's one exists
+        self.group: ProcessGroup | None = None  # ddpcheck's own gloo group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []
         self.before_init: list[Callable[[dict[str, Any]], None]] = []
         self.after_init: list[Callable[[], None]] = []
-        self.on_ddp_init: list[Callable[[Any], None]] = []
-        self.on_ddp_forward: list[Callable[[Any, tuple[Any, ...], dict[str, Any]], None]] = []
-        self.before_step: list[Callable[[Any, int], None]] = []
-        self.after_step: list[Callable[[Any, int], None]] = []
+        self.on_ddp_init: list[Callable[[DistributedDataParallel], None]] = []
+        self.on_ddp_forward: list[Callable[[DistributedDataParallel, tuple[Any, ...], dict[str, Any]], None]] = []
+        self.before_step: list[Callable[[Optimizer, int], None]] = []
+        self.after_step: list[Callable[[Optimizer, int], None]] = []
         self.before_exchange: list[Callable[[int], None]] = []
         self.after_exchange: list[Callable[[int], None]] = []
         self.on_exchange: list[Callable[[int, list[list[int]]], None]] = []
@@ -88,7 +98,7 @@ class Session:
         self.on_phase: list[Callable[[str, bool], None]] = []
         self.before_finish: list[Callable[[int, BaseException | None], None]] = []
         self.after_finish: list[Callable[[], None]] = []
-        self.ddp_modules: list[Any] = []  # weakrefs to every DDP object made on this rank
+        self.ddp_modules: list[weakref.ref[DistributedDataParallel]] = []  # every DDP object made here
         self.param_names: dict[int, str] = {}  # id(parameter) -> its name in the wrapped module
         # Forwards through DDP since the last optimizer step, and how many ran under no_sync().
         self.forwards = 0
@@ -104,7 +114,7 @@ class Session:
         # (the records are still compared after the job).
         self.uneven = False
         self._once: set[str] = set()
-        self._in_flight: tuple[int, list[Any], Any] | None = None  # (step, rows, work) of an exchange
+        self._in_flight: tuple[int, list[torch.Tensor], Work] | None = None  # (step, rows, work) of an exchange
         self._last_flush = 0.0
         self.record_path = (
             record_path(options.record_dir, self.rank) if options.record_dir and not spawn_parent else None
@@ -204,14 +214,14 @@ class Session:
             guard(after)
 
     # --- the step machinery (called from the hooks of rank/hooks.py) ---------------------------
-    def before_optimizer_step(self, optimizer: Any) -> None:
+    def before_optimizer_step(self, optimizer: Optimizer) -> None:
         if self.step + 1 == self.next_checked:
             for fn in self.before_step:
                 guard(fn, optimizer, self.step + 1)
         if self.on_phase:
             self.phase("step", True)
 
-    def after_optimizer_step(self, optimizer: Any) -> None:
+    def after_optimizer_step(self, optimizer: Optimizer) -> None:
         if self.on_phase:
             self.phase("step", False)
         self.step += 1
@@ -260,10 +270,10 @@ class Session:
         for fn in self.on_phase:
             guard(fn, name, begin)
 
-    def ddps(self) -> list[Any]:
+    def ddps(self) -> list[DistributedDataParallel]:
         return [m for m in (ref() for ref in self.ddp_modules) if m is not None]
 
-    def name_of(self, param: Any, fallback: str) -> str:
+    def name_of(self, param: object, fallback: str) -> str:
         return self.param_names.get(id(param), fallback)
 
     def exchange(self, step: int) -> bool:
@@ -317,7 +327,7 @@ class Session:
             guard(on_exchange, step, rows)
 
 
-def guard(fn: Callable[..., None], *args: Any) -> None:
+def guard(fn: Callable[[Unpack[_Args]], None], *args: Unpack[_Args]) -> None:
     """A probe's failure must never change the user's run: report it on stderr and go on."""
     try:
         fn(*args)
