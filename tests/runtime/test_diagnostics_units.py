@@ -171,6 +171,45 @@ def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tm
     assert any("torch.cuda.CUDAGraph" in line for line in refused)
 
 
+def test_a_cpu_only_script_never_pays_for_the_emulation_mode_and_the_first_cuda_use_turns_it_on(tmp_path):
+    # The device-rewriting TorchFunctionMode costs every torch call some Python: it must stay off
+    # while the script only uses the CPU, and come on at the first CUDA use, whichever it is.
+    script = textwrap.dedent("""
+        import sys
+        from ddpcheck.run.rank import emulate
+        emulate.install()
+        import torch
+        from torch import nn
+        depth = torch._C._len_torch_function_stack
+        model = nn.Linear(4, 2)
+        loss = model(torch.randn(3, 4).to("cpu")).sum()
+        loss.backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        torch.utils.data.DataLoader(list(range(4)), pin_memory=True)
+        print("cpu only", depth(), sorted(emulate.USED))
+        first = sys.argv[1]
+        if first == "factory":
+            made = torch.zeros(2, device="cuda:1").device
+        elif first == "tensor":
+            made = torch.ones(2).cuda().device
+        elif first == "context":
+            with torch.device("cuda"):
+                made = nn.Linear(2, 2).weight.device
+        else:
+            torch.cuda.set_device(0)
+            made = torch.hann_window(4, device="cuda").device  # no patch of its own: the mode's work
+        print("after", first, made, depth())
+    """)
+    path = tmp_path / "cpu_then_gpu.py"
+    path.write_text(script)
+    for first in ("factory", "tensor", "context", "query"):
+        out = subprocess.run([sys.executable, str(path), first], capture_output=True, text=True, timeout=120,
+                             env=cli_env(DDPCHECK_EMULATED_DEVICES="2"), cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        assert "cpu only 0 ['pin_memory']" in out.stdout, out.stdout
+        assert f"after {first} cpu 1" in out.stdout, out.stdout
+
+
 def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():
     (killed,) = crash.judge([], Context(2, exit_codes={0: -15, 1: -9}))
     assert killed.code == "DDP127" and killed.ranks == (1,)
