@@ -101,10 +101,12 @@ class Walker(cst.CSTVisitor):
         assignments = self.scope.assignments
         points = self.scope.points
         for index, param in enumerate((*params.posonly_params, *params.params)):
-            assignments[param.name.value] = [Param(qualname, param.name.value, index, param.default)]
+            assignments[param.name.value] = [Param(qualname, param.name.value, index, param.default, "",
+                                                   param.annotation.annotation if param.annotation else None)]
             points[param.name.value] = [Point(-1)]
         for param in params.kwonly_params:
-            assignments[param.name.value] = [Param(qualname, param.name.value, None, param.default)]
+            assignments[param.name.value] = [Param(qualname, param.name.value, None, param.default, "",
+                                                   param.annotation.annotation if param.annotation else None)]
             points[param.name.value] = [Point(-1)]
         for star, mark in ((params.star_arg, "*"), (params.star_kwarg, "**")):
             if isinstance(star, cst.Param):

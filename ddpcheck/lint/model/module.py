@@ -63,6 +63,7 @@ class Param:
     index: int | None
     default: cst.BaseExpression | None
     star: str = ""
+    annotation: cst.BaseExpression | None = None  # `exp: Exp` → the expression `Exp`
 
     def __repr__(self) -> str:
         return f"<Param {self.function}({self.name})>"
