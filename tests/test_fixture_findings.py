@@ -80,4 +80,4 @@ def test_the_readme_shows_the_current_corpus_figures(run):
     real = {k for k in marked["expect"] | marked["miss"] if k[0].startswith(corpus)}
     table = stats.table(len(files), {k for k in found if k[0].startswith(corpus)}, real)
     assert table in (ROOT / "README.md").read_text(encoding="utf-8"), \
-        f"README.md's corpus figures are stale; `python scripts/corpus_stats.py` prints:\n{table}"
+        f"README.md's corpus figures are stale: `python scripts/corpus_stats.py --readme` writes these:\n{table}"
