@@ -1,5 +1,7 @@
 """One module of the project as the model sees it: scopes and what is bound in them, calls with
-the loops, guards and with-blocks around them, functions, classes and their methods, returns.
+the loops, guards and with-blocks around them, functions, classes and their methods, returns,
+loop exits (break/continue/return with their loops and guards), the `self` attributes each
+function reads.
 
 Filled by one traversal (lint/model/build.py). Values are libcst nodes of this module's tree, or
 the small binding markers below where a name is bound by something other than `name = value`.
