@@ -185,12 +185,17 @@ class Paths:
         and no caller passing it)."""
         for guard in site.guards:
             test = guard.test
-            if not isinstance(test, cst.Name):
+            compared = _numeric_comparison(test)
+            name = compared[0] if compared is not None else test
+            if not isinstance(name, cst.Name):
                 continue
-            values = self.model.values.of(site.module, test, site.scope, at=site.point)
+            values = self.model.values.of(site.module, name, site.scope, at=site.point)
             if not values or not all(isinstance(v.node, cst.CSTNode) for v in values):
                 continue
-            truths = {_truth(v.node) for v in values}
+            if compared is None:
+                truths = {_truth(v.node) for v in values}  # type: ignore[arg-type]
+            else:  # `if blur > 0:` where every run passes blur=0
+                truths = {_compare(v.node, compared[1], compared[2]) for v in values}  # type: ignore[arg-type]
             if truths == {False} and not guard.negated or truths == {True} and guard.negated:
                 return guard
         return None
@@ -267,6 +272,42 @@ def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], f
             if model.qualname(module, expr) in api.NO_GRAD:
                 return True
     return False
+
+
+_ORDER = {
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _numeric_comparison(test: cst.BaseExpression) -> tuple[cst.Name, type, float] | None:
+    """`name > 0` (a name compared with a number literal): the name, the operator, the number."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    comp = test.comparisons[0]
+    number = _number(comp.comparator)
+    if isinstance(test.left, cst.Name) and number is not None and type(comp.operator) in _ORDER:
+        return test.left, type(comp.operator), number
+    return None
+
+
+def _number(node: cst.CSTNode) -> float | None:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        try:
+            return float(node.evaluated_value)
+        except ValueError:
+            return None
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _number(node.expression)
+        return None if inner is None else -inner
+    return None
+
+
+def _compare(node: cst.CSTNode, operator: type, number: float) -> bool | None:
+    """The comparison's outcome for a literal value of the name, None if not a number literal."""
+    value = _number(node)
+    return None if value is None else bool(_ORDER[operator](value, number))
 
 
 def _truth(node: cst.CSTNode) -> bool | None:
