@@ -1,15 +1,22 @@
-"""Runtime overhead of `ddpcheck run` against plain torchrun, measured in the same run.
+"""What `ddpcheck run` costs, as ratios against baselines measured in the same run.
 
-    python bench/run_bench.py [--reps 1] [--quick]
+    python bench/run_bench.py [--reps 3] [--plan 1m:2:100,1m:4:100] [--quick]
 
-For each workload (the 1 M-parameter MLP and a 25 M-parameter MLP) and 2 and 4 ranks on CPU
-(gloo, OMP_NUM_THREADS=1 for every run), the same script (bench/workloads/train_ddp.py) runs
-under plain torchrun, under `ddpcheck run` at its default cadence (every step for the first 20,
-then every 50th), at the default cadence without the timing probe (first plan entry only: what
-timing costs) and under `ddpcheck run --check-first 0 --check-every 1` (every step). The
-script times its own steps after a 20-step warm-up, so "default" is the steady state past the
-checked warm-up. Also measured in this process: the gradient fingerprint's throughput against
-a plain `torch.sum` over the same tensors, and its cost per parameter at three sizes.
+Rows:
+
+- per-step overhead: the same script (bench/workloads/train_ddp.py, a correct DDP script timing
+  its own steps after a 20-step warm-up) under plain torchrun, under `ddpcheck run` at the default
+  cadence (every step for the first 20, then every 50th: past the warm-up, the steady state) and
+  under `ddpcheck run --check-first 0 --check-every 1` (every step); on the plan's first entry
+  also at the default cadence without the timing probe (what per-rank phase timing costs). Gloo
+  on CPU, OMP_NUM_THREADS=1. The modes take turns within each repetition, and the overhead is the
+  median over repetitions of each repetition's ratio to its own torchrun job;
+- gradient fingerprint throughput: `fingerprints()` against `torch.sum` over the same
+  gradient-shaped tensors (1, 5 and 25 M parameters, and the 1 M MLP's six tensors), one thread,
+  the two interleaved, median of 15;
+- report size: the JSON report of the same job checked at every step, for N and 2N checked steps.
+
+Each figure is printed with the load average (`os.getloadavg`) seen while it was taken.
 """
 
 from __future__ import annotations
@@ -23,13 +30,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SCRIPT = HERE / "workloads" / "train_ddp.py"
+MODES = ("torchrun", "default", "every-step")
 
 
-def env_for() -> dict:
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def env_for() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["OMP_NUM_THREADS"] = "1"
@@ -37,7 +50,7 @@ def env_for() -> dict:
     return env
 
 
-def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Path | None) -> dict:
+def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Path | None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     script = [str(SCRIPT), "--model", model, "--steps", str(steps), "--out", str(out)]
     if mode == "torchrun":
@@ -53,19 +66,18 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
         if report is not None:
             cmd += ["--report", str(report)]
         cmd += script
-    env = env_for()
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    start, load_before = time.perf_counter(), load()
+    proc = subprocess.run(cmd, env=env_for(), cwd=ROOT, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - start
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)
              if (out / f"rank{r}.json").exists()]
     if len(ranks) != nproc:
-        raise SystemExit(f"{mode} {model} x{nproc} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"{mode} {model} x{nproc} failed (exit {proc.returncode}):\n"
+                         f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return {
         "wall": wall,
-        "exit": proc.returncode,
-        "step_mean": statistics.fmean(r["step_mean_s"] for r in ranks),
-        "step_median": statistics.fmean(r["step_median_s"] for r in ranks),
+        "load": (load_before + load()) / 2,
+        "step": statistics.fmean(r["step_mean_s"] for r in ranks),
         "first_step": max(r["launch_to_first_step_s"] for r in ranks),
         "rss": statistics.fmean(r["maxrss_mib"] for r in ranks),
         "params": ranks[0]["params"],
@@ -73,118 +85,115 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
     }
 
 
-def fingerprint_throughput(sizes=(1_000_000, 5_000_000, 25_000_000), reps: int = 5) -> list[dict]:
-    """tensor_crc over a model's gradients vs a plain torch.sum over the same tensors."""
+def interleaved(fns: dict[str, Callable[[], object]], reps: int = 15) -> dict[str, float]:
+    """Median seconds of each function, the functions taking turns."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def fingerprint_rows() -> list[dict[str, Any]]:
+    """fingerprints() vs torch.sum over the same tensors (each reduced to numbers on the host)."""
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from ddpcheck.run.fingerprint import tensor_crc
+    from ddpcheck.run.rank.fingerprint import fingerprints
 
     torch.set_num_threads(1)
-    rows = []
-    for size in sizes:
-        # Gradients shaped like an MLP's: a few big matrices and their biases.
-        rows_each = size * 45 // 100 // 1000
+    workloads: list[tuple[str, list[Any]]] = []
+    for size in (1_000_000, 5_000_000, 25_000_000):
+        rows_each = size * 45 // 100 // 1000  # shaped like an MLP's gradients: two matrices, a vector
         shapes = [(rows_each, 1000), (rows_each, 1000), (size - 2 * rows_each * 1000,)]
-        grads = [torch.randn(*s) for s in shapes]
-        nbytes = sum(g.numel() * g.element_size() for g in grads)
-
-        def best(fn):
-            times = []
-            for _ in range(reps):
-                t = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t)
-            return min(times)
-
-        t_crc = best(lambda: [tensor_crc(g) for g in grads])
-        t_sum = best(lambda: [g.sum().item() for g in grads])
-        rows.append({"params": sum(g.numel() for g in grads), "bytes": nbytes, "crc_s": t_crc, "sum_s": t_sum})
-    return rows
+        workloads.append((f"{size / 1e6:.0f} M (3 tensors)", [torch.randn(*s) for s in shapes]))
+    mlp = [(1024, 784), (1024,), (256, 1024), (256,), (10, 256), (10,)]
+    workloads.append(("1 M MLP (6 tensors)", [torch.randn(*s) for s in mlp]))
+    out = []
+    for label, grads in workloads:
+        fingerprints(grads)  # weights cached, as from the second checked step on
+        before = load()
+        t = interleaved({"fp": lambda: fingerprints(grads),
+                         "sum": lambda: torch.stack([g.sum() for g in grads]).tolist()})
+        out.append({"label": label, "bytes": sum(g.numel() * g.element_size() for g in grads),
+                    "fp": t["fp"], "sum": t["sum"], "load": (before + load()) / 2})
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=1, help="repetitions of each job (median reported)")
-    ap.add_argument("--quick", action="store_true", help="1M model only, fewer steps (a smoke run)")
-    ap.add_argument("--plan", default="1m:2:100,1m:4:100,25m:2:40,25m:4:30",
-                    help="MODEL:RANKS:STEPS,... (steps timed after the 20-step warm-up)")
-    ap.add_argument("--growth-steps", type=int, default=None,
-                    help="steps of the report-growth pair (default: the first plan entry's)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions of each job (median reported; at least 3)")
+    ap.add_argument("--quick", action="store_true", help="one repetition, 1M at 2 ranks, fewer steps (a smoke run)")
+    ap.add_argument("--plan", default="1m:2:100,1m:4:100", help="MODEL:RANKS:STEPS,... (steps after the warm-up)")
+    ap.add_argument("--growth-steps", type=int, default=100, help="N of the report-size pair (N and 2N checked steps)")
+    ap.add_argument("--skip-jobs", action="store_true", help="only the in-process fingerprint rows")
     args = ap.parse_args()
 
     plan = [(m, int(r), int(n)) for m, r, n in (item.split(":") for item in args.plan.split(","))]
+    reps = args.reps
     if args.quick:
-        plan = [("1m", 2, 60)]
+        plan, reps, args.growth_steps = [("1m", 2, 40)], 1, 20
+    elif reps < 3:
+        ap.error("--reps must be at least 3 (the median of fewer is not a figure)")
     work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-bench-"))
-    results: dict[tuple, dict] = {}
-    for model, nproc, steps in plan:
-        # The timing probe's own cost: on the plan's first entry (the 1 M-param MLP at 2 ranks).
-        modes = ("torchrun", "default", "no-timing", "every-step") if (model, nproc, steps) == plan[0] \
-            else ("torchrun", "default", "every-step")
-        for mode in modes:
-            runs = []
-            for rep in range(args.reps):
-                out = work / f"{model}-{nproc}-{mode}-{rep}"
-                report = out / "report.json" if mode != "torchrun" else None
-                runs.append(launch(mode, nproc, model, steps, out, report))
-                print(f"  {model} x{nproc} {mode}: step {runs[-1]['step_mean'] * 1e3:.1f} ms, "
-                      f"first step after {runs[-1]['first_step']:.2f} s, wall {runs[-1]['wall']:.1f} s, "
-                      f"RSS {runs[-1]['rss']:.0f} MiB, report {runs[-1]['report_bytes']} bytes", file=sys.stderr, flush=True)
-            results[(model, nproc, mode)] = {k: statistics.median([r[k] for r in runs]) if runs[0][k] is not None else None
-                                            for k in runs[0]}
+    print(f"### ddpcheck run vs plain torchrun (CPU, gloo, OMP_NUM_THREADS=1, {os.cpu_count()} cores, "
+          f"median of {reps})\n")
 
-    # The report must not grow with the number of steps: the same job, every step checked, twice as long.
-    growth = []
-    g_model, g_nproc, g_steps = plan[0]
-    g_steps = args.growth_steps or g_steps
-    for n in (g_steps, 2 * g_steps):
-        out = work / f"growth-{n}"
-        growth.append((n, launch("every-step", g_nproc, g_model, n, out, out / "report.json")["report_bytes"]))
-        print(f"  report after {n} checked steps: {growth[-1][1]} bytes", file=sys.stderr, flush=True)
+    if not args.skip_jobs:
+        print("| workload | ranks | torchrun step ms | default cadence | every step | start-up extra s "
+              "| extra RSS MiB | load |")
+        print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        timing: tuple[str, int, list[float]] | None = None
+        for model, nproc, steps in plan:
+            modes = (*MODES, "no-timing") if (model, nproc, steps) == plan[0] else MODES
+            runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+            for rep in range(reps):
+                for mode in modes:
+                    out = work / f"{model}-{nproc}-{mode}-{rep}"
+                    report = out / "report.json" if mode != "torchrun" else None
+                    runs[mode].append(launch(mode, nproc, model, steps, out, report))
+                    r = runs[mode][-1]
+                    print(f"  {model} x{nproc} {mode} #{rep}: step {r['step'] * 1e3:.1f} ms, load {r['load']:.1f}",
+                          file=sys.stderr, flush=True)
+            base = runs["torchrun"]
 
-    print(f"### Run: ddpcheck run vs plain torchrun, CPU/gloo, OMP_NUM_THREADS=1, median of {args.reps}")
-    print()
-    print("| workload | ranks | torchrun step ms | default cadence | overhead | every step | overhead | start-up extra s | RSS/rank torchrun MiB | extra MiB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for model, nproc, steps in plan:
-        base = results[(model, nproc, "torchrun")]
-        dflt = results[(model, nproc, "default")]
-        every = results[(model, nproc, "every-step")]
-        print(f"| {model} ({base['params'] / 1e6:.2f} M params) | {nproc} | {base['step_mean'] * 1e3:.1f} | "
-              f"{dflt['step_mean'] * 1e3:.1f} | {(dflt['step_mean'] / base['step_mean'] - 1) * 100:+.1f} % | "
-              f"{every['step_mean'] * 1e3:.1f} | {(every['step_mean'] / base['step_mean'] - 1) * 100:+.1f} % | "
-              f"{dflt['first_step'] - base['first_step']:+.2f} | {base['rss']:.0f} | {dflt['rss'] - base['rss']:+.0f} |")
-    print()
-    print("Per-check cost (every-step minus torchrun, ms per step) per million parameters, and report size:")
-    print()
-    print("| workload | ranks | check cost ms | ms per M params | report bytes (default) | report bytes (every step) |")
+            def ratio(mode: str) -> str:
+                values = [run["step"] / b["step"] - 1 for run, b in zip(runs[mode], base)]
+                spread = f" ({min(values) * 100:+.1f}…{max(values) * 100:+.1f})" if len(values) > 1 else ""
+                return f"{statistics.median(values) * 100:+.1f} %{spread}"
+
+            start = statistics.median(r["first_step"] - b["first_step"] for r, b in zip(runs["default"], base))
+            rss = statistics.median(r["rss"] - b["rss"] for r, b in zip(runs["default"], base))
+            loads = [r["load"] for m in modes for r in runs[m]]
+            if "no-timing" in runs:
+                timing = (model, nproc, [w["step"] / wo["step"] - 1 for w, wo in zip(runs["default"], runs["no-timing"])])
+            print(f"| {model} ({base[0]['params'] / 1e6:.2f} M params) | {nproc} | "
+                  f"{statistics.median(b['step'] for b in base) * 1e3:.1f} | {ratio('default')} | "
+                  f"{ratio('every-step')} | {start:+.2f} | {rss:+.0f} | {min(loads):.1f}–{max(loads):.1f} |")
+        print()
+        if timing is not None:
+            print(f"Timing probe (per-rank phases; DDP140-DDP143) at the default cadence, {timing[0]} x{timing[1]}: "
+                  f"{statistics.median(timing[2]) * 100:+.1f} % step time with it against without.\n")
+
+        model, nproc, _ = plan[0]
+        sizes = []
+        for n in (args.growth_steps, 2 * args.growth_steps):
+            out = work / f"growth-{n}"
+            result = launch("every-step", nproc, model, n, out, out / "report.json")
+            sizes.append((n, result["report_bytes"], result["load"]))
+        print(f"Report size, {model} at {nproc} ranks, every step checked: "
+              + "; ".join(f"{n} + 20 warm-up checked steps: {b} bytes (load {ld:.1f})" for n, b, ld in sizes)
+              + f"; growth {sizes[1][1] / sizes[0][1] - 1:+.1%}.\n")
+
+    print("Fingerprint (ddpcheck.run.rank.fingerprint.fingerprints) vs torch.sum over the same tensors, "
+          "one thread, interleaved, median of 15:\n")
+    print("| tensors | MB | fingerprint ms | torch.sum ms | fingerprint / sum throughput | load |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for model, nproc, steps in plan:
-        base = results[(model, nproc, "torchrun")]
-        every = results[(model, nproc, "every-step")]
-        dflt = results[(model, nproc, "default")]
-        cost = (every["step_mean"] - base["step_mean"]) * 1e3
-        print(f"| {model} | {nproc} | {cost:.2f} | {cost / (base['params'] / 1e6):.3f} | {dflt['report_bytes']} | {every['report_bytes']} |")
-    print()
-    print(f"Report size with every step checked ({g_model}, {g_nproc} ranks): "
-          + ", ".join(f"{n} steps: {b} bytes" for n, b in growth) + ".")
-    print()
-    t_model, t_nproc, _ = plan[0]
-    with_t, without = results[(t_model, t_nproc, "default")], results[(t_model, t_nproc, "no-timing")]
-    print(f"Timing probe (per-rank phases; DDP140-DDP143) at the default cadence, {t_model} x{t_nproc}: "
-          f"step {with_t['step_mean'] * 1e3:.2f} ms with it, {without['step_mean'] * 1e3:.2f} ms without "
-          f"({(with_t['step_mean'] / without['step_mean'] - 1) * 100:+.1f} %).")
-    print()
-    fp = fingerprint_throughput()
-    print("Gradient fingerprint (ddpcheck.run.fingerprint.tensor_crc) vs torch.sum over the same tensors, one thread, best of 5:")
-    print()
-    print("| params | MB | fingerprint ms | GB/s | torch.sum ms | GB/s | fingerprint / sum throughput | fingerprint ns per param |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for r in fp:
-        print(f"| {r['params'] / 1e6:.1f} M | {r['bytes'] / 1e6:.0f} | {r['crc_s'] * 1e3:.2f} | {r['bytes'] / r['crc_s'] / 1e9:.2f} | "
-              f"{r['sum_s'] * 1e3:.2f} | {r['bytes'] / r['sum_s'] / 1e9:.2f} | {r['sum_s'] / r['crc_s'] * 100:.0f} % | "
-              f"{r['crc_s'] / r['params'] * 1e9:.2f} |")
+    for r in fingerprint_rows():
+        print(f"| {r['label']} | {r['bytes'] / 1e6:.0f} | {r['fp'] * 1e3:.2f} | {r['sum'] * 1e3:.2f} | "
+              f"{r['sum'] / r['fp'] * 100:.0f} % | {r['load']:.1f} |")
 
 
 if __name__ == "__main__":

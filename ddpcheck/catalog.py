@@ -11,16 +11,19 @@ import inspect
 import pkgutil
 import re
 from functools import lru_cache
+from typing import TypeVar
 
 from ddpcheck.describe import DOCS_URL, Described, RuleInfo, render_page
 
 __all__ = ["DOCS_URL", "Described", "RuleInfo", "all_rules", "render_page", "subclasses_in"]
 
+_Base = TypeVar("_Base")
 
-def subclasses_in(package: str, base: type) -> list[type]:
+
+def subclasses_in(package: str, base: type[_Base]) -> list[type[_Base]]:
     """Import every module of `package` and return the concrete subclasses of `base` defined there."""
     pkg = importlib.import_module(package)
-    found = []
+    found: list[type[_Base]] = []
     for mod in pkgutil.iter_modules(pkg.__path__, package + "."):
         module = importlib.import_module(mod.name)
         for obj in vars(module).values():

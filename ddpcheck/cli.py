@@ -14,7 +14,7 @@ import sys
 from ddpcheck.errors import UserError
 
 
-def _use_color(stream) -> bool:
+def _use_color(stream: object) -> bool:
     if os.environ.get("NO_COLOR"):
         return False
     if os.environ.get("FORCE_COLOR"):

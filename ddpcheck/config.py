@@ -11,10 +11,15 @@ holds them, as in Ruff.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddpcheck.errors import UserError
+
+if TYPE_CHECKING:
+    from ddpcheck.describe import RuleInfo
 
 KNOWN_KEYS = ("extend", "select", "ignore", "extend-select", "per-file-ignores", "exclude", "extend-exclude")
 
@@ -48,7 +53,7 @@ class Settings:
     extend_exclude: tuple[str, ...] = ()
     extends: tuple[Path, ...] = ()  # the files `extend` chained in, nearest first
 
-    def enabled_codes(self, known: dict) -> frozenset[str]:
+    def enabled_codes(self, known: Mapping[str, RuleInfo]) -> frozenset[str]:
         codes = {c for c, info in known.items() if info.default_enabled}
         for sel in self.layers:
             if sel.select is not None:
@@ -57,7 +62,7 @@ class Settings:
             codes -= {c for c in known if _matches_any(c, sel.ignore)}
         return frozenset(codes)
 
-    def codes_for(self, path: Path, known: dict) -> frozenset[str]:
+    def codes_for(self, path: Path, known: Mapping[str, RuleInfo]) -> frozenset[str]:
         """The codes reported for `path`: the enabled set less its per-file ignores."""
         ignored = self.ignored_for(path)
         return frozenset(c for c in self.enabled_codes(known) if not _matches_any(c, ignored))
@@ -110,32 +115,30 @@ def _anchored(pattern: str, root: Path) -> str:
     return (root.resolve() / pattern).as_posix()
 
 
-def validate_codes(codes: tuple[str, ...], where: str, known: dict) -> tuple[str, ...]:
+def validate_codes(codes: tuple[str, ...], where: str, known: Mapping[str, RuleInfo]) -> tuple[str, ...]:
     """Normalise to upper case and refuse codes that match nothing."""
-    out = []
+    out: list[str] = []
     for raw in codes:
         code = raw.strip().upper()
         if not code:
             continue
+        if code != "ALL" and not any(k.startswith(code) for k in known):
+            from ddpcheck.lint.known import complete
+
+            known = complete(known)  # a runtime check's code, perhaps
         if code != "ALL" and not any(k.startswith(code) for k in known):
             raise UserError(f"{where}: unknown rule code or prefix '{raw}'; run `ddpcheck rules` to list codes")
         out.append(code)
     return tuple(out)
 
 
-def _split_codes(value) -> tuple[str, ...]:
-    if isinstance(value, str):
-        return tuple(v for v in value.replace(",", " ").split() if v)
-    return tuple(value)
-
-
-def _expect_list(value, key: str, where: str) -> tuple[str, ...]:
+def _expect_list(value: object, key: str, where: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise UserError(f"{where}: `{key}` must be a list of strings, e.g. {key} = [\"DDP0\"]")
     return tuple(value)
 
 
-def load_file(path: Path, known: dict, *, required_table: bool = False,
+def load_file(path: Path, known: Mapping[str, RuleInfo], *, required_table: bool = False,
               _chain: tuple[Path, ...] = ()) -> Settings | None:
     """Settings from one TOML file (`[tool.ddpcheck]` of a pyproject.toml, or the top level of a
     ddpcheck.toml), on top of the file its `extend` names. None if a pyproject has no such table."""
@@ -201,7 +204,7 @@ def load_file(path: Path, known: dict, *, required_table: bool = False,
     return settings
 
 
-def _extended(path: Path, table: dict, where: str, known: dict, chain: tuple[Path, ...]) -> Settings:
+def _extended(path: Path, table: Mapping[str, object], where: str, known: Mapping[str, RuleInfo], chain: tuple[Path, ...]) -> Settings:
     """The settings of the file `extend` names, relative to `path`'s folder."""
     value = table["extend"]
     if not isinstance(value, str) or not value.strip():
@@ -225,9 +228,9 @@ class SettingsResolver:
     [tool.ddpcheck] table above the file, else the one above the cwd, else defaults. CLI
     overrides are applied on top. Directory lookups are cached for the run."""
 
-    def __init__(self, known: dict, *, config: Path | None = None, overrides: Selection | None = None,
+    def __init__(self, known: Mapping[str, RuleInfo], *, config: Path | None = None, overrides: Selection | None = None,
                  cwd: Path | None = None, exclude: tuple[str, ...] | None = None,
-                 extend_exclude: tuple[str, ...] = ()):
+                 extend_exclude: tuple[str, ...] = ()) -> None:
         self.known = known
         self.overrides = overrides or Selection()
         self.cwd = (cwd or Path.cwd()).resolve()
@@ -237,7 +240,9 @@ class SettingsResolver:
         if config is not None:
             if not config.is_file():
                 raise UserError(f"--config {config}: no such file")
-            self._fixed = self._finish(load_file(config, known, required_table=True))
+            loaded = load_file(config, known, required_table=True)
+            assert loaded is not None  # required_table
+            self._fixed = self._finish(loaded)
         self._by_dir: dict[Path, Settings | None] = {}
         self._default = self._finish(Settings(root=self.cwd))
 
@@ -281,7 +286,7 @@ class SettingsResolver:
         return settings
 
 
-def describe(settings: Settings, known: dict, path: Path) -> str:
+def describe(settings: Settings, known: Mapping[str, RuleInfo], path: Path) -> str:
     """The settings that apply to `path`, for `ddpcheck config` / `lint --show-settings`: one
     `key: value` line each, every selection step labelled with where it came from."""
     def origin(name: str) -> str:

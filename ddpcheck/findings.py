@@ -81,7 +81,7 @@ class Finding:
             return self.path
         return f"{self.path}:{self.line}:{self.column or 1}"
 
-    def sort_key(self) -> tuple:
+    def sort_key(self) -> tuple[str, int, int, str]:
         return (self.path or "", self.line or 0, self.column or 0, self.code)
 
     def to_dict(self) -> dict[str, Any]:

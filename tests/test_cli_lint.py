@@ -247,3 +247,20 @@ def test_per_file_ignores_all(tmp_path, bad):
     assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 0
     (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck.per-file-ignores]\n"other.py" = ["ALL"]\n')
     assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 1
+
+
+def test_the_lint_path_imports_only_what_it_uses(bad):
+    # A pre-commit run pays for every import: no typer/pydantic (the other commands' parser),
+    # no libcst.matchers, no rich for a format that does not colour, no runtime check module.
+    code = (
+        "import sys; from ddpcheck.cli import main\n"
+        "try:\n    main(['lint', '--no-cache', '--output-format', 'concise', sys.argv[1]])\n"
+        "except SystemExit:\n    pass\n"
+        "heavy = ('typer', 'pydantic', 'rich', 'libcst.matchers', 'ddpcheck.run.checks')\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith(heavy)), file=sys.stderr)\n"
+    )
+    import subprocess
+
+    r = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True, env=cli_env())
+    assert "LOADED []" in r.stderr, r.stderr
+

@@ -176,6 +176,51 @@ def test_helpers_are_never_imported_nor_read_from_site_packages(tmp_path):
     assert not marker.exists()
 
 
+SPAWNING_HELPER = "import torch.multiprocessing as mp\ndef go():\n    mp.spawn(w, nprocs=2)\n"
+
+
+def test_folders_the_project_adds_to_sys_path_are_searched(tmp_path):
+    # The script adds ../lib itself; a helper module of another tool adds it through a function.
+    write(tmp_path, {
+        "tools/run.py": "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'lib'))\n"
+                        "import launch\nlaunch.go()\n",
+        "other/_paths.py": "import sys\nfrom pathlib import Path\ndef add(p):\n    sys.path.insert(0, p)\n"
+                           "add(str(Path(__file__).resolve().parent.parent / 'lib'))\n",
+        "other/run.py": "import _paths\nfrom launch import go\ngo()\n",
+        "lib/launch.py": SPAWNING_HELPER,
+    })
+    assert codes(tmp_path / "tools/run.py", select=("DDP017",)) == [("DDP017", 4)]
+    assert codes(tmp_path / "other/run.py", select=("DDP017",)) == [("DDP017", 3)]
+
+
+def test_a_sys_path_entry_that_cannot_be_told_adds_nothing(tmp_path):
+    # From the environment, from a name bound twice, from a function's result: unknown, so the
+    # helper stays unresolved and nothing is reported.
+    for n, added in enumerate(("os.environ['LIB']", "where", "find_lib()")):
+        write(tmp_path, {
+            f"t{n}/run.py": f"import os, sys\nwhere = '../lib'\nwhere = '../lib2'\nsys.path.insert(0, {added})\n"
+                            "import launch\nlaunch.go()\n",
+            "lib/launch.py": SPAWNING_HELPER,
+        })
+        assert codes(tmp_path / f"t{n}/run.py", select=("DDP017",)) == [], added
+
+
+def test_an_ordinary_import_root_wins_over_an_added_folder(tmp_path):
+    write(tmp_path, {
+        "run.py": "import sys\nsys.path.append('lib')\nimport launch\nlaunch.go()\n",
+        "launch.py": "def go():\n    pass\n",  # next to the script: found first, as Python does
+        "lib/launch.py": SPAWNING_HELPER,
+    })
+    assert codes(tmp_path / "run.py", select=("DDP017",)) == []
+
+
+def test_a_sys_path_entry_into_site_packages_is_not_read(tmp_path):
+    site = tmp_path / "env" / "lib" / "site-packages"
+    write(site, {"launch.py": SPAWNING_HELPER})
+    write(tmp_path, {"proj/run.py": f"import sys\nsys.path.append({str(site)!r})\nimport launch\nlaunch.go()\n"})
+    assert codes(tmp_path / "proj/run.py", select=("DDP017",)) == []
+
+
 def test_a_file_is_parsed_once_whether_linted_or_imported(tmp_path, monkeypatch):
     write(tmp_path, {"a.py": TRAIN, "utils.py": UTILS_TORCHRUN})
     import libcst

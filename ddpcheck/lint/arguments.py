@@ -74,7 +74,9 @@ def _split(values: list[str]) -> tuple[str, ...]:
 def parse(argv: list[str], *, color: bool = False) -> LintOptions | None:
     """The options for `argv` (the words after `lint`); None when help was asked for (printed).
     Raises UsageError."""
-    values: dict[str, object] = {}
+    flags: set[str] = set()  # options without a value that were given
+    values: dict[str, str] = {}  # the value of each option given once (the last one wins)
+    lists: dict[str, list[str]] = {}  # the values of each option that may be given several times
     paths: list[str] = []
     words = iter(argv)
     for word in words:
@@ -96,59 +98,56 @@ def parse(argv: list[str], *, color: bool = False) -> LintOptions | None:
         if option.metavar is None:
             if eq:
                 raise UsageError(f"Option '{flag}' does not take a value.")
-            values[option.dest] = True
+            flags.add(option.dest)
             continue
-        if eq:
-            value = inline
-        else:
-            value = next(words, None)
-            if value is None:
-                raise UsageError(f"Option '{flag}' requires an argument.")
+        value = inline if eq else next(words, None)
+        if value is None:
+            raise UsageError(f"Option '{flag}' requires an argument.")
         if option.many:
-            values.setdefault(option.dest, []).append(value)  # type: ignore[union-attr]
+            lists.setdefault(option.dest, []).append(value)
         else:
             values[option.dest] = value
-    return _options(values, paths, color)
+    return _options(flags, values, lists, paths, color)
 
 
-def _options(values: dict[str, object], paths: list[str], color: bool) -> LintOptions:
+def _options(flags: set[str], values: dict[str, str], lists: dict[str, list[str]], paths: list[str],
+             color: bool) -> LintOptions:
     def many(dest: str) -> tuple[str, ...] | None:
-        given = values.get(dest)
-        return None if given is None else _split(given)  # type: ignore[arg-type]
+        return _split(lists[dest]) if dest in lists else None
 
-    jobs = values.get("jobs")
-    if jobs is not None:
+    jobs: int | None = None
+    if "jobs" in values:
         try:
-            jobs = int(str(jobs))
+            jobs = int(values["jobs"])
         except ValueError:
-            raise UsageError(f"Invalid value for '--jobs' / '-j': '{jobs}' is not a whole number.") from None
+            raise UsageError(f"Invalid value for '--jobs' / '-j': '{values['jobs']}' is not a whole number.") from None
     config = values.get("config")
-    fix_only = bool(values.get("fix_only"))
+    fix_only = "fix_only" in flags
     return LintOptions(
         paths=paths or ["."],
         select=many("select"),
         extend_select=many("extend_select") or (),
         ignore=many("ignore") or (),
-        config=Path(str(config)) if config is not None else None,
-        output_format=str(values.get("output_format", "full")),
-        output_file=Path(str(values["output_file"])) if "output_file" in values else None,
-        statistics=bool(values.get("statistics")),
-        exit_zero=bool(values.get("exit_zero")),
-        exit_non_zero_on_fix=bool(values.get("exit_non_zero_on_fix")),
-        fix=bool(values.get("fix")) or fix_only,
+        config=Path(config) if config is not None else None,
+        output_format=values.get("output_format", "full"),
+        output_file=Path(values["output_file"]) if "output_file" in values else None,
+        statistics="statistics" in flags,
+        exit_zero="exit_zero" in flags,
+        exit_non_zero_on_fix="exit_non_zero_on_fix" in flags,
+        fix="fix" in flags or fix_only,
         fix_only=fix_only,
-        unsafe_fixes=bool(values.get("unsafe_fixes")),
-        show_fixes=bool(values.get("show_fixes")),
-        diff=bool(values.get("diff")),
-        add_noqa=bool(values.get("add_noqa")),
+        unsafe_fixes="unsafe_fixes" in flags,
+        show_fixes="show_fixes" in flags,
+        diff="diff" in flags,
+        add_noqa="add_noqa" in flags,
         exclude=many("exclude"),
         extend_exclude=many("extend_exclude") or (),
-        force_exclude=bool(values.get("force_exclude")),
-        stdin_filename=str(values["stdin_filename"]) if "stdin_filename" in values else None,
-        show_settings=bool(values.get("show_settings")),
+        force_exclude="force_exclude" in flags,
+        stdin_filename=values.get("stdin_filename"),
+        show_settings="show_settings" in flags,
         color=color,
-        jobs=jobs,  # type: ignore[arg-type]
-        no_cache=bool(values.get("no_cache")),
+        jobs=jobs,
+        no_cache="no_cache" in flags,
     )
 
 

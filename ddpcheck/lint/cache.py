@@ -19,10 +19,13 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ddpcheck import __version__
 from ddpcheck.findings import Applicability, Edit, Finding, Fix, Related, Severity
+
+if TYPE_CHECKING:
+    from ddpcheck.describe import RuleInfo
 
 DIRNAME = ".ddpcheck_cache"
 FORMAT = 2  # bump when the entry layout changes
@@ -108,8 +111,8 @@ class LintCache:
         self._ready = True
 
 
-def _dump(f: Finding) -> dict:
-    out = {
+def _dump(f: Finding) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "code": f.code, "name": f.name, "message": f.message, "severity": f.severity.value,
         "path": f.path, "line": f.line, "column": f.column, "end_line": f.end_line,
         "end_column": f.end_column, "hint": f.hint, "ranks": list(f.ranks), "details": f.details,
@@ -125,7 +128,7 @@ def _dump(f: Finding) -> dict:
     return out
 
 
-def _load(d: dict) -> Finding:
+def _load(d: dict[str, Any]) -> Finding:
     fix = d["fix"]
     return Finding(
         code=d["code"], name=d["name"], message=d["message"], severity=Severity(d["severity"]),
@@ -146,7 +149,7 @@ def _load(d: dict) -> Finding:
 # needs nothing else from libcst, so the catalog is kept too, under a key of ddpcheck's version
 # and the size and mtime of every module that defines codes.
 
-def catalog(root: Path) -> dict:
+def catalog(root: Path) -> dict[str, RuleInfo]:
     """`catalog.all_rules()`, from a snapshot when the modules that define it are unchanged."""
     from ddpcheck.catalog import RuleInfo
 

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 from ddpcheck.config import Selection, SettingsResolver, describe, validate_codes
 from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
 from ddpcheck.lint.files import discover
 from ddpcheck.lint.fixes import apply_fixes
-from ddpcheck.lint.runner import LintResult, ReadError, decode_source, lint_files, lint_text
+from ddpcheck.lint.runner import (
+    LintResult,
+    ReadError,
+    decode_source,
+    lint_files,
+    lint_text,
+)
 from ddpcheck.report import FORMATS, render
+
+if TYPE_CHECKING:
+    from ddpcheck.describe import RuleInfo
+    from ddpcheck.lint.model import Project
 
 MAX_FIX_PASSES = 10
 TEXT_FORMATS = ("full", "concise")  # formats a person reads: they get the fix listings
@@ -57,12 +69,13 @@ class FixReport:
 
 def run_lint(o: LintOptions) -> int:
     _check_combinations(o)
+    known: Mapping[str, RuleInfo]
     if o.no_cache:
-        from ddpcheck.catalog import all_rules
+        from ddpcheck.lint.known import lint_codes
 
-        known = all_rules()
+        known = lint_codes()
     else:
-        from ddpcheck.lint.cache import catalog, cache_root
+        from ddpcheck.lint.cache import cache_root, catalog
 
         known = catalog(cache_root())  # a fully cached run never imports the rules (nor libcst)
     overrides = Selection(
@@ -73,8 +86,10 @@ def run_lint(o: LintOptions) -> int:
     resolver = SettingsResolver(known, config=o.config, overrides=overrides,
                                 exclude=o.exclude, extend_exclude=o.extend_exclude)
     if o.show_settings:
+        from ddpcheck.lint.known import complete
+
         target = Path(o.stdin_filename if o.paths == ["-"] and o.stdin_filename else o.paths[0])
-        print(describe(resolver.for_path(target), known, target))
+        print(describe(resolver.for_path(target), complete(known), target))
         return 0
 
     fixes = FixReport()
@@ -134,7 +149,7 @@ def _check_combinations(o: LintOptions) -> None:
         raise UserError("--add-noqa needs files to write to, not stdin")
 
 
-def _emit(text: str, output_file: Path | None, stream) -> None:
+def _emit(text: str, output_file: Path | None, stream: TextIO) -> None:
     if output_file is None:
         stream.write(text)
         stream.flush()
@@ -172,7 +187,7 @@ def _fix_listing(fixes: FixReport) -> str:
         return "No findings fixed.\n"
     n = len(fixes.applied)
     lines = [f"Fixed {n} finding{'s' if n != 1 else ''}:"]
-    by_path: dict[str, Counter] = {}
+    by_path: dict[str, Counter[tuple[str, str]]] = {}
     for f in fixes.applied:
         by_path.setdefault(f.path or "-", Counter())[(f.code, f.name)] += 1
     for path, counts in by_path.items():
@@ -194,7 +209,8 @@ def _fix_summary(o: LintOptions, fixes: FixReport) -> None:
         print("No findings fixed.", file=sys.stderr)
 
 
-def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict, fixes: FixReport):
+def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: Mapping[str, RuleInfo],
+                fixes: FixReport) -> tuple[LintResult, TextIO]:
     """Lint (and fix) standard input. Returns the result and the stream the report goes to:
     with --fix the fixed text is standard output (Ruff's contract), so the report goes to stderr."""
     display = o.stdin_filename or "-"
@@ -230,7 +246,8 @@ def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: dict, fixes: 
 
 
 def _fix_until_stable(display: str, path: Path, source: str, findings: list[Finding],
-                      resolver: SettingsResolver, facts, known: dict, unsafe: bool):
+                      resolver: SettingsResolver, facts: Project, known: Mapping[str, RuleInfo],
+                      unsafe: bool) -> tuple[str, list[Finding], list[Finding]]:
     """Apply fixes, re-lint, repeat until nothing more applies. Returns the text, the findings
     left, and the findings whose fixes were applied."""
     applied_all: list[Finding] = []
@@ -254,13 +271,16 @@ def _print_diff(display: str, before: str, after: str) -> None:
 
 
 def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions, fixes: FixReport,
-               known: dict) -> None:
+               known: Mapping[str, RuleInfo]) -> None:
     from ddpcheck.lint.model import Project
 
     facts = Project()
     remaining: list[Finding] = []
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
+        if f.path is None:  # no file, nothing to fix
+            remaining.append(f)
+            continue
         by_path.setdefault(f.path, []).append(f)
     for display, findings in by_path.items():
         if display not in result.sources:  # a line of a project module the linted files reach

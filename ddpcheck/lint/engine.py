@@ -11,13 +11,13 @@ from __future__ import annotations
 import ast
 import os
 from collections import defaultdict
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence, cast
 
 import libcst as cst
 
 from ddpcheck.findings import Edit, Finding, Fix, Related
 from ddpcheck.lint import suppress, traverse
-from ddpcheck.lint.model.build import Walker, build
+from ddpcheck.lint.model.build import Hook, build, walk
 from ddpcheck.lint.model.module import ModuleModel
 from ddpcheck.lint.model.project import Project
 from ddpcheck.lint.model.semantic import Model
@@ -30,9 +30,9 @@ from ddpcheck.lint.tool_codes import SyntaxErrorInFile
 _RUN_PROJECT = Project()
 
 
-def _hooks(rules: Sequence[Rule]) -> tuple[dict[type, list[Callable]], dict[type, list[Callable]]]:
-    visit: dict[type, list[Callable]] = defaultdict(list)
-    leave: dict[type, list[Callable]] = defaultdict(list)
+def _hooks(rules: Sequence[Rule]) -> tuple[dict[type[cst.CSTNode], list[Hook]], dict[type[cst.CSTNode], list[Hook]]]:
+    visit: dict[type[cst.CSTNode], list[Hook]] = defaultdict(list)
+    leave: dict[type[cst.CSTNode], list[Hook]] = defaultdict(list)
     for rule in rules:
         for attr in dir(type(rule)):
             if attr.startswith("visit_"):
@@ -69,7 +69,7 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
     model = Model(module, project, defer=True)
     instances = [rule(model) for rule in rules]
     visit, leave = _hooks(instances)
-    traverse.visit(tree, Walker(module, visit, leave))  # libcst's own visit would rebuild every node
+    walk(module, visit, leave)
     model.start()
     project.remember(module)
     call_hooks = [r.on_call for r in instances if type(r).on_call is not Rule.on_call]
@@ -186,7 +186,8 @@ def _to_fix(module: ModuleModel, replace: Replace, span: Span | None) -> Fix:
 def _to_fix_by_diff(module: ModuleModel, replace: Replace) -> Fix:
     """The edit between the file and the file with the replacement made (a whole code generation)."""
     old = module.source
-    new = traverse.replace(module.tree, replace.node, replace.new).code  # deep_replace rebuilds every node
+    # A module with one node replaced is a module (deep_replace would rebuild every node).
+    new = cast(cst.Module, traverse.replace(module.tree, replace.node, replace.new)).code
     start = 0
     limit = min(len(old), len(new))
     while start < limit and old[start] == new[start]:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def discover(paths: list[str], resolver: SettingsResolver, *, force_exclude: boo
     return Discovery(tuple(files), tuple(errors))
 
 
-def _walk(top: Path, resolver: SettingsResolver):
+def _walk(top: Path, resolver: SettingsResolver) -> Iterator[Path]:
     for dirpath, dirnames, filenames in os.walk(top):
         base = Path(dirpath)
         keep = []

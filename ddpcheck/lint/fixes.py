@@ -14,7 +14,7 @@ def apply_fixes(source: str, findings: list[Finding], unsafe: bool = False) -> t
     taken is skipped (the next lint run reports it again)."""
     chosen: list[tuple[int, int, str, Finding]] = []
     for f in findings:
-        if not applicable(f, unsafe):
+        if f.fix is None or not applicable(f, unsafe):
             continue
         for e in f.fix.edits:
             chosen.append((e.start, e.end, e.content, f))

@@ -70,7 +70,7 @@ _facts = None  # this process's Project, created on first use
 
 def _lint(job: Job) -> list[Finding]:
     global _facts
-    from ddpcheck.catalog import all_rules
+    from ddpcheck.lint.known import lint_codes
     from ddpcheck.lint import suppress
     from ddpcheck.lint.engine import lint_source
     from ddpcheck.lint.model import Project
@@ -83,4 +83,4 @@ def _lint(job: Job) -> list[Finding]:
     findings = lint_source(job.display, job.source, rules, _facts, noqa=False)
     if not job.syntax:
         findings = [f for f in findings if f.code != SyntaxErrorInFile.code]
-    return suppress.settle(job.display, job.source, findings, job.codes, all_rules())
+    return suppress.settle(job.display, job.source, findings, job.codes, lint_codes())

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Literal
 
 import libcst as cst
 from libcst._nodes.internal import CodegenState
@@ -43,7 +43,7 @@ class _Syntactic:
     def __enter__(self) -> None:
         self.start = len(self.state.tokens)
 
-    def __exit__(self, kind: object, value: object, trace: object) -> bool:
+    def __exit__(self, kind: object, value: object, trace: object) -> Literal[False]:
         if kind is not None:
             return False  # when _AllFound stops the generation, nothing more is recorded
         ranges = self.state.ranges
@@ -81,7 +81,11 @@ class _IndexState(CodegenState):
             if not self._left:
                 raise _AllFound  # the rest of the file cannot change these ranges
 
-    def record_syntactic_position(self, node, *, start_node=None, end_node=None):  # type: ignore[no-untyped-def, override]
+    # libcst declares a generator-based context manager here; its callers only use `with`, and
+    # this plain one records the range without a generator per node.
+    def record_syntactic_position(  # type: ignore[override]
+            self, node: cst.CSTNode, *, start_node: cst.CSTNode | None = None,
+            end_node: cst.CSTNode | None = None) -> _Syntactic:
         return _Syntactic(self, node, start_node, end_node)
 
     def pop_trailing_newline(self) -> None:

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpcheck.findings import Applicability
 from ddpcheck.lint.model.module import ModuleModel
-from ddpcheck.lint.model.syntax import dotted, int_value, is_none
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
 from ddpcheck.lint.rule import Replace
 
 if TYPE_CHECKING:
@@ -40,12 +40,11 @@ def _without(args: list[cst.Arg], index: int) -> list[cst.Arg]:
     if index == len(args) and args:
         # It was the last argument: the new last one takes over its (absent or trailing) comma.
         args[-1] = args[-1].with_changes(comma=removed.comma)
-    elif index > 0 and isinstance(removed.comma, cst.Comma) and isinstance(args[index - 1].comma, cst.Comma):
+    elif index > 0 and isinstance(removed.comma, cst.Comma) and isinstance(previous := args[index - 1].comma, cst.Comma):
         # What followed the removed argument's comma (a comment, a line break) now follows the
         # previous one's.
-        before = args[index - 1]
-        args[index - 1] = before.with_changes(
-            comma=before.comma.with_changes(whitespace_after=removed.comma.whitespace_after))
+        args[index - 1] = args[index - 1].with_changes(
+            comma=previous.with_changes(whitespace_after=removed.comma.whitespace_after))
     return args
 
 
@@ -214,7 +213,9 @@ def _replace_in(tree: cst.Module, old: cst.CSTNode, new: cst.CSTNode) -> cst.Mod
     class Swap(cst.CSTTransformer):
         found = False
 
-        def on_leave(self, original: cst.CSTNode, updated: cst.CSTNode):  # type: ignore[override]
+        # libcst's signature returns the node type it was given; this one swaps in any node.
+        def on_leave(  # type: ignore[override]
+                self, original: cst.CSTNode, updated: cst.CSTNode) -> cst.CSTNode:
             if original is old:
                 Swap.found = True
                 return new
@@ -268,7 +269,7 @@ def _statement_of(tree: cst.Module, call: cst.Call) -> cst.SimpleStatementLine |
             if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and node.body[0].value is call:
                 return node
             continue
-        stack.extend(node.children)
+        stack.extend(children(node))
     return None
 
 

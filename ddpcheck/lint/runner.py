@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import io
 import tokenize
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpcheck.catalog import all_rules
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding
 from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
 
 if TYPE_CHECKING:
+    from ddpcheck.describe import RuleInfo
     from ddpcheck.lint.cache import LintCache
+    from ddpcheck.lint.rule import Rule
     from ddpcheck.lint.model import Project
 
 
@@ -62,19 +64,19 @@ def decode_source(data: bytes, name: str) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
-def rules_for(settings: Settings, path: Path, known: dict) -> list[type]:
+def rules_for(settings: Settings, path: Path, known: Mapping[str, RuleInfo]) -> list[type[Rule]]:
     from ddpcheck.lint.rules import rule_classes
 
     enabled = settings.codes_for(path, known)
     return [r for r in rule_classes() if r.code in enabled]
 
 
-def syntax_enabled(settings: Settings, path: Path, known: dict) -> bool:
+def syntax_enabled(settings: Settings, path: Path, known: Mapping[str, RuleInfo]) -> bool:
     return SyntaxErrorInFile.code in settings.codes_for(path, known)
 
 
 def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
-              facts: Project, known: dict) -> list[Finding]:
+              facts: Project, known: Mapping[str, RuleInfo]) -> list[Finding]:
     from ddpcheck.lint.engine import lint_source
 
     from ddpcheck.lint import suppress
@@ -87,12 +89,15 @@ def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
 
 
 def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | None = None,
-               cache: LintCache | None = None, known: dict | None = None) -> LintResult:
+               cache: LintCache | None = None, known: Mapping[str, RuleInfo] | None = None) -> LintResult:
     """Lint `files`; `jobs` worker processes (None: automatic), `cache` to reuse findings."""
     from ddpcheck.lint import parallel
     from ddpcheck.lint.prefilter import ImportScan, absolute
 
-    known = known if known is not None else all_rules()
+    if known is None:
+        from ddpcheck.lint.known import lint_codes
+
+        known = lint_codes()
     result = LintResult()
     read: dict[Path, tuple[bytes, str]] = {}  # resolved path → bytes and text, files and helpers
     items = []
@@ -109,7 +114,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
         read[absolute(path)] = (data, source)
         items.append((display, path, data, source))
 
-    def helper(path: Path) -> tuple[bytes, str] | None:
+    def helper(path: Path) -> tuple[bytes, str]:
         if path not in read:
             try:
                 data = path.read_bytes()

@@ -10,9 +10,14 @@ from __future__ import annotations
 import io
 import re
 import tokenize
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from ddpcheck.findings import Edit, Finding, Fix
+
+if TYPE_CHECKING:
+    from ddpcheck.describe import RuleInfo
 
 _CODES = r"[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*"
 _NOQA = re.compile(rf"#\s*noqa(?::\s*(?P<codes>{_CODES}))?", re.I)
@@ -42,7 +47,7 @@ def _matches(code: str, codes: tuple[str, ...] | None) -> bool:
     return codes is None or any(code.startswith(c) for c in codes)
 
 
-def file_exemption(source: str) -> tuple[str, ...] | None | bool:
+def file_exemption(source: str) -> tuple[str, ...] | None | Literal[False]:
     """False if the file has no `# ddpcheck: noqa`; else the codes it exempts (None = all)."""
     if "ddpcheck" not in source:
         return False
@@ -128,12 +133,13 @@ def apply(source: str, findings: list[Finding]) -> list[Finding]:
 
 
 def unused_directives(path: str, source: str, used: dict[Directive, set[str]],
-                      enabled: frozenset[str], known: dict) -> list[Finding]:
+                      enabled: frozenset[str], known: Mapping[str, RuleInfo]) -> list[Finding]:
     """DDP901 findings: noqa codes that suppressed nothing in this run, or name no ddpcheck code.
 
     Judged conservatively: only ddpcheck codes (`# noqa: E501` belongs to another tool), only
     when every code an entry covers is a static code enabled for this file (a rule that is off
     here may be on in another job), and never a bare `# noqa` (other linters read it too)."""
+    from ddpcheck.lint.known import complete
     from ddpcheck.lint.tool_codes import UnusedNoqa
 
     findings = []
@@ -141,6 +147,8 @@ def unused_directives(path: str, source: str, used: dict[Directive, set[str]],
     for d in directives(source):
         if d.codes is None:
             continue
+        if any(c.startswith("DDP") and c not in known for c in d.codes):
+            known = complete(known)  # a runtime code, or a prefix that may cover some
         unused, unknown, keep = [], [], []
         for code in d.codes:
             covered = [k for k in known if k.startswith(code)]
@@ -245,7 +253,8 @@ def add_noqa(source: str, findings: list[Finding]) -> tuple[str, int]:
     return out, len(edits)
 
 
-def settle(path: str, source: str, raw: list[Finding], codes: frozenset[str], known: dict) -> list[Finding]:
+def settle(path: str, source: str, raw: list[Finding], codes: frozenset[str],
+           known: Mapping[str, RuleInfo]) -> list[Finding]:
     """A file's findings as reported: `raw` less what noqa suppresses, plus DDP901 when enabled."""
     from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
 

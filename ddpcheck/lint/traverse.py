@@ -53,6 +53,12 @@ def _order(node: cst.CSTNode) -> tuple[str, ...]:
     return order
 
 
+def attributes_of(node: cst.CSTNode) -> tuple[str, ...]:
+    """The fields of `node` that hold child nodes, in libcst's (source) order."""
+    order = _ORDER.get(type(node))
+    return order if order is not None else _order(node)
+
+
 def visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     """Walk `node` and everything below it with `visitor` (a CSTVisitor; nothing is replaced)."""
     on_visit = visitor.on_visit
@@ -86,6 +92,66 @@ def visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     walk(node)
 
 
+# Nodes that hold only whitespace, punctuation or an operator token: nothing below them is a call,
+# a binding or a block, so a model-building walk need not go into them.
+TOKEN_NODES: frozenset[type] = frozenset({
+    cst.SimpleWhitespace, cst.ParenthesizedWhitespace, cst.TrailingWhitespace, cst.EmptyLine,
+    cst.Newline, cst.Comment, cst.Comma, cst.Dot, cst.Colon, cst.AssignEqual, cst.Semicolon,
+    cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
+    cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.ImportStar,
+}) | frozenset(
+    t for base in (cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp)
+    for t in vars(cst).values() if isinstance(t, type) and issubclass(t, base) and t is not base
+)
+# The nodes that can hold a Comment (a walk that wants comments must go into them).
+COMMENT_HOLDERS: frozenset[type] = frozenset({
+    cst.Comment, cst.TrailingWhitespace, cst.EmptyLine, cst.ParenthesizedWhitespace,
+})
+_SELECTED: dict[tuple[type, frozenset[tuple[type, str]]], tuple[tuple[str, bool], ...]] = {}
+
+
+def visit_selected(node: cst.CSTNode, visitor: cst.CSTVisitor, attributes: frozenset[tuple[type, str]],
+                   skip: frozenset[type]) -> None:
+    """`visit`, calling `on_visit_attribute`/`on_leave_attribute` only for the (node type,
+    attribute) pairs in `attributes`, and not entering nodes whose type is in `skip` (they get
+    no on_visit/on_leave either). The visit order of the other nodes is libcst's."""
+    on_visit = visitor.on_visit
+    on_leave = visitor.on_leave
+    on_visit_attribute = visitor.on_visit_attribute
+    on_leave_attribute = visitor.on_leave_attribute
+    sentinel = cst.MaybeSentinel
+
+    def plan(kind: type, node: cst.CSTNode) -> tuple[tuple[str, bool], ...]:
+        found = _SELECTED.get((kind, attributes))
+        if found is None:
+            order = _ORDER.get(kind) or _order(node)
+            found = tuple((a, (kind, a) in attributes) for a in order)
+            _SELECTED[(kind, attributes)] = found
+        return found
+
+    def walk(node: cst.CSTNode) -> None:
+        kind = type(node)
+        if on_visit(node):
+            for attribute, hooked in plan(kind, node):
+                value = getattr(node, attribute)
+                if value is None and attribute in _ONLY_WHEN_SET:
+                    continue
+                if hooked:
+                    on_visit_attribute(node, attribute)
+                vkind = type(value)
+                if vkind is tuple or vkind is list:
+                    for child in value:
+                        if type(child) not in skip:
+                            walk(child)
+                elif value is not None and vkind is not sentinel and vkind not in skip:
+                    walk(value)
+                if hooked:
+                    on_leave_attribute(node, attribute)
+        on_leave(node)
+
+    walk(node)
+
+
 def replace(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNode:
     """`root.deep_replace(old, new)` for a node replaced by a node, rebuilding only the path from
     `root` down to `old` (deep_replace rebuilds the whole tree). Same resulting tree."""
@@ -105,7 +171,7 @@ def replace(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNod
     return child_new
 
 
-def _path_to(node: cst.CSTNode, target: cst.CSTNode, path: list) -> bool:
+def _path_to(node: cst.CSTNode, target: cst.CSTNode, path: list[tuple[cst.CSTNode, str]]) -> bool:
     if node is target:
         return True
     order = _ORDER.get(type(node))

@@ -4,12 +4,20 @@ from findings to text. Formats are looked up by name, so adding one is adding a 
 from __future__ import annotations
 
 import importlib
+from typing import Protocol, cast
 
 from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding
 
 FORMATS = ("full", "concise", "json", "github", "sarif", "junit")
 _MODULES = {"json": "json_format"}
+
+
+class Renderer(Protocol):
+    """What every format module's `render` is."""
+
+    def __call__(self, findings: list[Finding], *, sources: dict[str, str], color: bool,
+                 tool: str) -> str: ...
 
 
 def render(fmt: str, findings: list[Finding], *, sources: dict[str, str] | None = None,
@@ -19,4 +27,6 @@ def render(fmt: str, findings: list[Finding], *, sources: dict[str, str] | None 
     if fmt not in FORMATS:
         raise UserError(f"--output-format {fmt}: unknown format; choose one of {', '.join(FORMATS)}")
     module = importlib.import_module(f"ddpcheck.report.{_MODULES.get(fmt, fmt)}")
-    return module.render(findings, sources=sources or {}, color=color, tool=tool)
+    # Looked up by name, so the checker cannot see the module; every format defines a Renderer.
+    format_render = cast(Renderer, module.render)
+    return format_render(findings, sources=sources or {}, color=color, tool=tool)

@@ -13,7 +13,7 @@ def line_for(f: Finding) -> str:
     return f"{f.location}: {f.code}{marker} {f.message}{ranks}"
 
 
-def render(findings: list[Finding], *, sources, color, tool) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
     lines = [line_for(f) for f in findings]
     lines += summary_lines(findings)
     return "\n".join(lines) + "\n"

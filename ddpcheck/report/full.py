@@ -10,7 +10,7 @@ from ddpcheck.report.summary import summary_lines
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
 
-def render(findings: list[Finding], *, sources, color, tool) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
     # Plain text needs no library; rich is imported only to colour a terminal.
     lines: list[tuple[str, str | None, bool]] = []  # (text, style, text holds markup)
     for f in findings:

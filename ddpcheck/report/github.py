@@ -15,7 +15,7 @@ def _prop(text: str) -> str:
     return _data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-def render(findings: list[Finding], *, sources, color, tool) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
     out = []
     for f in findings:
         props = []

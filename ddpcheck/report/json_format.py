@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from typing import Any
 
 from ddpcheck import __version__
 from ddpcheck.findings import Finding
 
 
-def document(findings: list[Finding], tool: str) -> dict:
+def document(findings: list[Finding], tool: str) -> dict[str, Any]:
     return {
         "schema_version": 1,
         "tool": "ddpcheck",
@@ -25,5 +26,5 @@ def document(findings: list[Finding], tool: str) -> dict:
     }
 
 
-def render(findings: list[Finding], *, sources, color, tool) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
     return json.dumps(document(findings, tool), indent=2) + "\n"

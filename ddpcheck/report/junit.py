@@ -72,7 +72,7 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> ET.
     return root
 
 
-def render(findings: list[Finding], *, sources, color, tool) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
     root = document(findings, sources, tool)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"

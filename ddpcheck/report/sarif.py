@@ -8,16 +8,17 @@ import hashlib
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from ddpcheck import __version__
-from ddpcheck.catalog import all_rules
+from ddpcheck.catalog import RuleInfo, all_rules
 from ddpcheck.findings import Finding, Severity
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
 
 
-def _rule_descriptor(info) -> dict:
+def _rule_descriptor(info: RuleInfo) -> dict[str, object]:
     return {
         "id": info.code,
         "name": info.name,
@@ -43,7 +44,7 @@ def _fingerprint(f: Finding, sources: dict[str, str], occurrence: int) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
-def _artifact_location(path: str) -> dict:
+def _artifact_location(path: str) -> dict[str, str]:
     """Code scanning wants paths relative to the checkout (%SRCROOT%, the working directory);
     a file outside it gets an absolute file: URI instead."""
     p = Path(path)
@@ -55,16 +56,16 @@ def _artifact_location(path: str) -> dict:
     return {"uri": p.as_posix(), "uriBaseId": "%SRCROOT%"}
 
 
-def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dict:
+def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dict[str, Any]:
     known = all_rules()
     used = sorted(c for c in {f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set())
                   if c in known)  # ruleIndex must point into the rules listed
     index = {code: i for i, code in enumerate(used)}
     rules = [_rule_descriptor(known[c]) for c in used if c in known]
-    seen: Counter = Counter()
-    results = []
+    seen: Counter[tuple[str, str | None, str | int | None]] = Counter()
+    results: list[dict[str, object]] = []
     for f in findings:
-        result = {
+        result: dict[str, object] = {
             "ruleId": f.code,
             "level": _LEVEL[f.severity],
             "message": {"text": f.message},
@@ -72,15 +73,15 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
         if f.code in index:
             result["ruleIndex"] = index[f.code]
         if f.path:
-            region = {}
+            region: dict[str, int] = {}
             if f.line is not None:
                 region = {"startLine": f.line, "startColumn": f.column or 1}
                 if f.end_line is not None:
                     region.update(endLine=f.end_line, endColumn=f.end_column or 1)
-            location = {"physicalLocation": {"artifactLocation": _artifact_location(f.path)}}
+            physical: dict[str, object] = {"artifactLocation": _artifact_location(f.path)}
             if region:
-                location["physicalLocation"]["region"] = region
-            result["locations"] = [location]
+                physical["region"] = region
+            result["locations"] = [{"physicalLocation": physical}]
         base = (f.code, f.path, f.line and _fingerprint(f, sources, 0))
         result["partialFingerprints"] = {"ddpcheck/v1": _fingerprint(f, sources, seen[base])}
         seen[base] += 1
@@ -120,5 +121,5 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
     }
 
 
-def render(findings: list[Finding], *, sources, color, tool) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
     return json.dumps(document(findings, sources, tool), indent=2) + "\n"

@@ -11,6 +11,8 @@ Two kinds of process run its code; the folders say which:
                 (see registry.py for how a check is declared and found)
 
 Shared by both, torch-free: options.py (what travels to the ranks), records.py (the per-rank
-record), registry.py (the checks), verdict.py (what a judge returns). REPORT.md documents the
-records and the JSON report.
+record), registry.py (the checks), verdict.py (what a judge returns); calls.py, live.py,
+diagnose.py and loops.py (collective call logs, the live state file, why a job hung: read by
+the ranks' watchdog and by the launcher's judges); reach.py (how far each rank got, for the
+"not reached" verdicts). REPORT.md documents the records and the JSON report.
 """

@@ -301,13 +301,19 @@ def _plain_hang(states: Mapping[int, RankState], world: int, hung_s: float) -> D
     parts = [f"{ranks_text(rs)} {'is' if len(rs) == 1 else 'are'} {text}" for text, rs in groups.items()]
     currents = {r: s.current for r, s in states.items() if s.answered and s.current is not None}
     outside = sorted(r for r, s in states.items() if s.answered and s.current is None and not s.ours)
-    if len(groups) == 1 and currents:
-        why = "every rank waits in the same collective: a rank outside Python or the network is stuck"
-    elif outside and currents:
-        why = f"{ranks_text(outside)} never joined the collective the others wait in"
-    else:
-        why = "the ranks wait in different places"
-    odd = min(groups.values(), key=lambda rs: (len(rs), rs)) if len(groups) > 1 else []
+    silent = [r for r in range(world) if r not in states or not states[r].answered]
+    reasons = []
+    if silent and len(silent) < world:
+        reasons.append(f"{ranks_text(silent)} never answered (stuck in native code that holds the GIL, "
+                       "or dead) while the others wait")
+    if outside and currents:
+        reasons.append(f"{ranks_text(outside)} never joined the collective the others wait in")
+    if not reasons:
+        reasons.append("every rank waits in the same collective: a rank outside Python or the network is stuck"
+                       if len(groups) == 1 and currents else "the ranks wait in different places")
+    why = "; ".join(reasons)
+    odd = sorted(set(silent) | set(outside if currents else ())) or (
+        min(groups.values(), key=lambda rs: (len(rs), rs)) if len(groups) > 1 else [])
     site = None
     for r in odd or sorted(currents):
         call = currents.get(r)

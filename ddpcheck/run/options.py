@@ -58,4 +58,13 @@ class RunOptions:
             return True
         return self.check_every > 0 and step % self.check_every == 0
 
+    def next_checked(self, step: int) -> int:
+        """The first checked optimizer step after `step` (a step never reached when none is)."""
+        following = step + 1
+        if following <= self.check_first:
+            return following
+        if self.check_every <= 0:
+            return -1
+        return -(-following // self.check_every) * self.check_every
+
 

@@ -24,8 +24,8 @@ reported as findings only, never as rows of the checks table.
 
 1. Copy a small probe with a capture and a judge, `ddpcheck/run/checks/inputs.py`, to
    `checks/<what_it_watches>.py`.
-2. Write the check class: a free code (`ddpcheck rules` lists the taken ones; the board of the
-   project reserves ranges), a name unique across lint and run, the docstring page, the examples,
+2. Write the check class: a free code (`ddpcheck rules` lists the taken ones; runtime checks
+   use DDP1xx), a name unique across lint and run, the docstring page, the examples,
    and `explains` if its failure makes other checks fail as a consequence.
 3. Write `capture` (what each rank records: callbacks on the session's hook lists; an unchecked
    step must cost nothing, so do the work in `before_step`/`after_step`, which run only at
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
-from ddpcheck.catalog import Described
+from ddpcheck.describe import Described
 
 if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session

@@ -74,9 +74,10 @@ def test_ctrl_c_stops_every_rank_and_writes_the_partial_report(tmp_path):
 
 
 def test_rank_0_evaluating_while_the_others_wait_is_slow_not_hung(tmp_path):
-    # Two and a half hang timeouts of CPU-bound work on rank 0 while rank 1 sits in a barrier.
+    # Four hang timeouts of evaluation on rank 0 while rank 1 sits in a barrier: two computing
+    # without progress (CPU busy), two walking a DataLoader (progress, but no collective).
     proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", "2",
-                                     str(fixture("slow_rank0_eval.py", tmp_path)), "5"], tmp_path, timeout=180)
+                                     str(fixture("slow_rank0_eval.py", tmp_path)), "8"], tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert codes(data) == []
     assert_no_survivors(mark)

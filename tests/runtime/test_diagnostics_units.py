@@ -44,6 +44,7 @@ def test_verdict_says_which_rank_did_not_answer_and_who_is_not_in_a_collective()
     assert ("rank 1 is not in a collective: idle at t.py:40 in main; its last collective was call #3, "
             "all_reduce float32[4] at t.py:9") in message
     assert "rank 2 is silent" in message and message.endswith("rank 1 never joined the collective the others wait in")
+    assert verdict["ranks"] == [1, 2] and verdict["site"] == "/x/t.py:40"
     states[1] = _state(1, "all_reduce", 4, "/x/t.py:9", last=last)
     message = compose(states, 3, 5.0)["message"]
     assert "ranks 0 and 1 are in all_reduce float32[4] at t.py:9 (before the first optimizer step) (call #4)" in message

@@ -148,6 +148,23 @@ def test_a_correct_script_with_its_own_collectives_gets_no_finding(tmp_path):
     assert_no_survivors(mark)
 
 
+def test_a_rank_stuck_in_native_code_holding_the_gil_is_named_and_killed(tmp_path):
+    # Its watchdog cannot run: the other rank decides without it and SIGKILLs it.
+    script = fixture("stuck_holding_gil.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", str(TIMEOUT), str(script)], tmp_path,
+                                    timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = _only(data, "DDP123")
+    assert found["ranks"] == [1]
+    assert "rank 1 is silent" in found["message"] and "rank 1 never answered" in found["message"]
+    assert f"rank 0 is in all_reduce float32[2] at stuck_holding_gil.py:{_line_of(script, 'dist.all_reduce(t)')}" \
+        in found["message"]
+    # ddpcheck killed it (torchrun's SIGTERM cannot: the script's handler never gets the GIL, and
+    # torchrun would wait 30 s before its own SIGKILL).
+    assert found["details"]["killed"] == [1]
+    assert_no_survivors(mark)
+
+
 def test_the_ranks_die_with_ddpcheck_when_it_is_killed(tmp_path):
     # A CI runner's timeout sends SIGKILL: torchrun gets no chance to stop the ranks.
     script = fixture("midloop_barrier.py", tmp_path)

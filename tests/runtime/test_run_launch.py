@@ -45,7 +45,7 @@ def test_uncaught_exception_exits_1_and_reports_what_was_checked(tmp_path):
     result = run_ddpcheck(["--nproc", "2", EXITS, "raise"], tmp_path)
     assert result.returncode == 1
     assert "RuntimeError: planted failure" in result.stderr
-    # The crash itself is the one finding (issue 5); the crashed rank's missing destroy is not one.
+    # The crash itself is the one finding; the crashed rank's missing destroy is not one.
     assert result.codes == {"DDP120"}
     ranks = {r["rank"]: r for r in result.report["run"]["ranks"]}
     assert ranks[1]["exit_code"] == 1 and ranks[1]["error"]["type"] == "RuntimeError"

@@ -8,7 +8,7 @@ dispatch table (lint/traverse.py) and records only what the queries need later.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, TypeVar, cast
 
 import libcst as cst
 
@@ -322,41 +322,56 @@ def _exits(body: cst.BaseSuite) -> bool:
     return isinstance(small, (cst.Return, cst.Raise, cst.Continue, cst.Break))
 
 
-_OWN_VISIT: dict[type, Callable[[Walker, cst.CSTNode], None]] = {
-    cst.Import: Walker._import,
-    cst.ImportFrom: Walker._import,
-    cst.FunctionDef: Walker._enter_function,
-    cst.ClassDef: Walker._enter_class,
-    cst.Call: Walker._call,
-    cst.Return: Walker._return,
-    cst.Assign: Walker._mark_written,
-    cst.For: Walker._for,
-    cst.With: Walker._with,
-    cst.If: Walker._visit_if,
-    cst.Subscript: Walker._subscript,
-    cst.IndentedBlock: Walker._enter_block,
-    cst.Module: Walker._enter_block,
-}  # type: ignore[dict-item]
-_OWN_LEAVE: dict[type, Callable[[Walker, cst.CSTNode], None]] = {
-    cst.Assign: Walker._assign,
-    cst.AnnAssign: Walker._ann_assign,
-    cst.AugAssign: Walker._aug_assign,
-    cst.FunctionDef: Walker._leave_scope,
-    cst.ClassDef: Walker._leave_scope,
-    cst.IndentedBlock: Walker._leave_block,
-    cst.Module: Walker._leave_block,
-    cst.If: Walker._early_exit,
-}  # type: ignore[dict-item]
-_OWN_ATTR_VISIT: dict[tuple[type, str], Callable[[Walker, cst.CSTNode], None]] = {
-    (cst.For, "body"): Walker._for_body,
-    (cst.While, "body"): Walker._push_loop,
-    (cst.If, "body"): Walker._push_if_body,
-    (cst.If, "orelse"): Walker._push_if_else,
-    (cst.IfExp, "body"): Walker._push_if_body,
-    (cst.IfExp, "orelse"): Walker._push_if_else,
-    (cst.With, "body"): Walker._push_with,
-}  # type: ignore[dict-item]
-_OWN_ATTR_LEAVE: dict[tuple[type, str], Callable[[Walker], None]] = {
+# The dispatch tables are keyed by type(node), so each method gets nodes of the type it names;
+# _own checks that pairing once, where the table is built.
+_Own = Callable[[Walker, cst.CSTNode], None]
+_Node = TypeVar("_Node", bound=cst.CSTNode)
+
+
+def _own(node_type: type[_Node], method: Callable[[Walker, _Node], None]) -> tuple[type[cst.CSTNode], _Own]:
+    return node_type, cast(_Own, method)
+
+
+def _own_attr(node_type: type[_Node], attribute: str,
+              method: Callable[[Walker, _Node], None]) -> tuple[tuple[type[cst.CSTNode], str], _Own]:
+    return (node_type, attribute), cast(_Own, method)
+
+
+_OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
+    _own(cst.Import, Walker._import),
+    _own(cst.ImportFrom, Walker._import),
+    _own(cst.FunctionDef, Walker._enter_function),
+    _own(cst.ClassDef, Walker._enter_class),
+    _own(cst.Call, Walker._call),
+    _own(cst.Return, Walker._return),
+    _own(cst.Assign, Walker._mark_written),
+    _own(cst.For, Walker._for),
+    _own(cst.With, Walker._with),
+    _own(cst.If, Walker._visit_if),
+    _own(cst.Subscript, Walker._subscript),
+    _own(cst.IndentedBlock, Walker._enter_block),
+    _own(cst.Module, Walker._enter_block),
+])
+_OWN_LEAVE: dict[type[cst.CSTNode], _Own] = dict([
+    _own(cst.Assign, Walker._assign),
+    _own(cst.AnnAssign, Walker._ann_assign),
+    _own(cst.AugAssign, Walker._aug_assign),
+    _own(cst.FunctionDef, Walker._leave_scope),
+    _own(cst.ClassDef, Walker._leave_scope),
+    _own(cst.IndentedBlock, Walker._leave_block),
+    _own(cst.Module, Walker._leave_block),
+    _own(cst.If, Walker._early_exit),
+])
+_OWN_ATTR_VISIT: dict[tuple[type[cst.CSTNode], str], _Own] = dict([
+    _own_attr(cst.For, "body", Walker._for_body),
+    _own_attr(cst.While, "body", Walker._push_loop),
+    _own_attr(cst.If, "body", Walker._push_if_body),
+    _own_attr(cst.If, "orelse", Walker._push_if_else),
+    _own_attr(cst.IfExp, "body", Walker._push_if_body),
+    _own_attr(cst.IfExp, "orelse", Walker._push_if_else),
+    _own_attr(cst.With, "body", Walker._push_with),
+])
+_OWN_ATTR_LEAVE: dict[tuple[type[cst.CSTNode], str], Callable[[Walker], None]] = {
     (cst.For, "body"): Walker._pop_loop,
     (cst.While, "body"): Walker._pop_loop,
     (cst.If, "body"): Walker._pop_guard,
@@ -367,9 +382,24 @@ _OWN_ATTR_LEAVE: dict[tuple[type, str], Callable[[Walker], None]] = {
 }
 
 
+_ATTRIBUTES = frozenset(_OWN_ATTR_VISIT) | frozenset(_OWN_ATTR_LEAVE)
+
+
+def walk(module: ModuleModel, visit_hooks: dict[type, list[Hook]] | None = None,
+         leave_hooks: dict[type, list[Hook]] | None = None) -> None:
+    """Fill `module`'s model from its tree in one traversal, running the hooks on the way. Token
+    nodes (whitespace, punctuation, operators) are not entered unless a hook asks for one."""
+    hooked = set(visit_hooks or ()) | set(leave_hooks or ())
+    skip = traverse.TOKEN_NODES - hooked
+    if cst.Comment in hooked:
+        skip -= traverse.COMMENT_HOLDERS
+    # libcst's own visit would rebuild every node; this one reads them.
+    traverse.visit_selected(module.tree, Walker(module, visit_hooks, leave_hooks), _ATTRIBUTES, frozenset(skip))
+
+
 def build(path: str, source: str, tree: cst.Module, visit_hooks: dict[type, list[Hook]] | None = None,
           leave_hooks: dict[type, list[Hook]] | None = None) -> ModuleModel:
     """The model of one module, from its parsed tree, in one traversal."""
     module = ModuleModel(path, source, tree)
-    traverse.visit(tree, Walker(module, visit_hooks, leave_hooks))  # libcst's visit rebuilds every node
+    walk(module, visit_hooks, leave_hooks)
     return module

@@ -129,18 +129,18 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
             return True  # `not rank` is rank 0
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation):
-        left = selects_main_rank(test.left, resolve, _depth)
-        right = selects_main_rank(test.right, resolve, _depth)
+        left_main = selects_main_rank(test.left, resolve, _depth)
+        right_main = selects_main_rank(test.right, resolve, _depth)
         if isinstance(test.operator, cst.And):
             # `if args.save and rank == 0` still runs on rank 0 only; `rank != 0 and x` only
             # on other ranks.
-            if left is True or right is True:
+            if left_main is True or right_main is True:
                 return True
-            return False if (left is False or right is False) else None
+            return False if (left_main is False or right_main is False) else None
         # `not distributed or rank == 0` (ImageNet example style): in a distributed run only
         # rank 0 passes; any other `x or rank == 0` may hold anywhere.
-        if (left is True and (right is True or _is_not_distributed(test.right, resolve))) or (
-            right is True and _is_not_distributed(test.left, resolve)
+        if (left_main is True and (right_main is True or _is_not_distributed(test.right, resolve))) or (
+            right_main is True and _is_not_distributed(test.left, resolve)
         ):
             return True
         return None
@@ -232,12 +232,12 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         inner = is_distributed_test(test.expression, resolve)
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation):
-        left = is_distributed_test(test.left, resolve)
-        right = is_distributed_test(test.right, resolve)
+        left_says = is_distributed_test(test.left, resolve)
+        right_says = is_distributed_test(test.right, resolve)
         if isinstance(test.operator, cst.And):
             # `distributed and x` holds only in distributed runs; `not distributed and x` only outside.
-            return left if left is not None else right
-        return left if left is not None and left == right else None
+            return left_says if left_says is not None else right_says
+        return left_says if left_says is not None and left_says == right_says else None
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         comp = test.comparisons[0]
         op, right = comp.operator, comp.comparator
@@ -265,8 +265,8 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
                 return False
         return None
     target = test.func if isinstance(test, cst.Call) else test
-    name = last_name(target) or _key(target)
-    if name and _DISTRIBUTED_FLAG.match(name):
+    flag = last_name(target) or _key(target)
+    if flag and _DISTRIBUTED_FLAG.match(flag):
         return True
     return None
 

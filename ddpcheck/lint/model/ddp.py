@@ -225,7 +225,9 @@ _EVAL_WORDS = re.compile(r"val|test|eval", re.I)
 
 
 def is_eval_name(name: str | None) -> bool:
-    return bool(name) and "train" not in name.lower() and bool(_EVAL_WORDS.search(name))  # type: ignore[union-attr]
+    if not name:
+        return False
+    return "train" not in name.lower() and bool(_EVAL_WORDS.search(name))
 
 
 # Where torch.save writes to memory, not to a file every rank shares.

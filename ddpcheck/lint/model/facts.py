@@ -116,8 +116,8 @@ class Facts:
     def _body(self, module: ModuleModel, qualname: str) -> frozenset[str]:
         found = set()
         resolve = self.model.resolver_for(module)
-        for node, scope in module.ifs:
-            if scope.qualname == qualname and selects_main_rank(node.test, resolve) is not None:
+        for node, where in module.ifs:
+            if where.qualname == qualname and selects_main_rank(node.test, resolve) is not None:
                 found.add("rank_guard")
                 break
         for value in module.returns.get(qualname, ()):

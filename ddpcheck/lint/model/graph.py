@@ -146,17 +146,17 @@ class CallGraph:
         site = made.module.call_at(made.call) if made.call is not None else None
         out: list[Value] = []
         init = self.method(module, info, "__init__")
-        frame = Frame(init, site, made.frame, True) if init is not None and site is not None else None
+        frame = Frame(init, site, made.frame, "constructor") if init is not None and site is not None else None
         for owner_module, owner in self.mro(module, info):
             if attr in owner.properties:
                 getter = Function(owner_module, owner.methods[attr])
                 for value in owner_module.returns.get(getter.qualname, ()):
                     out.append(Value(owner_module, value, getter.scope, None))
                 return out
-            values = owner.scope.assignments.get(f"self.{attr}")
-            if values:
-                for value in values:
-                    out.append(Value(owner_module, value, owner.scope, frame))
+            assigned = owner.scope.assignments.get(f"self.{attr}")
+            if assigned:
+                for binding in assigned:
+                    out.append(Value(owner_module, binding, owner.scope, frame))
                 return out
         return out
 
@@ -295,8 +295,8 @@ class CallGraph:
             if module is None:
                 return []
             if head in module.classes and "." not in rest:
-                found = self.method(module, module.classes[head], rest)
-                return [(found, "")] if found is not None else []
+                method = self.method(module, module.classes[head], rest)
+                return [(method, "")] if method is not None else []
             if head in module.module_scope.assignments and "." not in head:
                 # `logger.info(...)` where `logger = Logger()` at the top of a project module.
                 out: list[Callee] = []
@@ -399,7 +399,7 @@ class CallGraph:
         return out
 
     # --- arguments and callers -----------------------------------------------------------------
-    def argument_for(self, call: CallSite, function: Function, param: Param, bound: str | bool
+    def argument_for(self, call: CallSite, function: Function, param: Param, bound: str
                      ) -> cst.BaseExpression | CallSite | None:
         """What `call` passes to `param` of `function`: an expression of the caller, the call
         itself for the `self` of a constructor, or None."""
@@ -418,7 +418,7 @@ class CallGraph:
         position = param.index
         if bound:
             if position == 0:
-                if bound == "constructor" or bound is True:
+                if bound == "constructor":
                     return call
                 func = call.node.func
                 if bound == "instance":

@@ -47,7 +47,7 @@ class ImportMap:
             return
         for alias in node.names:
             name = _module_name(alias.name)
-            local = dotted(alias.asname.name) if alias.asname is not None else name
+            local = (dotted(alias.asname.name) if alias.asname is not None else name) or ""
             if local:
                 self.aliases[local] = join_import(module, name)
                 self.others.setdefault(local, []).append(self.aliases[local])

@@ -3,10 +3,12 @@ kept for the whole run.
 
 Import roots, in order: the file's folder, the root of the package it sits in (the folder above
 the topmost `__init__.py`), the project root (nearest folder with pyproject.toml, setup.py,
-setup.cfg or .git, at most 6 levels up) and its `src/`. Never site-packages: ddpcheck learns what
-*the project's* modules do, and reads them as text (it never imports them). A name resolves to
-the project's file whenever one exists — `datasets`, `utils`, or a package named like a published
-library when linting inside that library — and to an outside library only when none does.
+setup.cfg or .git, at most 6 levels up) and its `src/`; then, for a name none of them has, the
+folders the project adds to `sys.path` itself (model/syspath.py). Never site-packages: ddpcheck
+learns what *the project's* modules do, and reads them as text (it never imports them). A name
+resolves to the project's file whenever one exists — `datasets`, `utils`, or a package named like
+a published library when linting inside that library — and to an outside library only when none
+does.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Callable
 import libcst as cst
 
 from ddpcheck.lint.model.index import ModuleIndex, read_index
+from ddpcheck.lint.model.syspath import added_roots
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.module import ModuleModel
@@ -33,16 +36,24 @@ def _outside_packages(path: Path) -> bool:
 
 
 @lru_cache(maxsize=1024)
+def _project_root(folder: Path) -> Path | None:
+    """The nearest folder (at most 6 levels up) with a project marker."""
+    for ancestor in [folder, *folder.parents][:6]:
+        if any((ancestor / m).exists() for m in _MARKERS):
+            return ancestor
+    return None
+
+
+@lru_cache(maxsize=1024)
 def import_roots(folder: Path) -> tuple[Path, ...]:
     roots = [folder]
     top = folder
     while (top / "__init__.py").is_file() and top.parent != top:
         top = top.parent
     roots.append(top)
-    for ancestor in [folder, *folder.parents][:6]:
-        if any((ancestor / m).exists() for m in _MARKERS):
-            roots += [ancestor, ancestor / "src"]
-            break
+    project = _project_root(folder)
+    if project is not None:
+        roots += [project, project / "src"]
     unique: list[Path] = []
     for root in roots:
         if root not in unique and root.is_dir() and _outside_packages(root):
@@ -95,7 +106,27 @@ def locate(importer: Path, dotted: str) -> tuple[Path, str] | None:
         return _split(rest, (base,))
     head = dotted.split(".", 1)[0]
     roots = tuple(r for r in import_roots(folder) if head in _top_names(r))
+    if not roots:  # not on the ordinary path: perhaps in a folder the project adds to sys.path
+        roots = tuple(r for r in _added_roots(folder) if head in _top_names(r))
     return _split(dotted, roots) if roots else None
+
+
+@lru_cache(maxsize=1024)
+def _added_roots(folder: Path) -> tuple[Path, ...]:
+    """Folders that modules in `folder` or the folders above it add to `sys.path`: up to the
+    project root (or, without one, the top of the package `folder` is in), at most 3 levels up."""
+    ordinary = import_roots(folder)
+    if not ordinary:  # inside site-packages
+        return ()
+    top = _project_root(folder) or ordinary[-1]
+    found: list[Path] = []
+    for ancestor in [folder, *folder.parents][:4]:
+        for root in added_roots(ancestor):
+            if root not in found:
+                found.append(root)
+        if ancestor == top:
+            break
+    return tuple(found)
 
 
 def _split(dotted_name: str, roots: tuple[Path, ...]) -> tuple[Path, str] | None:

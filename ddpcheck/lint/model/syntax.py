@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, TypeGuard
 
 import libcst as cst
 
@@ -28,13 +28,29 @@ def last_name(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
+def children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`node.children` in source order, read from the node's fields (libcst's property rebuilds
+    the node with a visitor to find them: many times slower)."""
+    from ddpcheck.lint.traverse import attributes_of
+
+    out: list[cst.CSTNode] = []
+    for attribute in attributes_of(node):
+        value = getattr(node, attribute)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            out.extend(v for v in value if isinstance(v, cst.CSTNode))
+        elif isinstance(value, cst.CSTNode):
+            out.append(value)
+    return out
+
+
 def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node` and everything under it (for small subtrees: an argument, a condition)."""
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def string_text(expr: cst.CSTNode | None) -> str | None:
@@ -54,15 +70,15 @@ def string_text(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
-def is_none(expr: cst.CSTNode | None) -> bool:
+def is_none(expr: object) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "None"
 
 
-def is_true(expr: cst.CSTNode | None) -> bool:
+def is_true(expr: object) -> TypeGuard[cst.Name]:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-def is_false(expr: cst.CSTNode | None) -> bool:
+def is_false(expr: object) -> TypeGuard[cst.Name]:
     return isinstance(expr, cst.Name) and expr.value == "False"
 
 

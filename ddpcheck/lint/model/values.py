@@ -13,7 +13,7 @@ wrong answer.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, Union
 
 import libcst as cst
 
@@ -42,18 +42,23 @@ _PASSTHROUGH = frozenset({
 class Unknown:
     """A leaf the evaluation stopped at (a cycle): nothing is known about it."""
 
-    node: Binding
+    node: Leaf
+
+
+# What a Value holds: an expression or binding marker, or where the evaluation stopped.
+Leaf = Union[Binding, Unknown]
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Frame:
     """A call being followed into `function`: its parameters are that call's arguments.
-    `bound`: the first parameter is the receiver (a method called on an object, a constructor)."""
+    `bound`: how the call binds it (graph.Callee): "" plain, "method"/"instance"/"constructor" (the
+    first parameter is the receiver), "spawn"/"process" (a worker started with `args=`)."""
 
     function: Function
     call: CallSite
     caller: Frame | None
-    bound: bool
+    bound: str
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -62,7 +67,7 @@ class Value:
     `frame`."""
 
     module: ModuleModel
-    node: Binding
+    node: Leaf
     scope: Scope
     frame: Frame | None
     at: Point | None = None  # where in `scope` the leaf is reached (see Point)
@@ -95,7 +100,7 @@ class Values:
         return out
 
     # --- the evaluator -----------------------------------------------------------------------
-    def _eval(self, module: ModuleModel, node: Binding, scope: Scope, frame: Frame | None, depth: int,
+    def _eval(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, depth: int,
               seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
         """`seen` holds what is being evaluated on the way here: met again, it is a cycle."""
         key = (id(node), id(frame))
@@ -108,7 +113,7 @@ class Values:
         finally:
             seen.discard(key)
 
-    def _step(self, module: ModuleModel, node: Binding, scope: Scope, frame: Frame | None, depth: int,
+    def _step(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, depth: int,
               seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
         self.budget -= 1
         if depth <= 0 or self.budget <= 0:
@@ -226,10 +231,10 @@ class Values:
         if target is not None and target.external is None and target.kind == "value" and target.path is not None:
             other = self.model.project_model(target.path)
             if other is not None and other is not module:
-                values = other.module_scope.assignments.get(target.name)
-                if values:
-                    for value in values:
-                        yield from self._eval(other, value, other.module_scope, None, depth - 1, seen, None)
+                assigned = other.module_scope.assignments.get(target.name)
+                if assigned:
+                    for binding in assigned:
+                        yield from self._eval(other, binding, other.module_scope, None, depth - 1, seen, None)
                     return
         yield Value(module, node, scope, frame, at)
 
@@ -397,7 +402,7 @@ class Values:
         return out
 
 
-def _entry(node: Binding, key: str | None, number: int | None) -> cst.BaseExpression | None:
+def _entry(node: Leaf, key: str | None, number: int | None) -> cst.BaseExpression | None:
     """`{"k": v}["k"]`, `dict(k=v)["k"]`, `(a, b)[1]`."""
     if key is not None and isinstance(node, cst.Dict):
         for element in node.elements:

@@ -11,15 +11,15 @@ from ddpcheck.lint.model.syntax import int_value, string_text
 
 def option_defaults(module: ModuleModel) -> dict[str, cst.BaseExpression | None]:
     """dest → the default expression (None when the option has none) of every add_argument call."""
-    found = module.memo.get("argparse_defaults")
-    if found is not None:
-        return found
-    found = {}
+    memo: dict[str, cst.BaseExpression | None] | None = module.memo.get("argparse_defaults")
+    if memo is not None:
+        return memo
+    found: dict[str, cst.BaseExpression | None] = {}
     for site in module.calls:
         if site.method != "add_argument":
             continue
-        flags = [string_text(a.value) for a in site.node.args if a.keyword is None]
-        flags = [f for f in flags if f]
+        texts = [string_text(a.value) for a in site.node.args if a.keyword is None]
+        flags = [f for f in texts if f]
         dest = string_text(site.arg("dest"))
         if dest is None:
             longs = [f for f in flags if f.startswith("--")]

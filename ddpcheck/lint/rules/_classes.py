@@ -9,6 +9,7 @@ import libcst as cst
 
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import children, subexpressions
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -116,29 +117,21 @@ def dynamic_members(module: ModuleModel, info: ClassInfo) -> bool:
                                          "self.named_modules(", "self.parameters(", "self.named_parameters("))
 
 
-def _attributes(node: cst.CSTNode):
+def _attributes(node: cst.CSTNode) -> Iterator[cst.Attribute]:
     stack = [node]
     while stack:
         current = stack.pop()
         if isinstance(current, cst.Attribute):
             yield current
-        stack.extend(current.children)
+        stack.extend(children(current))
 
 
 def _assigned_nodes(function: cst.FunctionDef) -> set[int]:
     out: set[int] = set()
-    for node in _walk(function):
+    for node in subexpressions(function):
         if isinstance(node, cst.Assign):
             for target in node.targets:
                 out.add(id(target.target))
         elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
             out.add(id(node.target))
     return out
-
-
-def _walk(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)

@@ -11,14 +11,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import strip_moves
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import argument, dotted
+from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -95,3 +95,25 @@ def unwrap(stack: Stack, attribute: str) -> Stack | None:
 
 def at_site(model: Model, site: CallSite, base: cst.BaseExpression) -> list[Stack]:
     return stacks_of(model, model.values.at_call(site, base))
+
+
+def saved_state_dicts(model: Model) -> Iterator[tuple[CallSite, Value, cst.Call, CallSite]]:
+    """`x.state_dict()` calls whose result a `torch.save(...)` writes (directly or inside the
+    object it saves): (the save, the value holding the call, the `.state_dict()` call node, its
+    CallSite)."""
+    for save in model.paths.sites():
+        if model.api(save) != api.SAVE:
+            continue
+        obj = save.arg("obj", 0)
+        if obj is None:
+            continue
+        for value in model.values.at_call(save, obj):
+            node = value.node
+            if not isinstance(node, cst.CSTNode):
+                continue
+            for sd in subexpressions(node):
+                if isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute) \
+                        and sd.func.attr.value == "state_dict" and not sd.args:
+                    where = value.module.call_at(sd)
+                    if where is not None:
+                        yield save, value, sd, where

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import libcst as cst
@@ -7,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_optimizer_step
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
-from ddpcheck.lint.model.syntax import dotted, int_value
+from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -148,7 +149,7 @@ class AccumulationSyncOffByOne(Rule):
                                                         step=module.code(step.node)))
 
     # --- no_sync under a modular condition ------------------------------------------------------
-    def _no_sync_predicates(self, module: ModuleModel):
+    def _no_sync_predicates(self, module: ModuleModel) -> Iterator[tuple[CallSite, _Pred, str]]:
         """(the no_sync call, when it is used as a predicate, the condition's text)."""
         for site in module.calls:
             if site.method != "no_sync" or not site.loops:
@@ -175,7 +176,7 @@ class AccumulationSyncOffByOne(Rule):
         return None
 
     # --- nanoGPT's switch ---------------------------------------------------------------------
-    def _off_by_one_switches(self, module: ModuleModel):
+    def _off_by_one_switches(self, module: ModuleModel) -> Iterator[tuple[cst.Assign, CallSite]]:
         """`model.require_backward_grad_sync = micro_step == K` in `for micro_step in range(N)`
         with K not `N - 1`, and an optimizer step after that loop."""
         for site in module.fors:
@@ -299,17 +300,17 @@ def _ifexp_holding(module: ModuleModel, site: CallSite) -> cst.IfExp | None:
             value = _unparen(item.item)
             if isinstance(value, cst.IfExp) and (_contains(value.body, site.node) or _contains(value.orelse, site.node)):
                 return value
-    for values in site.scope.assignments.values():
-        for value in values:
-            if isinstance(value, cst.IfExp) and (_contains(value.body, site.node) or _contains(value.orelse, site.node)):
-                return value
+    for bindings in site.scope.assignments.values():
+        for binding in bindings:
+            if isinstance(binding, cst.IfExp) and (_contains(binding.body, site.node) or _contains(binding.orelse, site.node)):
+                return binding
     return None
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:
     if tree is node:
         return True
-    return any(_contains(child, node) for child in tree.children)
+    return any(_contains(child, node) for child in children(tree))
 
 
 def _unparen(expr: cst.BaseExpression) -> cst.BaseExpression:
@@ -327,7 +328,7 @@ def _last(bound: str) -> int | None:
         return None
 
 
-def _statements(body: cst.BaseSuite):
+def _statements(body: cst.BaseSuite) -> Iterator[cst.BaseSmallStatement]:
     for line in body.body:
         if isinstance(line, cst.SimpleStatementLine):
             yield from line.body

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import Literal
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import per_rank_or_memory
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -187,7 +190,7 @@ class CheckpointSavedByEveryRank(Rule):
             fix = remedies.guard_on_rank_zero(model.root, site.node) if site.module is model.root else None
             self.report(site.node, module=site.module, related=chain, fix=fix)
 
-    def _file(self, site):
+    def _file(self, site: CallSite) -> cst.BaseExpression | None | Literal[False]:
         """The file a save writes to (None when not given), or False when `site` is no save:
         `torch.save(obj, f)`, `torch.jit.save(m, f)`, `scripted.save(f)` on a TorchScript module."""
         name = self.model.api(site)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import re
 from dataclasses import dataclass
 
@@ -15,6 +16,9 @@ from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.symbols import Function
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,7 @@ class CollectiveInRankBranch(Rule):
                         return True
         return False
 
-    def _calls_param(self, function, name: str, depth: int) -> bool:
+    def _calls_param(self, function: Function, name: str, depth: int) -> bool:
         for call in function.module.calls_in(function.qualname):
             if call.dotted == name:
                 return True

@@ -3,10 +3,15 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Applicability, Severity
-from ddpcheck.lint.model import api
-from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.rules._wrappers import at_site, attribute_chain, unwrap
+from ddpcheck.lint.rules._wrappers import (
+    Stack,
+    at_site,
+    attribute_chain,
+    saved_state_dicts,
+    unwrap,
+)
 
 
 class CompiledStateDictPrefix(Rule):
@@ -108,44 +113,32 @@ class CompiledStateDictPrefix(Rule):
 
     def finish(self) -> None:
         model = self.model
-        saves = [s for s in model.paths.sites() if model.api(s) == api.SAVE]
-        if not saves or "_orig_mod." in model.root.source:
-            return
-        for site in saves:
-            obj = site.arg("obj", 0)
-            if obj is None:
-                continue
-            for value in model.values.at_call(site, obj):
-                node = value.node
-                if not isinstance(node, cst.CSTNode):
-                    continue
-                for sd in subexpressions(node):
-                    if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
-                            and sd.func.attr.value == "state_dict" and not sd.args):
-                        continue
-                    where = value.module.call_at(sd)
-                    if where is None:
-                        continue
-                    base, chain = attribute_chain(sd.func.value)
-                    for stack in at_site(model, where, base):
-                        for step in chain:
-                            if stack is None:
-                                break
-                            stack = unwrap(stack, step.attr.value)
-                        if not stack or stack[0] != "compile":
-                            continue
-                        self._report(sd, stack, value.module is model.root, value.module, site)
+        if "_orig_mod." in model.root.source:
+            return  # the file strips the prefix itself
+        for save, value, sd, where in saved_state_dicts(model):
+            if not isinstance(sd.func, cst.Attribute):
+                continue  # (saved_state_dicts yields `x.state_dict()` calls only)
+            base, chain = attribute_chain(sd.func.value)
+            for found in at_site(model, where, base):
+                stack: Stack | None = found
+                for step in chain:
+                    if stack is None:
                         break
+                    stack = unwrap(stack, step.attr.value)
+                if stack and stack[0] == "compile":
+                    self._report(sd, sd.func, stack, value.module is model.root, value.module, save)
+                    break
 
-    def _report(self, sd: cst.Call, stack: tuple[str, ...], own: bool, module, save) -> None:
-        receiver_node = sd.func.value  # type: ignore[attr-defined]
+    def _report(self, sd: cst.Call, func: cst.Attribute, stack: Stack, own: bool, module: ModuleModel,
+                save: CallSite) -> None:
+        receiver_node = func.value
         receiver = " ".join(self.model.root.code(receiver_node).split()) if own else "model"
         step = "module" if stack[1:2] == ("ddp",) else "_orig_mod"
         prefix = "_orig_mod.module." if step == "module" else "_orig_mod."
         fixed = f"{receiver}.{step}"
         fix = None
         if own:
-            new = sd.with_changes(func=sd.func.with_changes(value=cst.Attribute(receiver_node, cst.Name(step))))  # type: ignore[attr-defined]
+            new = sd.with_changes(func=func.with_changes(value=cst.Attribute(receiver_node, cst.Name(step))))
             fix = Replace(sd, new, f"Save `{fixed}.state_dict()`", Applicability.UNSAFE)
         self.report(sd, self.MESSAGE.format(receiver=receiver, prefix=prefix, fixed=fixed), fix,
                     module=module, related=self.model.paths.chain(save))

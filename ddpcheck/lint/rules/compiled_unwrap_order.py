@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.model.module import ModuleModel
+from ddpcheck.lint.model.module import ModuleModel, Point, Scope
 from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._wrappers import UNKNOWN, attribute_chain, stacks_of, unwrap
@@ -111,7 +113,7 @@ class CompiledUnwrapOrder(Rule):
                         break
 
     @staticmethod
-    def _expressions(root: ModuleModel):
+    def _expressions(root: ModuleModel) -> Iterator[tuple[Scope, cst.BaseExpression, Point | None]]:
         """Where attribute chains are written: calls (callee and arguments) and assigned values."""
         for site in root.calls:
             yield site.scope, site.node, site.point
@@ -137,7 +139,7 @@ class CompiledUnwrapOrder(Rule):
         return None
 
 
-def _checked(root: ModuleModel, point, base: cst.BaseExpression) -> bool:
+def _checked(root: ModuleModel, point: Point | None, base: cst.BaseExpression) -> bool:
     """The code tests for the attribute first (`if hasattr(m, "_orig_mod"): m = m._orig_mod`)."""
     guards = point.guards if point is not None else ()
     return any("hasattr" in root.code(g.test) and "_orig_mod" in root.code(g.test) for g in guards)

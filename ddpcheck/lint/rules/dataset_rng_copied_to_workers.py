@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -183,7 +185,7 @@ class DatasetRngCopiedToWorkers(Rule):
                     break
         return count if count is not None and count > 0 else None
 
-    def _held_rngs(self, module: ModuleModel, info: ClassInfo):
+    def _held_rngs(self, module: ModuleModel, info: ClassInfo) -> Iterator[tuple[str, cst.Call]]:
         """(`self.x`, the construction) for RNG objects assigned to `self.x` and used elsewhere
         in the class."""
         for name, values in info.scope.assignments.items():

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 import re
 
 import libcst as cst
@@ -10,6 +11,9 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted, string_text
 from ddpcheck.lint.rule import Invalid, Rule
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
@@ -173,7 +177,7 @@ class DeprecatedLauncher(Rule):
         "(`torchrun --nproc_per_node=N script.py`) and read the local rank from `os.environ[\"LOCAL_RANK\"]`"
     )
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: Model) -> None:
         super().__init__(model)
         self._mentions_launch = api.LAUNCH_MODULE in model.root.source
         self._flags: list[cst.CSTNode] = []

@@ -100,7 +100,7 @@ class DeviceIndexPastLocalGpus(Rule):
 
     def _device_arguments(self, site: CallSite) -> list[cst.BaseExpression]:
         name = self.model.api(site)
-        out: list[cst.BaseExpression] = []
+        out: list[cst.BaseExpression | None] = []
         if name in api.SET_DEVICE:
             out.append(site.arg("device", 0))
         elif name == api.TORCH_DEVICE:

@@ -1,13 +1,20 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
 from ddpcheck.lint.model.module import ClassInfo, ModuleModel
-from ddpcheck.lint.model.syntax import is_true
+from ddpcheck.lint.model.syntax import children, is_true
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.rules._classes import class_closure, classes_of, dynamic_members, self_references
+from ddpcheck.lint.rules._classes import (
+    class_closure,
+    classes_of,
+    dynamic_members,
+    self_references,
+)
 
 
 class FindUnusedParametersUnneeded(Rule):
@@ -136,18 +143,18 @@ def _straight_line(function: cst.FunctionDef) -> bool:
             return False
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
             continue
-        stack.extend(node.children)
+        stack.extend(children(node))
     returns = [n for n in _returns(function)]
     if len(returns) != 1 or returns[0].value is None:
         return False
     return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
 
 
-def _returns(function: cst.FunctionDef):
+def _returns(function: cst.FunctionDef) -> Iterator[cst.Return]:
     stack: list[cst.CSTNode] = [function.body]
     while stack:
         node = stack.pop()
         if isinstance(node, cst.Return):
             yield node
         elif not isinstance(node, (cst.FunctionDef, cst.Lambda)):
-            stack.extend(node.children)
+            stack.extend(children(node))

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -8,6 +10,9 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted, int_value
 from ddpcheck.lint.rule import Invalid, Rule
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 _LAUNCHER_ENV = api.LAUNCHER_ENV
 _RENDEZVOUS_ENV = api.RENDEZVOUS_ENV
@@ -196,7 +201,7 @@ class HardCodedRendezvous(Rule):
         "let the default `env://` read what the launcher exports"
     )
 
-    def __init__(self, model) -> None:
+    def __init__(self, model: Model) -> None:
         super().__init__(model)
         self._writes: list[tuple[cst.CSTNode, str]] = []
         self._written: set[int] = set()

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 # A reference handed on (`register(dist.destroy_process_group)`), not a call nor a word in prose.
 _REFERENCED = re.compile(r"destroy_process_group\s*[),\]]")
@@ -243,7 +247,7 @@ class MissingDestroyProcessGroup(Rule):
         return remedies.destroy_at_end(root, function.node)
 
 
-def _works_after(model, module: ModuleModel, function: str, init: CallSite) -> bool:
+def _works_after(model: Model, module: ModuleModel, function: str, init: CallSite) -> bool:
     """The function goes on after creating the group (trains, or calls what trains): it is not a
     `setup()` that only creates it."""
     for call in module.calls_in(function):
@@ -255,7 +259,7 @@ def _works_after(model, module: ModuleModel, function: str, init: CallSite) -> b
     return False
 
 
-def _describe(module, guard) -> str:
+def _describe(module: ModuleModel, guard: Guard) -> str:
     test = " ".join(module.code(guard.test).split())
     return f"`if {test}`" if not guard.negated else f"the else of `if {test}`"
 

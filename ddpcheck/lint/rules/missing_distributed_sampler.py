@@ -167,7 +167,7 @@ class MissingDistributedSampler(Rule):
             return False
         return True
 
-    def _iterable(self, site: CallSite, dataset) -> bool:
+    def _iterable(self, site: CallSite, dataset: cst.BaseExpression) -> bool:
         """The dataset shards itself: an IterableDataset (a torch one, a project subclass, or an
         outside class whose name says so), or a dataset made with the rank
         (`ImageDataset(files, shard=dist.get_rank(), num_shards=...)`)."""

@@ -6,7 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, strip_moves, wraps
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
@@ -224,7 +224,7 @@ class ModelMovedAfterWrapping(Rule):
         """Source order of the nodes of the wrap's scope (a pre-order numbering, made once)."""
         memo = wrap.site.module.memo.setdefault("preorder", {})
         scope_node = wrap.site.scope.node
-        cached = memo.get(id(scope_node))
+        cached: dict[int, int] | None = memo.get(id(scope_node))
         if cached is None:
             cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
             memo[id(scope_node)] = cached
@@ -250,7 +250,7 @@ def _descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
     while stack:
         current = stack.pop()
         out.append(current)
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(children(current)))
     return out
 
 

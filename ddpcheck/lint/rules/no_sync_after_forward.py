@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -115,7 +117,7 @@ class NoSyncAfterForward(Rule):
 
             self.report(with_node.items[0], module=site.module, related=model.paths.chain(site))
 
-    def _no_sync_blocks(self, sites: list[CallSite]):
+    def _no_sync_blocks(self, sites: list[CallSite]) -> Iterator[tuple[cst.With, cst.BaseExpression, CallSite]]:
         """(with statement, the object it calls no_sync on, the no_sync call) for every
         `with X.no_sync():`."""
         seen: set[int] = set()

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.syntax import children, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
@@ -137,7 +140,7 @@ class RankLocalBreak(Rule):
         return False
 
     def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2) -> bool:
-        for node in _nodes(test):
+        for node in subexpressions(test):
             if isinstance(node, cst.Call):
                 site = root.call_at(node)
                 name = self.model.api(site) if site is not None else None
@@ -152,10 +155,11 @@ class RankLocalBreak(Rule):
         return False
 
 
-def _exits(loop: cst.For):
+def _exits(loop: cst.For) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
     """(`break` or `return`, the test of the innermost `if` around it) in the loop body; a break
     inside a nested loop belongs to that loop and is skipped."""
-    def visit(node: cst.CSTNode, test: cst.BaseExpression | None, nested: bool):
+    def visit(node: cst.CSTNode, test: cst.BaseExpression | None,
+              nested: bool) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
         if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             return
         if isinstance(node, cst.If):
@@ -164,23 +168,14 @@ def _exits(loop: cst.For):
                 yield from visit(node.orelse, None, nested)
             return
         if isinstance(node, (cst.For, cst.While)):
-            for child in node.children:
+            for child in children(node):
                 yield from visit(child, test, True)
             return
         if isinstance(node, cst.Break) and not nested and test is not None:
             yield node, test
         if isinstance(node, cst.Return) and test is not None:
             yield node, test
-        for child in node.children:
+        for child in children(node):
             yield from visit(child, test, nested)
 
     yield from visit(loop.body, None, False)
-
-
-def _nodes(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-

@@ -4,10 +4,10 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
+from ddpcheck.lint.model.syntax import children, int_value
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.model.syntax import int_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import int_default
 
@@ -106,7 +106,7 @@ class SameSeedOnEveryRank(Rule):
             if values and all(self._constant(v, resolve) for v in values):
                 self.report(site.node, self.MESSAGE.format(seed=model.text_of(model.root, seed)))
 
-    def _constant(self, value: Value, resolve) -> bool:
+    def _constant(self, value: Value, resolve: Resolve) -> bool:
         node = value.node
         if not isinstance(node, cst.BaseExpression):
             return False
@@ -119,7 +119,7 @@ class SameSeedOnEveryRank(Rule):
 _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 
 
-def _mentions_rank(expr: cst.CSTNode, resolve) -> bool:
+def _mentions_rank(expr: cst.CSTNode, resolve: Resolve) -> bool:
     if isinstance(expr, cst.BaseExpression) and is_rank_value(expr, resolve):
         return True
-    return any(_mentions_rank(child, resolve) for child in expr.children)
+    return any(_mentions_rank(child, resolve) for child in children(expr))

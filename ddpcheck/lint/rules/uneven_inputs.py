@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Iterator
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.module import ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import classes_of
 
@@ -127,7 +129,7 @@ class UnevenInputs(Rule):
             return
         resolve = model.resolver_for(root)
         for scope, node in _expressions(root):
-            for sub in _nodes(node):
+            for sub in subexpressions(node):
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve):
                     self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
                 elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and _by_rank(sub, resolve):
@@ -155,7 +157,7 @@ class UnevenInputs(Rule):
                                 module=module)
 
 
-def _strided_by_rank(sub: cst.Subscript, resolve) -> bool:
+def _strided_by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
     """`x[rank::world_size]`."""
     if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
         return False
@@ -164,7 +166,7 @@ def _strided_by_rank(sub: cst.Subscript, resolve) -> bool:
         and _is_world(piece.step)
 
 
-def _by_rank(sub: cst.Subscript, resolve) -> bool:
+def _by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
     return len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and is_rank_value(sub.slice[0].slice.value, resolve)
 
 
@@ -173,19 +175,10 @@ def _is_world(expr: cst.BaseExpression) -> bool:
     return any(text.endswith(w) for w in _WORLD)
 
 
-def _expressions(root: ModuleModel):
+def _expressions(root: ModuleModel) -> Iterator[tuple[Scope, cst.BaseExpression]]:
     scopes: list[Scope] = [root.module_scope, *root.function_scopes.values()]
     for scope in scopes:
         for values in scope.assignments.values():
             for value in values:
                 if isinstance(value, cst.BaseExpression):
                     yield scope, value
-
-
-def _nodes(node: cst.CSTNode):
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(current.children)
-

@@ -6,7 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.module import CallSite, ForSite
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Where a metric ends up in front of a person.
@@ -207,7 +207,7 @@ def _accumulated(loop: cst.For) -> set[str]:
             if name is not None:
                 out.add(name)
         elif not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            stack.extend(node.children)
+            stack.extend(children(node))
     return out
 
 
@@ -219,7 +219,7 @@ def _names_in(node: cst.CSTNode) -> set[str]:
         name = dotted(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
         if name is not None:
             out.add(name)
-        stack.extend(current.children)
+        stack.extend(children(current))
     return out
 
 

@@ -8,7 +8,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
-from ddpcheck.lint.model.values import Frame, Value
+from ddpcheck.lint.model.values import Frame, Leaf, Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 # A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
@@ -200,7 +200,7 @@ class UnscaledLearningRate(Rule):
             return False  # a parameter's default: the signature is a deliberate choice
         return self._constant_expr(value.module, value.node, value.scope, value.frame, value.at, depth)
 
-    def _constant_expr(self, module: ModuleModel, node, scope: Scope, frame: Frame | None, at: Point | None,
+    def _constant_expr(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, at: Point | None,
                        depth: int) -> bool:
         if isinstance(node, (cst.Integer, cst.Float)):
             return True
@@ -241,7 +241,7 @@ class UnscaledLearningRate(Rule):
         return False
 
 
-def _is_zero(node) -> bool:
+def _is_zero(node: object) -> bool:
     return isinstance(node, (cst.Integer, cst.Float)) and float(node.evaluated_value) == 0.0
 
 

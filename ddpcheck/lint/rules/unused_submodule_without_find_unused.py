@@ -1,12 +1,22 @@
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
 from ddpcheck.lint.model.syntax import is_true
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
-    class_closure, classes_of, dynamic_members, parameter_submodules, self_references,
+    class_closure,
+    classes_of,
+    dynamic_members,
+    parameter_submodules,
+    self_references,
 )
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+    from ddpcheck.lint.model.module import ClassInfo, ModuleModel
 
 
 class UnusedSubmoduleWithoutFindUnused(Rule):
@@ -128,7 +138,7 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                     self.report(node, self.MESSAGE.format(attr=attr, cls=info.qualname), module=module)
 
     @staticmethod
-    def _read_anywhere(model, module, info, attr: str) -> bool:
+    def _read_anywhere(model: Model, module: ModuleModel, info: ClassInfo, attr: str) -> bool:
         """`self.attr` is read in a method of the class or of a project subclass in the module."""
         if self_references(module, info, attr):
             return True

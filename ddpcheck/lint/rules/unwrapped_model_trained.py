@@ -8,6 +8,7 @@ from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, is_ddp, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -168,11 +169,11 @@ class UnwrappedModelTrained(Rule):
         if not backwards:
             return
         for site in sites:
-            wrap = self._runs_inner(site, inner)
-            if wrap is None or not self._in_training_step(site, backwards):
+            ran = self._runs_inner(site, inner)
+            if ran is None or not self._in_training_step(site, backwards):
                 continue
             name = " ".join(site.module.code(site.node.func).split())
-            outer = wrap.outer[0] if wrap.outer else "the DDP model"
+            outer = ran.outer[0] if ran.outer else "the DDP model"
             self.report(
                 site.node,
                 f"`{name}(...)` runs the module inside DDP, so its gradients are never "
@@ -201,7 +202,7 @@ class UnwrappedModelTrained(Rule):
             found = self._match(site, values, inner)
         return found
 
-    def _match(self, site: CallSite, values: list, inner: dict[int, Wrap]) -> Wrap | None:
+    def _match(self, site: CallSite, values: list[Value], inner: dict[int, Wrap]) -> Wrap | None:
         for value in values:
             wrap = inner.get(id(value.node))
             if wrap is None:

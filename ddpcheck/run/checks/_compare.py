@@ -1,26 +1,108 @@
-"""Helpers the step-wise probes share: per-rank step digests, live exchange bookkeeping, and the
-comparison of per-parameter fingerprints across ranks. Torch-free."""
+"""What the step-wise probes (gradients, parameters, buffers, inputs) share: a bounded log of one
+digest per checked step in each rank, and the comparison of those logs across ranks. The
+judging half is torch-free.
+
+A rank's log never grows with the length of the run. It keeps
+
+- the first KEEP checked steps' entries (`steps`), for comparison after the job;
+- the entries of the first MAX_DETAIL steps at which the live exchange saw the ranks differ
+  (`differ`), with the per-tensor fingerprints of those steps (`detail`) to name the tensors;
+- `count` and a rolling digest of every checked step (`rolling`), so that a difference after the
+  first KEEP steps is still seen when no live exchange ran.
+
+Without a live exchange (one process per node without ddpcheck's group, or inside DDP's Join())
+the per-tensor fingerprints of the first MAX_DETAIL_OFFLINE checked steps are kept instead.
+"""
 
 from __future__ import annotations
 
-from ddpcheck.run.rank.fingerprint import NONE
+from typing import TYPE_CHECKING, Any
 
+from ddpcheck.run.records import Record, section
+
+if TYPE_CHECKING:
+    from ddpcheck.run.rank.session import Session
+
+KEEP = 32  # checked steps whose digests every rank keeps
 MAX_DETAIL = 3  # steps whose per-tensor fingerprints a rank keeps once ranks are seen to differ
-MAX_DETAIL_OFFLINE = 20  # ... or, without a live exchange, the first checked steps
+MAX_DETAIL_OFFLINE = 8  # ... or, without a live exchange, the first checked steps
+_MASK = (1 << 64) - 1
+NONE_PAIR = [-1, -1]  # the fingerprint of a missing tensor (a None gradient)
 
 
-def steps_by_rank(records: list[dict], probe: str, key: str = "steps") -> dict[int, dict[int, int]]:
-    """rank -> {step: digest} from each record's probe section."""
+class StepLog:
+    """One probe's per-step digests in one rank (see the module docstring)."""
+
+    def __init__(self, session: Session, part: dict[str, Any], slot: int, key: str = "steps") -> None:
+        self.session, self.part, self.slot, self.key = session, part, slot, key
+        self.pending: dict[int, tuple[list[Any], dict[str, Any]]] = {}  # step -> held until exchanged
+        part[key] = {"steps": [], "count": 0, "rolling": 0, "differ": [], "detail": [], "differing": 0}
+
+    @property
+    def log(self) -> dict[str, Any]:
+        return self.part[self.key]  # type: ignore[no-any-return]
+
+    def add(self, entry: list[Any], names: list[str] | None = None,
+            fingerprints: list[tuple[int, int]] | None = None) -> None:
+        """`entry` = [step, digest, ...]; `names`/`fingerprints`: the per-tensor detail."""
+        log = self.log
+        log["count"] += 1
+        log["rolling"] = (log["rolling"] * 0x100000001B3 + (entry[0] << 32) + (entry[1] & _MASK)) & _MASK
+        if len(log["steps"]) < KEEP:
+            log["steps"].append(entry)
+        detail = {"step": entry[0], "names": names or [], "fingerprints": [list(f) for f in fingerprints or []]}
+        session = self.session
+        live = session.group is not None and session.exchange_ok and session.world_size > 1
+        if not live:
+            if fingerprints is not None and len(log["detail"]) < MAX_DETAIL_OFFLINE:
+                log["detail"].append(detail)
+        else:  # held until the exchange of this step finishes, at the next checked step
+            self.pending[entry[0]] = (entry, detail)
+            while len(self.pending) > 2:
+                del self.pending[min(self.pending)]
+
+    def exchanged(self, step: int, rows: list[list[int]]) -> bool:
+        """Keep the held entry (and its detail) if the ranks differ in this slot; True if they do."""
+        differ = len({row[self.slot] for row in rows}) > 1
+        log = self.log
+        log["differing"] += differ
+        held = self.pending.pop(step, None)
+        if differ and held is not None and len(log["differ"]) < MAX_DETAIL:
+            entry, detail = held
+            log["differ"].append(entry)
+            if detail["names"] or detail["fingerprints"]:
+                log["detail"].append(detail)
+        return differ
+
+
+# --- judging, in the launcher ------------------------------------------------------------------
+
+def logs_by_rank(records: list[Record], probe: str, key: str = "steps") -> dict[int, dict[str, Any]]:
+    """rank -> that rank's log of `probe` (ranks without one are left out)."""
     out = {}
     for r in records:
-        sec = r.get("probes", {}).get(probe)
-        if sec is not None:
-            out[r["rank"]] = {int(s): int(d) for s, d, *_ in sec.get(key, [])}
+        log = section(r, probe).get(key)
+        if isinstance(log, dict):
+            out[int(r["rank"])] = log
     return out
 
 
-def first_mismatch(per_rank: dict[int, dict[int, int]]):
-    """(first differing step, {rank: digest} there, differing steps, compared steps)."""
+def entries(log: dict[str, Any]) -> dict[int, list[Any]]:
+    """step -> entry, from the kept steps and the steps seen to differ."""
+    return {int(e[0]): e for e in [*log.get("steps", []), *log.get("differ", [])]}
+
+
+def steps_by_rank(logs: dict[int, dict[str, Any]]) -> dict[int, dict[int, int]]:
+    """rank -> {step: digest}."""
+    return {rank: {s: int(e[1]) for s, e in entries(log).items()} for rank, log in logs.items()}
+
+
+def first_mismatch(logs: dict[int, dict[str, Any]]) -> tuple[int | None, dict[int, int], int, int]:
+    """(first differing step, {rank: digest} there, differing steps seen, compared steps).
+
+    A difference seen only in the rolling digests (after the kept steps, with no live exchange)
+    is reported at step -1: "after the first KEEP checked steps"."""
+    per_rank = steps_by_rank(logs)
     if len(per_rank) < 2:
         return None, {}, 0, 0
     common = sorted(set.intersection(*(set(v) for v in per_rank.values())))
@@ -31,56 +113,40 @@ def first_mismatch(per_rank: dict[int, dict[int, int]]):
             bad += 1
             if first is None:
                 first, at = step, values
-    return first, at, bad, len(common)
+    bad = max([bad, *(log.get("differing", 0) for log in logs.values())])
+    counts = {log.get("count", 0) for log in logs.values()}
+    compared = int(max(counts)) if len(counts) == 1 else len(common)
+    if first is None and len(counts) == 1:
+        rolling = {r: int(log.get("rolling", 0)) for r, log in logs.items()}
+        if len(set(rolling.values())) > 1:
+            return -1, rolling, 1, compared
+    return first, at, bad, compared
 
 
-def differing_tensors(records: list[dict], probe: str, step: int, key: str = "detail"):
-    """[(name, {rank: crc})] for the tensors whose fingerprints differ at `step` (if kept)."""
+def differing_tensors(logs: dict[int, dict[str, Any]], step: int) -> list[tuple[str, dict[int, Any]]] | None:
+    """[(name, {rank: fingerprint})] for the tensors whose fingerprints differ at `step` (if kept)."""
     per_rank = {}
-    for r in records:
-        for d in r.get("probes", {}).get(probe, {}).get(key, []):
+    for rank, log in logs.items():
+        for d in log.get("detail", []):
             if d["step"] == step:
-                per_rank[r["rank"]] = d
+                per_rank[rank] = d
     if len(per_rank) < 2:
         return None
     names = next(iter(per_rank.values()))["names"]
     out = []
     for i, name in enumerate(names):
-        values = {rank: d["crcs"][i] for rank, d in per_rank.items() if i < len(d["crcs"])}
+        values = {rank: tuple(d["fingerprints"][i]) for rank, d in per_rank.items() if i < len(d["fingerprints"])}
         if len(set(values.values())) > 1:
             out.append((name, values))
     return out
 
 
-def describe_tensor(name: str, values: dict[int, int]) -> str:
-    missing = tuple(r for r, v in values.items() if v == NONE)
+def describe_tensor(name: str, values: dict[int, Any]) -> str:
+    missing = tuple(r for r, v in values.items() if list(v) == NONE_PAIR)
     if missing and len(missing) < len(values):
         return f"{name} (None on rank{'s' if len(missing) > 1 else ''} {','.join(map(str, missing))})"
     return name
 
 
-class DetailKeeper:
-    """Keeps a probe's per-tensor fingerprints for a step only when they may be needed: when the
-    live exchange shows ranks differ (a few steps), or when there is no live exchange."""
-
-    def __init__(self, session, section: dict, slot: int, key: str = "detail"):
-        self.session, self.section, self.slot, self.key = session, section, slot, key
-        self.pending = None
-        section.setdefault(key, [])
-
-    def hold(self, step: int, names: list[str], crcs: list[int]) -> None:
-        self.pending = {"step": step, "names": names, "crcs": crcs}
-        live = self.session.group is not None and self.session.exchange_ok and self.session.world_size > 1
-        if not live and len(self.section[self.key]) < MAX_DETAIL_OFFLINE:
-            self.section[self.key].append(self.pending)
-            self.pending = None
-
-    def exchanged(self, step: int, rows: list[list[int]]) -> bool:
-        """Store the held detail if ranks differ in this slot; True if they differ."""
-        values = {row[self.slot] for row in rows}
-        differ = len(values) > 1
-        if differ and self.pending is not None and self.pending["step"] == step \
-                and len(self.section[self.key]) < MAX_DETAIL:
-            self.section[self.key].append(self.pending)
-        self.pending = None
-        return differ
+def where(step: int) -> str:
+    return f"a checked step after the first {KEEP}" if step == -1 else f"optimizer step {step}"

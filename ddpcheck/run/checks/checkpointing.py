@@ -184,7 +184,7 @@ def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
 
 
 def _damage(records: list[dict[str, Any]], entries: list[dict[str, Any]]) -> str:
-    from ddpcheck.run.checks._compare import first_mismatch, steps_by_rank
+    from ddpcheck.run.checks._compare import first_mismatch, logs_by_rank
 
     seen_errors = set()
     for r in records:
@@ -193,7 +193,7 @@ def _damage(records: list[dict[str, Any]], entries: list[dict[str, Any]]) -> str
             if text in message:
                 seen_errors.add(text)
     parts = []
-    step, _at, _bad, _n = first_mismatch(steps_by_rank(records, "grads"))
+    step, _at, _bad, _n = first_mismatch(logs_by_rank(records, "grads"))
     if step is not None:
         parts.append(f"gradients differed across ranks at optimizer step {step}")
     if seen_errors:

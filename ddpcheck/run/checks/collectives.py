@@ -12,6 +12,7 @@ job.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,7 @@ class CollectiveMismatch(RuntimeCheck):
     code = "DDP128"
     name = "collective-mismatch"
     severity = Severity.ERROR
+    needs = "init"  # collectives need a process group, not a DDP model or an optimizer step
     explains = ("DDP120", "DDP123", "DDP127")
     hint = "every rank must make the same collective calls in the same order, with equal shapes and dtypes"
     BAD = """
@@ -114,6 +116,7 @@ class UnevenWork(RuntimeCheck):
     code = "DDP129"
     name = "uneven-work"
     severity = Severity.ERROR
+    needs = "init"
     explains = ("DDP120", "DDP123", "DDP127", "DDP128")
     hint = ("give every rank the same number of batches (DistributedSampler; equal IterableDataset shards) and "
             "decide early stopping on an all-reduced value; for intended uneven inputs use DDP's join()")
@@ -215,8 +218,13 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         uneven = _uneven_after_the_job(records)
         if uneven is not None:
             found[UnevenWork.code] = uneven
-    return [found.get(CollectiveMismatch.code) or _mismatch_pass(records),
-            found.get(UnevenWork.code) or _uneven_pass(records)]
+    stopped = " until the job stopped" if hang is not None or _failed(records, ctx) else ""
+    return [found.get(CollectiveMismatch.code) or _with(_mismatch_pass(records), stopped),
+            found.get(UnevenWork.code) or _with(_uneven_pass(records), stopped)]
+
+
+def _with(verdict: Verdict, tail: str) -> Verdict:
+    return replace(verdict, detail=verdict.detail + tail) if tail and verdict.status == PASS else verdict
 
 
 def _logs(records: list[Record]) -> dict[int, dict[str, Any]]:
@@ -272,9 +280,11 @@ def _uneven_pass(records: list[Record]) -> Verdict:
     if any(r.get("used_join") for r in records):
         return Verdict(UnevenWork.code, PASS, "uneven inputs handled by DDP's join()")
     states = _passes(records)
-    epochs = max([len(s.passes) for s in states.values()] or [0])
     if not states:
         return Verdict(UnevenWork.code, SKIP, "no work recorded")
+    # Passes every rank made (a loader only rank 0 walks, for evaluation, is not compared).
+    shared = set.intersection(*({p.key for p in s.passes} for s in states.values()))
+    epochs = len(shared)
     steps = sorted({s.steps for s in states.values()})
     what = f"{epochs} data loader pass{'es' if epochs != 1 else ''} and " if epochs else ""
     return Verdict(UnevenWork.code, PASS, f"{what}{steps[-1]} optimizer steps, the same on every rank")

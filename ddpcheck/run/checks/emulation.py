@@ -74,7 +74,7 @@ def capture(session: Session) -> None:
         if session.under_launcher or session.spawn_parent:  # once per job, not per worker
             session.progress("no CUDA device here: CUDA calls are emulated on the CPU (nccl → gloo)")
 
-    emulate.on_first_use = said
+    setattr(emulate, "on_first_use", said)
     session.at_end.append(lambda why: used.update(used=sorted(emulate.USED)))
 
 

@@ -3,21 +3,24 @@
 Captured in the global optimizer step pre-hook: it sees the final gradients, after DDP's
 all-reduce and after any clipping or user edit, fires for every optimizer, and needs no DDP comm
 hook (which would clash with the user's own and never fires under no_sync). Every parameter's
-gradient is fingerprinted exactly (crc32 of its bytes; a None gradient is its own value). Under
+gradient is fingerprinted exactly (rank/fingerprint.py; a None gradient is its own value). Under
 DDP the all-reduced gradients are bitwise identical on every rank, so any difference is a fault.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ddpcheck.run.checks._compare import (
-    DetailKeeper,
+    StepLog,
     describe_tensor,
     differing_tensors,
+    entries,
     first_mismatch,
-    steps_by_rank,
+    logs_by_rank,
+    where,
 )
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -36,8 +39,32 @@ class GradientsDiffer(RuntimeCheck):
     apply different updates and the replicas drift apart silently. Causes: a rank-dependent edit
     or scaling of `.grad` after backward, clipping by a rank-local norm, `no_sync()` around every
     backward, or a model trained outside its DDP wrapper. ddpcheck fingerprints every gradient
-    (crc32 of its bytes) in the global optimizer step pre-hook and names the first step and the
-    parameters that differ; a gradient that is None on some ranks only is reported too.
+    in the global optimizer step pre-hook and names the first step and the parameters that
+    differ; a gradient that is None on some ranks only is reported too.
+
+    ## How the gradients are compared
+
+    Each gradient's bytes are read as 64-bit words v_i and reduced where the gradient lives to two
+    numbers, S = H + Σ v_i and W = Σ w_i·v_i (mod 2^64): H hashes the dtype and shape; the weights
+    w_i are fixed pseudo-random 64-bit numbers (drawn once from a private generator with a fixed
+    seed, never from the script's random state), one per run of 32 words (256 bytes) and one per
+    position for the last < 32 words. That is one integer reduction over the tensor, at about the
+    cost of `torch.sum`, and two numbers per gradient, which fold into one 64-bit digest per
+    step; at each checked step one all-gather of a few such digests compares the ranks, and when
+    they differ every rank keeps its per-gradient pairs, so the report names the parameters.
+
+    When do two different gradients give the same pair? Let d_i be the difference of the words.
+    A difference confined to one word (one or two neighbouring float32 values, one float64, up to
+    four bf16 values, any bits flipped in them) always changes S. Otherwise both S and W must stay
+    equal: Σ d_i ≡ 0 and Σ_r a_r·D_r ≡ 0 (mod 2^64), where D_r is the change of run r's sum. For
+    random weights, a given pattern of run changes with some D_r ≢ 0 passes the second test with
+    probability at most 2^-(64-k), k being the number of trailing zero bits all D_r share: 2^-64
+    for ordinary differences, at most 2^-32 when only the upper float32 of each word differs, and
+    1/2 in the extreme case of run changes confined to bit 63 (say, exactly two sign flips of
+    odd-indexed float32 values in different runs). What it cannot see are changes that keep
+    every run's sum: 64-bit words permuted within one 256-byte run, or equal and opposite changes
+    inside one run. Values moved further, a transposed or shuffled tensor, a scale, noise, a
+    skipped all-reduce, a gradient that is None on some ranks: each changes the pair.
 
     ## How to fix
 
@@ -75,64 +102,68 @@ NAME = "grads"
 CODE = "DDP105"
 
 
-def optimizer_params(optimizer):
+def optimizer_params(optimizer: Any) -> Iterator[tuple[str, Any]]:
     for gi, group in enumerate(optimizer.param_groups):
         for pi, p in enumerate(group["params"]):
             yield f"param_groups[{gi}][{pi}]", p
 
 
+def synchronised(session: Session, named: Iterator[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """(name, parameter) for the parameters DDP keeps in sync: those of the DDP-wrapped modules
+    once there is one (an optimizer may also hold parameters that are rank-local by design,
+    e.g. model-parallel embedding tables), else every one."""
+    names = session.param_names
+    if not names:
+        return list(named)
+    return [(names[id(p)], p) for _, p in named if id(p) in names]
+
+
 def capture(session: Session) -> None:
-    from ddpcheck.run.rank.fingerprint import combine, tensor_crc
+    from ddpcheck.run.rank.fingerprint import combine, fingerprints
 
-    section = session.section(NAME)
-    section["steps"] = []  # [step, digest, forwards since last step, of which under no_sync]
-    keeper = DetailKeeper(session, section, session.add_slot("grads"))
-    state = {"reported": False}
+    # entries: [step, digest, forwards since the last step, of which under no_sync()]
+    log = StepLog(session, session.section(NAME), session.add_slot(NAME))
+    reported: list[int] = []
 
-    def before_step(optimizer, step: int) -> None:
-        named = [(session.name_of(p, fallback), p) for fallback, p in optimizer_params(optimizer)]
-        crcs = [tensor_crc(p.grad) for _, p in named]
-        digest = combine(crcs)
-        session.stage("grads", digest)
-        section["steps"].append([step, digest, session.window["forwards"], session.window["unsynced"]])
-        keeper.hold(step, [n for n, _ in named], crcs)
+    def before_step(optimizer: Any, step: int) -> None:
+        named = synchronised(session, optimizer_params(optimizer))
+        fps = fingerprints(p.grad for _, p in named)
+        digest = combine(fps)
+        session.stage(NAME, digest)
+        log.add([step, digest, session.forwards, session.unsynced], [n for n, _ in named], fps)
 
-    def on_exchange(step: int, rows) -> None:
-        if keeper.exchanged(step, rows) and not state["reported"]:
-            state["reported"] = True
+    def on_exchange(step: int, rows: list[list[int]]) -> None:
+        if log.exchanged(step, rows) and not reported:
+            reported.append(step)
             session.progress(f"gradients differ across ranks at optimizer step {step}")
 
     session.before_step.append(before_step)
     session.on_exchange.append(on_exchange)
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
-    per_rank = steps_by_rank(records, NAME)
-    if len(per_rank) < 2 or not any(per_rank.values()):
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
+    logs = logs_by_rank(records, NAME)
+    if len(logs) < 2 or not any(log.get("count") for log in logs.values()):
         return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
-    step, at, bad, compared = first_mismatch(per_rank)
+    step, at, bad, compared = first_mismatch(logs)
     if step is None:
         return [Verdict(CODE, PASS, f"identical on every rank at {compared} checked steps")]
-    tensors = differing_tensors(records, NAME, step)
+    tensors = differing_tensors(logs, step)
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
     if tensors and len(tensors) > 5:
         names += f" (+{len(tensors) - 5} more)"
-    cause = _cause(records, step)
-    message = (f"Gradients differ across ranks at optimizer step {step} ({describe_groups(at)}; "
+    cause = _cause(logs, step)
+    message = (f"Gradients differ across ranks at {where(step)} ({describe_groups(at)}; "
                f"{bad} of {compared} checked steps differ){': ' + names if names else ''}. "
                + cause)
     return [Verdict(CODE, FAIL, f"differ from step {step}: {names or describe_groups(at)}",
-                    message=message, ranks=odd_ranks(at), step=step,
+                    message=message, ranks=odd_ranks(at), step=step if step > 0 else None,
                     details={"differing_steps": bad, "checked_steps": compared,
                              "parameters": [n for n, _ in (tensors or [])], "digests": at})]
 
 
-def _cause(records: list[dict], step: int) -> str:
-    windows = []
-    for r in records:
-        for s, _d, forwards, unsynced in r.get("probes", {}).get(NAME, {}).get("steps", []):
-            if s == step:
-                windows.append((forwards, unsynced))
+def _cause(logs: dict[int, dict[str, Any]], step: int) -> str:
+    windows = [(e[2], e[3]) for log in logs.values() for s, e in entries(log).items() if s == step]
     if windows and all(f > 0 and u == f for f, u in windows):
         return ("Every DDP forward before this step ran inside no_sync(), so DDP never all-reduced "
                 "these gradients: leave the last micro-batch of each step outside no_sync().")

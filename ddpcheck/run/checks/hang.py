@@ -25,7 +25,10 @@ class CollectiveHang(Incident):
     explains it, where each rank waits ("every rank waits in the same collective", "rank 1 is not
     in a collective: idle at train.py:40"). Then it stops the job within seconds and exits with
     code 1. Every rank's state and Python stack are in the JSON report (`--report`, under
-    `details.states`). A rank that is computing holds the verdict back: that is slow, not hung.
+    `details.states`). A rank that is computing holds the verdict back: that is slow, not hung. A
+    rank that never answers (stuck in native code that holds the GIL) is decided without after one
+    more timeout and killed. When `ddpcheck run` itself is killed (a CI job's timeout sends
+    SIGKILL), every rank exits with it.
 
     With `--collective-timeout S`, ddpcheck also passes `timeout=S` to `init_process_group` when
     the script passes none, so that a stuck collective raises instead of waiting 30 minutes.
@@ -76,7 +79,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     return [Verdict(CollectiveHang.code, FAIL, verdict["message"], message=verdict["message"],
                     ranks=tuple(verdict.get("ranks", ())), path=file or None,
                     line=int(line) if line.isdigit() else None,
-                    details={"states": verdict.get("states", {}), "timeout_s": verdict.get("timeout_s")})]
+                    details={**verdict.get("details", {}), "states": verdict.get("states", {}),
+                             "timeout_s": verdict.get("timeout_s")})]
 
 
 PROBE = Probe("hang", (CollectiveHang,), judge, order=1)

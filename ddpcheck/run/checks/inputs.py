@@ -4,8 +4,10 @@ IterableDataset that does not shard by rank, synthetic inputs from identically s
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ddpcheck.run.checks._compare import StepLog, logs_by_rank, steps_by_rank
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -58,35 +60,34 @@ CODE = "DDP104"
 
 
 def capture(session: Session) -> None:
-    from ddpcheck.run.rank.fingerprint import structure_crc
+    from ddpcheck.run.rank.fingerprint import structure_digest
 
-    section = session.section(NAME)
-    section["steps"] = []
-    session.add_slot("inputs")
-    state = {"window": None}
+    part = session.section(NAME)
+    log = StepLog(session, part, session.add_slot(NAME))
+    window = [0]  # the step whose first forward was fingerprinted
 
-    def on_ddp_forward(ddp, args, kwargs) -> None:
+    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         step = session.step + 1
-        if state["window"] == step or not session.is_checked(step):
+        if step != session.next_checked or window[0] == step:
             return
-        state["window"] = step
-        if "rows" not in section:
+        window[0] = step
+        if "rows" not in part:
             from ddpcheck.run.checks.shards import leading_rows
 
-            section["rows"] = leading_rows((args, kwargs))
-        digest = structure_crc((args, kwargs))
+            part["rows"] = leading_rows((args, kwargs))
+        digest = structure_digest((args, kwargs))
         if digest is not None:
-            session.stage("inputs", digest)
-            section["steps"].append([step, digest])
+            session.stage(NAME, digest)
+            log.add([step, digest])
 
     session.on_ddp_forward.append(on_ddp_forward)
 
 
-def _loader_batches(records: list[dict]) -> dict[int, dict[str, dict[int, int]]]:
+def _loader_batches(records: list[Record]) -> dict[str, dict[int, dict[int, int]]]:
     """loader label -> rank -> {step: digest} for loaders without indices (see shards.py)."""
     from ddpcheck.run.checks.shards import loader_label
 
-    out: dict = {}
+    out: dict[str, dict[int, dict[int, int]]] = {}
     for r in records:
         for info in r.get("probes", {}).get("shards", {}).get("loaders", []):
             if info.get("batches"):
@@ -95,10 +96,8 @@ def _loader_batches(records: list[dict]) -> dict[int, dict[str, dict[int, int]]]
     return out
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
-    from ddpcheck.run.checks._compare import steps_by_rank
-
-    per_rank = {r: s for r, s in steps_by_rank(records, NAME).items() if s}
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
+    per_rank = {r: s for r, s in steps_by_rank(logs_by_rank(records, NAME)).items() if s}
     verdict = _judge(per_rank, "fed identical inputs to the DDP model")
     if verdict.status != FAIL:
         # No DDP forward to look at, or it looked fine: the batches of loaders without indices.

@@ -4,10 +4,11 @@ parameters that never receive a gradient."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterable
 
 import socket
 
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -206,9 +207,9 @@ def capture(session: Session) -> None:
     section = session.section(NAME)
     section.update(init=False, backend=None, ddp=[], destroyed=False, ended=None,
                    host=socket.gethostname(), grad_seen=[])
-    by_id: dict[int, dict] = {}
+    by_id: dict[int, dict[str, Any]] = {}
     seen: set[str] = set()
-    handles: list = []
+    handles: list[Any] = []
 
     def after_init() -> None:
         import torch.distributed as dist
@@ -216,7 +217,7 @@ def capture(session: Session) -> None:
         section["init"] = True
         section["backend"] = str(dist.get_backend())
 
-    def on_ddp_init(ddp) -> None:
+    def on_ddp_init(ddp: Any) -> None:
         params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
         first = next((p for _, p in params), None)
         entry = {
@@ -235,16 +236,16 @@ def capture(session: Session) -> None:
         section["ddp"].append(entry)
         by_id[id(ddp)] = entry
         for name, p in params:
-            def mark(_tensor, name=name):  # fires when autograd accumulates into .grad
+            def mark(_tensor: Any, name: str = name) -> None:  # autograd accumulated into .grad
                 seen.add(name)
             handles.append(p.register_post_accumulate_grad_hook(mark))
 
-    def on_ddp_forward(ddp, args, kwargs) -> None:
+    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         entry = by_id.get(id(ddp))
         if entry is not None:
             entry["forwards"] += 1
 
-    def after_step(optimizer, step: int) -> None:
+    def after_step(optimizer: Any, step: int) -> None:
         section["grad_seen"] = sorted(seen)
         if step >= max(session.options.check_first, 1) and handles:
             for h in handles:  # bounded cost: watch the first K steps only
@@ -263,16 +264,16 @@ def capture(session: Session) -> None:
     session.at_end.append(at_end)
 
 
-def _cuda_count(param) -> int:
+def _cuda_count(param: Any) -> int:
     """How many GPUs this rank sees (0 for a CPU model; never initialises CUDA for one)."""
     if param is None or param.device.type != "cuda":
         return 0
     import torch
 
-    return torch.cuda.device_count()
+    return int(torch.cuda.device_count())
 
 
-def _gpu_uuid(param) -> str | None:
+def _gpu_uuid(param: Any) -> str | None:
     """The physical GPU (cuda:0 is a different one on ranks with their own CUDA_VISIBLE_DEVICES)."""
     if param is None or param.device.type != "cuda":
         return None
@@ -284,11 +285,11 @@ def _gpu_uuid(param) -> str | None:
         return None
 
 
-def _sections(records: list[dict]) -> dict[int, dict]:
+def _sections(records: list[Record]) -> dict[int, dict[str, Any]]:
     return {r["rank"]: r["probes"][NAME] for r in records if NAME in r.get("probes", {})}
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     secs = _sections(records)
     if not secs:
         why = "torch was never imported" if records else "no rank reported"
@@ -353,12 +354,13 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     return out
 
 
-def _devices(secs: dict[int, dict], local_ranks: dict[int, int]) -> Verdict:
+def _devices(secs: dict[int, dict[str, Any]], local_ranks: dict[int, int]) -> Verdict:
     first = {r: s["ddp"][0] for r, s in secs.items() if s["ddp"]}
     cuda = {r: d["device"] for r, d in first.items() if d["device"] and d["device"].startswith("cuda")}
     if not cuda:
         return Verdict(DEVICE, SKIP, "no CUDA model")
-    wrong, taken = [], {}
+    wrong: list[tuple[int, str, str]] = []
+    taken: dict[tuple[str, Any], int] = {}
     for rank, device in sorted(cuda.items()):
         index = int(device.split(":")[1]) if ":" in device else 0
         key = (secs[rank]["host"], first[rank].get("gpu_uuid") or index)
@@ -380,7 +382,7 @@ def _devices(secs: dict[int, dict], local_ranks: dict[int, int]) -> Verdict:
     return Verdict(DEVICE, PASS, f"one device per rank{emulated}: {shown}", details={"devices": cuda})
 
 
-def _unused(secs: dict[int, dict]) -> Verdict:
+def _unused(secs: dict[int, dict[str, Any]]) -> Verdict:
     entries = [(s, d) for s in secs.values() for d in s["ddp"]]
     seen = {n for s in secs.values() for n in s.get("grad_seen", [])}
     if not entries or not seen:
@@ -396,9 +398,9 @@ def _unused(secs: dict[int, dict]) -> Verdict:
     return Verdict(UNUSED, PASS, "every parameter received a gradient")
 
 
-def _ranks(ranks) -> str:
-    ranks = tuple(ranks)
-    return ("rank " if len(ranks) == 1 else "ranks ") + ",".join(map(str, ranks))
+def _ranks(ranks: Iterable[int]) -> str:
+    listed = tuple(ranks)
+    return ("rank " if len(listed) == 1 else "ranks ") + ",".join(map(str, listed))
 
 
 PROBE = Probe(NAME, (InitProcessGroupMissing, DDPNotUsed, CudaDeviceMismatch, DestroyProcessGroupMissing, UnusedParameters), judge, capture, order=20)

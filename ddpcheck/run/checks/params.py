@@ -8,15 +8,17 @@ differ between forwards).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.run.checks._compare import (
-    DetailKeeper,
+    StepLog,
     describe_tensor,
     differing_tensors,
     first_mismatch,
-    steps_by_rank,
+    logs_by_rank,
+    where,
 )
+from ddpcheck.run.records import Record, section
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -104,72 +106,61 @@ PARAMS, BUFFERS = "DDP106", "DDP107"
 def capture(session: Session) -> None:
     import weakref
 
-    from ddpcheck.run.rank.fingerprint import combine, tensor_crc
-    from ddpcheck.run.checks.grads import optimizer_params
+    from ddpcheck.run.checks.grads import optimizer_params, synchronised
+    from ddpcheck.run.rank.fingerprint import combine, fingerprints
 
-    section = session.section(NAME)
-    section.update(steps=[], buffers=[], end=None)
-    params = DetailKeeper(session, section, session.add_slot("params"))
-    buffers = DetailKeeper(session, section, session.add_slot("buffers"), key="buffer_detail")
-    optimizers: list = []
-    state = {"reported": False, "buffer_window": None}
+    part = session.section(NAME)
+    part["end"] = None
+    params = StepLog(session, part, session.add_slot(NAME))
+    buffers = StepLog(session, part, session.add_slot("buffers"), key="buffers")
+    optimizers: list[Any] = []
+    reported: list[int] = []
+    buffer_window = [0]
 
-    def replicated(params: list) -> list:
-        """Once a DDP model exists, only its parameters are meant to be equal on every rank: others
-        the optimizer holds may be sharded on purpose (DLRM's model-parallel embedding tables)."""
-        if not session.param_names:
-            return params
-        return [(n, p) for n, p in params if id(p) in session.param_names]
-
-    def after_step(optimizer, step: int) -> None:
+    def after_step(optimizer: Any, step: int) -> None:
         if not any(ref() is optimizer for ref in optimizers):
             optimizers.append(weakref.ref(optimizer))
-        named = [(session.name_of(p, fallback), p) for fallback, p in replicated(optimizer_params(optimizer))]
-        crcs = [tensor_crc(p) for _, p in named]
-        digest = combine(crcs)
-        session.stage("params", digest)
-        section["steps"].append([step, digest])
-        params.hold(step, [n for n, _ in named], crcs)
+        named = synchronised(session, optimizer_params(optimizer))
+        fps = fingerprints(p for _, p in named)
+        digest = combine(fps)
+        session.stage(NAME, digest)
+        params.add([step, digest], [n for n, _ in named], fps)
 
-    def on_ddp_forward(ddp, args, kwargs) -> None:
+    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         step = session.step + 1
+        if step != session.next_checked or buffer_window[0] == step:
+            return
         # forward_sync_buffers (torch >= 2.13) is what broadcast_buffers was
-        syncs = getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", True))
-        if syncs or not session.is_checked(step):
+        if getattr(ddp, "forward_sync_buffers", getattr(ddp, "broadcast_buffers", True)):
             return
-        if state["buffer_window"] == step:
-            return
-        state["buffer_window"] = step
+        buffer_window[0] = step
         named = list(ddp.module.named_buffers())
         if not named:
             return
-        crcs = [tensor_crc(b) for _, b in named]
-        digest = combine(crcs)
+        fps = fingerprints(b for _, b in named)
+        digest = combine(fps)
         session.stage("buffers", digest)
-        section["buffers"].append([step, digest])
-        buffers.hold(step, [n for n, _ in named], crcs)
+        buffers.add([step, digest], [n for n, _ in named], fps)
 
-    def on_exchange(step: int, rows) -> None:
+    def on_exchange(step: int, rows: list[list[int]]) -> None:
         buffers.exchanged(step, rows)
-        if params.exchanged(step, rows) and not state["reported"]:
-            state["reported"] = True
+        if params.exchanged(step, rows) and not reported:
+            reported.append(step)
             session.progress(f"parameters differ across ranks after optimizer step {step}")
 
     def at_end(why: str) -> None:
-        named: dict[str, object] = {}
+        named: dict[str, Any] = {}
         for ddp in session.ddps():
             for n, p in ddp.module.named_parameters():
                 named.setdefault(n, p)
         for opt in (ref() for ref in optimizers):
             if opt is not None:
-                for fallback, p in replicated(optimizer_params(opt)):
-                    named.setdefault(session.name_of(p, fallback), p)
+                for n, p in synchronised(session, optimizer_params(opt)):
+                    named.setdefault(n, p)
         names = sorted(named)
-        if not names:  # no DDP model, no optimizer: nothing to compare (not a pass)
-            return
-        crcs = [tensor_crc(named[n]) for n in names]
-        section["end"] = {"names": names, "crcs": crcs, "digest": combine(crcs), "why": why,
-                          "step": session.step}
+        fps = fingerprints(named[n] for n in names)
+        part["end"] = {"names": names, "fingerprints": [list(f) for f in fps], "digest": combine(fps),
+                       "why": why, "step": session.step}
 
     session.after_step.append(after_step)
     session.on_ddp_forward.append(on_ddp_forward)
@@ -177,34 +168,34 @@ def capture(session: Session) -> None:
     session.at_end.append(at_end)
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     return [_params(records), _buffers(records)]
 
 
-def _params(records: list[dict]) -> Verdict:
-    per_rank = steps_by_rank(records, NAME)
-    ends = {r["rank"]: r["probes"][NAME]["end"] for r in records
-            if r.get("probes", {}).get(NAME, {}).get("end")}
-    if len(per_rank) < 2 or (not any(per_rank.values()) and len(ends) < 2):
+def _params(records: list[Record]) -> Verdict:
+    logs = logs_by_rank(records, NAME)
+    ends = {int(r["rank"]): section(r, NAME)["end"] for r in records
+            if (section(r, NAME).get("end") or {}).get("names")}  # parameters to compare at the end
+    if len(logs) < 2 or (not any(log.get("count") for log in logs.values()) and len(ends) < 2):
         return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
-    step, at, bad, compared = first_mismatch(per_rank)
+    step, at, bad, compared = first_mismatch(logs)
     if step is not None:
-        tensors = differing_tensors(records, NAME, step) or []
-        names = ", ".join(describe_tensor(n, v) for n, v in tensors[:5])
-        return Verdict(PARAMS, FAIL, f"differ after step {step}: {names or describe_groups(at)}",
-                       message=f"Parameters differ across ranks after optimizer step {step} "
-                       f"({describe_groups(at)}){': ' + names if names else ''}. The replicas have "
+        tensors = differing_tensors(logs, step) or []
+        shown = ", ".join(describe_tensor(n, v) for n, v in tensors[:5])
+        return Verdict(PARAMS, FAIL, f"differ after step {step}: {shown or describe_groups(at)}",
+                       message=f"Parameters differ across ranks after {where(step)} "
+                       f"({describe_groups(at)}){': ' + shown if shown else ''}. The replicas have "
                        "drifted apart: something updates weights on some ranks only (a rank-local "
                        "edit, an update outside the optimizer, different gradients). Change weights "
                        "only through the optimizer, identically on every rank, or broadcast them "
-                       "from rank 0 after the edit.", ranks=odd_ranks(at), step=step,
+                       "from rank 0 after the edit.", ranks=odd_ranks(at), step=step if step > 0 else None,
                        details={"differing_steps": bad, "checked_steps": compared,
                                 "parameters": [n for n, _ in tensors]})
     if len(ends) >= 2 and len({e["digest"] for e in ends.values()}) > 1:
         digests = {r: e["digest"] for r, e in ends.items()}
         first = next(iter(ends.values()))
         names = [n for i, n in enumerate(first["names"])
-                 if len({e["crcs"][i] for e in ends.values() if i < len(e["crcs"])}) > 1]
+                 if len({tuple(e["fingerprints"][i]) for e in ends.values() if i < len(e["fingerprints"])}) > 1]
         shown = ", ".join(names[:5])
         return Verdict(PARAMS, FAIL, f"differ at the end of the run: {shown or describe_groups(digests)}",
                        message=f"Parameters differ across ranks at the end of the run "
@@ -212,25 +203,26 @@ def _params(records: list[dict]) -> Verdict:
                        "matched at every checked step: something changed them on some ranks after "
                        "the last checked step. Change weights identically on every rank.",
                        ranks=odd_ranks(digests), details={"parameters": names})
-    where = f"{compared} checked steps" + (" and at the end" if len(ends) >= 2 else "")
-    return Verdict(PARAMS, PASS, f"identical on every rank after {where}")
+    when = f"{compared} checked steps" + (" and at the end" if len(ends) >= 2 else "")
+    return Verdict(PARAMS, PASS, f"identical on every rank after {when}")
 
 
-def _buffers(records: list[dict]) -> Verdict:
-    per_rank = steps_by_rank(records, NAME, key="buffers")
-    if len(per_rank) < 2 or not all(per_rank.values()):
+def _buffers(records: list[Record]) -> Verdict:
+    logs = logs_by_rank(records, NAME, key="buffers")
+    if len(logs) < 2 or not all(log.get("count") for log in logs.values()):
         return Verdict(BUFFERS, SKIP, "DDP broadcasts buffers (broadcast_buffers=True) or no buffers")
-    step, at, bad, compared = first_mismatch(per_rank)
+    step, at, bad, compared = first_mismatch(logs)
     if step is None:
         return Verdict(BUFFERS, PASS, f"identical at {compared} checked forwards")
-    tensors = differing_tensors(records, NAME, step, key="buffer_detail") or []
+    tensors = differing_tensors(logs, step) or []
     names = ", ".join(n for n, _ in tensors[:5])
     return Verdict(BUFFERS, FAIL, f"differ at the forward of step {step}: {names or describe_groups(at)}",
-                   message=f"Module buffers differ across ranks at the forward of step {step} "
+                   message=f"Module buffers differ across ranks at the forward of {where(step)} "
                    f"({describe_groups(at)}){': ' + names if names else ''}, and DDP does not "
                    "broadcast them (broadcast_buffers=False): ranks run different models. Keep "
                    "broadcast_buffers=True, use SyncBatchNorm, or sync the buffers yourself.",
-                   ranks=odd_ranks(at), step=step, details={"buffers": [n for n, _ in tensors]})
+                   ranks=odd_ranks(at), step=step if step > 0 else None,
+                   details={"buffers": [n for n, _ in tensors]})
 
 
 PROBE = Probe(NAME, (ParametersDiverge, BuffersDiverge), judge, capture, order=70)

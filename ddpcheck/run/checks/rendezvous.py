@@ -9,10 +9,11 @@ the launcher's are replaced by the launcher's and reported (DDP114).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import os
 
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -95,7 +96,7 @@ def capture(session: Session) -> None:
     section = session.section(NAME)
     section["seen"] = False
 
-    def before_init(kwargs: dict) -> None:
+    def before_init(kwargs: dict[str, Any]) -> None:
         section["seen"] = True
         if not session.under_launcher or kwargs.get("store") is not None:
             return
@@ -118,11 +119,11 @@ def capture(session: Session) -> None:
     session.before_init.append(before_init)
 
 
-def _notes(records: list[dict], code: str) -> dict[int, dict]:
+def _notes(records: list[Record], code: str) -> dict[int, dict[str, Any]]:
     return {r["rank"]: n for r in records for n in r.get("notes", []) if n["code"] == code}
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     seen = any(r.get("probes", {}).get(NAME, {}).get("seen") for r in records)
     out = []
     for code, what in ((TCP_CODE, "init_method"), (RANK_CODE, "rank/world_size")):

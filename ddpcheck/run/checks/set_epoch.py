@@ -3,9 +3,10 @@ never called, so every epoch reuses epoch 0's permutation. Uses the index captur
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddpcheck.run.checks.shards import HEAD, capture, loader_label, loaders_by_index
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -53,17 +54,17 @@ NAME = "set-epoch"
 CODE = "DDP103"
 
 
-def _same_order(a: dict, b: dict) -> bool:
+def _same_order(a: dict[str, Any], b: dict[str, Any]) -> bool:
     if a["complete"] and b["complete"] and a["count"] == b["count"]:
-        return a["crc"] == b["crc"]
+        return bool(a["crc"] == b["crc"])
     n = min(len(a["head"]), len(b["head"]), HEAD)
     return n >= 4 and a["head"][:n] == b["head"][:n]
 
 
-def _sequences(records: list[dict]):
+def _sequences(records: list[Record]) -> list[tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]]:
     """(first loader info, {rank: epochs in order}) per creation site: a script that builds a new
     DataLoader every epoch at the same line gives one sequence of epochs too."""
-    by_site: dict = {}
+    by_site: dict[str, tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]] = {}
     for index, per_rank in sorted(loaders_by_index(records).items()):
         info = per_rank[min(per_rank)]
         if not (info.get("distributed") and info.get("shuffle")):
@@ -75,7 +76,7 @@ def _sequences(records: list[dict]):
     return list(by_site.values())
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     candidates = 0
     for info, per_rank in _sequences(records):
         if min(len(e) for e in per_rank.values()) < 2:

@@ -10,7 +10,8 @@ world_size` repeated indices when drop_last is False — is told apart from real
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import base64
 import os
@@ -20,6 +21,7 @@ import weakref
 import zlib
 from array import array
 
+from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -142,34 +144,35 @@ NO_SAMPLER, OVERLAP, COVERAGE = "DDP100", "DDP101", "DDP102"
 FULL_EPOCHS = 3  # epochs per loader whose every index is kept; later ones keep a digest only
 FULL_EPOCHS_PER_RANK = 12  # ... and over all loaders of a rank (scripts that build one per epoch)
 HEAD = 64  # indices kept from the start of every epoch (for the set_epoch comparison)
+KEPT_BATCHES = 32  # checked steps whose first batch a loader without indices fingerprints
 
 _OURS = (os.sep + "torch" + os.sep, os.sep + "ddpcheck" + os.sep + "run" + os.sep, "<frozen ")
 
 
-def encode(values: array) -> str:
+def encode(values: array[int]) -> str:
     return base64.b64encode(zlib.compress(values.tobytes(), 1)).decode("ascii")
 
 
-def decode(text: str) -> array:
+def decode(text: str) -> array[int]:
     out = array("q")
     out.frombytes(zlib.decompress(base64.b64decode(text)))
     return out
 
 
-def _user_frame():
-    frame = sys._getframe(1)
+def _user_frame() -> FrameType | None:
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and any(p in frame.f_code.co_filename for p in _OURS):
         frame = frame.f_back
     return frame
 
 
 class _Epoch:
-    def __init__(self, record: dict, keep: bool):
+    def __init__(self, record: dict[str, Any], keep: bool) -> None:
         self.record, self.keep = record, keep
         self.values = array("q")
         self.crc = 0
 
-    def add(self, indices) -> None:
+    def add(self, indices: Any) -> None:
         chunk = array("q", indices)
         self.crc = zlib.crc32(chunk.tobytes(), self.crc)
         if self.keep:
@@ -186,7 +189,7 @@ class _Epoch:
             self.record["indices"] = encode(self.values)
 
 
-def _weak(obj):
+def _weak(obj: Any) -> weakref.ref[Any] | None:
     try:
         return weakref.ref(obj)
     except TypeError:
@@ -202,16 +205,16 @@ def capture(session: Session) -> None:
 
     section = session.section(NAME)
     section["loaders"] = []
-    loaders: dict[int, dict] = {}  # id(loader) -> runtime state
+    loaders: dict[int, dict[str, Any]] = {}  # id(loader) -> runtime state
     last_sync = [time.monotonic()]
     kept = [0]  # epochs with every index kept, over all loaders
 
     original_init = dl.DataLoader.__init__
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
         frame = _user_frame()
-        info = {"index": len(section["loaders"]), "name": None,
+        info: dict[str, Any] = {"index": len(section["loaders"]), "name": None,
                 "site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame else None,
                 "epochs": []}
         try:
@@ -223,7 +226,7 @@ def capture(session: Session) -> None:
         sampler = getattr(self, "sampler", None)
         info["sampler"] = type(sampler).__name__
         info["distributed"] = isinstance(sampler, DistributedSampler)
-        if info["distributed"]:
+        if isinstance(sampler, DistributedSampler):
             info.update(shuffle=bool(sampler.shuffle), sampler_drop_last=bool(sampler.drop_last),
                         num_replicas=int(sampler.num_replicas), sampler_rank=int(sampler.rank))
         info["batch_size"] = self.batch_size
@@ -236,13 +239,13 @@ def capture(session: Session) -> None:
 
     original_iter_init = dl._BaseDataLoaderIter.__init__
 
-    def iter_init(self, loader, *args, **kwargs):
+    def iter_init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
         self._ddpcheck_state = loaders.get(id(loader))
         original_iter_init(self, loader, *args, **kwargs)
 
     original_next = dl._BaseDataLoaderIter.__next__
 
-    def __next__(self):
+    def __next__(self: Any) -> Any:
         batch = original_next(self)
         state = getattr(self, "_ddpcheck_state", None)
         if state is not None:
@@ -253,22 +256,24 @@ def capture(session: Session) -> None:
                 state["info"]["rows"] = leading_rows(batch)
         return batch
 
-    def _fingerprint_batch(state, batch) -> None:
+    def _fingerprint_batch(state: dict[str, Any], batch: Any) -> None:
         """A loader without indices (IterableDataset): fingerprint its first batch before each
         checked step instead, for the identical-inputs check."""
-        from ddpcheck.run.rank.fingerprint import structure_crc
+        from ddpcheck.run.rank.fingerprint import structure_digest
 
         step = session.step + 1
-        if state.get("batch_window") == step or not session.is_checked(step):
+        if state.get("batch_window") == step or step != session.next_checked:
             return
         state["batch_window"] = step
-        digest = structure_crc(batch)
-        if digest is not None:
-            state["info"].setdefault("batches", []).append([step, digest])
+        batches = state["info"].setdefault("batches", [])
+        if len(batches) < KEPT_BATCHES:
+            digest = structure_digest(batch)
+            if digest is not None:
+                batches.append([step, digest])
 
-    original_next_index = dl._BaseDataLoaderIter._next_index
+    original_next_index: Any = dl._BaseDataLoaderIter._next_index
 
-    def _next_index(self):
+    def _next_index(self: Any) -> Any:
         state = getattr(self, "_ddpcheck_state", None)
         if state is None or state["info"].get("iterable"):
             return original_next_index(self)
@@ -286,7 +291,7 @@ def capture(session: Session) -> None:
             state["info"]["opaque"] = True
         return index
 
-    def _name(state) -> None:
+    def _name(state: dict[str, Any]) -> None:
         """The user's variable for the loader, from the frame that iterates it (once)."""
         info = state["info"]
         if info["name"] is None and not state.get("named"):
@@ -296,13 +301,13 @@ def capture(session: Session) -> None:
             if frame is not None and loader is not None:
                 info["name"] = next((k for k, v in frame.f_locals.items() if v is loader), None)
 
-    def _new_epoch(state, it) -> None:
+    def _new_epoch(state: dict[str, Any], it: Any) -> None:
         if state["epoch"] is not None:
             state["epoch"].sync()
         _name(state)
         sampler = state["sampler"]() if state["sampler"] is not None else None
         info = state["info"]
-        record = {"sampler_epoch": getattr(sampler, "epoch", None), "count": 0, "complete": False,
+        record: dict[str, Any] = {"sampler_epoch": getattr(sampler, "epoch", None), "count": 0, "complete": False,
                   "head": [], "crc": 0, "indices": None, "step": session.step}
         info["epochs"].append(record)
         keep = len(info["epochs"]) <= FULL_EPOCHS and kept[0] < FULL_EPOCHS_PER_RANK
@@ -311,7 +316,7 @@ def capture(session: Session) -> None:
         state["sampler_iter"] = it._sampler_iter
         session.flush()
 
-    def after_step(optimizer, step: int) -> None:
+    def after_step(optimizer: Any, step: int) -> None:
         if time.monotonic() - last_sync[0] > 5.0:
             last_sync[0] = time.monotonic()
             for state in loaders.values():
@@ -323,26 +328,26 @@ def capture(session: Session) -> None:
             if state["epoch"] is not None:
                 state["epoch"].sync()
 
-    dl.DataLoader.__init__ = __init__
-    dl._BaseDataLoaderIter.__init__ = iter_init
-    dl._BaseDataLoaderIter._next_index = _next_index
-    dl._BaseDataLoaderIter.__next__ = __next__
+    dl.DataLoader.__init__ = __init__  # type: ignore[method-assign]
+    dl._BaseDataLoaderIter.__init__ = iter_init  # type: ignore[method-assign]
+    dl._BaseDataLoaderIter._next_index = _next_index  # type: ignore[method-assign]
+    dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
     session.after_step.append(after_step)
     session.at_end.append(at_end)
 
 
 # --- judgement (torch-free) ----------------------------------------------------------------------
 
-def loaders_by_index(records: list[dict]) -> dict[int, dict[int, dict]]:
+def loaders_by_index(records: list[Record]) -> dict[int, dict[int, dict[str, Any]]]:
     """loader index -> {rank: loader info}, for loaders every reporting rank made."""
-    out: dict[int, dict[int, dict]] = {}
+    out: dict[int, dict[int, dict[str, Any]]] = {}
     for r in records:
         for info in r.get("probes", {}).get(NAME, {}).get("loaders", []):
             out.setdefault(info["index"], {})[r["rank"]] = info
     return out
 
 
-def loader_label(info: dict) -> str:
+def loader_label(info: dict[str, Any]) -> str:
     name = f"'{info['name']}'" if info.get("name") else f"#{info['index'] + 1}"
     return f"DataLoader {name}" + (f" (made at {info['site']})" if info.get("site") else "")
 
@@ -364,12 +369,12 @@ def leading_rows(value: object) -> int | None:
     return None
 
 
-def _kept_slice(records: list[dict], per_rank: dict[int, dict], world: int) -> tuple[int, int] | None:
+def _kept_slice(records: list[Record], per_rank: dict[int, dict[str, Any]], world: int) -> tuple[int, int] | None:
     """(rows each rank's DDP model gets, rows each rank loads) when every rank keeps exactly 1/world
     of every batch it loads: the script splits the global batch itself (DLRM does), so a loader
     without a DistributedSampler is how it is meant to work."""
     fed = {r["rank"]: r.get("probes", {}).get("inputs", {}).get("rows") for r in records}
-    found = set()
+    found: set[tuple[int, int]] = set()
     for rank, info in per_rank.items():
         loaded, kept = info.get("rows"), fed.get(rank)
         if not loaded or not kept or kept * world != loaded:
@@ -378,8 +383,8 @@ def _kept_slice(records: list[dict], per_rank: dict[int, dict], world: int) -> t
     return found.pop() if len(found) == 1 else None
 
 
-def judge(records: list[dict], ctx: Context) -> list[Verdict]:
-    results = {NO_SAMPLER: [], OVERLAP: [], COVERAGE: []}
+def judge(records: list[Record], ctx: Context) -> list[Verdict]:
+    results: dict[str, list[Verdict]] = {NO_SAMPLER: [], OVERLAP: [], COVERAGE: []}
     checked = 0
     for index, per_rank in sorted(loaders_by_index(records).items()):
         if len(per_rank) < 2 or len(per_rank) < ctx.world_size:
@@ -415,7 +420,8 @@ def judge(records: list[dict], ctx: Context) -> list[Verdict]:
     return out
 
 
-def _judge_epoch(info: dict, epoch: int, drawn: dict[int, array], complete: bool, ctx: Context):
+def _judge_epoch(info: dict[str, Any], epoch: int, drawn: dict[int, array[int]], complete: bool,
+                 ctx: Context) -> dict[str, Verdict]:
     label = loader_label(info)
     world = len(drawn)
     n = info.get("dataset_len")
@@ -430,7 +436,7 @@ def _judge_epoch(info: dict, epoch: int, drawn: dict[int, array], complete: bool
     share_ranks = tuple(sorted({r for v in shared for r in seen[v]}))
     example = ", ".join(map(str, shared[:5]))
     where = f"epoch {epoch}"
-    out = {}
+    out: dict[str, Verdict] = {}
     coverage = f"{distinct}/{n}" if n else f"{distinct}"
     if not info.get("distributed"):
         if excess > 0:

@@ -111,8 +111,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         "script_exit_code": script_code,
         "exit_code": exit_code,
         "steps": max([r.get("step", 0) for r in records] or [0]),
-        "checked_steps": max([len(r.get("probes", {}).get("grads", {}).get("steps", []))
-                              for r in records] or [0]),
+        "checked_steps": max([int(r.get("checked", 0)) for r in records] or [0]),
         "check_first": options.check_first,
         "check_every": options.check_every,
         "selected": list(options.codes if options.codes is not None else registry.checks()),

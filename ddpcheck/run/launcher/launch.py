@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ddpcheck.run.launcher import launcher_log
 from ddpcheck.run.launcher.command_line import Launch
@@ -68,7 +69,9 @@ def run_job(launch: Launch) -> JobResult:
     With a machine-readable --output-format, the ranks' stdout goes to our stderr for the length
     of the job (workers inherit file descriptor 1), so stdout carries only the report."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import run as torchrun
+    from torch.distributed import run as torch_distributed_run
+
+    torchrun: Any = torch_distributed_run.run
 
     os.environ[CONFIG_ENV] = launch.options.to_env()
     _ensure_importable_in_workers()

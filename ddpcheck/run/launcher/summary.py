@@ -82,22 +82,12 @@ def _when(finding: Finding) -> float:
 
 
 def _rank_summary(record: Record) -> dict[str, Any]:
-    probes = {}
-    for name, section in record.get("probes", {}).items():
-        probes[name] = _strip_bulk(section)
+    """What the report says of one rank: who it was and how it ended. Its probes' data stay in its
+    record (kept with DDPCHECK_KEEP_RECORDS=1): the report does not grow with the run."""
     return {"rank": record.get("rank"), "local_rank": record.get("local_rank"), "pid": record.get("pid"),
             "status": record.get("status"), "exit_code": record.get("exit_code"),
-            "steps": record.get("step"), "error": record.get("error"), "notes": record.get("notes", []),
-            "exchange_ok": record.get("exchange_ok"), "probes": probes}
-
-
-def _strip_bulk(value: Any) -> Any:
-    """The report keeps figures, not every drawn index (those stay in the rank records)."""
-    if isinstance(value, dict):
-        return {k: _strip_bulk(v) for k, v in value.items() if k not in ("indices",)}
-    if isinstance(value, list):
-        return [_strip_bulk(v) for v in value]
-    return value
+            "steps": record.get("step"), "checked_steps": record.get("checked"), "error": record.get("error"),
+            "notes": record.get("notes", []), "exchange_ok": record.get("exchange_ok")}
 
 
 def report_dict(rows: list[Row], findings: list[Finding], records: list[Record], job: dict[str, Any]) -> dict[str, Any]:

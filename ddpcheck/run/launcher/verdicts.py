@@ -91,9 +91,10 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozen
             continue
         kept.append(v)
     for code, causes in explained_by.items():
-        v = out.get(code)
-        if v is None or v.status != FAIL:
+        found = out.get(code)
+        if found is None or found.status != FAIL:
             continue
+        v = found
         for cause in causes:
             c = _failed(out, kept, cause)
             if c is None or not _explains(c, code):

@@ -7,7 +7,9 @@
   `distributed_c10d`; ddpcheck's own gloo group is created right after the user's one;
 - `DistributedDataParallel.__init__` and `forward`, patched on the class (names the user bound
   before or after the import all see it);
-- DDP's `Join()` context, inside which the live exchange pauses.
+- DDP's `Join()` context, inside which the live exchange pauses;
+- the phases of a step for `session.on_phase`: the DataLoader iterator's `__next__`, DDP's forward,
+  `torch.autograd.backward` (the optimizer step's phase comes from the step hooks above).
 """
 
 from __future__ import annotations
@@ -51,8 +53,8 @@ def install(session: Session) -> None:
                     seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "120"))))
             except Exception as exc:  # noqa: BLE001
                 session.meta["group_error"] = f"{type(exc).__name__}: {exc}"[:500]
-        for fn in session.after_init:
-            guard(fn)
+        for after in session.after_init:
+            guard(after)
         return result
 
     @functools.wraps(original_destroy)
@@ -63,17 +65,19 @@ def install(session: Session) -> None:
         return original_destroy(group)
 
     for module in (c10d, dist):
-        module.init_process_group = init_process_group
-        module.destroy_process_group = destroy_process_group
+        setattr(module, "init_process_group", init_process_group)
+        setattr(module, "destroy_process_group", destroy_process_group)
 
     _wrap_ddp(session)
     _watch_join(session)
+    _watch_phases(session)
 
 
 def _watch_join(session: Session) -> None:
     from torch.distributed.algorithms.join import Join
 
-    original_enter, original_exit = Join.__enter__, Join.__exit__
+    original_enter: Any = Join.__enter__
+    original_exit: Any = Join.__exit__
 
     @functools.wraps(original_enter)
     def __enter__(self: Any) -> Any:
@@ -92,7 +96,8 @@ def _watch_join(session: Session) -> None:
             for fn in session.on_join_exit:
                 guard(fn)
 
-    Join.__enter__, Join.__exit__ = __enter__, __exit__
+    setattr(Join, "__enter__", __enter__)
+    setattr(Join, "__exit__", __exit__)
 
 
 def _wrap_ddp(session: Session) -> None:
@@ -100,26 +105,65 @@ def _wrap_ddp(session: Session) -> None:
     user bound before or after import all see it)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    original_init = DDP.__init__
-    original_forward = DDP.forward
+    original_init: Any = DDP.__init__
+    original_forward: Any = DDP.forward
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original_init(self, *args, **kwargs)
         session.ddp_modules.append(weakref.ref(self))
+        ignored = getattr(self, "parameters_to_ignore", ())  # DDP leaves these alone: rank-local
         for name, param in self.module.named_parameters():
-            session.param_names.setdefault(id(param), name)
+            if name not in ignored:
+                session.param_names.setdefault(id(param), name)
         for fn in session.on_ddp_init:
             guard(fn, self)
 
     @functools.wraps(original_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        session.window["forwards"] += 1
+        session.forwards += 1
         if not getattr(self, "require_backward_grad_sync", True):
-            session.window["unsynced"] += 1
+            session.unsynced += 1
         for fn in session.on_ddp_forward:
             guard(fn, self, args, kwargs)
-        return original_forward(self, *args, **kwargs)
+        if not session.on_phase:
+            return original_forward(self, *args, **kwargs)
+        session.phase("forward", True)
+        try:
+            return original_forward(self, *args, **kwargs)
+        finally:
+            session.phase("forward", False)
 
-    DDP.__init__ = __init__
-    DDP.forward = forward
+    setattr(DDP, "__init__", __init__)
+    setattr(DDP, "forward", forward)
+
+
+def _watch_phases(session: Session) -> None:
+    import torch.autograd
+    import torch.utils.data.dataloader as dl
+
+    original_backward: Any = torch.autograd.backward
+    original_next: Any = dl._BaseDataLoaderIter.__next__
+
+    @functools.wraps(original_backward)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        if not session.on_phase:
+            return original_backward(*args, **kwargs)
+        session.phase("backward", True)
+        try:
+            return original_backward(*args, **kwargs)
+        finally:
+            session.phase("backward", False)
+
+    @functools.wraps(original_next)
+    def __next__(self: Any) -> Any:
+        if not session.on_phase:
+            return original_next(self)
+        session.phase("data", True)
+        try:
+            return original_next(self)
+        finally:
+            session.phase("data", False)
+
+    setattr(torch.autograd, "backward", backward)
+    setattr(dl._BaseDataLoaderIter, "__next__", __next__)

@@ -27,7 +27,7 @@ class NodeRecords:
     def keep_store(self) -> None:
         import torch.distributed as dist
 
-        store = dist.distributed_c10d._get_default_store()
+        store: Any = dist.distributed_c10d._get_default_store()
         try:
             store = store.clone()
         except Exception:  # noqa: BLE001 - a store that cannot clone is still usable

@@ -12,15 +12,21 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `on_ddp_forward` | before every DDP forward | the DDP module, args, kwargs |
 | `before_step` | before a *checked* optimizer step | optimizer, step (1-based) |
 | `after_step` | after a checked step, before the exchange | optimizer, step |
-| `before_exchange` / `after_exchange` | around the all-gather of a checked step | step |
-| `on_exchange` | after it, when it ran | step, every rank's row: [step, one int64 per `add_slot`] |
+| `before_exchange` / `after_exchange` | around the wait for a checked step's all-gather | step |
+| `on_exchange` | when that all-gather has finished (at the next checked step, or at the end) | step, every rank's row: [step, one int64 per `add_slot`] |
 | `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs) | - |
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
 | `after_finish` | after the final record is written | - |
+| `on_phase` | at the start and end of every phase of every step | phase, True at the start / False at the end |
 
-An unchecked optimizer step costs the hook layer a counter increment and one comparison; no
-callback runs. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
+The phases are "data" (the DataLoader iterator's `__next__`), "forward" (a DDP forward),
+"backward" (`torch.autograd.backward`, hence `loss.backward()`) and "step" (an optimizer step:
+its start is signalled after ddpcheck's own `before_step` work, its end before `after_step`, so
+ddpcheck's time stays out of it). They cost a truthiness test while nobody listens.
+
+An unchecked optimizer step costs the hook layer a counter increment and one comparison (with
+`next_checked`); no callback runs and nothing is allocated. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
 atomically at checked steps (at most once a second), at epoch ends and at exit, so a rank that
 crashes or is killed still leaves what it checked so far (layout: REPORT.md, "Per-rank records").
 """
@@ -36,6 +42,9 @@ from typing import Any, Callable
 
 from ddpcheck.run.options import RunOptions
 from ddpcheck.run.records import RECORD_VERSION, record_path
+
+
+END_EXCHANGE_TIMEOUT_S = 10.0  # how long the end of a rank waits for its last exchange
 
 
 def env_int(name: str, default: int) -> int:
@@ -57,6 +66,7 @@ class Session:
         self.spawn_parent = spawn_parent
         self.checked = 0  # of which checked
         self.step = 0  # optimizer.step() calls so far on this rank (all optimizers)
+        self.next_checked = options.next_checked(0)  # the next optimizer step to check
         self.group: Any = None  # ddpcheck's own gloo process group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []
@@ -72,12 +82,14 @@ class Session:
         self.on_join_enter: list[Callable[[], None]] = []
         self.on_join_exit: list[Callable[[], None]] = []
         self.at_end: list[Callable[[str], None]] = []
+        self.on_phase: list[Callable[[str, bool], None]] = []
         self.before_finish: list[Callable[[int, BaseException | None], None]] = []
         self.after_finish: list[Callable[[], None]] = []
         self.ddp_modules: list[Any] = []  # weakrefs to every DDP object made on this rank
         self.param_names: dict[int, str] = {}  # id(parameter) -> its name in the wrapped module
         # Forwards through DDP since the last optimizer step, and how many ran under no_sync().
-        self.window = {"forwards": 0, "unsynced": 0}
+        self.forwards = 0
+        self.unsynced = 0
         # The digests exchanged at every checked step, one int64 per slot (-1: none staged), in
         # the order the probes added them: the same on every rank, as every rank installs alike.
         self.slots: list[str] = []
@@ -89,6 +101,7 @@ class Session:
         # (the records are still compared after the job).
         self.uneven = False
         self._once: set[str] = set()
+        self._in_flight: tuple[int, list[Any], Any] | None = None  # (step, rows, work) of an exchange
         self._last_flush = 0.0
         self.record_path = (
             record_path(options.record_dir, self.rank) if options.record_dir and not spawn_parent else None
@@ -141,7 +154,7 @@ class Session:
 
     # --- the record ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        return {**self.meta, "step": self.step, "exchange_ok": self.exchange_ok,
+        return {**self.meta, "step": self.step, "checked": self.checked, "exchange_ok": self.exchange_ok,
                 "notes": self.notes, "probes": self.sections, "written": time.time()}
 
     def flush(self, force: bool = False) -> None:
@@ -159,11 +172,14 @@ class Session:
         except (OSError, TypeError, ValueError) as exc:  # never break the user's run over a record
             print(f"ddpcheck: could not write the rank record: {exc}", file=sys.stderr)
 
-    def end(self, why: str) -> None:
-        """Capture the final state once (at destroy_process_group, or at exit if never called)."""
+    def end(self, why: str, *, failed: bool = False) -> None:
+        """Capture the final state once (at destroy_process_group, or at exit if never called);
+        the last exchange is finished first, unless the rank failed (its peers may be gone)."""
         if self.ended:
             return
         self.ended = True
+        if self._in_flight is not None and (not failed or self._in_flight[2].is_completed()):
+            self.finish_exchange(timeout_s=END_EXCHANGE_TIMEOUT_S)
         for fn in self.at_end:
             guard(fn, why)
 
@@ -171,7 +187,7 @@ class Session:
         """The rank's program has ended: final state, exit code and exception into the record."""
         for before in self.before_finish:
             guard(before, exit_code, error)
-        self.end("exit")
+        self.end("exit", failed=bool(exit_code) or error is not None)
         self.meta["status"] = "finished"
         self.meta["ended_at"] = time.time()
         self.meta["exit_code"] = exit_code
@@ -186,34 +202,35 @@ class Session:
 
     # --- the step machinery (called from the hooks of rank/hooks.py) ---------------------------
     def before_optimizer_step(self, optimizer: Any) -> None:
-        step = self.step + 1
-        if not self.is_checked(step):
-            return
-        for fn in self.before_step:
-            guard(fn, optimizer, step)
+        if self.step + 1 == self.next_checked:
+            for fn in self.before_step:
+                guard(fn, optimizer, self.step + 1)
+        if self.on_phase:
+            self.phase("step", True)
 
     def after_optimizer_step(self, optimizer: Any) -> None:
+        if self.on_phase:
+            self.phase("step", False)
         self.step += 1
-        step = self.step
-        if not self.is_checked(step):
-            self.end_window()
+        if self.step != self.next_checked:
+            self.forwards = self.unsynced = 0
             return
+        step = self.step
+        self.next_checked = self.options.next_checked(step)
         self.checked += 1
         for fn in self.after_step:
             guard(fn, optimizer, step)
-        rows = self.exchange(step)
-        if rows is not None:
-            for on_exchange in self.on_exchange:
-                guard(on_exchange, step, rows)
+        live = self.exchange(step)
         self.staged = {}
-        self.end_window()
+        self.forwards = self.unsynced = 0
         self.flush()
         if step in (1, self.options.check_first) or step > self.options.check_first:
-            live = "compared across ranks" if rows is not None else "recorded"
-            self.progress(f"optimizer step {step} checked ({self.checked} so far, {live})")
+            how = "compared across ranks" if live else "recorded"
+            self.progress(f"optimizer step {step} checked ({self.checked} so far, {how})")
 
-    def end_window(self) -> None:
-        self.window = {"forwards": 0, "unsynced": 0}
+    def phase(self, name: str, begin: bool) -> None:
+        for fn in self.on_phase:
+            guard(fn, name, begin)
 
     def ddps(self) -> list[Any]:
         return [m for m in (ref() for ref in self.ddp_modules) if m is not None]
@@ -221,27 +238,55 @@ class Session:
     def name_of(self, param: Any, fallback: str) -> str:
         return self.param_names.get(id(param), fallback)
 
-    def exchange(self, step: int) -> list[list[int]] | None:
-        """All-gather this step's digests over ddpcheck's own gloo group (never the user's)."""
-        if self.group is None or not self.exchange_ok or self.world_size < 2 or self.uneven:
-            return None
+    def exchange(self, step: int) -> bool:
+        """Start the all-gather of this step's digests over ddpcheck's own gloo group (never the
+        user's), after finishing the previous one. It runs in gloo's background while the script
+        computes its next steps; its rows reach `on_exchange` when it is finished: at the next
+        checked step, or at the end. True if it started."""
+        self.finish_exchange()
+        if self.group is None or not self.exchange_ok or self.world_size < 2 or self.uneven or not self.slots:
+            return False
         import torch
         import torch.distributed as dist
 
         mine = torch.tensor([step] + [self.staged.get(s, -1) for s in self.slots], dtype=torch.int64)
         out = [torch.empty_like(mine) for _ in range(self.world_size)]
+        try:
+            work = dist.all_gather(out, mine, group=self.group, async_op=True)
+        except Exception as exc:  # a rank left: keep the run, drop live checks
+            self.exchange_ok = False
+            self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            return False
+        self._in_flight = (step, out, work)
+        return True
+
+    def finish_exchange(self, timeout_s: float | None = None) -> None:
+        """Wait for the exchange in flight (at most `timeout_s`; None: the group's timeout) and
+        hand its rows to `on_exchange`. A rank blocked here waits for a rank that has not made the
+        same checked step (the hang watchdog says so through `before_exchange`)."""
+        if self._in_flight is None:
+            return
+        step, out, work = self._in_flight
+        self._in_flight = None
         for before in self.before_exchange:
             guard(before, step)
         try:
-            dist.all_gather(out, mine, group=self.group)
+            if timeout_s is None:
+                work.wait()
+            else:
+                from datetime import timedelta
+
+                work.wait(timedelta(seconds=timeout_s))
         except Exception as exc:  # a rank left or stopped stepping: keep the run, drop live checks
             self.exchange_ok = False
             self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
-            return None
+            return
         finally:
             for after in self.after_exchange:
                 guard(after, step)
-        return [t.tolist() for t in out]
+        rows = [t.tolist() for t in out]
+        for on_exchange in self.on_exchange:
+            guard(on_exchange, step, rows)
 
 
 def guard(fn: Callable[..., None], *args: Any) -> None:

@@ -20,9 +20,9 @@ def library_prefixes() -> tuple[str, ...]:
         p = sysconfig.get_paths().get(key)
         if p:
             paths.add(os.path.abspath(p) + os.sep)
-    torch = sys.modules.get("torch")
-    if torch is not None and getattr(torch, "__file__", None):
-        paths.add(os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
+    torch_file = getattr(sys.modules.get("torch"), "__file__", None)
+    if torch_file:
+        paths.add(os.path.dirname(os.path.abspath(torch_file)) + os.sep)
     paths.add(_compiled_code_dir() + os.sep)
     return tuple(sorted(paths))
 

@@ -67,7 +67,7 @@ def install_worker_entry(session: Session) -> None:
     fresh worker interpreter resolves it to its own replacement, bound to its own session (a
     forked worker keeps the parent's)."""
     module = importlib.import_module("torch.multiprocessing.spawn")
-    original = getattr(module, "_wrap", None)
+    original: Any = getattr(module, "_wrap", None)
     if original is None or getattr(original, "__ddpcheck__", False):
         return
 
@@ -76,7 +76,7 @@ def install_worker_entry(session: Session) -> None:
         return original(functools.partial(_run_worker, session, fn), i, args, error_file)
 
     _wrap.__ddpcheck__ = True  # type: ignore[attr-defined]
-    module._wrap = _wrap
+    setattr(module, "_wrap", _wrap)
 
 
 def _run_worker(session: Session, fn: Callable[..., Any], index: int, *args: Any) -> None:

@@ -7,7 +7,8 @@ in even when ddpcheck recorded none — DDP's bucket rebuild, its start-up broad
 ZeroRedundancyOptimizer's parameter broadcast, SyncBatchNorm — and the innermost frames of the
 user's code say where. Computing versus blocked is the thread's own CPU clock
 (`pthread_getcpuclockid`) and its scheduler state in /proc: a thread blocked in a collective uses
-no CPU and sleeps; a computing one runs (or waits for a core on a loaded machine: still 'R').
+no CPU and sleeps; a computing one runs (or waits for a core on a loaded machine: still 'R');
+a rank that downloads or writes a checkpoint moves bytes (/proc/self/io).
 """
 
 from __future__ import annotations
@@ -92,21 +93,25 @@ def format_stack(frames: list[Frame], limit: int = 40) -> str:
 @dataclass
 class Load:
     cpu_ratio: float  # CPU seconds per wall second of the thread since the previous reading
-    running: float  # fraction of the samples in which the thread was running or runnable
+    running: float  # fraction of the samples in which the thread was running, runnable or in disk I/O
     children_ratio: float  # the same for this process's children (DataLoader workers)
     others_ratio: float = 0.0  # the rank's other threads (gloo's transfers, intra-op pools)
+    io_rate: float = 0.0  # bytes per second the process read or wrote (a download, a checkpoint)
 
     @property
     def busy(self) -> bool:
         return (self.cpu_ratio > BUSY_CPU_RATIO or self.running >= 0.5
-                or self.others_ratio > BUSY_CPU_RATIO)
+                or self.others_ratio > BUSY_CPU_RATIO or self.io_rate > BUSY_IO_RATE)
 
     def to_json(self) -> dict[str, float]:
         return {"cpu": round(self.cpu_ratio, 3), "running": round(self.running, 2),
-                "other_threads_cpu": round(self.others_ratio, 3), "children_cpu": round(self.children_ratio, 3)}
+                "other_threads_cpu": round(self.others_ratio, 3), "children_cpu": round(self.children_ratio, 3),
+                "io_bytes_per_s": round(self.io_rate)}
 
 
 BUSY_CPU_RATIO = 0.05  # blocked in gloo: ~0; computing on a core shared by eight processes: ~0.1+
+# A download or a checkpoint moves far more; the watchdog's own /proc reads, a few KiB per poll.
+BUSY_IO_RATE = 64 * 1024
 
 
 class ThreadMeter:
@@ -123,6 +128,7 @@ class ThreadMeter:
         self.running_samples = 0
         self.cpu, self.children, self.wall = self._cpu(), self._children_cpu(), time.monotonic()
         self.process, self.reader = time.process_time(), 0.0
+        self.io = self._io()
 
     def _cpu(self) -> float:
         if self.clock is not None:
@@ -141,11 +147,25 @@ class ThreadMeter:
         return text[text.rfind(")") + 2:].split()  # after "pid (comm) "
 
     def sample(self) -> None:
-        """One look at the thread's state (R running/runnable, S sleeping, D disk...)."""
+        """One look at the thread's state (R running/runnable, S sleeping, D disk I/O, ...)."""
         fields = self._stat(f"/proc/self/task/{self.tid}/stat")
         if fields:
             self.samples += 1
-            self.running_samples += fields[0] == "R"
+            self.running_samples += fields[0] in ("R", "D")  # running, or in disk I/O (a checkpoint)
+
+    @staticmethod
+    def _io_of(path: str) -> int:
+        try:
+            with open(path) as fh:
+                fields = dict(line.split(":", 1) for line in fh.read().splitlines() if ":" in line)
+            return int(fields.get("rchar", 0)) + int(fields.get("wchar", 0))
+        except (OSError, ValueError):
+            return 0
+
+    def _io(self) -> int:
+        """Bytes this process has read and written through system calls (sockets and files), less
+        those of the calling thread (the watchdog's own store traffic and /proc reads)."""
+        return self._io_of("/proc/self/io") - self._io_of(f"/proc/self/task/{threading.get_native_id()}/io")
 
     def _children_cpu(self) -> float:
         ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -171,12 +191,13 @@ class ThreadMeter:
         """The load since the previous read (call it from one thread: its own CPU is left out);
         starts a new window."""
         cpu, children, wall = self._cpu(), self._children_cpu(), time.monotonic()
-        process, reader = time.process_time(), time.thread_time()
+        process, reader, io = time.process_time(), time.thread_time(), self._io()
         span = max(wall - self.wall, 1e-3)
         others = (process - self.process) - (cpu - self.cpu) - (reader - self.reader)
         load = Load((cpu - self.cpu) / span, self.running_samples / self.samples if self.samples else 0.0,
-                    max(children - self.children, 0.0) / span, max(others, 0.0) / span)
+                    max(children - self.children, 0.0) / span, max(others, 0.0) / span,
+                    max(io - self.io, 0) / span)
         self.cpu, self.children, self.wall = cpu, children, wall
-        self.process, self.reader = process, reader
+        self.process, self.reader, self.io = process, reader, io
         self.samples = self.running_samples = 0
         return load

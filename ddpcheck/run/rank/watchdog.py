@@ -4,8 +4,9 @@ While its rank makes progress (enters or leaves a collective, DDP's included; dr
 an optimizer) the watchdog only compares two clock readings each poll. Once the rank has made no
 progress for the hang timeout, it reads what the training thread is doing — its collective ledger,
 its Python stack (readable while the thread is blocked inside gloo's C++), whether it burns CPU —
-and publishes that on the job's rendezvous store. When every rank has published and none is
-computing, one rank diagnoses the hang (diagnose.py: uneven work, the first collective the ranks
+and publishes that on the job's rendezvous store; a rank that still makes progress says so while
+another waits. When every rank has published and none is computing or progressing, one rank
+diagnoses the hang (diagnose.py: uneven work, the first collective the ranks
 entered differently, or where each waits), writes the verdict, and every rank leaves with
 HANG_EXIT_CODE, which ends the job. A rank that computes holds the verdict back: slow, not hung.
 Ranks that never answer (dead, or stuck in C++ that holds the GIL) are decided without after one
@@ -30,6 +31,7 @@ from ddpcheck.run.rank.ledger import LEDGER, Ledger
 
 HANG_EXIT_CODE = 87
 KEY = "ddpcheck/hang/"
+ASKING = KEY + "asking"  # how many ranks are stalled and wait to hear from the others
 SAMPLES = 5  # scheduler-state samples per poll once stalled
 PASSES_SHOWN = 4
 
@@ -48,6 +50,8 @@ class Watchdog:
         self.stalled_since: float | None = None
         self.all_posted_since: float | None = None
         self.measuring = False
+        self.asked = False  # this rank counts itself in ASKING (it waits for the others)
+        self.said_progressing = False  # it told the waiting ranks that it still makes progress
         self.stop = threading.Event()
 
     def key(self, rank: int) -> str:
@@ -65,11 +69,24 @@ class Watchdog:
         stalled = time.monotonic() - self.ledger.last_progress >= self.timeout
         if not stalled:
             self.measuring = False
-            if self.posted is not None:
+            if self.posted is not None:  # it moved on: withdraw
                 self.store.delete_key(self.key(self.rank))
                 self.posted = None
                 self.stalled_since = self.all_posted_since = None
+                if self.asked:
+                    self.store.add(ASKING, -1)
+                    self.asked = False
+            elif self.store.add(ASKING, 0) > 0:  # a rank waits: say that this one is still working
+                self.store.set(self.key(self.rank), json.dumps(
+                    {"rank": self.rank, "progressing": True, "at": time.time(), "events": self.ledger.events}))
+                self.said_progressing = True
+            elif self.said_progressing:
+                self.store.delete_key(self.key(self.rank))
+                self.said_progressing = False
             return
+        if not self.asked:
+            self.store.add(ASKING, 1)
+            self.asked = True
         if not self.measuring:  # the load is measured from the moment the rank stalled
             self.meter.read()
             self.measuring = True
@@ -120,6 +137,11 @@ class Watchdog:
         for r, k in enumerate(keys):
             if self.store.check([k]):
                 states[r] = json.loads(self.store.get(k))
+        fresh = time.time() - 3 * self.poll - 2.0
+        if any(s.get("progressing") and float(s.get("at", 0)) > fresh for s in states.values()):
+            return  # a rank still makes progress (an evaluation loop, say): slow, not hung
+        # One that said so long ago and no longer does has stopped answering.
+        states = {r: s for r, s in states.items() if not s.get("progressing")}
         if any(s.get("busy") for s in states.values()):
             return  # a rank is still computing: the others wait for it, which is slow, not hung
         if self.store.add(KEY + "claim", 1) != 1:
@@ -142,14 +164,19 @@ class Watchdog:
             while time.monotonic() < deadline and not self.store.check(done):
                 time.sleep(0.05)
             if decided:
-                self.kill_silent_local(done)
+                killed = self.kill_silent_local(done)
+                if killed:  # said in the verdict: the report shows who was stopped by force
+                    verdict.setdefault("details", {})["killed"] = killed
+                    self.on_verdict(verdict)
         except Exception:  # noqa: BLE001 - the store may be gone with its host rank: leave anyway
             pass
         os._exit(HANG_EXIT_CODE)
 
-    def kill_silent_local(self, done: list[str]) -> None:
-        """Ranks on this node that never said they were done (stuck in C++ holding the GIL, or with
-        a SIGTERM handler that cannot run): SIGKILL, found by the pid in their live file."""
+    def kill_silent_local(self, done: list[str]) -> list[int]:
+        """Ranks on this node that never said they were done (stuck in native code that holds the
+        GIL, where not even a SIGTERM handler runs): SIGKILL, found by the pid in their live file.
+        Returns the ranks killed."""
+        killed = []
         for rank, key in enumerate(done):
             if rank == self.rank or self.store.check([key]):
                 continue
@@ -158,8 +185,10 @@ class Watchdog:
             if pid > 1 and pid != os.getpid():
                 try:
                     os.kill(pid, signal.SIGKILL)
+                    killed.append(rank)
                 except OSError:
                     pass
+        return killed
 
 
 def compose(states: dict[int, dict[str, Any]], world: int, timeout_s: float) -> dict[str, Any]:
