@@ -8,9 +8,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
 
 class DdpStateDictPrefix(Rule):
@@ -152,41 +152,29 @@ class DdpStateDictPrefix(Rule):
 
     def finish(self) -> None:
         model = self.model
-        saves = [s for s in model.paths.sites() if model.api(s) == api.SAVE]
-        if not saves:
+        found = [(save, value, sd) for save, value, sd, where in saved_state_dicts(model) if self._of_ddp(where, save)]
+        if not found:
             return
-        if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s in saves}.values()) or _strips_prefix(model.root.source):
+        if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
+                or _strips_prefix(model.root.source):
             return
         if self._loader_strips():
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         if self._loads_into_ddp():
             return  # checkpoints are loaded into the DDP model: the prefix round-trips
-        for site in saves:
-            obj = site.arg("obj", 0)
-            if obj is None:
-                continue
-            for value in model.values.at_call(site, obj):
-                node = value.node
-                if not isinstance(node, cst.CSTNode):
-                    continue
-                for sd in subexpressions(node):
-                    if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
-                            and sd.func.attr.value == "state_dict"):
-                        continue
-                    where = value.module.call_at(sd)
-                    if where is None or not self._of_ddp(where, site):
-                        continue
-                    receiver = " ".join(value.module.code(sd.func.value).split())
-                    new = sd.with_changes(
-                        func=sd.func.with_changes(value=cst.Attribute(sd.func.value, cst.Name("module")))
-                    )
-                    fix = Replace(sd, new, f"Save `{receiver}.module.state_dict()`") if value.module is model.root else None
-                    self.report(
-                        sd,
-                        f"`{receiver}.state_dict()` of the DDP model saves every key with a `module.` "
-                        f"prefix, which the plain model cannot load; save `{receiver}.module.state_dict()`",
-                        fix, module=value.module, related=model.paths.chain(site),
-                    )
+        for site, value, sd in found:
+            assert isinstance(sd.func, cst.Attribute)
+            receiver = " ".join(value.module.code(sd.func.value).split())
+            new = sd.with_changes(
+                func=sd.func.with_changes(value=cst.Attribute(sd.func.value, cst.Name("module")))
+            )
+            fix = Replace(sd, new, f"Save `{receiver}.module.state_dict()`") if value.module is model.root else None
+            self.report(
+                sd,
+                f"`{receiver}.state_dict()` of the DDP model saves every key with a `module.` "
+                f"prefix, which the plain model cannot load; save `{receiver}.module.state_dict()`",
+                fix, module=value.module, related=model.paths.chain(site),
+            )
 
     def _of_ddp(self, state_dict: CallSite, save: CallSite) -> bool:
         """`x.state_dict()` where x holds the DDP wrapper when the save runs — not in the branch
@@ -221,14 +209,18 @@ class DdpStateDictPrefix(Rule):
         return False
 
     def _loader_strips(self) -> bool:
-        """A function of the run that loads state dicts handles keys that start with `module.`
+        """A function of the run that loads a state dict handles keys that start with `module.`
         (`if key.startswith("module.transformer."): ...`)."""
         model = self.model
-        root = model.root
-        functions = [Function(root, q) for q in root.functions] + model.paths.reached()
-        for function in functions:
-            facts = model.facts.of_scope(function.module, function.qualname)
-            if facts & {"load", "load_state_dict"} and _strips_prefix(function.module.code(function.node)):
+        seen: set[tuple[int, str]] = set()
+        for site in model.paths.sites():
+            if site.method != "load_state_dict" and model.api(site) != api.LOAD:
+                continue
+            function = site.scope.function
+            if function is None or (id(site.module), function.qualname) in seen:
+                continue
+            seen.add((id(site.module), function.qualname))
+            if _strips_prefix(site.module.code(function.node)):
                 return True
         return False
 
