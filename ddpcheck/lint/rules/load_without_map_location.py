@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
@@ -265,15 +266,20 @@ class LoadWithoutMapLocation(Rule):
         (`os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)`): `cuda:0` is each process's own
         GPU, so tensors saved from `cuda:0` come back where they belong."""
         model = self.model
-        scopes = [model.root.module_scope, *model.root.function_scopes.values()]
-        scopes += [f.scope for f in model.paths.reached()]
-        for scope in scopes:
+        root = model.root
+        scopes = [(root, s) for s in (root.module_scope, *root.function_scopes.values())]
+        scopes += [(f.module, f.scope) for f in model.paths.reached()]
+        for module, scope in scopes:
+            resolve = model.resolver_for(module, scope)
             for key, value, _ in scope.updates.get("os.environ", ()):
                 if key != "CUDA_VISIBLE_DEVICES":
                     continue
                 text = string_text(value)
-                if text is None or "," not in text:
+                if text is not None and text.strip().isdigit():
                     return True
+                if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and is_rank_value(sub, resolve)
+                       for sub in subexpressions(value)):
+                    return True  # `str(args.gpu)`, `str(local_rank)`
         return False
 
     def _saved_from_cpu(self, site: CallSite) -> bool:
