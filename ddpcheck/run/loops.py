@@ -53,7 +53,7 @@ def enclosing_loop(path: str, line: int) -> Loop | None:
     tree = _tree(path)
     if tree is None:
         return None
-    best: ast.AST | None = None
+    best: ast.For | ast.AsyncFor | ast.While | None = None
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
@@ -68,4 +68,4 @@ def enclosing_loop(path: str, line: int) -> Loop | None:
             stack.append(child)
     if best is None:
         return None
-    return Loop(path, best.lineno, best.end_lineno or best.lineno, _exits(best))  # type: ignore[attr-defined]
+    return Loop(path, best.lineno, best.end_lineno or best.lineno, _exits(best))

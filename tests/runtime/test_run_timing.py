@@ -28,7 +28,8 @@ def _perf(result) -> dict:
 
 def test_a_data_bound_script_waits_for_data_and_is_told_what_to_try(tmp_path):
     result = run_ddpcheck(["--nproc", "2", str(FIXTURES / "data_bound.py"), "--steps", "16"], tmp_path)
-    assert result.returncode == 1, result.stderr[-3000:]  # the finding fails the run
+    # DDP141 is advice (severity info): reported, but the run does not fail for it.
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     perf = _perf(result)
     assert perf["dominant"]["phase"] == "data" and perf["dominant"]["share"] > 0.5
     assert [r["rank"] for r in perf["ranks"]] == [0, 1]
@@ -42,6 +43,7 @@ def test_a_data_bound_script_waits_for_data_and_is_told_what_to_try(tmp_path):
     # The terminal: the phase table with bars, and the summary line under it.
     assert "Where the time goes" in result.stdout and "dominant phase: data" in result.stdout
     assert "global batch 32" in result.stdout
+    assert finding["severity"] == "info" and "0 failed, 1 advice," in result.stdout
 
 
 def test_a_compute_bound_script_spends_its_steps_in_forward_and_backward(tmp_path):

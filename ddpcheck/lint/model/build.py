@@ -14,7 +14,7 @@ import libcst as cst
 
 from ddpcheck.lint import traverse
 from ddpcheck.lint.model.module import (
-    Augmented, CallSite, ClassInfo, Element, EnvAccess, ForSite, Guard, Item, ModuleModel, Param, Point,
+    Augmented, CallSite, ClassInfo, Element, EnvAccess, ExitSite, ForSite, Guard, Item, ModuleModel, Param, Point,
     Scope, Shared, UNASKED,
 )
 from ddpcheck.lint.model.syntax import dotted
@@ -37,6 +37,7 @@ class Walker(cst.CSTVisitor):
         self._saved: list[tuple[list[cst.CSTNode], list[Guard], list[cst.With]]] = []
         self._block_marks: list[int] = []  # len(guards) when each indented block was entered
         self._written: set[int] = set()  # subscripts assigned to (`os.environ["K"] = v`)
+        self._assigned_attributes: set[int] = set()  # attributes that are assignment targets
         self.tick = 0  # counts calls and bindings in traversal order (see Point)
         self.visit_hooks = visit_hooks or {}
         self.leave_hooks = leave_hooks or {}
@@ -100,10 +101,12 @@ class Walker(cst.CSTVisitor):
         assignments = self.scope.assignments
         points = self.scope.points
         for index, param in enumerate((*params.posonly_params, *params.params)):
-            assignments[param.name.value] = [Param(qualname, param.name.value, index, param.default)]
+            assignments[param.name.value] = [Param(qualname, param.name.value, index, param.default, "",
+                                                   param.annotation.annotation if param.annotation else None)]
             points[param.name.value] = [Point(-1)]
         for param in params.kwonly_params:
-            assignments[param.name.value] = [Param(qualname, param.name.value, None, param.default)]
+            assignments[param.name.value] = [Param(qualname, param.name.value, None, param.default, "",
+                                                   param.annotation.annotation if param.annotation else None)]
             points[param.name.value] = [Point(-1)]
         for star, mark in ((params.star_arg, "*"), (params.star_kwarg, "**")):
             if isinstance(star, cst.Param):
@@ -162,7 +165,11 @@ class Walker(cst.CSTVisitor):
                     elif not a.star:
                         entries.append((None, a.value, guards))
 
+    def _exit(self, node: cst.Break | cst.Continue) -> None:
+        self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
+
     def _return(self, node: cst.Return) -> None:
+        self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
         if node.value is not None:
             function = self.scope.function
             if function is not None:
@@ -172,10 +179,31 @@ class Walker(cst.CSTVisitor):
 
     def _mark_written(self, node: cst.Assign) -> None:
         # Targets are visited before the value is bound (bindings are made on leave, after the
-        # value's calls): mark written subscripts now, for _subscript.
+        # value's calls): mark written subscripts and attributes now, for _subscript and
+        # _attribute.
         for target in node.targets:
             if isinstance(target.target, cst.Subscript):
                 self._written.add(id(target.target))
+            self._mark_target(target.target)
+
+    def _mark_target(self, target: cst.BaseExpression) -> None:
+        if isinstance(target, cst.Attribute):
+            self._assigned_attributes.add(id(target))
+        elif isinstance(target, (cst.Tuple, cst.List)):
+            for element in target.elements:
+                self._mark_target(element.value)
+
+    def _mark_other_target(self, node: cst.AnnAssign | cst.AugAssign) -> None:
+        self._mark_target(node.target)
+
+    def _attribute(self, node: cst.Attribute) -> None:
+        """`self.x` read in a function body (assignment targets are writes, not reads)."""
+        base = node.value
+        if type(base) is cst.Name and base.value == "self" and id(node) not in self._assigned_attributes:
+            scope = self.scope
+            if scope.kind == "function":
+                reads = self.module.self_reads.setdefault(scope.qualname, {})
+                reads.setdefault(node.attr.value, []).append(node)
 
     def _assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -344,7 +372,12 @@ _OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.ClassDef, Walker._enter_class),
     _own(cst.Call, Walker._call),
     _own(cst.Return, Walker._return),
+    _own(cst.Break, Walker._exit),
+    _own(cst.Continue, Walker._exit),
+    _own(cst.Attribute, Walker._attribute),
     _own(cst.Assign, Walker._mark_written),
+    _own(cst.AnnAssign, Walker._mark_other_target),
+    _own(cst.AugAssign, Walker._mark_other_target),
     _own(cst.For, Walker._for),
     _own(cst.With, Walker._with),
     _own(cst.If, Walker._visit_if),

@@ -157,7 +157,8 @@ def is_cuda_value(model: Model, site: CallSite, expr: cst.BaseExpression) -> boo
             return True
         if value.call is not None and model.api_of(value) == api.TORCH_DEVICE:
             first = argument(value.call, "type", 0)
-            if first is not None and string_text(first) is not None and string_text(first).startswith("cuda"):  # type: ignore[union-attr]
+            kind = string_text(first) if first is not None else None
+            if kind is not None and kind.startswith("cuda"):
                 return True
     return False
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param
+from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.resolve import Target
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted
+from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, string_text
 
 from ddpcheck.lint.model.values import Frame, Value
 
@@ -102,6 +102,62 @@ class CallGraph:
                 return Function(owner_module, qualname)
         return None
 
+    def methods(self, module: ModuleModel, info: ClassInfo, name: str) -> list[Function]:
+        """What `obj.name(...)` may run on an instance of the class: the method the class (or a
+        base) defines, and the functions its module sets on the class or a base with
+        `setattr(Class, "name", function)` (a registry choosing the method at run time)."""
+        out = []
+        defined = self.method(module, info, name)
+        if defined is not None:
+            out.append(defined)
+        for owner_module, owner in self.mro(module, info):
+            for function in self._patched(owner_module).get((owner.qualname, name), ()):
+                if function not in out:
+                    out.append(function)
+        return out
+
+    def _patched(self, module: ModuleModel) -> dict[tuple[str, str], list[Function]]:
+        """(class, attribute) → the functions `setattr(Class, "attribute", f)` sets in `module`."""
+        found: dict[tuple[str, str], list[Function]] | None = module.memo.get("patched_methods")
+        if found is not None:
+            return found
+        found = {}
+        module.memo["patched_methods"] = found
+        for site in module.calls:
+            if site.dotted != "setattr" or len(site.node.args) != 3:
+                continue
+            owner, attr, value = (a.value for a in site.node.args)
+            name = string_text(attr)
+            cls = dotted(owner)
+            if name is None or cls is None or cls not in module.classes:
+                continue
+            if site.scope.lookup(cls) and site.scope.owner_of(cls) is not module.module_scope:
+                continue  # a local of that name, not the class
+            found.setdefault((cls, name), []).extend(self.functions_in(site, value))
+        return found
+
+    def functions_in(self, site: CallSite, expr: cst.BaseExpression) -> list[Function]:
+        """The project functions an expression at `site` may hold (`fn` in `mp.spawn(fn, ...)`, the
+        function a variable was set to)."""
+        out: list[Function] = []
+        for value in self.model.values.at_call(site, expr):
+            node = value.node
+            function = None
+            if isinstance(node, cst.Name):
+                for scope in value.scope.chain():
+                    if scope.kind == "function" and f"{scope.qualname}.{node.value}" in value.module.functions:
+                        function = Function(value.module, f"{scope.qualname}.{node.value}")
+                        break
+            if function is None and isinstance(node, (cst.Name, cst.Attribute)):
+                name = dotted(node)
+                found = self.model.resolver.name(value.module, name, value.scope) if name else None
+                if found is not None and found.kind == "function":
+                    callees = self._of_target(found)
+                    function = callees[0][0] if callees else None
+            if function is not None and function not in out:
+                out.append(function)
+        return out
+
     def is_subclass(self, target: Target | None, api_name: str, depth: int = _MAX_MRO) -> bool:
         """Whether `target` is the outside class `api_name` or a project class derived from it,
         read from the modules' indexes (no parse)."""
@@ -120,7 +176,7 @@ class CallGraph:
                 return True
         return False
 
-    def _network(self, value: Value) -> bool:
+    def is_network(self, value: Value) -> bool:
         """A leaf that builds a project subclass of `nn.Module` (read from the indexes)."""
         call = value.call
         site = value.module.call_at(call) if call is not None else None
@@ -128,15 +184,30 @@ class CallGraph:
         return target is not None and target.kind == "class" and self.is_subclass(target, api.MODULE_BASE)
 
     def instance_of(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None:
-        """The project class a value is an instance of (a leaf that calls the class)."""
+        """The project class a value is an instance of: a leaf that calls the class, or a
+        parameter annotated with it (`def main(exp: Exp, args)`) that the model cannot follow
+        to its arguments."""
         call = value.call
         if call is None:
+            node = value.node
+            if isinstance(node, Param) and node.annotation is not None:
+                return self._annotated(value.module, node, value.scope)
             return None
         site = value.module.call_at(call)
         target = site.target if site is not None else None
         if target is None or target.kind != "class":
             return None
         return self.class_at(target)
+
+    def _annotated(self, module: ModuleModel, param: Param, scope: Scope) -> tuple[ModuleModel, ClassInfo] | None:
+        """The project class a parameter's annotation names: `Exp`, `"Exp"`, `Optional[Exp]`,
+        `Exp | None` (the class or one derived from it: its methods as the class defines them)."""
+        name = annotation_name(param.annotation)
+        if name is None:
+            return None
+        where = scope.parent if scope.kind == "function" and scope.parent is not None else scope
+        target = self.model.resolver.name(module, name, where)
+        return self.class_at(target) if target is not None else None
 
     def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int) -> list[Value]:
         """What `instance.attr` may hold: `self.attr` set in a method of the class or its bases
@@ -201,9 +272,9 @@ class CallGraph:
         if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls") and owner is not None:
             info = module.classes.get(owner.qualname)
             if info is not None:
-                found = self.method(module, info, method)
-                if found is not None:
-                    return [(found, "" if found.is_static else "method")]
+                own = self.methods(module, info, method)
+                if own:
+                    return [(f, "" if f.is_static else "method") for f in own]
             # `self.scaler(loss, ...)`: an attribute holding a callable object.
             return self._through_values(site, func)
         if isinstance(receiver, cst.Call) and dotted(receiver.func) == "super" and owner is not None:
@@ -217,13 +288,13 @@ class CallGraph:
             return []  # no class of the project defines it: `loss.backward()`, `x.to(device)`
         out: list[Callee] = []
         for value in self.model.values.at_call(site, receiver):
-            if method in api.MODULE_METHODS and self._network(value):
+            if method in api.MODULE_METHODS and self.is_network(value):
                 continue  # `model.train()`, `model.parameters()` on a project network
             instance = self.instance_of(value)
             if instance is not None:
-                found = self.method(*instance, method)
-                if found is not None and all(found != f for f, _ in out):
-                    out.append((found, "" if found.is_static else "method"))
+                for found in self.methods(*instance, method):
+                    if all(found != f for f, _ in out):
+                        out.append((found, "" if found.is_static else "method"))
         if out:
             return out
         return self._by_unique_name(site, method)
@@ -238,24 +309,8 @@ class CallGraph:
         fn = site.arg("target") if process else site.arg("fn", 0)
         if fn is None:
             return []
-        out: list[Callee] = []
-        for value in self.model.values.at_call(site, fn):
-            node = value.node
-            function = None
-            if isinstance(node, cst.Name):
-                for scope in value.scope.chain():
-                    if scope.kind == "function" and f"{scope.qualname}.{node.value}" in value.module.functions:
-                        function = Function(value.module, f"{scope.qualname}.{node.value}")
-                        break
-            if function is None and isinstance(node, (cst.Name, cst.Attribute)):
-                name_ = dotted(node)
-                found = self.model.resolver.name(value.module, name_, value.scope) if name_ else None
-                if found is not None and found.kind == "function":
-                    callees = self._of_target(found)
-                    function = callees[0][0] if callees else None
-            if function is not None:
-                out.append((function, "process" if process else "spawn"))
-        return out
+        kind = "process" if process else "spawn"
+        return [(function, kind) for function in self.functions_in(site, fn)]
 
     def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
         """`step(...)` where `step` holds an instance with `__call__` or a function of the project."""
@@ -266,7 +321,7 @@ class CallGraph:
         if "__call__" not in self.method_names(site.module):
             return out
         for value in self.model.values.at_call(site, func):
-            if self._network(value):
+            if self.is_network(value):
                 continue  # running a project network's forward is not DDP work to follow
             instance = self.instance_of(value)
             if instance is not None:

@@ -1,5 +1,7 @@
 """One module of the project as the model sees it: scopes and what is bound in them, calls with
-the loops, guards and with-blocks around them, functions, classes and their methods, returns.
+the loops, guards and with-blocks around them, functions, classes and their methods, returns,
+loop exits (break/continue/return with their loops and guards), the `self` attributes each
+function reads.
 
 Filled by one traversal (lint/model/build.py). Values are libcst nodes of this module's tree, or
 the small binding markers below where a name is bound by something other than `name = value`.
@@ -67,6 +69,7 @@ class Param:
     index: int | None
     default: cst.BaseExpression | None
     star: str = ""
+    annotation: cst.BaseExpression | None = None  # `exp: Exp` → the expression `Exp`
 
     def __repr__(self) -> str:
         return f"<Param {self.function}({self.name})>"
@@ -282,6 +285,17 @@ class ForSite:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class ExitSite:
+    """A `break`, `continue` or `return` statement, with the loops and guards around it (as for
+    CallSite): which loop it leaves, and under which tests."""
+
+    node: cst.Break | cst.Continue | cst.Return
+    scope: Scope
+    loops: tuple[cst.CSTNode, ...]
+    guards: tuple[Guard, ...]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class EnvAccess:
     """`os.environ["KEY"]` (`written`: as an assignment target) in `scope`, under `guards`."""
 
@@ -320,6 +334,9 @@ class ModuleModel:
         self.returns: dict[str, list[cst.BaseExpression]] = {}  # function → returned values
         self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
         self.fors: list[ForSite] = []
+        self.exits: list[ExitSite] = []  # every break, continue and return, in source order
+        # function → `self.x` attributes its body reads (not assignment targets), by name
+        self.self_reads: dict[str, dict[str, list[cst.Attribute]]] = {}
         self.targets: dict[int, list[str]] = {}  # id(assigned value) → names it was assigned to
         self.module_scope = Scope("<module>", tree)
         self.main_guards: list[cst.If] = []  # `if __name__ == "__main__":` blocks

@@ -19,6 +19,24 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
+def annotation_name(expr: cst.BaseExpression | None) -> str | None:
+    """The one class a type annotation names: `Exp`, `cfg.Exp`, `"Exp"`, `Optional[Exp]`,
+    `Exp | None`; None for anything else (`list[Exp]`, `Exp | Other`)."""
+    if isinstance(expr, cst.SimpleString):
+        text = expr.evaluated_value
+        if isinstance(text, str) and all(part.isidentifier() for part in text.split(".")):
+            return text
+        return None
+    if isinstance(expr, cst.Subscript) and last_name(expr.value) == "Optional" and len(expr.slice) == 1:
+        inner = expr.slice[0].slice
+        return annotation_name(inner.value) if isinstance(inner, cst.Index) else None
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.BitOr):
+        sides = [expr.left, expr.right]
+        named = [s for s in sides if not (isinstance(s, cst.Name) and s.value == "None")]
+        return annotation_name(named[0]) if len(named) == 1 else None
+    return dotted(expr)
+
+
 def last_name(expr: cst.CSTNode | None) -> str | None:
     """`c` for `a.b.c` (the name a call or attribute chain ends in), else None."""
     if isinstance(expr, cst.Attribute):

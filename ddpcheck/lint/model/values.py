@@ -22,6 +22,7 @@ from ddpcheck.lint.model.conditions import is_distributed_test, is_wrapped_test
 from ddpcheck.lint.model.module import (
     Augmented, Binding, CallSite, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared,
 )
+from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, int_value
 
@@ -133,8 +134,11 @@ class Values:
         elif isinstance(node, (Element, Augmented)):
             yield Value(module, node, scope, frame, at)
         elif isinstance(node, cst.IfExp):
-            yield from self._arm(module, node, node.body, False, scope, frame, depth, seen, at)
-            yield from self._arm(module, node, node.orelse, True, scope, frame, depth, seen, at)
+            fixed = constant_flag(module, node.test)
+            if fixed is not False:
+                yield from self._arm(module, node, node.body, False, scope, frame, depth, seen, at)
+            if fixed is not True:
+                yield from self._arm(module, node, node.orelse, True, scope, frame, depth, seen, at)
         elif isinstance(node, cst.BooleanOperation):
             yield from self._eval(module, node.left, scope, frame, depth - 1, seen, at)
             yield from self._eval(module, node.right, scope, frame, depth - 1, seen, at)
@@ -152,6 +156,12 @@ class Values:
         """One arm of `a if test else b` (see _unwrapped)."""
         values = self._eval(module, arm, scope, frame, depth - 1, seen, at)
         yield from self._unwrapped(values, module, [Guard(node.test, negated, node)])
+
+    @staticmethod
+    def _never(module: ModuleModel, guard: Guard) -> bool:
+        """A guard that never holds: a flag the command line cannot change, on its other arm."""
+        fixed = constant_flag(module, guard.test)
+        return fixed is not None and fixed == guard.negated
 
     def _unwrapped(self, values: Iterable[Value], module: ModuleModel, guards: Sequence[Guard]) -> Iterator[Value]:
         """Drop the DDP wrappers that cannot be there under `guards`: where `isinstance(m, DDP)`
@@ -214,6 +224,8 @@ class Values:
         if bindings:
             inner_frame = frame if owner is scope else self._frame_for(owner, frame)
             for binding, point in bindings:
+                if point is not None and point.guards and any(self._never(module, g) for g in point.guards):
+                    continue  # `else:` of `if args.use_ema:` where that flag is always on
                 values = self._eval(module, binding, owner, inner_frame, depth - 1, seen, point)
                 if point is not None and point.guards:
                     values = self._unwrapped(values, module, point.guards)
@@ -257,6 +269,7 @@ class Values:
             if inner is not None:
                 yield from self._eval(base.module, inner, base.scope, base.frame, depth - 1, seen, self._call_point(base))
                 return
+        if call is not None or isinstance(base.node, Param):
             instance = self.model.graph.instance_of(base)
             if instance is not None:
                 found = False

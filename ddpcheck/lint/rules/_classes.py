@@ -9,7 +9,6 @@ import libcst as cst
 
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, subexpressions
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -48,13 +47,22 @@ def class_closure(model: Model, roots: list[tuple[ModuleModel, ClassInfo]]) -> l
     return out
 
 
+def method_scopes(module: ModuleModel, info: ClassInfo) -> list[tuple[str, str]]:
+    """(method name, qualified name) of the class's methods and of the functions nested in them
+    (those under the method that holds them)."""
+    memo: dict[int, list[tuple[str, str]]] = module.memo.setdefault("method_scopes", {})
+    found = memo.get(id(info))
+    if found is None:
+        found = [(name, q) for name, owner in info.methods.items() for q in module.function_scopes
+                 if q == owner or q.startswith(owner + ".")]
+        memo[id(info)] = found
+    return found
+
+
 def method_calls(model: Model, module: ModuleModel, info: ClassInfo) -> Iterator[CallSite]:
     """The calls made directly in the methods of one class (nested functions included)."""
-    owners = tuple(info.methods.values())
-    for site in module.calls:
-        where = site.scope.qualname
-        if any(where == q or where.startswith(q + ".") for q in owners):
-            yield site
+    for _, qualname in method_scopes(module, info):
+        yield from module.calls_in(qualname)
 
 
 def methods(module: ModuleModel, info: ClassInfo) -> list[Function]:
@@ -93,45 +101,34 @@ def parameter_submodules(model: Model, module: ModuleModel, info: ClassInfo) -> 
 
 
 def self_references(module: ModuleModel, info: ClassInfo, attribute: str) -> list[tuple[str, cst.Attribute]]:
-    """Every `self.<attribute>` read in the class's methods: (the method's name, the node).
-    Assignment targets are not reads."""
+    """Every `self.<attribute>` read in the class's methods (and functions nested in them):
+    (the method's name, the node). Assignment targets are not reads."""
     out: list[tuple[str, cst.Attribute]] = []
-    for method, qualname in info.methods.items():
-        function = module.functions.get(qualname)
-        if function is None:
-            continue
-        targets = _assigned_nodes(function)
-        for node in _attributes(function):
-            if node.attr.value == attribute and isinstance(node.value, cst.Name) and node.value.value == "self" \
-                    and id(node) not in targets:
-                out.append((method, node))
+    for method, qualname in method_scopes(module, info):
+        for node in module.self_reads.get(qualname, {}).get(attribute, ()):
+            out.append((method, node))
     return out
+
+
+# Ways a module reaches its members without naming them.
+_DYNAMIC_CALLS = frozenset({"getattr", "setattr"})
+_DYNAMIC_METHODS = frozenset({"children", "modules", "named_children", "named_modules", "parameters",
+                              "named_parameters"})
+_DYNAMIC_ATTRIBUTES = ("_modules", "__dict__")
 
 
 def dynamic_members(module: ModuleModel, info: ClassInfo) -> bool:
     """The class reaches its members in ways the names do not show: getattr/setattr on self,
-    `self.children()`/`modules()`/`_modules`, `__dict__`, `named_children`."""
-    text = module.code(info.node)
-    return any(word in text for word in ("getattr(self", "setattr(self", "self.children(", "self.modules(",
-                                         "self._modules", "self.__dict__", "self.named_children(",
-                                         "self.named_modules(", "self.parameters(", "self.named_parameters("))
-
-
-def _attributes(node: cst.CSTNode) -> Iterator[cst.Attribute]:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Attribute):
-            yield current
-        stack.extend(children(current))
-
-
-def _assigned_nodes(function: cst.FunctionDef) -> set[int]:
-    out: set[int] = set()
-    for node in subexpressions(function):
-        if isinstance(node, cst.Assign):
-            for target in node.targets:
-                out.add(id(target.target))
-        elif isinstance(node, (cst.AnnAssign, cst.AugAssign)):
-            out.add(id(node.target))
-    return out
+    `self.children()`/`modules()`/`parameters()` and their named forms, `self._modules`,
+    `self.__dict__`."""
+    for _, qualname in method_scopes(module, info):
+        reads = module.self_reads.get(qualname, {})
+        if any(a in reads for a in _DYNAMIC_ATTRIBUTES):
+            return True
+    for site in (s for _, q in method_scopes(module, info) for s in module.calls_in(q)):
+        if site.method in _DYNAMIC_METHODS and site.receiver_name == "self":
+            return True
+        if site.dotted in _DYNAMIC_CALLS and site.node.args and \
+                isinstance(site.node.args[0].value, cst.Name) and site.node.args[0].value.value == "self":
+            return True
+    return False

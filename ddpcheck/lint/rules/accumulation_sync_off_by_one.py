@@ -256,9 +256,10 @@ def _predicate(test: cst.BaseExpression) -> _Pred | None:
     r = int_value(right)
     if r is None:
         # `N - 1`
+        minus = int_value(right.right) if isinstance(right, cst.BinaryOperation) else None
         if (isinstance(right, cst.BinaryOperation) and isinstance(right.operator, cst.Subtract)
-                and _text(right.left) == modulus and int_value(right.right) is not None):
-            r = -int_value(right.right)  # type: ignore[operator]
+                and _text(right.left) == modulus and minus is not None):
+            r = -minus
         else:
             return None
     residue = r - shift

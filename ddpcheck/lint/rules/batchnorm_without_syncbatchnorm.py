@@ -7,9 +7,10 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, Item, ModuleModel
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel
+from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.project import locate, resolved_path
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import dotted, is_false, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -44,6 +45,15 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
     `DDP(model, device_ids=[local_rank])` — ideally behind a flag, since it costs a collective per
     BatchNorm layer in every forward.
+
+    Converting after the wrap (`model = nn.SyncBatchNorm.convert_sync_batchnorm(DDP(model))`),
+    which older releases rejected, works in torch 2.13 and is not reported: the conversion keeps
+    the same parameter and buffer objects (`weight`, `bias`, running statistics), which DDP's
+    reducer and buffer broadcast already hold, and `SyncBatchNorm.forward` needs only an
+    initialised process group, no handle from DDP. DDP's constructor only logs whether the model
+    has SyncBatchNorm layers and refuses them on a CPU module ("SyncBatchNorm layers only work
+    with GPU modules"); a conversion after the wrap skips that check, and the forward then
+    refuses CPU input instead.
 
     ## References
     - https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html
@@ -84,6 +94,33 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(nn.Sequential(nn.Linear(8, 8), nn.LayerNorm(8)))
         """,
+        """
+        # The network is chosen by name; the default architecture has no BatchNorm.
+        import argparse
+        import torchvision.models as models
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--arch", default="vit_b_16")
+        args = parser.parse_args()
+        model = DDP(models.__dict__[args.arch]().cuda())
+        """,
+        """
+        # A linear probe: the backbone stays in eval mode for the whole training, so BatchNorm
+        # uses its frozen running statistics on every rank.
+        import torch
+        import torchvision
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        def train(loader, model, criterion, optimizer):
+            model.eval()
+            for images, target in loader:
+                loss = criterion(model(images), target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        model = DDP(torchvision.models.resnet50().cuda())
+        for epoch in range(90):
+            train(loader, model, torch.nn.CrossEntropyLoss(), optimizer)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -103,6 +140,43 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             """,
             lines=(3,),
         ),
+        Invalid(
+            """
+            # The network is chosen by name; the option's default builds a ResNet.
+            import argparse
+            import torchvision.models as models
+            from torch.nn.parallel import DistributedDataParallel
+            parser = argparse.ArgumentParser()
+            parser.add_argument("-a", "--arch", default="resnet18", choices=sorted(models.__dict__))
+            def build(arch, device_id):
+                model = models.__dict__[arch]()
+                return DistributedDataParallel(model.cuda(device_id), device_ids=[device_id])
+            args = parser.parse_args()
+            model = build(args.arch, 0)
+            """,
+            lines=(9,),
+        ),
+        Invalid(
+            """
+            # Put in eval mode for validation only: training normalises with batch statistics.
+            import torchvision
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            def train(loader, model, optimizer):
+                model.train()
+                for x, y in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+            def validate(loader, model):
+                model.eval()
+                for x, y in loader:
+                    model(x)
+            model = DDP(torchvision.models.resnet50().cuda())
+            for epoch in range(90):
+                train(loader, model, optimizer)
+                validate(val_loader, model)
+            """,
+            lines=(13,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -114,9 +188,42 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             return
         root_builds = any(_builds_batchnorm(model.api(c)) for c in model.root.calls)
         for wrap in wraps:
-            if root_builds and wrap.module is model.root or self._wraps_batchnorm(wrap):
+            if (root_builds and wrap.module is model.root or self._wraps_batchnorm(wrap)) \
+                    and not self._statistics_frozen(wrap):
                 self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
                 return
+
+    def _statistics_frozen(self, wrap: CallSite) -> bool:
+        """BatchNorm never normalises with batch statistics: the function that back-propagates
+        puts the wrapped model in eval mode (a linear probe on a frozen backbone) and nothing the
+        run reaches puts a model back in train mode (a `.train()` on an object the model cannot
+        tell apart from it counts)."""
+        sites = list(self.model.paths.sites())
+        frozen = False
+        for site in sites:
+            if site.method not in ("train", "eval") or site.receiver is None:
+                continue
+            mode = site.arg("mode", 0)
+            evaluating = site.method == "eval" or (mode is not None and is_false(mode))
+            if evaluating:
+                if not frozen and self._holds(site, wrap, certain=True) and any(
+                        c.method == "backward" for c in site.module.calls_in(site.scope.qualname)):
+                    frozen = True
+            elif self._holds(site, wrap, certain=False):
+                return False
+        return frozen
+
+    def _holds(self, site: CallSite, wrap: CallSite, certain: bool) -> bool:
+        """Whether the receiver of `site` holds the DDP model `wrap` makes (`certain`: for sure; else:
+        it may, or the model cannot tell)."""
+        assert site.receiver is not None
+        values = self.model.values.at_call(site, site.receiver)
+        for value in values:
+            if value.node is wrap.node:
+                return True
+            if not certain and (self.model.graph.instance_of(value) is None or self.model.graph.is_network(value)):
+                return True  # unknown, an outside object or a project network: it may be the model
+        return False
 
     def _wraps_batchnorm(self, wrap: CallSite) -> bool:
         """The wrapped network is a class of the project whose code (its module, its bases' and
@@ -144,9 +251,65 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if self._has_batchnorm(parts, depth - 1):
                     return True
                 continue
-            texts = [code_only(t) for t in self._network_texts(made)]
-            if texts and any(_BATCHNORM_TEXT.search(t) for t in texts) and not any(_CONVERSION.search(t) for t in texts):
+            if any(_builds_batchnorm(n) for n in self._chosen_by_name(made)):
                 return True
+            texts = [code_only(t) for t in self._network_texts(made)]
+            if any(_CONVERSION.search(t) for t in texts):
+                continue
+            if texts and any(_BATCHNORM_TEXT.search(t) for t in texts):
+                return True
+            instance = graph.instance_of(made)
+            if instance is not None and depth > 0:
+                # The networks it is given (`YOLOX(backbone, head)`) and those it builds.
+                parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
+                if self._has_batchnorm(parts, depth - 1) or self._class_builds_batchnorm(*instance, set()):
+                    return True
+        return False
+
+    def _chosen_by_name(self, made: Value) -> list[str]:
+        """`torchvision.models.__dict__[arch](...)`: the API names the key may select — literal
+        strings, or the default of the command-line option it comes from (`--arch resnet18`)."""
+        call = made.call
+        assert call is not None
+        func = call.func
+        if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute)
+                and func.value.attr.value == "__dict__" and len(func.slice) == 1):
+            return []
+        key = func.slice[0].slice
+        if not isinstance(key, cst.Index):
+            return []
+        owner = self.model.qualname(made.module, func.value.value, made.scope)
+        if owner is None:
+            return []
+        names = []
+        for value in self.model.values.of(made.module, key.value, made.scope, made.frame, at=made.at):
+            node = value.node
+            if isinstance(node, cst.BaseExpression) and string_text(node) is None:
+                default = option_default(value.module, node)
+                node = default if default is not None else node
+            text = string_text(node) if isinstance(node, cst.BaseExpression) else None
+            if text is not None and text.isidentifier():
+                names.append(f"{owner}.{text}")
+        return names
+
+    def _class_builds_batchnorm(self, module: ModuleModel, info: ClassInfo, seen: set[int]) -> bool:
+        """Whether a project network class, or a project class its methods build, builds BatchNorm
+        layers (a bounded walk: at most 32 classes), none of their modules converting them."""
+        graph = self.model.graph
+        for owner_module, owner in graph.mro(module, info):
+            if id(owner) in seen or len(seen) >= 32:
+                continue
+            seen.add(id(owner))
+            if _CONVERSION.search(code_only(owner_module.source)):
+                return False
+            for function in owner.methods.values():
+                for site in owner_module.calls_in(function):
+                    if _builds_batchnorm(self.model.api(site)):
+                        return True
+                    target = site.target
+                    found = graph.class_at(target) if target is not None and target.kind == "class" else None
+                    if found is not None and self._class_builds_batchnorm(*found, seen):
+                        return True
         return False
 
     def _network_texts(self, made: Value) -> list[str]:

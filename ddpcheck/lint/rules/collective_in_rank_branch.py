@@ -169,6 +169,25 @@ class CollectiveInRankBranch(Rule):
         if dist.get_rank() == 0:
             out = model.module(batch)
         """,
+        """
+        # Rank-0 evaluation of an EMA copy: `--use-ema` is a store_true flag whose default is
+        # already True, so the DDP model is never the one evaluated.
+        import argparse
+        import copy
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--use-ema", action="store_true", default=True)
+        args = parser.parse_args()
+        ema = copy.deepcopy(net)
+        model = DDP(net, device_ids=[local_rank])
+        if args.use_ema:
+            eval_model = ema
+        else:
+            eval_model = model
+        if dist.get_rank() == 0:
+            out = eval_model(batch)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -219,6 +238,24 @@ class CollectiveInRankBranch(Rule):
                         return self.model(batch)
             """,
             lines=(9,),
+        ),
+        Invalid(
+            """
+            # The flag can be switched on, so the DDP model may be the one evaluated on rank 0.
+            import argparse
+            import copy
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--no-ema", action="store_true")
+            args = parser.parse_args()
+            ema = copy.deepcopy(net)
+            model = DDP(net, device_ids=[local_rank])
+            eval_model = model if args.no_ema else ema
+            if dist.get_rank() == 0:
+                out = eval_model(batch)
+            """,
+            lines=(13,),
         ),
         Invalid(
             """

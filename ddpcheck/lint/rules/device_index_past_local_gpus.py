@@ -139,8 +139,9 @@ class DeviceIndexPastLocalGpus(Rule):
     def _offsets_local_rank_value(self, value: Value) -> bool:
         node = value.node
         assert isinstance(node, cst.BaseExpression)
-        return _offset(node) is not None and any(
-            self._is_local_rank(v) for v in self.model.values.of(value.module, _offset(node), value.scope, value.frame, at=value.at))  # type: ignore[arg-type]
+        offset = _offset(node)
+        return offset is not None and any(
+            self._is_local_rank(v) for v in self.model.values.of(value.module, offset, value.scope, value.frame, at=value.at))
 
     def _offsets_local_rank(self, site: CallSite, expr: cst.BaseExpression) -> bool:
         base = _offset(expr)

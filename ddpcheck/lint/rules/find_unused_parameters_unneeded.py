@@ -105,7 +105,7 @@ class FindUnusedParametersUnneeded(Rule):
         for wrap in wraps(model, model.root):
             site = wrap.site
             flag = site.arg("find_unused_parameters")
-            if not is_true(flag) or is_true(site.arg("static_graph")) or wrap.inner is None:
+            if flag is None or not is_true(flag) or is_true(site.arg("static_graph")) or wrap.inner is None:
                 continue
             roots = classes_of(model, model.values.at_call(site, wrap.inner))
             if len(roots) != 1:

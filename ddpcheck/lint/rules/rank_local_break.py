@@ -6,8 +6,8 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import children, subexpressions
+from ddpcheck.lint.model.module import CallSite, ForSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
@@ -28,8 +28,8 @@ class RankLocalBreak(Rule):
 
     ## Why it matters
     The rank that left goes on to evaluation, saving or `destroy_process_group`; the others sit in
-    the gradient all-reduce of their next backward until the process-group timeout (30 minutes by
-    default with gloo and NCCL) and then crash with a timeout that points nowhere near the cause.
+    the gradient all-reduce of their next backward until the process-group timeout (in torch
+    2.13, 10 minutes by default with NCCL and 30 with gloo) and then crash with a timeout that points nowhere near the cause.
     With a DistributedSampler that pads (`drop_last=False`) every rank has the same number of
     batches, so this is the remaining way for the ranks to disagree.
 
@@ -121,13 +121,18 @@ class RankLocalBreak(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
+        if not root.exits:
+            return
         for loop in root.fors:
+            exits = list(_exits(root, loop))
+            if not exits:
+                continue
             body_calls = [c for c in root.calls if loop.node in c.loops]
             if not any(c.method == "backward" for c in body_calls) and not self._forwards(body_calls):
                 continue
             if any(model.facts.does(c, "collective") for c in body_calls):
                 continue
-            for exit_node, guard_test in _exits(loop.node):
+            for exit_node, guard_test in exits:
                 if self._local(root, loop.scope, guard_test):
                     keyword = "break" if isinstance(exit_node, cst.Break) else "return"
                     self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
@@ -155,27 +160,23 @@ class RankLocalBreak(Rule):
         return False
 
 
-def _exits(loop: cst.For) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
-    """(`break` or `return`, the test of the innermost `if` around it) in the loop body; a break
-    inside a nested loop belongs to that loop and is skipped."""
-    def visit(node: cst.CSTNode, test: cst.BaseExpression | None,
-              nested: bool) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
-        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            return
-        if isinstance(node, cst.If):
-            yield from visit(node.body, node.test, nested)
-            if node.orelse is not None:
-                yield from visit(node.orelse, None, nested)
-            return
-        if isinstance(node, (cst.For, cst.While)):
-            for child in children(node):
-                yield from visit(child, test, True)
-            return
-        if isinstance(node, cst.Break) and not nested and test is not None:
-            yield node, test
-        if isinstance(node, cst.Return) and test is not None:
-            yield node, test
-        for child in children(node):
-            yield from visit(child, test, nested)
+def _exits(root: ModuleModel, loop: ForSite) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
+    """(`break` or `return`, the test of the innermost `if` around it inside the loop) for the
+    exits of the loop: a break inside a nested loop belongs to that loop and is skipped, one in
+    an `else:` branch (or after an early exit) has no test of its own and is skipped too."""
+    node = loop.node
+    outer = len(loop.guards)
+    for exit in root.exits:
+        if exit.scope is not loop.scope or node not in exit.loops or isinstance(exit.node, cst.Continue):
+            continue
+        if isinstance(exit.node, cst.Break) and exit.loops[-1] is not node:
+            continue
+        # The loop's own guards come first; early exits (`if c: continue`) guard what follows
+        # them without holding it in a branch.
+        inside = [g for g in exit.guards[outer:] if not _early_exit(g)]
+        if inside and not inside[-1].negated:
+            yield exit.node, inside[-1].test
 
-    yield from visit(loop.body, None, False)
+
+def _early_exit(guard: Guard) -> bool:
+    return guard.negated and isinstance(guard.node, cst.If) and guard.node.orelse is None

@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.module import CallSite, ForSite
+from ddpcheck.lint.model.module import Augmented, CallSite, ForSite
 from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -130,20 +130,22 @@ class UnreducedShardMetric(Rule):
         model = self.model
         root = model.root
         for loop in root.fors:
-            if loop.scope.function is None or not self._sharded(loop):
+            if loop.scope.function is None:
                 continue
-            counters = _accumulated(loop.node)
-            if not counters:
+            counters = _accumulated(loop)
+            if not counters or not self._sharded(loop):
                 continue
-            later = [s for s in root.calls if s.scope.function is loop.scope.function and loop.node not in s.loops
-                     and s.tick > max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)]
-            if any(model.facts.does(s, "collective") or _passes(s, counters) and model.graph.targets(s) for s in later):
+            function = loop.scope.function
+            last = max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)
+            later = [s for s in root.calls if s.scope.function is function and s.tick > last
+                     and loop.node not in s.loops]
+            if any(model.facts.does(s, "collective") or model.graph.targets(s) and _passes(s, counters)
+                   for s in later):
                 continue
-            derived = self._derived(loop, counters)
             for site in later:
                 if not self._reports(site):
                     continue
-                used = _names_in(site.node) & derived
+                used = _derived(loop, counters, _names_in(site.node))
                 if used:
                     metric = sorted(used - counters) or sorted(used)
                     self.report(site.node, self.MESSAGE.format(
@@ -171,17 +173,18 @@ class UnreducedShardMetric(Rule):
         return name in _REPORTERS or (site.method in _REPORT_METHODS and name != "print") \
             or name.startswith("wandb.log") or name == "wandb.log"
 
-    def _derived(self, loop: ForSite, counters: set[str]) -> set[str]:
-        """The counters and the names assigned from them in the loop's function."""
-        out = set(counters)
-        scope = loop.scope
-        for _ in range(3):
-            for name, values in scope.assignments.items():
-                if name in out:
-                    continue
-                if any(isinstance(v, cst.BaseExpression) and _names_in(v) & out for v in values):
-                    out.add(name)
-        return out
+
+def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3) -> set[str]:
+    """Those of `names` that are counters or are assigned from them in the loop's function (up
+    to `depth` assignments away: `acc = correct / total`, `pct = 100 * acc`)."""
+    out = names & counters
+    if depth > 0:
+        assignments = loop.scope.assignments
+        for name in names - counters:
+            values = [v for v in assignments.get(name, ()) if isinstance(v, cst.BaseExpression)]
+            if any(_derived(loop, counters, _names_in(v), depth - 1) for v in values):
+                out.add(name)
+    return out
 
 
 def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
@@ -193,21 +196,18 @@ def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
     return None
 
 
-def _accumulated(loop: cst.For) -> set[str]:
+def _accumulated(loop: ForSite) -> set[str]:
     """Names `+=`-ed in the loop body with something the batch gives (`correct += ...sum()`,
     `total += y.size(0)`; a step counter `+= 1` is the same on every rank), not in nested
     functions."""
     out: set[str] = set()
-    stack: list[cst.CSTNode] = [loop.body]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
-                and not isinstance(node.value, (cst.Integer, cst.Float)):
-            name = dotted(node.target)
-            if name is not None:
-                out.add(name)
-        elif not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            stack.extend(children(node))
+    scope = loop.scope
+    for name, values in scope.assignments.items():
+        for value, point in zip(values, scope.points.get(name, ())):
+            if isinstance(value, Augmented) and point is not None and loop.node in point.loops:
+                node = value.node
+                if isinstance(node.operator, cst.AddAssign) and not isinstance(node.value, (cst.Integer, cst.Float)):
+                    out.add(name)
     return out
 
 

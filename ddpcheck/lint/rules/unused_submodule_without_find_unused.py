@@ -4,7 +4,7 @@ from typing import TYPE_CHECKING
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
-from ddpcheck.lint.model.syntax import is_true
+from ddpcheck.lint.model.syntax import is_true, last_name
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
     class_closure,
@@ -15,7 +15,6 @@ from ddpcheck.lint.rules._classes import (
 )
 
 if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
     from ddpcheck.lint.model.module import ClassInfo, ModuleModel
 
 
@@ -132,19 +131,19 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                 if dynamic_members(module, info) or "requires_grad" in module.source:
                     continue
                 for attr, node in parameter_submodules(model, module, info):
-                    if id(node) in reported or self._read_anywhere(model, module, info, attr):
+                    if id(node) in reported or self._read_anywhere(module, info, attr):
                         continue
                     reported.add(id(node))
                     self.report(node, self.MESSAGE.format(attr=attr, cls=info.qualname), module=module)
 
     @staticmethod
-    def _read_anywhere(model: Model, module: ModuleModel, info: ClassInfo, attr: str) -> bool:
+    def _read_anywhere(module: ModuleModel, info: ClassInfo, attr: str) -> bool:
         """`self.attr` is read in a method of the class or of a project subclass in the module."""
         if self_references(module, info, attr):
             return True
+        name = info.qualname.rsplit(".", 1)[-1]
         for other in module.classes.values():
-            if other is not info and any(module.code(b).strip().endswith(info.qualname.rsplit(".", 1)[-1])
-                                         for b in other.bases):
+            if other is not info and any(last_name(b) == name for b in other.bases):
                 if self_references(module, other, attr):
                     return True
         return False

@@ -40,7 +40,8 @@ class StepLog:
 
     @property
     def log(self) -> dict[str, Any]:
-        return self.part[self.key]  # type: ignore[no-any-return]
+        log: dict[str, Any] = self.part[self.key]
+        return log
 
     def add(self, entry: list[Any], names: list[str] | None = None,
             fingerprints: list[tuple[int, int]] | None = None) -> None:
@@ -116,11 +117,20 @@ def first_mismatch(logs: dict[int, dict[str, Any]]) -> tuple[int | None, dict[in
     bad = max([bad, *(log.get("differing", 0) for log in logs.values())])
     counts = {log.get("count", 0) for log in logs.values()}
     compared = int(max(counts)) if len(counts) == 1 else len(common)
-    if first is None and len(counts) == 1:
+    same_steps = len({frozenset(v) for v in per_rank.values()}) == 1  # (not so after DDP's Join())
+    if first is None and len(counts) == 1 and same_steps:
         rolling = {r: int(log.get("rolling", 0)) for r, log in logs.items()}
         if len(set(rolling.values())) > 1:
             return -1, rolling, 1, compared
     return first, at, bad, compared
+
+
+def realigned(records: list[Record]) -> str:
+    """What a passing row adds when DDP's Join() made the ranks take different numbers of steps."""
+    if any(r.get("steps_realigned") for r in records):
+        return ("; at the steps the ranks took together (a step that only some ranks took inside "
+                "DDP's Join() is compared with nothing)")
+    return ""
 
 
 def differing_tensors(logs: dict[int, dict[str, Any]], step: int) -> list[tuple[str, dict[int, Any]]] | None:

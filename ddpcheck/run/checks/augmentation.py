@@ -158,7 +158,7 @@ def capture(session: "Session") -> None:
         except Exception:  # noqa: BLE001 - never break the user's loader over a note
             pass
 
-    _MultiProcessingDataLoaderIter.__init__ = __init__  # type: ignore[method-assign]
+    setattr(_MultiProcessingDataLoaderIter, "__init__", __init__)
 
     original_loop: Any = worker_mod._worker_loop
 
@@ -239,7 +239,7 @@ def _spy_on_worker(args: tuple[Any, ...], record_dir: str, rank: int, iterator: 
         _write(record_dir, report)  # a worker that never fetches still says what it holds
         return fetcher
 
-    _DatasetKind.create_fetcher = staticmethod(create_fetcher)  # type: ignore[method-assign]
+    setattr(_DatasetKind, "create_fetcher", staticmethod(create_fetcher))
 
 
 def _write(record_dir: str, report: dict[str, Any]) -> None:

@@ -28,6 +28,8 @@ from ddpcheck.run.registry import Probe, RuntimeCheck
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 
 if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+
     from ddpcheck.run.rank.session import Session
 
 PROBE_NAME = "checkpointing"
@@ -137,7 +139,7 @@ def capture(session: "Session") -> None:
 
     cp.checkpoint = checkpoint
 
-    def on_ddp_init(ddp: Any) -> None:
+    def on_ddp_init(ddp: DistributedDataParallel) -> None:
         section["static_graph"] = bool(getattr(ddp, "static_graph", False))
         section["find_unused_parameters"] = bool(getattr(ddp, "find_unused_parameters", False))
 

@@ -24,6 +24,8 @@ from ddpcheck.run.registry import Probe, RuntimeCheck
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 
 if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 NAME = "collectives"
@@ -145,7 +147,7 @@ def capture(session: Session) -> None:
     count_at, hash_at = session.add_slot(SLOT_COUNT), session.add_slot(SLOT_HASH)
     mine = session.section(NAME)
 
-    def stage(optimizer: Any, step: int) -> None:
+    def stage(optimizer: Optimizer, step: int) -> None:
         world = LEDGER.world()
         session.stage(SLOT_COUNT, world.entered)
         session.stage(SLOT_HASH, world.hash)

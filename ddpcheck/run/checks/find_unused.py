@@ -23,6 +23,9 @@ from ddpcheck.run.registry import Probe, RuntimeCheck
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 
 if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 PROBE_NAME = "find-unused"
@@ -112,7 +115,7 @@ class UnfinishedReduction(RuntimeCheck):
     """
 
 
-def reducer_parameter_names(ddp: Any) -> list[str]:
+def reducer_parameter_names(ddp: DistributedDataParallel) -> list[str]:
     """The names of the parameters in the order DDP's reducer numbers them."""
     ignore = set(getattr(ddp, "parameters_to_ignore", ()) or ())
     names, memo = [], set()
@@ -175,10 +178,10 @@ def capture(session: "Session") -> None:
             if len(walks) < 4096:
                 walks.append(time.perf_counter() - start)
 
-    DDP._pre_forward = _pre_forward  # type: ignore[method-assign]
-    DDP._post_forward = _post_forward  # type: ignore[method-assign]
+    setattr(DDP, "_pre_forward", _pre_forward)
+    setattr(DDP, "_post_forward", _post_forward)
 
-    def on_ddp_init(ddp: Any) -> None:
+    def on_ddp_init(ddp: DistributedDataParallel) -> None:
         fup = bool(getattr(ddp, "find_unused_parameters", False))
         entry = {"find_unused_parameters": fup, "static_graph": bool(getattr(ddp, "static_graph", False)),
                  "params": 0, "steps": 0, "incomplete_steps": 0, "missing": [], "walk_median_s": None,
@@ -214,7 +217,7 @@ def _watch_every_grad(session: "Session", entry: dict[str, Any], ddp: Any) -> No
             seen.add(name)
         handles.append(p.register_post_accumulate_grad_hook(mark))
 
-    def after_step(optimizer: Any, step: int) -> None:
+    def after_step(optimizer: Optimizer, step: int) -> None:
         if not handles:
             return
         if seen:  # a window with a backward through this model

@@ -18,6 +18,7 @@ from ddpcheck.run.checks._compare import (
     entries,
     first_mismatch,
     logs_by_rank,
+    realigned,
     where,
 )
 from ddpcheck.run.records import Record
@@ -26,6 +27,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
 if TYPE_CHECKING:
+    import torch
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 
@@ -102,7 +106,7 @@ NAME = "grads"
 CODE = "DDP105"
 
 
-def optimizer_params(optimizer: Any) -> Iterator[tuple[str, Any]]:
+def optimizer_params(optimizer: Optimizer) -> Iterator[tuple[str, torch.Tensor]]:
     for gi, group in enumerate(optimizer.param_groups):
         for pi, p in enumerate(group["params"]):
             yield f"param_groups[{gi}][{pi}]", p
@@ -125,7 +129,7 @@ def capture(session: Session) -> None:
     log = StepLog(session, session.section(NAME), session.add_slot(NAME))
     reported: list[int] = []
 
-    def before_step(optimizer: Any, step: int) -> None:
+    def before_step(optimizer: Optimizer, step: int) -> None:
         named = synchronised(session, optimizer_params(optimizer))
         fps = fingerprints(p.grad for _, p in named)
         digest = combine(fps)
@@ -147,7 +151,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
-        return [Verdict(CODE, PASS, f"identical on every rank at {compared} checked steps")]
+        return [Verdict(CODE, PASS, f"identical on every rank at {compared} checked steps{realigned(records)}")]
     tensors = differing_tensors(logs, step)
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
     if tensors and len(tensors) > 5:

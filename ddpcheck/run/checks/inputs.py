@@ -13,6 +13,8 @@ from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
 if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+
     from ddpcheck.run.rank.session import Session
 
 
@@ -66,7 +68,7 @@ def capture(session: Session) -> None:
     log = StepLog(session, part, session.add_slot(NAME))
     window = [0]  # the step whose first forward was fingerprinted
 
-    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def on_ddp_forward(ddp: DistributedDataParallel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         step = session.step + 1
         if step != session.next_checked or window[0] == step:
             return

@@ -14,6 +14,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
 if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 
@@ -217,7 +220,7 @@ def capture(session: Session) -> None:
         section["init"] = True
         section["backend"] = str(dist.get_backend())
 
-    def on_ddp_init(ddp: Any) -> None:
+    def on_ddp_init(ddp: DistributedDataParallel) -> None:
         params = [(n, p) for n, p in ddp.module.named_parameters() if p.requires_grad]
         first = next((p for _, p in params), None)
         entry = {
@@ -240,12 +243,12 @@ def capture(session: Session) -> None:
                 seen.add(name)
             handles.append(p.register_post_accumulate_grad_hook(mark))
 
-    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def on_ddp_forward(ddp: DistributedDataParallel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         entry = by_id.get(id(ddp))
         if entry is not None:
             entry["forwards"] += 1
 
-    def after_step(optimizer: Any, step: int) -> None:
+    def after_step(optimizer: Optimizer, step: int) -> None:
         section["grad_seen"] = sorted(seen)
         if step >= max(session.options.check_first, 1) and handles:
             for h in handles:  # bounded cost: watch the first K steps only

@@ -16,6 +16,7 @@ from ddpcheck.run.checks._compare import (
     differing_tensors,
     first_mismatch,
     logs_by_rank,
+    realigned,
     where,
 )
 from ddpcheck.run.records import Record, section
@@ -24,6 +25,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
 if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 
@@ -117,7 +121,7 @@ def capture(session: Session) -> None:
     reported: list[int] = []
     buffer_window = [0]
 
-    def after_step(optimizer: Any, step: int) -> None:
+    def after_step(optimizer: Optimizer, step: int) -> None:
         if not any(ref() is optimizer for ref in optimizers):
             optimizers.append(weakref.ref(optimizer))
         named = synchronised(session, optimizer_params(optimizer))
@@ -126,7 +130,7 @@ def capture(session: Session) -> None:
         session.stage(NAME, digest)
         params.add([step, digest], [n for n, _ in named], fps)
 
-    def on_ddp_forward(ddp: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def on_ddp_forward(ddp: DistributedDataParallel, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         step = session.step + 1
         if step != session.next_checked or buffer_window[0] == step:
             return
@@ -204,7 +208,7 @@ def _params(records: list[Record]) -> Verdict:
                        "the last checked step. Change weights identically on every rank.",
                        ranks=odd_ranks(digests), details={"parameters": names})
     when = f"{compared} checked steps" + (" and at the end" if len(ends) >= 2 else "")
-    return Verdict(PARAMS, PASS, f"identical on every rank after {when}")
+    return Verdict(PARAMS, PASS, f"identical on every rank after {when}{realigned(records)}")
 
 
 def _buffers(records: list[Record]) -> Verdict:

@@ -27,6 +27,8 @@ from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
 if TYPE_CHECKING:
+    from torch.optim import Optimizer
+
     from ddpcheck.run.rank.session import Session
 
 
@@ -316,7 +318,7 @@ def capture(session: Session) -> None:
         state["sampler_iter"] = it._sampler_iter
         session.flush()
 
-    def after_step(optimizer: Any, step: int) -> None:
+    def after_step(optimizer: Optimizer, step: int) -> None:
         if time.monotonic() - last_sync[0] > 5.0:
             last_sync[0] = time.monotonic()
             for state in loaders.values():
@@ -328,10 +330,10 @@ def capture(session: Session) -> None:
             if state["epoch"] is not None:
                 state["epoch"].sync()
 
-    dl.DataLoader.__init__ = __init__  # type: ignore[method-assign]
-    dl._BaseDataLoaderIter.__init__ = iter_init  # type: ignore[method-assign]
-    dl._BaseDataLoaderIter._next_index = _next_index  # type: ignore[method-assign]
-    dl._BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+    setattr(dl.DataLoader, "__init__", __init__)
+    setattr(dl._BaseDataLoaderIter, "__init__", iter_init)
+    setattr(dl._BaseDataLoaderIter, "_next_index", _next_index)
+    setattr(dl._BaseDataLoaderIter, "__next__", __next__)
     session.after_step.append(after_step)
     session.at_end.append(at_end)
 

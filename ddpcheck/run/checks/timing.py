@@ -29,6 +29,8 @@ from ddpcheck.run.registry import Probe, RuntimeCheck
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 
 if TYPE_CHECKING:
+    from torch.nn.parallel import DistributedDataParallel
+
     from ddpcheck.run.rank.session import Session
 
 PROBE_NAME = "timing"
@@ -367,7 +369,7 @@ def capture(session: "Session") -> None:
             _note_loader(section, self)
         return batch
 
-    _BaseDataLoaderIter.__next__ = __next__  # type: ignore[method-assign]
+    setattr(_BaseDataLoaderIter, "__next__", __next__)
 
     # --- forward --------------------------------------------------------------------------------
     original_forward: Any = DDP.forward
@@ -381,9 +383,9 @@ def capture(session: "Session") -> None:
         finally:
             leave("forward", start)
 
-    DDP.forward = forward  # type: ignore[method-assign]
+    setattr(DDP, "forward", forward)
 
-    def on_ddp_init(ddp: Any) -> None:
+    def on_ddp_init(ddp: DistributedDataParallel) -> None:
         first = next((p for p in ddp.module.parameters()), None)
         if first is not None and section["device"] is None:
             section["device"] = str(first.device)
@@ -506,7 +508,7 @@ def _timed_collective(fn: Callable[..., Any], session: "Session",
         finally:
             leave("collectives", start)
 
-    collective._ddpcheck_timed = True  # type: ignore[attr-defined]
+    setattr(collective, "_ddpcheck_timed", True)
     return collective
 
 
@@ -572,7 +574,8 @@ def _note_lr(optimizers: dict[int, dict[str, Any]], section: dict[str, Any], opt
 def _read_ddp_logging(session: "Session", section: dict[str, Any]) -> None:
     for ddp in session.ddps():
         try:
-            data = ddp._get_ddp_logging_data()
+            read: Callable[[], dict[str, Any]] = ddp._get_ddp_logging_data  # unannotated in torch
+            data = read()
         except Exception:  # noqa: BLE001 - private API: absent or changed in other releases
             return
         section["ddp"] = {k: data[k] for k in DDP_LOG_KEYS if k in data}

@@ -61,7 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     def error(message: str) -> NoReturn:  # argparse would print usage and sys.exit(2); we say one line
         raise UserError(f"ddpcheck run: {message} (see `ddpcheck run --help`)")
 
-    parser.error = error  # type: ignore[method-assign]
+    setattr(parser, "error", error)
     return parser
 
 

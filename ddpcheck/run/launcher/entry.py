@@ -94,8 +94,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     happened = judged.happened
     script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
         exit_codes.script_exit_code(records, result.exit_codes)
-    failing = any(r.status == "fail" for r in rows) or any(f.severity.value != "info" for f in incidents)
-    exit_code = exit_codes.exit_code(happened, script_code, failing)
+    exit_code = exit_codes.exit_code(happened, script_code, exit_codes.fails_the_run(findings))
     target = job_launch.target
     job: dict[str, Any] = {
         "target": target.name if target.kind == "module" else os.path.relpath(target.name),

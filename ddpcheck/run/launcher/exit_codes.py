@@ -4,17 +4,24 @@ script that exits 2 are never confused (pytest's way; the script's own code is i
 
 | code | meaning |
 |---|---|
-| 0 | the script ran and exited 0; no selected check failed |
-| 1 | findings: a check failed, or the run crashed or hung (an error or warning incident) |
+| 0 | the script ran and exited 0, and every finding (if any) is advice: severity `info` |
+| 1 | findings of severity `warning` or `error`: a check failed, or the run crashed or hung |
 | 2 | usage or configuration error (a bad flag, an unknown code, no such script): nothing ran |
 | 3 | the script exited non-zero (or a rank was killed) and nothing else explains it |
 | 130 | interrupted (Ctrl-C); the partial report is written |
+
+Findings of severity `info` are advice and never set exit 1 by themselves: where the time went
+(DDP141 data-bound, DDP142 communication-bound — a loaded CI runner can look data-bound), the
+CUDA emulation (DDP122), a script that spawns its own workers (DDP125), one that ended before
+training (DDP130; its own exit code still decides between 0 and 3). They are reported all the
+same, in every output format.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ddpcheck.findings import Finding, Severity
 from ddpcheck.run.records import Record
 
 INTERRUPTED, HANG = "DDP124", "DDP123"
@@ -40,9 +47,14 @@ def stopped_by_ddpcheck(incidents: Iterable[str]) -> bool:
     return bool({INTERRUPTED, HANG} & set(incidents))
 
 
+def fails_the_run(findings: Iterable[Finding]) -> bool:
+    """Whether the findings set exit 1: any that is not mere advice (severity `info`)."""
+    return any(f.severity is not Severity.INFO for f in findings)
+
+
 def exit_code(happened: Iterable[str], script_code: int, findings: bool) -> int:
-    """`happened`: every incident that happened (selected or not); `findings`: a selected check
-    failed or a selected incident of severity error or warning was reported."""
+    """`happened`: every incident that happened (selected or not); `findings`: a selected finding
+    of severity error or warning was reported (`fails_the_run`)."""
     codes = set(happened)
     if INTERRUPTED in codes:
         return INTERRUPTED_EXIT

@@ -15,6 +15,7 @@ from ddpcheck.run.records import Record
 
 _STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "not-reached": "[yellow]not reached[/]",
            "skip": "[dim]skip[/]", "not-run": "[dim]not run[/]"}
+_ADVICE = "[cyan]advice[/]"  # a failed check of severity info
 
 
 def _where(row: Row) -> str:
@@ -29,12 +30,21 @@ def _where(row: Row) -> str:
     return ", ".join(parts)
 
 
+def _advice(row: Row) -> bool:
+    """A failed check of severity info: reported, but it does not fail the run (exit_codes.py)."""
+    if row.status != "fail" or row.verdict is None:
+        return False
+    severity = row.verdict.severity or registry.checks()[row.code].severity.value
+    return severity == "info"
+
+
 def _ranks(row: Row) -> str:
     return ",".join(map(str, row.verdict.ranks)) if row.verdict and row.verdict.ranks else ""
 
 
 def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(file=stream or sys.stdout, highlight=False, soft_wrap=False,
@@ -44,26 +54,31 @@ def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = N
     for col in ("status", "code", "check", "ranks", "where", "detail"):
         table.add_column(col, overflow="fold")
     for row in rows:
-        table.add_row(_STATUS[row.status], row.code, row.name, _ranks(row), _where(row),
-                      row.verdict.detail if row.verdict else "")
+        table.add_row(_ADVICE if _advice(row) else _STATUS[row.status], row.code, row.name, _ranks(row),
+                      _where(row), escape(row.verdict.detail) if row.verdict else "")
     console.print(table)
     for row in rows:
-        if row.status != "fail":
+        if row.status != "fail" or row.verdict is None:
             continue
-        console.print(f"[bold red]{row.code}[/] [bold]{row.name}[/]: {row.verdict.message if row.verdict else ''}")
+        v = row.verdict
+        where = f" {_relative(v.path)}:{v.line}" if v.path and v.line else (f" {_relative(v.path)}" if v.path else "")
+        colour = "cyan" if _advice(row) else "bold red"
+        console.print(f"[{colour}]{row.code}[/] [bold]{row.name}[/]{escape(where)}: {escape(v.message or v.detail)}")
         hint = registry.checks()[row.code].fix_hint()
         if hint:
-            console.print(f"  [cyan]fix:[/] {hint}")
+            console.print(f"  [cyan]fix:[/] {escape(hint)}")
 
 
 def totals(rows: list[Row], job: dict[str, Any]) -> str:
     """The closing line: '1 failed, 12 passed, 2 skipped or not run (40 optimizer steps, ...)'."""
     count = {s: sum(r.status == s for r in rows) for s in ("fail", "pass", "not-reached")}
+    advice = sum(_advice(r) for r in rows)
     rest = len(rows) - sum(count.values())
     reached = f", {count['not-reached']} not reached" if count["not-reached"] else ""
     script = job["script_exit_code"]
     tail = f"; the script exited with {script}" if script else ""
-    return (f"{count['fail']} failed, {count['pass']} passed{reached}, {rest} skipped or not run"
+    said = f", {advice} advice" if advice else ""
+    return (f"{count['fail'] - advice} failed{said}, {count['pass']} passed{reached}, {rest} skipped or not run"
             f" ({job['steps']} optimizer steps, {job['checked_steps']} checked){tail}")
 
 

@@ -39,7 +39,9 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, Callable
 
 from ddpcheck.run.options import ENV_EMULATE as ENV_FLAG
@@ -72,9 +74,9 @@ def _note(text: str) -> None:
 
 def _caller_file() -> str:
     """The file of the first frame outside this module: who called the emulated function."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename == __file__:
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return frame.f_code.co_filename if frame is not None else ""
 
 
@@ -167,7 +169,7 @@ def _not_emulated(call: str, why: str = "") -> Callable[..., Any]:
         raise CudaNotEmulated(call, call_site(), why)
 
     refuse.__name__ = call.rsplit(".", 1)[-1]
-    refuse.__ddpcheck_refuses__ = call  # type: ignore[attr-defined]
+    setattr(refuse, "__ddpcheck_refuses__", call)
     return refuse
 
 
@@ -185,7 +187,8 @@ def _make_mode() -> Any:
     class CudaOnCpu(TorchFunctionMode):
         """Rewrites CUDA device arguments to the CPU for every torch call in this thread."""
 
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(self, func: Callable[..., Any], types: Collection[type],
+                               args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None) -> Any:
             kwargs = kwargs or {}
             if func is cuda:
                 _used(".cuda()")
@@ -219,7 +222,7 @@ def _cover_threads() -> None:
                 return original(self)
         return original(self)
 
-    threading.Thread.run = run  # type: ignore[method-assign]
+    setattr(threading.Thread, "run", run)
 
 
 class _DeviceMeta(type):

@@ -89,7 +89,10 @@ def _watch_join(session: Session) -> None:
     @functools.wraps(original_exit)
     def __exit__(self: Any, *exc: Any) -> Any:
         try:
-            return original_exit(self, *exc)
+            result = original_exit(self, *exc)
+            if not exc or exc[0] is None:  # every rank has left the context: a common point
+                guard(session.align_steps)
+            return result
         finally:
             session.uneven = False
             session.meta["used_join"] = True

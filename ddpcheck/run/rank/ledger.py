@@ -366,7 +366,7 @@ def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | No
         finally:
             LEDGER.leave(call)
 
-    collective.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
+    setattr(collective, "__ddpcheck_ledger__", True)
     return collective
 
 
@@ -428,7 +428,7 @@ def _wrap_backward(site_of: Callable[[int], str | None]) -> None:
         finally:
             LEDGER.leave(call)
 
-    backward.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
+    setattr(backward, "__ddpcheck_ledger__", True)
     torch.autograd.backward = backward
 
 
@@ -458,7 +458,7 @@ def _wrap_ddp(site_of: Callable[[int], str | None]) -> None:
         finally:
             LEDGER.leave(call)
 
-    _sync_buffers.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
+    setattr(_sync_buffers, "__ddpcheck_ledger__", True)
     setattr(DDP, "_sync_buffers", _sync_buffers)
     setattr(DDP, "__init__", __init__)
 
@@ -503,7 +503,7 @@ def _wrap_loaders(site_of: Callable[[int], str | None]) -> None:
             LEDGER.batch(p)
         return data
 
-    __next__.__ddpcheck_ledger__ = True  # type: ignore[attr-defined]
+    setattr(__next__, "__ddpcheck_ledger__", True)
     setattr(DataLoader, "__iter__", __iter__)
     setattr(_BaseDataLoaderIter, "__next__", __next__)
 

@@ -14,7 +14,7 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `after_step` | after a checked step, before the exchange | optimizer, step |
 | `before_exchange` / `after_exchange` | around the wait for a checked step's all-gather | step |
 | `on_exchange` | when that all-gather has finished (at the next checked step, or at the end) | step, every rank's row: [step, one int64 per `add_slot`] |
-| `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs) | - |
+| `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs); on leaving, the step numbers are realigned first (`align_steps`) | - |
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
 | `after_finish` | after the final record is written | - |
@@ -38,10 +38,20 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, TypeVarTuple, Unpack
 
 from ddpcheck.run.options import RunOptions
 from ddpcheck.run.records import RECORD_VERSION, record_path
+
+if TYPE_CHECKING:
+    import weakref
+
+    import torch
+    from torch.distributed import ProcessGroup, Work
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.optim import Optimizer
+
+_Args = TypeVarTuple("_Args")
 
 
 END_EXCHANGE_TIMEOUT_S = 10.0  # how long the end of a rank waits for its last exchange
@@ -65,17 +75,20 @@ class Session:
         # writes no record of its own (each worker becomes a rank).
         self.spawn_parent = spawn_parent
         self.checked = 0  # of which checked
-        self.step = 0  # optimizer.step() calls so far on this rank (all optimizers)
+        # The step number the checks use, the same on every rank at the same point of training:
+        # optimizer.step() calls so far (all optimizers), realigned after DDP's Join() (align_steps).
+        self.step = 0
+        self.taken = 0  # optimizer.step() calls this rank really made
         self.next_checked = options.next_checked(0)  # the next optimizer step to check
-        self.group: Any = None  # ddpcheck's own gloo process group, once the user's one exists
+        self.group: ProcessGroup | None = None  # ddpcheck's own gloo group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []
         self.before_init: list[Callable[[dict[str, Any]], None]] = []
         self.after_init: list[Callable[[], None]] = []
-        self.on_ddp_init: list[Callable[[Any], None]] = []
-        self.on_ddp_forward: list[Callable[[Any, tuple[Any, ...], dict[str, Any]], None]] = []
-        self.before_step: list[Callable[[Any, int], None]] = []
-        self.after_step: list[Callable[[Any, int], None]] = []
+        self.on_ddp_init: list[Callable[[DistributedDataParallel], None]] = []
+        self.on_ddp_forward: list[Callable[[DistributedDataParallel, tuple[Any, ...], dict[str, Any]], None]] = []
+        self.before_step: list[Callable[[Optimizer, int], None]] = []
+        self.after_step: list[Callable[[Optimizer, int], None]] = []
         self.before_exchange: list[Callable[[int], None]] = []
         self.after_exchange: list[Callable[[int], None]] = []
         self.on_exchange: list[Callable[[int, list[list[int]]], None]] = []
@@ -85,7 +98,7 @@ class Session:
         self.on_phase: list[Callable[[str, bool], None]] = []
         self.before_finish: list[Callable[[int, BaseException | None], None]] = []
         self.after_finish: list[Callable[[], None]] = []
-        self.ddp_modules: list[Any] = []  # weakrefs to every DDP object made on this rank
+        self.ddp_modules: list[weakref.ref[DistributedDataParallel]] = []  # every DDP object made here
         self.param_names: dict[int, str] = {}  # id(parameter) -> its name in the wrapped module
         # Forwards through DDP since the last optimizer step, and how many ran under no_sync().
         self.forwards = 0
@@ -101,7 +114,7 @@ class Session:
         # (the records are still compared after the job).
         self.uneven = False
         self._once: set[str] = set()
-        self._in_flight: tuple[int, list[Any], Any] | None = None  # (step, rows, work) of an exchange
+        self._in_flight: tuple[int, list[torch.Tensor], Work] | None = None  # (step, rows, work) of an exchange
         self._last_flush = 0.0
         self.record_path = (
             record_path(options.record_dir, self.rank) if options.record_dir and not spawn_parent else None
@@ -154,7 +167,7 @@ class Session:
 
     # --- the record ---------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
-        return {**self.meta, "step": self.step, "checked": self.checked, "exchange_ok": self.exchange_ok,
+        return {**self.meta, "step": self.taken, "checked": self.checked, "exchange_ok": self.exchange_ok,
                 "notes": self.notes, "probes": self.sections, "written": time.time()}
 
     def flush(self, force: bool = False) -> None:
@@ -201,17 +214,18 @@ class Session:
             guard(after)
 
     # --- the step machinery (called from the hooks of rank/hooks.py) ---------------------------
-    def before_optimizer_step(self, optimizer: Any) -> None:
+    def before_optimizer_step(self, optimizer: Optimizer) -> None:
         if self.step + 1 == self.next_checked:
             for fn in self.before_step:
                 guard(fn, optimizer, self.step + 1)
         if self.on_phase:
             self.phase("step", True)
 
-    def after_optimizer_step(self, optimizer: Any) -> None:
+    def after_optimizer_step(self, optimizer: Optimizer) -> None:
         if self.on_phase:
             self.phase("step", False)
         self.step += 1
+        self.taken += 1
         if self.step != self.next_checked:
             self.forwards = self.unsynced = 0
             return
@@ -228,14 +242,38 @@ class Session:
             how = "compared across ranks" if live else "recorded"
             self.progress(f"optimizer step {step} checked ({self.checked} so far, {how})")
 
+    def align_steps(self) -> None:
+        """After DDP's Join() context: ranks with fewer inputs made fewer optimizer steps inside it
+        (the others' all-reduces were shadowed), so the same step number now means different
+        points of training. Every rank leaves the context together; agree there on the largest
+        step number, so that checks compare the steps the ranks take together from here on (a
+        step only some ranks took inside the context is compared with nothing)."""
+        if self.group is None or not self.exchange_ok or self.world_size < 2:
+            return
+        import torch
+        import torch.distributed as dist
+
+        mine = torch.tensor([self.step], dtype=torch.int64)
+        try:
+            dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=self.group)
+        except Exception as exc:  # a rank left: keep the run, drop live checks
+            self.exchange_ok = False
+            self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
+            return
+        agreed = int(mine.item())
+        if agreed != self.step:
+            self.meta["steps_realigned"] = self.meta.get("steps_realigned", 0) + 1
+            self.step = agreed
+            self.next_checked = self.options.next_checked(agreed)
+
     def phase(self, name: str, begin: bool) -> None:
         for fn in self.on_phase:
             guard(fn, name, begin)
 
-    def ddps(self) -> list[Any]:
+    def ddps(self) -> list[DistributedDataParallel]:
         return [m for m in (ref() for ref in self.ddp_modules) if m is not None]
 
-    def name_of(self, param: Any, fallback: str) -> str:
+    def name_of(self, param: object, fallback: str) -> str:
         return self.param_names.get(id(param), fallback)
 
     def exchange(self, step: int) -> bool:
@@ -289,7 +327,7 @@ class Session:
             guard(on_exchange, step, rows)
 
 
-def guard(fn: Callable[..., None], *args: Any) -> None:
+def guard(fn: Callable[[Unpack[_Args]], None], *args: Unpack[_Args]) -> None:
     """A probe's failure must never change the user's run: report it on stderr and go on."""
     try:
         fn(*args)

@@ -75,7 +75,7 @@ def install_worker_entry(session: Session) -> None:
     def _wrap(fn: Callable[..., Any], i: int, args: tuple[Any, ...], error_file: str) -> Any:
         return original(functools.partial(_run_worker, session, fn), i, args, error_file)
 
-    _wrap.__ddpcheck__ = True  # type: ignore[attr-defined]
+    setattr(_wrap, "__ddpcheck__", True)
     setattr(module, "_wrap", _wrap)
 
 

@@ -41,5 +41,5 @@ class _TorchImportHook(importlib.abc.MetaPathFinder):
             original_exec(module)
             callback()
 
-        loader.exec_module = exec_module  # type: ignore[method-assign]
+        setattr(loader, "exec_module", exec_module)
         return spec

@@ -1,0 +1,77 @@
+"""Command-line options a module declares with argparse, for values read as `args.name`:
+`parser.add_argument("--arch", default="resnet18")` → "arch" defaults to the string "resnet18".
+Only the declaring module's own `add_argument` calls are read; a default is whatever expression
+the call passes (None when it passes none)."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcheck.lint.model.module import ModuleModel
+from ddpcheck.lint.model.syntax import string_text
+
+
+def _options(module: ModuleModel) -> dict[str, tuple[cst.BaseExpression | None, str | None]]:
+    """dest → (the default expression or None, the action string or None) of every add_argument call."""
+    found: dict[str, tuple[cst.BaseExpression | None, str | None]] | None = module.memo.get("argparse_options")
+    if found is not None:
+        return found
+    found = {}
+    for site in module.calls:
+        if site.method != "add_argument":
+            continue
+        flags = [string_text(a.value) for a in site.node.args if a.keyword is None]
+        named = [f for f in flags if f]
+        dest = string_text(site.arg("dest"))
+        if dest is None:
+            longs = [f for f in named if f.startswith("--")]
+            chosen = longs[0] if longs else (named[0] if named else None)
+            if chosen is None:
+                continue
+            dest = chosen.lstrip("-").replace("-", "_")
+        found[dest] = (site.arg("default"), string_text(site.arg("action")))
+    module.memo["argparse_options"] = found
+    return found
+
+
+def option_defaults(module: ModuleModel) -> dict[str, cst.BaseExpression | None]:
+    """dest → the default expression (None when the option has none) of every add_argument call."""
+    return {dest: default for dest, (default, _) in _options(module).items()}
+
+
+def option_default(module: ModuleModel, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """The default expression of the option `expr` (`args.arch`) reads, when `module` declares
+    an option of that name with a default."""
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+        return None
+    found = _options(module).get(expr.attr.value)
+    return found[0] if found is not None else None
+
+
+def constant_flag(module: ModuleModel, expr: cst.BaseExpression) -> bool | None:
+    """The value of a flag the command line cannot change: `args.use_ema` (or `not args.use_ema`)
+    of `add_argument("--use-ema", action="store_true", default=True)` is always True, a
+    store_false option with `default=False` always False — unless the module assigns that
+    attribute or rewrites the namespace (`setattr`, `vars(args)`, `__dict__`). None otherwise."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = constant_flag(module, expr.expression)
+        return None if inner is None else not inner
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+        return None
+    attr = expr.attr.value
+    found = _options(module).get(attr)
+    if found is None or found[0] is None or found[1] not in ("store_true", "store_false"):
+        return None
+    default = found[0]
+    if not (isinstance(default, cst.Name) and default.value in ("True", "False")):
+        return None
+    fixed = default.value == "True"
+    if fixed != (found[1] == "store_true"):
+        return None  # the flag flips the default: not constant
+    source = module.source
+    if re.search(rf"\.{attr}\s*(=[^=]|[-+*/|&]=)", source) or "setattr(" in source or "vars(" in source \
+            or ".__dict__" in source:
+        return None
+    return fixed
