@@ -4,9 +4,10 @@ A timed step runs from one optimizer step to the next (of the first optimizer th
 it, the time spent in each phase is added up where the phase happens:
 
 - `data`: `_BaseDataLoaderIter.__next__` (waiting for the next batch; also counts the samples),
-- `forward`: `DistributedDataParallel.forward`,
+- `forward`: `DistributedDataParallel.forward`, and
 - `backward`: `torch.autograd.backward` (what `loss.backward()` calls), which on return has
-  waited for DDP's gradient reduction,
+  waited for DDP's gradient reduction — both from the session's shared phase hooks
+  (`session.on_phase`, driven by rank/hooks.py),
 - `optimizer`: between the global optimizer step pre- and post-hooks, with ddpcheck's own work
   in those hooks (fingerprints, the exchange) measured apart and left out,
 - `collectives`: `torch.distributed` collectives the script calls itself (not ours).
@@ -327,10 +328,8 @@ def _batch_size(batch: Any, depth: int = 0) -> int:
 
 
 def capture(session: "Session") -> None:
-    import torch
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
-    from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.optim import optimizer as optim_mod
     from torch.utils.data.dataloader import _BaseDataLoaderIter
 
@@ -371,19 +370,32 @@ def capture(session: "Session") -> None:
 
     setattr(_BaseDataLoaderIter, "__next__", __next__)
 
-    # --- forward --------------------------------------------------------------------------------
-    original_forward: Any = DDP.forward
+    # --- forward and backward: the session's shared phase hooks ------------------------------------
+    # phase -> the starts of its open calls (a clock reading or a CUDA event; None: not timed,
+    # as it began inside another timed phase, which counts it)
+    started: dict[str, list[Any]] = {"forward": [], "backward": []}
 
-    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        if state["cuda"] and timer.active is None:
-            return _cuda_timed(state, "forward", lambda: original_forward(self, *args, **kwargs))
-        start = enter("forward")
-        try:
-            return original_forward(self, *args, **kwargs)
-        finally:
-            leave("forward", start)
+    def on_phase(phase: str, begin: bool) -> None:
+        opened = started.get(phase)
+        if opened is None:
+            return  # data: timed with its batch above; the optimizer step: by the step hooks below
+        if begin:
+            if timer.active is not None:
+                opened.append(None)
+                return
+            timer.active = phase
+            opened.append(_cuda_begin() if state["cuda"] else clock())
+            return
+        start = opened.pop() if opened else None
+        if start is None:
+            return
+        timer.active = None
+        if state["cuda"]:
+            state["events"].append(_cuda_end(start, phase))
+        else:
+            timer.add(phase, clock() - start)
 
-    setattr(DDP, "forward", forward)
+    session.on_phase.append(on_phase)
 
     def on_ddp_init(ddp: DistributedDataParallel) -> None:
         first = next((p for p in ddp.module.parameters()), None)
@@ -393,20 +405,6 @@ def capture(session: "Session") -> None:
             section["clock"] = "cuda" if state["cuda"] else "wall"
 
     session.on_ddp_init.append(on_ddp_init)
-
-    # --- backward -----------------------------------------------------------------------------
-    original_backward = torch.autograd.backward
-
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        if state["cuda"] and timer.active is None:
-            return _cuda_timed(state, "backward", lambda: original_backward(*args, **kwargs))
-        start = enter("backward")
-        try:
-            return original_backward(*args, **kwargs)
-        finally:
-            leave("backward", start)
-
-    torch.autograd.backward = backward
 
     # --- collectives the script calls itself -----------------------------------------------------
     for name in _COLLECTIVES:
@@ -474,14 +472,6 @@ def capture(session: "Session") -> None:
 
     session.at_end.append(at_end)
 
-    def _cuda_timed(state: dict[str, Any], phase: str, call: Callable[[], Any]) -> Any:
-        timer.active = phase
-        begin = _cuda_begin()
-        try:
-            return call()
-        finally:
-            timer.active = None
-            state["events"].append(_cuda_end(begin, phase))
 
 
 _COLLECTIVES = (

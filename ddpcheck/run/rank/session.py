@@ -267,8 +267,12 @@ class Session:
             self.next_checked = self.options.next_checked(agreed)
 
     def phase(self, name: str, begin: bool) -> None:
-        for fn in self.on_phase:
-            guard(fn, name, begin)
+        for fn in self.on_phase:  # guard() inlined: this runs several times a step
+            try:
+                fn(name, begin)
+            except Exception as exc:  # noqa: BLE001 - a probe's failure must never change the run
+                print(f"ddpcheck: internal error in {getattr(fn, '__qualname__', repr(fn))}: "
+                      f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
     def ddps(self) -> list[DistributedDataParallel]:
         return [m for m in (ref() for ref in self.ddp_modules) if m is not None]
