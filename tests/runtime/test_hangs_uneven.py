@@ -87,6 +87,7 @@ def test_two_collectives_in_swapped_order_on_one_rank_are_named_with_both_lines(
                     rf"\(after step 2\), ranks 0, 2, 3 all_reduce float32\[4\] at swapped_collectives.py:{other} ",
                     found["message"]), found["message"]
     assert found["ranks"] == [1] and found["location"]["line"] == first
+    _decided_within_one_timeout(found)
     assert_no_survivors(mark)
 
 
