@@ -29,6 +29,7 @@ import threading
 import time
 import weakref
 import zlib
+from types import FrameType
 from typing import Any, Callable
 
 from ddpcheck.run import calls as calls_mod
@@ -347,9 +348,14 @@ def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | No
 
     @functools.wraps(fn)
     def collective(*args: Any, **kwargs: Any) -> Any:
-        # ddpcheck's own check traffic is not the user's: leave it out of the record.
-        caller = sys._getframe(1).f_code.co_filename
-        if op in POINT_TO_POINT or (caller.startswith(_ours) and caller not in _PASS_THROUGH):
+        # ddpcheck's own check traffic is not the user's: leave it out of the record. The caller
+        # is the first frame past ddpcheck's wrappers (which stand between the user and torch, or
+        # between ddpcheck's exchange and torch).
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename in _PASS_THROUGH:
+            frame = frame.f_back
+        caller = frame.f_code.co_filename if frame is not None else ""
+        if op in POINT_TO_POINT or caller.startswith(_ours):
             return fn(*args, **kwargs)
         bound = dict(zip(names, args))
         bound.update(kwargs)
