@@ -55,6 +55,7 @@ _Args = TypeVarTuple("_Args")
 
 
 END_EXCHANGE_TIMEOUT_S = 10.0  # how long the end of a rank waits for its last exchange
+PROGRESS_EVERY_S = 5.0  # after the first checked steps, at most one "step N checked" line this often
 
 
 def env_int(name: str, default: int) -> int:
@@ -116,6 +117,7 @@ class Session:
         self._once: set[str] = set()
         self._in_flight: tuple[int, list[torch.Tensor], Work] | None = None  # (step, rows, work) of an exchange
         self._last_flush = 0.0
+        self._last_said = 0.0  # when the last progress line was printed
         self.record_path = (
             record_path(options.record_dir, self.rank) if options.record_dir and not spawn_parent else None
         )
@@ -238,7 +240,9 @@ class Session:
         self.staged = {}
         self.forwards = self.unsynced = 0
         self.flush()
-        if step in (1, self.options.check_first) or step > self.options.check_first:
+        if self.rank == 0 and not self.options.quiet and (step in (1, self.options.check_first) or (
+                step > self.options.check_first and time.monotonic() - self._last_said >= PROGRESS_EVERY_S)):
+            self._last_said = time.monotonic()  # (checking every step would say so every step)
             how = "compared across ranks" if live else "recorded"
             self.progress(f"optimizer step {step} checked ({self.checked} so far, {how})")
 
