@@ -2,11 +2,9 @@ from __future__ import annotations
 
 import re
 
-import libcst as cst
-
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import Augmented, CallSite, Scope, Shared
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -33,10 +31,10 @@ class AllReduceSumAsMean(Rule):
     division by the world size that follows leaves it N times too large.
 
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
-    (`total`, `correct`, `num_samples`, confusion matrices), tensors added to in place (`x += ...`:
-    a running sum), and functions that mention the world size (or a division of the tensor) in the
-    loop around the reduce or, outside loops, anywhere in the function — for an attribute
-    (`self.dice`), anywhere in its class (a `value` property that divides it by a count).
+    (`total`, `correct`, `num_samples`, confusion matrices), and functions that mention the world
+    size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
+    the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
+    divides it by a count).
 
     ## How to fix
     Divide after the reduce (`t /= dist.get_world_size()`), or reduce sums and counts and divide
@@ -122,17 +120,6 @@ class AllReduceSumAsMean(Rule):
                 dist.barrier()
                 dist.all_reduce(self.cumulative_dice)
                 dist.all_reduce(self.count)
-        """,
-        """
-        # Added up over the batches: a sum over the shard, reduced into the sum over the data.
-        import torch
-        import torch.distributed as dist
-        def evaluate(model, loader, device):
-            val_loss = torch.zeros(1, device=device)
-            for x, y in loader:
-                val_loss += criterion(model(x), y) * x.size(0)
-            dist.all_reduce(val_loss)
-            writer.add_scalar("val/loss_sum", val_loss.item())
         """,
     ]
     INVALID = [
@@ -267,8 +254,6 @@ class AllReduceSumAsMean(Rule):
         if function is not None and any(dotted(v) == written for v in site.module.returns.get(function.qualname, ())):
             return None  # handed back to callers, who may divide it
         owner = site.scope.class_scope if written.startswith("self.") else None
-        if _accumulated(owner or site.scope, written):
-            return None  # `x += ...` makes it a running sum, not a per-rank mean
         # Where a division would be: the class for an attribute (its `value` property divides
         # it), else the loop around the reduce, else the whole function.
         code = site.module.code(owner.node if owner is not None else site.loops[-1] if site.loops else site.scope.node)
@@ -279,11 +264,3 @@ class AllReduceSumAsMean(Rule):
             return None
         return written
 
-
-def _accumulated(scope: Scope, name: str) -> bool:
-    """`name` is added to in place somewhere in `scope` (`self.total_dice += d`): a running sum."""
-    for binding in scope.assignments.get(name, ()):
-        value = binding.value if isinstance(binding, Shared) else binding
-        if isinstance(value, Augmented) and isinstance(value.node.operator, cst.AddAssign):
-            return True
-    return False
