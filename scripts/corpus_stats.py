@@ -1,6 +1,7 @@
 """Precision and recall of `ddpcheck lint` over hand-marked scripts, from ddpcheck's findings.
 
     python scripts/corpus_stats.py [--diff] [DIR ...]     # default: fixtures/corpus
+    python scripts/corpus_stats.py --readme               # write the figures into README.md
 
 Each line with a pitfall carries a marker comment (fixtures/corpus/README.md): `# expect: CODE`
 (a real pitfall ddpcheck reports), `# miss: CODE` (real, not reported), `# fp: CODE` (reported,
@@ -76,9 +77,21 @@ def table(files: int, found: set[Key], real: set[Key]) -> str:
     return "\n".join(lines)
 
 
+README = ROOT / "README.md"
+
+
+def write_readme(text: str) -> None:
+    """Replace the corpus figures in README.md (the block that starts with `corpus: `)."""
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index("\ncorpus: ") + 1
+    end = readme.index("\n", readme.index("\nall ", start) + 1)
+    README.write_text(readme[:start] + text + readme[end:], encoding="utf-8")
+
+
 def main(argv: list[str]) -> int:
     show_diff = "--diff" in argv
-    dirs = [Path(a) for a in argv if a != "--diff"] or [DEFAULT]
+    readme = "--readme" in argv
+    dirs = [Path(a) for a in argv if a not in ("--diff", "--readme")] or [DEFAULT]
     for d in dirs:
         if not d.is_dir():
             print(f"error: {d} is not a folder", file=sys.stderr)
@@ -87,7 +100,10 @@ def main(argv: list[str]) -> int:
     marked = markers(paths)
     found = findings(dirs)
     real = marked["expect"] | marked["miss"]
-    print(table(len(paths), found, real))
+    figures_table = table(len(paths), found, real)
+    print(figures_table)
+    if readme:
+        write_readme(figures_table)
     disagree = sorted((found - marked["expect"] - marked["fp"]) | ((marked["expect"] | marked["fp"]) - found))
     if show_diff:
         for path, line, code in disagree:

@@ -71,3 +71,13 @@ def test_precision_and_recall_on_the_corpus(run):
     assert tp >= 60
     assert precision >= MINIMUM_PRECISION, (tp, fp)
     assert recall >= MINIMUM_RECALL, (tp, fn)
+
+
+def test_the_readme_shows_the_current_corpus_figures(run):
+    marked, found = run
+    corpus = _rel(FIXTURES / "corpus")
+    files = [p for p in FILES if _rel(p).startswith(corpus)]
+    real = {k for k in marked["expect"] | marked["miss"] if k[0].startswith(corpus)}
+    table = stats.table(len(files), {k for k in found if k[0].startswith(corpus)}, real)
+    assert table in (ROOT / "README.md").read_text(encoding="utf-8"), \
+        f"README.md's corpus figures are stale: `python scripts/corpus_stats.py --readme` writes these:\n{table}"

@@ -1,5 +1,7 @@
 """One module of the project as the model sees it: scopes and what is bound in them, calls with
-the loops, guards and with-blocks around them, functions, classes and their methods, returns.
+the loops, guards and with-blocks around them, functions, classes and their methods, returns,
+loop exits (break/continue/return with their loops and guards), the `self` attributes each
+function reads.
 
 Filled by one traversal (lint/model/build.py). Values are libcst nodes of this module's tree, or
 the small binding markers below where a name is bound by something other than `name = value`.
@@ -34,8 +36,14 @@ class Point:
 
     def reaches(self, use: Point) -> bool:
         """A binding made here may be what `use` sees: it comes first, or a loop around both
-        brings it round again."""
-        return self.tick < use.tick or any(loop in use.loops for loop in self.loops)
+        brings it round again — unless the two sit in opposite arms of one `if` (and no loop
+        around that `if` brings the binding round)."""
+        if any(loop in use.loops for loop in self.loops):
+            return True
+        if self.tick >= use.tick:
+            return False
+        arms = {(id(g.node), g.negated) for g in use.guards}
+        return not any((id(g.node), not g.negated) in arms for g in self.guards)
 
     def dominates(self, use: Point) -> bool:
         """A binding made here always happens before `use` and hides earlier ones: it comes

@@ -46,6 +46,15 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `DDP(model, device_ids=[local_rank])` — ideally behind a flag, since it costs a collective per
     BatchNorm layer in every forward.
 
+    Converting after the wrap (`model = nn.SyncBatchNorm.convert_sync_batchnorm(DDP(model))`),
+    which older releases rejected, works in torch 2.13 and is not reported: the conversion keeps
+    the same parameter and buffer objects (`weight`, `bias`, running statistics), which DDP's
+    reducer and buffer broadcast already hold, and `SyncBatchNorm.forward` needs only an
+    initialised process group, no handle from DDP. DDP's constructor only logs whether the model
+    has SyncBatchNorm layers and refuses them on a CPU module ("SyncBatchNorm layers only work
+    with GPU modules"); a conversion after the wrap skips that check, and the forward then
+    refuses CPU input instead.
+
     ## References
     - https://pytorch.org/docs/stable/generated/torch.nn.SyncBatchNorm.html
     - https://github.com/pytorch/pytorch/issues/2584 (why synchronised BatchNorm matters for small per-GPU batches)

@@ -30,6 +30,14 @@ class CompiledUnwrapOrder(Rule):
     no `hasattr(x, "_orig_mod")` test guards it. An object the model cannot follow
     (`getattr(self, name)`) is not judged.
 
+    The order of wrapping itself is not reported: in torch 2.13 both orders train correctly and
+    both overlap the gradient all-reduce with backward. Dynamo's DDPOptimizer splits the compiled
+    graph at DDP's bucket boundaries whenever it compiles code that runs inside a DDP forward
+    (`DistributedDataParallel._get_active_ddp_module()`, set by DDP's forward, is what
+    `torch/_dynamo/convert_frame.py` checks), which is the case for `torch.compile(DDP(net))` and
+    for `DDP(torch.compile(net))` alike. What differs is how to unwrap them (this rule) and the
+    keys of their state dicts (DDP024, DDP019).
+
     ## How to fix
     Unwrap in the reverse order of wrapping: `model.module._orig_mod` for
     `DDP(torch.compile(net))`, `model._orig_mod.module` for `torch.compile(DDP(net))`; or keep a

@@ -28,8 +28,8 @@ class RankLocalBreak(Rule):
 
     ## Why it matters
     The rank that left goes on to evaluation, saving or `destroy_process_group`; the others sit in
-    the gradient all-reduce of their next backward until the process-group timeout (30 minutes by
-    default with gloo and NCCL) and then crash with a timeout that points nowhere near the cause.
+    the gradient all-reduce of their next backward until the process-group timeout (in torch
+    2.13, 10 minutes by default with NCCL and 30 with gloo) and then crash with a timeout that points nowhere near the cause.
     With a DistributedSampler that pads (`drop_last=False`) every rank has the same number of
     batches, so this is the remaining way for the ranks to disagree.
 
