@@ -14,9 +14,14 @@ Rows:
 - gradient fingerprint throughput: `fingerprints()` against `torch.sum` over the same
   gradient-shaped tensors (1, 5 and 25 M parameters, and the 1 M MLP's six tensors), one thread,
   the two interleaved, median of 15;
-- report size: the JSON report of the same job checked at every step, for N and 2N checked steps.
+- report size: the JSON report of the same job checked at every step, for N and 2N checked steps;
+- the collective ledger (always on, whatever is selected): its work for one training step's events,
+  in this process (bench/collectives_bench.py's micro-benchmark), as a share of the torchrun step.
 
-Each figure is printed with the load average (`os.getloadavg`) seen while it was taken.
+Each figure is printed with the load average (`os.getloadavg`) seen while it was taken, and the run
+ends with the targets: each row measured, its target, and whether this run met it. Targets are
+judged on the 1 M-parameter rows; figures taken on a loaded machine (load above the core count)
+are said to be indicative only.
 """
 
 from __future__ import annotations
@@ -36,6 +41,36 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SCRIPT = HERE / "workloads" / "train_ddp.py"
 MODES = ("torchrun", "default", "every-step")
+DEFAULT_TARGET = {2: 0.03, 4: 0.05}  # per-step overhead at the default cadence, by ranks
+EVERY_STEP_TARGET = 0.15
+FINGERPRINT_TARGET = 0.50  # of torch.sum's throughput
+GROWTH_TARGET = 0.05  # the report after 2N checked steps at most this much larger than after N
+
+
+class Targets:
+    """Every row with a target: what was measured, the target, met or not, the load."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, bool | None, float]] = []
+
+    def add(self, row: str, measured: str, target: str, met: bool | None, load: float) -> None:
+        self.rows.append((row, measured, target, met, load))
+
+    def print(self) -> None:
+        cores = os.cpu_count() or 1
+        print("### Targets\n")
+        print("| row | measured | target | met | load |")
+        print("| --- | ---: | ---: | :---: | ---: |")
+        for row, measured, target, met, ld in self.rows:
+            verdict = "—" if met is None else ("yes" if met else "**no**")
+            print(f"| {row} | {measured} | {target} | {verdict} | {ld:.1f} |")
+        loaded = [r for r in self.rows if r[4] > cores]
+        passed = sum(1 for r in self.rows if r[3])
+        judged = sum(1 for r in self.rows if r[3] is not None)
+        print(f"\n{passed} of {judged} targets met in this run.")
+        if loaded:
+            print(f"{len(loaded)} of {len(self.rows)} rows were taken with a load above {cores} (the core "
+                  "count): their figures are indicative only; rerun on a quiet machine for the record.")
 
 
 def load() -> float:
@@ -122,6 +157,19 @@ def fingerprint_rows() -> list[dict[str, Any]]:
     return out
 
 
+def ledger_costs() -> dict[str, float]:
+    """bench/collectives_bench.py's in-process figures for the ledger, in a child process (it
+    initialises a process group of its own)."""
+    code = ("import json, sys; sys.path.insert(0, sys.argv[1]); import collectives_bench as c; "
+            "print(json.dumps(c.micro()))")
+    env = dict(env_for(), MASTER_PORT=str(29600 + os.getpid() % 300))
+    proc = subprocess.run([sys.executable, "-c", code, str(HERE)], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode != 0:
+        raise SystemExit(f"the ledger micro-benchmark failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each job (median reported; at least 3)")
@@ -138,8 +186,10 @@ def main() -> None:
     elif reps < 3:
         ap.error("--reps must be at least 3 (the median of fewer is not a figure)")
     work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-bench-"))
+    targets = Targets()
     print(f"### ddpcheck run vs plain torchrun (CPU, gloo, OMP_NUM_THREADS=1, {os.cpu_count()} cores, "
           f"median of {reps})\n")
+    torchrun_step: float | None = None
 
     if not args.skip_jobs:
         print("| workload | ranks | torchrun step ms | default cadence | every step | start-up extra s "
@@ -159,6 +209,9 @@ def main() -> None:
                           file=sys.stderr, flush=True)
             base = runs["torchrun"]
 
+            def overhead(mode: str) -> float:
+                return float(statistics.median(run["step"] / b["step"] - 1 for run, b in zip(runs[mode], base)))
+
             def ratio(mode: str) -> str:
                 values = [run["step"] / b["step"] - 1 for run, b in zip(runs[mode], base)]
                 spread = f" ({min(values) * 100:+.1f}…{max(values) * 100:+.1f})" if len(values) > 1 else ""
@@ -172,10 +225,23 @@ def main() -> None:
             print(f"| {model} ({base[0]['params'] / 1e6:.2f} M params) | {nproc} | "
                   f"{statistics.median(b['step'] for b in base) * 1e3:.1f} | {ratio('default')} | "
                   f"{ratio('every-step')} | {start:+.2f} | {rss:+.0f} | {min(loads):.1f}–{max(loads):.1f} |")
+            if model == "1m":
+                worst = max(loads)
+                if torchrun_step is None:
+                    torchrun_step = statistics.median(b["step"] for b in base)
+                if nproc in DEFAULT_TARGET:
+                    limit = DEFAULT_TARGET[nproc]
+                    targets.add(f"per-step overhead, default cadence, {nproc} ranks", f"{overhead('default'):+.1%}",
+                                f"≤ {limit:.0%}", overhead("default") <= limit, worst)
+                targets.add(f"per-step overhead, every step checked, {nproc} ranks", f"{overhead('every-step'):+.1%}",
+                            f"≤ {EVERY_STEP_TARGET:.0%}", overhead("every-step") <= EVERY_STEP_TARGET, worst)
         print()
         if timing is not None:
+            share = statistics.median(timing[2])
             print(f"Timing probe (per-rank phases; DDP140-DDP143) at the default cadence, {timing[0]} x{timing[1]}: "
-                  f"{statistics.median(timing[2]) * 100:+.1f} % step time with it against without.\n")
+                  f"{share * 100:+.1f} % step time with it against without.\n")
+            targets.add(f"timing probe's share, default cadence, {timing[0]} x{timing[1]}", f"{share:+.1%}",
+                        "within the default-cadence budget", None, load())
 
         model, nproc, _ = plan[0]
         sizes = []
@@ -183,9 +249,25 @@ def main() -> None:
             out = work / f"growth-{n}"
             result = launch("every-step", nproc, model, n, out, out / "report.json")
             sizes.append((n, result["report_bytes"], result["load"]))
+        growth = sizes[1][1] / sizes[0][1] - 1
         print(f"Report size, {model} at {nproc} ranks, every step checked: "
               + "; ".join(f"{n} + 20 warm-up checked steps: {b} bytes (load {ld:.1f})" for n, b, ld in sizes)
-              + f"; growth {sizes[1][1] / sizes[0][1] - 1:+.1%}.\n")
+              + f"; growth {growth:+.1%}.\n")
+        targets.add(f"JSON report, {sizes[0][0]} → {sizes[1][0]} checked steps (+20 warm-up)",
+                    f"{sizes[0][1] / 1024:.1f} → {sizes[1][1] / 1024:.1f} KiB ({growth:+.1%})",
+                    f"bounded (≤ {GROWTH_TARGET:+.0%})", growth <= GROWTH_TARGET, max(ld for _, _, ld in sizes))
+
+        before = load()
+        costs = ledger_costs()
+        per_step = costs["ledger: one step's events"]
+        share = per_step / torchrun_step if torchrun_step else 0.0
+        print(f"Collective ledger (always on), in this process: {per_step * 1e6:.1f} µs for one training "
+              f"step's events (a DDP forward, its backward's all-reduce, a batch, an optimizer step), "
+              f"{costs['ledger wrapper around one collective'] * 1e6:.1f} µs per collective the script calls "
+              + (f"= {share:.2%} of a torchrun step of the 1 M MLP at 2 ranks.\n" if torchrun_step else ".\n"))
+        targets.add("collective ledger, per step (in the default-cadence overhead)",
+                    f"{per_step * 1e6:.1f} µs" + (f" ({share:.2%} of a step)" if torchrun_step else ""),
+                    "within the default-cadence budget", None, (before + load()) / 2)
 
     print("Fingerprint (ddpcheck.run.rank.fingerprint.fingerprints) vs torch.sum over the same tensors, "
           "one thread, interleaved, median of 15:\n")
@@ -194,6 +276,11 @@ def main() -> None:
     for r in fingerprint_rows():
         print(f"| {r['label']} | {r['bytes'] / 1e6:.0f} | {r['fp'] * 1e3:.2f} | {r['sum'] * 1e3:.2f} | "
               f"{r['sum'] / r['fp'] * 100:.0f} % | {r['load']:.1f} |")
+        throughput = r["sum"] / r["fp"]
+        targets.add(f"fingerprint throughput / torch.sum, {r['label']}", f"{throughput:.0%}",
+                    f"≥ {FINGERPRINT_TARGET:.0%}", throughput >= FINGERPRINT_TARGET, r["load"])
+    print()
+    targets.print()
 
 
 if __name__ == "__main__":

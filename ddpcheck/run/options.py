@@ -13,6 +13,7 @@ CONFIG_ENV = "DDPCHECK_RUN_CONFIG"  # JSON of RunOptions, read by every rank
 ENV_EMULATE = "DDPCHECK_EMULATE_CUDA"  # "1": CUDA is emulated on the CPU in every rank
 ENV_EMULATED_DEVICES = "DDPCHECK_EMULATED_DEVICES"  # what torch.cuda.device_count() says there
 ENV_LAUNCHER_PID = "DDPCHECK_LAUNCHER_PID"  # the `ddpcheck run` process: its ranks must not outlive it
+ENV_SPAWN_FALLBACK = "DDPCHECK_SPAWN_FALLBACK"  # "1": a rank that calls mp.spawn before init leaves for a plain run
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ class SpawnSite:
     path: str
     line: int
     call: str  # as written, e.g. "mp.spawn"; "--spawn" when the user said so
+    # The script also reads the launcher's environment and spawns on one branch only: ddpcheck
+    # ran it with torchrun first, and switched when a rank called the spawn.
+    switched: bool = False
 
 
 @dataclass(frozen=True)

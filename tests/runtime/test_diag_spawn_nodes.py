@@ -9,7 +9,7 @@ import sys
 import uuid
 
 import pytest
-from diag_jobs import ROOT, assert_no_survivors, ddpcheck_run, env, finding, fixture
+from diag_jobs import ROOT, assert_no_survivors, codes, ddpcheck_run, env, finding, fixture
 
 pytestmark = pytest.mark.slow
 
@@ -89,4 +89,33 @@ def test_a_hidden_spawn_under_the_launcher_is_stopped_by_the_guard(tmp_path):
     assert guard["location"]["line"] == _line_of(script, "starter(worker")
     assert "--spawn" in guard["message"]
     assert "worker 0" not in proc.stdout  # no worker was started
+    assert_no_survivors(mark)
+
+
+def test_a_script_that_runs_either_way_is_a_torchrun_job_until_a_rank_takes_its_spawn_branch(tmp_path):
+    # `if args.spawn: mp.spawn(...) else: <read LOCAL_RANK>`: run plainly it died with KeyError.
+    script = fixture("dual_mode.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "trained as a torchrun rank" in proc.stdout
+    assert "running it with torchrun" in proc.stderr and "KeyError" not in proc.stderr
+    assert codes(data) == ["DDP122"]  # the CUDA emulation note, nothing else
+    assert data["run"]["job"]["world_size"] == 2
+    assert all(c["status"] != "fail" for c in data["run"]["checks"])
+    assert {"DDP105", "DDP106", "DDP103"} <= {c["code"] for c in data["run"]["checks"] if c["status"] == "pass"}
+    assert_no_survivors(mark)
+
+    # The same script told to spawn: every torchrun rank calls mp.spawn before init_process_group,
+    # leaves quietly, and ddpcheck runs the script again with the plain interpreter.
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--spawn"], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "trained spawned workers" in proc.stdout
+    assert "running it again with the plain interpreter" in proc.stderr
+    assert "Traceback" not in proc.stderr and "SpawnUnderLauncherError" not in proc.stderr
+    spawn = finding(data, "DDP125")
+    assert spawn["location"]["line"] == _line_of(script, "mp.spawn(")
+    assert "first ran it with torchrun" in spawn["message"]
+    assert sorted(codes(data)) == ["DDP122", "DDP125"]
+    assert data["run"]["job"]["world_size"] == 2 and sorted(data["run"]["job"]["ranks_reported"]) == [0, 1]
+    assert all(c["status"] != "fail" for c in data["run"]["checks"])
     assert_no_survivors(mark)

@@ -10,7 +10,7 @@ import textwrap
 from diag_jobs import ROOT, cli_env
 
 from ddpcheck.run.checks import crash
-from ddpcheck.run.launcher.plan import find_spawn
+from ddpcheck.run.launcher.plan import find_spawn, scan_spawn
 from ddpcheck.run.rank.watchdog import compose
 from ddpcheck.run.verdict import Context
 
@@ -67,6 +67,33 @@ def test_spawn_calls_are_found_under_every_import_spelling(tmp_path):
     plain.write_text("import multiprocessing as mp\nmp.Process(target=f).start()\nspawn = 1\n")
     assert find_spawn(plain) is None
     assert find_spawn(ROOT / "fixtures/run/ddp_tutorial_gpu.py") is None
+
+
+def test_a_script_that_spawns_on_one_branch_and_reads_the_launchers_environment_runs_either_way(tmp_path):
+    head = "import os\nimport torch.multiprocessing as mp\n"
+    cases = {  # source -> (conditional, reads the launcher's environment)
+        # `if args.spawn: mp.spawn(...) else: <a torchrun rank>`
+        "if args.spawn:\n    mp.spawn(f, nprocs=2)\nelse:\n    f(int(os.environ['LOCAL_RANK']))\n": (True, True),
+        # the spawn in the else branch, the launcher's variables read through .get / getenv / `in`
+        "if 'RANK' in os.environ:\n    f(0)\nelse:\n    mp.spawn(f, nprocs=2)\n": (True, True),
+        "def launch():\n    mp.spawn(f, nprocs=2)\nif n > 1:\n    launch()\nrank = os.getenv('RANK')\n": (True, True),
+        "if n > 1:\n    mp.spawn(f, nprocs=n)\nelse:\n    f(0)\nw = os.environ.get('WORLD_SIZE')\n": (True, True),
+        # hifi-gan: a conditional spawn, but nothing read from the launcher: spawn-style as before
+        "if n > 1:\n    mp.spawn(f, nprocs=n)\nelse:\n    f(0)\n": (True, False),
+        # the __main__ guard is no branch; reading the variables alone is not dual mode either
+        "if __name__ == '__main__':\n    mp.spawn(f, nprocs=2)\nr = os.environ['LOCAL_RANK']\n": (False, True),
+    }
+    for i, (body, (conditional, reads)) in enumerate(cases.items()):
+        path = tmp_path / f"d{i}.py"
+        path.write_text(head + body)
+        found = scan_spawn(path)
+        assert found is not None, body
+        assert (found.conditional, found.reads_launcher_env) == (conditional, reads), body
+        assert found.dual == (conditional and reads)
+    dual = scan_spawn(ROOT / "fixtures/run/dual_mode.py")
+    assert dual is not None and dual.dual
+    spawn_only = scan_spawn(ROOT / "fixtures/run/spawn_tutorial.py")
+    assert spawn_only is not None and not spawn_only.dual
 
 
 def test_a_peer_that_went_away_is_a_consequence_not_the_cause():
@@ -142,6 +169,45 @@ def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tm
     line = next(i for i, text in enumerate(script.splitlines(), 1) if "eval(stmt)" in text)
     assert all(f" at {path}:{line} is not emulated on CPU" in text for text in refused), refused
     assert any("torch.cuda.CUDAGraph" in line for line in refused)
+
+
+def test_a_cpu_only_script_never_pays_for_the_emulation_mode_and_the_first_cuda_use_turns_it_on(tmp_path):
+    # The device-rewriting TorchFunctionMode costs every torch call some Python: it must stay off
+    # while the script only uses the CPU, and come on at the first CUDA use, whichever it is.
+    script = textwrap.dedent("""
+        import sys
+        from ddpcheck.run.rank import emulate
+        emulate.install()
+        import torch
+        from torch import nn
+        depth = torch._C._len_torch_function_stack
+        model = nn.Linear(4, 2)
+        loss = model(torch.randn(3, 4).to("cpu")).sum()
+        loss.backward()
+        torch.optim.SGD(model.parameters(), lr=0.1).step()
+        torch.utils.data.DataLoader(list(range(4)), pin_memory=True)
+        print("cpu only", depth(), sorted(emulate.USED))
+        first = sys.argv[1]
+        if first == "factory":
+            made = torch.zeros(2, device="cuda:1").device
+        elif first == "tensor":
+            made = torch.ones(2).cuda().device
+        elif first == "context":
+            with torch.device("cuda"):
+                made = nn.Linear(2, 2).weight.device
+        else:
+            torch.cuda.set_device(0)
+            made = torch.hann_window(4, device="cuda").device  # no patch of its own: the mode's work
+        print("after", first, made, depth())
+    """)
+    path = tmp_path / "cpu_then_gpu.py"
+    path.write_text(script)
+    for first in ("factory", "tensor", "context", "query"):
+        out = subprocess.run([sys.executable, str(path), first], capture_output=True, text=True, timeout=120,
+                             env=cli_env(DDPCHECK_EMULATED_DEVICES="2"), cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        assert "cpu only 0 ['pin_memory']" in out.stdout, out.stdout
+        assert f"after {first} cpu 1" in out.stdout, out.stdout
 
 
 def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():

@@ -68,7 +68,8 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
         if base.endswith("environ") and len(expr.slice) == 1:
             elem = expr.slice[0].slice
             return isinstance(elem, cst.Index) and _is_rank_env_key(elem.value)
-        return False
+        key = _key(expr)  # `opt["rank"]`: the rank kept in an options dict
+        return bool(key and _RANK_NAME.search(key))
     name = last_name(expr)
     if name and _RANK_NAME.search(name):
         return True

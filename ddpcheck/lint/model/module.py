@@ -36,8 +36,14 @@ class Point:
 
     def reaches(self, use: Point) -> bool:
         """A binding made here may be what `use` sees: it comes first, or a loop around both
-        brings it round again."""
-        return self.tick < use.tick or any(loop in use.loops for loop in self.loops)
+        brings it round again — unless the two sit in opposite arms of one `if` (and no loop
+        around that `if` brings the binding round)."""
+        if any(loop in use.loops for loop in self.loops):
+            return True
+        if self.tick >= use.tick:
+            return False
+        arms = {(id(g.node), g.negated) for g in use.guards}
+        return not any((id(g.node), not g.negated) in arms for g in self.guards)
 
     def dominates(self, use: Point) -> bool:
         """A binding made here always happens before `use` and hides earlier ones: it comes

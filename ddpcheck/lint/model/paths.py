@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import libcst as cst
 
@@ -184,13 +184,14 @@ class Paths:
         and the default leave False or None (`if progress:` with `progress=False` by default
         and no caller passing it)."""
         for guard in site.guards:
-            test = guard.test
-            if not isinstance(test, cst.Name):
+            reading = _literal_test(guard.test)
+            if reading is None:
                 continue
-            values = self.model.values.of(site.module, test, site.scope, at=site.point)
+            name, outcome = reading
+            values = self.model.values.of(site.module, name, site.scope, at=site.point)
             if not values or not all(isinstance(v.node, cst.CSTNode) for v in values):
                 continue
-            truths = {_truth(v.node) for v in values}
+            truths = {outcome(v.node) for v in values}
             if truths == {False} and not guard.negated or truths == {True} and guard.negated:
                 return guard
         return None
@@ -267,6 +268,45 @@ def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], f
             if model.qualname(module, expr) in api.NO_GRAD:
                 return True
     return False
+
+
+_ORDER: dict[type, Callable[[float, float], bool]] = {
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+}
+
+
+def _literal_test(test: cst.BaseExpression) -> tuple[cst.Name, Callable[[object], bool | None]] | None:
+    """A test `never` can decide from the literal values of one name: `flag`, `blur > 0`,
+    `trt_file is not None` — the name, and the test's outcome for a literal value of it."""
+    if isinstance(test, cst.Name):
+        return test, _truth
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Name):
+        return None
+    comp = test.comparisons[0]
+    operator, other = comp.operator, comp.comparator
+    if isinstance(operator, (cst.Is, cst.IsNot)) and isinstance(other, cst.Name) and other.value == "None":
+        wanted = isinstance(operator, cst.Is)
+        return test.left, lambda node: None if _truth(node) is None else (_is_none(node) == wanted)
+    number = _number(other)
+    compare = _ORDER.get(type(operator))
+    if number is None or compare is None:
+        return None
+    return test.left, lambda node: None if (value := _number(node)) is None else compare(value, number)
+
+
+def _is_none(node: object) -> bool:
+    return isinstance(node, cst.Name) and node.value == "None"
+
+
+def _number(node: object) -> float | None:
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _number(node.expression)
+        return None if inner is None else -inner
+    return None
 
 
 def _truth(node: object) -> bool | None:

@@ -26,6 +26,10 @@ class AllReduceSumAsMean(Rule):
     selection compare the wrong numbers, and results change when the job is resized. Users hit
     it in research code again and again (see References).
 
+    Also reported: the same tensor SUM-reduced twice in a row (a copy-pasted `all_reduce` line,
+    nothing assigned to it between): the second reduce multiplies the sum by N again, and the one
+    division by the world size that follows leaves it N times too large.
+
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
     (`total`, `correct`, `num_samples`, confusion matrices), and functions that mention the world
     size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
@@ -79,6 +83,17 @@ class AllReduceSumAsMean(Rule):
             dist.all_reduce(metrics)
             return metrics[0] / metrics[1]
         """,
+        """
+        # Reduced once per step of the loop, or reduced again after a reset.
+        import torch.distributed as dist
+        for step, batch in enumerate(loader):
+            loss_sum = model(batch).detach()
+            dist.all_reduce(loss_sum)
+            total += loss_sum.item() / world_size
+        dist.all_reduce(count)
+        count.zero_()
+        dist.all_reduce(count)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -100,13 +115,40 @@ class AllReduceSumAsMean(Rule):
             """,
             lines=(3,),
         ),
+        Invalid(
+            """
+            # A copy-pasted line reduces the same accuracy twice; one division cannot undo both.
+            import torch.distributed as dist
+            def report(model, loaders, rank, world_size):
+                train_acc = evaluate(loaders["train"], model, rank)
+                val_acc = evaluate(loaders["val"], model, rank)
+                if world_size > 1:
+                    dist.all_reduce(train_acc, op=dist.ReduceOp.SUM)
+                    dist.all_reduce(train_acc, op=dist.ReduceOp.SUM)
+                    dist.all_reduce(val_acc, op=dist.ReduceOp.SUM)
+                    train_acc /= world_size
+                    val_acc /= world_size
+                return train_acc, val_acc
+            """,
+            lines=(8,),
+        ),
     ]
 
     def finish(self) -> None:
         model = self.model
+        reduced: dict[tuple[int, str], list[CallSite]] = {}  # (scope, tensor) → its SUM reductions
         for site in model.paths.sites():
             name = model.api(site)
             if name not in api.SUM_REDUCTIONS:
+                continue
+            again = self._reduced_again(site, name, reduced)
+            if again is not None:
+                self.report(
+                    site.node,
+                    f"`{again}` was already summed over ranks just before; summing it again multiplies it by "
+                    f"world_size once more, which one division by the world size does not undo; reduce it once",
+                    module=site.module, related=model.paths.chain(site),
+                )
                 continue
             tensor = self._unscaled_mean(site, name)
             if tensor is not None:
@@ -116,6 +158,43 @@ class AllReduceSumAsMean(Rule):
                     f"times the mean; divide it by `dist.get_world_size()` after the reduce",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _reduced_again(self, site: CallSite, name: str,
+                       reduced: dict[tuple[int, str], list[CallSite]]) -> str | None:
+        """The tensor was SUM-reduced earlier in the same block, and nothing between the two
+        reductions gives it a new value (a copy-pasted `all_reduce` line)."""
+        if not self._sums(site, name):
+            return None
+        tensor = site.arg("tensor", 0)
+        written = dotted(tensor) if tensor is not None else None
+        if written is None:
+            return None
+        earlier = reduced.setdefault((id(site.scope), written), [])
+        earlier.append(site)
+        for first in earlier[:-1]:
+            if first.module is site.module and first.loops == site.loops and first.guards == site.guards \
+                    and not self._changed_between(first, site, written):
+                return written
+        return None
+
+    def _sums(self, site: CallSite, name: str) -> bool:
+        op = site.arg("op", 1 if name.endswith("all_reduce") else 2)
+        if op is None:
+            return True
+        resolved = self.model.qualname(site.module, op, site.scope) or dotted(op) or ""
+        return resolved.endswith("SUM")
+
+    @staticmethod
+    def _changed_between(first: CallSite, second: CallSite, name: str) -> bool:
+        """A binding of `name`, or an in-place method call on it (`t.div_(n)`, `t.zero_()`),
+        between two calls of the same scope."""
+        scope = first.scope
+        if any(p is None or first.tick < p.tick < second.tick for p in scope.points.get(name, [])):
+            return True
+        return any(
+            call.receiver_name == name and (call.method or "").endswith("_")
+            for call in first.module.calls[first.index + 1:second.index]
+        )
 
     def _unscaled_mean(self, site: CallSite, name: str) -> str | None:
         op = site.arg("op", 1 if name.endswith("all_reduce") else 2)

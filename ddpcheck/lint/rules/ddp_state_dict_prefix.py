@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -8,6 +10,7 @@ from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
 
 class DdpStateDictPrefix(Rule):
@@ -66,6 +69,26 @@ class DdpStateDictPrefix(Rule):
         model.load_state_dict(torch.load("ckpt.pt", map_location="cpu"))
         torch.save(model.state_dict(), "ckpt.pt")
         """,
+        """
+        # The project's loader renames the wrapper's keys when it reads a checkpoint back.
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        class GPT2LMModel(torch.nn.Module):
+            def load_weight(self, state_dict):
+                state_dict = state_dict.get("model_state_dict", state_dict)
+                for key in list(state_dict):
+                    if key.startswith("module.transformer."):
+                        state_dict[key[len("module.transformer."):]] = state_dict.pop(key)
+                self.transformer.load_state_dict(state_dict, strict=False)
+
+        net = GPT2LMModel(config)
+        if args.init_checkpoint:
+            net.load_weight(torch.load(args.init_checkpoint, map_location="cpu"))
+        model = DDP(net.cuda(), device_ids=[args.local_rank])
+        if args.rank == 0:
+            torch.save({"model_state_dict": model.state_dict()}, "model.pt")
+        """,
     ]
     INVALID = [
         Invalid(
@@ -103,43 +126,55 @@ class DdpStateDictPrefix(Rule):
             """,
             lines=(6,),
         ),
+        Invalid(
+            """
+            # Loading buffers averaged across ranks back into the DDP model is no checkpoint reload.
+            import torch
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            def all_reduce_norm(module):
+                states = {k: v.clone() for k, v in module.state_dict().items() if "running" in k}
+                for value in states.values():
+                    dist.all_reduce(value)
+                module.load_state_dict(states, strict=False)
+
+            model = DDP(model, device_ids=[rank])
+            for epoch in range(epochs):
+                train_one_epoch(model)
+                all_reduce_norm(model)
+                if rank == 0:
+                    torch.save({"model": model.state_dict(), "epoch": epoch}, "last.pth")
+            """,
+            lines=(17,),
+        ),
     ]
 
     def finish(self) -> None:
         model = self.model
-        saves = [s for s in model.paths.sites() if model.api(s) == api.SAVE]
-        if not saves:
+        found = [(save, value, sd) for save, value, sd, where in saved_state_dicts(model) if self._of_ddp(where, save)]
+        if not found:
             return
-        if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s in saves}.values()) or _strips_prefix(model.root.source):
+        if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
+                or _strips_prefix(model.root.source):
             return
+        if self._loader_strips():
+            return  # the project's loading code strips the prefix (`key[len("module."):]`)
         if self._loads_into_ddp():
             return  # checkpoints are loaded into the DDP model: the prefix round-trips
-        for site in saves:
-            obj = site.arg("obj", 0)
-            if obj is None:
-                continue
-            for value in model.values.at_call(site, obj):
-                node = value.node
-                if not isinstance(node, cst.CSTNode):
-                    continue
-                for sd in subexpressions(node):
-                    if not (isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute)
-                            and sd.func.attr.value == "state_dict"):
-                        continue
-                    where = value.module.call_at(sd)
-                    if where is None or not self._of_ddp(where, site):
-                        continue
-                    receiver = " ".join(value.module.code(sd.func.value).split())
-                    new = sd.with_changes(
-                        func=sd.func.with_changes(value=cst.Attribute(sd.func.value, cst.Name("module")))
-                    )
-                    fix = Replace(sd, new, f"Save `{receiver}.module.state_dict()`") if value.module is model.root else None
-                    self.report(
-                        sd,
-                        f"`{receiver}.state_dict()` of the DDP model saves every key with a `module.` "
-                        f"prefix, which the plain model cannot load; save `{receiver}.module.state_dict()`",
-                        fix, module=value.module, related=model.paths.chain(site),
-                    )
+        for site, value, sd in found:
+            assert isinstance(sd.func, cst.Attribute)
+            receiver = " ".join(value.module.code(sd.func.value).split())
+            new = sd.with_changes(
+                func=sd.func.with_changes(value=cst.Attribute(sd.func.value, cst.Name("module")))
+            )
+            fix = Replace(sd, new, f"Save `{receiver}.module.state_dict()`") if value.module is model.root else None
+            self.report(
+                sd,
+                f"`{receiver}.state_dict()` of the DDP model saves every key with a `module.` "
+                f"prefix, which the plain model cannot load; save `{receiver}.module.state_dict()`",
+                fix, module=value.module, related=model.paths.chain(site),
+            )
 
     def _of_ddp(self, state_dict: CallSite, save: CallSite) -> bool:
         """`x.state_dict()` where x holds the DDP wrapper when the save runs — not in the branch
@@ -153,22 +188,65 @@ class DdpStateDictPrefix(Rule):
                    for v in self.model.values.at_call(state_dict, receiver))
 
     def _loads_into_ddp(self) -> bool:
-        """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(...)`, or the DDP
-        model handed to a function of the project that loads a state dict into what it gets
-        (`restart_from_checkpoint(path, state_dict=model)`)."""
+        """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
+        or the DDP model handed to a function of the project that reads a file and loads a state
+        dict into what it gets (`restart_from_checkpoint(path, state_dict=model)`). A state dict
+        the run builds itself (buffers averaged across ranks and loaded back) is no checkpoint."""
         model = self.model
         for site in model.paths.sites():
             if site.method == "load_state_dict":
                 receiver = site.receiver
                 assert receiver is not None
-                if any(is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)):
+                loaded = site.arg("state_dict", 0)
+                if loaded is not None and self._read_from_file(site, loaded) and any(
+                    is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)
+                ):
                     return True
             elif site.target is not None and site.target.external is None and any(
                 is_ddp(model, v) for a in site.node.args for v in model.values.at_call(site, a.value)
-            ) and "load_state_dict" in model.facts.of_call(site):
+            ) and {"load_state_dict", "load"} <= model.facts.of_call(site):
                 return True
+        return False
+
+    def _loader_strips(self) -> bool:
+        """A function of the run that loads a state dict handles keys that start with `module.`
+        (`if key.startswith("module.transformer."): ...`)."""
+        model = self.model
+        seen: set[tuple[int, str]] = set()
+        for site in model.paths.sites():
+            if site.method != "load_state_dict" and model.api(site) != api.LOAD:
+                continue
+            function = site.scope.function
+            if function is None or (id(site.module), function.qualname) in seen:
+                continue
+            seen.add((id(site.module), function.qualname))
+            if _strips_prefix(site.module.code(function.node)):
+                return True
+        return False
+
+    def _read_from_file(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """Whether `expr` holds (part of) what `torch.load` read: `ckpt["model"]` after `ckpt =
+        torch.load(path)`, or a value a caller passes in from there."""
+        model = self.model
+        for value in model.values.at_call(site, expr):
+            node = value.node
+            if not isinstance(node, cst.CSTNode):
+                continue
+            for sub in subexpressions(node):
+                if isinstance(sub, cst.Call) and model.qualname(value.module, sub.func, value.scope) == api.LOAD:
+                    return True
+                if isinstance(sub, cst.Name) and sub is not node and any(
+                    v.call is not None and model.api_of(v) == api.LOAD
+                    for v in model.values.of(value.module, sub, value.scope, value.frame, at=value.at)
+                ):
+                    return True
         return False
 
 
 def _strips_prefix(source: str) -> bool:
-    return "'module.'" in source or '"module."' in source or "consume_prefix_in_state_dict" in source
+    """The code names the wrapper's key prefix (`"module."`, `'module.backbone.'`) or torch's
+    helper that removes it."""
+    return bool(_PREFIX.search(source)) or "consume_prefix_in_state_dict" in source
+
+
+_PREFIX = re.compile(r"""(?<![\w.])['"]module\.""")

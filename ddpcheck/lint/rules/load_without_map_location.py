@@ -6,8 +6,10 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
 # Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
@@ -27,7 +29,12 @@ class LoadWithoutMapLocation(Rule):
     Reported for `torch.load(...)` with neither `map_location=` nor a second positional argument
     (and no `**kwargs`), in a file that uses DDP, unless the load runs on rank 0 only or only in a
     non-distributed run (`if not args.distributed:`), or when the path names cached data rather than
-    a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU.
+    a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU. Also not
+    reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
+    `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
+    run takes, a load in the launching process before it `mp.spawn`s the workers (in a script no
+    outside launcher starts), and runs that pin each process to one GPU with
+    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU).
 
     ## How to fix
     Pass `map_location="cpu"` (then `load_state_dict` copies into the model wherever it lives) or
@@ -96,6 +103,61 @@ class LoadWithoutMapLocation(Rule):
         model = DDP(model)
         state = torch.load(path, **load_options)
         """,
+        """
+        # Each process is pinned to its GPU through CUDA_VISIBLE_DEVICES: cuda:0 is its own.
+        import os
+        import torch
+        import torch.distributed as dist
+
+        def main_worker(gpu, args):
+            os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+            dist.init_process_group("nccl", rank=gpu, world_size=args.world_size)
+            state = torch.load(args.checkpoint)
+        """,
+        """
+        # The class writes CPU tensors, so what its loader reads back lands on the CPU; the
+        # optional TensorRT path is never taken (no caller passes trt_file).
+        import torch
+        import torch.distributed as dist
+
+        class ModelBase:
+            def save_network(self, network, path):
+                state_dict = network.state_dict()
+                for key, param in state_dict.items():
+                    state_dict[key] = param.cpu()
+                torch.save(state_dict, path)
+
+            def load_network(self, path, network):
+                network.load_state_dict(torch.load(path))
+
+        def evaluate(model, loader, trt_file=None):
+            if trt_file is not None:
+                model.load_state_dict(torch.load(trt_file))
+            return [model(x) for x in loader]
+
+        def main():
+            dist.init_process_group("nccl")
+            base = ModelBase()
+            base.load_network(args.pretrained, net)
+            evaluate(net, val_loader)
+
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # Loaded once in the launching process, before mp.spawn starts the workers.
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+
+        def run(rank, world_size, graph):
+            dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            train(graph, rank)
+
+        if __name__ == "__main__":
+            graph = torch.load("graph.pt")
+            mp.spawn(run, args=(4, graph), nprocs=4)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -150,21 +212,118 @@ class LoadWithoutMapLocation(Rule):
                 return load(path, weights_only=True, map_location="cpu")
             """,
         ),
+        Invalid(
+            """
+            # The training-state saver keeps the GPU tensors: its loader needs map_location.
+            import os
+            import torch
+            import torch.distributed as dist
+
+            class Model:
+                def save_training_state(self, path):
+                    torch.save({"model": self.net.state_dict(), "step": self.step}, path)
+
+                def load_training_state(self, path):
+                    state = torch.load(path)
+                    self.net.load_state_dict(state["model"])
+
+            def main():
+                os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"
+                dist.init_process_group("nccl")
+                Model().load_training_state(args.resume)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            lines=(11,),
+        ),
     ]
 
     def finish(self) -> None:
         model = self.model
         if not model.uses_ddp:
             return
+        pinned: bool | None = None
         for site in model.paths.sites():
             if model.api(site) != api.LOAD or site.has_star_kwargs or site.arg("map_location", 1) is not None:
                 continue
-            if model.paths.main_only(site) or model.paths.single_only(site):
+            paths = model.paths
+            if paths.main_only(site) or paths.single_only(site) or paths.never(site):
                 continue
             if self._cached_data(site) or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
                 continue  # cached data, or a file this rank saved from its own GPU
+            if self._saved_from_cpu(site) or self._in_the_launcher(site):
+                continue
+            if pinned is None:
+                pinned = self._one_gpu_per_process()
+            if pinned:
+                return  # every process sees its own GPU as cuda:0
             fix = _add_map_location(site.node) if site.module is model.root else None
             self.report(site.node, fix=fix, module=site.module, related=model.paths.chain(site))
+
+    def _one_gpu_per_process(self) -> bool:
+        """The run sets `CUDA_VISIBLE_DEVICES` to one device per process
+        (`os.environ["CUDA_VISIBLE_DEVICES"] = str(args.gpu)`): `cuda:0` is each process's own
+        GPU, so tensors saved from `cuda:0` come back where they belong."""
+        model = self.model
+        root = model.root
+        scopes = [(root, s) for s in (root.module_scope, *root.function_scopes.values())]
+        scopes += [(f.module, f.scope) for f in model.paths.reached()]
+        for module, scope in scopes:
+            resolve = model.resolver_for(module, scope)
+            for key, value, _ in scope.updates.get("os.environ", ()):
+                if key != "CUDA_VISIBLE_DEVICES":
+                    continue
+                text = string_text(value)
+                if text is not None and text.strip().isdigit():
+                    return True
+                if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and is_rank_value(sub, resolve)
+                       for sub in subexpressions(value)):
+                    return True  # `str(args.gpu)`, `str(local_rank)`
+        return False
+
+    def _saved_from_cpu(self, site: CallSite) -> bool:
+        """The file is one the project writes from CPU tensors: the load sits in `load_<x>` and
+        the `save_<x>` beside it (same class or module) moves every tensor to the CPU before
+        `torch.save` (`state_dict[key] = param.cpu()`)."""
+        function = site.scope.function
+        if function is None or not function.name.startswith("load"):
+            return False
+        sibling = f"save{function.name[len('load'):]}"
+        owner = function.parent
+        qualname = f"{owner.qualname}.{sibling}" if owner is not None and owner.kind == "class" else sibling
+        module = site.module
+        scope = module.function_scopes.get(qualname)
+        if scope is None:
+            return False
+        for save in module.calls_in(qualname):
+            obj = save.arg("obj", 0)
+            if self.model.api(save) != api.SAVE or obj is None:
+                continue
+            held: list[cst.CSTNode] = [obj]
+            name = dotted(obj)
+            if name is not None:
+                held += [v for v in scope.assignments.get(name, ()) if isinstance(v, cst.CSTNode)]
+                held += [v for _, v, _ in scope.updates.get(name, ())]
+            if any(_to_cpu(node) for node in held):
+                return True
+        return False
+
+    def _in_the_launcher(self, site: CallSite) -> bool:
+        """The load runs in the process that starts the workers, before it starts them
+        (`dataset = Reddit(root)` then `mp.spawn(run, args=(dataset,))` under `__main__`), in a
+        script no outside launcher starts: once, not on every rank."""
+        model = self.model
+        if model.torchrun_path:
+            return False  # under torchrun every rank runs that code too
+        chain = model.paths.chain(site)
+        first = chain[0] if chain else site
+        if first.module is not model.root:
+            return False
+        return any(
+            other.index > first.index and model.api(other) in api.PROCESS_STARTERS
+            for other in model.root.calls_in(first.scope.qualname)
+        )
 
     def _cached_data(self, site: CallSite) -> bool:
         path = site.arg("f", 0)
@@ -177,6 +336,16 @@ class LoadWithoutMapLocation(Rule):
             if isinstance(node, cst.CSTNode) and _DATA_WORDS.search(value.module.code(node)):
                 return True
         return False
+
+
+def _to_cpu(node: cst.CSTNode) -> bool:
+    """`x.cpu()` or `x.to("cpu")` somewhere in `node`."""
+    for sub in subexpressions(node):
+        if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute):
+            method = sub.func.attr.value
+            if method == "cpu" or method == "to" and sub.args and string_text(sub.args[0].value) == "cpu":
+                return True
+    return False
 
 
 def _add_map_location(call: cst.Call) -> Replace:

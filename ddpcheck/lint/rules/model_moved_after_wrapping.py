@@ -3,9 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, strip_moves, wraps
-from ddpcheck.lint.model.module import CallSite, ModuleModel
-from ddpcheck.lint.model.syntax import children
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
@@ -76,6 +77,21 @@ class ModelMovedAfterWrapping(Rule):
             model.cuda()
             model = DDP(model)
         """,
+        """
+        # A second `.to(device)` to where the module already is moves nothing, also after a
+        # SyncBatchNorm conversion (which keeps the module's device); the DataParallel branch
+        # is not on the way to the DDP wrap.
+        import torch
+        from torch.nn.parallel import DataParallel, DistributedDataParallel as DDP
+        model = Net().to(args.device)
+        if args.dataparallel:
+            model = DataParallel(model)
+        else:
+            if args.sync_bn:
+                model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+            model = DDP(model, device_ids=[args.gpu])
+        model = model.to(args.device)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -104,6 +120,16 @@ class ModelMovedAfterWrapping(Rule):
             """,
             lines=(4,),
         ),
+        Invalid(
+            """
+            # Cast after the wrap: the same device, but not the same dtype.
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            model = Net().to(device)
+            model = DDP(model, device_ids=[local_rank])
+            model = model.to(device).half()
+            """,
+            lines=(5,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -122,11 +148,15 @@ class ModelMovedAfterWrapping(Rule):
             for call in root.calls[wrap.site.index + 1:]:
                 if call.scope is not wrap.site.scope or id(call.node) in inside or _exclusive(wrap.site, call):
                     continue
-                if call.qualname is None and call.method in _MOVES and call.receiver_name in watched:
-                    name = call.receiver_name
+                receiver = call.receiver
+                # `model.to(device).half()`: each move of a chain on the watched name counts.
+                name = dotted(strip_moves(receiver)) if receiver is not None else None
+                if call.qualname is None and call.method in _MOVES and name in watched:
                     assert name is not None
                     if self._rebound_between(wrap, call, name):
                         watched.discard(name)
+                        continue
+                    if self._already_there(wrap, call.node):
                         continue
                     self.report(call.node)
                     break
@@ -147,20 +177,34 @@ class ModelMovedAfterWrapping(Rule):
         return None
 
     def _already_there(self, wrap: Wrap, move: cst.Call) -> bool:
-        """The wrapped module's every binding reaching the wrap is the same move (`m =
-        Net().to(device)` ... `DDP(m).to(device)`)."""
+        """The wrapped module was moved the same way before the wrap (`m = Net().to(device)` ...
+        `DDP(m).to(device)`), also through calls that keep its device (`m =
+        SyncBatchNorm.convert_sync_batchnorm(m)`): the move moves nothing."""
         name = wrap.inner_name
-        if name is None:
+        if name is None or not isinstance(move.func, cst.Attribute):
             return False
-        root = self.model.root
-        target = (move.func.attr.value, _args(root, move)) if isinstance(move.func, cst.Attribute) else None
-        bindings = wrap.site.scope.reaching(name, wrap.site.point)
-        if not bindings:
+        target = (move.func.attr.value, _args(wrap.site.module, move))
+        return self._moved_to(wrap.site.scope, name, wrap.site.point, target, 3)
+
+    def _moved_to(self, scope: Scope, name: str, point: Point, target: tuple[str, str], depth: int) -> bool:
+        """Every binding of `name` that reaches `point` is the move `target` (or keeps the device
+        of a module that was)."""
+        module = self.model.root
+        bindings = scope.reaching(name, point)
+        if not bindings or depth <= 0:
             return False
         for binding in bindings:
-            if not (isinstance(binding, cst.Call) and isinstance(binding.func, cst.Attribute)):
+            if not (isinstance(binding, cst.Call)):
                 return False
-            if (binding.func.attr.value, _args(root, binding)) != target:
+            if isinstance(binding.func, cst.Attribute) and binding.func.attr.value in _MOVES:
+                if (binding.func.attr.value, _args(module, binding)) != target:
+                    return False
+                continue
+            site = module.call_at(binding)
+            first = site.arg("module", 0) if site is not None else None
+            if site is None or self.model.api(site) != api.CONVERT_SYNC_BATCHNORM or dotted(first) != name:
+                return False
+            if not self._moved_to(scope, name, _binding_point(scope, name, binding) or site.point, target, depth - 1):
                 return False
         return True
 
@@ -185,6 +229,14 @@ class ModelMovedAfterWrapping(Rule):
             cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
             memo[id(scope_node)] = cached
         return cached
+
+
+def _binding_point(scope: Scope, name: str, value: cst.CSTNode) -> Point | None:
+    """Where `name = value` happens in `scope`."""
+    for bound, point in zip(scope.assignments.get(name, []), scope.points.get(name, [])):
+        if bound is value:
+            return point
+    return None
 
 
 def _args(module: ModuleModel, call: cst.Call) -> str:

@@ -1,17 +1,28 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.conditions import LAUNCH_FLAG, selects_main_rank
+from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._loops import Loops
 
 _LOG_METHODS = frozenset({"info", "debug", "warning", "log"})
 _LOGGERS = re.compile(r"^(logger|log|logging|LOGGER|_logger|_LOGGER)$")
-_RANKED_LOG_SETUP = re.compile(r"(basicConfig|setLevel)\(.*(rank|main|master)", re.I)
+_LOG_SETUP_METHODS = frozenset({"setLevel", "addHandler", "removeHandler", "disable"})
+_LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
+_PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
+_EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+_MAX_HOPS = 3
+_CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
 
 
@@ -24,15 +35,25 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Not reported: calls under a rank guard (`if rank == 0:`, `if is_main_process():`),
-    `tqdm(..., disable=...)` and `tqdm(...) if is_main else loader`, files that silence `print`
-    on other ranks by replacing `builtins.print` (DeiT/DETR's `setup_for_distributed`, also when
-    it lives in an imported helper module), logging in files that set the log level by rank,
-    loggers imported from installed packages (their configuration is out of sight), messages
-    that name the rank (`print(f"[rank {rank}] ...")` is meant for every rank), and anything
-    outside loops (startup messages). A function of the project called from the loop on every
-    rank (a progress printer's `display()`) is reported on its own line; one that is called only
-    under a rank guard, or that nothing known calls, is not.
+    Reported: output inside a training or evaluation loop — a loop over a DataLoader, or one
+    whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
+    (the epoch loop) — and the per-epoch messages of a function that trains or evaluates when
+    it is called from such a loop. A function that only prints (a progress printer's
+    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
+
+    Not reported: calls under a rank guard (`if rank == 0:`, `if is_main_process():`,
+    `cond and opt["rank"] == 0`, a flag assigned from one, `if writer is not None:` where the
+    other ranks set `writer = None`), `tqdm(..., disable=...)` and `tqdm(...) if is_main else
+    loader`, `print` replaced by `builtins.print` on the run (DeiT's `setup_for_distributed`, also
+    in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
+    can start the script, or lets every rank print on large jobs (`force = force or
+    get_world_size() > 8`); logging configured by rank on the run (a level, handler or
+    `basicConfig` set under a rank guard or from a rank test, a logger factory that gives the
+    other ranks no handler); loggers imported from installed packages (their configuration is
+    out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
+    variable holding the message); start-up loops (over arguments, files, state_dict keys);
+    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
+    at one value of the loop variable (`if epoch == start_epoch:`).
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
@@ -51,12 +72,14 @@ class PrintOnEveryRank(Rule):
     VALID = [
         """
         import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
         from tqdm import tqdm
         dist.init_process_group("nccl")
         rank = dist.get_rank()
+        loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
         for epoch in range(10):
-            for x in tqdm(loader, disable=rank != 0):
-                pass
+            for x, y in tqdm(loader, disable=rank != 0):
+                model(x, y).backward()
             if rank == 0:
                 print(f"epoch {epoch} done")
         """,
@@ -70,18 +93,125 @@ class PrintOnEveryRank(Rule):
                     builtin_print(*args, **kwargs)
             builtins.print = print
         dist.init_process_group("nccl")
+        setup_for_distributed(dist.get_rank() == 0)
         for epoch in range(3):
+            for x, y in loader:
+                model(x, y).backward()
             print("epoch", epoch)
         """,
         """
         import tqdm
         import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
         dist.init_process_group("nccl")
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
         for epoch in range(3):
             bar = tqdm.tqdm(loader) if dist.get_rank() == 0 else loader
             for batch in bar:
+                loss = model(batch)
+                loss.backward()
                 if is_main_process():
                     print(loss.item())
+        """,
+        """
+        # Start-up loops (arguments, weights) and the way out of the loop are not per-step output.
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        for key, value in sorted(vars(args).items()):
+            print(f"{key}: {value}")
+        state = torch.load(args.weights, map_location="cpu")
+        for name in model.state_dict():
+            if name not in state:
+                print(f"missing key {name}")
+        for step, (x, y) in enumerate(loader):
+            if step >= args.max_steps:
+                print("reached max_steps")
+                break
+            model(x, y).backward()
+            optimizer.step()
+        """,
+        """
+        # A logger factory that gives the other ranks a logger without handlers.
+        import logging
+        import torch.distributed as dist
+
+        def create_logger(log_dir):
+            logger = logging.getLogger("train")
+            if dist.get_rank() == 0:
+                logger.setLevel(logging.INFO)
+                logger.addHandler(logging.FileHandler(f"{log_dir}/log.txt"))
+            else:
+                logger.addHandler(logging.NullHandler())
+            return logger
+
+        def main():
+            dist.init_process_group("nccl")
+            logger = create_logger(args.out)
+            for epoch in range(args.epochs):
+                for x, y in loader:
+                    model(x, y).backward()
+                    optimizer.step()
+                logger.info("finished epoch %d", epoch)
+
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # The rank kept in an options dict; the level chosen from a rank test.
+        import logging
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        opt = {"rank": dist.get_rank()}
+        logging.basicConfig(level=logging.INFO if opt["rank"] == 0 else logging.WARNING)
+        logger = logging.getLogger(__name__)
+        for step, batch in enumerate(loader):
+            model(batch).backward()
+            logger.info("step %d", step)
+            if step % 100 == 0 and opt["rank"] == 0:
+                print(f"step {step}")
+        """,
+        """
+        # Output that is not the console's, or that names the rank, or that only rank 0 can reach.
+        import torch.distributed as dist
+        from torch.utils.tensorboard import SummaryWriter
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        if rank == 0:
+            writer = SummaryWriter(args.log_dir)
+        else:
+            writer = None
+        with open(f"log_r{rank}.csv", "a") as f:
+            for epoch in range(args.epochs):
+                for step, (x, y) in enumerate(loader):
+                    loss = model(x, y)
+                    loss.backward()
+                    print(step, loss.item(), sep=",", file=f)
+                    msg = f"step {step} loss {loss.item():.4f}"
+                    msg += f" rank {rank}"
+                    print(msg)
+                if writer is not None:
+                    print(f"epoch {epoch} logged to {writer.log_dir}")
+                if epoch == args.start_epoch:
+                    print("first epoch done: checking the weights")
+        """,
+        """
+        # A branch no run takes: `warmup > 0` with every caller leaving warmup at 0.
+        import torch.distributed as dist
+
+        def augment(images, warmup=0.0):
+            if warmup > 0:
+                print(f"warmup blur {warmup}")
+            return images.flip(-1)
+
+        def main():
+            dist.init_process_group("nccl")
+            for images, labels in loader:
+                model(augment(images), labels).backward()
+                optimizer.step()
+
+        if __name__ == "__main__":
+            main()
         """,
     ]
     INVALID = [
@@ -90,74 +220,402 @@ class PrintOnEveryRank(Rule):
             # `RANK != -1` asks "launched distributed?": every rank takes that branch.
             import os
             import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
             RANK = int(os.getenv("RANK", -1))
             if RANK != -1:
                 dist.init_process_group("nccl")
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
             for epoch in range(3):
+                for x, y in loader:
+                    model(x, y).backward()
                 if RANK != -1:
                     print("synced epoch", epoch)
             """,
-            lines=(9,),
+            lines=(13,),
         ),
         Invalid(
             """
             import torch.distributed as dist
-            dist.init_process_group("nccl")
-            for epoch in range(10):
-                train(epoch)
-                print(f"epoch {epoch}: loss {loss:.3f}")
+
+            def train_one_epoch(model, loader, optimizer):
+                for x, y in loader:
+                    loss = model(x, y)
+                    loss.backward()
+                    optimizer.step()
+                return loss
+
+            def main():
+                dist.init_process_group("nccl")
+                for epoch in range(10):
+                    loss = train_one_epoch(model, loader, optimizer)
+                    print(f"epoch {epoch}: loss {loss:.3f}")
+
+            if __name__ == "__main__":
+                main()
             """,
-            lines=(5,),
+            lines=(14,),
         ),
         Invalid(
             """
             import logging
             from tqdm import tqdm
             import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
             logger = logging.getLogger(__name__)
             dist.init_process_group("nccl")
+            loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
             for epoch in range(3):
                 for x in tqdm(loader):
                     logger.info("step")
             """,
-            lines=(7, 8),
+            lines=(9, 10),
+        ),
+        Invalid(
+            """
+            # A printer called in the loop is reported where it is called: the guard goes there.
+            import torch.distributed as dist
+
+            class ProgressMeter:
+                def __init__(self, num_batches):
+                    self.num_batches = num_batches
+
+                def display(self, batch):
+                    print(f"[{batch}/{self.num_batches}]")
+
+            def train(loader, model, optimizer):
+                progress = ProgressMeter(len(loader))
+                for i, (x, y) in enumerate(loader):
+                    model(x, y).backward()
+                    optimizer.step()
+                    if i % 10 == 0:
+                        progress.display(i)
+
+            def validate(loader, model):
+                progress = ProgressMeter(len(loader))
+                for i, (x, y) in enumerate(loader):
+                    model(x, y)
+                    dist.barrier()
+                    progress.display(i)
+
+            def main():
+                dist.init_process_group("nccl")
+                for epoch in range(10):
+                    train(train_loader, model, optimizer)
+                    validate(val_loader, model)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            lines=(17, 24),
+        ),
+        Invalid(
+            """
+            # print is silenced only for mp.spawn workers; torchrun starts the script without the flag.
+            import builtins
+            import os
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+
+            def main_worker(gpu, args):
+                if args.multiprocessing_distributed and gpu != 0:
+                    builtins.print = lambda *a, **k: None
+                dist.init_process_group("nccl", rank=args.rank)
+                for epoch in range(args.epochs):
+                    for x, y in loader:
+                        model(x, y).backward()
+                        optimizer.step()
+                    print(f"epoch {epoch} done")
+
+            def main():
+                args = parser.parse_args()
+                if args.multiprocessing_distributed:
+                    mp.spawn(main_worker, nprocs=args.ngpus, args=(args,))
+                else:
+                    main_worker(int(os.environ.get("LOCAL_RANK", 0)), args)
+
+            if __name__ == "__main__":
+                main()
+            """,
+            lines=(15,),
+        ),
+        Invalid(
+            """
+            # The replacement print lets every rank through on jobs larger than one node.
+            import builtins
+            import torch.distributed as dist
+
+            def setup_for_distributed(is_master):
+                builtin_print = builtins.print
+                def print(*args, **kwargs):
+                    force = kwargs.pop("force", False)
+                    force = force or dist.get_world_size() > 8
+                    if is_master or force:
+                        builtin_print(*args, **kwargs)
+                builtins.print = print
+
+            def main():
+                dist.init_process_group("nccl")
+                setup_for_distributed(dist.get_rank() == 0)
+                for epoch in range(args.epochs):
+                    for x, y in loader:
+                        model(x, y).backward()
+                        optimizer.step()
+                    print(f"epoch {epoch} done")
+
+            if __name__ == "__main__":
+                main()
+            """,
+            lines=(21,),
         ),
     ]
+
 
     def finish(self) -> None:
         model = self.model
         if not model.uses_ddp:
             return
-        root = model.root
-        print_silenced = "builtins.print" in root.source or "__builtin__.print" in root.source or any(
-            "silences_print" in model.facts.of_call(c) for c in root.calls if c.target is not None
-        )
-        ranked_logging = bool(_RANKED_LOG_SETUP.search(root.source))
+        self.loops = Loops(model)
+        self._silenced_logging: bool | None = None
+        print_silenced = self._print_silenced()
+        reported: set[int] = set()
         for site in model.paths.sites():
             kind = self._kind(site)
             if kind is None:
                 continue
-            if kind != "tqdm" and not self._in_a_loop(site):
-                continue
             if kind == "tqdm" and site.has_keyword("disable"):
                 continue
-            if model.paths.rank_guard(site, flags_count=False):
+            if self._guarded(site):
                 continue
-            if kind != "tqdm" and any(_RANK.search(site.module.code(a.value)) for a in site.node.args):
+            if kind != "tqdm" and self._rank_tagged(site):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind == "print" and print_silenced:
                 continue
-            if kind == "logging" and (ranked_logging or not self._logger_visible(site)):
+            if kind == "logging" and (self._logging_silenced() or not self._logger_visible(site)
+                                      or self._none_on_some_ranks(site)):
                 continue
-            if self._only_under_guards(site):
+            if self._once(site):
                 continue
+            for place in self._places(site, kind, 0):
+                if id(place.node) in reported:
+                    continue
+                reported.add(id(place.node))
+                self._report(site, place, kind)
+
+    def _report(self, site: CallSite, place: CallSite, kind: str) -> None:
+        chain = self.model.paths.chain(place)
+        if place is site:
             what = {"print": "`print`", "tqdm": "this progress bar", "logging": "this log call"}[kind]
             how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
-                        module=site.module, related=model.paths.chain(site))
+                        module=site.module, related=chain)
+            return
+        name = place.dotted or "this call"
+        self.report(place.node, f"`{name}(...)` writes to the console on every rank at each step or epoch, so the "
+                                f"output is repeated once per process; guard the call with `if rank == 0:`",
+                    module=place.module, related=[*chain, site])
+
+    # --- where the output repeats ------------------------------------------------------------
+    def _places(self, site: CallSite, kind: str | None, depth: int) -> list[CallSite]:
+        """Where `site`'s output is repeated at each step or epoch of a training or evaluation
+        loop: `site` itself when it sits in such a loop, or in a function that trains or
+        evaluates and is called from one (its per-epoch message); for a function that only
+        prints (a progress printer's `display()`), the calls of it made inside such loops,
+        where the guard goes."""
+        loops = self.loops
+        if loops.work_loops(site) or (kind == "tqdm" and self._bar_over_work(site)):
+            return [site] if self._runs_on_every_rank(site) else []
+        function = self.model.paths.function_of(site)
+        if function is None or depth > _MAX_HOPS:
+            return []
+        if loops.does_work(function):
+            return [site] if self._called_per_iteration(function, depth) else []
+        out: list[CallSite] = []
+        for caller, _ in self.model.graph.callers(function):
+            if not self._guarded(caller) and not self._once(caller) and not self._rank_tagged(caller):
+                out += self._places(caller, None, depth + 1)
+        return out
+
+    def _called_per_iteration(self, function: Function, depth: int) -> bool:
+        """Whether every rank calls `function` at each step or epoch of a training or evaluation
+        loop (directly or through other calls)."""
+        if depth > _MAX_HOPS:
+            return False
+        for caller, _ in self.model.graph.callers(function):
+            if self._guarded(caller):
+                continue
+            if self.loops.work_loops(caller):
+                if self._runs_on_every_rank(caller):
+                    return True
+                continue
+            outer = self.model.paths.function_of(caller)
+            if outer is not None and self._called_per_iteration(outer, depth + 1):
+                return True
+        return False
+
+    def _bar_over_work(self, site: CallSite) -> bool:
+        """A progress bar over a DataLoader, or over the steps of a training loop it drives
+        (`for step in tqdm(range(n)):` around a backward)."""
+        first = site.arg("iterable", 0)
+        if first is not None and self.loops.iterates_batches(site.module, first, site.scope, site.point):
+            return True
+        for loop in site.module.fors:
+            if loop.scope is site.scope and _holds(loop.node.iter, site.node) \
+                    and self.loops.is_work(site.module, loop.node, site.scope):
+                return True
+        return False
+
+    def _guarded(self, site: CallSite) -> bool:
+        """Kept off some ranks (on the torchrun path too), or under a condition no run takes."""
+        paths = self.model.paths
+        if paths.rank_guard(site, flags_count=False) or paths.main_only(site) or paths.never(site):
+            return True
+        return any(self._exists_on_main_only(site, g) for g in site.guards)
+
+    def _exists_on_main_only(self, site: CallSite, guard: Guard) -> bool:
+        """`if log_writer is not None:` where every other rank set `log_writer = None`
+        (`writer = SummaryWriter(...) if rank == 0 else None`)."""
+        if guard.negated:
+            return False
+        test = guard.test
+        operands = [test.left, test.right] if isinstance(test, cst.BooleanOperation) \
+            and isinstance(test.operator, cst.And) else [test]
+        for operand in operands:
+            held = _tested_for_presence(operand)
+            if held is not None and self._none_on_other_ranks(site, held):
+                return True
+        return False
+
+    def _none_on_other_ranks(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        paths = self.model.paths
+        for value in self.model.values.at_call(site, expr):
+            node = value.node
+            if not (isinstance(node, cst.Name) and node.value == "None"):
+                continue
+            if value.at is not None and any(paths.kind(value.module, g, value.scope) == "other" for g in value.at.guards):
+                return True
+        return False
+
+    def _runs_on_every_rank(self, site: CallSite) -> bool:
+        """Every rank runs `site`: its function is an entry or called on every rank. A function
+        nobody known calls, in a module that is only imported, is not known to run."""
+        paths = self.model.paths
+        function = paths.function_of(site)
+        if function is None:
+            return True
+        if not self.model.graph.callers(function):
+            return site.module is self.model.root and self.model.is_entry_point() \
+                and paths.every_rank(site) is not None
+        return paths.every_rank(site) is not None
+
+    def _once(self, site: CallSite) -> bool:
+        """The message is printed once, not at each step: on the way out (`print("Done!");
+        break`, an error message before `sys.exit(1)` or `raise`), or at one value of the loop
+        variable (`if epoch == args.start_epoch:`)."""
+        if not site.guards:
+            return False
+        counters = {n for loop in site.loops if isinstance(loop, cst.For) for n in _names(loop.target)}
+        if counters and any(_pins(g, counters) for g in site.guards):
+            return True
+        guard = site.guards[-1]
+        node = guard.node
+        if not isinstance(node, cst.If):
+            return False
+        if not guard.negated:
+            block: cst.BaseSuite = node.body
+        elif isinstance(node.orelse, cst.Else):
+            block = node.orelse.body
+        else:
+            return False  # an early exit (`if ...: return`) guards what follows it
+        if not _leaves(block):
+            return False
+        inner = site.loops[-1] if site.loops else None
+        return inner is None or not _holds(block, inner)
+
+    # --- silenced output -----------------------------------------------------------------------
+    def _print_silenced(self) -> bool:
+        """`builtins.print` is replaced on the run (DeiT's `setup_for_distributed`), in this file
+        or by a project function it calls — unless the replacement is made only under a launch
+        flag (`if args.multiprocessing_distributed and args.gpu != 0:`) that a torchrun start
+        does not set, or lets every rank print on large jobs (`force = force or
+        get_world_size() > 8`)."""
+        model = self.model
+        root = model.root
+        conditions: list[tuple[Guard, ...]] = []
+        overrides: list[tuple[ModuleModel, Scope]] = []
+        for scope in (root.module_scope, *root.function_scopes.values()):
+            points = _print_bindings(root, scope)
+            if points:
+                conditions += [p.guards if p is not None else () for p in points]
+                overrides.append((root, scope))
+        for call in root.calls:
+            target = call.target
+            if target is not None and not model.is_root(target) and "silences_print" in model.facts.of_call(call):
+                conditions.append(call.guards)
+        if not conditions:
+            return False
+        for function in model.paths.reached():
+            if _print_bindings(function.module, function.scope):
+                overrides.append((function.module, function.scope))
+        if any(_prints_on_large_jobs(module, scope) for module, scope in overrides):
+            return False
+        if not model.torchrun_path:
+            return True
+        return not all(any(_needs_launch_flag(g) for g in guards) for guards in conditions)
+
+    def _logging_silenced(self) -> bool:
+        """Logging is configured by rank on the run: a level, handler or `basicConfig` set under
+        a rank guard (`if rank != 0: logger.setLevel("ERROR")`, a logger factory that adds
+        handlers on rank 0 only) or from a rank test (`setLevel(INFO if is_master else WARN)`)."""
+        if self._silenced_logging is None:
+            self._silenced_logging = any(self._ranked_log_setup(c) for c in self.model.paths.sites())
+        return self._silenced_logging
+
+    @staticmethod
+    def _rank_tagged(site: CallSite) -> bool:
+        """The message names the rank, in the call or in the variable it is built in
+        (`msg += f" rank {rank}"; logging.debug(msg)`)."""
+        module = site.module
+        for arg in site.node.args:
+            if _RANK.search(module.code(arg.value)):
+                return True
+            if isinstance(arg.value, cst.Name):
+                for bound in site.scope.lookup(arg.value.value):
+                    node = bound.node.value if isinstance(bound, Augmented) else bound
+                    if isinstance(node, cst.CSTNode) and _RANK.search(module.code(node)):
+                        return True
+        return False
+
+    def _none_on_some_ranks(self, site: CallSite) -> bool:
+        """The logger is set to None on some ranks (`if rank != 0: logger = None`): the code
+        cannot call it there, so the call is guarded somewhere (often by another variable)."""
+        receiver = site.receiver
+        if receiver is None:
+            return False
+        paths = self.model.paths
+        for value in self.model.values.at_call(site, receiver):
+            if isinstance(value.node, cst.Name) and value.node.value == "None" and value.at is not None \
+                    and any(paths.kind(value.module, g, value.scope) in ("main", "other") for g in value.at.guards):
+                return True
+        return False
+
+    def _ranked_log_setup(self, site: CallSite) -> bool:
+        if site.method not in _LOG_SETUP_METHODS and self.model.api(site) not in _LOG_SETUP_APIS:
+            return False
+        paths = self.model.paths
+        if paths.rank_guard(site) or paths.main_only(site):
+            return True
+        resolve = self.model.resolver_for(site.module, site.scope)
+        for arg in site.node.args:
+            for sub in subexpressions(arg.value):
+                if isinstance(sub, cst.IfExp) and selects_main_rank(sub.test, resolve) is not None:
+                    return True
+        return False
 
     def _kind(self, site: CallSite) -> str | None:
         if site.dotted == "print" and "print" not in site.module.functions:
+            out = site.arg("file")
+            if out is not None and dotted(out) not in _CONSOLE:
+                return None  # `print(row, file=f)` writes a file, not the console
             return "print"
         q = self.model.api(site) or ""
         if q in api.TQDM:
@@ -167,26 +625,6 @@ class PrintOnEveryRank(Rule):
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"
         return None
-
-    def _in_a_loop(self, site: CallSite) -> bool:
-        """In a loop, or in a function called from a loop (`progress.display(i)` each step)."""
-        if site.loops:
-            return True
-        chain = self.model.paths.every_rank(site)
-        return bool(chain) and any(call.loops for call in chain)
-
-    def _only_under_guards(self, site: CallSite) -> bool:
-        """The function holding `site` is called only under a rank guard (or under a condition
-        no run takes), or nobody known calls it in a module that is only imported: whether it
-        runs on every rank is not known."""
-        if self.model.paths.never(site):
-            return True
-        function = self.model.paths.function_of(site)
-        if function is None:
-            return False
-        if not self.model.graph.callers(function):
-            return site.module is not self.model.root or not self.model.is_entry_point()
-        return self.model.paths.every_rank(site) is None
 
     def _logger_visible(self, site: CallSite) -> bool:
         """Whether we can see how the logger is configured: `logging` itself or a logger made in
@@ -209,7 +647,104 @@ class PrintOnEveryRank(Rule):
         return text is not None and not _RANK.search(text)
 
 
-def _path(site: CallSite):
-    from ddpcheck.lint.model.project import resolved_path
-
+def _path(site: CallSite) -> Path | None:
     return resolved_path(site.module.path)
+
+
+def _holds(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
+    """Whether `inner` is `outer` or lies inside it."""
+    return any(node is inner for node in subexpressions(outer))
+
+
+def _leaves(block: cst.BaseSuite) -> bool:
+    """The block ends by leaving the loop or the program: `break`, `raise`, `sys.exit(...)`."""
+    statements = block.body
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, cst.SimpleStatementLine) and last.body:
+        small: cst.CSTNode = last.body[-1]
+    elif isinstance(block, cst.SimpleStatementSuite):
+        small = last
+    else:
+        return False
+    if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
+        return dotted(small.value.func) in _EXITS
+    return isinstance(small, (cst.Break, cst.Raise))
+
+
+def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
+    """Where `scope` assigns `builtins.print` (the points of those bindings)."""
+    found: list[Point | None] = []
+    for name, points in scope.points.items():
+        if name.endswith(".print") and (module.names.origin(name) or name) in _PRINT_TARGETS:
+            found += points
+    return found
+
+
+def _prints_on_large_jobs(module: ModuleModel, scope: Scope) -> bool:
+    """The replacement `print` defined in `scope` prints when the world size passes a bound
+    (`force = force or (get_world_size() > 8)`; `if is_master or force:`)."""
+    prefix = scope.qualname + "."
+    for qualname, inner in module.function_scopes.items():
+        if qualname.startswith(prefix) and any(
+            _grows_with_world(g.test, inner, 2) for call in module.calls_in(qualname) for g in call.guards
+        ):
+            return True
+    return False
+
+
+def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
+    """`test` holds when the world size is above a bound, directly or through the flags it
+    reads (`force` assigned from `force or world_size > 8`)."""
+    for sub in subexpressions(test):
+        if isinstance(sub, cst.Comparison) and len(sub.comparisons) == 1 \
+                and isinstance(sub.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual)):
+            left = sub.left.func if isinstance(sub.left, cst.Call) else sub.left
+            if (last_name(left) or "").lower().endswith("world_size"):
+                return True
+        if isinstance(sub, cst.Name) and depth > 0:
+            for bound in scope.lookup(sub.value):
+                if isinstance(bound, cst.CSTNode) and bound is not test and _grows_with_world(bound, scope, depth - 1):
+                    return True
+    return False
+
+
+def _tested_for_presence(test: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x is not None` or a bare `x`: the expression tested."""
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        return test
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) \
+                and comp.comparator.value == "None" and isinstance(test.left, (cst.Name, cst.Attribute)):
+            return test.left
+    return None
+
+
+def _names(target: cst.BaseExpression) -> set[str]:
+    """The names a for-loop target binds (`i, (x, y)` → i, x, y)."""
+    return {n.value for n in subexpressions(target) if isinstance(n, cst.Name)}
+
+
+def _pins(guard: Guard, counters: set[str]) -> bool:
+    """`if epoch == start:` — true for one value of a loop variable."""
+    test = guard.test
+    if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    comp = test.comparisons[0]
+    if not isinstance(comp.operator, cst.Equal):
+        return False
+    return any(isinstance(side, cst.Name) and side.value in counters for side in (test.left, comp.comparator))
+
+
+def _needs_launch_flag(guard: Guard) -> bool:
+    """The guard's branch is taken only when a launch-mode flag is set
+    (`if args.multiprocessing_distributed and args.gpu != 0:`)."""
+    if guard.negated:
+        return False
+    test = guard.test
+    operands = [test.left, test.right] if isinstance(test, cst.BooleanOperation) \
+        and isinstance(test.operator, cst.And) else [test]
+    return any(isinstance(o, (cst.Name, cst.Attribute)) and LAUNCH_FLAG.search(last_name(o) or "")
+               for o in operands)

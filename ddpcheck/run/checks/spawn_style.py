@@ -21,6 +21,11 @@ class SpawnStyleScript(Incident):
     number of processes is the script's own: `--nproc` is ignored for such a script (with `--cpu`
     it is the number of emulated GPUs that `torch.cuda.device_count()` returns).
 
+    A script that runs either way — `if args.spawn: mp.spawn(...)`, otherwise one rank of a
+    torchrun job that reads `LOCAL_RANK` — is launched with torchrun; if every rank then calls the
+    spawn before `init_process_group`, ddpcheck runs the script again with the plain interpreter
+    and says so here.
+
     ## Why it matters
 
     Launching a spawn-style script with torchrun and `--nproc 4` runs 16 processes in 4 jobs that
@@ -49,8 +54,10 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     extra = "; --nproc was ignored (the script chooses its own number of processes)" if ctx.nproc_ignored else ""
     said = site.call == "--spawn"
     how = "as --spawn says" if said else f"{site.call} at {os.path.basename(site.path)}:{site.line}"
+    first = ("; it also reads the launcher's environment, so ddpcheck first ran it with torchrun, "
+             "where every rank took the spawn branch" if site.switched else "")
     message = (f"the script starts its own workers ({how}); ddpcheck ran it with the plain interpreter "
-               f"and checked the workers{extra}")
+               f"and checked the workers{extra}{first}")
     return [Verdict(SpawnStyleScript.code, FAIL, message, message=message, path=site.path,
                     line=None if said else site.line, hint=ctx.nproc_ignored)]
 

@@ -75,6 +75,12 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     job_plan = plan.prepare(job_launch)
     result = launch.run(job_launch, job_plan)
     records = load_records(record_dir)
+    switch = plan.spawn_requested(job_plan, records)
+    if switch is not None:  # a script that runs either way took its spawn branch under torchrun
+        _empty(record_dir)
+        job_plan = plan.prepare(job_launch, switch_to=switch)
+        result = launch.run(job_launch, job_plan)
+        records = load_records(record_dir)
     if result.launcher_error and not records:
         raise UserError(f"ddpcheck run: the launcher failed before any rank started: "
                         f"{result.launcher_error}")
@@ -122,6 +128,19 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
         rank.get("probes", {}).get("timing", {}).pop("steps", None)
     return Outcome(exit_code, data, rows, first, notes, findings, records)
+
+
+def _empty(record_dir: str) -> None:
+    """Forget a job's records (and live files, logs) before the script runs again."""
+    for name in os.listdir(record_dir):
+        path = os.path.join(record_dir, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
 
 
 def present(outcome: Outcome, options: Any) -> None:

@@ -55,7 +55,8 @@ def run_target(kind: str, name: str, args: list[str]) -> tuple[int, BaseExceptio
         return _exit_code(exc), None
     except BaseException as exc:  # noqa: BLE001 - an uncaught exception in the user's script
         ending.ended(exc)
-        traceback.print_exc()
+        if not getattr(exc, "quiet", False):  # ddpcheck's own spawn guard may leave quietly
+            traceback.print_exc()
         return 1, exc
     return 0, None
 

@@ -9,8 +9,12 @@ device is the CPU:
 - devices: integer and string devices everywhere (`.to(i)`, `.to(f"cuda:{i}")`, `.cuda(i)`,
   `torch.device(i)`, `device=i` in factories, `map_location="cuda:i"`, `set_default_device`) mean
   the CPU; modules and tensors report `cpu`. `pin_memory` is a no-op (DataLoader included) and
-  `non_blocking` copies are plain copies. The device rewriting is a `TorchFunctionMode`, pushed on
-  the main thread and on every thread the script starts;
+  `non_blocking` copies are plain copies. The entry points scripts use (`Tensor.to/.cuda/.new_*`,
+  the tensor factories, `Module.to/.cuda`, `torch.device`) are patched to map CUDA to the CPU
+  themselves; every other torch call with a `device=` is rewritten by a `TorchFunctionMode`, which
+  costs each torch call some Python, so it is pushed only once the script first asks for CUDA
+  (a `torch.cuda` query, a CUDA device, `.cuda()`, nccl, ...): a CPU-only script never pays for it.
+  Once pushed, it is pushed on every thread that then touches CUDA or starts;
 - `torch.cuda`: is_available, device_count, current_device, set_device, device(...),
   get_device_name, get_device_properties (a plausible description: name, total_memory,
   major/minor, multi_processor_count), get_device_capability, is_bf16_supported, synchronize,
@@ -49,6 +53,8 @@ from ddpcheck.run.options import ENV_EMULATED_DEVICES as ENV_DEVICES
 from ddpcheck.run.rank.sites import call_site, is_user_file
 
 _installed = False
+_active = False  # the script has asked for CUDA: the mode is pushed where it runs
+_pushed = threading.local()  # .done: the mode is on this thread's stack
 _current_device = 0
 USED: set[str] = set()  # what the user's code actually asked of the emulation, for the report
 NOTES: list[str] = []  # things said once (an autocast dtype replaced, ...), for the report
@@ -56,7 +62,31 @@ on_first_use: Callable[[str], None] | None = None  # set by the rank's session t
 _mode: Any = None
 
 
-def _used(feature: str) -> None:
+def _activate() -> None:
+    """The script asked for CUDA: from now on this thread (and every thread that touches CUDA or
+    starts) runs torch calls through the device-rewriting mode."""
+    global _active
+    _active = True
+    if _mode is None or getattr(_pushed, "done", False):
+        return
+    _pushed.done = True
+    from torch._C import _len_torch_function_stack, _pop_torch_function_stack, _push_on_torch_function_stack
+    from torch.utils._device import DeviceContext
+
+    # Below the modes the script has already pushed (their exits pop them), but above a
+    # DeviceContext (`with torch.device(...)`, set_default_device), which must stay at the bottom.
+    stack = [_pop_torch_function_stack() for _ in range(_len_torch_function_stack())][::-1]  # bottom first
+    while stack and isinstance(stack[0], DeviceContext):
+        _push_on_torch_function_stack(stack.pop(0))
+    _push_on_torch_function_stack(_mode)
+    for mode in stack:
+        _push_on_torch_function_stack(mode)
+
+
+def _used(feature: str, cuda: bool = True) -> None:
+    """The script asked the emulation for `feature`; `cuda`: a CUDA use (the mode is needed)."""
+    if cuda and not getattr(_pushed, "done", False):
+        _activate()
     if feature not in USED:
         USED.add(feature)
         if on_first_use is not None and len(USED) == 1:
@@ -181,7 +211,7 @@ def _make_mode() -> Any:
     from torch.overrides import TorchFunctionMode
 
     cpu = torch.device("cpu")
-    to, cuda, pin = torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.pin_memory
+    to, cuda, pin = _ORIGINAL["to"], _ORIGINAL["cuda"], _ORIGINAL["pin_memory"]
     is_pinned = torch.Tensor.is_pinned
 
     class CudaOnCpu(TorchFunctionMode):
@@ -194,7 +224,7 @@ def _make_mode() -> Any:
                 _used(".cuda()")
                 return args[0]
             if func is pin:
-                _used("pin_memory")
+                _used("pin_memory", cuda=False)
                 return args[0]
             if func is is_pinned:
                 return False
@@ -212,17 +242,83 @@ def _make_mode() -> Any:
 
 
 def _cover_threads() -> None:
-    """The mode is thread-local: push it in every thread the script starts too."""
+    """The mode is thread-local: push it in every thread the script starts once CUDA is in use."""
     original = threading.Thread.run
 
     @functools.wraps(original)
     def run(self: threading.Thread) -> None:
-        if _mode is not None:
-            with _mode:
-                return original(self)
+        if _active:
+            _activate()
         return original(self)
 
     setattr(threading.Thread, "run", run)
+
+
+_ORIGINAL: dict[str, Any] = {}  # torch's own Tensor methods, before the patches below
+_FACTORIES = (
+    "tensor", "as_tensor", "scalar_tensor", "zeros", "ones", "empty", "full", "rand", "randn", "randint",
+    "randperm", "arange", "range", "linspace", "logspace", "eye", "zeros_like", "ones_like", "empty_like",
+    "full_like", "rand_like", "randn_like", "randint_like", "empty_strided", "normal", "tril_indices",
+    "triu_indices", "sparse_coo_tensor", "complex", "polar",
+)  # fmt: skip
+_NEW = ("new_tensor", "new_zeros", "new_ones", "new_empty", "new_full")
+
+
+def _cpu_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`device=<cuda>` → the CPU and `pin_memory=True` → False; said as a CUDA use."""
+    device = kwargs.get("device")
+    if device is not None and _is_cuda(device):
+        _used("CUDA device arguments")
+        kwargs = dict(kwargs, device="cpu")
+    if kwargs.get("pin_memory"):
+        _used("pin_memory", cuda=False)
+        kwargs = dict(kwargs, pin_memory=False)
+    return kwargs
+
+
+def _with_cpu_kwargs(original: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def factory(*args: Any, **kwargs: Any) -> Any:
+        return original(*args, **_cpu_kwargs(kwargs)) if kwargs else original(*args)
+
+    return factory
+
+
+def _patch_tensors(torch: Any) -> None:
+    """The ways scripts put tensors on a GPU, mapped to the CPU without the mode (which a
+    CPU-only script never needs): `Tensor.to/.cuda/.pin_memory/.new_*` and the factories'
+    `device=`. Each CUDA use pushes the mode for the rest."""
+    tensor = torch.Tensor
+    for name in ("to", "cuda", "pin_memory", *_NEW):
+        _ORIGINAL[name] = getattr(tensor, name)
+    original_to = _ORIGINAL["to"]
+
+    @functools.wraps(original_to)
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and _is_cuda(args[0]):
+            _used("CUDA device arguments")
+            args = ("cpu", *args[1:])
+        if kwargs:
+            kwargs = _cpu_kwargs(kwargs)
+        return original_to(self, *args, **kwargs)
+
+    def cuda(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
+        _used(".cuda()")
+        return self
+
+    def pin_memory(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _used("pin_memory", cuda=False)
+        return self
+
+    setattr(tensor, "to", to)
+    setattr(tensor, "cuda", cuda)
+    setattr(tensor, "pin_memory", pin_memory)
+    for name in _NEW:
+        setattr(tensor, name, _with_cpu_kwargs(_ORIGINAL[name]))
+    for name in _FACTORIES:
+        original = getattr(torch, name, None)
+        if original is not None:
+            setattr(torch, name, _with_cpu_kwargs(original))
 
 
 class _DeviceMeta(type):
@@ -246,7 +342,10 @@ class device(metaclass=_DeviceMeta):  # noqa: N801 - stands in for torch.device
         if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
             _used("torch.device(int)")
             return real("cuda", args[0])
-        return real(*args, **kwargs)
+        made = real(*args, **kwargs)
+        if made.type == "cuda" and not getattr(_pushed, "done", False):
+            _activate()  # a CUDA device: the script is about to use it
+        return made
 
 
 def _patch_device_type(torch: Any) -> None:
@@ -338,7 +437,7 @@ def _patch_data_loader(torch: Any) -> None:
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         if self.pin_memory:
-            _used("pin_memory")
+            _used("pin_memory", cuda=False)
             self.pin_memory = False
 
     loader.__init__ = __init__
@@ -490,6 +589,10 @@ def _patch_cuda(torch: Any) -> None:
             _used("torch.cuda.device_count")
         return emulated_device_count()
 
+    def current_device() -> int:
+        _activate()
+        return _current_device
+
     def set_device(device: Any) -> None:
         global _current_device
         _used("torch.cuda.set_device")
@@ -527,7 +630,7 @@ def _patch_cuda(torch: Any) -> None:
 
     for name, value in {
         "is_available": is_available, "device_count": device_count, "set_device": set_device,
-        "current_device": lambda: _current_device, "get_device_properties": get_device_properties,
+        "current_device": current_device, "get_device_properties": get_device_properties,
         "get_device_name": get_device_name, "get_device_capability": get_device_capability,
         "is_bf16_supported": lambda including_emulation=True: True, "is_initialized": lambda: True,
         "init": nothing, "synchronize": nothing, "empty_cache": nothing, "ipc_collect": nothing,
@@ -596,7 +699,7 @@ def _patch_accelerator(torch: Any) -> None:
         "device_count": device_count,
         "current_accelerator": current_accelerator,
         "set_device_index": set_device_index, "set_device_idx": set_device_index,
-        "current_device_index": lambda: _current_device, "current_device_idx": lambda: _current_device,
+        "current_device_index": cuda.current_device, "current_device_idx": cuda.current_device,
         "device_index": device_index,
         "synchronize": lambda device=None, /: None,
         "empty_cache": lambda: None,
@@ -757,12 +860,12 @@ def install() -> None:
     _patch_accelerator(torch)
     _patch_device_type(torch)
     _patch_modules(torch)
+    _patch_tensors(torch)
     _patch_set_default_device(torch)
     _patch_load(torch)
     _patch_data_loader(torch)
     _patch_amp(torch)
     _patch_distributed(dist)
     _patch_ddp(DistributedDataParallel)
-    _mode = _make_mode()
-    _mode.__enter__()  # stays pushed for the life of the main thread
+    _mode = _make_mode()  # pushed at the first CUDA use (_activate), never before
     _cover_threads()

@@ -28,7 +28,7 @@ def instrument(session: Session) -> None:
         session.before_init.insert(0, lambda kwargs: spawn.adopt_identity(session, kwargs))
     hangs.install(session)
     if session.under_launcher:
-        spawn.install_guard()
+        spawn.install_guard(session)
     nodes.install(session)
     hooks.install(session)
     for probe in registry.probes():

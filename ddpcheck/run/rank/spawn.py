@@ -1,7 +1,11 @@
 """In-rank support for scripts that start their own workers (`torch.multiprocessing.spawn`).
 
 - Under the launcher, `install_guard()` turns a hidden `mp.spawn` call (one the launcher could not
-  see in the script) into a clear error (DDP126) instead of N jobs that wait for each other.
+  see in the script) into a clear error (DDP126) instead of N jobs that wait for each other. For a
+  script that runs either way (launcher/plan.py's fallback), a rank that calls the spawn before
+  `init_process_group` fails the same way but quietly (no traceback), its record saying where
+  (`spawn_called`), and when every rank did so the launcher runs the script again with the plain
+  interpreter.
 - In a plain-interpreter run, every process's `torch.multiprocessing.spawn._wrap` (the function
   each worker starts in) runs the worker through `_run_worker`, with that process's session, so
   that a worker ends like a rank started by torchrun: its record written (with the exception it
@@ -18,6 +22,7 @@ import os
 import sys
 from typing import Any, Callable, NoReturn
 
+from ddpcheck.run.options import ENV_SPAWN_FALLBACK
 from ddpcheck.run.rank import ending, sites
 from ddpcheck.run.rank.session import Session
 
@@ -27,19 +32,27 @@ _SPAWNERS = ("spawn", "start_processes")
 class SpawnUnderLauncherError(RuntimeError):
     """mp.spawn called inside a rank that torchrun started."""
 
+    quiet = False  # leave without printing the traceback (the launcher says what happens next)
 
-def install_guard() -> None:
+
+def install_guard(session: Session) -> None:
     """In a rank started by the launcher: refuse mp.spawn with a clear message, not a hang."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
     def refuse(*args: Any, **kwargs: Any) -> NoReturn:
         where = sites.call_site()
         world = os.environ.get("WORLD_SIZE", "?")
-        raise SpawnUnderLauncherError(
+        message = (
             f"the script calls torch.multiprocessing.spawn{' at ' + where if where else ''} inside a rank "
             f"that the launcher started ({world} ranks would each start their own job and wait forever). "
             "Rerun with `ddpcheck run --spawn script.py` (no --nproc), or read LOCAL_RANK/WORLD_SIZE instead."
         )
+        error = SpawnUnderLauncherError(message)
+        if os.environ.get(ENV_SPAWN_FALLBACK) == "1" and not dist.is_initialized():
+            session.meta["spawn_called"] = where or "?"
+            error.quiet = True  # the launcher reruns the script plainly (or reports DDP126)
+        raise error
 
     for name in _SPAWNERS:
         if hasattr(mp, name):

@@ -1,0 +1,123 @@
+"""Training and evaluation loops: the loops whose iterations are steps (or epochs) of the work a
+DDP job does, as opposed to the loops of start-up code (over config entries, dataset files,
+state_dict keys).
+
+A loop is one when it iterates a DataLoader (directly, through `enumerate`/`zip`/`tqdm`/a
+metric logger's `log_every(loader)`, or through a value that holds one), or when its body —
+directly or through the project functions it calls — back-propagates, steps an optimizer, makes
+a collective call, or runs such a loop (the epoch loop around `train_one_epoch(...)`). Everything
+is read from the model's recorded calls and loops; answers are memoised per loop and function.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import is_optimizer_step
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+    from ddpcheck.lint.model.symbols import Function
+
+Loop = cst.CSTNode  # a For or While node, as recorded in CallSite.loops
+# Facts (model/facts.py) that make a loop body a step of the job.
+_STEP_FACTS = frozenset({"backward", "collective"})
+MAX_DEPTH = 3  # project functions followed below a loop
+
+
+class Loops:
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        self._loops: dict[int, bool] = {}
+        self._functions: dict[tuple[int, str], bool] = {}
+        self._open: set[tuple[int, str]] = set()
+
+    # --- loops ---------------------------------------------------------------------------------
+    def is_work(self, module: ModuleModel, loop: Loop, scope: Scope, depth: int = 0) -> bool:
+        """Whether `loop` (a For/While of `module` in `scope`) is a training or evaluation loop."""
+        found = self._loops.get(id(loop))
+        if found is None:
+            found = self._work(module, loop, scope, depth)
+            if depth == 0 or found:
+                self._loops[id(loop)] = found
+        return found
+
+    def _work(self, module: ModuleModel, loop: Loop, scope: Scope, depth: int) -> bool:
+        if isinstance(loop, cst.For):
+            point = next((f.point for f in module.fors if f.node is loop), None)
+            if self.iterates_batches(module, loop.iter, scope, point):
+                return True
+        body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
+        facts = self.model.facts
+        for call in body:
+            if facts.direct(call) & _STEP_FACTS or is_optimizer_step(self.model, call):
+                return True
+        if depth >= MAX_DEPTH:
+            return False
+        for call in body:
+            for callee, _ in self.model.graph.targets(call):
+                if self.does_work(callee, depth + 1):
+                    return True
+        return False
+
+    def iterates_batches(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
+                         at: Point | None = None, depth: int = 2) -> bool:
+        """Whether iterating `expr` yields a DataLoader's batches: the loader itself, or a call
+        that is given one (`enumerate(loader)`, `tqdm(loader)`, `logger.log_every(loader, 10)`)."""
+        for value in self.model.values.of(module, expr, scope, at=at):
+            call = value.call
+            if call is None:
+                continue
+            if self.model.constructs(value, api.DATALOADER):
+                return True
+            if depth > 0 and any(
+                self.iterates_batches(value.module, a.value, value.scope, value.at, depth - 1) for a in call.args
+            ):
+                return True
+        return False
+
+    def work_loops(self, site: CallSite) -> list[Loop]:
+        """The loops around `site` in its own function that are training or evaluation loops."""
+        return [loop for loop in site.loops if self.is_work(site.module, loop, site.scope)]
+
+    # --- functions -----------------------------------------------------------------------------
+    def does_work(self, function: Function, depth: int = 0) -> bool:
+        """Whether a project function trains or evaluates: it back-propagates (itself or through
+        its callees), steps an optimizer, or holds a training or evaluation loop."""
+        key = (id(function.module), function.qualname)
+        found = self._functions.get(key)
+        if found is not None:
+            return found
+        if key in self._open or depth > MAX_DEPTH:
+            return False
+        self._open.add(key)
+        try:
+            found = self._function_work(function, depth)
+        finally:
+            self._open.discard(key)
+        if depth == 0 or found:
+            self._functions[key] = found
+        return found
+
+    def _function_work(self, function: Function, depth: int) -> bool:
+        module, qualname = function.module, function.qualname
+        if "backward" in self.model.facts.of_scope(module, qualname):
+            return True
+        scope = module.function_scopes.get(qualname)
+        if scope is None:
+            return False
+        calls = module.calls_in(qualname)
+        if any(is_optimizer_step(self.model, c) for c in calls if c.method == "step"):
+            return True
+        loops: dict[int, Loop] = {}
+        for call in calls:
+            for loop in call.loops:
+                loops.setdefault(id(loop), loop)
+        for site in module.fors:
+            if site.scope is scope:
+                loops.setdefault(id(site.node), site.node)
+        return any(self.is_work(module, loop, scope, depth) for loop in loops.values())
