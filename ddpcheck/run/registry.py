@@ -44,9 +44,10 @@ import pkgutil
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from ddpcheck.describe import Described
+from ddpcheck.run.records import Record
 
 if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
 
 CHECKS_PACKAGE = "ddpcheck.run.checks"
 
-Record = dict[str, Any]
 Judge = Callable[[list[Record], "Context"], list["Verdict"]]
 Capture = Callable[["Session"], None]
 

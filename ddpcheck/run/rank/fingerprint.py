@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import zlib
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
+
+if TYPE_CHECKING:
+    import torch
 
 NONE = -1  # the fingerprint of a missing tensor (e.g. a gradient that is None)
 OPAQUE = -2  # a tensor whose bytes cannot be read (sparse, meta, ...)
@@ -29,15 +32,10 @@ _SEED = 0x5EED_DDC4  # the weights are the same on every rank and in every run
 _MASK = (1 << 64) - 1
 
 
-def _torch() -> Any:
+@lru_cache(maxsize=64)
+def _row_weights(rows: int, device: torch.device) -> torch.Tensor:
     import torch
 
-    return torch
-
-
-@lru_cache(maxsize=64)
-def _row_weights(rows: int, device: Any) -> Any:
-    torch = _torch()
     gen = torch.Generator().manual_seed(_SEED + rows)
     weights = torch.randint(-(2**63), 2**63 - 1, (rows,), dtype=torch.int64, generator=gen)
     return weights.to(device)
@@ -46,13 +44,14 @@ def _row_weights(rows: int, device: Any) -> Any:
 @lru_cache(maxsize=1)
 def column_weights() -> tuple[int, ...]:
     """b_0 .. b_31, and the weight of the trailing partial word."""
-    torch = _torch()
+    import torch
+
     gen = torch.Generator().manual_seed(_SEED)
     return tuple(torch.randint(-(2**63), 2**63 - 1, (BLOCK + 1,), dtype=torch.int64, generator=gen).tolist())
 
 
 @lru_cache(maxsize=1024)
-def _header(dtype: Any, shape: tuple[int, ...]) -> int:
+def _header(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
     return zlib.crc32(f"{dtype}{shape}".encode()) * 0x9E3779B97F4A7C15
 
 
@@ -71,9 +70,10 @@ class _Plan:
         self.index, self.rows, self.tail, self.rest, self.header = index, rows, tail, rest, header
 
 
-def _words(t: Any) -> tuple[Any, int]:
+def _words(t: torch.Tensor) -> tuple[torch.Tensor, int]:
     """The tensor's whole 64-bit words (a view when it can be), and its last 1-7 bytes."""
-    torch = _torch()
+    import torch
+
     if t.dtype.is_complex:
         t = torch.view_as_real(t)
     if t.is_contiguous() and t.dim() and t.shape[-1] * t.element_size() % 8 == 0:
@@ -97,9 +97,10 @@ def _words(t: Any) -> tuple[Any, int]:
         return head.clone().view(torch.int64), rest
 
 
-def _parts(t: Any, index: int, scalars: list[Any], tails: list[Any]) -> _Plan | None:
+def _parts(t: torch.Tensor, index: int, scalars: list[torch.Tensor], tails: list[torch.Tensor]) -> _Plan | None:
     """Queue what to send for `t`; None if `t` cannot be read."""
-    torch = _torch()
+    import torch
+
     if t.layout is not torch.strided or t.device.type == "meta":
         return None
     words, rest = _words(t)
@@ -120,13 +121,14 @@ def _parts(t: Any, index: int, scalars: list[Any], tails: list[Any]) -> _Plan | 
     return _Plan(index, bool(n_rows), tail, rest, _header(t.dtype, t.shape))
 
 
-def fingerprints(tensors: Iterable[Any]) -> list[tuple[int, int]]:
+def fingerprints(tensors: Iterable[torch.Tensor | None]) -> list[tuple[int, int]]:
     """(S, W) per tensor, in order: (NONE, NONE) for None, (OPAQUE, OPAQUE) for unreadable ones.
     One pass over each tensor where it lives, and one transfer to the host per device."""
-    torch = _torch()
+    import torch
+
     items = list(tensors)
     out: list[tuple[int, int]] = [(NONE, NONE)] * len(items)
-    by_device: dict[Any, tuple[list[_Plan], list[Any], list[Any]]] = {}
+    by_device: dict[torch.device, tuple[list[_Plan], list[torch.Tensor], list[torch.Tensor]]] = {}
     with torch.no_grad():
         for i, t in enumerate(items):
             if t is None:
@@ -171,17 +173,18 @@ def combine(pairs: Iterable[tuple[int, int]]) -> int:
     return _signed(acc)
 
 
-def tensor_digest(t: Any) -> int:
+def tensor_digest(t: torch.Tensor | None) -> int:
     """One tensor's fingerprint as one number."""
     return combine(fingerprints([t]))
 
 
-def structure_digest(obj: Any) -> int | None:
+def structure_digest(obj: object) -> int | None:
     """Digest of every tensor inside nested args (tuples, lists, dicts); None if there is none."""
-    torch = _torch()
-    found: list[Any] = []
+    import torch
 
-    def walk(o: Any, depth: int) -> None:
+    found: list[torch.Tensor] = []
+
+    def walk(o: object, depth: int) -> None:
         if depth > 6:
             return
         if isinstance(o, torch.Tensor):
