@@ -202,12 +202,33 @@ class Paths:
         distributed job; None when every path to it is guarded, or nothing is known."""
         if self.main_only(site) is not None or self.single_only(site) is not None or self.rank_guard(site, False):
             return None
-        if self.never(site) is not None:
+        if self.never(site) is not None or self.dead(site):
             return None
         function = self.function_of(site)
         if function is None:
             return []
         return self._function_every_rank(function, frozenset())
+
+    def dead(self, site: CallSite) -> bool:
+        """`site` never runs when the linted file runs: it sits in an imported module's
+        `__main__` block, or in a function called only from there (`_self_test()`)."""
+        if self.imported_main(site):
+            return True
+        function = self.function_of(site)
+        if function is None or function.module is self.model.root:
+            return False
+        callers = self.model.graph.callers(function)
+        return bool(callers) and all(self.imported_main(call) for call, _ in callers)
+
+    def imported_main(self, site: CallSite) -> bool:
+        """`site` sits under the `if __name__ == "__main__":` block of a project module other
+        than the linted file: that module is imported, so the block never runs (a helper
+        module's self-test)."""
+        module = site.module
+        if module is self.model.root or not module.main_guards:
+            return False
+        mains = {id(node) for node in module.main_guards}
+        return any(id(g.node) in mains and not g.negated for g in site.guards)
 
     def _function_every_rank(self, function: Function, seen: frozenset[Function]) -> list[CallSite] | None:
         key = (id(function.module), function.qualname)
@@ -219,7 +240,8 @@ class Paths:
         result: list[CallSite] | None = None
         callers = self.model.graph.callers(function)
         for call, _ in callers:
-            if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call):
+            if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call) \
+                    or self.dead(call):
                 continue
             outer = self.function_of(call)
             if outer is None:
@@ -277,12 +299,12 @@ _ORDER: dict[type, Callable[[float, float], bool]] = {
 }
 
 
-def _literal_test(test: cst.BaseExpression) -> tuple[cst.Name, Callable[[object], bool | None]] | None:
-    """A test `never` can decide from the literal values of one name: `flag`, `blur > 0`,
-    `trt_file is not None` — the name, and the test's outcome for a literal value of it."""
-    if isinstance(test, cst.Name):
+def _literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Callable[[object], bool | None]] | None:
+    """A test `never` can decide from the literal values of one name: `flag`, `self.verbose`,
+    `blur > 0`, `trt_file is not None` — the name, and the test's outcome for a literal value."""
+    if _named(test):
         return test, _truth
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not isinstance(test.left, cst.Name):
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not _named(test.left):
         return None
     comp = test.comparisons[0]
     operator, other = comp.operator, comp.comparator
@@ -294,6 +316,11 @@ def _literal_test(test: cst.BaseExpression) -> tuple[cst.Name, Callable[[object]
     if number is None or compare is None:
         return None
     return test.left, lambda node: None if (value := _number(node)) is None else compare(value, number)
+
+
+def _named(expr: cst.BaseExpression) -> bool:
+    """A plain name or an attribute of `self` (`verbose`, `self.verbose`)."""
+    return isinstance(expr, cst.Name) or (isinstance(expr, cst.Attribute) and (dotted(expr) or "").startswith("self."))
 
 
 def _is_none(node: object) -> bool:

@@ -33,7 +33,8 @@ class AllReduceSumAsMean(Rule):
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
     (`total`, `correct`, `num_samples`, confusion matrices), and functions that mention the world
     size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
-    the function.
+    the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
+    divides it by a count).
 
     ## How to fix
     Divide after the reduce (`t /= dist.get_world_size()`), or reduce sums and counts and divide
@@ -94,6 +95,32 @@ class AllReduceSumAsMean(Rule):
         count.zero_()
         dist.all_reduce(count)
         """,
+        """
+        # A metric object: the reduced attribute is a running sum, divided by a reduced count.
+        import torch
+        import torch.distributed as dist
+
+        class DiceCoefficient:
+            def __init__(self):
+                self.cumulative_dice = None
+                self.count = None
+
+            def update(self, pred, target):
+                if self.cumulative_dice is None:
+                    self.cumulative_dice = torch.zeros(1, device=pred.device)
+                    self.count = torch.zeros(1, device=pred.device)
+                self.cumulative_dice += dice_coeff(pred, target)
+                self.count += 1
+
+            @property
+            def value(self):
+                return self.cumulative_dice / self.count
+
+            def reduce_from_all_processes(self):
+                dist.barrier()
+                dist.all_reduce(self.cumulative_dice)
+                dist.all_reduce(self.count)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -131,6 +158,20 @@ class AllReduceSumAsMean(Rule):
                 return train_acc, val_acc
             """,
             lines=(8,),
+        ),
+        Invalid(
+            """
+            # A metric object holding the last batch's dice, reduced with SUM and never divided.
+            import torch.distributed as dist
+
+            class DiceMetric:
+                def update(self, pred, target):
+                    self.dice = dice_coeff(pred, target)
+
+                def reduce_from_all_processes(self):
+                    dist.all_reduce(self.dice)
+            """,
+            lines=(9,),
         ),
     ]
 
@@ -212,11 +253,14 @@ class AllReduceSumAsMean(Rule):
         function = site.scope.function
         if function is not None and any(dotted(v) == written for v in site.module.returns.get(function.qualname, ())):
             return None  # handed back to callers, who may divide it
-        # Where a division would be: the loop around the reduce, else the whole function.
-        code = site.module.code(site.loops[-1] if site.loops else site.scope.node)
+        owner = site.scope.class_scope if written.startswith("self.") else None
+        # Where a division would be: the class for an attribute (its `value` property divides
+        # it), else the loop around the reduce, else the whole function.
+        code = site.module.code(owner.node if owner is not None else site.loops[-1] if site.loops else site.scope.node)
         if any(s in code for s in _SCALES):
             return None
         # `loss / n`, `loss.div_(n)`, `metrics[0] / metrics[1]`, `loss.item() / n`
         if re.search(rf"\b{re.escape(written)}(\[[^\]]*\])?(\.item\(\))?\s*(/|\.div|\*|\.mul)", code):
             return None
         return written
+

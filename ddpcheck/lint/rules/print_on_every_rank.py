@@ -467,7 +467,8 @@ class PrintOnEveryRank(Rule):
     def _guarded(self, site: CallSite) -> bool:
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes."""
         paths = self.model.paths
-        if paths.rank_guard(site, flags_count=False) or paths.main_only(site) or paths.never(site):
+        if paths.rank_guard(site, flags_count=False) or paths.main_only(site) or paths.never(site) \
+                or paths.imported_main(site):
             return True
         return any(self._exists_on_main_only(site, g) for g in site.guards)
 
