@@ -95,3 +95,80 @@ def test_a_used_noqa_is_not_reported(tmp_path):
         """))
     r = run_cli("lint", "--extend-select", "DDP901", "--output-format", "concise", str(p))
     assert r.returncode == 0, r.stdout
+
+
+# A finding the script's lint shows in a helper module of the project (where its
+# init_process_group runs): settings and suppression follow the file it is shown in.
+HELPER = textwrap.dedent(
+    """\
+    import os
+
+    import torch.distributed as dist
+
+
+    def init_distributed_mode(args):
+        args.rank = int(os.environ["RANK"])
+        dist.init_process_group("nccl")
+        return args
+    """
+)
+MAIN = textwrap.dedent(
+    """\
+    import argparse
+
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import utils
+
+
+    def main():
+        args = argparse.Namespace()
+        utils.init_distributed_mode(args)
+        model = DDP(torch.nn.Linear(4, 4).cuda())
+        for step in range(10):
+            model(torch.randn(2, 4).cuda()).sum().backward()
+        torch.distributed.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def _helper_project(tmp_path, pyproject: str | None = None):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "utils.py").write_text(HELPER)
+    (tmp_path / "main.py").write_text(MAIN)
+    if pyproject is not None:
+        (tmp_path / "pyproject.toml").write_text(pyproject)
+    return lambda *args: run_cli("lint", "--no-cache", "--output-format", "concise", *args, cwd=tmp_path)
+
+
+def test_a_finding_shown_in_a_helper_obeys_the_helpers_settings(tmp_path):
+    lint = _helper_project(tmp_path)
+    shown = lint("main.py")
+    assert shown.returncode == 1 and shown.stdout.startswith("utils.py:8:5: DDP003"), shown.stdout
+    ignored = _helper_project(tmp_path / "a", '[tool.ddpcheck.per-file-ignores]\n"utils.py" = ["DDP003"]\n')
+    assert ignored("main.py").returncode == 0
+    excluded = _helper_project(tmp_path / "b", '[tool.ddpcheck]\nextend-exclude = ["utils.py"]\n')
+    assert excluded("main.py").returncode == 0
+    other = _helper_project(tmp_path / "c", '[tool.ddpcheck.per-file-ignores]\n"main.py" = ["DDP001"]\n')
+    assert other("main.py").returncode == 1  # another file's ignores do not reach it
+
+
+def test_add_noqa_marks_the_helper_line_and_the_directive_counts_as_used(tmp_path):
+    lint = _helper_project(tmp_path)
+    added = run_cli("lint", "--add-noqa", "main.py", cwd=tmp_path)
+    assert added.returncode == 0 and "Added 1 noqa directive" in added.stderr, added.stderr
+    assert '    dist.init_process_group("nccl")  # noqa: DDP003\n' in (tmp_path / "utils.py").read_text()
+    assert lint("main.py").returncode == 0
+    # Linting both files: main.py's finding in utils.py uses the directive, so it is not unused;
+    # the same with worker processes.
+    for jobs in ("-j1", "-j2"):
+        both = lint("--extend-select", "DDP901", jobs, "main.py", "utils.py")
+        assert both.returncode == 0, both.stdout
+    (tmp_path / "utils.py").write_text((tmp_path / "utils.py").read_text().replace("DDP003", "DDP003, DDP010"))
+    partly = lint("--extend-select", "DDP901", "main.py", "utils.py")
+    assert "utils.py:8:38: DDP901" in partly.stdout and "(unused: DDP010)" in partly.stdout, partly.stdout

@@ -217,11 +217,15 @@ def test_configured_args_are_honoured(configured):
 @needs_git
 def test_fix_hook_applies_fixes(configured, target):
     assert configured("good.py", hook="ddpcheck-fix").returncode == 0
-    # Safe fixes only by default: these two are unsafe, so nothing changes and the commit is blocked.
+    # Safe fixes only by default: DDP006's is safe here (the DistributedSampler shuffles by
+    # itself), DDP002's is not (the order changes): the file gets the first, the commit is
+    # blocked on the second.
     r = configured("needs_fix.py", hook="ddpcheck-fix")
-    assert r.returncode == 1 and "DDP002" in r.stdout and "DDP006" in r.stdout
-    assert (target / "needs_fix.py").read_text() == NEEDS_FIX
-    # With --unsafe-fixes in args: the file is rewritten, pre-commit says so and blocks once ...
+    assert r.returncode == 1 and "DDP002" in r.stdout and "DDP006" not in r.stdout, r.stdout + r.stderr
+    assert "files were modified by this hook" in r.stdout
+    safe = (target / "needs_fix.py").read_text()
+    assert safe == NEEDS_FIX.replace(", shuffle=True", "")
+    # With --unsafe-fixes in args: the rest is fixed too, pre-commit says so and blocks once ...
     r = configured("needs_fix.py", hook="ddpcheck-fix", args=["--unsafe-fixes"])
     assert r.returncode == 1, r.stdout + r.stderr
     assert "files were modified by this hook" in r.stdout

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ddpcheck.describe import RuleInfo
 
 DIRNAME = ".ddpcheck_cache"
-FORMAT = 2  # bump when the entry layout changes
+FORMAT = 3  # bump when the entry layout or meaning changes (3: findings before noqa)
 _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This directory is ddpcheck's cache; see https://bford.info/cachedir/\n"
 
 

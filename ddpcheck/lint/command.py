@@ -20,6 +20,7 @@ from ddpcheck.lint.runner import (
     decode_source,
     lint_files,
     lint_text,
+    read_source,
 )
 from ddpcheck.report import FORMATS, render
 
@@ -325,8 +326,12 @@ def _add_noqa(result: LintResult) -> int:
     added = 0
     for display, findings in by_path.items():
         source = result.sources.get(display)
-        if source is None:
-            continue
+        if source is None:  # a project module the linted files reach: the finding is shown there
+            try:
+                source = read_source(Path(display))
+            except ReadError as err:
+                print(f"ddpcheck: error: {err}", file=sys.stderr)
+                return 2
         new, count = add_noqa(source, findings)
         if count and new != source:
             try:

@@ -53,8 +53,8 @@ def _build_helper(path: str, source: str, tree: cst.Module, project: Project) ->
 def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Project | None = None, *,
                 noqa: bool = True) -> list[Finding]:
     """Findings of `rules` on one file's text (and on the project lines it makes wrong), after
-    `# noqa` suppression (before it when `noqa` is False: the caller suppresses and tells which
-    directives were used)."""
+    `# noqa` suppression (before it, in every module, when `noqa` is False: the caller
+    suppresses and tells which directives were used)."""
     project = project if project is not None else _RUN_PROJECT
     project.build = _build_helper
     tree = project.parsed_tree(path, source)  # already read as another file's helper module
@@ -159,9 +159,9 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
                 fix=fix,
                 related=tuple(related),
             ))
-        # The linted file's own noqa is the caller's to settle when it asks (`noqa=False`);
-        # other modules' findings are settled here, against their own text.
-        findings += suppress.apply(module.source, found) if noqa or module is not model.root else found
+        # With `noqa=False` the caller settles every module's findings against that module's
+        # text (and learns which directives were used: DDP901 across files).
+        findings += suppress.apply(module.source, found) if noqa else found
     findings.sort(key=Finding.sort_key)
     return findings
 

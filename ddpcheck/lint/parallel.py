@@ -69,9 +69,9 @@ _facts = None  # this process's Project, created on first use
 
 
 def _lint(job: Job) -> list[Finding]:
+    """The job's findings before `# noqa` (the caller settles them: a directive in one file may
+    be used by a finding another file's lint shows there)."""
     global _facts
-    from ddpcheck.lint.known import lint_codes
-    from ddpcheck.lint import suppress
     from ddpcheck.lint.engine import lint_source
     from ddpcheck.lint.model import Project
     from ddpcheck.lint.rules import rule_classes
@@ -83,4 +83,4 @@ def _lint(job: Job) -> list[Finding]:
     findings = lint_source(job.display, job.source, rules, _facts, noqa=False)
     if not job.syntax:
         findings = [f for f in findings if f.code != SyntaxErrorInFile.code]
-    return suppress.settle(job.display, job.source, findings, job.codes, lint_codes())
+    return findings

@@ -12,7 +12,7 @@ import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding
@@ -85,7 +85,18 @@ def lint_text(display: str, path: Path, source: str, resolver: SettingsResolver,
     findings = lint_source(display, source, rules_for(settings, path, known), facts, noqa=False)
     if not syntax_enabled(settings, path, known):
         findings = [f for f in findings if f.code != SyntaxErrorInFile.code]
-    return suppress.settle(display, source, findings, settings.codes_for(path, known), known)
+    shown: dict[str, list[Finding]] = {}
+    for f in findings:
+        if f.path is not None and f.path != display:
+            shown.setdefault(f.path, []).append(f)
+    own = [f for f in findings if f.path is None or f.path == display]
+    kept = suppress.settle(display, source, own, settings.codes_for(path, known), known)
+    for other, found in shown.items():
+        try:
+            kept += suppress.apply(read_source(Path(other)), found)
+        except ReadError:
+            kept += found
+    return sorted(kept, key=Finding.sort_key)
 
 
 def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | None = None,
@@ -126,6 +137,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     scan = ImportScan(lambda p: helper(p)[1])
     static = frozenset(c for c, info in known.items() if info.kind == "lint")
     todo: list[tuple[parallel.Job, str | None]] = []
+    raw = _Raw()
     for display, path, data, source in items:
         relevant = scan.relevant(path, source)
         settings = resolver.for_path(path)
@@ -140,9 +152,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
 
                 result.findings.append(_syntax_finding(display, source, None))
             elif UnusedNoqa.code in codes and "noqa" in source.lower():
-                from ddpcheck.lint import suppress
-
-                result.findings.extend(suppress.settle(display, source, [], codes, known))
+                raw.add(display, source, codes, [])
             continue
         if not (codes & static) and not syntax and UnusedNoqa.code not in codes:
             continue
@@ -154,7 +164,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
             entry = key(display, data, codes, syntax, deps)
             hit = cache.get(entry)
             if hit is not None:
-                result.findings.extend(hit)
+                raw.add(display, source, codes, hit)
                 continue
         todo.append((parallel.Job(display, str(path), source, codes, syntax), entry))
     workers = parallel.worker_count(jobs, len(todo))
@@ -162,9 +172,61 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     for (job, entry), findings in zip(todo, outputs):
         if cache is not None and entry is not None:
             cache.put(entry, findings)
-        result.findings.extend(findings)
-    result.findings = _unique(result.findings)
+        raw.add(job.display, job.source, job.codes, findings)
+    result.findings += raw.settle(lambda display: helper(absolute(Path(display)))[1], known)
+    result.findings = _shown_where_allowed(_unique(result.findings), set(result.sources), resolver, known)
     return result
+
+
+class _Raw:
+    """Findings before `# noqa`, gathered from every linted file, settled together: a finding
+    one file's lint shows in another file (a helper it calls) is suppressed by that file's
+    `# noqa`, and uses it (a directive is unused, DDP901, only when no file's finding used it)."""
+
+    def __init__(self) -> None:
+        self.linted: dict[str, tuple[str, frozenset[str]]] = {}  # display → text, enabled codes
+        self.at: dict[str, list[Finding]] = {}  # path a finding is shown at → its findings
+
+    def add(self, display: str, source: str, codes: frozenset[str], findings: list[Finding]) -> None:
+        self.linted[display] = (source, codes)
+        self.at.setdefault(display, [])
+        for f in findings:
+            self.at.setdefault(f.path if f.path is not None else display, []).append(f)
+
+    def settle(self, text_of: Callable[[str], str], known: Mapping[str, RuleInfo]) -> list[Finding]:
+        from ddpcheck.lint import suppress
+
+        out: list[Finding] = []
+        for path, findings in self.at.items():
+            if path in self.linted:
+                source, codes = self.linted[path]
+                out += suppress.settle(path, source, findings, codes, known)
+            else:
+                out += suppress.apply(text_of(path), findings)
+        return out
+
+
+def _shown_where_allowed(findings: list[Finding], linted: set[str], resolver: SettingsResolver,
+                         known: Mapping[str, RuleInfo]) -> list[Finding]:
+    """A finding shown in a project module that was not linted itself (the helper where the
+    linted script's `init_process_group` runs) obeys that module's settings, as if it had been
+    linted: its selection and per-file-ignores, and its exclusion. (Its `# noqa` comments are
+    applied by the engine.)"""
+    allowed: dict[str, frozenset[str]] = {}
+    out = []
+    for f in findings:
+        if f.path is None or f.path in linted:
+            out.append(f)
+            continue
+        codes = allowed.get(f.path)
+        if codes is None:
+            path = Path(f.path)
+            settings = resolver.for_path(path)
+            codes = frozenset() if settings.is_excluded(path) else settings.codes_for(path, known)
+            allowed[f.path] = codes
+        if f.code in codes:
+            out.append(f)
+    return out
 
 
 def _unique(findings: list[Finding]) -> list[Finding]:

@@ -92,6 +92,7 @@ def visit(node: cst.CSTNode, visitor: cst.CSTVisitor) -> None:
     walk(node)
 
 
+_OPERATOR_BASES = (cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp)
 # Nodes that hold only whitespace, punctuation or an operator token: nothing below them is a call,
 # a binding or a block, so a model-building walk need not go into them.
 TOKEN_NODES: frozenset[type] = frozenset({
@@ -100,8 +101,10 @@ TOKEN_NODES: frozenset[type] = frozenset({
     cst.LeftParen, cst.RightParen, cst.LeftSquareBracket, cst.RightSquareBracket,
     cst.LeftCurlyBrace, cst.RightCurlyBrace, cst.ImportStar,
 }) | frozenset(
-    t for base in (cst.BaseBinaryOp, cst.BaseBooleanOp, cst.BaseCompOp, cst.BaseUnaryOp, cst.BaseAugOp)
-    for t in vars(cst).values() if isinstance(t, type) and issubclass(t, base) and t is not base
+    # Read from each class's MRO: issubclass on these ABCs walks every registered subclass (25 ms
+    # at import, a tenth of linting one file).
+    t for t in vars(cst).values() if isinstance(t, type) and t not in _OPERATOR_BASES
+    and any(base in t.__mro__ for base in _OPERATOR_BASES)
 )
 # The nodes that can hold a Comment (a walk that wants comments must go into them).
 COMMENT_HOLDERS: frozenset[type] = frozenset({
