@@ -9,7 +9,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ddpcheck.lint.positions import node_ranges
+from ddpcheck.lint.positions import node_ranges, node_spans
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -22,6 +22,21 @@ ODD_FILES = {
     "no_trailing_newline": "import torch.distributed as dist\ndist.barrier()",
     "decorators_comments": "\n\n# lead\n@a.b(c)\n@d\nclass K(Base, metaclass=M):  # c\n    '''doc'''\n\n    x: int = 1\n",
     "empty": "",
+    # The same statement text in several places: a position must not be taken from the wrong one.
+    "repeated_statements": (
+        "import torch\n\n\ndef step(model, opt):\n    loss = model()\n    loss.backward()\n    opt.step()\n\n\n"
+        "def step2(model, opt):\n    loss = model()\n    loss.backward()\n    opt.step()\n\n\n"
+        "for _ in range(2):\n    loss = model()\n    loss.backward()\n\nloss = model()\nloss.backward()\n"
+        "class A:\n    def f(self):\n        pass\nclass B:\n    def f(self):\n        pass\n"
+    ),
+    # Blocks indented differently from the file's default, a match statement, clauses, a
+    # one-line suite, comments at odd indentation and a string with lines at column 0.
+    "mixed_indentation": (
+        "def f(x):\n  if x:\n      y = 1\n  # c\n        # deeper\n  else:\n    y = 2\n  return y\n"
+        "match f(1):\n    case 1:\n        z = '''\nx = 1\n'''\n    case _:\n      pass\n"
+        "try:\n    pass\nexcept E:  # e\n    if a: b()\nfinally:\n\tpass\n"
+        "@dec\n\n# between\n@dec2(\n    1)\nasync def g():\n    async with a as b: await c\n"
+    ),
 }
 
 
@@ -35,26 +50,53 @@ SOURCES = [pytest.param(ddp_script(i), id=f"corpus{i}") for i in (0, 7, 31, 64)]
 ]
 
 
+# Without the text, the module is generated up to the last node asked for; with it (as the
+# engine asks), only the statements that hold them.
+WITH_TEXT = pytest.mark.parametrize("with_text", [False, True], ids=["tree", "tree+text"])
+
+
+@WITH_TEXT
 @pytest.mark.parametrize("source", SOURCES)
-def test_every_node_matches_position_provider(source):
+def test_every_node_matches_position_provider(source, with_text):
     module = cst.parse_module(source)
     expected = _expected(module)
-    assert node_ranges(module, expected) == expected
+    assert node_ranges(module, expected, source if with_text else None) == expected
 
 
+@WITH_TEXT
 @pytest.mark.parametrize("source", SOURCES)
-def test_a_few_nodes_match_too(source):
-    # The engine asks for the reported nodes only, and stops generating code once it has them.
+def test_a_few_nodes_match_too(source, with_text):
+    # The engine asks for the reported nodes only.
     module = cst.parse_module(source)
     expected = _expected(module)
     nodes = list(expected)
     rnd = random.Random(len(source))
     for _ in range(20):
         some = rnd.sample(nodes, min(len(nodes), rnd.randint(1, 4)))
-        assert node_ranges(module, some) == {n: expected[n] for n in some}
+        assert node_ranges(module, some, source if with_text else None) == {n: expected[n] for n in some}
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_each_node_alone_matches(source):
+    # One node at a time: its own statement, however short and however often its text recurs.
+    module = cst.parse_module(source)
+    expected = _expected(module)
+    for node, where in expected.items():
+        assert node_ranges(module, [node], source) == {node: where}, type(node).__name__
+
+
+def test_edit_offsets_and_indentation_are_the_same_with_the_text():
+    # Fixes are cut from the text at these offsets and generated at this indentation.
+    for source in (ddp_script(3), ODD_FILES["mixed_indentation"], ODD_FILES["repeated_statements"]):
+        module = cst.parse_module(source)
+        nodes = list(_expected(module))
+        whole = node_spans(module, nodes)
+        for node in nodes:
+            assert node_spans(module, [node], source) == {id(node): whole[id(node)]}
 
 
 def test_nodes_outside_the_tree_are_left_out():
     module = cst.parse_module("x = 1\n")
     stranger = cst.Name("y")
     assert node_ranges(module, [stranger]) == {}
+    assert node_ranges(module, [stranger], "x = 1\n") == {}

@@ -121,7 +121,7 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
             wanted[id(pending.module)].append(pending.fix.node)
         for module, node, _ in pending.related:
             wanted[id(module)].append(node)
-    spans = {key: node_spans(modules[key].tree, nodes) for key, nodes in wanted.items()}
+    spans = {key: node_spans(modules[key].tree, nodes, modules[key].source) for key, nodes in wanted.items()}
     findings: list[Finding] = []
     for key, pendings in by_module.items():
         module = modules[key]
