@@ -95,6 +95,33 @@ def test_edit_offsets_and_indentation_are_the_same_with_the_text():
             assert node_spans(module, [node], source) == {id(node): whole[id(node)]}
 
 
+def test_the_fields_the_search_skips_hold_only_tokens():
+    # The statement search does not read these fields; a libcst release that put an expression
+    # or a statement in one would make positions silently fall back or go missing.
+    import dataclasses
+    import typing
+
+    from ddpcheck.lint.positions import _TOKEN_FIELDS
+    from ddpcheck.lint.traverse import TOKEN_NODES
+
+    def types_in(hint):
+        args = typing.get_args(hint)
+        return [t for a in args for t in types_in(a)] if args else [hint]
+
+    concrete = [c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, cst.CSTNode)
+                and not getattr(c, "__abstractmethods__", None)]
+    for node_type in concrete:
+        if not dataclasses.is_dataclass(node_type):
+            continue
+        hints = typing.get_type_hints(node_type, globalns=dict(vars(cst)))
+        for field in dataclasses.fields(node_type):
+            if field.name in _TOKEN_FIELDS or field.name.startswith("whitespace"):
+                for hint in types_in(hints[field.name]):
+                    if isinstance(hint, type) and issubclass(hint, cst.CSTNode):
+                        held = [c for c in concrete if issubclass(c, hint)]
+                        assert all(c in TOKEN_NODES for c in held), (node_type.__name__, field.name)
+
+
 def test_nodes_outside_the_tree_are_left_out():
     module = cst.parse_module("x = 1\n")
     stranger = cst.Name("y")
