@@ -39,7 +39,7 @@ class SameSeedOnEveryRank(Rule):
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
     seeders such as `transformers.set_seed`) that runs on every rank of a file whose DataLoader
-    uses a DistributedSampler, when the seed is a literal or a command-line option of the file
+    uses a DistributedSampler (built in the file or in a project function it calls), when the seed is a literal or a command-line option of the file
     (whatever its default: every rank gets the same command line), and nothing in it comes from
     the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
     whose body seeds torch with that parameter or its `.seed`) is judged by what it passes.
@@ -143,7 +143,10 @@ class SameSeedOnEveryRank(Rule):
         model = self.model
         if not model.uses_ddp:
             return
-        if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None for s in model.root.calls):
+        # The file loads data through a DistributedSampler: its own DataLoader, or a sampler built
+        # in a project function it calls (`make_imagenet1k(...)`, a trainer's loader builder).
+        if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None
+                   or model.facts.does(s, "distributed_sampler") for s in model.root.calls):
             return
         resolve = model.resolver_for(model.root)
         for site in model.root.calls:
@@ -241,6 +244,14 @@ def _parsed_arguments(value: Value) -> bool:
     return node.func.attr.value in ("parse_args", "parse_known_args")
 
 
+def _seeding_or_bookkeeping(site: CallSite) -> bool:
+    """A call a seeding helper makes: a seeder, a type check or a log line."""
+    name = dotted(site.node.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    return "seed" in last or name in ("isinstance", "int", "print", "str") or last in (
+        "info", "debug", "warning", "use_deterministic_algorithms")
+
+
 def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | None] | None:
     """The parameter a project function seeds torch's generator with, unconditionally on the
     rank and unchanged: `torch.manual_seed(seed)` (attr None) or `torch.manual_seed(args.seed)`
@@ -249,7 +260,7 @@ def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | No
     calls = function.module.calls_in(function.qualname)
     # Only a dedicated helper (every call in it seeds something): in a worker such as
     # `main(gpu, args)` the seeding call itself is where the rank is known and the fix goes.
-    if not calls or not all("seed" in (dotted(c.node.func) or "").rsplit(".", 1)[-1] for c in calls):
+    if not calls or not all(_seeding_or_bookkeeping(c) for c in calls):
         return None
     for site in calls:
         if model.api(site) not in _SEEDERS or model.paths.rank_guard(site) is not None:
