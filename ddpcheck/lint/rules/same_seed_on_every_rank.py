@@ -137,6 +137,65 @@ class SameSeedOnEveryRank(Rule):
             """,
             lines=(22,),
         ),
+        Invalid(
+            """
+            import argparse
+            import random
+
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            from gpu import add_gpu_params, parse_gpu
+
+            parser = argparse.ArgumentParser(description="fine-tuning")
+            parser.add_argument("--train_data", required=True)
+            add_gpu_params(parser)
+
+            if __name__ == "__main__":
+                args = parser.parse_args()
+                parse_gpu(args)
+                torch.manual_seed(args.random_seed)
+                random.seed(args.random_seed)
+                train_data = load_dataset(args.train_data)
+                train_loader = DataLoader(train_data, batch_size=8, drop_last=True,
+                                          sampler=DistributedSampler(train_data, seed=args.random_seed))
+            """,
+            lines=(16,),
+        ),
+        Invalid(
+            """
+            import argparse
+            import random
+
+            import numpy as np
+            import torch
+            from transformers import set_seed as hf_set_seed
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+
+            def set_seed(args):
+                random.seed(args.seed)
+                np.random.seed(args.seed)
+                torch.manual_seed(args.seed)
+                if args.n_gpu > 0:
+                    torch.cuda.manual_seed_all(args.seed)
+
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--seed", default=None, type=int)
+                parser.add_argument("--local_rank", type=int, default=-1)
+                args = parser.parse_args()
+                torch.distributed.init_process_group(backend="nccl")
+                if args.seed is not None:
+                    set_seed(args)
+                hf_set_seed(args.seed)
+                sampler = DistributedSampler(labeled_dataset)
+                loader = DataLoader(labeled_dataset, sampler=sampler, batch_size=64, num_workers=4)
+            """,
+            lines=(26, 27),
+        ),
     ]
 
     def finish(self) -> None:
