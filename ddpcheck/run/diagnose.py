@@ -153,16 +153,15 @@ def guard_of(side: Side) -> Guard | None:
 
 def _alone(mismatch: Mismatch, ended: frozenset[int]) -> tuple[Side, str] | None:
     """The side that entered a collective the others never make: a call under an `if` on the
-    rank (`if rank == 0: dist.all_reduce(t)`), or one the other ranks could not meet because they
-    had finished the script. Returns that side and what to add to the message."""
+    rank (`if rank == 0: dist.all_reduce(t)`), also when the others could not meet it because
+    they had finished the script. Returns that side and what to add to the message."""
     if len(mismatch.sides) == 1 and mismatch.missing:
         side = mismatch.sides[0]
         guard = guard_of(side)
-        done = bool(ended) and all(r in ended for r in mismatch.missing)
-        if guard is None and not done:
+        if guard is None:  # the others left early (sys.exit on one rank): the crash report says so
             return None
-        why = _under(side, guard) if guard is not None else ""
-        if done:
+        why = _under(side, guard)
+        if ended and all(r in ended for r in mismatch.missing):
             verb = "had" if len(mismatch.missing) == 1 else "had all"
             why += f"; {ranks_text(mismatch.missing)} {verb} finished the script"
         return side, why
