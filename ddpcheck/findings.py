@@ -113,3 +113,28 @@ class Finding:
             ],
             "details": self.details,
         }
+
+
+@dataclass(frozen=True)
+class ToolError:
+    """Something ddpcheck could not do: a file it could not read or check (`code` names the tool
+    code: DDP902, DDP903), or a problem of the run itself (a fix it could not write; `code` None).
+    Never a finding: no selection or `# noqa` hides it, and every report format shows it, so a
+    file that was not checked never passes for one that was."""
+
+    path: str | None
+    message: str  # one line, worded for the user, without the path
+    code: str | None = None
+
+    @property
+    def line(self) -> str:
+        """The error line as printed after `ddpcheck: error: `."""
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    @property
+    def unchecked(self) -> bool:
+        """The file named was not (fully) checked."""
+        return self.code is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "code": self.code, "message": self.message}

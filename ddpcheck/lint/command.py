@@ -11,13 +11,14 @@ from typing import TYPE_CHECKING, TextIO
 
 from ddpcheck.config import Selection, SettingsResolver, describe, validate_codes
 from ddpcheck.errors import UserError
-from ddpcheck.findings import Finding
+from ddpcheck.findings import Finding, ToolError
 from ddpcheck.lint.files import discover
 from ddpcheck.lint.fixes import apply_fixes
 from ddpcheck.lint.runner import (
     LintResult,
     ReadError,
     decode_source,
+    internal_error,
     lint_files,
     lint_text,
     read_source,
@@ -115,12 +116,13 @@ def run_lint(o: LintOptions) -> int:
         if o.fix or o.diff:
             _fix_files(result, resolver, o, fixes, known)
 
-    for line in result.errors:
-        print(f"ddpcheck: error: {line}", file=sys.stderr)
+    for error in result.errors:
+        print(f"ddpcheck: error: {error.line}", file=sys.stderr)
     fix_only = o.fix_only or o.diff
     if not fix_only:
         text = _statistics(o, result.findings) if o.statistics else render(
-            o.output_format, result.findings, sources=result.sources, color=o.color and o.output_file is None)
+            o.output_format, result.findings, sources=result.sources, color=o.color and o.output_file is None,
+            errors=result.errors)
         if o.show_fixes and o.output_format in TEXT_FORMATS and not o.statistics:
             text += _fix_listing(fixes)
         _emit(text, o.output_file, report_to)
@@ -222,15 +224,28 @@ def _lint_stdin(o: LintOptions, resolver: SettingsResolver, known: Mapping[str, 
     try:
         source = decode_source(sys.stdin.buffer.read(), display)
     except ReadError as err:
-        result.errors.append(str(err))
+        result.errors.append(err.error)
         return result, sys.stdout
     from ddpcheck.lint.model import Project
 
     facts = Project()
-    findings = lint_text(display, path, source, resolver, facts, known)
+    try:
+        findings = lint_text(display, path, source, resolver, facts, known)
+    except Exception as err:  # noqa: BLE001 — a bug of ours: said for this input, like for a file
+        result.errors.append(internal_error(display, err))
+        if o.fix and not o.diff:
+            sys.stdout.write(source)  # the text passes through unchanged, as with nothing to fix
+            sys.stdout.flush()
+            return result, sys.stderr
+        return result, sys.stdout
     result.files = 1
     if o.fix or o.diff:
-        fixed, findings, applied = _fix_until_stable(display, path, source, findings, resolver, facts, known, o.unsafe_fixes)
+        try:
+            fixed, findings, applied = _fix_until_stable(display, path, source, findings, resolver, facts,
+                                                         known, o.unsafe_fixes)
+        except Exception as err:  # noqa: BLE001 — as above; the unfixed text and findings stand
+            result.errors.append(internal_error(display, err))
+            fixed, applied = source, []
         fixes.applied.extend(applied)
         fixes.files = int(fixed != source)
         if o.diff:
@@ -289,8 +304,13 @@ def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions, f
             continue
         original = result.sources[display]
         path = Path(display)
-        fixed, left, applied = _fix_until_stable(display, path, original, findings, resolver, facts,
-                                                 known, o.unsafe_fixes)
+        try:
+            fixed, left, applied = _fix_until_stable(display, path, original, findings, resolver, facts,
+                                                     known, o.unsafe_fixes)
+        except Exception as err:  # noqa: BLE001 — a bug of ours in one file's fixes: it is left as it was
+            result.errors.append(internal_error(display, err))
+            remaining.extend(findings)
+            continue
         if fixed == original:
             remaining.extend(findings)
             continue
@@ -303,7 +323,7 @@ def _fix_files(result: LintResult, resolver: SettingsResolver, o: LintOptions, f
         try:
             _write_preserving(path, fixed)
         except OSError as err:
-            result.errors.append(f"{display}: cannot write fix: {err.strerror or err}")
+            result.errors.append(ToolError(display, f"cannot write fix: {err.strerror or err}"))
             remaining.extend(findings)
             continue
         fixes.applied.extend(applied)
@@ -317,8 +337,8 @@ def _add_noqa(result: LintResult) -> int:
     """`--add-noqa`: a `# noqa: CODE` on every reported line; reports nothing else."""
     from ddpcheck.lint.suppress import add_noqa
 
-    for line in result.errors:
-        print(f"ddpcheck: error: {line}", file=sys.stderr)
+    for error in result.errors:
+        print(f"ddpcheck: error: {error.line}", file=sys.stderr)
     by_path: dict[str, list[Finding]] = {}
     for f in result.findings:
         if f.path is not None:

@@ -9,22 +9,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcheck.config import SettingsResolver
+from ddpcheck.findings import ToolError
+from ddpcheck.lint.tool_codes import UnreadableFile
 
 
 @dataclass(frozen=True)
 class Discovery:
     files: tuple[Path, ...]
-    errors: tuple[str, ...]  # one line each: a missing path, a directory without Python files
+    errors: tuple[ToolError, ...]  # a missing path, a directory without Python files
 
 
 def discover(paths: list[str], resolver: SettingsResolver, *, force_exclude: bool = False) -> Discovery:
     files: list[Path] = []
-    errors: list[str] = []
+    errors: list[ToolError] = []
     seen: set[Path] = set()
     for raw in paths:
         path = Path(raw)
         if not path.exists():
-            errors.append(f"{raw}: no such file or directory")
+            errors.append(ToolError(raw, "no such file or directory", UnreadableFile.code))
             continue
         if path.is_file():
             # Named explicitly: linted even if excluded, unless --force-exclude (pre-commit's case).
@@ -38,7 +40,7 @@ def discover(paths: list[str], resolver: SettingsResolver, *, force_exclude: boo
         ignored = set(_git_ignored(found)) if found else set()
         found = [p for p in found if p not in ignored]
         if not found:
-            errors.append(f"{raw}: no Python files to lint in this directory")
+            errors.append(ToolError(raw, "no Python files to lint in this directory"))
             continue
         for p in found:
             seen.add(p.resolve())

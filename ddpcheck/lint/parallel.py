@@ -50,8 +50,18 @@ def worker_count(requested: int | None, files: int) -> int:
     return max(1, min(idle_cpus(), files // FILES_PER_WORKER))
 
 
-def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding]]:
-    """Findings per job, in the order of `jobs`."""
+@dataclass(frozen=True)
+class Failure:
+    """ddpcheck failed on the job's file (a bug of ours): what was raised, and the traceback
+    formatted where it happened (a worker's traceback does not survive the way back)."""
+
+    kind: str
+    text: str
+    trace: str
+
+
+def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding] | Failure]:
+    """Findings per job, in the order of `jobs`; a Failure for a file ddpcheck failed on."""
     if workers <= 1 or len(jobs) <= 1:
         return [_lint(job) for job in jobs]
     import multiprocessing  # only here: a one-file run should not pay for importing it
@@ -68,9 +78,19 @@ def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding]]:
 _facts = None  # this process's Project, created on first use
 
 
-def _lint(job: Job) -> list[Finding]:
+def _lint(job: Job) -> list[Finding] | Failure:
     """The job's findings before `# noqa` (the caller settles them: a directive in one file may
-    be used by a finding another file's lint shows there)."""
+    be used by a finding another file's lint shows there). One file's failure is that file's
+    alone: the other files of the run (and of this worker) are still linted."""
+    try:
+        return _findings(job)
+    except Exception as err:  # noqa: BLE001 — a bug of ours, reported for this file
+        import traceback
+
+        return Failure(type(err).__name__, str(err), "".join(traceback.format_exception(err)))
+
+
+def _findings(job: Job) -> list[Finding]:
     global _facts
     from ddpcheck.lint.engine import lint_source
     from ddpcheck.lint.model import Project

@@ -1,6 +1,7 @@
 """Lint many files: read, pick the rules that apply to each, run the engine, collect one result.
 
-A file that cannot be read is an error line (exit 2) but never stops the others. Before any
+A file that cannot be read (DDP902), or that ddpcheck itself fails on (DDP903, a bug), is an
+error for that file (exit 2) but never stops the others; every report format lists it. Before any
 parsing, files that cannot be relevant are skipped (lint/prefilter.py) and files whose cached
 findings still hold are answered from the cache (lint/cache.py); the rest go to the engine, in
 worker processes when there are enough of them (lint/parallel.py)."""
@@ -8,6 +9,8 @@ worker processes when there are enough of them (lint/parallel.py)."""
 from __future__ import annotations
 
 import io
+import os
+import sys
 import tokenize
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -15,26 +18,51 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ddpcheck.config import Settings, SettingsResolver
-from ddpcheck.findings import Finding
-from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
+from ddpcheck.findings import Finding, ToolError
+from ddpcheck.lint.tool_codes import InternalError, SyntaxErrorInFile, UnreadableFile, UnusedNoqa
 
 if TYPE_CHECKING:
     from ddpcheck.describe import RuleInfo
     from ddpcheck.lint.cache import LintCache
-    from ddpcheck.lint.rule import Rule
     from ddpcheck.lint.model import Project
+    from ddpcheck.lint.parallel import Job
+    from ddpcheck.lint.prefilter import ImportScan
+    from ddpcheck.lint.rule import Rule
 
 
 @dataclass
 class LintResult:
     findings: list[Finding] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # one line each, already worded for the user
+    errors: list[ToolError] = field(default_factory=list)  # files not checked, fixes not written
     files: int = 0
     sources: dict[str, str] = field(default_factory=dict)  # path → text, for reporters and fixes
 
 
 class ReadError(Exception):
-    pass
+    """A file that cannot be read or decoded; `error` says which and how."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}")
+        self.error = ToolError(path, message, UnreadableFile.code)
+
+
+def internal_error(path: str | None, err: BaseException, trace: str | None = None) -> ToolError:
+    """The error for a file ddpcheck failed on (a bug of ours). With DDPCHECK_DEBUG set the
+    traceback goes to standard error (`trace`: one already formatted in a worker process)."""
+    import os
+
+    if os.environ.get("DDPCHECK_DEBUG"):
+        import sys
+        import traceback
+
+        sys.stderr.write(trace if trace is not None else "".join(traceback.format_exception(err)))
+    return internal_error_of(path, type(err).__name__, str(err))
+
+
+def internal_error_of(path: str | None, kind: str, text: str) -> ToolError:
+    what = f"{kind}: {' '.join(text.split())}" if text.strip() else kind
+    return ToolError(path, f"internal error in ddpcheck: {what}; please report it "
+                           "(DDPCHECK_DEBUG=1 shows the traceback)", InternalError.code)
 
 
 def read_source(path: Path) -> str:
@@ -46,7 +74,7 @@ def read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as err:
-        raise ReadError(f"{path}: cannot read: {err.strerror or err}") from None
+        raise ReadError(str(path), f"cannot read: {err.strerror or err}") from None
 
 
 def decode_source(data: bytes, name: str) -> str:
@@ -54,13 +82,13 @@ def decode_source(data: bytes, name: str) -> str:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as err:
         if "encoding" in str(err) and "declaration" in str(err) and b"coding" in data[:200]:
-            raise ReadError(f"{name}: cannot read: {err}") from None
+            raise ReadError(name, f"cannot read: {err}") from None
         encoding = "utf-8"  # undecodable first lines: say where, below
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as err:
         where = f" (byte {data[err.start]:#04x} at offset {err.start})" if isinstance(err, UnicodeDecodeError) else ""
-        raise ReadError(f"{name}: cannot read: not valid {encoding}{where}; save the file as UTF-8") from None
+        raise ReadError(name, f"cannot read: not valid {encoding}{where}; save the file as UTF-8") from None
     return text[1:] if text.startswith("\ufeff") else text
 
 
@@ -118,7 +146,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
             data = read_bytes(path)
             source = decode_source(data, display)
         except ReadError as err:
-            result.errors.append(str(err))
+            result.errors.append(err.error)
             continue
         result.files += 1
         result.sources[display] = source
@@ -138,44 +166,74 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     static = frozenset(c for c, info in known.items() if info.kind == "lint")
     todo: list[tuple[parallel.Job, str | None]] = []
     raw = _Raw()
+    failed: set[str] = set()
     for display, path, data, source in items:
-        relevant = scan.relevant(path, source)
-        settings = resolver.for_path(path)
-        syntax = syntax_enabled(settings, path, known)
-        verdict = None if relevant or not syntax else _compiles(display, source)
-        codes = settings.codes_for(path, known)
-        if not relevant and verdict is not None:
-            # No rule can fire: no libcst parse. Syntax errors are still reported, from CPython's
-            # own parser (about a fifth of libcst's cost).
-            if verdict is False:
-                from ddpcheck.lint.engine import _syntax_finding
-
-                result.findings.append(_syntax_finding(display, source, None))
-            elif UnusedNoqa.code in codes and "noqa" in source.lower():
-                raw.add(display, source, codes, [])
+        try:
+            prepared = _prepare(display, path, data, source, resolver, known, static, scan, helper, cache, raw, result)
+        except Exception as err:  # noqa: BLE001 — a bug of ours on one file; the others go on
+            result.errors.append(internal_error(display, err))
+            failed.add(display)
             continue
-        if not (codes & static) and not syntax and UnusedNoqa.code not in codes:
-            continue
-        entry = None
-        if cache is not None:
-            from ddpcheck.lint.cache import key
-
-            deps = [helper(dep)[0] for dep in scan.dependencies(path, source)]
-            entry = key(display, data, codes, syntax, deps)
-            hit = cache.get(entry)
-            if hit is not None:
-                raw.add(display, source, codes, hit)
-                continue
-        todo.append((parallel.Job(display, str(path), source, codes, syntax), entry))
+        if prepared is not None:
+            todo.append(prepared)
     workers = parallel.worker_count(jobs, len(todo))
     outputs = parallel.lint_jobs([job for job, _ in todo], workers)
-    for (job, entry), findings in zip(todo, outputs):
+    for (job, entry), output in zip(todo, outputs):
+        if isinstance(output, parallel.Failure):
+            if os.environ.get("DDPCHECK_DEBUG"):
+                sys.stderr.write(output.trace)
+            result.errors.append(internal_error_of(job.display, output.kind, output.text))
+            failed.add(job.display)
+            continue
         if cache is not None and entry is not None:
-            cache.put(entry, findings)
-        raw.add(job.display, job.source, job.codes, findings)
-    result.findings += raw.settle(lambda display: helper(absolute(Path(display)))[1], known)
+            cache.put(entry, output)
+        raw.add(job.display, job.source, job.codes, output)
+    try:
+        result.findings += raw.settle(lambda display: helper(absolute(Path(display)))[1], known)
+    except Exception as err:  # noqa: BLE001 — no file's findings can be trusted to be complete
+        result.errors.append(internal_error(None, err))
+    for display in failed:
+        result.sources.pop(display, None)  # not checked: no report may show it as clean
     result.findings = _shown_where_allowed(_unique(result.findings), set(result.sources), resolver, known)
     return result
+
+
+def _prepare(display: str, path: Path, data: bytes, source: str, resolver: SettingsResolver,
+             known: Mapping[str, RuleInfo], static: frozenset[str], scan: ImportScan,
+             helper: Callable[[Path], tuple[bytes, str]], cache: LintCache | None, raw: _Raw,
+             result: LintResult) -> tuple[Job, str | None] | None:
+    """The engine job for one file, or None when the file is answered here: no rule can fire
+    (prefilter), or the cache holds its findings."""
+    from ddpcheck.lint import parallel
+
+    relevant = scan.relevant(path, source)
+    settings = resolver.for_path(path)
+    syntax = syntax_enabled(settings, path, known)
+    verdict = None if relevant or not syntax else _compiles(display, source)
+    codes = settings.codes_for(path, known)
+    if not relevant and verdict is not None:
+        # No rule can fire: no libcst parse. Syntax errors are still reported, from CPython's
+        # own parser (about a fifth of libcst's cost).
+        if verdict is False:
+            from ddpcheck.lint.engine import _syntax_finding
+
+            result.findings.append(_syntax_finding(display, source, None))
+        elif UnusedNoqa.code in codes and "noqa" in source.lower():
+            raw.add(display, source, codes, [])
+        return None
+    if not (codes & static) and not syntax and UnusedNoqa.code not in codes:
+        return None
+    entry = None
+    if cache is not None:
+        from ddpcheck.lint.cache import key
+
+        deps = [helper(dep)[0] for dep in scan.dependencies(path, source)]
+        entry = key(display, data, codes, syntax, deps)
+        hit = cache.get(entry)
+        if hit is not None:
+            raw.add(display, source, codes, hit)
+            return None
+    return parallel.Job(display, str(path), source, codes, syntax), entry
 
 
 class _Raw:

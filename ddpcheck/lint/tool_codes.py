@@ -61,4 +61,52 @@ class UnusedNoqa(Described):
     """
 
 
-TOOL_CODES = (SyntaxErrorInFile, UnusedNoqa)
+class UnreadableFile(Described):
+    """A file named or found could not be read or decoded, so no rule checked it.
+
+    ## Why it matters
+    A file that was not checked must not pass for one that was: ddpcheck names it on standard
+    error, lists it in every report format (the JSON report's `errors`, a SARIF tool execution
+    notification, a JUnit `<error>`, a GitHub `::error` annotation), leaves "All checks passed!"
+    out of the summary and exits with status 2 once the other files have been linted. Like a
+    syntax error, it says the file is broken for Python too: the interpreter reads source the
+    same way (a PEP 263 `# -*- coding: ... -*-` declaration, else UTF-8).
+
+    It is not a finding: `--ignore` and `# noqa` do not hide it. A file that is not meant to be
+    linted (generated, vendored, another encoding on purpose) is excluded with `--exclude` or
+    `extend-exclude`.
+
+    ## How to fix
+    Save the file as UTF-8 (the message gives the first byte that is not), or declare its
+    encoding on the first or second line; make it readable by the user running ddpcheck; or
+    exclude it.
+    """
+
+    code = "DDP902"
+    name = "unreadable-file"
+    severity = Severity.ERROR
+    kind = "tool"
+
+
+class InternalError(Described):
+    """ddpcheck itself failed while checking a file: a bug in ddpcheck, not in the file.
+
+    ## Why it matters
+    The file was not (fully) checked, so it must not pass for a file without findings. The error
+    is reported for that file only, as one line: `path: internal error in ddpcheck: Type:
+    message; please report it`; the other files are linted and reported as usual, every report
+    format lists the error like an unreadable file (DDP902), and the exit status is 2.
+
+    ## How to fix
+    Please report it, with the line and, if you can, the smallest file that shows it. Run again
+    with `DDPCHECK_DEBUG=1` to print the traceback. Until it is fixed, `--exclude` the file to
+    keep the rest of the run clean.
+    """
+
+    code = "DDP903"
+    name = "internal-error"
+    severity = Severity.ERROR
+    kind = "tool"
+
+
+TOOL_CODES = (SyntaxErrorInFile, UnusedNoqa, UnreadableFile, InternalError)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ddpcheck.findings import Applicability, Finding
+from collections.abc import Sequence
+
+from ddpcheck.findings import Applicability, Finding, ToolError
 from ddpcheck.report.summary import summary_lines
 
 
@@ -13,7 +15,8 @@ def line_for(f: Finding) -> str:
     return f"{f.location}: {f.code}{marker} {f.message}{ranks}"
 
 
-def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str,
+           errors: Sequence[ToolError] = ()) -> str:
     lines = [line_for(f) for f in findings]
-    lines += summary_lines(findings)
+    lines += summary_lines(findings, errors)
     return "\n".join(lines) + "\n"

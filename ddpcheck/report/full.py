@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
-from ddpcheck.findings import Applicability, Finding, Severity
+from ddpcheck.findings import Applicability, Finding, Severity, ToolError
 from ddpcheck.report.summary import summary_lines
 
 _STYLE = {Severity.ERROR: "bold red", Severity.WARNING: "bold yellow", Severity.INFO: "bold cyan"}
 
 
-def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str,
+           errors: Sequence[ToolError] = ()) -> str:
     # Plain text needs no library; rich is imported only to colour a terminal.
     lines: list[tuple[str, str | None, bool]] = []  # (text, style, text holds markup)
     for f in findings:
@@ -27,7 +29,7 @@ def render(findings: list[Finding], *, sources: dict[str, str], color: bool, too
         if f.fix:
             lines.append((f"  = fix ({f.fix.applicability.value}): {f.fix.description}", None, False))
         lines.append(("", None, False))
-    for line in summary_lines(findings):
+    for line in summary_lines(findings, errors):
         lines.append((line, "bold" if line.startswith("Found") else None, False))
     if not color:
         return "".join(text.replace("\0", "").replace("\1", "").replace("\2", "") + "\n"

@@ -1,18 +1,20 @@
 """SARIF 2.1.0 for code scanning. Each rule carries its help text and page link; each result a
 fingerprint built from the code, the path and the text of the offending line (not its number),
-so alerts survive unrelated edits above them."""
+so alerts survive unrelated edits above them. A file that could not be checked is not a result:
+it is a tool execution notification of the run's invocation, which then did not succeed."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ddpcheck import __version__
 from ddpcheck.catalog import RuleInfo, all_rules
-from ddpcheck.findings import Finding, Severity
+from ddpcheck.findings import Finding, Severity, ToolError
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "note"}
@@ -56,7 +58,8 @@ def _artifact_location(path: str) -> dict[str, str]:
     return {"uri": p.as_posix(), "uriBaseId": "%SRCROOT%"}
 
 
-def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dict[str, Any]:
+def document(findings: list[Finding], sources: dict[str, str], tool: str,
+             errors: Sequence[ToolError] = ()) -> dict[str, Any]:
     known = all_rules()
     used = sorted(c for c in {f.code for f in findings} | ({c for c, i in known.items() if i.kind in ("lint", "tool")} if tool == "lint" else set())
                   if c in known)  # ruleIndex must point into the rules listed
@@ -113,6 +116,7 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
                         "rules": rules,
                     }
                 },
+                "invocations": [_invocation(errors, index)],
                 "originalUriBaseIds": {"%SRCROOT%": {"uri": Path.cwd().resolve().as_uri() + "/"}},
                 "columnKind": "unicodeCodePoints",
                 "results": results,
@@ -121,5 +125,22 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str) -> dic
     }
 
 
-def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str) -> str:
-    return json.dumps(document(findings, sources, tool), indent=2) + "\n"
+def _invocation(errors: Sequence[ToolError], index: dict[str, int]) -> dict[str, object]:
+    """The run as SARIF sees it: successful only when every file could be checked."""
+    notifications: list[dict[str, object]] = []
+    for e in errors:
+        note: dict[str, object] = {"level": "error", "message": {"text": e.message}}
+        if e.path:
+            note["locations"] = [{"physicalLocation": {"artifactLocation": _artifact_location(e.path)}}]
+        if e.code is not None:
+            rule: dict[str, object] = {"id": e.code}
+            if e.code in index:
+                rule["index"] = index[e.code]
+            note["associatedRule"] = rule
+        notifications.append(note)
+    return {"executionSuccessful": not errors, "toolExecutionNotifications": notifications}
+
+
+def render(findings: list[Finding], *, sources: dict[str, str], color: bool, tool: str,
+           errors: Sequence[ToolError] = ()) -> str:
+    return json.dumps(document(findings, sources, tool, errors), indent=2) + "\n"

@@ -89,3 +89,137 @@ def test_usage_error_through_the_cli(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "--checks: unknown check bogus; choose from shards, set-epoch, inputs, grads, params, "
         "lifecycle, rendezvous, collectives, timing, find-unused, checkpointing, augmentation"]
+
+
+MARKER_SCRIPT = """
+import pathlib, sys
+pathlib.Path(sys.argv[1]).write_text("launched")
+"""
+
+
+@pytest.mark.parametrize(("flag", "example"), [("--report", "report.json"), ("--html", "report.html")])
+def test_a_report_path_that_is_a_directory_is_refused_before_launching(tmp_path, flag, example):
+    import os
+    import subprocess
+    import sys
+
+    from rt_helpers import subprocess_env
+
+    script, marker, folder = tmp_path / "train.py", tmp_path / "launched", tmp_path / "rep"
+    script.write_text(MARKER_SCRIPT)
+    folder.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "ddpcheck", "run", "--nproc", "2", flag, "rep", "train.py",
+                           str(marker)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        f"ddpcheck run: {flag} rep: is a directory; give a file path such as {os.path.join('rep', example)}"]
+    assert not marker.exists()  # nothing was launched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep", "train.py"] and not list(folder.iterdir())
+
+
+@pytest.mark.parametrize(("target", "says"), [
+    (["-m", "no.such.module"], "ddpcheck run: -m no.such.module: no module named 'no' in the current directory"),
+    (["-m", "pkg.nosuch"], "ddpcheck run: -m pkg.nosuch: no module named 'pkg.nosuch' in the current directory"),
+    (["-m", "pkg"], "ddpcheck run: -m pkg: is a package without __main__.py and cannot be run"),
+    (["pkg"], "ddpcheck run: pkg: is a directory; give a path to a Python file or -m MODULE"),
+    (["missing.py"], "ddpcheck run: missing.py: no such script"),
+])
+def test_a_target_that_cannot_be_found_is_refused_before_launching(tmp_path, target, says):
+    import subprocess
+    import sys
+
+    from rt_helpers import subprocess_env
+
+    (tmp_path / "pkg").mkdir()
+    # The package leaves a mark when a rank imports it.
+    (tmp_path / "pkg" / "__init__.py").write_text(
+        "import os, pathlib\nif 'RANK' in os.environ:\n    pathlib.Path('launched').write_text('x')\n")
+    proc = subprocess.run([sys.executable, "-m", "ddpcheck", "run", "--nproc", "2", *target],
+                          cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says), proc.stderr
+    assert not (tmp_path / "launched").exists() and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_module_in_the_current_directory_is_found(tmp_path):
+    from rt_helpers import subprocess_env  # noqa: F401 - run_ddpcheck sets the environment
+
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "__init__.py").write_text("")
+    (tmp_path / "jobs" / "hello.py").write_text("print('hello from', __name__)\n")
+    result = run_ddpcheck(["--nproc", "2", "-m", "jobs.hello"], tmp_path, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.count("hello from __main__") == 2
+
+
+WRITES_OVER_REPORT = """
+import os, sys
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 0:
+    os.makedirs(sys.argv[1])  # the report's path is taken while the job runs
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_report_that_cannot_be_written_at_the_end_is_one_line_and_leaves_no_temporary_file(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(WRITES_OVER_REPORT)
+    report = out / "run.json"
+    result = run_ddpcheck(["--nproc", "2", "--report", str(report), str(script), str(report)], tmp_path)
+    assert result.returncode == 2, result.stderr[-3000:]
+    said = [line for line in result.stderr.splitlines() if "ddpcheck run:" in line]
+    assert len(said) == 1 and said[0].startswith("ddpcheck run: --report ") and "cannot write it" in said[0]
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert "train.py on 2 ranks" in result.stdout  # the rest is still shown
+    assert sorted(p.name for p in out.iterdir()) == ["run.json"] and report.is_dir()
+
+
+CRASHES_BEFORE_DDP = """
+import torch
+import torch.distributed as dist
+
+
+def stats(values):
+    total = torch.tensor(values)
+    dist.all_reduce(total, op="mean")
+    return total
+
+
+dist.init_process_group("gloo")
+print(stats([1.0, 2.0]))
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_shows_the_users_own_traceback_and_one_row_for_the_checks_it_stopped(tmp_path):
+    script = tmp_path / "stats.py"
+    script.write_text(CRASHES_BEFORE_DDP)
+    result = run_ddpcheck(["--nproc", "2", str(script)], tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    # The traceback each rank prints is the one `python stats.py` prints: no frame of ddpcheck's
+    # bootstrap, of runpy, or of the hooks around torch's collectives.
+    tracebacks = result.stderr.count("Traceback (most recent call last):")
+    assert tracebacks == 2, result.stderr
+    assert "ddpcheck" not in result.stderr.replace("ddpcheck-torchrun", "")
+    assert "runpy" not in result.stderr
+    assert result.stderr.count(f'File "{script}", line 8, in stats') == 2
+    # ... the report keeps the whole of it
+    error = result.report["run"]["ranks"][0]["error"]
+    assert "bootstrap.py" in error["traceback"] and error["type"] == "TypeError"
+    # One row for the checks the crash kept from running, one entry each in the JSON
+    unreached = [c for c in result.report["run"]["checks"] if c["status"] == "not-reached"]
+    assert len(unreached) > 10 and len({c["detail"] for c in unreached}) == 1
+    rows = [line for line in result.stdout.splitlines() if line.startswith("│ not reached")]
+    assert len(rows) == 1, result.stdout
+    assert "DDP100–DDP107" in rows[0] and f"{len(unreached)} checks" in rows[0]
+    assert "not reached: rank" not in result.stdout
+    assert "crashed (TypeError" in rows[0]  # the reason, said once

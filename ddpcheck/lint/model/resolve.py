@@ -132,11 +132,11 @@ class Resolver:
             return Target(None, path, name, "member" if tail else ("class" if root in module.classes else "function"))
         values = module.module_scope.assignments.get(root)
         if values:
-            aliases = [dotted(v) for v in values if isinstance(v, (cst.Name, cst.Attribute))]
-            if len(aliases) == len(values) and len(set(aliases)) == 1 and aliases[0] != root:
+            # `f().attr` is an Attribute too, but names nothing: it is a value, never an alias.
+            aliases = {dotted(v) for v in values if isinstance(v, (cst.Name, cst.Attribute))}
+            alias = aliases.pop() if len(aliases) == 1 else None
+            if alias is not None and alias != root and all(isinstance(v, (cst.Name, cst.Attribute)) for v in values):
                 # `DDP = torch.nn.parallel.DistributedDataParallel`: an alias made by assignment.
-                alias = aliases[0]
-                assert alias is not None
                 return self.name(module, f"{alias}.{tail}" if tail else alias)
             return Target(None, path, name, "member" if tail else "value")
         if path is not None and self.project is not None:

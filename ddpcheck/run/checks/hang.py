@@ -25,10 +25,12 @@ class CollectiveHang(Incident):
     explains it, where each rank waits ("every rank waits in the same collective", "rank 1 is not
     in a collective: idle at train.py:40"). Then it stops the job within seconds and exits with
     code 1. Every rank's state and Python stack are in the JSON report (`--report`, under
-    `details.states`). A rank that is computing holds the verdict back: that is slow, not hung. A
-    rank that never answers (stuck in native code that holds the GIL) is decided without after one
-    more timeout and killed. When `ddpcheck run` itself is killed (a CI job's timeout sends
-    SIGKILL), every rank exits with it.
+    `details.states`). A rank that is computing holds the verdict back: that is slow, not hung.
+    So does a rank waiting outside any collective for worker processes that compute (torch.compile
+    hands code generation to a compile-worker pool; a script may wait on its own pool), and one
+    waiting for a batch its DataLoader workers are preparing. A rank that never answers (stuck in
+    native code that holds the GIL) is decided without after one more timeout and killed. When
+    `ddpcheck run` itself is killed (a CI job's timeout sends SIGKILL), every rank exits with it.
 
     With `--collective-timeout S`, ddpcheck also passes `timeout=S` to `init_process_group` when
     the script passes none, so that a stuck collective raises instead of waiting 30 minutes.

@@ -56,9 +56,44 @@ def run_target(kind: str, name: str, args: list[str]) -> tuple[int, BaseExceptio
     except BaseException as exc:  # noqa: BLE001 - an uncaught exception in the user's script
         ending.ended(exc)
         if not getattr(exc, "quiet", False):  # ddpcheck's own spawn guard may leave quietly
-            traceback.print_exc()
+            print_user_traceback(exc)
         return 1, exc
     return 0, None
+
+
+_OURS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_RUNPY = (os.path.abspath(runpy.__file__), "<frozen runpy>")
+
+
+def _ours(frame: traceback.FrameSummary) -> bool:
+    return frame.filename.startswith(_OURS) or frame.filename in _RUNPY
+
+
+def _strip_ours(te: traceback.TracebackException, seen: set[int]) -> None:
+    """Leave out ddpcheck's frames (this bootstrap, runpy, the hook layer's wrappers around torch's
+    functions): what `python script.py` would have shown. When the innermost frame is ddpcheck's,
+    the error is ddpcheck's own and every frame stays."""
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    if te.stack and not _ours(te.stack[-1]):
+        te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _ours(f)])
+    for linked in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())):
+        if linked is not None:
+            _strip_ours(linked, seen)
+
+
+def print_user_traceback(exc: BaseException) -> None:
+    """The traceback of an uncaught exception as the user's own script shows it, on stderr (the
+    report keeps the full one)."""
+    try:
+        te = traceback.TracebackException.from_exception(exc)
+        _strip_ours(te, set())
+        text = "".join(te.format())
+    except Exception:  # noqa: BLE001 - never lose the traceback to a formatting problem
+        text = "".join(traceback.format_exception(exc))
+    sys.stderr.write(text)
+    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> None:

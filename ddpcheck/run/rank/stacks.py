@@ -22,6 +22,7 @@ from typing import Callable
 
 Frame = tuple[str, int, str]  # file, line, function
 
+WAITING_FOR_DATA = "waiting for a DataLoader batch"
 _TORCH_PLACES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     # (path inside torch, functions (None: any), what the thread is doing there), innermost wins
     ("nn/parallel/distributed.py", frozenset({"_sync_buffers", "_sync_module_buffers",
@@ -36,7 +37,7 @@ _TORCH_PLACES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
     ("nn/modules/_functions.py", None, "SyncBatchNorm's all-gather in the forward"),
     ("autograd/graph.py", frozenset({"_engine_run_backward"}), "the backward"),
     ("utils/data/dataloader.py", frozenset({"_next_data", "_get_data", "_try_get_data", "__next__"}),
-     "waiting for a DataLoader batch"),
+     WAITING_FOR_DATA),
 )
 _C10D = "distributed/distributed_c10d.py"
 
@@ -94,7 +95,7 @@ def format_stack(frames: list[Frame], limit: int = 40) -> str:
 class Load:
     cpu_ratio: float  # CPU seconds per wall second of the thread since the previous reading
     running: float  # fraction of the samples in which the thread was running, runnable or in disk I/O
-    children_ratio: float  # the same for this process's children (DataLoader workers)
+    children_ratio: float  # the same for this process's descendants (DataLoader workers, compile workers)
     others_ratio: float = 0.0  # the rank's other threads (gloo's transfers, intra-op pools)
     io_rate: float = 0.0  # bytes per second the process read or wrote (a download, a checkpoint)
 
@@ -112,6 +113,10 @@ class Load:
 BUSY_CPU_RATIO = 0.05  # blocked in gloo: ~0; computing on a core shared by eight processes: ~0.1+
 # A download or a checkpoint moves far more; the watchdog's own /proc reads, a few KiB per poll.
 BUSY_IO_RATE = 64 * 1024
+# Worker processes that keep the rank busy while its thread waits outside any collective: a
+# compile-worker pool computes at a core or so; a logging service that idles beside a hung rank, far less.
+BUSY_DESCENDANTS_RATIO = 0.2
+MAX_DESCENDANTS = 256
 
 
 class ThreadMeter:
@@ -168,23 +173,34 @@ class ThreadMeter:
         return self._io_of("/proc/self/io") - self._io_of(f"/proc/self/task/{threading.get_native_id()}/io")
 
     def _children_cpu(self) -> float:
+        """CPU seconds of every live descendant: DataLoader workers are children, but torch.compile's
+        code generation runs in a compile-worker process's own pool, two levels down."""
         ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         total = 0
-        try:
-            tasks = os.listdir("/proc/self/task")
-        except OSError:
-            return 0.0
-        pids: set[str] = set()
-        for task in tasks:
-            try:
-                with open(f"/proc/self/task/{task}/children") as fh:
-                    pids.update(fh.read().split())
-            except OSError:
-                continue
-        for pid in pids:
-            fields = self._stat(f"/proc/{pid}/stat")
-            if fields and len(fields) > 12:
-                total += int(fields[11]) + int(fields[12])  # utime, stime
+        seen: set[str] = set()
+        parents = ["self"]
+        while parents and len(seen) < MAX_DESCENDANTS:
+            found: list[str] = []
+            for parent in parents:
+                try:
+                    tasks = os.listdir(f"/proc/{parent}/task")
+                except OSError:
+                    continue
+                for task in tasks:
+                    try:
+                        with open(f"/proc/{parent}/task/{task}/children") as fh:
+                            found.extend(pid for pid in fh.read().split() if pid not in seen)
+                    except OSError:
+                        continue
+            parents = []
+            for pid in found:
+                if pid in seen:
+                    continue
+                seen.add(pid)
+                parents.append(pid)
+                fields = self._stat(f"/proc/{pid}/stat")
+                if fields and len(fields) > 12:
+                    total += int(fields[11]) + int(fields[12])  # utime, stime
         return total / ticks
 
     def read(self) -> Load:

@@ -96,15 +96,21 @@ class Watchdog:
         load = self.meter.read()
         if self.store.check([KEY + "verdict"]):
             self.finish(json.loads(self.store.get(KEY + "verdict")))
-        busy = load.busy or (self._waiting_for_data() and load.children_ratio > stacks.BUSY_CPU_RATIO)
+        busy = load.busy or self._waiting_for_workers(load)
         if self.posted != (self.ledger.events, busy):
             self.posted = (self.ledger.events, busy)
             self.store.set(self.key(self.rank), json.dumps(self.state(busy, load)))
         if not busy:
             self.maybe_decide()
 
-    def _waiting_for_data(self) -> bool:
-        return stacks.place(stacks.thread_frames(self.thread.ident or 0)) == "waiting for a DataLoader batch"
+    def _waiting_for_workers(self, load: stacks.Load) -> bool:
+        """The training thread waits for work its worker processes are doing: DataLoader workers
+        preparing a batch, or (outside any collective) torch.compile's compile workers or any pool the
+        script waits on. A thread blocked in a collective is not waiting for its workers."""
+        place = stacks.place(stacks.thread_frames(self.thread.ident or 0))
+        if place == stacks.WAITING_FOR_DATA:
+            return load.children_ratio > stacks.BUSY_CPU_RATIO
+        return place is None and load.children_ratio > stacks.BUSY_DESCENDANTS_RATIO
 
     def state(self, busy: bool, load: stacks.Load) -> dict[str, Any]:
         ledger = self.ledger
