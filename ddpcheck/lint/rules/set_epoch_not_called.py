@@ -53,8 +53,11 @@ class SetEpochNotCalled(Rule):
     the loader. The fix inserts exactly that, right on every path: where the sampler exists
     only when distributed (`sampler = DistributedSampler(ds) if distributed else None`) it
     writes `if sampler is not None: sampler.set_epoch(epoch)`, and through the loader
-    `if hasattr(loader.sampler, "set_epoch"): ...` (a plain sampler has no `set_epoch`). It is
-    unsafe because it changes the order of samples from the second epoch on.
+    `if hasattr(loader.sampler, "set_epoch"): ...` (a plain sampler has no `set_epoch`); so it
+    does too, through the loader the loop iterates, where the sampler or its loader is made in the
+    distributed mode only (`if args.distributed: sampler = DistributedSampler(ds)` and an epoch
+    loop shared by both modes). It is unsafe because it changes the order of samples from the
+    second epoch on.
 
     ## References
     - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
@@ -319,6 +322,39 @@ class SetEpochNotCalled(Rule):
                     step(x, y)
             """,
         ),
+        Invalid(
+            """
+            # One epoch loop for both modes; the sampler exists only when distributed.
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def train(args, dataset):
+                if args.distributed:
+                    sampler = DistributedSampler(dataset)
+                    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+                else:
+                    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+                for epoch in range(args.epochs):
+                    for batch in loader:
+                        step(batch)
+            """,
+            lines=(10,),
+            fixed="""
+            # One epoch loop for both modes; the sampler exists only when distributed.
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def train(args, dataset):
+                if args.distributed:
+                    sampler = DistributedSampler(dataset)
+                    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+                else:
+                    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+                for epoch in range(args.epochs):
+                    if hasattr(loader.sampler, "set_epoch"):
+                        loader.sampler.set_epoch(epoch)
+                    for batch in loader:
+                        step(batch)
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -356,7 +392,15 @@ class SetEpochNotCalled(Rule):
                     or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
                 own_name = not expression.endswith(".sampler")
                 guard = ("none" if own_name else "hasattr") if conditional else None
-                fix = remedies.set_epoch(node, expression, guard)
+                target: str | None = expression
+                if guard != "none" and remedies.made_on_some_paths([found.loader, *([made] if made else [])],
+                                                                   module, node, scope):
+                    # `if args.distributed: sampler = DistributedSampler(ds); loader = ...` and an
+                    # epoch loop for both modes: reach the sampler through the loader the loop
+                    # iterates, when it has one with `set_epoch`.
+                    target = remedies.through_loader(loader, scope, found.via_batch_sampler)
+                    guard = "hasattr"
+                fix = remedies.set_epoch(node, target, guard) if target is not None else None
             # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
             self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
                         related=[made] if made is not None else [])
