@@ -71,6 +71,9 @@ def test_missing_destroy_is_reported_and_run_as_module(tmp_path):
     (["--no-python", EXITS], "--no-python is not supported"),
     (["--nnodes", "x", EXITS], "bad --nproc/--nproc-per-node or --nnodes"),
     ([], "the following arguments are required"),
+    (["--nproc", "0", EXITS], "ddpcheck run: --nproc 0: expected 1 or more processes"),
+    (["--nproc-per-node", "-1", EXITS], "ddpcheck run: --nproc-per-node -1: expected 1 or more processes"),
+    (["--nnodes", "0", EXITS], "ddpcheck run: --nnodes 0: expected 1 or more nodes"),
 ])
 def test_usage_errors_are_one_line_and_exit_2(capsys, args, says):
     # 2 is ddpcheck's own: a script that exits 2 makes `ddpcheck run` exit 3 (the test above).
@@ -223,3 +226,45 @@ def test_a_crash_shows_the_users_own_traceback_and_one_row_for_the_checks_it_sto
     assert "DDP100–DDP107" in rows[0] and f"{len(unreached)} checks" in rows[0]
     assert "not reached: rank" not in result.stdout
     assert "crashed (TypeError" in rows[0]  # the reason, said once
+
+
+@pytest.mark.slow
+def test_a_script_with_a_syntax_error_is_a_crash_at_its_line_told_as_python_tells_it(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import torch\n\ndef main(:\n    pass\n")
+    result = run_ddpcheck(["--nproc", "2", str(script)], tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert result.codes == {"DDP120"}
+    found = result.report["findings"][0]
+    assert found["location"]["line"] == 3 and "raised SyntaxError: invalid syntax" in found["message"]
+    # What `python train.py` prints, once per rank, and nothing of ddpcheck's or runpy's.
+    said = f'  File "{script}", line 3\n    def main(:\n             ^\nSyntaxError: invalid syntax\n'
+    assert result.stderr.count(said) == 2, result.stderr
+    assert "Traceback" not in result.stderr and "runpy" not in result.stderr
+
+
+EXITS_EARLY_ON_ONE_RANK = """
+import sys
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    sys.exit(0)
+model = DDP(nn.Linear(8, 1))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_that_exits_0_before_the_others_collective_is_named_as_the_one_that_left(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(EXITS_EARLY_ON_ONE_RANK)
+    result = run_ddpcheck(["--nproc", "2", str(script)], tmp_path)
+    assert result.returncode == 1, result.stderr[-3000:]
+    crash = next(f for f in result.report["findings"] if f["code"] == "DDP120")
+    assert crash["message"].startswith("rank 1 exited with 0 at train.py:10 while the other ranks were still "
+                                       "in a collective"), crash["message"]
+    assert "DDP128" not in result.codes  # rank 0's DDP construction is not under an `if` on the rank

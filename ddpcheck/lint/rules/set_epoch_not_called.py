@@ -7,7 +7,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
-from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -40,6 +40,13 @@ class SetEpochNotCalled(Rule):
     `loader.batch_sampler.sampler`, nor on any object the model cannot tell apart from it, nor by
     a function of the project that is handed the loader or the sampler. Validation and test
     samplers (by their names) are not reported: their order does not change a metric.
+
+    A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
+    again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
+    epoch from data made before the loop), not when what it is built from comes from the pass
+    (`for stage in stages: loader = build_loader(stage)`, `DistributedSampler(ds, seed=epoch)`):
+    each stage or task then has its own data, read once. The fix is not offered there, since
+    the sampler does not exist yet at the top of the loop: call `set_epoch` after building it.
 
     ## How to fix
     Call `sampler.set_epoch(epoch)` as the first statement of the epoch loop, before iterating
@@ -134,6 +141,15 @@ class SetEpochNotCalled(Rule):
                 step(batch)
         """,
         """
+        # A loader built anew for each stage's own data, iterated once per stage.
+        from torch.utils.data import DataLoader, DistributedSampler
+        for stage in stages:
+            data = StageData(stage["root"])
+            loader = DataLoader(data, sampler=DistributedSampler(data))
+            for batch in loader:
+                step(batch)
+        """,
+        """
         # Iterated once, not in an epoch loop: the epoch never changes.
         from torch.utils.data import DataLoader, DistributedSampler
         loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
@@ -142,6 +158,17 @@ class SetEpochNotCalled(Rule):
         """,
     ]
     INVALID = [
+        Invalid(
+            """
+            # Rebuilt each epoch over the same data: a fresh sampler starts at epoch 0 every time.
+            from torch.utils.data import DataLoader, DistributedSampler
+            for epoch in range(10):
+                loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+                for batch in loader:
+                    step(batch)
+            """,
+            lines=(3,),
+        ),
         Invalid(
             """
             import torch.distributed as dist
@@ -357,7 +384,9 @@ class SetEpochNotCalled(Rule):
             expression = self._expression(found, module, scope, loader)
             fix = None
             made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
-            if module is model.root:
+            # A sampler made anew inside the loop does not exist yet at the loop's first line.
+            rebuilt = made is not None and self._made_within(node, module, made, 4, set()) is not None
+            if module is model.root and not rebuilt:
                 given, _ = sampler_values(model, found.loader)
                 conditional = any(isinstance(v.node, cst.CSTNode) and is_none(v.node) for v in given) \
                     or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
@@ -431,24 +460,84 @@ class SetEpochNotCalled(Rule):
 
     def _epoch_loop(self, found: Feed) -> tuple[cst.CSTNode, ModuleModel, Scope, str] | None:
         """The loop around an iteration of the loader (or around a call handed the loader),
-        with its module and scope and how the loader is named there."""
+        with its module and scope and how the loader is named there: the first such loop that
+        repeats one order (see _repeats)."""
         loader = found.loader.node
         for module in self.model.paths.modules():
             for site in module.fors:
                 if not site.loops:
                     continue
                 used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
-                if used is not None:
+                if used is not None and self._repeats(found, site.loops[-1], module, site.scope):
                     return site.loops[-1], module, site.scope, dotted(used) or "loader"
         for call in self.model.paths.sites():
             if not call.loops or not self._iterates(call):
                 continue
             for a in call.node.args:
-                if self._holds_loader(call.module, a.value, call.scope, loader, call.point):
+                if self._holds_loader(call.module, a.value, call.scope, loader, call.point) \
+                        and self._repeats(found, call.loops[0], call.module, call.scope):
                     # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
                     # outermost loop of the function is the epoch loop.
                     return call.loops[0], call.module, call.scope, dotted(a.value) or "loader"
         return None
+
+    def _repeats(self, found: Feed, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
+        """Whether each pass of `loop` draws the sampler's order again unchanged. A sampler made
+        before the loop keeps epoch 0 on every pass. A sampler made anew on each pass (the loader
+        rebuilt per stage, task or epoch) also starts at epoch 0: its order is the same again
+        when it shuffles the same dataset with the same seed, and differs when what it is built
+        from comes from the pass (`for stage in stages: build_loader(stage)`, `seed=epoch`)."""
+        sampler = found.sampler
+        made = sampler.module.call_at(sampler.call) if sampler.call is not None else None
+        if made is None:
+            return True
+        top = self._made_within(loop, module, made, 4, set())
+        if top is None:
+            return True  # made once, before the loop
+        names = self._loop_names(loop)
+        if not names:
+            return True  # `while`: nothing of the pass tells the samplers apart
+        return not any(self._from_pass(module, a.value, scope, top, names, 2) for a in top.node.args)
+
+    def _made_within(self, loop: cst.CSTNode, module: ModuleModel, site: CallSite, depth: int,
+                     seen: set[int]) -> CallSite | None:
+        """The call inside `loop` (in `module`) that makes or leads to `site`, if any."""
+        if site.module is module and loop in site.loops:
+            return site
+        function = self.model.paths.function_of(site)
+        if depth <= 0 or function is None or id(site.node) in seen:
+            return None
+        seen.add(id(site.node))
+        for caller, _ in self.model.graph.callers(function):
+            found = self._made_within(loop, module, caller, depth - 1, seen)
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _loop_names(loop: cst.CSTNode) -> frozenset[str]:
+        if not isinstance(loop, cst.For):
+            return frozenset()
+        return frozenset(n.value for n in subexpressions(loop.target) if isinstance(n, cst.Name))
+
+    def _from_pass(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, at: CallSite,
+                   names: frozenset[str], depth: int) -> bool:
+        """`expr` (an argument of a call in the loop) depends on the loop's variables: it names
+        one, or a value assigned from one in the loop."""
+        used = [n for n in subexpressions(expr) if isinstance(n, cst.Name)]
+        if any(n.value in names for n in used):
+            return True
+        if depth <= 0:
+            return False
+        for name in used:
+            if not scope.lookup(name.value):
+                continue
+            for value in self.model.values.of(module, name, scope, at=at.point):
+                node = value.node
+                if value.module is module and isinstance(node, cst.CSTNode) and not isinstance(node, cst.Name) \
+                        and self._from_pass(module, node, scope, at, names, depth - 1):
+                    return True
+        return False
 
     def _iterates(self, call: CallSite) -> bool:
         """A call that may iterate a loader handed to it: a function (of the project or unknown),

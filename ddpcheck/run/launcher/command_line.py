@@ -96,9 +96,14 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
         from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
         nproc = determine_local_world_size(ns.nproc_per_node)
-        _, nnodes_max = parse_min_max_nnodes(ns.nnodes)
+        nnodes_min, nnodes_max = parse_min_max_nnodes(ns.nnodes)
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"ddpcheck run: bad --nproc/--nproc-per-node or --nnodes: {exc}") from None
+    if not 1 <= nnodes_min <= nnodes_max:
+        raise UserError(f"ddpcheck run: --nnodes {ns.nnodes}: expected 1 or more nodes (N or MIN:MAX)")
+    if nproc < 1:  # torchrun would fail later with a bare AssertionError
+        flag = "--nproc" if ns.ddpcheck_nproc is not None else "--nproc-per-node"
+        raise UserError(f"ddpcheck run: {flag} {ns.nproc_per_node}: expected 1 or more processes")
     if ns.ddpcheck_scaling is not None and nnodes_max > 1:
         raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
 

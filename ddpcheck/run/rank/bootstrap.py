@@ -72,11 +72,11 @@ def _ours(frame: traceback.FrameSummary) -> bool:
 def _strip_ours(te: traceback.TracebackException, seen: set[int]) -> None:
     """Leave out ddpcheck's frames (this bootstrap, runpy, the hook layer's wrappers around torch's
     functions): what `python script.py` would have shown. When the innermost frame is ddpcheck's,
-    the error is ddpcheck's own and every frame stays."""
+    the error is ddpcheck's own and every frame stays (runpy's is the script's: a SyntaxError)."""
     if id(te) in seen:
         return
     seen.add(id(te))
-    if te.stack and not _ours(te.stack[-1]):
+    if te.stack and (te.stack[-1].filename in _RUNPY or not _ours(te.stack[-1])):
         te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _ours(f)])
     for linked in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())):
         if linked is not None:
@@ -96,6 +96,15 @@ def print_user_traceback(exc: BaseException) -> None:
     sys.stderr.flush()
 
 
+def _say_crash(session: Session, error: BaseException) -> None:
+    """The crash probe's part of the record, which its capture fills only once torch is imported."""
+    from ddpcheck.run.checks import crash
+
+    mine = session.section(crash.NAME)
+    if not mine:
+        mine.update(crash.describe(error, session.rank) or {})
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2 or argv[0] not in ("--script", "--module"):
@@ -108,6 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     session = Session(options, target=name)
     instrument_after_torch(session)
     code, error = run_target(kind, name, args)
+    if error is not None:  # also when it died before importing torch (a SyntaxError, say)
+        try:
+            _say_crash(session, error)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
     try:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001
