@@ -74,6 +74,7 @@ def test_missing_destroy_is_reported_and_run_as_module(tmp_path):
     (["--no-python", EXITS], "--no-python is not supported"),
     (["--nnodes", "x", EXITS], "bad --nproc/--nproc-per-node or --nnodes"),
     ([], "the following arguments are required"),
+    (["--report", EXITS, EXITS], "that is the script being run"),
     (["--nproc", "0", EXITS], "ddpcheck run: --nproc 0: expected 1 or more processes"),
     (["--nproc-per-node", "-1", EXITS], "ddpcheck run: --nproc-per-node -1: expected 1 or more processes"),
     (["--nnodes", "0", EXITS], "ddpcheck run: --nnodes 0: expected 1 or more nodes"),
