@@ -28,6 +28,9 @@ def test_script_exit_2_is_told_apart_from_a_usage_error_and_selection_and_torchr
     assert result.status("DDP105") == "pass"  # selected checks still ran and passed
     assert result.status("DDP100") == "not-run" and result.status("DDP112") == "not-run"
     assert job["selected"] == ["DDP103", "DDP104", "DDP105", "DDP106", "DDP107", "DDP108", "DDP109"]
+    # The checks left out share one row of the table
+    left_out = [line for line in result.stdout.splitlines() if line.startswith("│ not run")]
+    assert len(left_out) == 1 and "DDP100–DDP102" in left_out[0], result.stdout
     # torchrun's --log-dir/--tee reached torchrun: each rank's stdout is in its log file too
     teed = [p.read_text() for p in logs.rglob("stdout.log")]
     assert sorted(t.strip() for t in teed) == ["rank 0 trained", "rank 1 trained"]
@@ -71,6 +74,7 @@ def test_missing_destroy_is_reported_and_run_as_module(tmp_path):
     (["--no-python", EXITS], "--no-python is not supported"),
     (["--nnodes", "x", EXITS], "bad --nproc/--nproc-per-node or --nnodes"),
     ([], "the following arguments are required"),
+    (["--report", EXITS, EXITS], "that is the script being run"),
     (["--nproc", "0", EXITS], "ddpcheck run: --nproc 0: expected 1 or more processes"),
     (["--nproc-per-node", "-1", EXITS], "ddpcheck run: --nproc-per-node -1: expected 1 or more processes"),
     (["--nnodes", "0", EXITS], "ddpcheck run: --nnodes 0: expected 1 or more nodes"),

@@ -120,6 +120,10 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
                             "Python file or -m MODULE")
         target = Target("script", path, tuple(ns.training_script_args))
     options = own_options_from(ns, record_dir, Path(target.name if target.kind == "script" else os.getcwd()))
+    for flag, out in (("--report", options.report), ("--html", options.html)):
+        if out is not None and target.kind == "script" and os.path.exists(out) and os.path.samefile(out, target.name):
+            raise UserError(f"ddpcheck run: {flag} {ns.training_script}: that is the script being run; "
+                            "give another file for the report")
 
     # Single node and no rendezvous chosen: a standalone c10d rendezvous on loopback with a free
     # port, so two jobs on one machine never collide (torchrun's own --standalone).

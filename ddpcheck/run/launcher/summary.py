@@ -82,12 +82,13 @@ _NOT_REACHED_PREFIX = re.compile(r"^not reached: ")
 
 
 def _not_reached_groups(rows: list[Row]) -> dict[str, list[Row]]:
-    """Not-reached rows that share their reason, by code: a run that stopped early leaves most
-    checks unreached for one cause, which reads better once. Lone rows stay as they are."""
-    by_reason: dict[str, list[Row]] = {}
+    """Not-reached (or not-run) rows that share their reason, by code: a run that stopped early
+    leaves most checks unreached for one cause, and a narrow --select leaves most unselected,
+    which reads better once. Lone rows stay as they are."""
+    by_reason: dict[tuple[str, str], list[Row]] = {}
     for row in rows:
-        if row.status == "not-reached":
-            by_reason.setdefault(row.verdict.detail if row.verdict else "", []).append(row)
+        if row.status in ("not-reached", "not-run"):
+            by_reason.setdefault((row.status, row.verdict.detail if row.verdict else ""), []).append(row)
     return {r.code: group for group in by_reason.values() if len(group) > 1 for r in group}
 
 
