@@ -395,3 +395,68 @@ def test_launcher_flag_is_fine_when_a_helper_reads_local_rank(tmp_path):
     assert ("DDP008", 4) not in found(helper)
     alone = _write_project(tmp_path, {"train.py": script.format(imports="import torch", setup="torch.cuda.set_device(args.local_rank)")})
     assert ("DDP008", 4) in found(alone)
+
+
+def test_same_seed_through_a_seeding_helper_and_a_loader_builder(tmp_path):
+    # DDP029 (off by default): the script seeds through the project's helper and builds its
+    # loader (with the DistributedSampler) in another module; the call that passes the seed is
+    # where the rank must be added. A seed with the rank added is not reported.
+    write(tmp_path, {
+        "main_pretrain.py": """
+            import argparse
+
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel
+
+            from src.utils import fix_random_seeds
+            from src.data import make_train_loader
+
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--seed", type=int, default=31)
+            parser.add_argument("--data_path", type=str)
+
+
+            def main():
+                args = parser.parse_args()
+                dist.init_process_group("nccl")
+                fix_random_seeds(args.seed)
+                loader, sampler = make_train_loader(args.data_path, batch_size=64)
+                model = DistributedDataParallel(build_model().cuda())
+                for epoch in range(100):
+                    sampler.set_epoch(epoch)
+                    for images in loader:
+                        model(images.cuda()).backward()
+
+
+            if __name__ == "__main__":
+                main()
+        """,
+        "src/__init__.py": "",
+        "src/utils.py": """
+            import numpy as np
+            import torch
+
+            def fix_random_seeds(seed=31):
+                \"\"\"Fix random seeds.\"\"\"
+                torch.manual_seed(seed)
+                torch.cuda.manual_seed_all(seed)
+                np.random.seed(seed)
+        """,
+        "src/data.py": """
+            import torch
+            from torchvision import datasets, transforms
+
+            def make_train_loader(root, batch_size):
+                augment = transforms.Compose([transforms.RandomResizedCrop(224), transforms.ToTensor()])
+                dataset = datasets.ImageFolder(root, augment)
+                sampler = torch.utils.data.distributed.DistributedSampler(dataset)
+                loader = torch.utils.data.DataLoader(dataset, sampler=sampler, batch_size=batch_size, num_workers=10)
+                return loader, sampler
+        """,
+    })
+    assert codes(tmp_path / "main_pretrain.py", select=("DDP029",)) == [("DDP029", 17)]
+    assert codes(tmp_path / "src" / "utils.py", select=("DDP029",)) == []
+    script = tmp_path / "main_pretrain.py"
+    script.write_text(script.read_text().replace("fix_random_seeds(args.seed)",
+                                                 "fix_random_seeds(args.seed + dist.get_rank())"))
+    assert codes(script, select=("DDP029",)) == []

@@ -193,3 +193,62 @@ def test_corpus_table_and_missing_mirrors_file(tmp_path: Path) -> None:
     missing = subprocess.run([sys.executable, str(EVAL), *labels],
                              capture_output=True, text=True, env=cli_env(), timeout=60)
     assert missing.returncode == 2 and "mirrors file is required" in missing.stderr
+
+
+SEEDED = '''\
+import argparse
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--seed", type=int, default=0)
+
+
+def main():
+    args = parser.parse_args()
+    dist.init_process_group("gloo")
+    torch.manual_seed(args.seed)
+    data = list(range(64))
+    sampler = DistributedSampler(data)
+    loader = DataLoader(data, batch_size=4, sampler=sampler, num_workers=2)
+    for epoch in range(3):
+        sampler.set_epoch(epoch)
+        for batch in loader:
+            pass
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_newer_codes_are_scored_with_off_by_default_rules_and_kept_out_of_the_headline(tmp_path: Path) -> None:
+    assert ev.CODES[-1] == "DDP036" and "DDP029" in ev.NEWER and "DDP022" not in ev.NEWER
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(SEEDED)
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "seeded")
+    commit = _git(repo, "rev-parse", "HEAD")
+    line = SEEDED.splitlines().index("    torch.manual_seed(args.seed)") + 1
+    labels = [{"repo": "someone/proj", "commit": commit, "path": "train.py", "helpers": [], "kind": "personal",
+               "prefix_fix": None,
+               "labels": _labels(DDP029={"status": "PRESENT", "reason": "same seed on every rank",
+                                         "lines": [{"path": "train.py", "line": line}]},
+                                 DDP005={"status": "ABSENT", "reason": "destroyed at the end"})}]
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    (tmp_path / "mirrors.json").write_text(json.dumps({"someone/proj": str(repo / ".git")}))
+    done = subprocess.run([sys.executable, str(EVAL), str(tmp_path / "mirrors.json"),
+                           "--labels", str(tmp_path / "labels.json"), "--json"],
+                          capture_output=True, text=True, env=cli_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    ddp029 = report["codes"]["DDP029"]
+    assert (ddp029["tp"], ddp029["fp"], ddp029["fn"]) == (1, 0, 0)  # DDP029 is off by default
+    assert (report["newer"]["tp"], report["newer"]["fp"], report["newer"]["fn"]) == (1, 0, 0)
+    assert report["headline"]["tp"] == 0 and report["newer_codes"][0] == "DDP023"

@@ -7,6 +7,7 @@ rule's page says what.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -17,6 +18,7 @@ from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
 from ddpcheck.lint.rule import Replace
 
 if TYPE_CHECKING:
+    from ddpcheck.lint.model.module import CallSite, Scope
     from ddpcheck.lint.model.values import Value
 
 SAFE = Applicability.SAFE
@@ -107,6 +109,32 @@ def set_epoch(loop: cst.CSTNode, expression: str, guard: str | None) -> Replace 
     return Replace(loop, loop.with_changes(body=body), f"Call `{expression}.set_epoch({epoch})` each epoch", UNSAFE)
 
 
+def made_on_some_paths(sites: Sequence[CallSite], module: ModuleModel, loop: cst.CSTNode, scope: Scope) -> bool:
+    """Whether the calls that make the sampler and its loader (`sites`) may not have run when the
+    epoch `loop` (in `scope` of `module`) starts: one sits under a condition the loop is not
+    under (`if args.distributed:` around the sampler only), or, in another function, under any
+    condition (a builder that returns the distributed loader on one branch)."""
+    around = next((f for f in module.fors if f.node is loop), None)
+    if around is None:
+        return True
+    loop_guards = {(id(g.node), g.negated) for g in around.guards}
+    for site in sites:
+        if site.module is module and site.scope is scope:
+            if any((id(g.node), g.negated) not in loop_guards for g in site.guards):
+                return True
+        elif site.guards:
+            return True
+    return False
+
+
+def through_loader(loader: str, scope: Scope, via_batch_sampler: bool) -> str | None:
+    """The sampler as reached through the loader the epoch loop iterates (`loader.sampler`), or
+    None when the loader is not a name visible in `scope`."""
+    if not loader or not scope.lookup(loader.split(".", 1)[0]):
+        return None
+    return f"{loader}.batch_sampler.sampler" if via_batch_sampler else f"{loader}.sampler"
+
+
 def names_holding(module: ModuleModel, node: cst.CSTNode) -> list[str]:
     """The names bound to `node` or to an `a if c else b` with `node` as an arm."""
     found = list(module.assigned_names(node))
@@ -133,15 +161,22 @@ def distributed_prefix(module: ModuleModel) -> str | None:
 
 
 # --- destroy_process_group at the end ---------------------------------------------------------
-def destroy_at_end(module: ModuleModel, function: cst.FunctionDef | None) -> Replace | None:
+def destroy_at_end(module: ModuleModel, function: cst.FunctionDef | None, guarded: bool = False) -> Replace | None:
     """Append `<dist>.destroy_process_group()` to `function` (before a final `return`), or to the
     module (inside its `if __name__ == "__main__":` block, when there is one) for module-level
-    code. Unsafe: code that runs after it in the same process (a caller that goes on using the
-    group, an early `return` that skips it) is not seen here."""
+    code. `guarded`: the group is made on some paths only (`if args.distributed:
+    init_process_group(...)`, a script that also runs as one process), so the call goes under
+    `if <dist>.is_initialized():` — destroying a group that was never made raises. Unsafe: code
+    that runs after it in the same process (a caller that goes on using the group, an early
+    `return` that skips it) is not seen here."""
     prefix = distributed_prefix(module)
     if prefix is None:
         return None
-    statement = cst.parse_statement(f"{prefix}.destroy_process_group()\n")
+    if guarded:
+        statement = cst.parse_statement(
+            f"if {prefix}.is_initialized():\n    {prefix}.destroy_process_group()\n")
+    else:
+        statement = cst.parse_statement(f"{prefix}.destroy_process_group()\n")
     description = f"Call `{prefix}.destroy_process_group()` when training ends"
     if function is not None:
         if not isinstance(function.body, cst.IndentedBlock):
@@ -162,6 +197,60 @@ def destroy_at_end(module: ModuleModel, function: cst.FunctionDef | None) -> Rep
         return None
     tree = module.tree
     return Replace(tree, tree.with_changes(body=(*tree.body, statement)), description, UNSAFE)
+
+
+def runs_whenever(owner: cst.FunctionDef | cst.Module, call: cst.Call) -> bool:
+    """Whether `call` runs every time the end of `owner` (a function, or the module with its
+    `__main__` block) is reached: it is a statement of the body itself (not under an `if`, a
+    loop, a `try` or a `with`), with no `return` before it. Anything else may skip it."""
+    body: Sequence[cst.CSTNode]
+    if isinstance(owner, cst.Module):
+        body = owner.body
+    elif isinstance(owner.body, cst.IndentedBlock):
+        body = owner.body.body
+    else:
+        return False
+    return _runs_in(body, call, main_guard=isinstance(owner, cst.Module)) is True
+
+
+def _runs_in(body: Sequence[cst.CSTNode], call: cst.Call, main_guard: bool) -> bool | None:
+    """True: `call` is a statement of `body`, reached by every run of it; False: not surely;
+    None: not found here."""
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            for small in statement.body:
+                value = small.value if isinstance(small, (cst.Expr, cst.Assign, cst.AnnAssign)) else None
+                if value is call:
+                    return True
+        if main_guard and isinstance(statement, cst.If) and _is_main_guard(statement) \
+                and isinstance(statement.body, cst.IndentedBlock):
+            found = _runs_in(statement.body.body, call, main_guard=False)
+            if found is not None:
+                return found
+        if _contains(statement, lambda n: n is call):
+            return False  # nested: under a condition, a loop, a try or a with
+        if _contains(statement, lambda n: isinstance(n, cst.Return)):
+            return False  # a return before it may leave without making the call
+    return None
+
+
+def _is_main_guard(node: cst.If) -> bool:
+    test = node.test
+    return isinstance(test, cst.Comparison) and dotted(test.left) == "__name__"
+
+
+def _contains(node: cst.CSTNode, match: Callable[[cst.CSTNode], bool]) -> bool:
+    """Whether `node` or a node under it matches, not looking into nested functions, classes or
+    lambdas (their statements run some other time)."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if match(current):
+            return True
+        if current is not node and isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(children(current))
+    return False
 
 
 # --- init_process_group under torchrun -------------------------------------------------------

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ddpcheck.run.calls import WORLD, Call, CallLog, Mismatch, first_mismatch, ranks_text, short, source_of
-from ddpcheck.run.loops import Loop, enclosing_loop
+from ddpcheck.run.calls import WORLD, Call, CallLog, Mismatch, Side, first_mismatch, ranks_text, short, source_of
+from ddpcheck.run.loops import Guard, Loop, enclosing_loop, rank_guard
 
 MISMATCH, UNEVEN, HANG = "DDP128", "DDP129", "DDP123"
 
@@ -88,9 +88,11 @@ class Diagnosis:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | None = None) -> Diagnosis | None:
+def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | None = None,
+             ended: frozenset[int] = frozenset()) -> Diagnosis | None:
     """The explanation, most causal first. With `hung_s` (the job made no progress for that long)
-    there is always one; without (the job crashed), only a mismatch or uneven work."""
+    there is always one; without (the job crashed), only a mismatch or uneven work. `ended`: the
+    ranks that finished the script normally (known after the job)."""
     present = {r: s for r, s in states.items() if s.answered}
     if any(s.in_join for s in present.values()):  # Join shadows the collectives: no comparison
         return _plain_hang(states, world, hung_s) if hung_s is not None else None
@@ -123,6 +125,10 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
             text = (f"{ranks_text(mismatch.missing)} ran optimizer step {steps[-1]} (the others have run "
                     f"{others[0] if others else '?'}) and {verb} in ddpcheck's check exchange: {mismatch.message()}")
             return Diagnosis(UNEVEN, text + suffix, mismatch.missing, _mismatch_site(mismatch), details)
+        alone = _alone(mismatch, ended)
+        if alone is not None:
+            side, why = alone
+            return Diagnosis(MISMATCH, mismatch.message() + why + suffix, side.ranks, side.call.site, details)
         if len(mismatch.sides) == 1 and absent and all(a.current is None for a in absent):
             if hung_s is not None:  # they are outside any collective (idle): a plain hang says where
                 return _plain_hang(states, world, hung_s)
@@ -131,6 +137,47 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
     if hung_s is None:
         return None
     return _plain_hang(states, world, hung_s)
+
+
+def guard_of(side: Side) -> Guard | None:
+    """The `if` on the rank that every call of this side is under, if any."""
+    guards = []
+    for call in side.calls:
+        path, _, line = (call.site or "").rpartition(":")
+        guard = rank_guard(path, int(line)) if path and line.isdigit() else None
+        if guard is None:
+            return None
+        guards.append(guard)
+    return guards[0] if guards else None
+
+
+def _alone(mismatch: Mismatch, ended: frozenset[int]) -> tuple[Side, str] | None:
+    """The side that entered a collective the others never make: a call under an `if` on the
+    rank (`if rank == 0: dist.all_reduce(t)`), also when the others could not meet it because
+    they had finished the script. Returns that side and what to add to the message."""
+    if len(mismatch.sides) == 1 and mismatch.missing:
+        side = mismatch.sides[0]
+        guard = guard_of(side)
+        if guard is None:  # the others left early (sys.exit on one rank): the crash report says so
+            return None
+        why = _under(side, guard)
+        if ended and all(r in ended for r in mismatch.missing):
+            verb = "had" if len(mismatch.missing) == 1 else "had all"
+            why += f"; {ranks_text(mismatch.missing)} {verb} finished the script"
+        return side, why
+    guarded = [(side, guard) for side in mismatch.sides if (guard := guard_of(side)) is not None]
+    if len(guarded) == 1 and len(mismatch.sides) == 2:
+        side, guard = guarded[0]
+        if len(side.ranks) < len(mismatch.sides[0].ranks):
+            return None  # the fewer ranks are the odd ones already
+        return side, _under(side, guard)
+    return None
+
+
+def _under(side: Side, guard: Guard) -> str:
+    test = guard.test if len(guard.test) <= 48 else "..."
+    return (f"; {ranks_text(side.ranks)} {'makes' if len(side.ranks) == 1 else 'make'} that call only under "
+            f"`if {test}:` at {short(f'{guard.path}:{guard.line}')}, which the other ranks skip")
 
 
 def _mismatch_site(mismatch: Mismatch) -> str | None:
@@ -249,8 +296,8 @@ def left_loop(states: Mapping[int, RankState], mismatch: Mismatch) -> LeftLoop |
             continue
         path, _, line = site.rpartition(":")
         loop = enclosing_loop(path, int(line)) if line.isdigit() else None
-        if loop is None:
-            continue
+        if loop is None or guard_of(outside) is not None:
+            continue  # a call under `if rank == 0:` is an extra collective, not a way out of the loop
         lines = [_line_in(path, c, states.get(r)) for r, c in zip(outside.ranks, outside.calls)]
         if lines and all(n is not None and n > loop.end for n in lines):
             exit_site = f"{path}:{loop.exits[0]}" if len(loop.exits) == 1 else outside.call.site

@@ -5,6 +5,7 @@ Torch-free."""
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -69,3 +70,73 @@ def enclosing_loop(path: str, line: int) -> Loop | None:
     if best is None:
         return None
     return Loop(path, best.lineno, best.end_lineno or best.lineno, _exits(best))
+
+
+# A condition on the rank: `rank == 0`, `dist.get_rank() == 0`, `args.local_rank in (-1, 0)`,
+# `is_main_process()`, `master_process`, `os.environ["RANK"] == "0"`.
+_RANK_WORDS = re.compile(r"rank|is_main|main_process|is_master|master_process", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """An `if` on the rank around a line: only some ranks run what it holds."""
+
+    path: str
+    line: int  # the line of the `if`
+    test: str  # its condition, as written (unparsed)
+
+
+def rank_guard(path: str, line: int) -> Guard | None:
+    """The innermost `if` of the function around `line` whose condition is on the rank and whose
+    body or else-branch holds `line` (None when there is none, or the file cannot be read)."""
+    tree = _tree(path)
+    if tree is None:
+        return None
+    best: ast.If | None = None
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        for child in ast.iter_child_nodes(node):
+            start, end = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+            if start is None or end is None or not start <= line <= end:
+                continue
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                best = None  # an `if` outside the function does not decide who calls it
+            elif isinstance(child, ast.If) and not (child.test.lineno <= line <= (child.test.end_lineno or 0)) \
+                    and _on_rank(child.test):
+                best = child
+            stack.append(child)
+    if best is None:
+        return None
+    return Guard(path, best.lineno, ast.unparse(best.test))
+
+
+def _ints(node: ast.expr) -> list[int]:
+    """The whole-number constants `node` is or holds (`0`, `-1`, `(-1, 0)`)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return [node.value]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return [-n for n in _ints(node.operand)]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [n for e in node.elts for n in _ints(e)]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isdigit():
+        return [int(node.value)]  # os.environ["RANK"] == "0"
+    return []
+
+
+def _on_rank(test: ast.expr) -> bool:
+    """Does this condition pick some ranks? `rank == 0`, `get_rank() != 0`, `local_rank in [-1, 0]`,
+    `is_main_process()`, `not master_process` do; `local_rank != -1` (is this a distributed run at
+    all?) does not: it holds on every rank of one."""
+    if isinstance(test, ast.BoolOp):
+        return any(_on_rank(v) for v in test.values)
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return _on_rank(test.operand)
+    if isinstance(test, ast.Compare):
+        operands = [test.left, *test.comparators]
+        if not any(_RANK_WORDS.search(ast.unparse(o)) for o in operands):
+            return False
+        return any(n >= 0 for o in operands for n in _ints(o))
+    if isinstance(test, (ast.Name, ast.Attribute, ast.Call)):
+        return bool(_RANK_WORDS.search(ast.unparse(test)))
+    return False

@@ -175,3 +175,44 @@ def test_a_rank_that_stepped_once_more_waits_in_ddpchecks_exchange_and_is_uneven
     assert found is not None and found.code == UNEVEN and found.ranks == (3,)
     assert found.message.startswith("rank 3 ran optimizer step 4 (the others have run 3) and waits in ddpcheck's "
                                     "check exchange: call #5: ranks 0–2 all_reduce float32[1] at t.py:9")
+
+
+GUARDED = """\
+    import torch.distributed as dist
+
+    def main(model, opt, loader, args):
+        for epoch in range(3):
+            for batch in loader:
+                model(batch).backward()
+                opt.step()
+            if dist.get_rank() == 0:
+                dist.all_reduce(total)
+            if args.local_rank != -1:
+                dist.barrier()
+"""
+
+
+def test_a_collective_under_an_if_on_the_rank_is_a_mismatch_named_by_its_line_not_a_rank_leaving_the_loop(tmp_path):
+    path = tmp_path / "train.py"
+    path.write_text(textwrap.dedent(GUARDED))
+    backward = Call(5, DDP_BACKWARD, "1 bucket: 36 B", f"{path}:6", 4)
+    guarded = Call(5, "all_reduce", "float32[1]", f"{path}:9", 4)
+    # The other rank's next gradient all-reduce meets rank 0's call: after the inner loop, but
+    # rank 0 did not leave the training loop.
+    found = diagnose({0: _state(0, guarded, steps=4), 1: _state(1, backward, steps=4)}, 2, hung_s=10)
+    assert found is not None and found.code == MISMATCH, found
+    assert found.ranks == (0,) and found.site == f"{path}:9"
+    assert "rank 0 makes that call only under `if dist.get_rank() == 0:` at train.py:8" in found.message
+    # The other rank finished the script: after the job, a crash of rank 0's call is this mismatch.
+    last = Call(4, DDP_BACKWARD, "1 bucket: 36 B", f"{path}:6", 3)
+    alone = {0: _state(0, guarded, steps=4), 1: _state(1, last, steps=4, current=False)}
+    found = diagnose(alone, 2, ended=frozenset({1}))
+    assert found is not None and found.code == MISMATCH and found.ranks == (0,) and found.site == f"{path}:9"
+    assert found.message.endswith("which the other ranks skip; rank 1 had finished the script")
+    # A hang where the other rank waits outside any collective: the same, not "never joined".
+    found = diagnose(alone, 2, hung_s=10)
+    assert found is not None and found.code == MISMATCH and found.ranks == (0,)
+    # `local_rank != -1` holds on every rank of a distributed run: no rank is singled out by it.
+    barrier = Call(5, "barrier", "", f"{path}:11", 4)
+    found = diagnose({0: _state(0, barrier, steps=4), 1: _state(1, backward, steps=4)}, 2, hung_s=10)
+    assert found is not None and found.code == UNEVEN

@@ -207,3 +207,25 @@ def test_a_rank_waiting_for_its_busy_worker_processes_is_slow_not_hung(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert codes(data) == [], [(f["code"], f["message"]) for f in data["findings"]]
     assert_no_survivors(mark)
+
+
+@pytest.mark.parametrize("mode", ["after", "epochs", "idle"])
+def test_a_collective_only_rank_0_makes_is_a_mismatch_at_its_line(tmp_path, mode):
+    # after: the other rank finishes the script and rank 0's call breaks; epochs: rank 0's call
+    # meets the other rank's next gradient all-reduce (it did not leave the loop); idle: the other
+    # rank waits outside any collective and the job hangs.
+    script = fixture("rank0_only_collective.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", str(TIMEOUT), str(script), mode],
+                                    tmp_path, timeout=300)
+    assert data is not None, proc.stdout + proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = _only(data, "DDP128")
+    lines = [i for i, t in enumerate(script.read_text().splitlines(), 1) if "dist.all_reduce(seen)" in t]
+    line = lines[0] if mode == "epochs" else lines[1]
+    assert found["ranks"] == [0] and found["location"]["line"] == line, found
+    assert f"rank 0 all_reduce float32[1] at rank0_only_collective.py:{line}" in found["message"]
+    assert "rank 0 makes that call only under `if " in found["message"]
+    if mode == "idle":
+        assert found["message"].endswith(f"the job hung (no progress for {TIMEOUT} s) and ddpcheck stopped it")
+        _decided_within_one_timeout(found)
+    assert_no_survivors(mark)

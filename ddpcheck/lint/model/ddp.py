@@ -201,6 +201,9 @@ def global_rank_source(model: Model, value: Value, depth: int = 3) -> str | None
             if argument(node, "group", 0) is not None:
                 return None  # the rank within a group (a node-local group gives the local rank)
             return "dist.get_rank()"
+        if name is not None and name.startswith(api.MPI_COMM_WORLD + ".") \
+                and name.rsplit(".", 1)[1] in api.MPI_RANK_METHODS:
+            return "MPI.COMM_WORLD.Get_rank()"  # the rank among every process of the job
         if name in api.ENV_GETTERS:
             key = string_text(argument(node, "key", 0))
             if key in api.GLOBAL_RANK_ENV:

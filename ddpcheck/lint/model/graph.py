@@ -514,7 +514,10 @@ class CallGraph:
                 c.dotted.rsplit(".", 1)[-1] == wanted or (c.target is not None and c.target.kind == "class"))]
         if name == "__call__":
             return [c for c in module.calls if c.qualname is None and c.dotted is not None]
-        return [c for c in module.calls if c.dotted is not None and c.dotted.rsplit(".", 1)[-1] == name]
+        # `mp.spawn(worker, ...)` calls `worker` under another name: a script that both spawns
+        # its worker and calls it directly on one GPU (`else: worker(0, args)`) has two callers.
+        return [c for c in module.calls if c.dotted is not None and (
+            c.dotted.rsplit(".", 1)[-1] == name or c.qualname in api.PROCESS_STARTERS)]
 
 
 # Outside classes derived from the ones rules ask about.

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
@@ -17,13 +18,23 @@ if TYPE_CHECKING:
 MAX_CLASSES = 24  # a bound: past it the answer is "unknown" for the classes not reached
 
 
-def classes_of(model: Model, values: list[Value]) -> list[tuple[ModuleModel, ClassInfo]]:
-    """The project classes the values are instances of (each once)."""
+def classes_of(model: Model, values: list[Value], depth: int = 3) -> list[tuple[ModuleModel, ClassInfo]]:
+    """The project classes the values are instances of (each once), also through
+    `SyncBatchNorm.convert_sync_batchnorm(module)`, which returns the module it is given."""
     out: list[tuple[ModuleModel, ClassInfo]] = []
     for value in values:
-        found = model.graph.instance_of(value)
-        if found is not None and all(found[1] is not c for _, c in out):
-            out.append(found)
+        call = value.call
+        site = value.module.call_at(call) if call is not None else None
+        if depth > 0 and site is not None and model.api(site) == api.CONVERT_SYNC_BATCHNORM:
+            given = site.arg("module", 0)
+            inner = model.values.at_call(site, given) if given is not None else []
+            found_all = classes_of(model, inner, depth - 1)
+        else:
+            found = model.graph.instance_of(value)
+            found_all = [found] if found is not None else []
+        for found in found_all:
+            if all(found[1] is not c for _, c in out):
+                out.append(found)
     return out
 
 

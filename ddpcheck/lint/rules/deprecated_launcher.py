@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.model.syntax import dotted, string_text
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -46,6 +46,13 @@ class DeprecatedLauncher(Rule):
     flag only as a fallback for `LOCAL_RANK`
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported, nor prose that only
     names the launcher ("formerly started with torch.distributed.launch").
+
+    Launch commands in comments and usage text, and the flag, are reported in scripts (files
+    run as `__main__`, or that do their work or parse the command line at module level) that
+    take part in DDP: a model file's note on how the project is trained, or a library module's
+    parser builder, is about another script. A `--local_rank` flag added by a parser builder
+    of the project is reported in the builder's module when a script that calls it has no other
+    source of the local rank.
 
     ## How to fix
     Launch with `torchrun --nproc_per_node=N script.py` and read the local rank with
@@ -95,6 +102,25 @@ class DeprecatedLauncher(Rule):
         import subprocess
         HELP = "formerly started with torch.distributed.launch; use torchrun"
         subprocess.run(["torchrun", "--nproc_per_node=2", "train.py"])
+        """,
+        """
+        \"\"\"A model file's note on how the project is trained is about another script.
+
+            python -m torch.distributed.launch --nproc_per_node=8 train.py
+        \"\"\"
+        import torch
+        class Net(torch.nn.Module):
+            pass
+        if __name__ == "__main__":
+            print(Net())
+        """,
+        """
+        # A parser builder in a library module: reported in the scripts that rely on the flag.
+        import argparse
+        def build_parser():
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--local_rank", type=int, default=0)
+            return parser
         """,
         """
         # DeepSpeed's launcher passes --local_rank itself.
@@ -181,6 +207,8 @@ class DeprecatedLauncher(Rule):
         super().__init__(model)
         self._mentions_launch = api.LAUNCH_MODULE in model.root.source
         self._flags: list[cst.CSTNode] = []
+        self._usage: list[cst.CSTNode] = []
+        self._ran: set[int] = set()  # command strings handed to subprocess/os.system
 
     def visit_Import(self, node: cst.Import) -> None:
         for alias in node.names:
@@ -198,11 +226,11 @@ class DeprecatedLauncher(Rule):
 
     def visit_Comment(self, node: cst.Comment) -> None:
         if self._mentions_launch and _COMMAND.search(node.value):
-            self.report(node, self.COMMENT_MESSAGE)
+            self._usage.append(node)
 
     def visit_SimpleString(self, node: cst.SimpleString) -> None:
         if self._mentions_launch and _COMMAND.search(node.value):
-            self.report(node, self.COMMENT_MESSAGE)
+            self._usage.append(node)
 
     def on_call(self, call: CallSite) -> None:
         if call.method == "add_argument":
@@ -225,23 +253,63 @@ class DeprecatedLauncher(Rule):
             return
         for value in self.model.values.at_call(call, command):
             node = value.node
-            if isinstance(node, (cst.List, cst.Tuple)):
+            if isinstance(node, cst.SimpleString) and _COMMAND.search(node.value):
+                self._ran.add(id(node))
+                self.report(node, self.COMMENT_MESSAGE, module=value.module)
+            elif isinstance(node, (cst.List, cst.Tuple)):
                 texts = [string_text(e.value) for e in node.elements]
                 for i in range(1, len(texts)):
                     if texts[i] == api.LAUNCH_MODULE and texts[i - 1] == "-m":
                         self.report(node.elements[i].value, module=value.module)
 
     def finish(self) -> None:
-        # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
         model = self.model
+        if not self._script():
+            # A model file or library module that mentions the launcher in a usage note, or a
+            # parser builder that scripts call: what counts is how the script that runs is
+            # launched and where it reads the local rank, so it is reported there.
+            return
+        for node in self._usage:
+            # Usage text in a file that takes no part in DDP (a model file's note on how the
+            # project is trained) is about another script.
+            if id(node) not in self._ran and model.uses_ddp:
+                self.report(node, self.COMMENT_MESSAGE)
+        flags = [(model.root, flag, None) for flag in self._flags] + self._helper_flags()
+        # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
         if (
-            self._flags
+            flags
             and not _READS_LOCAL_RANK_ENV.search(model.root.source)
             and not model.root.names.imports_from("deepspeed")
             and not any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
                         if c.target is not None and c.target.external is None and not model.is_root(c.target))
         ):
-            for flag in self._flags:
-                call = next((c.node for c in model.root.calls if any(a.value is flag for a in c.node.args)), None)
-                fix = remedies.local_rank_default_from_env(model.root, call) if call is not None else None
-                self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix)
+            for module, flag, site in flags:
+                call = next((c.node for c in module.calls if any(a.value is flag for a in c.node.args)), None)
+                fix = remedies.local_rank_default_from_env(module, call) \
+                    if call is not None and module is model.root else None
+                self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix, module=module,
+                            related=model.paths.chain(site) if site is not None else ())
+
+    def _script(self) -> bool:
+        """The linted file is a script a launcher starts: it runs as `__main__`, does its work at
+        module level, or parses the command line there."""
+        model = self.model
+        root = model.root
+        return model.is_entry_point() or any(
+            c.scope is root.module_scope and c.method in ("parse_args", "parse_known_args") for c in root.calls)
+
+    def _helper_flags(self) -> list[tuple[ModuleModel, cst.CSTNode, CallSite | None]]:
+        """`--local_rank` added by a parser builder of the project that the script calls; the
+        flag is counted only where that module itself never reads LOCAL_RANK."""
+        model = self.model
+        out: list[tuple[ModuleModel, cst.CSTNode, CallSite | None]] = []
+        for site in model.paths.sites():
+            if site.module is model.root or site.method != "add_argument":
+                continue
+            if _READS_LOCAL_RANK_ENV.search(site.module.source) or site.module.names.imports_from("deepspeed"):
+                continue
+            for a in site.node.args:
+                if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
+                    out.append((site.module, a.value, site))
+                    break
+        return out

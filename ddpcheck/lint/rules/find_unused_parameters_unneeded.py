@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
 from ddpcheck.lint.model.module import ClassInfo, ModuleModel
-from ddpcheck.lint.model.syntax import children, is_true
+from ddpcheck.lint.model.syntax import children, dotted, is_true
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
     class_closure,
@@ -35,7 +35,8 @@ class FindUnusedParametersUnneeded(Rule):
 
     Reported at the flag when the model class and every project class it builds are known, every
     layer they assign is read in their `forward`, each `forward` is straight-line code (no `if`,
-    no early `return`, no `try`) and returns one value (not a tuple, list or dict, whose parts a
+    no early `return`, no `try`; `if self.bn is not None: x = self.bn(x)` for a layer built only
+    in some configurations does not count as a branch) and returns one value (not a tuple, list or dict, whose parts a
     loss might leave out), and nothing reaches members dynamically or changes `requires_grad`.
 
     ## How to fix
@@ -96,6 +97,36 @@ class FindUnusedParametersUnneeded(Rule):
             """,
             lines=(14,),
         ),
+        Invalid(
+            """
+            import torch.nn as nn
+
+            class LinearProbe(nn.Module):
+                def __init__(self, dim, classes, use_bn=True):
+                    super().__init__()
+                    self.bn = None
+                    self.pool = nn.AdaptiveAvgPool2d((1, 1))
+                    if use_bn:
+                        self.bn = nn.BatchNorm2d(dim)
+                    self.linear = nn.Linear(dim, classes)
+
+                def forward(self, x):
+                    x = self.pool(x)
+                    if self.bn is not None:
+                        x = self.bn(x)
+                    x = x.view(x.size(0), -1)
+                    return self.linear(x)
+
+            probe = LinearProbe(2048, 1000)
+            probe = nn.SyncBatchNorm.convert_sync_batchnorm(probe)
+            probe = nn.parallel.DistributedDataParallel(
+                probe.cuda(),
+                device_ids=[gpu],
+                find_unused_parameters=True,
+            )
+            """,
+            lines=(24,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -139,6 +170,9 @@ def _straight_line(function: cst.FunctionDef) -> bool:
     stack: list[cst.CSTNode] = list(body)
     while stack:
         node = stack.pop()
+        if isinstance(node, cst.If) and _optional_layer(node):
+            stack.extend(children(node.body))  # runs exactly when the layer exists
+            continue
         if isinstance(node, (cst.If, cst.IfExp, cst.Try, cst.While, cst.Break, cst.Continue, cst.Raise)):
             return False
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
@@ -148,6 +182,31 @@ def _straight_line(function: cst.FunctionDef) -> bool:
     if len(returns) != 1 or returns[0].value is None:
         return False
     return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
+
+
+def _optional_layer(node: cst.If) -> bool:
+    """`if self.bn is not None: x = self.bn(x)` (or `if self.bn:`) with no `else`: a layer that
+    `__init__` builds only for some configurations is used whenever it exists, so the test is
+    not a branch that can leave parameters without a gradient."""
+    if node.orelse is not None:
+        return False
+    test = node.test
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if not (isinstance(target.operator, cst.IsNot) and isinstance(target.comparator, cst.Name)
+                and target.comparator.value == "None"):
+            return False
+        test = test.left
+    name = dotted(test) if isinstance(test, cst.Attribute) else None
+    if name is None or not name.startswith("self.") or name.count(".") != 1:
+        return False
+    stack: list[cst.CSTNode] = [node.body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Attribute) and dotted(current) == name:
+            return True
+        stack.extend(children(current))
+    return False
 
 
 def _returns(function: cst.FunctionDef) -> Iterator[cst.Return]:

@@ -6,7 +6,8 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import global_rank_source
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import string_text
+from ddpcheck.lint.model.syntax import int_value, string_text
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 _DEVICE_KEYWORDS = ("device", "map_location", "output_device")
@@ -24,9 +25,12 @@ class GlobalRankAsDevice(Rule):
 
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
     `device_ids=[x]`, `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
-    or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, or a
-    variable assigned from them. A parameter named `rank` (for instance in an `mp.spawn` worker,
-    where the spawn index is the local GPU) is not reported, nor `rank % torch.cuda.device_count()`.
+    or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, an MPI
+    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them. Also reported: the global
+    rank modulo a fixed GPU count (`rank % 8`, `rank % GPUS_PER_NODE` with `GPUS_PER_NODE = 8`),
+    which is right only on nodes with exactly that many GPUs. A parameter named `rank` (for
+    instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
+    nor `rank % torch.cuda.device_count()`.
 
     ## How to fix
     Use the local rank: with torchrun, `local_rank = int(os.environ["LOCAL_RANK"])`, then
@@ -44,6 +48,11 @@ class GlobalRankAsDevice(Rule):
     MESSAGE = (
         "device index `{index}` comes from the global rank ({source}): on every node after the first it "
         "names a GPU that does not exist; use the local rank, `int(os.environ[\"LOCAL_RANK\"])`"
+    )
+    MODULO_MESSAGE = (
+        "device index `{index}` is the global rank modulo a fixed GPU count ({source}): on nodes with "
+        "another number of GPUs it names a wrong or missing GPU; use the local rank, "
+        "`int(os.environ[\"LOCAL_RANK\"])`, or `rank % torch.cuda.device_count()`"
     )
 
     VALID = [
@@ -76,6 +85,17 @@ class GlobalRankAsDevice(Rule):
         """,
     ]
     INVALID = [
+        Invalid(
+            """
+            # An MPI job's rank folded by a fixed GPU count.
+            import torch
+            from mpi4py import MPI
+            GPUS_PER_NODE = 8
+            def dev():
+                return torch.device(f"cuda:{MPI.COMM_WORLD.Get_rank() % GPUS_PER_NODE}")
+            """,
+            lines=(6,),
+        ),
         Invalid(
             """
             import torch
@@ -126,15 +146,34 @@ class GlobalRankAsDevice(Rule):
                     source = self._source(site, expr)
                     if source:
                         text = " ".join(site.module.code(expr).split())
-                        self.report(index, self.MESSAGE.format(index=text, source=source), module=site.module,
+                        message = self.MODULO_MESSAGE if "%" in source else self.MESSAGE
+                        self.report(index, message.format(index=text, source=source), module=site.module,
                                     related=model.paths.chain(site))
                         break
 
     def _source(self, site: CallSite, expr: cst.BaseExpression) -> str | None:
         for value in self.model.values.at_call(site, expr):
-            found = global_rank_source(self.model, value)
+            found = global_rank_source(self.model, value) or self._modulo_constant(value)
             if found:
                 return found
+        return None
+
+    def _modulo_constant(self, value: Value) -> str | None:
+        """`rank % 8` (or `% GPUS_PER_NODE` set to a literal): the global rank folded by a fixed
+        GPU count, right only on nodes that have exactly that many GPUs. `rank %
+        torch.cuda.device_count()` asks the machine and is not reported."""
+        node = value.node
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, cst.Modulo):
+            return None
+        model = self.model
+        counts = model.values.of(value.module, node.right, value.scope, value.frame, at=value.at)
+        literals = {int_value(c.node) if isinstance(c.node, cst.CSTNode) else None for c in counts}
+        if len(literals) != 1 or None in literals:
+            return None
+        for inner in model.values.of(value.module, node.left, value.scope, value.frame, at=value.at):
+            found = global_rank_source(model, inner)
+            if found:
+                return f"{found} % {literals.pop()}"
         return None
 
     def _device_indices(self, site: CallSite) -> list[cst.BaseExpression]:

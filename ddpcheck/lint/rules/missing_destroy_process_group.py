@@ -42,9 +42,12 @@ class MissingDestroyProcessGroup(Rule):
     Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
     every rank — in a `finally:` block if the training can raise. The fix appends it to the
     function that creates the group and trains (a `setup()` that only creates it is passed over
-    for the function that calls it), or to the `__main__` block for module-level code. It is
-    unsafe: code after that point in the same process (a caller that goes on using the group, an
-    early `return` that skips the call) is not checked.
+    for the function that calls it), or to the `__main__` block for module-level code. Where the
+    group is made on some paths only (`if args.distributed: dist.init_process_group(...)`, a
+    setup helper that returns early when there is no launcher), the call goes under
+    `if dist.is_initialized():`, so that the same script run as one process does not raise. It
+    is unsafe: code after that point in the same process (a caller that goes on using the group,
+    an early `return` that skips the call) is not checked.
 
     ## References
     - https://pytorch.org/docs/stable/distributed.html#shutdown
@@ -191,6 +194,35 @@ class MissingDestroyProcessGroup(Rule):
                 mp.spawn(run, args=(2,), nprocs=2)
             """,
         ),
+        Invalid(
+            """
+            # A script that also runs as one process: the group exists only when distributed.
+            import torch.distributed as dist
+
+            def main(args):
+                if args.distributed:
+                    dist.init_process_group("nccl")
+                train(args)
+
+            if __name__ == "__main__":
+                main(parse_args())
+            """,
+            lines=(6,),
+            fixed="""
+            # A script that also runs as one process: the group exists only when distributed.
+            import torch.distributed as dist
+
+            def main(args):
+                if args.distributed:
+                    dist.init_process_group("nccl")
+                train(args)
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+
+            if __name__ == "__main__":
+                main(parse_args())
+            """,
+        ),
     ]
 
     GUARDED_MESSAGE = (
@@ -234,17 +266,23 @@ class MissingDestroyProcessGroup(Rule):
         root = model.root
         scope = site.scope.function
         if scope is None:
-            return remedies.destroy_at_end(root, None)
+            return remedies.destroy_at_end(root, None, model.api(site) != api.INIT_PROCESS_GROUP
+                                           or not remedies.runs_whenever(root.tree, site.node))
         function = Function(root, scope.qualname)
+        # A group made on some paths only (a script that also runs as one process; a helper of
+        # another module that may return before making it) is destroyed only when it exists.
+        guarded = model.api(site) != api.INIT_PROCESS_GROUP or not remedies.runs_whenever(function.node, site.node)
         if model.api(site) == api.INIT_PROCESS_GROUP and not _works_after(model, root, scope.qualname, site):
             callers = [c for c, _ in model.graph.callers(function) if c.module is root]
             if len(callers) != 1:
                 return None
             outer = callers[0].scope.function
             if outer is None:
-                return remedies.destroy_at_end(root, None)
+                guarded = guarded or not remedies.runs_whenever(root.tree, callers[0].node)
+                return remedies.destroy_at_end(root, None, guarded)
             function = Function(root, outer.qualname)
-        return remedies.destroy_at_end(root, function.node)
+            guarded = guarded or not remedies.runs_whenever(function.node, callers[0].node)
+        return remedies.destroy_at_end(root, function.node, guarded)
 
 
 def _works_after(model: Model, module: ModuleModel, function: str, init: CallSite) -> bool:

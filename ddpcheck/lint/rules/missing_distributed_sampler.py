@@ -7,7 +7,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.conditions import is_rank_value
-from ddpcheck.lint.model.syntax import is_none, subexpressions
+from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -22,7 +22,10 @@ class MissingDistributedSampler(Rule):
 
     Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process) or only
     in the non-distributed branch of a script (`if not args.distributed:`), loaders
-    over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time),
+    over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
+    — a torch one or a project subclass, also when a builder of another module makes it, and
+    loaders built where `isinstance(dataset, IterableDataset)` holds (builders that take the
+    dataset from a registry and choose the loader by its kind) —
     loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler, and
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
     themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
@@ -84,6 +87,18 @@ class MissingDistributedSampler(Rule):
                 yield from range(dist.get_rank(), 100, dist.get_world_size())
         dist.init_process_group("gloo")
         loader = DataLoader(Stream(), batch_size=8)
+        """,
+        """
+        # A builder that takes the dataset from a registry picks the loader by the dataset's kind.
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+        dist.init_process_group("nccl")
+        def build_loader(name, cfg):
+            dataset = DATASETS[name](cfg)
+            if isinstance(dataset, torch.utils.data.IterableDataset):
+                return DataLoader(dataset, batch_size=8)
+            return DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset))
         """,
         """
         # The sampler comes from a helper or is chosen by a flag: not plainly wrong.
@@ -159,13 +174,40 @@ class MissingDistributedSampler(Rule):
         if not values and site.has_star_kwargs:
             return False  # options passed on whole: the sampler may be among them
         dataset = site.arg("dataset", 0)
-        if dataset is not None and self._iterable(site, dataset):
+        if dataset is not None and (self._iterable(site, dataset) or self._narrowed(site, dataset)):
             return False
         if any(is_eval_name(name) for name in site.module.assigned_names(site.node)):
             return False
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
         return True
+
+    def _narrowed(self, site: CallSite, dataset: cst.BaseExpression) -> bool:
+        """The loader is built where `isinstance(dataset, IterableDataset)` holds (`if
+        isinstance(ds, IterableDataset): DataLoader(ds)`, or after `if not isinstance(...):
+        return ...`): builders that take a dataset from a registry pick the loader by its kind."""
+        text = site.module.code(dataset)
+        for guard in site.guards:
+            test, negated = guard.test, guard.negated
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, negated = test.expression, not negated
+            if negated or not isinstance(test, cst.Call) or dotted(test.func) != "isinstance":
+                continue
+            if len(test.args) != 2 or site.module.code(test.args[0].value) != text:
+                continue
+            kinds = test.args[1].value
+            elements = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+            # `isinstance(ds, (IterableDataset, Other))` is not enough: every class must stream.
+            if elements and all(self._iterable_class(site, e) for e in elements):
+                return True
+        return False
+
+    def _iterable_class(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        name = dotted(expr)
+        if name is None:
+            return False
+        target = self.model.resolver.name(site.module, name, site.scope)
+        return target is not None and self.model.graph.is_subclass(target, api.ITERABLE_DATASET)
 
     def _iterable(self, site: CallSite, dataset: cst.BaseExpression) -> bool:
         """The dataset shards itself: an IterableDataset (a torch one, a project subclass, or an

@@ -24,6 +24,10 @@ _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _MAX_HOPS = 3
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
+# Tests on tensor values (a rank's own data), as methods: `loss.isnan()`, `(x < 0).any()`.
+_TENSOR_TESTS = frozenset({"isnan", "isinf", "isfinite", "any", "all"})
+# torch calls that ask about the job or the machine rather than a tensor's values.
+_NOT_DATA = ("torch.distributed.", "torch.cuda.", "torch.accelerator.", "torch.backends.", "torch.__version__")
 
 
 class PrintOnEveryRank(Rule):
@@ -53,7 +57,9 @@ class PrintOnEveryRank(Rule):
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
-    at one value of the loop variable (`if epoch == start_epoch:`).
+    at one value of the loop variable (`if epoch == start_epoch:`); warnings printed when a test
+    on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
+    gives about its own data.
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
@@ -212,6 +218,19 @@ class PrintOnEveryRank(Rule):
 
         if __name__ == "__main__":
             main()
+        """,
+        """
+        # A warning about this rank's own batch, printed only when its data is out of range.
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("nccl")
+        for x, y in loader:
+            if torch.isnan(x).any():
+                print(f"NaN in the input batch; skipping")
+                continue
+            loss = model(x).sum()
+            loss.backward()
+            optimizer.step()
         """,
     ]
     INVALID = [
@@ -388,6 +407,8 @@ class PrintOnEveryRank(Rule):
                 continue
             if kind != "tqdm" and self._rank_tagged(site):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
+            if kind != "tqdm" and self._data_check(site):
+                continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
             if kind == "print" and print_silenced:
                 continue
             if kind == "logging" and (self._logging_silenced() or not self._logger_visible(site)
@@ -584,6 +605,21 @@ class PrintOnEveryRank(Rule):
                     node = bound.node.value if isinstance(bound, Augmented) else bound
                     if isinstance(node, cst.CSTNode) and _RANK.search(module.code(node)):
                         return True
+        return False
+
+    def _data_check(self, site: CallSite) -> bool:
+        """Printed when a test on tensor values holds (`if torch.min(y) < -1.0:`, `if
+        loss.isnan():`): each rank reports an anomaly of its own data, once, not a copy of the
+        same line."""
+        for guard in site.guards:
+            for sub in subexpressions(guard.test):
+                if not isinstance(sub, cst.Call):
+                    continue
+                if isinstance(sub.func, cst.Attribute) and sub.func.attr.value in _TENSOR_TESTS:
+                    return True
+                name = self.model.qualname(site.module, sub.func, site.scope) or ""
+                if name.startswith("torch.") and not name.startswith(_NOT_DATA):
+                    return True
         return False
 
     def _none_on_some_ranks(self, site: CallSite) -> bool:

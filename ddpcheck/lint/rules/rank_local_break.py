@@ -5,6 +5,7 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import CallSite, ForSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import subexpressions
@@ -34,9 +35,11 @@ class RankLocalBreak(Rule):
     batches, so this is the remaining way for the ranks to disagree.
 
     Reported at the `break` / `return` inside a loop that runs a DDP model's forward or a
-    `backward()`, when its `if` reads the clock, a tensor's `.item()`, `isnan`/`isinf` or a file's
-    existence (directly or through a variable assigned from one in the function), and the loop
-    makes no collective call that could agree on the decision.
+    `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
+    tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
+    assigned from one in the function), or a variable the function updates only under a rank
+    condition (an early-stopping counter kept by rank 0), and the loop makes no collective call
+    that could agree on the decision.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -116,6 +119,32 @@ class RankLocalBreak(Rule):
             """,
             lines=(7,),
         ),
+        Invalid(
+            """
+            import torch.distributed as dist
+
+            def fit(rank, model, train_loader, valid_loader, optimizer, epochs, patience):
+                best, stale = float("inf"), 0
+                for epoch in range(epochs):
+                    if stale > patience:
+                        break
+                    train_one_epoch(model, train_loader, optimizer)
+                    if rank == 0:
+                        val_loss = evaluate(model, valid_loader)
+                        if val_loss < best:
+                            best, stale = val_loss, 0
+                        else:
+                            stale += 1
+                    dist.barrier()
+
+            def train_one_epoch(model, loader, optimizer):
+                for x, y in loader:
+                    optimizer.zero_grad()
+                    model(x, y).backward()
+                    optimizer.step()
+            """,
+            lines=(7,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -128,9 +157,14 @@ class RankLocalBreak(Rule):
             if not exits:
                 continue
             body_calls = [c for c in root.calls if loop.node in c.loops]
-            if not any(c.method == "backward" for c in body_calls) and not self._forwards(body_calls):
+            # A backward in the loop, or in a project function it calls (`train_one_epoch(...)`).
+            if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
+                    and not self._forwards(body_calls):
                 continue
-            if any(model.facts.does(c, "collective") for c in body_calls):
+            # A collective every rank makes could carry the decision; a barrier carries nothing, and
+            # one made on some ranks only agrees on nothing.
+            if any(model.facts.does(c, "collective") and model.api(c) not in api.BARRIERS
+                   and model.paths.rank_guard(c) is None for c in body_calls):
                 continue
             for exit_node, guard_test in exits:
                 if self._local(root, loop.scope, guard_test):
@@ -154,6 +188,12 @@ class RankLocalBreak(Rule):
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
                     return True
             elif isinstance(node, cst.Name) and depth > 0:
+                # Updated under a rank condition (`if rank == 0: stale_epochs += 1`): each rank
+                # holds its own value.
+                for point in scope.points.get(node.value, []):
+                    if point is not None and any(self.model.paths.kind(root, g, scope) in ("main", "other")
+                                                 for g in point.guards):
+                        return True
                 for value in scope.assignments.get(node.value, []):
                     if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1):
                         return True

@@ -1,15 +1,23 @@
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.syntax import children, int_value
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
-from ddpcheck.lint.rules._argparse import int_default
+from ddpcheck.lint.rules._argparse import option_defaults
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 
 class SameSeedOnEveryRank(Rule):
@@ -29,9 +37,12 @@ class SameSeedOnEveryRank(Rule):
     and nothing fails. Off by default and informational: seeding identically is sometimes
     deliberate, and the effect is a loss of diversity, not wrong gradients.
 
-    Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`) that runs on
-    every rank of a file whose DataLoader uses a DistributedSampler, when the seed is a literal or
-    a command-line option with a literal default, and nothing in it comes from the rank.
+    Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
+    seeders such as `transformers.set_seed`) that runs on every rank of a file whose DataLoader
+    uses a DistributedSampler (built in the file or in a project function it calls), when the seed is a literal or a command-line option of the file
+    (whatever its default: every rank gets the same command line), and nothing in it comes from
+    the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
+    whose body seeds torch with that parameter or its `.seed`) is judged by what it passes.
 
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
@@ -67,6 +78,18 @@ class SameSeedOnEveryRank(Rule):
         torch.manual_seed(args.seed + rank)
         loader = DataLoader(train_set, sampler=DistributedSampler(train_set, seed=args.seed), num_workers=8)
         """,
+        """
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def set_seed(seed):
+            torch.manual_seed(seed)
+
+        dist.init_process_group("nccl")
+        set_seed(args.seed + dist.get_rank())
+        loader = DataLoader(train_set, sampler=DistributedSampler(train_set), num_workers=8)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -85,26 +108,146 @@ class SameSeedOnEveryRank(Rule):
             """,
             lines=(10,),
         ),
+        Invalid(
+            """
+            import argparse
+            import random
+
+            import numpy as np
+            import torch
+            import torch.distributed as dist
+            from torch.utils.data import DataLoader, DistributedSampler
+
+
+            def fix_random_seeds(seed=31):
+                torch.manual_seed(seed)
+                torch.cuda.manual_seed_all(seed)
+                np.random.seed(seed)
+
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--seed", type=int)
+                args = parser.parse_args()
+                dist.init_process_group("nccl")
+                if args.seed is not None:
+                    fix_random_seeds(args.seed)
+                sampler = DistributedSampler(train_set)
+                loader = DataLoader(train_set, sampler=sampler, batch_size=64, num_workers=10)
+            """,
+            lines=(22,),
+        ),
+        Invalid(
+            """
+            import argparse
+            import random
+
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            from gpu import add_gpu_params, parse_gpu
+
+            parser = argparse.ArgumentParser(description="fine-tuning")
+            parser.add_argument("--train_data", required=True)
+            add_gpu_params(parser)
+
+            if __name__ == "__main__":
+                args = parser.parse_args()
+                parse_gpu(args)
+                torch.manual_seed(args.random_seed)
+                random.seed(args.random_seed)
+                train_data = load_dataset(args.train_data)
+                train_loader = DataLoader(train_data, batch_size=8, drop_last=True,
+                                          sampler=DistributedSampler(train_data, seed=args.random_seed))
+            """,
+            lines=(16,),
+        ),
+        Invalid(
+            """
+            import argparse
+            import random
+
+            import numpy as np
+            import torch
+            from transformers import set_seed as hf_set_seed
+            from torch.utils.data import DataLoader
+            from torch.utils.data.distributed import DistributedSampler
+
+
+            def set_seed(args):
+                random.seed(args.seed)
+                np.random.seed(args.seed)
+                torch.manual_seed(args.seed)
+                if args.n_gpu > 0:
+                    torch.cuda.manual_seed_all(args.seed)
+
+
+            def main():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--seed", default=None, type=int)
+                parser.add_argument("--local_rank", type=int, default=-1)
+                args = parser.parse_args()
+                torch.distributed.init_process_group(backend="nccl")
+                if args.seed is not None:
+                    set_seed(args)
+                hf_set_seed(args.seed)
+                sampler = DistributedSampler(labeled_dataset)
+                loader = DataLoader(labeled_dataset, sampler=sampler, batch_size=64, num_workers=4)
+            """,
+            lines=(26, 27),
+        ),
     ]
 
     def finish(self) -> None:
         model = self.model
         if not model.uses_ddp:
             return
-        if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None for s in model.root.calls):
+        # The file loads data through a DistributedSampler: its own DataLoader, or a sampler built
+        # in a project function it calls (`make_imagenet1k(...)`, a trainer's loader builder).
+        if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None
+                   or model.facts.does(s, "distributed_sampler") for s in model.root.calls):
             return
         resolve = model.resolver_for(model.root)
         for site in model.root.calls:
-            if model.api(site) not in _SEEDERS:
+            if model.paths.rank_guard(site) is not None:
                 continue
-            seed = site.arg("seed", 0)
-            if seed is None or model.paths.rank_guard(site) is not None:
+            if model.api(site) in _SEEDERS:
+                seed = site.arg("seed", 0)
+                helper = model.paths.function_of(site)
+                if helper is not None and _seeded_parameter(model, helper) is not None:
+                    continue  # a seeding helper: its calls are judged by what they pass (below)
+                if seed is not None and self._same_everywhere(site, seed, resolve):
+                    self.report(site.node, self.MESSAGE.format(seed=model.text_of(model.root, seed)))
                 continue
-            if _mentions_rank(seed, resolve):
-                continue
-            values = model.values.at_call(site, seed)
-            if values and all(self._constant(v, resolve) for v in values):
-                self.report(site.node, self.MESSAGE.format(seed=model.text_of(model.root, seed)))
+            # A project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`): judged
+            # by what this call passes to the parameter the helper seeds torch with.
+            for function, bound in model.graph.targets(site):
+                seeded = _seeded_parameter(model, function)
+                if seeded is None:
+                    continue
+                param, attr = seeded
+                passed = model.graph.argument_for(site, function, param, bound)
+                if not isinstance(passed, cst.BaseExpression):
+                    continue
+                if attr is None:
+                    same = self._same_everywhere(site, passed, resolve)
+                    shown = model.text_of(model.root, passed)
+                else:
+                    # `set_seed(args)` seeding with `args.seed`: the command line's namespace.
+                    same = isinstance(passed, cst.Name) and not _reassigned(model.root, attr) and (
+                        _option(model.root, attr) or self._namespace(site, passed))
+                    shown = f"{model.text_of(model.root, passed)}.{attr}"
+                if same:
+                    self.report(site.node, self.MESSAGE.format(seed=shown))
+                    break
+
+    def _same_everywhere(self, site: CallSite, seed: cst.BaseExpression, resolve: Resolve) -> bool:
+        """Whether `seed`, passed at `site`, is the same on every rank: a literal, or a command-line
+        option (every rank is started with the same command line), with nothing from the rank."""
+        if _mentions_rank(seed, resolve):
+            return False
+        values = self.model.values.at_call(site, seed)
+        return bool(values) and all(self._constant(v, resolve) for v in values)
 
     def _constant(self, value: Value, resolve: Resolve) -> bool:
         node = value.node
@@ -112,11 +255,85 @@ class SameSeedOnEveryRank(Rule):
             return False
         if int_value(node) is not None:
             return True
-        # A command-line option (`args.seed` with a literal default) is the same on every rank.
-        return int_default(value.module, node) is not None
+        # A command-line option (`args.seed`) is the same on every rank, whatever its default
+        # (`if args.seed is not None: torch.manual_seed(args.seed)` seeds only when it is given).
+        if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
+            if _option(value.module, node.attr.value):
+                return True
+            # `args.seed` of `args = parser.parse_args()` where a project helper declared it
+            # (`add_gpu_params(parser)`): still the command line's value.
+            if _reassigned(value.module, node.attr.value):
+                return False
+            bases = self.model.values.of(value.module, node.value, value.scope, at=value.at)
+            return bool(bases) and all(_parsed_arguments(b) for b in bases)
+        return False
+
+    def _namespace(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """Whether `expr`, passed at `site`, is the namespace `parse_args()` returned."""
+        values = self.model.values.at_call(site, expr)
+        return bool(values) and all(_parsed_arguments(v) for v in values)
 
 
 _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+# Library helpers that seed torch's generator (with random and numpy) from their first argument.
+_LIBRARY_SEEDERS = frozenset({
+    "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
+    "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
+})
+_SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
+
+
+def _option(module: ModuleModel, dest: str) -> bool:
+    """Whether `module` declares the command-line option `dest` and never assigns to it (a
+    per-rank `args.seed = args.seed + rank` would make it differ)."""
+    return dest in option_defaults(module) and not _reassigned(module, dest)
+
+
+def _reassigned(module: ModuleModel, dest: str) -> bool:
+    return re.search(rf"\.{re.escape(dest)}\s*(=[^=]|[-+*/|&]=)", module.source) is not None
+
+
+def _parsed_arguments(value: Value) -> bool:
+    """Whether a leaf is the namespace `parser.parse_args()` (or `parse_known_args()[0]`) returns."""
+    node = value.node
+    if isinstance(node, cst.Subscript):
+        node = node.value
+    if not isinstance(node, cst.Call) or not isinstance(node.func, cst.Attribute):
+        return False
+    return node.func.attr.value in ("parse_args", "parse_known_args")
+
+
+def _seeding_or_bookkeeping(site: CallSite) -> bool:
+    """A call a seeding helper makes: a seeder, a type check or a log line."""
+    name = dotted(site.node.func) or ""
+    last = name.rsplit(".", 1)[-1]
+    return "seed" in last or name in ("isinstance", "int", "print", "str") or last in (
+        "info", "debug", "warning", "use_deterministic_algorithms")
+
+
+def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | None] | None:
+    """The parameter a project function seeds torch's generator with, unconditionally on the
+    rank and unchanged: `torch.manual_seed(seed)` (attr None) or `torch.manual_seed(args.seed)`
+    (attr "seed"); None when it seeds with anything else or not at all."""
+    params = {p.name: p for p in function.params() if not p.star}
+    calls = function.module.calls_in(function.qualname)
+    # Only a dedicated helper (every call in it seeds something): in a worker such as
+    # `main(gpu, args)` the seeding call itself is where the rank is known and the fix goes.
+    if not calls or not all(_seeding_or_bookkeeping(c) for c in calls):
+        return None
+    for site in calls:
+        if model.api(site) not in _SEEDERS or model.paths.rank_guard(site) is not None:
+            continue
+        seed = site.arg("seed", 0)
+        base, attr = seed, None
+        if isinstance(seed, cst.Attribute) and isinstance(seed.value, cst.Name):
+            base, attr = seed.value, seed.attr.value
+        if not isinstance(base, cst.Name) or base.value not in params:
+            continue
+        if len(function.scope.assignments.get(base.value, ())) != 1:
+            continue  # reassigned in the helper (`seed = seed + rank`)
+        return params[base.value], attr
+    return None
 
 
 def _mentions_rank(expr: cst.CSTNode, resolve: Resolve) -> bool:

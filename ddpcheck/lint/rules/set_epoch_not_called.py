@@ -7,7 +7,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
-from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -41,13 +41,23 @@ class SetEpochNotCalled(Rule):
     a function of the project that is handed the loader or the sampler. Validation and test
     samplers (by their names) are not reported: their order does not change a metric.
 
+    A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
+    again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
+    epoch from data made before the loop), not when what it is built from comes from the pass
+    (`for stage in stages: loader = build_loader(stage)`, `DistributedSampler(ds, seed=epoch)`):
+    each stage or task then has its own data, read once. The fix is not offered there, since
+    the sampler does not exist yet at the top of the loop: call `set_epoch` after building it.
+
     ## How to fix
     Call `sampler.set_epoch(epoch)` as the first statement of the epoch loop, before iterating
     the loader. The fix inserts exactly that, right on every path: where the sampler exists
     only when distributed (`sampler = DistributedSampler(ds) if distributed else None`) it
     writes `if sampler is not None: sampler.set_epoch(epoch)`, and through the loader
-    `if hasattr(loader.sampler, "set_epoch"): ...` (a plain sampler has no `set_epoch`). It is
-    unsafe because it changes the order of samples from the second epoch on.
+    `if hasattr(loader.sampler, "set_epoch"): ...` (a plain sampler has no `set_epoch`); so it
+    does too, through the loader the loop iterates, where the sampler or its loader is made in the
+    distributed mode only (`if args.distributed: sampler = DistributedSampler(ds)` and an epoch
+    loop shared by both modes). It is unsafe because it changes the order of samples from the
+    second epoch on.
 
     ## References
     - https://pytorch.org/docs/stable/data.html#torch.utils.data.distributed.DistributedSampler
@@ -131,6 +141,15 @@ class SetEpochNotCalled(Rule):
                 step(batch)
         """,
         """
+        # A loader built anew for each stage's own data, iterated once per stage.
+        from torch.utils.data import DataLoader, DistributedSampler
+        for stage in stages:
+            data = StageData(stage["root"])
+            loader = DataLoader(data, sampler=DistributedSampler(data))
+            for batch in loader:
+                step(batch)
+        """,
+        """
         # Iterated once, not in an epoch loop: the epoch never changes.
         from torch.utils.data import DataLoader, DistributedSampler
         loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
@@ -139,6 +158,17 @@ class SetEpochNotCalled(Rule):
         """,
     ]
     INVALID = [
+        Invalid(
+            """
+            # Rebuilt each epoch over the same data: a fresh sampler starts at epoch 0 every time.
+            from torch.utils.data import DataLoader, DistributedSampler
+            for epoch in range(10):
+                loader = DataLoader(dataset, sampler=DistributedSampler(dataset))
+                for batch in loader:
+                    step(batch)
+            """,
+            lines=(3,),
+        ),
         Invalid(
             """
             import torch.distributed as dist
@@ -292,6 +322,39 @@ class SetEpochNotCalled(Rule):
                     step(x, y)
             """,
         ),
+        Invalid(
+            """
+            # One epoch loop for both modes; the sampler exists only when distributed.
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def train(args, dataset):
+                if args.distributed:
+                    sampler = DistributedSampler(dataset)
+                    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+                else:
+                    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+                for epoch in range(args.epochs):
+                    for batch in loader:
+                        step(batch)
+            """,
+            lines=(10,),
+            fixed="""
+            # One epoch loop for both modes; the sampler exists only when distributed.
+            from torch.utils.data import DataLoader, DistributedSampler
+
+            def train(args, dataset):
+                if args.distributed:
+                    sampler = DistributedSampler(dataset)
+                    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+                else:
+                    loader = DataLoader(dataset, batch_size=32, shuffle=True)
+                for epoch in range(args.epochs):
+                    if hasattr(loader.sampler, "set_epoch"):
+                        loader.sampler.set_epoch(epoch)
+                    for batch in loader:
+                        step(batch)
+            """,
+        ),
     ]
 
     def finish(self) -> None:
@@ -320,14 +383,24 @@ class SetEpochNotCalled(Rule):
             node, module, scope, loader = loop
             expression = self._expression(found, module, scope, loader)
             fix = None
-            if module is model.root:
+            made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
+            # A sampler made anew inside the loop does not exist yet at the loop's first line.
+            rebuilt = made is not None and self._made_within(node, module, made, 4, set()) is not None
+            if module is model.root and not rebuilt:
                 given, _ = sampler_values(model, found.loader)
                 conditional = any(isinstance(v.node, cst.CSTNode) and is_none(v.node) for v in given) \
                     or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
                 own_name = not expression.endswith(".sampler")
                 guard = ("none" if own_name else "hasattr") if conditional else None
-                fix = remedies.set_epoch(node, expression, guard)
-            made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
+                target: str | None = expression
+                if guard != "none" and remedies.made_on_some_paths([found.loader, *([made] if made else [])],
+                                                                   module, node, scope):
+                    # `if args.distributed: sampler = DistributedSampler(ds); loader = ...` and an
+                    # epoch loop for both modes: reach the sampler through the loader the loop
+                    # iterates, when it has one with `set_epoch`.
+                    target = remedies.through_loader(loader, scope, found.via_batch_sampler)
+                    guard = "hasattr"
+                fix = remedies.set_epoch(node, target, guard) if target is not None else None
             # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
             self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
                         related=[made] if made is not None else [])
@@ -387,24 +460,84 @@ class SetEpochNotCalled(Rule):
 
     def _epoch_loop(self, found: Feed) -> tuple[cst.CSTNode, ModuleModel, Scope, str] | None:
         """The loop around an iteration of the loader (or around a call handed the loader),
-        with its module and scope and how the loader is named there."""
+        with its module and scope and how the loader is named there: the first such loop that
+        repeats one order (see _repeats)."""
         loader = found.loader.node
         for module in self.model.paths.modules():
             for site in module.fors:
                 if not site.loops:
                     continue
                 used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
-                if used is not None:
+                if used is not None and self._repeats(found, site.loops[-1], module, site.scope):
                     return site.loops[-1], module, site.scope, dotted(used) or "loader"
         for call in self.model.paths.sites():
             if not call.loops or not self._iterates(call):
                 continue
             for a in call.node.args:
-                if self._holds_loader(call.module, a.value, call.scope, loader, call.point):
+                if self._holds_loader(call.module, a.value, call.scope, loader, call.point) \
+                        and self._repeats(found, call.loops[0], call.module, call.scope):
                     # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
                     # outermost loop of the function is the epoch loop.
                     return call.loops[0], call.module, call.scope, dotted(a.value) or "loader"
         return None
+
+    def _repeats(self, found: Feed, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
+        """Whether each pass of `loop` draws the sampler's order again unchanged. A sampler made
+        before the loop keeps epoch 0 on every pass. A sampler made anew on each pass (the loader
+        rebuilt per stage, task or epoch) also starts at epoch 0: its order is the same again
+        when it shuffles the same dataset with the same seed, and differs when what it is built
+        from comes from the pass (`for stage in stages: build_loader(stage)`, `seed=epoch`)."""
+        sampler = found.sampler
+        made = sampler.module.call_at(sampler.call) if sampler.call is not None else None
+        if made is None:
+            return True
+        top = self._made_within(loop, module, made, 4, set())
+        if top is None:
+            return True  # made once, before the loop
+        names = self._loop_names(loop)
+        if not names:
+            return True  # `while`: nothing of the pass tells the samplers apart
+        return not any(self._from_pass(module, a.value, scope, top, names, 2) for a in top.node.args)
+
+    def _made_within(self, loop: cst.CSTNode, module: ModuleModel, site: CallSite, depth: int,
+                     seen: set[int]) -> CallSite | None:
+        """The call inside `loop` (in `module`) that makes or leads to `site`, if any."""
+        if site.module is module and loop in site.loops:
+            return site
+        function = self.model.paths.function_of(site)
+        if depth <= 0 or function is None or id(site.node) in seen:
+            return None
+        seen.add(id(site.node))
+        for caller, _ in self.model.graph.callers(function):
+            found = self._made_within(loop, module, caller, depth - 1, seen)
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def _loop_names(loop: cst.CSTNode) -> frozenset[str]:
+        if not isinstance(loop, cst.For):
+            return frozenset()
+        return frozenset(n.value for n in subexpressions(loop.target) if isinstance(n, cst.Name))
+
+    def _from_pass(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, at: CallSite,
+                   names: frozenset[str], depth: int) -> bool:
+        """`expr` (an argument of a call in the loop) depends on the loop's variables: it names
+        one, or a value assigned from one in the loop."""
+        used = [n for n in subexpressions(expr) if isinstance(n, cst.Name)]
+        if any(n.value in names for n in used):
+            return True
+        if depth <= 0:
+            return False
+        for name in used:
+            if not scope.lookup(name.value):
+                continue
+            for value in self.model.values.of(module, name, scope, at=at.point):
+                node = value.node
+                if value.module is module and isinstance(node, cst.CSTNode) and not isinstance(node, cst.Name) \
+                        and self._from_pass(module, node, scope, at, names, depth - 1):
+                    return True
+        return False
 
     def _iterates(self, call: CallSite) -> bool:
         """A call that may iterate a loader handed to it: a function (of the project or unknown),

@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
-from ddpcheck.lint.model.module import ModuleModel, Scope
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import classes_of
@@ -33,7 +33,9 @@ class UnevenInputs(Rule):
 
     Reported at the split (or the class's `__iter__`) when the file trains with it and contains
     no `join()` (DDP's uneven-inputs context manager) and no truncation to a multiple of the
-    world size.
+    world size. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
+    `.tensor_split`) counts when a back-propagating loop iterates what it feeds (a loader built
+    from it); the evaluation splits beside it are not reported.
 
     ## How to fix
     Use `DistributedSampler` for map-style data; for a hand split, truncate first
@@ -117,6 +119,36 @@ class UnevenInputs(Rule):
             """,
             lines=(8,),
         ),
+        Invalid(
+            """
+            from math import ceil
+
+            import torch.distributed as dist
+            import torch.nn.functional as F
+            from torch_geometric.loader import NeighborLoader
+
+            def run(rank, world_size, data, model, optimizer):
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+                train_idx = data.train_mask.nonzero(as_tuple=False).view(-1)
+                train_idx = train_idx.split(ceil(train_idx.size(0) / world_size))[rank]
+                val_idx = data.val_mask.nonzero(as_tuple=False).view(-1)
+                val_idx = val_idx.split(ceil(val_idx.size(0) / world_size))[rank]
+                train_loader = NeighborLoader(data, input_nodes=train_idx, num_neighbors=[25, 10],
+                                              batch_size=1024, shuffle=True, drop_last=True)
+                val_loader = NeighborLoader(data, input_nodes=val_idx, num_neighbors=[25, 10], batch_size=1024)
+                for epoch in range(1, 21):
+                    model.train()
+                    for batch in train_loader:
+                        optimizer.zero_grad()
+                        out = model(batch.x, batch.edge_index)[:batch.batch_size]
+                        F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+                        optimizer.step()
+                    model.eval()
+                    for batch in val_loader:
+                        model(batch.x, batch.edge_index)
+            """,
+            lines=(10,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -134,7 +166,10 @@ class UnevenInputs(Rule):
                     self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
                 elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and _by_rank(sub, resolve):
                     site = root.call_at(sub.value)
-                    if site is not None and model.api(site) in _SPLITTERS:
+                    if site is None:
+                        continue
+                    if model.api(site) in _SPLITTERS or (
+                            _split_method(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for site in root.calls:
             if model.api(site) != api.DATALOADER:
@@ -156,6 +191,24 @@ class UnevenInputs(Rule):
                     self.report(function.name, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                 module=module)
 
+    def _trains_with(self, scope: Scope, names: list[str]) -> bool:
+        """Whether a loop of `scope` that back-propagates iterates one of `names` or what a call
+        builds from them (`loader = NeighborLoader(input_nodes=train_idx)`): the split feeds
+        training, not an evaluation without collectives."""
+        model = self.model
+        root = model.root
+        reached = set(names)
+        for site in root.calls:
+            if site.scope is scope and any(_mentions(arg.value, reached) for arg in site.node.args):
+                reached.update(root.assigned_names(site.node))
+        for loop in root.fors:
+            if loop.scope is not scope or not _mentions(loop.node.iter, reached):
+                continue
+            if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
+                   for c in root.calls):
+                return True
+        return False
+
 
 def _strided_by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
     """`x[rank::world_size]`."""
@@ -168,6 +221,20 @@ def _strided_by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
 
 def _by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
     return len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and is_rank_value(sub.slice[0].slice.value, resolve)
+
+
+def _mentions(expr: cst.BaseExpression, names: set[str]) -> bool:
+    return any(isinstance(sub, cst.Name) and sub.value in names for sub in subexpressions(expr))
+
+
+def _split_method(site: CallSite) -> bool:
+    """`idx.split(ceil(len(idx) / world_size))`, `idx.chunk(world_size)`, `x.tensor_split(world_size)`:
+    a tensor split into one piece per rank (a world-size argument tells it from `text.split(",")`)."""
+    if site.method not in ("split", "chunk", "tensor_split"):
+        return False
+    return any(any(w in (dotted(sub) or "") for w in _WORLD)
+               for arg in site.node.args for sub in subexpressions(arg.value)
+               if isinstance(sub, (cst.Name, cst.Attribute)))
 
 
 def _is_world(expr: cst.BaseExpression) -> bool:

@@ -30,8 +30,9 @@ class UnreducedShardMetric(Rule):
     Reported at the print / log call (`print`, `logger.info`, `writer.add_scalar`, `wandb.log`,
     ...) after a loop over a DataLoader fed by a DistributedSampler, when what it reports is
     computed from counters the loop accumulated and the function makes no collective call (nor
-    hands the counters to a function) after the loop. Metrics returned to the caller are left to
-    the caller.
+    hands the counters to a project function, unless that function only logs them:
+    `writer.test_logging(loss, step)` whose body calls `add_scalar`) after the loop. Metrics
+    returned to the caller are left to the caller.
 
     ## How to fix
     All-reduce the sums before dividing: `stats = torch.tensor([correct, total], device=device);
@@ -124,6 +125,36 @@ class UnreducedShardMetric(Rule):
             """,
             lines=(7,),
         ),
+        Invalid(
+            """
+            import torch
+            from torch.utils.data import DataLoader, DistributedSampler
+            from torch.utils.tensorboard import SummaryWriter
+
+
+            class MetricWriter:
+                def __init__(self, logdir):
+                    self.tb = SummaryWriter(logdir)
+
+                def test_logging(self, loss, step):
+                    self.tb.add_scalar("test/loss", loss, step)
+
+
+            def test_model(model, loader, criterion, writer, step):
+                total = 0.0
+                with torch.no_grad():
+                    for x, y in loader:
+                        total += criterion(model(x), y).item()
+                writer.test_logging(total / len(loader), step)
+
+
+            def main(model, criterion, test_set):
+                writer = MetricWriter("runs")
+                loader = DataLoader(test_set, batch_size=64, sampler=DistributedSampler(test_set))
+                test_model(model, loader, criterion, writer, 0)
+            """,
+            lines=(19,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -139,11 +170,15 @@ class UnreducedShardMetric(Rule):
             last = max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)
             later = [s for s in root.calls if s.scope.function is function and s.tick > last
                      and loop.node not in s.loops]
-            if any(model.facts.does(s, "collective") or model.graph.targets(s) and _passes(s, counters)
-                   for s in later):
+            if any(model.facts.does(s, "collective") for s in later):
+                continue
+            handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)]
+            # Counters handed to a project function may be reduced or kept there, unless it only
+            # logs them (`writer.test_logging(total_loss, step)` → add_scalar).
+            if any(not self._logs_only(s) for s in handed):
                 continue
             for site in later:
-                if not self._reports(site):
+                if not (self._reports(site) or site in handed):
                     continue
                 used = _derived(loop, counters, _names_in(site.node))
                 if used:
@@ -167,6 +202,17 @@ class UnreducedShardMetric(Rule):
             if site is not None and model.api(site) == api.DATALOADER and feed(model, site) is not None:
                 return True
         return False
+
+    def _logs_only(self, site: CallSite) -> bool:
+        """Every project function `site` may run reports something and returns nothing."""
+        targets = self.model.graph.targets(site)
+        for function, _ in targets:
+            node = function.node
+            if any(r.value is not None for r in _returns(node)):
+                return False
+            if not any(self._reports(c) for c in function.module.calls_in(function.qualname)):
+                return False
+        return bool(targets)
 
     def _reports(self, site: CallSite) -> bool:
         name = self.model.api(site) or dotted(site.node.func) or ""
@@ -225,3 +271,15 @@ def _names_in(node: cst.CSTNode) -> set[str]:
 
 def _passes(site: CallSite, counters: set[str]) -> bool:
     return bool(_names_in(site.node) & counters)
+
+
+def _returns(function: cst.FunctionDef) -> list[cst.Return]:
+    out: list[cst.Return] = []
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Return):
+            out.append(node)
+        elif not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(node))
+    return out

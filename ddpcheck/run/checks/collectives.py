@@ -43,7 +43,10 @@ class CollectiveMismatch(RuntimeCheck):
     every checked step; when a job hangs or crashes, the last calls of every rank are. The finding
     is the first call that differs, e.g. "call #2: rank 2 all_reduce float32[5] at stats.py:10,
     ranks 0, 1, 3 all_reduce float32[4] at stats.py:10", or "call #5: rank 0 barrier at
-    train.py:25, ranks 1–3 DDP's gradient all-reduce in loss.backward() at train.py:22".
+    train.py:25, ranks 1–3 DDP's gradient all-reduce in loss.backward() at train.py:22". A call
+    made only under an `if` on the rank (`if dist.get_rank() == 0: dist.all_reduce(total)`) is
+    named with that `if`, the rank that made it alone and its line — whether the other ranks met
+    it with their next collective, finished the script, or wait outside any collective.
 
     ## Why it matters
 
@@ -201,7 +204,9 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                                         "timeout_s": hang.get("timeout_s")})
     elif hang is None and _failed(records, ctx):
         states = diagnose.states_from_files(ctx.record_dir, records)
-        why = diagnose.diagnose(states, ctx.world_size) if len(states) == ctx.world_size else None
+        ended = frozenset(int(r.get("rank", -1)) for r in records
+                          if r.get("status") == "finished" and r.get("exit_code") == 0)
+        why = diagnose.diagnose(states, ctx.world_size, ended=ended) if len(states) == ctx.world_size else None
         if why is not None:
             # A rank that raised on its own (not a peer's broken connection) is its own finding.
             own = [c for r in records if (c := section(r, "crash")) and not c.get("consequence", True)]

@@ -210,7 +210,9 @@ def describe(exc: BaseException, rank: int) -> dict[str, Any] | None:
         from ddpcheck.run.rank import ending
         from ddpcheck.run.rank.sites import innermost_user_frame
 
-        frame = innermost_user_frame(exc.__traceback__)
+        frame: tuple[str, int, str | None] | None = innermost_user_frame(exc.__traceback__)
+        if frame is None and isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+            frame = (exc.filename, exc.lineno, None)  # raised while compiling the script: no frame of it ran
         message = str(exc).strip()
         return Crash(
             rank=rank,
@@ -341,7 +343,8 @@ def _crashed(cause: Crash, crashes: list[Crash], ends: list[reach.Ending], kille
         "CudaNotEmulated": CudaNotEmulated,
         "SpawnUnderLauncherError": SpawnUnderLauncher,
     }.get(cause.type, RankCrashed)
-    where = f" at {os.path.basename(cause.path)}:{cause.line} (in {cause.function})" if cause.path else ""
+    where = f" at {os.path.basename(cause.path)}:{cause.line}" + (f" (in {cause.function})" if cause.function else "") \
+        if cause.path else ""
     lead = ""
     if cause.consequence:
         # Only broken connections: the rank that left first is why.

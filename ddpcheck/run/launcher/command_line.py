@@ -96,21 +96,34 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
         from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
         nproc = determine_local_world_size(ns.nproc_per_node)
-        _, nnodes_max = parse_min_max_nnodes(ns.nnodes)
+        nnodes_min, nnodes_max = parse_min_max_nnodes(ns.nnodes)
     except (ValueError, RuntimeError) as exc:
         raise UserError(f"ddpcheck run: bad --nproc/--nproc-per-node or --nnodes: {exc}") from None
+    if not 1 <= nnodes_min <= nnodes_max:
+        raise UserError(f"ddpcheck run: --nnodes {ns.nnodes}: expected 1 or more nodes (N or MIN:MAX)")
+    if nproc < 1:  # torchrun would fail later with a bare AssertionError
+        flag = "--nproc" if ns.ddpcheck_nproc is not None else "--nproc-per-node"
+        raise UserError(f"ddpcheck run: {flag} {ns.nproc_per_node}: expected 1 or more processes")
     if ns.ddpcheck_scaling is not None and nnodes_max > 1:
         raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
 
     if ns.module:
+        check_module(ns.training_script)
         target = Target("module", ns.training_script, tuple(ns.training_script_args))
     else:
         path = os.path.abspath(ns.training_script)
+        if os.path.isdir(path):
+            raise UserError(f"ddpcheck run: {ns.training_script}: is a directory; give a path to a "
+                            "Python file or -m MODULE")
         if not os.path.isfile(path):
             raise UserError(f"ddpcheck run: {ns.training_script}: no such script; give a path to a "
                             "Python file or -m MODULE")
         target = Target("script", path, tuple(ns.training_script_args))
     options = own_options_from(ns, record_dir, Path(target.name if target.kind == "script" else os.getcwd()))
+    for flag, out in (("--report", options.report), ("--html", options.html)):
+        if out is not None and target.kind == "script" and os.path.exists(out) and os.path.samefile(out, target.name):
+            raise UserError(f"ddpcheck run: {flag} {ns.training_script}: that is the script being run; "
+                            "give another file for the report")
 
     # Single node and no rendezvous chosen: a standalone c10d rendezvous on loopback with a free
     # port, so two jobs on one machine never collide (torchrun's own --standalone).
@@ -196,6 +209,9 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
         ignore=_code_list(ns.ddpcheck_ignore) or (), probes=_code_list(None if ns.ddpcheck_checks is None else [ns.ddpcheck_checks], upper=False),
         config=Path(ns.ddpcheck_config) if ns.ddpcheck_config else None, script=script,
     )
+    if ns.ddpcheck_report and ns.ddpcheck_html and \
+            os.path.abspath(ns.ddpcheck_report) == os.path.abspath(ns.ddpcheck_html):
+        raise UserError(f"ddpcheck run: --report and --html both name {ns.ddpcheck_report}; give two files")
     fmt = ns.ddpcheck_output_format
     if fmt not in OUTPUT_FORMATS:
         raise UserError(f"--output-format: unknown format {fmt!r}; choose from {', '.join(OUTPUT_FORMATS)}")
@@ -203,7 +219,7 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
         codes=codes,
         check_first=_non_negative_int(ns.ddpcheck_check_first, "--check-first"),
         check_every=_non_negative_int(ns.ddpcheck_check_every, "--check-every"),
-        report=os.path.abspath(ns.ddpcheck_report) if ns.ddpcheck_report else None,
+        report=_output_path(ns.ddpcheck_report, "--report", "report.json"),
         output_format=fmt,
         record_dir=record_dir,
         quiet=bool(ns.ddpcheck_quiet),
@@ -213,7 +229,7 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
         hang_timeout=_non_negative_float(ns.ddpcheck_hang_timeout, "--hang-timeout"),
         collective_timeout=_non_negative_float(ns.ddpcheck_collective_timeout, "--collective-timeout"),
         nproc_given=ns.ddpcheck_nproc is not None,
-        html=os.path.abspath(ns.ddpcheck_html) if ns.ddpcheck_html else None,
+        html=_output_path(ns.ddpcheck_html, "--html", "report.html"),
         scaling=_scaling(ns.ddpcheck_scaling),
     )
 
@@ -242,3 +258,87 @@ def _non_negative_float(value: Any, flag: str) -> float:
     if number < 0:
         raise UserError(f"{flag}: expected 0 or more, got {value}")
     return number
+
+
+def _output_path(value: str | None, flag: str, example: str) -> str | None:
+    """The absolute path of a file the run will write, checked before anything is launched: a
+    job that runs for an hour must not end on a report it cannot write."""
+    if not value:
+        return None
+    path = os.path.abspath(value)
+    if os.path.isdir(path) or value.endswith(("/", os.sep)):
+        raise UserError(f"ddpcheck run: {flag} {value}: is a directory; give a file path such as "
+                        f"{os.path.join(value, example)}")
+    folder = os.path.dirname(path)
+    while not os.path.exists(folder):  # the folders that are missing are created at the end
+        folder = os.path.dirname(folder)
+    if not os.path.isdir(folder):
+        raise UserError(f"ddpcheck run: {flag} {value}: {os.path.relpath(folder)} is a file, not a "
+                        "directory; give a path in a directory")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UserError(f"ddpcheck run: {flag} {value}: not writable; give a path you can write to")
+    return path
+
+
+def check_module(name: str) -> None:
+    """`-m NAME` must name a module the ranks can find: looked up as `python -m` would (the current
+    directory first on sys.path), before anything is launched. Parent packages are searched, not
+    imported, so nothing of the user's code (or torch) runs here; only when the plain search does
+    not find it (a package that extends its own `__path__`) does a child interpreter import the
+    parents to ask `importlib.util.find_spec`, as the ranks would."""
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    parts = name.split(".")
+    if not name or not all(p.isidentifier() for p in parts):
+        raise UserError(f"ddpcheck run: -m {name}: not a module name; give a dotted name such as "
+                        "package.train, or a script path without -m")
+    saved = list(sys.path)
+    sys.path[:] = [os.getcwd(), *[p for p in saved[1:] if p]]  # what the ranks' `python -m` sees
+    missing: str | None = None
+    searched = False  # a package's folders were searched for the missing part
+    try:
+        spec = importlib.util.find_spec(parts[0])
+        found = parts[0]
+        for part in parts[1:]:
+            if spec is None or spec.submodule_search_locations is None:
+                break
+            found = f"{found}.{part}"
+            spec = importlib.machinery.PathFinder.find_spec(found, list(spec.submodule_search_locations))
+            searched = True
+        if spec is None:
+            missing = found
+        elif found != name:  # a plain module where a package was needed: nothing below it
+            missing = name
+            searched = False
+        elif spec.submodule_search_locations is not None and importlib.machinery.PathFinder.find_spec(
+                f"{name}.__main__", list(spec.submodule_search_locations)) is None:
+            raise UserError(f"ddpcheck run: -m {name}: is a package without __main__.py and cannot be run; "
+                            "give the module inside it that starts the training (-m package.train)")
+    except (ImportError, ValueError):
+        missing = None  # the search itself failed: leave the verdict to the ranks
+    finally:
+        sys.path[:] = saved
+    if missing is None or (searched and _found_by_importing_parents(name)):
+        return
+    raise UserError(f"ddpcheck run: -m {name}: no module named {missing!r} in the current directory or "
+                    "on sys.path; check the name, or run from the folder that holds it")
+
+
+def _found_by_importing_parents(name: str) -> bool:
+    """Ask a child interpreter, which imports the parent packages as `python -m` would. Only a clear
+    "no such module" counts as not found; any other failure (or a slow import) leaves it to the ranks."""
+    import subprocess
+    import sys
+
+    code = ("import importlib.util, sys\n"
+            "try:\n    found = importlib.util.find_spec(sys.argv[1]) is not None\n"
+            "except ModuleNotFoundError:\n    found = False\n"
+            "except BaseException:\n    found = True\n"
+            "sys.exit(0 if found else 1)")
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, name], capture_output=True, timeout=120)
+    except (OSError, subprocess.SubprocessError):
+        return True
+    return proc.returncode != 1

@@ -60,8 +60,7 @@ def _run(argv: list[str], record_dir: str) -> int:
 
         return scaling_runs.run(argv, job_launch.options)
     outcome = run_job(job_launch, argv, record_dir)
-    present(outcome, job_launch.options)
-    return outcome.exit_code
+    return present(outcome, job_launch.options)
 
 
 def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
@@ -143,18 +142,30 @@ def _empty(record_dir: str) -> None:
                 pass
 
 
-def present(outcome: Outcome, options: Any) -> None:
-    """Write the report files and print the result in the chosen format."""
+def present(outcome: Outcome, options: Any) -> int:
+    """Write the report files and print the result in the chosen format; returns the exit code
+    (2 when a report file could not be written: the rest is still shown)."""
     from ddpcheck.run.launcher import summary
 
     data = outcome.data
     job = data["run"]["job"]
+    failed: list[str] = []
     if options.report:
-        summary.write_report(options.report, data)
+        try:
+            summary.write_report(options.report, data)
+        except OSError as exc:
+            failed.append(f"ddpcheck run: --report {_shown(options.report)}: cannot write it ({exc.strerror or exc}); "
+                          "give a file path you can write to")
+    html_written = False
     if options.html:
         from ddpcheck.report import html
 
-        html.write(options.html, data)
+        try:
+            summary.write_atomic(options.html, html.render(data))
+            html_written = True
+        except OSError as exc:
+            failed.append(f"ddpcheck run: --html {_shown(options.html)}: cannot write it ({exc.strerror or exc}); "
+                          "give a file path you can write to")
     if options.output_format == "full":
         summary.print_incidents(outcome.first, outcome.records)
         summary.print_table(outcome.rows, job)
@@ -169,8 +180,15 @@ def present(outcome: Outcome, options: Any) -> None:
                 perf_view.print_scaling(data["run"]["scaling"])
         if job["torchrun_log"]:
             print(f"torchrun's own log: {job['torchrun_log']}", flush=True)
-        if options.html:
-            shown = os.path.relpath(options.html)
-            print(f"ddpcheck: HTML report written to {options.html if shown.startswith('..') else shown}")
+        if html_written:
+            print(f"ddpcheck: HTML report written to {_shown(options.html)}")
     else:
         print(summary.render_other(options.output_format, outcome.findings, data))
+    for line in failed:
+        print(line, file=sys.stderr, flush=True)
+    return 2 if failed else outcome.exit_code
+
+
+def _shown(path: str) -> str:
+    shown = os.path.relpath(path)
+    return path if shown.startswith("..") else shown

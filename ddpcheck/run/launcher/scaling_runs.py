@@ -82,8 +82,7 @@ def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes
         or (1 if verdict.status == FAIL else 0)
     run_part["job"]["exit_code"] = exit_code
     last.exit_code = exit_code
-    entry.present(last, options)
-    return exit_code
+    return entry.present(last, options)
 
 
 def _say(options: Any, message: str) -> None:

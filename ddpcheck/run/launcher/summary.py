@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from typing import IO, Any
 
@@ -52,8 +53,16 @@ def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = N
                       else 160)
     table = Table(title=f"ddpcheck run: {job['target']} on {job['world_size']} ranks", title_justify="left")
     for col in ("status", "code", "check", "ranks", "where", "detail"):
-        table.add_column(col, overflow="fold")
+        # a grouped row's list of codes wraps rather than squeeze the detail
+        table.add_column(col, overflow="fold", max_width=22 if col == "code" else None)
+    groups = _not_reached_groups(rows)
     for row in rows:
+        group = groups.get(row.code)
+        if group is not None:  # checks stopped by the same cause: one row that lists them
+            if group[0] is row:
+                table.add_row(_STATUS[row.status], code_ranges([r.code for r in group]), f"{len(group)} checks",
+                              "", "", escape(_NOT_REACHED_PREFIX.sub("", row.verdict.detail if row.verdict else "")))
+            continue
         table.add_row(_ADVICE if _advice(row) else _STATUS[row.status], row.code, row.name, _ranks(row),
                       _where(row), escape(row.verdict.detail) if row.verdict else "")
     console.print(table)
@@ -67,6 +76,41 @@ def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = N
         hint = registry.checks()[row.code].fix_hint()
         if hint:
             console.print(f"  [cyan]fix:[/] {escape(hint)}")
+
+
+_NOT_REACHED_PREFIX = re.compile(r"^not reached: ")
+
+
+def _not_reached_groups(rows: list[Row]) -> dict[str, list[Row]]:
+    """Not-reached (or not-run) rows that share their reason, by code: a run that stopped early
+    leaves most checks unreached for one cause, and a narrow --select leaves most unselected,
+    which reads better once. Lone rows stay as they are."""
+    by_reason: dict[tuple[str, str], list[Row]] = {}
+    for row in rows:
+        if row.status in ("not-reached", "not-run"):
+            by_reason.setdefault((row.status, row.verdict.detail if row.verdict else ""), []).append(row)
+    return {r.code: group for group in by_reason.values() if len(group) > 1 for r in group}
+
+
+def code_ranges(codes: list[str]) -> str:
+    """'DDP100–DDP107, DDP109, DDP110, DDP140–DDP148': three or more consecutive codes as a range."""
+    def number(code: str) -> tuple[str, int] | None:
+        head = code.rstrip("0123456789")
+        tail = code[len(head):]
+        return (head, int(tail)) if tail else None
+
+    runs: list[list[str]] = []
+    for code in sorted(codes, key=lambda c: (number(c) or (c, -1))):
+        n = number(code)
+        last = number(runs[-1][-1]) if runs else None
+        if n is not None and last is not None and n[0] == last[0] and n[1] == last[1] + 1:
+            runs[-1].append(code)
+        else:
+            runs.append([code])
+    parts: list[str] = []
+    for run in runs:
+        parts += [f"{run[0]}–{run[-1]}"] if len(run) >= 3 else run
+    return ", ".join(parts)
 
 
 def totals(rows: list[Row], job: dict[str, Any]) -> str:
@@ -126,12 +170,34 @@ def report_dict(rows: list[Row], findings: list[Finding], records: list[Record],
 
 
 def write_report(path: str, data: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=2, default=str)
-        fh.write("\n")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all: through a temporary file next to it (a name of
+    its own, never one the user may have), removed again when anything fails. Raises OSError."""
+    import tempfile
+
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def render_other(fmt: str, findings: list[Finding], data: dict[str, Any]) -> str:

@@ -56,9 +56,53 @@ def run_target(kind: str, name: str, args: list[str]) -> tuple[int, BaseExceptio
     except BaseException as exc:  # noqa: BLE001 - an uncaught exception in the user's script
         ending.ended(exc)
         if not getattr(exc, "quiet", False):  # ddpcheck's own spawn guard may leave quietly
-            traceback.print_exc()
+            print_user_traceback(exc)
         return 1, exc
     return 0, None
+
+
+_OURS = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
+_RUNPY = (os.path.abspath(runpy.__file__), "<frozen runpy>")
+
+
+def _ours(frame: traceback.FrameSummary) -> bool:
+    return frame.filename.startswith(_OURS) or frame.filename in _RUNPY
+
+
+def _strip_ours(te: traceback.TracebackException, seen: set[int]) -> None:
+    """Leave out ddpcheck's frames (this bootstrap, runpy, the hook layer's wrappers around torch's
+    functions): what `python script.py` would have shown. When the innermost frame is ddpcheck's,
+    the error is ddpcheck's own and every frame stays (runpy's is the script's: a SyntaxError)."""
+    if id(te) in seen:
+        return
+    seen.add(id(te))
+    if te.stack and (te.stack[-1].filename in _RUNPY or not _ours(te.stack[-1])):
+        te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _ours(f)])
+    for linked in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())):
+        if linked is not None:
+            _strip_ours(linked, seen)
+
+
+def print_user_traceback(exc: BaseException) -> None:
+    """The traceback of an uncaught exception as the user's own script shows it, on stderr (the
+    report keeps the full one)."""
+    try:
+        te = traceback.TracebackException.from_exception(exc)
+        _strip_ours(te, set())
+        text = "".join(te.format())
+    except Exception:  # noqa: BLE001 - never lose the traceback to a formatting problem
+        text = "".join(traceback.format_exception(exc))
+    sys.stderr.write(text)
+    sys.stderr.flush()
+
+
+def _say_crash(session: Session, error: BaseException) -> None:
+    """The crash probe's part of the record, which its capture fills only once torch is imported."""
+    from ddpcheck.run.checks import crash
+
+    mine = session.section(crash.NAME)
+    if not mine:
+        mine.update(crash.describe(error, session.rank) or {})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,6 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     session = Session(options, target=name)
     instrument_after_torch(session)
     code, error = run_target(kind, name, args)
+    if error is not None:  # also when it died before importing torch (a SyntaxError, say)
+        try:
+            _say_crash(session, error)
+        except BaseException:  # noqa: BLE001
+            traceback.print_exc()
     try:
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001

@@ -113,9 +113,6 @@ class Load:
 BUSY_CPU_RATIO = 0.05  # blocked in gloo: ~0; computing on a core shared by eight processes: ~0.1+
 # A download or a checkpoint moves far more; the watchdog's own /proc reads, a few KiB per poll.
 BUSY_IO_RATE = 64 * 1024
-# Worker processes that keep the rank busy while its thread waits outside any collective: a
-# compile-worker pool computes at a core or so; a logging service that idles beside a hung rank, far less.
-BUSY_DESCENDANTS_RATIO = 0.2
 MAX_DESCENDANTS = 256
 
 

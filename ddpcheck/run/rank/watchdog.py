@@ -69,14 +69,17 @@ class Watchdog:
         stalled = time.monotonic() - self.ledger.last_progress >= self.timeout
         if not stalled:
             self.measuring = False
-            if self.posted is not None:  # it moved on: withdraw
-                self.store.delete_key(self.key(self.rank))
+            if self.posted is not None:  # it moved on: withdraw its stalled state
                 self.posted = None
                 self.stalled_since = self.all_posted_since = None
                 if self.asked:
                     self.store.add(ASKING, -1)
                     self.asked = False
-            elif self.store.add(ASKING, 0) > 0:  # a rank waits: say that this one is still working
+                self.said_progressing = True  # replaced below, or deleted when nobody waits
+            if self.store.add(ASKING, 0) > 0:
+                # A rank waits: say at once that this one is working again. Deleting the stalled
+                # state and saying so a poll later leaves a gap in which the waiting rank counts
+                # this one as silent — just after it joined the collective the others wait in.
                 self.store.set(self.key(self.rank), json.dumps(
                     {"rank": self.rank, "progressing": True, "at": time.time(), "events": self.ledger.events}))
                 self.said_progressing = True
@@ -107,10 +110,10 @@ class Watchdog:
         """The training thread waits for work its worker processes are doing: DataLoader workers
         preparing a batch, or (outside any collective) torch.compile's compile workers or any pool the
         script waits on. A thread blocked in a collective is not waiting for its workers."""
+        # The same bar as the thread's own CPU: a busy worker on a machine loaded ten times over
+        # still gets a fifth of a core, an idle one (a logging service beside a hung rank) ~0.01.
         place = stacks.place(stacks.thread_frames(self.thread.ident or 0))
-        if place == stacks.WAITING_FOR_DATA:
-            return load.children_ratio > stacks.BUSY_CPU_RATIO
-        return place is None and load.children_ratio > stacks.BUSY_DESCENDANTS_RATIO
+        return place in (None, stacks.WAITING_FOR_DATA) and load.children_ratio > stacks.BUSY_CPU_RATIO
 
     def state(self, busy: bool, load: stacks.Load) -> dict[str, Any]:
         ledger = self.ledger
