@@ -196,6 +196,12 @@ class Values:
             return frame
         return None
 
+    def reaching(self, scope: Scope, name: str, at: Point) -> list[tuple[Binding, Point | None]]:
+        """The bindings of the local `name` of `scope` that may reach point `at`, with the points
+        where they are made ([] when `name` is not local to `scope`)."""
+        owner, pairs = self._bindings(scope, name, at)
+        return pairs if owner is scope else []
+
     def _bindings(self, scope: Scope, name: str, at: Point | None) -> tuple[Scope, list[tuple[Binding, Point | None]]]:
         """The scope that binds `name` seen from `scope`, and its bindings seen at `at`: in
         `scope` itself only those that may reach that point; in enclosing scopes (they ran

@@ -11,7 +11,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false
 from ddpcheck.lint.model.values import Value
@@ -48,7 +48,11 @@ class CollectiveInRankBranch(Rule):
     — and of Horovod), for a call of the DDP-wrapped model, and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
-    `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`...). Not reported:
+    `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`...). Also reported:
+    a loop around a collective whose count is set only on rank 0 (`n = 0`, then `if rank == 0:
+    n = len(keys)`, then `for i in range(n): dist.broadcast(...)`), so rank 0 runs the collective
+    a different number of times than the others; the count read back from a broadcast is fine.
+    Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
     context manager); guards that only ask whether the run is distributed (`if ddp:`,
@@ -90,6 +94,11 @@ class CollectiveInRankBranch(Rule):
         ),
     }
     MESSAGE = MESSAGES["collective"]
+    LOOP_MESSAGE = (
+        "this loop runs `{what}()` `{name}` times, and `{name}` is set only under `if {cond}`: the "
+        "ranks run the collective a different number of times and the job hangs; give every rank "
+        "the same count (read it back from the broadcast tensor)"
+    )
 
     VALID = [
         """
@@ -188,6 +197,20 @@ class CollectiveInRankBranch(Rule):
         if dist.get_rank() == 0:
             out = eval_model(batch)
         """,
+        """
+        # The count rank 0 found is read back from the broadcast on every rank.
+        import torch
+        import torch.distributed as dist
+        def sync_keys(rank, state):
+            count = 0
+            if rank == 0:
+                count = len(state)
+            size = torch.tensor([count])
+            dist.broadcast(size, src=0)
+            count = int(size.item())
+            for i in range(count):
+                dist.broadcast(torch.zeros(4), src=0)
+        """,
     ]
     INVALID = [
         Invalid(
@@ -268,6 +291,21 @@ class CollectiveInRankBranch(Rule):
             """,
             lines=(6,),
         ),
+        Invalid(
+            """
+            # The count is set on rank 0 only: rank 0 loops, the others skip the broadcasts.
+            import torch
+            import torch.distributed as dist
+            def sync_keys(rank, state):
+                count = 0
+                if rank == 0:
+                    count = len(state)
+                dist.broadcast(torch.tensor([count]), src=0)
+                for i in range(count):
+                    dist.broadcast(torch.zeros(4), src=0)
+            """,
+            lines=(9,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -302,6 +340,60 @@ class CollectiveInRankBranch(Rule):
                 continue  # balanced: the other ranks make the same call
             self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
                         module=c.call.module, related=model.paths.chain(c.call))
+        self._rank_counted_loops()
+
+    def _rank_counted_loops(self) -> None:
+        """`for i in range(n):` around a collective, where `n` is set on rank 0 only (`n = 0`,
+        then `if rank == 0: n = len(keys)`): rank 0 runs the collective n times, the others
+        never (or a different number of times), so it waits for partners that are elsewhere."""
+        model = self.model
+        paths = model.paths
+        reported: set[int] = set()
+        for site in paths.sites():
+            if not site.loops or paths.rank_guard(site) is not None:
+                continue
+            if not api.is_collective(model.api(site)):
+                continue
+            for loop in site.loops:
+                if id(loop) in reported or not isinstance(loop, cst.For):
+                    continue
+                where = next((f for f in site.module.fors if f.node is loop), None)
+                if where is None:
+                    continue
+                count = self._rank_zero_count(where.node.iter, where.scope, where.point, site.module)
+                if count is None:
+                    continue
+                reported.add(id(loop))
+                name, guard = count
+                test = " ".join(site.module.code(guard.test).split())
+                self.report(loop, self.LOOP_MESSAGE.format(name=name, cond=test, what=site.dotted or "the collective"),
+                            module=site.module, related=[*paths.chain(site), site])
+
+    def _rank_zero_count(self, iterable: cst.BaseExpression, scope: Scope, at: Point,
+                         module: ModuleModel) -> tuple[str, Guard] | None:
+        """A local name the loop's iterable is built from (`range(n)`, `keys`) that reaches the
+        loop with a value set under a rank-0 condition and with one set on every rank."""
+        if isinstance(iterable, cst.Call) and dotted(iterable.func) in ("range", "enumerate", "zip"):
+            parts = [a.value for a in iterable.args]
+        else:
+            parts = [iterable]
+        for part in parts:
+            if not isinstance(part, cst.Name):
+                continue
+            main: Guard | None = None
+            everywhere = False
+            for _, point in self.model.values.reaching(scope, part.value, at):
+                if point is None:
+                    return None  # where it is set is not known
+                kinds = [(g, self.model.paths.kind(module, g, scope)) for g in point.guards]
+                ranked = [g for g, kind in kinds if kind in ("main", "other", "flag")]
+                if not ranked:
+                    everywhere = True
+                elif main is None and any(kind == "main" for _, kind in kinds):
+                    main = next(g for g, kind in kinds if kind == "main")
+            if main is not None and everywhere:
+                return part.value, main
+        return None
 
     def _describe(self, c: _Candidate) -> str:
         guard = c.guard
