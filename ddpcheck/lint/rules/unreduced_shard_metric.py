@@ -5,7 +5,9 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.module import Augmented, CallSite, ForSite
+from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -32,7 +34,11 @@ class UnreducedShardMetric(Rule):
     computed from counters the loop accumulated and the function makes no collective call (nor
     hands the counters to a project function, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`) after the loop. Metrics
-    returned to the caller are left to the caller.
+    returned to the caller are followed into the callers of the same file: a caller that assigns
+    the result (`dev = eval_dev(...)`) and reports it before any collective is reported there
+    (unless the loop trains or makes collectives itself). A
+    batch source built for one rank (`get_batch_iterator(path, bs, rank=rank,
+    world_size=world_size)`) is a shard as a DistributedSampler's loader is.
 
     ## How to fix
     All-reduce the sums before dividing: `stats = torch.tensor([correct, total], device=device);
@@ -50,7 +56,7 @@ class UnreducedShardMetric(Rule):
     name = "unreduced-shard-metric"
     severity = Severity.WARNING
     MESSAGE = (
-        "`{metric}` is computed from counters of this rank's DistributedSampler shard only ({counters}) "
+        "`{metric}` is computed from counters of this rank's shard of the data only ({counters}) "
         "and reported without a reduction: it is one shard's figure, not the whole set's; all_reduce "
         "the counters before computing it"
     )
@@ -84,6 +90,29 @@ class UnreducedShardMetric(Rule):
             for x, y in loader:
                 correct += (model(x).argmax(1) == y).sum().item()
             return correct
+        """,
+        """
+        # A training loop that returns its epoch loss: the loss is all-reduced at every step.
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def train(args, train_loader, model, criterion, optimizer):
+            loss_epoch = 0
+            for (x_i, x_j), _ in train_loader:
+                optimizer.zero_grad()
+                loss = criterion(*model(x_i.cuda(), x_j.cuda()))
+                loss.backward()
+                optimizer.step()
+                dist.all_reduce(loss.div_(dist.get_world_size()))
+                loss_epoch += loss.item()
+            return loss_epoch
+
+        def main(args, dataset, model, criterion, optimizer, writer):
+            loader = DataLoader(dataset, batch_size=128, sampler=DistributedSampler(dataset))
+            for epoch in range(args.epochs):
+                loss_epoch = train(args, loader, model, criterion, optimizer)
+                if args.nr == 0:
+                    writer.add_scalar("Loss/train", loss_epoch / len(loader), epoch)
         """,
     ]
     INVALID = [
@@ -155,6 +184,43 @@ class UnreducedShardMetric(Rule):
             """,
             lines=(19,),
         ),
+        Invalid(
+            """
+            import torch
+
+            from data_loader import get_batch_iterator
+            from distributed import ddp_setup, reduce_scalar
+
+
+            @torch.no_grad()
+            def eval_dev(model, cfg, ctx, max_batches=50):
+                model.eval()
+                it = get_batch_iterator(cfg.dev_path, cfg.batch_size, rank=ctx.rank,
+                                        world_size=ctx.world_size, infinite=False)
+                total, n = 0.0, 0
+                for tokens, targets in it:
+                    total += model(tokens, targets).item()
+                    n += 1
+                    if n >= max_batches:
+                        break
+                model.train()
+                return total / max(1, n)
+
+
+            def main(cfg, model):
+                ctx = ddp_setup()
+                for step in range(cfg.max_steps):
+                    train_step(model, step)
+                    if step % cfg.eval_steps == 0:
+                        dev = reduce_scalar(eval_dev(model, cfg, ctx), ctx)
+                        if ctx.is_main:
+                            print(f"step {step} dev {dev:.4f}")
+                if ctx.is_main:
+                    dev = eval_dev(model, cfg, ctx)
+                    print(f"done: dev loss {dev:.4f}")
+            """,
+            lines=(32,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -186,6 +252,8 @@ class UnreducedShardMetric(Rule):
                     self.report(site.node, self.MESSAGE.format(
                         metric=metric[0], counters=", ".join(sorted(counters))))
                     break
+            else:
+                self._returned(loop, counters)
 
     def _sharded(self, loop: ForSite) -> bool:
         """The loop iterates a DataLoader fed by a DistributedSampler (the loader may be a
@@ -201,7 +269,55 @@ class UnreducedShardMetric(Rule):
             site = value.module.call_at(call)
             if site is not None and model.api(site) == api.DATALOADER and feed(model, site) is not None:
                 return True
+            if site is not None and self._hand_sharded(site):
+                return True
         return False
+
+    def _hand_sharded(self, site: CallSite) -> bool:
+        """A batch source built for one rank: `get_batch_iterator(path, bs, rank=ctx.rank,
+        world_size=ctx.world_size)` (the rank and the world size both passed)."""
+        resolve = self.model.resolver_for(site.module, site.scope)
+        rank = world = False
+        for arg in site.node.args:
+            keyword = arg.keyword.value if arg.keyword is not None else ""
+            rank = rank or keyword in ("rank", "shard", "shard_id") or is_rank_value(arg.value, resolve)
+            text = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
+            world = world or keyword in ("world_size", "num_replicas", "num_shards") or (
+                text is not None and text.rsplit(".", 1)[-1] in ("world_size", "num_replicas"))
+        return rank and world
+
+    def _returned(self, loop: ForSite, counters: set[str]) -> None:
+        """A metric the function returns from the counters, reported by a caller of this file that
+        assigns it (`dev = eval_dev(...)`) and reports it before any collective."""
+        model = self.model
+        root = model.root
+        scope = loop.scope.function
+        if scope is None:
+            return
+        inside = [c for c in root.calls if loop.node in c.loops]
+        if any(c.method == "backward" or model.facts.does(c, "backward") or model.facts.does(c, "collective")
+               for c in inside):
+            return  # a training loop, or one that reduces as it goes: not an unreduced evaluation
+        function = Function(root, scope.qualname)
+        if not any(r.value is not None and _derived(loop, counters, _names_in(r.value))
+                   for r in _returns(function.node)):
+            return
+        for call, _ in model.graph.callers(function):
+            if call.module is not root:
+                continue
+            names = set(root.assigned_names(call.node)) | {
+                name for name, values in call.scope.assignments.items()
+                if any(isinstance(v, Item) and v.value is call.node for v in values)}  # `acc, marg = f()`
+            if not names:
+                continue  # passed straight on (`reduce_scalar(eval_dev(...))`)
+            for site in sorted((s for s in root.calls if s.scope is call.scope and s.tick > call.tick),
+                               key=lambda s: s.tick):
+                if model.facts.does(site, "collective"):
+                    break
+                if self._reports(site) and names & _names_in(site.node):
+                    self.report(site.node, self.MESSAGE.format(
+                        metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))))
+                    break
 
     def _logs_only(self, site: CallSite) -> bool:
         """Every project function `site` may run reports something and returns nothing."""

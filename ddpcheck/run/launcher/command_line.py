@@ -305,7 +305,7 @@ def check_module(name: str) -> None:
             if spec is None or spec.submodule_search_locations is None:
                 break
             found = f"{found}.{part}"
-            spec = importlib.machinery.PathFinder.find_spec(found, list(spec.submodule_search_locations))
+            spec = importlib.machinery.PathFinder.find_spec(found, _locations(spec))
             searched = True
         if spec is None:
             missing = found
@@ -313,17 +313,31 @@ def check_module(name: str) -> None:
             missing = name
             searched = False
         elif spec.submodule_search_locations is not None and importlib.machinery.PathFinder.find_spec(
-                f"{name}.__main__", list(spec.submodule_search_locations)) is None:
+                f"{name}.__main__", _locations(spec)) is None:
             raise UserError(f"ddpcheck run: -m {name}: is a package without __main__.py and cannot be run; "
                             "give the module inside it that starts the training (-m package.train)")
+    except UserError:
+        raise
     except (ImportError, ValueError):
         missing = None  # the search itself failed: leave the verdict to the ranks
+    except Exception:  # noqa: BLE001 - a nested namespace package needs its parent imported
+        missing, searched = name, True
     finally:
         sys.path[:] = saved
     if missing is None or (searched and _found_by_importing_parents(name)):
         return
     raise UserError(f"ddpcheck run: -m {name}: no module named {missing!r} in the current directory or "
                     "on sys.path; check the name, or run from the folder that holds it")
+
+
+def _locations(spec: Any) -> list[str]:
+    """A package's folders. A namespace package's list recomputes itself from its parent in
+    sys.modules, which a search that imports nothing does not have: then its folders as found."""
+    locations = spec.submodule_search_locations
+    try:
+        return list(locations)
+    except (KeyError, AttributeError):
+        return list(getattr(locations, "_path", []))
 
 
 def _found_by_importing_parents(name: str) -> bool:
