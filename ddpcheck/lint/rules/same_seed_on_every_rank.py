@@ -15,6 +15,7 @@ from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import option_defaults
+from ddpcheck.lint.rules.uneven_inputs import split_by_rank
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -39,9 +40,13 @@ class SameSeedOnEveryRank(Rule):
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
     seeders such as `transformers.set_seed`) that runs on every rank of a file whose DataLoader
-    uses a DistributedSampler (built in the file or in a project function it calls), when the seed is a literal or a command-line option of the file
-    (whatever its default: every rank gets the same command line), and nothing in it comes from
-    the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
+    uses a DistributedSampler (built in the file or in a project function it calls) or that hands
+    each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
+    when the seed is a literal, a command-line option of the file (whatever its default: every rank
+    gets the same command line) or a field of a configuration that every rank loads the same way
+    (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
+    reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
+    clock, random draws), and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
     whose body seeds torch with that parameter or its `.seed`) is judged by what it passes.
 
     ## How to fix
@@ -89,6 +94,28 @@ class SameSeedOnEveryRank(Rule):
         dist.init_process_group("nccl")
         set_seed(args.seed + dist.get_rank())
         loader = DataLoader(train_set, sampler=DistributedSampler(train_set), num_workers=8)
+        """,
+        """
+        import json
+        import os
+
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+
+
+        def read_settings(path):
+            with open(path) as f:
+                settings = json.load(f)
+            settings["seed"] = settings["seed"] + int(os.environ["RANK"])
+            return settings
+
+
+        def train():
+            dist.init_process_group("nccl")
+            settings = read_settings("settings.json")
+            torch.manual_seed(settings["seed"])
+            loader = DataLoader(train_set, sampler=DistributedSampler(train_set), num_workers=4)
         """,
     ]
     INVALID = [
@@ -196,6 +223,63 @@ class SameSeedOnEveryRank(Rule):
             """,
             lines=(26, 27),
         ),
+        Invalid(
+            """
+            import argparse
+            import json
+
+            import torch
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+            from torch.utils.data import DataLoader, DistributedSampler
+
+
+            class Settings:
+                def __init__(self, **entries):
+                    for key, entry in entries.items():
+                        setattr(self, key, Settings(**entry) if isinstance(entry, dict) else entry)
+
+
+            def load_settings():
+                parser = argparse.ArgumentParser()
+                parser.add_argument("--config", default="configs/small.json")
+                with open(parser.parse_args().config) as f:
+                    return Settings(**json.load(f))
+
+
+            def worker(gpu, world, settings):
+                dist.init_process_group("nccl", rank=gpu, world_size=world)
+                torch.manual_seed(settings.optim.seed)
+                sampler = DistributedSampler(corpus, num_replicas=world, rank=gpu)
+                loader = DataLoader(corpus, sampler=sampler, batch_size=16, num_workers=4)
+
+
+            if __name__ == "__main__":
+                settings = load_settings()
+                mp.spawn(worker, nprocs=torch.cuda.device_count(), args=(torch.cuda.device_count(), settings))
+            """,
+            lines=(25,),
+        ),
+        Invalid(
+            """
+            from math import ceil
+
+            import torch
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+            import torch.nn.functional as F
+
+
+            def worker(rank, world_size, graph):
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+                nodes = graph.train_nodes.split(ceil(graph.train_nodes.numel() / world_size))[rank]
+                torch.manual_seed(7)
+                model = build_model().to(rank)
+                for batch in make_batches(graph, nodes):
+                    F.cross_entropy(model(batch), batch.y).backward()
+            """,
+            lines=(12,),
+        ),
     ]
 
     def finish(self) -> None:
@@ -204,8 +288,10 @@ class SameSeedOnEveryRank(Rule):
             return
         # The file loads data through a DistributedSampler: its own DataLoader, or a sampler built
         # in a project function it calls (`make_imagenet1k(...)`, a trainer's loader builder).
+        # Or it hands each rank its own share by hand (`idx.split(...)[rank]`, `files[rank::world]`).
         if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None
-                   or model.facts.does(s, "distributed_sampler") for s in model.root.calls):
+                   or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
+                and not split_by_rank(model):
             return
         resolve = model.resolver_for(model.root)
         for site in model.root.calls:
@@ -260,13 +346,47 @@ class SameSeedOnEveryRank(Rule):
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
             if _option(value.module, node.attr.value):
                 return True
-            # `args.seed` of `args = parser.parse_args()` where a project helper declared it
-            # (`add_gpu_params(parser)`): still the command line's value.
-            if _reassigned(value.module, node.attr.value):
-                return False
-            bases = self.model.values.of(value.module, node.value, value.scope, at=value.at)
-            return bool(bases) and all(_parsed_arguments(b) for b in bases)
-        return False
+        # `args.seed` of `args = parser.parse_args()` where a project helper declared it
+        # (`add_gpu_params(parser)`), or `hps.train.seed` of `hps = load_config()`: a configuration
+        # that every rank reads the same way, unless the file changes that field.
+        base, field = _field_of(node)
+        if base is None or field is None or _reassigned(value.module, field):
+            return False
+        bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
+        return bool(bases) and all(_parsed_arguments(b) or self._config(b) for b in bases)
+
+    def _config(self, value: Value) -> bool:
+        """Whether a leaf is what a project configuration loader returns: a function that parses
+        the command line or reads a file (`json.load`, `yaml.safe_load`) and, like every project
+        function it calls, mentions nothing that differs between ranks (rank, environment, clock,
+        random draws)."""
+        node = value.node
+        if not isinstance(node, cst.Call):
+            return False
+        # Built inside the loader (`HParams(**json.load(f))` followed out of `get_hparams()`).
+        if value.scope.kind == "function" and self._loader(Function(value.module, value.scope.qualname)):
+            return True
+        site = value.module.call_at(node)
+        if site is None:
+            return False
+        targets = self.model.graph.targets(site)
+        return bool(targets) and all(bound == "" and self._loader(function) for function, bound in targets)
+
+    def _loader(self, function: Function) -> bool:
+        return _LOADS.search(function.module.code(function.node)) is not None and self._rank_free(function, 3)
+
+    def _rank_free(self, function: Function, depth: int) -> bool:
+        if depth <= 0 or _PER_RANK.search(function.module.code(function.node)) is not None:
+            return False
+        for site in function.module.calls_in(function.qualname):
+            for callee, _bound in self.model.graph.targets(site):
+                if callee.node is function.node:
+                    continue
+                owner = callee.owner
+                text = callee.module.code(owner.node) if owner is not None and _bound == "constructor" else ""
+                if text and _PER_RANK.search(text) is not None or not self._rank_free(callee, depth - 1):
+                    return False
+        return True
 
     def _namespace(self, site: CallSite, expr: cst.BaseExpression) -> bool:
         """Whether `expr`, passed at `site`, is the namespace `parse_args()` returned."""
@@ -283,6 +403,30 @@ _LIBRARY_SEEDERS = frozenset({
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 
 
+# A configuration loader reads the command line or a file.
+_LOADS = re.compile(r"\bparse_(known_)?args\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
+# Anything that may differ between ranks, in a loader's text.
+_PER_RANK = re.compile(r"rank|environ|getenv|random|time|uuid|getpid|hostname|socket|device_count|dist\.",
+                       re.IGNORECASE)
+
+
+def _field_of(node: cst.BaseExpression) -> tuple[cst.Name | None, str | None]:
+    """The root name and the last field of `cfg.train.seed` or `opt["train"]["seed"]`."""
+    field: str | None = None
+    while True:
+        if isinstance(node, cst.Attribute):
+            field = field or node.attr.value
+            node = node.value
+        elif isinstance(node, cst.Subscript) and len(node.slice) == 1 \
+                and isinstance(node.slice[0].slice, cst.Index) \
+                and isinstance(node.slice[0].slice.value, cst.SimpleString):
+            field = field or node.slice[0].slice.value.raw_value
+            node = node.value
+        else:
+            break
+    return (node, field) if isinstance(node, cst.Name) else (None, None)
+
+
 def _option(module: ModuleModel, dest: str) -> bool:
     """Whether `module` declares the command-line option `dest` and never assigns to it (a
     per-rank `args.seed = args.seed + rank` would make it differ)."""
@@ -290,7 +434,8 @@ def _option(module: ModuleModel, dest: str) -> bool:
 
 
 def _reassigned(module: ModuleModel, dest: str) -> bool:
-    return re.search(rf"\.{re.escape(dest)}\s*(=[^=]|[-+*/|&]=)", module.source) is not None
+    field = re.escape(dest)
+    return re.search(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", module.source) is not None
 
 
 def _parsed_arguments(value: Value) -> bool:

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
@@ -11,6 +11,9 @@ from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import classes_of
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 _SPLITTERS = frozenset({"numpy.array_split", "torch.chunk", "torch.tensor_split", "numpy.split"})
 _WORLD = ("world_size", "get_world_size", "WORLD_SIZE", "num_replicas", "nprocs", "ngpus", "n_gpus", "num_gpus")
@@ -208,6 +211,23 @@ class UnevenInputs(Rule):
                    for c in root.calls):
                 return True
         return False
+
+
+def split_by_rank(model: Model) -> bool:
+    """Whether the linted file gives each rank its own share of the data by hand: an assignment of
+    `x[rank::world_size]`, `np.array_split(x, world_size)[rank]` or `idx.split(...)[rank]`."""
+    root = model.root
+    resolve = model.resolver_for(root)
+    for _scope, node in _expressions(root):
+        if not isinstance(node, cst.Subscript):
+            continue
+        if _strided_by_rank(node, resolve):
+            return True
+        if isinstance(node.value, cst.Call) and _by_rank(node, resolve):
+            site = root.call_at(node.value)
+            if site is not None and (model.api(site) in _SPLITTERS or _split_method(site)):
+                return True
+    return False
 
 
 def _strided_by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
