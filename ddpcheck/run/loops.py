@@ -8,6 +8,7 @@ import ast
 import re
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Callable
 
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
 
@@ -49,12 +50,14 @@ def _exits(loop: ast.AST) -> tuple[int, ...]:
     return tuple(sorted(found))
 
 
-def enclosing_loop(path: str, line: int) -> Loop | None:
-    """The innermost loop of the function around `line` that contains it (None outside any loop)."""
+def _innermost(path: str, line: int, pick: Callable[[ast.AST], bool]) -> ast.AST | None:
+    """The innermost node of the function around `line` that holds it and that `pick` accepts (None
+    when there is none, or the file cannot be read): what lies outside the function does not decide
+    what runs inside it."""
     tree = _tree(path)
     if tree is None:
         return None
-    best: ast.For | ast.AsyncFor | ast.While | None = None
+    best: ast.AST | None = None
     stack: list[ast.AST] = [tree]
     while stack:
         node = stack.pop()
@@ -63,11 +66,17 @@ def enclosing_loop(path: str, line: int) -> Loop | None:
             if start is None or end is None or not start <= line <= end:
                 continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                best = None  # a loop outside the function does not hold the function's lines
-            elif isinstance(child, _LOOPS):
+                best = None
+            elif pick(child):
                 best = child
             stack.append(child)
-    if best is None:
+    return best
+
+
+def enclosing_loop(path: str, line: int) -> Loop | None:
+    """The innermost loop of the function around `line` that contains it (None outside any loop)."""
+    best = _innermost(path, line, lambda node: isinstance(node, _LOOPS))
+    if not isinstance(best, _LOOPS):
         return None
     return Loop(path, best.lineno, best.end_lineno or best.lineno, _exits(best))
 
@@ -89,24 +98,12 @@ class Guard:
 def rank_guard(path: str, line: int) -> Guard | None:
     """The innermost `if` of the function around `line` whose condition is on the rank and whose
     body or else-branch holds `line` (None when there is none, or the file cannot be read)."""
-    tree = _tree(path)
-    if tree is None:
-        return None
-    best: ast.If | None = None
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        for child in ast.iter_child_nodes(node):
-            start, end = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
-            if start is None or end is None or not start <= line <= end:
-                continue
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                best = None  # an `if` outside the function does not decide who calls it
-            elif isinstance(child, ast.If) and not (child.test.lineno <= line <= (child.test.end_lineno or 0)) \
-                    and _on_rank(child.test):
-                best = child
-            stack.append(child)
-    if best is None:
+    def pick(node: ast.AST) -> bool:  # the condition's own lines are not under it
+        return isinstance(node, ast.If) and not node.test.lineno <= line <= (node.test.end_lineno or 0) \
+            and _on_rank(node.test)
+
+    best = _innermost(path, line, pick)
+    if not isinstance(best, ast.If):
         return None
     return Guard(path, best.lineno, ast.unparse(best.test))
 
