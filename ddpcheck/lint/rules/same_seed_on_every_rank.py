@@ -406,7 +406,7 @@ _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 # A configuration loader reads the command line or a file.
 _LOADS = re.compile(r"\bparse_(known_)?args\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
 # Anything that may differ between ranks, in a loader's text.
-_PER_RANK = re.compile(r"rank|environ|getenv|random|time|uuid|getpid|hostname|socket|device_count|dist\.",
+_PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|time|uuid|getpid|hostname|socket|device_count|dist\.",
                        re.IGNORECASE)
 
 
