@@ -85,6 +85,15 @@ def env_for() -> dict[str, str]:
     return env
 
 
+def records_bytes(report: Path) -> int:
+    """The report's size without its findings and performance hints (those follow what the run
+    measured; the per-check records are what would grow with the number of checked steps)."""
+    data = json.loads(report.read_text())
+    data.pop("findings", None)
+    data.get("run", {}).get("performance", {}).pop("hints", None)
+    return len(json.dumps(data))
+
+
 def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Path | None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     script = [str(SCRIPT), "--model", model, "--steps", str(steps), "--out", str(out)]
@@ -248,14 +257,19 @@ def main() -> None:
         for n in (args.growth_steps, 2 * args.growth_steps):
             out = work / f"growth-{n}"
             result = launch("every-step", nproc, model, n, out, out / "report.json")
-            sizes.append((n, result["report_bytes"], result["load"]))
-        growth = sizes[1][1] / sizes[0][1] - 1
+            sizes.append((n, result["report_bytes"], records_bytes(out / "report.json"), result["load"]))
+        # Which findings and hints a run gets depends on what it measured (a communication-bound
+        # verdict may appear in one run of the pair only), not on how many steps it checked: the
+        # records kept per check are what must not grow with the steps.
+        growth = sizes[1][2] / sizes[0][2] - 1
         print(f"Report size, {model} at {nproc} ranks, every step checked: "
-              + "; ".join(f"{n} + 20 warm-up checked steps: {b} bytes (load {ld:.1f})" for n, b, ld in sizes)
-              + f"; growth {growth:+.1%}.\n")
-        targets.add(f"JSON report, {sizes[0][0]} → {sizes[1][0]} checked steps (+20 warm-up)",
-                    f"{sizes[0][1] / 1024:.1f} → {sizes[1][1] / 1024:.1f} KiB ({growth:+.1%})",
-                    f"bounded (≤ {GROWTH_TARGET:+.0%})", growth <= GROWTH_TARGET, max(ld for _, _, ld in sizes))
+              + "; ".join(f"{n} + 20 warm-up checked steps: {b} bytes, {r} without findings and hints "
+                          f"(load {ld:.1f})" for n, b, r, ld in sizes)
+              + f"; growth of the records {growth:+.1%}.\n")
+        targets.add(f"JSON report records, {sizes[0][0]} → {sizes[1][0]} checked steps (+20 warm-up)",
+                    f"{sizes[0][2] / 1024:.1f} → {sizes[1][2] / 1024:.1f} KiB ({growth:+.1%}; whole file "
+                    f"{sizes[0][1] / 1024:.1f} → {sizes[1][1] / 1024:.1f} KiB)",
+                    f"bounded (≤ {GROWTH_TARGET:+.0%})", growth <= GROWTH_TARGET, max(s[3] for s in sizes))
 
         before = load()
         costs = ledger_costs()
