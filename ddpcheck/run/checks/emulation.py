@@ -19,6 +19,9 @@ NAME = "emulation"  # record section: {"used": [...]} when the emulation did som
 class CudaEmulated(Incident):
     """The script ran with CUDA emulated on the CPU (`--cpu`, or no CUDA device on this machine).
 
+    Said only of a script that used CUDA: one that never asks for it sees torch as it is (see
+    "what the script sees" below) and is reported as the CPU job it is.
+
     ddpcheck says so because what it checked is the logic of the job — sharding, seeding,
     gradient and parameter sync, collectives — not its speed or memory. Each rank is one GPU of a
     node with as many GPUs as ranks (`--nproc`, also for a script that `mp.spawn`s
@@ -41,6 +44,13 @@ class CudaEmulated(Incident):
     - `torch.distributed`: `nccl` → `gloo` (`init_process_group`, `new_group`; the backend
       `get_default_backend_for_device` names), `init_process_group(device_id=...)` and
       `barrier(device_ids=...)` are accepted.
+
+    What the script sees: the questions asked before any CUDA use (`torch.cuda.is_available()`,
+    `device_count()`, `is_bf16_supported()`, the same of `torch.accelerator`) get the emulated
+    answer only when the script has used CUDA already, when the statement asking requires it
+    (`assert torch.cuda.is_available()`, or an `if` whose "no CUDA" branch raises, exits or
+    returns), or when its own source is written for CUDA (it names "cuda" or "nccl", calls
+    `.cuda()`, passes `device_ids=`, sets the CUDA device). A CPU-only script is told the truth.
 
     torch's own code (the DataLoader, `torch.compile`, the GradScaler) is told the truth, that
     there is no GPU, so it keeps to its CPU paths. What cannot be emulated: see DDP121. The final
@@ -75,7 +85,8 @@ def capture(session: Session) -> None:
             session.progress("no CUDA device here: CUDA calls are emulated on the CPU (nccl → gloo)")
 
     setattr(emulate, "on_first_use", said)
-    session.at_end.append(lambda why: used.update(used=sorted(emulate.USED)))
+    # Pinned memory alone (a CPU script's DataLoader(pin_memory=True)) is not a GPU script.
+    session.at_end.append(lambda why: used.update(used=sorted(emulate.USED) if emulate.active() else []))
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:

@@ -15,6 +15,16 @@ device is the CPU:
   costs each torch call some Python, so it is pushed only once the script first asks for CUDA
   (a `torch.cuda` query, a CUDA device, `.cuda()`, nccl, ...): a CPU-only script never pays for it.
   Once pushed, it is pushed on every thread that then touches CUDA or starts;
+- what the script sees: CUDA is there only for a script that asks for it. The questions a
+  script asks before it uses CUDA — `torch.cuda.is_available()`, `device_count()`,
+  `is_bf16_supported()`, `torch.accelerator.is_available()` / `device_count()` /
+  `current_accelerator()` — get the emulated answer when the script has already used CUDA, when
+  the statement that asks demands it (`assert torch.cuda.is_available()`, or an `if` whose branch
+  for "no CUDA" raises, exits or returns), or when the script's own source is written for CUDA
+  (it names "cuda" or "nccl", calls `.cuda()`, passes `device_ids=`, sets the CUDA device):
+  read once, from the script, the files of its folder it imports and the user modules loaded
+  so far. A CPU-only script gets torch's
+  own answers (`is_available()` False) and runs exactly as without ddpcheck;
 - `torch.cuda`: is_available, device_count, current_device, set_device, device(...),
   get_device_name, get_device_properties (a plausible description: name, total_memory,
   major/minor, multi_processor_count), get_device_capability, is_bf16_supported, synchronize,
@@ -60,6 +70,8 @@ USED: set[str] = set()  # what the user's code actually asked of the emulation, 
 NOTES: list[str] = []  # things said once (an autocast dtype replaced, ...), for the report
 on_first_use: Callable[[str], None] | None = None  # set by the rank's session to say it once
 _mode: Any = None
+_said = False  # the first CUDA use was announced (on_first_use)
+_written_for_cuda: bool | None = None  # what the script's source says, once read
 
 
 def _activate() -> None:
@@ -83,17 +95,198 @@ def _activate() -> None:
         _push_on_torch_function_stack(mode)
 
 
+def active() -> bool:
+    """The script has used CUDA: the emulation stood in for a GPU (not only for pinned memory)."""
+    return _active
+
+
 def _used(feature: str, cuda: bool = True) -> None:
     """The script asked the emulation for `feature`; `cuda`: a CUDA use (the mode is needed)."""
+    global _said
     if cuda and not getattr(_pushed, "done", False):
         _activate()
-    if feature not in USED:
-        USED.add(feature)
-        if on_first_use is not None and len(USED) == 1:
+    USED.add(feature)
+    if cuda and not _said:
+        _said = True
+        if on_first_use is not None:
             try:
                 on_first_use(feature)
             except Exception:  # noqa: BLE001 - saying so must never break the run
                 pass
+
+
+# --- does the script ask for CUDA? ---------------------------------------------------------------
+
+_QUERIES = ("is_available", "device_count", "is_bf16_supported", "current_accelerator")
+_CUDA_CALLS = frozenset({"set_device", "current_device", "synchronize", "Event", "Stream", "current_stream",
+                         "get_device_properties", "get_device_name", "get_device_capability",
+                         "set_device_index", "max_memory_allocated", "memory_allocated"})
+_STOPS = frozenset({"exit", "quit", "_exit"})
+MAX_SCANNED_FILES = 60
+MAX_SCANNED_BYTES = 1_000_000
+
+
+def _asker() -> FrameType | None:
+    """The innermost frame of the user's code that asked (past this module and torch)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def cuda_wanted() -> bool:
+    """Whether a question about CUDA gets the emulated answer (see the module docstring)."""
+    if _active:
+        return True
+    frame = _asker()
+    if frame is not None and _demands(frame.f_code.co_filename, frame.f_lineno):
+        return True
+    return written_for_cuda()
+
+
+@functools.lru_cache(maxsize=64)
+def _tree(path: str) -> Any:
+    import ast
+
+    try:
+        if os.path.getsize(path) > MAX_SCANNED_BYTES:
+            return None
+        with open(path, encoding="utf-8") as fh:
+            return ast.parse(fh.read())
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _is_query(node: Any) -> bool:
+    import ast
+
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in _QUERIES
+               for n in ast.walk(node))
+
+
+def _negated(test: Any) -> bool:
+    """The query in `test` is read as "no CUDA": under `not`, or a count compared as too small."""
+    import ast
+
+    for n in ast.walk(test):
+        if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not) and _is_query(n.operand):
+            return True
+        if isinstance(n, ast.Compare) and _is_query(n.left) and any(
+                isinstance(op, (ast.Lt, ast.LtE, ast.Eq)) for op in n.ops):
+            return True
+    return False
+
+
+def _stops(body: list[Any]) -> bool:
+    import ast
+
+    for stmt in body:
+        if isinstance(stmt, (ast.Raise, ast.Return)):
+            return True
+        if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+            func = stmt.value.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name in _STOPS:
+                return True
+    return False
+
+
+def _demands(path: str, line: int) -> bool:
+    """The statement at `path:line` requires CUDA: an assert on it, or an `if` on it whose branch
+    for "no CUDA" raises, exits or returns."""
+    import ast
+
+    tree = _tree(path)
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assert) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if _is_query(node.test):
+                return True
+        elif isinstance(node, ast.If) and node.test.lineno <= line <= (node.test.end_lineno or node.test.lineno):
+            if _is_query(node.test):
+                branch = node.body if _negated(node.test) else node.orelse
+                if branch and _stops(branch):
+                    return True
+    return False
+
+
+def _cuda_marker(node: Any) -> bool:
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value.lower()
+        return text in ("cuda", "nccl") or text.startswith("cuda:") or "nccl" in text.split(",")[-1]
+    if isinstance(node, ast.JoinedStr) and node.values:
+        head = node.values[0]
+        return isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith("cuda:")
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Attribute) and func.attr == "cuda":
+            return True
+        if isinstance(func, ast.Attribute) and func.attr in _CUDA_CALLS and isinstance(func.value, ast.Attribute) \
+                and func.value.attr in ("cuda", "accelerator"):
+            return True
+        return any(k.arg == "device_ids" for k in node.keywords)
+    return False
+
+
+def written_for_cuda() -> bool:
+    """The script's own source uses CUDA (beyond asking whether it is there): the file run, the
+    user's modules loaded so far, and the files of its folder that it imports. Read once."""
+    global _written_for_cuda
+    if _written_for_cuda is None:
+        _written_for_cuda = any(_file_uses_cuda(path) for path in _user_sources())
+    return _written_for_cuda
+
+
+def _user_sources() -> list[str]:
+    paths: list[str] = []
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if isinstance(main, str):
+        paths.append(os.path.abspath(main))
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and path.endswith(".py") and is_user_file(path):
+            paths.append(os.path.abspath(path))
+    if paths:
+        paths += _imported_here(paths[0])
+    seen: list[str] = []
+    for path in paths:
+        if path not in seen and not os.path.basename(path).startswith("test_"):
+            seen.append(path)
+    return seen[:MAX_SCANNED_FILES]
+
+
+def _imported_here(path: str) -> list[str]:
+    """The files of the script's own folder that the script imports (not yet loaded, perhaps)."""
+    import ast
+
+    tree = _tree(path)
+    if tree is None:
+        return []
+    folder = os.path.dirname(path)
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    found = []
+    for name in names:
+        base = os.path.join(folder, *name.split("."))
+        for candidate in (base + ".py", os.path.join(base, "__init__.py")):
+            if os.path.isfile(candidate):
+                found.append(candidate)
+    return found
+
+
+def _file_uses_cuda(path: str) -> bool:
+    import ast
+
+    tree = _tree(path)
+    return tree is not None and any(_cuda_marker(node) for node in ast.walk(tree))
 
 
 def _note(text: str) -> None:
@@ -318,7 +511,24 @@ def _patch_tensors(torch: Any) -> None:
     for name in _FACTORIES:
         original = getattr(torch, name, None)
         if original is not None:
-            setattr(torch, name, _with_cpu_kwargs(original))
+            setattr(torch, name, _as_builtin(_with_cpu_kwargs(original), original))
+
+
+def _as_builtin(stand_in: Callable[..., Any], original: Callable[..., Any]) -> Callable[..., Any]:
+    """TorchScript compiles a call of `torch.tensor` as the aten op it looks up by the function's
+    identity (torch/jit/_builtins.py), in a table torch may have built before these patches; a
+    stand-in it does not find there is compiled as Python and fails (`torch.distributed.optim`
+    scripts its functional optimizers at import). Register the stand-in as the same op."""
+    try:
+        from torch.jit import _builtins
+
+        table: Any = _builtins  # private and unannotated
+        op = table._find_builtin(original)
+        if op is not None:
+            table._register_builtin(stand_in, op)
+    except (ImportError, AttributeError):  # private API: absent or changed in other releases
+        pass
+    return stand_in
 
 
 class _DeviceMeta(type):
@@ -343,8 +553,8 @@ class device(metaclass=_DeviceMeta):  # noqa: N801 - stands in for torch.device
             _used("torch.device(int)")
             return real("cuda", args[0])
         made = real(*args, **kwargs)
-        if made.type == "cuda" and not getattr(_pushed, "done", False):
-            _activate()  # a CUDA device: the script is about to use it
+        if made.type == "cuda" and not getattr(_pushed, "done", False) and not _from_torch():
+            _activate()  # a CUDA device: the script is about to use it (torch names one for its own books)
         return made
 
 
@@ -575,19 +785,29 @@ def _patch_cuda(torch: Any) -> None:
     tc = torch.cuda
     real_is_available, real_device_count = tc.is_available, tc.device_count
 
+    real_bf16 = tc.is_bf16_supported
+
     def is_available() -> bool:
-        if _from_torch():
+        if _from_torch() or not cuda_wanted():
             return bool(real_is_available())
         if _from_user():
             _used("torch.cuda.is_available")
         return True
 
     def device_count() -> int:
-        if _from_torch():
+        if _from_torch() or not cuda_wanted():
             return int(real_device_count())
         if _from_user():
             _used("torch.cuda.device_count")
         return emulated_device_count()
+
+    def is_bf16_supported(including_emulation: bool = True) -> bool:
+        if _from_torch() or not cuda_wanted():
+            try:
+                return bool(real_bf16(including_emulation))
+            except (RuntimeError, AssertionError, TypeError):
+                return False
+        return True
 
     def current_device() -> int:
         _activate()
@@ -632,7 +852,7 @@ def _patch_cuda(torch: Any) -> None:
         "is_available": is_available, "device_count": device_count, "set_device": set_device,
         "current_device": current_device, "get_device_properties": get_device_properties,
         "get_device_name": get_device_name, "get_device_capability": get_device_capability,
-        "is_bf16_supported": lambda including_emulation=True: True, "is_initialized": lambda: True,
+        "is_bf16_supported": is_bf16_supported, "is_initialized": lambda: True,
         "init": nothing, "synchronize": nothing, "empty_cache": nothing, "ipc_collect": nothing,
         "memory_allocated": zero, "max_memory_allocated": zero, "memory_reserved": zero,
         "max_memory_reserved": zero, "memory_cached": zero, "max_memory_cached": zero,
@@ -671,7 +891,7 @@ def _patch_accelerator(torch: Any) -> None:
     real_device_count = acc.device_count
 
     def current_accelerator(check_available: bool = False) -> Any:
-        if _from_torch():
+        if _from_torch() or not cuda_wanted():
             return real_current(check_available)
         if _from_user():
             _used("torch.accelerator")
@@ -681,14 +901,14 @@ def _patch_accelerator(torch: Any) -> None:
         cuda.set_device(device)
 
     def device_count() -> int:
-        return int(real_device_count()) if _from_torch() else emulated_device_count()
+        return int(real_device_count()) if _from_torch() or not cuda_wanted() else emulated_device_count()
 
     class device_index(_DeviceContext):  # noqa: N801 - torch's name
         def __init__(self, device: Any, /) -> None:
             super().__init__(device)
 
     def is_available() -> bool:
-        if _from_torch():
+        if _from_torch() or not cuda_wanted():
             return bool(real_is_available())
         if _from_user():
             _used("torch.accelerator")
