@@ -29,7 +29,7 @@ _dogs: list[Watchdog] = []
 
 def install(session: Session) -> None:
     """Keep the ledger from now on; start the watchdog once init_process_group has returned."""
-    ledger_mod.install(sites.call_site)
+    ledger_mod.install(sites.call_site, session.nested_step)
     backstop = session.options.collective_timeout
 
     def before_init(kwargs: dict[str, Any]) -> None:

@@ -113,6 +113,13 @@ def _wrap_ddp(session: Session) -> None:
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if session.before_ddp_init:
+            module = args[0] if args else kwargs.get("module")
+            group = kwargs.get("process_group", args[6] if len(args) > 6 else None)
+            if kwargs.get("device_mesh") is not None:
+                group = kwargs["device_mesh"]
+            for before in session.before_ddp_init:
+                guard(before, module, group)
         original_init(self, *args, **kwargs)
         session.ddp_modules.append(weakref.ref(self))
         ignored = getattr(self, "parameters_to_ignore", ())  # DDP leaves these alone: rank-local

@@ -514,9 +514,10 @@ def _wrap_loaders(site_of: Callable[[int], str | None]) -> None:
     setattr(_BaseDataLoaderIter, "__next__", __next__)
 
 
-def install(site_of: Callable[[int], str | None]) -> None:
+def install(site_of: Callable[[int], str | None], nested: Callable[[], bool] = lambda: False) -> None:
     """Wrap the collectives, DDP and the data loaders (once per process). `site_of(depth)` names the
-    user's file:line of the caller `depth` frames up."""
+    user's file:line of the caller `depth` frames up; `nested()` is true inside an optimizer step
+    that another optimizer's step started (not a step of its own)."""
     import torch.distributed as dist
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -527,7 +528,7 @@ def install(site_of: Callable[[int], str | None]) -> None:
     _wrap_backward(site_of)
     _wrap_ddp(site_of)
     _wrap_loaders(site_of)
-    register_optimizer_step_post_hook(lambda *a, **k: LEDGER.stepped())
+    register_optimizer_step_post_hook(lambda *a, **k: None if nested() else LEDGER.stepped())
 
 
 def open_live(record_dir: str, rank: int) -> None:

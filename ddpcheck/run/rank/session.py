@@ -8,6 +8,7 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 |---|---|---|
 | `before_init` | before `init_process_group` | its keyword arguments (a dict the callback may edit) |
 | `after_init` | after it (ddpcheck's group exists) | - |
+| `before_ddp_init` | before `DistributedDataParallel.__init__` runs (torch's own checks included) | the module to wrap, the `process_group` argument or None |
 | `on_ddp_init` | after `DistributedDataParallel.__init__` | the DDP module |
 | `on_ddp_forward` | before every DDP forward | the DDP module, args, kwargs |
 | `before_step` | before a *checked* optimizer step | optimizer, step (1-based) |
@@ -24,6 +25,10 @@ The phases are "data" (the DataLoader iterator's `__next__`), "forward" (a DDP f
 "backward" (`torch.autograd.backward`, hence `loss.backward()`) and "step" (an optimizer step:
 its start is signalled after ddpcheck's own `before_step` work, its end before `after_step`, so
 ddpcheck's time stays out of it). They cost a truthiness test while nobody listens.
+
+An optimizer step taken inside another one's step (ZeroRedundancyOptimizer steps its local
+optimizer; a wrapper optimizer steps the one it wraps) is part of the outer step: only the
+outermost step counts, and the hooks see it alone.
 
 An unchecked optimizer step costs the hook layer a counter increment and one comparison (with
 `next_checked`); no callback runs and nothing is allocated. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
@@ -80,12 +85,14 @@ class Session:
         # optimizer.step() calls so far (all optimizers), realigned after DDP's Join() (align_steps).
         self.step = 0
         self.taken = 0  # optimizer.step() calls this rank really made
+        self.stepping: list[int] = []  # id() of the optimizers inside their step, outermost first
         self.next_checked = options.next_checked(0)  # the next optimizer step to check
         self.group: ProcessGroup | None = None  # ddpcheck's own gloo group, once the user's one exists
         self.sections: dict[str, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []
         self.before_init: list[Callable[[dict[str, Any]], None]] = []
         self.after_init: list[Callable[[], None]] = []
+        self.before_ddp_init: list[Callable[[Any, Any], None]] = []
         self.on_ddp_init: list[Callable[[DistributedDataParallel], None]] = []
         self.on_ddp_forward: list[Callable[[DistributedDataParallel, tuple[Any, ...], dict[str, Any]], None]] = []
         self.before_step: list[Callable[[Optimizer, int], None]] = []
@@ -216,7 +223,16 @@ class Session:
             guard(after)
 
     # --- the step machinery (called from the hooks of rank/hooks.py) ---------------------------
+    def nested_step(self) -> bool:
+        """True inside an optimizer step that another optimizer's step started."""
+        return len(self.stepping) > 1
+
     def before_optimizer_step(self, optimizer: Optimizer) -> None:
+        if id(optimizer) in self.stepping:  # its last step raised and never ended: start afresh
+            self.stepping.clear()
+        self.stepping.append(id(optimizer))
+        if len(self.stepping) > 1:
+            return
         if self.step + 1 == self.next_checked:
             for fn in self.before_step:
                 guard(fn, optimizer, self.step + 1)
@@ -224,6 +240,10 @@ class Session:
             self.phase("step", True)
 
     def after_optimizer_step(self, optimizer: Optimizer) -> None:
+        if self.stepping and self.stepping[-1] == id(optimizer):
+            self.stepping.pop()
+        if self.stepping:  # the step of an optimizer inside another one's: part of that step
+            return
         if self.on_phase:
             self.phase("step", False)
         self.step += 1
