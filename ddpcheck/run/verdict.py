@@ -54,6 +54,11 @@ class Context:
     nproc_ignored: bool = False  # ... and --nproc was given but not used
 
 
+def plural(n: int, noun: str, nouns: str | None = None) -> str:
+    """'1 checked step', '3 checked steps'."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
+
+
 def group_ranks(values: dict[int, Any]) -> list[tuple[Any, tuple[int, ...]]]:
     """Ranks grouped by equal value, biggest group first (then by lowest rank)."""
     groups: dict[Any, list[int]] = {}

@@ -5,6 +5,12 @@ all-reduce and after any clipping or user edit, fires for every optimizer, and n
 hook (which would clash with the user's own and never fires under no_sync). Every parameter's
 gradient is fingerprinted exactly (rank/fingerprint.py; a None gradient is its own value). Under
 DDP the all-reduced gradients are bitwise identical on every rank, so any difference is a fault.
+
+An optimizer that reduces the gradients inside its own step (a hand-written sharded optimizer
+that all-reduces or reduce-scatters them there) holds each rank's local gradients when its step
+starts: the reduction ends inside the step, so such a step's gradients are not compared here;
+the parameters after it are (DDP106). Which steps did so is seen from the collectives the rank
+entered between the step's pre- and post-hook (the collective ledger, rank/ledger.py).
 """
 
 from __future__ import annotations
@@ -21,8 +27,8 @@ from ddpcheck.run.checks._compare import (
     realigned,
     where,
 )
-from ddpcheck.run.records import Record
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks
+from ddpcheck.run.records import Record, section
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
@@ -104,6 +110,10 @@ class GradientsDiffer(RuntimeCheck):
 
 NAME = "grads"
 CODE = "DDP105"
+# Collectives that reduce data across ranks: one of these inside an optimizer step is a gradient
+# reduction that ends there (a broadcast or all-gather of parameters is not).
+REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
+                      "all_to_all_single"})
 
 
 def optimizer_params(optimizer: Optimizer) -> Iterator[tuple[str, torch.Tensor]]:
@@ -125,16 +135,38 @@ def synchronised(session: Session, named: Iterator[tuple[str, Any]]) -> list[tup
 def capture(session: Session) -> None:
     from ddpcheck.run.rank.fingerprint import combine, fingerprints
 
-    # entries: [step, digest, forwards since the last step, of which under no_sync()]
-    log = StepLog(session, session.section(NAME), session.add_slot(NAME))
+    from ddpcheck.run.rank.ledger import LEDGER
+
+    # entries: [step, digest, forwards since the last step, of which under no_sync(),
+    #           1 if the optimizer's step itself reduced across ranks]
+    part = session.section(NAME)
+    part["reduced_in_step"] = {"optimizers": [], "ops": []}
+    log = StepLog(session, part, session.add_slot(NAME))
     reported: list[int] = []
+    current: dict[str, Any] = {}
 
     def before_step(optimizer: Optimizer, step: int) -> None:
         named = synchronised(session, optimizer_params(optimizer))
         fps = fingerprints(p.grad for _, p in named)
         digest = combine(fps)
         session.stage(NAME, digest)
-        log.add([step, digest, session.forwards, session.unsynced], [n for n, _ in named], fps)
+        entry = [step, digest, session.forwards, session.unsynced, 0]
+        log.add(entry, [n for n, _ in named], fps)
+        current.update(entry=entry, entered={name: g.entered for name, g in LEDGER.groups.items()})
+
+    def after_step(optimizer: Optimizer, step: int) -> None:
+        entry, before = current.pop("entry", None), current.pop("entered", {})
+        if entry is None or entry[0] != step:
+            return
+        ops = {call.op for name, g in LEDGER.groups.items() for call in g.recent
+               if call.seq > before.get(name, 0) and not call.op.startswith("ddp.")}
+        if ops & REDUCING:
+            entry[4] = 1
+            said = part["reduced_in_step"]
+            said["ops"] = sorted(set(said["ops"]) | ops)
+            kind = type(optimizer).__name__
+            if kind not in said["optimizers"]:
+                said["optimizers"].append(kind)
 
     def on_exchange(step: int, rows: list[list[int]]) -> None:
         if log.exchanged(step, rows) and not reported:
@@ -142,7 +174,28 @@ def capture(session: Session) -> None:
             session.progress(f"gradients differ across ranks at optimizer step {step}")
 
     session.before_step.append(before_step)
+    session.after_step.insert(0, after_step)
     session.on_exchange.append(on_exchange)
+
+
+def reduced_in_step(records: list[Record]) -> tuple[set[int], list[str]]:
+    """(checked steps at which every rank's optimizer reduced across ranks inside its step, the
+    optimizers' class names)."""
+    logs = logs_by_rank(records, NAME)
+    per_rank = [{s for s, e in entries(log).items() if len(e) > 4 and e[4]} for log in logs.values()]
+    steps = set.intersection(*per_rank) if per_rank else set()
+    kinds = sorted({k for r in records for k in section(r, NAME).get("reduced_in_step", {}).get("optimizers", [])})
+    return steps, kinds
+
+
+def _without(logs: dict[int, dict[str, Any]], steps: set[int]) -> dict[int, dict[str, Any]]:
+    """The logs without the given steps (and without the rolling digest, which covers them)."""
+    out = {}
+    for rank, log in logs.items():
+        kept = [e for e in log.get("steps", []) if int(e[0]) not in steps]
+        out[rank] = {**log, "steps": kept, "differ": [e for e in log.get("differ", []) if int(e[0]) not in steps],
+                     "count": len(kept), "rolling": 0, "differing": 0}
+    return out
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
@@ -151,7 +204,20 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
-        return [Verdict(CODE, PASS, f"identical on every rank at {compared} checked steps{realigned(records)}")]
+        return [Verdict(CODE, PASS, f"identical on every rank at {plural(compared, 'checked step')}"
+                        f"{realigned(records)}")]
+    inside, kinds = reduced_in_step(records)
+    if inside and (step in inside or step == -1):
+        # The gradients differ where the optimizer's own step reduces them: judge the other steps.
+        how = (f"{', '.join(kinds) or 'the optimizer'} reduces the gradients inside its step "
+               f"({plural(len(inside), 'checked step')}): compared through the parameters after it (DDP106)")
+        logs = _without(logs, inside)
+        if not any(log["steps"] for log in logs.values()):
+            return [Verdict(CODE, SKIP, how, details={"reduced_in_step": sorted(inside)})]
+        step, at, bad, compared = first_mismatch(logs)
+        if step is None:
+            return [Verdict(CODE, PASS, f"identical on every rank at {plural(compared, 'checked step')}; {how}",
+                            details={"reduced_in_step": sorted(inside)})]
     tensors = differing_tensors(logs, step)
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
     if tensors and len(tensors) > 5:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import socket
 
-from ddpcheck.run.records import Record
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.run.records import Record, section
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
@@ -42,7 +42,10 @@ class InitProcessGroupMissing(RuntimeCheck):
     code = "DDP108"
     name = "init-process-group-missing"
     severity = Severity.ERROR
-    explains = ("DDP105", "DDP106", "DDP107", "DDP111")
+    # Without a process group nothing is sharded or synchronised: the data and gradient
+    # findings that follow are this one's consequences, not faults of their own.
+    explains = ("DDP100", "DDP101", "DDP102", "DDP103", "DDP104", "DDP105", "DDP106", "DDP107", "DDP111",
+                "DDP115")
     BAD = """
         model = Net()
         for x, y in loader:
@@ -317,7 +320,10 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     else:
         no_ddp = tuple(r for r, s in secs.items() if not s["ddp"])
         unused = tuple(r for r, s in secs.items() if s["ddp"] and not any(d["forwards"] for d in s["ddp"]))
-        if no_ddp:
+        by_hand = _synchronised_by_hand(records, ctx) if no_ddp and len(no_ddp) == len(secs) else None
+        if by_hand is not None:
+            out.append(Verdict(USED, PASS, f"no DistributedDataParallel model: {by_hand}"))
+        elif no_ddp:
             out.append(Verdict(USED, FAIL, f"no DistributedDataParallel model on {_ranks(no_ddp)}",
                                message="No model was wrapped in DistributedDataParallel, so nothing "
                                "all-reduces the gradients: every rank trains its own model. Wrap "
@@ -355,6 +361,29 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
 
     out.append(_unused(secs))
     return out
+
+
+def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
+    """How the script keeps its replicas in sync without DDP, when the run shows it does: its
+    own collectives (at least one per optimizer step), gradients identical on every rank at the
+    optimizer step (or reduced inside the optimizer's own step) and parameters identical after it."""
+    from ddpcheck.run.checks import grads, params
+
+    steps = min((int(r.get("step") or 0) for r in records), default=0)
+    own = min((sum(int(g.get("entered", 0)) for g in section(r, "collectives").get("groups", {}).values())
+               for r in records), default=0)
+    if steps < 1 or own < steps:
+        return None
+    (g,) = grads.judge(records, ctx)
+    p = params.judge(records, ctx)[0]
+    if p.status != PASS or g.status == FAIL or (g.status == SKIP and not g.details.get("reduced_in_step")):
+        return None
+    if g.details.get("reduced_in_step"):
+        kinds = ", ".join(grads.reduced_in_step(records)[1]) or "the optimizer"
+        return (f"{kinds} reduces the gradients inside its step, and the parameters were identical on "
+                f"every rank after it ({p.detail.removeprefix('identical on every rank after ')})")
+    return (f"the script averages the gradients itself ({plural(own, 'collective')} of its own; gradients "
+            f"{g.detail}, parameters identical after each checked step)")
 
 
 def _devices(secs: dict[int, dict[str, Any]], local_ranks: dict[int, int]) -> Verdict:

@@ -104,14 +104,6 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozen
             out[code] = replace(v, status=SKIP, detail=f"explained by {cause}: {v.detail}",
                                 details={**v.details, "explained_by": cause})
             break
-    # A DDP model that was never used is a milder thing if the gradients still agreed
-    # (the script all-reduces by hand).
-    used, grads, inputs = out.get("DDP109"), out.get("DDP105"), out.get("DDP104")
-    if used and used.status == FAIL and grads and grads.status == PASS \
-            and not (inputs and inputs.status == FAIL):  # (identical inputs: identical gradients)
-        out["DDP109"] = replace(used, severity="warning", message=(used.message or "") +
-                                " (Gradients were identical on every rank, so something else "
-                                "synchronises them.)")
     return Judged(out, kept, happened)
 
 
