@@ -1,13 +1,19 @@
 """A shuffling DistributedSampler that yields the same order in consecutive epochs: `set_epoch` is
-never called, so every epoch reuses epoch 0's permutation. Uses the index capture of shards.py."""
+never called, so every epoch reuses epoch 0's permutation. Uses the index capture of shards.py.
+
+An epoch is a training pass over the loader (one during which an optimizer step was taken): a
+peek at one batch before `set_epoch` (it draws in the previous epoch's order), a warm-up batch or
+an evaluation pass over the training set in the same epoch are not epochs of their own. Two
+consecutive training passes fail when their order is the same and the sampler's epoch did not
+change between them."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.run.checks.shards import HEAD, capture, loader_label, loaders_by_index
+from ddpcheck.run.checks.shards import HEAD, capture, is_training, loader_label, loader_place, loaders_by_index
 from ddpcheck.run.records import Record
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
@@ -72,7 +78,7 @@ def _sequences(records: list[Record]) -> list[tuple[dict[str, Any], dict[int, li
         key = info.get("site") or f"#{index}"
         first, epochs = by_site.setdefault(key, (info, {}))
         for rank, i in per_rank.items():
-            epochs.setdefault(rank, []).extend(i["epochs"])
+            epochs.setdefault(rank, []).extend(e for e in i["epochs"] if is_training(e))
     return list(by_site.values())
 
 
@@ -84,19 +90,22 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         candidates += 1
         for rank, epochs in sorted(per_rank.items()):
             for e in range(len(epochs) - 1):
-                if _same_order(epochs[e], epochs[e + 1]):
+                a, b = epochs[e], epochs[e + 1]
+                moved = a.get("sampler_epoch") is not None and a.get("sampler_epoch") != b.get("sampler_epoch")
+                if not moved and _same_order(a, b):
                     label = loader_label(info)
+                    stayed = (f" (sampler.epoch stayed {b['sampler_epoch']})"
+                              if b.get("sampler_epoch") is not None else "")
                     return [Verdict(CODE, FAIL, f"{label}: epochs {e} and {e + 1} in the same order",
                                     message=f"{label}: its shuffling DistributedSampler gave the same "
-                                    f"order in epochs {e} and {e + 1} (sampler.epoch stayed "
-                                    f"{epochs[e + 1]['sampler_epoch']}): set_epoch() is not called, "
-                                    "so every epoch repeats the first shuffle. Call "
+                                    f"order in training epochs {e} and {e + 1}{stayed}: set_epoch() is "
+                                    "not called, so every epoch repeats the first shuffle. Call "
                                     "loader.sampler.set_epoch(epoch) at the start of each epoch.",
-                                    ranks=tuple(sorted(per_rank)), epoch=e + 1,
+                                    ranks=tuple(sorted(per_rank)), epoch=e + 1, **loader_place(info),
                                     details={"loader": label})]
     if not candidates:
-        return [Verdict(CODE, SKIP, "no shuffling DistributedSampler iterated twice")]
-    return [Verdict(CODE, PASS, f"order changes every epoch ({candidates} loader(s))")]
+        return [Verdict(CODE, SKIP, "no shuffling DistributedSampler trained on for two epochs")]
+    return [Verdict(CODE, PASS, f"order changes every epoch ({plural(candidates, 'loader')})")]
 
 
 PROBE = Probe(NAME, (MissingSetEpoch,), judge, capture, order=40)

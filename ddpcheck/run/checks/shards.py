@@ -4,8 +4,15 @@ and the missing DistributedSampler.
 Captured where the loader's iterator takes the next index from its sampler
 (`_BaseDataLoaderIter._next_index`), so worker prefetching and persistent workers lose nothing
 (wrapping `DataLoader.__iter__` loses the first prefetch_factor × num_workers batches). A new
-`_sampler_iter` object marks a new epoch. DistributedSampler's padding — `(-len(dataset)) %
+`_sampler_iter` object marks a new pass. DistributedSampler's padding — `(-len(dataset)) %
 world_size` repeated indices when drop_last is False — is told apart from real overlap.
+
+Only training passes are judged here: the passes during which the rank took an optimizer step
+(counted from the pass's first batch to its last). A peek at one batch (`next(iter(loader))` to
+print the batch size), a warm-up batch or an evaluation pass over the training set takes none;
+evaluation loaders are judged by evaluation.py. Shared indices are not shared data when each rank
+makes its own: before saying that the ranks train on the same data, the samples the same index
+gave on each rank and the data each rank's dataset keeps are compared (_samples.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import time
 import weakref
 import zlib
 from array import array
+from dataclasses import replace
 
 from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
@@ -147,6 +155,7 @@ FULL_EPOCHS = 3  # epochs per loader whose every index is kept; later ones keep 
 FULL_EPOCHS_PER_RANK = 12  # ... and over all loaders of a rank (scripts that build one per epoch)
 HEAD = 64  # indices kept from the start of every epoch (for the set_epoch comparison)
 KEPT_BATCHES = 32  # checked steps whose first batch a loader without indices fingerprints
+SAMPLES = 64  # indices per kept pass whose samples are fingerprinted (see _samples.py)
 
 _OURS = (os.sep + "torch" + os.sep, os.sep + "ddpcheck" + os.sep + "run" + os.sep, "<frozen ")
 
@@ -166,6 +175,41 @@ def _user_frame() -> FrameType | None:
     while frame is not None and any(p in frame.f_code.co_filename for p in _OURS):
         frame = frame.f_back
     return frame
+
+
+def assigned_name(path: str, line: int) -> str | None:
+    """The name a statement at `path:line` assigns the value of a call on that line to, as the
+    code writes it (`train_loader`, `self.loader`); None for anything else."""
+    import ast
+
+    tree = _parsed(path)
+    if tree is None:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.lineno <= line <= (node.end_lineno or node.lineno):
+            value = node.value
+            if not isinstance(value, ast.Call) or value.lineno != line:
+                return None
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if len(targets) == 1 and isinstance(targets[0], (ast.Name, ast.Attribute)):
+                return ast.unparse(targets[0])
+            return None
+    return None
+
+
+_TREES: dict[str, Any] = {}
+
+
+def _parsed(path: str) -> Any:
+    import ast
+
+    if path not in _TREES:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                _TREES[path] = ast.parse(fh.read())
+        except (OSError, SyntaxError, ValueError):
+            _TREES[path] = None
+    return _TREES[path]
 
 
 class _Epoch:
@@ -218,7 +262,10 @@ def capture(session: Session) -> None:
         frame = _user_frame()
         info: dict[str, Any] = {"index": len(section["loaders"]), "name": None,
                 "site": f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}" if frame else None,
+                "path": frame.f_code.co_filename if frame else None, "line": frame.f_lineno if frame else None,
                 "epochs": []}
+        if frame is not None:
+            info["name"] = assigned_name(frame.f_code.co_filename, frame.f_lineno)
         try:
             dataset = self.dataset
             info["iterable"] = isinstance(dataset, IterableDataset)
@@ -256,7 +303,29 @@ def capture(session: Session) -> None:
                 _fingerprint_batch(state, batch)
             elif "rows" not in state["info"]:
                 state["info"]["rows"] = leading_rows(batch)
+            pending = getattr(self, "_ddpcheck_samples", None)
+            if pending:
+                record, indices = pending.pop(0)
+                _fingerprint_samples(record, indices, batch)
         return batch
+
+    def _fingerprint_samples(record: dict[str, Any], indices: list[int], batch: Any) -> None:
+        """The sample each index gave (the batch's rows), for the first SAMPLES indices of a pass."""
+        from ddpcheck.run.checks._samples import row_digests
+        from ddpcheck.run.rank.fingerprint import structure_digest
+
+        if record.get("batched", True):
+            digests = row_digests(batch, len(indices))
+        else:  # no automatic batching: the batch is the sample
+            one = structure_digest(batch)
+            digests = None if one is None else [one]
+        if digests is None:
+            return
+        samples = record["samples"]
+        for index, digest in zip(indices, digests):
+            if len(samples) >= SAMPLES:
+                break
+            samples.setdefault(str(index), digest)
 
     def _fingerprint_batch(state: dict[str, Any], batch: Any) -> None:
         """A loader without indices (IterableDataset): fingerprint its first batch before each
@@ -281,16 +350,28 @@ def capture(session: Session) -> None:
             return original_next_index(self)
         if self._sampler_iter is not state["sampler_iter"]:
             _new_epoch(state, self)
+        epoch = state["epoch"]
+        record = epoch.record
         try:
             index = original_next_index(self)
         except StopIteration:
-            state["epoch"].record["complete"] = True
-            state["epoch"].sync()
+            record["complete"] = True
+            record["steps"] = session.step - record["step"]
+            epoch.sync()
             raise
+        record["steps"] = session.step - record["step"]
+        indices = index if isinstance(index, (list, tuple)) else [index]
         try:
-            state["epoch"].add(index if isinstance(index, (list, tuple)) else [index])
+            epoch.add(indices)
         except (TypeError, ValueError, OverflowError):
             state["info"]["opaque"] = True
+            return index
+        if record.get("samples") is not None and len(record["samples"]) < SAMPLES and \
+                getattr(self, "_in_order", True):
+            record["batched"] = isinstance(index, (list, tuple))
+            pending = self.__dict__.setdefault("_ddpcheck_samples", [])
+            if len(pending) < 64:
+                pending.append((record, list(indices)))
         return index
 
     def _name(state: dict[str, Any]) -> None:
@@ -309,10 +390,20 @@ def capture(session: Session) -> None:
         _name(state)
         sampler = state["sampler"]() if state["sampler"] is not None else None
         info = state["info"]
+        # Passes that took no optimizer step (a peek, an evaluation pass) do not use up the
+        # passes whose every index is kept, up to twice as many in all.
+        training = sum(1 for e in info["epochs"] if e.get("kept") and e.get("steps"))
+        with_indices = sum(1 for e in info["epochs"] if e.get("kept"))
+        keep = training < FULL_EPOCHS and with_indices < 2 * FULL_EPOCHS and kept[0] < 2 * FULL_EPOCHS_PER_RANK
+        if keep and "stored" not in info:
+            from ddpcheck.run.checks._samples import stored_content
+
+            dataset = getattr(it, "_dataset", None)
+            info["stored"] = stored_content(dataset) if dataset is not None else []
         record: dict[str, Any] = {"sampler_epoch": getattr(sampler, "epoch", None), "count": 0, "complete": False,
-                  "head": [], "crc": 0, "indices": None, "step": session.step}
+                  "head": [], "crc": 0, "indices": None, "step": session.step, "steps": 0, "kept": keep,
+                  "samples": {} if keep else None}
         info["epochs"].append(record)
-        keep = len(info["epochs"]) <= FULL_EPOCHS and kept[0] < FULL_EPOCHS_PER_RANK
         kept[0] += keep
         state["epoch"] = _Epoch(record, keep=keep)
         state["sampler_iter"] = it._sampler_iter
@@ -354,6 +445,23 @@ def loader_label(info: dict[str, Any]) -> str:
     return f"DataLoader {name}" + (f" (made at {info['site']})" if info.get("site") else "")
 
 
+def loader_place(info: dict[str, Any]) -> dict[str, Any]:
+    """The `path`/`line` of a Verdict about this loader: where the user's code made it."""
+    line = info.get("line")
+    return {"path": info.get("path"), "line": int(line) if isinstance(line, int) else None}
+
+
+def is_training(epoch: dict[str, Any]) -> bool:
+    """A pass during which the rank took an optimizer step (records without the count: every pass)."""
+    return bool(epoch.get("steps", 1))
+
+
+def training_passes(per_rank: dict[int, dict[str, Any]]) -> list[int]:
+    """Positions of the passes that are training passes on every rank (the same positions)."""
+    n = min(len(i["epochs"]) for i in per_rank.values())
+    return [e for e in range(n) if all(is_training(i["epochs"][e]) for i in per_rank.values())]
+
+
 def leading_rows(value: object) -> int | None:
     """The first dimension of the first tensor in a batch or a call's arguments (its sample count)."""
     import torch
@@ -387,19 +495,25 @@ def _kept_slice(records: list[Record], per_rank: dict[int, dict[str, Any]], worl
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     results: dict[str, list[Verdict]] = {NO_SAMPLER: [], OVERLAP: [], COVERAGE: []}
-    checked = 0
+    checked = evaluated = 0
     for index, per_rank in sorted(loaders_by_index(records).items()):
         if len(per_rank) < 2 or len(per_rank) < ctx.world_size:
             continue
         first = per_rank[min(per_rank)]
         if first.get("iterable") or first.get("opaque"):
             continue
-        n_epochs = min(sum(1 for e in i["epochs"] if e.get("indices")) for i in per_rank.values())
-        for epoch in range(n_epochs):
+        training = training_passes(per_rank)
+        if not training:
+            evaluated += 1  # evaluation passes only: evaluation.py judges them
+            continue
+        same_data = _same_data(per_rank, training)
+        for epoch, e in enumerate(training):
+            if not all(i["epochs"][e].get("indices") for i in per_rank.values()):
+                continue
             checked += 1
-            drawn = {r: decode(i["epochs"][epoch]["indices"]) for r, i in per_rank.items()}
-            complete = all(i["epochs"][epoch]["complete"] for i in per_rank.values())
-            for code, verdict in _judge_epoch(first, epoch, drawn, complete, ctx).items():
+            drawn = {r: decode(i["epochs"][e]["indices"]) for r, i in per_rank.items()}
+            complete = all(i["epochs"][e]["complete"] for i in per_rank.values())
+            for code, verdict in _judge_epoch(first, epoch, drawn, complete, ctx, same_data).items():
                 split = (_kept_slice(records, per_rank, len(per_rank))
                          if code == NO_SAMPLER and verdict.status == FAIL else None)
                 if split is not None:
@@ -408,7 +522,9 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                                       f"{split[1]} rows reach the DDP model)")
                 results[code].append(verdict)
     if not checked:
-        return [Verdict(c, SKIP, "no DataLoader with indices on every rank") for c in results]
+        why = ("no data loader pass reached an optimizer step (evaluation passes only)" if evaluated
+               else "no DataLoader with indices on every rank")
+        return [Verdict(c, SKIP, why) for c in results]
     out = []
     for code, verdicts in results.items():
         fails = [v for v in verdicts if v.status == FAIL]
@@ -416,14 +532,31 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             out.append(fails[0])
         elif verdicts:
             out.append(verdicts[0] if len(verdicts) == 1 else
-                       Verdict(code, PASS, f"{verdicts[0].detail} (+{len(verdicts) - 1} more epochs)"))
+                       replace(verdicts[0], detail=f"{verdicts[0].detail} (+{len(verdicts) - 1} more epochs)"))
         else:
             out.append(Verdict(code, SKIP, "nothing to check"))
     return out
 
 
+def _same_data(per_rank: dict[int, dict[str, Any]], passes: list[int]) -> str:
+    """Whether the ranks' datasets give the same samples for the same index (_samples.py): SAME,
+    PER_RANK, VARYING (random at every access, same stored data: augmentation), UNKNOWN, or
+    "indices" (no evidence beyond the indices)."""
+    from ddpcheck.run.checks import _samples
+
+    by_samples = _samples.sample_verdict(per_rank, passes)
+    if by_samples in (_samples.SAME, _samples.PER_RANK):
+        return by_samples
+    stored = _samples.stored_verdict(per_rank)
+    if stored == _samples.PER_RANK:
+        return stored
+    if by_samples == _samples.VARYING:
+        return _samples.VARYING if stored == _samples.SAME else _samples.UNKNOWN
+    return _samples.SAME if stored == _samples.SAME else "indices"
+
+
 def _judge_epoch(info: dict[str, Any], epoch: int, drawn: dict[int, array[int]], complete: bool,
-                 ctx: Context) -> dict[str, Verdict]:
+                 ctx: Context, same_data: str = "indices") -> dict[str, Verdict]:
     label = loader_label(info)
     world = len(drawn)
     n = info.get("dataset_len")
@@ -440,19 +573,32 @@ def _judge_epoch(info: dict[str, Any], epoch: int, drawn: dict[int, array[int]],
     where = f"epoch {epoch}"
     out: dict[str, Verdict] = {}
     coverage = f"{distinct}/{n}" if n else f"{distinct}"
+    place = loader_place(info)
     if not info.get("distributed"):
-        if excess > 0:
+        if excess > 0 and same_data == "per-rank":
+            out[NO_SAMPLER] = Verdict(NO_SAMPLER, PASS, f"{label} has no DistributedSampler and the ranks draw "
+                                      "the same indices, but from their own data (the same index gives "
+                                      "another sample on each rank)", epoch=epoch)
+        elif excess > 0 and same_data == "unknown":
+            out[NO_SAMPLER] = Verdict(NO_SAMPLER, SKIP, f"{label}: the ranks draw the same indices, but the "
+                                      "samples differ across ranks and change at every access, and the dataset "
+                                      "keeps no data ddpcheck can read: shared or per-rank data cannot be told "
+                                      "apart", epoch=epoch)
+        elif excess > 0:
             everything = all(len(set(v)) == distinct for v in drawn.values())
             what = ("every rank read the whole dataset" if everything
                     else f"{len(shared)} indices were read by more than one rank")
+            varying = (" Their batches differ only by what is random at every access (augmentation): the "
+                       "samples behind them are the same." if same_data == "varying" else "")
             out[NO_SAMPLER] = Verdict(
                 NO_SAMPLER, FAIL, f"{label} uses {info['sampler']}: {what}",
                 message=f"{label} has no DistributedSampler (it uses {info['sampler']}), so {what} "
-                f"in {where} ({total} samples drawn for {distinct} distinct; e.g. indices {example}). "
-                "The ranks train on the same data and the job is no faster than one process. Pass "
+                f"in training {where} ({total} samples drawn for {distinct} distinct; e.g. indices {example}). "
+                f"The ranks train on the same data and the job is no faster than one process.{varying} Pass "
                 "sampler=DistributedSampler(dataset) (and shuffle=False to the DataLoader).",
-                ranks=share_ranks, epoch=epoch,
-                details={"loader": label, "drawn": total, "distinct": distinct, "examples": shared[:10]})
+                ranks=share_ranks, epoch=epoch, **place,
+                details={"loader": label, "drawn": total, "distinct": distinct, "examples": shared[:10],
+                         "evidence": same_data})
         else:
             out[NO_SAMPLER] = Verdict(NO_SAMPLER, PASS, f"{label}: ranks draw disjoint indices "
                                       f"({info['sampler']})", epoch=epoch)
@@ -468,7 +614,7 @@ def _judge_epoch(info: dict[str, Any], epoch: int, drawn: dict[int, array[int]],
             f"padding explains at most {pad}. The sampler's num_replicas/rank do not match the "
             f"launcher (sampler says num_replicas={info.get('num_replicas')}, "
             f"rank={info.get('sampler_rank')} on the first rank): build it with the defaults or "
-            "with get_world_size()/get_rank().", ranks=share_ranks, epoch=epoch,
+            "with get_world_size()/get_rank().", ranks=share_ranks, epoch=epoch, **place,
             details={"loader": label, "overlap": len(shared), "padding": pad, "examples": shared[:10]})
     else:
         pad_note = f", {excess} padding repeats" if excess else ""
@@ -484,7 +630,7 @@ def _judge_epoch(info: dict[str, Any], epoch: int, drawn: dict[int, array[int]],
                 COVERAGE, FAIL, f"{label}: {missing} of {n} samples never drawn in {where}",
                 message=f"{label}: {missing} of {n} samples were drawn by no rank in complete {where} "
                 f"(drop_last explains at most {allowed}). Check the sampler's num_replicas.",
-                epoch=epoch, severity="warning", details={"loader": label, "missing": missing})
+                epoch=epoch, severity="warning", **place, details={"loader": label, "missing": missing})
         else:
             out[COVERAGE] = Verdict(COVERAGE, PASS, f"{label}: {coverage} samples drawn in {where}",
                                     epoch=epoch)
