@@ -35,6 +35,7 @@ class RunOptions:
     nproc_given: bool = False  # --nproc was on the command line
     html: str | None = None  # --html PATH: the report as one self-contained HTML file
     scaling: tuple[int, ...] = ()  # --scaling 1,2,4: the launcher runs the job at each world size
+    show_skipped: bool = False  # --show-skipped: one table row per skipped or unselected check
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

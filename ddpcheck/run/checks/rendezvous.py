@@ -98,6 +98,11 @@ def capture(session: Session) -> None:
 
     def before_init(kwargs: dict[str, Any]) -> None:
         section["seen"] = True
+        method = kwargs.get("init_method")
+        section["given"] = {"init_method": method if isinstance(method, str) else None,
+                            "store": kwargs.get("store") is not None,
+                            "rank": kwargs.get("rank") not in (None, -1),
+                            "world_size": kwargs.get("world_size") not in (None, -1)}
         if not session.under_launcher or kwargs.get("store") is not None:
             return
         method = kwargs.get("init_method")
@@ -133,10 +138,26 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             out.append(Verdict(code, FAIL, first["message"].split(";")[0], message=first["message"],
                                ranks=tuple(sorted(notes)), details={"per_rank": notes}))
         elif seen:
-            out.append(Verdict(code, PASS, f"{what} left to the launcher"))
+            out.append(Verdict(code, PASS, _passed(code, records)))
         else:
             out.append(Verdict(code, SKIP, "init_process_group was not called"))
     return out
+
+
+def _passed(code: str, records: list[Record]) -> str:
+    """What a passing row says, as the script wrote its init_process_group call."""
+    given = [r.get("probes", {}).get(NAME, {}).get("given") or {} for r in records]
+    if code == TCP_CODE:
+        if any(g.get("store") for g in given):
+            return "a store of the script's own (no init_method)"
+        methods = sorted({g["init_method"] for g in given if g.get("init_method")})
+        if methods:
+            return f"init_method={methods[0]!r} given by the script, no launcher's store bypassed"
+        return "init_method left to the launcher"
+    explicit = [arg for arg in ("rank", "world_size") if any(g.get(arg) for g in given)]
+    if not explicit:
+        return "rank/world_size left to the launcher"
+    return f"{' and '.join(explicit)} passed explicitly, the launcher's values on every rank"
 
 
 PROBE = Probe(NAME, (HardcodedInitMethod, RankWorldSizeMismatch), judge, capture, order=10, always=True)

@@ -166,6 +166,9 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
                        help="After the first K steps, check every N-th step (default 50; 0: never).")
     group.add_argument("--quiet", dest="ddpcheck_quiet", action="store_true",
                        help="No progress lines from ddpcheck during the run.")
+    group.add_argument("--show-skipped", dest="ddpcheck_show_skipped", action="store_true",
+                       help="List every skipped or unselected check in the table (by default they "
+                       "share one line below it).")
     group.add_argument("--verbose", dest="ddpcheck_verbose", action="store_true",
                        help="Show torchrun's own log lines on the terminal too (they always go to the "
                        "run's log file, named at the end when the job failed).")
@@ -224,6 +227,7 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
         record_dir=record_dir,
         quiet=bool(ns.ddpcheck_quiet),
         verbose=bool(ns.ddpcheck_verbose),
+        show_skipped=bool(ns.ddpcheck_show_skipped),
         cpu=bool(ns.ddpcheck_cpu),
         spawn=bool(ns.ddpcheck_spawn),
         hang_timeout=_non_negative_float(ns.ddpcheck_hang_timeout, "--hang-timeout"),

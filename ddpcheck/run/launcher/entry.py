@@ -168,7 +168,7 @@ def present(outcome: Outcome, options: Any) -> int:
                           "give a file path you can write to")
     if options.output_format == "full":
         summary.print_incidents(outcome.first, outcome.records)
-        summary.print_table(outcome.rows, job)
+        summary.print_table(outcome.rows, job, show_skipped=options.show_skipped)
         summary.print_incidents(outcome.notes, [])
         print(summary.totals(outcome.rows, job), flush=True)
         if data["run"].get("performance") or data["run"].get("scaling"):

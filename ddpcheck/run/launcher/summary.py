@@ -17,6 +17,7 @@ from ddpcheck.run.records import Record
 _STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "not-reached": "[yellow]not reached[/]",
            "skip": "[dim]skip[/]", "not-run": "[dim]not run[/]"}
 _ADVICE = "[cyan]advice[/]"  # a failed check of severity info
+_WARNING = "[yellow]warning[/]"  # a failed check of severity warning
 
 
 def _where(row: Row) -> str:
@@ -31,19 +32,53 @@ def _where(row: Row) -> str:
     return ", ".join(parts)
 
 
+def severity(row: Row) -> str | None:
+    """The severity of a failed check's finding (None for a row that is not a finding)."""
+    if row.status != "fail" or row.verdict is None:
+        return None
+    return row.verdict.severity or registry.checks()[row.code].severity.value
+
+
 def _advice(row: Row) -> bool:
     """A failed check of severity info: reported, but it does not fail the run (exit_codes.py)."""
-    if row.status != "fail" or row.verdict is None:
-        return False
-    severity = row.verdict.severity or registry.checks()[row.code].severity.value
-    return severity == "info"
+    return severity(row) == "info"
+
+
+def _label(row: Row) -> str:
+    return {"info": _ADVICE, "warning": _WARNING}.get(severity(row) or "", _STATUS[row.status])
+
+
+def _hidden(row: Row, show_skipped: bool) -> bool:
+    """Skipped and unselected checks share one line below the table unless asked for."""
+    return not show_skipped and row.status in ("skip", "not-run")
+
+
+def skipped_line(rows: list[Row]) -> str | None:
+    """'14 checks skipped (nothing to check: DDP107, DDP110, DDP140–DDP148; explained by DDP109:
+    DDP105, DDP106); --show-skipped lists them'."""
+    hidden = [r for r in rows if r.status in ("skip", "not-run")]
+    if not hidden:
+        return None
+    groups: dict[str, list[str]] = {}
+    for r in hidden:
+        if r.status == "not-run":
+            why = "not selected"
+        elif r.explained_by:
+            why = f"explained by {r.explained_by}"
+        else:
+            why = "nothing to check"
+        groups.setdefault(why, []).append(r.code)
+    parts = "; ".join(f"{why}: {code_ranges(codes)}" for why, codes in groups.items())
+    noun = "check" if len(hidden) == 1 else "checks"
+    return f"{len(hidden)} {noun} skipped or not run ({parts}); --show-skipped lists them"
 
 
 def _ranks(row: Row) -> str:
     return ",".join(map(str, row.verdict.ranks)) if row.verdict and row.verdict.ranks else ""
 
 
-def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = None) -> None:
+def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = None,
+                show_skipped: bool = False) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -55,23 +90,28 @@ def print_table(rows: list[Row], job: dict[str, Any], stream: IO[str] | None = N
     for col in ("status", "code", "check", "ranks", "where", "detail"):
         # a grouped row's list of codes wraps rather than squeeze the detail
         table.add_column(col, overflow="fold", max_width=22 if col == "code" else None)
-    groups = _not_reached_groups(rows)
-    for row in rows:
+    shown = [r for r in rows if not _hidden(r, show_skipped)]
+    groups = _not_reached_groups(shown)
+    for row in shown:
         group = groups.get(row.code)
         if group is not None:  # checks stopped by the same cause: one row that lists them
             if group[0] is row:
                 table.add_row(_STATUS[row.status], code_ranges([r.code for r in group]), f"{len(group)} checks",
                               "", "", escape(_NOT_REACHED_PREFIX.sub("", row.verdict.detail if row.verdict else "")))
             continue
-        table.add_row(_ADVICE if _advice(row) else _STATUS[row.status], row.code, row.name, _ranks(row),
+        table.add_row(_label(row), row.code, row.name, _ranks(row),
                       _where(row), escape(row.verdict.detail) if row.verdict else "")
     console.print(table)
+    if not show_skipped:
+        line = skipped_line(rows)
+        if line:
+            console.print(f"[dim]{escape(line)}[/]")
     for row in rows:
         if row.status != "fail" or row.verdict is None:
             continue
         v = row.verdict
         where = f" {_relative(v.path)}:{v.line}" if v.path and v.line else (f" {_relative(v.path)}" if v.path else "")
-        colour = "cyan" if _advice(row) else "bold red"
+        colour = {"info": "cyan", "warning": "yellow"}.get(severity(row) or "", "bold red")
         console.print(f"[{colour}]{row.code}[/] [bold]{row.name}[/]{escape(where)}: {escape(v.message or v.detail)}")
         hint = registry.checks()[row.code].fix_hint()
         if hint:
@@ -114,16 +154,21 @@ def code_ranges(codes: list[str]) -> str:
 
 
 def totals(rows: list[Row], job: dict[str, Any]) -> str:
-    """The closing line: '1 failed, 12 passed, 2 skipped or not run (40 optimizer steps, ...)'."""
+    """The closing line: '1 failed, 1 warning, 12 passed, 2 skipped or not run (40 optimizer
+    steps, ...)'. A failed check counts by its finding's severity: an error fails, a warning
+    warns, an info finding is advice."""
+    from ddpcheck.run.verdict import plural
+
     count = {s: sum(r.status == s for r in rows) for s in ("fail", "pass", "not-reached")}
-    advice = sum(_advice(r) for r in rows)
+    advice = sum(severity(r) == "info" for r in rows)
+    warnings = sum(severity(r) == "warning" for r in rows)
     rest = len(rows) - sum(count.values())
     reached = f", {count['not-reached']} not reached" if count["not-reached"] else ""
     script = job["script_exit_code"]
     tail = f"; the script exited with {script}" if script else ""
-    said = f", {advice} advice" if advice else ""
-    return (f"{count['fail'] - advice} failed{said}, {count['pass']} passed{reached}, {rest} skipped or not run"
-            f" ({job['steps']} optimizer steps, {job['checked_steps']} checked){tail}")
+    said = (f", {plural(warnings, 'warning')}" if warnings else "") + (f", {advice} advice" if advice else "")
+    return (f"{count['fail'] - advice - warnings} failed{said}, {count['pass']} passed{reached}, "
+            f"{rest} skipped or not run ({plural(job['steps'], 'optimizer step')}, {job['checked_steps']} checked){tail}")
 
 
 def leading(found: list[Finding]) -> tuple[list[Finding], list[Finding]]:
@@ -158,6 +203,7 @@ def report_dict(rows: list[Row], findings: list[Finding], records: list[Record],
     data["run"] = {
         "job": job,
         "checks": [{"code": r.code, "name": r.name, "status": r.status,
+                    "severity": severity(r),
                     "explained_by": r.explained_by,
                     "detail": r.verdict.detail if r.verdict else None,
                     "ranks": list(r.verdict.ranks) if r.verdict else [],
