@@ -177,11 +177,13 @@ def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     first = next(iter(sections.values()))
     cause, fix = _cause(entries, first)
     where = ", ".join(sorted({_short(e["site"]) for e in entries}))
+    path, _, line = str(entries[0]["site"]).rpartition(":")
     return [Verdict(
         CODE, FAIL, f"reentrant checkpoint at {where}: {damage}",
         message=(f"Reentrant activation checkpointing (torch.utils.checkpoint at {where}, "
                  f"use_reentrant={'not given, so True' if entries[0]['use_reentrant'] is None else 'True'}) "
                  f"broke DDP in this run: {damage}. {cause} {fix}"),
+        path=path or None, line=int(line) if line.isdigit() else None,
         details={"sites": [e["site"] for e in entries], "damage": damage})]
 
 

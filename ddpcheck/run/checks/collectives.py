@@ -21,7 +21,7 @@ from ddpcheck.run import diagnose
 from ddpcheck.run.calls import WORLD, CallLog, first_mismatch, ranks_text
 from ddpcheck.run.records import HANG_VERDICT_FILE, Record, section
 from ddpcheck.run.registry import Probe, RuntimeCheck
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer
@@ -294,7 +294,7 @@ def _uneven_pass(records: list[Record]) -> Verdict:
     epochs = len(shared)
     steps = sorted({s.steps for s in states.values()})
     what = f"{epochs} data loader pass{'es' if epochs != 1 else ''} and " if epochs else ""
-    return Verdict(UnevenWork.code, PASS, f"{what}{steps[-1]} optimizer steps, the same on every rank")
+    return Verdict(UnevenWork.code, PASS, f"{what}{steps[-1]} optimizer step{'s' if steps[-1] != 1 else ''}, the same on every rank")
 
 
 PROBE = Probe(NAME, (CollectiveMismatch, UnevenWork), judge, capture, order=3)

@@ -224,7 +224,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         names += f" (+{len(tensors) - 5} more)"
     cause = _cause(logs, step)
     message = (f"Gradients differ across ranks at {where(step)} ({describe_groups(at)}; "
-               f"{bad} of {compared} checked steps differ){': ' + names if names else ''}. "
+               f"{bad} of {plural(compared, 'checked step')} differ){': ' + names if names else ''}. "
                + cause)
     return [Verdict(CODE, FAIL, f"differ from step {step}: {names or describe_groups(at)}",
                     message=message, ranks=odd_ranks(at), step=step if step > 0 else None,

@@ -4,11 +4,12 @@ IterableDataset that does not shard by rank, synthetic inputs from identically s
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.run.checks._compare import StepLog, logs_by_rank, steps_by_rank
 from ddpcheck.run.records import Record
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
@@ -85,15 +86,16 @@ def capture(session: Session) -> None:
     session.on_ddp_forward.append(on_ddp_forward)
 
 
-def _loader_batches(records: list[Record]) -> dict[str, dict[int, dict[int, int]]]:
-    """loader label -> rank -> {step: digest} for loaders without indices (see shards.py)."""
-    from ddpcheck.run.checks.shards import loader_label
+def _loader_batches(records: list[Record]) -> dict[str, tuple[dict[str, Any], dict[int, dict[int, int]]]]:
+    """loader label -> (where the code made it, rank -> {step: digest}) for loaders without
+    indices (see shards.py)."""
+    from ddpcheck.run.checks.shards import loader_label, loader_place
 
-    out: dict[str, dict[int, dict[int, int]]] = {}
+    out: dict[str, tuple[dict[str, Any], dict[int, dict[int, int]]]] = {}
     for r in records:
         for info in r.get("probes", {}).get("shards", {}).get("loaders", []):
             if info.get("batches"):
-                per = out.setdefault(loader_label(info), {})
+                _, per = out.setdefault(loader_label(info), (loader_place(info), {}))
                 per[r["rank"]] = {int(s): int(d) for s, d in info["batches"]}
     return out
 
@@ -103,8 +105,10 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     verdict = _judge(per_rank, "fed identical inputs to the DDP model")
     if verdict.status != FAIL:
         # No DDP forward to look at, or it looked fine: the batches of loaders without indices.
-        for label, batches in sorted(_loader_batches(records).items()):
+        for label, (place, batches) in sorted(_loader_batches(records).items()):
             other = _judge({r: s for r, s in batches.items() if s}, f"drew identical batches from {label}")
+            if other.status == FAIL:
+                other = replace(other, **place)
             if other.status == FAIL or verdict.status == SKIP:
                 verdict = other
             if other.status == FAIL:
@@ -128,13 +132,13 @@ def _judge(per_rank: dict[int, dict[int, int]], what: str) -> Verdict:
     # A pair is a fault when it saw the same inputs at more than half of the compared steps.
     pairs = sorted(p for p, n in same_count.items() if n * 2 > len(common))
     if not pairs:
-        return Verdict(CODE, PASS, f"inputs differ between ranks at {len(common)} checked steps")
+        return Verdict(CODE, PASS, f"inputs differ between ranks at {plural(len(common), 'checked step')}")
     involved = tuple(sorted({r for p in pairs for r in p}))
     worst = max(same_count[p] for p in pairs)
     shown = " and ".join(", ".join(map(str, group)) for group in _groups(pairs))
     return Verdict(CODE, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
                     message=f"Ranks {shown} {what} at {worst} of "
-                    f"{len(common)} checked steps: they compute the same gradients, so the extra "
+                    f"{plural(len(common), 'checked step')}: they compute the same gradients, so the extra "
                     "ranks add no data. Shard the data by rank (DistributedSampler, or split an "
                     "IterableDataset by get_rank()/get_worker_info()), and seed per-rank random "
                     "inputs with the rank.", ranks=involved, step=common[0],

@@ -20,7 +20,7 @@ from ddpcheck.run.checks._compare import (
     where,
 )
 from ddpcheck.run.records import Record, section
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
 
@@ -207,7 +207,7 @@ def _params(records: list[Record]) -> Verdict:
                        "matched at every checked step: something changed them on some ranks after "
                        "the last checked step. Change weights identically on every rank.",
                        ranks=odd_ranks(digests), details={"parameters": names})
-    when = f"{compared} checked steps" + (" and at the end" if len(ends) >= 2 else "")
+    when = plural(compared, "checked step") + (" and at the end" if len(ends) >= 2 else "")
     return Verdict(PARAMS, PASS, f"identical on every rank after {when}{realigned(records)}")
 
 
@@ -217,7 +217,7 @@ def _buffers(records: list[Record]) -> Verdict:
         return Verdict(BUFFERS, SKIP, "DDP broadcasts buffers (broadcast_buffers=True) or no buffers")
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
-        return Verdict(BUFFERS, PASS, f"identical at {compared} checked forwards")
+        return Verdict(BUFFERS, PASS, f"identical at {plural(compared, 'checked forward')}")
     tensors = differing_tensors(logs, step) or []
     names = ", ".join(n for n, _ in tensors[:5])
     return Verdict(BUFFERS, FAIL, f"differ at the forward of step {step}: {names or describe_groups(at)}",
