@@ -28,9 +28,10 @@ def test_script_exit_2_is_told_apart_from_a_usage_error_and_selection_and_torchr
     assert result.status("DDP105") == "pass"  # selected checks still ran and passed
     assert result.status("DDP100") == "not-run" and result.status("DDP112") == "not-run"
     assert job["selected"] == ["DDP103", "DDP104", "DDP105", "DDP106", "DDP107", "DDP108", "DDP109"]
-    # The checks left out share one row of the table
-    left_out = [line for line in result.stdout.splitlines() if line.startswith("│ not run")]
-    assert len(left_out) == 1 and "DDP100–DDP102" in left_out[0], result.stdout
+    # The checks left out share one line below the table (--show-skipped lists them)
+    left_out = [line for line in result.stdout.splitlines() if "not selected:" in line]
+    assert len(left_out) == 1 and "not selected: DDP100–DDP102, DDP110–DDP116" in left_out[0], result.stdout
+    assert not any(line.startswith("│ not run") for line in result.stdout.splitlines())
     # torchrun's --log-dir/--tee reached torchrun: each rank's stdout is in its log file too
     teed = [p.read_text() for p in logs.rglob("stdout.log")]
     assert sorted(t.strip() for t in teed) == ["rank 0 trained", "rank 1 trained"]
@@ -95,7 +96,8 @@ def test_usage_error_through_the_cli(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "--checks: unknown check bogus; choose from shards, set-epoch, inputs, grads, params, "
-        "lifecycle, rendezvous, collectives, timing, find-unused, checkpointing, augmentation"]
+        "lifecycle, rendezvous, evaluation, model, collectives, timing, find-unused, checkpointing, "
+        "augmentation"]
 
 
 MARKER_SCRIPT = """
