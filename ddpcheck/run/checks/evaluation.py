@@ -15,7 +15,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.findings import Severity
-from ddpcheck.run.checks.shards import capture, decode, is_training, loader_label, loader_place, loaders_by_index
+from ddpcheck.run.checks.shards import (
+    capture,
+    decode,
+    is_training,
+    kept_slice,
+    loader_label,
+    loader_place,
+    loaders_by_index,
+)
 from ddpcheck.run.records import Record
 from ddpcheck.run.registry import Probe, RuntimeCheck
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
@@ -73,6 +81,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     found: list[Verdict] = []
     judged = 0
     own = 0  # loaders whose ranks evaluate data of their own
+    sliced = 0  # loaders whose every batch each rank cuts to its own share
     for _, per_rank in sorted(loaders_by_index(records).items()):
         if len(per_rank) < 2 or len(per_rank) < ctx.world_size:
             continue
@@ -96,6 +105,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         if not info.get("distributed"):
             if _own_data(per_rank, passes):
                 own += 1
+            elif kept_slice(records, per_rank, world) is not None:
+                sliced += 1  # the script keeps 1/world of each batch for the model (DLRM does)
             elif all(int(x["count"]) >= n for x in epochs.values()):
                 found.append(Verdict(
                     CODE, FAIL, f"{label}: every rank evaluates all {n} samples",
@@ -138,10 +149,12 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         return [first]
     if not judged:
         return [Verdict(CODE, SKIP, "no evaluation pass on every rank")]
-    sharded = judged - own
+    sharded = judged - own - sliced
     said = [f"{plural(sharded, 'loader')} evaluated in shards without padding"] if sharded else []
     if own:
         said.append(f"{plural(own, 'loader')} with each rank's own data")
+    if sliced:
+        said.append(f"{plural(sliced, 'loader')} whose batches each rank cuts to its own 1/{ctx.world_size}")
     return [Verdict(CODE, PASS, "; ".join(said))]
 
 

@@ -479,7 +479,7 @@ def leading_rows(value: object) -> int | None:
     return None
 
 
-def _kept_slice(records: list[Record], per_rank: dict[int, dict[str, Any]], world: int) -> tuple[int, int] | None:
+def kept_slice(records: list[Record], per_rank: dict[int, dict[str, Any]], world: int) -> tuple[int, int] | None:
     """(rows each rank's DDP model gets, rows each rank loads) when every rank keeps exactly 1/world
     of every batch it loads: the script splits the global batch itself (DLRM does), so a loader
     without a DistributedSampler is how it is meant to work."""
@@ -514,7 +514,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             drawn = {r: decode(i["epochs"][e]["indices"]) for r, i in per_rank.items()}
             complete = all(i["epochs"][e]["complete"] for i in per_rank.values())
             for code, verdict in _judge_epoch(first, epoch, drawn, complete, ctx, same_data).items():
-                split = (_kept_slice(records, per_rank, len(per_rank))
+                split = (kept_slice(records, per_rank, len(per_rank))
                          if code == NO_SAMPLER and verdict.status == FAIL else None)
                 if split is not None:
                     verdict = Verdict(NO_SAMPLER, PASS, f"{loader_label(first)} has no DistributedSampler, but "
