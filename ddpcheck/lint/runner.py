@@ -46,20 +46,18 @@ class ReadError(Exception):
         self.error = ToolError(path, message, UnreadableFile.code)
 
 
-def internal_error(path: str | None, err: BaseException, trace: str | None = None) -> ToolError:
-    """The error for a file ddpcheck failed on (a bug of ours). With DDPCHECK_DEBUG set the
-    traceback goes to standard error (`trace`: one already formatted in a worker process)."""
-    import os
+def internal_error(path: str | None, err: BaseException) -> ToolError:
+    """The error for a file ddpcheck failed on in this process (a bug of ours)."""
+    import traceback
 
+    return internal_error_of(path, type(err).__name__, str(err), "".join(traceback.format_exception(err)))
+
+
+def internal_error_of(path: str | None, kind: str, text: str, trace: str) -> ToolError:
+    """The same from what was raised and its formatted traceback (a worker process's does not
+    survive the way back); with DDPCHECK_DEBUG set the traceback goes to standard error."""
     if os.environ.get("DDPCHECK_DEBUG"):
-        import sys
-        import traceback
-
-        sys.stderr.write(trace if trace is not None else "".join(traceback.format_exception(err)))
-    return internal_error_of(path, type(err).__name__, str(err))
-
-
-def internal_error_of(path: str | None, kind: str, text: str) -> ToolError:
+        sys.stderr.write(trace)
     what = f"{kind}: {' '.join(text.split())}" if text.strip() else kind
     return ToolError(path, f"internal error in ddpcheck: {what}; please report it "
                            "(DDPCHECK_DEBUG=1 shows the traceback)", InternalError.code)
@@ -180,9 +178,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     outputs = parallel.lint_jobs([job for job, _ in todo], workers)
     for (job, entry), output in zip(todo, outputs):
         if isinstance(output, parallel.Failure):
-            if os.environ.get("DDPCHECK_DEBUG"):
-                sys.stderr.write(output.trace)
-            result.errors.append(internal_error_of(job.display, output.kind, output.text))
+            result.errors.append(internal_error_of(job.display, output.kind, output.text, output.trace))
             failed.add(job.display)
             continue
         if cache is not None and entry is not None:
