@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, is_none, string_text, subexpressions
 from ddpcheck.lint.model.values import Value
 
@@ -65,6 +66,47 @@ def wraps(model: Model, module: ModuleModel) -> list[Wrap]:
 
 def is_ddp(model: Model, value: Value) -> bool:
     return model.api_of(value) == api.DDP
+
+
+def runs_layers(model: Model, function: Function, depth: int = 3) -> bool:
+    """Whether a method of a network runs the network's own layers: it calls `self(...)`,
+    `self.forward(...)`, a layer held in an attribute (`self.encoder(x)`), or another method of
+    the class that does (`compute_loss` calling `self(x)`). A method that only reads
+    configuration or builds an optimizer does not."""
+    owner = function.owner
+    if owner is None or depth <= 0:
+        return False
+    module = function.module
+    for site in module.calls_in(function.qualname):
+        func = site.node.func
+        if isinstance(func, cst.Name) and func.value == "self":
+            return True
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+            continue
+        name = func.attr.value
+        if name == "forward":
+            return True
+        own = model.graph.method(module, owner, name)
+        if own is None:
+            if name not in MODULE_API and _holds_layer(model, module, owner.scope, name):
+                return True  # `self.encoder(x)`: a layer of the network
+            continue
+        if own != function and runs_layers(model, own, depth - 1):
+            return True
+    return False
+
+
+def _holds_layer(model: Model, module: ModuleModel, scope: Scope, attr: str) -> bool:
+    """`self.<attr>` is set to a layer with parameters: a torch.nn layer other than a loss, a
+    container, or a network of the project. A criterion (`nn.CrossEntropyLoss()`) or an
+    attribute the model cannot follow is not taken for one."""
+    for value in model.values.of(module, cst.Attribute(cst.Name("self"), cst.Name(attr)), scope):
+        name = model.api_of(value) or ""
+        if name.startswith("torch.nn.") and name.count(".") == 2 and not name.endswith("Loss"):
+            return True
+        if model.graph.is_network(value):
+            return True
+    return False
 
 
 def before(value: Value, site: CallSite) -> bool:
