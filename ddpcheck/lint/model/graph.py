@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param, Scope
+from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.resolve import Target
 from ddpcheck.lint.model.symbols import Function
@@ -229,6 +229,57 @@ class CallGraph:
                 for binding in assigned:
                     out.append(Value(owner_module, binding, owner.scope, frame))
                 return out
+        return out
+
+    # --- attributes set on arguments ------------------------------------------------------------
+    def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
+                         at: Point | None, depth: int = 2) -> list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]]:
+        """What `name.attr` holds when a project function the name was passed to set it:
+        `init_distributed_mode(args)` assigning `args.rank = int(os.environ["RANK"])`, then
+        `args.rank` read here (or in a function `args` is passed on to). Calls made before `at`
+        in `scope` count; a parameter is followed to the call that passed it (`frame`, or the
+        known callers). Each write: (module, value, the callee's scope, its frame, where)."""
+        base = node.value
+        if not isinstance(base, cst.Name) or base.value in ("self", "cls") or depth <= 0:
+            return []
+        attr = node.attr.value
+        out: list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]] = []
+        for call in module.calls_in(scope.qualname):
+            if call.scope is not scope or (at is not None and call.tick >= at.tick and not set(call.loops) & set(at.loops)):
+                continue
+            if not any(isinstance(a.value, cst.Name) and a.value.value == base.value for a in call.node.args):
+                continue
+            for function, bound in self.targets(call):
+                for param in function.params():
+                    passed = self.argument_for(call, function, param, bound)
+                    if not (isinstance(passed, cst.Name) and passed.value == base.value):
+                        continue
+                    inner = Frame(function, call, frame, bound)
+                    key = f"{param.name}.{attr}"
+                    assigned = function.scope.assignments.get(key, [])
+                    points = function.scope.points.get(key, [])
+                    for i, binding in enumerate(assigned):
+                        out.append((function.module, binding, function.scope, inner,
+                                    points[i] if len(points) == len(assigned) else None))
+                    if not assigned:
+                        out += self.attribute_writes(function.module, cst.Attribute(cst.Name(param.name), node.attr),
+                                                     function.scope, inner, None, depth - 1)
+        if out or scope.kind != "function":
+            return out
+        # `def main(args): ... args.rank` after the caller ran `init_distributed_mode(args)`.
+        bindings = scope.assignments.get(base.value, [])
+        if len(bindings) != 1 or not isinstance(bindings[0], Param):
+            return out
+        param = bindings[0]
+        function = Function(module, param.function)
+        calls = [(frame.call, frame.bound)] if frame is not None and frame.function == function \
+            else self.callers(function)[:4]
+        for call, bound in calls:
+            passed = self.argument_for(call, function, param, bound)
+            if isinstance(passed, cst.Name):
+                out += self.attribute_writes(call.module, cst.Attribute(passed, node.attr), call.scope,
+                                             frame.caller if frame is not None and frame.call is call else None,
+                                             call.point, depth - 1)
         return out
 
     # --- targets -----------------------------------------------------------------------------

@@ -238,6 +238,12 @@ class Values:
                 yield from values
             return
         if isinstance(node, cst.Attribute):
+            # `init_distributed_mode(args)` then `args.rank`: what the callee set on the object.
+            written = self.model.graph.attribute_writes(module, node, scope, frame, at)
+            for where, binding, owner, inner_frame, point in written:
+                yield from self._eval(where, binding, owner, inner_frame, depth - 1, seen, point)
+            if any(point is not None and not point.guards and not point.loops for *_, point in written):
+                return  # set on every path through the callee
             for base in self._eval(module, node.value, scope, frame, depth - 1, seen, at):
                 yield from self._attribute(base, node, module, scope, frame, depth - 1, seen, at)
             return
