@@ -355,10 +355,10 @@ class HardCodedRendezvous(Rule):
         inits = model.init_sites()
         if not inits or not all(self._rank_is_spawn_index(c) for c in inits):
             return
-        for node, value in self._addr_writes:
-            host = string_text(value)
+        for write, written in self._addr_writes:
+            host = string_text(written)
             if host is not None and _machine_specific(host):
-                self.report(node, self.MACHINE_MESSAGE.format(what=f"`MASTER_ADDR` is {host!r}"))
+                self.report(write, self.MACHINE_MESSAGE.format(what=f"`MASTER_ADDR` is {host!r}"))
         reported: set[int] = set()
         for call in inits:
             method = call.arg("init_method", 1)
