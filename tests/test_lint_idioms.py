@@ -46,3 +46,45 @@ def test_usage_text_naming_another_script_of_the_project_is_about_that_script(tm
         "train.py": "import dist_utils\n",
     })
     assert _findings(tmp_path, "dist_utils.py", select="DDP015") == set()
+
+
+LOADER_SCRIPT = """\
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    {loader_class}
+
+    dist.init_process_group("gloo")
+    loader = {call}
+    for epoch in range(10):
+        for batch in loader:
+            pass
+    dist.destroy_process_group()
+    """
+
+
+def _loader_findings(tmp_path, loader_class: str, call: str) -> set[tuple[str, int, str]]:
+    _write(tmp_path, {"train.py": LOADER_SCRIPT.format(loader_class=textwrap.indent(textwrap.dedent(loader_class), "    ").strip(),
+                                                     call=call)})
+    return {(c, line) for _, line, c in _findings(tmp_path, "train.py", select="DDP001,DDP002")}
+
+
+def test_a_dataloader_subclass_passing_the_callers_options_on_has_the_callers_sampler(tmp_path):
+    cls = """
+    class Loader(DataLoader):
+        def __init__(self, dataset, **kwargs):
+            super().__init__(dataset, collate_fn=list, **kwargs)
+    """
+    # The sampler reaches torch's constructor through **kwargs: a shuffling DistributedSampler
+    # that never gets set_epoch, not a loader without one.
+    assert _loader_findings(tmp_path, cls, "Loader(ds, sampler=DistributedSampler(ds))") == {("DDP002", 10)}
+    assert _loader_findings(tmp_path, cls, "Loader(ds, shuffle=True)") == {("DDP001", 9)}
+
+
+def test_a_dataloader_subclass_whose_base_call_the_model_cannot_read_is_not_reported(tmp_path):
+    cls = """
+    class Loader(DataLoader):
+        def __init__(self, dataset, cfg):
+            super().__init__(dataset, **cfg.loader_options())
+    """
+    assert _loader_findings(tmp_path, cls, "Loader(ds, cfg)") == set()

@@ -12,6 +12,7 @@ flow (values.py).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -21,7 +22,7 @@ from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.resolve import Target
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, string_text
+from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, has_star_kwargs, string_text
 
 from ddpcheck.lint.model.values import Frame, Value
 
@@ -29,7 +30,20 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 _METHOD_DEF = re.compile(r"^[ \t]+def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
-Callee = tuple[Function, str]  # the function and how it is bound: "", "method", "instance", "constructor"
+Callee = tuple[Function, str]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BaseInit:
+    """The call that runs a torch class's constructor for an instance: `call` (the instance's
+    own constructor call, or the subclass's `super().__init__(...)`), the frame its arguments
+    are read in, how many leading arguments are `self` (1 for `Base.__init__(self, ...)`), and
+    the subclass constructor it sits in (None when the call is the instance's own)."""
+
+    call: CallSite
+    frame: Frame | None
+    shift: int
+    init: Function | None  # the function and how it is bound: "", "method", "instance", "constructor"
 _MAX_MRO = 8
 # Method names too common to pin on one class by name alone.
 _COMMON = frozenset({
@@ -231,6 +245,89 @@ class CallGraph:
                 return out
         return out
 
+    # --- project subclasses of torch classes ----------------------------------------------------
+    def base_init(self, site: CallSite, api_class: str, frame: Frame | None = None,
+                  depth: int = 3) -> BaseInit | None:
+        """The call that runs the torch constructor `api_class` for `site`: `site` itself when
+        it calls the torch class or a project subclass that keeps torch's `__init__`; else the
+        `super().__init__(...)` (or `Base.__init__(self, ...)`) inside the subclass's
+        constructor, with the frame that binds the constructor's parameters to `site`'s
+        arguments (`class DistLoader(DataLoader): def __init__(self, ds, bs): super().__init__(
+        ds, bs, sampler=DistributedSampler(ds))`). None when the model cannot see it."""
+        if self.model.api(site) == api_class:
+            return BaseInit(site, frame, 0, None)
+        target = site.target
+        found = self.class_at(target) if target is not None and target.kind == "class" else None
+        if found is None or not self.is_subclass(target, api_class):
+            return None
+        return self._base_init_of(site, found, api_class, frame, depth)
+
+    def _base_init_of(self, site: CallSite, found: tuple[ModuleModel, ClassInfo], api_class: str,
+                      frame: Frame | None, depth: int, bound: str = "constructor") -> BaseInit | None:
+        module, info = found
+        init = self.method(module, info, "__init__")
+        if init is None:
+            return BaseInit(site, frame, 0, None)  # torch's own constructor, with these arguments
+        if depth <= 0:
+            return None
+        inner = Frame(init, site, frame, bound)
+        owner_module, owner = next(((m, c) for m, c in self.mro(module, info) if init.qualname in c.methods.values()
+                                    and m is init.module), (module, info))
+        for call in init.module.calls_in(init.qualname):
+            func = call.node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__"):
+                continue
+            receiver = func.value
+            if isinstance(receiver, cst.Call) and dotted(receiver.func) == "super":
+                chain = self.mro(owner_module, owner)
+                after = chain[1] if len(chain) > 1 else None
+                if after is not None and self.is_subclass(self._target_of(*after), api_class):
+                    return self._base_init_of(call, after, api_class, inner, depth - 1, "method")
+                return BaseInit(call, inner, 0, init)
+            name = dotted(receiver)
+            base = self.model.resolver.name(init.module, name, init.scope) if name else None
+            if base is None:
+                continue
+            if base.external is not None and api.canonical(base.external) == api_class:
+                return BaseInit(call, inner, 1, init)
+            if base.kind == "class" and self.is_subclass(base, api_class):
+                project_base = self.class_at(base)
+                if project_base is not None:
+                    return self._base_init_of(call, project_base, api_class, inner, depth - 1, "")
+        return None
+
+    def _target_of(self, module: ModuleModel, info: ClassInfo) -> Target | None:
+        path = resolved_path(module.path)
+        return Target(None, path, info.qualname, "class") if path is not None else None
+
+    def base_argument(self, site: CallSite, api_class: str, keyword: str, position: int | None,
+                      frame: Frame | None = None) -> list[Value] | None:
+        """What the torch constructor `api_class` gets as `keyword` (or at torch's `position`)
+        when `site` builds an instance: [] when nothing is passed (torch's default), None when
+        the model cannot tell (no visible base call, options handed on as `**kwargs` it cannot
+        read)."""
+        found = self.base_init(site, api_class, frame)
+        if found is None:
+            return None
+        call = found.call
+        expr = argument(call.node, keyword, position + found.shift if position is not None else None)
+        if expr is not None:
+            return self.model.values.of(call.module, expr, call.scope, found.frame, at=call.point)
+        stars = [a.value for a in call.node.args if a.star == "**"]
+        if not stars:
+            return []
+        init = found.init
+        if init is not None and found.frame is not None and len(stars) == 1 and isinstance(stars[0], cst.Name):
+            bindings = init.scope.assignments.get(stars[0].value, [])
+            if len(bindings) == 1 and isinstance(bindings[0], Param) and bindings[0].star == "**":
+                # `super().__init__(dataset, **kwargs)`: the options the subclass was called with.
+                outer = found.frame.call
+                passed = argument(outer.node, keyword)
+                if passed is not None:
+                    return self.model.values.of(outer.module, passed, outer.scope, found.frame.caller, at=outer.point)
+                return None if has_star_kwargs(outer.node) else []
+        return None
+
     # --- attributes set on arguments ------------------------------------------------------------
     def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
                          at: Point | None, depth: int = 2) -> list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]]:
@@ -338,7 +435,8 @@ class CallGraph:
         if method not in self.method_names(module):
             return []  # no class of the project defines it: `loss.backward()`, `x.to(device)`
         out: list[Callee] = []
-        for value in self.model.values.at_call(site, receiver):
+        values = self.model.values.at_call(site, receiver)
+        for value in values:
             if method in api.MODULE_METHODS and self.is_network(value):
                 continue  # `model.train()`, `model.parameters()` on a project network
             instance = self.instance_of(value)
@@ -348,6 +446,10 @@ class CallGraph:
                         out.append((found, "" if found.is_static else "method"))
         if out:
             return out
+        if values and all(self.instance_of(v) is not None for v in values):
+            # Instances of project classes that do not define the method: it is a torch base's
+            # (`set_epoch` of a DistributedSampler subclass), not another class's of that name.
+            return []
         return self._by_unique_name(site, method)
 
     def _started(self, site: CallSite, name: str) -> list[Callee]:
