@@ -12,6 +12,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
+from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Unknown, Value
@@ -227,6 +228,36 @@ def pads(model: Model, site: CallSite) -> bool:
 def plainly_local(model: Model, values: list[Value]) -> bool:
     """Every value is None or a torch sampler that draws from the whole dataset."""
     return all(is_none(v.node) or model.api_of(v) in api.LOCAL_SAMPLERS for v in values)
+
+
+# --- command-line options ---------------------------------------------------------------------------
+def option_values(model: Model, value: Value) -> list[Value]:
+    """The default of the command-line option a leaf reads (`args.model`), evaluated where the
+    option is declared: in the leaf's own module, or in the module whose parser made the
+    namespace (`args = common.parse_args("resnet50")` with `--model` defaulting to that
+    parameter). [] when the leaf reads no option the model can find."""
+    node = value.node
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return []
+    found = _declared_default(model, value.module, node)
+    if found:
+        return found
+    for base in model.values.of(value.module, node.value, value.scope, value.frame, at=value.at):
+        if base.call is not None and base.module is not value.module:
+            found = _declared_default(model, base.module, node)
+            if found:
+                return found
+    return []
+
+
+def _declared_default(model: Model, module: ModuleModel, node: cst.Attribute) -> list[Value]:
+    default = option_default(module, node)
+    if default is None:
+        return []
+    site = next((c for c in module.calls if c.method == "add_argument" and c.arg("default") is default), None)
+    if site is None:
+        return []
+    return model.values.at_call(site, default)
 
 
 # --- optimizers -------------------------------------------------------------------------------------

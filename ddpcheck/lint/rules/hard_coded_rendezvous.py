@@ -10,7 +10,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, Param
-from ddpcheck.lint.model.options import option_default
+from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, int_value, string_text
 from ddpcheck.lint.model.values import Value
@@ -365,21 +365,19 @@ class HardCodedRendezvous(Rule):
             if method is None:
                 continue
             for value in model.values.at_call(call, method):
-                node = value.node
-                if not isinstance(node, cst.BaseExpression):
-                    continue
-                where, module = node, value.module
-                if string_text(node) is None:
-                    default = option_default(value.module, node)
-                    if default is None:
-                        continue
-                    where = node = default
-                url = string_text(node) or ""
-                host = urlsplit(url).hostname if url.startswith("tcp://") else None
-                if host is not None and _machine_specific(host) and id(where) not in reported:
-                    reported.add(id(where))
-                    self.report(where, self.MACHINE_MESSAGE.format(what=f"the rendezvous is {url!r}"),
-                                module=module, related=[call] if module is not call.module else [])
+                for held in option_values(model, value) or [value]:
+                    self._report_machine_url(call, held, reported)
+
+    def _report_machine_url(self, call: CallSite, value: Value, reported: set[int]) -> None:
+        """A `tcp://` URL literal with a LAN address (reported once where it is written)."""
+        node, module = value.node, value.module
+        url = string_text(node) if isinstance(node, cst.BaseExpression) else None
+        host = urlsplit(url).hostname if url is not None and url.startswith("tcp://") else None
+        if host is not None and _machine_specific(host) and id(node) not in reported:
+            reported.add(id(node))
+            assert isinstance(node, cst.BaseExpression)
+            self.report(node, self.MACHINE_MESSAGE.format(what=f"the rendezvous is {url!r}"),
+                        module=module, related=[call] if module is not call.module else [])
 
     def _rank_is_spawn_index(self, call: CallSite) -> bool:
         """The rank given to `init_process_group` is the index `mp.spawn` passes its worker
