@@ -88,3 +88,43 @@ def test_a_dataloader_subclass_whose_base_call_the_model_cannot_read_is_not_repo
             super().__init__(dataset, **cfg.loader_options())
     """
     assert _loader_findings(tmp_path, cls, "Loader(ds, cfg)") == set()
+
+
+SCALER_PROJECT = {
+    "scaler.py": """\
+        class Scaler:
+            def __call__(self, loss, optimizer, update_grad=True):
+                loss.backward()
+                if update_grad:
+                    optimizer.step()
+        """,
+    "engine.py": """\
+        def train_one_epoch(model, loader, optimizer, loss_scaler, accum):
+            for i, batch in enumerate(loader):
+                loss = model(batch).mean()
+                loss_scaler(loss, optimizer, update_grad=(i + 1) % accum == 0)
+        """,
+    "train.py": """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from engine import train_one_epoch
+        from scaler import Scaler
+
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 4))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * dist.get_world_size())
+        for epoch in range(3):
+            train_one_epoch(model, [torch.randn(2, 4)], optimizer, Scaler(), 4)
+        dist.destroy_process_group()
+        """,
+}
+
+
+def test_a_helper_linted_before_the_script_does_not_hide_what_the_script_reaches(tmp_path):
+    # A loss scaler's __call__ runs backward on every micro-batch and steps on a counter: the
+    # accumulation loop in engine.py all-reduces every micro-batch, whichever file is read first.
+    _write(tmp_path, SCALER_PROJECT)
+    want = {("engine.py", 4, "DDP016")}
+    assert _findings(tmp_path, "train.py", select="DDP016") == want
+    assert _findings(tmp_path, "engine.py", "scaler.py", "train.py", select="DDP016") == want

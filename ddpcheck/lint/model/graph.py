@@ -539,13 +539,16 @@ class CallGraph:
         """Method names defined in the project modules `module` may get objects from: itself, the
         linted file, and the project modules either imports, transitively (read from their
         texts). A method call by any other name cannot run project code."""
-        found = module.memo.get("method_names")
+        # Kept per linted file: the answer includes that file's imports, and a project module
+        # read while linting one file is shared with the files linted after it.
+        key = f"method_names:{self.model.root.path}"
+        found = module.memo.get(key)
         if found is None:
             names: set[str] = set()
             for text in self._import_closure(module):
                 names |= self._methods_of(text)
             found = frozenset(names)
-            module.memo["method_names"] = found
+            module.memo[key] = found
         return found
 
     def _import_closure(self, module: ModuleModel) -> list[str]:
