@@ -66,6 +66,7 @@ class CallGraph:
         self._classes: dict[tuple[str, str], tuple[ModuleModel, ClassInfo] | None] = {}
         self._in_progress: set[int] = set()
         self._methods: dict[str, frozenset[str]] = {}
+        self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
 
     # --- classes -----------------------------------------------------------------------------
     def class_at(self, target: Target) -> tuple[ModuleModel, ClassInfo] | None:
@@ -341,10 +342,8 @@ class CallGraph:
             return []
         attr = node.attr.value
         out: list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]] = []
-        for call in module.calls_in(scope.qualname):
-            if call.scope is not scope or (at is not None and call.tick >= at.tick and not set(call.loops) & set(at.loops)):
-                continue
-            if not any(isinstance(a.value, cst.Name) and a.value.value == base.value for a in call.node.args):
+        for call in self._passing(module, scope).get(base.value, ()):
+            if at is not None and call.tick >= at.tick and not set(call.loops) & set(at.loops):
                 continue
             for function, bound in self.targets(call):
                 for param in function.params():
@@ -378,6 +377,22 @@ class CallGraph:
                                              frame.caller if frame is not None and frame.call is call else None,
                                              call.point, depth - 1)
         return out
+
+    def _passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]:
+        """name → the calls of project functions made directly in `scope` that pass it as an
+        argument (read once per scope)."""
+        key = (id(module), scope.qualname)
+        found = self._passed_names.get(key)
+        if found is None:
+            found = {}
+            for call in module.calls_in(scope.qualname):
+                if call.scope is not scope:
+                    continue
+                for a in call.node.args:
+                    if isinstance(a.value, cst.Name):
+                        found.setdefault(a.value.value, []).append(call)
+            self._passed_names[key] = found
+        return found
 
     # --- targets -----------------------------------------------------------------------------
     def targets(self, site: CallSite) -> list[Callee]:
