@@ -27,8 +27,9 @@ class UnwrappedModelTrained(Rule):
 
     The model is followed through the project: `net = model.module if isinstance(model, DDP)
     else model` in a helper, a property that returns `self.model.module`, a method of the inner
-    module (`model.module.encode(x)`), a step function that returns the loss to a loop that
-    calls backward. Not reported: calls of the inner module under `torch.no_grad()` /
+    module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
+    step function when that method runs the network's own layers), a step function that returns
+    the loss to a loop that calls backward. Not reported: calls of the inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
