@@ -124,6 +124,17 @@ BATCHNORM_MODEL_PREFIXES = tuple(
     )
 )
 
+# Model factories that build a network from its name: `get_model("resnet50")`,
+# `timm.create_model("efficientnet_b0")`.
+MODEL_BY_NAME = frozenset({"torchvision.models.get_model", "timm.create_model", "timm.models.create_model"})
+# timm model families whose default layers are BatchNorm ("resnetv2" is not: BiT's use GroupNorm).
+TIMM_BATCHNORM_FAMILIES = (
+    "resnet", "resnext", "seresnet", "seresnext", "wide_resnet", "ecaresnet", "resnetrs", "res2net",
+    "resnest", "densenet", "efficientnet", "tf_efficientnet", "mobilenetv2", "mobilenetv3",
+    "tf_mobilenetv3", "mnasnet", "regnetx", "regnety", "dla", "dpn", "ghostnet", "hrnet",
+    "inception_v3", "xception", "rexnet",
+)
+
 # Methods every `torch.nn.Module` has: calling one on a project network needs no look inside it.
 MODULE_METHODS = frozenset({
     "parameters", "named_parameters", "state_dict", "load_state_dict", "train", "eval", "to", "cuda",

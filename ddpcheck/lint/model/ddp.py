@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel
-from ddpcheck.lint.model.syntax import argument, dotted, is_none, string_text, subexpressions
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
+from ddpcheck.lint.model.options import option_default
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, string_text, subexpressions
+from ddpcheck.lint.model.values import Frame, Unknown, Value
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -49,9 +51,12 @@ def wraps(model: Model, module: ModuleModel) -> list[Wrap]:
     if found is None:
         found = []
         for site in module.calls:
-            if model.api(site) != api.DDP:
+            if model.api(site) == api.DDP:
+                inner = site.arg("module", 0)
+            elif model.makes(site, api.DDP):
+                inner = _wrapped_by_subclass(model, site)
+            else:
                 continue
-            inner = site.arg("module", 0)
             names = list(module.assigned_names(site.node))
             if not names:
                 # `model = DDP(model).to(device)`: the wrap is the receiver of the assigned call.
@@ -63,8 +68,69 @@ def wraps(model: Model, module: ModuleModel) -> list[Wrap]:
     return found
 
 
+def _wrapped_by_subclass(model: Model, site: CallSite) -> cst.BaseExpression | None:
+    """The module a project subclass of DDP wraps, as `site` passes it: its own first argument
+    when the subclass keeps DDP's constructor, or the argument of `site` its constructor hands
+    on to `super().__init__(module, ...)`."""
+    found = model.graph.base_init(site, api.DDP)
+    if found is None:
+        return None
+    if found.init is None:
+        return site.arg("module", 0)
+    passed = argument(found.call.node, "module", found.shift)
+    if not isinstance(passed, cst.Name) or found.frame is None or found.frame.call is not site:
+        return None
+    bindings = found.init.scope.assignments.get(passed.value, [])
+    if len(bindings) != 1 or not isinstance(bindings[0], Param):
+        return None
+    outer = model.graph.argument_for(site, found.init, bindings[0], "constructor")
+    return outer if isinstance(outer, cst.BaseExpression) else None
+
+
 def is_ddp(model: Model, value: Value) -> bool:
-    return model.api_of(value) == api.DDP
+    """A leaf that builds a DDP wrapper: torch's class or a project subclass of it."""
+    return model.api_of(value) == api.DDP or (value.call is not None and model.constructs(value, api.DDP))
+
+
+def runs_layers(model: Model, function: Function, depth: int = 3) -> bool:
+    """Whether a method of a network runs the network's own layers: it calls `self(...)`,
+    `self.forward(...)`, a layer held in an attribute (`self.encoder(x)`), or another method of
+    the class that does (`compute_loss` calling `self(x)`). A method that only reads
+    configuration or builds an optimizer does not."""
+    owner = function.owner
+    if owner is None or depth <= 0:
+        return False
+    module = function.module
+    for site in module.calls_in(function.qualname):
+        func = site.node.func
+        if isinstance(func, cst.Name) and func.value == "self":
+            return True
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"):
+            continue
+        name = func.attr.value
+        if name == "forward":
+            return True
+        own = model.graph.method(module, owner, name)
+        if own is None:
+            if name not in MODULE_API and _holds_layer(model, module, owner.scope, name):
+                return True  # `self.encoder(x)`: a layer of the network
+            continue
+        if own != function and runs_layers(model, own, depth - 1):
+            return True
+    return False
+
+
+def _holds_layer(model: Model, module: ModuleModel, scope: Scope, attr: str) -> bool:
+    """`self.<attr>` is set to a layer with parameters: a torch.nn layer other than a loss, a
+    container, or a network of the project. A criterion (`nn.CrossEntropyLoss()`) or an
+    attribute the model cannot follow is not taken for one."""
+    for value in model.values.of(module, cst.Attribute(cst.Name("self"), cst.Name(attr)), scope):
+        name = model.api_of(value) or ""
+        if name.startswith("torch.nn.") and name.count(".") == 2 and not name.endswith("Loss"):
+            return True
+        if model.graph.is_network(value):
+            return True
+    return False
 
 
 def before(value: Value, site: CallSite) -> bool:
@@ -93,6 +159,16 @@ def sampler_values(model: Model, loader: CallSite) -> tuple[list[Value], bool]:
     """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True).
     Positions are torch's; a project subclass of DataLoader is read by keyword only."""
     torch_own = model.api(loader) == api.DATALOADER
+    if not torch_own and model.graph.base_init(loader, api.DATALOADER) is not None:
+        # A project subclass: what its constructor hands DataLoader's (`super().__init__(ds,
+        # sampler=DistributedSampler(ds), ...)`); unknown when the model cannot see that.
+        for keyword, position, batch in (("sampler", 3, False), ("batch_sampler", 4, True)):
+            passed = model.graph.base_argument(loader, api.DATALOADER, keyword, position)
+            if passed is None:
+                return [Value(loader.module, Unknown(loader.node), loader.scope, None)], batch
+            if passed:
+                return passed, batch
+        return [], False
     given = model.values.keyword(loader, "sampler", 3 if torch_own else None)
     if given:
         return given, False
@@ -120,9 +196,68 @@ def feed(model: Model, loader: CallSite) -> Feed | None:
     return Feed(loader, sampler, via_batch) if sampler is not None else None
 
 
+def sampler_option(model: Model, site: CallSite, keyword: str, position: int,
+                   frame: Frame | None = None) -> list[Value] | None:
+    """What a DistributedSampler built at `site` gets as `keyword` (torch's `position`): from
+    the call itself, or, for a project subclass, from the `super().__init__(...)` its
+    constructor makes. [] when nothing is passed (torch's default), None when unknown."""
+    return model.graph.base_argument(site, api.DISTRIBUTED_SAMPLER, keyword, position, frame)
+
+
+def pads(model: Model, site: CallSite) -> bool:
+    """A sampler built at `site` pads its shards to equal length by repeating samples: torch's
+    DistributedSampler or a project subclass with `drop_last` false (or left at its default)
+    — a subclass with its own `__iter__` only when that code pads to a `total_size` — or a
+    project sampler written like it (see Model.shards_like_distributed_sampler)."""
+    if model.makes(site, api.DISTRIBUTED_SAMPLER):
+        drop = sampler_option(model, site, "drop_last", 5)
+        if drop is None or not all(isinstance(v.node, cst.BaseExpression) and is_false(v.node) for v in drop):
+            return False
+        target = site.target
+        found = model.graph.class_at(target) if target is not None and model.api(site) != api.DISTRIBUTED_SAMPLER \
+            else None
+        if found is not None:
+            for module, info in model.graph.mro(*found):
+                if "__iter__" in info.methods:
+                    return "total_size" in module.code(module.functions[info.methods["__iter__"]])
+        return True
+    return model.shards_like_distributed_sampler(site) and not site.has_keyword("drop_last") \
+        and not site.has_star_kwargs
+
+
 def plainly_local(model: Model, values: list[Value]) -> bool:
     """Every value is None or a torch sampler that draws from the whole dataset."""
     return all(is_none(v.node) or model.api_of(v) in api.LOCAL_SAMPLERS for v in values)
+
+
+# --- command-line options ---------------------------------------------------------------------------
+def option_values(model: Model, value: Value) -> list[Value]:
+    """The default of the command-line option a leaf reads (`args.model`), evaluated where the
+    option is declared: in the leaf's own module, or in the module whose parser made the
+    namespace (`args = common.parse_args("resnet50")` with `--model` defaulting to that
+    parameter). [] when the leaf reads no option the model can find."""
+    node = value.node
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return []
+    found = _declared_default(model, value.module, node)
+    if found:
+        return found
+    for base in model.values.of(value.module, node.value, value.scope, value.frame, at=value.at):
+        if base.call is not None and base.module is not value.module:
+            found = _declared_default(model, base.module, node)
+            if found:
+                return found
+    return []
+
+
+def _declared_default(model: Model, module: ModuleModel, node: cst.Attribute) -> list[Value]:
+    default = option_default(module, node)
+    if default is None:
+        return []
+    site = next((c for c in module.calls if c.method == "add_argument" and c.arg("default") is default), None)
+    if site is None:
+        return []
+    return model.values.at_call(site, default)
 
 
 # --- optimizers -------------------------------------------------------------------------------------

@@ -12,16 +12,17 @@ flow (values.py).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param, Scope
+from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.resolve import Target
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, string_text
+from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, has_star_kwargs, string_text
 
 from ddpcheck.lint.model.values import Frame, Value
 
@@ -29,7 +30,20 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 _METHOD_DEF = re.compile(r"^[ \t]+def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
-Callee = tuple[Function, str]  # the function and how it is bound: "", "method", "instance", "constructor"
+Callee = tuple[Function, str]
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class BaseInit:
+    """The call that runs a torch class's constructor for an instance: `call` (the instance's
+    own constructor call, or the subclass's `super().__init__(...)`), the frame its arguments
+    are read in, how many leading arguments are `self` (1 for `Base.__init__(self, ...)`), and
+    the subclass constructor it sits in (None when the call is the instance's own)."""
+
+    call: CallSite
+    frame: Frame | None
+    shift: int
+    init: Function | None  # the function and how it is bound: "", "method", "instance", "constructor"
 _MAX_MRO = 8
 # Method names too common to pin on one class by name alone.
 _COMMON = frozenset({
@@ -52,6 +66,7 @@ class CallGraph:
         self._classes: dict[tuple[str, str], tuple[ModuleModel, ClassInfo] | None] = {}
         self._in_progress: set[int] = set()
         self._methods: dict[str, frozenset[str]] = {}
+        self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
 
     # --- classes -----------------------------------------------------------------------------
     def class_at(self, target: Target) -> tuple[ModuleModel, ClassInfo] | None:
@@ -231,6 +246,154 @@ class CallGraph:
                 return out
         return out
 
+    # --- project subclasses of torch classes ----------------------------------------------------
+    def base_init(self, site: CallSite, api_class: str, frame: Frame | None = None,
+                  depth: int = 3) -> BaseInit | None:
+        """The call that runs the torch constructor `api_class` for `site`: `site` itself when
+        it calls the torch class or a project subclass that keeps torch's `__init__`; else the
+        `super().__init__(...)` (or `Base.__init__(self, ...)`) inside the subclass's
+        constructor, with the frame that binds the constructor's parameters to `site`'s
+        arguments (`class DistLoader(DataLoader): def __init__(self, ds, bs): super().__init__(
+        ds, bs, sampler=DistributedSampler(ds))`). None when the model cannot see it."""
+        if self.model.api(site) == api_class:
+            return BaseInit(site, frame, 0, None)
+        target = site.target
+        found = self.class_at(target) if target is not None and target.kind == "class" else None
+        if found is None or not self.is_subclass(target, api_class):
+            return None
+        return self._base_init_of(site, found, api_class, frame, depth)
+
+    def _base_init_of(self, site: CallSite, found: tuple[ModuleModel, ClassInfo], api_class: str,
+                      frame: Frame | None, depth: int, bound: str = "constructor") -> BaseInit | None:
+        module, info = found
+        init = self.method(module, info, "__init__")
+        if init is None:
+            return BaseInit(site, frame, 0, None)  # torch's own constructor, with these arguments
+        if depth <= 0:
+            return None
+        inner = Frame(init, site, frame, bound)
+        owner_module, owner = next(((m, c) for m, c in self.mro(module, info) if init.qualname in c.methods.values()
+                                    and m is init.module), (module, info))
+        for call in init.module.calls_in(init.qualname):
+            func = call.node.func
+            if not (isinstance(func, cst.Attribute) and func.attr.value == "__init__"):
+                continue
+            receiver = func.value
+            if isinstance(receiver, cst.Call) and dotted(receiver.func) == "super":
+                chain = self.mro(owner_module, owner)
+                after = chain[1] if len(chain) > 1 else None
+                if after is not None and self.is_subclass(self._target_of(*after), api_class):
+                    return self._base_init_of(call, after, api_class, inner, depth - 1, "method")
+                return BaseInit(call, inner, 0, init)
+            name = dotted(receiver)
+            base = self.model.resolver.name(init.module, name, init.scope) if name else None
+            if base is None:
+                continue
+            if base.external is not None and api.canonical(base.external) == api_class:
+                return BaseInit(call, inner, 1, init)
+            if base.kind == "class" and self.is_subclass(base, api_class):
+                project_base = self.class_at(base)
+                if project_base is not None:
+                    return self._base_init_of(call, project_base, api_class, inner, depth - 1, "")
+        return None
+
+    def _target_of(self, module: ModuleModel, info: ClassInfo) -> Target | None:
+        path = resolved_path(module.path)
+        return Target(None, path, info.qualname, "class") if path is not None else None
+
+    def base_argument(self, site: CallSite, api_class: str, keyword: str, position: int | None,
+                      frame: Frame | None = None) -> list[Value] | None:
+        """What the torch constructor `api_class` gets as `keyword` (or at torch's `position`)
+        when `site` builds an instance: [] when nothing is passed (torch's default), None when
+        the model cannot tell (no visible base call, options handed on as `**kwargs` it cannot
+        read)."""
+        found = self.base_init(site, api_class, frame)
+        if found is None:
+            return None
+        call = found.call
+        expr = argument(call.node, keyword, position + found.shift if position is not None else None)
+        if expr is not None:
+            return self.model.values.of(call.module, expr, call.scope, found.frame, at=call.point)
+        stars = [a.value for a in call.node.args if a.star == "**"]
+        if not stars:
+            return []
+        init = found.init
+        if init is not None and found.frame is not None and len(stars) == 1 and isinstance(stars[0], cst.Name):
+            bindings = init.scope.assignments.get(stars[0].value, [])
+            if len(bindings) == 1 and isinstance(bindings[0], Param) and bindings[0].star == "**":
+                # `super().__init__(dataset, **kwargs)`: the options the subclass was called with.
+                outer = found.frame.call
+                passed = argument(outer.node, keyword)
+                if passed is not None:
+                    return self.model.values.of(outer.module, passed, outer.scope, found.frame.caller, at=outer.point)
+                return None if has_star_kwargs(outer.node) else []
+        return None
+
+    # --- attributes set on arguments ------------------------------------------------------------
+    def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
+                         at: Point | None, depth: int = 2) -> list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]]:
+        """What `name.attr` holds when a project function the name was passed to set it:
+        `init_distributed_mode(args)` assigning `args.rank = int(os.environ["RANK"])`, then
+        `args.rank` read here (or in a function `args` is passed on to). Calls made before `at`
+        in `scope` count; a parameter is followed to the call that passed it (`frame`, or the
+        known callers). Each write: (module, value, the callee's scope, its frame, where)."""
+        base = node.value
+        if not isinstance(base, cst.Name) or base.value in ("self", "cls") or depth <= 0:
+            return []
+        attr = node.attr.value
+        out: list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]] = []
+        for call in self._passing(module, scope).get(base.value, ()):
+            if at is not None and call.tick >= at.tick and not set(call.loops) & set(at.loops):
+                continue
+            for function, bound in self.targets(call):
+                for param in function.params():
+                    passed = self.argument_for(call, function, param, bound)
+                    if not (isinstance(passed, cst.Name) and passed.value == base.value):
+                        continue
+                    inner = Frame(function, call, frame, bound)
+                    key = f"{param.name}.{attr}"
+                    assigned = function.scope.assignments.get(key, [])
+                    points = function.scope.points.get(key, [])
+                    for i, binding in enumerate(assigned):
+                        out.append((function.module, binding, function.scope, inner,
+                                    points[i] if len(points) == len(assigned) else None))
+                    if not assigned:
+                        out += self.attribute_writes(function.module, cst.Attribute(cst.Name(param.name), node.attr),
+                                                     function.scope, inner, None, depth - 1)
+        if out or scope.kind != "function":
+            return out
+        # `def main(args): ... args.rank` after the caller ran `init_distributed_mode(args)`.
+        bindings = scope.assignments.get(base.value, [])
+        if len(bindings) != 1 or not isinstance(bindings[0], Param):
+            return out
+        param = bindings[0]
+        function = Function(module, param.function)
+        calls = [(frame.call, frame.bound)] if frame is not None and frame.function == function \
+            else self.callers(function)[:4]
+        for call, bound in calls:
+            passed = self.argument_for(call, function, param, bound)
+            if isinstance(passed, cst.Name):
+                out += self.attribute_writes(call.module, cst.Attribute(passed, node.attr), call.scope,
+                                             frame.caller if frame is not None and frame.call is call else None,
+                                             call.point, depth - 1)
+        return out
+
+    def _passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]:
+        """name → the calls of project functions made directly in `scope` that pass it as an
+        argument (read once per scope)."""
+        key = (id(module), scope.qualname)
+        found = self._passed_names.get(key)
+        if found is None:
+            found = {}
+            for call in module.calls_in(scope.qualname):
+                if call.scope is not scope:
+                    continue
+                for a in call.node.args:
+                    if isinstance(a.value, cst.Name):
+                        found.setdefault(a.value.value, []).append(call)
+            self._passed_names[key] = found
+        return found
+
     # --- targets -----------------------------------------------------------------------------
     def targets(self, site: CallSite) -> list[Callee]:
         """The project functions `site` may run, each with how it is bound."""
@@ -287,7 +450,8 @@ class CallGraph:
         if method not in self.method_names(module):
             return []  # no class of the project defines it: `loss.backward()`, `x.to(device)`
         out: list[Callee] = []
-        for value in self.model.values.at_call(site, receiver):
+        values = self.model.values.at_call(site, receiver)
+        for value in values:
             if method in api.MODULE_METHODS and self.is_network(value):
                 continue  # `model.train()`, `model.parameters()` on a project network
             instance = self.instance_of(value)
@@ -297,6 +461,10 @@ class CallGraph:
                         out.append((found, "" if found.is_static else "method"))
         if out:
             return out
+        if values and all(self.instance_of(v) is not None for v in values):
+            # Instances of project classes that do not define the method: it is a torch base's
+            # (`set_epoch` of a DistributedSampler subclass), not another class's of that name.
+            return []
         return self._by_unique_name(site, method)
 
     def _started(self, site: CallSite, name: str) -> list[Callee]:
@@ -386,13 +554,16 @@ class CallGraph:
         """Method names defined in the project modules `module` may get objects from: itself, the
         linted file, and the project modules either imports, transitively (read from their
         texts). A method call by any other name cannot run project code."""
-        found = module.memo.get("method_names")
+        # Kept per linted file: the answer includes that file's imports, and a project module
+        # read while linting one file is shared with the files linted after it.
+        key = f"method_names:{self.model.root.path}"
+        found = module.memo.get(key)
         if found is None:
             names: set[str] = set()
             for text in self._import_closure(module):
                 names |= self._methods_of(text)
             found = frozenset(names)
-            module.memo["method_names"] = found
+            module.memo[key] = found
         return found
 
     def _import_closure(self, module: ModuleModel) -> list[str]:

@@ -16,6 +16,7 @@ are shared by every file of the run.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, cast
 
@@ -37,6 +38,11 @@ if TYPE_CHECKING:
     from ddpcheck.lint.rule import Pending
 
 _ENTRY_TEXT = ("__main__",)
+# A command that launches a script with torchrun or torch's launch modules, and the script it names.
+_LAUNCH_USAGE = re.compile(
+    r"(?:\btorchrun\b|-m\s+torch\.distributed\.(?:launch|run)\b|\btorch\.distributed\.(?:launch|run)\s+--)"
+    r"[^\n'\"]*?\s([\w./-]+\.py)\b"
+)
 
 
 class Model:
@@ -228,8 +234,10 @@ class Model:
         return self._torchrun
 
     def is_entry_point(self) -> bool:
-        """The file is run as a script, not only imported: it has a `__main__` guard or does work
-        at module level (calls one of its functions, or sets up DDP there)."""
+        """The file is run as a script, not only imported: it has a `__main__` guard, does work
+        at module level (calls one of its functions, or sets up DDP there), or its own usage
+        text launches it (`# Launch with: torchrun --nproc_per_node=2 script.py`, see
+        launched_by_usage)."""
         root = self.root
         if root.main_guards or "__main__" in root.source and "__name__" in root.source:
             return True
@@ -239,7 +247,31 @@ class Model:
                  and c.module is root and c.dotted in root.functions)
                 or (c.qualname or "").startswith("torch.distributed."))
             for c in root.calls
-        )
+        ) or self.launched_by_usage()
+
+    def launched_by_usage(self) -> bool:
+        """A launch command in the file's comments or strings (`torchrun ...`, `python -m
+        torch.distributed.launch ...`) starts this file: the script it names is this one, or a
+        name no file near it has (a placeholder such as `script.py`). A command naming another
+        script of the project is about that script."""
+        found = self.root.memo.get("launched_by_usage")
+        if found is None:
+            found = any(self._names_this_file(m.group(1)) for m in _LAUNCH_USAGE.finditer(self.root.source))
+            self.root.memo["launched_by_usage"] = found
+        return bool(found)
+
+    def _names_this_file(self, script: str) -> bool:
+        path = resolved_path(self.root.path)
+        if path is None:
+            return False
+        if Path(script).name == path.name:
+            return True
+        folder = path.parent
+        for _ in range(3):
+            if (folder / script).is_file() or (folder / Path(script).name).is_file():
+                return False  # another script of the project
+            folder = folder.parent
+        return True
 
     def init_sites(self) -> list[CallSite]:
         """The `init_process_group` calls the file's run goes through: its own, else those of the

@@ -39,6 +39,15 @@ _PASSTHROUGH = frozenset({
 })
 
 
+# Attributes torch's constructors keep from their arguments: (class, position of the argument).
+_BASE_ATTRIBUTES = {
+    "sampler": ((api.DATALOADER, 3), (api.BATCH_SAMPLER, 0)),
+    "batch_sampler": ((api.DATALOADER, 4),),
+    "dataset": ((api.DATALOADER, 0),),
+    "module": ((api.DDP, 0),),
+}
+
+
 @dataclass(frozen=True, eq=False)
 class Unknown:
     """A leaf the evaluation stopped at (a cycle): nothing is known about it."""
@@ -238,6 +247,12 @@ class Values:
                 yield from values
             return
         if isinstance(node, cst.Attribute):
+            # `init_distributed_mode(args)` then `args.rank`: what the callee set on the object.
+            written = self.model.graph.attribute_writes(module, node, scope, frame, at)
+            for where, binding, owner, inner_frame, point in written:
+                yield from self._eval(where, binding, owner, inner_frame, depth - 1, seen, point)
+            if any(point is not None and not point.guards and not point.loops for *_, point in written):
+                return  # set on every path through the callee
             for base in self._eval(module, node.value, scope, frame, depth - 1, seen, at):
                 yield from self._attribute(base, node, module, scope, frame, depth - 1, seen, at)
             return
@@ -275,6 +290,15 @@ class Values:
             if inner is not None:
                 yield from self._eval(base.module, inner, base.scope, base.frame, depth - 1, seen, self._call_point(base))
                 return
+        if call is not None and attr in _BASE_ATTRIBUTES:
+            # A project subclass of DataLoader or DDP: what it hands torch's constructor.
+            site = base.module.call_at(call)
+            for api_class, position in _BASE_ATTRIBUTES[attr] if site is not None else ():
+                assert site is not None
+                passed = self.model.graph.base_argument(site, api_class, attr, position, base.frame)
+                if passed:
+                    yield from passed
+                    return
         if call is not None or isinstance(base.node, Param):
             instance = self.model.graph.instance_of(base)
             if instance is not None:

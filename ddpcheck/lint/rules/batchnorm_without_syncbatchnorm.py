@@ -7,10 +7,10 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel
-from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.project import locate, resolved_path
-from ddpcheck.lint.model.syntax import dotted, is_false, string_text
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -37,7 +37,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
     them (its class, its bases, the project modules they import; `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` are looked into), and no code the run reaches converts
+    and `resnet.__dict__[args.arch](...)` are looked into), or builds a model by name whose
+    family is made with BatchNorm (`torchvision.models.get_model("resnet50")`,
+    `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
+    `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
+    another module's parser), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
 
@@ -251,7 +255,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if self._has_batchnorm(parts, depth - 1):
                     return True
                 continue
-            if any(_builds_batchnorm(n) for n in self._chosen_by_name(made)):
+            if any(_builds_batchnorm(n) for n in self._chosen_by_name(made) + self._created_by_name(made)):
                 return True
             texts = [code_only(t) for t in self._network_texts(made)]
             if any(_CONVERSION.search(t) for t in texts):
@@ -281,15 +285,33 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         owner = self.model.qualname(made.module, func.value.value, made.scope)
         if owner is None:
             return []
+        return [f"{owner}.{text}" for text in self._names_of(made, key.value) if text.isidentifier()]
+
+    def _created_by_name(self, made: Value) -> list[str]:
+        """`torchvision.models.get_model("resnet50")`, `timm.create_model(args.model)`: the model
+        the name (a literal, or the default of the option it comes from) builds, as the API name
+        of its constructor (`torchvision.models.resnet50`), or `timm:<name>`."""
+        factory = self.model.api_of(made)
+        if factory not in api.MODEL_BY_NAME:
+            return []
+        call = made.call
+        assert call is not None
+        name = argument(call, "model_name" if factory.startswith("timm") else "name", 0)
+        if name is None:
+            return []
+        out = []
+        for text in self._names_of(made, name):
+            out.append(f"timm:{text}" if factory.startswith("timm") else f"torchvision.models.{text}")
+        return out
+
+    def _names_of(self, made: Value, expr: cst.BaseExpression) -> list[str]:
+        """The strings `expr` may hold: literals, or the default of the command-line option it reads."""
         names = []
-        for value in self.model.values.of(made.module, key.value, made.scope, made.frame, at=made.at):
-            node = value.node
-            if isinstance(node, cst.BaseExpression) and string_text(node) is None:
-                default = option_default(value.module, node)
-                node = default if default is not None else node
-            text = string_text(node) if isinstance(node, cst.BaseExpression) else None
-            if text is not None and text.isidentifier():
-                names.append(f"{owner}.{text}")
+        for value in self.model.values.of(made.module, expr, made.scope, made.frame, at=made.at):
+            for held in option_values(self.model, value) or [value]:
+                text = string_text(held.node) if isinstance(held.node, cst.BaseExpression) else None
+                if text is not None:
+                    names.append(text)
         return names
 
     def _class_builds_batchnorm(self, module: ModuleModel, info: ClassInfo, seen: set[int]) -> bool:
@@ -344,5 +366,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return out
 
 def _builds_batchnorm(name: str | None) -> bool:
+    if name is not None and name.startswith("timm:"):
+        model = name[5:].split(".", 1)[0].lower()
+        return model.startswith(api.TIMM_BATCHNORM_FAMILIES) and not model.startswith("resnetv2") \
+            or (model.startswith("vgg") and model.endswith("_bn"))
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
         name.startswith("torchvision.models.vgg") and name.endswith("_bn")))

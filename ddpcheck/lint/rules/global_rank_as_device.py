@@ -26,7 +26,9 @@ class GlobalRankAsDevice(Rule):
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
     `device_ids=[x]`, `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
     or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, an MPI
-    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them. Also reported: the global
+    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
+    set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
+    `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`). Also reported: the global
     rank modulo a fixed GPU count (`rank % 8`, `rank % GPUS_PER_NODE` with `GPUS_PER_NODE = 8`),
     which is right only on nodes with exactly that many GPUs. A parameter named `rank` (for
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,

@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import ipaddress
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import dotted, int_value
+from ddpcheck.lint.model.module import CallSite, Param
+from ddpcheck.lint.model.ddp import option_values
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted, int_value, string_text
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 if TYPE_CHECKING:
@@ -42,6 +47,15 @@ def env_get_key(call: CallSite) -> str | None:
     return None
 
 
+def _machine_specific(host: str) -> bool:
+    """An IP address literal of one machine: not loopback, not the unspecified address."""
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # a host name: it may resolve to this machine
+    return not (address.is_loopback or address.is_unspecified)
+
+
 def _literal(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.Integer)):
         return True
@@ -51,7 +65,7 @@ def _literal(expr: cst.BaseExpression) -> bool:
 
 
 class HardCodedRendezvous(Rule):
-    """A torchrun-launched script hard-codes the rendezvous (address, port, rank or world size) that the launcher provides.
+    """The rendezvous is hard-coded where it cannot work: values torchrun provides, or a LAN address in a script that spawns every worker on one machine.
 
     The script reads `LOCAL_RANK`/`RANK`/`WORLD_SIZE` from the environment, so it is started by
     torchrun (or a scheduler doing the same), which exports `MASTER_ADDR`, `MASTER_PORT`, `RANK`
@@ -62,7 +76,15 @@ class HardCodedRendezvous(Rule):
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
     started from outside, and under torchrun every rank waits for a store at that port, which
     exists only if `--master-port` happens to equal it (otherwise the job sits for the 30-minute
-    store timeout); `localhost` cannot span nodes.
+    store timeout); `localhost` cannot span nodes. Such a file is a script when it runs as
+    `__main__`, or when its own usage text launches it (`# Launch with: torchrun
+    --nproc_per_node=2 script.py`, naming this file or no other file of the project).
+
+    A script that starts its own workers with `mp.spawn`, each rank the spawn index, runs the
+    whole job on one machine and must meet there: on a loopback address. A LAN address literal
+    (`os.environ["MASTER_ADDR"] = "10.57.3.14"`, a `--dist-url` whose default is
+    `tcp://192.168.1.20:23456`) is the address of the machine it was written on; anywhere else
+    the workers wait for a store that is not there (or dial another machine).
 
     ## Why it matters
     The job works on the machine it was written on and hangs elsewhere: on a second node every
@@ -75,10 +97,13 @@ class HardCodedRendezvous(Rule):
     `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
     tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
     another way of starting), and scripts that start their own
-    workers with `mp.spawn` (they must set the rendezvous themselves; a free-port helper is best).
+    workers with `mp.spawn` (they must set the rendezvous themselves; a free-port helper is best)
+    on a loopback address or a host name, or with a rank that adds a node's offset
+    (`node_rank * gpus + gpu`: the job spans machines and the address is the first node's).
 
     ## How to fix
-    Call `dist.init_process_group(backend)` with no `init_method`, `rank` or `world_size`: the
+    In a spawn script, meet on `localhost` (127.0.0.1) with a free port. Otherwise call
+    `dist.init_process_group(backend)` with no `init_method`, `rank` or `world_size`: the
     default `env://` reads what torchrun exported. Pick the address and port on the command line
     (`torchrun --rdzv-endpoint=host:port` or `--master-addr/--master-port`). The fix writes
     `init_method="env://"` and drops literal `rank=`/`world_size=` (computed ones are kept: with
@@ -125,6 +150,17 @@ class HardCodedRendezvous(Rule):
         if args.launcher == "slurm":
             os.environ["MASTER_PORT"] = "29501"
         dist.init_process_group("nccl", init_method=args.dist_url, rank=rank, world_size=args.world_size)
+        """,
+        """
+        # A spawn script whose ranks span nodes: the address is the first node's.
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        def worker(gpu, args):
+            rank = args.node_rank * args.gpus + gpu
+            dist.init_process_group("nccl", init_method="tcp://10.1.0.1:23456", rank=rank,
+                                    world_size=args.nodes * args.gpus)
+        if __name__ == "__main__":
+            mp.spawn(worker, args=(args,), nprocs=args.gpus)
         """,
     ]
     INVALID = [
@@ -191,6 +227,21 @@ class HardCodedRendezvous(Rule):
             """,
             lines=(5,),
         ),
+        Invalid(
+            """
+            # Every worker is spawned here, but the address is the author's machine.
+            import os
+            import torch.distributed as dist
+            import torch.multiprocessing as mp
+            def worker(rank, world_size):
+                os.environ["MASTER_ADDR"] = "10.57.3.14"
+                os.environ["MASTER_PORT"] = "29512"
+                dist.init_process_group("nccl", rank=rank, world_size=world_size)
+            if __name__ == "__main__":
+                mp.spawn(worker, args=(4,), nprocs=4)
+            """,
+            lines=(6,),
+        ),
     ]
 
     SEED_MESSAGE = (
@@ -201,9 +252,17 @@ class HardCodedRendezvous(Rule):
         "let the default `env://` read what the launcher exports"
     )
 
+    MACHINE_MESSAGE = (
+        "{what}, a LAN address, in a script that starts every worker on this machine (mp.spawn, "
+        "each rank the spawn index): the workers rendezvous there only on the machine that has "
+        "that address, and wait for the store anywhere else; use \"localhost\" (127.0.0.1) and "
+        "a free port"
+    )
+
     def __init__(self, model: Model) -> None:
         super().__init__(model)
         self._writes: list[tuple[cst.CSTNode, str]] = []
+        self._addr_writes: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
         self._written: set[int] = set()
         self._guard_stack: list[cst.BaseExpression] = []
 
@@ -215,6 +274,8 @@ class HardCodedRendezvous(Rule):
                 if key is None:
                     continue
                 self._written.add(id(t))
+                if key == "MASTER_ADDR" and not any(self._tests_environ(g) for g in self._guard_stack):
+                    self._addr_writes.append((node, node.value))
                 if key in _RENDEZVOUS_ENV | _LAUNCHER_ENV and _literal(node.value):
                     if not any(self._tests_environ(g) for g in self._guard_stack):
                         self._writes.append((node, key))
@@ -234,9 +295,10 @@ class HardCodedRendezvous(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
-        if any(model.api(c) in api.PROCESS_STARTERS for c in root.calls):
-            return  # it starts its own workers and must set the rendezvous itself
-        if any("spawn" in model.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None):
+        if any(model.api(c) in api.PROCESS_STARTERS for c in root.calls) or any(
+                "spawn" in model.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None):
+            # It starts its own workers and must set the rendezvous itself: to this machine.
+            self._machine_address()
             return
         torchrun = model.torchrun_path
         if torchrun:
@@ -281,6 +343,60 @@ class HardCodedRendezvous(Rule):
             if entry:
                 self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)),
                             fix=remedies.env_rendezvous(call.node, method, []))
+
+    # --- scripts that start every worker on this machine ------------------------------------
+    def _machine_address(self) -> None:
+        """A script whose workers all run here (mp.spawn, each rank the spawn index) can only
+        meet on this machine; a LAN address written into it (`MASTER_ADDR = "10.57.3.14"`, a
+        `--dist-url` default of `tcp://192.168.1.20:23456`) is the author's machine, and the job
+        waits for a store that is not there anywhere else. Scripts that add a node rank
+        (`rank = node_rank * gpus + gpu`) span machines: their address is the first node's."""
+        model = self.model
+        inits = model.init_sites()
+        if not inits or not all(self._rank_is_spawn_index(c) for c in inits):
+            return
+        for write, written in self._addr_writes:
+            host = string_text(written)
+            if host is not None and _machine_specific(host):
+                self.report(write, self.MACHINE_MESSAGE.format(what=f"`MASTER_ADDR` is {host!r}"))
+        reported: set[int] = set()
+        for call in inits:
+            method = call.arg("init_method", 1)
+            if method is None:
+                continue
+            for value in model.values.at_call(call, method):
+                for held in option_values(model, value) or [value]:
+                    self._report_machine_url(call, held, reported)
+
+    def _report_machine_url(self, call: CallSite, value: Value, reported: set[int]) -> None:
+        """A `tcp://` URL literal with a LAN address (reported once where it is written)."""
+        node, module = value.node, value.module
+        url = string_text(node) if isinstance(node, cst.BaseExpression) else None
+        host = urlsplit(url).hostname if url is not None and url.startswith("tcp://") else None
+        if host is not None and _machine_specific(host) and id(node) not in reported:
+            reported.add(id(node))
+            assert isinstance(node, cst.BaseExpression)
+            self.report(node, self.MACHINE_MESSAGE.format(what=f"the rendezvous is {url!r}"),
+                        module=module, related=[call] if module is not call.module else [])
+
+    def _rank_is_spawn_index(self, call: CallSite) -> bool:
+        """The rank given to `init_process_group` is the index `mp.spawn` passes its worker
+        (or a literal, on a path that runs the worker by hand): every rank is a process of this
+        machine."""
+        rank = call.arg("rank", 4)
+        if rank is None:
+            return False
+        values = self.model.values.at_call(call, rank)
+        return bool(values) and all(
+            int_value(v.node) is not None if isinstance(v.node, cst.BaseExpression) else self._spawn_index(v)
+            for v in values)
+
+    def _spawn_index(self, value: Value) -> bool:
+        param = value.node
+        if not isinstance(param, Param) or param.index != 0:
+            return False
+        function = Function(value.module, param.function)
+        return any(bound == "spawn" for _, bound in self.model.graph.callers(function))
 
     def _literal_url(self, call: CallSite, method: cst.BaseExpression) -> str | None:
         """The URL when every value `init_method` may take is the same literal, not `env://`."""

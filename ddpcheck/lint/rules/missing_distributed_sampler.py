@@ -30,7 +30,10 @@ class MissingDistributedSampler(Rule):
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
     themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
     on every rank costs time but is not wrong. A loader built by a function of another module of
-    the project (`build_loader(cfg)`) is reported there, with the call that leads to it.
+    the project (`build_loader(cfg)`) is reported there, with the call that leads to it. A
+    project subclass of DataLoader is read through its constructor: the sampler it hands
+    `super().__init__(...)` is its sampler (unknown, and not reported, when the model cannot see
+    that call).
 
     ## How to fix
     Build a `DistributedSampler(dataset)` and pass it as `sampler=`; drop `shuffle=True` from the

@@ -4,12 +4,15 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name
+from ddpcheck.lint.model.ddp import is_eval_name, pads
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import dotted, is_false
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted, is_false, string_text
 from ddpcheck.lint.rule import Invalid, Rule
 
 
+# Keyword arguments that turn a builder's training behaviour off: `build_loader(ds, train=False)`.
+_TRAINING_SWITCHES = frozenset({"train", "training", "is_train", "is_training", "shuffle", "augment"})
 # Reductions of a gathered list of per-rank values: the same as an all-reduce.
 _AVERAGES = frozenset({"sum", "mean", "statistics.mean", "numpy.mean", "np.mean", "torch.mean", "math.fsum"})
 
@@ -39,7 +42,11 @@ class PaddedEvalSampler(Rule):
     `all_reduce` and gathers predictions (`all_gather*`, `gather*`), which lets it drop the
     padding before computing the metric; gathered per-rank values that are then averaged
     (`mean(all_gather(loss))`) count the padding like an all-reduce. Project samplers written like
-    `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too.
+    `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too, and so
+    do project subclasses of it: `drop_last` is read from what their constructor hands
+    `super().__init__`, and one with its own `__iter__` counts only when that pads to
+    `total_size`. A sampler made by a builder that serves both sets counts when a caller uses
+    it for evaluation (`val_loader = build_loader(val_set, is_train=False)`).
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -123,8 +130,7 @@ class PaddedEvalSampler(Rule):
 
     def finish(self) -> None:
         model = self.model
-        samplers = [s for s in model.paths.sites()
-                    if model.shards_like_distributed_sampler(s) and not s.has_keyword("drop_last") and not s.has_star_kwargs]
+        samplers = [s for s in model.paths.sites() if pads(model, s)]
         if not samplers:
             return
         calls = model.root.calls
@@ -163,4 +169,33 @@ class PaddedEvalSampler(Rule):
             return True
         shuffle = site.arg("shuffle", 3)
         named_train = any("train" in n.lower() for n in names) or "train" in (dataset_name or "").lower()
-        return is_false(shuffle) and not named_train
+        if is_false(shuffle) and not named_train:
+            return True
+        if named_train:
+            return False
+        function = self.model.paths.function_of(site)
+        return function is not None and self._built_for_evaluation(function, 2)
+
+    def _built_for_evaluation(self, function: Function, depth: int) -> bool:
+        """A builder (`build_loader(dataset, is_train)`) that some caller uses for an evaluation
+        set: the caller names what it gets or what it passes for validation or testing
+        (`val_loader = build_loader(val_set, False)`, `split="test"`), or passes False for the
+        training switch (`is_train=False`, `shuffle=False`); followed up to `depth` callers."""
+        for caller, bound in self.model.graph.callers(function)[:8]:
+            if self.model.paths.dead(caller):
+                continue
+            names = caller.module.assigned_names(caller.node)
+            if any(is_eval_name(n) for n in names):
+                return True
+            if any(is_eval_name(dotted(a.value)) or is_eval_name(string_text(a.value)) for a in caller.node.args):
+                return True
+            for param in function.params():
+                if param.name in _TRAINING_SWITCHES \
+                        and is_false(self.model.graph.argument_for(caller, function, param, bound)):
+                    return True
+            outer = self.model.paths.function_of(caller)
+            if depth > 1 and outer is not None and outer != function \
+                    and not any("train" in n.lower() for n in names) \
+                    and self._built_for_evaluation(outer, depth - 1):
+                return True
+        return False

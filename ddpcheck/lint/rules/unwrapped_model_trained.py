@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, is_ddp, wraps
+from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.syntax import dotted
@@ -27,8 +27,9 @@ class UnwrappedModelTrained(Rule):
 
     The model is followed through the project: `net = model.module if isinstance(model, DDP)
     else model` in a helper, a property that returns `self.model.module`, a method of the inner
-    module (`model.module.encode(x)`), a step function that returns the loss to a loop that
-    calls backward. Not reported: calls of the inner module under `torch.no_grad()` /
+    module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
+    step function when that method runs the network's own layers), a step function that returns
+    the loss to a loop that calls backward. Not reported: calls of the inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
@@ -173,11 +174,11 @@ class UnwrappedModelTrained(Rule):
             if ran is None or not self._in_training_step(site, backwards):
                 continue
             name = " ".join(site.module.code(site.node.func).split())
-            outer = ran.outer[0] if ran.outer else "the DDP model"
+            outer = f"`{ran.outer[0]}(...)`" if ran.outer else "the DDP wrapper"
             self.report(
                 site.node,
                 f"`{name}(...)` runs the module inside DDP, so its gradients are never "
-                f"all-reduced and the replicas drift apart; call `{outer}(...)` in the training step",
+                f"all-reduced and the replicas drift apart; call {outer} in the training step",
                 module=site.module, related=model.paths.chain(site),
             )
 
@@ -186,21 +187,28 @@ class UnwrappedModelTrained(Rule):
         `self.net(x)`), or of one of its own methods (`model.module.encode(x)`), when the callee
         cannot be the DDP wrapper at that point."""
         func = site.node.func
-        if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
+        if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call)):
             return None
         values = self.model.values.at_call(site, func)
         if any(is_ddp(self.model, v) and before(v, site) for v in values):
             return None
         found = self._match(site, values, inner)
         if found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
-                and all(v.node is func for v in values) and not _on_self(func) and site.loops:
-            # A method of the module (`model.module.encode(x)`), counted in a loop only: a
-            # one-off call (`configure_optimizers()`) is set-up, not a training step.
+                and all(v.node is func for v in values) and not _on_self(func) \
+                and (site.loops or self._runs_layers(site)):
+            # A method of the module (`model.module.encode(x)`), counted in a loop, or in a
+            # step function when the method runs the network's layers
+            # (`self._get_model().compute_loss(batch)`): a one-off call
+            # (`configure_optimizers()`) is set-up, not a training step.
             values = self.model.values.at_call(site, func.value)
             if any(is_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
         return found
+
+    def _runs_layers(self, site: CallSite) -> bool:
+        callees = self.model.graph.targets(site)
+        return bool(callees) and all(runs_layers(self.model, f) for f, _ in callees)
 
     def _match(self, site: CallSite, values: list[Value], inner: dict[int, Wrap]) -> Wrap | None:
         for value in values:
