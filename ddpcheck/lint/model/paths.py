@@ -25,6 +25,7 @@ from ddpcheck.lint.model.conditions import (
 )
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.values import Frame, literal_test
 from ddpcheck.lint.model.syntax import dotted
 
 if TYPE_CHECKING:
@@ -179,22 +180,24 @@ class Paths:
                 return guard
         return None
 
-    def never(self, site: CallSite) -> Guard | None:
-        """A guard that no known run takes: its test is a parameter (or a name) that every caller
-        and the default leave False or None (`if progress:` with `progress=False` by default
-        and no caller passing it)."""
+    def never(self, site: CallSite, frame: Frame | None = None) -> Guard | None:
+        """A guard that no known run takes: a flag the command line cannot change, or a test of a
+        parameter (or a name) that every caller and the default leave False or None (`if
+        progress:` with `progress=False` by default and no caller passing it). With `frame`, the
+        run of one call of `site`'s function (`save_or_load(cfg)` never takes `if model is not
+        None:`)."""
         for guard in site.guards:
-            reading = _literal_test(guard.test)
-            if reading is None:
-                continue
-            name, outcome = reading
-            values = self.model.values.of(site.module, name, site.scope, at=site.point)
-            if not values or not all(isinstance(v.node, cst.CSTNode) for v in values):
-                continue
-            truths = {outcome(v.node) for v in values}
-            if truths == {False} and not guard.negated or truths == {True} and guard.negated:
+            fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, site.point)
+            if fixed is not None and fixed == guard.negated:
                 return guard
         return None
+
+    def _dead_from(self, site: CallSite, function: Function, call: CallSite, bound: str) -> bool:
+        """`call` of `function` never reaches `site` (in it): its arguments make a guard of
+        `site` false (`evaluate(model, loader)` and `if save:` with `save=False` by default)."""
+        if not _reads_names(site):
+            return False
+        return self.never(site, Frame(function, call, None, bound)) is not None
 
     # --- every rank --------------------------------------------------------------------------
     def every_rank(self, site: CallSite) -> list[CallSite] | None:
@@ -207,7 +210,7 @@ class Paths:
         function = self.function_of(site)
         if function is None:
             return []
-        return self._function_every_rank(function, frozenset())
+        return self._function_every_rank(function, frozenset(), site)
 
     def dead(self, site: CallSite) -> bool:
         """`site` never runs when the linted file runs: it sits in an imported module's
@@ -230,30 +233,37 @@ class Paths:
         mains = {id(node) for node in module.main_guards}
         return any(id(g.node) in mains and not g.negated for g in site.guards)
 
-    def _function_every_rank(self, function: Function, seen: frozenset[Function]) -> list[CallSite] | None:
+    def _function_every_rank(self, function: Function, seen: frozenset[Function],
+                             inner: CallSite | None = None) -> list[CallSite] | None:
+        """A chain along which every rank calls `function` and, through it, `inner` (a call in
+        it: a caller whose arguments make a guard of `inner` false does not count)."""
         key = (id(function.module), function.qualname)
-        if key in self._every:
+        # The answer depends on `inner` only when its guards read names the arguments may set.
+        shared = inner is None or not _reads_names(inner)
+        if shared and key in self._every:
             return self._every[key]
         if function in seen:
             return None
         seen = seen | {function}
         result: list[CallSite] | None = None
         callers = self.model.graph.callers(function)
-        for call, _ in callers:
+        for call, bound in callers:
             if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call) \
                     or self.dead(call):
+                continue
+            if inner is not None and self._dead_from(inner, function, call, bound):
                 continue
             outer = self.function_of(call)
             if outer is None:
                 result = [call]
                 break
-            above = self._function_every_rank(outer, seen)
+            above = self._function_every_rank(outer, seen, call)
             if above is not None:
                 result = above + [call]
                 break
         if result is None and not callers and self._is_entry(function):
             result = []
-        if not seen - {function}:  # a complete answer
+        if shared and not seen - {function}:  # a complete answer
             self._every[key] = result
         return result
 
@@ -292,56 +302,23 @@ def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], f
     return False
 
 
-_ORDER: dict[type, Callable[[float, float], bool]] = {
-    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
-    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
-    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
-}
+def _reads_names(site: CallSite) -> bool:
+    """Whether a guard of `site` tests a name the values of a call may decide (`if save:`,
+    `if model is not None:`, `mode == "eval"`)."""
+    for guard in site.guards:
+        for sub in _operands(guard.test):
+            reading = literal_test(sub)
+            if reading is not None and isinstance(reading[0], cst.Name):
+                return True
+    return False
 
 
-def _literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Callable[[object], bool | None]] | None:
-    """A test `never` can decide from the literal values of one name: `flag`, `self.verbose`,
-    `blur > 0`, `trt_file is not None` — the name, and the test's outcome for a literal value."""
-    if _named(test):
-        return test, _truth
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not _named(test.left):
-        return None
-    comp = test.comparisons[0]
-    operator, other = comp.operator, comp.comparator
-    if isinstance(operator, (cst.Is, cst.IsNot)) and isinstance(other, cst.Name) and other.value == "None":
-        wanted = isinstance(operator, cst.Is)
-        return test.left, lambda node: None if _truth(node) is None else (_is_none(node) == wanted)
-    number = _number(other)
-    compare = _ORDER.get(type(operator))
-    if number is None or compare is None:
-        return None
-    return test.left, lambda node: None if (value := _number(node)) is None else compare(value, number)
-
-
-def _named(expr: cst.BaseExpression) -> bool:
-    """A plain name or an attribute of `self` (`verbose`, `self.verbose`)."""
-    return isinstance(expr, cst.Name) or (isinstance(expr, cst.Attribute) and (dotted(expr) or "").startswith("self."))
-
-
-def _is_none(node: object) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
-
-
-def _number(node: object) -> float | None:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _number(node.expression)
-        return None if inner is None else -inner
-    return None
-
-
-def _truth(node: object) -> bool | None:
-    """The truth of a literal (`False`, `None`, `0`, `""` are false), None if not a literal."""
-    if isinstance(node, cst.Name):
-        return {"True": True, "False": False, "None": False}.get(node.value)
-    if isinstance(node, cst.Integer):
-        return node.evaluated_value != 0
-    if isinstance(node, cst.SimpleString):
-        return bool(node.evaluated_value)
-    return None
+def _operands(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The tests `not`/`and`/`or` combine."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        yield from _operands(test.expression)
+    elif isinstance(test, cst.BooleanOperation):
+        yield from _operands(test.left)
+        yield from _operands(test.right)
+    else:
+        yield test

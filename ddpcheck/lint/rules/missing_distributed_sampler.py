@@ -171,7 +171,7 @@ class MissingDistributedSampler(Rule):
             return False  # a batch sampler decides the shards
         if values and not plainly_local(model, values):
             return False  # distributed, or something we cannot see into
-        if not values and site.has_star_kwargs:
+        if not values and site.has_star_kwargs and not self._options_known(site):
             return False  # options passed on whole: the sampler may be among them
         dataset = site.arg("dataset", 0)
         if dataset is not None and (self._iterable(site, dataset) or self._narrowed(site, dataset)):
@@ -180,6 +180,17 @@ class MissingDistributedSampler(Rule):
             return False
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
+        return True
+
+    def _options_known(self, site: CallSite) -> bool:
+        """Every `**options` of the call is a dict whose keys are all known (literals, merges,
+        `update`s) and none of them passes a sampler."""
+        for a in site.node.args:
+            if a.star != "**":
+                continue
+            keys = self.model.values.mapping_keys(site.module, a.value, site.scope, site.point)
+            if keys is None or keys & {"sampler", "batch_sampler"}:
+                return False
         return True
 
     def _narrowed(self, site: CallSite, dataset: cst.BaseExpression) -> bool:
