@@ -138,10 +138,34 @@ class Paths:
                 kind = "flag"
         else:
             distributed = is_distributed_test(guard.test, resolve)
+            if distributed is None:
+                distributed = self._initialises_on(module, guard.node)
             if distributed is not None:
                 kind = "distributed" if distributed != guard.negated else "single"
         self._kinds[key] = kind
         return kind
+
+    def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
+        """Whether the `if` `node` is the "are we distributed?" test of its code: True when its
+        branch sets up the process group and its other branch does not (`if
+        torch.cuda.device_count() > 1: dist.init_process_group(...)` / `else:` a single-process
+        run), False the other way round, None otherwise."""
+        memo: dict[int, set[bool]] | None = module.memo.get("init_arms")
+        if memo is None:
+            memo = {}
+            mains = {id(n) for n in module.main_guards}
+            for site in module.calls:
+                if site.guards and (self.model.api(site) == api.INIT_PROCESS_GROUP or (
+                        site.target is not None and "init_process_group" in self.model.facts.of_call(site))):
+                    for g in site.guards:
+                        if id(g.node) in mains or isinstance(g.node, cst.If) and g.negated and g.node.orelse is None:
+                            continue  # `if __name__ == "__main__":`, an early exit (`if args.eval: return`)
+                        memo.setdefault(id(g.node), set()).add(not g.negated)
+            module.memo["init_arms"] = memo
+        arms = memo.get(id(node))
+        if arms is None or len(arms) != 1:
+            return None
+        return next(iter(arms))
 
     def rank_guard(self, site: CallSite, flags_count: bool = True) -> Guard | None:
         """The innermost guard that keeps `site` off some ranks. A guard that is a rank guard on

@@ -150,8 +150,12 @@ class Values:
             if fixed is not True:
                 yield from self._arm(module, node, node.orelse, True, scope, frame, depth, seen, at)
         elif isinstance(node, cst.BooleanOperation):
+            # `a or b` is b only where a is false, `a and b` only where a is true: b's leaves are
+            # chosen under that condition, as an arm of `b if a else ...` would be.
             yield from self._eval(module, node.left, scope, frame, depth - 1, seen, at)
-            yield from self._eval(module, node.right, scope, frame, depth - 1, seen, at)
+            condition = Guard(node.left, isinstance(node.operator, cst.Or), node)
+            for value in self._eval(module, node.right, scope, frame, depth - 1, seen, at):
+                yield Value(value.module, value.node, value.scope, value.frame, value.at, value.arms + (condition,))
         elif isinstance(node, (cst.Name, cst.Attribute)):
             yield from self._name(module, node, scope, frame, depth, seen, at)
         elif isinstance(node, cst.Call):
