@@ -119,7 +119,8 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
         if isinstance(comp.operator, cst.Equal) and isinstance(comp.comparator, cst.SimpleString) \
                 and is_rank_value(test.left, resolve):
             return True  # `rank == "cpu"`: the rank variable holds a device name on a CPU-only run
-    return False
+    # `args.local_rank == -1`, `not args.distributed`, `world_size < 2`...
+    return is_distributed_test(test, resolve) is False
 
 
 def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 0) -> bool | None:
@@ -177,11 +178,11 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
     name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
-    held = getattr(resolve, "held_test", None)
+    held = getattr(resolve, "held_sides", None)
     if held is not None and isinstance(test, (cst.Name, cst.Attribute)) and _depth < 3:
-        # `save_logs = args.logs and is_master(args)`, then `if save_logs:`.
-        tests = held(test)
-        sides = {selects_main_rank(t, resolve, _depth + 1) for t in tests} if tests else {None}
+        # `save_logs = args.logs and is_master(args)`, then `if save_logs:`; `is_master = rank ==
+        # 0` passed to a trainer that tests `if self.is_master:` (or a flag named otherwise).
+        sides: set[bool | None] = held(test, _depth + 1)
         if len(sides) == 1:
             return sides.pop()
     return None

@@ -23,10 +23,10 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
     is_distributed_test, is_wrapped_test, selects_main_rank, vacuous_without_flag,
 )
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import dotted, is_none
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -45,6 +45,7 @@ class Paths:
         self._parent: dict[Function, CallSite] = {}
         self._reached: list[Function] = []
         self._kinds: dict[int, str | None] = {}
+        self._nesting = 0  # kind() calls in progress (a test's reading may read other tests)
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
 
@@ -124,13 +125,30 @@ class Paths:
     def kind(self, module: ModuleModel, guard: Guard, scope: Scope | None = None) -> str | None:
         """What the guard's test selects: "main" (rank 0), "other" (the ranks but 0), "single"
         (a non-distributed run only), "distributed", or None — with its branch (negated) taken
-        into account. "main" on the mp.spawn path only is "flag"."""
+        into account. "main" on the mp.spawn path only is "flag". Rank tests are read as people
+        write them (conditions.py), through flags that hold one (`is_master = rank == 0` passed
+        to a trainer), and as the presence of an object only rank 0 makes (`if self.writer is
+        not None:` after `writer = SummaryWriter() if rank == 0 else None`)."""
         key = id(guard.test) * 2 + guard.negated
         if key in self._kinds:
             return self._kinds[key]
+        if self._nesting >= 3:
+            return None  # asked deep inside the reading of other tests: not known here
+        self._kinds[key] = None  # (a test read again while it is being read: not known)
+        self._nesting += 1
+        try:
+            kind = self._kind(module, guard, scope)
+        finally:
+            self._nesting -= 1
+        self._kinds[key] = kind
+        return kind
+
+    def _kind(self, module: ModuleModel, guard: Guard, scope: Scope | None) -> str | None:
         resolve = self.model.resolver_for(module, scope)
         kind: str | None = None
         side = selects_main_rank(guard.test, resolve)
+        if side is None and scope is not None:
+            side = self._presence_side(module, guard.test, scope)
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"
@@ -142,8 +160,39 @@ class Paths:
                 distributed = self._initialises_on(module, guard.node)
             if distributed is not None:
                 kind = "distributed" if distributed != guard.negated else "single"
-        self._kinds[key] = kind
         return kind
+
+    def _presence_side(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope) -> bool | None:
+        """True when `test` holds on rank 0 only because it asks whether an object exists that
+        only rank 0 makes (`if writer is not None:`, `if self.logger:`, `if not logger: return`,
+        and such a test `and` another); False for its negation; None otherwise."""
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return True if self._presence_side(module, test.left, scope) is True \
+                or self._presence_side(module, test.right, scope) is True else None
+        present = _presence(test)
+        if present is None:
+            return None
+        expr, when_present = present
+        return when_present if self.only_on_main(module, expr, scope) else None
+
+    def only_on_main(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
+                     at: Point | None = None) -> bool:
+        """Whether the object `expr` holds exists on rank 0 only, None on the other ranks: every
+        value but None is made under a rank-0 condition (`SummaryWriter(...) if rank == 0 else
+        None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None (`if rank
+        != 0: logger = None`)."""
+        nones = made = 0
+        for value in self.model.values.of(module, expr, scope, at=at, depth=8):
+            kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
+            if is_none(value.node):
+                if "other" in kinds:
+                    return True
+                nones += 1
+            elif "main" in kinds:
+                made += 1
+            else:
+                return False
+        return bool(nones and made)
 
     def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
         """Whether the `if` `node` is the "are we distributed?" test of its code: True when its
@@ -152,10 +201,11 @@ class Paths:
         run), False the other way round, None otherwise."""
         memo: dict[int, set[bool]] | None = module.memo.get("init_arms")
         if memo is None:
+            module.memo["init_arms"] = {}  # (asked again while it is filled: not known)
             memo = {}
             mains = {id(n) for n in module.main_guards}
             for site in module.calls:
-                if site.guards and (self.model.api(site) == api.INIT_PROCESS_GROUP or (
+                if site.guards and (site.qualname == api.INIT_PROCESS_GROUP or (
                         site.target is not None and "init_process_group" in self.model.facts.of_call(site))):
                     for g in site.guards:
                         if id(g.node) in mains or isinstance(g.node, cst.If) and g.negated and g.node.orelse is None:
@@ -211,7 +261,7 @@ class Paths:
         run of one call of `site`'s function (`save_or_load(cfg)` never takes `if model is not
         None:`)."""
         for guard in site.guards:
-            fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, site.point)
+            fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, site.point, False)
             if fixed is not None and fixed == guard.negated:
                 return guard
         return None
@@ -346,3 +396,19 @@ def _operands(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
         yield from _operands(test.right)
     else:
         yield test
+
+
+def _presence(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+    """`x is not None` / `x` (True: holds when x exists), `x is None` / `not x` (False): the
+    expression tested and the answer where it exists."""
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        return test, True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
+            and isinstance(test.expression, (cst.Name, cst.Attribute)):
+        return test.expression, False
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, (cst.Is, cst.IsNot)) and is_none(comp.comparator) \
+                and isinstance(test.left, (cst.Name, cst.Attribute)):
+            return test.left, isinstance(comp.operator, cst.IsNot)
+    return None

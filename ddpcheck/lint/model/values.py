@@ -465,22 +465,24 @@ class Values:
 
     # --- paths: tests decided by values, one evaluation per caller --------------------------------
     def outcome(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope, frame: Frame | None = None,
-                at: Point | None = None) -> bool | None:
+                at: Point | None = None, parameters_only: bool = True) -> bool | None:
         """The value of a test where it is read, when the values it reads decide it: a flag the
-        command line cannot change, or a name (a parameter, `self.x`) every value of which makes
-        it come out the same (`if save:` with `save=False` passed or by default, `mode == "eval"`,
-        `model is not None`, and `not`/`and`/`or` of such). None when not known."""
+        command line cannot change, or a parameter every value of which (the argument of the call
+        followed, or of every known caller, and the default) makes it come out the same (`if
+        save:` with `save=False` passed or by default, `mode == "eval"`, `model is not None`, and
+        `not`/`and`/`or` of such). `parameters_only=False` reads any name or `self.x` the same
+        way. None when not known."""
         fixed = constant_flag(module, test)
         if fixed is not None:
             return fixed
         if self._testing >= 2 or self.budget <= 0:
             return None
-        key = (id(test), id(frame))
+        key = (id(test), id(frame) * 2 + parameters_only)
         if frame is None and at is None and key in self._outcomes:
             return self._outcomes[key]
         self._testing += 1
         try:
-            found = self._outcome(module, test, scope, frame, at)
+            found = self._outcome(module, test, scope, frame, at, parameters_only)
         finally:
             self._testing -= 1
         if frame is None and at is None:
@@ -488,15 +490,15 @@ class Values:
         return found
 
     def _outcome(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope, frame: Frame | None,
-                 at: Point | None) -> bool | None:
+                 at: Point | None, parameters_only: bool) -> bool | None:
         if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-            inner = self._outcome(module, test.expression, scope, frame, at)
+            inner = self._outcome(module, test.expression, scope, frame, at, parameters_only)
             return None if inner is None else not inner
         if isinstance(test, cst.BooleanOperation):
-            left = self._outcome(module, test.left, scope, frame, at)
+            left = self._outcome(module, test.left, scope, frame, at, parameters_only)
             if isinstance(test.operator, cst.And) and left is False or isinstance(test.operator, cst.Or) and left:
                 return left
-            right = self._outcome(module, test.right, scope, frame, at)
+            right = self._outcome(module, test.right, scope, frame, at, parameters_only)
             if isinstance(test.operator, cst.And):
                 return False if right is False else (True if left and right else None)
             return True if right else (False if left is False and right is False else None)
@@ -504,6 +506,8 @@ class Values:
         if reading is None:
             return None
         name, judge = reading
+        if parameters_only and not (isinstance(name, cst.Name) and _only_a_parameter(scope, name.value)):
+            return None  # (an attribute of a config object may be set anywhere: not decided here)
         values = self.of(module, name, scope, frame, depth=8, at=at)
         if not values:
             return None
@@ -705,6 +709,12 @@ def literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Judge] |
             return None
         return compare(value, bound)
     return left, judge
+
+
+def _only_a_parameter(scope: Scope, name: str) -> bool:
+    """`name` is a parameter of `scope`'s function that its body never rebinds."""
+    bindings = scope.assignments.get(name) or []
+    return bool(bindings) and all(isinstance(b, Param) for b in bindings)
 
 
 def _named(expr: cst.BaseExpression) -> bool:

@@ -183,8 +183,11 @@ class MissingDistributedSampler(Rule):
         return True
 
     def _options_known(self, site: CallSite) -> bool:
-        """Every `**options` of the call is a dict whose keys are all known (literals, merges,
-        `update`s) and none of them passes a sampler."""
+        """Every `**options` of a call of torch's own DataLoader is a dict whose keys are all
+        known (literals, merges, `update`s) and none of them passes a sampler (a subclass takes
+        parameters of its own: `NeighborLoader(input_nodes=shard, **kwargs)`)."""
+        if self.model.api(site) != api.DATALOADER:
+            return False
         for a in site.node.args:
             if a.star != "**":
                 continue
