@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
@@ -26,7 +26,7 @@ from ddpcheck.lint.model.conditions import (
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
-from ddpcheck.lint.model.syntax import dotted, is_none
+from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -34,6 +34,12 @@ if TYPE_CHECKING:
 MAX_FUNCTIONS = 300
 MAX_HOPS = 5
 # Functions nobody in the file calls that are still run by every rank (mp.spawn targets, main).
+# Decorators of libraries that run the function on the main process only (Lightning, mmcv,
+# Accelerate, detectron2-style helpers).
+_RANK_ZERO_DECORATOR = re.compile(
+    r"^(rank_?(0|zero)_only|master_only|main_process_only|main_only|on_main_process|on_local_main_process"
+    r"|on_rank_?(0|zero)|only_on_(main|master)(_process)?)$"
+)
 _ENTRY_NAME = re.compile(r"^(main|main_worker|worker|run|train|fit|.*_main|main_.*|.*_worker)$")
 
 
@@ -46,6 +52,8 @@ class Paths:
         self._reached: list[Function] = []
         self._kinds: dict[int, str | None] = {}
         self._nesting = 0  # kind() calls in progress (a test's reading may read other tests)
+        self._decorated: dict[tuple[int, str], Guard | None] = {}
+        self._ranks: dict[int, str] = {}
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
 
@@ -221,7 +229,7 @@ class Paths:
         """The innermost guard that keeps `site` off some ranks. A guard that is a rank guard on
         the mp.spawn path only counts unless torchrun can start the script (`flags_count=False`
         asks about the torchrun path)."""
-        for guard in reversed(site.guards):
+        for guard in reversed(self.guards_of(site)):
             kind = self.kind(site.module, guard, site.scope)
             if kind in ("main", "other"):
                 return guard
@@ -231,11 +239,59 @@ class Paths:
 
     def main_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that restricts `site` to rank 0 on every launch path."""
-        for guard in reversed(site.guards):
+        for guard in reversed(self.guards_of(site)):
             kind = self.kind(site.module, guard, site.scope)
             if kind == "main" or (kind == "flag" and not self.model.torchrun_path):
                 return guard
         return None
+
+    def guards_of(self, site: CallSite) -> tuple[Guard, ...]:
+        """The guards around `site`, outermost first: a rank-0 decorator of its function
+        (`@rank_zero_only`), then its own."""
+        function = self.function_of(site)
+        decorator = self.decorator_guard(function) if function is not None else None
+        return (decorator, *site.guards) if decorator is not None else site.guards
+
+    def decorator_guard(self, function: Function) -> Guard | None:
+        """A decorator that runs `function` on rank 0 only, as a guard (its test is the decorator
+        expression): one of the known ones by name (`@rank_zero_only`, `@master_only`,
+        `@accelerator.on_main_process`), or a project decorator whose wrapper calls the function
+        it wraps only under a rank-0 test."""
+        key = (id(function.module), function.qualname)
+        if key in self._decorated:
+            return self._decorated[key]
+        self._decorated[key] = None
+        found: Guard | None = None
+        for expr in function.module.decorators.get(function.qualname, ()):
+            if isinstance(expr, cst.Call):
+                continue  # a decorator factory: what it makes is not read
+            if self._runs_on_rank_zero(function.module, expr, function.scope.parent or function.module.module_scope):
+                found = Guard(expr, False, expr)
+                self._kinds[id(expr) * 2] = "main"
+                break
+        self._decorated[key] = found
+        return found
+
+    def _runs_on_rank_zero(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> bool:
+        name = dotted(expr)
+        if name is None:
+            return False
+        target = self.model.resolver.name(module, name, scope)
+        decorator: Function | None = None
+        if target is not None and target.external is None and target.kind == "function" and target.path is not None:
+            where = self.model.project_model(target.path)
+            if where is not None and target.name in where.functions:
+                decorator = Function(where, target.name)
+        if decorator is None:
+            return bool(_RANK_ZERO_DECORATOR.match(name.rsplit(".", 1)[-1]))
+        params = decorator.params()
+        if not params or params[0].star:
+            return False
+        wrapped = params[0].name
+        prefix = decorator.qualname + "."
+        calls = [c for q in decorator.module.functions if q.startswith(prefix)
+                 for c in decorator.module.calls_in(q) if c.dotted == wrapped]
+        return bool(calls) and all(self.main_only(c) is not None for c in calls)
 
     def single_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that keeps `site` to non-distributed runs."""
@@ -273,13 +329,65 @@ class Paths:
             return False
         return self.never(site, Frame(function, call, None, bound)) is not None
 
+    # --- the one question: which ranks run this ---------------------------------------------------
+    def ranks(self, site: CallSite) -> str:
+        """Which ranks of a distributed job run `site` (the torchrun path counts: a guard that
+        holds on every rank of a torchrun job does not restrict it):
+
+        - "never": no run takes it (a branch its callers' arguments or defaults make dead, a
+          helper module's self-test);
+        - "single": only a non-distributed run (`if not args.distributed:`);
+        - "main": rank 0 only (`if rank == 0:`, a rank-0 decorator, an object only rank 0 has);
+          "node": the local rank 0 of each node (`if args.local_rank == 0:`);
+        - "other": every rank but rank 0;
+        - "every": every rank, along a chain of calls from an entry point (`every_rank`);
+        - "unknown": none of these is known (a function nobody known calls).
+
+        Rules ask this one question; `every_rank` gives the chain for reports."""
+        key = id(site.node)
+        found = self._ranks.get(key)
+        if found is None:
+            found = self._ranks_of(site)
+            self._ranks[key] = found
+        return found
+
+    def _ranks_of(self, site: CallSite) -> str:
+        own = self.restricted(site)
+        if own is not None:
+            return own
+        return "every" if self.every_rank(site) is not None else "unknown"
+
+    def restricted(self, site: CallSite) -> str | None:
+        """What the code around `site` itself (its guards, its function's decorators, its
+        receiver) restricts it to: "never", "single", "main", "node", "other" (see `ranks`), or
+        None when nothing there does (its callers may)."""
+        if self.never(site) is not None or self.dead(site):
+            return "never"
+        if self.single_only(site) is not None:
+            return "single"
+        guard = self.main_only(site)
+        if guard is not None or self.receiver_only_on_main(site):
+            return "node" if guard is not None and _local_rank_test(guard.test) else "main"
+        guard = self.rank_guard(site, False)
+        if guard is not None:
+            return "main" if self.kind(site.module, guard, site.scope) in ("main", "flag") else "other"
+        return None
+
+    def receiver_only_on_main(self, site: CallSite) -> bool:
+        """`self.logger.save(model)` where the logger exists on rank 0 only (None elsewhere): the
+        call can only run there."""
+        receiver = site.receiver
+        if not isinstance(receiver, (cst.Name, cst.Attribute)) or dotted(receiver) in (None, "self"):
+            return False
+        return self.only_on_main(site.module, receiver, site.scope, site.point)
+
     # --- every rank --------------------------------------------------------------------------
     def every_rank(self, site: CallSite) -> list[CallSite] | None:
         """A chain of calls (outermost first) along which `site` runs on every rank of a
         distributed job; None when every path to it is guarded, or nothing is known."""
         if self.main_only(site) is not None or self.single_only(site) is not None or self.rank_guard(site, False):
             return None
-        if self.never(site) is not None or self.dead(site):
+        if self.never(site) is not None or self.dead(site) or self.receiver_only_on_main(site):
             return None
         function = self.function_of(site)
         if function is None:
@@ -323,7 +431,7 @@ class Paths:
         callers = self.model.graph.callers(function)
         for call, bound in callers:
             if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call) \
-                    or self.dead(call):
+                    or self.dead(call) or self.receiver_only_on_main(call):
                 continue
             if inner is not None and self._dead_from(inner, function, call, bound):
                 continue
@@ -412,3 +520,13 @@ def _presence(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | Non
                 and isinstance(test.left, (cst.Name, cst.Attribute)):
             return test.left, isinstance(comp.operator, cst.IsNot)
     return None
+
+
+def _local_rank_test(test: cst.BaseExpression) -> bool:
+    """A rank test that reads a local rank (`args.local_rank == 0`, `LOCAL_RANK`): one process
+    per node passes it."""
+    code = " ".join(n.value for n in subexpressions(test) if isinstance(n, (cst.Name, cst.SimpleString)))
+    return bool(_LOCAL.search(code))
+
+
+_LOCAL = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main|local_main|\bgpu\b", re.I)

@@ -24,8 +24,14 @@ class CheckpointSavedByEveryRank(Rule):
 
     Reported at the `torch.save(...)` line — in the script or in the project module that holds
     it (`utils.save_checkpoint`) — when a file that uses DDP makes it run on every rank: no
-    rank-0 guard (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`...)
-    around it nor around any call on the way to it. The calls that lead there are given as
+    rank-0 guard (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`,
+    `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag given a rank test —
+    `Trainer(..., is_master=rank == 0)` then `if self.is_master:` —, `if self.writer is not
+    None:` where only rank 0 makes the writer, a rank-0 decorator such as `@rank_zero_only` or a
+    project decorator whose wrapper calls the function under a rank test...) around it nor
+    around any call on the way to it. A call whose arguments make the branch of the save dead
+    does not reach it (`save_or_load(cfg)` on every rank and `save_or_load(cfg, model=model)`
+    on rank 0, where the helper saves under `if model is not None:`). The calls that lead there are given as
     related locations (JSON `related`, SARIF `relatedLocations`). The ImageNet example's
     `if not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:` guards only
     the `mp.spawn` path: in a script torchrun can start (it reads `RANK`/`WORLD_SIZE`), it is true
@@ -183,6 +189,8 @@ class CheckpointSavedByEveryRank(Rule):
         for site in model.paths.sites():
             target = self._file(site)
             if target is False or per_rank_or_memory(model, site, target or None):
+                continue
+            if model.paths.ranks(site) != "every":
                 continue
             chain = model.paths.every_rank(site)
             if chain is None:

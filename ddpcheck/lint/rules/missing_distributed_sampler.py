@@ -26,7 +26,10 @@ class MissingDistributedSampler(Rule):
     — a torch one or a project subclass, also when a builder of another module makes it, and
     loaders built where `isinstance(dataset, IterableDataset)` holds (builders that take the
     dataset from a registry and choose the loader by its kind) —
-    loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler, and
+    loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler,
+    loaders given `**options` that may hold one (a dict whose keys cannot all be read: the
+    literal dicts, `{**a, **b}`, `dict(a, **b)` and `kw.update(...)` of torch's own DataLoader
+    are read), and
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
     themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
     on every rank costs time but is not wrong. A loader built by a function of another module of
