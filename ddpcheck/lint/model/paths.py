@@ -373,6 +373,39 @@ class Paths:
             return "main" if self.kind(site.module, guard, site.scope) in ("main", "flag") else "other"
         return None
 
+    def set_by_rank(self, module: ModuleModel, scope: Scope, name: str, at: Point | None = None,
+                    flags: bool = True) -> tuple[Guard, bool] | None:
+        """A binding of the local `name` (reaching `at`, or any when `at` is None) made under a
+        rank guard, whose value no binding made on every rank gives as well (`n = 0`, then `if
+        rank == 0: n = len(keys)`; not `epochs = opt.epochs` set again under `if rank == 0:`):
+        that guard, and whether a binding made on every rank reaches too. `flags=False` leaves
+        out guards that keep code off some ranks on the mp.spawn path only."""
+        if at is not None:
+            pairs = self.model.values.reaching(scope, name, at)
+        else:
+            pairs = list(zip(scope.assignments.get(name, []), scope.points.get(name, [])))
+        everywhere = [(b, p) for b, p in pairs if p is not None and not self._ranked(module, scope, p, flags)]
+        found: Guard | None = None
+        for binding, point in pairs:
+            if point is None:
+                continue
+            guard = self._ranked(module, scope, point, flags)
+            if guard is None:
+                continue
+            if any(self.model.values.same_value(module, scope, binding, point, b, p) for b, p in everywhere):
+                continue
+            if found is None or (self.kind(module, guard, scope) == "main"
+                                 and self.kind(module, found, scope) != "main"):
+                found = guard  # (a rank-0 binding first)
+        return (found, bool(everywhere)) if found is not None else None
+
+    def _ranked(self, module: ModuleModel, scope: Scope, point: Point, flags: bool) -> Guard | None:
+        """The guard of `point` that keeps it off some ranks (main, other, or the spawn path's),
+        a rank-0 one first."""
+        kinds = [(g, self.kind(module, g, scope)) for g in point.guards]
+        return next((g for g, k in kinds if k == "main"), None) or next(
+            (g for g, k in kinds if k == "other" or flags and k == "flag"), None)
+
     def receiver_only_on_main(self, site: CallSite) -> bool:
         """`self.logger.save(model)` where the logger exists on rank 0 only (None elsewhere): the
         call can only run there."""

@@ -24,7 +24,7 @@ from ddpcheck.lint.model.module import (
 )
 from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted, int_value
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, subexpressions
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -548,6 +548,27 @@ class Values:
                                      if not self.model.paths.dead(call)]
         return found or [None]
 
+    def same_value(self, module: ModuleModel, scope: Scope, a: Binding, a_at: Point | None, b: Binding,
+                   b_at: Point | None) -> bool:
+        """Whether two bindings of one scope give the same value: the same expression, reading
+        names and attributes whose values reaching each point are the same bindings, and calling
+        nothing but pure builtins (`epochs = opt.epochs` on every rank and again, on a resume
+        path, under `if rank == 0:`)."""
+        if not isinstance(a, cst.BaseExpression) or not isinstance(b, cst.BaseExpression) or a_at is None \
+                or b_at is None:
+            return False
+        if " ".join(module.code(a).split()) != " ".join(module.code(b).split()):
+            return False
+        for node in subexpressions(a):
+            if isinstance(node, cst.Call) and dotted(node.func) not in _PURE:
+                return False
+        for name in _read_names(a):
+            for part in _prefixes(name):
+                if scope.owner_of(part) is scope and [id(v) for v in scope.reaching(part, a_at)] != \
+                        [id(v) for v in scope.reaching(part, b_at)]:
+                    return False
+        return True
+
     @staticmethod
     def compatible(*values: Value) -> bool:
         """Whether leaves can be chosen together in one run: not when two of them are chosen in
@@ -654,6 +675,33 @@ def _merged_parts(node: Leaf) -> list[tuple[cst.BaseExpression, str | None]] | N
     if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
         return [(node.left, None), (node.right, None)]
     return None
+
+
+# Builtins whose result depends on their arguments only.
+_PURE = frozenset({"int", "float", "str", "bool", "len", "min", "max", "abs", "round", "True", "False", "None"})
+
+
+def _read_names(node: cst.CSTNode) -> Iterator[str]:
+    """The names and attribute chains an expression reads (`opt.epochs * k` → opt.epochs, k),
+    builtins left out."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        name = dotted(node)
+        if name is not None:
+            if name not in _PURE:
+                yield name
+            return
+    if isinstance(node, cst.Call):
+        for a in node.args:
+            yield from _read_names(a.value)
+        return
+    for child in children(node):
+        yield from _read_names(child)
+
+
+def _prefixes(name: str) -> list[str]:
+    """`opt.train.epochs` → opt, opt.train, opt.train.epochs."""
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
 
 
 class _NotNone:
