@@ -3,7 +3,14 @@
 - Guards: an `if` (or early exit, or `a if c else b`) whose test selects rank 0, the other ranks,
   some ranks, or only a non-distributed run. `not args.multiprocessing_distributed or
   args.rank % ngpus == 0` selects rank 0 only on the `mp.spawn` path: in a script torchrun can
-  start (it reads LOCAL_RANK/RANK/WORLD_SIZE), it is true on every rank.
+  start (it reads LOCAL_RANK/RANK/WORLD_SIZE), it is true on every rank. Rank guards as people
+  write them: flags given a rank test through arguments and attributes, the presence of an
+  object only rank 0 makes (`if self.writer is not None:`), a rank-0 decorator of the function
+  (`@rank_zero_only`, or a project decorator whose wrapper tests the rank), an `if` whose one
+  branch sets up the process group (the other is a single-process run).
+- The one question: `ranks(site)` — "never", "single", "main", "node", "other", "every" or
+  "unknown" — answers for every rule where a call runs; `restricted(site)` is the part its own
+  guards decide. A caller whose arguments make a guard of the code false never reaches it.
 - Every rank: a call runs on every rank when no such guard is around it, and its function is an
   entry (module level, an `mp.spawn` target, a `main`-like function, a function that sets up the
   process group) or is called on every rank by some caller, across modules.

@@ -8,6 +8,16 @@ The answer is a list of leaves: expressions that are not followed further (a cal
 a project class, a literal, a parameter nobody passes, an unknown attribute). A bound hit (depth,
 number of leaves, work per file) leaves the expression itself as a leaf — unknown, never a
 wrong answer.
+
+Paths: a leaf carries the conditions it is chosen under (the guards of the point it is reached
+at, the arms of `a if c else b` and of `a and b` / `a or b` on the way), so leaves of two
+arguments can be paired (`compatible`: never from opposite arms of one `if`; `along`: the
+bindings of the arms a leaf was chosen in hide earlier ones), and a call's arguments are read
+once per caller (`frames`). Arms and guarded bindings whose test the values decide are dropped
+(`outcome`: `if save:` with `save=False` by default, `mode == "eval"`, `model is not None`).
+Dicts are followed through literals, `dict(...)`, merges (`{**a, **b}`, `dict(a, **b)`, `a | b`)
+and later `update`s (`keyword`, `mapping_keys`); `same_value` tells two bindings that give the
+same value apart from ones that do not.
 """
 
 from __future__ import annotations
@@ -582,19 +592,32 @@ class Values:
         return True
 
     # --- keyword arguments through dicts -------------------------------------------------------
-    def at_call(self, site: CallSite, expr: cst.BaseExpression, frame: Frame | None = None) -> list[Value]:
+    def at_call(self, site: CallSite, expr: cst.BaseExpression, frame: Frame | None = None,
+                at: Point | None = None) -> list[Value]:
         """What `expr`, an argument or receiver of `site`, may hold where the call is made (in
-        `frame`, one of `frames(site)`, when given)."""
-        return self.of(site.module, expr, site.scope, frame, at=site.point)
+        `frame`, one of `frames(site)`, when given; on the path `at` — see `along` —, when given)."""
+        return self.of(site.module, expr, site.scope, frame, at=at or site.point)
+
+    @staticmethod
+    def along(site: CallSite, value: Value) -> Point:
+        """The point of `site` on the path where `value` (a leaf of one of its arguments) is
+        chosen: the arms of the `if`s of `site`'s scope the leaf was chosen in are taken, so the
+        bindings made in them hide earlier ones (`shuffle = True`, then `if distributed: sampler
+        = DistributedSampler(ds); shuffle = False`: where the sampler is made, shuffle is False)."""
+        if value.scope is not site.scope or value.module is not site.module:
+            return site.point
+        held = {id(g.node) for g in site.guards}
+        extra = tuple(g for g in value.conditions if id(g.node) not in held)
+        return Point(site.tick, site.loops, site.guards + extra) if extra else site.point
 
     def keyword(self, call: CallSite, keyword: str, position: int | None = None,
-                frame: Frame | None = None) -> list[Value]:
+                frame: Frame | None = None, at: Point | None = None) -> list[Value]:
         """The values passed to `keyword` of `call`: directly, or through `**kwargs` built as a
         dict literal, `dict(...)`, `kw.update(...)` or `kw["key"] = value` (entries added under
-        a condition that the call is not under do not count)."""
+        a condition that the call is not under do not count). `at`: as for `at_call`."""
         direct = call.arg(keyword, position)
         if direct is not None:
-            return self.at_call(call, direct, frame)
+            return self.at_call(call, direct, frame, at)
         out: list[Value] = []
         for a in call.node.args:
             if a.star != "**":

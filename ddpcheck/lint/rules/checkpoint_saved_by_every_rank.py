@@ -133,6 +133,61 @@ class CheckpointSavedByEveryRank(Rule):
                         self._save_snapshot(epoch)
         """,
         """
+        # Rank guards as people write them: a decorator, an object only rank 0 makes, a flag
+        # passed in, the "not launched or rank 0" test.
+        import functools
+        import torch
+        import torch.distributed as dist
+        from torch.utils.tensorboard import SummaryWriter
+        def master_only(fn):
+            @functools.wraps(fn)
+            def wrapper(*args, **kwargs):
+                if dist.get_rank() == 0:
+                    return fn(*args, **kwargs)
+            return wrapper
+        @master_only
+        def export(model, path):
+            torch.save(model.state_dict(), path)
+        class Trainer:
+            def __init__(self, model, args, is_main):
+                self.model, self.args, self.is_main = model, args, is_main
+                self.writer = SummaryWriter(args.out) if is_main else None
+            def fit(self):
+                for epoch in range(self.args.epochs):
+                    if self.writer is not None:
+                        torch.save(self.model.module.state_dict(), "last.pt")
+                    if self.is_main:
+                        torch.save(self.args, "args.pt")
+                    if self.args.local_rank == -1 or dist.get_rank() == 0:
+                        torch.save(epoch, "epoch.pt")
+                    export(self.model.module, "model.pt")
+        def main():
+            dist.init_process_group("nccl")
+            Trainer(model, args, is_main=dist.get_rank() == 0).fit()
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # The helper saves only when given a model: every rank calls it without one (to load).
+        import os
+        import torch
+        import torch.distributed as dist
+        def checkpoint(path, model=None):
+            if model is not None:
+                torch.save(model.state_dict(), path)
+            elif os.path.exists(path):
+                return torch.load(path, map_location="cpu")
+        def main():
+            dist.init_process_group("nccl")
+            state = checkpoint("last.pt")
+            for epoch in range(10):
+                train_one_epoch()
+                if dist.get_rank() == 0:
+                    checkpoint("last.pt", model.module)
+        if __name__ == "__main__":
+            main()
+        """,
+        """
         # Single-process branch of a script with a distributed mode.
         import torch
         import torch.distributed as dist

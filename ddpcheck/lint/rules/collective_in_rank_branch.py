@@ -104,6 +104,19 @@ class CollectiveInRankBranch(Rule):
 
     VALID = [
         """
+        # A resume path sets the epoch count again, on rank 0, to what every rank already has.
+        import torch
+        import torch.distributed as dist
+        def train(opt):
+            epochs = opt.epochs
+            if dist.get_rank() == 0 and opt.resume:
+                model.load_state_dict(torch.load(opt.resume, map_location="cpu"))
+                epochs = opt.epochs
+            for epoch in range(epochs):
+                loss = torch.zeros(1)
+                dist.all_reduce(loss)
+        """,
+        """
         import torch.distributed as dist
         dist.init_process_group("gloo")
         dist.all_reduce(loss)

@@ -60,6 +60,23 @@ class ShuffleWithSampler(Rule):
 
     VALID = [
         """
+        # Sampler and shuffle chosen together on each path; each call of the helper passes the
+        # shuffle that goes with its sampler.
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+        def make_loader(ds, sampler=None, shuffle=True):
+            return DataLoader(ds, batch_size=32, shuffle=shuffle, sampler=sampler)
+        if torch.cuda.device_count() > 1:
+            sampler = DistributedSampler(train_set)
+            shuffle = False
+        else:
+            sampler = None
+            shuffle = True
+        loader = DataLoader(train_set, batch_size=32, shuffle=shuffle, sampler=sampler)
+        train_loader = make_loader(train_set, sampler=DistributedSampler(train_set), shuffle=False)
+        val_loader = make_loader(val_set)
+        """,
+        """
         from torch.utils.data import DataLoader, DistributedSampler
         sampler = DistributedSampler(dataset)
         loader = DataLoader(dataset, batch_size=32, sampler=sampler)
@@ -150,6 +167,22 @@ class ShuffleWithSampler(Rule):
             """,
             lines=(3,),
         ),
+        Invalid(
+            """
+            # A helper's default shuffle=True meets the sampler one caller passes; options merged
+            # from dicts (`update`, `{**a, **b}`) carry shuffle=True in.
+            from torch.utils.data import DataLoader, DistributedSampler
+            def make_loader(ds, sampler=None, shuffle=True):
+                return DataLoader(ds, batch_size=32, shuffle=shuffle, sampler=sampler)
+            train_loader = make_loader(train_set, sampler=DistributedSampler(train_set))
+            base = {"batch_size": 64}
+            cuda = {"num_workers": 2, "pin_memory": True, "shuffle": True}
+            base.update(cuda)
+            aux_loader = DataLoader(aux_set, sampler=DistributedSampler(aux_set), **base)
+            more_loader = DataLoader(aux_set, sampler=DistributedSampler(aux_set), **{**base, **cuda})
+            """,
+            lines=(5, 10, 11),
+        ),
     ]
 
     def finish(self) -> None:
@@ -185,13 +218,16 @@ class ShuffleWithSampler(Rule):
         path, when there is one."""
         model = self.model
         for frame in model.values.frames(site):
-            shuffles = [v for v in model.values.keyword(site, "shuffle", 2, frame)
-                        if is_true(v.node) and not any(isinstance(g.node, cst.BooleanOperation) for g in v.arms)]
-            if not shuffles:
-                continue
             for keyword, position in (("sampler", 3), ("batch_sampler", 4)):
                 values = model.values.keyword(site, keyword, position, frame)
-                built = [v for v in values if model.constructs(v, api.SAMPLER)]
-                if any(model.values.compatible(b, s) for b in built for s in shuffles):
-                    return keyword, values, frame.call if frame is not None else None
+                for built in values:
+                    if not model.constructs(built, api.SAMPLER):
+                        continue
+                    # What shuffle is where this sampler is made (a `shuffle = False` beside it
+                    # hides an earlier `shuffle = True`).
+                    at = model.values.along(site, built)
+                    if any(is_true(v.node) and model.values.compatible(built, v)
+                           and not any(isinstance(g.node, cst.BooleanOperation) for g in v.arms)
+                           for v in model.values.keyword(site, "shuffle", 2, frame, at)):
+                        return keyword, values, frame.call if frame is not None else None
         return None
