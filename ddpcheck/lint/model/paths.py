@@ -36,7 +36,7 @@ from ddpcheck.lint.model.values import Frame, literal_test
 from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
 
 if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
+    from ddpcheck.lint.model.semantic import Model, Names
 
 MAX_FUNCTIONS = 300
 MAX_HOPS = 5
@@ -374,7 +374,8 @@ class Paths:
             return "single"
         guard = self.main_only(site)
         if guard is not None or self.receiver_only_on_main(site):
-            return "node" if guard is not None and _local_rank_test(guard.test) else "main"
+            local = guard is not None and _local_rank_test(guard.test, self.model.resolver_for(site.module, site.scope))
+            return "node" if local else "main"
         guard = self.rank_guard(site, False)
         if guard is not None:
             return "main" if self.kind(site.module, guard, site.scope) in ("main", "flag") else "other"
@@ -562,11 +563,14 @@ def _presence(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | Non
     return None
 
 
-def _local_rank_test(test: cst.BaseExpression) -> bool:
-    """A rank test that reads a local rank (`args.local_rank == 0`, `LOCAL_RANK`): one process
-    per node passes it."""
-    code = " ".join(n.value for n in subexpressions(test) if isinstance(n, (cst.Name, cst.SimpleString)))
-    return bool(_LOCAL.search(code))
+def _local_rank_test(test: cst.BaseExpression, resolve: Names) -> bool:
+    """A rank test whose rank-0 side reads a local rank (`args.local_rank == 0`, `LOCAL_RANK`,
+    `args.gpu == 0`): one process per node passes it. `args.local_rank == -1 or
+    dist.get_rank() == 0` reads the global rank."""
+    ranked = [o for o in _operands(test) if selects_main_rank(o, resolve) is not None]
+    return bool(ranked) and all(
+        _LOCAL.search(" ".join(n.value for n in subexpressions(o) if isinstance(n, (cst.Name, cst.SimpleString))))
+        for o in ranked)
 
 
 _LOCAL = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main|local_main|\bgpu\b", re.I)
