@@ -24,6 +24,10 @@ def _resolve(expr):
     ("LOCAL_RANK == -1", None),  # not launched distributed: the only process
     ("local_rank in (-1,)", None),
     ("world_size > 1", None),
+    # Not launched distributed (the only process), or rank 0 of the job.
+    ("args.local_rank == -1 or dist.get_rank() == 0", True),
+    ("torch.cuda.device_count() < 2 or rank == 0", True),
+    ("args.local_rank == -1 or args.save", None),
 ])
 def test_selects_main_rank(test, expected):
     assert selects_main_rank(cst.parse_expression(test), _resolve) is expected

@@ -99,6 +99,8 @@ def _main_rank_set(expr: cst.Tuple | cst.List | cst.Set) -> bool:
     return bool(values) and all(_is_zero_or_minus_one(v) for v in values) and any(_is_zero(v) for v in values)
 
 
+# Calls that count the processes (or the GPUs a multi-GPU script starts one process for).
+_COUNT_CALLS = frozenset({"get_world_size", "device_count"})
 _WORLD_NAME = re.compile(r"world_size$|^(n_?gpus?|num_gpus|nprocs|num_processes)$", re.I)
 
 
@@ -113,11 +115,12 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
             if comp.comparator.evaluated_value == 1:
                 target = test.left.func if isinstance(test.left, cst.Call) else test.left
                 name = last_name(target) or ""
-                return bool(_WORLD_NAME.search(name) or name == "get_world_size")
+                return bool(_WORLD_NAME.search(name) or name in _COUNT_CALLS)
         if isinstance(comp.operator, cst.Equal) and isinstance(comp.comparator, cst.SimpleString) \
                 and is_rank_value(test.left, resolve):
             return True  # `rank == "cpu"`: the rank variable holds a device name on a CPU-only run
-    return False
+    # `args.local_rank == -1`, `not args.distributed`, `world_size < 2`...
+    return is_distributed_test(test, resolve) is False
 
 
 def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 0) -> bool | None:
@@ -175,11 +178,11 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
     name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
-    held = getattr(resolve, "held_test", None)
+    held = getattr(resolve, "held_sides", None)
     if held is not None and isinstance(test, (cst.Name, cst.Attribute)) and _depth < 3:
-        # `save_logs = args.logs and is_master(args)`, then `if save_logs:`.
-        tests = held(test)
-        sides = {selects_main_rank(t, resolve, _depth + 1) for t in tests} if tests else {None}
+        # `save_logs = args.logs and is_master(args)`, then `if save_logs:`; `is_master = rank ==
+        # 0` passed to a trainer that tests `if self.is_master:` (or a flag named otherwise).
+        sides: set[bool | None] = held(test, _depth + 1)
         if len(sides) == 1:
             return sides.pop()
     return None
@@ -253,7 +256,7 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
             return None
         target = left.func if isinstance(left, cst.Call) else left
         name = last_name(target) or ""
-        if (_WORLD_NAME.search(name) or name == "get_world_size") and isinstance(right, cst.Integer):
+        if (_WORLD_NAME.search(name) or name in _COUNT_CALLS) and isinstance(right, cst.Integer):
             bound = right.evaluated_value
             if (isinstance(op, cst.GreaterThan) and bound == 1) or (isinstance(op, cst.NotEqual) and bound == 1) or (
                 isinstance(op, cst.GreaterThanEqual) and bound == 2

@@ -687,7 +687,8 @@ class CallGraph:
             return [c for c in module.calls if c.qualname is None and c.dotted is not None]
         # `mp.spawn(worker, ...)` calls `worker` under another name: a script that both spawns
         # its worker and calls it directly on one GPU (`else: worker(0, args)`) has two callers.
-        return [c for c in module.calls if c.dotted is not None and (
+        # `Trainer(...).fit()`: a method called on a value that has no dotted name.
+        return [c for c in module.calls if c.method == name or c.dotted is not None and (
             c.dotted.rsplit(".", 1)[-1] == name or c.qualname in api.PROCESS_STARTERS)]
 
 

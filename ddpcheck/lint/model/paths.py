@@ -3,7 +3,14 @@
 - Guards: an `if` (or early exit, or `a if c else b`) whose test selects rank 0, the other ranks,
   some ranks, or only a non-distributed run. `not args.multiprocessing_distributed or
   args.rank % ngpus == 0` selects rank 0 only on the `mp.spawn` path: in a script torchrun can
-  start (it reads LOCAL_RANK/RANK/WORLD_SIZE), it is true on every rank.
+  start (it reads LOCAL_RANK/RANK/WORLD_SIZE), it is true on every rank. Rank guards as people
+  write them: flags given a rank test through arguments and attributes, the presence of an
+  object only rank 0 makes (`if self.writer is not None:`), a rank-0 decorator of the function
+  (`@rank_zero_only`, or a project decorator whose wrapper tests the rank), an `if` whose one
+  branch sets up the process group (the other is a single-process run).
+- The one question: `ranks(site)` — "never", "single", "main", "node", "other", "every" or
+  "unknown" — answers for every rule where a call runs; `restricted(site)` is the part its own
+  guards decide. A caller whose arguments make a guard of the code false never reaches it.
 - Every rank: a call runs on every rank when no such guard is around it, and its function is an
   entry (module level, an `mp.spawn` target, a `main`-like function, a function that sets up the
   process group) or is called on every rank by some caller, across modules.
@@ -15,7 +22,7 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
 
@@ -23,16 +30,23 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
     is_distributed_test, is_wrapped_test, selects_main_rank, vacuous_without_flag,
 )
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.values import Frame, literal_test
+from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
 
 if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
+    from ddpcheck.lint.model.semantic import Model, Names
 
 MAX_FUNCTIONS = 300
 MAX_HOPS = 5
 # Functions nobody in the file calls that are still run by every rank (mp.spawn targets, main).
+# Decorators of libraries that run the function on the main process only (Lightning, mmcv,
+# Accelerate, detectron2-style helpers).
+_RANK_ZERO_DECORATOR = re.compile(
+    r"^(rank_?(0|zero)_only|master_only|main_process_only|main_only|on_main_process|on_local_main_process"
+    r"|on_rank_?(0|zero)|only_on_(main|master)(_process)?)$"
+)
 _ENTRY_NAME = re.compile(r"^(main|main_worker|worker|run|train|fit|.*_main|main_.*|.*_worker)$")
 
 
@@ -44,6 +58,9 @@ class Paths:
         self._parent: dict[Function, CallSite] = {}
         self._reached: list[Function] = []
         self._kinds: dict[int, str | None] = {}
+        self._nesting = 0  # kind() calls in progress (a test's reading may read other tests)
+        self._decorated: dict[tuple[int, str], Guard | None] = {}
+        self._ranks: dict[int, str] = {}
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
 
@@ -123,13 +140,30 @@ class Paths:
     def kind(self, module: ModuleModel, guard: Guard, scope: Scope | None = None) -> str | None:
         """What the guard's test selects: "main" (rank 0), "other" (the ranks but 0), "single"
         (a non-distributed run only), "distributed", or None — with its branch (negated) taken
-        into account. "main" on the mp.spawn path only is "flag"."""
+        into account. "main" on the mp.spawn path only is "flag". Rank tests are read as people
+        write them (conditions.py), through flags that hold one (`is_master = rank == 0` passed
+        to a trainer), and as the presence of an object only rank 0 makes (`if self.writer is
+        not None:` after `writer = SummaryWriter() if rank == 0 else None`)."""
         key = id(guard.test) * 2 + guard.negated
         if key in self._kinds:
             return self._kinds[key]
+        if self._nesting >= 3:
+            return None  # asked deep inside the reading of other tests: not known here
+        self._kinds[key] = None  # (a test read again while it is being read: not known)
+        self._nesting += 1
+        try:
+            kind = self._kind(module, guard, scope)
+        finally:
+            self._nesting -= 1
+        self._kinds[key] = kind
+        return kind
+
+    def _kind(self, module: ModuleModel, guard: Guard, scope: Scope | None) -> str | None:
         resolve = self.model.resolver_for(module, scope)
         kind: str | None = None
         side = selects_main_rank(guard.test, resolve)
+        if side is None and scope is not None:
+            side = self._presence_side(module, guard.test, scope)
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"
@@ -137,16 +171,72 @@ class Paths:
                 kind = "flag"
         else:
             distributed = is_distributed_test(guard.test, resolve)
+            if distributed is None:
+                distributed = self._initialises_on(module, guard.node)
             if distributed is not None:
                 kind = "distributed" if distributed != guard.negated else "single"
-        self._kinds[key] = kind
         return kind
+
+    def _presence_side(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope) -> bool | None:
+        """True when `test` holds on rank 0 only because it asks whether an object exists that
+        only rank 0 makes (`if writer is not None:`, `if self.logger:`, `if not logger: return`,
+        and such a test `and` another); False for its negation; None otherwise."""
+        if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+            return True if self._presence_side(module, test.left, scope) is True \
+                or self._presence_side(module, test.right, scope) is True else None
+        present = _presence(test)
+        if present is None:
+            return None
+        expr, when_present = present
+        return when_present if self.only_on_main(module, expr, scope) else None
+
+    def only_on_main(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
+                     at: Point | None = None) -> bool:
+        """Whether the object `expr` holds exists on rank 0 only, None on the other ranks: every
+        value but None is made under a rank-0 condition (`SummaryWriter(...) if rank == 0 else
+        None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None (`if rank
+        != 0: logger = None`)."""
+        nones = made = 0
+        for value in self.model.values.of(module, expr, scope, at=at, depth=8):
+            kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
+            if is_none(value.node):
+                if "other" in kinds:
+                    return True
+                nones += 1
+            elif "main" in kinds:
+                made += 1
+            else:
+                return False
+        return bool(nones and made)
+
+    def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
+        """Whether the `if` `node` is the "are we distributed?" test of its code: True when its
+        branch sets up the process group and its other branch does not (`if
+        torch.cuda.device_count() > 1: dist.init_process_group(...)` / `else:` a single-process
+        run), False the other way round, None otherwise."""
+        memo: dict[int, set[bool]] | None = module.memo.get("init_arms")
+        if memo is None:
+            module.memo["init_arms"] = {}  # (asked again while it is filled: not known)
+            memo = {}
+            mains = {id(n) for n in module.main_guards}
+            for site in module.calls:
+                if site.guards and (site.qualname == api.INIT_PROCESS_GROUP or (
+                        site.target is not None and "init_process_group" in self.model.facts.of_call(site))):
+                    for g in site.guards:
+                        if id(g.node) in mains or isinstance(g.node, cst.If) and g.negated and g.node.orelse is None:
+                            continue  # `if __name__ == "__main__":`, an early exit (`if args.eval: return`)
+                        memo.setdefault(id(g.node), set()).add(not g.negated)
+            module.memo["init_arms"] = memo
+        arms = memo.get(id(node))
+        if arms is None or len(arms) != 1:
+            return None
+        return next(iter(arms))
 
     def rank_guard(self, site: CallSite, flags_count: bool = True) -> Guard | None:
         """The innermost guard that keeps `site` off some ranks. A guard that is a rank guard on
         the mp.spawn path only counts unless torchrun can start the script (`flags_count=False`
         asks about the torchrun path)."""
-        for guard in reversed(site.guards):
+        for guard in reversed(self.guards_of(site)):
             kind = self.kind(site.module, guard, site.scope)
             if kind in ("main", "other"):
                 return guard
@@ -156,11 +246,59 @@ class Paths:
 
     def main_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that restricts `site` to rank 0 on every launch path."""
-        for guard in reversed(site.guards):
+        for guard in reversed(self.guards_of(site)):
             kind = self.kind(site.module, guard, site.scope)
             if kind == "main" or (kind == "flag" and not self.model.torchrun_path):
                 return guard
         return None
+
+    def guards_of(self, site: CallSite) -> tuple[Guard, ...]:
+        """The guards around `site`, outermost first: a rank-0 decorator of its function
+        (`@rank_zero_only`), then its own."""
+        function = self.function_of(site)
+        decorator = self.decorator_guard(function) if function is not None else None
+        return (decorator, *site.guards) if decorator is not None else site.guards
+
+    def decorator_guard(self, function: Function) -> Guard | None:
+        """A decorator that runs `function` on rank 0 only, as a guard (its test is the decorator
+        expression): one of the known ones by name (`@rank_zero_only`, `@master_only`,
+        `@accelerator.on_main_process`), or a project decorator whose wrapper calls the function
+        it wraps only under a rank-0 test."""
+        key = (id(function.module), function.qualname)
+        if key in self._decorated:
+            return self._decorated[key]
+        self._decorated[key] = None
+        found: Guard | None = None
+        for expr in function.module.decorators.get(function.qualname, ()):
+            if isinstance(expr, cst.Call):
+                continue  # a decorator factory: what it makes is not read
+            if self._runs_on_rank_zero(function.module, expr, function.scope.parent or function.module.module_scope):
+                found = Guard(expr, False, expr)
+                self._kinds[id(expr) * 2] = "main"
+                break
+        self._decorated[key] = found
+        return found
+
+    def _runs_on_rank_zero(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> bool:
+        name = dotted(expr)
+        if name is None:
+            return False
+        target = self.model.resolver.name(module, name, scope)
+        decorator: Function | None = None
+        if target is not None and target.external is None and target.kind == "function" and target.path is not None:
+            where = self.model.project_model(target.path)
+            if where is not None and target.name in where.functions:
+                decorator = Function(where, target.name)
+        if decorator is None:
+            return bool(_RANK_ZERO_DECORATOR.match(name.rsplit(".", 1)[-1]))
+        params = decorator.params()
+        if not params or params[0].star:
+            return False
+        wrapped = params[0].name
+        prefix = decorator.qualname + "."
+        calls = [c for q in decorator.module.functions if q.startswith(prefix)
+                 for c in decorator.module.calls_in(q) if c.dotted == wrapped]
+        return bool(calls) and all(self.main_only(c) is not None for c in calls)
 
     def single_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that keeps `site` to non-distributed runs."""
@@ -179,22 +317,110 @@ class Paths:
                 return guard
         return None
 
-    def never(self, site: CallSite) -> Guard | None:
-        """A guard that no known run takes: its test is a parameter (or a name) that every caller
-        and the default leave False or None (`if progress:` with `progress=False` by default
-        and no caller passing it)."""
+    def never(self, site: CallSite, frame: Frame | None = None) -> Guard | None:
+        """A guard that no known run takes: a flag the command line cannot change, or a test of a
+        parameter (or a name) that every caller and the default leave False or None (`if
+        progress:` with `progress=False` by default and no caller passing it). With `frame`, the
+        run of one call of `site`'s function (`save_or_load(cfg)` never takes `if model is not
+        None:`)."""
         for guard in site.guards:
-            reading = _literal_test(guard.test)
-            if reading is None:
-                continue
-            name, outcome = reading
-            values = self.model.values.of(site.module, name, site.scope, at=site.point)
-            if not values or not all(isinstance(v.node, cst.CSTNode) for v in values):
-                continue
-            truths = {outcome(v.node) for v in values}
-            if truths == {False} and not guard.negated or truths == {True} and guard.negated:
+            fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, site.point, False)
+            if fixed is not None and fixed == guard.negated:
                 return guard
         return None
+
+    def _dead_from(self, site: CallSite, function: Function, call: CallSite, bound: str) -> bool:
+        """`call` of `function` never reaches `site` (in it): its arguments make a guard of
+        `site` false (`evaluate(model, loader)` and `if save:` with `save=False` by default)."""
+        if not _reads_names(site):
+            return False
+        return self.never(site, Frame(function, call, None, bound)) is not None
+
+    # --- the one question: which ranks run this ---------------------------------------------------
+    def ranks(self, site: CallSite) -> str:
+        """Which ranks of a distributed job run `site` (the torchrun path counts: a guard that
+        holds on every rank of a torchrun job does not restrict it):
+
+        - "never": no run takes it (a branch its callers' arguments or defaults make dead, a
+          helper module's self-test);
+        - "single": only a non-distributed run (`if not args.distributed:`);
+        - "main": rank 0 only (`if rank == 0:`, a rank-0 decorator, an object only rank 0 has);
+          "node": the local rank 0 of each node (`if args.local_rank == 0:`);
+        - "other": every rank but rank 0;
+        - "every": every rank, along a chain of calls from an entry point (`every_rank`);
+        - "unknown": none of these is known (a function nobody known calls).
+
+        Rules ask this one question; `every_rank` gives the chain for reports."""
+        key = id(site.node)
+        found = self._ranks.get(key)
+        if found is None:
+            found = self._ranks_of(site)
+            self._ranks[key] = found
+        return found
+
+    def _ranks_of(self, site: CallSite) -> str:
+        own = self.restricted(site)
+        if own is not None:
+            return own
+        return "every" if self.every_rank(site) is not None else "unknown"
+
+    def restricted(self, site: CallSite) -> str | None:
+        """What the code around `site` itself (its guards, its function's decorators, its
+        receiver) restricts it to: "never", "single", "main", "node", "other" (see `ranks`), or
+        None when nothing there does (its callers may)."""
+        if self.never(site) is not None or self.dead(site):
+            return "never"
+        if self.single_only(site) is not None:
+            return "single"
+        guard = self.main_only(site)
+        if guard is not None or self.receiver_only_on_main(site):
+            local = guard is not None and _local_rank_test(guard.test, self.model.resolver_for(site.module, site.scope))
+            return "node" if local else "main"
+        guard = self.rank_guard(site, False)
+        if guard is not None:
+            return "main" if self.kind(site.module, guard, site.scope) in ("main", "flag") else "other"
+        return None
+
+    def set_by_rank(self, module: ModuleModel, scope: Scope, name: str, at: Point | None = None,
+                    flags: bool = True) -> tuple[Guard, bool] | None:
+        """A binding of the local `name` (reaching `at`, or any when `at` is None) made under a
+        rank guard, whose value no binding made on every rank gives as well (`n = 0`, then `if
+        rank == 0: n = len(keys)`; not `epochs = opt.epochs` set again under `if rank == 0:`):
+        that guard, and whether a binding made on every rank reaches too. `flags=False` leaves
+        out guards that keep code off some ranks on the mp.spawn path only."""
+        if at is not None:
+            pairs = self.model.values.reaching(scope, name, at)
+        else:
+            pairs = list(zip(scope.assignments.get(name, []), scope.points.get(name, [])))
+        everywhere = [(b, p) for b, p in pairs if p is not None and not self._ranked(module, scope, p, flags)]
+        found: Guard | None = None
+        for binding, point in pairs:
+            if point is None:
+                continue
+            guard = self._ranked(module, scope, point, flags)
+            if guard is None:
+                continue
+            if any(self.model.values.same_value(module, scope, binding, point, b, p) for b, p in everywhere):
+                continue
+            if found is None or (self.kind(module, guard, scope) == "main"
+                                 and self.kind(module, found, scope) != "main"):
+                found = guard  # (a rank-0 binding first)
+        return (found, bool(everywhere)) if found is not None else None
+
+    def _ranked(self, module: ModuleModel, scope: Scope, point: Point, flags: bool) -> Guard | None:
+        """The guard of `point` that keeps it off some ranks (main, other, or the spawn path's),
+        a rank-0 one first."""
+        kinds = [(g, self.kind(module, g, scope)) for g in point.guards]
+        return next((g for g, k in kinds if k == "main"), None) or next(
+            (g for g, k in kinds if k == "other" or flags and k == "flag"), None)
+
+    def receiver_only_on_main(self, site: CallSite) -> bool:
+        """`self.logger.save(model)` where the logger exists on rank 0 only (None elsewhere): the
+        call can only run there."""
+        receiver = site.receiver
+        if not isinstance(receiver, (cst.Name, cst.Attribute)) or dotted(receiver) in (None, "self"):
+            return False
+        return self.only_on_main(site.module, receiver, site.scope, site.point)
 
     # --- every rank --------------------------------------------------------------------------
     def every_rank(self, site: CallSite) -> list[CallSite] | None:
@@ -202,12 +428,12 @@ class Paths:
         distributed job; None when every path to it is guarded, or nothing is known."""
         if self.main_only(site) is not None or self.single_only(site) is not None or self.rank_guard(site, False):
             return None
-        if self.never(site) is not None or self.dead(site):
+        if self.never(site) is not None or self.dead(site) or self.receiver_only_on_main(site):
             return None
         function = self.function_of(site)
         if function is None:
             return []
-        return self._function_every_rank(function, frozenset())
+        return self._function_every_rank(function, frozenset(), site)
 
     def dead(self, site: CallSite) -> bool:
         """`site` never runs when the linted file runs: it sits in an imported module's
@@ -230,30 +456,37 @@ class Paths:
         mains = {id(node) for node in module.main_guards}
         return any(id(g.node) in mains and not g.negated for g in site.guards)
 
-    def _function_every_rank(self, function: Function, seen: frozenset[Function]) -> list[CallSite] | None:
+    def _function_every_rank(self, function: Function, seen: frozenset[Function],
+                             inner: CallSite | None = None) -> list[CallSite] | None:
+        """A chain along which every rank calls `function` and, through it, `inner` (a call in
+        it: a caller whose arguments make a guard of `inner` false does not count)."""
         key = (id(function.module), function.qualname)
-        if key in self._every:
+        # The answer depends on `inner` only when its guards read names the arguments may set.
+        shared = inner is None or not _reads_names(inner)
+        if shared and key in self._every:
             return self._every[key]
         if function in seen:
             return None
         seen = seen | {function}
         result: list[CallSite] | None = None
         callers = self.model.graph.callers(function)
-        for call, _ in callers:
+        for call, bound in callers:
             if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call) \
-                    or self.dead(call):
+                    or self.dead(call) or self.receiver_only_on_main(call):
+                continue
+            if inner is not None and self._dead_from(inner, function, call, bound):
                 continue
             outer = self.function_of(call)
             if outer is None:
                 result = [call]
                 break
-            above = self._function_every_rank(outer, seen)
+            above = self._function_every_rank(outer, seen, call)
             if above is not None:
                 result = above + [call]
                 break
         if result is None and not callers and self._is_entry(function):
             result = []
-        if not seen - {function}:  # a complete answer
+        if shared and not seen - {function}:  # a complete answer
             self._every[key] = result
         return result
 
@@ -292,56 +525,52 @@ def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], f
     return False
 
 
-_ORDER: dict[type, Callable[[float, float], bool]] = {
-    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
-    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
-    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
-}
+def _reads_names(site: CallSite) -> bool:
+    """Whether a guard of `site` tests a name the values of a call may decide (`if save:`,
+    `if model is not None:`, `mode == "eval"`)."""
+    for guard in site.guards:
+        for sub in _operands(guard.test):
+            reading = literal_test(sub)
+            if reading is not None and isinstance(reading[0], cst.Name):
+                return True
+    return False
 
 
-def _literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Callable[[object], bool | None]] | None:
-    """A test `never` can decide from the literal values of one name: `flag`, `self.verbose`,
-    `blur > 0`, `trt_file is not None` — the name, and the test's outcome for a literal value."""
-    if _named(test):
-        return test, _truth
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1 or not _named(test.left):
-        return None
-    comp = test.comparisons[0]
-    operator, other = comp.operator, comp.comparator
-    if isinstance(operator, (cst.Is, cst.IsNot)) and isinstance(other, cst.Name) and other.value == "None":
-        wanted = isinstance(operator, cst.Is)
-        return test.left, lambda node: None if _truth(node) is None else (_is_none(node) == wanted)
-    number = _number(other)
-    compare = _ORDER.get(type(operator))
-    if number is None or compare is None:
-        return None
-    return test.left, lambda node: None if (value := _number(node)) is None else compare(value, number)
+def _operands(test: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    """The tests `not`/`and`/`or` combine."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        yield from _operands(test.expression)
+    elif isinstance(test, cst.BooleanOperation):
+        yield from _operands(test.left)
+        yield from _operands(test.right)
+    else:
+        yield test
 
 
-def _named(expr: cst.BaseExpression) -> bool:
-    """A plain name or an attribute of `self` (`verbose`, `self.verbose`)."""
-    return isinstance(expr, cst.Name) or (isinstance(expr, cst.Attribute) and (dotted(expr) or "").startswith("self."))
-
-
-def _is_none(node: object) -> bool:
-    return isinstance(node, cst.Name) and node.value == "None"
-
-
-def _number(node: object) -> float | None:
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return float(node.evaluated_value)
-    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
-        inner = _number(node.expression)
-        return None if inner is None else -inner
+def _presence(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | None:
+    """`x is not None` / `x` (True: holds when x exists), `x is None` / `not x` (False): the
+    expression tested and the answer where it exists."""
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        return test, True
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) \
+            and isinstance(test.expression, (cst.Name, cst.Attribute)):
+        return test.expression, False
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
+        comp = test.comparisons[0]
+        if isinstance(comp.operator, (cst.Is, cst.IsNot)) and is_none(comp.comparator) \
+                and isinstance(test.left, (cst.Name, cst.Attribute)):
+            return test.left, isinstance(comp.operator, cst.IsNot)
     return None
 
 
-def _truth(node: object) -> bool | None:
-    """The truth of a literal (`False`, `None`, `0`, `""` are false), None if not a literal."""
-    if isinstance(node, cst.Name):
-        return {"True": True, "False": False, "None": False}.get(node.value)
-    if isinstance(node, cst.Integer):
-        return node.evaluated_value != 0
-    if isinstance(node, cst.SimpleString):
-        return bool(node.evaluated_value)
-    return None
+def _local_rank_test(test: cst.BaseExpression, resolve: Names) -> bool:
+    """A rank test whose rank-0 side reads a local rank (`args.local_rank == 0`, `LOCAL_RANK`,
+    `args.gpu == 0`): one process per node passes it. `args.local_rank == -1 or
+    dist.get_rank() == 0` reads the global rank."""
+    ranked = [o for o in _operands(test) if selects_main_rank(o, resolve) is not None]
+    return bool(ranked) and all(
+        _LOCAL.search(" ".join(n.value for n in subexpressions(o) if isinstance(n, (cst.Name, cst.SimpleString))))
+        for o in ranked)
+
+
+_LOCAL = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main|local_main|\bgpu\b", re.I)

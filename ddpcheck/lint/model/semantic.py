@@ -6,6 +6,7 @@
     model.values.of(m, e, s)    what an expression may hold (values.py)
     model.graph.targets(call)   the project functions a call runs (graph.py)
     model.facts.of_call(call)   what a call does, through the functions it runs (facts.py)
+    model.paths.ranks(c)        which ranks run a call: never/single/main/node/other/every/unknown
     model.paths.every_rank(c)   whether a call runs on every rank, and along which calls (paths.py)
     model.paths.sites()         the file's calls and those of the functions it reaches elsewhere
     model.uses_ddp              whether the file takes part in DDP training
@@ -43,6 +44,9 @@ _LAUNCH_USAGE = re.compile(
     r"(?:\btorchrun\b|-m\s+torch\.distributed\.(?:launch|run)\b|\btorch\.distributed\.(?:launch|run)\s+--)"
     r"[^\n'\"]*?\s([\w./-]+\.py)\b"
 )
+# Values a flag may hold that can be read as a rank test.
+_FLAG_VALUES = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call, cst.Name, cst.Attribute,
+                cst.Subscript)
 
 
 class Model:
@@ -314,6 +318,35 @@ class Names:
         self._holding.add(name)
         try:
             return self._held(name)
+        finally:
+            self._holding.discard(name)
+
+    def held_sides(self, expr: cst.BaseExpression, depth: int) -> set[bool | None]:
+        """What `selects_main_rank` says of the tests a flag holds: those it is assigned in this
+        scope (`ok = a and is_master()`), else the values it is given on the way here (a
+        parameter its callers pass `rank == 0`, `self.is_master` set from one); a literal False
+        or None runs nowhere and says nothing. {None} when a value is not a test."""
+        from ddpcheck.lint.model.conditions import selects_main_rank
+
+        tests = self.held_test(expr)
+        if tests:
+            return {selects_main_rank(t, self, depth) for t in tests}
+        name = dotted(expr)
+        if self.scope is None or name is None or name in self._holding:
+            return {None}
+        self._holding.add(name)
+        try:
+            sides: set[bool | None] = set()
+            for value in self.model.values.of(self.module, expr, self.scope, depth=8):
+                node = value.node
+                if isinstance(node, cst.Name) and node.value in ("False", "None"):
+                    continue
+                if node is expr or not isinstance(node, _FLAG_VALUES):
+                    return {None}
+                sides.add(selects_main_rank(node, self.model.resolver_for(value.module, value.scope), depth))
+                if None in sides:
+                    return {None}
+            return sides or {None}
         finally:
             self._holding.discard(name)
 

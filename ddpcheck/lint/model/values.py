@@ -8,12 +8,22 @@ The answer is a list of leaves: expressions that are not followed further (a cal
 a project class, a literal, a parameter nobody passes, an unknown attribute). A bound hit (depth,
 number of leaves, work per file) leaves the expression itself as a leaf — unknown, never a
 wrong answer.
+
+Paths: a leaf carries the conditions it is chosen under (the guards of the point it is reached
+at, the arms of `a if c else b` and of `a and b` / `a or b` on the way), so leaves of two
+arguments can be paired (`compatible`: never from opposite arms of one `if`; `along`: the
+bindings of the arms a leaf was chosen in hide earlier ones), and a call's arguments are read
+once per caller (`frames`). Arms and guarded bindings whose test the values decide are dropped
+(`outcome`: `if save:` with `save=False` by default, `mode == "eval"`, `model is not None`).
+Dicts are followed through literals, `dict(...)`, merges (`{**a, **b}`, `dict(a, **b)`, `a | b`)
+and later `update`s (`keyword`, `mapping_keys`); `same_value` tells two bindings that give the
+same value apart from ones that do not.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
 
 import libcst as cst
 
@@ -24,7 +34,7 @@ from ddpcheck.lint.model.module import (
 )
 from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted, int_value
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, subexpressions
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -81,6 +91,13 @@ class Value:
     scope: Scope
     frame: Frame | None
     at: Point | None = None  # where in `scope` the leaf is reached (see Point)
+    arms: tuple[Guard, ...] = ()  # the arms of `a if c else b` the leaf was chosen through
+
+    @property
+    def conditions(self) -> tuple[Guard, ...]:
+        """The tests that hold where the leaf is chosen: the guards of the point it is reached at
+        and the arms of conditional expressions on the way."""
+        return (self.at.guards if self.at is not None else ()) + self.arms
 
     @property
     def call(self) -> cst.Call | None:
@@ -96,6 +113,9 @@ class Values:
     def __init__(self, model: Model) -> None:
         self.model = model
         self.budget = 20000  # evaluation steps per linted file; then everything is unknown
+        self._expanding: set[tuple[int, str]] = set()  # dicts whose later entries are being read
+        self._testing = 0  # nested `outcome` evaluations (a test read while reading a test)
+        self._outcomes: dict[tuple[int, int], bool | None] = {}
 
     def of(self, module: ModuleModel, expr: Binding, scope: Scope, frame: Frame | None = None,
            depth: int = DEPTH, at: Point | None = None) -> list[Value]:
@@ -143,14 +163,18 @@ class Values:
         elif isinstance(node, (Element, Augmented)):
             yield Value(module, node, scope, frame, at)
         elif isinstance(node, cst.IfExp):
-            fixed = constant_flag(module, node.test)
+            fixed = self.outcome(module, node.test, scope, frame, at)
             if fixed is not False:
                 yield from self._arm(module, node, node.body, False, scope, frame, depth, seen, at)
             if fixed is not True:
                 yield from self._arm(module, node, node.orelse, True, scope, frame, depth, seen, at)
         elif isinstance(node, cst.BooleanOperation):
+            # `a or b` is b only where a is false, `a and b` only where a is true: b's leaves are
+            # chosen under that condition, as an arm of `b if a else ...` would be.
             yield from self._eval(module, node.left, scope, frame, depth - 1, seen, at)
-            yield from self._eval(module, node.right, scope, frame, depth - 1, seen, at)
+            condition = Guard(node.left, isinstance(node.operator, cst.Or), node)
+            for value in self._eval(module, node.right, scope, frame, depth - 1, seen, at):
+                yield Value(value.module, value.node, value.scope, value.frame, value.at, value.arms + (condition,))
         elif isinstance(node, (cst.Name, cst.Attribute)):
             yield from self._name(module, node, scope, frame, depth, seen, at)
         elif isinstance(node, cst.Call):
@@ -163,13 +187,15 @@ class Values:
     def _arm(self, module: ModuleModel, node: cst.IfExp, arm: cst.BaseExpression, negated: bool, scope: Scope,
              frame: Frame | None, depth: int, seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
         """One arm of `a if test else b` (see _unwrapped)."""
-        values = self._eval(module, arm, scope, frame, depth - 1, seen, at)
-        yield from self._unwrapped(values, module, [Guard(node.test, negated, node)])
+        guard = Guard(node.test, negated, node)
+        for value in self._unwrapped(self._eval(module, arm, scope, frame, depth - 1, seen, at), module, [guard]):
+            yield Value(value.module, value.node, value.scope, value.frame, value.at, value.arms + (guard,))
 
-    @staticmethod
-    def _never(module: ModuleModel, guard: Guard) -> bool:
-        """A guard that never holds: a flag the command line cannot change, on its other arm."""
-        fixed = constant_flag(module, guard.test)
+    def _never(self, module: ModuleModel, guard: Guard, scope: Scope, frame: Frame | None) -> bool:
+        """A guard that never holds: a flag the command line cannot change, or a test of a
+        parameter that the call being followed (or every known caller and the default) makes
+        false, on its other arm."""
+        fixed = self.outcome(module, guard.test, scope, frame)
         return fixed is not None and fixed == guard.negated
 
     def _unwrapped(self, values: Iterable[Value], module: ModuleModel, guards: Sequence[Guard]) -> Iterator[Value]:
@@ -239,7 +265,8 @@ class Values:
         if bindings:
             inner_frame = frame if owner is scope else self._frame_for(owner, frame)
             for binding, point in bindings:
-                if point is not None and point.guards and any(self._never(module, g) for g in point.guards):
+                if point is not None and point.guards and any(self._never(module, g, owner, inner_frame)
+                                                              for g in point.guards):
                     continue  # `else:` of `if args.use_ema:` where that flag is always on
                 values = self._eval(module, binding, owner, inner_frame, depth - 1, seen, point)
                 if point is not None and point.guards:
@@ -395,70 +422,430 @@ class Values:
             number = int_value(key)
             found = False
             for base in self._eval(module, node.value, scope, frame, depth - 1, seen, at):
-                entry = _entry(base.node, text if isinstance(text, str) else None, number)
-                if entry is not None:
+                for entry in self._entry_values(base, text if isinstance(text, str) else None, number, depth - 1, seen):
                     found = True
-                    yield from self._eval(base.module, entry, base.scope, base.frame, depth - 1, seen, base.at)
+                    yield entry
             if found:
                 return
         yield Value(module, node, scope, frame, at)
 
-    # --- keyword arguments through dicts -------------------------------------------------------
-    def at_call(self, site: CallSite, expr: cst.BaseExpression) -> list[Value]:
-        """What `expr`, an argument or receiver of `site`, may hold where the call is made."""
-        return self.of(site.module, expr, site.scope, at=site.point)
+    def _entry_values(self, base: Value, key: str | None, number: int | None, depth: int,
+                      seen: set[tuple[int, int]]) -> Iterator[Value]:
+        """The values entry `key` (or element `number`) of a leaf may hold: `{"k": v}`, `dict(k=v)`,
+        `(a, b)[1]`, and the dicts merged into one (`{**a, **b}`, `dict(a, **b)`, `a | b`: the
+        last that sets the key wins; a merged dict that may lack it lets earlier ones through)."""
+        node = base.node
+        if depth <= 0:
+            return
+        if number is not None and isinstance(node, (cst.Tuple, cst.List)):
+            elements = node.elements
+            if 0 <= number < len(elements) and not isinstance(elements[number], cst.StarredElement):
+                yield from self._eval(base.module, elements[number].value, base.scope, base.frame, depth, seen, base.at)
+            return
+        if key is None:
+            return
+        for part, named in reversed(_merged_parts(node) or ()):
+            if named is not None:
+                if named == key:
+                    yield from self._eval(base.module, part, base.scope, base.frame, depth, seen, base.at)
+                    return
+                continue
+            named_part = dotted(part)
+            if named_part is not None and base.frame is None:
+                yield from self._updated(base.module, base.scope, named_part, key, base.at)
+            for inner in self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at):
+                yield from self._entry_values(inner, key, None, depth - 1, seen)
 
-    def keyword(self, call: CallSite, keyword: str, position: int | None = None) -> list[Value]:
+    def mapping_keys(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
+                     at: Point | None = None) -> set[str] | None:
+        """Every key the dict `expr` may hold at `at` (literal dicts, `dict(...)`, merges, and the
+        entries added to a named dict later, under any condition); None when a part is unknown."""
+        keys: set[str] = set()
+        name = dotted(expr)
+        if name is not None:
+            for s in scope.chain():
+                for entry_key, value, _ in s.updates.get(name, ()):
+                    if entry_key:
+                        keys.add(entry_key)
+                        continue
+                    if entry_key == "":
+                        return None  # `kw[name] = v`: a key not written as a string
+                    more = self.mapping_keys(module, value, s, at if s is scope else None)
+                    if more is None:
+                        return None
+                    keys |= more
+        for leaf in self.of(module, expr, scope, at=at, depth=8):
+            more = self._leaf_keys(leaf, 4)
+            if more is None:
+                return None
+            keys |= more
+        return keys
+
+    def _leaf_keys(self, value: Value, depth: int) -> set[str] | None:
+        parts = _merged_parts(value.node)
+        if parts is None or depth <= 0:
+            return None
+        keys: set[str] = set()
+        for part, named in parts:
+            if named is not None:
+                keys.add(named)
+                continue
+            for inner in self.of(value.module, part, value.scope, value.frame, depth=8, at=value.at):
+                more = self._leaf_keys(inner, depth - 1)
+                if more is None:
+                    return None
+                keys |= more
+        return keys
+
+    # --- paths: tests decided by values, one evaluation per caller --------------------------------
+    def outcome(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope, frame: Frame | None = None,
+                at: Point | None = None, parameters_only: bool = True) -> bool | None:
+        """The value of a test where it is read, when the values it reads decide it: a flag the
+        command line cannot change, or a parameter every value of which (the argument of the call
+        followed, or of every known caller, and the default) makes it come out the same (`if
+        save:` with `save=False` passed or by default, `mode == "eval"`, `model is not None`, and
+        `not`/`and`/`or` of such). `parameters_only=False` reads any name or `self.x` the same
+        way. None when not known."""
+        fixed = constant_flag(module, test)
+        if fixed is not None:
+            return fixed
+        if self._testing >= 2 or self.budget <= 0:
+            return None
+        key = (id(test), id(frame) * 2 + parameters_only)
+        if frame is None and at is None and key in self._outcomes:
+            return self._outcomes[key]
+        self._testing += 1
+        try:
+            found = self._outcome(module, test, scope, frame, at, parameters_only)
+        finally:
+            self._testing -= 1
+        if frame is None and at is None:
+            self._outcomes[key] = found
+        return found
+
+    def _outcome(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope, frame: Frame | None,
+                 at: Point | None, parameters_only: bool) -> bool | None:
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._outcome(module, test.expression, scope, frame, at, parameters_only)
+            return None if inner is None else not inner
+        if isinstance(test, cst.BooleanOperation):
+            left = self._outcome(module, test.left, scope, frame, at, parameters_only)
+            if isinstance(test.operator, cst.And) and left is False or isinstance(test.operator, cst.Or) and left:
+                return left
+            right = self._outcome(module, test.right, scope, frame, at, parameters_only)
+            if isinstance(test.operator, cst.And):
+                return False if right is False else (True if left and right else None)
+            return True if right else (False if left is False and right is False else None)
+        reading = literal_test(test)
+        if reading is None:
+            return None
+        name, judge = reading
+        if parameters_only and not (isinstance(name, cst.Name) and _only_a_parameter(scope, name.value)):
+            return None  # (an attribute of a config object may be set anywhere: not decided here)
+        values = self.of(module, name, scope, frame, depth=8, at=at)
+        if not values:
+            return None
+        truths = {judge(self._literal(v)) for v in values}
+        return truths.pop() if len(truths) == 1 else None
+
+    def _literal(self, value: Value) -> object:
+        """A leaf as `literal_test`'s judges read it: the literal node, or NOT_NONE for an object
+        a constructor or an outside API makes (never None, never a literal)."""
+        node = value.node
+        if isinstance(node, (cst.Dict, cst.List, cst.Tuple, cst.Set, cst.Lambda, cst.ListComp, cst.DictComp,
+                             cst.SetComp, cst.FormattedString)):
+            return NOT_NONE
+        if isinstance(node, cst.Call):
+            site = value.module.call_at(node)
+            if site is not None and (site.target is not None and site.target.kind == "class"
+                                     or self.model.api(site) is not None):
+                return NOT_NONE
+        return node
+
+    def frames(self, site: CallSite) -> list[Frame | None]:
+        """The frames to read `site`'s arguments in, one per path into its function: a frame for
+        each known caller when the function takes parameters (the values of one call go
+        together: `build(ds, sampler=DistributedSampler(ds), shuffle=False)` and `build(ds)` are
+        two loaders, not one with both), else [None]."""
+        function = site.scope.function
+        if function is None:
+            return [None]
+        callee = Function(site.module, function.qualname)
+        params = [p for p in callee.params() if not (p.index == 0 and function.parent is not None
+                                                      and function.parent.kind == "class")]
+        if not params:
+            return [None]
+        callers = self.model.graph.callers(callee)
+        if not callers or len(callers) > MAX_CALLERS:
+            return [None]
+        found: list[Frame | None] = [Frame(callee, call, None, bound) for call, bound in callers
+                                     if not self.model.paths.dead(call)]
+        return found or [None]
+
+    def same_value(self, module: ModuleModel, scope: Scope, a: Binding, a_at: Point | None, b: Binding,
+                   b_at: Point | None) -> bool:
+        """Whether two bindings of one scope give the same value: the same expression, reading
+        names and attributes whose values reaching each point are the same bindings, and calling
+        nothing but pure builtins (`epochs = opt.epochs` on every rank and again, on a resume
+        path, under `if rank == 0:`)."""
+        if not isinstance(a, cst.BaseExpression) or not isinstance(b, cst.BaseExpression) or a_at is None \
+                or b_at is None:
+            return False
+        if " ".join(module.code(a).split()) != " ".join(module.code(b).split()):
+            return False
+        for node in subexpressions(a):
+            if isinstance(node, cst.Call) and dotted(node.func) not in _PURE:
+                return False
+        for name in _read_names(a):
+            for part in _prefixes(name):
+                if scope.owner_of(part) is scope and [id(v) for v in scope.reaching(part, a_at)] != \
+                        [id(v) for v in scope.reaching(part, b_at)]:
+                    return False
+        return True
+
+    @staticmethod
+    def compatible(*values: Value) -> bool:
+        """Whether leaves can be chosen together in one run: not when two of them are chosen in
+        opposite arms of one `if` (or `a if c else b`)."""
+        taken: dict[int, bool] = {}
+        for value in values:
+            for guard in value.conditions:
+                side = taken.setdefault(id(guard.node), guard.negated)
+                if side != guard.negated:
+                    return False
+        return True
+
+    # --- keyword arguments through dicts -------------------------------------------------------
+    def at_call(self, site: CallSite, expr: cst.BaseExpression, frame: Frame | None = None,
+                at: Point | None = None) -> list[Value]:
+        """What `expr`, an argument or receiver of `site`, may hold where the call is made (in
+        `frame`, one of `frames(site)`, when given; on the path `at` — see `along` —, when given)."""
+        return self.of(site.module, expr, site.scope, frame, at=at or site.point)
+
+    @staticmethod
+    def along(site: CallSite, value: Value) -> Point:
+        """The point of `site` on the path where `value` (a leaf of one of its arguments) is
+        chosen: the arms of the `if`s of `site`'s scope the leaf was chosen in are taken, so the
+        bindings made in them hide earlier ones (`shuffle = True`, then `if distributed: sampler
+        = DistributedSampler(ds); shuffle = False`: where the sampler is made, shuffle is False)."""
+        if value.scope is not site.scope or value.module is not site.module:
+            return site.point
+        held = {id(g.node) for g in site.guards}
+        extra = tuple(g for g in value.conditions if id(g.node) not in held)
+        return Point(site.tick, site.loops, site.guards + extra) if extra else site.point
+
+    def keyword(self, call: CallSite, keyword: str, position: int | None = None,
+                frame: Frame | None = None, at: Point | None = None) -> list[Value]:
         """The values passed to `keyword` of `call`: directly, or through `**kwargs` built as a
         dict literal, `dict(...)`, `kw.update(...)` or `kw["key"] = value` (entries added under
-        a condition that the call is not under do not count)."""
+        a condition that the call is not under do not count). `at`: as for `at_call`."""
         direct = call.arg(keyword, position)
         if direct is not None:
-            return self.at_call(call, direct)
+            return self.at_call(call, direct, frame, at)
         out: list[Value] = []
         for a in call.node.args:
             if a.star != "**":
                 continue
-            out += self._from_mapping(call, a.value, keyword)
+            out += self._from_mapping(call, a.value, keyword, frame)
         return out
 
-    def _from_mapping(self, call: CallSite, expr: cst.BaseExpression, key: str) -> list[Value]:
+    def _from_mapping(self, call: CallSite, expr: cst.BaseExpression, key: str, frame: Frame | None) -> list[Value]:
         out: list[Value] = []
-        arms = {(id(g.node), g.negated) for g in call.guards}
         name = dotted(expr)
         if name is not None:
-            for s in call.scope.chain():
-                for entry_key, value, guards in s.updates.get(name, ()):
-                    if not all((id(g.node), g.negated) in arms for g in guards):
-                        continue
-                    if entry_key == key:
-                        out += self.of(call.module, value, s, at=call.point if s is call.scope else None)
-                    elif entry_key is None:  # kw.update({...}) / kw.update(other)
-                        out += self._entries(call.module, value, s, key, call.point if s is call.scope else None)
-        out += self._entries(call.module, expr, call.scope, key, call.point)
+            out += self._updated(call.module, call.scope, name, key, call.point)
+        out += self._entries(call.module, expr, call.scope, key, call.point, frame)
         return out
 
-    def _entries(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, key: str, at: Point | None) -> list[Value]:
+    def _updated(self, module: ModuleModel, scope: Scope, name: str, key: str, at: Point | None) -> list[Value]:
+        """What the entries added to the dict `name` later (`kw.update(...)`, `kw["k"] = v`) put
+        under `key`, as seen at `at` (entries added under a condition `at` is not under do not
+        count)."""
         out: list[Value] = []
-        for base in self.of(module, expr, scope, at=at):
-            entry = _entry(base.node, key, None)
-            if entry is not None:
-                out += self.of(base.module, entry, base.scope, base.frame, at=base.at)
+        marker = (id(scope), name)
+        if marker in self._expanding:
+            return out  # `kw.update(other)` where `other` takes entries of `kw`: a cycle
+        self._expanding.add(marker)
+        try:
+            self._updated_into(out, module, scope, name, key, at)
+        finally:
+            self._expanding.discard(marker)
+        return out
+
+    def _updated_into(self, out: list[Value], module: ModuleModel, scope: Scope, name: str, key: str,
+                      at: Point | None) -> None:
+        arms = {(id(g.node), g.negated) for g in at.guards} if at is not None else set()
+        for s in scope.chain():
+            for entry_key, value, guards in s.updates.get(name, ()):
+                if not all((id(g.node), g.negated) in arms for g in guards):
+                    continue
+                if entry_key == key:
+                    out += self.of(module, value, s, at=at if s is scope else None)
+                elif entry_key is None:  # kw.update({...}) / kw.update(other)
+                    out += self._entries(module, value, s, key, at if s is scope else None)
+
+    def _entries(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, key: str, at: Point | None,
+                 frame: Frame | None = None) -> list[Value]:
+        out: list[Value] = []
+        for base in self.of(module, expr, scope, frame, at=at):
+            for value in self._entry_values(base, key, None, DEPTH, set()):
+                out.append(value)
+                if len(out) >= MAX_LEAVES:
+                    return out
         return out
 
 
-def _entry(node: Leaf, key: str | None, number: int | None) -> cst.BaseExpression | None:
-    """`{"k": v}["k"]`, `dict(k=v)["k"]`, `(a, b)[1]`."""
-    if key is not None and isinstance(node, cst.Dict):
+def _merged_parts(node: Leaf) -> list[tuple[cst.BaseExpression, str | None]] | None:
+    """The parts of a dict expression in the order they are applied: (value, its key) for an entry
+    with a literal key, (mapping, None) for a mapping merged in; None for anything that is not a
+    dict expression (or a dict with a key that is not a literal string)."""
+    parts: list[tuple[cst.BaseExpression, str | None]] = []
+    if isinstance(node, cst.Dict):
         for element in node.elements:
-            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString):
-                if element.key.evaluated_value == key:
-                    return element.value
+            if isinstance(element, cst.StarredDictElement):
+                parts.append((element.value, None))
+            elif isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                    and isinstance(element.key.evaluated_value, str):
+                parts.append((element.value, element.key.evaluated_value))
+            else:
+                return None
+        return parts
+    if isinstance(node, cst.Call) and dotted(node.func) == "dict":
+        for a in node.args:
+            if a.keyword is not None:
+                parts.append((a.value, a.keyword.value))
+            elif a.star == "**" or not a.star:
+                parts.append((a.value, None))
+            else:
+                return None
+        return parts
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.BitOr):
+        return [(node.left, None), (node.right, None)]
+    return None
+
+
+# Builtins whose result depends on their arguments only.
+_PURE = frozenset({"int", "float", "str", "bool", "len", "min", "max", "abs", "round", "True", "False", "None"})
+
+
+def _read_names(node: cst.CSTNode) -> Iterator[str]:
+    """The names and attribute chains an expression reads (`opt.epochs * k` → opt.epochs, k),
+    builtins left out."""
+    if isinstance(node, (cst.Name, cst.Attribute)):
+        name = dotted(node)
+        if name is not None:
+            if name not in _PURE:
+                yield name
+            return
+    if isinstance(node, cst.Call):
+        for a in node.args:
+            yield from _read_names(a.value)
+        return
+    for child in children(node):
+        yield from _read_names(child)
+
+
+def _prefixes(name: str) -> list[str]:
+    """`opt.train.epochs` → opt, opt.train, opt.train.epochs."""
+    parts = name.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+class _NotNone:
+    """An object that is neither None nor a literal (an instance a constructor makes)."""
+
+    def __repr__(self) -> str:
+        return "NOT_NONE"
+
+
+NOT_NONE = _NotNone()
+
+_ORDER: dict[type, Callable[[Any, Any], bool]] = {
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+}
+Judge = Callable[[object], "bool | None"]
+
+
+def literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Judge] | None:
+    """A test decided by the literal values of one name: `flag`, `self.verbose`, `blur > 0`,
+    `trt_file is not None`, `mode == "eval"`, `mode in ("val", "test")` — the name, and the
+    test's outcome for a literal value (None when that value does not decide it)."""
+    if _named(test):
+        return test, _truth
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return None
-    if key is not None and isinstance(node, cst.Call) and dotted(node.func) == "dict":
-        return argument(node, key)
-    if number is not None and isinstance(node, (cst.Tuple, cst.List)):
-        elements = node.elements
-        if 0 <= number < len(elements) and not isinstance(elements[number], cst.StarredElement):
-            return elements[number].value
+    comp = test.comparisons[0]
+    operator, left, other = comp.operator, test.left, comp.comparator
+    if not _named(left) and _named(other) and isinstance(operator, (cst.Equal, cst.NotEqual, cst.Is, cst.IsNot)):
+        left, other = other, left  # `None is not x`, `"eval" == mode`
+    if not _named(left):
+        return None
+    if isinstance(operator, (cst.Is, cst.IsNot)) and isinstance(other, cst.Name) and other.value == "None":
+        wanted = isinstance(operator, cst.Is)
+        return left, lambda node: None if (none := _noneness(node)) is None else none == wanted
+    if isinstance(operator, (cst.In, cst.NotIn)) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
+        options = [_constant(e.value) for e in other.elements]
+        if not options or any(o is None for o in options):
+            return None
+        inside = isinstance(operator, cst.In)
+        return left, lambda node: None if (value := _constant(node)) is None else ((value in options) == inside)
+    bound = _constant(other)
+    compare = _ORDER.get(type(operator))
+    if bound is None or compare is None:
+        return None
+    if isinstance(bound, str) and not isinstance(operator, (cst.Equal, cst.NotEqual)):
+        return None
+
+    def judge(node: object) -> bool | None:
+        value = _constant(node)
+        if value is None or isinstance(value, str) != isinstance(bound, str):
+            return None
+        return compare(value, bound)
+    return left, judge
+
+
+def _only_a_parameter(scope: Scope, name: str) -> bool:
+    """`name` is a parameter of `scope`'s function that its body never rebinds."""
+    bindings = scope.assignments.get(name) or []
+    return bool(bindings) and all(isinstance(b, Param) for b in bindings)
+
+
+def _named(expr: cst.BaseExpression) -> bool:
+    """A plain name or an attribute of `self` (`verbose`, `self.verbose`)."""
+    return isinstance(expr, cst.Name) or (isinstance(expr, cst.Attribute) and (dotted(expr) or "").startswith("self."))
+
+
+def _noneness(node: object) -> bool | None:
+    """Whether a leaf is None: True for `None`, False for another literal or an object a
+    constructor makes, None when not known."""
+    if node is NOT_NONE:
+        return False
+    if isinstance(node, cst.Name) and node.value == "None":
+        return True
+    return None if _truth(node) is None else False
+
+
+def _constant(node: object) -> float | str | None:
+    """A number or string literal's value."""
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return float(node.evaluated_value)
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Minus):
+        inner = _constant(node.expression)
+        return -inner if isinstance(inner, float) else None
+    if isinstance(node, cst.SimpleString):
+        text = node.evaluated_value
+        return text if isinstance(text, str) else None
+    return None
+
+
+def _truth(node: object) -> bool | None:
+    """The truth of a literal (`False`, `None`, `0`, `""` are false), None if not known."""
+    if isinstance(node, cst.Name):
+        return {"True": True, "False": False, "None": False}.get(node.value)
+    if isinstance(node, cst.Integer):
+        return node.evaluated_value != 0
+    if isinstance(node, cst.SimpleString):
+        return bool(node.evaluated_value)
     return None

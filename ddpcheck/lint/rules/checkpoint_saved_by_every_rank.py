@@ -24,8 +24,14 @@ class CheckpointSavedByEveryRank(Rule):
 
     Reported at the `torch.save(...)` line — in the script or in the project module that holds
     it (`utils.save_checkpoint`) — when a file that uses DDP makes it run on every rank: no
-    rank-0 guard (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`...)
-    around it nor around any call on the way to it. The calls that lead there are given as
+    rank-0 guard (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`,
+    `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag given a rank test —
+    `Trainer(..., is_master=rank == 0)` then `if self.is_master:` —, `if self.writer is not
+    None:` where only rank 0 makes the writer, a rank-0 decorator such as `@rank_zero_only` or a
+    project decorator whose wrapper calls the function under a rank test...) around it nor
+    around any call on the way to it. A call whose arguments make the branch of the save dead
+    does not reach it (`save_or_load(cfg)` on every rank and `save_or_load(cfg, model=model)`
+    on rank 0, where the helper saves under `if model is not None:`). The calls that lead there are given as
     related locations (JSON `related`, SARIF `relatedLocations`). The ImageNet example's
     `if not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:` guards only
     the `mp.spawn` path: in a script torchrun can start (it reads `RANK`/`WORLD_SIZE`), it is true
@@ -127,6 +133,61 @@ class CheckpointSavedByEveryRank(Rule):
                         self._save_snapshot(epoch)
         """,
         """
+        # Rank guards as people write them: a decorator, an object only rank 0 makes, a flag
+        # passed in, the "not launched or rank 0" test.
+        import functools
+        import torch
+        import torch.distributed as dist
+        from torch.utils.tensorboard import SummaryWriter
+        def master_only(fn):
+            @functools.wraps(fn)
+            def wrapper(*args, **kwargs):
+                if dist.get_rank() == 0:
+                    return fn(*args, **kwargs)
+            return wrapper
+        @master_only
+        def export(model, path):
+            torch.save(model.state_dict(), path)
+        class Trainer:
+            def __init__(self, model, args, is_main):
+                self.model, self.args, self.is_main = model, args, is_main
+                self.writer = SummaryWriter(args.out) if is_main else None
+            def fit(self):
+                for epoch in range(self.args.epochs):
+                    if self.writer is not None:
+                        torch.save(self.model.module.state_dict(), "last.pt")
+                    if self.is_main:
+                        torch.save(self.args, "args.pt")
+                    if self.args.local_rank == -1 or dist.get_rank() == 0:
+                        torch.save(epoch, "epoch.pt")
+                    export(self.model.module, "model.pt")
+        def main():
+            dist.init_process_group("nccl")
+            Trainer(model, args, is_main=dist.get_rank() == 0).fit()
+        if __name__ == "__main__":
+            main()
+        """,
+        """
+        # The helper saves only when given a model: every rank calls it without one (to load).
+        import os
+        import torch
+        import torch.distributed as dist
+        def checkpoint(path, model=None):
+            if model is not None:
+                torch.save(model.state_dict(), path)
+            elif os.path.exists(path):
+                return torch.load(path, map_location="cpu")
+        def main():
+            dist.init_process_group("nccl")
+            state = checkpoint("last.pt")
+            for epoch in range(10):
+                train_one_epoch()
+                if dist.get_rank() == 0:
+                    checkpoint("last.pt", model.module)
+        if __name__ == "__main__":
+            main()
+        """,
+        """
         # Single-process branch of a script with a distributed mode.
         import torch
         import torch.distributed as dist
@@ -183,6 +244,8 @@ class CheckpointSavedByEveryRank(Rule):
         for site in model.paths.sites():
             target = self._file(site)
             if target is False or per_rank_or_memory(model, site, target or None):
+                continue
+            if model.paths.ranks(site) != "every":
                 continue
             chain = model.paths.every_rank(site)
             if chain is None:

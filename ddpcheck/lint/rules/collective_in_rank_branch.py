@@ -51,7 +51,9 @@ class CollectiveInRankBranch(Rule):
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`...). Also reported:
     a loop around a collective whose count is set only on rank 0 (`n = 0`, then `if rank == 0:
     n = len(keys)`, then `for i in range(n): dist.broadcast(...)`), so rank 0 runs the collective
-    a different number of times than the others; the count read back from a broadcast is fine.
+    a different number of times than the others; the count read back from a broadcast is fine,
+    and so is a count set again under the rank guard to the value every rank already has
+    (`epochs = opt.epochs`, then `if rank in (-1, 0): epochs = opt.epochs` on a resume path).
     Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
@@ -101,6 +103,19 @@ class CollectiveInRankBranch(Rule):
     )
 
     VALID = [
+        """
+        # A resume path sets the epoch count again, on rank 0, to what every rank already has.
+        import torch
+        import torch.distributed as dist
+        def train(opt):
+            epochs = opt.epochs
+            if dist.get_rank() == 0 and opt.resume:
+                model.load_state_dict(torch.load(opt.resume, map_location="cpu"))
+                epochs = opt.epochs
+            for epoch in range(epochs):
+                loss = torch.zeros(1)
+                dist.all_reduce(loss)
+        """,
         """
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -380,19 +395,15 @@ class CollectiveInRankBranch(Rule):
         for part in parts:
             if not isinstance(part, cst.Name):
                 continue
-            main: Guard | None = None
-            everywhere = False
-            for _, point in self.model.values.reaching(scope, part.value, at):
-                if point is None:
-                    return None  # where it is set is not known
-                kinds = [(g, self.model.paths.kind(module, g, scope)) for g in point.guards]
-                ranked = [g for g, kind in kinds if kind in ("main", "other", "flag")]
-                if not ranked:
-                    everywhere = True
-                elif main is None and any(kind == "main" for _, kind in kinds):
-                    main = next(g for g, kind in kinds if kind == "main")
-            if main is not None and everywhere:
-                return part.value, main
+            pairs = self.model.values.reaching(scope, part.value, at)
+            if any(point is None for _, point in pairs):
+                return None  # where it is set is not known
+            found = self.model.paths.set_by_rank(module, scope, part.value, at)
+            if found is None:
+                continue
+            guard, everywhere = found
+            if everywhere and self.model.paths.kind(module, guard, scope) == "main":
+                return part.value, guard
         return None
 
     def _describe(self, c: _Candidate) -> str:

@@ -27,8 +27,9 @@ class DdpStateDictPrefix(Rule):
 
     Informational, since a project may always load into a DDP model. Not reported when the file
     loads checkpoints into the DDP model itself, strips the prefix (`"module."` appears in the
-    file, or `consume_prefix_in_state_dict_if_present` is used), or saves
-    `ddp_model.module.state_dict()`.
+    file, or `consume_prefix_in_state_dict_if_present` is used), saves
+    `ddp_model.module.state_dict()`, or saves in a branch no run takes (`if log_every > 0:` in a
+    helper every caller leaves at its default 0).
 
     ## How to fix
     Save `ddp_model.module.state_dict()` (the fix does that; unsafe, since it changes the
@@ -152,7 +153,8 @@ class DdpStateDictPrefix(Rule):
 
     def finish(self) -> None:
         model = self.model
-        found = [(save, value, sd) for save, value, sd, where in saved_state_dicts(model) if self._of_ddp(where, save)]
+        found = [(save, value, sd) for save, value, sd, where in saved_state_dicts(model)
+                 if model.paths.restricted(save) != "never" and self._of_ddp(where, save)]
         if not found:
             return
         if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \

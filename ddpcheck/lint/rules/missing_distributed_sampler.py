@@ -26,7 +26,10 @@ class MissingDistributedSampler(Rule):
     — a torch one or a project subclass, also when a builder of another module makes it, and
     loaders built where `isinstance(dataset, IterableDataset)` holds (builders that take the
     dataset from a registry and choose the loader by its kind) —
-    loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler, and
+    loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler,
+    loaders given `**options` that may hold one (a dict whose keys cannot all be read: the
+    literal dicts, `{**a, **b}`, `dict(a, **b)` and `kw.update(...)` of torch's own DataLoader
+    are read), and
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
     themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
     on every rank costs time but is not wrong. A loader built by a function of another module of
@@ -174,7 +177,7 @@ class MissingDistributedSampler(Rule):
             return False  # a batch sampler decides the shards
         if values and not plainly_local(model, values):
             return False  # distributed, or something we cannot see into
-        if not values and site.has_star_kwargs:
+        if not values and site.has_star_kwargs and not self._options_known(site):
             return False  # options passed on whole: the sampler may be among them
         dataset = site.arg("dataset", 0)
         if dataset is not None and (self._iterable(site, dataset) or self._narrowed(site, dataset)):
@@ -183,6 +186,20 @@ class MissingDistributedSampler(Rule):
             return False
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
+        return True
+
+    def _options_known(self, site: CallSite) -> bool:
+        """Every `**options` of a call of torch's own DataLoader is a dict whose keys are all
+        known (literals, merges, `update`s) and none of them passes a sampler (a subclass takes
+        parameters of its own: `NeighborLoader(input_nodes=shard, **kwargs)`)."""
+        if self.model.api(site) != api.DATALOADER:
+            return False
+        for a in site.node.args:
+            if a.star != "**":
+                continue
+            keys = self.model.values.mapping_keys(site.module, a.value, site.scope, site.point)
+            if keys is None or keys & {"sampler", "batch_sampler"}:
+                return False
         return True
 
     def _narrowed(self, site: CallSite, dataset: cst.BaseExpression) -> bool:

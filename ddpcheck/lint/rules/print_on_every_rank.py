@@ -46,10 +46,12 @@ class PrintOnEveryRank(Rule):
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if is_main_process():`,
-    `cond and opt["rank"] == 0`, a flag assigned from one, `if writer is not None:` where the
-    other ranks set `writer = None`), `tqdm(..., disable=...)` and `tqdm(...) if is_main else
-    loader`, `print` replaced by `builtins.print` on the run (DeiT's `setup_for_distributed`, also
-    in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
+    `cond and opt["rank"] == 0`, `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag
+    assigned or passed from one — `Trainer(..., verbose=rank == 0)` then `if self.verbose:` —,
+    `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
+    decorator such as `@rank_zero_only`), calls of a logger only rank 0 has,
+    `tqdm(..., disable=...)` and `tqdm(...) if is_main else loader`, `print` replaced by
+    `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test, a logger factory that gives the
@@ -411,8 +413,7 @@ class PrintOnEveryRank(Rule):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
             if kind == "print" and print_silenced:
                 continue
-            if kind == "logging" and (self._logging_silenced() or not self._logger_visible(site)
-                                      or self._none_on_some_ranks(site)):
+            if kind == "logging" and (self._logging_silenced() or not self._logger_visible(site)):
                 continue
             if self._once(site):
                 continue
@@ -487,35 +488,7 @@ class PrintOnEveryRank(Rule):
 
     def _guarded(self, site: CallSite) -> bool:
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes."""
-        paths = self.model.paths
-        if paths.rank_guard(site, flags_count=False) or paths.main_only(site) or paths.never(site) \
-                or paths.imported_main(site):
-            return True
-        return any(self._exists_on_main_only(site, g) for g in site.guards)
-
-    def _exists_on_main_only(self, site: CallSite, guard: Guard) -> bool:
-        """`if log_writer is not None:` where every other rank set `log_writer = None`
-        (`writer = SummaryWriter(...) if rank == 0 else None`)."""
-        if guard.negated:
-            return False
-        test = guard.test
-        operands = [test.left, test.right] if isinstance(test, cst.BooleanOperation) \
-            and isinstance(test.operator, cst.And) else [test]
-        for operand in operands:
-            held = _tested_for_presence(operand)
-            if held is not None and self._none_on_other_ranks(site, held):
-                return True
-        return False
-
-    def _none_on_other_ranks(self, site: CallSite, expr: cst.BaseExpression) -> bool:
-        paths = self.model.paths
-        for value in self.model.values.at_call(site, expr):
-            node = value.node
-            if not (isinstance(node, cst.Name) and node.value == "None"):
-                continue
-            if value.at is not None and any(paths.kind(value.module, g, value.scope) == "other" for g in value.at.guards):
-                return True
-        return False
+        return self.model.paths.restricted(site) in ("never", "main", "node", "other")
 
     def _runs_on_every_rank(self, site: CallSite) -> bool:
         """Every rank runs `site`: its function is an entry or called on every rank. A function
@@ -620,19 +593,6 @@ class PrintOnEveryRank(Rule):
                 name = self.model.qualname(site.module, sub.func, site.scope) or ""
                 if name.startswith("torch.") and not name.startswith(_NOT_DATA):
                     return True
-        return False
-
-    def _none_on_some_ranks(self, site: CallSite) -> bool:
-        """The logger is set to None on some ranks (`if rank != 0: logger = None`): the code
-        cannot call it there, so the call is guarded somewhere (often by another variable)."""
-        receiver = site.receiver
-        if receiver is None:
-            return False
-        paths = self.model.paths
-        for value in self.model.values.at_call(site, receiver):
-            if isinstance(value.node, cst.Name) and value.node.value == "None" and value.at is not None \
-                    and any(paths.kind(value.module, g, value.scope) in ("main", "other") for g in value.at.guards):
-                return True
         return False
 
     def _ranked_log_setup(self, site: CallSite) -> bool:
@@ -745,18 +705,6 @@ def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
                 if isinstance(bound, cst.CSTNode) and bound is not test and _grows_with_world(bound, scope, depth - 1):
                     return True
     return False
-
-
-def _tested_for_presence(test: cst.BaseExpression) -> cst.BaseExpression | None:
-    """`x is not None` or a bare `x`: the expression tested."""
-    if isinstance(test, (cst.Name, cst.Attribute)):
-        return test
-    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
-        comp = test.comparisons[0]
-        if isinstance(comp.operator, cst.IsNot) and isinstance(comp.comparator, cst.Name) \
-                and comp.comparator.value == "None" and isinstance(test.left, (cst.Name, cst.Attribute)):
-            return test.left
-    return None
 
 
 def _names(target: cst.BaseExpression) -> set[str]:

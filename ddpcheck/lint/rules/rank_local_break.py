@@ -190,10 +190,9 @@ class RankLocalBreak(Rule):
             elif isinstance(node, cst.Name) and depth > 0:
                 # Updated under a rank condition (`if rank == 0: stale_epochs += 1`): each rank
                 # holds its own value.
-                for point in scope.points.get(node.value, []):
-                    if point is not None and any(self.model.paths.kind(root, g, scope) in ("main", "other")
-                                                 for g in point.guards):
-                        return True
+                # (Set again to the value every rank has is not a rank's own value.)
+                if self.model.paths.set_by_rank(root, scope, node.value, flags=False) is not None:
+                    return True
                 for value in scope.assignments.get(node.value, []):
                     if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1):
                         return True

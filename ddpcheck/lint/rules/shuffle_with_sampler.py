@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import distributed_sampler
+from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import argument, is_false, is_true
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -19,12 +23,16 @@ class ShuffleWithSampler(Rule):
     It often hides behind a flag: the single-GPU path passes `sampler=None` and works, and only the
     distributed run crashes.
 
-    Reported when `shuffle` is literally `True` (passed directly, or through `**kwargs` built as a
-    dict, `kwargs.update({...})` or `kwargs["shuffle"] = True` outside any condition the loader
-    is not under) and the `sampler=`/`batch_sampler=` argument is, on some path, a sampler the
-    code builds (a torch sampler or a project subclass of `Sampler`, followed through
-    assignments, builders and both arms of `x if cond else None`). `shuffle=(sampler is None)`
-    and other computed values are not reported.
+    Reported when `shuffle` is `True` (passed directly, through a variable or a parameter's
+    default, or through `**kwargs` built as a dict, merged with `{**a, **b}` or `dict(a, **b)`,
+    `kwargs.update(...)` or `kwargs["shuffle"] = True` outside any condition the loader is not
+    under) and, on the same path, the `sampler=`/`batch_sampler=` argument is a sampler the code
+    builds (a torch sampler or a project subclass of `Sampler`, followed through assignments,
+    builders and both arms of `x if cond else None`). A path is one call of the function that
+    builds the loader (`build(ds, sampler=s, shuffle=False)` and `build(ds)` are two loaders,
+    neither wrong), and values set in opposite arms of one `if` (`sampler = DistributedSampler(ds);
+    shuffle = False` / `else: sampler = None; shuffle = True`) never meet. `shuffle=(sampler is
+    None)` and other computed values (`shuffle=is_train and sampler is None`) are not reported.
 
     ## How to fix
     Drop `shuffle=True`: a `DistributedSampler` shuffles by itself (its `shuffle` defaults to
@@ -51,6 +59,23 @@ class ShuffleWithSampler(Rule):
     )
 
     VALID = [
+        """
+        # Sampler and shuffle chosen together on each path; each call of the helper passes the
+        # shuffle that goes with its sampler.
+        import torch
+        from torch.utils.data import DataLoader, DistributedSampler
+        def make_loader(ds, sampler=None, shuffle=True):
+            return DataLoader(ds, batch_size=32, shuffle=shuffle, sampler=sampler)
+        if torch.cuda.device_count() > 1:
+            sampler = DistributedSampler(train_set)
+            shuffle = False
+        else:
+            sampler = None
+            shuffle = True
+        loader = DataLoader(train_set, batch_size=32, shuffle=shuffle, sampler=sampler)
+        train_loader = make_loader(train_set, sampler=DistributedSampler(train_set), shuffle=False)
+        val_loader = make_loader(val_set)
+        """,
         """
         from torch.utils.data import DataLoader, DistributedSampler
         sampler = DistributedSampler(dataset)
@@ -142,6 +167,22 @@ class ShuffleWithSampler(Rule):
             """,
             lines=(3,),
         ),
+        Invalid(
+            """
+            # A helper's default shuffle=True meets the sampler one caller passes; options merged
+            # from dicts (`update`, `{**a, **b}`) carry shuffle=True in.
+            from torch.utils.data import DataLoader, DistributedSampler
+            def make_loader(ds, sampler=None, shuffle=True):
+                return DataLoader(ds, batch_size=32, shuffle=shuffle, sampler=sampler)
+            train_loader = make_loader(train_set, sampler=DistributedSampler(train_set))
+            base = {"batch_size": 64}
+            cuda = {"num_workers": 2, "pin_memory": True, "shuffle": True}
+            base.update(cuda)
+            aux_loader = DataLoader(aux_set, sampler=DistributedSampler(aux_set), **base)
+            more_loader = DataLoader(aux_set, sampler=DistributedSampler(aux_set), **{**base, **cuda})
+            """,
+            lines=(5, 10, 11),
+        ),
     ]
 
     def finish(self) -> None:
@@ -150,22 +191,43 @@ class ShuffleWithSampler(Rule):
             if not model.makes(site, api.DATALOADER):
                 continue
             shuffle = site.arg("shuffle", 2)
-            if shuffle is not None:
-                if not is_true(shuffle):
-                    continue
-            elif not any(is_true(v.node) for v in model.values.keyword(site, "shuffle", 2)):
+            if shuffle is not None and is_false(shuffle):
                 continue
+            found = self._on_one_path(site)
+            if found is None:
+                continue
+            keyword, values, through = found
+            where = shuffle if shuffle is not None else site.node
+            fix = None
+            if shuffle is not None and is_true(shuffle):
+                position = 3 if keyword == "sampler" else 4
+                sampler = site.arg(keyword, position)
+                built = distributed_sampler(model, values, keyword == "batch_sampler")
+                shuffles = built is not None and built.call is not None and not is_false(
+                    argument(built.call, "shuffle", 3))
+                fix = remedies.shuffle_with_sampler(site.node, shuffle, sampler, values, shuffles)
+            related = model.paths.chain(site) + ([through] if through is not None else [])
+            self.report(where, self.MESSAGE.format(arg=keyword), fix=fix, module=site.module, related=related)
+
+    def _on_one_path(self, site: CallSite) -> tuple[str, list[Value], CallSite | None] | None:
+        """The sampler argument (and its values) that is a sampler the code builds where
+        `shuffle` is True on the same path: one call of the loader's function at a time
+        (`build(ds, sampler=s, shuffle=False)` and `build(ds)` are two loaders), and not from
+        opposite arms of one `if` (`sampler = DistributedSampler(ds); shuffle = False` /
+        `else: sampler = None; shuffle = True`). With the call of the function that makes that
+        path, when there is one."""
+        model = self.model
+        for frame in model.values.frames(site):
             for keyword, position in (("sampler", 3), ("batch_sampler", 4)):
-                values = model.values.keyword(site, keyword, position)
-                if any(model.constructs(v, api.SAMPLER) for v in values):
-                    where = shuffle if shuffle is not None else site.node
-                    fix = None
-                    if shuffle is not None:
-                        sampler = site.arg(keyword, position)
-                        found = distributed_sampler(model, values, keyword == "batch_sampler")
-                        shuffles = found is not None and found.call is not None and not is_false(
-                            argument(found.call, "shuffle", 3))
-                        fix = remedies.shuffle_with_sampler(site.node, shuffle, sampler, values, shuffles)
-                    self.report(where, self.MESSAGE.format(arg=keyword), fix=fix, module=site.module,
-                                related=model.paths.chain(site))
-                    break
+                values = model.values.keyword(site, keyword, position, frame)
+                for built in values:
+                    if not model.constructs(built, api.SAMPLER):
+                        continue
+                    # What shuffle is where this sampler is made (a `shuffle = False` beside it
+                    # hides an earlier `shuffle = True`).
+                    at = model.values.along(site, built)
+                    if any(is_true(v.node) and model.values.compatible(built, v)
+                           and not any(isinstance(g.node, cst.BooleanOperation) for g in v.arms)
+                           for v in model.values.keyword(site, "shuffle", 2, frame, at)):
+                        return keyword, values, frame.call if frame is not None else None
+        return None
