@@ -45,9 +45,9 @@ def lint_command(ctx: typer.Context) -> None:
     """Lint training scripts statically (never imports or runs them)."""
     # cli.main hands `ddpcheck lint ...` to lint/arguments.py before this app is built; this
     # entry lists the command in `ddpcheck --help`.
-    from ddpcheck.cli import _lint
+    from ddpcheck import commands
 
-    raise typer.Exit(_lint(list(ctx.args)))
+    raise typer.Exit(commands.lint(list(ctx.args)))
 
 
 @app.command("rules")
@@ -117,8 +117,8 @@ def config_command(
 def run_command(ctx: typer.Context) -> None:
     """Run a training script on torchrun and check it across ranks: ddpcheck run --nproc N script.py [ARGS...]
     (`ddpcheck run --help` for the options)."""
-    from ddpcheck.cli import _run
+    from ddpcheck import commands
 
-    raise typer.Exit(_run(list(ctx.args)))
+    raise typer.Exit(commands.run(list(ctx.args)))
 
 

@@ -2,7 +2,8 @@
 
 Thin on purpose: parsing and wording live here, work lives in lint/, run/ and report/. Importing
 this module imports neither torch nor libcst. `lint` has a parser of its own (lint/arguments.py)
-so that a pre-commit run does not pay for typer's parameter machinery; the other commands are a
+so that a pre-commit run does not pay for typer's parameter machinery (commands.py holds lint and run,
+which cli and app both reach); the other commands are a
 typer app (app.py).
 """
 
@@ -11,47 +12,12 @@ from __future__ import annotations
 import os
 import sys
 
+from ddpcheck import commands
 from ddpcheck.errors import UserError
-
-
-def _use_color(stream: object) -> bool:
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return hasattr(stream, "isatty") and stream.isatty()
 
 
 def _error(message: str) -> None:
     print(f"ddpcheck: error: {message}", file=sys.stderr)
-
-
-def _lint(argv: list[str]) -> int:
-    from ddpcheck.lint.arguments import UsageError, parse, usage_error
-
-    try:
-        options = parse(argv, color=_use_color(sys.stdout))
-    except UsageError as err:
-        sys.stderr.write(usage_error(str(err)))
-        return 2
-    if options is None:  # --help
-        return 0
-    from ddpcheck.lint.command import run_lint
-
-    return run_lint(options)
-
-
-def _run(argv: list[str]) -> int:
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        raise UserError(
-            "`ddpcheck run` needs PyTorch, which is not installed; install it with "
-            "`pip install 'ddpcheck[run]'` (or install a torch build for your platform first)"
-        )
-    from ddpcheck.run.launcher.entry import main as run_main
-
-    return run_main(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -60,9 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if argv[:1] == ["run"]:
             # The run command's arguments belong to torchrun and the user's script: pass them raw.
-            sys.exit(_run(argv[1:]))
+            sys.exit(commands.run(argv[1:]))
         if argv[:1] == ["lint"]:
-            sys.exit(_lint(argv[1:]))
+            sys.exit(commands.lint(argv[1:]))
         from ddpcheck.app import app
 
         app(args=argv, prog_name="ddpcheck")

@@ -1,0 +1,47 @@
+"""The two commands that do not go through typer: `ddpcheck lint` (its own light parser, so a
+pre-commit run does not pay for typer) and `ddpcheck run` (its arguments belong to torchrun and the
+user's script). cli.py dispatches to them directly; app.py lists them in `ddpcheck --help`.
+Importing this module imports neither torch nor libcst."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from ddpcheck.errors import UserError
+
+
+def _use_color(stream: object) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return hasattr(stream, "isatty") and stream.isatty()
+
+
+def lint(argv: list[str]) -> int:
+    from ddpcheck.lint.arguments import UsageError, parse, usage_error
+
+    try:
+        options = parse(argv, color=_use_color(sys.stdout))
+    except UsageError as err:
+        sys.stderr.write(usage_error(str(err)))
+        return 2
+    if options is None:  # --help
+        return 0
+    from ddpcheck.lint.command import run_lint
+
+    return run_lint(options)
+
+
+def run(argv: list[str]) -> int:
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise UserError(
+            "`ddpcheck run` needs PyTorch, which is not installed; install it with "
+            "`pip install 'ddpcheck[run]'` (or install a torch build for your platform first)"
+        )
+    from ddpcheck.run.launcher.entry import main as run_main
+
+    return run_main(argv)
