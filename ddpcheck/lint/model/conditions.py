@@ -309,4 +309,18 @@ def is_wrapped_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
             classes = [e.value for e in second.elements] if isinstance(second, cst.Tuple) else [second]
             if any(resolve(c) == api.DDP for c in classes):
                 return True  # (`isinstance(m, DataParallel)` alone says nothing about DDP)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and _is_type_call(test.left):
+        # `type(m) in (DataParallel, DistributedDataParallel)`, `type(m) is DDP`
+        target = test.comparisons[0]
+        classes = [e.value for e in target.comparator.elements] \
+            if isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)) else [target.comparator]
+        if any(resolve(c) == api.DDP for c in classes):
+            if isinstance(target.operator, (cst.In, cst.Is, cst.Equal)):
+                return True
+            if isinstance(target.operator, (cst.NotIn, cst.IsNot, cst.NotEqual)):
+                return False
     return None
+
+
+def _is_type_call(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Call) and dotted(expr.func) == "type" and len(expr.args) == 1

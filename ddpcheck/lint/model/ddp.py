@@ -329,24 +329,31 @@ _RANK_WRAPPERS = frozenset({"int", "str"})
 def global_rank_source(model: Model, value: Value, depth: int = 3) -> str | None:
     """`dist.get_rank()` or the RANK environment variable, as the user wrote it, when a leaf is
     (or converts) one."""
+    found = global_rank_origin(model, value, depth)
+    return found[0] if found else None
+
+
+def global_rank_origin(model: Model, value: Value, depth: int = 3) -> tuple[str, Value] | None:
+    """As `global_rank_source`, with the leaf that reads the rank: uses of one read share it, so
+    a rule can report the read once rather than every place its value goes."""
     node = value.node
     if isinstance(node, cst.Call):
         name = model.api_of(value)
         if name in api.GLOBAL_RANK_CALLS:
             if argument(node, "group", 0) is not None:
                 return None  # the rank within a group (a node-local group gives the local rank)
-            return "dist.get_rank()"
+            return "dist.get_rank()", value
         if name is not None and name.startswith(api.MPI_COMM_WORLD + ".") \
                 and name.rsplit(".", 1)[1] in api.MPI_RANK_METHODS:
-            return "MPI.COMM_WORLD.Get_rank()"  # the rank among every process of the job
+            return "MPI.COMM_WORLD.Get_rank()", value  # the rank among every process of the job
         if name in api.ENV_GETTERS:
             key = string_text(argument(node, "key", 0))
             if key in api.GLOBAL_RANK_ENV:
-                return f'os.environ["{key}"]'
+                return f'os.environ["{key}"]', value
             return None
         if dotted(node.func) in _RANK_WRAPPERS and node.args and depth > 0:
             for inner in model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at):
-                found = global_rank_source(model, inner, depth - 1)
+                found = global_rank_origin(model, inner, depth - 1)
                 if found:
                     return found
         return None
@@ -356,7 +363,7 @@ def global_rank_source(model: Model, value: Value, depth: int = 3) -> str | None
         if named == "environ" and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
             key = string_text(node.slice[0].slice.value)
             if key in api.GLOBAL_RANK_ENV:
-                return f'os.environ["{key}"]'
+                return f'os.environ["{key}"]', value
     return None
 
 

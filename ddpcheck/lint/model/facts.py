@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import libcst as cst
+
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.module import CallSite, ModuleModel
@@ -35,12 +37,24 @@ CALL_FACTS: dict[str, frozenset[str]] = {
     "gather": api.GATHERS,
 }
 METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no_sync",
-                "load_state_dict": "load_state_dict"}
+                "load_state_dict": "load_state_dict", "eval": "eval_mode"}
 BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
 # `with torch_distributed_zero_first(rank):` — a context manager pairs its barriers across ranks,
 # so the collectives it performs are balanced by construction.
 _BALANCED_BY_CONTEXT = frozenset({"collective", "barrier", "all_reduce"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
+
+
+def _training_only(site: CallSite) -> bool:
+    """A call under `if self.training:` in a network's method: it runs in training mode only,
+    not in an evaluation that called `model.eval()` first ("collective" is still recorded, and
+    "collective_any_mode" only for collectives that run in either mode)."""
+    for guard in site.guards:
+        test = guard.test
+        if not guard.negated and isinstance(test, cst.Attribute) and test.attr.value == "training" \
+                and isinstance(test.value, cst.Name) and test.value.value == "self":
+            return True
+    return False
 
 
 class Facts:
@@ -67,6 +81,8 @@ class Facts:
                     found.add(fact)
             if api.is_collective(name):
                 found.add("collective")
+                if not _training_only(site):
+                    found.add("collective_any_mode")
             if name == api.INIT_PROCESS_GROUP and site.has_keyword("device_id"):
                 found.add("set_device")
             if name in api.ENV_GETTERS and name != "os.environ.setdefault":
@@ -101,6 +117,8 @@ class Facts:
         return result
 
     def _passed_on(self, site: CallSite, inherited: frozenset[str]) -> frozenset[str]:
+        if "collective_any_mode" in inherited and _training_only(site):
+            inherited = inherited - {"collective_any_mode"}
         if inherited & _BALANCED_BY_CONTEXT and self._opens_with(site):
             return inherited - _BALANCED_BY_CONTEXT
         return inherited

@@ -45,6 +45,23 @@ class Point:
         arms = {(id(g.node), g.negated) for g in use.guards}
         return not any((id(g.node), not g.negated) in arms for g in self.guards)
 
+    def arm_before(self, use: Point) -> tuple[int, bool] | None:
+        """When this point sits directly in one arm of an `if`/`else` that always runs before
+        `use` (the `if` is under no condition or loop that `use` is not also under, and `use` is
+        in neither arm): that `if` and the arm. A binding in each arm hides earlier ones."""
+        if not self.guards or self.tick >= use.tick or any(loop not in use.loops for loop in self.loops):
+            return None
+        *outer, last = self.guards
+        if not isinstance(last.node, cst.If) or last.node.orelse is None \
+                or not isinstance(last.node.orelse, cst.Else):
+            return None
+        held = {(id(g.node), g.negated) for g in use.guards}
+        if (id(last.node), False) in held or (id(last.node), True) in held:
+            return None
+        if not all((id(g.node), g.negated) in held for g in outer):
+            return None
+        return id(last.node), last.negated
+
     def dominates(self, use: Point) -> bool:
         """A binding made here always happens before `use` and hides earlier ones: it comes
         first, under no condition and in no loop that `use` is not also under."""
@@ -167,6 +184,7 @@ class Scope:
         if len(points) != len(values):
             return values
         found: list[Binding] = []
+        arms: dict[int, set[bool]] = {}
         for value, point in sorted(zip(values, points), key=lambda vp: vp[1].tick if vp[1] else -1, reverse=True):
             if point is None:
                 found.append(value)
@@ -176,6 +194,12 @@ class Scope:
             found.append(value)
             if point.dominates(use):
                 break
+            arm = point.arm_before(use)
+            if arm is not None:
+                sides = arms.setdefault(arm[0], set())
+                sides.add(arm[1])
+                if len(sides) == 2:
+                    break  # bound in both arms of an `if`/`else` that runs before the use
         found.reverse()
         return found
 

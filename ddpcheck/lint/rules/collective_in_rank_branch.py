@@ -14,7 +14,7 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 if TYPE_CHECKING:
@@ -342,7 +342,7 @@ class CollectiveInRankBranch(Rule):
                 kind = "forward"
             elif self._forwards_ddp_argument(site):
                 kind = "helper_forward"
-            elif "collective" in model.facts.of_call(site):
+            elif self._performs_collective(model.facts.of_call(site)):
                 kind = "helper"
             else:
                 continue
@@ -406,6 +406,12 @@ class CollectiveInRankBranch(Rule):
                 return part.value, guard
         return None
 
+    @staticmethod
+    def _performs_collective(facts: frozenset[str]) -> bool:
+        """A collective that runs only in training mode (under `if self.training:`) does not run
+        in an evaluation that puts the model in eval mode (`model.eval()`) first."""
+        return "collective" in facts and ("collective_any_mode" in facts or "eval_mode" not in facts)
+
     def _describe(self, c: _Candidate) -> str:
         guard = c.guard
         test = " ".join(c.call.module.code(guard.test).split())
@@ -434,7 +440,9 @@ class CollectiveInRankBranch(Rule):
 
     def _forwards_ddp_argument(self, site: CallSite) -> bool:
         """`evaluate(model, loader)` where `model` holds the DDP wrapper and the function of the
-        project runs its forward (`model(x)`), itself or in a function it hands it to."""
+        project runs its forward (`model(x)`), itself or in a function it hands it to. The
+        callee is read with this call's arguments, so a function that first unwraps what it is
+        given (`if hasattr(model, "module"): model = model.module`) runs the plain module."""
         for callee, bound in self.model.graph.targets(site):
             for param in callee.params():
                 passed = self.model.graph.argument_for(site, callee, param, bound)
@@ -442,21 +450,28 @@ class CollectiveInRankBranch(Rule):
                     continue
                 if any(is_ddp(self.model, v) and before(v, site) and self._broadcasts(v)
                        for v in self.model.values.at_call(site, passed)):
-                    if self._calls_param(callee, param.name, 5):
+                    if self._calls_ddp(Frame(callee, site, None, bound), param.name, 5):
                         return True
         return False
 
-    def _calls_param(self, function: Function, name: str, depth: int) -> bool:
+    def _calls_ddp(self, frame: Frame, name: str, depth: int) -> bool:
+        """Whether `frame`'s function calls the DDP wrapper it was handed as `name`."""
+        function = frame.function
+        values = self.model.values
         for call in function.module.calls_in(function.qualname):
             if call.dotted == name:
-                return True
-            if depth > 0 and any(dotted(a.value) == name for a in call.node.args):
+                if any(is_ddp(self.model, v) for v in values.at_call(call, call.node.func, frame)):
+                    return True
+            elif depth > 0 and any(dotted(a.value) == name for a in call.node.args):
                 for callee, bound in self.model.graph.targets(call):
                     for param in callee.params():
                         passed = self.model.graph.argument_for(call, callee, param, bound)
-                        if isinstance(passed, cst.BaseExpression) and dotted(passed) == name:
-                            if self._calls_param(callee, param.name, depth - 1):
-                                return True
+                        if not isinstance(passed, cst.BaseExpression) or dotted(passed) != name:
+                            continue
+                        if not any(is_ddp(self.model, v) for v in values.at_call(call, passed, frame)):
+                            continue
+                        if self._calls_ddp(Frame(callee, call, frame, bound), param.name, depth - 1):
+                            return True
         return False
 
     def _broadcasts(self, wrap: Value) -> bool:

@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import global_rank_source
+from ddpcheck.lint.model.ddp import global_rank_origin
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import int_value, string_text
 from ddpcheck.lint.model.values import Value
@@ -117,7 +117,7 @@ class GlobalRankAsDevice(Rule):
             device = torch.device("cuda", rank)
             model = DDP(model.to(f"cuda:{rank}"), device_ids=[rank])
             """,
-            lines=(5, 6, 6),
+            lines=(5,),
         ),
         Invalid(
             """
@@ -141,26 +141,41 @@ class GlobalRankAsDevice(Rule):
     ]
 
     def finish(self) -> None:
+        # One finding per read of the rank: the fix goes where the rank is read (or chosen), and
+        # a value used as the device in twenty places would otherwise bury the report.
         model = self.model
+        uses: dict[tuple[int, int], list[tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str]]] = {}
+        origins: dict[tuple[int, int], Value] = {}
         for site in model.paths.sites():
             for index in self._device_indices(site):
                 for expr in _index_values(index):
-                    source = self._source(site, expr)
-                    if source:
-                        text = " ".join(site.module.code(expr).split())
-                        message = self.MODULO_MESSAGE if "%" in source else self.MESSAGE
-                        self.report(index, message.format(index=text, source=source), module=site.module,
-                                    related=model.paths.chain(site))
+                    found = self._origin(site, expr)
+                    if found:
+                        source, origin = found
+                        uses.setdefault((id(origin.module), id(origin.node)), []).append((site, index, expr, source))
+                        origins[(id(origin.module), id(origin.node))] = origin
                         break
+        for key, group in uses.items():
+            # Shown where the value is read and first used (its own function), not wherever the
+            # walk met it first.
+            origin = origins[key]
+            group.sort(key=lambda use: (use[0].module is not origin.module, use[0].scope is not origin.scope))
+            site, index, expr, source = group[0]
+            text = " ".join(site.module.code(expr).split())
+            message = (self.MODULO_MESSAGE if "%" in source else self.MESSAGE).format(index=text, source=source)
+            more = len({id(i) for _, i, _, _ in group[1:]} - {id(index)})
+            if more:
+                message += f" (the same value is the device in {more} more place{'s' if more > 1 else ''})"
+            self.report(index, message, module=site.module, related=model.paths.chain(site))
 
-    def _source(self, site: CallSite, expr: cst.BaseExpression) -> str | None:
+    def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value] | None:
         for value in self.model.values.at_call(site, expr):
-            found = global_rank_source(self.model, value) or self._modulo_constant(value)
+            found = global_rank_origin(self.model, value) or self._modulo_constant(value)
             if found:
                 return found
         return None
 
-    def _modulo_constant(self, value: Value) -> str | None:
+    def _modulo_constant(self, value: Value) -> tuple[str, Value] | None:
         """`rank % 8` (or `% GPUS_PER_NODE` set to a literal): the global rank folded by a fixed
         GPU count, right only on nodes that have exactly that many GPUs. `rank %
         torch.cuda.device_count()` asks the machine and is not reported."""
@@ -173,9 +188,9 @@ class GlobalRankAsDevice(Rule):
         if len(literals) != 1 or None in literals:
             return None
         for inner in model.values.of(value.module, node.left, value.scope, value.frame, at=value.at):
-            found = global_rank_source(model, inner)
+            found = global_rank_origin(model, inner)
             if found:
-                return f"{found} % {literals.pop()}"
+                return f"{found[0]} % {literals.pop()}", found[1]
         return None
 
     def _device_indices(self, site: CallSite) -> list[cst.BaseExpression]:

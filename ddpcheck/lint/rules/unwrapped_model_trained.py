@@ -29,7 +29,10 @@ class UnwrappedModelTrained(Rule):
     else model` in a helper, a property that returns `self.model.module`, a method of the inner
     module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
     step function when that method runs the network's own layers), a step function that returns
-    the loss to a loop that calls backward. Not reported: calls of the inner module under `torch.no_grad()` /
+    the loss to a loop that calls backward. Not reported: a method of the inner module called in
+    a step whose forward goes through the DDP wrapper (`model.module.reset()` each epoch,
+    `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
+    synchronised forward); calls of the inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
@@ -49,6 +52,18 @@ class UnwrappedModelTrained(Rule):
     severity = Severity.ERROR
 
     VALID = [
+        """
+        # Upkeep of the inner module beside a forward through the wrapper.
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        ddp = DDP(net)
+        for epoch in range(10):
+            ddp.module.reset_memory()
+            for x in loader:
+                ddp.module.update_memory(x)
+                loss = ddp(x).sum()
+                loss.backward()
+        """,
         """
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -195,7 +210,7 @@ class UnwrappedModelTrained(Rule):
         found = self._match(site, values, inner)
         if found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
                 and all(v.node is func for v in values) and not _on_self(func) \
-                and (site.loops or self._runs_layers(site)):
+                and ((site.loops and not self._runs_no_layers(site)) or self._runs_layers(site)):
             # A method of the module (`model.module.encode(x)`), counted in a loop, or in a
             # step function when the method runs the network's layers
             # (`self._get_model().compute_loss(batch)`): a one-off call
@@ -204,7 +219,41 @@ class UnwrappedModelTrained(Rule):
             if any(is_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
+            if found is not None and self._step_calls_wrapper(site):
+                return None  # the step's forward goes through DDP; this is side work (memory, reset)
         return found
+
+    def _step_calls_wrapper(self, site: CallSite) -> bool:
+        """Whether the training step around `site` (its innermost loop, else its function) also
+        calls the DDP wrapper: then the loss comes from DDP's forward, and a method of the inner
+        module called beside it (`model.module.reset()`, `model.module.update_memory(b)`) is
+        state upkeep, not a forward that bypasses the hooks."""
+        loop = site.loops[-1] if site.loops else None
+        for other in site.module.calls_in(site.scope.qualname):
+            if other is site or (loop is not None and loop not in other.loops):
+                continue
+            func = other.node.func
+            if other.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
+                continue
+            if any(is_ddp(self.model, v) for v in self.model.values.at_call(other, func)):
+                return True
+        return False
+
+    def _runs_no_layers(self, site: CallSite) -> bool:
+        """A method of the project's network that runs none of its layers (`reset()` clearing a
+        buffer): not a forward, in a loop or not."""
+        func = site.node.func
+        assert isinstance(func, cst.Attribute)
+        graph = self.model.graph
+        callees = [f for f, _ in graph.targets(site)]
+        if not callees:  # `model.module.reset()`: the method of the class the wrapper holds
+            for value in self.model.values.at_call(site, func.value):
+                instance = graph.instance_of(value)
+                method = graph.method(*instance, func.attr.value) if instance is not None else None
+                if method is None:
+                    return False
+                callees.append(method)
+        return bool(callees) and not any(runs_layers(self.model, f) for f in callees)
 
     def _runs_layers(self, site: CallSite) -> bool:
         callees = self.model.graph.targets(site)
