@@ -21,6 +21,9 @@ import pytest
 
 from tests.conftest import ROOT
 
+# pre-commit builds the hook's environment (a pip install) the first time: up to 600 s by its own limit.
+pytestmark = pytest.mark.timeout(1500)
+
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 GOOD = textwrap.dedent(
