@@ -1,60 +1,87 @@
-"""Every code ddpcheck can report — static rules, runtime checks, tool diagnostics — collected.
+"""Every code ddpcheck can report — static rules, runtime checks, tool diagnostics — in one catalogue.
 
-The metadata and the page live on classes (ddpcheck/describe.py); this module discovers them.
-It never imports torch or libcst itself: `ddpcheck rules`, `explain` and code validation stay light.
+The classes register themselves when they are defined (ddpcheck/describe.py); this module loads
+the modules that define them and answers questions about the result. It imports neither half:
+the halves are named below as the packages that register codes, and loaded only when a
+question needs them, so `ddpcheck rules`, `explain` and code validation stay light, and linting
+never loads the runtime checks unless a selection or a `# noqa` names one.
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import pkgutil
-import re
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import TypeVar
 
-from ddpcheck.describe import DOCS_URL, Described, RuleInfo, render_page
+from ddpcheck import tool_codes
+from ddpcheck.describe import DOCS_URL, Described, RuleInfo, registered, render_page
 
-__all__ = ["DOCS_URL", "Described", "RuleInfo", "all_rules", "render_page", "subclasses_in"]
+__all__ = ["DOCS_URL", "Described", "Known", "RuleInfo", "all_rules", "classes", "complete", "lint_codes",
+           "render_page"]
 
-_Base = TypeVar("_Base")
+# kind -> the packages whose modules define that kind's classes. ddpcheck's own codes ("tool")
+# live in the shared base and are always loaded.
+SOURCES: dict[str, str] = {
+    "lint": "ddpcheck.lint.rules",
+    "run": "ddpcheck.run.checks",
+}
+_TOOL = tool_codes.TOOL_CODES  # imported for its registrations
 
 
-def subclasses_in(package: str, base: type[_Base]) -> list[type[_Base]]:
-    """Import every module of `package` and return the concrete subclasses of `base` defined there."""
-    pkg = importlib.import_module(package)
-    found: list[type[_Base]] = []
-    for mod in pkgutil.iter_modules(pkg.__path__, package + "."):
-        module = importlib.import_module(mod.name)
-        for obj in vars(module).values():
-            if (
-                inspect.isclass(obj)
-                and issubclass(obj, base)
-                and obj.__module__ == module.__name__
-                and "code" in vars(obj)
-            ):
-                found.append(obj)
-    return found
+@lru_cache(maxsize=None)
+def _load(kind: str) -> None:
+    """Import every module of the package that defines `kind`'s classes (they register)."""
+    package = importlib.import_module(SOURCES[kind])
+    for module in pkgutil.iter_modules(package.__path__, package.__name__ + "."):
+        importlib.import_module(module.name)
+
+
+def classes(*kinds: str) -> dict[str, type[Described]]:
+    """Code → class for the given kinds ("lint", "run", "tool"), sorted by code."""
+    for kind in kinds:
+        if kind in SOURCES:
+            _load(kind)
+    return dict(sorted((code, cls) for code, cls in registered().items() if cls.kind in kinds))
+
+
+def _infos(*kinds: str) -> dict[str, RuleInfo]:
+    return {code: cls.info() for code, cls in classes(*kinds).items()}
 
 
 @lru_cache(maxsize=1)
 def all_rules() -> dict[str, RuleInfo]:
     """Code → RuleInfo for everything, sorted by code."""
-    from ddpcheck.lint.rule import Rule
-    from ddpcheck.lint.tool_codes import TOOL_CODES
-    from ddpcheck.run.registry import RuntimeCheck
-
-    infos = [c.info() for c in subclasses_in("ddpcheck.lint.rules", Rule)]
-    infos += [c.info() for c in subclasses_in("ddpcheck.run.checks", RuntimeCheck)]
-    infos += [c.info() for c in TOOL_CODES]
-    by_code: dict[str, RuleInfo] = {}
-    for info in infos:
-        if info.code in by_code:
-            raise RuntimeError(f"duplicate rule code {info.code}: {info.name} and {by_code[info.code].name}")
-        if not re.fullmatch(r"DDP\d{3}", info.code):
-            raise RuntimeError(f"bad rule code {info.code!r} on {info.name}")
-        by_code[info.code] = info
-    return dict(sorted(by_code.items()))
+    return _infos("lint", "run", "tool")
 
 
-_subclasses_in = subclasses_in  # ddpcheck.run.verdicts imports it under this name
+class Known(dict[str, RuleInfo]):
+    """Code → RuleInfo: the static rules and tool codes, and the runtime checks once
+    `with_runtime()` has been called."""
+
+    def __init__(self, infos: dict[str, RuleInfo]) -> None:
+        super().__init__(infos)
+        self.complete = False
+
+    def with_runtime(self) -> Known:
+        if not self.complete:
+            # Loading every runtime check module costs more than the rest of a one-file lint;
+            # only a selection or a `# noqa` that names a runtime code asks for it.
+            for code, info in _infos("run").items():
+                self.setdefault(code, info)
+            ordered = dict(sorted(self.items()))
+            self.clear()
+            self.update(ordered)
+            self.complete = True
+        return self
+
+
+@lru_cache(maxsize=1)
+def lint_codes() -> Known:
+    """The static rules and ddpcheck's own codes, by code."""
+    return Known(_infos("lint", "tool"))
+
+
+def complete(known: Mapping[str, RuleInfo]) -> Mapping[str, RuleInfo]:
+    """`known` with the runtime checks in it (a no-op for a full catalog)."""
+    return known.with_runtime() if isinstance(known, Known) else known

@@ -123,7 +123,7 @@ def validate_codes(codes: tuple[str, ...], where: str, known: Mapping[str, RuleI
         if not code:
             continue
         if code != "ALL" and not any(k.startswith(code) for k in known):
-            from ddpcheck.lint.known import complete
+            from ddpcheck.catalog import complete
 
             known = complete(known)  # a runtime check's code, perhaps
         if code != "ALL" and not any(k.startswith(code) for k in known):

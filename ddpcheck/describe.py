@@ -1,13 +1,19 @@
-"""What every code carries — the base its classes subclass and the page made from it.
+"""What every code carries — the base its classes subclass, the registry they land in, and the
+page made from it.
 
 A leaf module: it imports nothing of ddpcheck but `findings`, so rule modules, runtime check
 modules and the catalog that collects them can all import it without a circle. Torch-free and
 libcst-free: `ddpcheck rules` and `explain` stay light.
+
+A class that sets `code` registers itself when it is defined: the code is written once, on the
+class, and there is one registry for static rules, runtime checks and ddpcheck's own codes.
+ddpcheck/catalog.py decides which modules to load and answers questions about the result.
 """
 
 from __future__ import annotations
 
 import inspect
+import re
 import textwrap
 from dataclasses import dataclass
 from typing import ClassVar
@@ -35,10 +41,31 @@ class RuleInfo:
         return DOCS_URL.format(code=self.code)
 
 
+_REGISTRY: dict[str, type[Described]] = {}
+
+
+def registered() -> dict[str, type[Described]]:
+    """Code → class for every class with a code defined so far, in definition order."""
+    return dict(_REGISTRY)
+
+
 class Described:
     """Base for anything with a code. Subclasses set the class attributes; the docstring is the doc:
     its first paragraph is the one-line summary, the rest is Markdown (`## Why it matters`,
-    `## How to fix`, `## References`)."""
+    `## How to fix`, `## References`). A subclass that sets `code` registers itself."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in vars(cls):
+            return  # an abstract base (Rule, RuntimeCheck, Incident)
+        code = cls.code
+        if not re.fullmatch(r"DDP\d{3}", code):
+            raise RuntimeError(f"bad rule code {code!r} on {cls.__qualname__}")
+        earlier = _REGISTRY.get(code)
+        # The same class defined again (a module reloaded) replaces itself; another class may not.
+        if earlier is not None and (earlier.__module__, earlier.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise RuntimeError(f"duplicate rule code {code}: {earlier.name} and {cls.name}")
+        _REGISTRY[code] = cls
 
     code: ClassVar[str]
     name: ClassVar[str]

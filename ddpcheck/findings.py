@@ -85,7 +85,7 @@ class Finding:
         return (self.path or "", self.line or 0, self.column or 0, self.code)
 
     def to_dict(self) -> dict[str, Any]:
-        """The documented JSON shape (see README, "JSON output")."""
+        """The documented JSON shape (see docs/usage.md, "JSON output")."""
         return {
             "code": self.code,
             "name": self.name,

@@ -1,7 +1,7 @@
 """Precision and recall of `ddpcheck lint` over hand-marked scripts, from ddpcheck's findings.
 
     python scripts/corpus_stats.py [--diff] [DIR ...]     # default: fixtures/corpus
-    python scripts/corpus_stats.py --readme               # write the figures into README.md
+    python scripts/corpus_stats.py --readme               # write the figures into docs/accuracy.md
 
 Each line with a pitfall carries a marker comment (fixtures/corpus/README.md): `# expect: CODE`
 (a real pitfall ddpcheck reports), `# miss: CODE` (real, not reported), `# fp: CODE` (reported,
@@ -77,11 +77,11 @@ def table(files: int, found: set[Key], real: set[Key]) -> str:
     return "\n".join(lines)
 
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "accuracy.md"
 
 
 def write_readme(text: str) -> None:
-    """Replace the corpus figures in README.md (the block that starts with `corpus: `)."""
+    """Replace the corpus figures in docs/accuracy.md (the block that starts with `corpus: `)."""
     readme = README.read_text(encoding="utf-8")
     start = readme.index("\ncorpus: ") + 1
     end = readme.index("\n", readme.index("\nall ", start) + 1)

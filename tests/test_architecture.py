@@ -1,10 +1,16 @@
 """The folder layout is the architecture: these tests read every module's imports (with `ast`,
 never importing them) and fail when a change ties the layers together.
 
-- No import circle anywhere in the package (imports made at module level; imports inside a
-  function or under `if TYPE_CHECKING:` are deliberate deferrals and do not count).
+Every import counts, wherever it stands: at module level, inside a function, under
+`if TYPE_CHECKING:`. A deferred import hides a circle from Python, not from the design: the two
+modules still cannot be understood or changed apart.
+
+- No import circle anywhere in the package, except the known ones listed in KNOWN_CIRCLES, which
+  may only shrink.
 - `run/` never imports the lint: the launcher and the ranks work without libcst.
-- The lint never imports `run/` at module level: `ddpcheck lint` starts without torch.
+- The lint never imports `run/`: `ddpcheck lint` starts without torch.
+- The shared base (findings, codes and their catalogue, configuration, reports) imports neither
+  half: both halves build on it.
 - Code that runs inside each rank (`run/rank/`, `run/checks/`) and code that runs in the launcher
   (`run/launcher/`) do not import each other.
 """
@@ -33,42 +39,27 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def _eager_imports(name: str, path: Path) -> set[str]:
-    """The package's modules that `name` imports when it is imported."""
-    is_package = path.name == "__init__.py"
+def _imports(name: str, source: str, *, is_package: bool = False) -> set[str]:
+    """The package's modules that `name` imports anywhere in its source."""
     out: set[str] = set()
-
-    def visit(statements: list[ast.stmt]) -> None:
-        for node in statements:
-            if isinstance(node, ast.If):
-                if "TYPE_CHECKING" in ast.unparse(node.test):
-                    continue
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body)
-                visit(node.orelse)
-                visit(node.finalbody)
-                for handler in node.handlers:
-                    visit(handler.body)
-            elif isinstance(node, ast.Import):
-                out.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    package = name.split(".") if is_package else name.split(".")[:-1]
-                    package = package[: len(package) - (node.level - 1)]
-                    base = ".".join(package + ([node.module] if node.module else []))
-                submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES]
-                out.update(submodules)
-                if len(submodules) < len(node.names):
-                    out.add(base)
-
-    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = name.split(".") if is_package else name.split(".")[:-1]
+                package = package[: len(package) - (node.level - 1)]
+                base = ".".join(package + ([node.module] if node.module else []))
+            submodules = [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in MODULES]
+            out.update(submodules)
+            if len(submodules) < len(node.names):
+                out.add(base)
     return {m for m in out if m in MODULES and m != name}
 
 
-GRAPH = {name: _eager_imports(name, path) for name, path in MODULES.items()}
+GRAPH = {name: _imports(name, path.read_text(encoding="utf-8"), is_package=path.name == "__init__.py")
+         for name, path in MODULES.items()}
 
 
 def _cycles() -> list[list[str]]:
@@ -128,15 +119,76 @@ def test_the_reader_sees_the_package():
     assert "ddpcheck.run.registry" in GRAPH["ddpcheck.run.checks.hang"]
 
 
-def test_no_import_circle():
-    assert _cycles() == []
+# Circles that exist today, by name, so the debt stays visible. An entry may only shrink: a new
+# circle, or a module joining a listed one, fails the test; when one is broken, remove its entry
+# (or the modules that left it) so it cannot come back unnoticed.
+KNOWN_CIRCLES: dict[str, frozenset[str]] = {
+    # The base class of rules and the semantic model reach each other through `Model.pending`
+    # (the findings a rule reports) and the model's helpers.
+    "rule <-> model": frozenset({
+        "ddpcheck.lint.rule",
+        "ddpcheck.lint.model.facts",
+        "ddpcheck.lint.model.graph",
+        "ddpcheck.lint.model.paths",
+        "ddpcheck.lint.model.semantic",
+        "ddpcheck.lint.model.values",
+    }),
+    # A module's index, the project's modules and name resolution call each other.
+    "module <-> project <-> resolve": frozenset({
+        "ddpcheck.lint.model.module",
+        "ddpcheck.lint.model.project",
+        "ddpcheck.lint.model.resolve",
+    }),
+    # The launcher's entry runs the scaling sweep, which launches single runs through the entry.
+    "entry <-> scaling_runs": frozenset({
+        "ddpcheck.run.launcher.entry",
+        "ddpcheck.run.launcher.scaling_runs",
+    }),
+}
+
+
+def _unlisted(cycles: list[list[str]]) -> list[list[str]]:
+    return [c for c in cycles if not any(set(c) <= known for known in KNOWN_CIRCLES.values())]
+
+
+def test_no_import_circle_beyond_the_known_ones():
+    assert _unlisted(_cycles()) == [], "a new import circle (or a known one grew)"
+
+
+def test_the_known_circles_are_current():
+    # A listed circle that was broken, wholly or in part, is struck off so it cannot return.
+    cycles = [set(c) for c in _cycles()]
+    stale = {label: sorted(known - set().union(*[c for c in cycles if c <= known]))
+             for label, known in KNOWN_CIRCLES.items()}
+    assert {label: gone for label, gone in stale.items() if gone} == {}, \
+        "these modules left a known circle: remove them from KNOWN_CIRCLES"
 
 
 def test_a_planted_circle_is_found(monkeypatch):
     # The model package imports its semantic module; make that module import the package back.
     monkeypatch.setitem(GRAPH, "ddpcheck.lint.model.semantic",
                         GRAPH["ddpcheck.lint.model.semantic"] | {"ddpcheck.lint.model"})
-    assert any({"ddpcheck.lint.model", "ddpcheck.lint.model.semantic"} <= set(c) for c in _cycles())
+    assert any({"ddpcheck.lint.model", "ddpcheck.lint.model.semantic"} <= set(c) for c in _unlisted(_cycles()))
+
+
+@pytest.mark.parametrize("placement", ["module", "function", "type_checking"])
+def test_a_planted_circle_is_found_wherever_the_import_stands(monkeypatch, placement):
+    # app imports commands; plant `commands -> app` in each place an import can stand.
+    statement = "from ddpcheck import app"
+    source = {
+        "module": statement,
+        "function": f"def main():\n    {statement}\n",
+        "type_checking": f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {statement}\n",
+    }[placement]
+    assert "ddpcheck.commands" in GRAPH["ddpcheck.app"]
+    monkeypatch.setitem(GRAPH, "ddpcheck.commands", GRAPH["ddpcheck.commands"] | _imports("ddpcheck.commands", source))
+    assert any({"ddpcheck.app", "ddpcheck.commands"} <= set(c) for c in _unlisted(_cycles()))
+
+
+def test_a_known_circle_that_grows_fails(monkeypatch):
+    # The rules' base class imports the engine, which builds the model: the engine joins the circle.
+    monkeypatch.setitem(GRAPH, "ddpcheck.lint.rule", GRAPH["ddpcheck.lint.rule"] | {"ddpcheck.lint.engine"})
+    assert any("ddpcheck.lint.engine" in c for c in _unlisted(_cycles()))
 
 
 @pytest.mark.parametrize(("source", "target"), [
@@ -149,3 +201,12 @@ def test_a_planted_circle_is_found(monkeypatch):
 ])
 def test_layers_do_not_import_each_other(source, target):
     assert _edges(source, target) == []
+
+
+SHARED_BASE = ("ddpcheck.findings", "ddpcheck.describe", "ddpcheck.catalog", "ddpcheck.tool_codes",
+               "ddpcheck.config", "ddpcheck.errors", "ddpcheck.report")
+
+
+@pytest.mark.parametrize("half", ["ddpcheck.lint", "ddpcheck.run"])
+def test_the_shared_base_imports_neither_half(half):
+    assert [edge for base in SHARED_BASE for edge in _edges(base, half)] == []

@@ -18,7 +18,7 @@ from ddpcheck.lint.engine import lint_source
 from ddpcheck.lint.fixes import apply_fixes
 from ddpcheck.lint.rule import Invalid
 from ddpcheck.lint.rules import rule_classes
-from ddpcheck.lint.tool_codes import TOOL_CODES
+from ddpcheck.tool_codes import TOOL_CODES
 from tests.conftest import FIXTURES, run_cli
 
 FIXABLE = [r for r in rule_classes() if r.fixable]

@@ -199,15 +199,15 @@ def test_concise_lines_are_path_line_col_code_message(project):
 
 
 def vscode_problem_matcher() -> dict:
-    """The problem matcher the README documents (its tasks.json block)."""
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    """The problem matcher docs/integrations.md documents (its tasks.json block)."""
+    readme = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
     block = re.search(r"<!-- vscode-task -->\s*```json\n(.*?)```", readme, re.S)
-    assert block, "README lost its VS Code task block"
+    assert block, "docs/integrations.md lost its VS Code task block"
     task = json.loads(block.group(1))["tasks"][0]
     return task["problemMatcher"]
 
 
-def test_readme_vscode_problem_matcher_parses_concise_output(project):
+def test_documented_vscode_problem_matcher_parses_concise_output(project):
     matcher = vscode_problem_matcher()
     pattern = matcher["pattern"]
     regexp = re.compile(pattern["regexp"])

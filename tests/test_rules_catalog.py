@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ddpcheck.catalog import all_rules, render_page
 from tests.conftest import ROOT, cli_env, run_cli
 
@@ -46,3 +48,20 @@ def test_explain_prints_the_page():
 def test_explain_unknown_code():
     r = run_cli("explain", "DDP0001")
     assert r.returncode == 2 and "unknown rule 'DDP0001'" in r.stderr
+
+
+def test_every_code_is_defined_where_its_kind_lives():
+    # One registry: a class that sets `code` registers itself, so a code defined outside the
+    # packages the catalogue loads would appear only when something happened to import it.
+    from ddpcheck.catalog import SOURCES, classes
+
+    homes = {**SOURCES, "tool": "ddpcheck.tool_codes"}
+    for code, cls in classes("lint", "run", "tool").items():
+        assert cls.__module__.startswith(homes[cls.kind]), (code, cls.__module__)
+
+
+def test_a_code_is_taken_once():
+    from ddpcheck.describe import Described
+
+    with pytest.raises(RuntimeError, match="duplicate rule code DDP001"):
+        type("Again", (Described,), {"code": "DDP001", "name": "again", "__module__": "elsewhere"})

@@ -19,7 +19,8 @@ import pytest
 from ddpcheck import __version__
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+# Builds a wheel and an sdist and installs them into fresh venvs: up to 600 s a step by its own limits.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 BAD = textwrap.dedent(
     """\

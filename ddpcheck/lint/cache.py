@@ -180,7 +180,7 @@ def _catalog_stamp() -> str:
     h = hashlib.blake2b(digest_size=12)
     h.update(__version__.encode())
     places = [package / "lint" / "rules", package / "run" / "checks"]
-    files = [package / "catalog.py", package / "describe.py", package / "lint" / "rule.py", package / "lint" / "tool_codes.py",
+    files = [package / "catalog.py", package / "describe.py", package / "lint" / "rule.py", package / "tool_codes.py",
              package / "run" / "catalog.py"]
     for place in places:
         try:

@@ -73,7 +73,7 @@ def run_lint(o: LintOptions) -> int:
     _check_combinations(o)
     known: Mapping[str, RuleInfo]
     if o.no_cache:
-        from ddpcheck.lint.known import lint_codes
+        from ddpcheck.catalog import lint_codes
 
         known = lint_codes()
     else:
@@ -88,7 +88,7 @@ def run_lint(o: LintOptions) -> int:
     resolver = SettingsResolver(known, config=o.config, overrides=overrides,
                                 exclude=o.exclude, extend_exclude=o.extend_exclude)
     if o.show_settings:
-        from ddpcheck.lint.known import complete
+        from ddpcheck.catalog import complete
 
         target = Path(o.stdin_filename if o.paths == ["-"] and o.stdin_filename else o.paths[0])
         print(describe(resolver.for_path(target), complete(known), target))

@@ -23,7 +23,7 @@ from ddpcheck.lint.model.project import Project
 from ddpcheck.lint.model.semantic import Model
 from ddpcheck.lint.positions import Span, code_at, node_spans
 from ddpcheck.lint.rule import Pending, Replace, Rule
-from ddpcheck.lint.tool_codes import SyntaxErrorInFile
+from ddpcheck.tool_codes import SyntaxErrorInFile
 
 # The project modules read for one process (one lint run) unless the caller passes its own;
 # entries are re-read when a module's size or mtime changes.

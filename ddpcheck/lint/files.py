@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ddpcheck.config import SettingsResolver
 from ddpcheck.findings import ToolError
-from ddpcheck.lint.tool_codes import UnreadableFile
+from ddpcheck.tool_codes import UnreadableFile
 
 
 @dataclass(frozen=True)

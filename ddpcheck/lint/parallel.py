@@ -95,7 +95,7 @@ def _findings(job: Job) -> list[Finding]:
     from ddpcheck.lint.engine import lint_source
     from ddpcheck.lint.model import Project
     from ddpcheck.lint.rules import rule_classes
-    from ddpcheck.lint.tool_codes import SyntaxErrorInFile
+    from ddpcheck.tool_codes import SyntaxErrorInFile
 
     if _facts is None:
         _facts = Project()

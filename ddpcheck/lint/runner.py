@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding, ToolError
-from ddpcheck.lint.tool_codes import InternalError, SyntaxErrorInFile, UnreadableFile, UnusedNoqa
+from ddpcheck.tool_codes import InternalError, SyntaxErrorInFile, UnreadableFile, UnusedNoqa
 
 if TYPE_CHECKING:
     from ddpcheck.describe import RuleInfo
@@ -132,7 +132,7 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     from ddpcheck.lint.prefilter import ImportScan, absolute
 
     if known is None:
-        from ddpcheck.lint.known import lint_codes
+        from ddpcheck.catalog import lint_codes
 
         known = lint_codes()
     result = LintResult()

@@ -139,8 +139,8 @@ def unused_directives(path: str, source: str, used: dict[Directive, set[str]],
     Judged conservatively: only ddpcheck codes (`# noqa: E501` belongs to another tool), only
     when every code an entry covers is a static code enabled for this file (a rule that is off
     here may be on in another job), and never a bare `# noqa` (other linters read it too)."""
-    from ddpcheck.lint.known import complete
-    from ddpcheck.lint.tool_codes import UnusedNoqa
+    from ddpcheck.catalog import complete
+    from ddpcheck.tool_codes import UnusedNoqa
 
     findings = []
     starts = _line_starts(source)
@@ -218,7 +218,7 @@ def _commentable_lines(source: str) -> set[int] | None:
 def add_noqa(source: str, findings: list[Finding]) -> tuple[str, int]:
     """The text with `# noqa: CODES` on every line that has a finding, merged into an existing
     directive; and how many lines changed. Applying it twice changes nothing the second time."""
-    from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
+    from ddpcheck.tool_codes import SyntaxErrorInFile, UnusedNoqa
 
     commentable = _commentable_lines(source)
     if commentable is None:
@@ -256,7 +256,7 @@ def add_noqa(source: str, findings: list[Finding]) -> tuple[str, int]:
 def settle(path: str, source: str, raw: list[Finding], codes: frozenset[str],
            known: Mapping[str, RuleInfo]) -> list[Finding]:
     """A file's findings as reported: `raw` less what noqa suppresses, plus DDP901 when enabled."""
-    from ddpcheck.lint.tool_codes import SyntaxErrorInFile, UnusedNoqa
+    from ddpcheck.tool_codes import SyntaxErrorInFile, UnusedNoqa
 
     # Findings on lines of other project modules were settled against their own text already.
     others = [f for f in raw if f.path != path]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ddpcheck.findings import Finding, Severity, ToolError
-from ddpcheck.lint.tool_codes import InternalError, UnreadableFile
+from ddpcheck.tool_codes import InternalError, UnreadableFile
 
 _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
 _NAMES = {c.code: c.name for c in (UnreadableFile, InternalError)}

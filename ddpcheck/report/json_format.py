@@ -1,4 +1,4 @@
-"""JSON output. Schema (version 1, stable; documented in README "JSON output"):
+"""JSON output. Schema (version 1, stable; documented in docs/usage.md, "JSON output"):
 
     {"schema_version": 1, "tool": "ddpcheck", "version": "...", "command": "lint" | "run",
      "findings": [Finding.to_dict(), ...],

@@ -92,7 +92,7 @@ def document(findings: list[Finding], sources: dict[str, str], tool: str,
 def _error_name(e: ToolError) -> str:
     if e.code is None:
         return "error"
-    from ddpcheck.lint.tool_codes import InternalError, UnreadableFile
+    from ddpcheck.tool_codes import InternalError, UnreadableFile
 
     names = {c.code: c.name for c in (UnreadableFile, InternalError)}
     return f"{e.code} {names.get(e.code, 'error')}"

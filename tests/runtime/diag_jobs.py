@@ -1,84 +1,34 @@
-"""Helpers for the runtime tests of crashes, hangs, emulation and spawn-style scripts: run `python -m ddpcheck run ...` as a user would, with a
-marker in the environment so that the test can look for any process of the run that survived."""
+"""The crash, hang, emulation and spawn tests' short names for the shared helpers (tests/helpers.py):
+a job runs as a user would run it, with a mark in its environment so that the test can look for
+any of its processes that survived."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import signal
 import subprocess
-import sys
-import time
-import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-FIXTURES = ROOT / "fixtures"
-MARK = "DDPCHECK_TEST_MARK"
+from tests.helpers import FIXTURES, MARK, ROOT, assert_no_survivors, run_job, survivors
+from tests.helpers import cli_env as _cli_env
+from tests.helpers import copy_fixture as fixture
+
+__all__ = ["FIXTURES", "MARK", "ROOT", "assert_no_survivors", "cli_env", "codes", "ddpcheck_run", "env",
+           "finding", "fixture", "survivors"]
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    """This checkout first on PYTHONPATH (so the tests also pass from an editable install)."""
-    environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [environ.get("PYTHONPATH")])])
-    environ.pop("OMP_NUM_THREADS", None)  # torchrun sets 1 per worker; more is far slower on 2 cores
-    environ["COLUMNS"] = "160"
-    environ.update(extra)
-    return environ
-
-
-def fixture(name: str, tmp_path: Path) -> Path:
-    """A private copy of fixtures/run/NAME, so that paths in the report are this test's."""
-    target = tmp_path / name
-    shutil.copy(FIXTURES / "run" / name, target)
-    return target
+    return _cli_env(columns=160, **extra)
 
 
 def env(mark: str, **extra: str) -> dict[str, str]:
     return cli_env(**{MARK: mark, "DDPCHECK_EXCHANGE_TIMEOUT": "60", **extra})
 
 
-def ddpcheck_run(args: list[str], tmp_path: Path, timeout: float = 240, **extra_env: str):
+def ddpcheck_run(args: list[str], tmp_path: Path, timeout: float = 240,
+                 **extra_env: str) -> tuple[subprocess.CompletedProcess[str], dict | None, str]:
     """Run a job to the end; returns (completed process, JSON report or None, mark)."""
-    mark = uuid.uuid4().hex
-    report = tmp_path / f"report-{mark[:8]}.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ddpcheck", "run", "--report", str(report), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env(mark, **extra_env),
-    )
-    data = json.loads(report.read_text()) if report.exists() else None
-    return proc, data, mark
-
-
-def survivors(mark: str) -> list[int]:
-    """Pids of live processes whose environment carries `mark` (a run's processes, children included)."""
-    found = []
-    needle = f"{MARK}={mark}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if needle in (entry / "environ").read_bytes():
-                status = (entry / "status").read_text()
-                if "State:\tZ" not in status:
-                    found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def assert_no_survivors(mark: str) -> None:
-    deadline = time.monotonic() + 10  # torchrun's own teardown may still be reaping
-    while survivors(mark) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = survivors(mark)
-    for pid in left:  # do not leave them to the next test either
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    assert not left, f"processes of the run survived it: {left}"
+    job = run_job(args, tmp_path, timeout=timeout, env=cli_env(DDPCHECK_EXCHANGE_TIMEOUT="60", **extra_env))
+    proc = subprocess.CompletedProcess([], job.returncode, job.stdout, job.stderr)
+    return proc, job.report, job.mark
 
 
 def codes(data: dict) -> list[str]:

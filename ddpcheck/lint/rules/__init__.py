@@ -1,4 +1,5 @@
-"""One module per static rule, named for what it catches. Discovered, never registered by hand."""
+"""One module per static rule, named for what it catches. Each rule class registers its code in the
+catalogue when it is defined (ddpcheck/describe.py); nothing is listed by hand."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ if TYPE_CHECKING:
 
 @lru_cache(maxsize=1)
 def rule_classes() -> tuple[type[Rule], ...]:
-    from ddpcheck.catalog import subclasses_in
+    """Every static rule class, in code order."""
+    from ddpcheck.catalog import classes
     from ddpcheck.lint.rule import Rule
 
-    return tuple(sorted(subclasses_in(__name__, Rule), key=lambda r: r.code))
+    return tuple(c for c in classes("lint").values() if issubclass(c, Rule))

@@ -1,0 +1,124 @@
+"""The helpers every test shares: where things are, the environment a child process gets, and the
+two ways a test runs ddpcheck as a user would (`python -m ddpcheck ...`): a command that returns
+at once, and a `ddpcheck run` job whose JSON report and surviving processes the test inspects.
+
+conftest.py, runtime/rt_helpers.py and runtime/diag_jobs.py import from here; new tests should too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+MARK = "DDPCHECK_TEST_MARK"  # set in a job's environment, so its surviving processes can be found
+
+
+def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
+    """The environment for a child ddpcheck: this checkout first on PYTHONPATH (so the tests also
+    pass from an editable install), colour as a pipe gets it, a fixed terminal width."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env.pop("NO_COLOR", None)
+    env.pop("FORCE_COLOR", None)
+    env.pop("OMP_NUM_THREADS", None)  # torchrun sets 1 per worker; more is 7-20x slower on 2 cores
+    if columns is not None:
+        env["COLUMNS"] = str(columns)
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, cwd: str | Path | None = None, input: str | None = None,
+            env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m ddpcheck ARGS` as a user would run it; returns the completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "ddpcheck", *args],
+        cwd=cwd or ROOT,
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env or cli_env(),
+        timeout=timeout,
+    )
+
+
+@dataclass
+class Job:
+    """A finished `ddpcheck run`: its output, its JSON report (None when none was written) and the
+    mark its processes carried."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    report: dict | None
+    mark: str
+
+    @property
+    def codes(self) -> set[str]:
+        return {f["code"] for f in self.report["findings"]}
+
+    def check(self, code: str) -> dict:
+        return next(c for c in self.report["run"]["checks"] if c["code"] == code)
+
+    def status(self, code: str) -> str:
+        return self.check(code)["status"]
+
+
+def run_job(args: list[str], tmp_path: Path, *, cwd: Path = ROOT, timeout: float = 240,
+            env: dict[str, str] | None = None) -> Job:
+    """`python -m ddpcheck run --report ... ARGS` to the end, its processes marked."""
+    mark = uuid.uuid4().hex
+    report = tmp_path / f"report-{mark[:8]}.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ddpcheck", "run", "--report", str(report), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        env={**(env or cli_env(columns=None)), MARK: mark},
+    )
+    data = json.loads(report.read_text()) if report.exists() else None
+    return Job(proc.returncode, proc.stdout, proc.stderr, data, mark)
+
+
+def copy_fixture(name: str, tmp_path: Path) -> Path:
+    """A private copy of fixtures/run/NAME, so that paths in the report are this test's."""
+    target = tmp_path / name
+    shutil.copy(FIXTURES / "run" / name, target)
+    return target
+
+
+def survivors(mark: str) -> list[int]:
+    """Pids of live processes whose environment carries `mark` (a run's processes, children included)."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes():
+                status = (entry / "status").read_text()
+                if "State:\tZ" not in status:
+                    found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def assert_no_survivors(mark: str) -> None:
+    deadline = time.monotonic() + 10  # torchrun's own teardown may still be reaping
+    while survivors(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = survivors(mark)
+    for pid in left:  # do not leave them to the next test either
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    assert not left, f"processes of the run survived it: {left}"
