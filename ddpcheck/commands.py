@@ -62,7 +62,8 @@ def lint_for_causes(paths: list[str]) -> list[Finding]:
 
     known = lint_codes()
     resolver = SettingsResolver(known)
-    return lint_files([Path(p) for p in paths], resolver, jobs=1, cache=None, known=known).findings
+    shown = [p if os.path.relpath(p).startswith("..") else os.path.relpath(p) for p in paths]
+    return lint_files([Path(p) for p in shown], resolver, jobs=1, cache=None, known=known).findings
 
 
 def trace(argv: list[str]) -> int:

@@ -23,6 +23,7 @@ class TraceResult:
     ranks: tuple[int, ...] = ()
     comparisons: list[align.Comparison] = field(default_factory=list)
     source: str = "."
+    missing: tuple[int, ...] = ()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -71,7 +72,7 @@ def analyse(paths: list[str], source: str, lint: causes.Linter | None) -> TraceR
             verdict, static = causes.attach(verdict, comparison, source, lint)
         result.findings.append(verdict)
         result.findings += [f for f in static if f not in result.findings]
-    missing = tuple(r for r in result.ranks if r not in by_rank)
+    missing = result.missing = tuple(r for r in result.ranks if r not in by_rank)
     if missing:
         default = next((c for c in result.comparisons if c.group == "0"), None)
         last = default.sides[0].call or default.sides[0].last if default and default.sides else None
@@ -115,12 +116,14 @@ def _headline(result: TraceResult) -> str:
     groups = len(result.comparisons)
     default = next((c for c in result.comparisons if c.group == "0"), None)
     tail = ""
-    if default is not None and default.kind == "healthy" and default.sides and default.sides[0].call:
+    if default is not None and default.kind == "healthy" and default.sides and default.sides[0].call \
+            and not result.missing:
         call = default.sides[0].call
         where = verdicts.places(call, result.source)
         tail = (f"; every rank's last call in the default group is #{call.seq} {call.describe()}"
                 + (f" at {where[0].shown()}" if where else ""))
-    return (f"ddpcheck trace: {len(result.ranks)} ranks ({', '.join(map(str, result.ranks))}), "
+    dumped = len(result.ranks) - len(result.missing)
+    return (f"ddpcheck trace: dumps of {dumped} of {len(result.ranks)} ranks, "
             f"{groups} process group{'s' if groups != 1 else ''}{tail}")
 
 

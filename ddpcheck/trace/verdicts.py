@@ -22,12 +22,14 @@ class Place:
 
     @property
     def path(self) -> str:
-        return self.local or self.frame.path
+        """The local file as lint shows it (relative to here when under it), else the frame's path."""
+        if self.local is None:
+            return self.frame.path
+        rel = os.path.relpath(self.local)
+        return self.local if rel.startswith("..") else rel
 
     def shown(self) -> str:
-        path = self.path
-        rel = os.path.relpath(path) if os.path.isabs(path) else path
-        return f"{path if rel.startswith('..') else rel}:{self.frame.line}"
+        return f"{self.path}:{self.frame.line}"
 
 
 def places(call: Call | None, source: str) -> list[Place]:
@@ -92,7 +94,8 @@ def from_comparison(c: Comparison, source: str) -> Finding | None:
                    + "; ".join(parts) + ". Every rank must call the same collectives in the same order "
                    "with the same shapes")
         related = [r for s in c.sides[:-1] for r in _related(s, s.call, source, s.call.describe() if s.call else "")]
-        return _finding("DDP128", "collective-mismatch", message, odd.call, source,
+        anchor = next((s.call for s in reversed(c.sides) if places(s.call, source)), odd.call)
+        return _finding("DDP128", "collective-mismatch", message, anchor, source,
                         tuple(sorted(r for s in c.sides for r in s.ranks)), related, details)
     if c.kind == "uneven":
         arrived, absent = c.sides[0], c.sides[1:]
