@@ -102,7 +102,7 @@ def from_comparison(c: Comparison, source: str) -> Finding | None:
         call = arrived.call
         gone = "; ".join(
             f"{ranks_text(s.ranks)} never arrived: "
-            + (f"its last call was #{s.last.seq} {s.last.describe()}{_at(s.last, source)}" if s.last
+            + (f"{'its' if len(s.ranks) == 1 else 'their'} last call was #{s.last.seq} {s.last.describe()}{_at(s.last, source)}" if s.last
                else "it recorded no call in this group")
             for s in absent)
         message = (f"ranks ran different numbers of collectives in {_group_text(c.group)}: "

@@ -1,0 +1,44 @@
+"""End to end: real gloo jobs with the Flight Recorder on, their dumps, then `ddpcheck trace`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT, cli_env, run_cli
+
+pytestmark = pytest.mark.slow
+
+RANK_WRAPPER = ROOT / "tests" / "trace" / "fr_rank.py"
+
+
+def run_job(script: str, nproc: int, out) -> None:
+    """Run fixtures/trace/SCRIPT on NPROC gloo ranks; each rank dumps to OUT/rank_<r>."""
+    env = cli_env(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(out / "rank_"), OMP_NUM_THREADS="1")
+    subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+         str(RANK_WRAPPER), "4", str(FIXTURES / "trace" / script)],
+        env=env, capture_output=True, timeout=240, cwd=ROOT)
+
+
+@pytest.mark.parametrize(("script", "nproc", "codes", "ranks"), [
+    ("healthy.py", 2, [], []),
+    ("rank_barrier.py", 4, ["DDP128", "DDP009"], [0, 1, 2, 3]),
+    ("early_stop.py", 2, ["DDP129", "DDP035"], [0]),
+    ("uneven_batch.py", 2, ["DDP129", "DDP034"], [1]),
+    ("shape_mismatch.py", 2, ["DDP128"], [0, 1]),
+    ("killed_rank.py", 3, ["DDP120"], [1]),
+])
+def test_real_job_dumps(tmp_path, script, nproc, codes, ranks):
+    run_job(script, nproc, tmp_path)
+    r = run_cli("trace", str(tmp_path), "--source", str(FIXTURES / "trace"), "--output-format", "json")
+    assert r.returncode == (1 if codes else 0), r.stdout + r.stderr
+    found = json.loads(r.stdout)["findings"]
+    assert [f["code"] for f in found] == codes
+    if codes:
+        assert found[0]["ranks"] == ranks
+        assert found[0]["path"] == os.path.join("fixtures", "trace", script)
