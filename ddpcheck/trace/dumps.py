@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# Frames from these places are PyTorch's own (or the interpreter's), never the user's line.
-_LIBRARY = re.compile(r"(site-packages|dist-packages)[/\\]|^<frozen |[/\\]lib[/\\]python3\.\d+[/\\]")
+# Frames from these places are PyTorch's own (or the interpreter's, or the wrappers `ddpcheck run`
+# puts around collectives), never the user's line.
+_LIBRARY = re.compile(r"(site-packages|dist-packages)[/\\]|^<frozen |[/\\]lib[/\\]python3\.\d+[/\\]"
+                      r"|[/\\]ddpcheck[/\\]run[/\\]")
 _RANK = re.compile(r"(\d+)$")
 
 

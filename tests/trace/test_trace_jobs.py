@@ -42,3 +42,25 @@ def test_real_job_dumps(tmp_path, script, nproc, codes, ranks):
     if codes:
         assert found[0]["ranks"] == ranks
         assert found[0]["path"] == os.path.join("fixtures", "trace", script)
+
+
+def test_ddpcheck_run_writes_dumps_when_it_stops_a_hung_job_and_trace_replays_them():
+    env = cli_env(OMP_NUM_THREADS="1")
+    env.pop("TORCH_FR_DUMP_TEMP_FILE", None)
+    env.pop("TORCH_FR_BUFFER_SIZE", None)
+    r = run_cli("run", "--nproc", "2", "--hang-timeout", "5", str(FIXTURES / "trace" / "rank_barrier.py"),
+                env=env, timeout=240)
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = next(x for x in r.stderr.splitlines() if "Flight Recorder dumps are in" in x)
+    folder = line.split("dumps are in ", 1)[1].split(";", 1)[0]
+    try:
+        assert sorted(os.listdir(folder)) == ["rank_0", "rank_1"]
+        t = run_cli("trace", folder, "--source", str(FIXTURES / "trace"), "--output-format", "json")
+        assert t.returncode == 1, t.stderr
+        found = json.loads(t.stdout)["findings"]
+        assert [f["code"] for f in found] == ["DDP128", "DDP009"]
+        assert "rank 0 barrier at fixtures/trace/rank_barrier.py:26" in found[0]["message"]
+    finally:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
