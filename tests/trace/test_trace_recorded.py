@@ -152,3 +152,10 @@ def test_json_schema_is_the_one_lint_uses():
     assert doc["schema_version"] == 1 and doc["command"] == "trace"
     assert set(doc) == {"schema_version", "tool", "version", "command", "findings", "errors", "summary"}
     assert doc["summary"]["by_code"] == {"DDP035": 1, "DDP129": 1}
+
+
+def test_json_follows_the_shared_report_schema():
+    import jsonschema
+
+    schema = json.loads((ROOT / "ddpcheck" / "report" / "report.schema.json").read_text())
+    jsonschema.validate(json.loads(trace(str(DATA / "early_stop")).stdout), schema)
