@@ -6,6 +6,7 @@ Exit 0: the dumps show every rank in step; 1: a divergence (or a rank that left 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from dataclasses import dataclass, field
@@ -45,11 +46,19 @@ def analyse(paths: list[str], source: str, lint: causes.Linter | None) -> TraceR
     result = TraceResult(source=source)
     read: list[dumps.Dump] = []
     files = dumps.discover(paths)
-    for path in files:
-        try:
-            read.append(dumps.read(path))
-        except dumps.DumpError as err:
-            result.errors.append(ToolError(path, str(err), _UNREADABLE))
+    # Millions of small objects and no cycles among them: the cyclic collector would rescan them
+    # all again and again (a 1,024-rank set read 40 % slower per rank than a 64-rank one).
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for path in files:
+            try:
+                read.append(dumps.read(path))
+            except dumps.DumpError as err:
+                result.errors.append(ToolError(path, str(err), _UNREADABLE))
+    finally:
+        if collecting:
+            gc.enable()
     for path in paths:
         if not os.path.exists(path):
             result.errors.append(ToolError(path, "no such file or directory", _UNREADABLE))
@@ -109,7 +118,7 @@ def run(argv: list[str], lint: causes.Linter | None) -> int:
 
 
 def _frames(dump: dumps.Dump) -> int:
-    return sum(len(c.frames) for calls in dump.calls.values() for c in calls)
+    return sum(len(c.raw_frames) for calls in dump.calls.values() for c in calls)
 
 
 def _headline(result: TraceResult) -> str:

@@ -36,7 +36,7 @@ class Frame:
         return not _LIBRARY.search(self.path)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a full 1,024-rank buffer makes two million of these
 class Call:
     """One recorded collective of one rank."""
 
@@ -46,7 +46,13 @@ class Call:
     input_sizes: tuple[tuple[int, ...], ...]
     dtypes: tuple[str, ...]
     state: str  # "scheduled" | "started" | "completed"
-    frames: tuple[Frame, ...]  # innermost first, as recorded
+    raw_frames: list[dict[str, Any]]  # as recorded; read into Frames only for the calls reported
+
+    @property
+    def frames(self) -> tuple[Frame, ...]:
+        """Innermost first, as recorded."""
+        return tuple(Frame(str(f.get("filename", "")), int(f.get("line", 0)), str(f.get("name", "")))
+                     for f in self.raw_frames)
 
     def signature(self) -> tuple[str, tuple[tuple[int, ...], ...], tuple[str, ...]]:
         """What every rank must pass alike for the call to pair up."""
@@ -156,6 +162,20 @@ def _group_key(name: str, desc: str) -> str:
     return "0" if name == "" else name
 
 
+def _sizes(sizes: Any) -> tuple[tuple[int, ...], ...]:  # noqa: ANN401
+    """[[4, 8]] → ((4, 8),); a full buffer repeats a handful of shapes, so they are shared."""
+    if not sizes:
+        return ()
+    key = repr(sizes)
+    found = _SIZES.get(key)
+    if found is None:
+        found = _SIZES[key] = tuple(tuple(int(d) for d in s) for s in sizes)
+    return found
+
+
+_SIZES: dict[str, tuple[tuple[int, ...], ...]] = {}
+
+
 def _calls(entries: list[dict[str, Any]]) -> dict[str, tuple[Call, ...]]:
     found: dict[str, list[Call]] = {}
     for entry in entries:
@@ -167,13 +187,11 @@ def _calls(entries: list[dict[str, Any]]) -> dict[str, tuple[Call, ...]]:
         group = entry.get("process_group") or ("0", "default_pg")
         key = _group_key(str(group[0]), str(group[1]) if len(group) > 1 else "")
         backend, _, op = str(entry.get("profiling_name", "")).rpartition(":")
-        frames = tuple(Frame(str(f.get("filename", "")), int(f.get("line", 0)), str(f.get("name", "")))
-                       for f in entry.get("frames") or ())
         found.setdefault(key, []).append(Call(
             seq=int(seq), op=op or "?", backend=backend,
-            input_sizes=tuple(tuple(int(d) for d in s) for s in entry.get("input_sizes") or ()),
-            dtypes=tuple(str(d) for d in entry.get("input_dtypes") or ()),
-            state=str(entry.get("state", "")), frames=frames))
+            input_sizes=_sizes(entry.get("input_sizes")),
+            dtypes=tuple(map(str, entry.get("input_dtypes") or ())),
+            state=str(entry.get("state", "")), raw_frames=list(entry.get("frames") or ())))
     return {k: tuple(sorted(v, key=lambda c: c.seq)) for k, v in found.items()}
 
 
