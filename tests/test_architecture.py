@@ -5,6 +5,8 @@ never importing them) and fail when a change ties the layers together.
   function or under `if TYPE_CHECKING:` are deliberate deferrals and do not count).
 - `run/` never imports the lint: the launcher and the ranks work without libcst.
 - The lint never imports `run/` at module level: `ddpcheck lint` starts without torch.
+- `trace/` imports neither the lint nor `run/` (the command hands it a linting function), and
+  never torch: it reads a cluster's dumps on a machine without it.
 - Code that runs inside each rank (`run/rank/`, `run/checks/`) and code that runs in the launcher
   (`run/launcher/`) do not import each other.
 """
@@ -146,6 +148,18 @@ def test_a_planted_circle_is_found(monkeypatch):
     ("ddpcheck.run.checks", "ddpcheck.run.launcher"),
     ("ddpcheck.run.launcher", "ddpcheck.run.rank"),
     ("ddpcheck.run.launcher", "ddpcheck.run.checks"),
+    ("ddpcheck.trace", "ddpcheck.lint"),
+    ("ddpcheck.trace", "ddpcheck.run"),
+    ("ddpcheck.lint", "ddpcheck.trace"),
+    ("ddpcheck.run", "ddpcheck.trace"),
 ])
 def test_layers_do_not_import_each_other(source, target):
     assert _edges(source, target) == []
+
+
+def test_trace_never_imports_torch():
+    imported = {n for path in (PACKAGE / "trace").rglob("*.py")
+                for node in ast.walk(ast.parse(path.read_text()))
+                for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                          [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
+    assert not {n for n in imported if n == "torch" or n.startswith("torch.")}
