@@ -96,7 +96,20 @@ def _biggest_first(sides: list[Side]) -> tuple[Side, ...]:
     return tuple(sorted(sides, key=lambda s: (-len(s.ranks), s.ranks[0])))
 
 
-def expected_ranks(dumps: list[Dump]) -> tuple[int, ...]:
-    """Every rank the job had, as the default group's configuration lists it (else the ranks seen)."""
+def expected_ranks(dumps: list[Dump]) -> tuple[tuple[int, ...], bool]:
+    """Every rank the job had, as the default group's configuration lists it (else the ranks
+    seen), and whether a configuration listed them (gloo's dumps may list none)."""
     listed = {r for d in dumps for r in (d.groups["0"].ranks if "0" in d.groups else ())}
-    return tuple(sorted(listed | {d.rank for d in dumps}))
+    return tuple(sorted(listed | {d.rank for d in dumps})), bool(listed)
+
+
+def root_first(comparisons: list[Comparison]) -> list[Comparison]:
+    """Divergences that explain others first: ranks that never arrived in one group because they
+    wait in another group's divergence are its consequence, not its cause."""
+    waiting = {c.group: set(c.sides[0].ranks) for c in comparisons if c.kind == "uneven"}
+
+    def consequence(c: Comparison) -> bool:
+        absent = {r for s in c.sides[1:] for r in s.ranks}
+        return c.kind == "uneven" and any(absent <= w for g, w in waiting.items() if g != c.group)
+
+    return sorted(comparisons, key=consequence)

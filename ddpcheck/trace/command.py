@@ -25,6 +25,7 @@ class TraceResult:
     comparisons: list[align.Comparison] = field(default_factory=list)
     source: str = "."
     missing: tuple[int, ...] = ()
+    world_listed: bool = True  # the dumps say which ranks the job had
 
 
 def parser() -> argparse.ArgumentParser:
@@ -70,10 +71,11 @@ def analyse(paths: list[str], source: str, lint: causes.Linter | None) -> TraceR
     if not by_rank:
         return result
     kept = list(by_rank.values())
-    result.ranks = align.expected_ranks(kept)
-    result.comparisons = align.compare(kept)
+    result.ranks, result.world_listed = align.expected_ranks(kept)
+    result.comparisons = align.root_first(align.compare(kept))
+    elsewhere = verdicts.waiting_places(result.comparisons)
     for comparison in result.comparisons:
-        verdict = verdicts.from_comparison(comparison, source)
+        verdict = verdicts.from_comparison(comparison, source, elsewhere)
         if verdict is None:
             continue
         static: list[Finding] = []
@@ -132,8 +134,10 @@ def _headline(result: TraceResult) -> str:
         tail = (f"; every rank's last call in the default group is #{call.seq} {call.describe()}"
                 + (f" at {where[0].shown()}" if where else ""))
     dumped = len(result.ranks) - len(result.missing)
+    unlisted = "" if result.world_listed else (
+        " (the dumps do not list the job's ranks, as gloo's may not: a rank with no file would go unnoticed)")
     return (f"ddpcheck trace: dumps of {dumped} of {len(result.ranks)} ranks, "
-            f"{groups} process group{'s' if groups != 1 else ''}{tail}")
+            f"{groups} process group{'s' if groups != 1 else ''}{tail}{unlisted}")
 
 
 def _sources(findings: list[Finding]) -> dict[str, str]:

@@ -83,7 +83,8 @@ def _related(side: Side, call: Call | None, source: str, what: str) -> list[Rela
             for p in places(call, source)[:1]]
 
 
-def from_comparison(c: Comparison, source: str) -> Finding | None:
+def from_comparison(c: Comparison, source: str, elsewhere: dict[int, str] | None = None) -> Finding | None:
+    """`elsewhere`: rank → where it waits in another group's divergence ("process group 2, call #2")."""
     details: dict[str, Any] = {"source": "flight-recorder", "group": c.group, "seq": c.seq,
                                "sides": [_side_details(s, source) for s in c.sides]}
     if c.kind == "mismatch":
@@ -104,6 +105,7 @@ def from_comparison(c: Comparison, source: str) -> Finding | None:
             f"{ranks_text(s.ranks)} never arrived: "
             + (f"{'its' if len(s.ranks) == 1 else 'their'} last call was #{s.last.seq} {s.last.describe()}{_at(s.last, source)}" if s.last
                else "it recorded no call in this group")
+            + _waits_elsewhere(s.ranks, elsewhere or {}, c.group)
             for s in absent)
         message = (f"ranks ran different numbers of collectives in {_group_text(c.group)}: "
                    f"{ranks_text(arrived.ranks)} entered call #{c.seq} "
@@ -124,6 +126,21 @@ def from_comparison(c: Comparison, source: str) -> Finding | None:
                      "or a network problem between their hosts")
         return _finding("DDP123", "collective-hang", message, side.call, source, side.ranks, [], details)
     return None
+
+
+def _waits_elsewhere(ranks: tuple[int, ...], elsewhere: dict[int, str], group: str) -> str:
+    notes = sorted({where for r in ranks if (where := elsewhere.get(r)) and not where.startswith(_group_text(group))})
+    return f" (it waits in {', '.join(notes)})" if notes else ""
+
+
+def waiting_places(comparisons: list[Comparison]) -> dict[int, str]:
+    """Rank → the other group's call it waits in, for the ranks that arrived at a divergence."""
+    found: dict[int, str] = {}
+    for c in comparisons:
+        if c.kind == "uneven":
+            for r in c.sides[0].ranks:
+                found.setdefault(r, f"{_group_text(c.group)}, call #{c.seq}")
+    return found
 
 
 def dead_ranks(missing: tuple[int, ...], world: int, last_seen: Call | None, source: str) -> Finding:

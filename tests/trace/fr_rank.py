@@ -6,6 +6,7 @@ Usage (under torchrun): fr_rank.py TIMEOUT_S SCRIPT"""
 import datetime
 import os
 import runpy
+import signal
 import sys
 
 import torch
@@ -21,12 +22,7 @@ def _init_with_timeout(*args, **kwargs):  # a short timeout so a hang ends in se
     return _init(*args, **kwargs)
 
 
-dist.init_process_group = _init_with_timeout
-sys.argv = [script]
-sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-try:
-    runpy.run_path(script, run_name="__main__")
-finally:
+def write_dump() -> None:
     rank = os.environ["RANK"]
     trace = torch._C._distributed_c10d._dump_fr_trace(
         includeCollectives=True, includeStackTraces=True, onlyActive=False)
@@ -35,3 +31,18 @@ finally:
     if os.environ.get("FR_ALSO_JSON"):
         with open(os.environ["TORCH_FR_DUMP_TEMP_FILE"] + rank + ".json", "wb") as out:
             out.write(torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True, onlyActive=False))
+
+
+def stopped(signum, frame):  # torchrun stops the other ranks when one fails: they dump too
+    write_dump()
+    os._exit(128 + signum)
+
+
+dist.init_process_group = _init_with_timeout
+signal.signal(signal.SIGTERM, stopped)
+sys.argv = [script]
+sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+try:
+    runpy.run_path(script, run_name="__main__")
+finally:
+    write_dump()

@@ -32,6 +32,7 @@ def run_job(script: str, nproc: int, out) -> None:
     ("uneven_batch.py", 2, ["DDP129", "DDP034"], [1]),
     ("shape_mismatch.py", 2, ["DDP128"], [0, 1]),
     ("killed_rank.py", 3, ["DDP120"], [1]),
+    ("subgroups.py", 3, ["DDP129", "DDP129"], [2]),
 ])
 def test_real_job_dumps(tmp_path, script, nproc, codes, ranks):
     run_job(script, nproc, tmp_path)

@@ -159,3 +159,15 @@ def test_json_follows_the_shared_report_schema():
 
     schema = json.loads((ROOT / "ddpcheck" / "report" / "report.schema.json").read_text())
     jsonschema.validate(json.loads(trace(str(DATA / "early_stop")).stdout), schema)
+
+
+def test_each_process_group_is_compared_on_its_own_and_cross_referenced():
+    r = run_cli("trace", str(DATA / "subgroups"), "--source", SOURCE)
+    assert r.returncode == 1, r.stderr
+    assert "dumps of 3 of 3 ranks, 3 process groups" in r.stdout
+    # gloo's dumps here list no ranks for the default group: said, not guessed
+    assert "a rank with no file would go unnoticed" in r.stdout
+    assert ("process group 2: rank 2 entered call #2 all_reduce float[4] at fixtures/trace/subgroups.py:19"
+            in r.stdout)
+    assert "rank 2 never arrived: its last call was #1" in r.stdout
+    assert "(it waits in process group 2, call #2)" in r.stdout
