@@ -60,9 +60,6 @@ def analyse(paths: list[str], source: str, lint: causes.Linter | None) -> TraceR
     finally:
         if collecting:
             gc.enable()
-    for path in paths:
-        if not os.path.exists(path):
-            result.errors.append(ToolError(path, "no such file or directory", _UNREADABLE))
     by_rank: dict[int, dumps.Dump] = {}
     for dump in read:
         # A rank's pickle and JSON forms side by side: keep the one with stacks (JSON has none).
