@@ -171,3 +171,16 @@ def test_each_process_group_is_compared_on_its_own_and_cross_referenced():
             in r.stdout)
     assert "rank 2 never arrived: its last call was #1" in r.stdout
     assert "(it waits in process group 2, call #2)" in r.stdout
+
+
+def test_calls_the_ring_buffer_dropped_on_one_rank_do_not_count_as_a_divergence(tmp_path):
+    # A full recorder keeps only the newest entries: rank 0 has lost its first three here.
+    shutil.copy(DATA / "early_stop" / "rank_1", tmp_path / "rank_1")
+    dump = pickle.loads((DATA / "early_stop" / "rank_0").read_bytes())
+    dump["entries"] = dump["entries"][3:]
+    (tmp_path / "rank_0").write_bytes(pickle.dumps(dump))
+    r = trace(str(tmp_path))
+    assert r.returncode == 1, r.stderr
+    verdict = findings(r)[0]
+    assert verdict["code"] == "DDP129" and verdict["ranks"] == [0]
+    assert "rank 1 entered call #8" in verdict["message"]
