@@ -10,6 +10,10 @@ import tempfile
 
 BUFFER_VARIABLE = "TORCH_FR_BUFFER_SIZE"
 DUMP_VARIABLE = "TORCH_FR_DUMP_TEMP_FILE"
+# The names torch read before these (2.4-era releases; later ones still read them as fallbacks):
+# a user who set one of them has chosen, and ddpcheck does not override it.
+OLD_BUFFER_VARIABLE = "TORCH_NCCL_TRACE_BUFFER_SIZE"
+OLD_DUMP_VARIABLE = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 DEFAULT_BUFFER = "2000"  # entries per rank and group: NCCL's default, a few hundred KB per rank
 PREFIX = "rank_"
 
@@ -18,9 +22,9 @@ def environment() -> tuple[dict[str, str], str | None]:
     """The variables to set for the job (the user's own settings win), and the folder ddpcheck
     made for the dumps (None when the user chose where they go)."""
     env: dict[str, str] = {}
-    if BUFFER_VARIABLE not in os.environ:
+    if BUFFER_VARIABLE not in os.environ and OLD_BUFFER_VARIABLE not in os.environ:
         env[BUFFER_VARIABLE] = DEFAULT_BUFFER
-    if os.environ.get(DUMP_VARIABLE):
+    if os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE):
         return env, None
     folder = tempfile.mkdtemp(prefix="ddpcheck-flight-recorder-")
     env[DUMP_VARIABLE] = os.path.join(folder, PREFIX)
@@ -28,7 +32,7 @@ def environment() -> tuple[dict[str, str], str | None]:
 
 
 def dump_folder() -> str | None:
-    prefix = os.environ.get(DUMP_VARIABLE)
+    prefix = os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE)
     return os.path.dirname(prefix) if prefix else None
 
 
@@ -42,8 +46,9 @@ def write_rank_dump(rank: int) -> str | None:
     """In a rank: write its Flight Recorder dump where NCCL would; None when off or it failed.
     Called from ddpcheck's watchdog thread while the training thread is blocked in a collective;
     the recorder's buffer is read under its own lock."""
-    prefix = os.environ.get(DUMP_VARIABLE)
-    if not prefix or os.environ.get(BUFFER_VARIABLE, "0") in ("", "0"):
+    prefix = os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE)
+    size = os.environ.get(BUFFER_VARIABLE, os.environ.get(OLD_BUFFER_VARIABLE, "0"))
+    if not prefix or size.strip() in ("", "0"):
         return None
     try:
         import torch
