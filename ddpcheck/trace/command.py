@@ -106,9 +106,14 @@ def run(argv: list[str], lint: causes.Linter | None) -> int:
     if options.output_format in ("full", "concise") and result.ranks:
         text = _headline(result) + "\n" + text
     if options.output_file:
-        os.makedirs(os.path.dirname(os.path.abspath(options.output_file)), exist_ok=True)
-        with open(options.output_file, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(options.output_file)), exist_ok=True)
+            with open(options.output_file, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        except OSError as err:
+            print(f"ddpcheck: error: -o {options.output_file}: cannot write it ({err.strerror or err})",
+                  file=sys.stderr)
+            return 2
     else:
         sys.stdout.write(text)
     if result.errors or not result.ranks:

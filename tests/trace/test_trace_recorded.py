@@ -184,3 +184,12 @@ def test_calls_the_ring_buffer_dropped_on_one_rank_do_not_count_as_a_divergence(
     verdict = findings(r)[0]
     assert verdict["code"] == "DDP129" and verdict["ranks"] == [0]
     assert "rank 1 entered call #8" in verdict["message"]
+
+
+def test_output_file_and_an_unwritable_one(tmp_path):
+    out = tmp_path / "reports" / "trace.json"
+    r = run_cli("trace", str(DATA / "early_stop"), "--source", SOURCE, "--output-format", "json", "-o", str(out))
+    assert r.returncode == 1 and r.stdout == ""
+    assert json.loads(out.read_text())["summary"]["by_code"]["DDP129"] == 1
+    r = run_cli("trace", str(DATA / "early_stop"), "--source", SOURCE, "-o", "/proc/no-such/x.txt")
+    assert r.returncode == 2 and "cannot write it" in r.stderr and "Traceback" not in r.stderr
