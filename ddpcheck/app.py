@@ -122,3 +122,16 @@ def run_command(ctx: typer.Context) -> None:
     raise typer.Exit(commands.run(list(ctx.args)))
 
 
+
+
+@app.command(
+    "trace",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def trace_command(ctx: typer.Context) -> None:
+    """Explain a hung or crashed job from PyTorch Flight Recorder dumps: ddpcheck trace DUMPS... [--source DIR]
+    (`ddpcheck trace --help` for the options)."""
+    from ddpcheck import commands
+
+    raise typer.Exit(commands.trace(list(ctx.args)))

@@ -1,4 +1,4 @@
-"""The command line: `ddpcheck lint | run | rules | explain | config`.
+"""The command line: `ddpcheck lint | run | trace | rules | explain | config`.
 
 Thin on purpose: parsing and wording live here, work lives in lint/, run/ and report/. Importing
 this module imports neither torch nor libcst. `lint` has a parser of its own (lint/arguments.py)
@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> None:
         if argv[:1] == ["run"]:
             # The run command's arguments belong to torchrun and the user's script: pass them raw.
             sys.exit(commands.run(argv[1:]))
+        if argv[:1] == ["trace"]:
+            sys.exit(commands.trace(argv[1:]))
         if argv[:1] == ["lint"]:
             sys.exit(commands.lint(argv[1:]))
         from ddpcheck.app import app

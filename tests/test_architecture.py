@@ -11,6 +11,8 @@ modules still cannot be understood or changed apart.
 - The lint never imports `run/`: `ddpcheck lint` starts without torch.
 - The shared base (findings, codes and their catalogue, configuration, reports) imports neither
   half: both halves build on it.
+- `trace/` imports neither the lint nor `run/` (the command hands it a linting function), and
+  never torch: it reads a cluster's dumps on a machine without it.
 - Code that runs inside each rank (`run/rank/`, `run/checks/`) and code that runs in the launcher
   (`run/launcher/`) do not import each other.
 """
@@ -198,6 +200,10 @@ def test_a_known_circle_that_grows_fails(monkeypatch):
     ("ddpcheck.run.checks", "ddpcheck.run.launcher"),
     ("ddpcheck.run.launcher", "ddpcheck.run.rank"),
     ("ddpcheck.run.launcher", "ddpcheck.run.checks"),
+    ("ddpcheck.trace", "ddpcheck.lint"),
+    ("ddpcheck.trace", "ddpcheck.run"),
+    ("ddpcheck.lint", "ddpcheck.trace"),
+    ("ddpcheck.run", "ddpcheck.trace"),
 ])
 def test_layers_do_not_import_each_other(source, target):
     assert _edges(source, target) == []
@@ -210,3 +216,11 @@ SHARED_BASE = ("ddpcheck.findings", "ddpcheck.describe", "ddpcheck.catalog", "dd
 @pytest.mark.parametrize("half", ["ddpcheck.lint", "ddpcheck.run"])
 def test_the_shared_base_imports_neither_half(half):
     assert [edge for base in SHARED_BASE for edge in _edges(base, half)] == []
+
+
+def test_trace_never_imports_torch():
+    imported = {n for path in (PACKAGE / "trace").rglob("*.py")
+                for node in ast.walk(ast.parse(path.read_text()))
+                for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                          [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
+    assert not {n for n in imported if n == "torch" or n.startswith("torch.")}

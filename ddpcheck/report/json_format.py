@@ -1,6 +1,6 @@
 """JSON output. Schema (version 1, stable; documented in docs/usage.md, "JSON output"):
 
-    {"schema_version": 1, "tool": "ddpcheck", "version": "...", "command": "lint" | "run",
+    {"schema_version": 1, "tool": "ddpcheck", "version": "...", "command": "lint" | "run" | "trace",
      "findings": [Finding.to_dict(), ...],
      "errors": [{"path": ..., "code": "DDP902" | "DDP903" | null, "message": ...}, ...],
      "summary": {"total": N, "by_code": {"DDP001": n, ...}}}

@@ -48,6 +48,10 @@ class CollectiveMismatch(RuntimeCheck):
     named with that `if`, the rank that made it alone and its line — whether the other ranks met
     it with their next collective, finished the script, or wait outside any collective.
 
+    `ddpcheck trace` gives this verdict after the fact, from the PyTorch Flight Recorder dumps of
+    a job that ran without ddpcheck: the first sequence id at which the ranks' recorded collectives
+    differ (operation, shapes or dtypes), each side's ranks and stack ([docs/trace.md](../docs/trace.md)).
+
     ## Why it matters
 
     gloo and NCCL pair collectives by their order, not by what they are. Two ranks in different
@@ -94,6 +98,10 @@ class UnevenWork(RuntimeCheck):
     rank-local condition), with the loop and the `break`. When uneven work is what made the job
     hang or crash — the extra backward's all-reduce meets the others' next collective — this is
     the finding the report leads with.
+
+    `ddpcheck trace` gives this verdict after the fact, from the PyTorch Flight Recorder dumps of
+    a job that ran without ddpcheck: ranks that entered a collective the others never arrived at,
+    with where each side made its last call ([docs/trace.md](../docs/trace.md)).
 
     ## Why it matters
 

@@ -47,6 +47,10 @@ class RankCrashed(Incident):
     message and the innermost frame of your code — and lists the ranks that failed only because of
     it. The other ranks are stopped at once; the report of what was checked until then is kept.
 
+    `ddpcheck trace` reports a rank whose Flight Recorder dump is missing from a set under this
+    code: every rank writes one when the job times out, so a rank without one had died
+    ([docs/trace.md](../docs/trace.md)).
+
     ## Why it matters
 
     Without it you read four tracebacks, three of them about sockets, and guess which came first.

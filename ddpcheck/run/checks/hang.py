@@ -35,6 +35,10 @@ class CollectiveHang(Incident):
     With `--collective-timeout S`, ddpcheck also passes `timeout=S` to `init_process_group` when
     the script passes none, so that a stuck collective raises instead of waiting 30 minutes.
 
+    `ddpcheck trace` gives this verdict after the fact, from an NCCL job's Flight Recorder dumps:
+    a collective every rank entered and some rank never completed, with that rank's last frames
+    ([docs/trace.md](../docs/trace.md)).
+
     ## Why it matters
 
     A collective that not every rank joins waits for the process group's timeout — 30 minutes by

@@ -97,6 +97,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     findings = first + verdicts.check_findings(judged) + notes  # the root cause leads
 
     happened = judged.happened
+    dumps = _flight_recorder_dumps(job_plan)
     script_code = 0 if exit_codes.stopped_by_ddpcheck(happened) else \
         exit_codes.script_exit_code(records, result.exit_codes)
     exit_code = exit_codes.exit_code(happened, script_code, exit_codes.fails_the_run(findings))
@@ -119,6 +120,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         "check_first": options.check_first,
         "check_every": options.check_every,
         "selected": list(options.codes if options.codes is not None else registry.checks()),
+        "flight_recorder_dumps": dumps,
     }
     data = summary.report_dict(rows, findings, records, job)
     perf = performance.summarise(records)
@@ -127,6 +129,19 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
         rank.get("probes", {}).get("timing", {}).pop("steps", None)
     return Outcome(exit_code, data, rows, first, notes, findings, records)
+
+
+def _flight_recorder_dumps(job_plan: Any) -> str | None:
+    """The folder of the ranks' Flight Recorder dumps when ranks wrote any (they do when ddpcheck
+    stops a hung job); a folder ddpcheck made and nobody wrote to is removed."""
+    from ddpcheck.run import flight_recorder
+
+    folder = job_plan.flight_recorder_folder or flight_recorder.dump_folder()
+    if flight_recorder.written(folder):
+        return folder
+    if job_plan.flight_recorder_folder:
+        shutil.rmtree(job_plan.flight_recorder_folder, ignore_errors=True)
+    return None
 
 
 def _empty(record_dir: str) -> None:
@@ -184,6 +199,10 @@ def present(outcome: Outcome, options: Any) -> int:
             print(f"ddpcheck: HTML report written to {_shown(options.html)}")
     else:
         print(summary.render_other(options.output_format, outcome.findings, data))
+    if job.get("flight_recorder_dumps"):
+        folder = job["flight_recorder_dumps"]
+        print(f"ddpcheck: the ranks' Flight Recorder dumps are in {folder}; "
+              f"replay the analysis with `ddpcheck trace {folder}`", file=sys.stderr, flush=True)
     for line in failed:
         print(line, file=sys.stderr, flush=True)
     return 2 if failed else outcome.exit_code

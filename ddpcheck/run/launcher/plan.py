@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ddpcheck.run import flight_recorder
 from ddpcheck.run.launcher.command_line import Launch
 from ddpcheck.run.options import ENV_EMULATE, ENV_EMULATED_DEVICES, ENV_LAUNCHER_PID, ENV_SPAWN_FALLBACK
 from ddpcheck.run.records import Record
@@ -46,6 +47,8 @@ class Plan:
     saved_env: dict[str, str | None] = field(default_factory=dict)
     # A dual-mode script launched with torchrun: where it spawns, should a rank take that branch.
     fallback: SpawnSite | None = None
+    # The folder ddpcheck made for the ranks' Flight Recorder dumps (None: the user chose one).
+    flight_recorder_folder: str | None = None
 
 
 def prepare(launch: Launch, switch_to: SpawnSite | None = None) -> Plan:
@@ -73,6 +76,8 @@ def prepare(launch: Launch, switch_to: SpawnSite | None = None) -> Plan:
             env[ENV_EMULATED_DEVICES] = str(launch.nproc)
     if fallback is not None:
         env[ENV_SPAWN_FALLBACK] = "1"
+    fr_env, plan.flight_recorder_folder = flight_recorder.environment()
+    env.update(fr_env)
     for key, value in env.items():
         plan.saved_env[key] = os.environ.get(key)
         os.environ[key] = value

@@ -14,7 +14,7 @@ import threading
 from datetime import timedelta
 from typing import Any
 
-from ddpcheck.run import diagnose
+from ddpcheck.run import diagnose, flight_recorder
 from ddpcheck.run.rank import ledger as ledger_mod
 from ddpcheck.run.rank import sites
 from ddpcheck.run.rank.ledger import LEDGER
@@ -31,6 +31,7 @@ def install(session: Session) -> None:
     """Keep the ledger from now on; start the watchdog once init_process_group has returned."""
     ledger_mod.install(sites.call_site, session.nested_step)
     backstop = session.options.collective_timeout
+    dumped: list[str | None] = []
 
     def before_init(kwargs: dict[str, Any]) -> None:
         # Off by default: a legitimately long wait (rank 0 evaluating while the others sit in a
@@ -47,6 +48,8 @@ def install(session: Session) -> None:
 
     def on_verdict(verdict: dict[str, Any]) -> None:
         session.meta["status"] = "hung"
+        if not dumped:  # once: the deciding rank may record the verdict twice
+            dumped.append(flight_recorder.write_rank_dump(session.rank))
         keep_section()
         session.flush(force=True)
         path = os.path.join(run_dir(session), HANG_VERDICT_FILE)
