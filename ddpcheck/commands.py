@@ -57,7 +57,7 @@ def lint_for_causes(paths: list[str]) -> list[Finding]:
     """The static findings in these files, with the settings that apply to each (what `ddpcheck
     lint` would report, ignoring the cache so nothing is written); unreadable files give none."""
     from ddpcheck.config import SettingsResolver
-    from ddpcheck.lint.known import lint_codes
+    from ddpcheck.catalog import lint_codes
     from ddpcheck.lint.runner import lint_files
 
     known = lint_codes()
