@@ -29,6 +29,14 @@ _STEP_FACTS = frozenset({"backward", "collective"})
 MAX_DEPTH = 3  # project functions followed below a loop
 
 
+def _steps(facts: frozenset[str]) -> bool:
+    """Whether a call with these facts is a step of the job. A barrier alone is not: a loop whose
+    body only waits for the other ranks (`for split in splits: ...; dist.barrier()`) is start-up
+    code, and it is a training loop only where a training loop calls it."""
+    found = facts & _STEP_FACTS
+    return bool(found) and not (found == {"collective"} and "barrier" in facts)
+
+
 class Loops:
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -54,7 +62,7 @@ class Loops:
         body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
         facts = self.model.facts
         for call in body:
-            if facts.direct(call) & _STEP_FACTS or is_optimizer_step(self.model, call):
+            if _steps(facts.direct(call)) or is_optimizer_step(self.model, call):
                 return True
         if depth >= MAX_DEPTH:
             return False

@@ -1,0 +1,76 @@
+"""Which loops are training loops, and which values a guard's test can see, through
+`ddpcheck lint`. Each test writes a small project in the style of real training scripts and reads
+what the user sees."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+
+def _findings(root: Path, files: dict[str, str], select: str) -> set[tuple[str, int, str]]:
+    for name, text in files.items():
+        (root / name).write_text(textwrap.dedent(text))
+    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
+                *(str(root / name) for name in files))
+    assert r.returncode == 0, r.stderr
+    return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in json.loads(r.stdout)["findings"]}
+
+
+PREPARE = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from data import load_split, prepare_split
+
+
+    def prepare_all():
+        for split in ("train", "val"):
+            print(f"preparing the {split} split")
+            if dist.get_rank() == 0:
+                prepare_split(split)
+            dist.barrier()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        prepare_all()
+        train_set = load_split("train")
+        sampler = DistributedSampler(train_set)
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+        model = DDP(torch.nn.Linear(16, 4).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.cross_entropy(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+            PER_EPOCH
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_a_loop_that_only_waits_at_a_barrier_is_start_up_code(tmp_path):
+    script = PREPARE.replace("PER_EPOCH", "pass")
+    assert _findings(tmp_path, {"train.py": script}, "DDP020") == set()
+
+
+def test_a_barrier_loop_called_from_the_epoch_loop_repeats_its_print_every_epoch(tmp_path):
+    script = PREPARE.replace("PER_EPOCH", "prepare_all()")
+    assert ("train.py", 37, "DDP020") in _findings(tmp_path, {"train.py": script}, "DDP020")
