@@ -74,3 +74,70 @@ def test_a_loop_that_only_waits_at_a_barrier_is_start_up_code(tmp_path):
 def test_a_barrier_loop_called_from_the_epoch_loop_repeats_its_print_every_epoch(tmp_path):
     script = PREPARE.replace("PER_EPOCH", "prepare_all()")
     assert ("train.py", 37, "DDP020") in _findings(tmp_path, {"train.py": script}, "DDP020")
+
+
+SEEDED = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from nets import Classifier
+    from data import load_split
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--local-rank", type=int, default=0)
+
+
+    def main():
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        torch.manual_seed(args.seed)
+        torch.cuda.set_device(args.local_rank)
+        train_set = load_split("train")
+        sampler = DistributedSampler(train_set)
+        loader = DataLoader(train_set, batch_size=64, sampler=sampler)
+        model = DDP(Classifier().cuda(), device_ids=[args.local_rank])
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(5):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                optimizer.zero_grad()
+                F.nll_loss(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+NETS = """\
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = nn.Linear(784, 256)
+            {extra}
+            self.fc2 = nn.Linear(256, 10)
+
+        def forward(self, x):
+            return F.log_softmax(self.fc2(self.hidden(F.relu(self.fc1(x.flatten(1))))), dim=1)
+    """
+
+
+def test_the_same_seed_is_reported_when_the_model_draws_dropout_masks(tmp_path):
+    files = {"train.py": SEEDED, "nets.py": NETS.format(extra="self.hidden = nn.Dropout(0.5)")}
+    assert ("train.py", 20, "DDP029") in _findings(tmp_path, files, "DDP029")
+
+
+def test_the_same_seed_is_silent_when_training_draws_nothing_at_random(tmp_path):
+    files = {"train.py": SEEDED, "nets.py": NETS.format(extra="self.hidden = nn.Identity()")}
+    assert _findings(tmp_path, files, "DDP029") == set()
