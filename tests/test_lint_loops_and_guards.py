@@ -141,3 +141,49 @@ def test_the_same_seed_is_reported_when_the_model_draws_dropout_masks(tmp_path):
 def test_the_same_seed_is_silent_when_training_draws_nothing_at_random(tmp_path):
     files = {"train.py": SEEDED, "nets.py": NETS.format(extra="self.hidden = nn.Identity()")}
     assert _findings(tmp_path, files, "DDP029") == set()
+
+
+WRITER = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.utils.tensorboard import SummaryWriter
+
+
+    def open_writer(log_dir, writer=None):
+        if writer is None:
+            writer = SummaryWriter(log_dir) if dist.get_rank() == 0 else None
+            dist.barrier()
+        return writer
+
+
+    def main():
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        writer = open_writer("runs/exp1")
+        if writer is not None:
+            writer.add_text("status", "started")
+        for epoch in range(3):
+            LOOP
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_what_a_guards_own_branch_assigns_does_not_decide_its_test(tmp_path):
+    # Every rank enters `if writer is None:` (the branch's rank-0-only writer comes after the test).
+    script = WRITER.replace("LOOP", "pass")
+    assert _findings(tmp_path, {"train.py": script}, "DDP009") == set()
+
+
+def test_a_loop_that_brings_the_branchs_value_back_to_the_test_keeps_it(tmp_path):
+    # In a loop the ranks without a writer enter the branch again, and rank 0 skips the barrier.
+    loop = ("if writer is None:\n"
+            "                writer = SummaryWriter('runs') if dist.get_rank() == 0 else None\n"
+            "                dist.barrier()")
+    script = WRITER.replace("LOOP", loop)
+    assert ("train.py", 24, "DDP009") in _findings(tmp_path, {"train.py": script}, "DDP009")
