@@ -566,6 +566,10 @@ class CallGraph:
             module.memo[key] = found
         return found
 
+    def import_closure(self, module: ModuleModel) -> list[str]:
+        """The texts of `module`, the linted file and the project modules they import."""
+        return self._import_closure(module)
+
     def _import_closure(self, module: ModuleModel) -> list[str]:
         texts = [module.source, self.model.root.source]
         todo = [p for p in (resolved_path(module.path), resolved_path(self.model.root.path)) if p is not None]

@@ -163,7 +163,7 @@ class Paths:
         kind: str | None = None
         side = selects_main_rank(guard.test, resolve)
         if side is None and scope is not None:
-            side = self._presence_side(module, guard.test, scope)
+            side = self._presence_side(module, guard.test, scope, guard.node)
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"
@@ -177,27 +177,34 @@ class Paths:
                 kind = "distributed" if distributed != guard.negated else "single"
         return kind
 
-    def _presence_side(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope) -> bool | None:
+    def _presence_side(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope,
+                       own: cst.CSTNode | None = None) -> bool | None:
         """True when `test` holds on rank 0 only because it asks whether an object exists that
         only rank 0 makes (`if writer is not None:`, `if self.logger:`, `if not logger: return`,
-        and such a test `and` another); False for its negation; None otherwise."""
+        and such a test `and` another); False for its negation; None otherwise. `own` is the
+        `if` whose test this is."""
         if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-            return True if self._presence_side(module, test.left, scope) is True \
-                or self._presence_side(module, test.right, scope) is True else None
+            return True if self._presence_side(module, test.left, scope, own) is True \
+                or self._presence_side(module, test.right, scope, own) is True else None
         present = _presence(test)
         if present is None:
             return None
         expr, when_present = present
-        return when_present if self.only_on_main(module, expr, scope) else None
+        return when_present if self.only_on_main(module, expr, scope, own=own) else None
 
     def only_on_main(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
-                     at: Point | None = None) -> bool:
+                     at: Point | None = None, own: cst.CSTNode | None = None) -> bool:
         """Whether the object `expr` holds exists on rank 0 only, None on the other ranks: every
         value but None is made under a rank-0 condition (`SummaryWriter(...) if rank == 0 else
         None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None (`if rank
-        != 0: logger = None`)."""
+        != 0: logger = None`). Asked for the test of the `if` `own`, the values its own branch
+        assigns are left out where no loop brings them back to the test: they are made after
+        it (`if writer is None: writer = SummaryWriter() if rank == 0 else None`)."""
         nones = made = 0
         for value in self.model.values.of(module, expr, scope, at=at, depth=8):
+            if own is not None and value.at is not None and not value.at.loops \
+                    and any(g.node is own for g in value.at.guards):
+                continue
             kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
             if is_none(value.node):
                 if "other" in kinds:

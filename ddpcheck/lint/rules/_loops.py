@@ -11,6 +11,7 @@ is read from the model's recorded calls and loops; answers are memoised per loop
 
 from __future__ import annotations
 
+import builtins
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -27,6 +28,21 @@ Loop = cst.CSTNode  # a For or While node, as recorded in CallSite.loops
 # Facts (model/facts.py) that make a loop body a step of the job.
 _STEP_FACTS = frozenset({"backward", "collective"})
 MAX_DEPTH = 3  # project functions followed below a loop
+
+
+def _names(node: cst.CSTNode) -> list[cst.Name]:
+    if isinstance(node, cst.Name):
+        return [node]
+    return [n for child in node.children for n in _names(child)]
+
+
+def _steps(facts: frozenset[str]) -> bool:
+    """Whether a call with these facts is a step of the job. A barrier alone is not: a loop whose
+    body only waits for the other ranks (`for split in splits: ...; dist.barrier()`) is start-up
+    code, and it is a training loop only where a training loop calls it, or where its body also
+    runs a forward on the loop's items (`Loops._forwards_items`)."""
+    found = facts & _STEP_FACTS
+    return bool(found) and not (found == {"collective"} and "barrier" in facts)
 
 
 class Loops:
@@ -53,15 +69,38 @@ class Loops:
                 return True
         body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
         facts = self.model.facts
+        forward: bool | None = None
         for call in body:
-            if facts.direct(call) & _STEP_FACTS or is_optimizer_step(self.model, call):
+            direct = facts.direct(call)
+            if _steps(direct) or is_optimizer_step(self.model, call):
                 return True
+            if "barrier" in direct:
+                if forward is None:
+                    forward = self._forwards_items(loop, body)
+                if forward:
+                    return True  # a forward and a barrier per item: an evaluation step
         if depth >= MAX_DEPTH:
             return False
         for call in body:
             for callee, _ in self.model.graph.targets(call):
                 if self.does_work(callee, depth + 1):
                     return True
+        return False
+
+    def _forwards_items(self, loop: Loop, body: list[CallSite]) -> bool:
+        """Whether the body calls an object that is neither a known API nor a function (of the
+        project or imported) with the loop's items (`for x, y in loader: model(x)`): a model's forward."""
+        if not isinstance(loop, cst.For):
+            return False
+        items = {n.value for n in _names(loop.target)}
+        for call in body:
+            if not isinstance(call.node.func, cst.Name) or hasattr(builtins, call.node.func.value) \
+                    or self.model.api(call) is not None \
+                    or self.model.graph.targets(call) \
+                    or self.model.resolver.name(call.module, call.node.func.value, call.scope) is not None:
+                continue  # an API, a project function or an imported one: not a model object
+            if any(n.value in items for a in call.node.args for n in _names(a.value)):
+                return True
         return False
 
     def iterates_batches(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,

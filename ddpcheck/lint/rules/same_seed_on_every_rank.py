@@ -10,6 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
+from ddpcheck.lint.model.randomness import draws_random
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.model.values import Value
@@ -42,7 +43,9 @@ class SameSeedOnEveryRank(Rule):
     seeders such as `transformers.set_seed`) that runs on every rank of a file whose DataLoader
     uses a DistributedSampler (built in the file or in a project function it calls) or that hands
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
-    when the seed is a literal, a command-line option of the file (whatever its default: every rank
+    when training draws random numbers (dropout, random augmentation, random tensors or
+    Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout — in the file
+    or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
     gets the same command line) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
@@ -117,6 +120,20 @@ class SameSeedOnEveryRank(Rule):
             torch.manual_seed(settings["seed"])
             loader = DataLoader(train_set, sampler=DistributedSampler(train_set), num_workers=4)
         """,
+        """
+        import argparse
+        import torch
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=42)
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        torch.manual_seed(args.seed)
+        loader = DataLoader(train_set, sampler=DistributedSampler(train_set), num_workers=8)
+        model = torch.nn.Sequential(torch.nn.Linear(784, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+        """,
     ]
     INVALID = [
         Invalid(
@@ -132,6 +149,7 @@ class SameSeedOnEveryRank(Rule):
             dist.init_process_group("nccl")
             torch.manual_seed(args.seed)
             loader = DataLoader(train_set, sampler=DistributedSampler(train_set), num_workers=8)
+            augment = transforms.RandomResizedCrop(224)
             """,
             lines=(10,),
         ),
@@ -161,6 +179,7 @@ class SameSeedOnEveryRank(Rule):
                     fix_random_seeds(args.seed)
                 sampler = DistributedSampler(train_set)
                 loader = DataLoader(train_set, sampler=sampler, batch_size=64, num_workers=10)
+                augment = transforms.RandomResizedCrop(224)
             """,
             lines=(22,),
         ),
@@ -186,6 +205,7 @@ class SameSeedOnEveryRank(Rule):
                 train_data = load_dataset(args.train_data)
                 train_loader = DataLoader(train_data, batch_size=8, drop_last=True,
                                           sampler=DistributedSampler(train_data, seed=args.random_seed))
+                augment = transforms.RandomResizedCrop(224)
             """,
             lines=(16,),
         ),
@@ -220,6 +240,7 @@ class SameSeedOnEveryRank(Rule):
                 hf_set_seed(args.seed)
                 sampler = DistributedSampler(labeled_dataset)
                 loader = DataLoader(labeled_dataset, sampler=sampler, batch_size=64, num_workers=4)
+                augment = transforms.RandomResizedCrop(224)
             """,
             lines=(26, 27),
         ),
@@ -257,6 +278,7 @@ class SameSeedOnEveryRank(Rule):
             if __name__ == "__main__":
                 settings = load_settings()
                 mp.spawn(worker, nprocs=torch.cuda.device_count(), args=(torch.cuda.device_count(), settings))
+                augment = transforms.RandomResizedCrop(224)
             """,
             lines=(25,),
         ),
@@ -277,6 +299,7 @@ class SameSeedOnEveryRank(Rule):
                 model = build_model().to(rank)
                 for batch in make_batches(graph, nodes):
                     F.cross_entropy(model(batch), batch.y).backward()
+                    augment = transforms.RandomResizedCrop(224)
             """,
             lines=(12,),
         ),
@@ -292,6 +315,9 @@ class SameSeedOnEveryRank(Rule):
         if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None
                    or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
                 and not split_by_rank(model):
+            return
+        # The same seed matters only where training draws from the generator it seeds.
+        if not draws_random(model):
             return
         resolve = model.resolver_for(model.root)
         for site in model.root.calls:

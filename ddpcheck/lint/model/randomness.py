@@ -1,0 +1,34 @@
+"""Whether a job draws random numbers while it trains: dropout, random augmentation, random
+tensors, Python's or NumPy's random draws, a shuffling DataLoader. Read from the text of the
+linted file and the project modules it imports (a model class in `models/net.py` that holds
+`nn.Dropout` counts). Seeding calls (`random.seed`, `np.random.seed`) are not draws."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+_DRAWS = re.compile(
+    r"Dropout|\bdropout\w*\s*\(|\bdrop_?path|\bdrop_prob|dropout\w*\s*[:=]\s*0?\.\d*[1-9]"
+    r"|\bRandom[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
+    r"|\btorch\.(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|multinomial|normal|poisson)\s*\("
+    r"|\.(normal_|uniform_|bernoulli_|random_|exponential_|cauchy_|geometric_|log_normal_)\s*\("
+    r"|\b(np|numpy)\.random\.(?!seed\b|get_state\b|set_state\b)\w+"
+    r"|\brandom\.(random|choice|choices|shuffle|randint|uniform|sample|gauss|randrange|normalvariate|betavariate)\s*\("
+    r"|\bshuffle\s*=\s*True"
+    # Library models train with their own dropout (hidden_dropout_prob, drop_rate).
+    r"|\.from_pretrained\s*\(|\btimm\.create_model\s*\("
+)
+
+
+def draws_random(model: Model) -> bool:
+    """Whether the linted file, or a project module it imports, draws random numbers."""
+    root = model.root
+    found = root.memo.get("draws_random")
+    if found is None:
+        found = any(_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
+        root.memo["draws_random"] = found
+    return bool(found)
