@@ -32,6 +32,14 @@ BEFORE = {
     "step": "before the first optimizer step",
 }
 
+# A script that ran backward passes and ended well trained, only not through the point a check
+# needs: it reduced its gradients or updated its parameters itself (ZeRO-style engines, a loop of
+# all_reduce over p.grad). Said as it is, never as "ended before".
+TRAINED_WITHOUT = {
+    "ddp": "the script trained (backward passes) without wrapping a model in DDP",
+    "step": "the script trained (backward passes) without a torch.optim optimizer step",
+}
+
 
 @dataclass(frozen=True)
 class Ending:
@@ -122,6 +130,9 @@ def reason(point: str, ends: list[Ending], world_size: int) -> str | None:
         return None
     first = ends[0]
     missing = first.first_missing or point
+    if point in TRAINED_WITHOUT and first.how in ("exited", "returned") and not first.code \
+            and any("backward" in e.reached for e in ends):
+        return TRAINED_WITHOUT[point]
     if first.how in ("exited", "returned") and len({(e.how, e.code, e.where) for e in ends}) == 1 \
             and len(ends) >= world_size:
         who = "the script"
@@ -148,8 +159,10 @@ def apply(checks: dict[str, Verdict], needs: Mapping[str, str | None], ends: lis
 
 
 def early_exit(ends: list[Ending], world_size: int) -> dict[str, Any] | None:
-    """A run in which every rank ended on its own (no crash) before its first optimizer step."""
-    if not ends or any("step" in e.reached or e.how not in ("exited", "returned") for e in ends):
+    """A run in which every rank ended on its own (no crash) before it trained: no optimizer step
+    and no backward pass (a hand-written update after a backward is training too)."""
+    if not ends or any("step" in e.reached or "backward" in e.reached or e.how not in ("exited", "returned")
+                       for e in ends):
         return None
     first = ends[0]
     return {"why": reason("step", ends, world_size), "rank": first.rank, "code": first.code,

@@ -229,3 +229,16 @@ def test_a_collective_only_rank_0_makes_is_a_mismatch_at_its_line(tmp_path, mode
         assert found["message"].endswith(f"the job hung (no progress for {TIMEOUT} s) and ddpcheck stopped it")
         _decided_within_one_timeout(found)
     assert_no_survivors(mark)
+
+
+def test_first_compile_inside_ddp_forward_is_slow_not_hung(tmp_path):
+    # Rank 0 compiles its evaluation graph inside DDP's forward, waiting for torch.compile's
+    # compile workers, while rank 1 waits in the gradient all-reduce: longer than the hang timeout
+    # on a small machine, and no hang.
+    script = fixture("compile_eval_first.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", "3", str(script)], tmp_path, timeout=400,
+                                    TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))  # a cold compile
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert codes(data) == [], [(f["code"], f["message"]) for f in data["findings"]]  # not called emulated either
+    assert data["run"]["job"]["steps"] == 3
+    assert_no_survivors(mark)

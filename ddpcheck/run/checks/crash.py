@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.findings import Severity
 from ddpcheck.run import reach
+from ddpcheck.run.plain_text import plain
 from ddpcheck.run.records import Record, section
 from ddpcheck.run.registry import Incident, Probe
 from ddpcheck.run.verdict import FAIL, Context, Verdict
@@ -158,14 +159,17 @@ class SpawnUnderLauncher(Incident):
 
 
 class EndedBeforeTraining(Incident):
-    """The script ended on its own before its first optimizer step: nothing was trained or checked.
+    """The script ended on its own before it trained (no optimizer step, no backward pass): nothing was checked.
 
     Some scripts stop politely before training: a device-count check (`Unable to locate
     sufficient 4 gpus ... Exiting.`), an empty dataset, `--help`, a config that says there is
     nothing to do. ddpcheck says so plainly — which rank ended first, with which exit code, at
     which line of your script, and the last line it printed — and marks every check "not
     reached" instead of blaming the script for a missing process group or DDP model it never got
-    to build.
+    to build. A script that ran backward passes has trained, even with no DDP model and no
+    `torch.optim` step (a hand-written optimizer that reduces the gradients itself, as ZeRO-style
+    engines do): it is not reported here, and the checks that need a DDP model or an optimizer
+    step say that the script trained without one.
 
     ## Why it matters
 
@@ -217,7 +221,7 @@ def describe(exc: BaseException, rank: int) -> dict[str, Any] | None:
         frame: tuple[str, int, str | None] | None = innermost_user_frame(exc.__traceback__)
         if frame is None and isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
             frame = (exc.filename, exc.lineno, None)  # raised while compiling the script: no frame of it ran
-        message = str(exc).strip()
+        message = plain(str(exc)).strip()
         return Crash(
             rank=rank,
             type=type(exc).__name__,
@@ -225,7 +229,7 @@ def describe(exc: BaseException, rank: int) -> dict[str, Any] | None:
             path=frame[0] if frame else None,
             line=frame[1] if frame else None,
             function=frame[2] if frame else None,
-            traceback="".join(traceback.format_exception(exc))[-6000:],
+            traceback=plain("".join(traceback.format_exception(exc)))[-6000:],
             time=ending.failed_at() or time.time(),
             consequence=bool(_CONSEQUENCE.search(message)),
         ).__dict__

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import os
+from urllib.parse import urlparse
 
 from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
@@ -28,9 +29,10 @@ class HardcodedInitMethod(RuntimeCheck):
     ## Why it matters
 
     Under torchrun every rank connects to the launcher's store; a `tcp://host:port` of the
-    script's own makes each rank wait for a store nobody serves, and the job hangs for the store
-    timeout (30 minutes) unless the port happens to be the launcher's. ddpcheck rewrites it to
-    `env://` so the run goes on, and reports it.
+    script's own makes each rank, rank 0 included, connect as a client to a store nobody serves,
+    and the job waits for the rendezvous timeout (the script's `timeout=`, else 30 minutes).
+    ddpcheck rewrites it to `env://` so the run goes on, and reports it. A `tcp://` address that
+    is the launcher's own (`MASTER_ADDR:MASTER_PORT`) is the launcher's store: no finding.
 
     ## How to fix
 
@@ -106,11 +108,11 @@ def capture(session: Session) -> None:
         if not session.under_launcher or kwargs.get("store") is not None:
             return
         method = kwargs.get("init_method")
-        if isinstance(method, str) and method.startswith("tcp://"):
+        if isinstance(method, str) and method.startswith("tcp://") and not _is_launchers_store(method):
             kwargs["init_method"] = "env://"
-            session.note(TCP_CODE, f"init_process_group(init_method={method!r}) is hard-coded; under "
-                         "the launcher it waits for a store that is not there (30 min). ddpcheck "
-                         "rewrote it to 'env://'", init_method=method)
+            session.note(TCP_CODE, f"init_process_group(init_method={method!r}) is hard-coded; "
+                         f"{_what_happens(method, kwargs.get('timeout'))}. ddpcheck rewrote it to 'env://'",
+                         init_method=method)
         for arg, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE")):
             given, launcher = kwargs.get(arg), os.environ.get(env)
             if given is None or launcher is None or given == -1:
@@ -122,6 +124,42 @@ def capture(session: Session) -> None:
                              argument=arg, given=int(given), launcher=int(launcher))
 
     session.before_init.append(before_init)
+
+
+def _address(method: str) -> tuple[str, int | None]:
+    parsed = urlparse(method)
+    try:
+        return parsed.hostname or "", parsed.port
+    except ValueError:
+        return parsed.hostname or "", None
+
+
+_LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+
+
+def _is_launchers_store(method: str) -> bool:
+    """`tcp://MASTER_ADDR:MASTER_PORT`: the launcher's own store, which every rank reaches."""
+    host, port = _address(method)
+    addr, launcher_port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if port is None or not launcher_port.isdigit() or port != int(launcher_port):
+        return False
+    return host == addr or (host in _LOOPBACK and addr in _LOOPBACK)
+
+
+def _what_happens(method: str, timeout: Any) -> str:
+    """What this init_method does under this launcher, as torch's rendezvous handles it."""
+    host, port = _address(method)
+    where = f"{host}:{port}" if port is not None else host or method
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else None
+    wait = (f"{seconds:g} s, the timeout the script passed" if seconds is not None
+            else "30 min, init_process_group's default timeout")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+        # torch.distributed.rendezvous: under the launcher's agent store every rank, rank 0
+        # included, connects as a client to the init_method's address and none serves it.
+        return (f"under the launcher every rank, rank 0 included, connects as a client to {where}, "
+                f"where no store is served, and waits for it ({wait})")
+    return (f"rank 0 serves a store of its own at {where} beside the launcher's: ranks on other "
+            f"nodes reach it only if {host or 'that host'} is rank 0's address and the port is free")
 
 
 def _notes(records: list[Record], code: str) -> dict[int, dict[str, Any]]:

@@ -810,7 +810,10 @@ def _patch_cuda(torch: Any) -> None:
         return True
 
     def current_device() -> int:
-        _activate()
+        # torch.compile asks too, compiling a CPU script: that is no CUDA use of the script's own
+        # (pushing the mode mid-compile also breaks dynamo's guard on the mode stack).
+        if not (_from_torch() and not _active):
+            _activate()
         return _current_device
 
     def set_device(device: Any) -> None:
@@ -820,7 +823,8 @@ def _patch_cuda(torch: Any) -> None:
 
     def get_device_properties(device: Any = None) -> DeviceProperties:
         _check_index(device, "torch.cuda.get_device_properties")
-        _used("torch.cuda device queries")
+        if not (_from_torch() and not _active):
+            _used("torch.cuda device queries")
         return DeviceProperties()
 
     def get_device_name(device: Any = None) -> str:

@@ -1,8 +1,8 @@
 """How far this rank got and how it ended, for the launcher's report (launcher/reach.py).
 
 Written into the rank's record: `reached` (when the rank first passed each point of a DDP run:
-`init` = init_process_group returned, `ddp` = a DistributedDataParallel model was built; the first
-optimizer step is the record's `step`), `exit_site` (the file:line of the `sys.exit` that ended
+`init` = init_process_group returned, `ddp` = a DistributedDataParallel model was built,
+`backward` = the first backward pass; the first optimizer step is the record's `step`), `exit_site` (the file:line of the `sys.exit` that ended
 the script) and `last_output` (the last line the script printed, on stdout or stderr: a polite
 early exit says why there).
 """
@@ -13,6 +13,8 @@ import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
+
+from ddpcheck.run.plain_text import plain
 
 if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
@@ -35,7 +37,7 @@ class _Tail:
     def write(self, text: str) -> int:
         written = self._stream.write(text)
         if isinstance(text, str):
-            for line in reversed(text.splitlines()):
+            for line in reversed(plain(text).splitlines()):
                 line = line.strip()
                 if line and not line.startswith("ddpcheck:"):
                     self.last, self.at = line[:300], time.monotonic()
@@ -95,6 +97,14 @@ def capture(session: Session) -> None:
 
     session.after_init.append(lambda: mark("init"))
     session.on_ddp_init.append(lambda ddp: mark("ddp"))
+
+    def on_phase(name: str, begin: bool) -> None:
+        # A backward pass is training even where no DDP model or torch.optim step follows it
+        # (hand-written gradient reduction and updates): the run must not read as ended before it.
+        if name == "backward" and begin and "backward" not in reached:
+            mark("backward")
+
+    session.on_phase.append(on_phase)
 
     def at_finish(exit_code: int, error: BaseException | None) -> None:
         session.meta["exit_site"] = _exit_site

@@ -46,6 +46,7 @@ import traceback
 from typing import TYPE_CHECKING, Any, Callable, TypeVarTuple, Unpack
 
 from ddpcheck.run.options import RunOptions
+from ddpcheck.run.plain_text import plain
 from ddpcheck.run.records import RECORD_VERSION, record_path
 
 if TYPE_CHECKING:
@@ -215,8 +216,8 @@ class Session:
         self.meta["exit_code"] = exit_code
         if error is not None:
             self.meta["error"] = {
-                "type": type(error).__name__, "message": str(error),
-                "traceback": "".join(traceback.format_exception(error))[-8000:],
+                "type": type(error).__name__, "message": plain(str(error)),
+                "traceback": plain("".join(traceback.format_exception(error)))[-8000:],
             }
         self.flush(force=True)
         for after in self.after_finish:

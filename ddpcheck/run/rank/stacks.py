@@ -23,8 +23,15 @@ from typing import Callable
 Frame = tuple[str, int, str]  # file, line, function
 
 WAITING_FOR_DATA = "waiting for a DataLoader batch"
+COMPILING = "compiling (torch.compile)"
 _TORCH_PLACES: tuple[tuple[str, frozenset[str] | None, str], ...] = (
-    # (path inside torch, functions (None: any), what the thread is doing there), innermost wins
+    # (path inside torch, functions (None: any), what the thread is doing there), innermost wins.
+    # torch.compile's first call compiles inside whatever called the module (often DDP's forward)
+    # and waits for its compile workers there: those frames exist only while it compiles.
+    ("_dynamo/convert_frame.py", None, COMPILING),
+    ("_inductor/async_compile.py", None, COMPILING),
+    ("_inductor/compile_fx.py", None, COMPILING),
+    ("_inductor/codecache.py", None, COMPILING),
     ("nn/parallel/distributed.py", frozenset({"_sync_buffers", "_sync_module_buffers",
                                               "_default_broadcast_coalesced", "_distributed_broadcast_coalesced"}),
      "DDP's buffer broadcast in the forward"),

@@ -34,6 +34,10 @@ KEY = "ddpcheck/hang/"
 ASKING = KEY + "asking"  # how many ranks are stalled and wait to hear from the others
 SAMPLES = 5  # scheduler-state samples per poll once stalled
 PASSES_SHOWN = 4
+# torch.compile's first call on a loaded CPU machine takes minutes, much of it waiting: for its
+# compile workers, for the file lock of a kernel another rank compiles into the shared cache. A
+# rank inside the compiler is slow, not hung, for this long (or ten hang timeouts, if longer).
+COMPILE_GRACE_S = 300.0
 
 
 class Watchdog:
@@ -108,11 +112,14 @@ class Watchdog:
 
     def _waiting_for_workers(self, load: stacks.Load) -> bool:
         """The training thread waits for work its worker processes are doing: DataLoader workers
-        preparing a batch, or (outside any collective) torch.compile's compile workers or any pool the
-        script waits on. A thread blocked in a collective is not waiting for its workers."""
+        preparing a batch, torch.compile compiling (inside DDP's forward too; for COMPILE_GRACE_S),
+        or, outside any collective, torch.compile's compile workers or any pool the script waits on. A thread blocked in a collective is not waiting for its workers."""
         # The same bar as the thread's own CPU: a busy worker on a machine loaded ten times over
         # still gets a fifth of a core, an idle one (a logging service beside a hung rank) ~0.01.
         place = stacks.place(stacks.thread_frames(self.thread.ident or 0))
+        if place == stacks.COMPILING and \
+                time.monotonic() - self.ledger.last_progress < max(COMPILE_GRACE_S, 10 * self.timeout):
+            return True
         return place in (None, stacks.WAITING_FOR_DATA) and load.children_ratio > stacks.BUSY_CPU_RATIO
 
     def state(self, busy: bool, load: stacks.Load) -> dict[str, Any]:

@@ -1,0 +1,40 @@
+"""Training that neither wraps the model in DDP nor steps a torch.optim optimizer (a ZeRO stage-0
+engine: all-reduce every gradient by hand, update the parameters in place), run through the real
+entry point on 2 gloo ranks: the run is training, never "ended before training"; and what the
+script printed or raised is quoted without terminal escape sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from diag_jobs import assert_no_survivors, codes, ddpcheck_run, finding, fixture
+
+pytestmark = pytest.mark.slow
+
+
+def test_hand_reduced_gradients_and_in_place_updates_are_training(tmp_path):
+    script = fixture("manual_sgd_allreduce.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script)], tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "DDP130" not in codes(data), codes(data)
+    assert "Nothing was trained" not in proc.stdout
+    assert not [c for c in data["run"]["checks"] if c["status"] == "fail"], data["run"]["checks"]
+    unreached = {c["code"]: c["detail"] for c in data["run"]["checks"] if c["status"] == "not-reached"}
+    assert unreached, "checks of a DDP model have nothing to judge here"
+    for code, detail in unreached.items():
+        assert "ended before" not in detail, (code, detail)
+        assert "the script trained (backward passes) without" in detail, (code, detail)
+    assert_no_survivors(mark)
+
+
+def test_crash_message_is_quoted_without_terminal_escapes(tmp_path):
+    script = fixture("manual_sgd_allreduce.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--fail-on-rank", "1"], tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert "Weights only load failed. Re-running with weights_only=False" in crash["message"], crash
+    assert "\x1b" not in crash["message"] and "[1m" not in crash["message"], crash["message"]
+    assert "\x1b" not in str(crash.get("details", {}).get("traceback", ""))
+    summary = [line for line in proc.stdout.splitlines() if line.startswith("DDP120")]
+    assert summary and all("\x1b" not in line and "[1m" not in line for line in summary), summary
+    assert_no_survivors(mark)
