@@ -183,16 +183,18 @@ class Scope:
         points = self.points.get(name, [])
         if len(points) != len(values):
             return values
-        found: list[Binding] = []
+        found: list[tuple[Binding, Point | None]] = []
+        dominating: Point | None = None
         arms: dict[int, set[bool]] = {}
         for value, point in sorted(zip(values, points), key=lambda vp: vp[1].tick if vp[1] else -1, reverse=True):
             if point is None:
-                found.append(value)
+                found.append((value, point))
                 continue
             if not point.reaches(use):
                 continue
-            found.append(value)
+            found.append((value, point))
             if point.dominates(use):
+                dominating = point
                 break
             arm = point.arm_before(use)
             if arm is not None:
@@ -200,8 +202,15 @@ class Scope:
                 sides.add(arm[1])
                 if len(sides) == 2:
                     break  # bound in both arms of an `if`/`else` that runs before the use
+        if dominating is not None:
+            # A binding made after `use` comes round only through the loops around both; one that
+            # always happens before `use` inside each of those loops (`model = build(name)` at the
+            # top of `for name in tasks:`) rebinds the name first on every iteration.
+            found = [(v, p) for v, p in found
+                     if p is None or p.tick < use.tick
+                     or not all(loop in dominating.loops for loop in p.loops if loop in use.loops)]
         found.reverse()
-        return found
+        return [v for v, _ in found]
 
     def binds(self, name: str) -> bool:
         """Whether `name` is bound (assigned, or a parameter) here or in a scope around this one."""

@@ -421,13 +421,32 @@ class Values:
             text = key.evaluated_value if isinstance(key, cst.SimpleString) else None
             number = int_value(key)
             found = False
-            for base in self._eval(module, node.value, scope, frame, depth - 1, seen, at):
+            bases = list(self._eval(module, node.value, scope, frame, depth - 1, seen, at))
+            if not isinstance(text, str) and number is None and not isinstance(key, (cst.SimpleString, cst.Integer)):
+                # `MODELS[name]` with a key known only at run time: any entry of a table written
+                # as one dict literal; unknown when a base is anything else.
+                entries = [self._table_entries(b) for b in bases]
+                if bases and all(e is not None for e in entries):
+                    for base, table in zip(bases, entries):
+                        assert table is not None
+                        for part in table:
+                            yield from self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at)
+                    return
+            for base in bases:
                 for entry in self._entry_values(base, text if isinstance(text, str) else None, number, depth - 1, seen):
                     found = True
                     yield entry
             if found:
                 return
         yield Value(module, node, scope, frame, at)
+
+    @staticmethod
+    def _table_entries(base: Value) -> list[cst.BaseExpression] | None:
+        """The values of a dict literal with literal string keys only (no `**` merge), or None."""
+        parts = _merged_parts(base.node)
+        if not isinstance(base.node, cst.Dict) or not parts or any(named is None for _, named in parts):
+            return None
+        return [part for part, _ in parts]
 
     def _entry_values(self, base: Value, key: str | None, number: int | None, depth: int,
                       seen: set[tuple[int, int]]) -> Iterator[Value]:

@@ -4,9 +4,10 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Wrap, strip_moves, wraps
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.ddp import Wrap, is_ddp, strip_moves, wraps
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import children, dotted
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
@@ -26,6 +27,10 @@ class ModelMovedAfterWrapping(Rule):
     device_ids [0] and module parameters {cpu}", the first backward fails with a device mismatch
     inside the reducer, or (for casts) gradients are reduced in buckets of the wrong dtype. The
     error points into DDP internals, far from the line that caused it.
+
+    Also reported where a project helper returns the wrap (`model = wrap_model(model).to(device)`
+    with `wrap_model` returning `DistributedDataParallel(model, ...)` when distributed) and the
+    module it wraps was not moved before, as far as the lint can follow it.
 
     ## How to fix
     Move (and cast) first, wrap last: `model = Net().to(device); model = DDP(model,
@@ -160,6 +165,58 @@ class ModelMovedAfterWrapping(Rule):
                         continue
                     self.report(call.node)
                     break
+        self._returned_wraps()
+
+    def _returned_wraps(self) -> None:
+        """`model = wrap_model(model, cuda).to(device)`: a project helper returns the DDP wrap
+        (on its distributed path) and the caller moves what it gets back. Reported when the module
+        the helper wraps was not moved before the wrap, as far as the model can follow it (a move
+        of it that the model cannot see keeps the rule silent)."""
+        model = self.model
+        for call in model.root.calls:
+            receiver = call.receiver
+            if call.qualname is not None or call.method not in _MOVES or receiver is None:
+                continue
+            receiver = strip_moves(receiver)
+            if not isinstance(receiver, cst.Call):
+                continue
+            for value in model.values.at_call(call, receiver):
+                if value.call is None or not is_ddp(model, value):
+                    continue
+                made = value.module.call_at(value.call)
+                if made is None or made.scope is call.scope or not self._unmoved_before(made, value):
+                    continue
+                self.report(call.node)
+                break
+
+    def _unmoved_before(self, wrap: CallSite, value: Value) -> bool:
+        """The module `wrap` wraps is, everywhere the model can see, never moved before the wrap:
+        not inside the call, not by what it is bound to, not by a `name.to(...)` statement
+        before the wrap in the wrapping function or (for a parameter) in the caller."""
+        inner = wrap.arg("module", 0)
+        if inner is None or strip_moves(inner) is not inner:
+            return False
+        name = dotted(inner)
+        if name is None:
+            return False
+        for leaf in self.model.values.of(value.module, inner, value.scope, value.frame, at=wrap.point):
+            node = leaf.node
+            if not isinstance(node, cst.BaseExpression) or isinstance(node, cst.Call) and strip_moves(node) is not node:
+                return False
+        if _moves_name_before(wrap.module, wrap.scope, name, wrap.index):
+            return False
+        frame = value.frame
+        if frame is not None and frame.function.scope is wrap.scope:
+            passed = frame.call.arg(name)
+            bindings = wrap.scope.assignments.get(name, [])
+            param = next((b for b in bindings if isinstance(b, Param)), None)
+            shift = 0 if frame.bound == "" else 1  # a method's receiver is not in the call's arguments
+            if param is not None and param.index is not None and passed is None and param.index >= shift:
+                passed = frame.call.arg(name, param.index - shift)
+            outer = dotted(passed) if passed is not None else None
+            if outer is None or _moves_name_before(frame.call.module, frame.call.scope, outer, frame.call.index):
+                return False
+        return True
 
     def _moved_wrapper_expression(self, wrap: Wrap) -> cst.CSTNode | None:
         """`DDP(model).cuda()`: the wrap is the receiver of a move — unless the module was
@@ -229,6 +286,15 @@ class ModelMovedAfterWrapping(Rule):
             cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
             memo[id(scope_node)] = cached
         return cached
+
+
+def _moves_name_before(module: ModuleModel, scope: Scope, name: str, index: int) -> bool:
+    """A move of `name` (`name.to(device)`, `name.cuda()`) in `scope` before call `index`."""
+    for site in module.calls[:index]:
+        if site.scope is scope and site.qualname is None and site.method in _MOVES \
+                and site.receiver is not None and dotted(strip_moves(site.receiver)) == name:
+            return True
+    return False
 
 
 def _binding_point(scope: Scope, name: str, value: cst.CSTNode) -> Point | None:
