@@ -212,3 +212,36 @@ def test_inner_module_upkeep_beside_a_wrapped_forward_is_not_a_bypass(tmp_path):
     assert _lint(tmp_path, files, "train.py", "DDP013") == []
     files["train.py"] = text.format(forward="loss = model.module.refresh_memory(batch).sum()")
     assert [f["location"]["line"] for f in _lint(tmp_path, files, "train.py", "DDP013")] == [12, 13]
+
+
+def test_a_printing_helper_called_twice_in_one_loop_is_one_finding(tmp_path):
+    text = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        def evaluate(model, steps, scale):
+            for i in range(steps):
+                print("generation step {}/{}".format(i, steps))
+                dist.barrier()
+
+
+        def main():
+            dist.init_process_group("nccl")
+            model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+                evaluate(model, 4, scale=1.0)
+                evaluate(model, 4, scale=2.0)
+            dist.destroy_process_group()
+
+
+        if __name__ == "__main__":
+            main()
+    """
+    findings = _lint(tmp_path, {"train.py": text}, "train.py", "DDP020")
+    assert [f["location"]["line"] for f in findings] == [20]

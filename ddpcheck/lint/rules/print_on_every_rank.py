@@ -417,10 +417,18 @@ class PrintOnEveryRank(Rule):
                 continue
             if self._once(site):
                 continue
+            called: set[tuple[int, str | None]] = set()
             for place in self._places(site, kind, 0):
                 if id(place.node) in reported:
                     continue
                 reported.add(id(place.node))
+                if place is not site:
+                    # `evaluate(..., cfg=1.0)` and again `evaluate(..., cfg=args.cfg)` in one loop:
+                    # the same output, fixed once (in the callee or around both calls).
+                    key = (id(place.scope), place.dotted)
+                    if key in called:
+                        continue
+                    called.add(key)
                 self._report(site, place, kind)
 
     def _report(self, site: CallSite, place: CallSite, kind: str) -> None:
