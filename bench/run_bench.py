@@ -1,6 +1,12 @@
 """What `ddpcheck run` costs, as ratios against baselines measured in the same run.
 
     python bench/run_bench.py [--reps 3] [--plan 1m:2:100,1m:4:100] [--quick]
+    python bench/run_bench.py --pairs 7 [--pair-plan every-step:1m:2:30,default:1m:2:30]
+
+`--pairs N` measures only the per-step overhead, robustly: N interleaved pairs (torchrun, then
+`ddpcheck run`, the order alternating) after one excluded warm-up pair, wall and CPU time per step,
+the median with its interquartile range and min–max and the load beside each pair, and a verdict
+that a target is met only when the upper quartile is within it (see bench/README.md).
 
 Rows:
 
@@ -122,11 +128,75 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
         "wall": wall,
         "load": (load_before + load()) / 2,
         "step": statistics.fmean(r["step_mean_s"] for r in ranks),
+        "cpu_step": (statistics.fmean(r["cpu_step_mean_s"] for r in ranks)
+                     if all(r.get("cpu_step_mean_s") for r in ranks) else None),
         "first_step": max(r["launch_to_first_step_s"] for r in ranks),
         "rss": statistics.fmean(r["maxrss_mib"] for r in ranks),
         "params": ranks[0]["params"],
         "report_bytes": report.stat().st_size if report is not None and report.exists() else None,
     }
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """Lower quartile, median, upper quartile (inclusive method: defined for 2 values and up)."""
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def verdict(q1: float, q3: float, limit: float) -> str:
+    """A target is met only when the spread allows the claim: the upper quartile of the pairs'
+    overheads within it. Missed when even the lower quartile is above it; otherwise the spread
+    straddles the target and this run cannot say."""
+    if q3 <= limit:
+        return "met"
+    if q1 > limit:
+        return "**not met**"
+    return "undecided (spread straddles the target)"
+
+
+def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: float, work: Path) -> None:
+    """Interleaved pairs: torchrun and `ddpcheck run` (MODE) back to back, the order alternating
+    from pair to pair so a drift in the machine's load falls on both sides; one warm-up pair
+    first, excluded (it pays for cold file caches). Each pair gives one ratio, for wall time per
+    step and for CPU time per step (all threads of each rank process); the table gives the median
+    with its interquartile range and min–max, and the load average beside each pair."""
+    print(f"### Interleaved pairs: `ddpcheck run` ({mode}) vs torchrun, {model} at {nproc} ranks, "
+          f"{steps} timed steps, {pairs} pairs after 1 warm-up pair\n")
+    print("| pair | order | torchrun wall ms | ddpcheck wall ms | wall overhead | torchrun CPU ms "
+          "| ddpcheck CPU ms | CPU overhead | load |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    wall: list[float] = []
+    cpu: list[float] = []
+    loads: list[float] = []
+    for i in range(pairs + 1):
+        order = ("torchrun", mode) if i % 2 == 0 else (mode, "torchrun")
+        got = {m: launch(m, nproc, model, steps, work / f"pair-{mode}-{nproc}-{i}-{m}", None) for m in order}
+        base, ours = got["torchrun"], got[mode]
+        ld = (base["load"] + ours["load"]) / 2
+        w = ours["step"] / base["step"] - 1
+        c = (ours["cpu_step"] / base["cpu_step"] - 1) if ours["cpu_step"] and base["cpu_step"] else None
+        tag = "warm-up (excluded)" if i == 0 else str(i)
+        cpu_cells = (f"{base['cpu_step'] * 1e3:.2f} | {ours['cpu_step'] * 1e3:.2f} | {c * 100:+.1f} %"
+                     if c is not None else "— | — | —")
+        print(f"| {tag} | {' → '.join(order)} | {base['step'] * 1e3:.2f} | {ours['step'] * 1e3:.2f} | "
+              f"{w * 100:+.1f} % | {cpu_cells} | {ld:.1f} |", flush=True)
+        if i == 0:
+            continue
+        wall.append(w)
+        loads.append(ld)
+        if c is not None:
+            cpu.append(c)
+    print()
+    for label, values in (("wall time per step", wall), ("CPU time per step", cpu)):
+        if not values:
+            continue
+        q1, q2, q3 = quartiles(values)
+        print(f"- {label}: median {q2 * 100:+.1f} %, IQR {q1 * 100:+.1f} … {q3 * 100:+.1f} %, "
+              f"min–max {min(values) * 100:+.1f} … {max(values) * 100:+.1f} % over {len(values)} pairs, "
+              f"load {min(loads):.1f}–{max(loads):.1f}; target ≤ {limit:.0%}: {verdict(q1, q3, limit)}")
+    print()
 
 
 def interleaved(fns: dict[str, Callable[[], object]], reps: int = 15) -> dict[str, float]:
@@ -185,8 +255,21 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one repetition, 1M at 2 ranks, fewer steps (a smoke run)")
     ap.add_argument("--plan", default="1m:2:100,1m:4:100", help="MODEL:RANKS:STEPS,... (steps after the warm-up)")
     ap.add_argument("--growth-steps", type=int, default=100, help="N of the report-size pair (N and 2N checked steps)")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="only the interleaved-pairs rows: N pairs (after one warm-up pair) per --pair-plan entry")
+    ap.add_argument("--pair-plan", default="every-step:1m:2:30,default:1m:2:30",
+                    help="MODE:MODEL:RANKS:STEPS,... for --pairs (MODE: default or every-step)")
     ap.add_argument("--skip-jobs", action="store_true", help="only the in-process fingerprint rows")
     args = ap.parse_args()
+
+    if args.pairs:
+        work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-pairs-"))
+        print(f"CPU, gloo, OMP_NUM_THREADS=1, {os.cpu_count()} cores, load at start {load():.1f}\n")
+        for item in args.pair_plan.split(","):
+            mode, model, ranks, steps = item.split(":")
+            limit = EVERY_STEP_TARGET if mode == "every-step" else DEFAULT_TARGET.get(int(ranks), 0.05)
+            paired(mode, model, int(ranks), int(steps), args.pairs, limit, work)
+        return
 
     plan = [(m, int(r), int(n)) for m, r, n in (item.split(":") for item in args.plan.split(","))]
     reps = args.reps
