@@ -251,7 +251,11 @@ class Model:
                  and c.module is root and c.dotted in root.functions)
                 or (c.qualname or "").startswith("torch.distributed."))
             for c in root.calls
-        ) or self.launched_by_usage()
+        ) or self.launched_by_usage() or any(
+            # `init_distributed(args)` of another module called at module level: the file sets up
+            # the process group when it runs, as only a script does.
+            c.scope is root.module_scope and c.target is not None and self.facts.does(c, "init_process_group")
+            for c in root.calls)
 
     def launched_by_usage(self) -> bool:
         """A launch command in the file's comments or strings (`torchrun ...`, `python -m
