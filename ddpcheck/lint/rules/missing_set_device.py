@@ -20,7 +20,8 @@ class MissingSetDevice(Rule):
 
     Reported once, at the `init_process_group` call, when the file (or a helper of the project it
     calls) initialises the process group, uses CUDA (the `nccl` backend, `.cuda(...)`,
-    `device_ids=`, a `"cuda..."` device), and nowhere calls `torch.cuda.set_device(...)`, enters
+    `device_ids=`, a `"cuda..."` device; itself or in the project functions its run reaches, such
+    as a worker it spawns from another module), and nowhere calls `torch.cuda.set_device(...)`, enters
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
     with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too). A device held
     in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the same
@@ -148,8 +149,8 @@ class MissingSetDevice(Rule):
         if "CUDA_VISIBLE_DEVICES" in root.source and ("'CUDA_VISIBLE_DEVICES'" in root.source or '"CUDA_VISIBLE_DEVICES"' in root.source):
             return
         cuda = [c for c in root.calls if uses_cuda(model, c)]
-        if not cuda:
-            return
+        if not cuda and not any(uses_cuda(model, c) for c in model.paths.sites() if c.module is not root):
+            return  # (CUDA work in the project functions the run reaches counts too: a spawned worker's)
         direct = [c for c in root.calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS]
         if direct:
             self._on_one_branch(direct, cuda)
