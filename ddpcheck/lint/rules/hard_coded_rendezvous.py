@@ -96,7 +96,8 @@ class HardCodedRendezvous(Rule):
     Not reported: `init_method="env://"`, values read from flags or the environment,
     `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
     tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
-    another way of starting), and scripts that start their own
+    another way of starting; but the `else` of `if "SLURM_NODELIST" in os.environ:` is the path
+    torchrun's runs take, and a literal there is reported), and scripts that start their own
     workers with `mp.spawn` (they must set the rendezvous themselves; a free-port helper is best)
     on a loopback address or a host name, or with a rank that adds a node's offset
     (`node_rank * gpus + gpu`: the job spans machines and the address is the first node's).
@@ -264,7 +265,7 @@ class HardCodedRendezvous(Rule):
         self._writes: list[tuple[cst.CSTNode, str]] = []
         self._addr_writes: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
         self._written: set[int] = set()
-        self._guard_stack: list[cst.BaseExpression] = []
+        self._guard_stack: list[list[cst.BaseExpression | bool]] = []  # [test, in its else]
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -274,17 +275,36 @@ class HardCodedRendezvous(Rule):
                 if key is None:
                     continue
                 self._written.add(id(t))
-                if key == "MASTER_ADDR" and not any(self._tests_environ(g) for g in self._guard_stack):
+                if key == "MASTER_ADDR" and not any(self._excuses(g) for g in self._guard_stack):
                     self._addr_writes.append((node, node.value))
                 if key in _RENDEZVOUS_ENV | _LAUNCHER_ENV and _literal(node.value):
-                    if not any(self._tests_environ(g) for g in self._guard_stack):
+                    if not any(self._excuses(g) for g in self._guard_stack):
                         self._writes.append((node, key))
 
     def visit_If(self, node: cst.If) -> None:
-        self._guard_stack.append(node.test)
+        self._guard_stack.append([node.test, False])
 
     def leave_If(self, node: cst.If) -> None:
         self._guard_stack.pop()
+
+    def visit_Else(self, node: cst.Else) -> None:
+        if self._guard_stack:
+            self._guard_stack[-1][1] = True  # the `if` on top is the one this `else` belongs to
+
+    def _excuses(self, guard: list[cst.BaseExpression | bool]) -> bool:
+        """A write under this guard is a fallback for another way of starting: the body of a test
+        of the environment or the launcher, but not the `else` of a test that a scheduler runs
+        the job (`if "SLURM_NODELIST" in os.environ: ... else: MASTER_ADDR = "localhost"`):
+        that branch is the one torchrun's runs take."""
+        test, in_else = guard
+        assert isinstance(test, cst.BaseExpression)
+        if not self._tests_environ(test):
+            return False
+        if not in_else:
+            return True
+        code = " ".join(self.model.root.code(test).lower().split())
+        scheduler = any(word in code for word in ("slurm", "mpi", "launcher"))
+        return not scheduler or "not " in code or "!=" in code
 
     def _tests_environ(self, test: cst.BaseExpression) -> bool:
         """A test of the environment or of the launcher (`if "RANK" not in os.environ:`,
