@@ -39,7 +39,9 @@ class DeprecatedLauncher(Rule):
 
     Reported: importing or running `torch.distributed.launch` (import, `runpy.run_module`, a
     `-m torch.distributed.launch` command handed to `subprocess`/`os.system`), a launch command
-    for it written in a comment or docstring (the script is meant to be started that way), and an argparse
+    for it written in a comment or docstring (the script is meant to be started that way) or in
+    a string of a project function the script's run goes through (a set-up helper's error
+    message: "did you launch with `python -m torch.distributed.launch`?"), and an argparse
     `--local_rank` / `--local-rank` argument in a file that never reads `LOCAL_RANK` from the
     environment, directly or through a helper of the project (`utils.init_distributed_mode(args)`),
     or imports `deepspeed` (whose launcher does pass the flag). Scripts that keep the
@@ -274,6 +276,8 @@ class DeprecatedLauncher(Rule):
             # project is trained) is about another script.
             if id(node) not in self._ran and model.uses_ddp:
                 self.report(node, self.COMMENT_MESSAGE)
+        if model.uses_ddp:
+            self._helper_usage()
         flags = [(model.root, flag, None) for flag in self._flags] + self._helper_flags()
         # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
         if (
@@ -289,6 +293,28 @@ class DeprecatedLauncher(Rule):
                     if call is not None and module is model.root else None
                 self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix, module=module,
                             related=model.paths.chain(site) if site is not None else ())
+
+    def _helper_usage(self) -> None:
+        """A launch command in a string of a project function the script's run goes through
+        (`raise ValueError("... Did you launch with python -m torch.distributed.launch?")` in the
+        set-up helper): the project tells its users to start the script that way."""
+        model = self.model
+        seen: set[int] = set()
+        for function in model.paths.reached():
+            if function.module is model.root:
+                continue
+            text = function.module.code(function.node)
+            if api.LAUNCH_MODULE not in text or not _COMMAND.search(text):
+                continue
+            stack: list[cst.CSTNode] = [function.node]
+            while stack:
+                node = stack.pop()
+                if isinstance(node, cst.SimpleString):
+                    if id(node) not in seen and _COMMAND.search(node.value):
+                        seen.add(id(node))
+                        self.report(node, self.COMMENT_MESSAGE, module=function.module)
+                    continue
+                stack.extend(node.children)
 
     def _script(self) -> bool:
         """The linted file is a script a launcher starts: it runs as `__main__`, does its work at
