@@ -251,6 +251,20 @@ class Paths:
                 return guard
         return None
 
+    def on_error_only(self, site: CallSite, depth: int = 3) -> bool:
+        """`site` runs only when something failed: it sits in an `except` handler, or in a
+        project function that every call of the run that reaches it makes from one (`except
+        Exception: cleanup()`), followed `depth` calls up. A function with no known caller is
+        not."""
+        if id(site.node) in _handler_calls(site.module):
+            return True
+        function = self.function_of(site)
+        if function is None or depth <= 0:
+            return False
+        graph = self.model.graph
+        callers = [c for c in self.sites() if any(f == function for f, _ in graph.targets(c))]
+        return bool(callers) and all(self.on_error_only(c, depth - 1) for c in callers)
+
     def main_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that restricts `site` to rank 0 on every launch path."""
         for guard in reversed(self.guards_of(site)):
@@ -581,3 +595,21 @@ def _local_rank_test(test: cst.BaseExpression, resolve: Names) -> bool:
 
 
 _LOCAL = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main|local_main|\bgpu\b", re.I)
+
+
+def _handler_calls(module: ModuleModel) -> set[int]:
+    """The calls of `module` written inside an `except` handler (made once per module)."""
+    found: set[int] | None = module.memo.get("handler_calls")
+    if found is None:
+        found = set()
+        stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
+        while stack:
+            node, inside = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                inside = False  # a function defined in a handler runs when it is called
+            if inside and isinstance(node, cst.Call):
+                found.add(id(node))
+            inside = inside or isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler))
+            stack.extend((child, inside) for child in node.children)
+        module.memo["handler_calls"] = found
+    return found

@@ -35,8 +35,10 @@ class MissingDestroyProcessGroup(Rule):
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
     it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with
     the call as a related location) when every `destroy_process_group()` sits under a rank condition (in the `else:` of
-    `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. Helper
-    modules that are only imported are not reported.
+    `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. A
+    teardown that runs only in an `except` handler (or in a helper called only from one) does
+    not count: a run that ends normally never reaches it. Helper modules that are only imported
+    are not reported.
 
     ## How to fix
     Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
@@ -239,6 +241,9 @@ class MissingDestroyProcessGroup(Rule):
         # `destroy_process_group(group)` tears down that group only, not the default one.
         destroys = [c for c in model.paths.sites()
                     if model.api(c) == api.DESTROY_PROCESS_GROUP and c.arg("group", 0) is None]
+        # A teardown only in an `except` handler (or a helper called only from one) does not run
+        # when training ends normally.
+        destroys = [c for c in destroys if not model.paths.on_error_only(c)]
         if destroys:
             guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
             if all(g is not None for _, g in guarded):
