@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import uuid
 from dataclasses import dataclass
@@ -85,6 +86,28 @@ def run_job(args: list[str], tmp_path: Path, *, cwd: Path = ROOT, timeout: float
     )
     data = json.loads(report.read_text()) if report.exists() else None
     return Job(proc.returncode, proc.stdout, proc.stderr, data, mark)
+
+
+def write_project(root: Path, files: dict[str, str]) -> None:
+    """Write a small project: each name (a path under `root`) gets its dedented text."""
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+
+
+def lint_findings(root: Path, *targets: str, select: str = "DDP0") -> list[dict]:
+    """`ddpcheck lint --output-format json` on files under `root`, as a user runs it: the findings."""
+    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
+                *(str(root / t) for t in targets))
+    assert r.returncode == 0, r.stderr
+    findings: list[dict] = json.loads(r.stdout)["findings"]
+    return findings
+
+
+def finding_set(root: Path, *targets: str, select: str = "DDP0") -> set[tuple[str, int, str]]:
+    """(file name, line, code) of each finding."""
+    return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in lint_findings(root, *targets, select=select)}
 
 
 def copy_fixture(name: str, tmp_path: Path) -> Path:

@@ -4,30 +4,8 @@ writes a small project in the style of public DDP code and reads what the user s
 
 from __future__ import annotations
 
-import json
-import textwrap
-from pathlib import Path
 
-from tests.conftest import run_cli
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-
-
-def _lint(root: Path, *targets: str, select: str = "DDP0") -> list[dict]:
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
-                *(str(root / t) for t in targets))
-    assert r.returncode == 0, r.stderr
-    findings: list[dict] = json.loads(r.stdout)["findings"]
-    return findings
-
-
-def _findings(root: Path, *targets: str, select: str = "DDP0") -> set[tuple[str, int, str]]:
-    return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in _lint(root, *targets, select=select)}
+from tests.helpers import write_project as _write, finding_set as _findings
 
 
 def test_a_script_that_sets_up_ddp_at_module_level_through_a_helper_is_an_entry_point(tmp_path):

@@ -4,25 +4,8 @@ variants stay clean."""
 
 from __future__ import annotations
 
-import json
-import textwrap
-from pathlib import Path
 
-from tests.conftest import run_cli
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-
-
-def _findings(root: Path, *targets: str, select: str = "DDP0") -> set[tuple[str, int, str]]:
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
-                *(str(root / t) for t in targets))
-    assert r.returncode == 0, r.stderr
-    return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in json.loads(r.stdout)["findings"]}
+from tests.helpers import write_project as _write, finding_set as _findings
 
 
 PARALLEL_UTILS = """\
