@@ -216,7 +216,7 @@ def main():
     for epoch in range(3):
         sampler.set_epoch(epoch)
         for batch in loader:
-            pass
+            noise = torch.randn(len(batch))  # training draws from torch's generator
     dist.destroy_process_group()
 
 
