@@ -33,7 +33,7 @@ from ddpcheck.lint.model.conditions import (
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
-from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model, Names
@@ -610,6 +610,6 @@ def _handler_calls(module: ModuleModel) -> set[int]:
             if inside and isinstance(node, cst.Call):
                 found.add(id(node))
             inside = inside or isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler))
-            stack.extend((child, inside) for child in node.children)
+            stack.extend((child, inside) for child in children(node))
         module.memo["handler_calls"] = found
     return found

@@ -19,6 +19,7 @@ import libcst as cst
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_optimizer_step
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.syntax import subexpressions
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -31,9 +32,7 @@ MAX_DEPTH = 3  # project functions followed below a loop
 
 
 def _names(node: cst.CSTNode) -> list[cst.Name]:
-    if isinstance(node, cst.Name):
-        return [node]
-    return [n for child in node.children for n in _names(child)]
+    return [n for n in subexpressions(node) if isinstance(n, cst.Name)]
 
 
 def _steps(facts: frozenset[str]) -> bool:

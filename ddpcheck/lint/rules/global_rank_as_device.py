@@ -144,21 +144,19 @@ class GlobalRankAsDevice(Rule):
         # One finding per read of the rank: the fix goes where the rank is read (or chosen), and
         # a value used as the device in twenty places would otherwise bury the report.
         model = self.model
-        uses: dict[tuple[int, int], list[tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str]]] = {}
-        origins: dict[tuple[int, int], Value] = {}
+        # The read of the rank (a leaf node, unique across modules) -> the leaf and its uses.
+        uses: dict[int, tuple[Value, list[tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str]]]] = {}
         for site in model.paths.sites():
             for index in self._device_indices(site):
                 for expr in _index_values(index):
                     found = self._origin(site, expr)
                     if found:
                         source, origin = found
-                        uses.setdefault((id(origin.module), id(origin.node)), []).append((site, index, expr, source))
-                        origins[(id(origin.module), id(origin.node))] = origin
+                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source))
                         break
-        for key, group in uses.items():
+        for origin, group in uses.values():
             # Shown where the value is read and first used (its own function), not wherever the
             # walk met it first.
-            origin = origins[key]
             group.sort(key=lambda use: (use[0].module is not origin.module, use[0].scope is not origin.scope))
             site, index, expr, source = group[0]
             text = " ".join(site.module.code(expr).split())
