@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel
-from ddpcheck.lint.model.syntax import dotted, string_text
+from ddpcheck.lint.model.syntax import children, dotted, string_text
 from ddpcheck.lint.rule import Invalid, Rule
 
 if TYPE_CHECKING:
@@ -314,7 +314,7 @@ class DeprecatedLauncher(Rule):
                         seen.add(id(node))
                         self.report(node, self.COMMENT_MESSAGE, module=function.module)
                     continue
-                stack.extend(node.children)
+                stack.extend(children(node))
 
     def _script(self) -> bool:
         """The linted file is a script a launcher starts: it runs as `__main__`, does its work at
