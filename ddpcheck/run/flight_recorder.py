@@ -18,13 +18,18 @@ DEFAULT_BUFFER = "2000"  # entries per rank and group: NCCL's default, a few hun
 PREFIX = "rank_"
 
 
+def _dump_prefix() -> str | None:
+    """Where the user's (or ddpcheck's) settings send the dumps: a path prefix the rank is added to."""
+    return os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE) or None
+
+
 def environment() -> tuple[dict[str, str], str | None]:
     """The variables to set for the job (the user's own settings win), and the folder ddpcheck
     made for the dumps (None when the user chose where they go)."""
     env: dict[str, str] = {}
     if BUFFER_VARIABLE not in os.environ and OLD_BUFFER_VARIABLE not in os.environ:
         env[BUFFER_VARIABLE] = DEFAULT_BUFFER
-    if os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE):
+    if _dump_prefix():
         return env, None
     folder = tempfile.mkdtemp(prefix="ddpcheck-flight-recorder-")
     env[DUMP_VARIABLE] = os.path.join(folder, PREFIX)
@@ -32,7 +37,7 @@ def environment() -> tuple[dict[str, str], str | None]:
 
 
 def dump_folder() -> str | None:
-    prefix = os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE)
+    prefix = _dump_prefix()
     return os.path.dirname(prefix) if prefix else None
 
 
@@ -46,7 +51,7 @@ def write_rank_dump(rank: int) -> str | None:
     """In a rank: write its Flight Recorder dump where NCCL would; None when off or it failed.
     Called from ddpcheck's watchdog thread while the training thread is blocked in a collective;
     the recorder's buffer is read under its own lock."""
-    prefix = os.environ.get(DUMP_VARIABLE) or os.environ.get(OLD_DUMP_VARIABLE)
+    prefix = _dump_prefix()
     size = os.environ.get(BUFFER_VARIABLE, os.environ.get(OLD_BUFFER_VARIABLE, "0"))
     if not prefix or size.strip() in ("", "0"):
         return None

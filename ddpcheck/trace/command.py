@@ -12,9 +12,8 @@ import sys
 from dataclasses import dataclass, field
 
 from ddpcheck.findings import Finding, ToolError
+from ddpcheck.tool_codes import UnreadableFile
 from ddpcheck.trace import align, causes, dumps, verdicts
-
-_UNREADABLE = "DDP902"  # the tool code for a file ddpcheck could not read
 
 
 @dataclass
@@ -56,7 +55,7 @@ def analyse(paths: list[str], source: str, lint: causes.Linter | None) -> TraceR
             try:
                 read.append(dumps.read(path))
             except dumps.DumpError as err:
-                result.errors.append(ToolError(path, str(err), _UNREADABLE))
+                result.errors.append(ToolError(path, str(err), UnreadableFile.code))
     finally:
         if collecting:
             gc.enable()
