@@ -125,11 +125,26 @@ def optimizer_params(optimizer: Optimizer) -> Iterator[tuple[str, torch.Tensor]]
 def synchronised(session: Session, named: Iterator[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """(name, parameter) for the parameters DDP keeps in sync: those of the DDP-wrapped modules
     once there is one (an optimizer may also hold parameters that are rank-local by design,
-    e.g. model-parallel embedding tables), else every one."""
+    e.g. model-parallel embedding tables), else every one that is not sharded over the ranks,
+    named as the user's modules name it where they can be found."""
+    from ddpcheck.run.rank import param_names
+
     names = session.param_names
-    if not names:
-        return list(named)
-    return [(names[id(p)], p) for _, p in named if id(p) in names]
+    if names:
+        return [(names[id(p)], p) for _, p in named if id(p) in names]
+    listed = [(n, p) for n, p in named if not param_names.sharded(p)]
+    found = param_names.names([p for _, p in listed])
+    return [(found.get(id(p), n), p) for n, p in listed]
+
+
+def by_hand(sizes: list[int], grads: list[Any]) -> bool:
+    """Whether the user's own reducing collectives since the last step reduced the gradients:
+    a tensor the size of a gradient, or as many elements as half of them (flat buffers, buckets),
+    not a logged loss or accuracy."""
+    counts = {int(g.numel()) for g in grads if g is not None}
+    total = sum(counts) if counts else 0
+    large = [n for n in sizes if n > 1]
+    return bool(total) and (any(n in counts for n in large) or 2 * sum(large) >= total)
 
 
 def capture(session: Session) -> None:
@@ -141,6 +156,7 @@ def capture(session: Session) -> None:
     #           1 if the optimizer's step itself reduced across ranks]
     part = session.section(NAME)
     part["reduced_in_step"] = {"optimizers": [], "ops": []}
+    part["by_hand"] = 0  # steps before which the script reduced the gradients itself (no DDP)
     log = StepLog(session, part, session.add_slot(NAME))
     reported: list[int] = []
     current: dict[str, Any] = {}
@@ -151,6 +167,9 @@ def capture(session: Session) -> None:
         digest = combine(fps)
         session.stage(NAME, digest)
         entry = [step, digest, session.forwards, session.unsynced, 0]
+        sizes, LEDGER.reduced_sizes = LEDGER.reduced_sizes, []
+        if not session.param_names and by_hand(sizes, [p.grad for _, p in named]):
+            part["by_hand"] += 1
         log.add(entry, [n for n, _ in named], fps)
         current.update(entry=entry, entered={name: g.entered for name, g in LEDGER.groups.items()})
 
@@ -188,6 +207,12 @@ def reduced_in_step(records: list[Record]) -> tuple[set[int], list[str]]:
     return steps, kinds
 
 
+def reduced_by_hand(records: list[Record]) -> bool:
+    """Every rank reduced its gradients itself, with its own collectives, before its steps."""
+    counts = [int(section(r, NAME).get("by_hand", 0)) for r in records if NAME in r.get("probes", {})]
+    return bool(counts) and all(counts)
+
+
 def _without(logs: dict[int, dict[str, Any]], steps: set[int]) -> dict[int, dict[str, Any]]:
     """The logs without the given steps (and without the rolling digest, which covers them)."""
     out = {}
@@ -222,7 +247,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
     if tensors and len(tensors) > 5:
         names += f" (+{len(tensors) - 5} more)"
-    cause = _cause(logs, step)
+    cause = _cause(logs, step, reduced_by_hand(records))
     message = (f"Gradients differ across ranks at {where(step)} ({describe_groups(at)}; "
                f"{bad} of {plural(compared, 'checked step')} differ){': ' + names if names else ''}. "
                + cause)
@@ -232,7 +257,13 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                              "parameters": [n for n, _ in (tensors or [])], "digests": at})]
 
 
-def _cause(logs: dict[int, dict[str, Any]], step: int) -> str:
+def _cause(logs: dict[int, dict[str, Any]], step: int, hand: bool) -> str:
+    if hand:
+        return ("The script averages the gradients itself, without the DDP wrapper, so at optimizer.step() "
+                "every rank must hold the same averaged gradients: the ones named were not all-reduced "
+                "(a parameter left out of the loop or the flat buffer), or were divided or edited on "
+                "some ranks only. Reduce every parameter's gradient and divide it by the world size "
+                "on every rank, or wrap the model in DistributedDataParallel.")
     windows = [(e[2], e[3]) for log in logs.values() for s, e in entries(log).items() if s == step]
     if windows and all(f > 0 and u == f for f, u in windows):
         return ("Every DDP forward before this step ran inside no_sync(), so DDP never all-reduced "
