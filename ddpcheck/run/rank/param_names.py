@@ -30,7 +30,7 @@ def sharded(param: Any) -> bool:
     return False
 
 
-def _modules_in(frame: FrameType | None) -> list[Any]:
+def modules_in(frame: FrameType | None) -> list[Any]:
     import torch.nn as nn
 
     found: dict[int, Any] = {}
@@ -53,7 +53,7 @@ def names(params: list[Any]) -> dict[int, str]:
     if wanted - _scanned:
         _scanned.update(wanted)
         ranked = []
-        for module in _modules_in(sys._getframe(1)):
+        for module in modules_in(sys._getframe(1)):
             try:
                 named = [(n.replace("_orig_mod.", ""), p) for n, p in module.named_parameters()]
             except Exception:  # noqa: BLE001 - a module that cannot list its parameters names nothing
