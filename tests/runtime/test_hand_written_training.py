@@ -52,3 +52,18 @@ def test_crash_message_is_quoted_without_terminal_escapes(tmp_path):
     summary = [line for line in proc.stdout.splitlines() if line.startswith("DDP120")]
     assert summary and all("\x1b" not in line and "[1m" not in line for line in summary), summary
     assert_no_survivors(mark)
+
+
+def test_sharded_parameters_are_not_compared_as_whole_tensors(tmp_path):
+    # FSDP keeps one shard of each flat parameter per rank: they differ by design. A check that
+    # cannot gather them says so and skips; it neither fails nor passes on nothing compared.
+    script = fixture("fsdp_cpu.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script)], tmp_path)
+    assert_no_survivors(mark)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert codes(data) == [], [f["message"] for f in data["findings"]]
+    rows = {c["code"]: c for c in data["run"]["checks"]}
+    for code in ("DDP105", "DDP106"):
+        assert rows[code]["status"] == "skip", rows[code]
+        assert "sharded parameter" in rows[code]["detail"] and "not compared" in rows[code]["detail"]
+    assert rows["DDP109"]["status"] == "pass" and "sharded" in rows["DDP109"]["detail"]

@@ -137,6 +137,30 @@ def synchronised(session: Session, named: Iterator[tuple[str, Any]]) -> list[tup
     return [(found.get(id(p), n), p) for n, p in listed]
 
 
+def note_sharded(session: Session, part: dict[str, Any], optimizer: Optimizer, named: list[Any]) -> None:
+    """Count the optimizer's parameters left out because they are sharded over the ranks, and
+    those compared (the judges say when nothing could be)."""
+    from ddpcheck.run.rank import param_names
+
+    if session.param_names:
+        return
+    sharded = sum(1 for _, p in optimizer_params(optimizer) if param_names.sharded(p))
+    if sharded:
+        part["sharded"] = max(int(part.get("sharded", 0)), sharded)
+        part["compared"] = max(int(part.get("compared", 0)), len(named))
+
+
+def sharded_only(records: list[Record], probe: str) -> tuple[int, bool]:
+    """(the most sharded parameters a rank's optimizer held, whether nothing else was compared)."""
+    parts = [section(r, probe) for r in records if probe in r.get("probes", {})]
+    sharded = max((int(p.get("sharded", 0)) for p in parts), default=0)
+    return sharded, bool(sharded) and not any(int(p.get("compared", 0)) for p in parts)
+
+
+SHARDED = ("each rank holds its own shard of them (FSDP flat parameters, DTensor shards), "
+           "so they are not compared across ranks")
+
+
 def by_hand(sizes: list[int], grads: list[Any]) -> bool:
     """Whether the user's own reducing collectives since the last step reduced the gradients:
     a tensor the size of a gradient, or as many elements as half of them (flat buffers, buckets),
@@ -163,6 +187,7 @@ def capture(session: Session) -> None:
 
     def before_step(optimizer: Optimizer, step: int) -> None:
         named = synchronised(session, optimizer_params(optimizer))
+        note_sharded(session, part, optimizer, named)
         fps = fingerprints(p.grad for _, p in named)
         digest = combine(fps)
         session.stage(NAME, digest)
@@ -227,10 +252,15 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     logs = logs_by_rank(records, NAME)
     if len(logs) < 2 or not any(log.get("count") for log in logs.values()):
         return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
+    sharded, only = sharded_only(records, NAME)
+    if only:
+        return [Verdict(CODE, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",
+                        details={"sharded": sharded})]
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
+        left = f"; {plural(sharded, 'sharded parameter')} not compared" if sharded else ""
         return [Verdict(CODE, PASS, f"identical on every rank at {plural(compared, 'checked step')}"
-                        f"{realigned(records)}")]
+                        f"{realigned(records)}{left}")]
     inside, kinds = reduced_in_step(records)
     if inside and (step in inside or step == -1):
         # The gradients differ where the optimizer's own step reduces them: judge the other steps.

@@ -369,6 +369,9 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
     optimizer step (or reduced inside the optimizer's own step) and parameters identical after it."""
     from ddpcheck.run.checks import grads, params
 
+    if grads.sharded_only(records, grads.NAME)[1]:
+        return ("the parameters are sharded across the ranks (FSDP, DTensor), which reduces their "
+                "gradients itself; each rank's shard is its own, so they are not compared")
     steps = min((int(r.get("step") or 0) for r in records), default=0)
     own = min((sum(int(g.get("entered", 0)) for g in section(r, "collectives").get("groups", {}).values())
                for r in records), default=0)

@@ -110,7 +110,7 @@ PARAMS, BUFFERS = "DDP106", "DDP107"
 def capture(session: Session) -> None:
     import weakref
 
-    from ddpcheck.run.checks.grads import optimizer_params, synchronised
+    from ddpcheck.run.checks.grads import note_sharded, optimizer_params, synchronised
     from ddpcheck.run.rank.fingerprint import combine, fingerprints
 
     part = session.section(NAME)
@@ -125,6 +125,7 @@ def capture(session: Session) -> None:
         if not any(ref() is optimizer for ref in optimizers):
             optimizers.append(weakref.ref(optimizer))
         named = synchronised(session, optimizer_params(optimizer))
+        note_sharded(session, part, optimizer, named)
         fps = fingerprints(p for _, p in named)
         digest = combine(fps)
         session.stage(NAME, digest)
@@ -205,6 +206,12 @@ def _params(records: list[Record]) -> Verdict:
             if (section(r, NAME).get("end") or {}).get("names")}  # parameters to compare at the end
     if len(logs) < 2 or (not any(log.get("count") for log in logs.values()) and len(ends) < 2):
         return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
+    from ddpcheck.run.checks.grads import SHARDED, sharded_only
+
+    sharded, only = sharded_only(records, NAME)
+    if only:
+        return Verdict(PARAMS, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",
+                       details={"sharded": sharded})
     step, at, bad, compared = first_mismatch(logs)
     # No optimizer step: the parameters the script updated itself, compared once at the end.
     hand = not compared and all(e.get("by_hand") for e in ends.values())
