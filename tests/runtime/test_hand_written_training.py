@@ -54,11 +54,12 @@ def test_crash_message_is_quoted_without_terminal_escapes(tmp_path):
     assert_no_survivors(mark)
 
 
-def test_sharded_parameters_are_not_compared_as_whole_tensors(tmp_path):
+@pytest.mark.parametrize("api", ["wrapper", "fully_shard"])
+def test_sharded_parameters_are_not_compared_as_whole_tensors(tmp_path, api):
     # FSDP keeps one shard of each flat parameter per rank: they differ by design. A check that
     # cannot gather them says so and skips; it neither fails nor passes on nothing compared.
     script = fixture("fsdp_cpu.py", tmp_path)
-    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script)], tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--api", api], tmp_path)
     assert_no_survivors(mark)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert codes(data) == [], [f["message"] for f in data["findings"]]

@@ -157,8 +157,8 @@ def sharded_only(records: list[Record], probe: str) -> tuple[int, bool]:
     return sharded, bool(sharded) and not any(int(p.get("compared", 0)) for p in parts)
 
 
-SHARDED = ("each rank holds its own shard of them (FSDP flat parameters, DTensor shards), "
-           "so they are not compared across ranks")
+SHARDED = ("not compared across ranks: each rank holds its own shard (FSDP flat parameters, "
+           "sharded DTensors)")
 
 
 def by_hand(sizes: list[int], grads: list[Any]) -> bool:
