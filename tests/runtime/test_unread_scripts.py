@@ -164,9 +164,11 @@ def test_a_gradient_averaged_wrongly_by_hand_is_named(tmp_path, how, named):
     assert check(data, "DDP106")["explained_by"] == "DDP105"
 
 
-def test_ranks_that_train_alone_without_ddp_still_fail(tmp_path):
+@pytest.mark.parametrize("how", ["none", "loss-only"])
+def test_ranks_that_train_alone_without_ddp_still_fail(tmp_path, how):
+    # An all-reduce of the loss for the log is not gradients averaged by hand.
     script = fixture("hand_reduce.py", tmp_path)
-    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--how", "none"], tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--how", how], tmp_path)
     assert_no_survivors(mark)
     assert proc.returncode == 1
     found = findings(data)
