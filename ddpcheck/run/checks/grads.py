@@ -52,6 +52,12 @@ class GradientsDiffer(RuntimeCheck):
     in the global optimizer step pre-hook and names the first step and the parameters that
     differ; a gradient that is None on some ranks only is reported too.
 
+    Without the DDP wrapper (a loop of `dist.all_reduce(p.grad)` or a flat buffer reduced before
+    `optimizer.step()`, ZeroRedundancyOptimizer) the reduction also ends before the step, so the
+    same comparison applies: a parameter left out of the loop, or a division by the world size on
+    some ranks only, is named here as the script's modules name it (`head.bias`). Sharded
+    parameters (FSDP, sharded DTensors) hold a different part on each rank and are not compared.
+
     ## How the gradients are compared
 
     Each gradient's bytes are read as 64-bit words v_i and reduced where the gradient lives to two
