@@ -24,7 +24,21 @@ def test_hand_reduced_gradients_and_in_place_updates_are_training(tmp_path):
     for code, detail in unreached.items():
         assert "ended before" not in detail, (code, detail)
         assert "the script trained (backward passes) without" in detail, (code, detail)
+    # No optimizer step to compare at: the parameters it updated itself are compared at the end.
+    params = next(c for c in data["run"]["checks"] if c["code"] == "DDP106")
+    assert params["status"] == "pass" and "at the end of the run" in params["detail"], params
     assert_no_survivors(mark)
+
+
+def test_a_layer_updated_without_the_all_reduce_is_named_at_the_end(tmp_path):
+    script = fixture("manual_sgd_allreduce.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--skip-head"], tmp_path)
+    assert_no_survivors(mark)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert codes(data) == ["DDP106"], codes(data)
+    message = finding(data, "DDP106")["message"]
+    assert "at the end of the run" in message and ": 2.bias, 2.weight." in message, message
+    assert "no optimizer step to compare at" in message
 
 
 def test_crash_message_is_quoted_without_terminal_escapes(tmp_path):
@@ -38,3 +52,19 @@ def test_crash_message_is_quoted_without_terminal_escapes(tmp_path):
     summary = [line for line in proc.stdout.splitlines() if line.startswith("DDP120")]
     assert summary and all("\x1b" not in line and "[1m" not in line for line in summary), summary
     assert_no_survivors(mark)
+
+
+@pytest.mark.parametrize("api", ["wrapper", "fully_shard"])
+def test_sharded_parameters_are_not_compared_as_whole_tensors(tmp_path, api):
+    # FSDP keeps one shard of each flat parameter per rank: they differ by design. A check that
+    # cannot gather them says so and skips; it neither fails nor passes on nothing compared.
+    script = fixture("fsdp_cpu.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--api", api], tmp_path)
+    assert_no_survivors(mark)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert codes(data) == [], [f["message"] for f in data["findings"]]
+    rows = {c["code"]: c for c in data["run"]["checks"]}
+    for code in ("DDP105", "DDP106"):
+        assert rows[code]["status"] == "skip", rows[code]
+        assert "sharded parameter" in rows[code]["detail"] and "not compared" in rows[code]["detail"]
+    assert rows["DDP109"]["status"] == "pass" and "sharded" in rows["DDP109"]["detail"]

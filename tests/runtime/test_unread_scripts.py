@@ -126,7 +126,7 @@ def test_the_same_data_on_every_rank_and_a_missing_process_group(tmp_path):
     assert check(data, "DDP100")["explained_by"] == "DDP108"
 
 
-@pytest.mark.parametrize("how", ["allreduce", "zero", "sharded"])
+@pytest.mark.parametrize("how", ["allreduce", "flat", "zero", "sharded"])
 def test_gradients_averaged_without_the_ddp_wrapper(tmp_path, how):
     script = fixture("hand_reduce.py", tmp_path)
     proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--how", how], tmp_path)
@@ -144,9 +144,31 @@ def test_gradients_averaged_without_the_ddp_wrapper(tmp_path, how):
         assert check(data, "DDP105")["status"] == "pass"
 
 
-def test_ranks_that_train_alone_without_ddp_still_fail(tmp_path):
+@pytest.mark.parametrize("how, named", [
+    ("skip-head", "head.weight, head.bias"),
+    ("divide-rank0", "body.0.weight, body.0.bias, head.weight, head.bias"),
+])
+def test_a_gradient_averaged_wrongly_by_hand_is_named(tmp_path, how, named):
     script = fixture("hand_reduce.py", tmp_path)
-    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--how", "none"], tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--how", how], tmp_path)
+    assert_no_survivors(mark)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = findings(data)
+    assert set(found) == {"DDP105"}, [f["message"] for f in data["findings"]]
+    message = found["DDP105"]["message"]
+    assert "optimizer step 1" in message and f": {named}." in message, message
+    assert "averages the gradients itself" in message
+    assert check(data, "DDP105")["details"]["parameters"] == named.split(", ")
+    # The script does reduce: not "no DDP, nothing all-reduces".
+    assert check(data, "DDP109")["status"] == "pass"
+    assert check(data, "DDP106")["explained_by"] == "DDP105"
+
+
+@pytest.mark.parametrize("how", ["none", "loss-only"])
+def test_ranks_that_train_alone_without_ddp_still_fail(tmp_path, how):
+    # An all-reduce of the loss for the log is not gradients averaged by hand.
+    script = fixture("hand_reduce.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--how", how], tmp_path)
     assert_no_survivors(mark)
     assert proc.returncode == 1
     found = findings(data)

@@ -52,6 +52,12 @@ class GradientsDiffer(RuntimeCheck):
     in the global optimizer step pre-hook and names the first step and the parameters that
     differ; a gradient that is None on some ranks only is reported too.
 
+    Without the DDP wrapper (a loop of `dist.all_reduce(p.grad)` or a flat buffer reduced before
+    `optimizer.step()`, ZeroRedundancyOptimizer) the reduction also ends before the step, so the
+    same comparison applies: a parameter left out of the loop, or a division by the world size on
+    some ranks only, is named here as the script's modules name it (`head.bias`). Sharded
+    parameters (FSDP, sharded DTensors) hold a different part on each rank and are not compared.
+
     ## How the gradients are compared
 
     Each gradient's bytes are read as 64-bit words v_i and reduced where the gradient lives to two
@@ -125,11 +131,50 @@ def optimizer_params(optimizer: Optimizer) -> Iterator[tuple[str, torch.Tensor]]
 def synchronised(session: Session, named: Iterator[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """(name, parameter) for the parameters DDP keeps in sync: those of the DDP-wrapped modules
     once there is one (an optimizer may also hold parameters that are rank-local by design,
-    e.g. model-parallel embedding tables), else every one."""
+    e.g. model-parallel embedding tables), else every one that is not sharded over the ranks,
+    named as the user's modules name it where they can be found."""
+    from ddpcheck.run.rank import param_names
+
     names = session.param_names
-    if not names:
-        return list(named)
-    return [(names[id(p)], p) for _, p in named if id(p) in names]
+    if names:
+        return [(names[id(p)], p) for _, p in named if id(p) in names]
+    listed = [(n, p) for n, p in named if not param_names.sharded(p)]
+    found = param_names.names([p for _, p in listed])
+    return [(found.get(id(p), n), p) for n, p in listed]
+
+
+def note_sharded(session: Session, part: dict[str, Any], optimizer: Optimizer, named: list[Any]) -> None:
+    """Count the optimizer's parameters left out because they are sharded over the ranks, and
+    those compared (the judges say when nothing could be)."""
+    from ddpcheck.run.rank import param_names
+
+    if session.param_names:
+        return
+    sharded = sum(1 for _, p in optimizer_params(optimizer) if param_names.sharded(p))
+    if sharded:
+        part["sharded"] = max(int(part.get("sharded", 0)), sharded)
+        part["compared"] = max(int(part.get("compared", 0)), len(named))
+
+
+def sharded_only(records: list[Record], probe: str) -> tuple[int, bool]:
+    """(the most sharded parameters a rank's optimizer held, whether nothing else was compared)."""
+    parts = [section(r, probe) for r in records if probe in r.get("probes", {})]
+    sharded = max((int(p.get("sharded", 0)) for p in parts), default=0)
+    return sharded, bool(sharded) and not any(int(p.get("compared", 0)) for p in parts)
+
+
+SHARDED = ("not compared across ranks: each rank holds its own shard (FSDP flat parameters, "
+           "sharded DTensors)")
+
+
+def by_hand(sizes: list[int], grads: list[Any]) -> bool:
+    """Whether the user's own reducing collectives since the last step reduced the gradients:
+    a tensor the size of a gradient, or as many elements as half of them (flat buffers, buckets),
+    not a logged loss or accuracy."""
+    counts = {int(g.numel()) for g in grads if g is not None}
+    total = sum(counts) if counts else 0
+    large = [n for n in sizes if n > 1]
+    return bool(total) and (any(n in counts for n in large) or 2 * sum(large) >= total)
 
 
 def capture(session: Session) -> None:
@@ -141,16 +186,21 @@ def capture(session: Session) -> None:
     #           1 if the optimizer's step itself reduced across ranks]
     part = session.section(NAME)
     part["reduced_in_step"] = {"optimizers": [], "ops": []}
+    part["by_hand"] = 0  # steps before which the script reduced the gradients itself (no DDP)
     log = StepLog(session, part, session.add_slot(NAME))
     reported: list[int] = []
     current: dict[str, Any] = {}
 
     def before_step(optimizer: Optimizer, step: int) -> None:
         named = synchronised(session, optimizer_params(optimizer))
+        note_sharded(session, part, optimizer, named)
         fps = fingerprints(p.grad for _, p in named)
         digest = combine(fps)
         session.stage(NAME, digest)
         entry = [step, digest, session.forwards, session.unsynced, 0]
+        sizes, LEDGER.reduced_sizes = LEDGER.reduced_sizes, []
+        if not session.param_names and by_hand(sizes, [p.grad for _, p in named]):
+            part["by_hand"] += 1
         log.add(entry, [n for n, _ in named], fps)
         current.update(entry=entry, entered={name: g.entered for name, g in LEDGER.groups.items()})
 
@@ -188,6 +238,12 @@ def reduced_in_step(records: list[Record]) -> tuple[set[int], list[str]]:
     return steps, kinds
 
 
+def reduced_by_hand(records: list[Record]) -> bool:
+    """Every rank reduced its gradients itself, with its own collectives, before its steps."""
+    counts = [int(section(r, NAME).get("by_hand", 0)) for r in records if NAME in r.get("probes", {})]
+    return bool(counts) and all(counts)
+
+
 def _without(logs: dict[int, dict[str, Any]], steps: set[int]) -> dict[int, dict[str, Any]]:
     """The logs without the given steps (and without the rolling digest, which covers them)."""
     out = {}
@@ -202,10 +258,15 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     logs = logs_by_rank(records, NAME)
     if len(logs) < 2 or not any(log.get("count") for log in logs.values()):
         return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
+    sharded, only = sharded_only(records, NAME)
+    if only:
+        return [Verdict(CODE, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",
+                        details={"sharded": sharded})]
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
+        left = f"; {plural(sharded, 'sharded parameter')} not compared" if sharded else ""
         return [Verdict(CODE, PASS, f"identical on every rank at {plural(compared, 'checked step')}"
-                        f"{realigned(records)}")]
+                        f"{realigned(records)}{left}")]
     inside, kinds = reduced_in_step(records)
     if inside and (step in inside or step == -1):
         # The gradients differ where the optimizer's own step reduces them: judge the other steps.
@@ -222,7 +283,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
     if tensors and len(tensors) > 5:
         names += f" (+{len(tensors) - 5} more)"
-    cause = _cause(logs, step)
+    cause = _cause(logs, step, reduced_by_hand(records))
     message = (f"Gradients differ across ranks at {where(step)} ({describe_groups(at)}; "
                f"{bad} of {plural(compared, 'checked step')} differ){': ' + names if names else ''}. "
                + cause)
@@ -232,7 +293,13 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                              "parameters": [n for n, _ in (tensors or [])], "digests": at})]
 
 
-def _cause(logs: dict[int, dict[str, Any]], step: int) -> str:
+def _cause(logs: dict[int, dict[str, Any]], step: int, hand: bool) -> str:
+    if hand:
+        return ("The script averages the gradients itself, without the DDP wrapper, so at optimizer.step() "
+                "every rank must hold the same averaged gradients: the ones named were not all-reduced "
+                "(a parameter left out of the loop or the flat buffer), or were divided or edited on "
+                "some ranks only. Reduce every parameter's gradient and divide it by the world size "
+                "on every rank, or wrap the model in DistributedDataParallel.")
     windows = [(e[2], e[3]) for log in logs.values() for s, e in entries(log).items() if s == step]
     if windows and all(f > 0 and u == f for f, u in windows):
         return ("Every DDP forward before this step ran inside no_sync(), so DDP never all-reduced "

@@ -369,6 +369,9 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
     optimizer step (or reduced inside the optimizer's own step) and parameters identical after it."""
     from ddpcheck.run.checks import grads, params
 
+    if grads.sharded_only(records, grads.NAME)[1]:
+        return ("the parameters are sharded across the ranks (FSDP, DTensor), which reduces their "
+                "gradients itself; each rank's shard is its own, so they are not compared")
     steps = min((int(r.get("step") or 0) for r in records), default=0)
     own = min((sum(int(g.get("entered", 0)) for g in section(r, "collectives").get("groups", {}).values())
                for r in records), default=0)
@@ -376,6 +379,11 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
         return None
     (g,) = grads.judge(records, ctx)
     p = params.judge(records, ctx)[0]
+    if grads.reduced_by_hand(records) and FAIL in (g.status, p.status):
+        # The script does reduce its gradients; where the result differs is DDP105's / DDP106's
+        # finding, with the parameters named, not "nothing all-reduces".
+        return (f"the script averages the gradients itself ({plural(own, 'collective')} of its own), "
+                "but the replicas differ: see DDP105 and DDP106")
     if p.status != PASS or g.status == FAIL or (g.status == SKIP and not g.details.get("reduced_in_step")):
         return None
     if g.details.get("reduced_in_step"):

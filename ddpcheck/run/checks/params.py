@@ -110,7 +110,7 @@ PARAMS, BUFFERS = "DDP106", "DDP107"
 def capture(session: Session) -> None:
     import weakref
 
-    from ddpcheck.run.checks.grads import optimizer_params, synchronised
+    from ddpcheck.run.checks.grads import note_sharded, optimizer_params, synchronised
     from ddpcheck.run.rank.fingerprint import combine, fingerprints
 
     part = session.section(NAME)
@@ -125,6 +125,7 @@ def capture(session: Session) -> None:
         if not any(ref() is optimizer for ref in optimizers):
             optimizers.append(weakref.ref(optimizer))
         named = synchronised(session, optimizer_params(optimizer))
+        note_sharded(session, part, optimizer, named)
         fps = fingerprints(p for _, p in named)
         digest = combine(fps)
         session.stage(NAME, digest)
@@ -161,15 +162,38 @@ def capture(session: Session) -> None:
             if opt is not None:
                 for n, p in synchronised(session, optimizer_params(opt)):
                     named.setdefault(n, p)
+        by_hand = False
+        if not named and why == "destroy_process_group":
+            named, by_hand = _updated_by_hand()
         names = sorted(named)
         fps = fingerprints(named[n] for n in names)
         part["end"] = {"names": names, "fingerprints": [list(f) for f in fps], "digest": combine(fps),
-                       "why": why, "step": session.step}
+                       "why": why, "step": session.step, "by_hand": by_hand}
 
     session.after_step.append(after_step)
     session.on_ddp_forward.append(on_ddp_forward)
     session.on_exchange.append(on_exchange)
     session.at_end.append(at_end)
+
+
+def _updated_by_hand() -> tuple[dict[str, Any], bool]:
+    """With neither a DDP model nor an optimizer step, the parameters of the modules the code that
+    ends the process group holds, when the script all-reduced tensors the size of them (it
+    averaged their gradients itself and updated them in place): compared once, at the end."""
+    import sys
+
+    from ddpcheck.run.checks.grads import by_hand
+    from ddpcheck.run.rank import param_names
+    from ddpcheck.run.rank.ledger import LEDGER
+
+    named: dict[str, Any] = {}
+    for module in param_names.modules_in(sys._getframe(1)):
+        for n, p in module.named_parameters():
+            if p.requires_grad and not param_names.sharded(p):
+                named.setdefault(n.replace("_orig_mod.", ""), p)
+    if not named or not by_hand(LEDGER.reduced_sizes, list(named.values())):
+        return {}, False
+    return named, True
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
@@ -182,7 +206,15 @@ def _params(records: list[Record]) -> Verdict:
             if (section(r, NAME).get("end") or {}).get("names")}  # parameters to compare at the end
     if len(logs) < 2 or (not any(log.get("count") for log in logs.values()) and len(ends) < 2):
         return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
+    from ddpcheck.run.checks.grads import SHARDED, sharded_only
+
+    sharded, only = sharded_only(records, NAME)
+    if only:
+        return Verdict(PARAMS, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",
+                       details={"sharded": sharded})
     step, at, bad, compared = first_mismatch(logs)
+    # No optimizer step: the parameters the script updated itself, compared once at the end.
+    hand = not compared and all(e.get("by_hand") for e in ends.values())
     if step is not None:
         tensors = differing_tensors(logs, step) or []
         shown = ", ".join(describe_tensor(n, v) for n, v in tensors[:5])
@@ -203,10 +235,17 @@ def _params(records: list[Record]) -> Verdict:
         shown = ", ".join(names[:5])
         return Verdict(PARAMS, FAIL, f"differ at the end of the run: {shown or describe_groups(digests)}",
                        message=f"Parameters differ across ranks at the end of the run "
-                       f"({describe_groups(digests)}){': ' + shown if shown else ''}, although they "
-                       "matched at every checked step: something changed them on some ranks after "
-                       "the last checked step. Change weights identically on every rank.",
-                       ranks=odd_ranks(digests), details={"parameters": names})
+                       f"({describe_groups(digests)}){': ' + shown if shown else ''}"
+                       + (". The script updates them itself after averaging the gradients by hand, "
+                          "with no optimizer step to compare at: some gradient was not all-reduced, "
+                          "or some rank changed a weight or a gradient on its own. "
+                          if hand else ", although they matched at every checked step: something "
+                          "changed them on some ranks after the last checked step. ")
+                       + "Change weights identically on every rank.",
+                       ranks=odd_ranks(digests), details={"parameters": names, "at_end": hand})
+    if hand:
+        return Verdict(PARAMS, PASS, "identical on every rank at the end of the run (updated in place by the "
+                       "script, no optimizer step to compare at)", details={"at_end": True})
     when = plural(compared, "checked step") + (" and at the end" if len(ends) >= 2 else "")
     return Verdict(PARAMS, PASS, f"identical on every rank after {when}{realigned(records)}")
 

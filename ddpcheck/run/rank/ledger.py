@@ -97,6 +97,9 @@ class Ledger:
         self.on_pass_end: Callable[[], None] | None = None  # the record is written when a pass ends
         self.joins = 0  # depth of DDP Join() contexts the rank is in (sequences differ by design there)
         self.restarts = 0  # times the sequences started afresh (after a Join context)
+        # Sizes (elements) of the tensors the user's own reducing collectives took since the
+        # gradient check last read them: what tells gradients averaged by hand from a logged loss.
+        self.reduced_sizes: list[int] = []
         self.lock = threading.Lock()  # enter/leave from several threads stay consistent
 
     @property
@@ -339,6 +342,22 @@ def group_label(group: Any) -> str:
     return label
 
 
+# The argument that holds what a reducing collective reduces, per op.
+_REDUCING_INPUTS = {"all_reduce": "tensor", "reduce": "tensor", "reduce_scatter": "input_list",
+                    "reduce_scatter_tensor": "input", "all_to_all_single": "input"}
+
+
+def _numel(value: Any) -> int:
+    """Elements in a tensor or a list of tensors (0 for anything else)."""
+    if isinstance(value, (list, tuple)):
+        return sum(_numel(v) for v in value)
+    numel = getattr(value, "numel", None)
+    try:
+        return int(numel()) if callable(numel) else 0
+    except Exception:  # noqa: BLE001 - an odd argument: counted as nothing
+        return 0
+
+
 def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | None]) -> Callable[..., Any]:
     try:
         names = list(inspect.signature(fn).parameters)
@@ -367,6 +386,8 @@ def _recorded(op: str, fn: Callable[..., Any], site_of: Callable[[int], str | No
         except Exception:  # noqa: BLE001 - never let the record break the user's call
             sig, group = "", WORLD
         call = LEDGER.enter(op, sig, site_of(1), group)
+        if op in _REDUCING_INPUTS and len(LEDGER.reduced_sizes) < 4096:
+            LEDGER.reduced_sizes.append(_numel(bound.get(_REDUCING_INPUTS[op])))
         try:
             return fn(*args, **kwargs)
         finally:
