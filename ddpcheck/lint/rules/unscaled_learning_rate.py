@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.model.values import Frame, Leaf, Value
@@ -158,7 +159,7 @@ class UnscaledLearningRate(Rule):
             return
         sites = list(model.paths.sites())
         modules = {id(s.module): s.module for s in sites}
-        if any(_DIVIDES_BY_WORLD.search(m.source) for m in modules.values()):
+        if any(_DIVIDES_BY_WORLD.search(code_only(m.source)) for m in modules.values()):  # not a commented-out line
             return
         for site in sites:
             name = model.api(site)
