@@ -68,10 +68,56 @@ def test_a_rate_scaled_by_the_world_size_through_kwargs_stays_clean(tmp_path):
     assert _lint(tmp_path, {"framework.py": FRAMEWORK, "train.py": script}, "train.py", "DDP004") == []
 
 
-def test_a_default_every_caller_omits_is_a_parameter_choice(tmp_path):
-    # The caller does not pass lr: the default applies, which the rule leaves to the signature.
+def test_a_default_the_run_relies_on_is_reported_where_it_is_written(tmp_path):
+    # The caller does not pass lr: the signature's 1e-3 is the rate every rank trains with.
     script = SCRIPT.replace(",\n                                       lr={lr})", ")")
-    assert _lint(tmp_path, {"framework.py": FRAMEWORK, "train.py": script}, "train.py", "DDP004") == []
+    assert _lint(tmp_path, {"framework.py": FRAMEWORK, "train.py": script}, "train.py", "DDP004") == [
+        ("DDP004", "framework.py", 5)]
+
+
+WRAPPER = """\
+    import torch
+    import torch.optim as optim
+
+
+    class TrainingWrapper:
+        def __init__(self, rank, model, loader, batch_size=100, optimizer_class=optim.Adam,
+                     optimizer_args={"lr": 0.001, "weight_decay": 2e-4}):
+            self.model = model
+            self.loader = loader
+            self.optimizer = optimizer_class(self.model.parameters(), **optimizer_args)
+"""
+
+WRAPPER_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from wrapper import TrainingWrapper
+
+
+    def worker(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        model = DDP(torch.nn.Linear(4, 4).cuda(rank), device_ids=[rank])
+        trainer = TrainingWrapper(rank, model, [], batch_size=10{args})
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(2,), nprocs=2)
+"""
+
+
+def test_a_rate_in_a_default_optimizer_args_dict_of_a_wrapper(tmp_path):
+    files = {"wrapper.py": WRAPPER, "train.py": WRAPPER_SCRIPT.format(args="")}
+    assert _lint(tmp_path, files, "train.py", "DDP004") == [("DDP004", "wrapper.py", 7)]
+
+
+def test_optimizer_args_passed_by_the_caller_replace_the_default(tmp_path):
+    args = ', optimizer_args={"lr": 1e-3 * dist.get_world_size()}'
+    files = {"wrapper.py": WRAPPER, "train.py": WRAPPER_SCRIPT.format(args=args)}
+    assert _lint(tmp_path, files, "train.py", "DDP004") == []
 
 
 MODULE_CONSTANT_RATE = """\

@@ -389,6 +389,32 @@ class Values:
         if not found:
             yield Value(module, param, scope, frame, at)
 
+    def default_in_use(self, value: Value) -> bool | None:
+        """Whether `value` (a leaf) is, or sits inside, the default of a parameter of the function
+        it is written in, and if so whether that default runs: True when a known caller leaves
+        the argument out (`Wrapper(rank, model)` for `optimizer_args={"lr": 1e-3}`), False when no
+        caller is known (a library's signature: a choice left to its users) or every one passes
+        it. None when `value` is no parameter's default."""
+        function = value.scope.function
+        node = value.node
+        if function is None or not isinstance(node, cst.CSTNode):
+            return None
+        for bindings in function.assignments.values():
+            for param in bindings:
+                if not isinstance(param, Param) or param.default is None or param.star:
+                    continue
+                if param.default is not node and not any(sub is node for sub in subexpressions(param.default)):
+                    continue
+                owner = Function(value.module, param.function)
+                for call, bound in self.model.graph.callers(owner)[:MAX_CALLERS]:
+                    if self.model.paths.dead(call):
+                        continue
+                    if self.model.graph.argument_for(call, owner, param, bound) is None and \
+                            not any(True for _ in self._forwarded(call, param, None, 2, set())):
+                        return True
+                return False
+        return None
+
     def _forwarded(self, call: CallSite, param: Param, caller: Frame | None, depth: int,
                    seen: set[tuple[int, int]]) -> Iterator[Value]:
         """What reaches keyword `param` of the function `call` runs through `**kwargs` of the
