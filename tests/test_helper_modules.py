@@ -460,3 +460,122 @@ def test_same_seed_through_a_seeding_helper_and_a_loader_builder(tmp_path):
     script.write_text(script.read_text().replace("fix_random_seeds(args.seed)",
                                                  "fix_random_seeds(args.seed + dist.get_rank())"))
     assert codes(script, select=("DDP029",)) == []
+
+
+def test_a_sys_path_entry_relative_to_where_the_script_is_started(tmp_path):
+    # The recipe is run from a folder where the clone is linked as `toolkit/`:
+    # `sys.path.insert(0, 'toolkit/pytorch')` names the clone's own `pytorch/` folder.
+    write(tmp_path, {
+        "setup.py": "",
+        "pytorch/launcher/run_xvector.py": """
+            import sys
+            import torch
+            sys.path.insert(0, 'toolkit/pytorch')
+            import libs.support.utils as utils
+            utils.init_ddp()
+            model = torch.nn.Linear(4, 4)
+        """,
+        "pytorch/libs/support/utils.py": """
+            import torch
+            def init_ddp(port=29500):
+                torch.distributed.init_process_group(backend="nccl")
+        """,
+    })
+    assert codes(tmp_path / "pytorch/launcher/run_xvector.py", select=("DDP005",)) == [("DDP005", 3)]
+
+
+def test_a_relative_entry_that_names_no_folder_adds_nothing(tmp_path):
+    write(tmp_path, {
+        "setup.py": "",
+        "pytorch/launcher/run_xvector.py": """
+            import sys
+            sys.path.insert(0, 'third_party/vendor')
+            import launch
+            launch.go()
+        """,
+        "pytorch/lib/launch.py": SPAWNING_HELPER,
+    })
+    assert codes(tmp_path / "pytorch/launcher/run_xvector.py", select=("DDP017",)) == []
+
+
+TRAINER_MODULE = """
+import torch
+import libs.support.utils as utils
+
+class BaseTrainer:
+    def __init__(self, package):
+        self.elements, self.params = package
+
+    def select_device(self):
+        return utils.select_model_device(self.elements["model"], self.params["gpu_id"])
+
+    def run(self):
+        raise NotImplementedError
+
+class SimpleTrainer(BaseTrainer):
+    def run(self):
+        model = self.select_device()
+        for epoch in range(self.params["epochs"]):
+            torch.save(model.state_dict(), f"{epoch}.params")
+"""
+
+UTILS_SELECT_DEVICE = """
+import torch
+import torch.distributed as dist
+
+def select_model_device(model, gpu_id):
+    torch.cuda.set_device(gpu_id[dist.get_rank()])
+    model.cuda()
+    return torch.nn.parallel.DistributedDataParallel(model, device_ids=[gpu_id[dist.get_rank()]])
+"""
+
+
+def test_a_namespace_package_imports_itself_by_its_absolute_name(tmp_path):
+    # libs/ has no __init__.py; libs/training/trainer.py imports libs.support.utils, which works
+    # only with the folder above libs/ on the path: the helper's set_device is seen.
+    write(tmp_path, {
+        "setup.py": "",
+        "pytorch/launcher/run.py": """
+            import sys
+            import torch
+            import torch.distributed as dist
+            sys.path.insert(0, 'toolkit/pytorch')
+            import libs.training.trainer as trainer
+            dist.init_process_group("nccl")
+            model = torch.nn.Linear(4, 4)
+            trainer = trainer.SimpleTrainer(({"model": model}, {"gpu_id": [0, 1], "epochs": 3}))
+            trainer.run()
+            dist.destroy_process_group()
+        """,
+        "pytorch/libs/training/__init__.py": "",
+        "pytorch/libs/training/trainer.py": TRAINER_MODULE,
+        "pytorch/libs/support/__init__.py": "",
+        "pytorch/libs/support/utils.py": UTILS_SELECT_DEVICE,
+    })
+    found = codes(tmp_path / "pytorch/launcher/run.py", select=("DDP003", "DDP010"))
+    assert found == [("DDP010", 18)]  # the save in SimpleTrainer.run, on every rank; no DDP003
+
+
+def test_a_module_name_rebound_to_an_instance_calls_the_instance_method(tmp_path):
+    # `trainer` is the module until the assignment, then the instance: `trainer.run()` runs
+    # SimpleTrainer.run (the base's run only raises).
+    write(tmp_path, {
+        "train.py": """
+            import torch
+            import torch.distributed as dist
+            import pkg.trainer as trainer
+            dist.init_process_group("nccl")
+            model = torch.nn.Linear(4, 4)
+            trainer = trainer.SimpleTrainer(({"model": model}, {"gpu_id": [0, 1], "epochs": 3}))
+            trainer.run()
+            dist.destroy_process_group()
+        """,
+        "pkg/__init__.py": "",
+        "pkg/trainer.py": TRAINER_MODULE.replace("libs.support.utils", "pkg.utils"),
+        "pkg/utils.py": UTILS_SELECT_DEVICE,
+    })
+    assert codes(tmp_path / "train.py", select=("DDP003", "DDP010")) == [("DDP010", 18)]
+    # The instance under another name: the same.
+    text = (tmp_path / "train.py").read_text().replace("trainer = trainer.", "runner = trainer.")
+    (tmp_path / "train.py").write_text(text.replace("trainer.run()", "runner.run()"))
+    assert codes(tmp_path / "train.py", select=("DDP003", "DDP010")) == [("DDP010", 18)]

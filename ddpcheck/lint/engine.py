@@ -105,6 +105,11 @@ def _display(root: str, module: ModuleModel) -> str:
     return module.path if relative.startswith("..") else relative
 
 
+def _line_text(source: str, line: int) -> str:
+    lines = source.splitlines()
+    return lines[line - 1] if 0 < line <= len(lines) else ""
+
+
 def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Finding]:
     # Positions only for the reported nodes (PositionProvider for every node costs more than the parse).
     by_module: dict[int, list[Pending]] = defaultdict(list)
@@ -134,6 +139,10 @@ def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Findin
                 line, col, end_line, end_col = 1, 1, 1, 1
             else:
                 line, col, end_line, end_col = span.line, span.column + 1, span.end_line, span.end_column + 1
+                if 0 < pending.line_in <= end_line - line:
+                    line += pending.line_in
+                    text = _line_text(module.source, line)
+                    col, end_line, end_col = len(text) - len(text.lstrip()) + 1, line, len(text.rstrip()) + 1
             dedup = (pending.rule.code, line, col, pending.message)
             if dedup in seen:
                 continue

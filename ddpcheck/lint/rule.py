@@ -63,6 +63,7 @@ class Pending:
     message: str
     fix: Replace | None
     related: tuple[tuple[ModuleModel, cst.CSTNode, str], ...] = ()
+    line_in: int = 0  # lines below the node's first line where the finding is (in a long string)
 
 
 class Rule(Described):
@@ -81,10 +82,12 @@ class Rule(Described):
         """Called once after the traversal."""
 
     def report(self, node: cst.CSTNode, message: str | None = None, fix: Replace | None = None,
-               module: ModuleModel | None = None, related: Sequence[CallSite] = ()) -> None:
+               module: ModuleModel | None = None, related: Sequence[CallSite] = (), line_in: int = 0) -> None:
+        """`line_in`: the finding sits that many lines below the start of `node` (a command on
+        one line of a long docstring), where a reader looks and a `# noqa` goes."""
         where = module if module is not None else self.model.root
         chain = tuple((c.module, c.node, _via(c)) for c in related)
-        self.model.pending.append(Pending(type(self), where, node, message or self.MESSAGE, fix, chain))
+        self.model.pending.append(Pending(type(self), where, node, message or self.MESSAGE, fix, chain, line_in))
 
     @classmethod
     def info(cls) -> RuleInfo:

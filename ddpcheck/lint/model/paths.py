@@ -48,6 +48,7 @@ _RANK_ZERO_DECORATOR = re.compile(
     r"|on_rank_?(0|zero)|only_on_(main|master)(_process)?)$"
 )
 _ENTRY_NAME = re.compile(r"^(main|main_worker|worker|run|train|fit|.*_main|main_.*|.*_worker)$")
+_MAX_LOOP_CALLERS = 8  # callers followed per function when looking for a loop around it
 
 
 class Paths:
@@ -130,6 +131,32 @@ class Paths:
             out.append(parent)
             function = self.function_of(parent)
         return list(reversed(out))
+
+    def looping_call(self, function: Function, depth: int = 3) -> CallSite | None:
+        """The call that runs `function` over and over: a live call of it inside a loop, or, for
+        a call with no loop in its own function, the same for the function it sits in, up to
+        `depth` callers. `def train_epoch(self): for x, y in self.loader: ...` run from
+        `for epoch in range(n): self.train_epoch()`: each pass of that loop iterates the loader
+        again. None when no known caller loops."""
+        seen: set[tuple[int, str]] = set()
+        frontier = [function]
+        for _ in range(depth):
+            above: list[Function] = []
+            for current in frontier:
+                key = (id(current.module), current.qualname)
+                if key in seen:
+                    continue
+                seen.add(key)
+                for call, _ in self.model.graph.callers(current)[:_MAX_LOOP_CALLERS]:
+                    if self.dead(call):
+                        continue
+                    if call.loops:
+                        return call
+                    outer = self.function_of(call)
+                    if outer is not None:
+                        above.append(outer)
+            frontier = above
+        return None
 
     @staticmethod
     def function_of(site: CallSite) -> Function | None:

@@ -4,6 +4,8 @@ kept for the whole run.
 Import roots, in order: the file's folder, the root of the package it sits in (the folder above
 the topmost `__init__.py`), the project root (nearest folder with pyproject.toml, setup.py,
 setup.cfg or .git, at most 6 levels up) and its `src/`; then, for a name none of them has, the
+folder above the importing file's own top package of that name (a module in `libs/training/`
+importing `libs.support.utils` runs only with the folder above `libs/` on the path), then the
 folders the project adds to `sys.path` itself (model/syspath.py). Never site-packages: ddpcheck
 learns what *the project's* modules do, and reads them as text (it never imports them). A name
 resolves to the project's file whenever one exists — `datasets`, `utils`, or a package named like
@@ -106,6 +108,12 @@ def locate(importer: Path, dotted: str) -> tuple[Path, str] | None:
         return _split(rest, (base,))
     head = dotted.split(".", 1)[0]
     roots = tuple(r for r in import_roots(folder) if head in _top_names(r))
+    if not roots:
+        # A module inside `libs/training/` that imports `libs.support.utils`: the folder above
+        # `libs/` must be on the path for the program to import itself (a namespace package
+        # without `__init__.py`, put on the path by whatever script starts the run).
+        roots = tuple(a.parent for a in [folder, *folder.parents][:6]
+                      if a.name == head and a.parent != a and _outside_packages(a))
     if not roots:  # not on the ordinary path: perhaps in a folder the project adds to sys.path
         roots = tuple(r for r in _added_roots(folder) if head in _top_names(r))
     return _split(dotted, roots) if roots else None

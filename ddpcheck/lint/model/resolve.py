@@ -15,7 +15,7 @@ from pathlib import Path
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import ModuleModel, Scope
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.syntax import dotted
 
@@ -167,6 +167,18 @@ class Resolver:
         target = self.name(module, name, scope)
         return target.external if target is not None else None
 
+    def _rebound_project_module(self, module: ModuleModel, call: CallSite) -> bool:
+        """Whether `call.dotted`'s first name is an imported project module that an assignment
+        rebinds, and the rest names nothing in that module."""
+        root, dot, _ = (call.dotted or "").partition(".")
+        if not dot or not call.scope.lookup(root):
+            return False
+        origin = module.names.origin(root)
+        path = resolved_path(module.path)
+        if origin is None or path is None or self.project is None:
+            return False
+        return locate(path, origin) is not None
+
     def resolve_calls(self, module: ModuleModel) -> None:
         """Give every call of `module` its resolved callee (`CallSite.qualname` and `.target`)."""
         for call in module.calls:
@@ -174,6 +186,11 @@ class Resolver:
                 continue
             target = self.name(module, call.dotted, call.scope)
             if target is None:
+                if call.qualname is not None and self._rebound_project_module(module, call):
+                    # `import lib.trainer as trainer` then `trainer = trainer.Trainer(cfg)`:
+                    # `trainer.run()` is a method of the instance the name now holds, not a name
+                    # in the module; the value flow follows it (graph.py).
+                    call.qualname = None
                 continue
             call.target = target
             if target.external is not None:

@@ -12,8 +12,12 @@ no libcst) and evaluates the path expressions they pass to `sys.path.insert/appe
 `site.addsitedir`: string constants, `__file__`, module-level names bound once, `os.path`'s
 dirname/abspath/realpath/normpath/join, `pathlib.Path(...)`, `.parent`, `.parents[n]`,
 `.resolve()`/`.absolute()`, `/` and `str()`. Anything else is unknown and adds nothing. A relative
-string is read from the module's folder (the usual working directory of such scripts). Only
-folders that exist and lie outside site-packages count. Used only when an import is found in no
+string is read from the module's folder (the usual working directory of such scripts). A plain
+relative string on its own (`sys.path.insert(0, 'subtools/pytorch')`) is relative to whatever
+folder the script is started from, which is often not its own: it is then also read from the
+folders above the module, and, where the first parts name the clone itself as the user's working
+copy calls it (`subtools/` for a repository cloned under another name), with them left off —
+the first that exists is the one taken. Only folders that exist and lie outside site-packages count. Used only when an import is found in no
 ordinary root, so a project that never touches `sys.path` pays one folder listing per run.
 """
 
@@ -146,11 +150,38 @@ def _added(text: str, file: Path) -> list[str]:
                 paths.append(node.args[index])
     out: list[str] = []
     for arg in paths:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value \
+                and not os.path.isabs(arg.value):
+            out += _working_dir_candidates(arg.value, file)[:1]
+            continue
         try:
             out.append(os.path.normpath(_value(arg, names, file)))
         except (_Unknown, TypeError, ValueError):
             continue
     return out
+
+
+_UPWARD = 4  # folders above a module tried as the working directory of a relative entry
+
+
+def _working_dir_candidates(relative: str, file: Path) -> list[str]:
+    """Existing folders a relative `sys.path` entry can name: from the module's folder, then from
+    each folder above it; then the same with leading parts left off (the name the clone has on
+    its author's machine), never down to nothing."""
+    parts = [p for p in relative.replace("\\", "/").split("/") if p not in ("", ".")]
+    bases = [file.parent, *file.parent.parents][:_UPWARD + 1]
+    found: list[str] = []
+    for drop in range(0, max(len(parts), 1)):
+        if drop and (parts[drop - 1] == ".." or drop >= len(parts)):
+            break
+        tail = parts[drop:]
+        for base in bases:
+            candidate = os.path.normpath(os.path.join(str(base), *tail))
+            if os.path.isdir(candidate) and candidate not in found:
+                found.append(candidate)
+        if found:
+            break
+    return found
 
 
 @lru_cache(maxsize=256)

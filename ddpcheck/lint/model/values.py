@@ -355,6 +355,10 @@ class Values:
                 yield from self._eval(frame.call.module, passed, frame.call.scope, frame.caller, depth - 1, seen,
                                       frame.call.point)
                 return
+            forwarded = list(self._forwarded(frame.call, param, frame.caller, depth - 1, seen))
+            if forwarded:
+                yield from forwarded
+                return
             if param.default is not None:
                 yield from self._eval(module, param.default, scope, frame, depth - 1, seen, None)
                 return
@@ -362,19 +366,80 @@ class Values:
             return
         function = Function(module, param.function)
         found = False
-        for call, bound in self.model.graph.callers(function)[:MAX_CALLERS]:
-            if self.model.paths.dead(call):
-                continue  # a helper module's self-test passes nothing to the run
+        omitted = False  # a known caller leaves the parameter to its default
+        callers = [(c, b) for c, b in self.model.graph.callers(function)[:MAX_CALLERS]
+                   if not self.model.paths.dead(c)]  # (a helper module's self-test passes nothing to the run)
+        for call, bound in callers:
             passed = self.model.graph.argument_for(call, function, param, bound)
             if passed is None or isinstance(passed, CallSite):
+                forwarded = list(self._forwarded(call, param, None, depth - 1, seen))
+                if forwarded:
+                    found = True
+                    yield from forwarded
+                elif passed is None:
+                    omitted = True
                 continue
             found = True
             yield from self._eval(call.module, passed, call.scope, None, depth - 1, seen, call.point)
-        if param.default is not None:
+        if param.default is not None and (omitted or not found):
+            # The default applies where a caller omits the argument, or where no caller is known
+            # (a library function: any caller may); not where every known caller passes it.
             found = True
             yield from self._eval(module, param.default, scope, None, depth - 1, seen, None)
         if not found:
             yield Value(module, param, scope, frame, at)
+
+    def default_in_use(self, value: Value) -> bool | None:
+        """Whether `value` (a leaf) is, or sits inside, the default of a parameter of the function
+        it is written in, and if so whether that default runs: True when a known caller leaves
+        the argument out (`Wrapper(rank, model)` for `optimizer_args={"lr": 1e-3}`), False when no
+        caller is known (a library's signature: a choice left to its users) or every one passes
+        it. None when `value` is no parameter's default."""
+        function = value.scope.function
+        node = value.node
+        if function is None or not isinstance(node, cst.CSTNode):
+            return None
+        for bindings in function.assignments.values():
+            for param in bindings:
+                if not isinstance(param, Param) or param.default is None or param.star:
+                    continue
+                if param.default is not node and not any(sub is node for sub in subexpressions(param.default)):
+                    continue
+                owner = Function(value.module, param.function)
+                for call, bound in self.model.graph.callers(owner)[:MAX_CALLERS]:
+                    if self.model.paths.dead(call):
+                        continue
+                    if self.model.graph.argument_for(call, owner, param, bound) is None and \
+                            not any(True for _ in self._forwarded(call, param, None, 2, set())):
+                        return True
+                return False
+        return None
+
+    def _forwarded(self, call: CallSite, param: Param, caller: Frame | None, depth: int,
+                   seen: set[tuple[int, int]]) -> Iterator[Value]:
+        """What reaches keyword `param` of the function `call` runs through `**kwargs` of the
+        caller's own function (`def __init__(self, dataset, **kwargs): super().__init__(**kwargs)`,
+        called with `lr=1`): the keyword its callers pass by that name, followed up the chain."""
+        if param.star or depth <= 0:
+            return
+        for a in call.node.args:
+            if a.star != "**" or not isinstance(a.value, cst.Name):
+                continue
+            bindings = call.scope.lookup(a.value.value)
+            if len(bindings) != 1 or not isinstance(bindings[0], Param) or bindings[0].star != "**":
+                continue
+            outer = Function(call.module, bindings[0].function)
+            if caller is not None and caller.function == outer:
+                sites: list[tuple[CallSite, Frame | None]] = [(caller.call, caller.caller)]
+            else:
+                sites = [(c, None) for c, _ in self.model.graph.callers(outer)[:MAX_CALLERS]
+                         if not self.model.paths.dead(c)]
+            for site, above in sites:
+                passed = argument(site.node, param.name)
+                if passed is not None:
+                    yield from self._eval(site.module, passed, site.scope, above, depth - 1, seen, site.point)
+                else:
+                    yield from self._forwarded(site, param, above, depth - 1, seen)
 
     def _item(self, whole: Value, index: int, depth: int, seen: set[tuple[int, int]]) -> Iterator[Value]:
         node = whole.node

@@ -153,7 +153,7 @@ class DeprecatedLauncher(Rule):
             import torch.distributed as dist
             dist.init_process_group("nccl")
             """,
-            lines=(1,),
+            lines=(4,),  # the command's line inside the docstring
         ),
         Invalid(
             """
@@ -275,7 +275,7 @@ class DeprecatedLauncher(Rule):
             # Usage text in a file that takes no part in DDP (a model file's note on how the
             # project is trained) is about another script.
             if id(node) not in self._ran and model.uses_ddp:
-                self.report(node, self.COMMENT_MESSAGE)
+                self.report(node, self.COMMENT_MESSAGE, line_in=_line_in(node))
         if model.uses_ddp:
             self._helper_usage()
         flags = [(model.root, flag, None) for flag in self._flags] + self._helper_flags()
@@ -312,7 +312,7 @@ class DeprecatedLauncher(Rule):
                 if isinstance(node, cst.SimpleString):
                     if id(node) not in seen and _COMMAND.search(node.value):
                         seen.add(id(node))
-                        self.report(node, self.COMMENT_MESSAGE, module=function.module)
+                        self.report(node, self.COMMENT_MESSAGE, module=function.module, line_in=_line_in(node))
                     continue
                 stack.extend(children(node))
 
@@ -339,3 +339,12 @@ class DeprecatedLauncher(Rule):
                     out.append((site.module, a.value, site))
                     break
         return out
+
+
+def _line_in(node: cst.CSTNode) -> int:
+    """The line of a string's launch command, counted from the string's first line (a usage
+    docstring's `python -m torch.distributed.launch ...` line)."""
+    if not isinstance(node, cst.SimpleString):
+        return 0
+    found = _COMMAND.search(node.value)
+    return node.value.count("\n", 0, found.start()) if found is not None else 0

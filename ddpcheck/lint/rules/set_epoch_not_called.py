@@ -7,6 +7,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
@@ -380,13 +381,13 @@ class SetEpochNotCalled(Rule):
             loop = self._epoch_loop(found)
             if loop is None:
                 continue
-            node, module, scope, loader = loop
+            node, module, scope, loader, in_caller = loop
             expression = self._expression(found, module, scope, loader)
             fix = None
             made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
             # A sampler made anew inside the loop does not exist yet at the loop's first line.
             rebuilt = made is not None and self._made_within(node, module, made, 4, set()) is not None
-            if module is model.root and not rebuilt:
+            if module is model.root and not rebuilt and not in_caller:
                 given, _ = sampler_values(model, found.loader)
                 conditional = any(isinstance(v.node, cst.CSTNode) and is_none(v.node) for v in given) \
                     or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
@@ -458,28 +459,52 @@ class SetEpochNotCalled(Rule):
                     return found
         return None
 
-    def _epoch_loop(self, found: Feed) -> tuple[cst.CSTNode, ModuleModel, Scope, str] | None:
+    def _epoch_loop(self, found: Feed) -> tuple[cst.CSTNode, ModuleModel, Scope, str, bool] | None:
         """The loop around an iteration of the loader (or around a call handed the loader),
         with its module and scope and how the loader is named there: the first such loop that
-        repeats one order (see _repeats)."""
+        repeats one order (see _repeats); last, whether that loop is a caller's (the loader is
+        named in the callee, so no fix is offered)."""
         loader = found.loader.node
-        for module in self.model.paths.modules():
+        paths = self.model.paths
+        later: list[tuple[ModuleModel, Scope, str, int]] = []  # iterated where no loop is: callers'
+        for module in paths.modules():
             for site in module.fors:
-                if not site.loops:
-                    continue
                 used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
-                if used is not None and self._repeats(found, site.loops[-1], module, site.scope):
-                    return site.loops[-1], module, site.scope, dotted(used) or "loader"
-        for call in self.model.paths.sites():
-            if not call.loops or not self._iterates(call):
+                if used is None:
+                    continue
+                if site.loops:
+                    if self._repeats(found, site.loops[-1], module, site.scope):
+                        return site.loops[-1], module, site.scope, dotted(used) or "loader", False
+                    continue
+                # `def train_epoch(self): for x in self.loader` run from an epoch loop (tried
+                # last: a loop that hands the loader to the function names it itself).
+                later.append((module, site.scope, dotted(used) or "loader", -1))
+        for call in paths.sites():
+            if not self._iterates(call):
                 continue
             for a in call.node.args:
-                if self._holds_loader(call.module, a.value, call.scope, loader, call.point) \
-                        and self._repeats(found, call.loops[0], call.module, call.scope):
-                    # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
-                    # outermost loop of the function is the epoch loop.
-                    return call.loops[0], call.module, call.scope, dotted(a.value) or "loader"
+                if not self._holds_loader(call.module, a.value, call.scope, loader, call.point):
+                    continue
+                if call.loops:
+                    if self._repeats(found, call.loops[0], call.module, call.scope):
+                        # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
+                        # outermost loop of the function is the epoch loop.
+                        return call.loops[0], call.module, call.scope, dotted(a.value) or "loader", False
+                    continue
+                # `self.it = iter(self.loader)` when the data runs out, in a `get_batch()` the
+                # step loop calls: each restart is a new epoch.
+                later.append((call.module, call.scope, dotted(a.value) or "loader", 0))
+        for module, scope, name, which in later:
+            outer = self._looping_caller(module, scope)
+            if outer is not None and self._repeats(found, outer.loops[which], outer.module, outer.scope):
+                return outer.loops[which], outer.module, outer.scope, name, True
         return None
+
+    def _looping_caller(self, module: ModuleModel, scope: Scope) -> CallSite | None:
+        function = scope.function
+        if function is None:
+            return None
+        return self.model.paths.looping_call(Function(module, function.qualname))
 
     def _repeats(self, found: Feed, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
         """Whether each pass of `loop` draws the sampler's order again unchanged. A sampler made

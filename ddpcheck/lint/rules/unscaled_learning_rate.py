@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.model.values import Frame, Leaf, Value
@@ -158,7 +159,7 @@ class UnscaledLearningRate(Rule):
             return
         sites = list(model.paths.sites())
         modules = {id(s.module): s.module for s in sites}
-        if any(_DIVIDES_BY_WORLD.search(m.source) for m in modules.values()):
+        if any(_DIVIDES_BY_WORLD.search(code_only(m.source)) for m in modules.values()):  # not a commented-out line
             return
         for site in sites:
             name = model.api(site)
@@ -168,24 +169,29 @@ class UnscaledLearningRate(Rule):
                 lr = site.arg("lr", 1)
             else:
                 continue
-            if lr is None:
-                continue  # the optimizer's default
-            values = model.values.at_call(site, lr)
+            if lr is not None:
+                values = model.values.at_call(site, lr)
+            else:  # `Opt(params, **optimizer_args)`: the rate, if any, is an entry of the dict
+                values = model.values.keyword(site, "lr", 1)
+                if not values:
+                    continue  # the optimizer's default
+            where: cst.CSTNode = lr if lr is not None else site.node
             if not values or not all(self._constant(v, _DEPTH) for v in values):
                 continue
-            if self._mentions_world(site.module, lr, site.scope, None, site.point, _DEPTH) or any(
+            if self._mentions_world(site.module, where, site.scope, None, site.point, _DEPTH) or any(
                     self._mentions_world(v.module, v.node, v.scope, v.frame, v.at, _DEPTH) for v in values
                     if isinstance(v.node, cst.CSTNode)):
                 continue
             if all(_is_zero(v.node) for v in values):
                 continue  # a placeholder the schedule overwrites every step
-            passed = [v for v in values if self._through_parameter(site, lr)]
+            passed = [v for v in values if lr is not None and self._through_parameter(site, lr)
+                      or model.values.default_in_use(v)]
             if passed and isinstance(passed[0].node, cst.CSTNode):
                 # The literal is passed in by a caller (`build_optimizer(model, lr=0.01)`):
                 # report where it is written.
                 self.report(passed[0].node, module=passed[0].module, related=[site])
             else:
-                self.report(lr, module=site.module, related=model.paths.chain(site))
+                self.report(where, module=site.module, related=model.paths.chain(site))
 
     def _through_parameter(self, site: CallSite, lr: cst.BaseExpression) -> bool:
         """The rate is a parameter of the function that builds the optimizer."""
@@ -196,8 +202,8 @@ class UnscaledLearningRate(Rule):
         """Built only from number literals, directly or through names every one of whose
         values is itself constant: `0.01`, `1e-3 * 2`, `lr` after `lr = 0.1`. A parameter nobody
         passes, an attribute (`args.lr`), a call or a subscript (`cfg["lr"]`) is not."""
-        if _is_default(value):
-            return False  # a parameter's default: the signature is a deliberate choice
+        if self.model.values.default_in_use(value) is False:
+            return False  # a default no caller of the run relies on: the signature's choice
         return self._constant_expr(value.module, value.node, value.scope, value.frame, value.at, depth)
 
     def _constant_expr(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, at: Point | None,
@@ -244,14 +250,3 @@ class UnscaledLearningRate(Rule):
 def _is_zero(node: object) -> bool:
     return isinstance(node, (cst.Integer, cst.Float)) and float(node.evaluated_value) == 0.0
 
-
-def _is_default(value: Value) -> bool:
-    """The leaf is the default value of a parameter of the function it sits in."""
-    function = value.scope.function
-    if function is None:
-        return False
-    for bindings in function.assignments.values():
-        for binding in bindings:
-            if isinstance(binding, Param) and binding.default is value.node:
-                return True
-    return False
