@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ddpcheck.run.launcher import launcher_log
-from ddpcheck.run.launcher.command_line import Launch
+from ddpcheck.run.launcher.command_line import BOOTSTRAP, Launch
 from ddpcheck.run.launcher.plan import Plan, restore_environment
 from ddpcheck.run.options import CONFIG_ENV
 
@@ -86,6 +86,8 @@ def run_job(launch: Launch) -> JobResult:
     result = JobResult(True, {})
     try:
         agents = [NodeAgent.start(launch, node) for node in range(1, launch.nodes)]
+        for agent in agents:
+            agent.watch()
         with launcher_log.captured(launch.options.record_dir, verbose=launch.options.verbose):
             torchrun(launch.torchrun_args)
     except ChildFailedError as exc:
@@ -105,8 +107,30 @@ def run_job(launch: Launch) -> JobResult:
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)
         for agent in agents:  # the other nodes: their failed ranks join this node's
-            result = agent.finish(result)
+            result = agent.finish(result, wait_s=60.0 if result.ok else 10.0)
     return result
+
+
+def _stop_own_workers() -> None:
+    """Another node's agent failed: its ranks are gone and this node's ranks would wait for them in
+    their next collective (or in init_process_group) until gloo's 30 minutes run out. Stopping
+    them as torchrun stops the survivors of a crash (SIGTERM) ends this node's agent too."""
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                ppid = fh.read().rsplit(")", 1)[1].split()[1]
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                command = fh.read()
+        except (OSError, IndexError):
+            continue
+        if ppid == me and BOOTSTRAP.encode() in command:
+            try:
+                os.kill(int(entry), signal.SIGTERM)
+            except OSError:
+                pass
 
 
 @dataclass
@@ -128,6 +152,17 @@ class NodeAgent:
         proc = subprocess.Popen([sys.executable, "-m", "ddpcheck.run.launcher.node_agent", args_file, out_file],
                                 start_new_session=True)
         return cls(proc, out_file)
+
+    def watch(self) -> None:
+        """When this agent fails, stop this node's ranks too, as a real cluster's job would end."""
+        import threading
+
+        def wait() -> None:
+            if self.proc.wait() != 0:
+                time.sleep(2.0)  # the failed node's ranks write their records first
+                _stop_own_workers()
+
+        threading.Thread(target=wait, name=f"ddpcheck-node-agent-{self.proc.pid}", daemon=True).start()
 
     def finish(self, result: JobResult, wait_s: float = 60.0) -> JobResult:
         """Wait for the agent (its job is over or failed on this node), stop it if it lingers, and
