@@ -26,6 +26,17 @@ def main(argv: list[str]) -> int:
     with open(args_file, "rb") as fh:
         torchrun_args: Any = pickle.load(fh)
 
+    # The rendezvous store lives in the first node's agent, which leaves when its ranks are done:
+    # this agent's last rendezvous call then finds it gone, and c10d prints a C++ warning with a
+    # stack trace. The level is read once, as torch is imported: the ranks keep the user's.
+    saved = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "ERROR"
+    import torch  # noqa: F401
+
+    if saved is None:
+        os.environ.pop("TORCH_CPP_LOG_LEVEL")
+    else:
+        os.environ["TORCH_CPP_LOG_LEVEL"] = saved
     from torch.distributed import run as torch_distributed_run
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
