@@ -56,6 +56,11 @@ def _run(argv: list[str], record_dir: str) -> int:
     from ddpcheck.run.launcher import command_line
 
     job_launch = command_line.parse(argv, record_dir)
+    from ddpcheck.run.launcher import memory
+
+    # The ranks this machine runs: every node's with --nodes, the largest size of --scaling.
+    local_ranks = max(job_launch.options.scaling or (job_launch.nproc,)) * job_launch.nodes
+    memory.check(local_ranks, job_launch.nodes - 1)
     if job_launch.options.scaling:
         from ddpcheck.run.launcher import scaling_runs
 
