@@ -2,7 +2,7 @@
 
 Every rank is a Python process that imports torch; ddpcheck's probes and the CUDA emulation add a
 little. Measured on this project's 2-core, 23 GiB machine with torch 2.13 (CPU build), on a tiny
-DDP model (bench/RESULTS.md, "How many ranks one machine holds"): about 300 MiB resident per
+DDP model (bench/RESULTS.md, "How many ranks one machine holds"): about 305 MiB resident per
 rank, 230 MiB per extra torchrun agent of `--nodes`. The user's model, data and DataLoader
 workers come on top, so the estimate is a floor: a job refused here could not have run, and a
 job let through may still need more. Torch-free; reads /proc/meminfo (Linux), and says nothing
@@ -15,7 +15,7 @@ import os
 
 from ddpcheck.errors import UserError
 
-RANK_MIB = 300  # one rank: torch imported, process group, ddpcheck's probes, a tiny model
+RANK_MIB = 310  # one rank: torch imported, process group, ddpcheck's probes, a tiny model
 AGENT_MIB = 230  # one more torchrun agent (`--nodes`: one per node after the first)
 ENV_RANK_MIB = "DDPCHECK_RANK_MIB"  # a larger per-rank figure for a heavy script
 
