@@ -90,3 +90,15 @@ def test_nodes_refuses_rendezvous_options_it_sets_itself(tmp_path):
     assert proc.returncode == 2
     assert "--nodes starts every node on this machine and sets the rendezvous itself; drop --rdzv-endpoint" \
         in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_sampler_built_from_the_nodes_local_rank_is_reported_with_the_nodes(tmp_path):
+    script = fixture("cluster_trainer.py", tmp_path)
+    proc, data, mark = ddpcheck_run([*NODES, str(script), "--sampler-from", "local", "--checkpoint",
+                                     str(tmp_path / "last.pt")], tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    found = finding(data, "DDP101")
+    assert "rank 0 (node 0) and rank 2 (node 1)" in found["message"]
+    assert "LOCAL_RANK / LOCAL_WORLD_SIZE" in found["message"]
+    assert_no_survivors(mark)

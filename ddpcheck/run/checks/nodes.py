@@ -36,6 +36,8 @@ class DeviceNotOnNode(Incident):
     `--nproc` GPUs and refuses an index at or past it the way a real node does, at your line:
     `torch.cuda.set_device`, `torch.cuda.device(i)`, `.to(i)` / `.to("cuda:i")` / `.cuda(i)` on
     tensors and modules, `device=i` in tensor factories, and DDP's `device_ids` / `output_device`.
+    `ddpcheck lint` reports the same mistake from the source where it can see that the index comes
+    from the global rank (DDP007); the run finds it however the index was computed.
 
     ## Why it matters
 
