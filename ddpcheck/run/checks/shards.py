@@ -540,7 +540,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     return out
 
 
-def _per_node(verdict: Verdict, drawn: dict[int, list[int]], records: list[Record]) -> Verdict:
+def _per_node(verdict: Verdict, drawn: dict[int, "array[int]"], records: list[Record]) -> Verdict:
     """Overlap on a job of several nodes where each node drew the same shards as the first: the
     sampler was built per node (LOCAL_RANK / LOCAL_WORLD_SIZE); said with the nodes."""
     where = {r.get("rank", 0): (node_of(r), r.get("local_rank", 0)) for r in records}

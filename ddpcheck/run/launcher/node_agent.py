@@ -42,13 +42,14 @@ def main(argv: list[str]) -> int:
 
     from ddpcheck.run.launcher import launcher_log
 
+    torchrun: Any = torch_distributed_run.run  # untyped in torch
     options = RunOptions.from_env() or RunOptions()
     failed: dict[str, int] = {}
     error: str | None = None
     try:
         # Every agent's torchrun log lines go to the one log file of the run.
         with launcher_log.captured(options.record_dir, verbose=options.verbose):
-            torch_distributed_run.run(torchrun_args)
+            torchrun(torchrun_args)
     except ChildFailedError as exc:
         failed = {str(rank): int(f.exitcode) for rank, f in exc.failures.items()}
     except (ValueError, AssertionError, RuntimeError) as exc:
