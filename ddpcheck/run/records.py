@@ -38,3 +38,9 @@ def section(record: Record, name: str) -> dict[str, Any]:
     """A probe's part of one rank's record ({} when the probe recorded nothing there)."""
     value = record.get("probes", {}).get(name)
     return value if isinstance(value, dict) else {}
+
+
+def node_of(record: Record) -> int:
+    """The node (torchrun's GROUP_RANK) a rank ran on; 0 for a single-node job."""
+    node = record.get("node", 0)
+    return node if isinstance(node, int) else 0

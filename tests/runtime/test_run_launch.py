@@ -97,7 +97,7 @@ def test_usage_error_through_the_cli(tmp_path):
     assert result.stderr.strip().splitlines() == [
         "--checks: unknown check bogus; choose from shards, set-epoch, inputs, grads, params, "
         "lifecycle, rendezvous, evaluation, model, collectives, timing, find-unused, checkpointing, "
-        "augmentation"]
+        "augmentation, nodes"]
 
 
 MARKER_SCRIPT = """

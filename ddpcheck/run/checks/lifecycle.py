@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import socket
 
-from ddpcheck.run.records import Record, section
+from ddpcheck.run.records import Record, node_of, section
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -339,7 +339,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             n = sum(d["forwards"] for s in secs.values() for d in s["ddp"])
             out.append(Verdict(USED, PASS, f"DDP forward called ({n} times over all ranks)"))
 
-    out.append(_devices(secs, {r["rank"]: r.get("local_rank", 0) for r in records}))
+    out.append(_devices(secs, {r["rank"]: r.get("local_rank", 0) for r in records},
+                        {r["rank"]: node_of(r) for r in records}))
 
     # Ranks that ended normally: a crashed rank's missing destroy is the crash's business.
     clean = {r["rank"] for r in records if r.get("status") == "finished" and not r.get("exit_code")}
@@ -394,16 +395,17 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
             f"{g.detail}, parameters identical after each checked step)")
 
 
-def _devices(secs: dict[int, dict[str, Any]], local_ranks: dict[int, int]) -> Verdict:
+def _devices(secs: dict[int, dict[str, Any]], local_ranks: dict[int, int], nodes: dict[int, int]) -> Verdict:
     first = {r: s["ddp"][0] for r, s in secs.items() if s["ddp"]}
     cuda = {r: d["device"] for r, d in first.items() if d["device"] and d["device"].startswith("cuda")}
     if not cuda:
         return Verdict(DEVICE, SKIP, "no CUDA model")
     wrong: list[tuple[int, str, str]] = []
-    taken: dict[tuple[str, Any], int] = {}
+    taken: dict[tuple[str, int, Any], int] = {}
     for rank, device in sorted(cuda.items()):
         index = int(device.split(":")[1]) if ":" in device else 0
-        key = (secs[rank]["host"], first[rank].get("gpu_uuid") or index)
+        # cuda:0 of another node (another machine, or an emulated node of `--nodes`) is another GPU.
+        key = (secs[rank]["host"], nodes.get(rank, 0), first[rank].get("gpu_uuid") or index)
         local = local_ranks.get(rank, 0)
         if key in taken:
             wrong.append((rank, device, f"shares {device} with rank {taken[key]}"))

@@ -29,7 +29,7 @@ import zlib
 from array import array
 from dataclasses import replace
 
-from ddpcheck.run.records import Record
+from ddpcheck.run.records import Record, node_of
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -516,6 +516,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             for code, verdict in _judge_epoch(first, epoch, drawn, complete, ctx, same_data).items():
                 split = (kept_slice(records, per_rank, len(per_rank))
                          if code == NO_SAMPLER and verdict.status == FAIL else None)
+                if code == OVERLAP and verdict.status == FAIL:
+                    verdict = _per_node(verdict, drawn, records)
                 if split is not None:
                     verdict = Verdict(NO_SAMPLER, PASS, f"{loader_label(first)} has no DistributedSampler, but "
                                       f"each rank keeps 1/{len(per_rank)} of every batch it loads ({split[0]} of "
@@ -536,6 +538,26 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         else:
             out.append(Verdict(code, SKIP, "nothing to check"))
     return out
+
+
+def _per_node(verdict: Verdict, drawn: dict[int, "array[int]"], records: list[Record]) -> Verdict:
+    """Overlap on a job of several nodes where each node drew the same shards as the first: the
+    sampler was built per node (LOCAL_RANK / LOCAL_WORLD_SIZE); said with the nodes."""
+    where = {r.get("rank", 0): (node_of(r), r.get("local_rank", 0)) for r in records}
+    nodes = sorted({node for node, _ in where.values()})
+    if len(nodes) < 2:
+        return verdict
+    by_local: dict[Any, list[int]] = {}
+    for rank in drawn:
+        by_local.setdefault(where.get(rank, (0, rank))[1], []).append(rank)
+    twins = [sorted(ranks) for ranks in by_local.values() if len(ranks) > 1]
+    if not twins or not all(len({tuple(sorted(set(drawn[r]))) for r in ranks}) == 1 for ranks in twins):
+        return verdict
+    shown = "; ".join(" and ".join(f"rank {r} (node {where[r][0]})" for r in ranks) for ranks in sorted(twins)[:3])
+    said = (f" Every node drew the same shards ({shown}, the same LOCAL_RANK): the sampler was given the "
+            "node's LOCAL_RANK / LOCAL_WORLD_SIZE; give it the global rank and world size.")
+    return replace(verdict, message=(verdict.message or "") + said,
+                   details={**verdict.details, "per_node": True, "nodes": nodes})
 
 
 def _same_data(per_rank: dict[int, dict[str, Any]], passes: list[int]) -> str:

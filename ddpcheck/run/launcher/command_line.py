@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -25,6 +26,7 @@ BOOTSTRAP = "ddpcheck.run.rank.bootstrap"
 OUTPUT_FORMATS = ("full", "concise", "json", "sarif", "github")
 _RDZV_FLAGS = ("--rdzv-backend", "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint",
                "--master-port", "--master_port", "--master-addr", "--master_addr", "--standalone")
+_NODE_FLAGS = ("--nnodes", "--node-rank", "--node_rank", "--rdzv-id", "--rdzv_id")
 _NPROC_FLAGS = ("--nproc-per-node", "--nproc_per_node")
 DEFAULT_NPROC = "2"
 
@@ -48,6 +50,7 @@ class Launch:
     options: RunOptions
     nproc: int
     nnodes_max: int
+    nodes: int = 1  # emulated nodes on this machine (`--nodes`): one torchrun agent each
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -106,6 +109,9 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
         raise UserError(f"ddpcheck run: {flag} {ns.nproc_per_node}: expected 1 or more processes")
     if ns.ddpcheck_scaling is not None and nnodes_max > 1:
         raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
+    nodes = _nodes(ns, before)
+    if nodes > 1:
+        nnodes_max = nodes
 
     if ns.module:
         check_module(ns.training_script)
@@ -137,7 +143,41 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
     ns.module = True
     ns.training_script = BOOTSTRAP
     ns.training_script_args = target.bootstrap_args()
-    return Launch(ns, target, options, nproc, nnodes_max)
+    return Launch(ns, target, options, nproc, nnodes_max, nodes)
+
+
+def _nodes(ns: argparse.Namespace, before: list[str]) -> int:
+    """`--nodes N`: N torchrun agents on this machine, one per emulated node, that meet in a c10d
+    rendezvous on loopback (a free port, a fresh id), as N machines of a cluster would. 1: the
+    plain single-node run."""
+    if ns.ddpcheck_nodes is None:
+        return 1
+    nodes = _non_negative_int(ns.ddpcheck_nodes, "--nodes")
+    if nodes < 1:
+        raise UserError(f"ddpcheck run: --nodes {ns.ddpcheck_nodes}: expected 1 or more nodes")
+    if nodes == 1:
+        return 1
+    given = [f for f in (*_RDZV_FLAGS, *_NODE_FLAGS) if _given(before, (f,))]
+    if given:
+        raise UserError(f"ddpcheck run: --nodes starts every node on this machine and sets the rendezvous "
+                        f"itself; drop {given[0]} (or drop --nodes to join a real multi-machine job)")
+    if ns.ddpcheck_scaling is not None:
+        raise UserError("ddpcheck run: --scaling runs on one node; drop --nodes")
+    ns.nnodes = str(nodes)
+    ns.standalone = False
+    ns.rdzv_backend = "c10d"
+    ns.rdzv_endpoint = f"127.0.0.1:{free_port()}"
+    ns.rdzv_id = f"ddpcheck-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return nodes
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the rendezvous store binds it a moment later)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def add_own_options(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +185,10 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("ddpcheck")
     group.add_argument("--nproc", dest="ddpcheck_nproc", default=None, metavar="N",
                        help="Processes on this node (same as torchrun's --nproc-per-node). Default 2.")
+    group.add_argument("--nodes", dest="ddpcheck_nodes", default=None, metavar="N",
+                       help="Emulate N nodes on this machine, each with --nproc ranks (and --nproc "
+                       "GPUs under CUDA emulation): N torchrun agents meet on loopback, so LOCAL_RANK "
+                       "differs from RANK from the second node on.")
     group.add_argument("--report", dest="ddpcheck_report", default=None, metavar="PATH",
                        help="Write the full JSON report (schema in ddpcheck/run/REPORT.md) to PATH.")
     group.add_argument("--output-format", dest="ddpcheck_output_format", default="full", metavar="FORMAT",

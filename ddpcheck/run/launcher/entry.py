@@ -49,12 +49,18 @@ class Outcome:
     notes: list[Finding]  # the other incidents
     findings: list[Finding]
     records: list[Record]
+    nodes: int = 1  # nodes emulated on this machine (`--nodes`): every rank's record is here
 
 
 def _run(argv: list[str], record_dir: str) -> int:
     from ddpcheck.run.launcher import command_line
 
     job_launch = command_line.parse(argv, record_dir)
+    from ddpcheck.run.launcher import memory
+
+    # The ranks this machine runs: every node's with --nodes, the largest size of --scaling.
+    local_ranks = max(job_launch.options.scaling or (job_launch.nproc,)) * job_launch.nodes
+    memory.check(local_ranks, job_launch.nodes - 1)
     if job_launch.options.scaling:
         from ddpcheck.run.launcher import scaling_runs
 
@@ -128,7 +134,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         data["run"]["performance"] = perf
     for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
         rank.get("probes", {}).get("timing", {}).pop("steps", None)
-    return Outcome(exit_code, data, rows, first, notes, findings, records)
+    return Outcome(exit_code, data, rows, first, notes, findings, records, job_launch.nodes)
 
 
 def _flight_recorder_dumps(job_plan: Any) -> str | None:
@@ -182,7 +188,8 @@ def present(outcome: Outcome, options: Any) -> int:
             failed.append(f"ddpcheck run: --html {_shown(options.html)}: cannot write it ({exc.strerror or exc}); "
                           "give a file path you can write to")
     if options.output_format == "full":
-        summary.print_incidents(outcome.first, outcome.records)
+        # (with --nodes every node ran here: no "this node ran ranks ..." note)
+        summary.print_incidents(outcome.first, outcome.records if outcome.nodes == 1 else [])
         summary.print_table(outcome.rows, job, show_skipped=options.show_skipped)
         summary.print_incidents(outcome.notes, [])
         print(summary.totals(outcome.rows, job), flush=True)

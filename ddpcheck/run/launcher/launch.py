@@ -7,16 +7,18 @@ hook on PYTHONPATH. Ctrl-C stops every rank and is remembered, never raised.
 from __future__ import annotations
 
 import os
+import json
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpcheck.run.launcher import launcher_log
-from ddpcheck.run.launcher.command_line import Launch
+from ddpcheck.run.launcher.command_line import BOOTSTRAP, Launch
 from ddpcheck.run.launcher.plan import Plan, restore_environment
 from ddpcheck.run.options import CONFIG_ENV
 
@@ -80,21 +82,122 @@ def run_job(launch: Launch) -> JobResult:
         sys.stdout.flush()
         saved_stdout = os.dup(1)
         os.dup2(2, 1)
+    agents: list[NodeAgent] = []
+    result = JobResult(True, {})
     try:
+        agents = [NodeAgent.start(launch, node) for node in range(1, launch.nodes)]
+        for agent in agents:
+            agent.watch()
         with launcher_log.captured(launch.options.record_dir, verbose=launch.options.verbose):
             torchrun(launch.torchrun_args)
     except ChildFailedError as exc:
-        return JobResult(False, {int(r): int(f.exitcode) for r, f in exc.failures.items()})
+        result = JobResult(False, {int(r): int(f.exitcode) for r, f in exc.failures.items()})
     except (ValueError, AssertionError, RuntimeError) as exc:
         # torchrun's own configuration and rendezvous errors: say them in one line.
-        return JobResult(False, {}, f"{type(exc).__name__}: {exc}")
+        result = JobResult(False, {}, f"{type(exc).__name__}: {exc}")
+    except BaseException:  # Ctrl-C, SIGTERM: the other nodes stop at once too
+        for agent in agents:
+            agent.stop()
+        agents = []
+        raise
     finally:
         os.environ.pop(CONFIG_ENV, None)
         if saved_stdout is not None:
             sys.stdout.flush()
             os.dup2(saved_stdout, 1)
             os.close(saved_stdout)
-    return JobResult(True, {})
+        for agent in agents:  # the other nodes: their failed ranks join this node's
+            result = agent.finish(result, wait_s=60.0 if result.ok else 10.0)
+    return result
+
+
+def _stop_own_workers() -> None:
+    """Another node's agent failed: its ranks are gone and this node's ranks would wait for them in
+    their next collective (or in init_process_group) until gloo's 30 minutes run out. Stopping
+    them as torchrun stops the survivors of a crash (SIGTERM) ends this node's agent too."""
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as fh:
+                ppid = fh.read().rsplit(")", 1)[1].split()[1]
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                command = fh.read()
+        except (OSError, IndexError):
+            continue
+        if ppid == me and BOOTSTRAP.encode() in command:
+            try:
+                os.kill(int(entry), signal.SIGTERM)
+            except OSError:
+                pass
+
+
+@dataclass
+class NodeAgent:
+    """The torchrun agent of one more emulated node (`--nodes`), a process of its own."""
+
+    proc: subprocess.Popen[bytes]
+    out_file: str
+
+    @classmethod
+    def start(cls, launch: Launch, node: int) -> "NodeAgent":
+        import pickle
+
+        folder = launch.options.record_dir or tempfile.mkdtemp(prefix="ddpcheck-node-")
+        args_file = os.path.join(folder, f"node-agent-{node}.args")
+        with open(args_file, "wb") as fh:
+            pickle.dump(launch.torchrun_args, fh)
+        out_file = os.path.join(folder, f"node-agent-{node}.json")
+        proc = subprocess.Popen([sys.executable, "-m", "ddpcheck.run.launcher.node_agent", args_file, out_file],
+                                start_new_session=True)
+        return cls(proc, out_file)
+
+    def watch(self) -> None:
+        """When this agent fails, stop this node's ranks too, as a real cluster's job would end."""
+        import threading
+
+        def wait() -> None:
+            if self.proc.wait() != 0:
+                time.sleep(2.0)  # the failed node's ranks write their records first
+                _stop_own_workers()
+
+        threading.Thread(target=wait, name=f"ddpcheck-node-agent-{self.proc.pid}", daemon=True).start()
+
+    def finish(self, result: JobResult, wait_s: float = 60.0) -> JobResult:
+        """Wait for the agent (its job is over or failed on this node), stop it if it lingers, and
+        add its failed ranks to `result`."""
+        try:
+            self.proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                _signal_group(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        except KeyboardInterrupt:
+            self.stop()
+            raise
+        _reap(self.proc.pid)
+        try:
+            with open(self.out_file, encoding="utf-8") as fh:
+                said = json.load(fh)
+        except (OSError, ValueError):
+            said = {"failed": {}, "error": None}
+        failed = {int(rank): int(code) for rank, code in (said.get("failed") or {}).items()}
+        if not failed and not said.get("error") and self.proc.returncode == 0:
+            return result
+        codes = {**failed, **result.exit_codes}
+        return JobResult(False, codes, result.launcher_error or said.get("error"))
+
+    def stop(self) -> None:
+        _signal_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            _signal_group(self.proc.pid, signal.SIGKILL)
+        _reap(self.proc.pid)
 
 
 def plain_environment(env: dict[str, str]) -> dict[str, str]:

@@ -25,6 +25,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from ddpcheck.errors import UserError
 from ddpcheck.run import flight_recorder
 from ddpcheck.run.launcher.command_line import Launch
 from ddpcheck.run.options import ENV_EMULATE, ENV_EMULATED_DEVICES, ENV_LAUNCHER_PID, ENV_SPAWN_FALLBACK
@@ -64,6 +65,10 @@ def prepare(launch: Launch, switch_to: SpawnSite | None = None) -> Plan:
             site = found.site
         elif options.spawn:
             site = SpawnSite(launch.target.name, 1, "--spawn")
+    if site is not None and launch.nodes > 1:
+        raise UserError(f"ddpcheck run: {os.path.basename(site.path)}:{site.line} starts its own workers "
+                        f"({site.call}), which --nodes cannot place on emulated nodes; drop --nodes, or "
+                        "make the script read LOCAL_RANK/RANK/WORLD_SIZE from the launcher")
     import torch
 
     cpu = options.cpu or not torch.cuda.is_available()

@@ -76,7 +76,9 @@ def _strip_ours(te: traceback.TracebackException, seen: set[int]) -> None:
     if id(te) in seen:
         return
     seen.add(id(te))
-    if te.stack and (te.stack[-1].filename in _RUNPY or not _ours(te.stack[-1])):
+    # An error that stands for one torch would raise on real hardware is the script's, not ours.
+    stands_in = getattr(getattr(te, "exc_type", None), "stands_for_torch", False)
+    if te.stack and (stands_in or te.stack[-1].filename in _RUNPY or not _ours(te.stack[-1])):
         te.stack = traceback.StackSummary.from_list([f for f in te.stack if not _ours(f)])
     for linked in (te.__cause__, te.__context__, *(getattr(te, "exceptions", None) or ())):
         if linked is not None:

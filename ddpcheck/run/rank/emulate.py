@@ -423,11 +423,13 @@ def _make_mode() -> Any:
                 return False
             if "device" in kwargs and _is_cuda(kwargs["device"]):
                 _used("CUDA device arguments")
+                _check_index(kwargs["device"], "device=")
                 kwargs = dict(kwargs, device=cpu)
             if kwargs.get("pin_memory"):
                 kwargs = dict(kwargs, pin_memory=False)
             if func is to and len(args) > 1 and _is_cuda(args[1]):
                 _used("CUDA device arguments")
+                _check_index(args[1], "Tensor.to")
                 args = (args[0], cpu, *args[2:])
             return func(*args, **kwargs)
 
@@ -462,6 +464,7 @@ def _cpu_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     device = kwargs.get("device")
     if device is not None and _is_cuda(device):
         _used("CUDA device arguments")
+        _check_index(device, "device=")
         kwargs = dict(kwargs, device="cpu")
     if kwargs.get("pin_memory"):
         _used("pin_memory", cuda=False)
@@ -490,6 +493,7 @@ def _patch_tensors(torch: Any) -> None:
     def to(self: Any, *args: Any, **kwargs: Any) -> Any:
         if args and _is_cuda(args[0]):
             _used("CUDA device arguments")
+            _check_index(args[0], "Tensor.to")
             args = ("cpu", *args[1:])
         if kwargs:
             kwargs = _cpu_kwargs(kwargs)
@@ -497,6 +501,7 @@ def _patch_tensors(torch: Any) -> None:
 
     def cuda(self: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         _used(".cuda()")
+        _check_index(device, "Tensor.cuda")
         return self
 
     def pin_memory(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -585,6 +590,7 @@ def _patch_modules(torch: Any) -> None:
             meant, kwargs = kwargs["device"], dict(kwargs, device="cpu")
         if meant is not None:
             _used("CUDA device arguments")
+            _check_index(meant, "Module.to")
             _remember(self, _name(meant))
         if args and args[0] == "cpu" and len(args) == 1 and not kwargs:
             return self
@@ -592,6 +598,7 @@ def _patch_modules(torch: Any) -> None:
 
     def cuda(self: Any, device: Any = None) -> Any:
         _used(".cuda()")
+        _check_index(device, "Module.cuda")
         _remember(self, _name(device))
         return self
 
@@ -764,7 +771,7 @@ class _DeviceContext:
         global _current_device
         self.previous = _current_device
         if self.index is not None:
-            _current_device = self.index
+            _current_device = _check_index(self.index, "torch.cuda.device")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -772,13 +779,31 @@ class _DeviceContext:
         _current_device = self.previous
 
 
+class InvalidDeviceOrdinal(RuntimeError):
+    """A CUDA device index at or past the node's GPU count: what CUDA raises on a real node."""
+
+    stands_for_torch = True  # its traceback is shown as the script's own (rank/bootstrap.py)
+
+    def __init__(self, call: str, index: int, count: int) -> None:
+        self.call, self.index, self.count = call, index, count
+        node = os.environ.get("GROUP_RANK", "0")
+        super().__init__(f"CUDA error: invalid device ordinal: {call} asked for cuda:{index}, and node {node} "
+                         f"has {count} GPU(s), cuda:0 to cuda:{count - 1}")
+
+
 def _check_index(device: Any, call: str) -> int:
+    """The device's index, refused as a real node refuses it when the node has no such GPU."""
     index = _ordinal(device)
     count = emulated_device_count()
     if not 0 <= index < count:
-        raise RuntimeError(f"{call}: invalid device ordinal {index} (ddpcheck emulates {count} GPU(s) per node, "
-                           "one per rank: --nproc)")
+        raise InvalidDeviceOrdinal(call, index, count)
     return index
+
+
+def _check_cuda(device: Any, call: str) -> None:
+    """`device` may be any device argument: a CUDA one with an index must exist on this node."""
+    if device is not None and _is_cuda(device):
+        _check_index(device, call)
 
 
 def _patch_cuda(torch: Any) -> None:
@@ -1052,6 +1077,8 @@ def _patch_ddp(ddp_class: Any) -> None:
         on_cpu = all(p.device.type == "cpu" for p in module.parameters())
         if on_cpu and (device_ids is not None or output_device is not None):
             _used("DDP device_ids")
+            for device in [*(device_ids or ()), output_device]:
+                _check_cuda(device, "DistributedDataParallel(device_ids=...)")
             if device_ids:
                 meant = _name(device_ids[0])
             device_ids, output_device = None, None

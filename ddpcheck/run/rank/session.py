@@ -131,7 +131,8 @@ class Session:
         )
         self.meta: dict[str, Any] = {
             "version": RECORD_VERSION, "rank": self.rank, "world_size": self.world_size,
-            "local_rank": self.local_rank, "pid": os.getpid(), "target": target,
+            "local_rank": self.local_rank, "node": env_int("GROUP_RANK", 0),
+            "local_world_size": env_int("LOCAL_WORLD_SIZE", self.world_size), "pid": os.getpid(), "target": target,
             "started": time.time(), "status": "running", "exit_code": None, "error": None,
         }
 
