@@ -1,0 +1,3 @@
+from typing import Any
+def judge(runs: Any, sizes: Any, nproc: int) -> Any:
+    return None
