@@ -204,7 +204,9 @@ class Rehearsal:
         return entry
 
     def optimizer_made(self, optimizer: Any) -> None:
-        self.optimizer_seen(optimizer)
+        entry = self.optimizer_seen(optimizer)
+        if entry is not None:
+            entry["site"] = sites.call_site(2)
 
     def finishing(self, code: int, error: BaseException | None) -> None:
         from ddpcheck.run.rank import emulate

@@ -21,6 +21,7 @@ from ddpcheck.run.rehearse.runner import RankRun
 
 UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED = (
     "DDP160", "DDP161", "DDP162", "DDP163", "DDP164", "DDP165", "DDP166")
+REHEARSAL_CODES = (UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED)
 LR_FACTOR = 32.0  # growth of the learning rate over the one-rank value that is reported
 _DEVICE_ERRORS = ("invalid device ordinal", "CUDA error: invalid device")
 
@@ -109,14 +110,21 @@ def _site(run: RankRun) -> str | None:
 def _crashes(ranks: list[RankRun], world: int, base: RankRun | None, add: Any,
              problems: dict[tuple[str, str], Problem]) -> None:
     by_site: dict[tuple[str, str], list[RankRun]] = {}
+    waiting: dict[str, list[RankRun]] = {}
     for run in ranks:
         if run.status == "blocked":
-            where = short(run.blocked_at) if run.blocked_at else "a place outside your code"
-            add(BLOCKED, run.blocked_at or "?", world, f"rank {run.rank} blocked",
-                f"rank {run.rank} made no progress for its time limit; it waits at {where}. On the "
-                "cluster it would wait there the same way", (run.rank,), run.blocked_at)
+            waiting.setdefault(run.blocked_at or "?", []).append(run)
         elif run.status == "crashed" and run.crash:
             by_site.setdefault((_site(run) or "?", run.crash.get("type", "")), []).append(run)
+    for at, blocked in waiting.items():
+        ids = tuple(r.rank for r in blocked)
+        where = short(at) if at != "?" else "a place outside your code"
+        limit = blocked[0].rehearsal.get("limits", {}).get("time_limit")
+        during = f"in {float(limit):.0f} s" if limit else "within its time limit"
+        add(BLOCKED, at, world, f"{_ranks_word(ids)} blocked",
+            f"{_ranks_word(ids)} made no progress {during}; {'it waits' if len(ids) == 1 else 'they wait'} at "
+            f"{where}. On the cluster {'it' if len(ids) == 1 else 'they'} would wait there the same way",
+            ids, at if at != "?" else None)
     for (site, kind), crashed in by_site.items():
         first = crashed[0]
         crash = first.crash or {}
@@ -259,13 +267,16 @@ def _collectives(ranks: list[RankRun], world: int, add: Any, problems: dict[tupl
     if mismatch is None and len(set(counts.values())) == 1:
         return
     text = mismatch.message() if mismatch is not None else ""
-    odd = mismatch.odd_ranks if mismatch is not None else tuple(sorted(counts))
+    # The rehearsed ranks are a sample, not the world: the smaller side is not the odd one out.
+    odd = tuple(sorted(counts))
+    sides = [list(side.ranks) for side in mismatch.sides] + ([list(mismatch.missing)] if mismatch.missing else []) \
+        if mismatch is not None else [[r] for r in sorted(counts)]
     by_count = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
     site = None
     if mismatch is not None:
         calls = [c for s in mismatch.sides for c in s.calls if c.site]
         site = calls[-1].site if calls else None
-    add(COLLECTIVES, site or "calls", world, f"ranks {rank_ranges(list(odd))} differ",
+    add(COLLECTIVES, site or "calls", world, " vs ".join(f"ranks {rank_ranges(side)}" for side in sides),
         f"the rehearsed ranks make different collectives ({by_count} calls in the same bounded run)"
         + (f"; first difference at {text}" if text else "")
         + ". On the cluster the ranks would wait for each other there", tuple(odd), site)
@@ -293,7 +304,8 @@ def _learning_rate(ranks: list[RankRun], world: int, base: RankRun | None, add: 
         f"{opt}'s learning rate is {lr:.4g}, {factor:.0f}× its value at 1 rank ({base_lr:.4g}); past "
         f"{LR_FACTOR:.0f}× the linear scaling rule is known to diverge. Cap the growth "
         f"(base_lr × min(world_size, {LR_FACTOR:.0f})) or use the square-root rule, with a warm-up",
-        (first.rank,), None, lr=lr, base_lr=base_lr, factor=factor)
+        (first.rank,), (first.rehearsal.get("optimizers") or [{}])[0].get("site"), lr=lr, base_lr=base_lr,
+        factor=factor)
 
 
 def _facts(ranks: list[RankRun], world: int) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def batches(samples: int, batch_size: int | None, drop_last: bool) -> int:
 
 
 def rank_ranges(ranks: list[int]) -> str:
-    """[500, 501, ..., 511, 600] → '500–511, 600'."""
+    """[0, 1, 500, 501, ..., 511] → '0, 1, 500–511'."""
     out: list[str] = []
     ordered = sorted(set(ranks))
     i = 0
@@ -131,6 +131,9 @@ def rank_ranges(ranks: list[int]) -> str:
         j = i
         while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
             j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}–{ordered[j]}")
+        if j - i >= 2:
+            out.append(f"{ordered[i]}–{ordered[j]}")
+        else:
+            out.extend(str(r) for r in ordered[i:j + 1])
         i = j + 1
     return ", ".join(out)

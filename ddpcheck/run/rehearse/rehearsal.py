@@ -27,6 +27,9 @@ def run(launch: Any, argv: list[str]) -> int:
     keep = bool(os.environ.get("DDPCHECK_KEEP_RECORDS"))
     total = sum(len(plan.representatives(w, nproc)) for w in sizes) + (0 if 1 in sizes else 1)
     done = 0
+    # A rank makes no progress for twice --hang-timeout (60 s by default): blocked. Start-up and
+    # the first steps of a large model fit in that on a CPU; a hang-timeout of 0 keeps the default.
+    limits = {"time_limit": 2 * options.hang_timeout if options.hang_timeout > 0 else runner.LIMITS["time_limit"]}
     for world in ([1] if 1 not in sizes else []) + sizes:
         record_dir = tempfile.mkdtemp(prefix=f"ddpcheck-rehearse-{world}-")
         try:
@@ -35,7 +38,7 @@ def run(launch: Any, argv: list[str]) -> int:
                 placement = plan.Placement(rank, world, nproc)
                 _say(options, f"--rehearse: world size {world}, rank {rank} (node {placement.node}, "
                      f"local rank {placement.local_rank}) [{done}/{total}]")
-                result = runner.run_rank(launch.target, options, placement, nproc, record_dir)
+                result = runner.run_rank(launch.target, options, placement, nproc, record_dir, limits)
                 runs.setdefault(world, []).append(result)
                 _say(options, f"--rehearse:   {result.status}"
                      + (f" ({result.stopped})" if result.stopped else "")

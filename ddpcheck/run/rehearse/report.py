@@ -9,7 +9,7 @@ import sys
 from typing import IO, Any
 
 from ddpcheck.findings import Finding, Severity
-from ddpcheck.run.rehearse.judge import Verdict
+from ddpcheck.run.rehearse.judge import REHEARSAL_CODES, Verdict
 from ddpcheck.run.rehearse.runner import RankRun
 
 
@@ -39,7 +39,11 @@ def document(verdict: Verdict, runs: dict[int, list[RankRun]], launch: Any, argv
     data["run"] = {
         "job": {"target": target.name if target.kind == "module" else os.path.relpath(target.name),
                 "kind": target.kind, "args": list(target.args), "argv": argv,
-                "world_size": max(verdict.sizes), "exit_code": exit_code, "rehearsal": True},
+                "world_size": max(verdict.sizes), "exit_code": exit_code, "rehearsal": True,
+                "ranks_reported": [], "script_exit_code": 0, "checked_steps": 0,
+                "steps": max([int(r.rehearsal.get("steps") or 0) for rs in runs.values() for r in rs] or [0]),
+                "check_first": launch.options.check_first, "check_every": launch.options.check_every,
+                "selected": [c for c in REHEARSAL_CODES if launch.options.selects(c)]},
         "checks": [],
         "ranks": [],
         "rehearse": block(verdict, runs, findings),
