@@ -271,6 +271,7 @@ def _collectives(ranks: list[RankRun], world: int, add: Any, problems: dict[tupl
     odd = tuple(sorted(counts))
     sides = [list(side.ranks) for side in mismatch.sides] + ([list(mismatch.missing)] if mismatch.missing else []) \
         if mismatch is not None else [[r] for r in sorted(counts)]
+    sides.sort(key=min)
     by_count = ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
     site = None
     if mismatch is not None:

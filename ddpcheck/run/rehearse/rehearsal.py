@@ -16,12 +16,22 @@ import sys
 import tempfile
 from typing import Any
 
+from ddpcheck.errors import UserError
 from ddpcheck.run.rehearse import judge, plan, report, runner
 
 
 def run(launch: Any, argv: list[str]) -> int:
     options = launch.options
     nproc = launch.nproc
+    if launch.target.kind == "script":
+        from ddpcheck.run.launcher.plan import find_spawn
+
+        site = find_spawn(launch.target.name)
+        if site is not None:
+            raise UserError(f"ddpcheck run: --rehearse: {os.path.basename(site.path)}:{site.line} starts its own "
+                            f"workers ({site.call}); a rehearsal runs one torchrun-style rank at a time. "
+                            "Rehearse the function each worker runs from a script that reads RANK, WORLD_SIZE "
+                            "and LOCAL_RANK")
     sizes = list(options.rehearse)
     runs: dict[int, list[runner.RankRun]] = {}
     keep = bool(os.environ.get("DDPCHECK_KEEP_RECORDS"))
