@@ -62,6 +62,7 @@ class Rehearsal:
                          backend_asked=None, comm_hook=None, device=None)
         self.loaders: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
         self.current: dict[str, Any] | None = None  # the pass a step is counted in
+        self.opening: dict[str, Any] | None = None  # the pass whose iterator is being made
         self.samples_since_step = 0
         self.optimizers: dict[int, dict[str, Any]] = {}
         self.started = time.monotonic()
@@ -160,10 +161,14 @@ class Rehearsal:
             return False
         return True
 
+    def batch_drawn(self, p: dict[str, Any], data: Any, batch_size: int | None) -> None:
+        n = _batch_len(data) or batch_size or 1
+        p["batches"] += 1
+        p["samples"] += n
+        self.samples_since_step += n
+
     def indices_drawn(self, p: dict[str, Any], index: Any) -> None:
         batch = list(index) if isinstance(index, (list, tuple)) else [index]
-        p["samples"] += len(batch)
-        self.samples_since_step += len(batch)
         room = INDICES_KEPT - len(p["indices"])
         if room > 0:
             p["indices"].extend(i if isinstance(i, (int, str)) else repr(i) for i in batch[:room])
@@ -175,6 +180,8 @@ class Rehearsal:
         self.part["steps"] += 1
         if self.current is not None:
             self.current["steps"] += 1
+            if self.current["steps"] == 1:  # the samples of one whole step, from this pass alone
+                self.current["step_samples"] = self.current["samples"]
         per_step = self.part["samples_per_step"]
         if len(per_step) < 32:
             per_step.append(self.samples_since_step)
@@ -222,6 +229,19 @@ def _length(obj: Any) -> int | None:
         return None
 
 
+def _batch_len(data: Any) -> int | None:
+    """Samples in a batch: the first dimension of its first tensor."""
+    for _ in range(4):
+        if isinstance(data, dict):
+            data = next(iter(data.values()), None)
+        elif isinstance(data, (list, tuple)):
+            data = data[0] if data else None
+        else:
+            break
+    shape = getattr(data, "shape", None)
+    return int(shape[0]) if shape else None
+
+
 def _wrap_loaders(rehearsal: Rehearsal) -> None:
     from torch.utils.data import DataLoader
     from torch.utils.data.dataloader import _BaseDataLoaderIter
@@ -230,6 +250,7 @@ def _wrap_loaders(rehearsal: Rehearsal) -> None:
     original_iter: Any = DataLoader.__iter__
     original_next: Any = _BaseDataLoaderIter.__next__
     original_index: Any = _BaseDataLoaderIter._next_index
+    original_iter_init: Any = _BaseDataLoaderIter.__init__
 
     @functools.wraps(original_init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -241,13 +262,11 @@ def _wrap_loaders(rehearsal: Rehearsal) -> None:
 
     @functools.wraps(original_iter)
     def __iter__(self: Any) -> Any:
-        p = rehearsal.start_pass(self, sites.call_site(1))
-        it = original_iter(self)
+        rehearsal.opening = rehearsal.start_pass(self, sites.call_site(1))
         try:
-            setattr(it, "_ddpcheck_rehearsal", p)
-        except AttributeError:
-            pass
-        return it
+            return original_iter(self)
+        finally:
+            rehearsal.opening = None
 
     @functools.wraps(original_next)
     def __next__(self: Any) -> Any:
@@ -256,8 +275,16 @@ def _wrap_loaders(rehearsal: Rehearsal) -> None:
             raise StopIteration
         data = original_next(self)
         if p is not None:
-            p["batches"] += 1
+            guard(rehearsal.batch_drawn, p, data, getattr(self, "_ddpcheck_batch_size", None))
         return data
+
+    @functools.wraps(original_iter_init)
+    def iter_init(self: Any, loader: Any, *args: Any, **kwargs: Any) -> None:
+        # Before the original: with workers, the first indices are dispatched inside it.
+        if rehearsal.opening is not None:
+            self._ddpcheck_rehearsal, rehearsal.opening = rehearsal.opening, None
+            self._ddpcheck_batch_size = getattr(loader, "batch_size", None)
+        original_iter_init(self, loader, *args, **kwargs)
 
     @functools.wraps(original_index)
     def _next_index(self: Any) -> Any:
@@ -271,6 +298,7 @@ def _wrap_loaders(rehearsal: Rehearsal) -> None:
     setattr(DataLoader, "__iter__", __iter__)
     setattr(_BaseDataLoaderIter, "__next__", __next__)
     setattr(_BaseDataLoaderIter, "_next_index", _next_index)
+    setattr(_BaseDataLoaderIter, "__init__", iter_init)
 
 
 def _wrap_optimizers(rehearsal: Rehearsal) -> None:

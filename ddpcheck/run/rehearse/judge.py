@@ -156,7 +156,35 @@ def _crashes(ranks: list[RankRun], world: int, base: RankRun | None, add: Any,
             ids = tuple(r.rank for r in idle)
             add(FAILS, "no-steps", world, f"{_ranks_word(ids)}: no optimizer step",
                 f"{_ranks_word(ids)} never took an optimizer step (one rank took "
-                f"{base.rehearsal.get('steps')}): a batch or accumulation count is 0 at this world size", ids)
+                f"{base.rehearsal.get('steps')}){_why_no_step(base, idle[0])}", ids, _training_site(base))
+
+
+def _training_loader(run: RankRun) -> dict[str, Any] | None:
+    return next((i for i in run.rehearsal.get("loaders", []) if _trains(i)), None)
+
+
+def _training_site(base: RankRun) -> str | None:
+    info = _training_loader(base)
+    return None if info is None else info.get("site")
+
+
+def _why_no_step(base: RankRun, idle: RankRun) -> str:
+    """What the training loader gives the idle rank, against how many batches a step took at 1 rank."""
+    trained = _training_loader(base)
+    if trained is None:
+        return ": a batch or accumulation count is 0 at this world size"
+    here = next((i for i in idle.rehearsal.get("loaders", []) if i.get("loader") == trained.get("loader")), None)
+    passes = [p for p in trained.get("passes", []) if int(p.get("steps") or 0) > 0]
+    every = round(sum(p["batches"] for p in passes) / max(sum(p["steps"] for p in passes), 1)) if passes else None
+    if here is None or not here.get("passes"):
+        return ": a batch or accumulation count is 0 at this world size"
+    length = here["passes"][0].get("length")
+    shard = (here.get("sampler") or {}).get("num_samples")
+    made = f" (made at {short(trained['site'])})" if trained.get("site") else ""
+    samples = f", {shard} samples per rank with batch size {here.get('batch_size')}" if shard is not None else ""
+    need = f"; at 1 rank the optimizer stepped every {every} batches" if every else ""
+    return (f": its training loader{made} gives each rank {length} batch{'es' if length != 1 else ''} per "
+            f"epoch{samples}{need}. The gradients are computed and never applied: nothing trains")
 
 
 def _explained(problems: dict[tuple[str, str], Problem], world: int, ids: tuple[int, ...]) -> Problem | None:
@@ -310,10 +338,10 @@ def _learning_rate(ranks: list[RankRun], world: int, base: RankRun | None, add: 
 
 
 def _facts(ranks: list[RankRun], world: int) -> dict[str, Any]:
-    # Samples per optimizer step on one rank: from the passes that stepped (an evaluation pass
-    # between two steps draws samples that are no part of a step).
-    ratios = [p["samples"] / p["steps"] for r in ranks for info in r.rehearsal.get("loaders", [])
-              for p in info.get("passes", []) if int(p.get("steps") or 0) > 0 and p.get("samples")]
+    # Samples per optimizer step on one rank: from a pass's start to its first step (an evaluation
+    # pass between two steps, or a pass's last batches, are no part of a step).
+    ratios = [p["step_samples"] for r in ranks for info in r.rehearsal.get("loaders", [])
+              for p in info.get("passes", []) if p.get("step_samples")]
     per_step = statistics.median(ratios) if ratios else None
     first_lr = next((_lr(r) for r in ranks if _lr(r) is not None), None)
     return {

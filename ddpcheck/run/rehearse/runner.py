@@ -35,7 +35,8 @@ from ddpcheck.run.rehearse.plan import Placement
 
 BOOTSTRAP = "ddpcheck.run.rank.bootstrap"
 LIMITS = {"steps_per_pass": 2, "max_batches": 8, "passes": 2, "max_steps": 8, "time_limit": 60.0}
-GRACE_S = 30.0  # past the rank's own time limit, the launcher kills it
+GRACE_S = 30.0
+MAX_VIEW_ENTRIES = 5000  # past the rank's own time limit, the launcher kills it
 _TORCHRUN_ONLY = ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCH_FR_DUMP_TEMP_FILE")
 _FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
@@ -86,8 +87,11 @@ def run_rank(target: Any, options: RunOptions, placement: Placement, gpus_per_no
     cmd = [sys.executable, "-u", "-m", BOOTSTRAP, *target.bootstrap_args()]
     result = RankRun(placement.rank, placement.world_size, placement.node, placement.local_rank)
     started = time.monotonic()
+    cwd = _fresh_view(os.getcwd(), os.path.join(record_dir, f"cwd-{placement.rank}"))
+    env["PWD"] = cwd
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
         killer = threading.Timer(float(limits["time_limit"]) + GRACE_S, _kill, (proc,))
         killer.daemon = True
         killer.start()
@@ -106,6 +110,24 @@ def run_rank(target: Any, options: RunOptions, placement: Placement, gpus_per_no
     _read_record(result, record_dir)
     _read_stack(result, record_dir)
     return result
+
+
+def _fresh_view(cwd: str, view: str) -> str:
+    """A folder that shows the working directory's entries (as links) and takes what the rank
+    creates at its top level: each rehearsed rank starts from the same files, as every rank of the
+    real job does at launch, instead of resuming from a checkpoint a previous rehearsed rank wrote
+    (and nothing it writes there stays in the project). The working directory itself when it is
+    too large to mirror."""
+    try:
+        entries = os.listdir(cwd)
+        if len(entries) > MAX_VIEW_ENTRIES:
+            return cwd
+        os.makedirs(view, exist_ok=True)
+        for name in entries:
+            os.symlink(os.path.join(cwd, name), os.path.join(view, name))
+    except OSError:
+        return cwd
+    return view
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
