@@ -40,9 +40,21 @@ def test_a_validation_set_smaller_than_the_world_is_found_at_512_with_the_empty_
     assert finding["message"].startswith("ok at 64; at 512 ranks: ranks 500–511 get no evaluation batch")
     assert "the evaluation set has 500 samples" in finding["message"]
     assert "ZeroDivisionError" in finding["message"]
-    assert finding["location"]["line"] == 54  # the loader made from the hand-made split
+    assert finding["location"]["line"] == 60  # the loader made from the hand-made split
     assert table(job) == {"DDP163": {"64": "ok", "512": "empty on ranks 500–511"}}
     assert "DDP163 ok" in job.stdout and "empty on ranks 500–511" in job.stdout
+
+
+@pytest.mark.slow
+def test_a_training_set_split_by_hand_gives_some_ranks_a_batch_fewer_first_at_64(tmp_path):
+    job = rehearse(tmp_path, "8,64", "--bug", "train")
+    assert job.codes == {"DDP160"}
+    (finding,) = job.report["findings"]
+    assert finding["location"]["line"] == 56
+    assert finding["message"].startswith("ok at 8; at 64 ranks: ranks 16–63 draw 7 training batches per epoch, "
+                                         "the others 8")
+    assert "the training set has 2000 samples, split by rank as range(rank, 2000, 64)" in finding["message"]
+    assert table(job)["DDP160"] == {"8": "ok", "64": "ranks 16–63: 7 of 8 batches"}
 
 
 @pytest.mark.slow
@@ -50,7 +62,7 @@ def test_an_accumulation_count_that_becomes_zero_fails_at_64_with_its_line(tmp_p
     job = rehearse(tmp_path, "8,64", "--bug", "accum")
     assert job.codes == {"DDP162"}
     (finding,) = job.report["findings"]
-    assert finding["location"]["line"] == 60
+    assert finding["location"]["line"] == 66
     assert "ok at 8; at 64 ranks" in finding["message"]
     assert "AssertionError: total batch 128 too small for 64 ranks" in finding["message"]
     assert finding["details"]["first_world_size"] == 64
@@ -75,7 +87,7 @@ def test_a_learning_rate_scaled_without_a_cap_is_reported_with_its_factor(tmp_pa
     assert job.codes == {"DDP164"}
     (finding,) = job.report["findings"]
     assert "64× its value at 1 rank (0.01)" in finding["message"] and "0.64" in finding["message"]
-    assert finding["location"]["line"] == 72  # where the optimizer is made
+    assert finding["location"]["line"] == 78  # where the optimizer is made
     sizes = {s["world_size"]: s for s in job.report["run"]["rehearse"]["sizes"]}
     assert sizes[8]["lr"] == pytest.approx(0.08) and sizes[64]["lr"] == pytest.approx(0.64)
     assert sizes[8]["global_batch"] == 128  # 4 per micro-batch × 4 accumulated × 8 ranks
@@ -101,7 +113,7 @@ def test_a_rank_that_waits_for_another_is_blocked_not_a_hang_of_ddpcheck(tmp_pat
     job = rehearse(tmp_path, "8,64", "--bug", "wait", "--token-dir", str(tokens), extra=("--hang-timeout", "3"))
     assert job.codes == {"DDP166"}
     (finding,) = job.report["findings"]
-    assert "ok at 8; at 64 ranks" in finding["message"] and "scale_bugs.py:67" in finding["message"]
+    assert "ok at 8; at 64 ranks" in finding["message"] and "scale_bugs.py:73" in finding["message"]
     statuses = job.report["run"]["rehearse"]["sizes"][1]["statuses"]
     assert statuses["0"] == "stopped" and statuses["32"] == "blocked"
 

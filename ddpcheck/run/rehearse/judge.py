@@ -92,7 +92,7 @@ def judge(runs: dict[int, list[RankRun]], sizes: list[int], nproc: int) -> Verdi
     for world in sizes:
         ranks = runs.get(world, [])
         facts[world] = _facts(ranks, world)
-        _shards(ranks, world, add)
+        _shards(ranks, world, add, base)
         _crashes(ranks, world, base, add, problems)
         _collectives(ranks, world, add, problems)
         _learning_rate(ranks, world, base, add)
@@ -200,15 +200,18 @@ def _trains(loader: dict[str, Any]) -> bool:
     return any(int(p.get("steps") or 0) > 0 for p in loader.get("passes", []))
 
 
-def _shards(ranks: list[RankRun], world: int, add: Any) -> None:
-    """Each loader (the same ordinal on every rank: the same program) judged over every rank."""
+def _shards(ranks: list[RankRun], world: int, add: Any, base: RankRun | None) -> None:
+    """Each loader (the same ordinal on every rank: the same program) judged over every rank. A
+    loader trains when optimizer steps were taken during its passes, here or at 1 rank (a
+    training loader that gives nothing at this size takes no step here)."""
+    trained_at_one = {int(i["loader"]) for i in (base.rehearsal.get("loaders", []) if base else []) if _trains(i)}
     loaders: dict[int, dict[int, dict[str, Any]]] = {}
     for run in ranks:
         for info in run.rehearsal.get("loaders", []):
             loaders.setdefault(int(info["loader"]), {})[run.rank] = info
     for ordinal, per_rank in sorted(loaders.items()):
         any_info = next(iter(per_rank.values()))
-        training = any(_trains(i) for i in per_rank.values())
+        training = ordinal in trained_at_one or any(_trains(i) for i in per_rank.values())
         code = UNEVEN if training else EMPTY_EVAL
         what = "training" if training else "evaluation"
         site = any_info.get("site") or (any_info.get("passes") or [{}])[0].get("site")
