@@ -73,7 +73,7 @@ def test_a_device_from_the_global_rank_is_refused_on_the_second_node(tmp_path):
     job = rehearse(tmp_path, "8,64", "--bug", "device")
     assert job.codes == {"DDP165"}
     (finding,) = job.report["findings"]
-    assert finding["location"]["line"] == 47
+    assert finding["location"]["line"] == 49
     assert "ok at 8; at 64 ranks" in finding["message"]
     assert "56 (node 7, local rank 0)" in finding["message"]
     assert "invalid device ordinal" in finding["message"]
