@@ -99,6 +99,8 @@ def render(report: dict[str, Any], *, generated: str | None = None) -> str:
         parts.append(_phases(perf))
     if scaling:
         parts.append(_scaling(scaling))
+    if run.get("rehearse"):
+        parts.append(_rehearse(run["rehearse"]))
     parts.append(_checks(run.get("checks", [])))
     from ddpcheck import __version__
 
@@ -364,6 +366,39 @@ def _scaling(scaling: dict[str, Any]) -> str:
     return ('<section id="scaling"><h2>Scaling</h2><p class="lead">Throughput at each world size '
             "(samples the loaders yielded per second, all ranks) against the ideal: N ranks, N× the "
             "one-rank throughput.</p>" + scaling_chart(runs) + table + lr_html + "</section>")
+
+
+def _rehearse(block: dict[str, Any]) -> str:
+    """`--rehearse`: world size × finding, each problem's first world size marked, then the facts."""
+    sizes = [str(w) for w in block.get("world_sizes", [])]
+    head = "".join(f"<th>{esc(w)} ranks</th>" for w in sizes)
+    rows = []
+    for row in block.get("table", []):
+        cells = []
+        for w in sizes:
+            text = row.get("cells", {}).get(w, "ok")
+            tone = "ok" if text == "ok" else "bad"
+            first = " <small>(first)</small>" if w == str(row.get("first_world_size")) else ""
+            cells.append(f'<td class="{tone}">{esc(text)}{first}</td>')
+        rows.append(f'<tr><th>{esc(row.get("code"))} {esc(row.get("name"))}</th>{"".join(cells)}</tr>')
+    if not rows:
+        rows.append(f'<tr><th>no finding</th>{"".join("<td class=ok>ok</td>" for _ in sizes)}</tr>')
+    facts = []
+    for size in block.get("sizes", []):
+        lr = size.get("lr")
+        facts.append(f'<tr><th>{esc(size.get("world_size"))}</th>'
+                     f'<td>{esc(", ".join(map(str, size.get("ranks_run", []))))}</td>'
+                     f'<td>{esc(size.get("global_batch") or "–")}</td><td>{fmt_lr(lr) if lr is not None else "–"}</td>'
+                     f'<td>{fmt_seconds(size.get("seconds_per_rank"))}</td>'
+                     f"<td>{float(size.get('peak_mb') or 0):.0f} MB</td></tr>")
+    return ('<section id="rehearse"><h2>Rehearsal</h2><p class="lead">The job at each world size, '
+            f'{esc(block.get("gpus_per_node"))} GPUs per node: representative ranks run one at a time with '
+            "every collective answered locally; data shards computed for every rank.</p>"
+            f'<table class="data" id="rehearse-table"><thead><tr><th>finding</th>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>'
+            '<table class="data" id="rehearse-sizes"><thead><tr><th>ranks</th><th>rehearsed</th>'
+            "<th>global batch</th><th>learning rate</th><th>time per rank</th><th>peak memory</th></tr>"
+            f'</thead><tbody>{"".join(facts)}</tbody></table></section>')
 
 
 def _fmt_x(x: float | None) -> str:

@@ -13,6 +13,7 @@ CONFIG_ENV = "DDPCHECK_RUN_CONFIG"  # JSON of RunOptions, read by every rank
 ENV_EMULATE = "DDPCHECK_EMULATE_CUDA"  # "1": CUDA is emulated on the CPU in every rank
 ENV_EMULATED_DEVICES = "DDPCHECK_EMULATED_DEVICES"  # what torch.cuda.device_count() says there
 ENV_LAUNCHER_PID = "DDPCHECK_LAUNCHER_PID"  # the `ddpcheck run` process: its ranks must not outlive it
+ENV_REHEARSE = "DDPCHECK_REHEARSE"  # JSON of a rehearsed rank's limits (--rehearse): that rank runs alone
 ENV_SPAWN_FALLBACK = "DDPCHECK_SPAWN_FALLBACK"  # "1": a rank that calls mp.spawn before init leaves for a plain run
 
 
@@ -36,6 +37,7 @@ class RunOptions:
     html: str | None = None  # --html PATH: the report as one self-contained HTML file
     scaling: tuple[int, ...] = ()  # --scaling 1,2,4: the launcher runs the job at each world size
     show_skipped: bool = False  # --show-skipped: one table row per skipped or unselected check
+    rehearse: tuple[int, ...] = ()  # --rehearse 8,64,512: representative ranks of each world size, alone
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -49,6 +51,7 @@ class RunOptions:
         if data.get("codes") is not None:
             data["codes"] = tuple(data["codes"])
         data["scaling"] = tuple(data.get("scaling", ()))
+        data["rehearse"] = tuple(data.get("rehearse", ()))
         return cls(**data)
 
     def selects(self, code: str) -> bool:

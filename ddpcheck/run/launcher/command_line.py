@@ -94,7 +94,8 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
     elif ns.ddpcheck_nproc is not None:
         ns.nproc_per_node = str(ns.ddpcheck_nproc)
     elif not _given(before, _NPROC_FLAGS) and not os.environ.get("PET_NPROC_PER_NODE"):
-        ns.nproc_per_node = DEFAULT_NPROC
+        # A rehearsal's node is a GPU node: 8 GPUs unless told otherwise.
+        ns.nproc_per_node = DEFAULT_NPROC if ns.ddpcheck_rehearse is None else "8"
     try:
         from torch.distributed.run import determine_local_world_size, parse_min_max_nnodes
 
@@ -107,6 +108,8 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
     if nproc < 1:  # torchrun would fail later with a bare AssertionError
         flag = "--nproc" if ns.ddpcheck_nproc is not None else "--nproc-per-node"
         raise UserError(f"ddpcheck run: {flag} {ns.nproc_per_node}: expected 1 or more processes")
+    if ns.ddpcheck_rehearse is not None and (ns.ddpcheck_scaling is not None or nnodes_max > 1):
+        raise UserError("ddpcheck run: --rehearse runs one rank at a time on this machine; drop --scaling/--nnodes")
     if ns.ddpcheck_scaling is not None and nnodes_max > 1:
         raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
     nodes = _nodes(ns, before)
@@ -230,6 +233,10 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--scaling", dest="ddpcheck_scaling", default=None, metavar="LIST",
                        help="Run the script at each of these world sizes on this node (e.g. 1,2,4) "
                        "and compare throughput, scaling efficiency and the learning rate used.")
+    group.add_argument("--rehearse", dest="ddpcheck_rehearse", default=None, metavar="LIST",
+                       help="Rehearse the job at these world sizes (e.g. 8,64,512) on this machine: a few "
+                       "representative ranks of each, one at a time, with collectives answered locally; "
+                       "--nproc is the GPUs per node (default 8).")
     group.add_argument("--spawn", dest="ddpcheck_spawn", action="store_true",
                        help="The script starts its own workers (mp.spawn): run it with the plain "
                        "interpreter (detected automatically when the call is in the script).")
@@ -279,6 +286,7 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
         nproc_given=ns.ddpcheck_nproc is not None,
         html=_output_path(ns.ddpcheck_html, "--html", "report.html"),
         scaling=_scaling(ns.ddpcheck_scaling),
+        rehearse=_rehearse(ns.ddpcheck_rehearse),
     )
 
 
@@ -286,6 +294,14 @@ def _scaling(value: str | None) -> tuple[int, ...]:
     if value is None:
         return ()
     from ddpcheck.run.scaling import parse_sizes
+
+    return parse_sizes(value)
+
+
+def _rehearse(value: str | None) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    from ddpcheck.run.rehearse.plan import parse_sizes
 
     return parse_sizes(value)
 

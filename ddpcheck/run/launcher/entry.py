@@ -56,6 +56,10 @@ def _run(argv: list[str], record_dir: str) -> int:
     from ddpcheck.run.launcher import command_line
 
     job_launch = command_line.parse(argv, record_dir)
+    if job_launch.options.rehearse:
+        from ddpcheck.run.rehearse import rehearsal
+
+        return rehearsal.run(job_launch, argv)
     from ddpcheck.run.launcher import memory
 
     # The ranks this machine runs: every node's with --nodes, the largest size of --scaling.

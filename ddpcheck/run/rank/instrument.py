@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from ddpcheck.run import registry
-from ddpcheck.run.rank import emulate, hangs, hooks, nodes, spawn
+from ddpcheck.run.rank import emulate, hangs, hooks, nodes, rehearsal, spawn
 from ddpcheck.run.rank.session import Session
 from ddpcheck.run.rank.torch_import import when_torch_imported
 
@@ -34,6 +34,8 @@ def instrument(session: Session) -> None:
     for probe in registry.probes():
         if probe.capture is not None and (probe.always or any(map(session.options.selects, probe.codes))):
             probe.capture(session)
+    if rehearsal.enabled():  # last: its process group replaces the one the script asked for
+        rehearsal.install(session)
 
 
 def instrument_after_torch(session: Session) -> None:
