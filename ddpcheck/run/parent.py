@@ -1,4 +1,4 @@
-"""A rank must not outlive `ddpcheck run`. Torch-free.
+"""A process started by `ddpcheck run` (a rank, a node agent) must not outlive it. Torch-free.
 
 When the launcher is killed with SIGKILL (a CI runner's timeout), torchrun gets no chance to stop
 its workers, which run in sessions of their own: a deadlocked job would sit there for gloo's
