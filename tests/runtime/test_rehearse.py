@@ -71,7 +71,7 @@ def test_an_accumulation_count_that_becomes_zero_fails_at_64_with_its_line(tmp_p
 @pytest.mark.slow
 def test_a_device_from_the_global_rank_is_refused_on_the_second_node(tmp_path):
     job = rehearse(tmp_path, "8,64", "--bug", "device")
-    assert job.codes == {"DDP165"}
+    assert job.codes == {"DDP150"}
     (finding,) = job.report["findings"]
     assert finding["location"]["line"] == 49
     assert "ok at 8; at 64 ranks" in finding["message"]

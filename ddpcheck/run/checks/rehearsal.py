@@ -196,38 +196,6 @@ class LearningRateAtScale(RehearsalCheck):
     """
 
 
-class DeviceIndexPastNode(RehearsalCheck):
-    """A rank asks for a CUDA device index its node does not have.
-
-    ## Why it matters
-
-    On one node the global rank equals the local rank, so `torch.cuda.set_device(rank)`,
-    `device_ids=[rank]` or `.to(rank)` work there. On the second node rank 8 asks for GPU 8 of a
-    node with 8 GPUs: "invalid device ordinal", or, with `rank % 8` written for one cluster,
-    the wrong GPU on another. The rehearsal emulates `--nproc` GPUs on each node and places
-    every rehearsed rank on its node, as torchrun would.
-
-    ## How to fix
-
-    Take the device from `LOCAL_RANK` (`int(os.environ["LOCAL_RANK"])`), never from the global rank.
-
-    ## References
-
-    - https://pytorch.org/docs/stable/elastic/run.html#environment-variables
-    """
-
-    code = "DDP165"
-    name = "device-index-past-node"
-    severity = Severity.ERROR
-    BAD = """
-        rank = dist.get_rank()
-        torch.cuda.set_device(rank)  # rank 8 on the second node: invalid device ordinal
-    """
-    GOOD = """
-        local_rank = int(os.environ["LOCAL_RANK"])
-        torch.cuda.set_device(local_rank)
-    """
-
 
 class RankBlockedAtScale(RehearsalCheck):
     """A rehearsed rank did not get through its bounded steps within the time limit.
@@ -270,4 +238,4 @@ def judge(records: list[Any], ctx: Context) -> list[Verdict]:
 
 
 PROBE = Probe(NAME, (UnevenShardAtScale, CollectivesDifferAtScale, FailsAtWorldSize, EmptyEvalShardAtScale,
-                     LearningRateAtScale, DeviceIndexPastNode, RankBlockedAtScale), judge, None, order=1100)
+                     LearningRateAtScale, RankBlockedAtScale), judge, None, order=1100)

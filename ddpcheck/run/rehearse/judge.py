@@ -20,8 +20,10 @@ from ddpcheck.run.rehearse.plan import SamplerShards, batches, rank_ranges, stri
 from ddpcheck.run.rehearse.runner import RankRun
 
 UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED = (
-    "DDP160", "DDP161", "DDP162", "DDP163", "DDP164", "DDP165", "DDP166")
+    "DDP160", "DDP161", "DDP162", "DDP163", "DDP164", "DDP150", "DDP166")
 REHEARSAL_CODES = (UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED)
+# A device index past its node is the same fault a --nodes run finds (DDP150), found here by
+# placing each rehearsed rank on its node.
 LR_FACTOR = 32.0  # growth of the learning rate over the one-rank value that is reported
 _DEVICE_ERRORS = ("invalid device ordinal", "CUDA error: invalid device")
 
