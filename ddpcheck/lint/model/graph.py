@@ -416,7 +416,12 @@ class CallGraph:
         if target is not None:
             if target.external is not None:
                 return self._started(site, target.external)
-            return self._of_target(target)
+            named = self._of_target(target)
+            if named or target.kind not in ("member", "value") or not isinstance(site.node.func, cst.Attribute):
+                return named
+            # `model.module.reset()` with `model = DDP(Net())` at module level: a member of a
+            # module-level value that the names alone do not resolve; the value flow below does
+            # (the method of the class the wrapper holds).
         func = site.node.func
         module = site.module
         if isinstance(func, cst.Name):

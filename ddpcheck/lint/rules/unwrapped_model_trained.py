@@ -242,17 +242,9 @@ class UnwrappedModelTrained(Rule):
     def _runs_no_layers(self, site: CallSite) -> bool:
         """A method of the project's network that runs none of its layers (`reset()` clearing a
         buffer): not a forward, in a loop or not."""
-        func = site.node.func
-        assert isinstance(func, cst.Attribute)
-        graph = self.model.graph
-        callees = [f for f, _ in graph.targets(site)]
-        if not callees:  # `model.module.reset()`: the method of the class the wrapper holds
-            for value in self.model.values.at_call(site, func.value):
-                instance = graph.instance_of(value)
-                method = graph.method(*instance, func.attr.value) if instance is not None else None
-                if method is None:
-                    return False
-                callees.append(method)
+        # (`model.module.reset()`: the call graph resolves it to the method of the class the
+        # wrapper holds.)
+        callees = [f for f, _ in self.model.graph.targets(site)]
         return bool(callees) and not any(runs_layers(self.model, f) for f in callees)
 
     def _runs_layers(self, site: CallSite) -> bool:
