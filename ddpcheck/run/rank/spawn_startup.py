@@ -22,7 +22,7 @@ def arm() -> None:
         return
     _armed = True
     os.environ.setdefault(PARENT_ENV, str(os.getpid()))
-    from ddpcheck.run.rank import parent
+    from ddpcheck.run import parent
 
     if os.environ[PARENT_ENV] == str(os.getpid()):
         parent.die_with_parent()  # the script's own process: started by `ddpcheck run` itself
