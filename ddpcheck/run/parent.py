@@ -1,4 +1,6 @@
-"""A process started by `ddpcheck run` (a rank, a node agent) must not outlive it. Torch-free.
+"""A rank must not outlive `ddpcheck run`, nor the torchrun agent of a `--nodes` node. Torch-free;
+shared by the ranks (rank/bootstrap.py, rank/spawn_startup.py) and the extra node agents
+(launcher/node_agent.py).
 
 When the launcher is killed with SIGKILL (a CI runner's timeout), torchrun gets no chance to stop
 its workers, which run in sessions of their own: a deadlocked job would sit there for gloo's

@@ -4,7 +4,7 @@
 starts N-1 of these, each `python -m ddpcheck.run.launcher.node_agent ARGS_FILE OUT_FILE`: torchrun's
 parsed arguments (the same for every node: c10d rendezvous on loopback, `--nnodes N`) are read
 from ARGS_FILE, and the global ranks that failed on this node, with their exit codes, are written
-to OUT_FILE as JSON. The agent dies with `ddpcheck run`, and its workers with it (run/parent.py).
+to OUT_FILE as JSON. The agent dies with `ddpcheck run`, and its workers with it (ddpcheck/run/parent.py).
 """
 
 from __future__ import annotations
