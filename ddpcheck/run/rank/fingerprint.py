@@ -126,8 +126,8 @@ def _parts(t: torch.Tensor, device: torch.device, index: int, scalars: list[torc
         rows = matrix.sum(1)
         if device.type == "cpu":  # one product for both numbers: [1; a] @ rows
             scalars.append(torch.mv(_both_weights(n_rows), rows))
-        else:  # integer matrix products are CPU-only
-            scalars.append(torch.stack((rows.sum(), torch.dot(rows, _row_weights(n_rows, device)))))
+        else:  # integer matrix products and dot are CPU-only; an elementwise product and a sum are not
+            scalars.append(torch.stack((rows.sum(), rows.mul(_row_weights(n_rows, device)).sum())))
     if tail:
         tails.append(words.reshape(-1)[n_rows * BLOCK:])
     return _Plan(index, bool(n_rows), tail, rest, _header(t.dtype, t.shape))
