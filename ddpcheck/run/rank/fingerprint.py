@@ -41,6 +41,16 @@ def _row_weights(rows: int, device: torch.device) -> torch.Tensor:
     return weights.to(device)
 
 
+@lru_cache(maxsize=64)
+def _both_weights(rows: int) -> torch.Tensor:
+    """The (2, rows) matrix [1; a] on the CPU: both row-weighted sums in one product (the fixed
+    cost of a small reduction, not the reading, dominates at the sizes of a model's layers)."""
+    import torch
+
+    weights = _row_weights(rows, torch.device("cpu"))
+    return torch.stack((torch.ones_like(weights), weights))
+
+
 @lru_cache(maxsize=1)
 def column_weights() -> tuple[int, ...]:
     """b_0 .. b_31, and the weight of the trailing partial word."""
@@ -97,11 +107,11 @@ def _words(t: torch.Tensor) -> tuple[torch.Tensor, int]:
         return head.clone().view(torch.int64), rest
 
 
-def _parts(t: torch.Tensor, index: int, scalars: list[torch.Tensor], tails: list[torch.Tensor]) -> _Plan | None:
+def _parts(t: torch.Tensor, device: torch.device, index: int, scalars: list[torch.Tensor], tails: list[torch.Tensor]) -> _Plan | None:
     """Queue what to send for `t`; None if `t` cannot be read."""
     import torch
 
-    if t.layout is not torch.strided or t.device.type == "meta":
+    if device.type == "meta" or t.layout is not torch.strided:
         return None
     words, rest = _words(t)
     n_words = words.numel()
@@ -114,8 +124,10 @@ def _parts(t: torch.Tensor, index: int, scalars: list[torch.Tensor], tails: list
         else:
             matrix = words.view(n_rows, BLOCK)
         rows = matrix.sum(1)
-        scalars.append(rows.sum())
-        scalars.append(torch.dot(rows, _row_weights(n_rows, words.device)))
+        if device.type == "cpu":  # one product for both numbers: [1; a] @ rows
+            scalars.append(torch.mv(_both_weights(n_rows), rows))
+        else:  # integer matrix products and dot are CPU-only; an elementwise product and a sum are not
+            scalars.append(torch.stack((rows.sum(), rows.mul(_row_weights(n_rows, device)).sum())))
     if tail:
         tails.append(words.reshape(-1)[n_rows * BLOCK:])
     return _Plan(index, bool(n_rows), tail, rest, _header(t.dtype, t.shape))
@@ -133,10 +145,11 @@ def fingerprints(tensors: Iterable[torch.Tensor | None]) -> list[tuple[int, int]
         for i, t in enumerate(items):
             if t is None:
                 continue
-            plans, scalars, tails = by_device.setdefault(t.device, ([], [], []))
+            device = t.device  # (a new object at each access)
+            plans, scalars, tails = by_device.setdefault(device, ([], [], []))
             marks = len(scalars), len(tails)
             try:
-                plan = _parts(t, i, scalars, tails)
+                plan = _parts(t, device, i, scalars, tails)
             except (RuntimeError, TypeError):
                 del scalars[marks[0]:], tails[marks[1]:]
                 plan = None
@@ -145,10 +158,10 @@ def fingerprints(tensors: Iterable[torch.Tensor | None]) -> list[tuple[int, int]
             else:
                 plans.append(plan)
         for plans, scalars, tails in by_device.values():
-            pieces = ([torch.stack(scalars)] if scalars else []) + tails
+            pieces = scalars + tails
             values = (torch.cat(pieces) if len(pieces) > 1 else pieces[0]).tolist() if pieces else []
             b = column_weights()
-            s_at, t_at = 0, len(scalars)
+            s_at, t_at = 0, 2 * len(scalars)  # two numbers per matrix
             for plan in plans:
                 s = plan.header + plan.rest
                 w = b[BLOCK] * plan.rest
