@@ -1,0 +1,142 @@
+"""Rule behaviour on ways real DDP scripts log, print and split their data, through `ddpcheck lint`:
+each test writes a small project in that style and reads the findings a user sees."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+from tests.conftest import run_cli
+
+
+def _lint(root: Path, files: dict[str, str], target: str, select: str) -> list[dict]:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json", str(root / target))
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)["findings"]
+
+
+def _lines(findings: list[dict], code: str) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == code)
+
+
+LOOP_WITH_LOGGING = """\
+    import logging
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    LOGGER = logging.getLogger(__name__)
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        dist.init_process_group("nccl")
+        {setup}
+        model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[int(os.environ["LOCAL_RANK"])])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            for step, x in enumerate(loader):
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+                LOGGER.info("epoch %d step %d loss %.3f", epoch, step, loss.item())
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _logging_script(setup: str) -> str:
+    return LOOP_WITH_LOGGING.replace("{setup}", setup)
+
+
+def test_every_rank_logging_is_reported_when_the_format_does_not_name_the_rank(tmp_path):
+    text = _logging_script('logging.basicConfig(format="%(asctime)s %(message)s", level=logging.INFO)')
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [21]
+
+
+def test_a_log_format_that_carries_the_rank_is_per_rank_output(tmp_path):
+    text = _logging_script('logging.basicConfig(format=f"[rank={rank}] %(asctime)s %(message)s", level=logging.INFO)')
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == []
+
+
+def test_a_formatter_built_with_the_rank_is_per_rank_output(tmp_path):
+    setup = ('handler = logging.StreamHandler()\n'
+             '        handler.setFormatter(logging.Formatter(f"%(asctime)s rank {rank}: %(message)s"))\n'
+             '        LOGGER.addHandler(handler)')
+    text = _logging_script(setup)
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == []
+
+
+def test_a_log_level_variable_raised_off_rank_zero_in_a_helper_module_silences_the_others(tmp_path):
+    helper = """\
+        import logging
+        import torch.distributed as dist
+
+
+        def setup_logger(path):
+            level = logging.INFO
+            if dist.is_initialized() and dist.get_rank() != 0:
+                level = logging.WARNING
+            logging.basicConfig(level=level, filename=path)
+    """
+    text = _logging_script("from logsetup import setup_logger\n        setup_logger('train.log')")
+    findings = _lint(tmp_path, {"train.py": text, "logsetup.py": helper}, "train.py", "DDP020")
+    assert _lines(findings, "DDP020") == []
+
+
+def test_a_log_level_variable_set_the_same_on_every_rank_silences_nothing(tmp_path):
+    helper = """\
+        import logging
+
+
+        def setup_logger(path, verbose):
+            level = logging.INFO
+            if verbose:
+                level = logging.DEBUG
+            logging.basicConfig(level=level, filename=path)
+    """
+    text = _logging_script("from logsetup import setup_logger\n        setup_logger('train.log', False)")
+    findings = _lint(tmp_path, {"train.py": text, "logsetup.py": helper}, "train.py", "DDP020")
+    assert _lines(findings, "DDP020") == [22]
+
+
+def test_tqdm_write_in_the_epoch_loop_runs_on_every_rank(tmp_path):
+    text = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from tqdm import tqdm
+
+
+        def main():
+            dist.init_process_group("nccl")
+            rank = dist.get_rank()
+            model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(10):
+                total = 0.0
+                for x in tqdm(loader, disable=rank != 0):
+                    loss = model(x).sum()
+                    loss.backward()
+                    optimizer.step()
+                    total += loss.item()
+                tqdm.write(f"Epoch: {epoch}")
+                tqdm.write(f"Train loss: {total:.4f}")
+                if rank == 0:
+                    tqdm.write("saved")
+            dist.destroy_process_group()
+
+
+        if __name__ == "__main__":
+            main()
+    """
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [19, 20]
