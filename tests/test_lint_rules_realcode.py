@@ -140,3 +140,88 @@ def test_tqdm_write_in_the_epoch_loop_runs_on_every_rank(tmp_path):
             main()
     """
     assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [19, 20]
+
+
+STRIDE_SPLITS = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(rows, model, optimizer):
+        for epoch in range(10):
+            for x in rows:
+                loss = model(x).sum()
+                loss.backward()
+                optimizer.step()
+
+
+    def evaluate(rows, model):
+        with torch.no_grad():
+            return sum(model(x).sum().item() for x in rows)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        ws = dist.get_world_size()
+        model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[int(os.environ["LOCAL_RANK"])])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        rows, val_rows = load_rows()
+        train_index = list(range(rank, len(rows), ws))
+        val_index = list(range(rank, len(val_rows), ws))
+        train([rows[i] for i in train_index], model, optimizer)
+        evaluate([val_rows[i] for i in val_index], model)
+        for i in range(rank, len(shards), ws):
+            model(load(shards[i])).sum().backward()
+            optimizer.step()
+        for i in range(rank, len(files), ws):
+            convert(files[i])
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_stride_splits_by_range_that_feed_training_are_uneven_inputs(tmp_path):
+    findings = _lint(tmp_path, {"train.py": STRIDE_SPLITS}, "train.py", "DDP034")
+    # the training index (followed into `train`) and the loop that back-propagates per shard;
+    # not the evaluation index, nor the conversion loop without a backward
+    assert _lines(findings, "DDP034") == [27, 31]
+
+
+def test_the_world_size_is_read_by_value_not_by_name(tmp_path):
+    text = """\
+        import os
+        import torch
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl")
+        world = int(os.environ["WORLD_SIZE"])
+        rank = int(os.environ["RANK"])
+        files = sorted(os.listdir("data"))[rank::world]
+        every_third = sorted(os.listdir("data"))[rank::3]
+        for path in files:
+            model(torch.load(path)).sum().backward()
+            optimizer.step()
+    """
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP034"), "DDP034") == [8]
+
+
+def test_equal_blocks_that_drop_the_remainder_are_even(tmp_path):
+    text = """\
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl")
+        world = dist.get_world_size()
+        rank = dist.get_rank()
+        per = len(files) // world
+        mine = files[rank * per:(rank + 1) * per]
+        for path in mine:
+            model(load(path)).sum().backward()
+            optimizer.step()
+    """
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP034"), "DDP034") == []
