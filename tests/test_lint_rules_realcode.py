@@ -225,3 +225,52 @@ def test_equal_blocks_that_drop_the_remainder_are_even(tmp_path):
             optimizer.step()
     """
     assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP034"), "DDP034") == []
+
+
+NAN_SKIP = """\
+    import math
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train_one_epoch(model, loader, optimizer):
+        for images, labels in loader:
+            loss = model(images, labels)
+            if torch.isnan(loss):
+                print("loss is nan, skipping this batch")
+                optimizer.zero_grad(set_to_none=True)
+                continue
+            loss.backward()
+            optimizer.step()
+            if not math.isfinite(loss.item()):
+                continue
+            log(loss)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        model = DDP(build().cuda(), device_ids=[0])
+        optimizer = torch.optim.AdamW(model.parameters())
+        for epoch in range(10):
+            train_one_epoch(model, loader, optimizer)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_rank_local_continue_before_the_backward_is_reported(tmp_path):
+    findings = _lint(tmp_path, {"train.py": NAN_SKIP}, "train.py", "DDP035")
+    # the skip before the backward; not the one after it (it skips only the logging)
+    assert _lines(findings, "DDP035") == [13]
+
+
+def test_a_continue_agreed_across_ranks_is_not_reported(tmp_path):
+    text = NAN_SKIP.replace(
+        "            if torch.isnan(loss):\n",
+        "            bad = torch.isnan(loss).float()\n"
+        "            dist.all_reduce(bad, op=dist.ReduceOp.MAX)\n"
+        "            if bad.item() > 0:\n")
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP035"), "DDP035") == []
