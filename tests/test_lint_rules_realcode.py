@@ -274,3 +274,44 @@ def test_a_continue_agreed_across_ranks_is_not_reported(tmp_path):
         "            dist.all_reduce(bad, op=dist.ReduceOp.MAX)\n"
         "            if bad.item() > 0:\n")
     assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP035"), "DDP035") == []
+
+
+def test_a_training_loss_summed_over_the_shard_is_not_an_evaluation_metric(tmp_path):
+    text = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, DistributedSampler
+
+
+        def fit(model, optimizer, train_set, val_set, rank):
+            train_loader = DataLoader(train_set, batch_size=8, sampler=DistributedSampler(train_set))
+            val_loader = DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set, shuffle=False))
+            for epoch in range(10):
+                train_loss = 0.0
+                for x, y in train_loader:
+                    loss = torch.nn.functional.mse_loss(model(x), y)
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                    train_loss += loss.item()
+                val_loss = 0.0
+                with torch.no_grad():
+                    for x, y in val_loader:
+                        val_loss += torch.nn.functional.mse_loss(model(x), y).item()
+                if rank == 0:
+                    print(f"epoch {epoch} train {train_loss / len(train_loader):.3f}")
+                    print(f"epoch {epoch} val {val_loss / len(val_loader):.3f}")
+
+
+        def main():
+            dist.init_process_group("nccl")
+            model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0])
+            fit(model, torch.optim.SGD(model.parameters(), lr=0.1), train_set, val_set, dist.get_rank())
+
+
+        if __name__ == "__main__":
+            main()
+    """
+    # the validation loss over its shard is reported; the training loss is not
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP036"), "DDP036") == [24]
