@@ -315,3 +315,15 @@ def test_a_training_loss_summed_over_the_shard_is_not_an_evaluation_metric(tmp_p
     """
     # the validation loss over its shard is reported; the training loss is not
     assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP036"), "DDP036") == [24]
+
+
+def test_a_continue_on_a_resumed_step_count_is_not_reported(tmp_path):
+    text = NAN_SKIP.replace(
+        "        for images, labels in loader:\n            loss = model(images, labels)\n"
+        "            if torch.isnan(loss):\n",
+        "        state = {\"epoch_step\": 0, \"running_loss\": 0.0}\n"
+        "        for i_step, (images, labels) in enumerate(loader):\n            loss = model(images, labels)\n"
+        "            state[\"running_loss\"] += loss.item()\n"
+        "            if i_step < state[\"epoch_step\"]:\n")
+    assert "i_step < state" in text
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP035"), "DDP035") == []

@@ -177,15 +177,17 @@ class RankLocalBreak(Rule):
                 continue
             order: dict[int, int] | None = None
             for exit_node, guard_test in exits:
-                if not self._local(root, loop.scope, guard_test):
-                    continue
                 if isinstance(exit_node, cst.Continue):
+                    if not self._local_value(root, loop.scope, guard_test):
+                        continue
                     # Only a `continue` that comes before the backward it skips.
                     order = order if order is not None else _order(loop.node)
                     here = order.get(id(exit_node), -1)
                     if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
                            and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
                         self.report(exit_node, self.SKIP_MESSAGE.format(test=model.text_of(root, guard_test)))
+                    continue
+                if not self._local(root, loop.scope, guard_test):
                     continue
                 keyword = "break" if isinstance(exit_node, cst.Break) else "return"
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
@@ -194,6 +196,21 @@ class RankLocalBreak(Rule):
         for site in calls:
             if isinstance(site.node.func, cst.Name):
                 if any(is_ddp(self.model, v) for v in self.model.values.at_call(site, site.node.func)):
+                    return True
+        return False
+
+    def _local_value(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression) -> bool:
+        """A rank's own value tested for a skip: a local call in the test (`torch.isnan(loss)`,
+        `loss.item() > limit`) or in what a plain name in it was assigned (`value = loss.item()`).
+        Names read through a subscript or attribute (`state["epoch_step"]`, a resumed counter)
+        are not followed: a skip on them is usually a step count every rank shares."""
+        if self._local(root, scope, test, 0):
+            return True
+        inner = {id(sub.value) for sub in subexpressions(test) if isinstance(sub, (cst.Subscript, cst.Attribute))}
+        for node in subexpressions(test):
+            if isinstance(node, cst.Name) and id(node) not in inner:
+                values = scope.assignments.get(node.value, [])
+                if any(isinstance(v, cst.BaseExpression) and self._local(root, scope, v, 0) for v in values):
                     return True
         return False
 
