@@ -40,9 +40,12 @@ class RankLocalBreak(Rule):
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0), and the loop makes no collective call
-    that could agree on the decision. Also reported: a `continue` on such a condition that comes
-    before the loop's `backward()` (`if torch.isnan(loss): continue`): that rank skips a backward
-    the others make, and their gradient all-reduces no longer pair up.
+    that could agree on the decision. Also reported: a `continue` that comes before the loop's
+    `backward()` on a test of the rank's own values — a local call in the test or in what a plain
+    name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`): that rank skips a
+    backward the others make, and their gradient all-reduces no longer pair up. A skip on
+    counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
+    is not reported.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
