@@ -327,3 +327,24 @@ def test_a_continue_on_a_resumed_step_count_is_not_reported(tmp_path):
         "            if i_step < state[\"epoch_step\"]:\n")
     assert "i_step < state" in text
     assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP035"), "DDP035") == []
+
+
+def test_a_path_join_is_not_ddps_join(tmp_path):
+    body = """\
+        import os
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        dist.init_process_group("nccl")
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0])
+        files = sorted(os.listdir(os.path.join("data", "train")))[rank::world_size]
+        {loop}
+            model(torch.load(path)).sum().backward()
+    """
+    plain = body.replace("{loop}", "for path in files:")
+    joined = body.replace("{loop}", "with model.join():\n            for path in files:\n    ").replace(
+        "            model(torch.load", "                model(torch.load")
+    assert _lines(_lint(tmp_path, {"train.py": plain}, "train.py", "DDP034"), "DDP034") == [9]
+    assert _lines(_lint(tmp_path, {"train.py": joined}, "train.py", "DDP034"), "DDP034") == []

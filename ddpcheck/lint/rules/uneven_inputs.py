@@ -7,6 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
+from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
@@ -37,7 +38,7 @@ class UnevenInputs(Rule):
     divide evenly, so it appears after the dataset changes.
 
     Reported at the split (or the class's `__iter__`) when the file trains with it and contains
-    no `join()` (DDP's uneven-inputs context manager) and no truncation to a multiple of the
+    no `join()` of DDP's (a string's or a path's `join` does not count) and no truncation to a multiple of the
     world size. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
     `.tensor_split`) counts when a back-propagating loop iterates what it feeds (a loader built
     from it); the evaluation splits beside it are not reported. The same for a stride of indices,
@@ -166,7 +167,7 @@ class UnevenInputs(Rule):
         model = self.model
         root = model.root
         source = root.source
-        if "join(" in source or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+        if self._joins() or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
             return  # DDP's join, or a truncation to a multiple of the world size
         if not any(c.method == "backward" for c in root.calls):
             return
@@ -233,6 +234,28 @@ class UnevenInputs(Rule):
                 return True
         return False
 
+
+    def _joins(self) -> bool:
+        """The file evens inputs out with DDP's `join()` (`with model.join():`, the generic
+        `Join([...])` context manager) — not a string's or a path's `join`."""
+        model = self.model
+        for site in model.root.calls:
+            name = model.api(site) or ""
+            if name.startswith("torch.distributed.algorithms") and name.endswith("Join"):
+                return True
+            func = site.node.func
+            if site.method != "join" or not isinstance(func, cst.Attribute):
+                continue
+            receiver = func.value
+            if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)) \
+                    or (dotted(receiver) or "").endswith("path"):
+                continue  # `"|".join(names)`, `os.path.join(...)`
+            values = model.values.at_call(site, receiver)
+            known = bool(values) and all(isinstance(v.node, (cst.Call, cst.SimpleString, cst.FormattedString,
+                                                               cst.ConcatenatedString)) for v in values)
+            if not known or any(is_ddp(model, v) for v in values):
+                return True  # DDP's join, or a receiver we cannot read: not known to be uneven
+        return False
 
     def _works_in(self, module: ModuleModel, loop: cst.CSTNode) -> bool:
         """A call inside `loop` back-propagates or makes a collective (directly or in a helper)."""
