@@ -178,6 +178,8 @@ STRIDE_SPLITS = """\
             optimizer.step()
         for i in range(rank, len(files), ws):
             convert(files[i])
+        warmup_rows = rows[:val_index[0]]  # a boundary taken from the evaluation index, not its rows
+        train(warmup_rows, model, optimizer)
         dist.destroy_process_group()
 
 

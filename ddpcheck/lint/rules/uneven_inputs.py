@@ -273,7 +273,7 @@ class UnevenInputs(Rule):
         while grew:
             grew = False
             for name, values in scope.assignments.items():
-                if name not in reached and any(isinstance(v, cst.BaseExpression) and _mentions(v, reached)
+                if name not in reached and any(isinstance(v, cst.BaseExpression) and _carries(v, reached)
                                                for v in values):
                     reached.add(name)
                     grew = True
@@ -284,7 +284,7 @@ class UnevenInputs(Rule):
             return False
         graph = self.model.graph
         for site in module.calls:
-            if site.scope is not scope or not any(_mentions(a.value, reached) for a in site.node.args):
+            if site.scope is not scope or not any(_carries(a.value, reached) for a in site.node.args):
                 continue
             for function, bound in graph.targets(site):
                 params = {p.name for p in function.params()
@@ -295,7 +295,16 @@ class UnevenInputs(Rule):
 
 
 def _passes(arg: cst.BaseExpression | CallSite | None, names: set[str]) -> bool:
-    return isinstance(arg, cst.BaseExpression) and _mentions(arg, names)
+    return isinstance(arg, cst.BaseExpression) and _carries(arg, names)
+
+
+def _carries(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """`expr` carries the rows one of `names` selects: it mentions the name other than to take
+    one element of it (`full_data[:int(val_index[0])]` uses a boundary, not the rank's rows)."""
+    elements = {id(sub.value) for sub in subexpressions(expr)
+                if isinstance(sub, cst.Subscript) and all(isinstance(e.slice, cst.Index) for e in sub.slice)}
+    return any(isinstance(sub, cst.Name) and sub.value in names and id(sub) not in elements
+               for sub in subexpressions(expr))
 
 
 def split_by_rank(model: Model) -> bool:
