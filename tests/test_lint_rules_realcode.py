@@ -350,3 +350,33 @@ def test_a_path_join_is_not_ddps_join(tmp_path):
         "            model(torch.load", "                model(torch.load")
     assert _lines(_lint(tmp_path, {"train.py": plain}, "train.py", "DDP034"), "DDP034") == [9]
     assert _lines(_lint(tmp_path, {"train.py": joined}, "train.py", "DDP034"), "DDP034") == []
+
+
+def test_a_message_at_one_value_of_the_loop_variables_is_printed_once(tmp_path):
+    text = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        def main():
+            dist.init_process_group("nccl")
+            model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[0])
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for epoch in range(args.start_epoch, 10):
+                for i, x in enumerate(loader):
+                    out = model(x)
+                    if epoch == args.start_epoch and i == 0:
+                        print("output shape", out.shape)
+                    if i == 0 or epoch > 3:
+                        print("first batch or late epoch")
+                    out.sum().backward()
+                    optimizer.step()
+            dist.destroy_process_group()
+
+
+        if __name__ == "__main__":
+            main()
+    """
+    # the `and` pins one step; the `or` does not
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [16]

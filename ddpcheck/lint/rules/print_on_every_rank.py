@@ -62,7 +62,7 @@ class PrintOnEveryRank(Rule):
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
-    at one value of the loop variable (`if epoch == start_epoch:`); warnings printed when a test
+    at one value of the loop variable (`if epoch == start_epoch:`, also in an `and`); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
     gives about its own data.
 
@@ -790,9 +790,17 @@ def _names(target: cst.BaseExpression) -> set[str]:
 
 
 def _pins(guard: Guard, counters: set[str]) -> bool:
-    """`if epoch == start:` — true for one value of a loop variable."""
-    test = guard.test
-    if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+    """`if epoch == start:` — true for one value of a loop variable (also as one operand of an
+    `and`: `if epoch == start_epoch and i == 0:`)."""
+    if guard.negated:
+        return False
+    return _pinning(guard.test, counters)
+
+
+def _pinning(test: cst.BaseExpression, counters: set[str]) -> bool:
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _pinning(test.left, counters) or _pinning(test.right, counters)
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     comp = test.comparisons[0]
     if not isinstance(comp.operator, cst.Equal):
