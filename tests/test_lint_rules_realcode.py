@@ -370,6 +370,8 @@ def test_a_message_at_one_value_of_the_loop_variables_is_printed_once(tmp_path):
                         print("output shape", out.shape)
                     if i == 0 or epoch > 3:
                         print("first batch or late epoch")
+                    if args.verbose and i == 0:
+                        print("first batch of the epoch")
                     out.sum().backward()
                     optimizer.step()
             dist.destroy_process_group()
@@ -378,5 +380,6 @@ def test_a_message_at_one_value_of_the_loop_variables_is_printed_once(tmp_path):
         if __name__ == "__main__":
             main()
     """
-    # the `and` pins one step; the `or` does not
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [16]
+    # the `and` pins one step of both loops; the `or` pins nothing; `verbose and i == 0` pins the
+    # step loop only, so it prints once per epoch
+    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [16, 18]

@@ -62,7 +62,8 @@ class PrintOnEveryRank(Rule):
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
-    at one value of the loop variable (`if epoch == start_epoch:`, also in an `and`); warnings printed when a test
+    at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
+    `if epoch == start_epoch and i == 0:`); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
     gives about its own data.
 
@@ -525,6 +526,12 @@ class PrintOnEveryRank(Rule):
         counters = {n for loop in site.loops if isinstance(loop, cst.For) for n in _names(loop.target)}
         if counters and any(_pins(g, counters) for g in site.guards):
             return True
+        # `if epoch == start_epoch and i == 0:` pins every loop around the call: one step in all.
+        # (`if verbose and i == 0:` pins the step loop only: once per epoch, still repeated.)
+        pinned = {n for g in site.guards if not g.negated for n in _pinned_in_and(g.test, counters)}
+        if pinned and site.loops and all(isinstance(loop, cst.For) and _names(loop.target) & pinned
+                                         for loop in site.loops):
+            return True
         guard = site.guards[-1]
         node = guard.node
         if not isinstance(node, cst.If):
@@ -789,18 +796,24 @@ def _names(target: cst.BaseExpression) -> set[str]:
     return {n.value for n in subexpressions(target) if isinstance(n, cst.Name)}
 
 
+def _pinned_in_and(test: cst.BaseExpression, counters: set[str]) -> set[str]:
+    """The loop variables an `and` of tests fixes to one value (`epoch == start and i == 0`)."""
+    if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)):
+        return set()
+    found: set[str] = set()
+    for side in (test.left, test.right):
+        found |= _pinned_in_and(side, counters)
+        if isinstance(side, cst.Comparison) and len(side.comparisons) == 1 \
+                and isinstance(side.comparisons[0].operator, cst.Equal):
+            found |= {e.value for e in (side.left, side.comparisons[0].comparator)
+                      if isinstance(e, cst.Name) and e.value in counters}
+    return found
+
+
 def _pins(guard: Guard, counters: set[str]) -> bool:
-    """`if epoch == start:` — true for one value of a loop variable (also as one operand of an
-    `and`: `if epoch == start_epoch and i == 0:`)."""
-    if guard.negated:
-        return False
-    return _pinning(guard.test, counters)
-
-
-def _pinning(test: cst.BaseExpression, counters: set[str]) -> bool:
-    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
-        return _pinning(test.left, counters) or _pinning(test.right, counters)
-    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+    """`if epoch == start:` — true for one value of a loop variable."""
+    test = guard.test
+    if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     comp = test.comparisons[0]
     if not isinstance(comp.operator, cst.Equal):
