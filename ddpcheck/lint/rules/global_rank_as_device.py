@@ -34,6 +34,11 @@ class GlobalRankAsDevice(Rule):
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
     nor `rank % torch.cuda.device_count()`.
 
+    One finding per value of the rank, however many places use it as the device: it sits at the
+    first device use (in the function that reads the rank), and the message counts the others.
+    The fix is one — the local rank for that variable — and twenty `.cuda(rank)` calls would
+    otherwise bury the report.
+
     ## How to fix
     Use the local rank: with torchrun, `local_rank = int(os.environ["LOCAL_RANK"])`, then
     `torch.cuda.set_device(local_rank)` and `DDP(model, device_ids=[local_rank])`.

@@ -19,6 +19,7 @@ _LOG_METHODS = frozenset({"info", "debug", "warning", "log"})
 _LOGGERS = re.compile(r"^(logger|log|logging|LOGGER|_logger|_LOGGER)$")
 _LOG_SETUP_METHODS = frozenset({"setLevel", "addHandler", "removeHandler", "disable"})
 _LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
+_TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _MAX_HOPS = 3
@@ -39,7 +40,7 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported: output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `tqdm.write`, progress bars, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
@@ -54,12 +55,15 @@ class PrintOnEveryRank(Rule):
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
-    `basicConfig` set under a rank guard or from a rank test, a logger factory that gives the
-    other ranks no handler); loggers imported from installed packages (their configuration is
+    `basicConfig` set under a rank guard or from a rank test — also through a variable,
+    `level = WARNING` under `if rank != 0:` —, a logger factory that gives the other ranks no
+    handler); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
+    a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
-    at one value of the loop variable (`if epoch == start_epoch:`); warnings printed when a test
+    at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
+    `if epoch == start_epoch and i == 0:`); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
     gives about its own data.
 
@@ -397,6 +401,7 @@ class PrintOnEveryRank(Rule):
             return
         self.loops = Loops(model)
         self._silenced_logging: bool | None = None
+        self._tagged_logging: bool | None = None
         print_silenced = self._print_silenced()
         reported: set[int] = set()
         for site in model.paths.sites():
@@ -413,7 +418,8 @@ class PrintOnEveryRank(Rule):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
             if kind == "print" and print_silenced:
                 continue
-            if kind == "logging" and (self._logging_silenced() or not self._logger_visible(site)):
+            if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
+                                      or not self._logger_visible(site) or self._logger_tagged(site)):
                 continue
             if self._once(site):
                 continue
@@ -434,7 +440,8 @@ class PrintOnEveryRank(Rule):
     def _report(self, site: CallSite, place: CallSite, kind: str) -> None:
         chain = self.model.paths.chain(place)
         if place is site:
-            what = {"print": "`print`", "tqdm": "this progress bar", "logging": "this log call"}[kind]
+            what = {"print": "`print`", "write": "`tqdm.write`", "tqdm": "this progress bar",
+                    "logging": "this log call"}[kind]
             how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
                         module=site.module, related=chain)
@@ -518,6 +525,12 @@ class PrintOnEveryRank(Rule):
             return False
         counters = {n for loop in site.loops if isinstance(loop, cst.For) for n in _names(loop.target)}
         if counters and any(_pins(g, counters) for g in site.guards):
+            return True
+        # `if epoch == start_epoch and i == 0:` pins every loop around the call: one step in all.
+        # (`if verbose and i == 0:` pins the step loop only: once per epoch, still repeated.)
+        pinned = {n for g in site.guards if not g.negated for n in _pinned_in_and(g.test, counters)}
+        if pinned and site.loops and all(isinstance(loop, cst.For) and _names(loop.target) & pinned
+                                         for loop in site.loops):
             return True
         guard = site.guards[-1]
         node = guard.node
@@ -614,7 +627,54 @@ class PrintOnEveryRank(Rule):
             for sub in subexpressions(arg.value):
                 if isinstance(sub, cst.IfExp) and selects_main_rank(sub.test, resolve) is not None:
                     return True
+                if isinstance(sub, cst.Name) and self._bound_by_rank(site, sub.value):
+                    return True
         return False
+
+    def _bound_by_rank(self, site: CallSite, name: str) -> bool:
+        """`name` is given a value under a rank guard (`level = INFO` then `if rank != 0: level =
+        WARNING`), or from a rank test (`level = INFO if rank == 0 else WARNING`)."""
+        owner = site.scope.owner_of(name)
+        if owner is None:
+            return False
+        paths = self.model.paths
+        resolve = self.model.resolver_for(site.module, owner)
+        for bound, point in zip(owner.assignments.get(name, []), owner.points.get(name, [])):
+            if point is not None and any(paths.kind(site.module, g, owner) in ("main", "other")
+                                         for g in point.guards):
+                return True
+            if isinstance(bound, cst.IfExp) and selects_main_rank(bound.test, resolve) is not None:
+                return True
+        return False
+
+    def _logging_tagged(self) -> bool:
+        """The log format carries the rank (`basicConfig(format=f"[rank {rank}] %(message)s")`,
+        a `Formatter` built with it): every record says which rank wrote it, so a line from each
+        rank is meant."""
+        if self._tagged_logging is None:
+            self._tagged_logging = False
+            for site in self.model.paths.sites():
+                q = self.model.api(site)
+                if q == "logging.basicConfig":
+                    fmt = site.arg("format")
+                elif q == "logging.Formatter":
+                    fmt = site.arg("fmt", 0)
+                else:
+                    continue
+                if fmt is not None and _names_rank(site, fmt):
+                    self._tagged_logging = True
+                    break
+        return self._tagged_logging
+
+    @staticmethod
+    def _logger_tagged(site: CallSite) -> bool:
+        """The logger is made with the rank in its name or prefix (`getLogger(f"rank{rank}")`,
+        a `LoggerAdapter` that adds it)."""
+        receiver = site.receiver_name
+        if not receiver:
+            return False
+        return any(isinstance(bound, cst.Call) and _names_rank(site, bound)
+                   for bound in site.scope.lookup(receiver))
 
     def _kind(self, site: CallSite) -> str | None:
         if site.dotted == "print" and "print" not in site.module.functions:
@@ -625,6 +685,8 @@ class PrintOnEveryRank(Rule):
         q = self.model.api(site) or ""
         if q in api.TQDM:
             return "tqdm"
+        if q in _TQDM_WRITES:
+            return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
         if site.method in _LOG_METHODS:
             receiver = site.receiver_name or ""
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
@@ -650,6 +712,20 @@ class PrintOnEveryRank(Rule):
             return True  # made in this module
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
+
+
+def _names_rank(site: CallSite, node: cst.CSTNode) -> bool:
+    """The expression's text, or the value of a name in it, mentions the rank."""
+    module = site.module
+    if _RANK.search(module.code(node)):
+        return True
+    for sub in subexpressions(node):
+        if isinstance(sub, cst.Name):
+            for bound in site.scope.lookup(sub.value):
+                value = bound.node.value if isinstance(bound, Augmented) else bound
+                if isinstance(value, cst.CSTNode) and value is not node and _RANK.search(module.code(value)):
+                    return True
+    return False
 
 
 def _path(site: CallSite) -> Path | None:
@@ -718,6 +794,20 @@ def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
 def _names(target: cst.BaseExpression) -> set[str]:
     """The names a for-loop target binds (`i, (x, y)` → i, x, y)."""
     return {n.value for n in subexpressions(target) if isinstance(n, cst.Name)}
+
+
+def _pinned_in_and(test: cst.BaseExpression, counters: set[str]) -> set[str]:
+    """The loop variables an `and` of tests fixes to one value (`epoch == start and i == 0`)."""
+    if not (isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)):
+        return set()
+    found: set[str] = set()
+    for side in (test.left, test.right):
+        found |= _pinned_in_and(side, counters)
+        if isinstance(side, cst.Comparison) and len(side.comparisons) == 1 \
+                and isinstance(side.comparisons[0].operator, cst.Equal):
+            found |= {e.value for e in (side.left, side.comparisons[0].comparator)
+                      if isinstance(e, cst.Name) and e.value in counters}
+    return found
 
 
 def _pins(guard: Guard, counters: set[str]) -> bool:

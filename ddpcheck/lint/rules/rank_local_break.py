@@ -14,9 +14,10 @@ from ddpcheck.lint.rule import Invalid, Rule
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
 _LOCAL_CALLS = frozenset({
     "time.time", "time.perf_counter", "time.monotonic", "time.process_time", "datetime.datetime.now",
-    "math.isnan", "math.isinf", "torch.isnan", "torch.isinf", "numpy.isnan", "os.path.exists",
+    "math.isnan", "math.isinf", "math.isfinite", "torch.isnan", "torch.isinf", "torch.isfinite",
+    "numpy.isnan", "numpy.isinf", "numpy.isfinite", "os.path.exists",
 })
-_LOCAL_METHODS = frozenset({"item", "tolist"})
+_LOCAL_METHODS = frozenset({"item", "tolist", "isnan", "isinf", "isfinite"})
 
 
 class RankLocalBreak(Rule):
@@ -39,7 +40,12 @@ class RankLocalBreak(Rule):
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0), and the loop makes no collective call
-    that could agree on the decision.
+    that could agree on the decision. Also reported: a `continue` that comes before the loop's
+    `backward()` on a test of the rank's own values — a local call in the test or in what a plain
+    name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`): that rank skips a
+    backward the others make, and their gradient all-reduces no longer pair up. A skip on
+    counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
+    is not reported.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -55,6 +61,12 @@ class RankLocalBreak(Rule):
     code = "DDP035"
     name = "rank-local-break"
     severity = Severity.ERROR
+    SKIP_MESSAGE = (
+        "`continue` on a condition each rank evaluates on its own (`{test}`) skips this rank's "
+        "backward, while the other ranks all-reduce theirs: the ranks fall out of step and hang (or "
+        "average mismatched buckets); agree on it across ranks (all_reduce the flag) so every rank "
+        "skips together, or zero the loss instead of skipping"
+    )
     MESSAGE = (
         "`{exit}` on a condition each rank evaluates on its own (`{test}`): if one rank leaves the "
         "loop, the others wait in their next all-reduce until the timeout; agree on it across ranks "
@@ -166,15 +178,42 @@ class RankLocalBreak(Rule):
             if any(model.facts.does(c, "collective") and model.api(c) not in api.BARRIERS
                    and model.paths.rank_guard(c) is None for c in body_calls):
                 continue
+            order: dict[int, int] | None = None
             for exit_node, guard_test in exits:
-                if self._local(root, loop.scope, guard_test):
-                    keyword = "break" if isinstance(exit_node, cst.Break) else "return"
-                    self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+                if isinstance(exit_node, cst.Continue):
+                    if not self._local_value(root, loop.scope, guard_test):
+                        continue
+                    # Only a `continue` that comes before the backward it skips.
+                    order = order if order is not None else _order(loop.node)
+                    here = order.get(id(exit_node), -1)
+                    if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
+                           and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
+                        self.report(exit_node, self.SKIP_MESSAGE.format(test=model.text_of(root, guard_test)))
+                    continue
+                if not self._local(root, loop.scope, guard_test):
+                    continue
+                keyword = "break" if isinstance(exit_node, cst.Break) else "return"
+                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
             if isinstance(site.node.func, cst.Name):
                 if any(is_ddp(self.model, v) for v in self.model.values.at_call(site, site.node.func)):
+                    return True
+        return False
+
+    def _local_value(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression) -> bool:
+        """A rank's own value tested for a skip: a local call in the test (`torch.isnan(loss)`,
+        `loss.item() > limit`) or in what a plain name in it was assigned (`value = loss.item()`).
+        Names read through a subscript or attribute (`state["epoch_step"]`, a resumed counter)
+        are not followed: a skip on them is usually a step count every rank shares."""
+        if self._local(root, scope, test, 0):
+            return True
+        inner = {id(sub.value) for sub in subexpressions(test) if isinstance(sub, (cst.Subscript, cst.Attribute))}
+        for node in subexpressions(test):
+            if isinstance(node, cst.Name) and id(node) not in inner:
+                values = scope.assignments.get(node.value, [])
+                if any(isinstance(v, cst.BaseExpression) and self._local(root, scope, v, 0) for v in values):
                     return True
         return False
 
@@ -199,16 +238,27 @@ class RankLocalBreak(Rule):
         return False
 
 
-def _exits(root: ModuleModel, loop: ForSite) -> Iterator[tuple[cst.Break | cst.Return, cst.BaseExpression]]:
+def _order(node: cst.CSTNode) -> dict[int, int]:
+    """Each node under `node` (by id) -> its place in source order."""
+    found: dict[int, int] = {}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        found[id(current)] = len(found)
+        stack.extend(reversed(current.children))
+    return found
+
+
+def _exits(root: ModuleModel, loop: ForSite) -> Iterator[tuple[cst.Break | cst.Continue | cst.Return, cst.BaseExpression]]:
     """(`break` or `return`, the test of the innermost `if` around it inside the loop) for the
     exits of the loop: a break inside a nested loop belongs to that loop and is skipped, one in
     an `else:` branch (or after an early exit) has no test of its own and is skipped too."""
     node = loop.node
     outer = len(loop.guards)
     for exit in root.exits:
-        if exit.scope is not loop.scope or node not in exit.loops or isinstance(exit.node, cst.Continue):
+        if exit.scope is not loop.scope or node not in exit.loops:
             continue
-        if isinstance(exit.node, cst.Break) and exit.loops[-1] is not node:
+        if isinstance(exit.node, (cst.Break, cst.Continue)) and exit.loops[-1] is not node:
             continue
         # The loop's own guards come first; early exits (`if c: continue`) guard what follows
         # them without holding it in a branch.

@@ -7,8 +7,10 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
+from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
+from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import classes_of
 
@@ -16,7 +18,8 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 _SPLITTERS = frozenset({"numpy.array_split", "torch.chunk", "torch.tensor_split", "numpy.split"})
-_WORLD = ("world_size", "get_world_size", "WORLD_SIZE", "num_replicas", "nprocs", "ngpus", "n_gpus", "num_gpus")
+_WORLD = WORLD_NAMES
+_MAX_HOPS = 2
 
 
 class UnevenInputs(Rule):
@@ -35,10 +38,16 @@ class UnevenInputs(Rule):
     divide evenly, so it appears after the dataset changes.
 
     Reported at the split (or the class's `__iter__`) when the file trains with it and contains
-    no `join()` (DDP's uneven-inputs context manager) and no truncation to a multiple of the
+    no `join()` of DDP's (a string's or a path's `join` does not count) and no truncation to a multiple of the
     world size. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
     `.tensor_split`) counts when a back-propagating loop iterates what it feeds (a loader built
-    from it); the evaluation splits beside it are not reported.
+    from it); the evaluation splits beside it are not reported. The same for a stride of indices,
+    `idx = list(range(rank, n, world_size))`, when the rows it picks reach a loop that
+    back-propagates (in the same function or a project function they are passed to), and for a
+    loop header `for i in range(rank, len(files), world_size):` whose body back-propagates or
+    makes a collective. The world size is read by its value: `ws = dist.get_world_size()` or
+    `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Equal blocks that drop the
+    remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even.
 
     ## How to fix
     Use `DistributedSampler` for map-style data; for a hand split, truncate first
@@ -158,14 +167,20 @@ class UnevenInputs(Rule):
         model = self.model
         root = model.root
         source = root.source
-        if "join(" in source or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+        if self._joins() or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
             return  # DDP's join, or a truncation to a multiple of the world size
         if not any(c.method == "backward" for c in root.calls):
             return
         resolve = model.resolver_for(root)
+        reported: set[int] = set()
         for scope, node in _expressions(root):
             for sub in subexpressions(node):
-                if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve):
+                if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
+                    self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
+                elif isinstance(sub, cst.Call) and _range_by_rank(sub, resolve, scope) and id(sub) not in reported \
+                        and self._feeds_training(root, scope, set(root.assigned_names(node)), 0):
+                    # `idx = list(range(rank, n, world_size))`, then the rows it picks are trained on
+                    reported.add(id(sub))
                     self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
                 elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and _by_rank(sub, resolve):
                     site = root.call_at(sub.value)
@@ -174,6 +189,13 @@ class UnevenInputs(Rule):
                     if model.api(site) in _SPLITTERS or (
                             _split_method(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
+        for loop in root.fors:
+            # `for i in range(rank, len(files), world_size):` around a backward or a collective
+            for sub in subexpressions(loop.node.iter):
+                if isinstance(sub, cst.Call) and id(sub) not in reported \
+                        and _range_by_rank(sub, resolve, loop.scope) and self._works_in(root, loop.node):
+                    reported.add(id(sub))
+                    self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for site in root.calls:
             if model.api(site) != api.DATALOADER:
                 continue
@@ -213,6 +235,78 @@ class UnevenInputs(Rule):
         return False
 
 
+    def _joins(self) -> bool:
+        """The file evens inputs out with DDP's `join()` (`with model.join():`, the generic
+        `Join([...])` context manager) — not a string's or a path's `join`."""
+        model = self.model
+        for site in model.root.calls:
+            name = model.api(site) or ""
+            if name.startswith("torch.distributed.algorithms") and name.endswith("Join"):
+                return True
+            func = site.node.func
+            if site.method != "join" or not isinstance(func, cst.Attribute):
+                continue
+            receiver = func.value
+            if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)) \
+                    or (dotted(receiver) or "").endswith("path"):
+                continue  # `"|".join(names)`, `os.path.join(...)`
+            values = model.values.at_call(site, receiver)
+            known = bool(values) and all(isinstance(v.node, (cst.Call, cst.SimpleString, cst.FormattedString,
+                                                               cst.ConcatenatedString)) for v in values)
+            if not known or any(is_ddp(model, v) for v in values):
+                return True  # DDP's join, or a receiver we cannot read: not known to be uneven
+        return False
+
+    def _works_in(self, module: ModuleModel, loop: cst.CSTNode) -> bool:
+        """A call inside `loop` back-propagates or makes a collective (directly or in a helper)."""
+        facts = self.model.facts
+        return any(loop in c.loops and (c.method == "backward" or facts.does(c, "backward")
+                                        or facts.does(c, "collective"))
+                   for c in module.calls)
+
+    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int) -> bool:
+        """Whether what `names` hold reaches a loop that back-propagates: iterated there, or
+        through values built from them in `scope` (`df = df.iloc[idx]`, `loader = Loader(df)`),
+        or passed to a project function that does so with its parameter."""
+        reached = set(names)
+        grew = True
+        while grew:
+            grew = False
+            for name, values in scope.assignments.items():
+                if name not in reached and any(isinstance(v, cst.BaseExpression) and _carries(v, reached)
+                                               for v in values):
+                    reached.add(name)
+                    grew = True
+        for loop in module.fors:
+            if loop.scope is scope and _mentions(loop.node.iter, reached) and self._works_in(module, loop.node):
+                return True
+        if depth >= _MAX_HOPS:
+            return False
+        graph = self.model.graph
+        for site in module.calls:
+            if site.scope is not scope or not any(_carries(a.value, reached) for a in site.node.args):
+                continue
+            for function, bound in graph.targets(site):
+                params = {p.name for p in function.params()
+                          if _passes(graph.argument_for(site, function, p, bound), reached)}
+                if params and self._feeds_training(function.module, function.scope, params, depth + 1):
+                    return True
+        return False
+
+
+def _passes(arg: cst.BaseExpression | CallSite | None, names: set[str]) -> bool:
+    return isinstance(arg, cst.BaseExpression) and _carries(arg, names)
+
+
+def _carries(expr: cst.BaseExpression, names: set[str]) -> bool:
+    """`expr` carries the rows one of `names` selects: it mentions the name other than to take
+    one element of it (`full_data[:int(val_index[0])]` uses a boundary, not the rank's rows)."""
+    elements = {id(sub.value) for sub in subexpressions(expr)
+                if isinstance(sub, cst.Subscript) and all(isinstance(e.slice, cst.Index) for e in sub.slice)}
+    return any(isinstance(sub, cst.Name) and sub.value in names and id(sub) not in elements
+               for sub in subexpressions(expr))
+
+
 def split_by_rank(model: Model) -> bool:
     """Whether the linted file gives each rank its own share of the data by hand: an assignment of
     `x[rank::world_size]`, `np.array_split(x, world_size)[rank]` or `idx.split(...)[rank]`."""
@@ -221,7 +315,7 @@ def split_by_rank(model: Model) -> bool:
     for _scope, node in _expressions(root):
         if not isinstance(node, cst.Subscript):
             continue
-        if _strided_by_rank(node, resolve):
+        if _strided_by_rank(node, resolve, _scope):
             return True
         if isinstance(node.value, cst.Call) and _by_rank(node, resolve):
             site = root.call_at(node.value)
@@ -230,13 +324,20 @@ def split_by_rank(model: Model) -> bool:
     return False
 
 
-def _strided_by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
-    """`x[rank::world_size]`."""
+def _strided_by_rank(sub: cst.Subscript, resolve: Resolve, scope: Scope) -> bool:
+    """`x[rank::world_size]` (the world size by its value: `ws = dist.get_world_size()`)."""
     if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
         return False
     piece = sub.slice[0].slice
     return piece.lower is not None and piece.step is not None and is_rank_value(piece.lower, resolve) \
-        and _is_world(piece.step)
+        and is_world_value(piece.step, scope, resolve)
+
+
+def _range_by_rank(call: cst.Call, resolve: Resolve, scope: Scope) -> bool:
+    """`range(rank, n, world_size)`: every world-size-th index from the rank's own."""
+    if dotted(call.func) != "range" or len(call.args) != 3 or any(a.keyword or a.star for a in call.args):
+        return False
+    return is_rank_value(call.args[0].value, resolve) and is_world_value(call.args[2].value, scope, resolve)
 
 
 def _by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
@@ -255,11 +356,6 @@ def _split_method(site: CallSite) -> bool:
     return any(any(w in (dotted(sub) or "") for w in _WORLD)
                for arg in site.node.args for sub in subexpressions(arg.value)
                if isinstance(sub, (cst.Name, cst.Attribute)))
-
-
-def _is_world(expr: cst.BaseExpression) -> bool:
-    text = dotted(expr.func if isinstance(expr, cst.Call) else expr) or ""
-    return any(text.endswith(w) for w in _WORLD)
 
 
 def _expressions(root: ModuleModel) -> Iterator[tuple[Scope, cst.BaseExpression]]:

@@ -38,7 +38,9 @@ class UnreducedShardMetric(Rule):
     the result (`dev = eval_dev(...)`) and reports it before any collective is reported there
     (unless the loop trains or makes collectives itself). A
     batch source built for one rank (`get_batch_iterator(path, bs, rank=rank,
-    world_size=world_size)`) is a shard as a DistributedSampler's loader is.
+    world_size=world_size)`) is a shard as a DistributedSampler's loader is. A loop that
+    back-propagates is a training loop: the training loss it sums is one rank's, by design, and
+    not an evaluation metric.
 
     ## How to fix
     All-reduce the sums before dividing: `stats = torch.tensor([correct, total], device=device);
@@ -232,6 +234,9 @@ class UnreducedShardMetric(Rule):
             counters = _accumulated(loop)
             if not counters or not self._sharded(loop):
                 continue
+            if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
+                   for c in root.calls):
+                continue  # a training loop: one rank's training loss is not an evaluation metric
             function = loop.scope.function
             last = max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)
             later = [s for s in root.calls if s.scope.function is function and s.tick > last
