@@ -28,7 +28,8 @@ class DdpStateDictPrefix(Rule):
     Informational, since a project may always load into a DDP model. Not reported when the file
     loads checkpoints into the DDP model itself, strips the prefix (`"module."` appears in the
     file, or `consume_prefix_in_state_dict_if_present` is used), saves
-    `ddp_model.module.state_dict()`, or saves in a branch no run takes (`if log_every > 0:` in a
+    `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
+    after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).
 
     ## How to fix
@@ -186,8 +187,13 @@ class DdpStateDictPrefix(Rule):
         receiver = state_dict.receiver
         assert receiver is not None
         site = save if state_dict.scope is save.scope else state_dict
-        return any(is_ddp(self.model, v) and before(v, site)
-                   for v in self.model.values.at_call(state_dict, receiver))
+        values = self.model.values.at_call(state_dict, receiver)
+        if any(_inner_module(v.node) for v in values):
+            # `(m.module if cond else m)`, `if cond: m = m.module`: the code saves the inner
+            # model whenever it takes the model to be wrapped; which runs take the other arm
+            # depends on how `cond` and the wrap agree, which this does not follow.
+            return False
+        return any(is_ddp(self.model, v) and before(v, site) for v in values)
 
     def _loads_into_ddp(self) -> bool:
         """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
@@ -243,6 +249,11 @@ class DdpStateDictPrefix(Rule):
                 ):
                     return True
         return False
+
+
+def _inner_module(node: object) -> bool:
+    """`x.module`: the model a wrapper holds."""
+    return isinstance(node, cst.Attribute) and node.attr.value == "module"
 
 
 def _strips_prefix(source: str) -> bool:

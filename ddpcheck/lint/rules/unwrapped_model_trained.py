@@ -30,7 +30,8 @@ class UnwrappedModelTrained(Rule):
     module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
     step function when that method runs the network's own layers), a step function that returns
     the loss to a loop that calls backward. Not reported: a method of the inner module called in
-    a step whose forward goes through the DDP wrapper (`model.module.reset()` each epoch,
+    a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
+    `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
     synchronised forward); calls of the inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
@@ -235,6 +236,8 @@ class UnwrappedModelTrained(Rule):
             func = other.node.func
             if other.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
                 continue
+            if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+                func = func.value  # `ddp.forward(x)`: DDP's own forward, hooks and all
             if any(is_ddp(self.model, v) for v in self.model.values.at_call(other, func)):
                 return True
         return False
