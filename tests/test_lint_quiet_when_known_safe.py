@@ -1,0 +1,74 @@
+"""Code that looks like a DDP mistake but is safe for a reason written elsewhere in the project,
+through `ddpcheck lint`: each test writes a small project, checks it is quiet, and checks that the
+variant without that reason is still reported."""
+
+from __future__ import annotations
+
+from tests.helpers import finding_set as _findings, write_project as _write
+
+VOS_TRAIN = """\
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+
+    from dataset.clips import ClipDataset
+
+    torch.manual_seed(2718)
+    np.random.seed(2718)
+
+    dist.init_process_group(backend="nccl")
+    local_rank = dist.get_rank()
+    torch.cuda.set_device(local_rank)
+
+
+    def worker_init_fn(worker_id):
+        return np.random.seed({worker_seed})
+
+
+    def make_loader(dataset):
+        sampler = torch.utils.data.distributed.DistributedSampler(dataset, rank=local_rank, shuffle=True)
+        loader = DataLoader(dataset, 8, sampler=sampler, num_workers=4,
+                            worker_init_fn=worker_init_fn, drop_last=True)
+        return sampler, loader
+
+
+    sampler, loader = make_loader(ClipDataset("/data/clips"))
+    """
+
+CLIPS = """\
+    import numpy as np
+    import torch
+    from torchvision import transforms
+
+
+    class ClipDataset(torch.utils.data.Dataset):
+        def __init__(self, root):
+            self.root = root
+            self.augment = transforms.Compose([transforms.RandomHorizontalFlip(), transforms.RandomAffine(15)])
+
+        def __getitem__(self, index):
+            torch.manual_seed(np.random.randint(2147483647))
+            return self.augment(self.load(index))
+    """
+
+
+def test_workers_reseeded_with_the_rank_draw_different_augmentation(tmp_path):
+    seed = "torch.initial_seed() % (2**31) + worker_id + local_rank * 100"
+    _write(tmp_path, {"train.py": VOS_TRAIN.format(worker_seed=seed), "dataset/clips.py": CLIPS})
+    assert _findings(tmp_path, "train.py", select="DDP029") == set()
+
+
+def test_workers_reseeded_alike_on_every_rank_are_still_reported(tmp_path):
+    seed = "torch.initial_seed() % (2**31) + worker_id"
+    _write(tmp_path, {"train.py": VOS_TRAIN.format(worker_seed=seed), "dataset/clips.py": CLIPS})
+    assert _findings(tmp_path, "train.py", select="DDP029") == {("train.py", 8, "DDP029")}
+
+
+def test_workers_reseeded_with_the_rank_leave_the_model_dropout_alike(tmp_path):
+    seed = "torch.initial_seed() % (2**31) + worker_id + local_rank * 100"
+    _write(tmp_path, {
+        "train.py": VOS_TRAIN.format(worker_seed=seed) + "model = torch.nn.Sequential(torch.nn.Dropout(0.1))\n",
+        "dataset/clips.py": CLIPS,
+    })
+    assert _findings(tmp_path, "train.py", select="DDP029") == {("train.py", 8, "DDP029")}
