@@ -72,3 +72,55 @@ def test_workers_reseeded_with_the_rank_leave_the_model_dropout_alike(tmp_path):
         "dataset/clips.py": CLIPS,
     })
     assert _findings(tmp_path, "train.py", select="DDP029") == {("train.py", 8, "DDP029")}
+
+
+POSE_TRAIN = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from lib.config import cfg
+    from lib.models import build_pose_net
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gpu", type=int, default=None)
+        parser.add_argument("--dist-url", default="tcp://127.0.0.1:23456")
+        args = parser.parse_args()
+        args.world_size = torch.cuda.device_count()
+        if cfg.MULTIPROCESSING_DISTRIBUTED:
+            mp.spawn(main_worker, nprocs=args.world_size, args=(args,))
+        else:
+            main_worker({single_gpu}, args)
+
+
+    def main_worker(gpu, args):
+        args.gpu = gpu
+        dist.init_process_group(backend="nccl", init_method=args.dist_url,
+                                world_size=args.world_size, rank=gpu)
+        model = build_pose_net(cfg)
+        if args.gpu is not None:
+            torch.cuda.set_device(args.gpu)
+            model.cuda(args.gpu)
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+        else:
+            model.cuda()
+            model = torch.nn.parallel.DistributedDataParallel(model)
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_device_set_under_a_test_that_always_holds(tmp_path):
+    _write(tmp_path, {"train.py": POSE_TRAIN.format(single_gpu='",".join(str(i) for i in cfg.GPUS)')})
+    assert _findings(tmp_path, "train.py", select="DDP003") == set()
+
+
+def test_device_set_only_when_an_option_is_given_is_still_reported(tmp_path):
+    _write(tmp_path, {"train.py": POSE_TRAIN.format(single_gpu="args.gpu")})
+    assert _findings(tmp_path, "train.py", select="DDP003") == {("train.py", 25, "DDP003")}
