@@ -124,3 +124,67 @@ def test_device_set_under_a_test_that_always_holds(tmp_path):
 def test_device_set_only_when_an_option_is_given_is_still_reported(tmp_path):
     _write(tmp_path, {"train.py": POSE_TRAIN.format(single_gpu="args.gpu")})
     assert _findings(tmp_path, "train.py", select="DDP003") == {("train.py", 25, "DDP003")}
+
+
+FORECAST_TRAIN = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from models.patch_tst import PatchTST
+    from models.gpt4ts import GPT4TS
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        if args.model == "PatchTST":
+            model = PatchTST(args)
+        else:
+            model = GPT4TS(args)
+        model = DDP(model.to(rank), device_ids=[rank])
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model", type=str, default="{default}")
+        main(parser.parse_args())
+    """
+
+PATCH_TST = """\
+    import torch.nn as nn
+
+
+    class PatchTST(nn.Module):
+        def __init__(self, args):
+            super().__init__()
+            self.proj = nn.Linear(16, args.d_model)
+            self.norm = nn.BatchNorm1d(args.d_model)
+    """
+
+GPT4TS = """\
+    import torch.nn as nn
+
+
+    class GPT4TS(nn.Module):
+        def __init__(self, args):
+            super().__init__()
+            self.proj = nn.Linear(16, args.d_model)
+            self.norm = nn.LayerNorm(args.d_model)
+    """
+
+
+def test_batchnorm_only_in_a_model_the_default_option_does_not_build(tmp_path):
+    _write(tmp_path, {"train.py": FORECAST_TRAIN.format(default="GPT4TS_multi"),
+                      "models/patch_tst.py": PATCH_TST, "models/gpt4ts.py": GPT4TS})
+    assert _findings(tmp_path, "train.py", select="DDP012") == set()
+
+
+def test_batchnorm_in_the_model_the_default_option_builds_is_still_reported(tmp_path):
+    _write(tmp_path, {"train.py": FORECAST_TRAIN.format(default="PatchTST"),
+                      "models/patch_tst.py": PATCH_TST, "models/gpt4ts.py": GPT4TS})
+    assert _findings(tmp_path, "train.py", select="DDP012") == {("train.py", 20, "DDP012")}
