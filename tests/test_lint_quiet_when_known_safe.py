@@ -188,3 +188,54 @@ def test_batchnorm_in_the_model_the_default_option_builds_is_still_reported(tmp_
     _write(tmp_path, {"train.py": FORECAST_TRAIN.format(default="PatchTST"),
                       "models/patch_tst.py": PATCH_TST, "models/gpt4ts.py": GPT4TS})
     assert _findings(tmp_path, "train.py", select="DDP012") == {("train.py", 20, "DDP012")}
+
+
+SPEAKER_TRAIN = """\
+    import os
+    from dataclasses import dataclass
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from networks.embedder import SpeakerEmbedder
+
+
+    @dataclass
+    class TrainConfig:
+        start_lr: float = 1e-6
+        max_lr: float = 5e-5
+        n_steps: int = 100000
+
+
+    def one_cycle(start, peak, step, total):
+        half = total // 2
+        return start + (peak - start) * step / half if step < half else peak * (total - step) / half
+
+
+    def train(cfg):
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        model = DDP(SpeakerEmbedder().cuda(rank), device_ids=[rank])
+        optim = torch.optim.AdamW(model.parameters(), {lr}, betas=(0.9, 0.98))
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optim, lr_lambda=lambda step: one_cycle(cfg.start_lr, cfg.max_lr, step, cfg.n_steps))
+        for step in range(cfg.n_steps):
+            optim.step()
+            scheduler.step()
+
+
+    if __name__ == "__main__":
+        train(TrainConfig())
+    """
+
+
+def test_unit_rate_scaled_by_a_lambda_schedule_is_the_schedules_rate(tmp_path):
+    _write(tmp_path, {"train.py": SPEAKER_TRAIN.format(lr="1.0")})
+    assert _findings(tmp_path, "train.py", select="DDP004") == set()
+
+
+def test_constant_rate_under_a_lambda_schedule_is_still_reported(tmp_path):
+    _write(tmp_path, {"train.py": SPEAKER_TRAIN.format(lr="3e-4")})
+    assert _findings(tmp_path, "train.py", select="DDP004") == {("train.py", 28, "DDP004")}
