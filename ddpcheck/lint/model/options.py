@@ -75,3 +75,35 @@ def constant_flag(module: ModuleModel, expr: cst.BaseExpression) -> bool | None:
             or ".__dict__" in source:
         return None
     return fixed
+
+
+def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bool) -> bool:
+    """Whether the defaults of the command line leave a branch untaken: `if args.model ==
+    "PatchTST":` (negated False) when `--model` defaults to another name, or `"ETSformer" in
+    args.model` when the default does not contain it — unless the module assigns that attribute."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    comp = test.comparisons[0]
+    left, right, operator = test.left, comp.comparator, comp.operator
+    if isinstance(operator, cst.Equal) and isinstance(left, cst.SimpleString):
+        left, right = right, left
+    if isinstance(operator, cst.Equal):
+        option, literal = left, right
+    elif isinstance(operator, cst.In):
+        option, literal = right, left
+    else:
+        return False
+    if not isinstance(literal, cst.SimpleString) or not isinstance(option, cst.Attribute):
+        return False
+    default = option_default(module, option)
+    wanted, given = literal.evaluated_value, default.evaluated_value if isinstance(default, cst.SimpleString) else None
+    if not isinstance(wanted, str) or not isinstance(given, str):
+        return False
+    attr = re.escape(option.attr.value)
+    if re.search(rf"\.{attr}\s*(=[^=]|[-+*/|&]=)", module.source) or "vars(" in module.source:
+        return False
+    # `setattr(args, key, ...)` may set it when the module names it in a string (`for key in ["model"]`).
+    if "setattr(" in module.source and re.search(rf"[\"']{attr}[\"']", module.source):
+        return False
+    holds = wanted == given if isinstance(operator, cst.Equal) else wanted in given
+    return holds == negated

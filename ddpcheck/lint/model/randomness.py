@@ -11,16 +11,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
-_DRAWS = re.compile(
+# Draws the model makes in the training process itself (dropout), whatever its DataLoader workers do.
+_MODEL_DRAWS = re.compile(
     r"Dropout|\bdropout\w*\s*\(|\bdrop_?path|\bdrop_prob|dropout\w*\s*[:=]\s*0?\.\d*[1-9]"
-    r"|\bRandom[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
+    # Library models train with their own dropout (hidden_dropout_prob, drop_rate).
+    r"|\.from_pretrained\s*\(|\btimm\.create_model\s*\("
+)
+_DRAWS = re.compile(
+    _MODEL_DRAWS.pattern
+    + r"|\bRandom[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
     r"|\btorch\.(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|multinomial|normal|poisson)\s*\("
     r"|\.(normal_|uniform_|bernoulli_|random_|exponential_|cauchy_|geometric_|log_normal_)\s*\("
     r"|\b(np|numpy)\.random\.(?!seed\b|get_state\b|set_state\b)\w+"
     r"|\brandom\.(random|choice|choices|shuffle|randint|uniform|sample|gauss|randrange|normalvariate|betavariate)\s*\("
     r"|\bshuffle\s*=\s*True"
-    # Library models train with their own dropout (hidden_dropout_prob, drop_rate).
-    r"|\.from_pretrained\s*\(|\btimm\.create_model\s*\("
 )
 
 
@@ -31,4 +35,16 @@ def draws_random(model: Model) -> bool:
     if found is None:
         found = any(_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
         root.memo["draws_random"] = found
+    return bool(found)
+
+
+def model_draws_random(model: Model) -> bool:
+    """Whether the model trained by the linted file draws random numbers itself (dropout), read
+    like `draws_random`: what stays alike on every rank when only the DataLoader workers are
+    seeded per rank."""
+    root = model.root
+    found = root.memo.get("model_draws_random")
+    if found is None:
+        found = any(_MODEL_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
+        root.memo["model_draws_random"] = found
     return bool(found)

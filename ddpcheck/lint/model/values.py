@@ -632,6 +632,28 @@ class Values:
         truths = {judge(self._literal(v)) for v in values}
         return truths.pop() if len(truths) == 1 else None
 
+    def never_none(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """Whether `expr`, read where `site` is called, is known never to be None: every leaf is a
+        literal, an object a constructor or an outside API makes, arithmetic, or text a string
+        method or `str`/`int`/`len` returns (`args.gpu = gpu` of a worker called with a spawn index or
+        `",".join(gpus)`)."""
+        values = self.at_call(site, expr)
+        return bool(values) and all(self._not_none(v) for v in values)
+
+    def _not_none(self, value: Value) -> bool:
+        if _noneness(self._literal(value)) is False:
+            return True
+        node = value.node
+        if isinstance(node, (cst.BinaryOperation, cst.ConcatenatedString)):
+            return True
+        if isinstance(node, cst.Call):
+            func = node.func
+            if isinstance(func, cst.Name) and func.value in ("str", "int", "float", "len", "bool"):
+                return True
+            return isinstance(func, cst.Attribute) and isinstance(func.value, (cst.SimpleString, cst.FormattedString)) \
+                and func.attr.value in ("join", "format")
+        return False
+
     def _literal(self, value: Value) -> object:
         """A leaf as `literal_test`'s judges read it: the literal node, or NOT_NONE for an object
         a constructor or an outside API makes (never None, never a literal)."""

@@ -9,6 +9,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel
+from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
 from ddpcheck.lint.model.values import Value
@@ -241,6 +242,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     def _has_batchnorm(self, values: list[Value], depth: int) -> bool:
         graph = self.model.graph
         for value in values:
+            if any(default_rules_out(value.module, g.test, g.negated) for g in value.conditions):
+                continue  # built on a branch the command line's defaults do not take (`--model PatchTST`)
             node = value.node
             call = node.value if isinstance(node, Item) and isinstance(node.value, cst.Call) else value.call
             if call is None:

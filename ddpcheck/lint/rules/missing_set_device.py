@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import uses_cuda
@@ -189,6 +191,17 @@ class MissingSetDevice(Rule):
                                 module=where.module, related=[*self.model.paths.chain(where), setter, use])
                     return
 
+    def _about_none(self, site: CallSite, guard: Guard) -> bool:
+        """`x is not None` / `x is None` where `x` is known never to be None."""
+        test = guard.test
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return False
+        comp = test.comparisons[0]
+        if not isinstance(comp.operator, (cst.Is, cst.IsNot)) or not (
+                isinstance(comp.comparator, cst.Name) and comp.comparator.value == "None"):
+            return False
+        return self.model.values.never_none(site, test.left)
+
     def _branch(self, site: CallSite) -> Guard | None:
         """The innermost guard of `site` that is about neither ranks nor CUDA availability nor the
         launch mode: a condition under which the device is set on some runs only."""
@@ -198,5 +211,7 @@ class MissingSetDevice(Rule):
             text = self.model.root.code(guard.test)
             if "is_available" in text or "cuda" in text.lower() or "device_count" in text:
                 continue
+            if self._about_none(site, guard):
+                continue  # `if args.gpu is not None:` where it is never None: every run takes it
             return guard
         return None

@@ -10,7 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
-from ddpcheck.lint.model.randomness import draws_random
+from ddpcheck.lint.model.randomness import draws_random, model_draws_random
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.model.values import Value
@@ -319,6 +319,10 @@ class SameSeedOnEveryRank(Rule):
         # The same seed matters only where training draws from the generator it seeds.
         if not draws_random(model):
             return
+        # Workers reseeded per rank (`worker_init_fn` seeding with the rank) draw different
+        # augmentation on every rank: only the model's own draws (dropout) stay alike.
+        if self._workers_seeded_per_rank() and not model_draws_random(model):
+            return
         resolve = model.resolver_for(model.root)
         for site in model.root.calls:
             if model.paths.rank_guard(site) is not None:
@@ -352,6 +356,26 @@ class SameSeedOnEveryRank(Rule):
                 if same:
                     self.report(site.node, self.MESSAGE.format(seed=shown))
                     break
+
+    def _workers_seeded_per_rank(self) -> bool:
+        """Whether every DataLoader of the file fed by a DistributedSampler passes a
+        `worker_init_fn` of the file that seeds with the rank
+        (`np.random.seed(torch.initial_seed() % 2**31 + worker_id + rank * 100)`)."""
+        model = self.model
+        loaders = [s for s in model.root.calls if model.api(s) == api.DATALOADER and feed(model, s) is not None]
+        if not loaders:
+            return False
+        for site in loaders:
+            init = site.arg("worker_init_fn", 10)
+            if not isinstance(init, cst.Name):
+                return False
+            function = model.root.functions.get(init.value)
+            if function is None:
+                return False
+            code = model.root.code(function)
+            if _WORKER_SEEDS.search(code) is None or re.search(r"rank", code, re.IGNORECASE) is None:
+                return False
+        return True
 
     def _same_everywhere(self, site: CallSite, seed: cst.BaseExpression, resolve: Resolve) -> bool:
         """Whether `seed`, passed at `site`, is the same on every rank: a literal, or a command-line
@@ -429,6 +453,8 @@ _LIBRARY_SEEDERS = frozenset({
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 
 
+# A worker_init_fn that seeds a generator.
+_WORKER_SEEDS = re.compile(r"\b(manual_)?seed\s*\(")
 # A configuration loader reads the command line or a file.
 _LOADS = re.compile(r"\bparse_(known_)?args\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
 # Anything that may differ between ranks, in a loader's text.

@@ -49,7 +49,8 @@ class UnscaledLearningRate(Rule):
     parameter is a deliberate choice and is not reported; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
     (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
-    nor `lr=0`, a placeholder that a schedule overwrites every step. A literal passed into the
+    nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
+    `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
     where it is written. Severity is info: a rate tuned for the global batch at a fixed world
     size is fine, and this rule cannot know that.
@@ -184,6 +185,8 @@ class UnscaledLearningRate(Rule):
                 continue
             if all(_is_zero(v.node) for v in values):
                 continue  # a placeholder the schedule overwrites every step
+            if all(_is_one(v.node) for v in values) and self._rate_from_lambda(site, sites):
+                continue  # `lr=1.0` under a LambdaLR: the lambda's return is the rate
             passed = [v for v in values if lr is not None and self._through_parameter(site, lr)
                       or model.values.default_in_use(v)]
             if passed and isinstance(passed[0].node, cst.CSTNode):
@@ -192,6 +195,17 @@ class UnscaledLearningRate(Rule):
                 self.report(passed[0].node, module=passed[0].module, related=[site])
             else:
                 self.report(where, module=site.module, related=model.paths.chain(site))
+
+    def _rate_from_lambda(self, optimizer: CallSite, sites: list[CallSite]) -> bool:
+        """A LambdaLR is built on the optimizer `optimizer` makes: with a base rate of 1 the
+        lambda's return (`base_lr * lmbda(self.last_epoch)` in torch's LambdaLR.get_lr) is the rate."""
+        for site in sites:
+            if self.model.api(site) != _LAMBDA_LR:
+                continue
+            held = site.arg("optimizer", 0)
+            if held is not None and any(v.node is optimizer.node for v in self.model.values.at_call(site, held)):
+                return True
+        return False
 
     def _through_parameter(self, site: CallSite, lr: cst.BaseExpression) -> bool:
         """The rate is a parameter of the function that builds the optimizer."""
@@ -245,6 +259,13 @@ class UnscaledLearningRate(Rule):
                                 self._mentions_world(value.module, value.node, value.scope, value.frame, value.at, depth - 1):
                             return True
         return False
+
+
+_LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
+
+
+def _is_one(node: object) -> bool:
+    return isinstance(node, (cst.Integer, cst.Float)) and float(node.evaluated_value) == 1.0
 
 
 def _is_zero(node: object) -> bool:
