@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ddpcheck.catalog import code_named
 from ddpcheck.errors import UserError
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Verdict
 
-CODE = "DDP143"
+# The lr verdict is the timing probe's check (run/checks/timing.py), judged here across runs.
+CODE = code_named("learning-rate-ignores-world-size")
 SAME_LR = 0.05  # relative difference below which two learning rates count as the same
 MIN_BATCH_GROWTH = 1.5
 
