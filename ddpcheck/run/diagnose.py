@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from ddpcheck.catalog import code_named
 from ddpcheck.run.calls import WORLD, Call, CallLog, Mismatch, Side, first_mismatch, ranks_text, short, source_of
-from ddpcheck.run.loops import Guard, Loop, enclosing_loop, rank_guard
+from ddpcheck.run.source_loops import Guard, Loop, enclosing_loop, rank_guard
 
 # The runtime checks a diagnosis reports, by name (their codes are on their classes in run/checks/).
 MISMATCH, UNEVEN, HANG = "collective-mismatch", "uneven-work", "collective-hang"

@@ -14,7 +14,8 @@ import pytest
 
 from browser import count_color, dump_dom, find_chromium, read_png, screenshot
 from ddpcheck.report import html
-from ddpcheck.run import performance, scaling
+from ddpcheck.run import performance
+from ddpcheck.run.launcher import scaling
 
 
 def _record(rank: int, slow: bool) -> dict:

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from ddpcheck.errors import UserError
-from ddpcheck.run import performance, scaling
+from ddpcheck.run import performance
+from ddpcheck.run.launcher import scaling
 from ddpcheck.run.checks import timing
 
 COLUMNS = list(timing.COLUMNS)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ddpcheck.errors import UserError
-from ddpcheck.run.options import RunOptions
+from ddpcheck.run.run_options import RunOptions
 
 BOOTSTRAP = "ddpcheck.run.rank.bootstrap"
 OUTPUT_FORMATS = ("full", "concise", "json", "sarif", "github")
@@ -293,7 +293,7 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
 def _scaling(value: str | None) -> tuple[int, ...]:
     if value is None:
         return ()
-    from ddpcheck.run.scaling import parse_sizes
+    from ddpcheck.run.launcher.scaling import parse_sizes
 
     return parse_sizes(value)
 
