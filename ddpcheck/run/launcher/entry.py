@@ -183,10 +183,10 @@ def present(outcome: Outcome, options: Any) -> int:
                           "give a file path you can write to")
     html_written = False
     if options.html:
-        from ddpcheck.report import html
+        from ddpcheck.run.launcher import html_report
 
         try:
-            results.write_atomic(options.html, html.render(data))
+            results.write_atomic(options.html, html_report.render(data))
             html_written = True
         except OSError as exc:
             failed.append(f"ddpcheck run: --html {_shown(options.html)}: cannot write it ({exc.strerror or exc}); "

@@ -33,7 +33,7 @@ def run(argv: list[str], options: Any) -> int:
 
 def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes: dict[int, Any],
              threads_set: bool) -> int:
-    from ddpcheck.report.html import fmt_rate
+    from ddpcheck.run.launcher.html_report import fmt_rate
     from ddpcheck.run import registry
     from ddpcheck.run.launcher import scaling
     from ddpcheck.run.launcher import command_line, entry

@@ -108,10 +108,10 @@ def present(verdict: Verdict, runs: dict[int, list[RankRun]], launch: Any, argv:
         except OSError as exc:
             failed.append(f"ddpcheck run: --report {options.report}: cannot write it ({exc.strerror or exc})")
     if options.html:
-        from ddpcheck.report import html
+        from ddpcheck.run.launcher import html_report
 
         try:
-            results.write_atomic(options.html, html.render(data))
+            results.write_atomic(options.html, html_report.render(data))
         except OSError as exc:
             failed.append(f"ddpcheck run: --html {options.html}: cannot write it ({exc.strerror or exc})")
     if options.output_format == "full":
