@@ -262,3 +262,18 @@ def test_each_check_module_writes_its_code_once():
         written = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in cited
                    and n.value in own]
         assert sorted(written) == sorted(own), path.name
+
+
+LAUNCHER_SIDE = ("ddpcheck.run.launcher", "ddpcheck.run.rehearse")
+
+
+def test_the_modules_directly_in_run_are_shared_by_both_kinds_of_process():
+    # A module that only the launcher's side imports belongs in its room (run/launcher/), so the
+    # top of run/ holds only what ranks and launcher both read.
+    top = [m for m in MODULES if m.startswith("ddpcheck.run.") and m.count(".") == 2
+           and not (PACKAGE / "run" / m.rsplit(".", 1)[1]).is_dir()]
+    assert len(top) > 5
+    launcher_only = [m for m in top
+                     if (users := {u for u, deps in GRAPH.items() if m in deps})
+                     and all(u.startswith(LAUNCHER_SIDE) for u in users)]
+    assert launcher_only == []
