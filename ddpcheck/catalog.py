@@ -17,8 +17,8 @@ from functools import lru_cache
 from ddpcheck import tool_codes
 from ddpcheck.describe import DOCS_URL, Described, RuleInfo, registered, render_page
 
-__all__ = ["DOCS_URL", "Described", "Known", "RuleInfo", "all_rules", "classes", "complete", "lint_codes",
-           "render_page"]
+__all__ = ["DOCS_URL", "Described", "Known", "RuleInfo", "all_rules", "classes", "code_named", "complete",
+           "lint_codes", "render_page"]
 
 # kind -> the packages whose modules define that kind's classes. ddpcheck's own codes ("tool")
 # live in the shared base and are always loaded.
@@ -43,6 +43,18 @@ def classes(*kinds: str) -> dict[str, type[Described]]:
         if kind in SOURCES:
             _load(kind)
     return dict(sorted((code, cls) for code, cls in registered().items() if cls.kind in kinds))
+
+
+@lru_cache(maxsize=None)
+def _codes_by_name(kind: str) -> dict[str, str]:
+    return {cls.name: code for code, cls in classes(kind).items()}
+
+
+def code_named(name: str, kind: str = "run") -> str:
+    """The code of the check called `name` (`"collective-hang"` → its code): code outside the
+    module that declares a check names it by its name, so each code is written once, on its class.
+    Raises KeyError for a name no class of `kind` has."""
+    return _codes_by_name(kind)[name]
 
 
 def _infos(*kinds: str) -> dict[str, RuleInfo]:

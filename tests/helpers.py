@@ -105,6 +105,12 @@ def lint_findings(root: Path, *targets: str, select: str = "DDP0") -> list[dict]
     return findings
 
 
+def lint_project(root: Path, files: dict[str, str], *targets: str, select: str = "DDP0") -> list[dict]:
+    """Write a small project under `root` (`write_project`) and lint `targets` in it (`lint_findings`)."""
+    write_project(root, files)
+    return lint_findings(root, *targets, select=select)
+
+
 def finding_set(root: Path, *targets: str, select: str = "DDP0") -> set[tuple[str, int, str]]:
     """(file name, line, code) of each finding."""
     return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in lint_findings(root, *targets, select=select)}

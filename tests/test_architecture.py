@@ -20,6 +20,7 @@ modules still cannot be understood or changed apart.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -224,3 +225,55 @@ def test_trace_never_imports_torch():
                 for n in ([a.name for a in node.names] if isinstance(node, ast.Import) else
                           [node.module or ""] if isinstance(node, ast.ImportFrom) else [])}
     assert not {n for n in imported if n == "torch" or n.startswith("torch.")}
+
+
+def _code_literals(source: str) -> list[tuple[int, str]]:
+    """String constants that are a runtime code (`"DDP105"`), at their lines. Prose that names a
+    code (a docstring, a help text) is not a code written down as data."""
+    return [(node.lineno, node.value) for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and re.fullmatch(r"DDP1\d\d", node.value)]
+
+
+def test_a_runtime_code_is_written_only_on_its_check():
+    # A check's code is written once, on its class in run/checks/; everything else asks the
+    # catalogue for it by the check's name (`catalog.code_named`), so a code cannot drift.
+    checks = PACKAGE / "run" / "checks"
+    found = [f"{path.relative_to(ROOT)}:{line}: {code}" for path in sorted(PACKAGE.rglob("*.py"))
+             if checks not in path.parents for line, code in _code_literals(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_a_code_literal_is_seen():
+    # Guards the guard: the reader finds a code written as data, alone or in a tuple.
+    assert _code_literals('HANG = "DDP123"\nPAIR = ("DDP104", "x")\n"""Names DDP105 in prose."""') == \
+        [(1, "DDP123"), (2, "DDP104")]
+
+
+def test_each_check_module_writes_its_code_once():
+    # In run/checks/ too: a module-level alias is derived from the class (`Check.code`), never a
+    # second literal of the check's own code. `explains` may name other checks' codes.
+    for path in (PACKAGE / "run" / "checks").glob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        own = [n.value.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+               and [getattr(t, "id", None) for t in n.targets] == ["code"] and isinstance(n.value, ast.Constant)]
+        cited = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                 and [getattr(t, "id", None) for t in n.targets] == ["explains"] for c in ast.walk(n.value)}
+        written = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in cited
+                   and n.value in own]
+        assert sorted(written) == sorted(own), path.name
+
+
+LAUNCHER_SIDE = ("ddpcheck.run.launcher", "ddpcheck.run.rehearse")
+
+
+def test_the_modules_directly_in_run_are_shared_by_both_kinds_of_process():
+    # A module that only the launcher's side imports belongs in its room (run/launcher/), so the
+    # top of run/ holds only what ranks and launcher both read.
+    top = [m for m in MODULES if m.startswith("ddpcheck.run.") and m.count(".") == 2
+           and not (PACKAGE / "run" / m.rsplit(".", 1)[1]).is_dir()]
+    assert len(top) > 5
+    launcher_only = [m for m in top
+                     if (users := {u for u, deps in GRAPH.items() if m in deps})
+                     and all(u.startswith(LAUNCHER_SIDE) for u in users)]
+    assert launcher_only == []

@@ -3,21 +3,7 @@ each test writes a small project in that style and reads the findings a user see
 
 from __future__ import annotations
 
-import json
-import textwrap
-from pathlib import Path
-
-from tests.conftest import run_cli
-
-
-def _lint(root: Path, files: dict[str, str], target: str, select: str) -> list[dict]:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json", str(root / target))
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["findings"]
+from tests.helpers import lint_project
 
 
 def _lines(findings: list[dict], code: str) -> list[int]:
@@ -60,12 +46,12 @@ def _logging_script(setup: str) -> str:
 
 def test_every_rank_logging_is_reported_when_the_format_does_not_name_the_rank(tmp_path):
     text = _logging_script('logging.basicConfig(format="%(asctime)s %(message)s", level=logging.INFO)')
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [21]
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP020"), "DDP020") == [21]
 
 
 def test_a_log_format_that_carries_the_rank_is_per_rank_output(tmp_path):
     text = _logging_script('logging.basicConfig(format=f"[rank={rank}] %(asctime)s %(message)s", level=logging.INFO)')
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == []
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP020"), "DDP020") == []
 
 
 def test_a_formatter_built_with_the_rank_is_per_rank_output(tmp_path):
@@ -73,7 +59,7 @@ def test_a_formatter_built_with_the_rank_is_per_rank_output(tmp_path):
              '        handler.setFormatter(logging.Formatter(f"%(asctime)s rank {rank}: %(message)s"))\n'
              '        LOGGER.addHandler(handler)')
     text = _logging_script(setup)
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == []
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP020"), "DDP020") == []
 
 
 def test_a_log_level_variable_raised_off_rank_zero_in_a_helper_module_silences_the_others(tmp_path):
@@ -89,7 +75,7 @@ def test_a_log_level_variable_raised_off_rank_zero_in_a_helper_module_silences_t
             logging.basicConfig(level=level, filename=path)
     """
     text = _logging_script("from logsetup import setup_logger\n        setup_logger('train.log')")
-    findings = _lint(tmp_path, {"train.py": text, "logsetup.py": helper}, "train.py", "DDP020")
+    findings = lint_project(tmp_path, {"train.py": text, "logsetup.py": helper}, "train.py", select="DDP020")
     assert _lines(findings, "DDP020") == []
 
 
@@ -105,7 +91,7 @@ def test_a_log_level_variable_set_the_same_on_every_rank_silences_nothing(tmp_pa
             logging.basicConfig(level=level, filename=path)
     """
     text = _logging_script("from logsetup import setup_logger\n        setup_logger('train.log', False)")
-    findings = _lint(tmp_path, {"train.py": text, "logsetup.py": helper}, "train.py", "DDP020")
+    findings = lint_project(tmp_path, {"train.py": text, "logsetup.py": helper}, "train.py", select="DDP020")
     assert _lines(findings, "DDP020") == [22]
 
 
@@ -139,7 +125,7 @@ def test_tqdm_write_in_the_epoch_loop_runs_on_every_rank(tmp_path):
         if __name__ == "__main__":
             main()
     """
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [19, 20]
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP020"), "DDP020") == [19, 20]
 
 
 STRIDE_SPLITS = """\
@@ -189,7 +175,7 @@ STRIDE_SPLITS = """\
 
 
 def test_stride_splits_by_range_that_feed_training_are_uneven_inputs(tmp_path):
-    findings = _lint(tmp_path, {"train.py": STRIDE_SPLITS}, "train.py", "DDP034")
+    findings = lint_project(tmp_path, {"train.py": STRIDE_SPLITS}, "train.py", select="DDP034")
     # the training index (followed into `train`) and the loop that back-propagates per shard;
     # not the evaluation index, nor the conversion loop without a backward
     assert _lines(findings, "DDP034") == [27, 31]
@@ -210,7 +196,7 @@ def test_the_world_size_is_read_by_value_not_by_name(tmp_path):
             model(torch.load(path)).sum().backward()
             optimizer.step()
     """
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP034"), "DDP034") == [8]
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP034"), "DDP034") == [8]
 
 
 def test_equal_blocks_that_drop_the_remainder_are_even(tmp_path):
@@ -226,7 +212,7 @@ def test_equal_blocks_that_drop_the_remainder_are_even(tmp_path):
             model(load(path)).sum().backward()
             optimizer.step()
     """
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP034"), "DDP034") == []
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP034"), "DDP034") == []
 
 
 NAN_SKIP = """\
@@ -264,7 +250,7 @@ NAN_SKIP = """\
 
 
 def test_a_rank_local_continue_before_the_backward_is_reported(tmp_path):
-    findings = _lint(tmp_path, {"train.py": NAN_SKIP}, "train.py", "DDP035")
+    findings = lint_project(tmp_path, {"train.py": NAN_SKIP}, "train.py", select="DDP035")
     # the skip before the backward; not the one after it (it skips only the logging)
     assert _lines(findings, "DDP035") == [13]
 
@@ -275,7 +261,7 @@ def test_a_continue_agreed_across_ranks_is_not_reported(tmp_path):
         "            bad = torch.isnan(loss).float()\n"
         "            dist.all_reduce(bad, op=dist.ReduceOp.MAX)\n"
         "            if bad.item() > 0:\n")
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP035"), "DDP035") == []
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP035"), "DDP035") == []
 
 
 def test_a_training_loss_summed_over_the_shard_is_not_an_evaluation_metric(tmp_path):
@@ -316,7 +302,7 @@ def test_a_training_loss_summed_over_the_shard_is_not_an_evaluation_metric(tmp_p
             main()
     """
     # the validation loss over its shard is reported; the training loss is not
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP036"), "DDP036") == [24]
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP036"), "DDP036") == [24]
 
 
 def test_a_continue_on_a_resumed_step_count_is_not_reported(tmp_path):
@@ -328,7 +314,7 @@ def test_a_continue_on_a_resumed_step_count_is_not_reported(tmp_path):
         "            state[\"running_loss\"] += loss.item()\n"
         "            if i_step < state[\"epoch_step\"]:\n")
     assert "i_step < state" in text
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP035"), "DDP035") == []
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP035"), "DDP035") == []
 
 
 def test_a_path_join_is_not_ddps_join(tmp_path):
@@ -348,8 +334,8 @@ def test_a_path_join_is_not_ddps_join(tmp_path):
     plain = body.replace("{loop}", "for path in files:")
     joined = body.replace("{loop}", "with model.join():\n            for path in files:\n    ").replace(
         "            model(torch.load", "                model(torch.load")
-    assert _lines(_lint(tmp_path, {"train.py": plain}, "train.py", "DDP034"), "DDP034") == [9]
-    assert _lines(_lint(tmp_path, {"train.py": joined}, "train.py", "DDP034"), "DDP034") == []
+    assert _lines(lint_project(tmp_path, {"train.py": plain}, "train.py", select="DDP034"), "DDP034") == [9]
+    assert _lines(lint_project(tmp_path, {"train.py": joined}, "train.py", select="DDP034"), "DDP034") == []
 
 
 def test_a_message_at_one_value_of_the_loop_variables_is_printed_once(tmp_path):
@@ -382,4 +368,4 @@ def test_a_message_at_one_value_of_the_loop_variables_is_printed_once(tmp_path):
     """
     # the `and` pins one step of both loops; the `or` pins nothing; `verbose and i == 0` pins the
     # step loop only, so it prints once per epoch
-    assert _lines(_lint(tmp_path, {"train.py": text}, "train.py", "DDP020"), "DDP020") == [16, 18]
+    assert _lines(lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP020"), "DDP020") == [16, 18]

@@ -4,22 +4,15 @@ user sees."""
 
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import lint_project
 
 
 def _lint(root: Path, files: dict[str, str], target: str, select: str) -> list[tuple[str, str, int]]:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json", str(root / target))
-    assert r.returncode == 0, r.stderr
+    """(code, file name, line) of each finding, sorted."""
     return sorted((f["code"], Path(f["path"]).name, f["location"]["line"])
-                  for f in json.loads(r.stdout)["findings"])
+                  for f in lint_project(root, files, target, select=select))
 
 
 FRAMEWORK = """\

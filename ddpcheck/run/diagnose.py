@@ -13,10 +13,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ddpcheck.catalog import code_named
 from ddpcheck.run.calls import WORLD, Call, CallLog, Mismatch, Side, first_mismatch, ranks_text, short, source_of
-from ddpcheck.run.loops import Guard, Loop, enclosing_loop, rank_guard
+from ddpcheck.run.source_loops import Guard, Loop, enclosing_loop, rank_guard
 
-MISMATCH, UNEVEN, HANG = "DDP128", "DDP129", "DDP123"
+# The runtime checks a diagnosis reports, by name (their codes are on their classes in run/checks/).
+MISMATCH, UNEVEN, HANG = "collective-mismatch", "uneven-work", "collective-hang"
 
 
 @dataclass(frozen=True)
@@ -108,12 +110,12 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
     if uneven is not None:
         details["uneven"] = uneven.to_json()
         then = f"; so {mismatch.message()}" if mismatch is not None else ""
-        return Diagnosis(UNEVEN, uneven.message() + then + suffix, uneven.odd, uneven.site, details)
+        return Diagnosis(code_named(UNEVEN), uneven.message() + then + suffix, uneven.odd, uneven.site, details)
     left = left_loop(present, mismatch) if mismatch is not None else None
     if left is not None and mismatch is not None:
         details["left_loop"] = {"ranks": list(left.ranks), "loop": [left.loop.start, left.loop.end],
                                 "exits": list(left.loop.exits)}
-        return Diagnosis(UNEVEN, left.message(mismatch) + suffix, left.ranks, left.site, details)
+        return Diagnosis(code_named(UNEVEN), left.message(mismatch) + suffix, left.ranks, left.site, details)
     if mismatch is not None:
         odd = mismatch.odd_ranks
         absent = [present[r] for r in mismatch.missing if r in present]
@@ -124,16 +126,16 @@ def diagnose(states: Mapping[int, RankState], world: int, *, hung_s: float | Non
             verb = "waits" if len(mismatch.missing) == 1 else "wait"
             text = (f"{ranks_text(mismatch.missing)} ran optimizer step {steps[-1]} (the others have run "
                     f"{others[0] if others else '?'}) and {verb} in ddpcheck's check exchange: {mismatch.message()}")
-            return Diagnosis(UNEVEN, text + suffix, mismatch.missing, _mismatch_site(mismatch), details)
+            return Diagnosis(code_named(UNEVEN), text + suffix, mismatch.missing, _mismatch_site(mismatch), details)
         alone = _alone(mismatch, ended)
         if alone is not None:
             side, why = alone
-            return Diagnosis(MISMATCH, mismatch.message() + why + suffix, side.ranks, side.call.site, details)
+            return Diagnosis(code_named(MISMATCH), mismatch.message() + why + suffix, side.ranks, side.call.site, details)
         if len(mismatch.sides) == 1 and absent and all(a.current is None for a in absent):
             if hung_s is not None:  # they are outside any collective (idle): a plain hang says where
                 return _plain_hang(states, world, hung_s)
             return None
-        return Diagnosis(MISMATCH, mismatch.message() + suffix, odd, _mismatch_site(mismatch), details)
+        return Diagnosis(code_named(MISMATCH), mismatch.message() + suffix, odd, _mismatch_site(mismatch), details)
     if hung_s is None:
         return None
     return _plain_hang(states, world, hung_s)
@@ -372,7 +374,7 @@ def _plain_hang(states: Mapping[int, RankState], world: int, hung_s: float) -> D
             site = known.frames[0].rpartition(" in ")[0]
             break
     message = f"no progress for {hung_s:g} s: " + "; ".join(parts) + f" — {why}"
-    return Diagnosis(HANG, message, tuple(sorted(odd)), site, {})
+    return Diagnosis(code_named(HANG), message, tuple(sorted(odd)), site, {})
 
 
 # --- after the job: what the ranks' files say ------------------------------------------------------

@@ -24,7 +24,7 @@ import signal
 import sys
 import threading
 
-from ddpcheck.run.options import ENV_LAUNCHER_PID
+from ddpcheck.run.run_options import ENV_LAUNCHER_PID
 
 _PR_SET_PDEATHSIG = 1
 EXIT_CODE = 129  # as a shell reports a process ended by SIGHUP, "its terminal went away"

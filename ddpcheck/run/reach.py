@@ -11,7 +11,7 @@ and the report says why, naming the first rank to stop and where:
 
 Ranks record how far they got (`reached`: the time of each point) and how they ended (exit code,
 the exception, the file:line of a `sys.exit`, the last line they printed); this module reads that
-back after the job (the crash probe and launcher/verdicts.py). Torch-free.
+back after the job (the crash probe and launcher/judging.py). Torch-free.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Comparisons and missing ranks → Findings in the runtime vocabulary (DDP128, DDP129, DDP123,
-DDP120), each pointing at the user's own line when the frames name one."""
+"""Comparisons and missing ranks → Findings in the runtime vocabulary (collective-mismatch,
+uneven-work, collective-hang, rank-crashed: the runtime checks' own codes and pages), each pointing
+at the user's own line when the frames name one."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ddpcheck.catalog import code_named
 from ddpcheck.findings import Finding, Related, Severity
 from ddpcheck.trace.align import Comparison, Side
 from ddpcheck.trace.dumps import Call, Frame
@@ -70,10 +72,11 @@ def _side_details(side: Side, source: str) -> dict[str, Any]:
     }
 
 
-def _finding(code: str, name: str, message: str, anchor: Call | None, source: str,
+def _finding(name: str, message: str, anchor: Call | None, source: str,
              ranks: tuple[int, ...], related: list[Related], details: dict[str, Any]) -> Finding:
+    """A finding of the runtime check called `name` (its code comes from the catalogue)."""
     where = places(anchor, source)
-    return Finding(code=code, name=name, message=message, severity=Severity.ERROR,
+    return Finding(code=code_named(name), name=name, message=message, severity=Severity.ERROR,
                    path=where[0].path if where else None, line=where[0].frame.line if where else None,
                    column=1 if where else None, ranks=ranks, related=tuple(related), details=details)
 
@@ -96,7 +99,7 @@ def from_comparison(c: Comparison, source: str, elsewhere: dict[int, str] | None
                    "with the same shapes")
         related = [r for s in c.sides[:-1] for r in _related(s, s.call, source, s.call.describe() if s.call else "")]
         anchor = next((s.call for s in reversed(c.sides) if places(s.call, source)), odd.call)
-        return _finding("DDP128", "collective-mismatch", message, anchor, source,
+        return _finding("collective-mismatch", message, anchor, source,
                         tuple(sorted(r for s in c.sides for r in s.ranks)), related, details)
     if c.kind == "uneven":
         arrived, absent = c.sides[0], c.sides[1:]
@@ -112,7 +115,7 @@ def from_comparison(c: Comparison, source: str, elsewhere: dict[int, str] | None
                    f"{call.describe() if call else '?'}{_at(call, source)} and waited; {gone}. "
                    "Give every rank the same number of steps (same batches per epoch, a stop decided together)")
         related = [r for s in absent for r in _related(s, s.last, source, "last call before it stopped")]
-        return _finding("DDP129", "uneven-work", message, call, source,
+        return _finding("uneven-work", message, call, source,
                         tuple(r for s in absent for r in s.ranks), related, details)
     if c.kind == "stuck":
         side = c.sides[0]
@@ -124,7 +127,7 @@ def from_comparison(c: Comparison, source: str, elsewhere: dict[int, str] | None
                    + (f"; last frames: {stack}" if stack else "")
                    + ". Look at what those ranks do there: a device fault, a kernel that never ends, "
                      "or a network problem between their hosts")
-        return _finding("DDP123", "collective-hang", message, side.call, source, side.ranks, [], details)
+        return _finding("collective-hang", message, side.call, source, side.ranks, [], details)
     return None
 
 
@@ -152,4 +155,4 @@ def dead_ranks(missing: tuple[int, ...], world: int, last_seen: Call | None, sou
                   if last_seen else "")
                + ". Read that rank's log for its traceback or signal; if its file was only lost, pass it too")
     details: dict[str, Any] = {"source": "flight-recorder", "missing_ranks": list(missing), "world_size": world}
-    return _finding("DDP120", "rank-crashed", message, last_seen, source, missing, [], details)
+    return _finding("rank-crashed", message, last_seen, source, missing, [], details)

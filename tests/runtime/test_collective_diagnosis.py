@@ -8,8 +8,12 @@ import textwrap
 
 from ddpcheck.run import live
 from ddpcheck.run.calls import DDP_BACKWARD, Call, CallLog, first_mismatch
-from ddpcheck.run.diagnose import HANG, MISMATCH, UNEVEN, PassInfo, RankState, diagnose, uneven_passes
-from ddpcheck.run.loops import enclosing_loop
+from ddpcheck.run.checks.collectives import CollectiveMismatch, UnevenWork
+from ddpcheck.run.checks.hang import CollectiveHang
+from ddpcheck.run.diagnose import PassInfo, RankState, diagnose, uneven_passes
+from ddpcheck.run.source_loops import enclosing_loop
+
+MISMATCH, UNEVEN, HANG = CollectiveMismatch.code, UnevenWork.code, CollectiveHang.code
 
 
 def _log(*calls: Call, current: bool = True) -> CallLog:

@@ -13,8 +13,9 @@ import re
 import pytest
 
 from browser import count_color, dump_dom, find_chromium, read_png, screenshot
-from ddpcheck.report import html
-from ddpcheck.run import performance, scaling
+from ddpcheck.run.launcher import html_report as html
+from ddpcheck.run import performance
+from ddpcheck.run.launcher import scaling
 
 
 def _record(rank: int, slow: bool) -> dict:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from ddpcheck.errors import UserError
-from ddpcheck.run import performance, scaling
+from ddpcheck.run import performance
+from ddpcheck.run.launcher import scaling
+from ddpcheck.run.launcher.command_line import parse_world_sizes
 from ddpcheck.run.checks import timing
 
 COLUMNS = list(timing.COLUMNS)
@@ -84,10 +86,10 @@ def test_timing_judge_needs_enough_steps_before_any_finding():
 
 
 def test_scaling_sizes_are_validated():
-    assert scaling.parse_sizes("4,1,2") == (1, 2, 4)
+    assert parse_world_sizes("4,1,2", flag="--scaling", example="1,2,4", at_least=2) == (1, 2, 4)
     for bad in ("1", "1,x", "0,2", ","):
         with pytest.raises(UserError):
-            scaling.parse_sizes(bad)
+            parse_world_sizes(bad, flag="--scaling", example="1,2,4", at_least=2)
 
 
 def _run(n, tp, gb, lr, opt="SGD"):

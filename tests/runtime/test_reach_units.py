@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ddpcheck.run import reach
 from ddpcheck.run.checks import crash
-from ddpcheck.run.launcher import verdicts
+from ddpcheck.run.launcher import judging
 from ddpcheck.run.verdict import FAIL, NOT_REACHED, PASS, SKIP, Context, Verdict
 
 
@@ -86,7 +86,7 @@ def test_a_signal_before_any_exception_is_the_root_cause():
 
 
 def test_not_reached_rows_sort_after_passes_and_are_counted_apart():
-    judged = verdicts.Judged({"DDP105": Verdict("DDP105", NOT_REACHED, "not reached: x"),
+    judged = judging.Judged({"DDP105": Verdict("DDP105", NOT_REACHED, "not reached: x"),
                               "DDP108": Verdict("DDP108", PASS, "called on every rank")}, [], frozenset())
-    rows = [r for r in verdicts.rows(judged) if r.code in ("DDP105", "DDP108")]
+    rows = [r for r in judging.rows(judged) if r.code in ("DDP105", "DDP108")]
     assert [(r.code, r.status) for r in rows] == [("DDP108", "pass"), ("DDP105", "not-reached")]

@@ -14,7 +14,7 @@ import pytest
 import jsonschema
 
 from browser import count_color, dump_dom, find_chromium, read_png, screenshot
-from ddpcheck.report.html import PHASE_COLORS
+from ddpcheck.run.launcher.html_report import PHASE_COLORS
 from rt_helpers import FIXTURES, ROOT, run_ddpcheck
 
 pytestmark = pytest.mark.slow

@@ -8,8 +8,8 @@ import textwrap
 
 from ddpcheck.run.checks import _samples
 from ddpcheck.run.checks.model_match import first_difference
-from ddpcheck.run.launcher import summary
-from ddpcheck.run.launcher.verdicts import Row
+from ddpcheck.run.launcher import results
+from ddpcheck.run.launcher.judging import Row
 from ddpcheck.run.rank import emulate
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Verdict
 
@@ -109,8 +109,8 @@ def test_warnings_count_as_warnings_and_skipped_checks_share_one_line():
     rows = [_row("DDP103", FAIL, "warning"), _row("DDP115", FAIL, "info"), _row("DDP105", PASS),
             _row("DDP107", SKIP), _row("DDP104", SKIP, explained_by="DDP100"), _row("DDP110", "not-run")]
     job = {"steps": 1, "checked_steps": 1, "script_exit_code": 0}
-    assert summary.totals(rows, job).startswith("0 failed, 1 warning, 1 advice, 1 passed, 3 skipped or not run "
+    assert results.totals(rows, job).startswith("0 failed, 1 warning, 1 advice, 1 passed, 3 skipped or not run "
                                                 "(1 optimizer step, 1 checked)")
-    line = summary.skipped_line(rows)
+    line = results.skipped_line(rows)
     assert line == ("3 checks skipped or not run (nothing to check: DDP107; explained by DDP100: DDP104; "
                     "not selected: DDP110); --show-skipped lists them")

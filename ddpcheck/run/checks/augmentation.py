@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
 
 PROBE_NAME = "augmentation"
-HELD, SEEDS = "DDP147", "DDP148"
 FETCHES = 3  # fetches a worker watches
 MAX_ITERATORS = 8  # per rank
 _SCAN_LIMIT = 400  # objects visited when looking for RNG objects in a dataset
@@ -333,6 +332,9 @@ def _global_states() -> dict[str, int]:
 
 
 # --- in the launcher --------------------------------------------------------------------------
+
+HELD, SEEDS = DatasetRngRepeats.code, IdenticalWorkerSeeds.code
+
 
 def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     sections = {r["rank"]: r["probes"][PROBE_NAME] for r in records if PROBE_NAME in r.get("probes", {})}

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
 
 PROBE_NAME = "checkpointing"
-CODE = "DDP145"
 MAX_SITES = 16
 ERRORS = {
     "Expected to mark a variable ready only once": "ready-twice",
@@ -169,17 +168,17 @@ def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:
     sections = {r["rank"]: r["probes"][PROBE_NAME] for r in records if PROBE_NAME in r.get("probes", {})}
     entries = [e for s in sections.values() for e in s.get("sites", [])]
     if not entries:
-        return [Verdict(CODE, SKIP, "no reentrant torch.utils.checkpoint in a DDP model")]
+        return [Verdict(ReentrantCheckpoint.code, SKIP, "no reentrant torch.utils.checkpoint in a DDP model")]
     site = _short(entries[0]["site"])
     damage = _damage(records, entries)
     if not damage:
-        return [Verdict(CODE, PASS, f"reentrant checkpoint at {site}: DDP kept the gradients in sync")]
+        return [Verdict(ReentrantCheckpoint.code, PASS, f"reentrant checkpoint at {site}: DDP kept the gradients in sync")]
     first = next(iter(sections.values()))
     cause, fix = _cause(entries, first)
     where = ", ".join(sorted({_short(e["site"]) for e in entries}))
     path, _, line = str(entries[0]["site"]).rpartition(":")
     return [Verdict(
-        CODE, FAIL, f"reentrant checkpoint at {where}: {damage}",
+        ReentrantCheckpoint.code, FAIL, f"reentrant checkpoint at {where}: {damage}",
         message=(f"Reentrant activation checkpointing (torch.utils.checkpoint at {where}, "
                  f"use_reentrant={'not given, so True' if entries[0]['use_reentrant'] is None else 'True'}) "
                  f"broke DDP in this run: {damage}. {cause} {fix}"),

@@ -275,7 +275,7 @@ def _uneven_after_the_job(records: list[Record]) -> Verdict | None:
     uneven = diagnose.uneven_passes(states)
     if uneven is not None:
         return _verdict(UnevenWork.code, uneven.message(), uneven.odd, uneven.site,
-                        {"uneven": uneven.to_json(), "explains": ["DDP123", "DDP128"]})
+                        {"uneven": uneven.to_json(), "explains": ["DDP123", CollectiveMismatch.code]})
     finished = [r for r in records if r.get("status") == "finished" and not r.get("exit_code")]
     steps = {int(r.get("rank", 0)): int(r.get("step", 0)) for r in finished}
     if len(finished) == len(records) and len(set(steps.values())) > 1:
@@ -287,7 +287,7 @@ def _uneven_after_the_job(records: list[Record]) -> Verdict | None:
         text = ", ".join(f"{ranks_text(rs)} ran {n} optimizer step{'s' if n != 1 else ''}"
                          for n, rs in sorted(ordered, key=lambda g: (len(g[1]), g[1])))
         return _verdict(UnevenWork.code, f"uneven work: {text}", odd, None,
-                        {"steps": {str(r): n for r, n in steps.items()}, "explains": ["DDP123", "DDP128"]})
+                        {"steps": {str(r): n for r, n in steps.items()}, "explains": ["DDP123", CollectiveMismatch.code]})
     return None
 
 

@@ -74,7 +74,6 @@ class EvaluationNotSharded(RuntimeCheck):
 
 
 NAME = "evaluation"
-CODE = "DDP115"
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
@@ -109,7 +108,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                 sliced += 1  # the script keeps 1/world of each batch for the model (DLRM does)
             elif all(int(x["count"]) >= n for x in epochs.values()):
                 found.append(Verdict(
-                    CODE, FAIL, f"{label}: every rank evaluates all {n} samples",
+                    EvaluationNotSharded.code, FAIL, f"{label}: every rank evaluates all {n} samples",
                     message=f"{label}: in {what} every rank read all {n} samples (it has no "
                     f"DistributedSampler), so the evaluation is done {world} times over. The result "
                     "is right; to share the work, shard it with DistributedSampler(dataset, "
@@ -125,7 +124,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             excess = sum(len(v) for v in drawn.values()) - len(set().union(*(set(v) for v in drawn.values())))
         if excess > pad:
             found.append(Verdict(
-                CODE, FAIL, f"{label}: {excess} samples evaluated by more than one rank",
+                EvaluationNotSharded.code, FAIL, f"{label}: {excess} samples evaluated by more than one rank",
                 message=f"{label}: in {what} {excess} samples were evaluated by more than one rank "
                 f"(DistributedSampler's padding explains {pad}): the sampler's num_replicas/rank do not "
                 "match the job, and a metric combined across ranks counts them twice. Build the "
@@ -133,7 +132,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                 **loader_place(info), details={"loader": label, "repeated": excess, "padding": pad}))
         elif pad:
             found.append(Verdict(
-                CODE, FAIL, f"{label}: {pad} padding sample(s) evaluated twice",
+                EvaluationNotSharded.code, FAIL, f"{label}: {pad} padding sample(s) evaluated twice",
                 message=f"{label}: its DistributedSampler pads {n} samples to {n + pad} for {replicas} "
                 f"ranks (drop_last=False), so in {what} {plural(pad, 'sample is', 'samples are')} evaluated "
                 "twice, and a metric combined across ranks counts "
@@ -148,14 +147,14 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                             path=first.path, line=first.line, details=first.details)
         return [first]
     if not judged:
-        return [Verdict(CODE, SKIP, "no evaluation pass on every rank")]
+        return [Verdict(EvaluationNotSharded.code, SKIP, "no evaluation pass on every rank")]
     sharded = judged - own - sliced
     said = [f"{plural(sharded, 'loader')} evaluated in shards without padding"] if sharded else []
     if own:
         said.append(f"{plural(own, 'loader')} with each rank's own data")
     if sliced:
         said.append(f"{plural(sliced, 'loader')} whose batches each rank cuts to its own 1/{ctx.world_size}")
-    return [Verdict(CODE, PASS, "; ".join(said))]
+    return [Verdict(EvaluationNotSharded.code, PASS, "; ".join(said))]
 
 
 def _own_data(per_rank: dict[int, dict[str, Any]], passes: list[int]) -> bool:

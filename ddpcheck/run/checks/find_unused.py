@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
 
 PROBE_NAME = "find-unused"
-UNNEEDED, CRASH = "DDP144", "DDP146"
 UNFINISHED = "Expected to have finished reduction in the prior iteration"
 _INDICES = re.compile(r"Parameter indices which did not receive grad for rank (\d+):\s*([\d ]+)")
 MIN_STEPS = 2  # steps every rank must have watched before the flag is called unneeded
@@ -233,6 +232,9 @@ def _watch_every_grad(session: "Session", entry: dict[str, Any], ddp: Any) -> No
             handles.clear()
 
     session.after_step.append(after_step)
+
+
+UNNEEDED, CRASH = FindUnusedParametersUnneeded.code, UnfinishedReduction.code
 
 
 def judge(records: list[dict[str, Any]], ctx: Context) -> list[Verdict]:

@@ -115,7 +115,6 @@ class GradientsDiffer(RuntimeCheck):
 
 
 NAME = "grads"
-CODE = "DDP105"
 # Collectives that reduce data across ranks: one of these inside an optimizer step is a gradient
 # reduction that ends there (a broadcast or all-gather of parameters is not).
 REDUCING = frozenset({"all_reduce", "reduce", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
@@ -257,15 +256,15 @@ def _without(logs: dict[int, dict[str, Any]], steps: set[int]) -> dict[int, dict
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     logs = logs_by_rank(records, NAME)
     if len(logs) < 2 or not any(log.get("count") for log in logs.values()):
-        return [Verdict(CODE, SKIP, "no optimizer step on two or more ranks")]
+        return [Verdict(GradientsDiffer.code, SKIP, "no optimizer step on two or more ranks")]
     sharded, only = sharded_only(records, NAME)
     if only:
-        return [Verdict(CODE, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",
+        return [Verdict(GradientsDiffer.code, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",
                         details={"sharded": sharded})]
     step, at, bad, compared = first_mismatch(logs)
     if step is None:
         left = f"; {plural(sharded, 'sharded parameter')} not compared" if sharded else ""
-        return [Verdict(CODE, PASS, f"identical on every rank at {plural(compared, 'checked step')}"
+        return [Verdict(GradientsDiffer.code, PASS, f"identical on every rank at {plural(compared, 'checked step')}"
                         f"{realigned(records)}{left}")]
     inside, kinds = reduced_in_step(records)
     if inside and (step in inside or step == -1):
@@ -274,10 +273,10 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                f"({plural(len(inside), 'checked step')}): compared through the parameters after it (DDP106)")
         logs = _without(logs, inside)
         if not any(log["steps"] for log in logs.values()):
-            return [Verdict(CODE, SKIP, how, details={"reduced_in_step": sorted(inside)})]
+            return [Verdict(GradientsDiffer.code, SKIP, how, details={"reduced_in_step": sorted(inside)})]
         step, at, bad, compared = first_mismatch(logs)
         if step is None:
-            return [Verdict(CODE, PASS, f"identical on every rank at {plural(compared, 'checked step')}; {how}",
+            return [Verdict(GradientsDiffer.code, PASS, f"identical on every rank at {plural(compared, 'checked step')}; {how}",
                             details={"reduced_in_step": sorted(inside)})]
     tensors = differing_tensors(logs, step)
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])
@@ -287,7 +286,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     message = (f"Gradients differ across ranks at {where(step)} ({describe_groups(at)}; "
                f"{bad} of {plural(compared, 'checked step')} differ){': ' + names if names else ''}. "
                + cause)
-    return [Verdict(CODE, FAIL, f"differ from step {step}: {names or describe_groups(at)}",
+    return [Verdict(GradientsDiffer.code, FAIL, f"differ from step {step}: {names or describe_groups(at)}",
                     message=message, ranks=odd_ranks(at), step=step if step > 0 else None,
                     details={"differing_steps": bad, "checked_steps": compared,
                              "parameters": [n for n, _ in (tensors or [])], "digests": at})]

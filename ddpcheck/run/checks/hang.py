@@ -1,4 +1,4 @@
-"""A hang: the watchdog of each rank (ddpcheck/run/rank/hangs.py, always on) decided that no rank made
+"""A hang: the watchdog of each rank (ddpcheck/run/rank/hang_detection.py, always on) decided that no rank made
 progress for the hang timeout, wrote its verdict to the record directory and stopped the job."""
 
 from __future__ import annotations

@@ -59,7 +59,6 @@ class IdenticalInputs(RuntimeCheck):
 
 
 NAME = "inputs"
-CODE = "DDP104"
 
 
 def capture(session: Session) -> None:
@@ -118,10 +117,10 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
 
 def _judge(per_rank: dict[int, dict[int, int]], what: str) -> Verdict:
     if len(per_rank) < 2:
-        return Verdict(CODE, SKIP, "no DDP forward with tensor inputs on two or more ranks")
+        return Verdict(IdenticalInputs.code, SKIP, "no DDP forward with tensor inputs on two or more ranks")
     common = sorted(set.intersection(*(set(v) for v in per_rank.values())))
     if not common:
-        return Verdict(CODE, SKIP, "no common checked step")
+        return Verdict(IdenticalInputs.code, SKIP, "no common checked step")
     same_count: dict[tuple[int, int], int] = {}
     ranks = sorted(per_rank)
     for step in common:
@@ -132,11 +131,11 @@ def _judge(per_rank: dict[int, dict[int, int]], what: str) -> Verdict:
     # A pair is a fault when it saw the same inputs at more than half of the compared steps.
     pairs = sorted(p for p, n in same_count.items() if n * 2 > len(common))
     if not pairs:
-        return Verdict(CODE, PASS, f"inputs differ between ranks at {plural(len(common), 'checked step')}")
+        return Verdict(IdenticalInputs.code, PASS, f"inputs differ between ranks at {plural(len(common), 'checked step')}")
     involved = tuple(sorted({r for p in pairs for r in p}))
     worst = max(same_count[p] for p in pairs)
     shown = " and ".join(", ".join(map(str, group)) for group in _groups(pairs))
-    return Verdict(CODE, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
+    return Verdict(IdenticalInputs.code, FAIL, f"ranks {shown} got identical inputs ({worst}/{len(common)} steps)",
                     message=f"Ranks {shown} {what} at {worst} of "
                     f"{plural(len(common), 'checked step')}: they compute the same gradients, so the extra "
                     "ranks add no data. Shard the data by rank (DistributedSampler, or split an "

@@ -204,7 +204,7 @@ class UnusedParameters(RuntimeCheck):
 
 
 NAME = "lifecycle"
-INIT, USED, DEVICE, DESTROY, UNUSED = "DDP108", "DDP109", "DDP110", "DDP111", "DDP112"
+INIT, USED, DEVICE, DESTROY, UNUSED = InitProcessGroupMissing.code, DDPNotUsed.code, CudaDeviceMismatch.code, DestroyProcessGroupMissing.code, UnusedParameters.code
 
 
 def capture(session: Session) -> None:

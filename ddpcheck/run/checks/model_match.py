@@ -80,7 +80,6 @@ class ModelDiffersAcrossRanks(RuntimeCheck):
 
 
 NAME = "model"
-CODE = "DDP116"
 MAX_SITES = 200_000  # parameters whose building site is remembered (models rebuilt in a loop stop here)
 
 Signature = list[Any]  # [name, shape, dtype, requires_grad]
@@ -258,8 +257,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     compared = [w for per in wraps.values() for w in per.values() if w.get("compared")]
     if not compared:
         if not wraps:
-            return [Verdict(CODE, SKIP, "no model was wrapped in DDP")]
-        return [Verdict(CODE, SKIP, "the DDP model's process group is not the whole job's")]
+            return [Verdict(ModelDiffersAcrossRanks.code, SKIP, "no model was wrapped in DDP")]
+        return [Verdict(ModelDiffersAcrossRanks.code, SKIP, "the DDP model's process group is not the whole job's")]
     for index, per_rank in sorted(wraps.items()):
         diff = next((w["difference"] for w in per_rank.values() if w.get("difference")), None)
         if diff is None:
@@ -293,12 +292,12 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                    f"#{diff['index'] + 1} differs — {shown}{count_text}.{where_text} DDP needs the same "
                    "parameters, in the same order, with the same shapes, dtypes and requires_grad on "
                    "every rank: build the model the same way everywhere before wrapping it.")
-        return [Verdict(CODE, FAIL, f"parameter '{name}': {shown}", message=message, ranks=odd,
+        return [Verdict(ModelDiffersAcrossRanks.code, FAIL, f"parameter '{name}': {shown}", message=message, ranks=odd,
                         path=path or None, line=line,
                         details={"parameter": name, "position": diff["index"], "ranks": diff["ranks"],
                                  "counts": diff["counts"], "sites": sites})]
     n = max(int(w.get("params", 0)) for w in compared)
-    return [Verdict(CODE, PASS, f"the same {n} parameters (names, shapes, dtypes, requires_grad) on every rank")]
+    return [Verdict(ModelDiffersAcrossRanks.code, PASS, f"the same {n} parameters (names, shapes, dtypes, requires_grad) on every rank")]
 
 
 def _short(site: str) -> str:

@@ -104,7 +104,7 @@ class BuffersDiverge(RuntimeCheck):
 
 
 NAME = "params"
-PARAMS, BUFFERS = "DDP106", "DDP107"
+PARAMS, BUFFERS = ParametersDiverge.code, BuffersDiverge.code
 
 
 def capture(session: Session) -> None:

@@ -91,7 +91,6 @@ class RankWorldSizeMismatch(RuntimeCheck):
 
 
 NAME = "rendezvous"
-TCP_CODE, RANK_CODE = "DDP113", "DDP114"
 
 
 def capture(session: Session) -> None:
@@ -110,7 +109,7 @@ def capture(session: Session) -> None:
         method = kwargs.get("init_method")
         if isinstance(method, str) and method.startswith("tcp://") and not _is_launchers_store(method):
             kwargs["init_method"] = "env://"
-            session.note(TCP_CODE, f"init_process_group(init_method={method!r}) is hard-coded; "
+            session.note(HardcodedInitMethod.code, f"init_process_group(init_method={method!r}) is hard-coded; "
                          f"{_what_happens(method, kwargs.get('timeout'))}. ddpcheck rewrote it to 'env://'",
                          init_method=method)
         for arg, env in (("rank", "RANK"), ("world_size", "WORLD_SIZE")):
@@ -119,7 +118,7 @@ def capture(session: Session) -> None:
                 continue
             if int(given) != int(launcher):
                 kwargs[arg] = int(launcher)
-                session.note(RANK_CODE, f"init_process_group({arg}={given}) disagrees with the "
+                session.note(RankWorldSizeMismatch.code, f"init_process_group({arg}={given}) disagrees with the "
                              f"launcher's {env}={launcher}; ddpcheck used {launcher}",
                              argument=arg, given=int(given), launcher=int(launcher))
 
@@ -169,7 +168,7 @@ def _notes(records: list[Record], code: str) -> dict[int, dict[str, Any]]:
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     seen = any(r.get("probes", {}).get(NAME, {}).get("seen") for r in records)
     out = []
-    for code, what in ((TCP_CODE, "init_method"), (RANK_CODE, "rank/world_size")):
+    for code, what in ((HardcodedInitMethod.code, "init_method"), (RankWorldSizeMismatch.code, "rank/world_size")):
         notes = _notes(records, code)
         if notes:
             first = notes[min(notes)]
@@ -185,7 +184,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
 def _passed(code: str, records: list[Record]) -> str:
     """What a passing row says, as the script wrote its init_process_group call."""
     given = [r.get("probes", {}).get(NAME, {}).get("given") or {} for r in records]
-    if code == TCP_CODE:
+    if code == HardcodedInitMethod.code:
         if any(g.get("store") for g in given):
             return "a store of the script's own (no init_method)"
         methods = sorted({g["init_method"] for g in given if g.get("init_method")})

@@ -57,7 +57,6 @@ class MissingSetEpoch(RuntimeCheck):
 
 
 NAME = "set-epoch"
-CODE = "DDP103"
 
 
 def _same_order(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -96,7 +95,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                     label = loader_label(info)
                     stayed = (f" (sampler.epoch stayed {b['sampler_epoch']})"
                               if b.get("sampler_epoch") is not None else "")
-                    return [Verdict(CODE, FAIL, f"{label}: epochs {e} and {e + 1} in the same order",
+                    return [Verdict(MissingSetEpoch.code, FAIL, f"{label}: epochs {e} and {e + 1} in the same order",
                                     message=f"{label}: its shuffling DistributedSampler gave the same "
                                     f"order in training epochs {e} and {e + 1}{stayed}: set_epoch() is "
                                     "not called, so every epoch repeats the first shuffle. Call "
@@ -104,8 +103,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                                     ranks=tuple(sorted(per_rank)), epoch=e + 1, **loader_place(info),
                                     details={"loader": label})]
     if not candidates:
-        return [Verdict(CODE, SKIP, "no shuffling DistributedSampler trained on for two epochs")]
-    return [Verdict(CODE, PASS, f"order changes every epoch ({plural(candidates, 'loader')})")]
+        return [Verdict(MissingSetEpoch.code, SKIP, "no shuffling DistributedSampler trained on for two epochs")]
+    return [Verdict(MissingSetEpoch.code, PASS, f"order changes every epoch ({plural(candidates, 'loader')})")]
 
 
 PROBE = Probe(NAME, (MissingSetEpoch,), judge, capture, order=40)

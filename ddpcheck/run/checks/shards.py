@@ -150,7 +150,7 @@ class ShardCoverageGap(RuntimeCheck):
 
 
 NAME = "shards"
-NO_SAMPLER, OVERLAP, COVERAGE = "DDP100", "DDP101", "DDP102"
+NO_SAMPLER, OVERLAP, COVERAGE = MissingDistributedSampler.code, OverlappingShards.code, ShardCoverageGap.code
 FULL_EPOCHS = 3  # epochs per loader whose every index is kept; later ones keep a digest only
 FULL_EPOCHS_PER_RANK = 12  # ... and over all loaders of a rank (scripts that build one per epoch)
 HEAD = 64  # indices kept from the start of every epoch (for the set_epoch comparison)

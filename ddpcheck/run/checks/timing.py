@@ -574,7 +574,7 @@ def _read_ddp_logging(session: "Session", section: dict[str, Any]) -> None:
 
 # --- in the launcher --------------------------------------------------------------------------
 
-STRAGGLER, DATA, COMM, UNSCALED_LR = "DDP140", "DDP141", "DDP142", "DDP143"
+STRAGGLER, DATA, COMM, UNSCALED_LR = StragglerRank.code, DataBound.code, CommunicationBound.code, UnscaledLearningRate.code
 FINDING_MIN_STEPS = 10  # timed steps per rank (after the warm-up) before a performance finding
 
 

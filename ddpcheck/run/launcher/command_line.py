@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ddpcheck.errors import UserError
-from ddpcheck.run.options import RunOptions
+from ddpcheck.run.run_options import RunOptions
 
 BOOTSTRAP = "ddpcheck.run.rank.bootstrap"
 OUTPUT_FORMATS = ("full", "concise", "json", "sarif", "github")
@@ -293,17 +293,40 @@ def own_options_from(ns: argparse.Namespace, record_dir: str, script: Path) -> R
 def _scaling(value: str | None) -> tuple[int, ...]:
     if value is None:
         return ()
-    from ddpcheck.run.scaling import parse_sizes
-
-    return parse_sizes(value)
+    return parse_world_sizes(value, flag="--scaling", example="1,2,4", at_least=2)
 
 
 def _rehearse(value: str | None) -> tuple[int, ...]:
     if value is None:
         return ()
-    from ddpcheck.run.rehearse.plan import parse_sizes
+    from ddpcheck.run.rehearse.plan import MAX_WORLD_SIZE
 
-    return parse_sizes(value)
+    return parse_world_sizes(value, flag="--rehearse", example="8,64,512", most=MAX_WORLD_SIZE)
+
+
+def parse_world_sizes(text: str, *, flag: str, example: str, at_least: int = 1,
+                      most: int | None = None) -> tuple[int, ...]:
+    """`4,1,2` → (1, 2, 4): the world sizes a flag lists, sorted, each once; one UserError line
+    for anything else. `at_least`: how many different sizes the flag needs (1 or 2); `most`: the
+    largest size it takes (None: no limit)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise UserError(f"{flag}: {part!r} is not a whole number; give world sizes like {example}") from None
+        if most is not None and not 1 <= n <= most:
+            raise UserError(f"{flag}: world sizes go from 1 to {most}, got {n}")
+        if n < 1:
+            raise UserError(f"{flag}: world sizes start at 1, got {n}")
+        sizes.append(n)
+    if len(set(sizes)) < at_least:
+        wanted = "one or more world sizes" if at_least == 1 else "at least two different world sizes"
+        raise UserError(f"{flag}: give {wanted}, like {example}")
+    return tuple(sorted(set(sizes)))
 
 
 def _code_list(values: list[str] | None, upper: bool = True) -> tuple[str, ...] | None:

@@ -4,7 +4,7 @@
 pipeline, each step in its own module of this package:
 
     command_line.parse → plan.prepare → launch.run (torchrun, or the plain interpreter)
-      → records.load_records → verdicts.judge_all → exit_codes → summary (table, JSON, formats)
+      → records.load_records → judging.judge_all → exit_codes → results (table, JSON, formats)
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def _run(argv: list[str], record_dir: str) -> int:
 def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     """Launch the job, judge its records, and build the report document."""
     from ddpcheck.run import performance, registry
-    from ddpcheck.run.launcher import exit_codes, launch, launcher_log, plan, summary, verdicts
+    from ddpcheck.run.launcher import exit_codes, judging, launch, launcher_log, plan, results
     from ddpcheck.run.records import load_records
     from ddpcheck.run.verdict import Context
 
@@ -95,16 +95,16 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
                         f"{result.launcher_error}")
 
     ctx = Context(
-        world_size=verdicts.world_size(records, job_launch.nproc * job_launch.nnodes_max),
+        world_size=judging.world_size(records, job_launch.nproc * job_launch.nnodes_max),
         check_first=options.check_first, check_every=options.check_every, record_dir=record_dir,
         exit_codes=dict(result.exit_codes), interrupted=job_plan.interrupted,
         spawn_site=job_plan.spawn_site, nproc_ignored=job_plan.nproc_ignored,
     )
-    judged = verdicts.judge_all(records, ctx, options.codes)
-    rows = verdicts.rows(judged)
-    incidents = verdicts.incident_findings(judged)
-    first, notes = summary.leading(incidents)
-    findings = first + verdicts.check_findings(judged) + notes  # the root cause leads
+    judged = judging.judge_all(records, ctx, options.codes)
+    rows = judging.rows(judged)
+    incidents = judging.incident_findings(judged)
+    first, notes = results.leading(incidents)
+    findings = first + judging.check_findings(judged) + notes  # the root cause leads
 
     happened = judged.happened
     dumps = _flight_recorder_dumps(job_plan)
@@ -132,7 +132,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
         "selected": list(options.codes if options.codes is not None else registry.checks()),
         "flight_recorder_dumps": dumps,
     }
-    data = summary.report_dict(rows, findings, records, job)
+    data = results.report_dict(rows, findings, records, job)
     perf = performance.summarise(records)
     if perf is not None:
         data["run"]["performance"] = perf
@@ -170,46 +170,46 @@ def _empty(record_dir: str) -> None:
 def present(outcome: Outcome, options: Any) -> int:
     """Write the report files and print the result in the chosen format; returns the exit code
     (2 when a report file could not be written: the rest is still shown)."""
-    from ddpcheck.run.launcher import summary
+    from ddpcheck.run.launcher import results
 
     data = outcome.data
     job = data["run"]["job"]
     failed: list[str] = []
     if options.report:
         try:
-            summary.write_report(options.report, data)
+            results.write_report(options.report, data)
         except OSError as exc:
             failed.append(f"ddpcheck run: --report {_shown(options.report)}: cannot write it ({exc.strerror or exc}); "
                           "give a file path you can write to")
     html_written = False
     if options.html:
-        from ddpcheck.report import html
+        from ddpcheck.run.launcher import html_report
 
         try:
-            summary.write_atomic(options.html, html.render(data))
+            results.write_atomic(options.html, html_report.render(data))
             html_written = True
         except OSError as exc:
             failed.append(f"ddpcheck run: --html {_shown(options.html)}: cannot write it ({exc.strerror or exc}); "
                           "give a file path you can write to")
     if options.output_format == "full":
         # (with --nodes every node ran here: no "this node ran ranks ..." note)
-        summary.print_incidents(outcome.first, outcome.records if outcome.nodes == 1 else [])
-        summary.print_table(outcome.rows, job, show_skipped=options.show_skipped)
-        summary.print_incidents(outcome.notes, [])
-        print(summary.totals(outcome.rows, job), flush=True)
+        results.print_incidents(outcome.first, outcome.records if outcome.nodes == 1 else [])
+        results.print_table(outcome.rows, job, show_skipped=options.show_skipped)
+        results.print_incidents(outcome.notes, [])
+        print(results.totals(outcome.rows, job), flush=True)
         if data["run"].get("performance") or data["run"].get("scaling"):
-            from ddpcheck.run import perf_view
+            from ddpcheck.run.launcher import performance_view
 
             if data["run"].get("performance"):
-                perf_view.print_performance(data["run"]["performance"])
+                performance_view.print_performance(data["run"]["performance"])
             if data["run"].get("scaling"):
-                perf_view.print_scaling(data["run"]["scaling"])
+                performance_view.print_scaling(data["run"]["scaling"])
         if job["torchrun_log"]:
             print(f"torchrun's own log: {job['torchrun_log']}", flush=True)
         if html_written:
             print(f"ddpcheck: HTML report written to {_shown(options.html)}")
     else:
-        print(summary.render_other(options.output_format, outcome.findings, data))
+        print(results.render_other(options.output_format, outcome.findings, data))
     if job.get("flight_recorder_dumps"):
         folder = job["flight_recorder_dumps"]
         print(f"ddpcheck: the ranks' Flight Recorder dumps are in {folder}; "

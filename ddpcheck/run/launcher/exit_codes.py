@@ -21,10 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from ddpcheck.catalog import code_named
 from ddpcheck.findings import Finding, Severity
 from ddpcheck.run.records import Record
 
-INTERRUPTED, HANG = "DDP124", "DDP123"
+# The incidents that decide the exit code themselves, by name (their codes are on their classes).
+INTERRUPTED, HANG = "interrupted", "collective-hang"
 FINDINGS_EXIT, USAGE_EXIT, SCRIPT_FAILED_EXIT, INTERRUPTED_EXIT = 1, 2, 3, 130
 
 
@@ -44,7 +46,7 @@ def script_exit_code(records: list[Record], failed_ranks: Mapping[int, int]) -> 
 
 def stopped_by_ddpcheck(incidents: Iterable[str]) -> bool:
     """ddpcheck ended the ranks itself (a hang, Ctrl-C): their exit codes are not the script's."""
-    return bool({INTERRUPTED, HANG} & set(incidents))
+    return bool({code_named(INTERRUPTED), code_named(HANG)} & set(incidents))
 
 
 def fails_the_run(findings: Iterable[Finding]) -> bool:
@@ -56,9 +58,9 @@ def exit_code(happened: Iterable[str], script_code: int, findings: bool) -> int:
     """`happened`: every incident that happened (selected or not); `findings`: a selected finding
     of severity error or warning was reported (`fails_the_run`)."""
     codes = set(happened)
-    if INTERRUPTED in codes:
+    if code_named(INTERRUPTED) in codes:
         return INTERRUPTED_EXIT
-    if HANG in codes or findings:
+    if code_named(HANG) in codes or findings:
         return FINDINGS_EXIT
     if script_code:
         return SCRIPT_FAILED_EXIT

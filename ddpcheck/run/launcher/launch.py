@@ -20,7 +20,7 @@ from typing import Any
 from ddpcheck.run.launcher import launcher_log
 from ddpcheck.run.launcher.command_line import BOOTSTRAP, Launch
 from ddpcheck.run.launcher.plan import Plan, restore_environment
-from ddpcheck.run.options import CONFIG_ENV
+from ddpcheck.run.run_options import CONFIG_ENV
 
 ENV_STARTUP = "DDPCHECK_STARTUP"  # "1": the start-up hook instruments this process tree
 ENV_MODE = "DDPCHECK_MODE"  # "spawn" in a plain-interpreter run

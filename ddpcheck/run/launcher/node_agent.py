@@ -17,7 +17,7 @@ from typing import Any
 
 
 def main(argv: list[str]) -> int:
-    from ddpcheck.run.options import ENV_LAUNCHER_PID, RunOptions
+    from ddpcheck.run.run_options import ENV_LAUNCHER_PID, RunOptions
     from ddpcheck.run import parent
 
     args_file, out_file = argv

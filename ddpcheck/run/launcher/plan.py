@@ -28,7 +28,7 @@ from pathlib import Path
 from ddpcheck.errors import UserError
 from ddpcheck.run import flight_recorder
 from ddpcheck.run.launcher.command_line import Launch
-from ddpcheck.run.options import ENV_EMULATE, ENV_EMULATED_DEVICES, ENV_LAUNCHER_PID, ENV_SPAWN_FALLBACK
+from ddpcheck.run.run_options import ENV_EMULATE, ENV_EMULATED_DEVICES, ENV_LAUNCHER_PID, ENV_SPAWN_FALLBACK
 from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import SpawnSite
 

@@ -1,5 +1,5 @@
 """`ddpcheck run --scaling 1,2,4 SCRIPT ...`: the job once at each world size on this node, then the
-comparison (ddpcheck/run/scaling.py). The report is the largest run's, with a `scaling` block and
+comparison (ddpcheck/run/launcher/scaling.py). The report is the largest run's, with a `scaling` block and
 the learning-rate verdict (DDP143) added; every run is checked as usual."""
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ def run(argv: list[str], options: Any) -> int:
 
 def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes: dict[int, Any],
              threads_set: bool) -> int:
-    from ddpcheck.report.html import fmt_rate
-    from ddpcheck.run import registry, scaling
+    from ddpcheck.run.launcher.html_report import fmt_rate
+    from ddpcheck.run import registry
+    from ddpcheck.run.launcher import scaling
     from ddpcheck.run.launcher import command_line, entry
 
     for i, n in enumerate(options.scaling, 1):

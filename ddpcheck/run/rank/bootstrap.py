@@ -24,7 +24,7 @@ import sys
 import traceback
 
 from ddpcheck.run import parent
-from ddpcheck.run.options import RunOptions
+from ddpcheck.run.run_options import RunOptions
 from ddpcheck.run.rank import ending
 from ddpcheck.run.rank.instrument import instrument_after_torch
 from ddpcheck.run.rank.session import Session

@@ -58,8 +58,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable
 
-from ddpcheck.run.options import ENV_EMULATE as ENV_FLAG
-from ddpcheck.run.options import ENV_EMULATED_DEVICES as ENV_DEVICES
+from ddpcheck.run.run_options import ENV_EMULATE as ENV_FLAG
+from ddpcheck.run.run_options import ENV_EMULATED_DEVICES as ENV_DEVICES
 from ddpcheck.run.rank.sites import call_site, is_user_file
 
 _installed = False

@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from ddpcheck.run import registry
-from ddpcheck.run.rank import emulate, hangs, hooks, nodes, rehearsal, spawn
+from ddpcheck.run.rank import emulate, hang_detection, hooks, nodes, rehearsal, spawn
 from ddpcheck.run.rank.session import Session
 from ddpcheck.run.rank.torch_import import when_torch_imported
 
@@ -26,7 +26,7 @@ def instrument(session: Session) -> None:
         emulate.install()
     if not session.under_launcher:
         session.before_init.insert(0, lambda kwargs: spawn.adopt_identity(session, kwargs))
-    hangs.install(session)
+    hang_detection.install(session)
     if session.under_launcher:
         spawn.install_guard(session)
     nodes.install(session)

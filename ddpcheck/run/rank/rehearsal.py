@@ -31,8 +31,8 @@ import time
 import weakref
 from typing import Any
 
-from ddpcheck.run.options import ENV_EMULATED_DEVICES
-from ddpcheck.run.options import ENV_REHEARSE as ENV
+from ddpcheck.run.run_options import ENV_EMULATED_DEVICES
+from ddpcheck.run.run_options import ENV_REHEARSE as ENV
 from ddpcheck.run.rank import sites
 from ddpcheck.run.rank.session import Session, guard
 

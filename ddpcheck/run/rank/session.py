@@ -45,7 +45,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, TypeVarTuple, Unpack
 
-from ddpcheck.run.options import RunOptions
+from ddpcheck.run.run_options import RunOptions
 from ddpcheck.run.plain_text import plain
 from ddpcheck.run.records import RECORD_VERSION, record_path
 

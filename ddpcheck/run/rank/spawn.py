@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, Callable, NoReturn
 
-from ddpcheck.run.options import ENV_SPAWN_FALLBACK
+from ddpcheck.run.run_options import ENV_SPAWN_FALLBACK
 from ddpcheck.run.rank import ending, sites
 from ddpcheck.run.rank.session import Session
 

@@ -35,7 +35,7 @@ def arm() -> None:
 
 def _instrument() -> None:
     try:
-        from ddpcheck.run.options import RunOptions
+        from ddpcheck.run.run_options import RunOptions
         from ddpcheck.run.rank import spawn
         from ddpcheck.run.rank.instrument import instrument
         from ddpcheck.run.rank.session import Session

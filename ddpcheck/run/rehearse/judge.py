@@ -14,16 +14,18 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpcheck.catalog import code_named
 from ddpcheck.findings import Finding, Severity
 from ddpcheck.run.calls import CallLog, first_mismatch, short
 from ddpcheck.run.rehearse.plan import SamplerShards, batches, rank_ranges, strided_shard
 from ddpcheck.run.rehearse.runner import RankRun
 
-UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED = (
-    "DDP160", "DDP161", "DDP162", "DDP163", "DDP164", "DDP150", "DDP166")
-REHEARSAL_CODES = (UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED)
-# A device index past its node is the same fault a --nodes run finds (DDP150), found here by
-# placing each rehearsed rank on its node.
+# The checks a rehearsal reports, by name; their codes are on their classes (run/checks/rehearsal.py).
+# A device index past its node is the same fault a --nodes run finds (device-not-on-node), found
+# here by placing each rehearsed rank on its node.
+UNEVEN, COLLECTIVES, FAILS, EMPTY_EVAL, LR, DEVICE, BLOCKED = REHEARSAL_CODES = tuple(code_named(name) for name in (
+    "uneven-shard-at-scale", "collectives-differ-at-scale", "fails-at-world-size", "empty-eval-shard-at-scale",
+    "learning-rate-at-scale", "device-not-on-node", "rank-blocked-at-scale"))
 LR_FACTOR = 32.0  # growth of the learning rate over the one-rank value that is reported
 _DEVICE_ERRORS = ("invalid device ordinal", "CUDA error: invalid device")
 

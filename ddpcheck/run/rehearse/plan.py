@@ -12,28 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ddpcheck.errors import UserError
 
 MAX_WORLD_SIZE = 1 << 20
-
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """`8,64,512` → (8, 64, 512); one UserError line for anything else."""
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            n = int(part)
-        except ValueError:
-            raise UserError(f"--rehearse: {part!r} is not a whole number; give world sizes like 8,64,512") from None
-        if not 1 <= n <= MAX_WORLD_SIZE:
-            raise UserError(f"--rehearse: world sizes go from 1 to {MAX_WORLD_SIZE}, got {n}")
-        sizes.append(n)
-    if not sizes:
-        raise UserError("--rehearse: give one or more world sizes, like 8,64,512")
-    return tuple(sorted(set(sizes)))
 
 
 def representatives(world_size: int, nproc: int) -> tuple[int, ...]:

@@ -94,7 +94,7 @@ def print_findings(findings: list[Finding], stream: IO[str] | None = None) -> No
 
 
 def present(verdict: Verdict, runs: dict[int, list[RankRun]], launch: Any, argv: list[str]) -> int:
-    from ddpcheck.run.launcher import summary
+    from ddpcheck.run.launcher import results
 
     options = launch.options
     findings = verdict.findings()
@@ -104,14 +104,14 @@ def present(verdict: Verdict, runs: dict[int, list[RankRun]], launch: Any, argv:
     failed = []
     if options.report:
         try:
-            summary.write_report(options.report, data)
+            results.write_report(options.report, data)
         except OSError as exc:
             failed.append(f"ddpcheck run: --report {options.report}: cannot write it ({exc.strerror or exc})")
     if options.html:
-        from ddpcheck.report import html
+        from ddpcheck.run.launcher import html_report
 
         try:
-            summary.write_atomic(options.html, html.render(data))
+            results.write_atomic(options.html, html_report.render(data))
         except OSError as exc:
             failed.append(f"ddpcheck run: --html {options.html}: cannot write it ({exc.strerror or exc})")
     if options.output_format == "full":
@@ -121,7 +121,7 @@ def present(verdict: Verdict, runs: dict[int, list[RankRun]], launch: Any, argv:
         print(f"{n} finding{'s' if n != 1 else ''} from the rehearsal" if n else
               "the rehearsal found nothing at these world sizes", flush=True)
     else:
-        print(summary.render_other(options.output_format, findings, data))
+        print(results.render_other(options.output_format, findings, data))
     for line in failed:
         print(line, file=sys.stderr, flush=True)
     return 2 if failed else exit_code

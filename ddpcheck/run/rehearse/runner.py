@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ddpcheck.run.options import (
+from ddpcheck.run.run_options import (
     CONFIG_ENV,
     ENV_EMULATE,
     ENV_EMULATED_DEVICES,

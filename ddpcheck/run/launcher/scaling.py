@@ -14,31 +14,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ddpcheck.errors import UserError
+from ddpcheck.catalog import code_named
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Verdict
 
-CODE = "DDP143"
+# The lr verdict is the timing probe's check (run/checks/timing.py), judged here across runs.
+CODE = code_named("learning-rate-ignores-world-size")
 SAME_LR = 0.05  # relative difference below which two learning rates count as the same
 MIN_BATCH_GROWTH = 1.5
-
-
-def parse_sizes(text: str) -> tuple[int, ...]:
-    """`1,2,4` → (1, 2, 4); one UserError line for anything else."""
-    sizes = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            n = int(part)
-        except ValueError:
-            raise UserError(f"--scaling: {part!r} is not a whole number; give world sizes like 1,2,4") from None
-        if n < 1:
-            raise UserError(f"--scaling: world sizes start at 1, got {n}")
-        sizes.append(n)
-    if len(set(sizes)) < 2:
-        raise UserError("--scaling: give at least two different world sizes, like 1,2,4")
-    return tuple(sorted(set(sizes)))
 
 
 def run_entry(world_size: int, report: dict[str, Any], exit_code: int) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import IO, Any
 
-from ddpcheck.report.html import PHASE_COLORS, fmt_lr, fmt_rate, fmt_seconds
+from ddpcheck.run.launcher.html_report import PHASE_COLORS, fmt_lr, fmt_rate, fmt_seconds
 
 BAR_WIDTH = 36
 GLYPHS = {"data": "░", "forward": "▒", "backward": "▓", "optimizer": "█", "collectives": "▞", "other": "·"}

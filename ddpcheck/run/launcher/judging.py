@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ddpcheck.catalog import code_named
 from ddpcheck.findings import Finding, Severity
 from ddpcheck.run import reach, registry
 from ddpcheck.run.records import Record
@@ -99,7 +100,7 @@ def _fold(checks: dict[str, Verdict], incidents: list[Verdict], happened: frozen
             c = _failed(out, kept, cause)
             if c is None or not _explains(c, code):
                 continue
-            if cause == "DDP105" and v.step is not None and c.step is not None and v.step < c.step:
+            if cause == code_named("gradients-differ") and v.step is not None and c.step is not None and v.step < c.step:
                 continue  # parameters drifted before gradients did: its own fault
             out[code] = replace(v, status=SKIP, detail=f"explained by {cause}: {v.detail}",
                                 details={**v.details, "explained_by": cause})

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from ddpcheck.findings import Finding
 from ddpcheck.run import registry
-from ddpcheck.run.launcher.verdicts import Row
+from ddpcheck.run.launcher.judging import Row
 from ddpcheck.run.records import Record
 
 _STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "not-reached": "[yellow]not reached[/]",
