@@ -1,0 +1,84 @@
+"""Where a checked step's time goes, per rank, without a profiler's inflation.
+
+Run as the *user script* of `ddpcheck run`, with the workload and its arguments after it:
+
+    python -m ddpcheck run --nproc 2 --quiet --check-first 0 --check-every 1 \
+        bench/profile_step.py bench/workloads/train_ddp.py --model 1m --steps 100 --out DIR
+
+Before the workload imports torch (so before ddpcheck installs its probes) it wraps the session's
+step machinery, every probe callback (they all run through `session.guard`) and `fingerprints`,
+and adds up the thread CPU time and wall time of each, per rank. At exit it writes
+DIR/profile-rank<R>.json: {name: [calls, cpu_s, wall_s]}. With PROFILE_STEP_CPROFILE=1 the optimizer
+step hooks run under cProfile instead (DIR/profile-rank<R>.prof; their timings are then absent). Nested items are inside their callers
+(`fingerprints` inside the probes' callbacks, the callbacks inside `after_optimizer_step`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import cProfile
+import functools
+import json
+import os
+import runpy
+import sys
+import time
+from typing import Any, Callable
+
+from ddpcheck.run.rank import fingerprint, session as session_mod
+
+TOTALS: dict[str, list[float]] = {}
+
+
+PROFILER = cProfile.Profile() if os.environ.get("PROFILE_STEP_CPROFILE") else None
+
+
+def timed(name: str, fn: Callable[..., Any], profile: bool = False) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if profile and PROFILER is not None:
+            PROFILER.enable()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                PROFILER.disable()
+        c, w = time.thread_time(), time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            row = TOTALS.setdefault(name, [0, 0.0, 0.0])
+            row[0] += 1
+            row[1] += time.thread_time() - c
+            row[2] += time.perf_counter() - w
+    return wrapper
+
+
+original_guard = session_mod.guard
+
+
+def guard(fn: Callable[..., None], *args: Any) -> None:
+    name = getattr(fn, "__qualname__", repr(fn))
+    module = getattr(fn, "__module__", "") or ""
+    timed(f"{module.rsplit('.', 1)[-1]}.{name}", lambda: original_guard(fn, *args))()
+
+
+session_mod.guard = guard  # type: ignore[assignment]
+for method in ("before_optimizer_step", "after_optimizer_step", "exchange", "finish_exchange", "flush"):
+    setattr(session_mod.Session, method, timed(f"Session.{method}", getattr(session_mod.Session, method),
+                                               method.endswith("optimizer_step")))
+fingerprint.fingerprints = timed("fingerprints", fingerprint.fingerprints)  # type: ignore[assignment]
+
+
+def dump() -> None:
+    out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "."
+    with open(os.path.join(out, f"profile-rank{os.environ.get('RANK', '0')}.json"), "w") as fh:
+        json.dump(TOTALS, fh, indent=1, sort_keys=True)
+    if PROFILER is not None:
+        PROFILER.dump_stats(os.path.join(out, f"profile-rank{os.environ.get('RANK', '0')}.prof"))
+
+
+atexit.register(dump)
+script = sys.argv[1]
+sys.argv = sys.argv[1:]
+sys.path[0] = os.path.dirname(os.path.abspath(script))
+runpy.run_path(script, run_name="__main__")
