@@ -11,6 +11,12 @@ and adds up the thread CPU time and wall time of each, per rank. At exit it writ
 DIR/profile-rank<R>.json: {name: [calls, cpu_s, wall_s]}. With PROFILE_STEP_CPROFILE=1 the optimizer
 step hooks run under cProfile instead (DIR/profile-rank<R>.prof; their timings are then absent). Nested items are inside their callers
 (`fingerprints` inside the probes' callbacks, the callbacks inside `after_optimizer_step`).
+"thread_cpu_per_timed_step" holds the CPU seconds per timed step of each thread of the rank, by
+thread name (gloo's included), over the workload's timed steps; the wrapper also runs under plain torchrun (nothing of ddpcheck is then called), which
+gives the same per-thread figures without ddpcheck:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 bench/profile_step.py \
+        bench/workloads/train_ddp.py --model 1m --steps 100 --out DIR
 """
 
 from __future__ import annotations
@@ -69,15 +75,64 @@ for method in ("before_optimizer_step", "after_optimizer_step", "exchange", "fin
 fingerprint.fingerprints = timed("fingerprints", fingerprint.fingerprints)  # type: ignore[assignment]
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds so far of each of this process's threads, by name (Linux: schedstat is in ns)."""
+    out: dict[str, float] = {}
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as fh:
+                name = fh.read().strip()
+            with open(f"/proc/self/task/{tid}/schedstat") as fh:
+                ns = int(fh.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        name = "main" if int(tid) == os.getpid() else name
+        out[name] = out.get(name, 0.0) + ns / 1e9
+    return out
+
+
+def arg(name: str, default: int) -> int:
+    return int(sys.argv[sys.argv.index(name) + 1]) if name in sys.argv else default
+
+
+WARMUP, STEPS = arg("--warmup", 20), arg("--steps", 100)
+SNAPSHOTS: dict[str, dict[str, float]] = {}
+
+
+def count_steps() -> None:
+    """Per-thread CPU at the end of the workload's warm-up and of its timed steps (the workload's
+    own window), from a global optimizer post-hook registered after ddpcheck's."""
+    import torch  # ddpcheck instruments here, as when the workload imports torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    taken = [0]
+
+    def after(*_: Any) -> None:
+        taken[0] += 1
+        if taken[0] in (WARMUP, WARMUP + STEPS):
+            SNAPSHOTS["start" if taken[0] == WARMUP else "end"] = thread_cpu()
+
+    register_optimizer_step_post_hook(after)
+    del torch
+
+
 def dump() -> None:
     out = sys.argv[sys.argv.index("--out") + 1] if "--out" in sys.argv else "."
+    window = {}
+    if len(SNAPSHOTS) == 2:
+        window = {k: (v - SNAPSHOTS["start"].get(k, 0.0)) / STEPS for k, v in SNAPSHOTS["end"].items()}
     with open(os.path.join(out, f"profile-rank{os.environ.get('RANK', '0')}.json"), "w") as fh:
-        json.dump(TOTALS, fh, indent=1, sort_keys=True)
+        json.dump({**TOTALS, "thread_cpu_per_timed_step": window}, fh, indent=1, sort_keys=True)
     if PROFILER is not None:
         PROFILER.dump_stats(os.path.join(out, f"profile-rank{os.environ.get('RANK', '0')}.prof"))
 
 
 atexit.register(dump)
+count_steps()
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path[0] = os.path.dirname(os.path.abspath(script))
