@@ -42,7 +42,7 @@ PROFILER = cProfile.Profile() if os.environ.get("PROFILE_STEP_CPROFILE") else No
 def timed(name: str, fn: Callable[..., Any], profile: bool = False) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if profile and PROFILER is not None:
+        if profile and PROFILER is not None and os.environ.get("PROFILE_STEP_CPROFILE") != "all":
             PROFILER.enable()
             try:
                 return fn(*args, **kwargs)
@@ -136,4 +136,8 @@ count_steps()
 script = sys.argv[1]
 sys.argv = sys.argv[1:]
 sys.path[0] = os.path.dirname(os.path.abspath(script))
-runpy.run_path(script, run_name="__main__")
+if os.environ.get("PROFILE_STEP_CPROFILE") == "all":  # the whole workload under cProfile
+    assert PROFILER is not None
+    PROFILER.runcall(runpy.run_path, script, run_name="__main__")
+else:
+    runpy.run_path(script, run_name="__main__")
