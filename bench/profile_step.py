@@ -117,7 +117,33 @@ def count_steps() -> None:
             SNAPSHOTS["start" if taken[0] == WARMUP else "end"] = thread_cpu()
 
     register_optimizer_step_post_hook(after)
+    if os.environ.get("PROFILE_STEP_SUM"):
+        reference_sums()
     del torch
+
+
+def reference_sums() -> None:
+    """`torch.sum` of the gradients at the optimizer step's start, in the job itself (the same
+    cache and load as ddpcheck's fingerprint of them): from a pre-hook that runs before ddpcheck's
+    on odd steps and after it on even ones, so that each reads the freshly written gradients half
+    of the time. Adds its work to the step: not for the thread rows."""
+    import torch
+    from torch.optim import optimizer as optim_mod
+
+    def make(first: bool) -> Callable[..., None]:
+        timer = timed("reference: torch.sum of the gradients", lambda grads: torch.stack(
+            [g.sum() for g in grads]).tolist())
+        seen = [0]
+
+        def pre(opt: Any, *_: Any) -> None:
+            seen[0] += 1
+            if (seen[0] % 2 == 1) == first:
+                timer([p.grad for group in opt.param_groups for p in group["params"] if p.grad is not None])
+        return pre
+
+    front = optim_mod.register_optimizer_step_pre_hook(make(True))
+    optim_mod.register_optimizer_step_pre_hook(make(False))
+    optim_mod._global_optimizer_pre_hooks.move_to_end(front.id, last=False)
 
 
 def dump() -> None:
