@@ -62,3 +62,40 @@ def test_none_and_unreadable_tensors_have_their_own_values_and_nothing_else_chan
     assert got[1] == (NONE, NONE) and got[2] == (OPAQUE, OPAQUE)
     assert got[0] == _fp(before) and torch.equal(params[0].detach(), before)
     assert torch.equal(torch.get_rng_state(), rng)  # the script's random state is untouched
+
+
+def _by_definition(t: torch.Tensor) -> tuple[int, int]:
+    """S and W as the module docstring defines them, word by word in Python."""
+    from ddpcheck.run.rank.fingerprint import BLOCK, _header, _row_weights, column_weights
+
+    raw = bytes(t.contiguous().view(-1).view(torch.uint8).tolist())
+    whole = len(raw) // 8
+    words = [int.from_bytes(raw[8 * i: 8 * i + 8], "little", signed=True) for i in range(whole)]
+    rest = int.from_bytes(raw[8 * whole:], "little")
+    rows = whole // BLOCK
+    a = _row_weights(rows, torch.device("cpu")).tolist() if rows else []
+    b = column_weights()
+    s = _header(t.dtype, t.shape) + sum(words) + rest
+    w = sum(a[i // BLOCK] * v for i, v in enumerate(words[: rows * BLOCK]))
+    w += sum(x * y for x, y in zip(b, words[rows * BLOCK:])) + b[BLOCK] * rest
+    mask = (1 << 64) - 1
+
+    def signed(v: int) -> int:
+        v &= mask
+        return v - (1 << 64) if v >= 1 << 63 else v
+
+    return signed(s), signed(w)
+
+
+def test_a_model_read_in_one_call_gives_each_tensor_its_own_fingerprint():
+    # Many biases and norms (read together in groups) between layers (read one by one), as in a
+    # transformer, with empty, odd-sized and unaligned tensors among them.
+    generator = torch.Generator().manual_seed(2)
+    tensors = []
+    for size in (0, 1, 5, 31, 32, 33, 100, 128, 700, 1000, 1024, 2047, 2048, 2049, 3000, 40_000):
+        tensors.append(torch.randn(size, generator=generator))
+        tensors.append(torch.randn(size + 1, generator=generator).half()[1:])
+    tensors += [torch.randn(256, 256, generator=generator)] + [torch.randn(256, generator=generator)] * 40
+    together = fingerprints(tensors)
+    assert together == [fingerprints([t])[0] for t in tensors]
+    assert together == [_by_definition(t) for t in tensors]
