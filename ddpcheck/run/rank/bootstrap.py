@@ -133,12 +133,7 @@ def main(argv: list[str] | None = None) -> None:
         session.finish(code, error)
     except BaseException:  # noqa: BLE001
         traceback.print_exc()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    os._exit(code)
+    ending.leave(code)
 
 
 if __name__ == "__main__":

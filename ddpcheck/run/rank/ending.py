@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ddpcheck.run.plain_text import plain
 
@@ -82,6 +82,18 @@ def ended(exc: BaseException) -> None:
         frame = None
     if frame is not None:
         _exit_site = f"{os.path.basename(frame[0])}:{frame[1]}"
+
+
+def leave(code: int) -> NoReturn:
+    """End this rank's process now with `code`, once what it printed is out: the caller has
+    written the rank's record. `os._exit` skips the interpreter's own exit, which under gloo
+    sometimes dies of SIGABRT after the script has finished (and would not flush the streams)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(code)
 
 
 def failed_at() -> float | None:

@@ -26,14 +26,13 @@ import faulthandler
 import functools
 import json
 import os
-import sys
 import time
 import weakref
 from typing import Any
 
 from ddpcheck.run.run_options import ENV_EMULATED_DEVICES
 from ddpcheck.run.run_options import ENV_REHEARSE as ENV
-from ddpcheck.run.rank import sites
+from ddpcheck.run.rank import ending, sites
 from ddpcheck.run.rank.session import Session, guard
 
 SECTION = "rehearsal"
@@ -75,12 +74,7 @@ class Rehearsal:
         try:
             self.session.finish(0)
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except Exception:  # noqa: BLE001
-                    pass
-            os._exit(0)
+            ending.leave(0)
 
     # --- process group ----------------------------------------------------------------------
     def before_init(self, kwargs: dict[str, Any]) -> None:

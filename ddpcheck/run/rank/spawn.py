@@ -111,12 +111,7 @@ def _run_worker(session: Session, fn: Callable[..., Any], index: int, *args: Any
         raise  # torch's spawn sends the traceback to the parent
     _finish(session, 0, None)
     atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001
-            pass
-    os._exit(0)
+    ending.leave(0)
 
 
 def _finish(session: Session, code: int, error: BaseException | None) -> None:
