@@ -272,3 +272,80 @@ def test_an_evaluation_bar_over_loaders_from_a_builder_runs_on_every_rank(tmp_pa
 def test_an_evaluation_bar_disabled_off_rank_zero_is_clean(tmp_path):
     write_project(tmp_path, {"evaluate.py": EVAL_SCRIPT.format(disable=", disable=dist.get_rank() != 0")})
     assert finding_set(tmp_path, "evaluate.py", select="DDP020") == set()
+
+
+TRUNCATED_EVAL = """\
+    import logging
+
+    import torch
+    import torch.distributed as dist
+
+    logging.basicConfig(level=logging.INFO)
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        model = torch.nn.parallel.DistributedDataParallel(build_ranker(args).cuda())
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(args.epochs):
+            for batch in train_loader:
+                model(batch).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+            for step, batch in enumerate(eval_loader):
+                scores = model(batch)
+                if step + 1 >= args.partial_eval_steps:
+                    logging.info(f"epoch {epoch}: evaluation truncated after {step + 1} steps")
+                    break
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(parse_args())
+    """
+
+
+def test_a_message_on_the_way_out_of_an_inner_loop_repeats_each_epoch(tmp_path):
+    write_project(tmp_path, {"train.py": TRUNCATED_EVAL})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 21, "DDP020")}
+
+
+PROCESS_LAUNCHER = """\
+    import multiprocessing as mp
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+
+    def load_weights(model, path):
+        model.load_state_dict(torch.load(path, map_location="cpu"))
+        print(f"loaded weights from {path}")
+
+
+    def worker(rank, world_size, path):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "29500"
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        model = build_model()
+        load_weights(model, path)
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in loader:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        world_size = 4
+        for rank in range(world_size):
+            mp.Process(target=worker, args=(rank, world_size, "init.pt")).start()
+    """
+
+
+def test_the_loop_that_starts_the_processes_is_not_a_training_loop(tmp_path):
+    # The start-up message runs once per process, not at each step: the loop around
+    # `Process(...).start()` starts workers, its iterations are not training steps.
+    write_project(tmp_path, {"train.py": PROCESS_LAUNCHER})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == set()

@@ -81,7 +81,9 @@ class Loops:
         if depth >= MAX_DEPTH:
             return False
         for call in body:
-            for callee, _ in self.model.graph.targets(call):
+            for callee, bound in self.model.graph.targets(call):
+                if bound in ("spawn", "process"):
+                    continue  # `for r in range(n): Process(target=worker).start()`: the work runs elsewhere
                 if self.does_work(callee, depth + 1):
                     return True
         return False

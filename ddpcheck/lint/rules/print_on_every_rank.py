@@ -63,7 +63,8 @@ class PrintOnEveryRank(Rule):
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
-    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
+    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
+    `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
     `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); warnings printed when a test
@@ -563,7 +564,11 @@ class PrintOnEveryRank(Rule):
         if not _leaves(block):
             return False
         inner = site.loops[-1] if site.loops else None
-        return inner is None or not _holds(block, inner)
+        if inner is not None and _holds(block, inner):
+            return False
+        if _breaks(block) and any(self.loops.is_work(site.module, loop, site.scope) for loop in site.loops[:-1]):
+            return False  # `break` out of the evaluation loop inside the epoch loop: once per epoch
+        return True
 
     # --- silenced output -----------------------------------------------------------------------
     def _print_silenced(self) -> bool:
@@ -770,6 +775,14 @@ def _leaves(block: cst.BaseSuite) -> bool:
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         return dotted(small.value.func) in _EXITS
     return isinstance(small, (cst.Break, cst.Raise))
+
+
+def _breaks(block: cst.BaseSuite) -> bool:
+    """The block ends with `break` (it leaves its loop, not the program)."""
+    last = block.body[-1] if block.body else None
+    if isinstance(block, cst.SimpleStatementSuite):
+        return isinstance(last, cst.Break)
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], cst.Break)
 
 
 def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
