@@ -151,9 +151,10 @@ class CallGraph:
             found.setdefault((cls, name), []).extend(self.functions_in(site, value))
         return found
 
-    def functions_in(self, site: CallSite, expr: cst.BaseExpression) -> list[Function]:
+    def functions_in(self, site: CallSite, expr: cst.BaseExpression, constructors: bool = False) -> list[Function]:
         """The project functions an expression at `site` may hold (`fn` in `mp.spawn(fn, ...)`, the
-        function a variable was set to)."""
+        function a variable was set to); with `constructors`, a project class stands for its
+        `__init__` (`mp.spawn(Trainer, ...)` builds a Trainer in every process)."""
         out: list[Function] = []
         for value in self.model.values.at_call(site, expr):
             node = value.node
@@ -166,7 +167,7 @@ class CallGraph:
             if function is None and isinstance(node, (cst.Name, cst.Attribute)):
                 name = dotted(node)
                 found = self.model.resolver.name(value.module, name, value.scope) if name else None
-                if found is not None and found.kind == "function":
+                if found is not None and (found.kind == "function" or constructors and found.kind == "class"):
                     callees = self._of_target(found)
                     function = callees[0][0] if callees else None
             if function is not None and function not in out:
@@ -483,16 +484,17 @@ class CallGraph:
         if fn is None:
             return []
         kind = "process" if process else "spawn"
-        return [(function, kind) for function in self.functions_in(site, fn)]
+        return [(function, kind) for function in self.functions_in(site, fn, constructors=True)]
 
     def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
-        """`step(...)` where `step` holds an instance with `__call__` or a function of the project."""
+        """`step(...)` where `step` holds an instance with `__call__` or a function of the project
+        (`train = train_base` then `train(...)`)."""
         out: list[Callee] = []
         name = dotted(func) or ""
         if not site.scope.lookup(name) and not name.startswith("self."):
             return out
         if "__call__" not in self.method_names(site.module):
-            return out
+            return [(f, "") for f in self.functions_in(site, func) if f.owner is None]
         for value in self.model.values.at_call(site, func):
             if self.is_network(value):
                 continue  # running a project network's forward is not DDP work to follow
@@ -501,7 +503,7 @@ class CallGraph:
                 found = self.method(*instance, "__call__")
                 if found is not None:
                     out.append((found, "instance"))
-        return out
+        return out or [(f, "") for f in self.functions_in(site, func) if f.owner is None]
 
     def _of_target(self, target: Target) -> list[Callee]:
         if target.path is None:
@@ -641,8 +643,10 @@ class CallGraph:
         if param.star:
             return None
         if bound in ("spawn", "process"):
-            # The worker's parameters: the process index (spawn), then the `args=` tuple.
-            position = (param.index if param.index is not None else -1) - (1 if bound == "spawn" else 0)
+            # The worker's parameters: the process index (spawn), then the `args=` tuple; a
+            # spawned class's constructor takes the new instance first.
+            position = (param.index if param.index is not None else -1) - (1 if bound == "spawn" else 0) \
+                - (1 if function.name == "__init__" and function.owner is not None else 0)
             passed = argument(call.node, "args")
             if position < 0 or not isinstance(passed, cst.Tuple) or position >= len(passed.elements):
                 return None

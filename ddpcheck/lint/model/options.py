@@ -77,6 +77,24 @@ def constant_flag(module: ModuleModel, expr: cst.BaseExpression) -> bool | None:
     return fixed
 
 
+def command_line_switch(module: ModuleModel, expr: cst.BaseExpression) -> bool:
+    """Whether `expr` (or `not expr`) reads an on/off option of the command line `module`
+    declares (`args.no_progress`, `self.args.disable_progress_bar` of `add_argument(...,
+    action="store_true")`) that the module never assigns: every rank of a job gets the same
+    command line, so it has the same value on every rank."""
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        return command_line_switch(module, expr.expression)
+    if not isinstance(expr, cst.Attribute):
+        return False
+    attr = expr.attr.value
+    found = _options(module).get(attr)
+    if found is None or found[1] not in ("store_true", "store_false"):
+        return False
+    source = module.source
+    return not (re.search(rf"\.{attr}\s*(=[^=]|[-+*/|&]=)", source) or "setattr(" in source
+                or "vars(" in source or ".__dict__" in source)
+
+
 def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bool) -> bool:
     """Whether the defaults of the command line leave a branch untaken: `if args.model ==
     "PatchTST":` (negated False) when `--model` defaults to another name, or `"ETSformer" in

@@ -371,8 +371,11 @@ class Paths:
         progress:` with `progress=False` by default and no caller passing it). With `frame`, the
         run of one call of `site`'s function (`save_or_load(cfg)` never takes `if model is not
         None:`)."""
-        for guard in site.guards:
-            fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, site.point, False)
+        for i, guard in enumerate(site.guards):
+            # The test is read where the `if` is: what its own branch assigns before `site`
+            # (`skip = True` then a print under `if not skip:` further out) has not happened yet.
+            at = Point(site.tick, site.loops, site.guards[:i])
+            fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, at, False)
             if fixed is not None and fixed == guard.negated:
                 return guard
         return None
@@ -532,11 +535,41 @@ class Paths:
             if above is not None:
                 result = above + [call]
                 break
+        if result is None:
+            result = self._both_arms(callers, seen, inner, function)
         if result is None and not callers and self._is_entry(function):
             result = []
         if shared and not seen - {function}:  # a complete answer
             self._every[key] = result
         return result
+
+    def _both_arms(self, callers: list[tuple[CallSite, str]], seen: frozenset[Function],
+                   inner: CallSite | None, function: Function) -> list[CallSite] | None:
+        """`if rank == 0: train(..., writer)` / `else: train(..., None)`: two calls of the function
+        in the two arms of one rank test (and under the same other guards), that together run it
+        on every rank where their function runs on every rank. The chain through the other
+        ranks' call."""
+        arms: dict[tuple[int, tuple[tuple[int, bool], ...]], dict[bool, tuple[CallSite, Guard]]] = {}
+        for call, bound in callers:
+            guard = self.rank_guard(call, False)
+            if guard is None or not isinstance(guard.node, cst.If) or self.never(call) or self.dead(call) \
+                    or self.receiver_only_on_main(call) or self.single_only(call):
+                continue
+            if inner is not None and self._dead_from(inner, function, call, bound):
+                continue
+            others = tuple((id(g.node), g.negated) for g in call.guards if g is not guard)
+            arms.setdefault((id(guard.node), others), {})[guard.negated] = (call, guard)
+        for pair in arms.values():
+            if len(pair) != 2:
+                continue
+            call = next(c for c, g in pair.values() if self.kind(c.module, g, c.scope) != "main")
+            outer = self.function_of(call)
+            if outer is None:
+                return [call]
+            above = self._function_every_rank(outer, seen, call)
+            if above is not None:
+                return above + [call]
+        return None
 
     def _is_entry(self, function: Function) -> bool:
         """A function nobody calls that every rank still runs: a spawn target, a main-like name,

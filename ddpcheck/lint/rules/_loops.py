@@ -18,7 +18,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_optimizer_step
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Point, Scope
 from ddpcheck.lint.model.syntax import subexpressions
 
 if TYPE_CHECKING:
@@ -75,23 +75,34 @@ class Loops:
                 return True
             if "barrier" in direct:
                 if forward is None:
-                    forward = self._forwards_items(loop, body)
+                    forward = self._forwards_items(loop, body, scope)
                 if forward:
                     return True  # a forward and a barrier per item: an evaluation step
         if depth >= MAX_DEPTH:
             return False
         for call in body:
-            for callee, _ in self.model.graph.targets(call):
+            for callee, bound in self.model.graph.targets(call):
+                if bound in ("spawn", "process"):
+                    continue  # `for r in range(n): Process(target=worker).start()`: the work runs elsewhere
                 if self.does_work(callee, depth + 1):
                     return True
         return False
 
-    def _forwards_items(self, loop: Loop, body: list[CallSite]) -> bool:
+    def forwards_items(self, module: ModuleModel, loop: Loop, scope: Scope) -> bool:
+        """Whether the body of `loop` runs a model's forward on the loop's items (`for batch in
+        loader: images, targets = batch; outputs = model(images.to(device))`): an evaluation or
+        inference step, whatever the loop iterates."""
+        return self._forwards_items(loop, [c for c in module.calls_in(scope.qualname) if loop in c.loops], scope)
+
+    def _forwards_items(self, loop: Loop, body: list[CallSite], scope: Scope | None = None) -> bool:
         """Whether the body calls an object that is neither a known API nor a function (of the
-        project or imported) with the loop's items (`for x, y in loader: model(x)`): a model's forward."""
+        project or imported) with the loop's items (`for x, y in loader: model(x)`, also through
+        names the body unpacks from them: `images, targets = batch`): a model's forward."""
         if not isinstance(loop, cst.For):
             return False
         items = {n.value for n in _names(loop.target)}
+        if scope is not None:
+            items |= _unpacked(scope, loop, items)
         for call in body:
             if not isinstance(call.node.func, cst.Name) or hasattr(builtins, call.node.func.value) \
                     or self.model.api(call) is not None \
@@ -159,3 +170,19 @@ class Loops:
             if site.scope is scope:
                 loops.setdefault(id(site.node), site.node)
         return any(self.is_work(module, loop, scope, depth) for loop in loops.values())
+
+
+def _unpacked(scope: Scope, loop: Loop, items: set[str]) -> set[str]:
+    """The names the body of `loop` binds from its items (`images, targets = batch`, `x =
+    batch["image"]`), one step."""
+    found: set[str] = set()
+    for name, bindings in scope.assignments.items():
+        if "." in name:
+            continue
+        for binding, point in zip(bindings, scope.points.get(name, [])):
+            if point is None or loop not in point.loops:
+                continue
+            value = binding.value if isinstance(binding, Item) else binding
+            if isinstance(value, cst.CSTNode) and any(n.value in items for n in _names(value)):
+                found.add(name)
+    return found

@@ -19,6 +19,11 @@ from ddpcheck.lint.rule import Invalid, Rule
 # `SyncBatchNorm(...)`, `args.sync_bn`. Prose such as "without SyncBatchNorm" does not count.
 _CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
 _BATCHNORM_TEXT = re.compile(r"\bBatchNorm[123]d\b|\bnn\.BatchNorm|norm_layer\s*=\s*nn\.BatchNorm")
+# `from modules import InPlaceABNSync as BatchNorm2d`, `BatchNorm2d = partial(ABN, ...)`: the
+# module's own `BatchNorm2d` is another (often synchronised) layer, not torch's.
+_REBOUND_BATCHNORM = re.compile(
+    r"^[ \t]*from[ \t]+(?!torch\b)[\w.]+[ \t]+import[^\n]*?\bas[ \t]+(BatchNorm[123]d)\b"
+    r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 
 
@@ -42,7 +47,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     family is made with BatchNorm (`torchvision.models.get_model("resnet50")`,
     `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
-    another module's parser), and no code the run reaches converts
+    another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
+    where every module of that project package whose builder fits the call builds BatchNorm (a
+    module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
+    not torch's), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
 
@@ -260,10 +268,12 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 continue
             if any(_builds_batchnorm(n) for n in self._chosen_by_name(made) + self._created_by_name(made)):
                 return True
+            if self._evaluated_by_name(made):
+                return True
             texts = [code_only(t) for t in self._network_texts(made)]
             if any(_CONVERSION.search(t) for t in texts):
                 continue
-            if texts and any(_BATCHNORM_TEXT.search(t) for t in texts):
+            if texts and any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
                 return True
             instance = graph.instance_of(made)
             if instance is not None and depth > 0:
@@ -306,6 +316,45 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         for text in self._names_of(made, name):
             out.append(f"timm:{text}" if factory.startswith("timm") else f"torchvision.models.{text}")
         return out
+
+    def _evaluated_by_name(self, made: Value) -> bool:
+        """`eval("models." + cfg.MODEL.NAME + ".get_pose_net")(cfg)`: the builder is the function
+        of that name in one of the project package's modules; True when every module of the
+        package that defines it builds BatchNorm layers (its code or the project modules it
+        imports) and none converts them. A name the model cannot list stays unknown."""
+        call = made.call
+        assert call is not None
+        func = call.func
+        if not (isinstance(func, cst.Call) and dotted(func.func) == "eval" and len(func.args) == 1) \
+                or made.scope.lookup("eval"):
+            return False
+        parts = _string_parts(func.args[0].value)
+        if len(parts) < 3 or not isinstance(parts[0], str) or not isinstance(parts[-1], str):
+            return False
+        package, builder = parts[0], parts[-1]
+        if not (package.endswith(".") and package[:-1].replace(".", "_").isidentifier()
+                and builder.startswith(".") and builder[1:].isidentifier()):
+            return False
+        target = self.model.resolver.name(made.module, package[:-1], made.scope)
+        if target is None or target.kind != "module" or target.path is None or target.path.name != "__init__.py":
+            return False
+        defines = re.compile(rf"^def[ \t]+{builder[1:]}[ \t]*\(", re.MULTILINE)
+        found = 0
+        for path in sorted(target.path.parent.glob("*.py")):
+            text = self.model.project.text(path)
+            if path.name == "__init__.py" or text is None or not defines.search(text):
+                continue
+            module = self.model.project_model(path)
+            if module is None:
+                return False
+            if builder[1:] in module.functions and not _binds(module.functions[builder[1:]], call):
+                continue  # its parameters do not fit this call: not the builder the name picks
+            texts = [code_only(t) for t in [text, *self._imported_texts(module)]]
+            if any(_CONVERSION.search(t) for t in texts) \
+                    or not any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
+                return False
+            found += 1
+        return found > 0
 
     def _names_of(self, made: Value, expr: cst.BaseExpression) -> list[str]:
         """The strings `expr` may hold: literals, or the default of the command-line option it reads."""
@@ -375,3 +424,41 @@ def _builds_batchnorm(name: str | None) -> bool:
             or (model.startswith("vgg") and model.endswith("_bn"))
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
         name.startswith("torchvision.models.vgg") and name.endswith("_bn")))
+
+
+def _without_rebound(text: str) -> str:
+    """`text` without the bare uses of a `BatchNorm2d` name the module binds to another class
+    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays."""
+    names = {a or b for a, b in _REBOUND_BATCHNORM.findall(text)}
+    for name in names:
+        text = re.sub(rf"(?<![\w.]){name}\b", "", text)
+    return text
+
+
+def _string_parts(expr: cst.BaseExpression) -> list[str | None]:
+    """The pieces of a string built with `+` or an f-string: the literal text of each, None for
+    each value put in (`"models." + name + ".build"` → ["models.", None, ".build"])."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _string_parts(expr.left) + _string_parts(expr.right)
+    if isinstance(expr, cst.FormattedString):
+        return [part.value if isinstance(part, cst.FormattedStringText) else None for part in expr.parts]
+    text = string_text(expr)
+    return [text] if text is not None else [None]
+
+
+def _binds(function: cst.FunctionDef, call: cst.Call) -> bool:
+    """Whether `call`'s arguments can bind `function`'s parameters: every parameter without a
+    default is given, and no positional argument is left over (True when the call passes
+    `*args`/`**kwargs`, which may give anything)."""
+    if any(a.star for a in call.args):
+        return True
+    positional = sum(1 for a in call.args if a.keyword is None)
+    keywords = {a.keyword.value for a in call.args if a.keyword is not None}
+    params = function.params
+    ordered = [*params.posonly_params, *params.params]
+    if positional > len(ordered) and not isinstance(params.star_arg, cst.Param):
+        return False
+    for index, param in enumerate(ordered):
+        if param.default is None and index >= positional and param.name.value not in keywords:
+            return False
+    return all(p.default is not None or p.name.value in keywords for p in params.kwonly_params)

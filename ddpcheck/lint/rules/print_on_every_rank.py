@@ -8,7 +8,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, selects_main_rank
-from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope, Shared
+from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, last_name, subexpressions
@@ -42,7 +43,7 @@ class PrintOnEveryRank(Rule):
 
     Reported (`print`, `tqdm.write`, progress bars, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
-    (the epoch loop) — and the per-epoch messages of a function that trains or evaluates when
+    (the epoch loop), and a progress bar over a loop that runs a model on its items — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
@@ -51,7 +52,8 @@ class PrintOnEveryRank(Rule):
     assigned or passed from one — `Trainer(..., verbose=rank == 0)` then `if self.verbose:` —,
     `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
     decorator such as `@rank_zero_only`), calls of a logger only rank 0 has,
-    `tqdm(..., disable=...)` and `tqdm(...) if is_main else loader`, `print` replaced by
+    `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
+    command-line switch such as `disable=args.no_progress`) and `tqdm(...) if is_main else loader`, `print` replaced by
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
@@ -61,9 +63,11 @@ class PrintOnEveryRank(Rule):
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
-    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`) or
+    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
+    `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
-    `if epoch == start_epoch and i == 0:`); warnings printed when a test
+    `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
+    with `self.step += 1`); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
     gives about its own data.
 
@@ -408,7 +412,7 @@ class PrintOnEveryRank(Rule):
             kind = self._kind(site)
             if kind is None:
                 continue
-            if kind == "tqdm" and site.has_keyword("disable"):
+            if kind == "tqdm" and site.has_keyword("disable") and not self._shown_everywhere(site):
                 continue
             if self._guarded(site):
                 continue
@@ -491,15 +495,28 @@ class PrintOnEveryRank(Rule):
 
     def _bar_over_work(self, site: CallSite) -> bool:
         """A progress bar over a DataLoader, or over the steps of a training loop it drives
-        (`for step in tqdm(range(n)):` around a backward)."""
+        (`for step in tqdm(range(n)):` around a backward), or over a loop that runs a model's
+        forward on its items (an evaluation over loaders the model cannot follow)."""
         first = site.arg("iterable", 0)
         if first is not None and self.loops.iterates_batches(site.module, first, site.scope, site.point):
             return True
         for loop in site.module.fors:
-            if loop.scope is site.scope and _holds(loop.node.iter, site.node) \
-                    and self.loops.is_work(site.module, loop.node, site.scope):
+            if loop.scope is site.scope and _holds(loop.node.iter, site.node) and (
+                    self.loops.is_work(site.module, loop.node, site.scope)
+                    or self.loops.forwards_items(site.module, loop.node, site.scope)):
                 return True
         return False
+
+    def _shown_everywhere(self, site: CallSite) -> bool:
+        """`tqdm(..., disable=X)` where X is known to be the same on every rank: `False`, or an
+        on/off option of the command line (`disable=args.no_progress_bar`). A rank test, or a
+        value not known, may hide the bar on the other ranks."""
+        flag = site.arg("disable")
+        if flag is None:
+            return True
+        if isinstance(flag, cst.Name) and flag.value == "False":
+            return True
+        return any(command_line_switch(m, flag) for m in (site.module, self.model.root))
 
     def _guarded(self, site: CallSite) -> bool:
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes."""
@@ -526,6 +543,8 @@ class PrintOnEveryRank(Rule):
         counters = {n for loop in site.loops if isinstance(loop, cst.For) for n in _names(loop.target)}
         if counters and any(_pins(g, counters) for g in site.guards):
             return True
+        if any(_pins_counter(site, g) for g in site.guards):
+            return True
         # `if epoch == start_epoch and i == 0:` pins every loop around the call: one step in all.
         # (`if verbose and i == 0:` pins the step loop only: once per epoch, still repeated.)
         pinned = {n for g in site.guards if not g.negated for n in _pinned_in_and(g.test, counters)}
@@ -545,7 +564,11 @@ class PrintOnEveryRank(Rule):
         if not _leaves(block):
             return False
         inner = site.loops[-1] if site.loops else None
-        return inner is None or not _holds(block, inner)
+        if inner is not None and _holds(block, inner):
+            return False
+        if _breaks(block) and any(self.loops.is_work(site.module, loop, site.scope) for loop in site.loops[:-1]):
+            return False  # `break` out of the evaluation loop inside the epoch loop: once per epoch
+        return True
 
     # --- silenced output -----------------------------------------------------------------------
     def _print_silenced(self) -> bool:
@@ -754,6 +777,14 @@ def _leaves(block: cst.BaseSuite) -> bool:
     return isinstance(small, (cst.Break, cst.Raise))
 
 
+def _breaks(block: cst.BaseSuite) -> bool:
+    """The block ends with `break` (it leaves its loop, not the program)."""
+    last = block.body[-1] if block.body else None
+    if isinstance(block, cst.SimpleStatementSuite):
+        return isinstance(last, cst.Break)
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], cst.Break)
+
+
 def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
     """Where `scope` assigns `builtins.print` (the points of those bindings)."""
     found: list[Point | None] = []
@@ -819,6 +850,32 @@ def _pins(guard: Guard, counters: set[str]) -> bool:
     if not isinstance(comp.operator, cst.Equal):
         return False
     return any(isinstance(side, cst.Name) and side.value in counters for side in (test.left, comp.comparator))
+
+
+def _pins_counter(site: CallSite, guard: Guard) -> bool:
+    """`if self.step == 0:` / `if global_step == 1:` where the name is a step counter (`+= 1`
+    somewhere) that no loop sets back to a constant: it equals that value once in the run."""
+    test = guard.test
+    if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    comp = test.comparisons[0]
+    if not isinstance(comp.operator, cst.Equal):
+        return False
+    sides = (test.left, comp.comparator)
+    name = next((dotted(e) for e in sides if isinstance(e, (cst.Name, cst.Attribute))), None)
+    if name is None or not any(isinstance(e, cst.Integer) for e in sides):
+        return False
+    owner = site.scope.owner_of(name)
+    if owner is None:
+        return False
+    counted = False
+    for bound, point in zip(owner.assignments[name], owner.points.get(name, [])):
+        value, where = (bound.value, bound.point) if isinstance(bound, Shared) else (bound, point)
+        if isinstance(value, Augmented):
+            counted = counted or isinstance(value.node.operator, cst.AddAssign)
+        elif isinstance(value, cst.Integer) and (where is None or where.loops):
+            return False  # reset in a loop (`step = 0` at each epoch): once per pass of that loop
+    return counted
 
 
 def _needs_launch_flag(guard: Guard) -> bool:
