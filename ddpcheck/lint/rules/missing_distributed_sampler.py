@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values
+from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values, splits_by_rank
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
@@ -241,7 +241,8 @@ class MissingDistributedSampler(Rule):
                 if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve)
                        for sub in subexpressions(a.value)):
                     return True
-            if self.model.constructs(value, api.ITERABLE_DATASET):
+            if self.model.constructs(value, api.ITERABLE_DATASET) or splits_by_rank(
+                    self.model, value, builder=value.scope is not site.scope):
                 return True
             name = self.model.api_of(value) or ""
             if "Iterable" in name.rsplit(".", 1)[-1]:

@@ -1,0 +1,215 @@
+"""False findings met on a fresh batch of public scripts, through `ddpcheck lint`: each test writes
+a small project in the style of such code, with the variant that is still reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def _lines(findings: list[dict], code: str) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == code)
+
+
+SPAWN_WITH_FLAG = """\
+    import os
+    import torch
+    import torch.multiprocessing as mp
+    from torch.distributed import init_process_group
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def make_loader(dataset, batch_size, use_ddp: bool):
+        if use_ddp == True:
+            return DataLoader(dataset, batch_size=batch_size, sampler=DistributedSampler(dataset))
+        else:
+            return DataLoader(dataset, batch_size, shuffle=True)
+
+
+    def worker(rank, world, use_ddp):
+        if use_ddp:
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["MASTER_PORT"] = "29511"
+            init_process_group("gloo", rank=rank, world_size=world)
+        loader = make_loader(torch.arange(64.0), 8, use_ddp)
+        for _ in loader:
+            pass
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(2, True), nprocs=2)
+"""
+
+
+def test_the_loader_of_the_branch_a_flag_compared_to_false_takes_is_not_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SPAWN_WITH_FLAG}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    # Compared the other way round, the shuffled loader is the distributed one: reported.
+    flipped = SPAWN_WITH_FLAG.replace("use_ddp == True", "use_ddp == False")
+    findings = lint_project(tmp_path, {"train.py": flipped}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [12]
+
+
+PAIRED_LOADERS = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def main(distributed: bool):
+        train_set = TensorDataset(torch.randn(64, 4))
+        held_out = TensorDataset(torch.randn(16, 4))
+        if distributed:
+            dist.init_process_group("nccl")
+            sampler = DistributedSampler(train_set)
+        else:
+            sampler = None
+        train_loader, val_loader = DataLoader(train_set, batch_size=8, sampler=sampler, shuffle=not distributed), \\
+                                   DataLoader(held_out, batch_size=8)
+        return train_loader, val_loader
+
+
+    if __name__ == "__main__":
+        main(True)
+"""
+
+
+def test_loaders_built_in_one_tuple_assignment_are_named_by_their_own_targets(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": PAIRED_LOADERS}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    # The training loader without its sampler is still reported, on its own line.
+    bare = PAIRED_LOADERS.replace("sampler=sampler, shuffle=not distributed", "shuffle=True")
+    findings = lint_project(tmp_path, {"train.py": bare}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [14]
+
+
+SELF_SHARDING = """\
+    import pickle
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Dataset, RandomSampler
+
+
+    class TokenBlocks(Dataset):
+        def __init__(self, path, args):
+            rank = args.local_rank if args.local_rank != -1 else 0
+            world = dist.get_world_size() if args.local_rank != -1 else 1
+            with open(path, "rb") as handle:
+                rows = pickle.load(handle)
+            self.rows = [r for i, r in enumerate(rows) if i % world == rank]
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __getitem__(self, i):
+            return torch.tensor(self.rows[i])
+
+
+    def train(args):
+        dist.init_process_group("nccl")
+        data = TokenBlocks(args.data, args)
+        loader = DataLoader(data, sampler=RandomSampler(data), batch_size=4)
+        for _ in loader:
+            pass
+"""
+
+
+def test_a_dataset_that_keeps_its_own_ranks_rows_needs_no_sampler(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SELF_SHARDING}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    whole = SELF_SHARDING.replace("if i % world == rank]", "]")
+    findings = lint_project(tmp_path, {"train.py": whole}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [25]
+
+
+SPLIT_FILES = {
+    "corpus/__init__.py": "",
+    "corpus/loading.py": """\
+        import glob
+        import numpy as np
+        import torch
+        import torch.distributed as dist
+
+
+        def _read(folder):
+            files = sorted(glob.glob(folder + "/*.pt"))
+            mine = np.array_split(files, dist.get_world_size())[dist.get_rank()]
+            return torch.cat([torch.load(f, map_location="cpu") for f in mine])
+
+
+        def load_corpus(folder):
+            rows = _read(folder)
+            return torch.utils.data.TensorDataset(rows)
+    """,
+    "pretrain.py": """\
+        import torch.distributed as dist
+        from torch.utils.data import DataLoader, RandomSampler
+        from corpus import loading
+
+
+        def main(folder):
+            dist.init_process_group("nccl")
+            corpus = loading.load_corpus(folder)
+            loader = DataLoader(corpus, sampler=RandomSampler(corpus), batch_size=16)
+            for _ in loader:
+                pass
+
+
+        if __name__ == "__main__":
+            main("shards")
+    """,
+}
+
+
+def test_a_builder_that_loads_only_its_ranks_files_needs_no_sampler(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, SPLIT_FILES, "pretrain.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    whole = dict(SPLIT_FILES)
+    whole["corpus/loading.py"] = SPLIT_FILES["corpus/loading.py"].replace(
+        "np.array_split(files, dist.get_world_size())[dist.get_rank()]", "files")
+    findings = lint_project(tmp_path, whole, "pretrain.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [9]
+
+
+NODE_FIRST_RANK = """\
+    import argparse
+    import logging
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def worker(gpu, args):
+        rank = args.first_rank + gpu
+        dist.init_process_group("nccl", init_method=args.url, rank=rank, world_size=args.world)
+        logging.basicConfig(level=logging.INFO)
+        logger = logging.getLogger(__name__)
+        policy = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2).cuda(gpu), device_ids=[gpu])
+        optimizer = torch.optim.Adam(policy.parameters())
+        for update in range(args.updates):
+            loss = policy(torch.randn(4, 8, device=gpu)).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if rank == args.first_rank:
+                logger.info("update %d: loss %.3f", update, loss.item())
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--first-rank", type=int, default=0)
+        parser.add_argument("--url", default="env://")
+        parser.add_argument("--world", type=int, default=2)
+        parser.add_argument("--updates", type=int, default=10)
+        mp.spawn(worker, args=(parser.parse_args(),), nprocs=2)
+"""
+
+
+def test_a_rank_compared_to_a_configured_rank_is_a_one_rank_guard(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": NODE_FIRST_RANK}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # Without the guard every process logs each update.
+    bare = NODE_FIRST_RANK.replace("if rank == args.first_rank:", "if update % 10 == 0:")
+    findings = lint_project(tmp_path, {"train.py": bare}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [21]
