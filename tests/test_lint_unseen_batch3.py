@@ -213,3 +213,60 @@ def test_a_rank_compared_to_a_configured_rank_is_a_one_rank_guard(tmp_path: Path
     bare = NODE_FIRST_RANK.replace("if rank == args.first_rank:", "if update % 10 == 0:")
     findings = lint_project(tmp_path, {"train.py": bare}, "train.py", select="DDP020")
     assert _lines(findings, "DDP020") == [21]
+
+
+QUIET_LOGGER = {
+    "tools.py": """\
+        import logging
+        import torch.distributed as dist
+
+
+        def _gate(logger, level, show):
+            original = getattr(logger, level)
+
+            def gated(*args, **kwargs):
+                if show or kwargs.pop("everywhere", False):
+                    original(*args, **kwargs)
+
+            logger.__setattr__(level, gated)
+
+
+        def build_logger():
+            logging.basicConfig(level=logging.INFO)
+            logger = logging.getLogger()
+            show = not dist.is_initialized() or dist.get_rank() == 0
+            for level in ("debug", "info", "warning"):
+                _gate(logger, level, show)
+            return logger
+    """,
+    "train.py": """\
+        import torch
+        import torch.distributed as dist
+        from tools import build_logger
+
+
+        def main():
+            dist.init_process_group("nccl")
+            logger = build_logger()
+            net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            for epoch in range(3):
+                net(torch.randn(2, 4)).sum().backward()
+                optimizer.step()
+                logger.info("epoch %d done", epoch)
+
+
+        if __name__ == "__main__":
+            main()
+    """,
+}
+
+
+def test_a_logger_whose_methods_are_swapped_for_a_gate_is_not_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, QUIET_LOGGER, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # Without the swap every rank logs each epoch.
+    plain = dict(QUIET_LOGGER)
+    plain["tools.py"] = QUIET_LOGGER["tools.py"].replace("logger.__setattr__(level, gated)", "del gated")
+    findings = lint_project(tmp_path, plain, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [14]
