@@ -270,3 +270,45 @@ def test_a_logger_whose_methods_are_swapped_for_a_gate_is_not_reported(tmp_path:
     plain["tools.py"] = QUIET_LOGGER["tools.py"].replace("logger.__setattr__(level, gated)", "del gated")
     findings = lint_project(tmp_path, plain, "train.py", select="DDP020")
     assert _lines(findings, "DDP020") == [14]
+
+
+VALIDATE_WHEN_DUE = """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+
+    def validate(net):
+        print("validation loss", net(torch.zeros(1, 4)).item())
+
+
+    def train(args, net, optimizer):
+        for step in range(args.steps):
+            net(torch.randn(8, 4)).sum().backward()
+            optimizer.step()
+            if args.distributed:
+                due = dist.get_rank() == 0 and step % args.every == 0
+            else:
+                due = step % args.every == 0
+            if due:
+                validate(net)
+
+
+    def main(args):
+        args.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+        if args.distributed:
+            dist.init_process_group("nccl")
+        net = torch.nn.Linear(4, 1)
+        if args.distributed:
+            net = torch.nn.parallel.DistributedDataParallel(net)
+        train(args, net, torch.optim.SGD(net.parameters(), lr=0.1))
+"""
+
+
+def test_a_flag_that_is_a_rank_test_on_the_distributed_path_guards_like_one(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": VALIDATE_WHEN_DUE}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # The rank test dropped from the distributed arm: every rank validates and prints.
+    loose = VALIDATE_WHEN_DUE.replace("dist.get_rank() == 0 and step", "step")
+    findings = lint_project(tmp_path, {"train.py": loose}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [19]

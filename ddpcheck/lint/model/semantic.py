@@ -356,8 +356,18 @@ class Names:
 
     def _held(self, name: str) -> list[cst.BaseExpression]:
         assert self.scope is not None
-        values = [v for v in self.scope.lookup(name) if isinstance(v, cst.BaseExpression)]
-        if not values or len(values) != len(self.scope.lookup(name)):
+        from ddpcheck.lint.model.conditions import on_single_process_only
+
+        bindings = self.scope.lookup(name)
+        owner = self.scope.owner_of(name)
+        points = owner.points.get(name, []) if owner is not None else []
+        if len(points) == len(bindings):
+            # `val_cond = rank == 0 and due` when distributed, `val_cond = due` otherwise: the
+            # single-process arm's value never holds in a distributed job.
+            kept = [b for b, p in zip(bindings, points) if p is None or on_single_process_only(p.guards, self) is None]
+            bindings = kept or bindings
+        values = [v for v in bindings if isinstance(v, cst.BaseExpression)]
+        if not values or len(values) != len(bindings):
             return []
         tests = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
         return values if all(isinstance(v, tests) for v in values) else []
