@@ -312,3 +312,35 @@ def test_a_flag_that_is_a_rank_test_on_the_distributed_path_guards_like_one(tmp_
     loose = VALIDATE_WHEN_DUE.replace("dist.get_rank() == 0 and step", "step")
     findings = lint_project(tmp_path, {"train.py": loose}, "train.py", select="DDP020")
     assert _lines(findings, "DDP020") == [19]
+
+
+SPAWN_ON_LOCALHOST = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def worker(index, world_size):
+        dist.init_process_group("nccl", rank=index, world_size=world_size)
+        torch.cuda.set_device(torch.device("cuda", dist.get_rank()))
+        net = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1).cuda(), device_ids=[dist.get_rank()])
+        net(torch.randn(2, 4).cuda()).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        gpus = torch.cuda.device_count()
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "29533"
+        mp.spawn(worker, args=(gpus,), nprocs=gpus)
+"""
+
+
+def test_the_global_rank_of_a_spawn_job_on_localhost_is_the_local_gpu(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SPAWN_ON_LOCALHOST}, "train.py", select="DDP007")
+    assert _lines(findings, "DDP007") == []
+    # Meeting on another machine's address, the job can span nodes: reported.
+    remote = SPAWN_ON_LOCALHOST.replace('"localhost"', 'os.environ.get("HEAD_NODE", "localhost")')
+    findings = lint_project(tmp_path, {"train.py": remote}, "train.py", select="DDP007")
+    assert _lines(findings, "DDP007") == [9, 10]

@@ -32,7 +32,7 @@ from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver, Target
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, string_text
+from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.model.values import Value, Values
 
 if TYPE_CHECKING:
@@ -237,6 +237,29 @@ class Model:
             )
         return self._torchrun
 
+    def on_one_machine(self) -> bool:
+        """The job cannot span machines: no outside launcher can start the file (see
+        `torchrun_path`), it starts its processes with `mp.spawn`, and every rendezvous address it
+        sets is a loopback one (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method=
+        "tcp://127.0.0.1:..."`), at least one of them."""
+        root = self.root
+        if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
+            return False
+        addresses: list[cst.BaseExpression] = []
+        for node in subexpressions(root.tree):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target = node.targets[0].target
+                if isinstance(target, cst.Subscript) and (dotted(target.value) or "").endswith("environ") \
+                        and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
+                        and string_text(target.slice[0].slice.value) == "MASTER_ADDR":
+                    addresses.append(node.value)
+        for site in root.calls:
+            if self.api(site) == api.INIT_PROCESS_GROUP:
+                method = site.arg("init_method", 1)
+                if method is not None:
+                    addresses.append(method)
+        return bool(addresses) and all(_loopback(a) for a in addresses)
+
     def is_entry_point(self) -> bool:
         """The file is run as a script, not only imported: it has a `__main__` guard, does work
         at module level (calls one of its functions, or sets up DDP there), or its own usage
@@ -384,3 +407,12 @@ class Names:
             if is_rank_value(node, self.model.resolver_for(value.module)):
                 return True
         return False
+
+
+_LOOPBACK = re.compile(r"^(?:tcp://)?(?:localhost|127\.0\.0\.1|\[?::1\]?)(?::\d+)?/?$")
+
+
+def _loopback(expr: cst.BaseExpression) -> bool:
+    """A literal loopback address (`"localhost"`, `"127.0.0.1"`, `"tcp://localhost:29500"`)."""
+    text = expr.evaluated_value if isinstance(expr, cst.SimpleString) else None
+    return isinstance(text, str) and bool(_LOOPBACK.match(text))

@@ -31,7 +31,8 @@ class MissingDistributedSampler(Rule):
     literal dicts, `{**a, **b}`, `dict(a, **b)` and `kw.update(...)` of torch's own DataLoader
     are read), and
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
-    themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
+    themselves) or by a project class or builder that keeps its own rank's part (`i % world ==
+    rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
     on every rank costs time but is not wrong. A loader built by a function of another module of
     the project (`build_loader(cfg)`) is reported there, with the call that leads to it. A
     project subclass of DataLoader is read through its constructor: the sampler it hands

@@ -57,7 +57,8 @@ class PrintOnEveryRank(Rule):
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
     `level = WARNING` under `if rank != 0:` —, a logger factory that gives the other ranks no
-    handler); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
+    handler, a logger whose methods are swapped for a project wrapper with
+    `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
