@@ -344,3 +344,39 @@ def test_the_global_rank_of_a_spawn_job_on_localhost_is_the_local_gpu(tmp_path: 
     remote = SPAWN_ON_LOCALHOST.replace('"localhost"', 'os.environ.get("HEAD_NODE", "localhost")')
     findings = lint_project(tmp_path, {"train.py": remote}, "train.py", select="DDP007")
     assert _lines(findings, "DDP007") == [9, 10]
+
+
+REWRAP_PER_STAGE = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def fit(net, steps):
+        optimizer = torch.optim.Adam(net.parameters())
+        for _ in range(steps):
+            net(torch.randn(4, 8, device="cuda")).sum().backward()
+            optimizer.step()
+
+
+    def main(local_rank, stages):
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", local_rank)
+        net = torch.nn.Linear(8, 1).cuda(local_rank)
+        wrapped = DDP(net, device_ids=[local_rank])
+        fit(wrapped, 10)
+        for stage in stages:
+            net.load_state_dict(torch.load(stage, map_location="cpu"))
+            net.to(device)
+            wrapped = DDP(net, device_ids=[local_rank])
+            fit(wrapped, 10)
+"""
+
+
+def test_a_move_before_the_module_is_wrapped_again_is_not_a_move_after_the_wrap(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": REWRAP_PER_STAGE}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+    # Without the second wrap the move acts on the module inside the first wrapper: reported.
+    kept = REWRAP_PER_STAGE.replace("            wrapped = DDP(net, device_ids=[local_rank])\n", "")
+    findings = lint_project(tmp_path, {"train.py": kept}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [21]
