@@ -380,3 +380,40 @@ def test_a_move_before_the_module_is_wrapped_again_is_not_a_move_after_the_wrap(
     kept = REWRAP_PER_STAGE.replace("            wrapped = DDP(net, device_ids=[local_rank])\n", "")
     findings = lint_project(tmp_path, {"train.py": kept}, "train.py", select="DDP014")
     assert _lines(findings, "DDP014") == [21]
+
+
+SEED_HELPER_TWICE = """\
+    import argparse
+    import random
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def seed_everything(opts):
+        random.seed(opts.seed)
+        torch.manual_seed(opts.seed)
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=13)
+        opts = parser.parse_args()
+        dist.init_process_group("nccl")
+        seed_everything(opts)
+        data = TensorDataset(torch.randn(64, 8))
+        loader = DataLoader(data, sampler=DistributedSampler(data), batch_size=8, num_workers=2)
+        net = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(torch.nn.Dropout(0.1), torch.nn.Linear(8, 1)))
+        seed_everything(opts)
+        for (x,) in loader:
+            net(x).sum().backward()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_seeding_helper_called_twice_is_one_finding(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SEED_HELPER_TWICE}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [18]
