@@ -417,3 +417,46 @@ SEED_HELPER_TWICE = """\
 def test_a_seeding_helper_called_twice_is_one_finding(tmp_path: Path) -> None:
     findings = lint_project(tmp_path, {"train.py": SEED_HELPER_TWICE}, "train.py", select="DDP029")
     assert _lines(findings, "DDP029") == [18]
+
+
+CONFIG_ITEM_FLAG = """\
+    import logging
+    import torch
+    import torch.distributed as dist
+
+
+    class Options(dict):
+        def __getattr__(self, key):
+            return self[key]
+
+
+    class Trainer:
+        def __init__(self, params):
+            self.params = params
+            self.model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        def train(self):
+            for epoch in range(self.params.epochs):
+                self.model(torch.randn(2, 4)).sum().backward()
+                self.optimizer.step()
+                if self.params.verbose:
+                    logging.info("epoch %d done", epoch)
+
+
+    if __name__ == "__main__":
+        logging.basicConfig(level=logging.INFO)
+        params = Options(epochs=3, verbose=True)
+        dist.init_process_group("nccl")
+        params["verbose"] = dist.get_rank() == 0 and params["verbose"]
+        Trainer(params).train()
+"""
+
+
+def test_a_config_item_set_to_a_rank_test_guards_where_it_is_read_as_an_attribute(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": CONFIG_ITEM_FLAG}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # The item set without the rank test: every rank logs.
+    loose = CONFIG_ITEM_FLAG.replace('dist.get_rank() == 0 and params["verbose"]', 'params["verbose"] and dist.is_initialized()')
+    findings = lint_project(tmp_path, {"train.py": loose}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [22]

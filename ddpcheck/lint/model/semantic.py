@@ -355,7 +355,7 @@ class Names:
         or None runs nowhere and says nothing. {None} when a value is not a test."""
         from ddpcheck.lint.model.conditions import selects_main_rank
 
-        tests = self.held_test(expr)
+        tests = self.held_test(expr) or self._item_set(expr)
         if tests:
             return {selects_main_rank(t, self, depth) for t in tests}
         name = dotted(expr)
@@ -376,6 +376,26 @@ class Names:
             return sides or {None}
         finally:
             self._holding.discard(name)
+
+    def _item_set(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """`params.log_to_screen` of a config object whose item of that name is set on every
+        path (`params["log_to_screen"] = rank == 0 and params["log_to_screen"]`): the value of
+        the last such item assignment, read as an attribute (config classes that serve their
+        items as attributes)."""
+        if self.scope is None or not isinstance(expr, cst.Attribute):
+            return []
+        key = expr.attr.value
+        found: list[cst.BaseExpression] = []
+        for base in self.model.values.of(self.module, expr.value, self.scope, depth=6):
+            if not isinstance(base.node, cst.Call):
+                continue
+            mains = {id(n) for n in base.module.main_guards}
+            for name in base.module.assigned_names(base.node):
+                last = [v for k, v, guards in base.scope.updates.get(name, [])
+                        if k == key and all(id(g.node) in mains for g in guards)]
+                if last:
+                    found.append(last[-1])
+        return found if len(found) == 1 else []
 
     def _held(self, name: str) -> list[cst.BaseExpression]:
         assert self.scope is not None
