@@ -226,6 +226,14 @@ class Walker(cst.CSTVisitor):
                     continue
                 inner = Item(value, index) if isinstance(value, cst.BaseExpression) else value
                 self._bind(element.value, inner)
+            # `train_loader, val_loader = DataLoader(a), DataLoader(b)`: each call is assigned
+            # to its own name, as if written on two lines (rules read a call's name).
+            if isinstance(value, (cst.Tuple, cst.List)) and len(value.elements) == len(target.elements) \
+                    and not any(isinstance(e, cst.StarredElement) for e in (*value.elements, *target.elements)):
+                for element, item in zip(target.elements, value.elements):
+                    name = dotted(element.value)
+                    if name is not None:
+                        self.module.targets.setdefault(id(item.value), []).append(name)
             return
         if isinstance(target, cst.Subscript) and isinstance(value, cst.BaseExpression):
             self._written.add(id(target))

@@ -167,6 +167,13 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                     return False
             if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
                 return False  # rank > 0
+            # `rank == args.main_rank`: a rank compared to a configured value (an option, not a
+            # loop variable that walks the ranks in turn) picks one rank, as `rank == 0` does.
+            if isinstance(other, cst.Attribute):
+                if isinstance(op, cst.Equal):
+                    return True
+                if isinstance(op, cst.NotEqual):
+                    return False
         # `args.rank % ngpus == 0`
         if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
             if is_rank_value(left.left, resolve) and isinstance(op, cst.Equal) and _is_zero_or_minus_one(right):
@@ -245,6 +252,13 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         comp = test.comparisons[0]
         op, right = comp.operator, comp.comparator
         left = test.left
+        if isinstance(right, cst.Name) and right.value in ("True", "False") \
+                and isinstance(op, (cst.Equal, cst.Is, cst.NotEqual, cst.IsNot)):
+            inner = is_distributed_test(left, resolve)  # `if ddp == True:` reads as `if ddp:`
+            if inner is None:
+                return None
+            holds = (right.value == "True") == isinstance(op, (cst.Equal, cst.Is))
+            return inner if holds else not inner
         if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
                 and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":
             return isinstance(op, cst.In)  # `"RANK" in os.environ`: launched distributed

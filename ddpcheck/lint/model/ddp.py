@@ -12,6 +12,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
+from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, string_text, subexpressions
@@ -399,5 +400,56 @@ def per_rank_or_memory(model: Model, site: CallSite, target: cst.BaseExpression 
         resolve = model.resolver_for(value.module, value.scope)
         for sub in subexpressions(node):
             if isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve):
+                return True
+    return False
+
+
+def splits_by_rank(model: Model, value: Value, builder: bool = False, depth: int = 3) -> bool:
+    """`value` is made by a project class or function that keeps its own rank's part of the data
+    (`[x for i, x in enumerate(rows) if i % world_size == rank]`, `np.array_split(files, n)[rank]`,
+    `rows[rank::world_size]`), in its own body or in a project function it calls: a dataset that
+    shards itself needs no DistributedSampler. `builder`: `value` was made in another function
+    than the one that uses it, whose own body counts as well."""
+    if value.call is None:
+        return False
+    # The call and the calls in its arguments (`TensorDataset(read_my_part(folder))`).
+    sites = [value.module.call_at(node) for node in subexpressions(value.call) if isinstance(node, cst.Call)]
+    todo = [(callee, depth) for site in sites if site is not None for callee, _ in model.graph.targets(site)]
+    if builder and value.scope.kind == "function" and value.scope.qualname in value.module.functions \
+            and value.scope.qualname in value.module.returns:
+        # The dataset comes out of a builder (`load_data(opt)` returns it): what the builder
+        # reads on the way counts too (`load_shard(path)` keeping the rank's files).
+        todo.append((Function(value.module, value.scope.qualname), depth))
+    seen: set[tuple[int, str]] = set()
+    while todo:
+        function, left = todo.pop()
+        key = (id(function.module), function.qualname)
+        if key in seen:
+            continue
+        seen.add(key)
+        resolve = model.resolver_for(function.module, function.scope)
+        if any(_rank_selection(node, resolve) for node in subexpressions(function.node)):
+            return True
+        if left > 1:
+            for inner in function.module.calls_in(function.qualname):
+                todo.extend((callee, left - 1) for callee, _ in model.graph.targets(inner))
+    return False
+
+
+def _rank_selection(node: cst.CSTNode, resolve: Resolve) -> bool:
+    """`parts[rank]`, `rows[rank::world]`, `i % world == rank`: a selection by the rank."""
+    if isinstance(node, cst.Subscript) and len(node.slice) == 1:
+        part = node.slice[0].slice
+        if isinstance(part, cst.Index):
+            return not isinstance(part.value, cst.SimpleString) and is_rank_value(part.value, resolve)
+        if isinstance(part, cst.Slice):
+            return part.lower is not None and part.step is not None and is_rank_value(part.lower, resolve)
+        return False
+    if isinstance(node, cst.Comparison) and len(node.comparisons) == 1 \
+            and isinstance(node.comparisons[0].operator, cst.Equal):
+        sides = (node.left, node.comparisons[0].comparator)
+        for one, other in (sides, sides[::-1]):
+            if isinstance(one, cst.BinaryOperation) and isinstance(one.operator, cst.Modulo) \
+                    and is_rank_value(other, resolve):
                 return True
     return False

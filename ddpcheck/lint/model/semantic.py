@@ -32,7 +32,7 @@ from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver, Target
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, string_text
+from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.model.values import Value, Values
 
 if TYPE_CHECKING:
@@ -237,6 +237,29 @@ class Model:
             )
         return self._torchrun
 
+    def on_one_machine(self) -> bool:
+        """The job cannot span machines: no outside launcher can start the file (see
+        `torchrun_path`), it starts its processes with `mp.spawn`, and every rendezvous address it
+        sets is a loopback one (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method=
+        "tcp://127.0.0.1:..."`), at least one of them."""
+        root = self.root
+        if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
+            return False
+        addresses: list[cst.BaseExpression] = []
+        for node in subexpressions(root.tree):
+            if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                target = node.targets[0].target
+                if isinstance(target, cst.Subscript) and (dotted(target.value) or "").endswith("environ") \
+                        and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
+                        and string_text(target.slice[0].slice.value) == "MASTER_ADDR":
+                    addresses.append(node.value)
+        for site in root.calls:
+            if self.api(site) == api.INIT_PROCESS_GROUP:
+                method = site.arg("init_method", 1)
+                if method is not None:
+                    addresses.append(method)
+        return bool(addresses) and all(_loopback(a) for a in addresses)
+
     def is_entry_point(self) -> bool:
         """The file is run as a script, not only imported: it has a `__main__` guard, does work
         at module level (calls one of its functions, or sets up DDP there), or its own usage
@@ -332,7 +355,7 @@ class Names:
         or None runs nowhere and says nothing. {None} when a value is not a test."""
         from ddpcheck.lint.model.conditions import selects_main_rank
 
-        tests = self.held_test(expr)
+        tests = self.held_test(expr) or self._item_set(expr)
         if tests:
             return {selects_main_rank(t, self, depth) for t in tests}
         name = dotted(expr)
@@ -354,10 +377,40 @@ class Names:
         finally:
             self._holding.discard(name)
 
+    def _item_set(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """`params.log_to_screen` of a config object whose item of that name is set on every
+        path (`params["log_to_screen"] = rank == 0 and params["log_to_screen"]`): the value of
+        the last such item assignment, read as an attribute (config classes that serve their
+        items as attributes)."""
+        if self.scope is None or not isinstance(expr, cst.Attribute):
+            return []
+        key = expr.attr.value
+        found: list[cst.BaseExpression] = []
+        for base in self.model.values.of(self.module, expr.value, self.scope, depth=6):
+            if not isinstance(base.node, cst.Call):
+                continue
+            mains = {id(n) for n in base.module.main_guards}
+            for name in base.module.assigned_names(base.node):
+                last = [v for k, v, guards in base.scope.updates.get(name, [])
+                        if k == key and all(id(g.node) in mains for g in guards)]
+                if last:
+                    found.append(last[-1])
+        return found if len(found) == 1 else []
+
     def _held(self, name: str) -> list[cst.BaseExpression]:
         assert self.scope is not None
-        values = [v for v in self.scope.lookup(name) if isinstance(v, cst.BaseExpression)]
-        if not values or len(values) != len(self.scope.lookup(name)):
+        from ddpcheck.lint.model.conditions import on_single_process_only
+
+        bindings = self.scope.lookup(name)
+        owner = self.scope.owner_of(name)
+        points = owner.points.get(name, []) if owner is not None else []
+        if len(points) == len(bindings):
+            # `val_cond = rank == 0 and due` when distributed, `val_cond = due` otherwise: the
+            # single-process arm's value never holds in a distributed job.
+            kept = [b for b, p in zip(bindings, points) if p is None or on_single_process_only(p.guards, self) is None]
+            bindings = kept or bindings
+        values = [v for v in bindings if isinstance(v, cst.BaseExpression)]
+        if not values or len(values) != len(bindings):
             return []
         tests = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
         return values if all(isinstance(v, tests) for v in values) else []
@@ -374,3 +427,12 @@ class Names:
             if is_rank_value(node, self.model.resolver_for(value.module)):
                 return True
         return False
+
+
+_LOOPBACK = re.compile(r"^(?:tcp://)?(?:localhost|127\.0\.0\.1|\[?::1\]?)(?::\d+)?/?$")
+
+
+def _loopback(expr: cst.BaseExpression) -> bool:
+    """A literal loopback address (`"localhost"`, `"127.0.0.1"`, `"tcp://localhost:29500"`)."""
+    text = expr.evaluated_value if isinstance(expr, cst.SimpleString) else None
+    return isinstance(text, str) and bool(_LOOPBACK.match(text))

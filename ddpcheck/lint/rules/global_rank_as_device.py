@@ -32,7 +32,9 @@ class GlobalRankAsDevice(Rule):
     rank modulo a fixed GPU count (`rank % 8`, `rank % GPUS_PER_NODE` with `GPUS_PER_NODE = 8`),
     which is right only on nodes with exactly that many GPUs. A parameter named `rank` (for
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
-    nor `rank % torch.cuda.device_count()`.
+    nor `rank % torch.cuda.device_count()`. Nor a script that cannot span machines: started only
+    by `mp.spawn` (it reads no launcher variable) and meeting on a loopback address
+    (`MASTER_ADDR = "localhost"`), where the global rank is the local GPU.
 
     One finding per value of the rank, however many places use it as the device: it sits at the
     first device use (in the function that reads the rank), and the message counts the others.
@@ -149,6 +151,8 @@ class GlobalRankAsDevice(Rule):
         # One finding per read of the rank: the fix goes where the rank is read (or chosen), and
         # a value used as the device in twenty places would otherwise bury the report.
         model = self.model
+        if model.on_one_machine():
+            return  # an mp.spawn job that meets on localhost: the global rank is the local one
         # The read of the rank (a leaf node, unique across modules) -> the leaf and its uses.
         uses: dict[int, tuple[Value, list[tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str]]]] = {}
         for site in model.paths.sites():

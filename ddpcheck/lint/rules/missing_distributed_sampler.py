@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values
+from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values, splits_by_rank
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
@@ -31,7 +31,8 @@ class MissingDistributedSampler(Rule):
     literal dicts, `{**a, **b}`, `dict(a, **b)` and `kw.update(...)` of torch's own DataLoader
     are read), and
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
-    themselves), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
+    themselves) or by a project class or builder that keeps its own rank's part (`i % world ==
+    rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
     on every rank costs time but is not wrong. A loader built by a function of another module of
     the project (`build_loader(cfg)`) is reported there, with the call that leads to it. A
     project subclass of DataLoader is read through its constructor: the sampler it hands
@@ -241,7 +242,8 @@ class MissingDistributedSampler(Rule):
                 if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve)
                        for sub in subexpressions(a.value)):
                     return True
-            if self.model.constructs(value, api.ITERABLE_DATASET):
+            if self.model.constructs(value, api.ITERABLE_DATASET) or splits_by_rank(
+                    self.model, value, builder=value.scope is not site.scope):
                 return True
             name = self.model.api_of(value) or ""
             if "Iterable" in name.rsplit(".", 1)[-1]:

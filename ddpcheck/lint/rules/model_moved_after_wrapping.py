@@ -30,7 +30,9 @@ class ModelMovedAfterWrapping(Rule):
 
     Also reported where a project helper returns the wrap (`model = wrap_model(model).to(device)`
     with `wrap_model` returning `DistributedDataParallel(model, ...)` when distributed) and the
-    module it wraps was not moved before, as far as the lint can follow it.
+    module it wraps was not moved before, as far as the lint can follow it. Not reported: a move
+    of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
+    stage), where the move comes before the wrap used from then on.
 
     ## How to fix
     Move (and cast) first, wrap last: `model = Net().to(device); model = DDP(model,
@@ -140,7 +142,8 @@ class ModelMovedAfterWrapping(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
-        for wrap in wraps(model, root):
+        every_wrap = wraps(model, root)
+        for wrap in every_wrap:
             parent_move = self._moved_wrapper_expression(wrap)
             if parent_move is not None:
                 self.report(parent_move)
@@ -162,6 +165,12 @@ class ModelMovedAfterWrapping(Rule):
                         watched.discard(name)
                         continue
                     if self._already_there(wrap, call.node):
+                        continue
+                    if any(w.site.scope is call.scope and w.site.index > call.index and w.inner_name == name
+                           for w in every_wrap):
+                        # `model.to(device)` then `DDP(model)` again (a second stage re-wraps the
+                        # module): the move comes before the wrap that is used from then on.
+                        watched.discard(name)
                         continue
                     self.report(call.node)
                     break

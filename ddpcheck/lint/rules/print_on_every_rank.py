@@ -59,7 +59,8 @@ class PrintOnEveryRank(Rule):
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
     `level = WARNING` under `if rank != 0:` —, a logger factory that gives the other ranks no
-    handler); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
+    handler, a logger whose methods are swapped for a project wrapper with
+    `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message); start-up loops (over arguments, files, state_dict keys);
@@ -640,6 +641,8 @@ class PrintOnEveryRank(Rule):
         return False
 
     def _ranked_log_setup(self, site: CallSite) -> bool:
+        if self._log_method_replaced(site):
+            return True
         if site.method not in _LOG_SETUP_METHODS and self.model.api(site) not in _LOG_SETUP_APIS:
             return False
         paths = self.model.paths
@@ -653,6 +656,24 @@ class PrintOnEveryRank(Rule):
                 if isinstance(sub, cst.Name) and self._bound_by_rank(site, sub.value):
                     return True
         return False
+
+    @staticmethod
+    def _log_method_replaced(site: CallSite) -> bool:
+        """`logger.__setattr__(level, quiet)` / `setattr(logger, "info", quiet)` with a function
+        of the project: the logger's methods are swapped for a wrapper (the logging twin of
+        DeiT's `setup_for_distributed`, which lets rank 0 through)."""
+        args = [a.value for a in site.node.args]
+        func = site.node.func
+        if site.method == "__setattr__" and isinstance(func, cst.Attribute) and len(args) == 2:
+            receiver, value = func.value, args[1]
+        elif isinstance(func, cst.Name) and func.value == "setattr" and len(args) == 3:
+            receiver, value = args[0], args[2]
+        else:
+            return False
+        if not _LOGGERS.match(last_name(receiver) or "") or not isinstance(value, cst.Name):
+            return False
+        functions = site.module.functions
+        return f"{site.scope.qualname}.{value.value}" in functions or value.value in functions
 
     def _bound_by_rank(self, site: CallSite, name: str) -> bool:
         """`name` is given a value under a rank guard (`level = INFO` then `if rank != 0: level =

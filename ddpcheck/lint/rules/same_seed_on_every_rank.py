@@ -324,6 +324,10 @@ class SameSeedOnEveryRank(Rule):
         if self._workers_seeded_per_rank() and not model_draws_random(model):
             return
         resolve = model.resolver_for(model.root)
+        # One finding per seeding helper: its fix is one (in the helper, or the seed it reads),
+        # however many times the script calls it (`set_seed(args)` at start-up and again before
+        # training).
+        helpers_reported: set[tuple[int, str]] = set()
         for site in model.root.calls:
             if model.paths.rank_guard(site) is not None:
                 continue
@@ -339,7 +343,7 @@ class SameSeedOnEveryRank(Rule):
             # by what this call passes to the parameter the helper seeds torch with.
             for function, bound in model.graph.targets(site):
                 seeded = _seeded_parameter(model, function)
-                if seeded is None:
+                if seeded is None or (id(function.module), function.qualname) in helpers_reported:
                     continue
                 param, attr = seeded
                 passed = model.graph.argument_for(site, function, param, bound)
@@ -355,6 +359,7 @@ class SameSeedOnEveryRank(Rule):
                     shown = f"{model.text_of(model.root, passed)}.{attr}"
                 if same:
                     self.report(site.node, self.MESSAGE.format(seed=shown))
+                    helpers_reported.add((id(function.module), function.qualname))
                     break
 
     def _workers_seeded_per_rank(self) -> bool:
