@@ -443,3 +443,81 @@ def test_a_seed_at_module_level_runs_in_every_spawned_worker(tmp_path):
     worker = _variant(SPAWN_WORKER, ("        torch.manual_seed(rank)\n", ""))
     _write(tmp_path, {"launch.py": launcher, "worker.py": worker})
     assert _findings(tmp_path, "launch.py", select="DDP029") == {("launch.py", 9, "DDP029")}
+
+
+# --- loads inside the network's constructor (DDP011) ------------------------------------------------
+
+SEG_NET = """\
+    import torch
+    from torch import nn
+
+
+    class Backbone(nn.Module):
+        def __init__(self, weights=""):
+            super().__init__()
+            self.stem = nn.Conv2d(3, 64, 7, stride=2, padding=3)
+            self.body = nn.Conv2d(64, 256, 3, padding=1)
+            if weights:
+                self.load_state_dict(torch.load(weights))
+
+
+    class Segmenter(nn.Module):
+        def __init__(self, num_classes, backbone_weights="", init_from=""):
+            super().__init__()
+            self.backbone = Backbone(backbone_weights)
+            self.head = nn.Conv2d(256, num_classes, 1)
+            if init_from:
+                self._init_from(init_from)
+
+        def _init_from(self, path):
+            state = torch.load(path)
+            self.load_state_dict(state["model"], strict=False)
+
+        def forward(self, x):
+            return self.head(self.backbone(x))
+    """
+
+SEG_NET_TRAIN = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from nets import Segmenter
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--backbone-weights", default="")
+        parser.add_argument("--init-from", default="")
+        args = parser.parse_args()
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        net = Segmenter(21, args.backbone_weights, args.init_from).cuda()
+        model = DDP(net, device_ids=[local_rank])
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for images, masks in make_loader():
+            loss = torch.nn.functional.cross_entropy(model(images.cuda()), masks.cuda())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_loads_in_the_constructor_of_a_network_built_on_every_rank(tmp_path):
+    _write(tmp_path, {"nets.py": SEG_NET, "train.py": SEG_NET_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP011") == {("nets.py", 11, "DDP011"), ("nets.py", 23, "DDP011")}
+
+
+def test_constructor_loads_with_a_map_location_are_clean(tmp_path):
+    fixed = _variant(SEG_NET, ("torch.load(weights)", 'torch.load(weights, map_location="cpu")'),
+                     ("torch.load(path)", 'torch.load(path, map_location="cpu")'))
+    _write(tmp_path, {"nets.py": fixed, "train.py": SEG_NET_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP011") == set()
