@@ -134,6 +134,45 @@ def _holds_layer(model: Model, module: ModuleModel, scope: Scope, attr: str) -> 
     return False
 
 
+# torch.nn layers that own parameters (by default), and how a parameter is made.
+_PARAMETER_LAYER = re.compile(
+    r"^torch\.nn\.(Lazy)?(Linear|Bilinear|Conv\w*|ConvTranspose\w*|Embedding\w*|RNN|LSTM|GRU|RNNCell|LSTMCell"
+    r"|GRUCell|\w*Norm(\dd)?|MultiheadAttention|Transformer\w*|PReLU)$"
+)
+_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def holds_parameters(model: Model, value: Value, depth: int = 3) -> bool:
+    """Whether a leaf builds a module that owns parameters: a torch.nn layer that has weights
+    (`nn.Conv2d`, `nn.LayerNorm`), `torch.compile` of one, or a network of the project that sets
+    one of those (or an `nn.Parameter`) on `self`, itself or in a project base. A parameter-free
+    module (`nn.ReLU()`, a project module that only draws noise) or one the model cannot follow
+    does not count."""
+    name = model.api_of(value) or ""
+    if _PARAMETER_LAYER.match(name) or name in _PARAMETER:
+        return True
+    call = value.call
+    if call is None or depth <= 0:
+        return False
+    if name == "torch.compile":
+        compiled = argument(call, "model", 0)
+        return compiled is not None and any(
+            holds_parameters(model, v, depth - 1) for v in model.values.of(value.module, compiled, value.scope,
+                                                                           value.frame, at=value.at))
+    instance = model.graph.instance_of(value) if model.graph.is_network(value) else None
+    if instance is None:
+        return False
+    for owner_module, owner in model.graph.mro(*instance):
+        for key in owner.scope.assignments:
+            if not key.startswith("self.") or key.count(".") != 1:
+                continue
+            attribute = cst.Attribute(cst.Name("self"), cst.Name(key[len("self."):]))
+            for held in model.values.of(owner_module, attribute, owner.scope):
+                if held.call is not None and holds_parameters(model, held, depth - 1):
+                    return True
+    return False
+
+
 def before(value: Value, site: CallSite) -> bool:
     """Whether a leaf made by a call exists when `site` runs, as far as source order in one
     function tells (a leaf made later in the same function does not)."""

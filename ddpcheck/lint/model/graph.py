@@ -3,8 +3,10 @@
 Followed: plain calls of project functions (imported, re-exported, star-imported, nested),
 `self.m()` and `cls.m()` through the class and its project bases, `super().m()`, `obj.m()` where
 the model knows obj's class (`logger = MetricLogger()`, `self.scaler = NativeScaler()`, a
-parameter every caller passes an instance to), constructors (→ `__init__`), calls of instances
-(→ `__call__`), and, for a method name defined by exactly one class of the module and the project
+parameter every caller passes an instance to), constructors (→ `__init__`), constructors of a
+class chosen at run time (`Exp = ForecastExp` on one branch and `ImputeExp` on another, then
+`Exp(args)`; `BACKENDS[name](args)` over a dict of classes: each class it may be, and the methods
+of each on the instance), calls of instances (→ `__call__`), and, for a method name defined by exactly one class of the module and the project
 modules it imports, `x.m()` on an object of unknown class. Properties are followed by the value
 flow (values.py).
 """
@@ -67,6 +69,7 @@ class CallGraph:
         self._in_progress: set[int] = set()
         self._methods: dict[str, frozenset[str]] = {}
         self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
+        self._chosen: dict[int, list[tuple[ModuleModel, ClassInfo]]] = {}
 
     # --- classes -----------------------------------------------------------------------------
     def class_at(self, target: Target) -> tuple[ModuleModel, ClassInfo] | None:
@@ -214,6 +217,52 @@ class CallGraph:
         if target is None or target.kind != "class":
             return None
         return self.class_at(target)
+
+    def instances_of(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]:
+        """The project classes a value may be an instance of: `instance_of`, or, for a call of a
+        class chosen at run time (`Exp = ExpForecast if ... else ExpImpute` then `Exp(args)`,
+        `BACKENDS[name](args)`), each class the callee may be."""
+        one = self.instance_of(value)
+        if one is not None:
+            return [one]
+        call = value.call
+        site = value.module.call_at(call) if call is not None else None
+        if site is None or site.target is not None and site.target.kind != "value":
+            return []
+        return self.chosen_classes(site)
+
+    def chosen_classes(self, site: CallSite) -> list[tuple[ModuleModel, ClassInfo]]:
+        """The project classes a call's callee may hold when it is a variable or a table entry
+        rather than a class's name: every leaf of its value flow names a project class (one
+        leaf the model cannot read, and the callee is unknown)."""
+        func = site.node.func
+        if not isinstance(func, (cst.Name, cst.Subscript)):
+            return []
+        key = id(site.node)
+        found = self._chosen.get(key)
+        if found is not None:
+            return found
+        self._chosen[key] = []  # (a cycle through this call reads as unknown)
+        found = []
+        if isinstance(func, cst.Subscript) or site.scope.lookup(func.value):
+            for value in self.model.values.at_call(site, func):
+                named = self._class_named(value)
+                if named is None:
+                    found = []
+                    break
+                if all(named[1] is not c[1] for c in found):
+                    found.append(named)
+        self._chosen[key] = found
+        return found
+
+    def _class_named(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None:
+        """The project class a leaf names (`ExpForecast`, `backends.NcclBackend`), not calls."""
+        node = value.node
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        name = dotted(node)
+        target = self.model.resolver.name(value.module, name, value.scope) if name else None
+        return self.class_at(target) if target is not None and target.kind == "class" else None
 
     def _annotated(self, module: ModuleModel, param: Param, scope: Scope) -> tuple[ModuleModel, ClassInfo] | None:
         """The project class a parameter's annotation names: `Exp`, `"Exp"`, `Optional[Exp]`,
@@ -418,8 +467,11 @@ class CallGraph:
             if target.external is not None:
                 return self._started(site, target.external)
             named = self._of_target(target)
-            if named or target.kind not in ("member", "value") or not isinstance(site.node.func, cst.Attribute):
+            attribute = isinstance(site.node.func, cst.Attribute)
+            if named or target.kind != "value" and (target.kind != "member" or not attribute):
                 return named
+            if target.kind == "value" and isinstance(site.node.func, cst.Name):
+                return self._constructors(site) or self._through_values(site, site.node.func)
             # `model.module.reset()` with `model = DDP(Net())` at module level: a member of a
             # module-level value that the names alone do not resolve; the value flow below does
             # (the method of the class the wrapper holds).
@@ -432,7 +484,9 @@ class CallGraph:
                     nested = f"{scope.qualname}.{name}"
                     if nested in module.functions:
                         return [(Function(module, nested), "")]
-            return self._through_values(site, func)
+            return self._constructors(site) or self._through_values(site, func)
+        if isinstance(func, cst.Subscript):
+            return self._constructors(site)
         if not isinstance(func, cst.Attribute):
             return []
         method = func.attr.value
@@ -460,14 +514,13 @@ class CallGraph:
         for value in values:
             if method in api.MODULE_METHODS and self.is_network(value):
                 continue  # `model.train()`, `model.parameters()` on a project network
-            instance = self.instance_of(value)
-            if instance is not None:
+            for instance in self.instances_of(value):
                 for found in self.methods(*instance, method):
                     if all(found != f for f, _ in out):
                         out.append((found, "" if found.is_static else "method"))
         if out:
             return out
-        if values and all(self.instance_of(v) is not None for v in values):
+        if values and all(self.instances_of(v) for v in values):
             # Instances of project classes that do not define the method: it is a torch base's
             # (`set_epoch` of a DistributedSampler subclass), not another class's of that name.
             return []
@@ -486,6 +539,19 @@ class CallGraph:
         kind = "process" if process else "spawn"
         return [(function, kind) for function in self.functions_in(site, fn, constructors=True)]
 
+    def _constructors(self, site: CallSite) -> list[Callee]:
+        """`Exp(args)` where `Exp` holds one of several project classes, `BACKENDS[name](args)`:
+        the constructor of each. A network class among them is not followed (building a
+        network is not DDP work; see Paths)."""
+        out: list[Callee] = []
+        for module, info in self.chosen_classes(site):
+            if self.is_subclass(self._target_of(module, info), api.MODULE_BASE):
+                return []
+            init = self.method(module, info, "__init__")
+            if init is not None and all(init != f for f, _ in out):
+                out.append((init, "constructor"))
+        return out
+
     def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
         """`step(...)` where `step` holds an instance with `__call__` or a function of the project
         (`train = train_base` then `train(...)`)."""
@@ -498,10 +564,9 @@ class CallGraph:
         for value in self.model.values.at_call(site, func):
             if self.is_network(value):
                 continue  # running a project network's forward is not DDP work to follow
-            instance = self.instance_of(value)
-            if instance is not None:
+            for instance in self.instances_of(value):
                 found = self.method(*instance, "__call__")
-                if found is not None:
+                if found is not None and all(found != f for f, _ in out):
                     out.append((found, "instance"))
         return out or [(f, "") for f in self.functions_in(site, func) if f.owner is None]
 

@@ -8,9 +8,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from ddpcheck.lint.model.index import code_only
+
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
+# Dropout itself, in code (not in comments or docstrings).
+_DROPOUT = re.compile(r"Dropout|\bdropout\w*\s*\(|\bdrop_?path|\bdrop_prob|dropout\w*\s*[:=]\s*0?\.\d*[1-9]")
 # Draws the model makes in the training process itself (dropout), whatever its DataLoader workers do.
 _MODEL_DRAWS = re.compile(
     r"Dropout|\bdropout\w*\s*\(|\bdrop_?path|\bdrop_prob|dropout\w*\s*[:=]\s*0?\.\d*[1-9]"
@@ -47,4 +51,16 @@ def model_draws_random(model: Model) -> bool:
     if found is None:
         found = any(_MODEL_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
         root.memo["model_draws_random"] = found
+    return bool(found)
+
+
+def model_drops_out(model: Model) -> bool:
+    """Whether the code of the linted file or of a project module it imports (comments and
+    docstrings left out) builds or calls dropout: the draw the model itself makes, the same on
+    every rank that seeds alike."""
+    root = model.root
+    found = root.memo.get("model_drops_out")
+    if found is None:
+        found = any(_DROPOUT.search(code_only(text)) is not None for text in model.graph.import_closure(root))
+        root.memo["model_drops_out"] = found
     return bool(found)

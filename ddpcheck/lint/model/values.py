@@ -507,11 +507,13 @@ class Values:
 
     @staticmethod
     def _table_entries(base: Value) -> list[cst.BaseExpression] | None:
-        """The values of a dict literal with literal string keys only (no `**` merge), or None."""
-        parts = _merged_parts(base.node)
-        if not isinstance(base.node, cst.Dict) or not parts or any(named is None for _, named in parts):
+        """The values of a dict literal of plain entries (no `**` merge), whatever its keys
+        (`{"nccl": DDPBackend, None: SingleBackend}`), or None."""
+        node = base.node
+        if not isinstance(node, cst.Dict) or not node.elements \
+                or not all(isinstance(e, cst.DictElement) for e in node.elements):
             return None
-        return [part for part, _ in parts]
+        return [e.value for e in node.elements]
 
     def _entry_values(self, base: Value, key: str | None, number: int | None, depth: int,
                       seen: set[tuple[int, int]]) -> Iterator[Value]:

@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import per_rank_or_memory
+from ddpcheck.lint.model.ddp import per_rank_or_memory, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -39,7 +39,9 @@ class CheckpointSavedByEveryRank(Rule):
     (`if not args.distributed:`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
     file per rank on purpose), saves into memory (`io.BytesIO`), and functions nobody calls
     on every rank. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
-    are checkpoints too.
+    are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
+    (`model.module.save_pretrained(out)` for a Hugging Face or PEFT model: its weights and config
+    files, all ranks writing one directory).
 
     ## How to fix
     Save on one rank: `if dist.get_rank() == 0: torch.save(model.module.state_dict(), path)`,
@@ -62,6 +64,11 @@ class CheckpointSavedByEveryRank(Rule):
         "`torch.save` runs on every rank: N processes write the same file at once (corrupt or "
         "truncated checkpoints); save on rank 0 only (`if dist.get_rank() == 0:`) and `dist.barrier()` "
         "before other ranks read it"
+    )
+    PRETRAINED_MESSAGE = (
+        "`save_pretrained` of the DDP-wrapped model runs on every rank: N processes write the same "
+        "weights and config files at once (corrupt or truncated checkpoints); save on rank 0 only "
+        "(`if dist.get_rank() == 0:`) and `dist.barrier()` before other ranks read them"
     )
     HELPER_MESSAGE = (
         "`{what}()` calls `torch.save` and runs on every rank: N processes write the same file at "
@@ -237,6 +244,8 @@ class CheckpointSavedByEveryRank(Rule):
         ),
     ]
 
+    _inner: set[int] | None = None  # see _wrapped
+
     def finish(self) -> None:
         model = self.model
         if not model.uses_ddp:
@@ -251,11 +260,13 @@ class CheckpointSavedByEveryRank(Rule):
             if chain is None:
                 continue
             fix = remedies.guard_on_rank_zero(model.root, site.node) if site.module is model.root else None
-            self.report(site.node, module=site.module, related=chain, fix=fix)
+            message = self.PRETRAINED_MESSAGE if site.method == "save_pretrained" else None
+            self.report(site.node, message, module=site.module, related=chain, fix=fix)
 
     def _file(self, site: CallSite) -> cst.BaseExpression | None | Literal[False]:
         """The file a save writes to (None when not given), or False when `site` is no save:
-        `torch.save(obj, f)`, `torch.jit.save(m, f)`, `scripted.save(f)` on a TorchScript module."""
+        `torch.save(obj, f)`, `torch.jit.save(m, f)`, `scripted.save(f)` on a TorchScript module,
+        `net.save_pretrained(d)` on the network DDP wraps."""
         name = self.model.api(site)
         if name in (api.SAVE, api.JIT_SAVE):
             return site.arg("f", 1)
@@ -264,4 +275,24 @@ class CheckpointSavedByEveryRank(Rule):
             assert receiver is not None
             if any(self.model.api_of(v) in api.JIT_MAKERS for v in self.model.values.at_call(site, receiver)):
                 return site.arg("f", 0)
+        if site.method == "save_pretrained" and name is None and not self.model.graph.targets(site):
+            receiver = site.receiver
+            assert receiver is not None
+            inner = self._wrapped()
+            if any(id(v.node) in inner for v in self.model.values.at_call(site, receiver)):
+                return site.arg("save_directory", 0)
         return False
+
+    def _wrapped(self) -> set[int]:
+        """The leaves of the modules the run wraps in DDP (`DDP(model)` with `model =
+        GPT2LMHeadModel.from_pretrained(...)`): `save_pretrained` on one of them writes the
+        model's weights and config, as `torch.save` would."""
+        if self._inner is None:
+            model = self.model
+            self._inner = set()
+            for module in model.paths.modules():
+                for wrap in wraps(model, module):
+                    if wrap.inner is not None:
+                        self._inner |= {id(v.node) for v in model.values.of(
+                            module, wrap.inner, wrap.site.scope, at=wrap.site.point)}
+        return self._inner

@@ -27,7 +27,10 @@ class LoadWithoutMapLocation(Rule):
     rank on GPU 0.
 
     Reported for `torch.load(...)` with neither `map_location=` nor a second positional argument
-    (and no `**kwargs`), in a file that uses DDP, unless the load runs on rank 0 only or only in a
+    (and no `**kwargs`), in a file that uses DDP — in the run's own code, or in the constructor
+    of a project network the run builds on every rank (`self.backbone.load_state_dict(
+    torch.load(weights))` in `__init__`, in a method `__init__` calls on self, or in a network
+    it builds there) —, unless the load runs on rank 0 only or only in a
     non-distributed run (`if not args.distributed:`), or when the path names cached data rather than
     a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU. Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
@@ -244,7 +247,8 @@ class LoadWithoutMapLocation(Rule):
         if not model.uses_ddp:
             return
         pinned: bool | None = None
-        for site in model.paths.sites():
+        built = self._network_loads()
+        for site in [*model.paths.sites(), *built]:
             if model.api(site) != api.LOAD or site.has_star_kwargs or site.arg("map_location", 1) is not None:
                 continue
             paths = model.paths
@@ -259,7 +263,48 @@ class LoadWithoutMapLocation(Rule):
             if pinned:
                 return  # every process sees its own GPU as cuda:0
             fix = _add_map_location(site.node) if site.module is model.root else None
-            self.report(site.node, fix=fix, module=site.module, related=model.paths.chain(site))
+            related = built[site] if site in built else model.paths.chain(site)
+            self.report(site.node, fix=fix, module=site.module, related=related)
+
+    def _network_loads(self, depth: int = 2) -> dict[CallSite, list[CallSite]]:
+        """The `torch.load` calls a project network makes while it is built on every rank of
+        the run (`self.backbone.load_state_dict(torch.load(ckpt))` in its `__init__`, in a
+        method `__init__` calls on self, or in the constructor of a network it builds there),
+        with the calls that lead there. The run's reach skips building networks, so these are
+        looked for here; a module whose text never loads is not read."""
+        model = self.model
+        graph = model.graph
+        out: dict[CallSite, list[CallSite]] = {}
+        todo: list[tuple[CallSite, list[CallSite], int]] = [
+            (s, [*model.paths.chain(s), s], depth) for s in model.paths.sites()
+            if s.target is not None and s.target.kind == "class" and s.target.external is None
+            and s.target.path is not None and model.paths.ranks(s) == "every"]
+        seen: set[tuple[int, str]] = set()
+        while todo:
+            site, chain, left = todo.pop(0)
+            target = site.target
+            assert target is not None and target.path is not None
+            text = model.project.text(target.path)
+            if not text or "load" not in text or not graph.is_subclass(target, api.MODULE_BASE):
+                continue
+            found = graph.class_at(target)
+            init = graph.method(*found, "__init__") if found is not None else None
+            if init is None or (id(init.module), init.qualname) in seen:
+                continue
+            seen.add((id(init.module), init.qualname))
+            bodies = [(init, chain)]
+            for call in init.module.calls_in(init.qualname):
+                func = call.node.func
+                if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self":
+                    bodies += [(f, [*chain, call]) for f, _ in graph.targets(call) if f.module is init.module]
+                elif left > 1 and call.target is not None and call.target.kind == "class" \
+                        and call.target.external is None and call.target.path is not None:
+                    todo.append((call, [*chain, call], left - 1))
+            for function, path in bodies:
+                for call in function.module.calls_in(function.qualname):
+                    if model.api(call) == api.LOAD and model.paths.restricted(call) is None:
+                        out.setdefault(call, path)
+        return out
 
     def _one_gpu_per_process(self) -> bool:
         """The run sets `CUDA_VISIBLE_DEVICES` to one device per process

@@ -591,6 +591,8 @@ class PrintOnEveryRank(Rule):
             target = call.target
             if target is not None and not model.is_root(target) and "silences_print" in model.facts.of_call(call):
                 conditions.append(call.guards)
+            elif self._hides_stdout_by_rank(call):
+                conditions.append(call.guards)
         if not conditions:
             return False
         for function in model.paths.reached():
@@ -601,6 +603,29 @@ class PrintOnEveryRank(Rule):
         if not model.torchrun_path:
             return True
         return not all(any(_needs_launch_flag(g) for g in guards) for guards in conditions)
+
+    def _hides_stdout_by_rank(self, call: CallSite) -> bool:
+        """`with HiddenPrints(local_rank):` around the run, where the project class's `__enter__`
+        sends `sys.stdout` elsewhere (`open(os.devnull, "w")`) on the ranks a rank test picks
+        (`if self.rank == 0: return` before it): prints inside reach the console once."""
+        model = self.model
+        if not any(item.item is call.node for statement in call.module.withs for item in statement.items):
+            return False
+        for function, bound in model.graph.targets(call):
+            owner = function.owner
+            if bound != "constructor" or owner is None:
+                continue
+            enter = model.graph.method(function.module, owner, "__enter__")
+            if enter is None:
+                continue
+            resolve = model.resolver_for(enter.module, enter.scope)
+            for name, points in enter.scope.points.items():
+                if (enter.module.names.origin(name) or name) != "sys.stdout":
+                    continue
+                if any(p is not None and any(selects_main_rank(g.test, resolve) is not None for g in p.guards)
+                       for p in points):
+                    return True
+        return False
 
     def _logging_silenced(self) -> bool:
         """Logging is configured by rank on the run: a level, handler or `basicConfig` set under

@@ -10,7 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
-from ddpcheck.lint.model.randomness import draws_random, model_draws_random
+from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.model.values import Value
@@ -41,16 +41,23 @@ class SameSeedOnEveryRank(Rule):
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
     seeders such as `transformers.set_seed`) that runs on every rank of a file whose DataLoader
-    uses a DistributedSampler (built in the file or in a project function it calls) or that hands
+    uses a DistributedSampler (built in the file or in a project function it calls), that hands
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
-    when training draws random numbers (dropout, random augmentation, random tensors or
+    or that wraps a model in DDP (itself or through the project: without a sampler every rank
+    reads the same data, and with the same seed draws the same dropout masks on it too; with no
+    sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors or
     Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
     gets the same command line) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws), and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
-    whose body seeds torch with that parameter or its `.seed`) is judged by what it passes.
+    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function),
+    and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
+    whose body seeds torch with that parameter or its `.seed`) is judged by what it passes. Not
+    reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
+    same function or `__main__` block (spawned workers start a fresh interpreter that skips that
+    block, so the seed never reaches them; a seed at module level outside it runs in every
+    worker and is reported).
 
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
@@ -309,13 +316,19 @@ class SameSeedOnEveryRank(Rule):
         model = self.model
         if not model.uses_ddp:
             return
-        # The file loads data through a DistributedSampler: its own DataLoader, or a sampler built
-        # in a project function it calls (`make_imagenet1k(...)`, a trainer's loader builder).
-        # Or it hands each rank its own share by hand (`idx.split(...)[rank]`, `files[rank::world]`).
+        # The file trains on several ranks: it loads data through a DistributedSampler (its own
+        # DataLoader, or a sampler built in a project function it calls), hands each rank its
+        # own share by hand (`idx.split(...)[rank]`, `files[rank::world]`), or wraps a model in
+        # DDP itself or through the project with no sharding in sight (every rank reads the same
+        # data). There only the model's dropout counts as a draw: the other draws the text shows
+        # are too often initialisation or generation code to stand alone.
         if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None
                    or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
                 and not split_by_rank(model):
-            return
+            if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
+                return
+            if not model_drops_out(model):
+                return
         # The same seed matters only where training draws from the generator it seeds.
         if not draws_random(model):
             return
@@ -329,7 +342,7 @@ class SameSeedOnEveryRank(Rule):
         # training).
         helpers_reported: set[tuple[int, str]] = set()
         for site in model.root.calls:
-            if model.paths.rank_guard(site) is not None:
+            if model.paths.rank_guard(site) is not None or self._launcher_only(site):
                 continue
             if model.api(site) in _SEEDERS:
                 seed = site.arg("seed", 0)
@@ -361,6 +374,24 @@ class SameSeedOnEveryRank(Rule):
                     self.report(site.node, self.MESSAGE.format(seed=shown))
                     helpers_reported.add((id(function.module), function.qualname))
                     break
+
+    def _launcher_only(self, site: CallSite) -> bool:
+        """The call seeds only the process that starts the workers: every path through it goes
+        on to `mp.spawn` in the same function (or under `if __name__ == "__main__":`), so the
+        process is the launcher, not a rank. Spawned workers import the script afresh without
+        running its `__main__` block, so the seed never reaches them (code at module level
+        outside that block runs in every worker, and is reported; a spawn only on one arm of an
+        `if` leaves the other arm, a torchrun path, seeding its ranks)."""
+        model = self.model
+        scope = site.scope
+        if scope is model.root.module_scope:
+            mains = {id(node) for node in model.root.main_guards}
+            if not any(id(g.node) in mains for g in site.guards):
+                return False
+        held = {(id(g.node), g.negated) for g in site.guards}
+        return any(other.index > site.index and model.api(other) in _SPAWNERS and not site.loops
+                   and {(id(g.node), g.negated) for g in other.guards} <= held
+                   for other in model.root.calls_in(scope.qualname))
 
     def _workers_seeded_per_rank(self) -> bool:
         """Whether every DataLoader of the file fed by a DistributedSampler passes a
@@ -408,7 +439,20 @@ class SameSeedOnEveryRank(Rule):
         if base is None or field is None or _reassigned(value.module, field):
             return False
         bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
-        return bool(bases) and all(_parsed_arguments(b) or self._config(b) for b in bases)
+        return bool(bases) and all(_parsed_arguments(b) or self._config(b) or self._composed(b) for b in bases)
+
+    def _composed(self, value: Value) -> bool:
+        """Whether a leaf is the configuration Hydra hands the function it decorates
+        (`@hydra.main(...) def main(cfg):`): composed on every rank from the same files and the
+        same command line."""
+        node = value.node
+        if not isinstance(node, Param):
+            return False
+        for decorator in value.module.decorators.get(node.function, ()):
+            called = decorator.func if isinstance(decorator, cst.Call) else decorator
+            if self.model.qualname(value.module, called) == "hydra.main":
+                return True
+        return False
 
     def _config(self, value: Value) -> bool:
         """Whether a leaf is what a project configuration loader returns: a function that parses
@@ -456,6 +500,9 @@ _LIBRARY_SEEDERS = frozenset({
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
+# Starters whose workers begin in a fresh interpreter (the "spawn" start method), not in a copy
+# of the parent's memory: the parent's generator state does not reach them.
+_SPAWNERS = api.SPAWN | {"torch.multiprocessing.spawn.spawn"}
 
 
 # A worker_init_fn that seeds a generator.

@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, is_ddp, runs_layers, wraps
+from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_parameters, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.syntax import dotted
@@ -28,12 +28,16 @@ class UnwrappedModelTrained(Rule):
     The model is followed through the project: `net = model.module if isinstance(model, DDP)
     else model` in a helper, a property that returns `self.model.module`, a method of the inner
     module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
-    step function when that method runs the network's own layers), a step function that returns
+    step function when that method runs the network's own layers), a part of it that has weights
+    of its own (`vae.module.encoder(x)` then `vae.module.decoder(z)`: a submodule set to a layer
+    or a network with parameters; a parameter-free one such as a noise module is not reported),
+    a step function that returns
     the loss to a loop that calls backward. Not reported: a method of the inner module called in
     a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
     `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
-    synchronised forward); calls of the inner module under `torch.no_grad()` /
+    synchronised forward; the wrapper of another model, such as a GAN's discriminator, is not
+    this one's forward); calls of the inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
@@ -220,15 +224,27 @@ class UnwrappedModelTrained(Rule):
             if any(is_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
-            if found is not None and self._step_calls_wrapper(site):
+            if found is not None and self._step_calls_wrapper(site, found):
                 return None  # the step's forward goes through DDP; this is side work (memory, reset)
+        elif found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
+                and not _on_self(func) and values and all(
+                    v.node is not func and holds_parameters(self.model, v) for v in values):
+            # A part of the module with weights of its own (`vae.module.encoder(x)`): its
+            # forward runs outside DDP's hooks as the whole module's would.
+            values = self.model.values.at_call(site, func.value)
+            if any(is_ddp(self.model, v) and before(v, site) for v in values):
+                return None
+            found = self._match(site, values, inner)
+            if found is not None and self._step_calls_wrapper(site, found):
+                return None
         return found
 
-    def _step_calls_wrapper(self, site: CallSite) -> bool:
+    def _step_calls_wrapper(self, site: CallSite, wrap: Wrap) -> bool:
         """Whether the training step around `site` (its innermost loop, else its function) also
-        calls the DDP wrapper: then the loss comes from DDP's forward, and a method of the inner
-        module called beside it (`model.module.reset()`, `model.module.update_memory(b)`) is
-        state upkeep, not a forward that bypasses the hooks."""
+        calls the DDP wrapper `wrap`: then the loss comes from DDP's forward, and a method of the
+        inner module called beside it (`model.module.reset()`, `model.module.update_memory(b)`)
+        is state upkeep, not a forward that bypasses the hooks. Another model's wrapper (a GAN's
+        discriminator) says nothing about this one."""
         loop = site.loops[-1] if site.loops else None
         for other in site.module.calls_in(site.scope.qualname):
             if other is site or (loop is not None and loop not in other.loops):
@@ -238,7 +254,7 @@ class UnwrappedModelTrained(Rule):
                 continue
             if isinstance(func, cst.Attribute) and func.attr.value == "forward":
                 func = func.value  # `ddp.forward(x)`: DDP's own forward, hooks and all
-            if any(is_ddp(self.model, v) for v in self.model.values.at_call(other, func)):
+            if any(is_ddp(self.model, v) and v.call is wrap.site.node for v in self.model.values.at_call(other, func)):
                 return True
         return False
 
