@@ -188,6 +188,8 @@ _OPTIMIZER_SKIP = frozenset({"torch.optim.Optimizer", "torch.optim.lr_scheduler"
 
 def canonical(name: str) -> str:
     """The public spelling of an API name reached through a deeper module path."""
+    while name.startswith("torch.torch."):
+        name = name[6:]  # the torch module holds itself as an attribute: `torch.torch.cuda` is torch.cuda
     exact = _CANONICAL_NAMES.get(name)
     if exact is not None:
         return exact
