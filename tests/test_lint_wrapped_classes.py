@@ -94,3 +94,83 @@ def test_a_loader_class_the_lint_does_not_know_stays_silent(tmp_path):
     _graph_project(tmp_path, "from graphkit.loading import GraphLoader", loader="GraphLoader",
                    shuffle="shuffle=True, ")
     assert _findings(tmp_path, "train.py", select="DDP001,DDP002,DDP006") == set()
+
+
+STREAM_DATA = """\
+    import glob
+
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+
+    class TokenStream(IterableDataset):
+        def __init__(self, folder, tokenizer, block):
+            self.files = sorted(glob.glob(f"{folder}/*.txt"))
+            self.tokenizer = tokenizer
+            self.block = block
+
+        def __iter__(self):
+            for path in self.files:
+                with open(path) as f:
+                    ids = self.tokenizer.encode(f.read())
+                for i in range(0, len(ids) - self.block, self.block):
+                    yield torch.tensor(ids[i:i + self.block]), torch.tensor(ids[i + 1:i + self.block + 1])
+
+
+    def make_loader(folder, tokenizer, batch_size=8, block=256):
+        return DataLoader(TokenStream(folder, tokenizer, block), batch_size=batch_size, num_workers=2)
+    """
+
+STREAM_TRAIN = """\
+    import os
+
+    import tiktoken
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from stream_data import make_loader
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        loader = make_loader("corpus", tiktoken.get_encoding("gpt2"))
+        model = DDP(torch.nn.Embedding(50257, 64).cuda(), device_ids=[local_rank])
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-4 * dist.get_world_size())
+        for x, y in loader:
+            opt.zero_grad()
+            model(x.cuda()).sum().backward()
+            opt.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_an_iterable_dataset_that_yields_everything_on_every_rank_is_reported(tmp_path):
+    _write(tmp_path, {"stream_data.py": STREAM_DATA, "train.py": STREAM_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP001") == {("stream_data.py", 22, "DDP001")}
+
+
+def test_an_iterable_dataset_that_skips_the_other_ranks_items_is_clean(tmp_path):
+    sharded = STREAM_DATA.replace(
+        "            for path in self.files:",
+        "            rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()\n"
+        "            for path in self.files[rank::world]:")
+    _write(tmp_path, {"stream_data.py": sharded, "train.py": STREAM_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP001") == set()
+
+
+def test_an_iterable_dataset_given_its_files_per_rank_or_of_an_unknown_base_is_clean(tmp_path):
+    per_rank = STREAM_TRAIN.replace('make_loader("corpus"', 'make_loader(f"corpus/part{dist.get_rank()}"')
+    _write(tmp_path, {"stream_data.py": STREAM_DATA, "train.py": per_rank})
+    assert _findings(tmp_path, "train.py", select="DDP001") == set()
+    library_base = STREAM_DATA.replace(
+        "class TokenStream(IterableDataset):", "class TokenStream(StreamingBase):").replace(
+        "import glob\n", "import glob\n\nfrom streamkit import StreamingBase\n")
+    _write(tmp_path, {"stream_data.py": library_base, "train.py": STREAM_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP001") == set()
