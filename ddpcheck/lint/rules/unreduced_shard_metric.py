@@ -20,8 +20,10 @@ class UnreducedShardMetric(Rule):
     """An evaluation metric is counted over one rank's DistributedSampler shard and reported without a reduction across ranks.
 
     With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
-    (`correct += ...`, `total += ...`, `loss_sum += ...`) hold that rank's shard only until they
-    are all-reduced (or gathered).
+    (`correct += ...`, `total += ...`, `loss_sum += ...`), and running-average objects it feeds
+    (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
+    adds to its own attributes), hold that rank's shard only until they are all-reduced (or
+    gathered).
 
     ## Why it matters
     The printed or logged number is the accuracy of one shard, presented as the accuracy of the
@@ -231,7 +233,7 @@ class UnreducedShardMetric(Rule):
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
-            counters = _accumulated(loop)
+            counters = _accumulated(loop) | self._meters(loop)
             if not counters or not self._sharded(loop):
                 continue
             if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
@@ -259,6 +261,27 @@ class UnreducedShardMetric(Rule):
                     break
             else:
                 self._returned(loop, counters)
+
+    def _meters(self, loop: ForSite) -> set[str]:
+        """Names of running-average objects the loop feeds (`meter.update(loss.item())`): an
+        instance of a project class, made in the loop's function, whose `update` adds to its own
+        attributes (`self.sum += val * n`) and makes no collective call."""
+        model = self.model
+        out: set[str] = set()
+        for site in model.root.calls:
+            if site.method != "update" or loop.node not in site.loops or site.scope is not loop.scope:
+                continue
+            func = site.node.func
+            if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) \
+                    or model.facts.does(site, "collective"):
+                continue
+            name = func.value.value
+            for value in model.values.of(model.root, func.value, loop.scope, at=site.point):
+                found = model.graph.instance_of(value)
+                update = model.graph.method(*found, "update") if found is not None else None
+                if update is not None and _adds_to_self(update.node):
+                    out.add(name)
+        return out
 
     def _sharded(self, loop: ForSite) -> bool:
         """The loop iterates a DataLoader fed by a DistributedSampler (the loader may be a
@@ -376,6 +399,19 @@ def _accumulated(loop: ForSite) -> set[str]:
                 if isinstance(node.operator, cst.AddAssign) and not isinstance(node.value, (cst.Integer, cst.Float)):
                     out.add(name)
     return out
+
+
+def _adds_to_self(function: cst.FunctionDef) -> bool:
+    """The method adds to an attribute of its object (`self.sum += val`, `self.count += n`)."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                and (dotted(node.target) or "").startswith("self."):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
