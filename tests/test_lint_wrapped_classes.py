@@ -174,3 +174,21 @@ def test_an_iterable_dataset_given_its_files_per_rank_or_of_an_unknown_base_is_c
         "import glob\n", "import glob\n\nfrom streamkit import StreamingBase\n")
     _write(tmp_path, {"stream_data.py": library_base, "train.py": STREAM_TRAIN})
     assert _findings(tmp_path, "train.py", select="DDP001") == set()
+
+
+def test_an_iterable_dataset_that_streams_a_pipeline_it_is_handed_is_clean(tmp_path):
+    # What a pipeline built elsewhere yields on each rank is not known here.
+    wrapper = STREAM_DATA.replace(
+        "            for path in self.files:\n"
+        "                with open(path) as f:\n"
+        "                    ids = self.tokenizer.encode(f.read())\n"
+        "                for i in range(0, len(ids) - self.block, self.block):\n"
+        "                    yield torch.tensor(ids[i:i + self.block]), torch.tensor(ids[i + 1:i + self.block + 1])\n",
+        "            for record in self.pipeline.as_numpy_iterator():\n"
+        "                yield record\n").replace(
+        "        def __init__(self, folder, tokenizer, block):\n",
+        "        def __init__(self, pipeline, tokenizer, block):\n            self.pipeline = pipeline\n").replace(
+        '            self.files = sorted(glob.glob(f"{folder}/*.txt"))\n', "")
+    assert "self.pipeline.as_numpy_iterator()" in wrapper
+    _write(tmp_path, {"stream_data.py": wrapper, "train.py": STREAM_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP001") == set()

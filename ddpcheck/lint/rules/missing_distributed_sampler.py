@@ -7,12 +7,61 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param, Shared
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
+
+
+def _iterates_what_it_is_given(function: cst.FunctionDef, chain: list[tuple[ModuleModel, ClassInfo]]) -> bool:
+    """`__iter__` loops over (or calls into) an attribute the constructor set straight from one
+    of its parameters (`for s in self._source.as_numpy_iterator():` after `self._source =
+    source`): what it yields is whatever the caller handed in."""
+    for node in _walk(function.body):
+        if isinstance(node, cst.For):
+            source: cst.BaseExpression = node.iter
+        elif isinstance(node, cst.From):
+            source = node.item
+        else:
+            continue
+        for name in _roots(source):
+            for _, info in chain:
+                for bound in info.scope.assignments.get(name, ()):
+                    value = bound.value if isinstance(bound, Shared) else bound
+                    if isinstance(value, cst.Name) and isinstance(bound, Shared) and any(
+                            isinstance(b, Param) for b in bound.scope.assignments.get(value.value, ())):
+                        return True
+    return False
+
+
+def _roots(source: cst.BaseExpression) -> list[str]:
+    """The `self.x` attributes an iterable is taken from: `self.x`, `self.x.method(...)`,
+    `self.x[...]`, and those inside `iter(...)`, `enumerate(...)`, `zip(...)`."""
+    if isinstance(source, cst.Attribute):
+        name = dotted(source)
+        return [name] if name is not None and name.startswith("self.") and name.count(".") == 1 else []
+    if isinstance(source, cst.Subscript):
+        return _roots(source.value)
+    if isinstance(source, cst.Call):
+        func = source.func
+        if isinstance(func, cst.Attribute):
+            return _roots(func.value)
+        if dotted(func) in ("iter", "enumerate", "zip", "reversed", "sorted", "list", "tuple"):
+            return [name for a in source.args for name in _roots(a.value)]
+    return []
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    out: list[cst.CSTNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        if not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(current))
+    return out
 
 
 # Words in a dataset's code or arguments that may split its items between ranks or workers.
@@ -34,7 +83,8 @@ class MissingDistributedSampler(Rule):
     — a torch one or a project subclass, also when a builder of another module makes it, unless
     the project subclass is read whole and plainly yields the same items on every rank (its code
     and the arguments it is made with mention no rank, world size, shard, split, node or worker,
-    and its bases are the project's own and torch's `IterableDataset`), and
+    and its bases are the project's own and torch's `IterableDataset`; one whose `__iter__`
+    streams an object it was handed, such as a data pipeline, stays silent), and
     loaders built where `isinstance(dataset, IterableDataset)` holds (builders that take the
     dataset from a registry and choose the loader by its kind) —
     loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler,
@@ -267,6 +317,9 @@ class MissingDistributedSampler(Rule):
                 return False  # a base the model cannot resolve
             if _SHARDS.search(code_only(module.code(info.node))):
                 return False
+            iterate = info.methods.get("__iter__")
+            if iterate is not None and _iterates_what_it_is_given(module.functions[iterate], graph.mro(*found)):
+                return False  # an object handed in (a tf.data pipeline, a file list) may be per rank
         for a in value.call.args:
             if _SHARDS.search(value.module.code(a.value)):
                 return False
