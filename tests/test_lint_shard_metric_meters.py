@@ -71,3 +71,29 @@ def test_an_object_whose_update_does_not_accumulate_is_not_a_meter(tmp_path):
         "self.count += n", "self.count = n")
     _write(tmp_path, {"meters.py": latest, "finetune.py": FINETUNE.format(reduce="")})
     assert _findings(tmp_path, "finetune.py", select="DDP036") == set()
+
+
+def test_a_meter_fed_with_values_all_reduced_in_the_loop_is_clean(tmp_path):
+    reduced = FINETUNE.format(reduce="").replace(
+        "                val_loss.update(loss.item(), tokens.size(0))",
+        "                dist.all_reduce(loss)\n"
+        "                val_loss.update(loss.item() / dist.get_world_size(), tokens.size(0))")
+    _write(tmp_path, {"meters.py": METERS, "finetune.py": reduced})
+    assert _findings(tmp_path, "finetune.py", select="DDP036") == set()
+
+
+def test_a_meter_of_the_training_loss_stepped_in_a_closure_is_clean(tmp_path):
+    training = FINETUNE.format(reduce="").replace(
+        "        with torch.no_grad():\n"
+        "            for tokens, labels in loader:\n"
+        "                loss = model(tokens.to(device), labels.to(device))\n",
+        "        if True:\n"
+        "            for tokens, labels in loader:\n"
+        "                def step():\n"
+        "                    out = model(tokens.to(device), labels.to(device))\n"
+        "                    out.backward()\n"
+        "                    return out\n"
+        "                loss = step()\n")
+    assert "out.backward()" in training
+    _write(tmp_path, {"meters.py": METERS, "finetune.py": training})
+    assert _findings(tmp_path, "finetune.py", select="DDP036") == set()

@@ -83,3 +83,10 @@ def test_the_same_sampler_on_the_validation_loader_only_is_clean(tmp_path):
     evaluation = TRAIN.replace("train_sampler", "val_sampler").replace("train_loader", "val_loader")
     _write(tmp_path, {"samplers.py": SAMPLERS, "train.py": evaluation})
     assert _findings(tmp_path, "train.py", select="DDP034") == set()
+
+
+def test_an_endless_sampler_never_runs_out_and_is_clean(tmp_path):
+    endless = SAMPLERS.replace("            for idx in range(self.size):",
+                               "            idx = -1\n            while True:\n                idx = (idx + 1) % self.size")
+    _write(tmp_path, {"samplers.py": endless, "train.py": TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP034") == set()

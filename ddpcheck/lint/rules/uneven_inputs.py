@@ -52,8 +52,8 @@ class UnevenInputs(Rule):
     `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Equal blocks that drop the
     remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even. A training
     loader's project sampler whose `__iter__` keeps its rank's indices (`if idx % self.world_size
-    != self.rank: continue`) and that never pads to a total size or counts samples per rank is
-    reported where the sampler is made.
+    != self.rank: continue`) and that never pads to a total size or counts samples per rank (nor
+    loops forever) is reported where the sampler is made.
 
     ## How to fix
     Use `DistributedSampler` for map-style data; for a hand split, truncate first
@@ -226,8 +226,8 @@ class UnevenInputs(Rule):
     def _rank_filtering_samplers(self) -> None:
         """A training loader whose sampler is a project Sampler that keeps the indices of its
         rank in `__iter__` (`if idx % self.world_size != self.rank: continue`) and never evens
-        the shards out (no padding to a total size, no per-rank sample count): reported where
-        the sampler is made."""
+        the shards out (no padding to a total size, no per-rank sample count; an endless
+        `while True:` sampler never runs out): reported where the sampler is made."""
         model = self.model
         root = model.root
         for site in root.calls:
@@ -249,7 +249,7 @@ class UnevenInputs(Rule):
                         text = code_only(iterate[0].code(iterate[0].functions[iterate[1]]))
                         whole = "".join(code_only(m.code(c.node)) for m, c in chain)
                         if "rank" in text and any(w in text for w in _WORLD) and "%" in text \
-                                and not any(w in whole for w in _EVENS):
+                                and "while True" not in text and not any(w in whole for w in _EVENS):
                             self.report(value.call, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                         module=root)
 

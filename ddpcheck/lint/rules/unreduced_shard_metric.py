@@ -6,6 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted
@@ -265,9 +266,13 @@ class UnreducedShardMetric(Rule):
     def _meters(self, loop: ForSite) -> set[str]:
         """Names of running-average objects the loop feeds (`meter.update(loss.item())`): an
         instance of a project class, made in the loop's function, whose `update` adds to its own
-        attributes (`self.sum += val * n`) and makes no collective call."""
+        attributes (`self.sum += val * n`) and makes no collective call, in a loop that makes none."""
         model = self.model
         out: set[str] = set()
+        if any(loop.node in c.loops and model.facts.does(c, "collective") for c in model.root.calls):
+            return out  # the loop reduces as it goes (`dist.all_reduce(correct)` before `meter.update(correct)`)
+        if "backward(" in code_only(model.root.code(loop.node)):
+            return out  # a training loop, its step perhaps in a closure defined in it: the loss is one rank's by design
         for site in model.root.calls:
             if site.method != "update" or loop.node not in site.loops or site.scope is not loop.scope:
                 continue
