@@ -19,6 +19,19 @@ DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
 SAMPLER = "torch.utils.data.Sampler"
 BATCH_SAMPLER = "torch.utils.data.BatchSampler"
 ITERABLE_DATASET = "torch.utils.data.IterableDataset"
+# Classes of other libraries derived from a torch class that hand their options on to its
+# constructor: the torch class, and how many leading positional parameters they share with it
+# (past those, only keywords reach torch's constructor). Read from each library's source.
+DERIVED_CLASSES: dict[str, tuple[str, int]] = {
+    # PyG: (dataset, batch_size=1, shuffle=False, ..., **kwargs) -> DataLoader(..., **kwargs);
+    # torch_geometric.data.DataLoader is the deprecated alias of the same class.
+    "torch_geometric.loader.DataLoader": ("torch.utils.data.DataLoader", 3),
+    "torch_geometric.loader.DataListLoader": ("torch.utils.data.DataLoader", 3),
+    "torch_geometric.loader.DenseDataLoader": ("torch.utils.data.DataLoader", 3),
+    "torch_geometric.data.DataLoader": ("torch.utils.data.DataLoader", 3),
+    "torch_geometric.data.DataListLoader": ("torch.utils.data.DataLoader", 3),
+    "torch_geometric.data.DenseDataLoader": ("torch.utils.data.DataLoader", 3),
+}
 # Samplers that draw from the whole dataset on every rank.
 LOCAL_SAMPLERS = frozenset({
     "torch.utils.data.RandomSampler",
@@ -175,6 +188,8 @@ _OPTIMIZER_SKIP = frozenset({"torch.optim.Optimizer", "torch.optim.lr_scheduler"
 
 def canonical(name: str) -> str:
     """The public spelling of an API name reached through a deeper module path."""
+    while name.startswith("torch.torch."):
+        name = name[6:]  # the torch module holds itself as an attribute: `torch.torch.cuda` is torch.cuda
     exact = _CANONICAL_NAMES.get(name)
     if exact is not None:
         return exact
@@ -221,3 +236,10 @@ def _known_names() -> frozenset[str]:
 
 # Every API name above: what `from torch.utils.data import *` is taken to provide.
 KNOWN = _known_names()
+
+
+def derived_from(qualname: str | None) -> str | None:
+    """The torch class an outside library's class derives from and hands its options on to
+    (`torch_geometric.loader.DataLoader` -> torch.utils.data.DataLoader), None when not known."""
+    found = DERIVED_CLASSES.get(qualname) if qualname is not None else None
+    return found[0] if found is not None else None

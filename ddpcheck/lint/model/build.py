@@ -159,11 +159,12 @@ class Walker(cst.CSTVisitor):
             if name is not None:
                 entries = self.scope.updates.setdefault(name, [])
                 guards = tuple(self.guards)
+                point = Point(self.tick, tuple(self.loops), guards)
                 for a in node.args:
                     if a.keyword is not None:
-                        entries.append((a.keyword.value, a.value, guards))
+                        entries.append((a.keyword.value, a.value, guards, point))
                     elif not a.star:
-                        entries.append((None, a.value, guards))
+                        entries.append((None, a.value, guards, point))
 
     def _exit(self, node: cst.Break | cst.Continue) -> None:
         self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
@@ -242,8 +243,10 @@ class Walker(cst.CSTVisitor):
                 key = target.slice[0].slice
                 text = key.value.evaluated_value if (
                     isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString)) else None
+                self.tick += 1
                 self.scope.updates.setdefault(name, []).append(
-                    (text if isinstance(text, str) else "", value, tuple(self.guards)))
+                    (text if isinstance(text, str) else "", value, tuple(self.guards),
+                     Point(self.tick, tuple(self.loops), tuple(self.guards))))
             return
         name = dotted(target)
         if name is not None:

@@ -46,6 +46,11 @@ class BaseInit:
     frame: Frame | None
     shift: int
     init: Function | None  # the function and how it is bound: "", "method", "instance", "constructor"
+    # Positional arguments that reach torch's parameters at the same places (an outside
+    # library's subclass shares only its leading ones); None: all of them.
+    positional: int | None = None
+
+
 _MAX_MRO = 8
 # Method names too common to pin on one class by name alone.
 _COMMON = frozenset({
@@ -183,7 +188,8 @@ class CallGraph:
         if target is None or depth <= 0:
             return False
         if target.external is not None:
-            return target.external == api_name or _EXTERNAL_BASES.get(target.external) == api_name
+            return target.external == api_name or _EXTERNAL_BASES.get(target.external) == api_name \
+                or api.derived_from(target.external) == api_name
         if target.kind != "class" or target.path is None:
             return False
         index = self.model.project.index(target.path)
@@ -305,8 +311,11 @@ class CallGraph:
         constructor, with the frame that binds the constructor's parameters to `site`'s
         arguments (`class DistLoader(DataLoader): def __init__(self, ds, bs): super().__init__(
         ds, bs, sampler=DistributedSampler(ds))`). None when the model cannot see it."""
-        if self.model.api(site) == api_class:
+        name = self.model.api(site)
+        if name == api_class:
             return BaseInit(site, frame, 0, None)
+        if name is not None and api.derived_from(name) == api_class:
+            return BaseInit(site, frame, 0, None, api.DERIVED_CLASSES[name][1])
         target = site.target
         found = self.class_at(target) if target is not None and target.kind == "class" else None
         if found is None or not self.is_subclass(target, api_class):
@@ -361,6 +370,8 @@ class CallGraph:
         if found is None:
             return None
         call = found.call
+        if position is not None and found.positional is not None and position >= found.positional:
+            position = None
         expr = argument(call.node, keyword, position + found.shift if position is not None else None)
         if expr is not None:
             return self.model.values.of(call.module, expr, call.scope, found.frame, at=call.point)

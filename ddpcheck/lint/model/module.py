@@ -132,7 +132,8 @@ Binding = Union[cst.BaseExpression, Param, Item, Element, Augmented, Shared]
 class Scope:
     """A module, class or function body. `assignments` maps a name (or `self.x` chain) to every
     value bound to it in this scope, in source order; `updates` maps a dict's name to the entries
-    added later (`kw.update({...})`, `kw.update(k=v)`, `kw["k"] = v`) as (key or None, value)."""
+    added later (`kw.update({...})`, `kw.update(k=v)`, `kw["k"] = v`) as (key or None, value,
+    the guards around it, where it happens)."""
 
     name: str
     node: cst.CSTNode
@@ -140,7 +141,8 @@ class Scope:
     kind: str = "module"  # "module", "class" or "function"
     assignments: dict[str, list[Binding]] = field(default_factory=dict)
     points: dict[str, list[Point | None]] = field(default_factory=dict)  # parallel to assignments
-    updates: dict[str, list[tuple[str | None, cst.BaseExpression, tuple[Guard, ...]]]] = field(default_factory=dict)
+    updates: dict[str, list[tuple[str | None, cst.BaseExpression, tuple[Guard, ...], Point]]] = field(
+        default_factory=dict)
     _qualname: str | None = None
 
     @property

@@ -174,7 +174,8 @@ class Model:
     def makes(self, site: CallSite, api_class: str) -> bool:
         """Whether a call builds an instance of the outside class `api_class` or of a project
         class derived from it (`torch_geometric.loader.DataLoader` inside that library)."""
-        if self.api(site) == api_class:
+        name = self.api(site)
+        if name == api_class or (name is not None and api.derived_from(name) == api_class):
             return True
         target = site.target
         return target is not None and target.kind == "class" and target.external is None \
@@ -391,7 +392,7 @@ class Names:
                 continue
             mains = {id(n) for n in base.module.main_guards}
             for name in base.module.assigned_names(base.node):
-                last = [v for k, v, guards in base.scope.updates.get(name, [])
+                last = [v for k, v, guards, _ in base.scope.updates.get(name, [])
                         if k == key and all(id(g.node) in mains for g in guards)]
                 if last:
                     found.append(last[-1])

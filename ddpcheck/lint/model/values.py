@@ -497,6 +497,11 @@ class Values:
                         for part in table:
                             yield from self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at)
                     return
+            written = self._written_entry(module, node.value, text, scope, at) if isinstance(text, str) else None
+            if written is not None:
+                # `cfg["lr"] = 1e-3` after `cfg = load_config()`: the entry as the script last set it.
+                yield from self._eval(module, written, scope, frame, depth - 1, seen, at)
+                return
             for base in bases:
                 for entry in self._entry_values(base, text if isinstance(text, str) else None, number, depth - 1, seen):
                     found = True
@@ -504,6 +509,27 @@ class Values:
             if found:
                 return
         yield Value(module, node, scope, frame, at)
+
+    @staticmethod
+    def _written_entry(module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
+                       at: Point | None) -> cst.BaseExpression | None:
+        """The value the last `name[key] = value` in `scope` that always runs before `at` puts
+        there, when nothing after it may change the entry (another write of that key, an
+        `update`, a key not written as a literal, `name` bound again) before `at`; else None."""
+        name = dotted(base)
+        if name is None or at is None:
+            return None
+        for entry_key, value, _, point in reversed(scope.updates.get(name, ())):
+            if not point.reaches(at):
+                continue
+            if entry_key is not None and entry_key != "" and entry_key != key:
+                continue  # another entry
+            if entry_key != key or not point.dominates(at):
+                return None
+            if any(p is not None and p.tick > point.tick and p.reaches(at) for p in scope.points.get(name, ())):
+                return None
+            return value
+        return None
 
     @staticmethod
     def _table_entries(base: Value) -> list[cst.BaseExpression] | None:
@@ -550,7 +576,7 @@ class Values:
         name = dotted(expr)
         if name is not None:
             for s in scope.chain():
-                for entry_key, value, _ in s.updates.get(name, ()):
+                for entry_key, value, _, _ in s.updates.get(name, ()):
                     if entry_key:
                         keys.add(entry_key)
                         continue
@@ -784,7 +810,7 @@ class Values:
                       at: Point | None) -> None:
         arms = {(id(g.node), g.negated) for g in at.guards} if at is not None else set()
         for s in scope.chain():
-            for entry_key, value, guards in s.updates.get(name, ()):
+            for entry_key, value, guards, _ in s.updates.get(name, ()):
                 if not all((id(g.node), g.negated) in arms for g in guards):
                     continue
                 if entry_key == key:

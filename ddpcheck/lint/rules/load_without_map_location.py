@@ -316,7 +316,7 @@ class LoadWithoutMapLocation(Rule):
         scopes += [(f.module, f.scope) for f in model.paths.reached()]
         for module, scope in scopes:
             resolve = model.resolver_for(module, scope)
-            for key, value, _ in scope.updates.get("os.environ", ()):
+            for key, value, _, _ in scope.updates.get("os.environ", ()):
                 if key != "CUDA_VISIBLE_DEVICES":
                     continue
                 text = string_text(value)
@@ -349,7 +349,7 @@ class LoadWithoutMapLocation(Rule):
             name = dotted(obj)
             if name is not None:
                 held += [v for v in scope.assignments.get(name, ()) if isinstance(v, cst.CSTNode)]
-                held += [v for _, v, _ in scope.updates.get(name, ())]
+                held += [v for _, v, _, _ in scope.updates.get(name, ())]
             if any(_to_cpu(node) for node in held):
                 return True
         return False

@@ -1,14 +1,71 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values, splits_by_rank
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param, Shared
 from ddpcheck.lint.model.conditions import is_rank_value
-from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
+from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
+
+
+def _iterates_what_it_is_given(function: cst.FunctionDef, chain: list[tuple[ModuleModel, ClassInfo]]) -> bool:
+    """`__iter__` loops over (or calls into) an attribute the constructor set straight from one
+    of its parameters (`for s in self._source.as_numpy_iterator():` after `self._source =
+    source`): what it yields is whatever the caller handed in."""
+    for node in _walk(function.body):
+        if isinstance(node, cst.For):
+            source: cst.BaseExpression = node.iter
+        elif isinstance(node, cst.From):
+            source = node.item
+        else:
+            continue
+        for name in _roots(source):
+            for _, info in chain:
+                for bound in info.scope.assignments.get(name, ()):
+                    value = bound.value if isinstance(bound, Shared) else bound
+                    if isinstance(value, cst.Name) and isinstance(bound, Shared) and any(
+                            isinstance(b, Param) for b in bound.scope.assignments.get(value.value, ())):
+                        return True
+    return False
+
+
+def _roots(source: cst.BaseExpression) -> list[str]:
+    """The `self.x` attributes an iterable is taken from: `self.x`, `self.x.method(...)`,
+    `self.x[...]`, and those inside `iter(...)`, `enumerate(...)`, `zip(...)`."""
+    if isinstance(source, cst.Attribute):
+        name = dotted(source)
+        return [name] if name is not None and name.startswith("self.") and name.count(".") == 1 else []
+    if isinstance(source, cst.Subscript):
+        return _roots(source.value)
+    if isinstance(source, cst.Call):
+        func = source.func
+        if isinstance(func, cst.Attribute):
+            return _roots(func.value)
+        if dotted(func) in ("iter", "enumerate", "zip", "reversed", "sorted", "list", "tuple"):
+            return [name for a in source.args for name in _roots(a.value)]
+    return []
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    out: list[cst.CSTNode] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        if not isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(current))
+    return out
+
+
+# Words in a dataset's code or arguments that may split its items between ranks or workers.
+_SHARDS = re.compile(r"rank|world|shard|split|replica|node|worker|distributed|islice|::", re.I)
 
 
 class MissingDistributedSampler(Rule):
@@ -23,7 +80,11 @@ class MissingDistributedSampler(Rule):
     Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process) or only
     in the non-distributed branch of a script (`if not args.distributed:`), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
-    — a torch one or a project subclass, also when a builder of another module makes it, and
+    — a torch one or a project subclass, also when a builder of another module makes it, unless
+    the project subclass is read whole and plainly yields the same items on every rank (its code
+    and the arguments it is made with mention no rank, world size, shard, split, node or worker,
+    and its bases are the project's own and torch's `IterableDataset`; one whose `__iter__`
+    streams an object it was handed, such as a data pipeline, stays silent), and
     loaders built where `isinstance(dataset, IterableDataset)` holds (builders that take the
     dataset from a registry and choose the loader by its kind) —
     loaders given any `sampler=`/`batch_sampler=` that is not plainly a non-distributed sampler,
@@ -54,6 +115,12 @@ class MissingDistributedSampler(Rule):
     MESSAGE = (
         "DataLoader has no DistributedSampler: every rank reads the whole dataset; pass "
         "`sampler=DistributedSampler(dataset)` and drop `shuffle=True`"
+    )
+    _stream = False  # the loader being judged streams an IterableDataset that does not shard
+    STREAM_MESSAGE = (
+        "this IterableDataset yields every item on every rank and the DataLoader cannot take a "
+        "sampler for it: every rank reads the whole stream; skip the other ranks' items in "
+        "`__iter__` (e.g. `itertools.islice(items, rank, None, world_size)`)"
     )
 
     VALID = [
@@ -168,8 +235,10 @@ class MissingDistributedSampler(Rule):
         if not self.model.uses_ddp:
             return
         for site in self.model.paths.sites():
+            self._stream = False
             if self.model.makes(site, api.DATALOADER) and self._unsharded(site):
-                self.report(site.node, module=site.module, related=self.model.paths.chain(site))
+                self.report(site.node, self.STREAM_MESSAGE if self._stream else None, module=site.module,
+                            related=self.model.paths.chain(site))
 
     def _unsharded(self, site: CallSite) -> bool:
         model = self.model
@@ -230,6 +299,36 @@ class MissingDistributedSampler(Rule):
         target = self.model.resolver.name(site.module, name, site.scope)
         return target is not None and self.model.graph.is_subclass(target, api.ITERABLE_DATASET)
 
+    def _same_on_every_rank(self, value: Value) -> bool:
+        """A project IterableDataset the model reads whole that yields the same items on every
+        rank: no code of its class chain, and no argument it is made with (nor what a name
+        passed holds), mentions a rank, world size, shard, split, node or worker; and its bases
+        are project classes and torch's IterableDataset only."""
+        graph = self.model.graph
+        found = graph.instance_of(value)
+        if found is None or value.call is None:
+            return False
+        for module, info in graph.mro(*found):
+            for base in graph.bases(module, info):
+                if base.external is not None and api.canonical(base.external) != api.ITERABLE_DATASET:
+                    return False
+                if base.external is None and graph.class_at(base) is None:
+                    return False
+            if len(graph.bases(module, info)) != len(info.bases):
+                return False  # a base the model cannot resolve
+            if _SHARDS.search(code_only(module.code(info.node))):
+                return False
+            iterate = info.methods.get("__iter__")
+            if iterate is not None and _iterates_what_it_is_given(module.functions[iterate], graph.mro(*found)):
+                return False  # an object handed in (a tf.data pipeline, a file list) may be per rank
+        for a in value.call.args:
+            if _SHARDS.search(value.module.code(a.value)):
+                return False
+            for held in self.model.values.of(value.module, a.value, value.scope, value.frame, at=value.at):
+                if isinstance(held.node, cst.CSTNode) and _SHARDS.search(held.module.code(held.node)):
+                    return False
+        return True
+
     def _iterable(self, site: CallSite, dataset: cst.BaseExpression) -> bool:
         """The dataset shards itself: an IterableDataset (a torch one, a project subclass, or an
         outside class whose name says so), or a dataset made with the rank
@@ -242,8 +341,12 @@ class MissingDistributedSampler(Rule):
                 if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call)) and is_rank_value(sub, resolve)
                        for sub in subexpressions(a.value)):
                     return True
-            if self.model.constructs(value, api.ITERABLE_DATASET) or splits_by_rank(
-                    self.model, value, builder=value.scope is not site.scope):
+            if self.model.constructs(value, api.ITERABLE_DATASET):
+                if self._same_on_every_rank(value):
+                    self._stream = True
+                    continue  # it yields everything on every rank: the loader does not shard
+                return True
+            if splits_by_rank(self.model, value, builder=value.scope is not site.scope):
                 return True
             name = self.model.api_of(value) or ""
             if "Iterable" in name.rsplit(".", 1)[-1]:

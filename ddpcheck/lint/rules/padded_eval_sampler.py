@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -7,7 +9,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, pads
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, is_false, string_text
+from ddpcheck.lint.model.syntax import dotted, is_false, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -15,6 +17,10 @@ from ddpcheck.lint.rule import Invalid, Rule
 _TRAINING_SWITCHES = frozenset({"train", "training", "is_train", "is_training", "shuffle", "augment"})
 # Reductions of a gathered list of per-rank values: the same as an all-reduce.
 _AVERAGES = frozenset({"sum", "mean", "statistics.mean", "numpy.mean", "np.mean", "torch.mean", "math.fsum"})
+
+
+# Words of a test that picks which data set a builder makes.
+_SET_WORDS = re.compile(r"train|val|test|eval|split|mode|phase|stage", re.I)
 
 
 def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
@@ -46,7 +52,12 @@ class PaddedEvalSampler(Rule):
     do project subclasses of it: `drop_last` is read from what their constructor hands
     `super().__init__`, and one with its own `__iter__` counts only when that pads to
     `total_size`. A sampler made by a builder that serves both sets counts when a caller uses
-    it for evaluation (`val_loader = build_loader(val_set, is_train=False)`).
+    it for evaluation (`val_loader = build_loader(val_set, is_train=False)`), even when the
+    builder names its one sampler after training (`train_sampler = DistributedSampler(data_set)`
+    in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
+    "train":`) or the caller also takes a training loader from the same call. A helper that
+    gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
+    reduces them like an all-reduce.
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -138,11 +149,12 @@ class PaddedEvalSampler(Rule):
         averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
                     for a in c.node.args}
         gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
+        averaged |= {id(c.node) for c in gathers if self._reducing_helper(c)}
         if not any("all_reduce" in model.facts.of_call(c) for c in calls):
             # No metric is summed over ranks: gathered per-rank values averaged count the
             # padding the same way; gathered predictions can drop it before the metric.
             if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
-                   not _inside_gathering_helper(g, gathers)):
+                   not (_inside_gathering_helper(g, gathers) or self._inside_helper_called(g, gathers))):
                 return
             if not any(id(g.node) in averaged for g in gathers):
                 return
@@ -161,6 +173,28 @@ class PaddedEvalSampler(Rule):
         return any(self.model.api(c) in api.GATHERS
                    for callee, _ in self.model.graph.targets(call) for c in callee.module.calls_in(callee.qualname))
 
+    def _inside_helper_called(self, gather: CallSite, gathers: list[CallSite]) -> bool:
+        """`dist.all_gather` inside a method (`self.distributed_concat(x)`) whose calls are judged."""
+        function = gather.scope.function
+        if function is None:
+            return False
+        return any(g is not gather and any(callee.module is gather.module and callee.qualname == function.qualname
+                                           for callee, _ in self.model.graph.targets(g)) for g in gathers)
+
+    def _reducing_helper(self, call: CallSite) -> bool:
+        """A call of a project function that gathers and returns the sum or mean of what it
+        gathered (`return torch.cat(gathered).sum() / n`): the same as an all-reduce."""
+        for callee, _ in self.model.graph.targets(call):
+            if not any(self.model.api(c) in api.GATHERS for c in callee.module.calls_in(callee.qualname)):
+                continue
+            for returned in callee.module.returns.get(callee.qualname, ()):
+                for sub in subexpressions(returned):
+                    if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute) \
+                            and sub.func.attr.value in ("sum", "mean") or \
+                            isinstance(sub, cst.Call) and dotted(sub.func) in _AVERAGES:
+                        return True
+        return False
+
     def _for_evaluation(self, site: CallSite) -> bool:
         names = site.module.assigned_names(site.node)
         dataset = site.arg("dataset", 0)
@@ -171,12 +205,23 @@ class PaddedEvalSampler(Rule):
         named_train = any("train" in n.lower() for n in names) or "train" in (dataset_name or "").lower()
         if is_false(shuffle) and not named_train:
             return True
-        if named_train:
-            return False
         function = self.model.paths.function_of(site)
+        if named_train:
+            # A builder that serves every set may name its one sampler after training
+            # (`train_sampler = DistributedSampler(data_set, shuffle=flag == "train")`): it is
+            # an evaluation set's when a caller uses the builder for evaluation alone and no
+            # test around the sampler picks the set.
+            if "train" in (dataset_name or "").lower() or function is None or self._picks_the_set(site):
+                return False
+            return self._built_for_evaluation(function, 2, strict=True)
         return function is not None and self._built_for_evaluation(function, 2)
 
-    def _built_for_evaluation(self, function: Function, depth: int) -> bool:
+    def _picks_the_set(self, site: CallSite) -> bool:
+        """A test around `site` in its function is about which set is built (`if split ==
+        "train":`, `if is_train:`, `if flag != "test":`)."""
+        return any(_SET_WORDS.search(site.module.code(guard.test)) for guard in site.guards)
+
+    def _built_for_evaluation(self, function: Function, depth: int, strict: bool = False) -> bool:
         """A builder (`build_loader(dataset, is_train)`) that some caller uses for an evaluation
         set: the caller names what it gets or what it passes for validation or testing
         (`val_loader = build_loader(val_set, False)`, `split="test"`), or passes False for the
@@ -185,6 +230,8 @@ class PaddedEvalSampler(Rule):
             if self.model.paths.dead(caller):
                 continue
             names = caller.module.assigned_names(caller.node)
+            if strict and any("train" in n.lower() for n in names):
+                continue  # the builder's training loader (or loaders of both sets at once)
             if any(is_eval_name(n) for n in names):
                 return True
             if any(is_eval_name(dotted(a.value)) or is_eval_name(string_text(a.value)) for a in caller.node.args):
@@ -196,6 +243,6 @@ class PaddedEvalSampler(Rule):
             outer = self.model.paths.function_of(caller)
             if depth > 1 and outer is not None and outer != function \
                     and not any("train" in n.lower() for n in names) \
-                    and self._built_for_evaluation(outer, depth - 1):
+                    and self._built_for_evaluation(outer, depth - 1, strict):
                 return True
         return False

@@ -7,9 +7,10 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
-from ddpcheck.lint.model.ddp import is_ddp
+from ddpcheck.lint.model.ddp import is_ddp, is_eval_name
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted, subexpressions
+from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import classes_of
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 _SPLITTERS = frozenset({"numpy.array_split", "torch.chunk", "torch.tensor_split", "numpy.split"})
 _WORLD = WORLD_NAMES
+# What a sampler that evens the shards out writes: padding to a total size, a per-rank count.
+_EVENS = ("total_size", "num_samples", "pad", "ceil", "[:")
 _MAX_HOPS = 2
 
 
@@ -47,7 +50,10 @@ class UnevenInputs(Rule):
     loop header `for i in range(rank, len(files), world_size):` whose body back-propagates or
     makes a collective. The world size is read by its value: `ws = dist.get_world_size()` or
     `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Equal blocks that drop the
-    remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even.
+    remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even. A training
+    loader's project sampler whose `__iter__` keeps its rank's indices (`if idx % self.world_size
+    != self.rank: continue`) and that never pads to a total size or counts samples per rank (nor
+    loops forever) is reported where the sampler is made.
 
     ## How to fix
     Use `DistributedSampler` for map-style data; for a hand split, truncate first
@@ -215,6 +221,37 @@ class UnevenInputs(Rule):
                 if any(w in text for w in _WORLD) and ("rank" in text):
                     self.report(function.name, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                 module=module)
+        self._rank_filtering_samplers()
+
+    def _rank_filtering_samplers(self) -> None:
+        """A training loader whose sampler is a project Sampler that keeps the indices of its
+        rank in `__iter__` (`if idx % self.world_size != self.rank: continue`) and never evens
+        the shards out (no padding to a total size, no per-rank sample count; an endless
+        `while True:` sampler never runs out): reported where the sampler is made."""
+        model = self.model
+        root = model.root
+        for site in root.calls:
+            if not model.makes(site, api.DATALOADER) or any(is_eval_name(n) for n in root.assigned_names(site.node)):
+                continue
+            for keyword, position in (("sampler", 3), ("batch_sampler", 4)):
+                for value in model.values.keyword(site, keyword, position):
+                    if value.call is None or value.module is not root \
+                            or any(is_eval_name(n) for n in root.assigned_names(value.call)):
+                        continue
+                    for module, info in classes_of(model, [value]):
+                        chain = model.graph.mro(module, info)
+                        if not any(model.graph.is_subclass(base, api.SAMPLER)
+                                   for owner_module, owner in chain for base in model.graph.bases(owner_module, owner)):
+                            continue
+                        iterate = next(((m, c.methods["__iter__"]) for m, c in chain if "__iter__" in c.methods), None)
+                        if iterate is None:
+                            continue
+                        text = code_only(iterate[0].code(iterate[0].functions[iterate[1]]))
+                        whole = "".join(code_only(m.code(c.node)) for m, c in chain)
+                        if "rank" in text and any(w in text for w in _WORLD) and "%" in text \
+                                and "while True" not in text and not any(w in whole for w in _EVENS):
+                            self.report(value.call, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
+                                        module=root)
 
     def _trains_with(self, scope: Scope, names: list[str]) -> bool:
         """Whether a loop of `scope` that back-propagates iterates one of `names` or what a call
@@ -252,7 +289,8 @@ class UnevenInputs(Rule):
                 continue  # `"|".join(names)`, `os.path.join(...)`
             values = model.values.at_call(site, receiver)
             known = bool(values) and all(isinstance(v.node, (cst.Call, cst.SimpleString, cst.FormattedString,
-                                                               cst.ConcatenatedString)) for v in values)
+                                                               cst.ConcatenatedString)) or is_none(v.node)
+                                         for v in values)  # `thread = None` before `thread = Thread(...)`
             if not known or any(is_ddp(model, v) for v in values):
                 return True  # DDP's join, or a receiver we cannot read: not known to be uneven
         return False

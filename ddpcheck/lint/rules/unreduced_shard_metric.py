@@ -6,6 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted
@@ -20,8 +21,10 @@ class UnreducedShardMetric(Rule):
     """An evaluation metric is counted over one rank's DistributedSampler shard and reported without a reduction across ranks.
 
     With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
-    (`correct += ...`, `total += ...`, `loss_sum += ...`) hold that rank's shard only until they
-    are all-reduced (or gathered).
+    (`correct += ...`, `total += ...`, `loss_sum += ...`), and running-average objects it feeds
+    (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
+    adds to its own attributes), hold that rank's shard only until they are all-reduced (or
+    gathered).
 
     ## Why it matters
     The printed or logged number is the accuracy of one shard, presented as the accuracy of the
@@ -231,7 +234,7 @@ class UnreducedShardMetric(Rule):
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
-            counters = _accumulated(loop)
+            counters = _accumulated(loop) | self._meters(loop)
             if not counters or not self._sharded(loop):
                 continue
             if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
@@ -259,6 +262,31 @@ class UnreducedShardMetric(Rule):
                     break
             else:
                 self._returned(loop, counters)
+
+    def _meters(self, loop: ForSite) -> set[str]:
+        """Names of running-average objects the loop feeds (`meter.update(loss.item())`): an
+        instance of a project class, made in the loop's function, whose `update` adds to its own
+        attributes (`self.sum += val * n`) and makes no collective call, in a loop that makes none."""
+        model = self.model
+        out: set[str] = set()
+        if any(loop.node in c.loops and model.facts.does(c, "collective") for c in model.root.calls):
+            return out  # the loop reduces as it goes (`dist.all_reduce(correct)` before `meter.update(correct)`)
+        if "backward(" in code_only(model.root.code(loop.node)):
+            return out  # a training loop, its step perhaps in a closure defined in it: the loss is one rank's by design
+        for site in model.root.calls:
+            if site.method != "update" or loop.node not in site.loops or site.scope is not loop.scope:
+                continue
+            func = site.node.func
+            if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) \
+                    or model.facts.does(site, "collective"):
+                continue
+            name = func.value.value
+            for value in model.values.of(model.root, func.value, loop.scope, at=site.point):
+                found = model.graph.instance_of(value)
+                update = model.graph.method(*found, "update") if found is not None else None
+                if update is not None and _adds_to_self(update.node):
+                    out.add(name)
+        return out
 
     def _sharded(self, loop: ForSite) -> bool:
         """The loop iterates a DataLoader fed by a DistributedSampler (the loader may be a
@@ -376,6 +404,19 @@ def _accumulated(loop: ForSite) -> set[str]:
                 if isinstance(node.operator, cst.AddAssign) and not isinstance(node.value, (cst.Integer, cst.Float)):
                     out.add(name)
     return out
+
+
+def _adds_to_self(function: cst.FunctionDef) -> bool:
+    """The method adds to an attribute of its object (`self.sum += val`, `self.count += n`)."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                and (dotted(node.target) or "").startswith("self."):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:

@@ -42,11 +42,13 @@ class UnscaledLearningRate(Rule):
     with a few epochs of warm-up. (Adaptive optimizers such as Adam are often scaled by the square
     root instead; either way the learning rate should be a decision about the global batch.)
 
-    Reported only where the value is visibly a constant — a number literal, or a name assigned
-    only from number literals — and nothing in it or in the names it comes from mentions the
+    Reported only where the value is visibly a constant — a number literal, a name assigned
+    only from number literals, or an entry the script itself sets to one (`cfg["lr"] = 1e-3`
+    after `cfg = load_config()`) — and nothing in it or in the names it comes from mentions the
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
-    A learning rate read from the command line, a config, the environment or a function
-    parameter is a deliberate choice and is not reported; neither is an optimizer left at its
+    The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
+    own and is read the same way. A learning rate read from the command line, a config file,
+    the environment or a function parameter is a deliberate choice and is not reported; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
     (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
@@ -170,6 +172,7 @@ class UnscaledLearningRate(Rule):
                 lr = site.arg("lr", 1)
             else:
                 continue
+            self._group_rates(site, sites)
             if lr is not None:
                 values = model.values.at_call(site, lr)
             else:  # `Opt(params, **optimizer_args)`: the rate, if any, is an entry of the dict
@@ -195,6 +198,41 @@ class UnscaledLearningRate(Rule):
                 self.report(passed[0].node, module=passed[0].module, related=[site])
             else:
                 self.report(where, module=site.module, related=model.paths.chain(site))
+
+    def _group_rates(self, site: CallSite, sites: list[CallSite]) -> None:
+        """Report the constant rates of the parameter groups the optimizer gets as a list of
+        dicts (`[{"params": head, "lr": 1e-4}, ...]`): each group's rate is its own `lr`."""
+        model = self.model
+        params = site.arg("params", 0)
+        if params is None:
+            return
+        for held in model.values.at_call(site, params):
+            if not isinstance(held.node, (cst.List, cst.Tuple)):
+                continue
+            for element in held.node.elements:
+                if isinstance(element, cst.StarredElement):
+                    continue
+                for group in model.values.of(held.module, element.value, held.scope, held.frame, at=held.at):
+                    if not isinstance(group.node, cst.Dict):
+                        continue
+                    for entry in group.node.elements:
+                        if isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString) \
+                                and entry.key.evaluated_value == "lr":
+                            self._group_rate(site, sites, group, entry.value)
+
+    def _group_rate(self, site: CallSite, sites: list[CallSite], group: Value, rate: cst.BaseExpression) -> None:
+        values = self.model.values.of(group.module, rate, group.scope, group.frame, at=group.at)
+        if not values or not all(self._constant(v, _DEPTH) for v in values):
+            return
+        if self._mentions_world(group.module, rate, group.scope, group.frame, group.at, _DEPTH) or any(
+                self._mentions_world(v.module, v.node, v.scope, v.frame, v.at, _DEPTH) for v in values
+                if isinstance(v.node, cst.CSTNode)):
+            return
+        if all(_is_zero(v.node) for v in values):
+            return
+        if all(_is_one(v.node) for v in values) and self._rate_from_lambda(site, sites):
+            return
+        self.report(rate, module=group.module, related=[site])
 
     def _rate_from_lambda(self, optimizer: CallSite, sites: list[CallSite]) -> bool:
         """A LambdaLR is built on the optimizer `optimizer` makes: with a base rate of 1 the

@@ -1,0 +1,163 @@
+"""Padding evaluation samplers made where real projects make them, through `ddpcheck lint`: in a
+data factory of another module that serves every split, and metrics reduced by a method that
+gathers and sums."""
+
+from __future__ import annotations
+
+from tests.helpers import finding_set as _findings, write_project as _write
+
+FACTORY = """\
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    from series.windows import WindowDataset
+
+
+    def data_provider(args, flag):
+        shuffle_flag = flag == "train"
+        data_set = WindowDataset(args.root, flag=flag, seq_len=args.seq_len)
+        {guard}sampler_for_train = DistributedSampler(data_set, shuffle=shuffle_flag)
+        {indent}loader = DataLoader(data_set, batch_size=args.batch_size, sampler=sampler_for_train)
+        {indent}return data_set, loader
+        return data_set, DataLoader(data_set, batch_size=args.batch_size)
+    """
+
+WINDOWS = """\
+    import torch
+
+
+    class WindowDataset(torch.utils.data.Dataset):
+        def __init__(self, root, flag, seq_len):
+            self.data = torch.load(f"{root}/{flag}.pt")
+            self.seq_len = seq_len
+
+        def __len__(self):
+            return len(self.data) - self.seq_len
+
+        def __getitem__(self, i):
+            return self.data[i:i + self.seq_len], self.data[i + self.seq_len]
+    """
+
+EXPERIMENT = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from series.factory import data_provider
+
+
+    class Forecaster:
+        def __init__(self, args):
+            self.args = args
+            self.model = DDP(torch.nn.Linear(args.seq_len, 1).cuda(), device_ids=[args.local_rank])
+
+        def _get_data(self, flag):
+            return data_provider(self.args, flag)
+
+        def vali(self):
+            vali_data, vali_loader = self._get_data(flag="val")
+            total, count = torch.zeros(1).cuda(), torch.zeros(1).cuda()
+            with torch.no_grad():
+                for x, y in vali_loader:
+                    total += torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda()) * len(x)
+                    count += len(x)
+            dist.all_reduce(total)
+            dist.all_reduce(count)
+            return (total / count).item()
+
+        def train(self):
+            train_data, train_loader = self._get_data(flag="train")
+            opt = torch.optim.Adam(self.model.parameters(), lr=self.args.lr)
+            for epoch in range(self.args.epochs):
+                train_loader.sampler.set_epoch(epoch)
+                for x, y in train_loader:
+                    opt.zero_grad()
+                    torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda()).backward()
+                    opt.step()
+                print(self.vali())
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--root", default="data")
+        parser.add_argument("--seq_len", type=int, default=96)
+        parser.add_argument("--batch_size", type=int, default=32)
+        parser.add_argument("--epochs", type=int, default=10)
+        parser.add_argument("--lr", type=float, default=1e-4)
+        args = parser.parse_args()
+        args.local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group("nccl")
+        Forecaster(args).train()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def _forecast_project(tmp_path, guard: str = "", indent: str = "") -> None:
+    _write(tmp_path, {"series/__init__.py": "", "series/windows.py": WINDOWS,
+                      "series/factory.py": FACTORY.format(guard=guard, indent=indent),
+                      "run.py": EXPERIMENT})
+
+
+def test_a_factory_sampler_named_for_training_that_serves_validation_is_reported(tmp_path):
+    _forecast_project(tmp_path)
+    assert _findings(tmp_path, "run.py", select="DDP018") == {("factory.py", 10, "DDP018")}
+
+
+def test_a_factory_that_makes_the_sampler_for_the_training_split_only_is_clean(tmp_path):
+    _forecast_project(tmp_path, guard='if flag == "train":\n        ', indent="    ")
+    assert _findings(tmp_path, "run.py", select="DDP018") == set()
+
+
+RECOMMENDER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Trainer:
+        def __init__(self, model, device):
+            self.model = DDP(model.to(device), device_ids=[device])
+            self.device = device
+
+        def gather_{kind}(self, value, n):
+            parts = [torch.zeros_like(value) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, value)
+            merged = torch.cat(parts)
+            return {result}
+
+        @torch.no_grad()
+        def evaluate(self, loader):
+            hits = torch.zeros(1, device=self.device)
+            for users, items in loader:
+                hits += (self.model(users.to(self.device)).argmax(1) == items.to(self.device)).sum()
+            return self.gather_{kind}(hits, len(loader.sampler.dataset))
+
+
+    def run(local_rank, train_set, valid_set, model):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        valid_sampler = DistributedSampler(valid_set, shuffle=False)
+        valid_loader = DataLoader(valid_set, batch_size=256, sampler=valid_sampler)
+        trainer = Trainer(model, local_rank)
+        print("hit rate", trainer.evaluate(valid_loader))
+        dist.destroy_process_group()
+    """
+
+
+def test_a_method_that_gathers_and_sums_the_metric_counts_the_padding(tmp_path):
+    _write(tmp_path, {"rec.py": RECOMMENDER.format(kind="mean", result="merged.sum() / n")})
+    assert _findings(tmp_path, "rec.py", select="DDP018") == {("rec.py", 29, "DDP018")}
+
+
+def test_a_method_that_gathers_and_trims_the_predictions_is_clean(tmp_path):
+    _write(tmp_path, {"rec.py": RECOMMENDER.format(kind="all", result="merged[:n]")})
+    assert _findings(tmp_path, "rec.py", select="DDP018") == set()
