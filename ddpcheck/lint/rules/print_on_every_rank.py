@@ -887,27 +887,29 @@ def _pinned_in_and(test: cst.BaseExpression, counters: set[str]) -> set[str]:
     return found
 
 
-def _pins(guard: Guard, counters: set[str]) -> bool:
-    """`if epoch == start:` — true for one value of a loop variable."""
+def _equality_sides(guard: Guard) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """The two sides of a guard written `if a == b:` (not negated), else None."""
     test = guard.test
     if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
-        return False
+        return None
     comp = test.comparisons[0]
     if not isinstance(comp.operator, cst.Equal):
-        return False
-    return any(isinstance(side, cst.Name) and side.value in counters for side in (test.left, comp.comparator))
+        return None
+    return test.left, comp.comparator
+
+
+def _pins(guard: Guard, counters: set[str]) -> bool:
+    """`if epoch == start:` — true for one value of a loop variable."""
+    sides = _equality_sides(guard)
+    return sides is not None and any(isinstance(side, cst.Name) and side.value in counters for side in sides)
 
 
 def _pins_counter(site: CallSite, guard: Guard) -> bool:
     """`if self.step == 0:` / `if global_step == 1:` where the name is a step counter (`+= 1`
     somewhere) that no loop sets back to a constant: it equals that value once in the run."""
-    test = guard.test
-    if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+    sides = _equality_sides(guard)
+    if sides is None:
         return False
-    comp = test.comparisons[0]
-    if not isinstance(comp.operator, cst.Equal):
-        return False
-    sides = (test.left, comp.comparator)
     name = next((dotted(e) for e in sides if isinstance(e, (cst.Name, cst.Attribute))), None)
     if name is None or not any(isinstance(e, cst.Integer) for e in sides):
         return False
