@@ -392,17 +392,20 @@ class CallGraph:
 
     # --- attributes set on arguments ------------------------------------------------------------
     def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
-                         at: Point | None, depth: int = 2) -> list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]]:
+                         at: Point | None, depth: int = 2
+                         ) -> list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]]:
         """What `name.attr` holds when a project function the name was passed to set it:
         `init_distributed_mode(args)` assigning `args.rank = int(os.environ["RANK"])`, then
         `args.rank` read here (or in a function `args` is passed on to). Calls made before `at`
         in `scope` count; a parameter is followed to the call that passed it (`frame`, or the
-        known callers). Each write: (module, value, the callee's scope, its frame, where)."""
+        known callers), where the caller's own assignment before that call counts too
+        (`args.local_rank = dist.get_rank()`, then `train(args)`). Each write: (module, value, the
+        scope that made it, its frame, where)."""
         base = node.value
         if not isinstance(base, cst.Name) or base.value in ("self", "cls") or depth <= 0:
             return []
         attr = node.attr.value
-        out: list[tuple[ModuleModel, Binding, Scope, Frame, Point | None]] = []
+        out: list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]] = []
         for call in self._passing(module, scope).get(base.value, ()):
             if at is not None and call.tick >= at.tick and not set(call.loops) & set(at.loops):
                 continue
@@ -434,9 +437,19 @@ class CallGraph:
         for call, bound in calls:
             passed = self.argument_for(call, function, param, bound)
             if isinstance(passed, cst.Name):
+                caller = frame.caller if frame is not None and frame.call is call else None
+                # `args.local_rank = dist.get_rank()` in the caller itself, before `train(args)`.
+                key = f"{passed.value}.{attr}"
+                if call.point is not None and key in call.scope.assignments:
+                    reaching = call.scope.reaching(key, call.point)
+                    assigned = call.scope.assignments[key]
+                    points = call.scope.points.get(key, [])
+                    for i, binding in enumerate(assigned):
+                        if any(binding is r for r in reaching):
+                            out.append((call.module, binding, call.scope, caller,
+                                        points[i] if len(points) == len(assigned) else None))
                 out += self.attribute_writes(call.module, cst.Attribute(passed, node.attr), call.scope,
-                                             frame.caller if frame is not None and frame.call is call else None,
-                                             call.point, depth - 1)
+                                             caller, call.point, depth - 1)
         return out
 
     def _passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]:

@@ -177,9 +177,25 @@ class GlobalRankAsDevice(Rule):
 
     def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value] | None:
         for value in self.model.values.at_call(site, expr):
-            found = global_rank_origin(self.model, value) or self._modulo_constant(value)
+            found = global_rank_origin(self.model, value) or self._modulo_constant(value) or self._in_mapping(value)
             if found:
                 return found
+        return None
+
+    def _in_mapping(self, value: Value) -> tuple[str, Value] | None:
+        """A `map_location` dict kept in a variable (`{"cuda:0": f"cuda:{rank}"}`): its targets are
+        the devices the checkpoint lands on."""
+        if not isinstance(value.node, cst.Dict):
+            return None
+        model = self.model
+        for element in value.node.elements:
+            if not isinstance(element, cst.DictElement):
+                continue
+            for expr in _index_values(element.value):
+                for inner in model.values.of(value.module, expr, value.scope, value.frame, at=value.at):
+                    found = global_rank_origin(model, inner) or self._modulo_constant(inner)
+                    if found:
+                        return found
         return None
 
     def _modulo_constant(self, value: Value) -> tuple[str, Value] | None:
@@ -243,6 +259,9 @@ def _index_values(index: cst.BaseExpression) -> list[cst.BaseExpression]:
         if _is_cuda_text(index.func.value):
             return [a.value for a in index.args]
         return []
+    if isinstance(index, cst.Dict):
+        # `map_location={"cuda:0": f"cuda:{rank}"}`: the targets are where the tensors go.
+        return [e for el in index.elements if isinstance(el, cst.DictElement) for e in _index_values(el.value)]
     if isinstance(index, (cst.SimpleString, cst.ConcatenatedString)):
         return []
     return [index]

@@ -1,0 +1,137 @@
+"""The global rank reaching the GPU index by ways launcher scripts write it, through `ddpcheck
+lint`: an attribute the caller sets before handing the object on, and a `map_location` table
+kept in a variable. Each with the variants that stay silent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def _lines(findings: list[dict]) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == "DDP007")
+
+
+CALLER_SETS_ATTRIBUTE = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def fit(opts):
+        net = torch.nn.Linear(16, 4)
+        torch.cuda.set_device(opts.gpu)
+        net = DDP(net.cuda(opts.gpu), device_ids=[opts.gpu])
+        return net
+
+
+    def run(opts):
+        dist.init_process_group(backend="nccl")
+        opts.gpu = dist.get_rank()
+        fit(opts)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--gpu", type=int, default=0)
+        run(parser.parse_args())
+"""
+
+
+def test_the_global_rank_a_caller_sets_on_the_arguments_is_the_callees_device(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": CALLER_SETS_ATTRIBUTE}, "train.py", select="DDP007")
+    assert _lines(findings) == [9]
+    assert "2 more places" in next(f["message"] for f in findings if f["code"] == "DDP007")
+
+
+def test_a_local_rank_the_caller_sets_on_the_arguments_is_not_reported(tmp_path: Path) -> None:
+    local = CALLER_SETS_ATTRIBUTE.replace(
+        "opts.gpu = dist.get_rank()", 'opts.gpu = int(os.environ["LOCAL_RANK"])').replace(
+        "import argparse", "import argparse\nimport os")
+    assert _lines(lint_project(tmp_path, {"train.py": local}, "train.py", select="DDP007")) == []
+    folded = CALLER_SETS_ATTRIBUTE.replace(
+        "opts.gpu = dist.get_rank()", "opts.gpu = dist.get_rank() % torch.cuda.device_count()")
+    assert _lines(lint_project(tmp_path, {"train.py": folded}, "train.py", select="DDP007")) == []
+
+
+def test_an_attribute_the_caller_sets_only_after_the_call_is_not_the_callees_value(tmp_path: Path) -> None:
+    after = CALLER_SETS_ATTRIBUTE.replace(
+        "        opts.gpu = dist.get_rank()\n        fit(opts)\n",
+        "        fit(opts)\n        opts.gpu = dist.get_rank()\n")
+    assert _lines(lint_project(tmp_path, {"train.py": after}, "train.py", select="DDP007")) == []
+
+
+SPAWNED_ON_ONE_MACHINE = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def fit(opts):
+        torch.cuda.set_device(opts.gpu)
+
+
+    def worker(index, opts, world):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "29533"
+        dist.init_process_group("nccl", rank=index, world_size=world)
+        opts.gpu = dist.get_rank()
+        fit(opts)
+
+
+    if __name__ == "__main__":
+        world = torch.cuda.device_count()
+        mp.spawn(worker, args=(object(), world), nprocs=world)
+"""
+
+
+def test_a_spawn_only_job_on_one_machine_is_not_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SPAWNED_ON_ONE_MACHINE}, "train.py", select="DDP007")
+    assert _lines(findings) == []
+
+
+CHECKPOINT_TABLE = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def setup():
+        dist.init_process_group(backend="nccl")
+
+
+    def main(resume):
+        setup()
+        net = torch.nn.Linear(8, 8).cuda()
+        if resume:
+            remap = {"cuda:%d" % 0: "cuda:%d" % dist.get_rank()}
+            net.load_state_dict(torch.load(resume, map_location=remap))
+        net = DDP(net)
+        torch.save(net.state_dict(), "last.pt")
+
+
+    if __name__ == "__main__":
+        main("init.pt")
+"""
+
+
+def test_a_map_location_table_that_targets_the_global_rank_is_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": CHECKPOINT_TABLE}, "train.py", select="DDP007")
+    assert _lines(findings) == [15]
+    inline = CHECKPOINT_TABLE.replace(
+        "map_location=remap", 'map_location={"cuda:0": f"cuda:{dist.get_rank()}"}')
+    assert _lines(lint_project(tmp_path, {"train.py": inline}, "train.py", select="DDP007")) == [15]
+
+
+def test_a_map_location_table_that_targets_the_local_gpu_is_not_reported(tmp_path: Path) -> None:
+    local = CHECKPOINT_TABLE.replace(
+        '"cuda:%d" % dist.get_rank()', '"cuda:%d" % int(os.environ["LOCAL_RANK"])').replace(
+        "import torch\n", "import os\nimport torch\n", 1)
+    assert _lines(lint_project(tmp_path, {"train.py": local}, "train.py", select="DDP007")) == []
+    folded = CHECKPOINT_TABLE.replace(
+        '"cuda:%d" % dist.get_rank()', '"cuda:%d" % (dist.get_rank() % torch.cuda.device_count())')
+    assert _lines(lint_project(tmp_path, {"train.py": folded}, "train.py", select="DDP007")) == []
