@@ -135,3 +135,38 @@ def test_a_map_location_table_that_targets_the_local_gpu_is_not_reported(tmp_pat
     folded = CHECKPOINT_TABLE.replace(
         '"cuda:%d" % dist.get_rank()', '"cuda:%d" % (dist.get_rank() % torch.cuda.device_count())')
     assert _lines(lint_project(tmp_path, {"train.py": folded}, "train.py", select="DDP007")) == []
+
+
+GPU_BLOCKS = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def fit(cfg):
+        per_proc = torch.cuda.device_count() // cfg.local_world_size
+        gpus = list(range(cfg.rank * per_proc, (cfg.rank + 1) * per_proc))
+        torch.cuda.set_device(gpus[0])
+        net = DDP(torch.nn.Linear(4, 4).cuda(gpus[0]), device_ids=gpus)
+        return net
+
+
+    def main(cfg):
+        dist.init_process_group("nccl")
+        cfg.rank = dist.get_rank()
+        fit(cfg)
+"""
+
+
+def test_the_first_gpu_of_a_block_numbered_by_the_global_rank_is_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": GPU_BLOCKS}, "train.py", select="DDP007")
+    assert _lines(findings) == [10]
+
+
+def test_gpu_blocks_numbered_by_the_local_rank_or_shared_by_the_whole_job_are_not_reported(tmp_path: Path) -> None:
+    local = GPU_BLOCKS.replace("cfg.rank = dist.get_rank()", 'cfg.rank = int(os.environ["LOCAL_RANK"])')
+    assert _lines(lint_project(tmp_path, {"train.py": local}, "train.py", select="DDP007")) == []
+    # The GPUs divided among every process of the job: the block stays within the machine.
+    whole_job = GPU_BLOCKS.replace("cfg.local_world_size", "dist.get_world_size()")
+    assert _lines(lint_project(tmp_path, {"train.py": whole_job}, "train.py", select="DDP007")) == []

@@ -6,7 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import global_rank_origin
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import int_value, string_text
+from ddpcheck.lint.model.syntax import dotted, int_value, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -28,9 +28,14 @@ class GlobalRankAsDevice(Rule):
     or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, an MPI
     job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
     set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
-    `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`). Also reported: the global
-    rank modulo a fixed GPU count (`rank % 8`, `rank % GPUS_PER_NODE` with `GPUS_PER_NODE = 8`),
-    which is right only on nodes with exactly that many GPUs. A parameter named `rank` (for
+    `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`), or that the
+    caller sets before handing the object on (`args.local_rank = dist.get_rank()`, then
+    `train(args)`), and the targets of a `map_location` table (`{"cuda:0": f"cuda:{rank}"}`). Also
+    reported: the global rank modulo a fixed GPU count (`rank % 8`, `rank % GPUS_PER_NODE` with
+    `GPUS_PER_NODE = 8`), which is right only on nodes with exactly that many GPUs, and the first
+    GPU of a block numbered by the global rank (`list(range(rank * n, (rank + 1) * n))[0]` with
+    `n` GPUs per process of one machine); with `n = torch.cuda.device_count() //
+    dist.get_world_size()` the block stays within the machine and is not reported. A parameter named `rank` (for
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
     nor `rank % torch.cuda.device_count()`. Nor a script that cannot span machines: started only
     by `mp.spawn` (it reads no launcher variable) and meeting on a loopback address
@@ -177,7 +182,8 @@ class GlobalRankAsDevice(Rule):
 
     def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value] | None:
         for value in self.model.values.at_call(site, expr):
-            found = global_rank_origin(self.model, value) or self._modulo_constant(value) or self._in_mapping(value)
+            found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
+                or self._in_mapping(value) or self._rank_block(value)
             if found:
                 return found
         return None
@@ -197,6 +203,56 @@ class GlobalRankAsDevice(Rule):
                     if found:
                         return found
         return None
+
+    def _rank_block(self, value: Value) -> tuple[str, Value] | None:
+        """`device_ids[0]` of `list(range(rank * n, (rank + 1) * n))`: the first GPU of the block of
+        `n` GPUs given to each process, numbered by the global rank. With `n` a fixed number or
+        the GPUs of the machine divided among its own processes, the block of rank 8 lies past
+        the machine's GPUs; divided among every process of the job (`// world_size`) it stays
+        within them and is not reported, nor is a factor the analysis cannot read."""
+        node = value.node
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1 \
+                or not isinstance(node.slice[0].slice, cst.Index) or int_value(node.slice[0].slice.value) is None:
+            return None
+        model = self.model
+        for base in model.values.of(value.module, node.value, value.scope, value.frame, at=value.at):
+            call = base.call
+            if call is not None and dotted(call.func) == "list" and len(call.args) == 1 \
+                    and isinstance(call.args[0].value, cst.Call):
+                call = call.args[0].value
+            if call is None or dotted(call.func) != "range" or len(call.args) < 2:
+                continue
+            for start in model.values.of(base.module, call.args[0].value, base.scope, base.frame, at=base.at):
+                found = self._scaled_rank(start)
+                if found:
+                    return found
+        return None
+
+    def _scaled_rank(self, value: Value) -> tuple[str, Value] | None:
+        node = value.node
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, cst.Multiply):
+            return None
+        model = self.model
+        for rank_side, factor in ((node.left, node.right), (node.right, node.left)):
+            factors = model.values.of(value.module, factor, value.scope, value.frame, at=value.at)
+            if not factors or not all(self._per_machine_count(f) for f in factors):
+                continue
+            for inner in model.values.of(value.module, rank_side, value.scope, value.frame, at=value.at):
+                found = global_rank_origin(model, inner)
+                if found:
+                    return f"{found[0]} * {' '.join(value.module.code(factor).split())}", found[1]
+        return None
+
+    def _per_machine_count(self, value: Value) -> bool:
+        """A fixed number of GPUs, or a count divided by the processes of one machine (a literal,
+        `LOCAL_WORLD_SIZE`, or a setting named for it, `args.local_world_size`)."""
+        node = value.node
+        if isinstance(node, cst.CSTNode) and int_value(node) is not None:
+            return True
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, (cst.FloorDivide, cst.Divide)):
+            return False
+        divisors = self.model.values.of(value.module, node.right, value.scope, value.frame, at=value.at)
+        return bool(divisors) and all(_per_machine_processes(d) for d in divisors)
 
     def _modulo_constant(self, value: Value) -> tuple[str, Value] | None:
         """`rank % 8` (or `% GPUS_PER_NODE` set to a literal): the global rank folded by a fixed
@@ -234,6 +290,19 @@ class GlobalRankAsDevice(Rule):
         for keyword in _DEVICE_KEYWORDS:
             found.append(site.arg(keyword))
         return [e for e in found if e is not None]
+
+
+def _per_machine_processes(value: Value) -> bool:
+    node = value.node
+    if not isinstance(node, cst.CSTNode):
+        return False
+    if int_value(node) is not None:
+        return True
+    if "LOCAL_WORLD_SIZE" in value.module.code(node):
+        return True
+    name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+    last = name.rsplit(".", 1)[-1].lower() if name else ""
+    return last.startswith("local_") and ("world" in last or "size" in last)
 
 
 def _is_cuda_text(expr: cst.BaseExpression) -> bool:
