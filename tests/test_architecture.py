@@ -142,11 +142,6 @@ KNOWN_CIRCLES: dict[str, frozenset[str]] = {
         "ddpcheck.lint.model.project",
         "ddpcheck.lint.model.resolve",
     }),
-    # The launcher's entry runs the scaling sweep, which launches single runs through the entry.
-    "entry <-> scaling_runs": frozenset({
-        "ddpcheck.run.launcher.entry",
-        "ddpcheck.run.launcher.scaling_runs",
-    }),
 }
 
 

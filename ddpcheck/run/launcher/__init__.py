@@ -1,1 +1,1 @@
-"""Code that runs in the `ddpcheck run` process (entry.py is the pipeline). Never inside a rank."""
+"""Code that runs in the `ddpcheck run` process (entry.py starts it, job.py is one job's pipeline). Never inside a rank."""

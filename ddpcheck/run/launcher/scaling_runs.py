@@ -36,13 +36,13 @@ def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes
     from ddpcheck.run.launcher.html_report import fmt_rate
     from ddpcheck.run import registry
     from ddpcheck.run.launcher import scaling
-    from ddpcheck.run.launcher import command_line, entry
+    from ddpcheck.run.launcher import command_line, job, presentation
 
     for i, n in enumerate(options.scaling, 1):
         _say(options, f"--scaling: run {i} of {len(options.scaling)}, {n} rank{'s' if n > 1 else ''}")
         record_dir = tempfile.mkdtemp(prefix=f"ddpcheck-run-{n}-")
         try:
-            outcome = entry.run_job(command_line.parse(argv, record_dir, nproc=n), argv, record_dir)
+            outcome = job.run_job(command_line.parse(argv, record_dir, nproc=n), argv, record_dir)
         finally:
             if os.environ.get("DDPCHECK_KEEP_RECORDS"):
                 print(f"ddpcheck: rank records kept in {record_dir}", file=sys.stderr)
@@ -83,7 +83,7 @@ def _compare(argv: list[str], options: Any, runs: list[dict[str, Any]], outcomes
         or (1 if verdict.status == FAIL else 0)
     run_part["job"]["exit_code"] = exit_code
     last.exit_code = exit_code
-    return entry.present(last, options)
+    return presentation.present(last, options)
 
 
 def _say(options: Any, message: str) -> None:
