@@ -3,21 +3,7 @@ each test writes a small project in that style and reads what the user sees."""
 
 from __future__ import annotations
 
-import json
-import textwrap
-from pathlib import Path
-
-from tests.conftest import run_cli
-
-
-def _lint(root: Path, files: dict[str, str], target: str, select: str) -> list[dict]:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json", str(root / target))
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)["findings"]
+from tests.helpers import lint_project
 
 
 GLOBAL_RANK_EVERYWHERE = """\
@@ -53,7 +39,7 @@ GLOBAL_RANK_EVERYWHERE = """\
 
 
 def test_a_global_rank_used_as_the_device_everywhere_is_one_finding_where_it_is_first_used(tmp_path):
-    findings = _lint(tmp_path, {"train.py": GLOBAL_RANK_EVERYWHERE}, "train.py", "DDP007")
+    findings = lint_project(tmp_path, {"train.py": GLOBAL_RANK_EVERYWHERE}, "train.py", select="DDP007")
     assert [(f["code"], f["location"]["line"]) for f in findings] == [("DDP007", 18)]
     assert "the same value is the device in 4 more places" in findings[0]["message"]
 
@@ -67,7 +53,7 @@ def test_two_separate_reads_of_the_rank_are_two_findings(tmp_path):
         torch.cuda.set_device(int(os.environ["RANK"]))
         model = torch.nn.Linear(2, 2).cuda(dist.get_rank())
     """
-    findings = _lint(tmp_path, {"train.py": text}, "train.py", "DDP007")
+    findings = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP007")
     assert sorted(f["location"]["line"] for f in findings) == [5, 6]
 
 
@@ -127,21 +113,21 @@ UNWRAP = """if hasattr(model, "module"):
 
 def test_rank_zero_evaluation_of_the_unwrapped_model_in_eval_mode_is_no_collective(tmp_path):
     text = EVAL_ON_RANK_ZERO.format(unwrap=UNWRAP, training_barrier="dist.barrier()")
-    assert _lint(tmp_path, {"train.py": text}, "train.py", "DDP009") == []
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP009") == []
 
 
 def test_a_collective_that_runs_in_eval_mode_too_is_still_reported(tmp_path):
     text = EVAL_ON_RANK_ZERO.format(unwrap=UNWRAP, training_barrier="pass").replace(
         "        return self.norm(self.text(text)) @ video.t()",
         "        dist.barrier()\n            return self.norm(self.text(text)) @ video.t()")
-    findings = _lint(tmp_path, {"train.py": text}, "train.py", "DDP009")
+    findings = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP009")
     assert [(f["code"], f["location"]["line"]) for f in findings] == [("DDP009", 44)]
 
 
 def test_the_wrapper_itself_forwarded_on_rank_zero_is_still_reported(tmp_path):
     text = EVAL_ON_RANK_ZERO.format(unwrap="model = model.to(device)", training_barrier="pass").replace(
         "scores = model.similarity(text.to(device), video.to(device))", "scores = model(text.to(device))")
-    findings = _lint(tmp_path, {"train.py": text}, "train.py", "DDP009")
+    findings = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP009")
     assert [(f["code"], f["location"]["line"]) for f in findings] == [("DDP009", 40)]
 
 
@@ -167,9 +153,9 @@ def test_state_dict_of_a_model_unwrapped_by_a_type_test_has_no_prefix(tmp_path):
         dist.destroy_process_group()
     """
     files = {"utils.py": utils, "train.py": train.format(saved="de_parallel(model)")}
-    assert _lint(tmp_path, files, "train.py", "DDP019") == []
+    assert lint_project(tmp_path, files, "train.py", select="DDP019") == []
     files["train.py"] = train.format(saved="model")
-    assert [f["location"]["line"] for f in _lint(tmp_path, files, "train.py", "DDP019")] == [9]
+    assert [f["location"]["line"] for f in lint_project(tmp_path, files, "train.py", select="DDP019")] == [9]
 
 
 def test_inner_module_upkeep_beside_a_wrapped_forward_is_not_a_bypass(tmp_path):
@@ -209,9 +195,9 @@ def test_inner_module_upkeep_beside_a_wrapped_forward_is_not_a_bypass(tmp_path):
                 return self.encoder(batch)
     """
     files = {"model.py": net, "train.py": text.format(forward="loss = model(batch).sum()")}
-    assert _lint(tmp_path, files, "train.py", "DDP013") == []
+    assert lint_project(tmp_path, files, "train.py", select="DDP013") == []
     files["train.py"] = text.format(forward="loss = model.module.refresh_memory(batch).sum()")
-    assert [f["location"]["line"] for f in _lint(tmp_path, files, "train.py", "DDP013")] == [12, 13]
+    assert [f["location"]["line"] for f in lint_project(tmp_path, files, "train.py", select="DDP013")] == [12, 13]
 
 
 def test_a_printing_helper_called_twice_in_one_loop_is_one_finding(tmp_path):
@@ -243,5 +229,5 @@ def test_a_printing_helper_called_twice_in_one_loop_is_one_finding(tmp_path):
         if __name__ == "__main__":
             main()
     """
-    findings = _lint(tmp_path, {"train.py": text}, "train.py", "DDP020")
+    findings = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP020")
     assert [f["location"]["line"] for f in findings] == [20]
