@@ -67,7 +67,8 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
             return [_syntax_finding(path, source, None)]
     module = ModuleModel(path, source, tree)
     model = Model(module, project, defer=True)
-    instances = [rule(model) for rule in rules]
+    reported: list[Pending] = []
+    instances = [rule(model, reported) for rule in rules]
     visit, leave = _hooks(instances)
     walk(module, visit, leave)
     model.start()
@@ -79,9 +80,9 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
                 hook(call)
     for rule in instances:
         rule.finish()
-    if not model.pending:
+    if not reported:
         return []
-    return _materialise(model, path, noqa)
+    return _materialise(model, reported, path, noqa)
 
 
 def model_of(path: str, source: str, project: Project | None = None) -> Model:
@@ -110,17 +111,17 @@ def _line_text(source: str, line: int) -> str:
     return lines[line - 1] if 0 < line <= len(lines) else ""
 
 
-def _materialise(model: Model, root_path: str, noqa: bool = True) -> list[Finding]:
+def _materialise(model: Model, reported: list[Pending], root_path: str, noqa: bool = True) -> list[Finding]:
     # Positions only for the reported nodes (PositionProvider for every node costs more than the parse).
     by_module: dict[int, list[Pending]] = defaultdict(list)
     modules: dict[int, ModuleModel] = {}
-    for pending in model.pending:
+    for pending in reported:
         by_module[id(pending.module)].append(pending)
         modules[id(pending.module)] = pending.module
         for module, _, _ in pending.related:
             modules.setdefault(id(module), module)
     wanted: dict[int, list[cst.CSTNode]] = defaultdict(list)
-    for pending in model.pending:
+    for pending in reported:
         wanted[id(pending.module)].append(pending.node)
         if pending.fix is not None and pending.module is model.root:
             wanted[id(pending.module)].append(pending.fix.node)

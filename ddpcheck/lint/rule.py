@@ -72,8 +72,10 @@ class Rule(Described):
     VALID: ClassVar[Sequence[str]] = ()
     INVALID: ClassVar[Sequence[Invalid]] = ()
 
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: Model, reported: list[Pending] | None = None) -> None:
         self.model = model
+        # The engine's sink for what this rule reports; the model only answers questions.
+        self.reported: list[Pending] = reported if reported is not None else []
 
     def on_call(self, call: CallSite) -> None:
         """Called for every call in the file, in source order, after names are resolved."""
@@ -87,7 +89,7 @@ class Rule(Described):
         one line of a long docstring), where a reader looks and a `# noqa` goes."""
         where = module if module is not None else self.model.root
         chain = tuple((c.module, c.node, _via(c)) for c in related)
-        self.model.pending.append(Pending(type(self), where, node, message or self.MESSAGE, fix, chain, line_in))
+        self.reported.append(Pending(type(self), where, node, message or self.MESSAGE, fix, chain, line_in))
 
     @classmethod
     def info(cls) -> RuleInfo:

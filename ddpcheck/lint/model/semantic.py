@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, cast
+from typing import cast
 
 import libcst as cst
 
@@ -34,9 +34,6 @@ from ddpcheck.lint.model.resolve import Resolver, Target
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.model.values import Value, Values
-
-if TYPE_CHECKING:
-    from ddpcheck.lint.rule import Pending
 
 _ENTRY_TEXT = ("__main__",)
 # A command that launches a script with torchrun or torch's launch modules, and the script it names.
@@ -61,7 +58,6 @@ class Model:
         self._resolvers: dict[tuple[int, int], Names] = {}
         self._uses_ddp: bool | None = None
         self._torchrun: bool | None = None
-        self.pending: list[Pending] = []  # what the rules reported (lint/engine.py positions them)
         if not defer:
             self.start()
 

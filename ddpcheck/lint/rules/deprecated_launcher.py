@@ -10,7 +10,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.model.syntax import children, dotted, string_text
-from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rule import Invalid, Pending, Rule
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -205,8 +205,8 @@ class DeprecatedLauncher(Rule):
         "(`torchrun --nproc_per_node=N script.py`) and read the local rank from `os.environ[\"LOCAL_RANK\"]`"
     )
 
-    def __init__(self, model: Model) -> None:
-        super().__init__(model)
+    def __init__(self, model: Model, reported: list[Pending] | None = None) -> None:
+        super().__init__(model, reported)
         self._mentions_launch = api.LAUNCH_MODULE in model.root.source
         self._flags: list[cst.CSTNode] = []
         self._usage: list[cst.CSTNode] = []

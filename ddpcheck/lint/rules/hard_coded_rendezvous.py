@@ -14,7 +14,7 @@ from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, int_value, string_text
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rule import Invalid, Pending, Rule
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -260,8 +260,8 @@ class HardCodedRendezvous(Rule):
         "a free port"
     )
 
-    def __init__(self, model: Model) -> None:
-        super().__init__(model)
+    def __init__(self, model: Model, reported: list[Pending] | None = None) -> None:
+        super().__init__(model, reported)
         self._writes: list[tuple[cst.CSTNode, str]] = []
         self._addr_writes: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
         self._written: set[int] = set()
