@@ -135,12 +135,6 @@ KNOWN_CIRCLES: dict[str, frozenset[str]] = {
         "ddpcheck.lint.model.semantic",
         "ddpcheck.lint.model.values",
     }),
-    # A module's index, the project's modules and name resolution call each other.
-    "module <-> project <-> resolve": frozenset({
-        "ddpcheck.lint.model.module",
-        "ddpcheck.lint.model.project",
-        "ddpcheck.lint.model.resolve",
-    }),
 }
 
 

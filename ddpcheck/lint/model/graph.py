@@ -20,9 +20,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope
+from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.project import locate, resolved_path
-from ddpcheck.lint.model.resolve import Target
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, has_star_kwargs, string_text
 

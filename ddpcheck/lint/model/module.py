@@ -10,7 +10,8 @@ the small binding markers below where a name is bound by something other than `n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Union
+from pathlib import Path
+from typing import Any, Iterator, Union
 
 import libcst as cst
 
@@ -18,11 +19,20 @@ from ddpcheck.lint.model.imports import ImportMap
 from ddpcheck.lint.model.index import ModuleIndex
 from ddpcheck.lint.model.syntax import argument, dotted, has_keyword, has_star_kwargs
 
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.resolve import Target
-
-
 UNASKED = object()  # a memo slot not filled yet
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a name resolves to (lint/model/resolve.py). `external`: the canonical name of
+    something outside the project (`torch.save`). Otherwise `path` is the project module and
+    `name` the qualified name inside it ("" for the module itself); `kind` is "function", "class", "module", "value" or "member" (an attribute of a
+    function or class: `Trainer.fit`)."""
+
+    external: str | None = None
+    path: Path | None = None
+    name: str = ""
+    kind: str = "external"
 
 
 @dataclass(frozen=True, eq=False, repr=False)

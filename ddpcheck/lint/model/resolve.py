@@ -9,30 +9,16 @@ of a project module. Other modules are read through their indexes (their text), 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope, Target
 from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.syntax import dotted
 
 _MAX_DEPTH = 8
-
-
-@dataclass(frozen=True)
-class Target:
-    """`external`: the canonical name of something outside the project (`torch.save`). Otherwise
-    `path` is the project module and `name` the qualified name inside it ("" for the module
-    itself); `kind` is "function", "class", "module", "value" or "member" (an attribute of a
-    function or class: `Trainer.fit`)."""
-
-    external: str | None = None
-    path: Path | None = None
-    name: str = ""
-    kind: str = "external"
 
 
 def _lookup(project: Project, path: Path, rest: str, seen: frozenset[tuple[Path, str]], depth: int) -> Target | None:

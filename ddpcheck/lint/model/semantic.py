@@ -27,10 +27,10 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import UNASKED, CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.module import UNASKED, CallSite, ModuleModel, Scope, Target
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
-from ddpcheck.lint.model.resolve import Resolver, Target
+from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.model.values import Value, Values
