@@ -92,8 +92,6 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     perf = performance.summarise(records)
     if perf is not None:
         data["run"]["performance"] = perf
-    for rank in data["run"]["ranks"]:  # the per-step rows stay in the rank records
-        rank.get("probes", {}).get("timing", {}).pop("steps", None)
     return Outcome(exit_code, data, rows, first, notes, findings, records, job_launch.nodes)
 
 
