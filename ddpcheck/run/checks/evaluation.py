@@ -1,6 +1,6 @@
 """Evaluation passes: the data loader passes during which no optimizer step was taken (an
 accuracy or validation loop, usually under `torch.no_grad()`), judged by what matters for
-evaluation rather than by the training rules of shards.py. Uses the index capture of shards.py.
+evaluation rather than by the training rules of shards.py. Uses the index capture of _loader_indices.py.
 
 - every rank evaluates the whole dataset (no DistributedSampler): correct, but the same work on
   every rank;
@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.findings import Severity
-from ddpcheck.run.checks.shards import (
+from ddpcheck.run.checks._loader_indices import (
     capture,
     decode,
     is_training,

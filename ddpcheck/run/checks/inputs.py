@@ -74,7 +74,7 @@ def capture(session: Session) -> None:
             return
         window[0] = step
         if "rows" not in part:
-            from ddpcheck.run.checks.shards import leading_rows
+            from ddpcheck.run.checks._loader_indices import leading_rows
 
             part["rows"] = leading_rows((args, kwargs))
         digest = structure_digest((args, kwargs))
@@ -87,12 +87,12 @@ def capture(session: Session) -> None:
 
 def _loader_batches(records: list[Record]) -> dict[str, tuple[dict[str, Any], dict[int, dict[int, int]]]]:
     """loader label -> (where the code made it, rank -> {step: digest}) for loaders without
-    indices (see shards.py)."""
-    from ddpcheck.run.checks.shards import loader_label, loader_place
+    indices (see _loader_indices.py)."""
+    from ddpcheck.run.checks._loader_indices import SECTION, loader_label, loader_place
 
     out: dict[str, tuple[dict[str, Any], dict[int, dict[int, int]]]] = {}
     for r in records:
-        for info in r.get("probes", {}).get("shards", {}).get("loaders", []):
+        for info in r.get("probes", {}).get(SECTION, {}).get("loaders", []):
             if info.get("batches"):
                 _, per = out.setdefault(loader_label(info), (loader_place(info), {}))
                 per[r["rank"]] = {int(s): int(d) for s, d in info["batches"]}

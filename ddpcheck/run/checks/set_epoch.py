@@ -1,5 +1,5 @@
 """A shuffling DistributedSampler that yields the same order in consecutive epochs: `set_epoch` is
-never called, so every epoch reuses epoch 0's permutation. Uses the index capture of shards.py.
+never called, so every epoch reuses epoch 0's permutation. Uses the index capture of _loader_indices.py.
 
 An epoch is a training pass over the loader (one during which an optimizer step was taken): a
 peek at one batch before `set_epoch` (it draws in the previous epoch's order), a warm-up batch or
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpcheck.run.checks.shards import HEAD, capture, is_training, loader_label, loader_place, loaders_by_index
+from ddpcheck.run.checks._loader_indices import HEAD, capture, is_training, loader_label, loader_place, loaders_by_index
 from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
