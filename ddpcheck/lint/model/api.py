@@ -8,6 +8,8 @@ place those names are written.
 
 from __future__ import annotations
 
+import re
+
 # --- torch.nn.parallel ---------------------------------------------------------------------------
 DDP = "torch.nn.parallel.DistributedDataParallel"
 DATA_PARALLEL = "torch.nn.parallel.DataParallel"
@@ -125,6 +127,20 @@ CONVERT_SYNC_BATCHNORM = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
 BATCHNORMS = frozenset(
     f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
 )
+# torch.nn layers that own parameters (`nn.ReLU`, `nn.Dropout`, pooling and the like own none),
+# and parameters themselves.
+_PARAMETER_LAYER = re.compile(
+    r"^torch\.nn\.(Lazy)?(Linear|Bilinear|Conv\w*|ConvTranspose\w*|Embedding\w*|RNN|LSTM|GRU|RNNCell|LSTMCell"
+    r"|GRUCell|(?!LocalResponse)\w*Norm(\dd)?|MultiheadAttention|Transformer\w*|PReLU)$"
+)
+PARAMETERS = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
+
+
+def owns_parameters(name: str) -> bool:
+    """Whether the torch API `name` builds a layer with parameters, or is a parameter."""
+    return name in PARAMETERS or _PARAMETER_LAYER.match(name) is not None
+
+
 OPTIMIZER_BASE = "torch.optim.Optimizer"
 ZERO_OPTIMIZER = "torch.distributed.optim.ZeroRedundancyOptimizer"
 GRAD_SCALERS = frozenset({"torch.amp.GradScaler", "torch.cuda.amp.GradScaler"})

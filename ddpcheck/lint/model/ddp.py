@@ -135,13 +135,6 @@ def _holds_layer(model: Model, module: ModuleModel, scope: Scope, attr: str) -> 
 
 
 # torch.nn layers that own parameters (by default), and how a parameter is made.
-_PARAMETER_LAYER = re.compile(
-    r"^torch\.nn\.(Lazy)?(Linear|Bilinear|Conv\w*|ConvTranspose\w*|Embedding\w*|RNN|LSTM|GRU|RNNCell|LSTMCell"
-    r"|GRUCell|\w*Norm(\dd)?|MultiheadAttention|Transformer\w*|PReLU)$"
-)
-_PARAMETER = frozenset({"torch.nn.Parameter", "torch.nn.parameter.Parameter"})
-
-
 def holds_parameters(model: Model, value: Value, depth: int = 3) -> bool:
     """Whether a leaf builds a module that owns parameters: a torch.nn layer that has weights
     (`nn.Conv2d`, `nn.LayerNorm`), `torch.compile` of one, or a network of the project that sets
@@ -149,7 +142,7 @@ def holds_parameters(model: Model, value: Value, depth: int = 3) -> bool:
     module (`nn.ReLU()`, a project module that only draws noise) or one the model cannot follow
     does not count."""
     name = model.api_of(value) or ""
-    if _PARAMETER_LAYER.match(name) or name in _PARAMETER:
+    if api.owns_parameters(name):
         return True
     call = value.call
     if call is None or depth <= 0:

@@ -80,19 +80,6 @@ def methods(module: ModuleModel, info: ClassInfo) -> list[Function]:
     return [Function(module, q) for q in info.methods.values()]
 
 
-# Layers that own parameters (`nn.ReLU`, `nn.Dropout`, pooling and the like own none).
-_PARAMETER_LAYERS = frozenset(
-    "torch.nn." + n for n in (
-        "Linear", "Bilinear", "LazyLinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-        "ConvTranspose2d", "ConvTranspose3d", "Embedding", "EmbeddingBag", "LayerNorm", "GroupNorm",
-        "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm", "InstanceNorm1d",
-        "InstanceNorm2d", "InstanceNorm3d", "RMSNorm", "LSTM", "GRU", "RNN", "LSTMCell", "GRUCell",
-        "RNNCell", "MultiheadAttention", "PReLU", "Transformer", "TransformerEncoder",
-        "TransformerDecoder", "TransformerEncoderLayer", "TransformerDecoderLayer", "Parameter",
-    )
-)
-
-
 def parameter_submodules(model: Model, module: ModuleModel, info: ClassInfo) -> list[tuple[str, cst.Call]]:
     """`self.x = nn.Linear(...)` (a layer that owns parameters, or `nn.Parameter`) in a method of
     the class: (`x`, the construction)."""
@@ -105,7 +92,7 @@ def parameter_submodules(model: Model, module: ModuleModel, info: ClassInfo) -> 
             if not isinstance(node, cst.Call):
                 continue
             site = module.call_at(node)
-            if site is not None and model.api(site) in _PARAMETER_LAYERS:
+            if site is not None and api.owns_parameters(model.api(site) or ""):
                 out.append((name[5:], node))
                 break
     return out
