@@ -134,6 +134,10 @@ def _entry(raw: Any, where: str) -> Entry:
     helpers = raw.get("helpers", [])
     if not isinstance(helpers, list) or not all(isinstance(h, str) for h in helpers):
         raise LabelError(f"{where}: helpers must be a list of paths")
+    scripts = [h for h in helpers if not h.endswith(EXPORT_SUFFIXES)]
+    if scripts:
+        # Helpers are linted with the script; launch scripts and configs are named in reasons.
+        raise LabelError(f"{where}: helpers must be Python modules, not {', '.join(scripts)}")
     allowed = {raw["path"], *helpers}
     fix = raw.get("prefix_fix")
     if fix is not None and not (isinstance(fix, dict) and fix.get("thread") and fix.get("change")):

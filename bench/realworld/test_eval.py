@@ -97,6 +97,7 @@ def test_nearest_finding_wins_and_extra_findings_are_false_positives() -> None:
                             "lines": [{"path": "elsewhere.py", "line": 3}]}}}, "neither the script"),
     ({"labels": {"DDP999": {"status": "ABSENT", "reason": "x"}}}, "unknown code"),
     ({"labels": {"DDP001": {"status": "MAYBE", "reason": "x"}}}, "status must be"),
+    ({"helpers": ["util/dist.py", "scripts/launch.sh"]}, "helpers must be Python modules, not scripts/launch.sh"),
 ])
 def test_labels_that_break_the_schema_are_named(tmp_path: Path, change: dict[str, Any], message: str) -> None:
     raw = _raw_entry(_labels())
