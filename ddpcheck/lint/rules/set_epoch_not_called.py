@@ -7,6 +7,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
@@ -40,7 +41,9 @@ class SetEpochNotCalled(Rule):
     sampler anywhere the script reaches: not through its variable, nor through `loader.sampler` /
     `loader.batch_sampler.sampler`, nor on any object the model cannot tell apart from it, nor by
     a function of the project that is handed the loader or the sampler. Validation and test
-    samplers (by their names) are not reported: their order does not change a metric.
+    samplers (by their names) are not reported: their order does not change a metric; nor is a
+    loader read only without gradients (under `torch.no_grad()` / `inference_mode()`, a block
+    or a decorator of the function that iterates it: a kNN monitor's feature bank).
 
     A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
     again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
@@ -470,7 +473,7 @@ class SetEpochNotCalled(Rule):
         for module in paths.modules():
             for site in module.fors:
                 used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
-                if used is None:
+                if used is None or self._without_grad(module, site.withs, site.scope):
                     continue
                 if site.loops:
                     if self._repeats(found, site.loops[-1], module, site.scope):
@@ -480,7 +483,8 @@ class SetEpochNotCalled(Rule):
                 # last: a loop that hands the loader to the function names it itself).
                 later.append((module, site.scope, dotted(used) or "loader", -1))
         for call in paths.sites():
-            if not self._iterates(call):
+            if not self._iterates(call) or self._without_grad(call.module, call.withs, call.scope) \
+                    or self._evaluates(call):
                 continue
             for a in call.node.args:
                 if not self._holds_loader(call.module, a.value, call.scope, loader, call.point):
@@ -499,6 +503,18 @@ class SetEpochNotCalled(Rule):
             if outer is not None and self._repeats(found, outer.loops[which], outer.module, outer.scope):
                 return outer.loops[which], outer.module, outer.scope, name, True
         return None
+
+    def _without_grad(self, module: ModuleModel, withs: tuple[cst.With, ...], scope: Scope) -> bool:
+        """Code that runs under `torch.no_grad()` / `inference_mode()`: it evaluates, and the
+        order of what it reads does not change training (a kNN monitor's feature bank)."""
+        function = scope.function
+        return is_no_grad(self.model, module, withs, function.qualname if function is not None else None)
+
+    def _evaluates(self, call: CallSite) -> bool:
+        """A call of project functions that all run without gradients (`@torch.no_grad()`)."""
+        targets = self.model.graph.targets(call)
+        return bool(targets) and all(
+            is_no_grad(self.model, function.module, (), function.qualname) for function, _ in targets)
 
     def _looping_caller(self, module: ModuleModel, scope: Scope) -> CallSite | None:
         function = scope.function
