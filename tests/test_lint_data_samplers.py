@@ -89,3 +89,61 @@ def test_a_shuffled_loader_read_only_by_a_no_grad_monitor_needs_no_set_epoch(tmp
     graded = MONITOR.replace("    @torch.no_grad()\n", "")
     assert _lines(lint_project(tmp_path, {**files, "monitor.py": graded}, "pretrain.py", "monitor.py",
                                select="DDP002"), "DDP002") == [("pretrain.py", 20)] * 2
+
+
+PROCESS_GROUP_CHECK = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def setup(local_rank):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        probe = torch.ones(1).cuda()
+        dist.all_reduce(probe)
+        assert probe.item() == dist.get_world_size(), "process group is broken"
+
+
+    def evaluate(model, loader):
+        model.eval()
+        correct = seen = 0
+        with torch.no_grad():
+            for images, labels in loader:
+                pred = model(images.cuda()).argmax(1)
+                correct += (pred == labels.cuda()).sum().item()
+                seen += labels.numel()
+        {reduce}
+        return correct / seen
+
+
+    def main(args):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        setup(local_rank)
+        model = DDP(build_model().cuda(), device_ids=[local_rank])
+        val_set = build_dataset(args.data, "val")
+        val_loader = DataLoader(val_set, batch_size=128, sampler=DistributedSampler(val_set, shuffle=False))
+        print(evaluate(model, val_loader))
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(parse_args())
+"""
+
+SUMMED = """counts = torch.zeros(2, device="cuda")
+        counts[0] = correct
+        counts[1] = seen
+        dist.all_reduce(counts)
+        correct, seen = counts.tolist()"""
+
+
+def test_an_all_reduce_that_only_probes_the_process_group_reduces_no_metric(tmp_path: Path) -> None:
+    clean = PROCESS_GROUP_CHECK.replace("{reduce}", "pass")
+    assert _lines(lint_project(tmp_path, {"train.py": clean}, "train.py", select="DDP018"), "DDP018") == []
+    # Counters filled into a zero tensor and summed over ranks: the padded samples count twice.
+    summed = PROCESS_GROUP_CHECK.replace("{reduce}", SUMMED)
+    assert _lines(lint_project(tmp_path, {"train.py": summed}, "train.py", select="DDP018"), "DDP018") == \
+        [("train.py", 37)]
