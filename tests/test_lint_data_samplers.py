@@ -147,3 +147,57 @@ def test_an_all_reduce_that_only_probes_the_process_group_reduces_no_metric(tmp_
     summed = PROCESS_GROUP_CHECK.replace("{reduce}", SUMMED)
     assert _lines(lint_project(tmp_path, {"train.py": summed}, "train.py", select="DDP018"), "DDP018") == \
         [("train.py", 37)]
+
+
+ONE_EPOCH = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Trainer:
+        def __init__(self, model, loader, optimizer):
+            self.model, self.loader, self.optimizer = model, loader, optimizer
+
+        def run_epoch(self):
+            for x, y in self.loader:
+                loss = torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda())
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+        def train(self, max_epochs):
+            for epoch in range(max_epochs):
+                self.run_epoch()
+
+
+    def main(total_epochs):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DDP(torch.nn.Linear(16, 1).cuda(), device_ids=[local_rank])
+        data = make_regression_set()
+        loader = DataLoader(data, batch_size=64, sampler=DistributedSampler(data))
+        Trainer(model, loader, torch.optim.Adam(model.parameters())).train(total_epochs)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        {epochs}
+        main(total_epochs=epochs)
+"""
+
+
+def test_an_epoch_loop_that_runs_once_needs_no_set_epoch(tmp_path: Path) -> None:
+    once = ONE_EPOCH.replace("{epochs}", "epochs = 1")
+    assert _lines(lint_project(tmp_path, {"train.py": once}, "train.py", select="DDP002"), "DDP002") == []
+    # Two epochs, or a count the user picks on the command line (its default of 1 is only a default).
+    for epochs in ("epochs = 2",
+                   'parser = argparse.ArgumentParser()\n        parser.add_argument("--epochs", type=int, default=1)\n'
+                   "        epochs = parser.parse_args().epochs"):
+        program = ONE_EPOCH.replace("{epochs}", epochs)
+        assert _lines(lint_project(tmp_path, {"train.py": program}, "train.py", select="DDP002"), "DDP002") == \
+            [("train.py", 21)]

@@ -43,7 +43,8 @@ class SetEpochNotCalled(Rule):
     a function of the project that is handed the loader or the sampler. Validation and test
     samplers (by their names) are not reported: their order does not change a metric; nor is a
     loader read only without gradients (under `torch.no_grad()` / `inference_mode()`, a block
-    or a decorator of the function that iterates it: a kNN monitor's feature bank).
+    or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
+    epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path).
 
     A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
     again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
@@ -528,6 +529,8 @@ class SetEpochNotCalled(Rule):
         rebuilt per stage, task or epoch) also starts at epoch 0: its order is the same again
         when it shuffles the same dataset with the same seed, and differs when what it is built
         from comes from the pass (`for stage in stages: build_loader(stage)`, `seed=epoch`)."""
+        if self._runs_once(loop, module, scope):
+            return False
         sampler = found.sampler
         made = sampler.module.call_at(sampler.call) if sampler.call is not None else None
         if made is None:
@@ -539,6 +542,31 @@ class SetEpochNotCalled(Rule):
         if not names:
             return True  # `while`: nothing of the pass tells the samplers apart
         return not any(self._from_pass(module, a.value, scope, top, names, 2) for a in top.node.args)
+
+    def _runs_once(self, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
+        """`for epoch in range(epochs)` where `epochs` is 1 (or 0) on every path the model sees
+        (`trainer.train(total_epochs)` with `total_epochs = 1`): there is no second epoch."""
+        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) or dotted(loop.iter.func) != "range":
+            return False
+        args = loop.iter.args
+        if not 1 <= len(args) <= 2 or any(a.keyword is not None or a.star for a in args):
+            return False
+        bounds = [self._integers(module, a.value, scope) for a in args]
+        if any(not b for b in bounds):
+            return False
+        if len(bounds) == 1:
+            return max(bounds[0]) <= 1
+        return max(bounds[1]) - min(bounds[0]) <= 1
+
+    def _integers(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> list[int]:
+        """Every integer `expr` may hold, or [] when one of its values is not a literal integer."""
+        out: list[int] = []
+        for value in self.model.values.of(module, expr, scope):
+            node = value.node
+            if not isinstance(node, cst.Integer):
+                return []
+            out.append(int(node.evaluated_value))
+        return out
 
     def _made_within(self, loop: cst.CSTNode, module: ModuleModel, site: CallSite, depth: int,
                      seen: set[int]) -> CallSite | None:
