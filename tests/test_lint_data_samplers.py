@@ -201,3 +201,154 @@ def test_an_epoch_loop_that_runs_once_needs_no_set_epoch(tmp_path: Path) -> None
         program = ONE_EPOCH.replace("{epochs}", epochs)
         assert _lines(lint_project(tmp_path, {"train.py": program}, "train.py", select="DDP002"), "DDP002") == \
             [("train.py", 21)]
+
+
+MONAI_PRETRAIN = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from monai.data import CacheDataset, DataLoader, DistributedSampler
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    def get_loader(args, files, transforms):
+        train_ds = CacheDataset(data=files, transform=transforms, cache_rate=0.5)
+        sampler = DistributedSampler(dataset=train_ds, even_divisible=True{shuffle})
+        return DataLoader(train_ds, batch_size=args.batch_size, num_workers=4, sampler=sampler)
+
+
+    def main(args):
+        dist.init_process_group("nccl", init_method="env://")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DistributedDataParallel(build_net().cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr)
+        train_loader = get_loader(args, list_files(args.root), pretrain_transforms())
+        step = 0
+        while step < args.num_steps:
+            {set_epoch}for batch in train_loader:
+                loss = model(batch["image"].cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step += 1
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(parse_args())
+"""
+
+
+def test_monai_loaders_and_samplers_are_torch_ones(tmp_path: Path) -> None:
+    program = MONAI_PRETRAIN.replace("{shuffle}", "").replace("{set_epoch}", "")
+    assert _lines(lint_project(tmp_path, {"pretrain.py": program}, "pretrain.py", select="DDP001,DDP002"),
+                  "DDP002") == [("pretrain.py", 22)]
+    assert _lines(lint_project(tmp_path, {"pretrain.py": program}, "pretrain.py", select="DDP001"), "DDP001") == []
+    # set_epoch on each pass, or no shuffle: nothing to report.
+    for shuffle, set_epoch in (("", "train_loader.sampler.set_epoch(step)\n            "), (", shuffle=False", "")):
+        clean = MONAI_PRETRAIN.replace("{shuffle}", shuffle).replace("{set_epoch}", set_epoch)
+        assert _lines(lint_project(tmp_path, {"pretrain.py": clean}, "pretrain.py", select="DDP002"), "DDP002") == []
+
+
+SHARD_SAMPLER = """\
+    import math
+    import torch
+    import torch.distributed as dist
+
+
+    class ShardSampler(torch.utils.data.Sampler):
+        def __init__(self, dataset, num_replicas=None, rank=None, shuffle=True):
+            self.dataset = dataset
+            self.num_replicas = num_replicas or dist.get_world_size()
+            self.rank = dist.get_rank() if rank is None else rank
+            self.shuffle = shuffle
+            self.epoch = 0
+            self.num_samples = math.ceil(len(dataset) / self.num_replicas)
+            self.total_size = self.num_samples * self.num_replicas
+
+        def __iter__(self):
+            if self.shuffle:
+                g = torch.Generator()
+                g.manual_seed(self.epoch)
+                order = torch.randperm(len(self.dataset), generator=g).tolist()
+            else:
+                order = list(range(len(self.dataset)))
+            order += order[: self.total_size - len(order)]
+            return iter(order[self.rank:self.total_size:self.num_replicas])
+
+        def __len__(self):
+            return self.num_samples
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+"""
+
+SHARD_TRAIN = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+
+    from samplers import ShardSampler
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DDP(build_net().cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_set = build_set(args.root)
+        sampler = ShardSampler(train_set{shuffle})
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+        for epoch in range(args.epochs):
+            {set_epoch}for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(parse_args())
+"""
+
+
+def test_a_project_sampler_that_draws_its_order_from_the_epoch_needs_set_epoch(tmp_path: Path) -> None:
+    files = {"samplers.py": SHARD_SAMPLER}
+    program = SHARD_TRAIN.replace("{shuffle}", "").replace("{set_epoch}", "")
+    assert _lines(lint_project(tmp_path, {**files, "train.py": program}, "train.py", "samplers.py",
+                               select="DDP002"), "DDP002") == [("train.py", 19)]
+    for shuffle, set_epoch in (("", "sampler.set_epoch(epoch)\n            "), (", shuffle=False", "")):
+        clean = SHARD_TRAIN.replace("{shuffle}", shuffle).replace("{set_epoch}", set_epoch)
+        assert _lines(lint_project(tmp_path, {**files, "train.py": clean}, "train.py", "samplers.py",
+                                   select="DDP002"), "DDP002") == []
+
+
+MONAI_VALIDATION = """\
+    import torch
+    import torch.distributed as dist
+    from monai.data import DataLoader, DistributedSampler
+
+
+    def validate(model, val_ds):
+        val_loader = DataLoader(val_ds, batch_size=1, sampler=DistributedSampler(val_ds, shuffle=False{even}))
+        dice_sum = torch.zeros(2, device="cuda")
+        with torch.no_grad():
+            for batch in val_loader:
+                dice_sum[0] += dice(model(batch["image"].cuda()), batch["label"].cuda())
+                dice_sum[1] += 1
+        dist.all_reduce(dice_sum)
+        return (dice_sum[0] / dice_sum[1]).item()
+"""
+
+
+def test_monais_sampler_pads_unless_even_divisible_is_false(tmp_path: Path) -> None:
+    padded = MONAI_VALIDATION.replace("{even}", "")
+    assert _lines(lint_project(tmp_path, {"evaluate.py": padded}, "evaluate.py", select="DDP018"), "DDP018") == \
+        [("evaluate.py", 7)]
+    exact = MONAI_VALIDATION.replace("{even}", ", even_divisible=False")
+    assert _lines(lint_project(tmp_path, {"evaluate.py": exact}, "evaluate.py", select="DDP018"), "DDP018") == []

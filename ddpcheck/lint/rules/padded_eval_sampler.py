@@ -104,7 +104,8 @@ class PaddedEvalSampler(Rule):
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
-    reduces no metric.
+    reduces no metric. MONAI's `DistributedSampler` pads like torch's unless it is made with
+    `even_divisible=False`.
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or

@@ -6,6 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
@@ -34,7 +35,8 @@ class SetEpochNotCalled(Rule):
     used."
 
     Reported at the epoch loop (where `set_epoch` goes; the sampler is a related location) when
-    a `DistributedSampler` (or a project subclass) whose `shuffle` may be true (it defaults to
+    a `DistributedSampler` (a project subclass, MONAI's, or a project sampler written like it
+    whose order is drawn from the `self.epoch` its `set_epoch` sets) whose `shuffle` may be true (it defaults to
     `True`; a config value may turn it on) feeds a training `DataLoader` (as `sampler=` or inside
     `batch_sampler=`, also when a builder function of the project makes both) that is iterated
     inside a loop, or passed to a function inside a loop, and no `set_epoch(...)` is called on the
@@ -369,7 +371,7 @@ class SetEpochNotCalled(Rule):
         for site in model.paths.sites():
             if not model.makes(site, api.DATALOADER):
                 continue
-            found = feed(model, site)
+            found = feed(model, site) or self._project_feed(site)
             if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
                 continue
             if self._evaluation(found):
@@ -410,11 +412,55 @@ class SetEpochNotCalled(Rule):
             self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
                         related=[made] if made is not None else [])
 
+    def _project_feed(self, loader: CallSite) -> Feed | None:
+        """A loader fed by a project sampler written like DistributedSampler (it splits by
+        `num_replicas` into a `total_size`) whose order is drawn from the epoch `set_epoch`
+        sets: it needs `set_epoch` as torch's does."""
+        values, via_batch = sampler_values(self.model, loader)
+        for value in values:
+            site = value.module.call_at(value.call) if value.call is not None else None
+            if site is None or not self.model.shards_like_distributed_sampler(site) \
+                    or self.model.makes(site, api.DISTRIBUTED_SAMPLER):
+                continue
+            found = self.model.graph.class_at(site.target) if site.target is not None else None
+            if found is None:
+                continue
+            chain = self.model.graph.mro(*found)
+            iterate = next((m.functions[c.methods["__iter__"]] for m, c in chain if "__iter__" in c.methods), None)
+            if any("set_epoch" in c.methods for _, c in chain) and iterate is not None \
+                    and "self.epoch" in code_only(found[0].code(iterate)):
+                return Feed(loader, value, via_batch)
+        return None
+
+    def _project_shuffle(self, sampler: Value) -> bool | None:
+        """Whether a project sampler's own `shuffle` parameter may be true where it is made
+        (None: the class has no such parameter)."""
+        site = sampler.module.call_at(sampler.call) if sampler.call is not None else None
+        found = self.model.graph.class_at(site.target) if site is not None and site.target is not None else None
+        if site is None or found is None:
+            return None
+        init = self.model.graph.method(*found, "__init__")
+        param = next((p for p in init.params() if p.name == "shuffle"), None) if init is not None else None
+        if init is None or param is None:
+            return None
+        passed = self.model.graph.argument_for(site, init, param, "constructor")
+        expr = passed if isinstance(passed, cst.BaseExpression) else param.default
+        if expr is None:
+            return True
+        module, scope = (site.module, site.scope) if expr is passed else (init.module, init.scope)
+        values = self.model.values.of(module, expr, scope)
+        return not values or not all(is_false(v.node) for v in values)
+
     def _shuffles(self, sampler: Value) -> bool:
         """`shuffle` is left at its default (True), or may be true: a literal False (on every
         path) is the only way to turn the shuffle off for sure."""
         assert sampler.call is not None
-        shuffle = argument(sampler.call, "shuffle", 3)
+        if not self.model.constructs(sampler, api.DISTRIBUTED_SAMPLER):
+            own = self._project_shuffle(sampler)
+            if own is not None:
+                return own
+        shared = api.shared_positions(self.model.api_of(sampler))
+        shuffle = argument(sampler.call, "shuffle", 3 if shared is None or shared > 3 else None)
         if shuffle is None:
             return True
         values = self.model.values.of(sampler.module, shuffle, sampler.scope, sampler.frame, at=sampler.at)
