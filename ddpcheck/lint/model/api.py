@@ -33,6 +33,19 @@ DERIVED_CLASSES: dict[str, tuple[str, int]] = {
     "torch_geometric.data.DataLoader": ("torch.utils.data.DataLoader", 3),
     "torch_geometric.data.DataListLoader": ("torch.utils.data.DataLoader", 3),
     "torch_geometric.data.DenseDataLoader": ("torch.utils.data.DataLoader", 3),
+    # MONAI: DataLoader(dataset, num_workers=0, **kwargs) and DistributedSampler(dataset,
+    # even_divisible=True, num_replicas=None, rank=None, shuffle=True, **kwargs), which hand
+    # their options to torch's by keyword.
+    "monai.data.DataLoader": ("torch.utils.data.DataLoader", 1),
+    "monai.data.dataloader.DataLoader": ("torch.utils.data.DataLoader", 1),
+    "monai.data.DistributedSampler": ("torch.utils.data.DistributedSampler", 1),
+    "monai.data.samplers.DistributedSampler": ("torch.utils.data.DistributedSampler", 1),
+}
+# Parameters of a derived sampler that turn its padding off when false, with their position:
+# MONAI's `even_divisible=False` keeps each rank's own share without repeating samples.
+UNPADDED_WHEN_FALSE: dict[str, tuple[str, int]] = {
+    "monai.data.DistributedSampler": ("even_divisible", 1),
+    "monai.data.samplers.DistributedSampler": ("even_divisible", 1),
 }
 # Samplers that draw from the whole dataset on every rank.
 LOCAL_SAMPLERS = frozenset({
@@ -252,6 +265,13 @@ def _known_names() -> frozenset[str]:
 
 # Every API name above: what `from torch.utils.data import *` is taken to provide.
 KNOWN = _known_names()
+
+
+def shared_positions(qualname: str | None) -> int | None:
+    """How many leading positional parameters an outside class derived from a torch class
+    shares with it (None: a torch class itself, or not known as derived)."""
+    found = DERIVED_CLASSES.get(qualname) if qualname is not None else None
+    return found[1] if found is not None else None
 
 
 def derived_from(qualname: str | None) -> str | None:

@@ -270,7 +270,8 @@ class Walker(cst.CSTVisitor):
                 owner.points.setdefault(name, []).append(None)
 
     def _for(self, node: cst.For) -> None:
-        self.module.fors.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1))
+        self.module.fors.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1,
+                                        tuple(self.withs)))
 
     def _for_body(self, node: cst.For) -> None:
         # The target is bound after the iterable is evaluated, inside the loop.

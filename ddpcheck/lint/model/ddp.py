@@ -15,7 +15,7 @@ from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, string_text, subexpressions
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, is_true, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Unknown, Value
 
 if TYPE_CHECKING:
@@ -246,6 +246,12 @@ def pads(model: Model, site: CallSite) -> bool:
         drop = sampler_option(model, site, "drop_last", 5)
         if drop is None or not all(isinstance(v.node, cst.BaseExpression) and is_false(v.node) for v in drop):
             return False
+        switch = api.UNPADDED_WHEN_FALSE.get(model.api(site) or "")
+        if switch is not None:
+            passed = site.arg(*switch)
+            if passed is not None and not all(isinstance(v.node, cst.BaseExpression) and is_true(v.node)
+                                              for v in model.values.at_call(site, passed)):
+                return False  # `even_divisible=False`, or a value the model cannot read
         target = site.target
         found = model.graph.class_at(target) if target is not None and model.api(site) != api.DISTRIBUTED_SAMPLER \
             else None

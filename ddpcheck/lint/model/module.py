@@ -323,6 +323,7 @@ class ForSite:
     loops: tuple[cst.CSTNode, ...]
     guards: tuple[Guard, ...]
     tick: int = 0
+    withs: tuple[cst.With, ...] = ()
 
     @property
     def point(self) -> Point:

@@ -9,7 +9,8 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, pads
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, is_false, string_text, subexpressions
+from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.syntax import children, dotted, is_false, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -17,6 +18,50 @@ from ddpcheck.lint.rule import Invalid, Rule
 _TRAINING_SWITCHES = frozenset({"train", "training", "is_train", "is_training", "shuffle", "augment"})
 # Reductions of a gathered list of per-rank values: the same as an all-reduce.
 _AVERAGES = frozenset({"sum", "mean", "statistics.mean", "numpy.mean", "np.mean", "torch.mean", "math.fsum"})
+
+
+# Tensors made of constants, and the calls that move one.
+_CONSTANT_TENSORS = frozenset({"torch.ones", "torch.zeros", "torch.tensor", "torch.full", "torch.Tensor",
+                               "torch.FloatTensor", "torch.LongTensor"})
+_MOVES = frozenset({"cuda", "to", "cpu", "float", "long", "int", "double", "half"})
+
+
+def _literal(expr: cst.BaseExpression) -> bool:
+    """A number, or a list/tuple of numbers."""
+    if isinstance(expr, (cst.Integer, cst.Float)):
+        return True
+    if isinstance(expr, cst.UnaryOperation):
+        return _literal(expr.expression)
+    if isinstance(expr, (cst.List, cst.Tuple)):
+        return all(isinstance(e, cst.Element) and _literal(e.value) for e in expr.elements)
+    return False
+
+
+def _only_read(body: cst.CSTNode, name: str, reduction: cst.Call) -> bool:
+    """Whether `name` in `body` is only bound, moved (`t = t.cuda()`), reduced by `reduction`
+    and read: never added to (`t += x`, `t[0] = x`, `t.add_(x)`) nor handed to another call
+    that might."""
+    stack: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = [(body, ())]
+    while stack:
+        node, parents = stack.pop()
+        if isinstance(node, cst.Name) and node.value == name and parents:
+            parent = parents[-1]
+            if isinstance(parent, cst.AugAssign) and parent.target is node:
+                return False
+            if isinstance(parent, cst.Subscript) and any(
+                    isinstance(p, (cst.AssignTarget, cst.AugAssign)) for p in parents[-3:]):
+                return False
+            if isinstance(parent, cst.Attribute) and parent.value is node:
+                if parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
+                    return False  # an in-place method: `t.add_(x)`
+            if isinstance(parent, cst.Arg) and len(parents) > 1:
+                call = parents[-2]
+                if call is not reduction and not (isinstance(call, cst.Call) and dotted(call.func) == "print"):
+                    return False
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)) and parents:
+            continue  # a nested function has its own names
+        stack.extend((child, parents + (node,)) for child in children(node))
+    return True
 
 
 # Words of a test that picks which data set a builder makes.
@@ -57,7 +102,10 @@ class PaddedEvalSampler(Rule):
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
     "train":`) or the caller also takes a training loader from the same call. A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
-    reduces them like an all-reduce.
+    reduces them like an all-reduce. An all-reduce of a tensor made of constants and never added
+    to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
+    reduces no metric. MONAI's `DistributedSampler` pads like torch's unless it is made with
+    `even_divisible=False`.
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -150,7 +198,9 @@ class PaddedEvalSampler(Rule):
                     for a in c.node.args}
         gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
         averaged |= {id(c.node) for c in gathers if self._reducing_helper(c)}
-        if not any("all_reduce" in model.facts.of_call(c) for c in calls):
+        reductions = [c for c in sites if model.api(c) in api.SUM_REDUCTIONS]
+        checks_only = bool(reductions) and all(self._connectivity_check(c) for c in reductions)
+        if checks_only or not any("all_reduce" in model.facts.of_call(c) for c in calls):
             # No metric is summed over ranks: gathered per-rank values averaged count the
             # padding the same way; gathered predictions can drop it before the metric.
             if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
@@ -167,6 +217,29 @@ class PaddedEvalSampler(Rule):
                     "predictions and trim to len(dataset)) or pass `drop_last=True`",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _connectivity_check(self, site: CallSite) -> bool:
+        """An all-reduce of a tensor made of constants only (`t = torch.ones(1).cuda();
+        dist.all_reduce(t); assert t[0] == world_size`): it tests the process group, it reduces
+        no metric."""
+        tensor = site.arg("tensor", 0)
+        if not isinstance(tensor, cst.Name) or not _only_read(site.scope.node, tensor.value, site.node):
+            return False
+        values = self.model.values.at_call(site, tensor)
+        return bool(values) and all(self._constant_tensor(v, 3) for v in values)
+
+    def _constant_tensor(self, value: Value, depth: int) -> bool:
+        """`torch.ones(1)`, `torch.tensor([1.0], device=dev)`, and moves of one (`.cuda()`)."""
+        node = value.node
+        if not isinstance(node, cst.Call) or depth <= 0:
+            return False
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _MOVES:
+            held = self.model.values.of(value.module, func.value, value.scope, value.frame, at=value.at)
+            return bool(held) and all(self._constant_tensor(v, depth - 1) for v in held)
+        if self.model.qualname(value.module, func, value.scope) not in _CONSTANT_TENSORS:
+            return False
+        return all(a.keyword is not None or _literal(a.value) for a in node.args)
 
     def _gathering_helper(self, call: CallSite) -> bool:
         """A call of a project function that itself gathers (`dist_gather(x)`)."""

@@ -6,7 +6,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
@@ -33,14 +35,18 @@ class SetEpochNotCalled(Rule):
     used."
 
     Reported at the epoch loop (where `set_epoch` goes; the sampler is a related location) when
-    a `DistributedSampler` (or a project subclass) whose `shuffle` may be true (it defaults to
+    a `DistributedSampler` (a project subclass, MONAI's, or a project sampler written like it
+    whose order is drawn from the `self.epoch` its `set_epoch` sets) whose `shuffle` may be true (it defaults to
     `True`; a config value may turn it on) feeds a training `DataLoader` (as `sampler=` or inside
     `batch_sampler=`, also when a builder function of the project makes both) that is iterated
     inside a loop, or passed to a function inside a loop, and no `set_epoch(...)` is called on the
     sampler anywhere the script reaches: not through its variable, nor through `loader.sampler` /
     `loader.batch_sampler.sampler`, nor on any object the model cannot tell apart from it, nor by
     a function of the project that is handed the loader or the sampler. Validation and test
-    samplers (by their names) are not reported: their order does not change a metric.
+    samplers (by their names) are not reported: their order does not change a metric; nor is a
+    loader read only without gradients (under `torch.no_grad()` / `inference_mode()`, a block
+    or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
+    epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path).
 
     A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
     again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
@@ -365,7 +371,7 @@ class SetEpochNotCalled(Rule):
         for site in model.paths.sites():
             if not model.makes(site, api.DATALOADER):
                 continue
-            found = feed(model, site)
+            found = feed(model, site) or self._project_feed(site)
             if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
                 continue
             if self._evaluation(found):
@@ -406,11 +412,55 @@ class SetEpochNotCalled(Rule):
             self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
                         related=[made] if made is not None else [])
 
+    def _project_feed(self, loader: CallSite) -> Feed | None:
+        """A loader fed by a project sampler written like DistributedSampler (it splits by
+        `num_replicas` into a `total_size`) whose order is drawn from the epoch `set_epoch`
+        sets: it needs `set_epoch` as torch's does."""
+        values, via_batch = sampler_values(self.model, loader)
+        for value in values:
+            site = value.module.call_at(value.call) if value.call is not None else None
+            if site is None or not self.model.shards_like_distributed_sampler(site) \
+                    or self.model.makes(site, api.DISTRIBUTED_SAMPLER):
+                continue
+            found = self.model.graph.class_at(site.target) if site.target is not None else None
+            if found is None:
+                continue
+            chain = self.model.graph.mro(*found)
+            iterate = next((m.functions[c.methods["__iter__"]] for m, c in chain if "__iter__" in c.methods), None)
+            if any("set_epoch" in c.methods for _, c in chain) and iterate is not None \
+                    and "self.epoch" in code_only(found[0].code(iterate)):
+                return Feed(loader, value, via_batch)
+        return None
+
+    def _project_shuffle(self, sampler: Value) -> bool | None:
+        """Whether a project sampler's own `shuffle` parameter may be true where it is made
+        (None: the class has no such parameter)."""
+        site = sampler.module.call_at(sampler.call) if sampler.call is not None else None
+        found = self.model.graph.class_at(site.target) if site is not None and site.target is not None else None
+        if site is None or found is None:
+            return None
+        init = self.model.graph.method(*found, "__init__")
+        param = next((p for p in init.params() if p.name == "shuffle"), None) if init is not None else None
+        if init is None or param is None:
+            return None
+        passed = self.model.graph.argument_for(site, init, param, "constructor")
+        expr = passed if isinstance(passed, cst.BaseExpression) else param.default
+        if expr is None:
+            return True
+        module, scope = (site.module, site.scope) if expr is passed else (init.module, init.scope)
+        values = self.model.values.of(module, expr, scope)
+        return not values or not all(is_false(v.node) for v in values)
+
     def _shuffles(self, sampler: Value) -> bool:
         """`shuffle` is left at its default (True), or may be true: a literal False (on every
         path) is the only way to turn the shuffle off for sure."""
         assert sampler.call is not None
-        shuffle = argument(sampler.call, "shuffle", 3)
+        if not self.model.constructs(sampler, api.DISTRIBUTED_SAMPLER):
+            own = self._project_shuffle(sampler)
+            if own is not None:
+                return own
+        shared = api.shared_positions(self.model.api_of(sampler))
+        shuffle = argument(sampler.call, "shuffle", 3 if shared is None or shared > 3 else None)
         if shuffle is None:
             return True
         values = self.model.values.of(sampler.module, shuffle, sampler.scope, sampler.frame, at=sampler.at)
@@ -470,7 +520,7 @@ class SetEpochNotCalled(Rule):
         for module in paths.modules():
             for site in module.fors:
                 used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
-                if used is None:
+                if used is None or self._without_grad(module, site.withs, site.scope):
                     continue
                 if site.loops:
                     if self._repeats(found, site.loops[-1], module, site.scope):
@@ -480,7 +530,8 @@ class SetEpochNotCalled(Rule):
                 # last: a loop that hands the loader to the function names it itself).
                 later.append((module, site.scope, dotted(used) or "loader", -1))
         for call in paths.sites():
-            if not self._iterates(call):
+            if not self._iterates(call) or self._without_grad(call.module, call.withs, call.scope) \
+                    or self._evaluates(call):
                 continue
             for a in call.node.args:
                 if not self._holds_loader(call.module, a.value, call.scope, loader, call.point):
@@ -500,6 +551,18 @@ class SetEpochNotCalled(Rule):
                 return outer.loops[which], outer.module, outer.scope, name, True
         return None
 
+    def _without_grad(self, module: ModuleModel, withs: tuple[cst.With, ...], scope: Scope) -> bool:
+        """Code that runs under `torch.no_grad()` / `inference_mode()`: it evaluates, and the
+        order of what it reads does not change training (a kNN monitor's feature bank)."""
+        function = scope.function
+        return is_no_grad(self.model, module, withs, function.qualname if function is not None else None)
+
+    def _evaluates(self, call: CallSite) -> bool:
+        """A call of project functions that all run without gradients (`@torch.no_grad()`)."""
+        targets = self.model.graph.targets(call)
+        return bool(targets) and all(
+            is_no_grad(self.model, function.module, (), function.qualname) for function, _ in targets)
+
     def _looping_caller(self, module: ModuleModel, scope: Scope) -> CallSite | None:
         function = scope.function
         if function is None:
@@ -512,6 +575,8 @@ class SetEpochNotCalled(Rule):
         rebuilt per stage, task or epoch) also starts at epoch 0: its order is the same again
         when it shuffles the same dataset with the same seed, and differs when what it is built
         from comes from the pass (`for stage in stages: build_loader(stage)`, `seed=epoch`)."""
+        if self._runs_once(loop, module, scope):
+            return False
         sampler = found.sampler
         made = sampler.module.call_at(sampler.call) if sampler.call is not None else None
         if made is None:
@@ -523,6 +588,31 @@ class SetEpochNotCalled(Rule):
         if not names:
             return True  # `while`: nothing of the pass tells the samplers apart
         return not any(self._from_pass(module, a.value, scope, top, names, 2) for a in top.node.args)
+
+    def _runs_once(self, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
+        """`for epoch in range(epochs)` where `epochs` is 1 (or 0) on every path the model sees
+        (`trainer.train(total_epochs)` with `total_epochs = 1`): there is no second epoch."""
+        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) or dotted(loop.iter.func) != "range":
+            return False
+        args = loop.iter.args
+        if not 1 <= len(args) <= 2 or any(a.keyword is not None or a.star for a in args):
+            return False
+        bounds = [self._integers(module, a.value, scope) for a in args]
+        if any(not b for b in bounds):
+            return False
+        if len(bounds) == 1:
+            return max(bounds[0]) <= 1
+        return max(bounds[1]) - min(bounds[0]) <= 1
+
+    def _integers(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> list[int]:
+        """Every integer `expr` may hold, or [] when one of its values is not a literal integer."""
+        out: list[int] = []
+        for value in self.model.values.of(module, expr, scope):
+            node = value.node
+            if not isinstance(node, cst.Integer):
+                return []
+            out.append(int(node.evaluated_value))
+        return out
 
     def _made_within(self, loop: cst.CSTNode, module: ModuleModel, site: CallSite, depth: int,
                      seen: set[int]) -> CallSite | None:
