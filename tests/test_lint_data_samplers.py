@@ -352,3 +352,74 @@ def test_monais_sampler_pads_unless_even_divisible_is_false(tmp_path: Path) -> N
         [("evaluate.py", 7)]
     exact = MONAI_VALIDATION.replace("{even}", ", even_divisible=False")
     assert _lines(lint_project(tmp_path, {"evaluate.py": exact}, "evaluate.py", select="DDP018"), "DDP018") == []
+
+
+ENGINE = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def run_epoch(loader, model, optimizer):
+        model.train()
+        for batch in loader:
+            loss = model(batch).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+    @torch.no_grad()
+    def evaluate(loader, model):
+        model.eval()
+        total_error = 0.0
+        for batch in loader:
+            total_error += (model(batch) - batch.y).abs().sum().item()
+        {reduce}
+        return total_error / len(loader.dataset)
+
+
+    def fit(model, optimizer, train_loader, val_loader, epochs, writer):
+        for epoch in range(epochs):
+            train_loader.sampler.set_epoch(epoch)
+            run_epoch(train_loader, model, optimizer)
+            val_mae = evaluate(val_loader, model)
+            writer.add_scalar("val/mae", val_mae, epoch)
+"""
+
+GRAPH_TRAIN = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data.distributed import DistributedSampler
+    from torch.utils.tensorboard import SummaryWriter
+    from torch_geometric.loader import DataLoader
+
+    from engine import fit
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DDP(build_gnn(args).cuda(), device_ids=[local_rank])
+        train_set, val_set = split_molecules(args.root)
+        train_loader = DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set))
+        val_loader = DataLoader(val_set, batch_size=64, sampler=DistributedSampler(val_set, shuffle=False))
+        fit(model, torch.optim.Adam(model.parameters()), train_loader, val_loader, args.epochs, SummaryWriter())
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(parse_args())
+"""
+
+
+def test_a_shard_metric_in_a_project_module_is_followed_there(tmp_path: Path) -> None:
+    program = {"train.py": GRAPH_TRAIN, "engine.py": ENGINE.replace("{reduce}", "")}
+    assert _lines(lint_project(tmp_path, program, "train.py", "engine.py", select="DDP036"), "DDP036") == \
+        [("engine.py", 29)]
+    reduced = ENGINE.replace("{reduce}", "total_error = torch.tensor(total_error).cuda()\n"
+                                         "        dist.all_reduce(total_error)\n        total_error = total_error.item()")
+    assert _lines(lint_project(tmp_path, {**program, "engine.py": reduced}, "train.py", "engine.py",
+                               select="DDP036"), "DDP036") == []
