@@ -423,3 +423,64 @@ def test_a_shard_metric_in_a_project_module_is_followed_there(tmp_path: Path) ->
                                          "        dist.all_reduce(total_error)\n        total_error = total_error.item()")
     assert _lines(lint_project(tmp_path, {**program, "engine.py": reduced}, "train.py", "engine.py",
                                select="DDP036"), "DDP036") == []
+
+
+STALE_TRAINER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Trainer:
+        def __init__(self, model, dataset, epochs):
+            self.epoch = 0
+            self.epochs = epochs
+            self.model = model
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            self.train_data = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+
+        def resume(self, path):
+            ckpt = torch.load(path, map_location="cpu")
+            self.model.module.load_state_dict(ckpt["model"])
+            self.epoch = ckpt["epoch"] + 1
+
+        def _run_epoch(self, e):
+            self.train_data.sampler.set_epoch({epoch})
+            for x, y in self.train_data:
+                loss = torch.nn.functional.cross_entropy(self.model(x.cuda()), y.cuda())
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+        def train(self):
+            for e in range(self.epoch, self.epochs):
+                self._run_epoch(e){advance}
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        trainer = Trainer(DDP(make_model().cuda(), device_ids=[local_rank]), make_dataset(), 50)
+        if os.path.exists("last.pt"):
+            trainer.resume("last.pt")
+        trainer.train()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_set_epoch_with_an_epoch_attribute_that_never_advances(tmp_path: Path) -> None:
+    stale = STALE_TRAINER.replace("{epoch}", "self.epoch").replace("{advance}", "")
+    findings = lint_project(tmp_path, {"train.py": stale}, "train.py", select="DDP002")
+    assert _lines(findings, "DDP002") == [("train.py", 22)]
+    assert "self.epoch" in findings[0]["message"]
+    # The loop's counter, or an attribute the loop advances: the order changes every epoch.
+    for epoch, advance in (("e", ""), ("self.epoch", "\n                self.epoch = e + 1")):
+        clean = STALE_TRAINER.replace("{epoch}", epoch).replace("{advance}", advance)
+        assert _lines(lint_project(tmp_path, {"train.py": clean}, "train.py", select="DDP002"), "DDP002") == []
