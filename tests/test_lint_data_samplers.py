@@ -352,3 +352,135 @@ def test_monais_sampler_pads_unless_even_divisible_is_false(tmp_path: Path) -> N
         [("evaluate.py", 7)]
     exact = MONAI_VALIDATION.replace("{even}", ", even_divisible=False")
     assert _lines(lint_project(tmp_path, {"evaluate.py": exact}, "evaluate.py", select="DDP018"), "DDP018") == []
+
+
+ENGINE = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def run_epoch(loader, model, optimizer):
+        model.train()
+        for batch in loader:
+            loss = model(batch).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+    @torch.no_grad()
+    def evaluate(loader, model):
+        model.eval()
+        total_error = 0.0
+        for batch in loader:
+            total_error += (model(batch) - batch.y).abs().sum().item()
+        {reduce}
+        return total_error / len(loader.dataset)
+
+
+    def fit(model, optimizer, train_loader, val_loader, epochs, writer):
+        for epoch in range(epochs):
+            train_loader.sampler.set_epoch(epoch)
+            run_epoch(train_loader, model, optimizer)
+            val_mae = evaluate(val_loader, model)
+            writer.add_scalar("val/mae", val_mae, epoch)
+"""
+
+GRAPH_TRAIN = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data.distributed import DistributedSampler
+    from torch.utils.tensorboard import SummaryWriter
+    from torch_geometric.loader import DataLoader
+
+    from engine import fit
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DDP(build_gnn(args).cuda(), device_ids=[local_rank])
+        train_set, val_set = split_molecules(args.root)
+        train_loader = DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set))
+        val_loader = DataLoader(val_set, batch_size=64, sampler=DistributedSampler(val_set, shuffle=False))
+        fit(model, torch.optim.Adam(model.parameters()), train_loader, val_loader, args.epochs, SummaryWriter())
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(parse_args())
+"""
+
+
+def test_a_shard_metric_in_a_project_module_is_followed_there(tmp_path: Path) -> None:
+    program = {"train.py": GRAPH_TRAIN, "engine.py": ENGINE.replace("{reduce}", "")}
+    assert _lines(lint_project(tmp_path, program, "train.py", "engine.py", select="DDP036"), "DDP036") == \
+        [("engine.py", 29)]
+    reduced = ENGINE.replace("{reduce}", "total_error = torch.tensor(total_error).cuda()\n"
+                                         "        dist.all_reduce(total_error)\n        total_error = total_error.item()")
+    assert _lines(lint_project(tmp_path, {**program, "engine.py": reduced}, "train.py", "engine.py",
+                               select="DDP036"), "DDP036") == []
+
+
+STALE_TRAINER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Trainer:
+        def __init__(self, model, dataset, epochs):
+            self.epoch = 0
+            self.epochs = epochs
+            self.model = model
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            self.train_data = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
+
+        def resume(self, path):
+            ckpt = torch.load(path, map_location="cpu")
+            self.model.module.load_state_dict(ckpt["model"])
+            self.epoch = ckpt["epoch"] + 1
+
+        def _run_epoch(self, e):
+            self.train_data.sampler.set_epoch({epoch})
+            for x, y in self.train_data:
+                loss = torch.nn.functional.cross_entropy(self.model(x.cuda()), y.cuda())
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+        def train(self):
+            for e in range(self.epoch, self.epochs):
+                self._run_epoch(e){advance}
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        trainer = Trainer(DDP(make_model().cuda(), device_ids=[local_rank]), make_dataset(), 50)
+        if os.path.exists("last.pt"):
+            trainer.resume("last.pt")
+        trainer.train()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_set_epoch_with_an_epoch_attribute_that_never_advances(tmp_path: Path) -> None:
+    stale = STALE_TRAINER.replace("{epoch}", "self.epoch").replace("{advance}", "")
+    findings = lint_project(tmp_path, {"train.py": stale}, "train.py", select="DDP002")
+    assert _lines(findings, "DDP002") == [("train.py", 22)]
+    assert "self.epoch" in findings[0]["message"]
+    # The loop's counter, or an attribute the loop advances: the order changes every epoch.
+    for epoch, advance in (("e", ""), ("self.epoch", "\n                self.epoch = e + 1")):
+        clean = STALE_TRAINER.replace("{epoch}", epoch).replace("{advance}", advance)
+        assert _lines(lint_project(tmp_path, {"train.py": clean}, "train.py", select="DDP002"), "DDP002") == []

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -10,7 +12,7 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -48,6 +50,10 @@ class SetEpochNotCalled(Rule):
     or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
     epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path).
 
+    A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
+    constructor, or once on resume) passes the start epoch on every pass: it does not count, and
+    is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
+
     A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
     again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
     epoch from data made before the loop), not when what it is built from comes from the pass
@@ -79,6 +85,11 @@ class SetEpochNotCalled(Rule):
     MESSAGE = (
         "DistributedSampler shuffles but `set_epoch` is never called on it: every epoch reuses the "
         "same order; call `{sampler}.set_epoch(epoch)` at the start of each epoch"
+    )
+
+    STALE = (
+        "`set_epoch({epoch})` passes the same value on every epoch ({epoch} is never advanced in the "
+        "loop): the sampler reuses one order; pass the epoch loop's counter"
     )
 
     VALID = [
@@ -382,7 +393,17 @@ class SetEpochNotCalled(Rule):
             return
         set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch"]
         for found in feeds:
-            if any(self._may_set(found, s) for s in set_epochs):
+            setting = [s for s in set_epochs if self._may_set(found, s)]
+            if any(not self._stale(s) and not any(self._overrides(later, s) for later in setting)
+                   for s in setting):
+                continue
+            stale = [s for s in setting if self._stale(s)]
+            if stale:
+                # `set_epoch(self.epoch)` with an epoch that never advances: the fix is its argument.
+                for site in stale:
+                    if self._epoch_loop(found) is not None:
+                        self.report(site.node, self.STALE.format(epoch=site.module.code(site.node.args[0].value)),
+                                    module=site.module)
                 continue
             loop = self._epoch_loop(found)
             if loop is None:
@@ -491,6 +512,56 @@ class SetEpochNotCalled(Rule):
             if value.call is None or not self.model.constructs(value, api.SAMPLER):
                 return True  # unknown: it may be this one
         return False
+
+    def _stale(self, site: CallSite) -> bool:
+        """`set_epoch(self.epoch)` where nothing that runs in a loop ever writes `.epoch` (it is
+        set in a constructor, or once on resume): the start epoch on every pass, so the order
+        never changes."""
+        epoch = argument(site.node, "epoch", 0)
+        if not isinstance(epoch, cst.Attribute) or dotted(epoch.value) != "self" or site.scope.class_scope is None:
+            return False
+        writes = re.compile(rf"\.{re.escape(epoch.attr.value)}\s*(\+|-)?=(?!=)|setattr\(")
+        found = False
+        for module in self.model.paths.modules():
+            text = code_only(module.code(module.tree))
+            if not writes.search(text):
+                continue
+            inside = 0
+            for qualname, node in module.functions.items():
+                count = len(writes.findall(code_only(module.code(node))))
+                if not count:
+                    continue
+                if "." in qualname and qualname.rsplit(".", 2)[-2] in module.functions:
+                    continue  # a nested function: counted with the one it is in
+                inside += count
+                found = True
+                if self._written_in_loop(Function(module, qualname), node, writes, 2):
+                    return False
+            if inside < len(writes.findall(text)):
+                return False  # a write outside any function
+        return found
+
+    def _written_in_loop(self, function: Function, node: cst.FunctionDef, writes: re.Pattern[str],
+                         depth: int) -> bool:
+        """A write in a loop of `function`, or `function` called (up to `depth` callers away)
+        from inside a loop."""
+        stack: list[cst.CSTNode] = [node.body]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, (cst.For, cst.While)) and writes.search(code_only(function.module.code(current))):
+                return True
+            stack.extend(children(current))
+        for caller, _ in self.model.graph.callers(function):
+            if caller.loops:
+                return True
+            outer = self.model.paths.function_of(caller)
+            if depth > 0 and outer is not None and self._written_in_loop(outer, outer.node, writes, depth - 1):
+                return True
+        return False
+
+    def _overrides(self, later: CallSite, site: CallSite) -> bool:
+        """`later`, a stale `set_epoch` of the same function after `site`, undoes what it set."""
+        return later is not site and later.scope is site.scope and later.tick > site.tick and self._stale(later)
 
     def _holds_loader(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
                       at: Point) -> bool:

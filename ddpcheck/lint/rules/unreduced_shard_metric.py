@@ -7,7 +7,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item
+from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.rule import Invalid, Rule
@@ -33,7 +33,8 @@ class UnreducedShardMetric(Rule):
     Model selection and early stopping then follow noise.
 
     Reported at the print / log call (`print`, `logger.info`, `writer.add_scalar`, `wandb.log`,
-    ...) after a loop over a DataLoader fed by a DistributedSampler, when what it reports is
+    ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
+    module the run reaches; loaders derived from torch's, such as PyG's, count), when what it reports is
     computed from counters the loop accumulated and the function makes no collective call (nor
     hands the counters to a project function, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`) after the loop. Metrics
@@ -229,13 +230,18 @@ class UnreducedShardMetric(Rule):
     ]
 
     def finish(self) -> None:
+        for module in self.model.paths.modules():
+            self._module(module)
+
+    def _module(self, root: ModuleModel) -> None:
+        """The evaluation loops of one module the run reaches (the script, or a project module
+        whose `validate(loader, model)` it calls)."""
         model = self.model
-        root = model.root
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
-            counters = _accumulated(loop) | self._meters(loop)
-            if not counters or not self._sharded(loop):
+            counters = _accumulated(loop) | self._meters(root, loop)
+            if not counters or not self._sharded(root, loop):
                 continue
             if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
                    for c in root.calls):
@@ -258,22 +264,22 @@ class UnreducedShardMetric(Rule):
                 if used:
                     metric = sorted(used - counters) or sorted(used)
                     self.report(site.node, self.MESSAGE.format(
-                        metric=metric[0], counters=", ".join(sorted(counters))))
+                        metric=metric[0], counters=", ".join(sorted(counters))), module=root)
                     break
             else:
-                self._returned(loop, counters)
+                self._returned(root, loop, counters)
 
-    def _meters(self, loop: ForSite) -> set[str]:
+    def _meters(self, root: ModuleModel, loop: ForSite) -> set[str]:
         """Names of running-average objects the loop feeds (`meter.update(loss.item())`): an
         instance of a project class, made in the loop's function, whose `update` adds to its own
         attributes (`self.sum += val * n`) and makes no collective call, in a loop that makes none."""
         model = self.model
         out: set[str] = set()
-        if any(loop.node in c.loops and model.facts.does(c, "collective") for c in model.root.calls):
+        if any(loop.node in c.loops and model.facts.does(c, "collective") for c in root.calls):
             return out  # the loop reduces as it goes (`dist.all_reduce(correct)` before `meter.update(correct)`)
-        if "backward(" in code_only(model.root.code(loop.node)):
+        if "backward(" in code_only(root.code(loop.node)):
             return out  # a training loop, its step perhaps in a closure defined in it: the loss is one rank's by design
-        for site in model.root.calls:
+        for site in root.calls:
             if site.method != "update" or loop.node not in site.loops or site.scope is not loop.scope:
                 continue
             func = site.node.func
@@ -281,26 +287,26 @@ class UnreducedShardMetric(Rule):
                     or model.facts.does(site, "collective"):
                 continue
             name = func.value.value
-            for value in model.values.of(model.root, func.value, loop.scope, at=site.point):
+            for value in model.values.of(root, func.value, loop.scope, at=site.point):
                 found = model.graph.instance_of(value)
                 update = model.graph.method(*found, "update") if found is not None else None
                 if update is not None and _adds_to_self(update.node):
                     out.add(name)
         return out
 
-    def _sharded(self, loop: ForSite) -> bool:
+    def _sharded(self, root: ModuleModel, loop: ForSite) -> bool:
         """The loop iterates a DataLoader fed by a DistributedSampler (the loader may be a
         parameter whose callers pass one)."""
         model = self.model
         loader = _iterated(loop.node.iter)
         if loader is None:
             return False
-        for value in model.values.of(model.root, loader, loop.scope, at=loop.point):
+        for value in model.values.of(root, loader, loop.scope, at=loop.point):
             call = value.call
             if call is None:
                 continue
             site = value.module.call_at(call)
-            if site is not None and model.api(site) == api.DATALOADER and feed(model, site) is not None:
+            if site is not None and model.makes(site, api.DATALOADER) and feed(model, site) is not None:
                 return True
             if site is not None and self._hand_sharded(site):
                 return True
@@ -319,11 +325,10 @@ class UnreducedShardMetric(Rule):
                 text is not None and text.rsplit(".", 1)[-1] in ("world_size", "num_replicas"))
         return rank and world
 
-    def _returned(self, loop: ForSite, counters: set[str]) -> None:
+    def _returned(self, root: ModuleModel, loop: ForSite, counters: set[str]) -> None:
         """A metric the function returns from the counters, reported by a caller of this file that
         assigns it (`dev = eval_dev(...)`) and reports it before any collective."""
         model = self.model
-        root = model.root
         scope = loop.scope.function
         if scope is None:
             return
@@ -349,7 +354,8 @@ class UnreducedShardMetric(Rule):
                     break
                 if self._reports(site) and names & _names_in(site.node):
                     self.report(site.node, self.MESSAGE.format(
-                        metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))))
+                        metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
+                        module=root)
                     break
 
     def _logs_only(self, site: CallSite) -> bool:
