@@ -738,6 +738,22 @@ class Values:
         return True
 
     @staticmethod
+    def same_object(a: Value, b: Value) -> bool:
+        """Whether two leaves may be one object: the same node reached through the same calls.
+        A factory's one return expression (`def init_obj(...): return getattr(module, name)(...)`)
+        makes a new object per call, so the leaf reached through `init_obj("model", ...)` is not
+        the one reached through `init_obj("optimizer", ...)`. Where one side's frames are not
+        known (a leaf read without its caller), they may be the same."""
+        if a.node is not b.node:
+            return False
+        fa, fb = a.frame, b.frame
+        while fa is not None and fb is not None:
+            if fa.call.node is not fb.call.node:
+                return False
+            fa, fb = fa.caller, fb.caller
+        return True
+
+    @staticmethod
     def compatible(*values: Value) -> bool:
         """Whether leaves can be chosen together in one run: not when two of them are chosen in
         opposite arms of one `if` (or `a if c else b`)."""

@@ -1,0 +1,111 @@
+"""The wrapped network and the training step as projects write them, through `ddpcheck lint`:
+one config factory that builds the model and the optimizer, a wrapper stored under another
+attribute than the one the training step calls."""
+
+from __future__ import annotations
+
+from tests.helpers import finding_set as _findings, write_project as _write
+
+CONFIG = """\
+    class Config(dict):
+        def build(self, key, namespace, *args, **kwargs):
+            spec = self[key]
+            options = dict(spec.get("args", {}))
+            options.update(kwargs)
+            return getattr(namespace, spec["type"])(*args, **options)
+    """
+
+TRAINER = """\
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, model, optimizer, loader, local_rank):
+            self.device = torch.device("cuda", local_rank)
+            self.model = model.to(self.device)
+            self.optimizer = optimizer
+            self.ddp_model = DDP(self.model, device_ids=[local_rank])
+            self.loader = loader
+
+        def train_epoch(self, epoch):
+            self.ddp_model.train()
+            for images, labels in self.loader:
+                logits = self.ddp_model(images.to(self.device))
+                loss = torch.nn.functional.cross_entropy(logits, labels.to(self.device))
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+    """
+
+TRAIN = """\
+    import json
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    import networks
+    from config import Config
+    from trainer import Trainer
+
+
+    def run(config: Config, local_rank: int):
+        net = config.build("arch", networks)
+        optimizer = config.build("optimizer", torch.optim, net.parameters())
+        loader = config.build("loader", torch.utils.data, config.build("dataset", networks))
+        trainer = Trainer(net, optimizer, loader, local_rank)
+        for epoch in range(config["epochs"]):
+            trainer.train_epoch(epoch)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        with open("config.json") as f:
+            run(Config(json.load(f)), local_rank)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+NETWORKS = """\
+    import torch
+    from torch import nn
+
+
+    class Classifier(nn.Module):
+        def __init__(self, classes=10):
+            super().__init__()
+            self.fc = nn.Linear(32, classes)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    class Points(torch.utils.data.Dataset):
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            return torch.randn(32), i % 10
+    """
+
+
+def _factory_project(tmp_path, trainer: str = TRAINER) -> None:
+    _write(tmp_path, {"train.py": TRAIN, "trainer.py": trainer, "config.py": CONFIG, "networks.py": NETWORKS})
+
+
+def test_an_optimizer_from_the_factory_that_built_the_model_is_not_the_model(tmp_path):
+    # One factory's return expression makes the network and the optimizer: stepping the optimizer
+    # runs no module.
+    _factory_project(tmp_path)
+    assert _findings(tmp_path, "train.py", "trainer.py", select="DDP013") == set()
+
+
+def test_the_plain_model_from_the_factory_trained_beside_its_wrapper_is_reported(tmp_path):
+    _factory_project(tmp_path, TRAINER.replace("logits = self.ddp_model(", "logits = self.model("))
+    assert _findings(tmp_path, "train.py", "trainer.py", select="DDP013") == {("trainer.py", 16, "DDP013")}
