@@ -109,3 +109,78 @@ def test_an_optimizer_from_the_factory_that_built_the_model_is_not_the_model(tmp
 def test_the_plain_model_from_the_factory_trained_beside_its_wrapper_is_reported(tmp_path):
     _factory_project(tmp_path, TRAINER.replace("logits = self.ddp_model(", "logits = self.model("))
     assert _findings(tmp_path, "train.py", "trainer.py", select="DDP013") == {("trainer.py", 16, "DDP013")}
+
+
+CONTRASTIVE_BUILDER = """\
+    from torch import nn
+    import torch.nn.functional as F
+
+
+    class Contrastive(nn.Module):
+        def __init__(self, backbone, dim=128):
+            super().__init__()
+            self.encoder = backbone(num_classes=dim)
+
+        def forward(self, x):
+            return F.normalize(self.encoder(x), dim=1)
+    """
+
+CONTRASTIVE_TRAIN = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torchvision.models as models
+
+    from contrastive import Contrastive
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", default="resnet50", choices=sorted(models.__dict__))
+    parser.add_argument("--sync-bn", action="store_true", help="use synchronized batch norm")
+    parser.add_argument("--lr", type=float, default=0.3)
+
+
+    def main():
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = Contrastive(models.__dict__[args.arch], dim=128).cuda()
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def _contrastive(tmp_path, train: str = CONTRASTIVE_TRAIN):
+    _write(tmp_path, {"train.py": train, "contrastive.py": CONTRASTIVE_BUILDER})
+    return _findings(tmp_path, "train.py", select="DDP012")
+
+
+def test_a_network_built_from_the_constructor_it_is_given_has_that_constructors_batchnorm(tmp_path):
+    # The sync-BN flag is declared and never read: it converts nothing.
+    assert _contrastive(tmp_path) == {("train.py", 22, "DDP012")}
+
+
+def test_a_sync_bn_flag_that_is_read_is_an_offered_conversion(tmp_path):
+    train = CONTRASTIVE_TRAIN.replace(
+        '        model = torch.nn.parallel.DistributedDataParallel(',
+        '        if args.sync_bn:\n'
+        '            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)\n'
+        '        model = torch.nn.parallel.DistributedDataParallel(')
+    assert _contrastive(tmp_path, train) == set()
+
+
+def test_a_given_constructor_without_batchnorm_stays_quiet(tmp_path):
+    assert _contrastive(tmp_path, CONTRASTIVE_TRAIN.replace('default="resnet50"', 'default="vit_b_16"')) == set()
+
+
+def test_a_constructor_given_but_never_called_by_the_network_is_not_its_layers(tmp_path):
+    _write(tmp_path, {"train.py": CONTRASTIVE_TRAIN, "contrastive.py": CONTRASTIVE_BUILDER.replace(
+        "self.encoder = backbone(num_classes=dim)", "self.encoder = nn.Linear(dim, dim)\n        self.kind = backbone")})
+    assert _findings(tmp_path, "train.py", select="DDP012") == set()

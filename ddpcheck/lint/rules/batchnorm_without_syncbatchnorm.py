@@ -25,6 +25,9 @@ _REBOUND_BATCHNORM = re.compile(
     r"^[ \t]*from[ \t]+(?!torch\b)[\w.]+[ \t]+import[^\n]*?\bas[ \t]+(BatchNorm[123]d)\b"
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
+# Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
+# help=...)`): its option strings and help text. A flag nothing reads converts nothing.
+_DECLARATION = re.compile(r"""(["'])-{1,2}[\w-]+\1|\bhelp[ \t]*=[ \t]*(["'])(?:(?!\2).)*\2""")
 
 
 class BatchnormWithoutSyncbatchnorm(Rule):
@@ -197,7 +200,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         wraps = [c for c in model.paths.sites() if model.api(c) == api.DDP]
         if not wraps:
             return
-        if any(_CONVERSION.search(m.source) for m in model.paths.modules()):
+        if any(_converts(m.source) for m in model.paths.modules()):
             return
         root_builds = any(_builds_batchnorm(model.api(c)) for c in model.root.calls)
         for wrap in wraps:
@@ -271,7 +274,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if self._evaluated_by_name(made):
                 return True
             texts = [code_only(t) for t in self._network_texts(made)]
-            if any(_CONVERSION.search(t) for t in texts):
+            if any(_converts(t) for t in texts):
                 continue
             if texts and any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
                 return True
@@ -281,14 +284,46 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
                 if self._has_batchnorm(parts, depth - 1) or self._class_builds_batchnorm(*instance, set()):
                     return True
+                if any(_builds_batchnorm(n) for n in self._constructors_given(made, instance)):
+                    return True
         return False
 
-    def _chosen_by_name(self, made: Value) -> list[str]:
+    def _constructors_given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
+        """`SimCLR(models.__dict__[args.arch], dim)` whose constructor builds its encoder by
+        calling what it is given (`self.encoder = base_encoder(num_classes=dim)`): the API names
+        of the constructors passed, uncalled, to a parameter the constructor calls."""
+        module, info = instance
+        init = self.model.graph.method(module, info, "__init__")
+        site = made.module.call_at(made.call) if made.call is not None else None
+        if init is None or site is None:
+            return []
+        called = {c.dotted for c in init.module.calls_in(init.qualname)}
+        out: list[str] = []
+        for param in init.params():
+            if param.name not in called:
+                continue
+            passed = self.model.graph.argument_for(site, init, param, "constructor")
+            if not isinstance(passed, cst.BaseExpression):
+                continue
+            for value in self.model.values.of(made.module, passed, made.scope, made.frame, at=made.at):
+                node = value.node
+                if not isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)):
+                    continue
+                out += self._chosen_by_name(Value(value.module, node, value.scope, value.frame, value.at), node)
+                if not isinstance(node, cst.Subscript):
+                    name = self.model.qualname(value.module, node, value.scope)
+                    if name is not None:
+                        out.append(name)
+        return out
+
+    def _chosen_by_name(self, made: Value, func: cst.BaseExpression | None = None) -> list[str]:
         """`torchvision.models.__dict__[arch](...)`: the API names the key may select — literal
-        strings, or the default of the command-line option it comes from (`--arch resnet18`)."""
-        call = made.call
-        assert call is not None
-        func = call.func
+        strings, or the default of the command-line option it comes from (`--arch resnet18`).
+        `func`: the callee when `made` is not the call of it."""
+        if func is None:
+            call = made.call
+            assert call is not None
+            func = call.func
         if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute)
                 and func.value.attr.value == "__dict__" and len(func.slice) == 1):
             return []
@@ -350,7 +385,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if builder[1:] in module.functions and not _binds(module.functions[builder[1:]], call):
                 continue  # its parameters do not fit this call: not the builder the name picks
             texts = [code_only(t) for t in [text, *self._imported_texts(module)]]
-            if any(_CONVERSION.search(t) for t in texts) \
+            if any(_converts(t) for t in texts) \
                     or not any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
                 return False
             found += 1
@@ -374,7 +409,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if id(owner) in seen or len(seen) >= 32:
                 continue
             seen.add(id(owner))
-            if _CONVERSION.search(code_only(owner_module.source)):
+            if _converts(owner_module.source):
                 return False
             for function in owner.methods.values():
                 for site in owner_module.calls_in(function):
@@ -416,6 +451,12 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if text is not None:
                     out.append(text)
         return out
+
+def _converts(text: str) -> bool:
+    """Code (not prose, not a flag's bare declaration) that converts to SyncBatchNorm or reads
+    a sync-BN flag."""
+    return bool(_CONVERSION.search(_DECLARATION.sub("", code_only(text))))
+
 
 def _builds_batchnorm(name: str | None) -> bool:
     if name is not None and name.startswith("timm:"):
