@@ -184,3 +184,90 @@ def test_a_constructor_given_but_never_called_by_the_network_is_not_its_layers(t
     _write(tmp_path, {"train.py": CONTRASTIVE_TRAIN, "contrastive.py": CONTRASTIVE_BUILDER.replace(
         "self.encoder = backbone(num_classes=dim)", "self.encoder = nn.Linear(dim, dim)\n        self.kind = backbone")})
     assert _findings(tmp_path, "train.py", select="DDP012") == set()
+
+
+GRAPH_UTILS = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def is_distributed_model(model):
+        return isinstance(model, torch.nn.parallel.DistributedDataParallel)
+
+
+    def unwrap(model):
+        if is_distributed_model(model):
+            return model.module
+        else:
+            return model
+
+
+    def wrap(model, device):
+        if dist.is_initialized():
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device])
+        return model
+    """
+
+GRAPH_LOOP = """\
+    from graphutils import unwrap
+
+
+    def train_one_epoch(loader, model, optimizer):
+        model.train()
+        for batch in loader:
+            optimizer.zero_grad()
+            pred = model(batch)
+            loss = (pred - batch.y).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+
+
+    def fit(model, optimizer, loader, epochs):
+        model = unwrap(model)
+        print(f"heads: {model.num_heads}")
+        for epoch in range(epochs):
+            train_one_epoch(loader, model, optimizer)
+    """
+
+GRAPH_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from graphutils import wrap
+    from loop import fit
+
+
+    class Regressor(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.num_heads = 1
+            self.mlp = torch.nn.Linear(16, 1)
+
+        def forward(self, batch):
+            return self.mlp(batch.x)
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = wrap(Regressor().cuda(), local_rank)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ.get("LR", "1e-3")))
+        fit(model, optimizer, [], 10)
+        dist.destroy_process_group()
+    """
+
+
+def test_training_the_module_a_project_unwrap_helper_returns_is_reported(tmp_path):
+    _write(tmp_path, {"train.py": GRAPH_TRAIN, "graphutils.py": GRAPH_UTILS, "loop.py": GRAPH_LOOP})
+    assert _findings(tmp_path, "train.py", "loop.py", select="DDP013") == {("loop.py", 8, "DDP013")}
+
+
+def test_an_unwrap_helper_used_only_for_reading_attributes_is_quiet(tmp_path):
+    loop = GRAPH_LOOP.replace("model = unwrap(model)\n        print(f\"heads: {model.num_heads}\")",
+                              "print(f\"heads: {unwrap(model).num_heads}\")")
+    assert loop != GRAPH_LOOP
+    _write(tmp_path, {"train.py": GRAPH_TRAIN, "graphutils.py": GRAPH_UTILS, "loop.py": loop})
+    assert _findings(tmp_path, "train.py", "loop.py", select="DDP013") == set()

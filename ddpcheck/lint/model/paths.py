@@ -358,9 +358,8 @@ class Paths:
     def unwrapped_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that holds only for a model that is not wrapped in DDP
         (the else of `if isinstance(model, DDP):`, `m.state_dict() if ... else ...`)."""
-        resolve = self.model.resolver_for(site.module)
         for guard in reversed(site.guards):
-            wrapped = is_wrapped_test(guard.test, resolve)
+            wrapped = self.model.values.wrapped_test(site.module, guard.test)
             if wrapped is not None and wrapped == guard.negated:
                 return guard
         return None
