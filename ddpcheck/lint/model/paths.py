@@ -28,7 +28,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    is_distributed_test, is_wrapped_test, selects_main_rank, vacuous_without_flag,
+    is_distributed_test, selects_main_rank, vacuous_without_flag,
 )
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
