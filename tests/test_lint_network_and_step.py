@@ -271,3 +271,104 @@ def test_an_unwrap_helper_used_only_for_reading_attributes_is_quiet(tmp_path):
     assert loop != GRAPH_LOOP
     _write(tmp_path, {"train.py": GRAPH_TRAIN, "graphutils.py": GRAPH_UTILS, "loop.py": loop})
     assert _findings(tmp_path, "train.py", "loop.py", select="DDP013") == set()
+
+
+SPEECH_BLOCKS = """\
+    from torch import nn
+
+
+    class ConvModule(nn.Module):
+        def __init__(self, dim, kernel=31):
+            super().__init__()
+            self.depthwise = nn.Conv1d(dim, dim, kernel, padding=kernel // 2, groups=dim)
+            self.norm = nn.BatchNorm1d(dim)
+            self.act = nn.SiLU()
+
+        def forward(self, x):
+            return self.act(self.norm(self.depthwise(x)))
+    """
+
+SPEECH_ENCODER = """\
+    from torch import nn
+
+    from speech.blocks import ConvModule
+
+
+    class Encoder(nn.Module):
+        def __init__(self, dim, layers):
+            super().__init__()
+            self.layers = nn.ModuleList([ConvModule(dim) for _ in range(layers)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = x + layer(x)
+            return x
+    """
+
+SPEECH_MODEL = """\
+    from torch import nn
+
+
+    class Transducer(nn.Module):
+        def __init__(self, vocab):
+            super().__init__()
+            self.vocab = vocab
+            self.encoder = None
+            self.head = None
+
+        def forward(self, x):
+            return self.head(self.encoder(x).transpose(1, 2))
+    """
+
+SPEECH_BUILDER = """\
+    from torch import nn
+
+    from speech.encoder import Encoder
+    from speech.model import Transducer
+
+
+    def build_model(vocab, dim=144, layers=4):
+        model = Transducer(vocab)
+        model.encoder = Encoder(dim, layers)
+        model.head = nn.Linear(dim, vocab)
+        return model
+    """
+
+SPEECH_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from speech.builder import build_model
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        model = build_model(vocab=500)
+        model.to(rank)
+        ddp_model = DDP(model, device_ids=[rank])
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def _speech(tmp_path, blocks: str = SPEECH_BLOCKS):
+    _write(tmp_path, {"train.py": SPEECH_TRAIN, "speech/__init__.py": "", "speech/blocks.py": blocks,
+                      "speech/encoder.py": SPEECH_ENCODER, "speech/model.py": SPEECH_MODEL,
+                      "speech/builder.py": SPEECH_BUILDER})
+    return _findings(tmp_path, "train.py", select="DDP012")
+
+
+def test_an_encoder_attached_by_the_builder_brings_its_blocks_batchnorm(tmp_path):
+    assert _speech(tmp_path) == {("train.py", 16, "DDP012")}
+
+
+def test_an_attached_encoder_without_batchnorm_stays_quiet(tmp_path):
+    assert _speech(tmp_path, SPEECH_BLOCKS.replace("nn.BatchNorm1d(dim)", "nn.GroupNorm(1, dim)")) == set()

@@ -286,7 +286,25 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                     return True
                 if any(_builds_batchnorm(n) for n in self._constructors_given(made, instance)):
                     return True
+                if self._has_batchnorm(self._attached(made), depth - 1):
+                    return True
         return False
+
+    def _attached(self, made: Value) -> list[Value]:
+        """What the function that builds the network attaches to it afterwards
+        (`model = Hybrid(vocab); model.encoder = ConformerEncoder(...); return model`): the
+        values of `name.attr = ...` in that scope, for each name bound to the construction."""
+        call = made.call
+        scope = made.scope
+        names = [n for n, bound in scope.assignments.items() if "." not in n
+                 and any(getattr(b, "value", b) is call for b in bound)]
+        out: list[Value] = []
+        for name in names:
+            for key, bound in scope.assignments.items():
+                if key.startswith(name + ".") and key.count(".") == 1:
+                    for binding in bound:
+                        out += self.model.values.of(made.module, binding, scope, made.frame)
+        return out
 
     def _constructors_given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
         """`SimCLR(models.__dict__[args.arch], dim)` whose constructor builds its encoder by
