@@ -372,3 +372,119 @@ def test_an_encoder_attached_by_the_builder_brings_its_blocks_batchnorm(tmp_path
 
 def test_an_attached_encoder_without_batchnorm_stays_quiet(tmp_path):
     assert _speech(tmp_path, SPEECH_BLOCKS.replace("nn.BatchNorm1d(dim)", "nn.GroupNorm(1, dim)")) == set()
+
+
+PROTEIN_MODULES = """\
+    import math
+
+    import torch
+    from torch import nn
+
+
+    class SinusoidalPositions(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.dim = dim
+            self.register_buffer("_anchor", torch.zeros(1))
+
+        def forward(self, tokens):
+            steps = torch.arange(tokens.size(1), device=self._anchor.device)
+            freqs = torch.exp(torch.arange(0, self.dim, 2, device=steps.device) * -(math.log(10000.0) / self.dim))
+            angles = steps[:, None] * freqs[None]
+            return torch.cat([angles.sin(), angles.cos()], dim=-1)
+    """
+
+PROTEIN_MODEL = """\
+    from torch import nn
+
+    from .modules import SinusoidalPositions
+
+
+    class ProteinEncoder(nn.Module):
+        def __init__(self, vocab, dim=64):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.positions = SinusoidalPositions(dim)
+            self.head = nn.Linear(dim, vocab)
+
+        def forward(self, tokens):
+            return self.head(self.embed(tokens) + self.positions(tokens))
+    """
+
+PROTEIN_TRAINER = """\
+    import torch
+
+
+    class Trainer:
+        def __init__(self, net, optimizer, loaders, rank, eval_every=100):
+            self.net = net
+            self.optimizer = optimizer
+            self.loaders = loaders
+            self.rank = rank
+            self.eval_every = eval_every
+
+        def evaluate(self):
+            self.net.eval()
+            total = 0.0
+            with torch.no_grad():
+                for tokens, labels in self.loaders["valid"]:
+                    logits = self.net(tokens)
+                    total += torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels).item()
+            self.net.train()
+            return total
+
+        def run(self, epochs):
+            step = 0
+            for epoch in range(epochs):
+                for tokens, labels in self.loaders["train"]:
+                    loss = torch.nn.functional.cross_entropy(self.net(tokens).transpose(1, 2), labels)
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                    step += 1
+                    if step % self.eval_every == 0:
+                        if self.rank == 0:
+                            print("valid loss", self.evaluate())
+    """
+
+PROTEIN_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from protein.model import ProteinEncoder
+    from protein.trainer import Trainer
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = ProteinEncoder(vocab=33).cuda()
+        model = DDP(model, device_ids=[local_rank])
+        optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ.get("LR", "1e-4")))
+        Trainer(model, optimizer, {"train": [], "valid": []}, rank).run(10)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def _protein(tmp_path, modules: str = PROTEIN_MODULES):
+    _write(tmp_path, {"train.py": PROTEIN_TRAIN, "protein/__init__.py": "", "protein/modules.py": modules,
+                      "protein/model.py": PROTEIN_MODEL, "protein/trainer.py": PROTEIN_TRAINER})
+    return _findings(tmp_path, "train.py", "protein/trainer.py", select="DDP009")
+
+
+def test_a_rank_zero_evaluation_method_that_runs_the_wrapper_holding_buffers_is_reported(tmp_path):
+    assert _protein(tmp_path) == {("trainer.py", 33, "DDP009")}
+
+
+def test_a_rank_zero_evaluation_method_of_a_model_without_buffers_is_quiet(tmp_path):
+    assert _protein(tmp_path, PROTEIN_MODULES.replace('self.register_buffer("_anchor", torch.zeros(1))',
+                                                      'self.scale = 1.0').replace("self._anchor.device", "tokens.device")) == set()
