@@ -488,3 +488,72 @@ def test_a_rank_zero_evaluation_method_that_runs_the_wrapper_holding_buffers_is_
 def test_a_rank_zero_evaluation_method_of_a_model_without_buffers_is_quiet(tmp_path):
     assert _protein(tmp_path, PROTEIN_MODULES.replace('self.register_buffer("_anchor", torch.zeros(1))',
                                                       'self.scale = 1.0').replace("self._anchor.device", "tokens.device")) == set()
+
+
+GNN_BASE = """\
+    import torch
+    from torch_geometric.nn import BatchNorm, global_mean_pool
+
+
+    class Stack(torch.nn.Module):
+        def __init__(self, in_dim, hidden, layers):
+            super().__init__()
+            self.convs = torch.nn.ModuleList()
+            self.norms = torch.nn.ModuleList()
+            for i in range(layers):
+                self.convs.append(self.make_conv(in_dim if i == 0 else hidden, hidden))
+                self.norms.append(BatchNorm(hidden))
+            self.head = torch.nn.Linear(hidden, 1)
+
+        def forward(self, data):
+            x = data.x
+            for conv, norm in zip(self.convs, self.norms):
+                x = torch.relu(norm(conv(x, data.edge_index)))
+            return self.head(global_mean_pool(x, data.batch))
+    """
+
+GNN_MODELS = """\
+    from torch_geometric.nn import GINConv
+    from torch import nn
+
+    from gnn.base import Stack
+
+
+    class GINStack(Stack):
+        def make_conv(self, in_dim, out_dim):
+            return GINConv(nn.Sequential(nn.Linear(in_dim, out_dim), nn.ReLU(), nn.Linear(out_dim, out_dim)))
+
+
+    def create(in_dim, hidden=64, layers=3):
+        return GINStack(in_dim, hidden, layers)
+    """
+
+GNN_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from gnn.models import create
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = create(11).cuda()
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+        dist.destroy_process_group()
+    """
+
+
+def _gnn(tmp_path, base: str = GNN_BASE):
+    _write(tmp_path, {"train.py": GNN_TRAIN, "gnn/__init__.py": "", "gnn/base.py": base, "gnn/models.py": GNN_MODELS})
+    return _findings(tmp_path, "train.py", select="DDP012")
+
+
+def test_pyg_batchnorm_in_the_project_base_class_of_a_graph_network_is_batchnorm(tmp_path):
+    assert _gnn(tmp_path) == {("train.py", 13, "DDP012")}
+
+
+def test_pyg_layernorm_in_the_base_class_stays_quiet(tmp_path):
+    assert _gnn(tmp_path, GNN_BASE.replace("BatchNorm", "LayerNorm")) == set()

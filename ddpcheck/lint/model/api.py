@@ -126,7 +126,12 @@ SYNC_BATCHNORM = "torch.nn.SyncBatchNorm"
 CONVERT_SYNC_BATCHNORM = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
 BATCHNORMS = frozenset(
     f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
-)
+) | frozenset({
+    # PyTorch Geometric's BatchNorm holds a torch.nn.BatchNorm1d (`self.module`), which
+    # convert_sync_batchnorm replaces like any other.
+    "torch_geometric.nn.BatchNorm", "torch_geometric.nn.norm.BatchNorm",
+    "torch_geometric.nn.norm.batch_norm.BatchNorm",
+})
 # torch.nn layers that own parameters (`nn.ReLU`, `nn.Dropout`, pooling and the like own none),
 # and parameters themselves.
 _PARAMETER_LAYER = re.compile(
