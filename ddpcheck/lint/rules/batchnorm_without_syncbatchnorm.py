@@ -46,7 +46,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
     them (its class, its bases, the project modules they import; `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` are looked into), or builds a model by name whose
+    and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
+    function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
+    network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
+    `BatchNorm` counts), or builds a model by name whose
     family is made with BatchNorm (`torchvision.models.get_model("resnet50")`,
     `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
@@ -55,7 +58,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
-    (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
+    (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
+    `--sync-bn` option that is declared but never read converts nothing.
 
     ## How to fix
     Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
