@@ -557,3 +557,107 @@ def test_pyg_batchnorm_in_the_project_base_class_of_a_graph_network_is_batchnorm
 
 def test_pyg_layernorm_in_the_base_class_stays_quiet(tmp_path):
     assert _gnn(tmp_path, GNN_BASE.replace("BatchNorm", "LayerNorm")) == set()
+
+
+MM_BACKBONE = """\
+    import copy
+
+    from mmcv.cnn import build_conv_layer, build_norm_layer
+    from torch import nn
+
+
+    class Bottleneck(nn.Module):
+        def __init__(self, inplanes, planes, norm_cfg=dict(type="BN", requires_grad=True)):
+            super().__init__()
+            norm_cfg = copy.deepcopy(norm_cfg)
+            self.conv = build_conv_layer(None, inplanes, planes, 3, padding=1, bias=False)
+            self.norm_name, norm = build_norm_layer(norm_cfg, planes)
+            self.add_module(self.norm_name, norm)
+
+        def forward(self, x):
+            return getattr(self, self.norm_name)(self.conv(x)).relu()
+
+
+    class ResNet(nn.Module):
+        def __init__(self, depth, norm_cfg=dict(type="BN", requires_grad=True)):
+            super().__init__()
+            self.norm_cfg = copy.deepcopy(norm_cfg)
+            self.stem = build_conv_layer(None, 3, 64, 7, stride=2, padding=3, bias=False)
+            self.stem_name, stem_norm = build_norm_layer(self.norm_cfg, 64)
+            self.add_module(self.stem_name, stem_norm)
+            self.layers = nn.Sequential(*[Bottleneck(64, 64, norm_cfg=self.norm_cfg) for _ in range(depth // 16)])
+
+        def forward(self, x):
+            return self.layers(getattr(self, self.stem_name)(self.stem(x)).relu())
+    """
+
+MM_DETECTOR = """\
+    from torch import nn
+
+    from nets.backbone import ResNet
+
+
+    class Backbone(nn.Module):
+        def __init__(self, depth):
+            super().__init__()
+            self.body = ResNet(depth)
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    class Detector(nn.Module):
+        def __init__(self, backbone, num_queries=100):
+            super().__init__()
+            self.backbone = backbone
+            self.query = nn.Embedding(num_queries, 64)
+
+        def forward(self, x):
+            return self.backbone(x).flatten(2) @ self.query.weight.t()
+
+
+    def build(args):
+        backbone = Backbone(args.depth)
+        return Detector(backbone), nn.MSELoss()
+    """
+
+MM_TRAIN = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from nets.detector import build
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--depth", type=int, default=50)
+
+    if __name__ == "__main__":
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        gpu = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(gpu)
+        model, criterion = build(args)
+        model = DDP(model.cuda(), device_ids=[gpu])
+        dist.destroy_process_group()
+    """
+
+
+def _mm(tmp_path, backbone: str = MM_BACKBONE):
+    _write(tmp_path, {"train.py": MM_TRAIN, "nets/__init__.py": "", "nets/backbone.py": backbone,
+                      "nets/detector.py": MM_DETECTOR})
+    return _findings(tmp_path, "train.py", select="DDP012")
+
+
+def test_mmcv_norm_layers_built_from_a_bn_config_are_batchnorm(tmp_path):
+    assert _mm(tmp_path) == {("train.py", 19, "DDP012")}
+
+
+def test_mmcv_norm_layers_built_from_a_group_norm_config_stay_quiet(tmp_path):
+    assert _mm(tmp_path, MM_BACKBONE.replace('dict(type="BN", requires_grad=True)', 'dict(type="GN", num_groups=32)')) == set()
+
+
+def test_mmcv_norm_layers_built_from_a_sync_bn_config_stay_quiet(tmp_path):
+    assert _mm(tmp_path, MM_BACKBONE.replace('type="BN"', 'type="SyncBN"')) == set()

@@ -132,6 +132,10 @@ BATCHNORMS = frozenset(
     "torch_geometric.nn.BatchNorm", "torch_geometric.nn.norm.BatchNorm",
     "torch_geometric.nn.norm.batch_norm.BatchNorm",
 })
+# mmcv's norm-layer builder and the config types it builds as torch BatchNorm.
+MMCV_NORM_BUILDERS = frozenset({"mmcv.cnn.build_norm_layer", "mmcv.cnn.bricks.build_norm_layer",
+                                "mmcv.cnn.bricks.norm.build_norm_layer"})
+MMCV_BATCHNORM_TYPES = frozenset({"BN", "BN1d", "BN2d", "BN3d"})
 # torch.nn layers that own parameters (`nn.ReLU`, `nn.Dropout`, pooling and the like own none),
 # and parameters themselves.
 _PARAMETER_LAYER = re.compile(

@@ -49,7 +49,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
-    `BatchNorm` counts), or builds a model by name whose
+    `BatchNorm` counts, and so does mmcv's `build_norm_layer(norm_cfg, ...)` where every config it
+    can get is `dict(type="BN")`), or builds a model by name whose
     family is made with BatchNorm (`torchvision.models.get_model("resnet50")`,
     `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
@@ -252,7 +253,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         inner = wrap.arg("module", 0)
         if inner is None:
             return False
-        return self._has_batchnorm(self.model.values.at_call(wrap, inner), 2)
+        return self._has_batchnorm(self.model.values.at_call(wrap, inner), 3)
 
     def _has_batchnorm(self, values: list[Value], depth: int) -> bool:
         graph = self.model.graph
@@ -435,13 +436,34 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 return False
             for function in owner.methods.values():
                 for site in owner_module.calls_in(function):
-                    if _builds_batchnorm(self.model.api(site)):
+                    if _builds_batchnorm(self.model.api(site)) or self._builds_configured_batchnorm(site):
                         return True
                     target = site.target
                     found = graph.class_at(target) if target is not None and target.kind == "class" else None
                     if found is not None and self._class_builds_batchnorm(*found, seen):
                         return True
         return False
+
+    def _builds_configured_batchnorm(self, site: CallSite) -> bool:
+        """`build_norm_layer(norm_cfg, channels)` (mmcv) where every config the model sees is
+        `dict(type="BN")` (a parameter's default, what callers pass, through `copy.deepcopy`):
+        mmcv builds `nn.BatchNorm2d` for "BN" ("SyncBN", "GN", "LN" are other layers)."""
+        if self.model.api(site) not in api.MMCV_NORM_BUILDERS:
+            return False
+        cfg = site.arg("cfg", 0)
+        if cfg is None:
+            return False
+        kinds: set[str | None] = set()
+        todo = self.model.values.at_call(site, cfg)
+        while todo and len(kinds) < 8:
+            value = todo.pop()
+            node = value.node
+            if isinstance(node, cst.Call) and self.model.qualname(value.module, node.func, value.scope) \
+                    in ("copy.deepcopy", "copy.copy") and node.args:
+                todo += self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
+                continue
+            kinds.add(_norm_type(node) if isinstance(node, cst.BaseExpression) else None)
+        return bool(kinds) and all(k in api.MMCV_BATCHNORM_TYPES for k in kinds)
 
     def _network_texts(self, made: Value) -> list[str]:
         """The code of the project network a call builds: its class (and bases, and the project
@@ -487,6 +509,18 @@ def _builds_batchnorm(name: str | None) -> bool:
             or (model.startswith("vgg") and model.endswith("_bn"))
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
         name.startswith("torchvision.models.vgg") and name.endswith("_bn")))
+
+
+def _norm_type(node: cst.BaseExpression) -> str | None:
+    """The `type` of a norm config written as `dict(type="BN", ...)` or `{"type": "BN", ...}`."""
+    if isinstance(node, cst.Call) and dotted(node.func) == "dict":
+        found = argument(node, "type")
+        return string_text(found) if found is not None else None
+    if isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.DictElement) and string_text(element.key) == "type":
+                return string_text(element.value)
+    return None
 
 
 def _without_rebound(text: str) -> str:
