@@ -661,3 +661,62 @@ def test_mmcv_norm_layers_built_from_a_group_norm_config_stay_quiet(tmp_path):
 
 def test_mmcv_norm_layers_built_from_a_sync_bn_config_stay_quiet(tmp_path):
     assert _mm(tmp_path, MM_BACKBONE.replace('type="BN"', 'type="SyncBN"')) == set()
+
+
+STACK_TRAIN = """\
+    import contextlib
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def compute_loss(batch, encoder, head):
+        feats = encoder(batch["x"])
+        logits = head(feats)
+        return torch.nn.functional.cross_entropy(logits, batch["y"])
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        encoder = DDP(torch.nn.Linear(16, 32).cuda(), device_ids=[rank])
+        head = DDP(torch.nn.Linear(32, 4).cuda(), device_ids=[rank])
+        optimizer = torch.optim.AdamW(list(encoder.parameters()) + list(head.parameters()),
+                                      lr=float(os.environ.get("LR", "1e-3")))
+        accum = int(os.environ.get("ACCUM", "4"))
+        for step, batch in enumerate([]):
+            loss = compute_loss(batch, encoder=encoder, head=head)
+            sync = (step + 1) % accum == 0
+            with contextlib.ExitStack() as stack:
+                if not sync:
+                    stack.enter_context(encoder.no_sync())
+                    stack.enter_context(head.no_sync())
+                (loss / accum).backward()
+            if sync:
+                optimizer.step()
+                optimizer.zero_grad()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_no_sync_entered_on_an_exit_stack_after_a_helper_ran_the_forward_is_reported(tmp_path):
+    _write(tmp_path, {"train.py": STACK_TRAIN})
+    assert _findings(tmp_path, "train.py", select="DDP030") == {("train.py", 27, "DDP030")}
+
+
+def test_no_sync_entered_on_an_exit_stack_around_the_forward_is_quiet(tmp_path):
+    train = STACK_TRAIN.replace(
+        "            loss = compute_loss(batch, encoder=encoder, head=head)\n", "").replace(
+        "                (loss / accum).backward()",
+        "                loss = compute_loss(batch, encoder=encoder, head=head)\n"
+        "                (loss / accum).backward()")
+    assert train.count("loss = compute_loss(batch") == 1
+    _write(tmp_path, {"train.py": train})
+    assert _findings(tmp_path, "train.py", select="DDP030") == set()
