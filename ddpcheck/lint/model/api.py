@@ -139,7 +139,16 @@ SYNC_BATCHNORM = "torch.nn.SyncBatchNorm"
 CONVERT_SYNC_BATCHNORM = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
 BATCHNORMS = frozenset(
     f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
-)
+) | frozenset({
+    # PyTorch Geometric's BatchNorm holds a torch.nn.BatchNorm1d (`self.module`), which
+    # convert_sync_batchnorm replaces like any other.
+    "torch_geometric.nn.BatchNorm", "torch_geometric.nn.norm.BatchNorm",
+    "torch_geometric.nn.norm.batch_norm.BatchNorm",
+})
+# mmcv's norm-layer builder and the config types it builds as torch BatchNorm.
+MMCV_NORM_BUILDERS = frozenset({"mmcv.cnn.build_norm_layer", "mmcv.cnn.bricks.build_norm_layer",
+                                "mmcv.cnn.bricks.norm.build_norm_layer"})
+MMCV_BATCHNORM_TYPES = frozenset({"BN", "BN1d", "BN2d", "BN3d"})
 # torch.nn layers that own parameters (`nn.ReLU`, `nn.Dropout`, pooling and the like own none),
 # and parameters themselves.
 _PARAMETER_LAYER = re.compile(

@@ -28,7 +28,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    is_distributed_test, is_wrapped_test, selects_main_rank, vacuous_without_flag,
+    is_distributed_test, selects_main_rank, vacuous_without_flag,
 )
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
@@ -358,9 +358,8 @@ class Paths:
     def unwrapped_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that holds only for a model that is not wrapped in DDP
         (the else of `if isinstance(model, DDP):`, `m.state_dict() if ... else ...`)."""
-        resolve = self.model.resolver_for(site.module)
         for guard in reversed(site.guards):
-            wrapped = is_wrapped_test(guard.test, resolve)
+            wrapped = self.model.values.wrapped_test(site.module, guard.test)
             if wrapped is not None and wrapped == guard.negated:
                 return guard
         return None

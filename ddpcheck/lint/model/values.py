@@ -205,7 +205,7 @@ class Values:
         resolve = self.model.resolver_for(module)
         unwrapped = single = False
         for guard in guards:
-            wrapped = is_wrapped_test(guard.test, resolve)
+            wrapped = self.wrapped_test(module, guard.test)
             if wrapped is not None and wrapped == guard.negated:
                 unwrapped = True
             distributed = is_distributed_test(guard.test, resolve)
@@ -217,6 +217,32 @@ class Values:
             if single and self._wrapped_when_distributed(value):
                 continue
             yield value
+
+    def wrapped_test(self, module: ModuleModel, test: cst.BaseExpression, depth: int = 2) -> bool | None:
+        """True for a test that holds when a model is wrapped in DDP (`isinstance(m, DDP)`,
+        `hasattr(m, "module")`, or a project predicate whose one return is such a test of its
+        parameter: `def is_model_distributed(m): return isinstance(m, DDP)`), False for its
+        negation, None otherwise."""
+        found = is_wrapped_test(test, self.model.resolver_for(module))
+        if found is not None or depth <= 0:
+            return found
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.wrapped_test(module, test.expression, depth)
+            return None if inner is None else not inner
+        site = module.call_at(test) if isinstance(test, cst.Call) and test.args else None
+        if site is None:
+            return None
+        answers = set()
+        for function, _ in self.model.graph.targets(site):
+            returned = function.module.returns.get(function.qualname, [])
+            params = function.params()
+            if len(returned) != 1 or not params:
+                return None
+            tested = _tested_name(returned[0])
+            if tested is None or tested != params[0].name:
+                return None
+            answers.add(self.wrapped_test(function.module, returned[0], depth - 1))
+        return answers.pop() if len(answers) == 1 else None
 
     def _wrapped_when_distributed(self, value: Value) -> bool:
         if self.model.api_of(value) not in (api.DDP, api.DATA_PARALLEL) or value.call is None:
@@ -473,8 +499,12 @@ class Values:
                 followed = True
                 inner = Frame(callee, site, frame, bound)
                 for value in returns:
-                    yield from self._eval(callee.module, value, callee.scope, inner, depth - 1, seen,
-                                          callee.module.return_points.get(id(value)))
+                    point = callee.module.return_points.get(id(value))
+                    found = self._eval(callee.module, value, callee.scope, inner, depth - 1, seen, point)
+                    if point is not None and point.guards:
+                        # `if is_wrapped(m): return m.module` / `else: return m`: no wrapper there.
+                        found = self._unwrapped(found, callee.module, point.guards)
+                    yield from found
             if followed:
                 return
         yield Value(module, node, scope, frame, here)
@@ -738,6 +768,22 @@ class Values:
         return True
 
     @staticmethod
+    def same_object(a: Value, b: Value) -> bool:
+        """Whether two leaves may be one object: the same node reached through the same calls.
+        A factory's one return expression (`def init_obj(...): return getattr(module, name)(...)`)
+        makes a new object per call, so the leaf reached through `init_obj("model", ...)` is not
+        the one reached through `init_obj("optimizer", ...)`. Where one side's frames are not
+        known (a leaf read without its caller), they may be the same."""
+        if a.node is not b.node:
+            return False
+        fa, fb = a.frame, b.frame
+        while fa is not None and fb is not None:
+            if fa.call.node is not fb.call.node:
+                return False
+            fa, fb = fa.caller, fb.caller
+        return True
+
+    @staticmethod
     def compatible(*values: Value) -> bool:
         """Whether leaves can be chosen together in one run: not when two of them are chosen in
         opposite arms of one `if` (or `a if c else b`)."""
@@ -982,4 +1028,16 @@ def _truth(node: object) -> bool | None:
         return node.evaluated_value != 0
     if isinstance(node, cst.SimpleString):
         return bool(node.evaluated_value)
+    return None
+
+
+def _tested_name(test: cst.BaseExpression) -> str | None:
+    """The name a wrapped-model test examines: `m` in `isinstance(m, DDP)`, `hasattr(m, "module")`,
+    `type(m) is DDP`, `not ...`."""
+    if isinstance(test, cst.UnaryOperation):
+        return _tested_name(test.expression)
+    if isinstance(test, cst.Comparison):
+        test = test.left
+    if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
+        return test.args[0].value.value
     return None

@@ -25,6 +25,9 @@ _REBOUND_BATCHNORM = re.compile(
     r"^[ \t]*from[ \t]+(?!torch\b)[\w.]+[ \t]+import[^\n]*?\bas[ \t]+(BatchNorm[123]d)\b"
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
+# Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
+# help=...)`): its option strings and help text. A flag nothing reads converts nothing.
+_DECLARATION = re.compile(r"""(["'])-{1,2}[\w-]+\1|\bhelp[ \t]*=[ \t]*(["'])(?:(?!\2).)*\2""")
 
 
 class BatchnormWithoutSyncbatchnorm(Rule):
@@ -43,7 +46,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
     them (its class, its bases, the project modules they import; `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` are looked into), or builds a model by name whose
+    and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
+    function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
+    network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
+    `BatchNorm` counts, and so does mmcv's `build_norm_layer(norm_cfg, ...)` where every config it
+    can get is `dict(type="BN")`), or builds a model by name whose
     family is made with BatchNorm (`torchvision.models.get_model("resnet50")`,
     `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
@@ -52,7 +59,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
-    (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts.
+    (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
+    `--sync-bn` option that is declared but never read converts nothing.
 
     ## How to fix
     Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
@@ -197,7 +205,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         wraps = [c for c in model.paths.sites() if model.api(c) == api.DDP]
         if not wraps:
             return
-        if any(_CONVERSION.search(m.source) for m in model.paths.modules()):
+        if any(_converts(m.source) for m in model.paths.modules()):
             return
         root_builds = any(_builds_batchnorm(model.api(c)) for c in model.root.calls)
         for wrap in wraps:
@@ -245,7 +253,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         inner = wrap.arg("module", 0)
         if inner is None:
             return False
-        return self._has_batchnorm(self.model.values.at_call(wrap, inner), 2)
+        return self._has_batchnorm(self.model.values.at_call(wrap, inner), 3)
 
     def _has_batchnorm(self, values: list[Value], depth: int) -> bool:
         graph = self.model.graph
@@ -271,7 +279,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if self._evaluated_by_name(made):
                 return True
             texts = [code_only(t) for t in self._network_texts(made)]
-            if any(_CONVERSION.search(t) for t in texts):
+            if any(_converts(t) for t in texts):
                 continue
             if texts and any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
                 return True
@@ -281,14 +289,64 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
                 if self._has_batchnorm(parts, depth - 1) or self._class_builds_batchnorm(*instance, set()):
                     return True
+                if any(_builds_batchnorm(n) for n in self._constructors_given(made, instance)):
+                    return True
+                if self._has_batchnorm(self._attached(made), depth - 1):
+                    return True
         return False
 
-    def _chosen_by_name(self, made: Value) -> list[str]:
-        """`torchvision.models.__dict__[arch](...)`: the API names the key may select — literal
-        strings, or the default of the command-line option it comes from (`--arch resnet18`)."""
+    def _attached(self, made: Value) -> list[Value]:
+        """What the function that builds the network attaches to it afterwards
+        (`model = Hybrid(vocab); model.encoder = ConformerEncoder(...); return model`): the
+        values of `name.attr = ...` in that scope, for each name bound to the construction."""
         call = made.call
-        assert call is not None
-        func = call.func
+        scope = made.scope
+        names = [n for n, bound in scope.assignments.items() if "." not in n
+                 and any(getattr(b, "value", b) is call for b in bound)]
+        out: list[Value] = []
+        for name in names:
+            for key, bound in scope.assignments.items():
+                if key.startswith(name + ".") and key.count(".") == 1:
+                    for binding in bound:
+                        out += self.model.values.of(made.module, binding, scope, made.frame)
+        return out
+
+    def _constructors_given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
+        """`SimCLR(models.__dict__[args.arch], dim)` whose constructor builds its encoder by
+        calling what it is given (`self.encoder = base_encoder(num_classes=dim)`): the API names
+        of the constructors passed, uncalled, to a parameter the constructor calls."""
+        module, info = instance
+        init = self.model.graph.method(module, info, "__init__")
+        site = made.module.call_at(made.call) if made.call is not None else None
+        if init is None or site is None:
+            return []
+        called = {c.dotted for c in init.module.calls_in(init.qualname)}
+        out: list[str] = []
+        for param in init.params():
+            if param.name not in called:
+                continue
+            passed = self.model.graph.argument_for(site, init, param, "constructor")
+            if not isinstance(passed, cst.BaseExpression):
+                continue
+            for value in self.model.values.of(made.module, passed, made.scope, made.frame, at=made.at):
+                node = value.node
+                if not isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)):
+                    continue
+                out += self._chosen_by_name(Value(value.module, node, value.scope, value.frame, value.at), node)
+                if not isinstance(node, cst.Subscript):
+                    name = self.model.qualname(value.module, node, value.scope)
+                    if name is not None:
+                        out.append(name)
+        return out
+
+    def _chosen_by_name(self, made: Value, func: cst.BaseExpression | None = None) -> list[str]:
+        """`torchvision.models.__dict__[arch](...)`: the API names the key may select — literal
+        strings, or the default of the command-line option it comes from (`--arch resnet18`).
+        `func`: the callee when `made` is not the call of it."""
+        if func is None:
+            call = made.call
+            assert call is not None
+            func = call.func
         if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute)
                 and func.value.attr.value == "__dict__" and len(func.slice) == 1):
             return []
@@ -350,7 +408,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if builder[1:] in module.functions and not _binds(module.functions[builder[1:]], call):
                 continue  # its parameters do not fit this call: not the builder the name picks
             texts = [code_only(t) for t in [text, *self._imported_texts(module)]]
-            if any(_CONVERSION.search(t) for t in texts) \
+            if any(_converts(t) for t in texts) \
                     or not any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
                 return False
             found += 1
@@ -374,17 +432,38 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if id(owner) in seen or len(seen) >= 32:
                 continue
             seen.add(id(owner))
-            if _CONVERSION.search(code_only(owner_module.source)):
+            if _converts(owner_module.source):
                 return False
             for function in owner.methods.values():
                 for site in owner_module.calls_in(function):
-                    if _builds_batchnorm(self.model.api(site)):
+                    if _builds_batchnorm(self.model.api(site)) or self._builds_configured_batchnorm(site):
                         return True
                     target = site.target
                     found = graph.class_at(target) if target is not None and target.kind == "class" else None
                     if found is not None and self._class_builds_batchnorm(*found, seen):
                         return True
         return False
+
+    def _builds_configured_batchnorm(self, site: CallSite) -> bool:
+        """`build_norm_layer(norm_cfg, channels)` (mmcv) where every config the model sees is
+        `dict(type="BN")` (a parameter's default, what callers pass, through `copy.deepcopy`):
+        mmcv builds `nn.BatchNorm2d` for "BN" ("SyncBN", "GN", "LN" are other layers)."""
+        if self.model.api(site) not in api.MMCV_NORM_BUILDERS:
+            return False
+        cfg = site.arg("cfg", 0)
+        if cfg is None:
+            return False
+        kinds: set[str | None] = set()
+        todo = self.model.values.at_call(site, cfg)
+        while todo and len(kinds) < 8:
+            value = todo.pop()
+            node = value.node
+            if isinstance(node, cst.Call) and self.model.qualname(value.module, node.func, value.scope) \
+                    in ("copy.deepcopy", "copy.copy") and node.args:
+                todo += self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
+                continue
+            kinds.add(_norm_type(node) if isinstance(node, cst.BaseExpression) else None)
+        return bool(kinds) and all(k in api.MMCV_BATCHNORM_TYPES for k in kinds)
 
     def _network_texts(self, made: Value) -> list[str]:
         """The code of the project network a call builds: its class (and bases, and the project
@@ -417,6 +496,12 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                     out.append(text)
         return out
 
+def _converts(text: str) -> bool:
+    """Code (not prose, not a flag's bare declaration) that converts to SyncBatchNorm or reads
+    a sync-BN flag."""
+    return bool(_CONVERSION.search(_DECLARATION.sub("", code_only(text))))
+
+
 def _builds_batchnorm(name: str | None) -> bool:
     if name is not None and name.startswith("timm:"):
         model = name[5:].split(".", 1)[0].lower()
@@ -424,6 +509,18 @@ def _builds_batchnorm(name: str | None) -> bool:
             or (model.startswith("vgg") and model.endswith("_bn"))
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
         name.startswith("torchvision.models.vgg") and name.endswith("_bn")))
+
+
+def _norm_type(node: cst.BaseExpression) -> str | None:
+    """The `type` of a norm config written as `dict(type="BN", ...)` or `{"type": "BN", ...}`."""
+    if isinstance(node, cst.Call) and dotted(node.func) == "dict":
+        found = argument(node, "type")
+        return string_text(found) if found is not None else None
+    if isinstance(node, cst.Dict):
+        for element in node.elements:
+            if isinstance(element, cst.DictElement) and string_text(element.key) == "type":
+                return string_text(element.value)
+    return None
 
 
 def _without_rebound(text: str) -> str:

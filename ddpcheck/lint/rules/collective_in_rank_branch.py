@@ -340,7 +340,7 @@ class CollectiveInRankBranch(Rule):
                 continue  # an outside API that is not a collective
             elif self._is_ddp_model(site):
                 kind = "forward"
-            elif self._forwards_ddp_argument(site):
+            elif self._forwards_ddp_argument(site) or self._method_forwards_ddp(site):
                 kind = "helper_forward"
             elif self._performs_collective(model.facts.of_call(site)):
                 kind = "helper"
@@ -452,6 +452,23 @@ class CollectiveInRankBranch(Rule):
                        for v in self.model.values.at_call(site, passed)):
                     if self._calls_ddp(Frame(callee, site, None, bound), param.name, 5):
                         return True
+        return False
+
+    def _method_forwards_ddp(self, site: CallSite, depth: int = 2) -> bool:
+        """`self.evaluate()` where the method (or a method of the same object it calls) runs the
+        DDP wrapper the object holds (`self.net(x)` with `self.net` set to the wrapper)."""
+        func = site.node.func
+        if depth <= 0 or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                              and func.value.value == "self"):
+            return False
+        for callee, bound in self.model.graph.targets(site):
+            if bound != "method":
+                continue
+            for call in callee.module.calls_in(callee.qualname):
+                if call.scope.function is not callee.scope.function:
+                    continue
+                if self._is_ddp_model(call) or self._method_forwards_ddp(call, depth - 1):
+                    return True
         return False
 
     def _calls_ddp(self, frame: Frame, name: str, depth: int) -> bool:

@@ -29,7 +29,10 @@ class NoSyncAfterForward(Rule):
     Reported at the `with` when its block calls `backward()` and nothing in it can run the DDP
     model's forward (no call of the model, no call that is given the model or that runs project
     code), while the same function calls the model before the block, outside any `no_sync()`,
-    on every path that reaches the block.
+    on every path that reaches the block — itself, or through a project function it hands the
+    model to and that calls it (`loss = compute_loss(batch, model)`). A `with
+    contextlib.ExitStack() as stack:` whose block enters `stack.enter_context(model.no_sync())`
+    is such a block.
 
     ## How to fix
     Move the forward (and the loss computation) into the block:
@@ -105,7 +108,10 @@ class NoSyncAfterForward(Rule):
     def finish(self) -> None:
         model = self.model
         sites = list(model.paths.sites())
+        reported: set[int] = set()
         for with_node, receiver, site in self._no_sync_blocks(sites):
+            if id(with_node) in reported:
+                continue
             inside = [s for s in sites if s.module is site.module and with_node in s.withs]
             if not any(s.method == "backward" for s in inside):
                 continue
@@ -115,21 +121,25 @@ class NoSyncAfterForward(Rule):
             if not any(self._forward_before(s, site, name) for s in sites if s.module is site.module):
                 continue
 
+            reported.add(id(with_node))
             self.report(with_node.items[0], module=site.module, related=model.paths.chain(site))
 
     def _no_sync_blocks(self, sites: list[CallSite]) -> Iterator[tuple[cst.With, cst.BaseExpression, CallSite]]:
         """(with statement, the object it calls no_sync on, the no_sync call) for every
         `with X.no_sync():`."""
-        seen: set[int] = set()
+        seen: set[tuple[int, str | None]] = set()  # (with, the model): one ExitStack may enter several
         for site in sites:
             if site.method != "no_sync":
                 continue
+            stack = self._entered_on(site, sites)
             for with_node in site.module.withs:
-                if id(with_node) in seen:
+                if (id(with_node), dotted(site.receiver) if site.receiver is not None else None) in seen:
                     continue
-                if not any(item.item is site.node for item in with_node.items):
+                if not any(item.item is site.node or stack is not None and item.asname is not None
+                           and dotted(item.asname.name) == stack and with_node in site.withs
+                           for item in with_node.items):
                     continue
-                seen.add(id(with_node))
+                seen.add((id(with_node), dotted(site.receiver) if site.receiver is not None else None))
                 receiver = site.receiver
                 assert receiver is not None
                 # Only DDP has `no_sync`; a parameter or unknown value holding it is taken at
@@ -138,10 +148,34 @@ class NoSyncAfterForward(Rule):
                 if any(is_ddp(self.model, v) for v in values) or all(v.call is None for v in values):
                     yield with_node, receiver, site
 
+    @staticmethod
+    def _entered_on(site: CallSite, sites: list[CallSite]) -> str | None:
+        """`stack.enter_context(model.no_sync())` inside `with contextlib.ExitStack() as stack:`:
+        the stack's name (the block that stack's `with` covers runs without synchronisation)."""
+        for other in sites:
+            if other.scope is site.scope and other.method == "enter_context" and other.receiver is not None \
+                    and any(a.value is site.node for a in other.node.args):
+                return dotted(other.receiver)
+        return None
+
+    def _passes_to_forward(self, call: CallSite, name: str) -> bool:
+        """`loss = compute_loss(batch, model=model)`: a project function given the model that
+        calls it (`model(x)`) in its own body."""
+        for callee, bound in self.model.graph.targets(call):
+            for param in callee.params():
+                passed = self.model.graph.argument_for(call, callee, param, bound)
+                if isinstance(passed, cst.BaseExpression) and dotted(passed) == name and any(
+                        c.dotted in (param.name, f"{param.name}.forward")
+                        for c in callee.module.calls_in(callee.qualname)):
+                    return True
+        return False
+
     def _forward_before(self, forward: CallSite, no_sync: CallSite, name: str) -> bool:
         """`forward` calls the model earlier in the same function, outside any `no_sync`, and
         runs whenever the block does (every `if` around it is around the block too)."""
-        if forward.scope is not no_sync.scope or forward.index >= no_sync.index or dotted(forward.node.func) != name:
+        if forward.scope is not no_sync.scope or forward.index >= no_sync.index:
+            return False
+        if dotted(forward.node.func) != name and not self._passes_to_forward(forward, name):
             return False
         if any(isinstance(i.item, cst.Call) and isinstance(i.item.func, cst.Attribute)
                and i.item.func.attr.value == "no_sync" for w in forward.withs for i in w.items):
@@ -158,7 +192,7 @@ class NoSyncAfterForward(Rule):
             return True
         if self.model.graph.targets(site):
             return True  # project code: may use the model (a trainer's self.model)
-        if site.method in ("backward", "scale", "item", "mean", "sum", "detach", "float"):
+        if site.method in ("backward", "scale", "item", "mean", "sum", "detach", "float", "no_sync", "enter_context"):
             return False
         if self.model.api(site) is not None:
             return False  # a torch (or other library) function

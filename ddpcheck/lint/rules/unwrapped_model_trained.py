@@ -177,13 +177,13 @@ class UnwrappedModelTrained(Rule):
         model = self.model
         sites = list(model.paths.sites())
         modules = list({id(s.module): s.module for s in sites}.values())
-        inner: dict[int, Wrap] = {}
+        inner: dict[int, list[tuple[Value, Wrap]]] = {}
         for module in modules:
             for wrap in wraps(model, module):
                 if wrap.inner is None:
                     continue
                 for value in model.values.of(module, wrap.inner, wrap.site.scope, at=wrap.site.point):
-                    inner.setdefault(id(value.node), wrap)
+                    inner.setdefault(id(value.node), []).append((value, wrap))
         if not inner:
             return
         backwards = [s for s in sites if s.method == "backward"]
@@ -202,7 +202,7 @@ class UnwrappedModelTrained(Rule):
                 module=site.module, related=model.paths.chain(site),
             )
 
-    def _runs_inner(self, site: CallSite, inner: dict[int, Wrap]) -> Wrap | None:
+    def _runs_inner(self, site: CallSite, inner: dict[int, list[tuple[Value, Wrap]]]) -> Wrap | None:
         """The wrap whose inner module `site` runs: a call of it (`model(x)`, `ddp.module(x)`,
         `self.net(x)`), or of one of its own methods (`model.module.encode(x)`), when the callee
         cannot be the DDP wrapper at that point."""
@@ -270,9 +270,10 @@ class UnwrappedModelTrained(Rule):
         callees = self.model.graph.targets(site)
         return bool(callees) and all(runs_layers(self.model, f) for f, _ in callees)
 
-    def _match(self, site: CallSite, values: list[Value], inner: dict[int, Wrap]) -> Wrap | None:
+    def _match(self, site: CallSite, values: list[Value], inner: dict[int, list[tuple[Value, Wrap]]]) -> Wrap | None:
         for value in values:
-            wrap = inner.get(id(value.node))
+            # The same leaf through the same calls: one factory's return is a new object per call.
+            wrap = next((w for v, w in inner.get(id(value.node), ()) if self.model.values.same_object(v, value)), None)
             if wrap is None:
                 continue
             if wrap.site.module is site.module and wrap.site.scope.function is site.scope.function \
