@@ -181,7 +181,8 @@ class RankLocalBreak(Rule):
             order: dict[int, int] | None = None
             for exit_node, guard_test in exits:
                 if isinstance(exit_node, cst.Continue):
-                    if not self._local_value(root, loop.scope, guard_test):
+                    if not self._local_value(root, loop.scope, guard_test) \
+                            and not _none_from_batch(loop, guard_test):
                         continue
                     # Only a `continue` that comes before the backward it skips.
                     order = order if order is not None else _order(loop.node)
@@ -236,6 +237,25 @@ class RankLocalBreak(Rule):
                     if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1):
                         return True
         return False
+
+
+def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
+    """`if loss is None:` where `loss` was computed from the batch this loop drew
+    (`loss = compute_loss(batch, model)`): a helper that returns None for a batch with nothing
+    usable in it answers on the rank's own data, so one rank can skip while the others do not."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Is) or not isinstance(test.left, cst.Name) \
+            or not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
+        return False
+    drawn = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
+    for value in loop.scope.assignments.get(test.left.value, []):
+        if isinstance(value, cst.Call) and any(
+                isinstance(n, cst.Name) and n.value in drawn
+                for arg in value.args for n in subexpressions(arg.value)):
+            return True
+    return False
 
 
 def _order(node: cst.CSTNode) -> dict[int, int]:
