@@ -176,3 +176,75 @@ def test_skip_after_the_backward_stays_clean(tmp_path: Path) -> None:
     )
     assert text != GRAPH_TRAIN
     assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()
+
+
+EARLY_STOP = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from digits import DigitNet, digit_splits
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        train_set, val_set = digit_splits()
+        train_loader = DataLoader(train_set, batch_size=64, sampler=DistributedSampler(train_set))
+        val_loader = DataLoader(val_set, batch_size=256, sampler=DistributedSampler(val_set))
+        model = DDP(DigitNet().cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.Adadelta(model.parameters(), lr=1.0)
+        best, improved, stale, patience = float("inf"), False, 0, 5
+        for epoch in range(100):
+            model.train()
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                F.nll_loss(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+            model.eval()
+            val_loss = 0.0
+            with torch.no_grad():
+                for x, y in val_loader:
+                    val_loss += F.nll_loss(model(x.cuda()), y.cuda(), reduction="sum").item()
+            AGREE
+            if val_loss < best:
+                best = val_loss
+                improved = True
+            if not improved:
+                stale += 1
+            if stale >= patience:
+                break
+            improved = False
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_early_stop_counted_on_the_rank_own_validation_loss(tmp_path: Path) -> None:
+    text = EARLY_STOP.replace("            AGREE\n", "")
+    assert _findings(tmp_path, {"train.py": text}, "DDP035") == {("train.py", 39, "DDP035")}
+
+
+def test_early_stop_on_an_all_reduced_validation_loss_stays_clean(tmp_path: Path) -> None:
+    text = EARLY_STOP.replace(
+        "AGREE",
+        "total = torch.tensor(val_loss, device=\"cuda\")\n"
+        "            dist.all_reduce(total)\n"
+        "            val_loss = total.item()",
+    )
+    assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()
+
+
+def test_stale_count_on_the_epoch_number_stays_clean(tmp_path: Path) -> None:
+    # Counted on the epoch alone: every rank holds the same count.
+    text = EARLY_STOP.replace("            AGREE\n", "").replace("            if not improved:\n",
+                                                                  "            if epoch % 10 == 9:\n")
+    assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()

@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import CallSite, ForSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -218,7 +218,9 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
-    def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2) -> bool:
+    def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2,
+               seen: set[str] | None = None) -> bool:
+        seen = set() if seen is None else seen
         for node in subexpressions(test):
             if isinstance(node, cst.Call):
                 site = root.call_at(node)
@@ -233,8 +235,19 @@ class RankLocalBreak(Rule):
                 # (Set again to the value every rank has is not a rank's own value.)
                 if self.model.paths.set_by_rank(root, scope, node.value, flags=False) is not None:
                     return True
-                for value in scope.assignments.get(node.value, []):
-                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1):
+                if node.value in seen:
+                    continue
+                seen.add(node.value)
+                points = scope.points.get(node.value, [])
+                for i, value in enumerate(scope.assignments.get(node.value, [])):
+                    if isinstance(value, Augmented):
+                        value = value.node.value  # `val_loss += loss.item()`
+                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1, seen):
+                        return True
+                    # Updated under a test of the rank's own values (`if not improved: stale += 1`,
+                    # `improved` set under `if val_loss < best:`): each rank keeps its own count.
+                    point = points[i] if i < len(points) else None
+                    if point is not None and any(self._local(root, scope, g.test, depth, seen) for g in point.guards):
                         return True
         return False
 
