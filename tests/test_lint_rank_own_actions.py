@@ -248,3 +248,52 @@ def test_stale_count_on_the_epoch_number_stays_clean(tmp_path: Path) -> None:
     text = EARLY_STOP.replace("            AGREE\n", "").replace("            if not improved:\n",
                                                                   "            if epoch % 10 == 9:\n")
     assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()
+
+
+STAGED = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def fit(model, ddp_model, loader, optimizer, rank, max_epochs, stage_two_start, patience):
+        epoch, stale, best = 0, 0, float("inf")
+        while epoch < max_epochs:
+            for batch in loader:
+                optimizer.zero_grad()
+                ddp_model(batch).mean().backward()
+                optimizer.step()
+            val_loss = evaluate(model)
+            if rank == 0:
+                if val_loss >= best:
+                    stale += 1
+                    if stale >= patience and epoch < stage_two_start:
+                        epoch = stage_two_start
+                else:
+                    best, stale = val_loss, 0
+            JUMP
+            dist.barrier()
+            epoch += 1
+    """
+
+
+def test_rank_zero_alone_jumping_the_epoch_counter_of_a_while_loop(tmp_path: Path) -> None:
+    text = STAGED.replace("            JUMP\n", "")
+    assert _findings(tmp_path, {"train.py": text}, "DDP035") == {("train.py", 17, "DDP035")}
+
+
+def test_epoch_counter_broadcast_from_rank_zero_stays_clean(tmp_path: Path) -> None:
+    text = STAGED.replace(
+        "JUMP",
+        "shared = torch.tensor([epoch], device=\"cuda\")\n"
+        "            dist.broadcast(shared, src=0)\n"
+        "            epoch = int(shared.item())",
+    )
+    assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()
+
+
+def test_epoch_counter_set_again_on_every_rank_stays_clean(tmp_path: Path) -> None:
+    # Every rank makes the same jump: the guard only wraps rank 0's bookkeeping.
+    text = STAGED.replace("            JUMP\n", "").replace(
+        "                    if stale >= patience and epoch < stage_two_start:\n"
+        "                        epoch = stage_two_start\n", "")
+    assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()

@@ -39,10 +39,15 @@ class RankLocalBreak(Rule):
     `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
-    condition (an early-stopping counter kept by rank 0), and the loop makes no collective call
-    that could agree on the decision. Also reported: a `continue` that comes before the loop's
+    condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
+    (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`), and the loop
+    makes no collective call that could agree on the decision. Also reported: a variable a
+    `while` loop's condition reads, set inside the loop under a rank guard only (`if rank == 0:
+    ... epoch = swa.start` under `while epoch < max_epochs:`), unless a collective in the loop
+    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). Also reported: a `continue` that comes before the loop's
     `backward()` on a test of the rank's own values — a local call in the test or in what a plain
-    name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`): that rank skips a
+    name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`), or `if loss is
+    None: continue` where `loss` was computed from the loop's own batch: that rank skips a
     backward the others make, and their gradient all-reduces no longer pair up. A skip on
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
     is not reported.
@@ -66,6 +71,11 @@ class RankLocalBreak(Rule):
         "backward, while the other ranks all-reduce theirs: the ranks fall out of step and hang (or "
         "average mismatched buckets); agree on it across ranks (all_reduce the flag) so every rank "
         "skips together, or zero the loss instead of skipping"
+    )
+    WHILE_MESSAGE = (
+        "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
+        "loop at a different iteration and the others wait in their next all-reduce until the timeout; "
+        "set it on every rank (broadcast the decision first)"
     )
     MESSAGE = (
         "`{exit}` on a condition each rank evaluates on its own (`{test}`): if one rank leaves the "
@@ -162,6 +172,7 @@ class RankLocalBreak(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
+        self._while_conditions(root)
         if not root.exits:
             return
         for loop in root.fors:
@@ -195,6 +206,39 @@ class RankLocalBreak(Rule):
                     continue
                 keyword = "break" if isinstance(exit_node, cst.Break) else "return"
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+
+    def _while_conditions(self, root: ModuleModel) -> None:
+        """`while epoch < max_epochs:` where one rank sets `epoch` on its own (`if rank == 0: ...
+        epoch = swa.start`): that rank leaves the loop at a different iteration from the others."""
+        model = self.model
+        loops: dict[int, tuple[cst.While, Scope]] = {}
+        for site in root.calls:
+            for node in site.loops:
+                if isinstance(node, cst.While):
+                    loops.setdefault(id(node), (node, site.scope))
+        for loop, scope in loops.values():
+            body_calls = [c for c in root.calls if loop in c.loops]
+            if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
+                    and not self._forwards(body_calls):
+                continue
+            read = {n.value for n in subexpressions(loop.test) if isinstance(n, cst.Name)}
+            collectives = [c for c in body_calls if model.facts.does(c, "collective")
+                           and model.api(c) not in api.BARRIERS and model.paths.rank_guard(c) is None]
+            # A collective that could carry the loop's counter (or whose reach is unknown) may
+            # make the ranks agree.
+            if any(_carries(model.api(c), c, scope) & _reads(scope, loop.test) for c in collectives):
+                continue
+            for name in sorted(read):
+                ranked = model.paths.set_by_rank(root, scope, name, flags=False)
+                if ranked is None:
+                    continue
+                guard = ranked[0]
+                for binding, point in zip(scope.assignments.get(name, []), scope.points.get(name, [])):
+                    if point is not None and loop in point.loops and guard in point.guards \
+                            and isinstance(binding, cst.BaseExpression):
+                        self.report(binding, self.WHILE_MESSAGE.format(
+                            name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)))
+                        break
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
@@ -269,6 +313,26 @@ def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
                 for arg in value.args for n in subexpressions(arg.value)):
             return True
     return False
+
+
+def _reads(scope: Scope, test: cst.BaseExpression) -> set[str]:
+    """The names `test` reads, and those read by what they are assigned (`epoch =
+    int(shared.item())` reads `shared`)."""
+    names = {n.value for n in subexpressions(test) if isinstance(n, cst.Name)}
+    for name in list(names):
+        for value in scope.assignments.get(name, []):
+            if isinstance(value, cst.BaseExpression):
+                names |= {n.value for n in subexpressions(value) if isinstance(n, cst.Name)}
+    return names
+
+
+def _carries(name: str | None, site: CallSite, scope: Scope) -> set[str]:
+    """The names a collective leaves agreed values in: torch's own work in place on the tensors
+    they are given; a project function that makes collectives (a training step's gradient
+    all-reduce) agrees on what it returns, and cannot rebind the caller's names."""
+    if (name or "").startswith("torch.distributed"):
+        return {n.value for a in site.node.args for n in subexpressions(a.value) if isinstance(n, cst.Name)}
+    return {t for t, values in scope.assignments.items() if any(v is site.node for v in values)}
 
 
 def _order(node: cst.CSTNode) -> dict[int, int]:
