@@ -297,3 +297,63 @@ def test_epoch_counter_set_again_on_every_rank_stays_clean(tmp_path: Path) -> No
         "                    if stale >= patience and epoch < stage_two_start:\n"
         "                        epoch = stage_two_start\n", "")
     assert _findings(tmp_path, {"train.py": text}, "DDP035") == set()
+
+
+OOM_STEP = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, net, optimizer, local_rank):
+            self.model = DDP(net.cuda(local_rank), device_ids=[local_rank])
+            self.optimizer = optimizer
+
+        def train_step(self, batch):
+            try:
+                loss = self.model(batch["feats"].cuda()).mean()
+            except RuntimeError as err:
+                if "out of memory" in str(err):
+                    torch.cuda.empty_cache()
+                    print("CUDA OOM, skipping this batch")
+                    return False
+                raise
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad()
+            return True
+
+        def fit(self, loader, epochs):
+            for epoch in range(epochs):
+                for batch in loader:
+                    self.train_step(batch)
+    """
+
+
+def test_step_that_returns_on_its_own_out_of_memory_before_backward(tmp_path: Path) -> None:
+    assert _findings(tmp_path, {"trainer.py": OOM_STEP}, "DDP035") == {("trainer.py", 18, "DDP035")}
+
+
+def test_step_that_returns_on_a_missing_key_stays_clean(tmp_path: Path) -> None:
+    # A KeyError on a malformed batch config is not what the rule knows to be a rank's own event.
+    text = OOM_STEP.replace("except RuntimeError as err:", "except KeyError as err:")
+    assert _findings(tmp_path, {"trainer.py": text}, "DDP035") == set()
+
+
+def test_step_that_returns_after_its_backward_stays_clean(tmp_path: Path) -> None:
+    text = OOM_STEP.replace(
+        "            try:\n                loss = self.model(batch[\"feats\"].cuda()).mean()\n",
+        "            loss = self.model(batch[\"feats\"].cuda()).mean()\n            loss.backward()\n"
+        "            try:\n                self.optimizer.step()\n",
+    ).replace("            loss.backward()\n            self.optimizer.step()\n", "")
+    assert "try:\n                self.optimizer.step()" in text
+    assert _findings(tmp_path, {"trainer.py": text}, "DDP035") == set()
+
+
+def test_broad_except_about_memory_counts_and_a_plain_one_does_not(tmp_path: Path) -> None:
+    broad = OOM_STEP.replace("except RuntimeError as err:", "except Exception as err:")
+    assert _findings(tmp_path, {"trainer.py": broad}, "DDP035") == {("trainer.py", 18, "DDP035")}
+    plain = broad.replace('if "out of memory" in str(err):', "if err.args:").replace(
+        'print("CUDA OOM, skipping this batch")', 'print("skipping this batch")')
+    assert _findings(tmp_path, {"trainer.py": plain}, "DDP035") == set()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -8,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Guard, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
@@ -44,7 +45,12 @@ class RankLocalBreak(Rule):
     makes no collective call that could agree on the decision. Also reported: a variable a
     `while` loop's condition reads, set inside the loop under a rank guard only (`if rank == 0:
     ... epoch = swa.start` under `while epoch < max_epochs:`), unless a collective in the loop
-    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). Also reported: a `continue` that comes before the loop's
+    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). And a `return`
+    (or a loop's `continue`) in an `except` handler for an error one rank can meet on its own
+    (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
+    mentions out-of-memory) that comes before
+    the function's backward: a step helper that catches a CUDA out-of-memory on its batch and
+    returns skips the backward the other ranks make. Also reported: a `continue` that comes before the loop's
     `backward()` on a test of the rank's own values — a local call in the test or in what a plain
     name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`), or `if loss is
     None: continue` where `loss` was computed from the loop's own batch: that rank skips a
@@ -71,6 +77,11 @@ class RankLocalBreak(Rule):
         "backward, while the other ranks all-reduce theirs: the ranks fall out of step and hang (or "
         "average mismatched buckets); agree on it across ranks (all_reduce the flag) so every rank "
         "skips together, or zero the loss instead of skipping"
+    )
+    ERROR_MESSAGE = (
+        "`{exit}` in this `except` ({caught}) skips this rank's backward when only this rank meets "
+        "the error (a CUDA out-of-memory on its own batch), while the other ranks all-reduce theirs "
+        "and wait: agree on the skip across ranks (all_reduce a flag) or let the error stop the job"
     )
     WHILE_MESSAGE = (
         "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
@@ -173,6 +184,7 @@ class RankLocalBreak(Rule):
         model = self.model
         root = model.root
         self._while_conditions(root)
+        self._skips_on_error(root)
         if not root.exits:
             return
         for loop in root.fors:
@@ -239,6 +251,31 @@ class RankLocalBreak(Rule):
                         self.report(binding, self.WHILE_MESSAGE.format(
                             name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)))
                         break
+
+    def _skips_on_error(self, root: ModuleModel) -> None:
+        """`except RuntimeError as e: if "out of memory" in str(e): return False` before the
+        backward of a training step (or `continue` before the loop's backward): the error is
+        this rank's own (a CUDA out-of-memory on its batch), so it skips a backward the other
+        ranks make."""
+        model = self.model
+        if not model.uses_ddp:
+            return
+        for qualname, scope in root.function_scopes.items():
+            backwards = [c for c in root.calls_in(qualname)
+                         if c.method == "backward" or model.facts.does(c, "backward")]
+            if not backwards:
+                continue
+            order: dict[int, int] | None = None
+            for handler, exit_node, loop in _error_exits(scope.node):
+                order = order if order is not None else _order(scope.node)
+                here = order.get(id(exit_node), -1)
+                later = [c for c in backwards if order.get(id(c.node), -1) > here
+                         and (loop is None or loop in c.loops)]
+                if not later:
+                    continue
+                keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
+                self.report(exit_node, self.ERROR_MESSAGE.format(
+                    exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"))
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
@@ -313,6 +350,53 @@ def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
                 for arg in value.args for n in subexpressions(arg.value)):
             return True
     return False
+
+
+# Errors one rank meets on its own batch while the others do not: a CUDA out-of-memory (raised
+# as a RuntimeError by older torch; torch.OutOfMemoryError subclasses RuntimeError). A broader
+# handler (`except Exception:`, a bare `except:`) counts when it says it is about memory.
+_OOM_ERRORS = frozenset({"RuntimeError", "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError",
+                         "OutOfMemoryError", "th.cuda.OutOfMemoryError", "cuda.OutOfMemoryError"})
+_BROAD_ERRORS = frozenset({"Exception", "BaseException"})
+_ABOUT_MEMORY = re.compile(r"out of memory|\bOOM\b|OutOfMemory|OOM_", re.IGNORECASE)
+
+
+def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Return | cst.Continue, cst.CSTNode | None]]:
+    """(handler, exit, the loop a `continue` belongs to) for each `return` or `continue` in an
+    `except` handler of `function` that catches an error a rank meets on its own (nested
+    functions and classes left out; a `continue` only when the `try` sits in a loop of the
+    function)."""
+    found: list[tuple[cst.ExceptHandler, cst.Return | cst.Continue, cst.CSTNode | None]] = []
+
+    def walk(node: cst.CSTNode, loop: cst.CSTNode | None, handler: cst.ExceptHandler | None,
+             handler_loop: cst.CSTNode | None) -> None:
+        for child in node.children:
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(child, cst.ExceptHandler) and _catches_rank_error(child):
+                walk(child, loop, child, loop)
+                continue
+            if handler is not None and isinstance(child, cst.Return):
+                found.append((handler, child, None))
+            elif handler is not None and isinstance(child, cst.Continue) and loop is handler_loop \
+                    and loop is not None:
+                found.append((handler, child, loop))
+            inner = child if isinstance(child, (cst.For, cst.While)) else loop
+            walk(child, inner, handler, handler_loop)
+
+    for child in function.children:
+        walk(child, None, None, None)
+    return iter(found)
+
+
+def _catches_rank_error(handler: cst.ExceptHandler) -> bool:
+    kind = handler.type
+    names = [] if kind is None else (
+        [dotted(e.value) for e in kind.elements] if isinstance(kind, cst.Tuple) else [dotted(kind)])
+    if any(n in _OOM_ERRORS for n in names if n is not None):
+        return True
+    broad = kind is None or any(n in _BROAD_ERRORS for n in names if n is not None)
+    return broad and _ABOUT_MEMORY.search(cst.Module([]).code_for_node(handler)) is not None
 
 
 def _reads(scope: Scope, test: cst.BaseExpression) -> set[str]:
