@@ -183,6 +183,7 @@ class RankLocalBreak(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
+        self._training_loop: cst.CSTNode | None = None
         self._while_conditions(root)
         self._skips_on_error(root)
         if not root.exits:
@@ -201,6 +202,9 @@ class RankLocalBreak(Rule):
             if any(model.facts.does(c, "collective") and model.api(c) not in api.BARRIERS
                    and model.paths.rank_guard(c) is None for c in body_calls):
                 continue
+            # Counts kept inside the loop are followed only for a loop that backpropagates.
+            self._training_loop = loop.node if any(
+                c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) else None
             order: dict[int, int] | None = None
             for exit_node, guard_test in exits:
                 if isinstance(exit_node, cst.Continue):
@@ -321,14 +325,21 @@ class RankLocalBreak(Rule):
                 seen.add(node.value)
                 points = scope.points.get(node.value, [])
                 for i, value in enumerate(scope.assignments.get(node.value, [])):
+                    point = points[i] if i < len(points) else None
+                    # Inside the training loop itself (not resume code before it), a sum of the
+                    # rank's own values (`val_loss += loss.item()`) and a count updated under a
+                    # test of them (`if not improved: stale += 1`, `improved` set under `if
+                    # val_loss < best:`) are each rank's own.
+                    inside = self._training_loop is not None and point is not None \
+                        and self._training_loop in point.loops
                     if isinstance(value, Augmented):
-                        value = value.node.value  # `val_loss += loss.item()`
+                        if not inside:
+                            continue
+                        value = value.node.value
                     if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1, seen):
                         return True
-                    # Updated under a test of the rank's own values (`if not improved: stale += 1`,
-                    # `improved` set under `if val_loss < best:`): each rank keeps its own count.
-                    point = points[i] if i < len(points) else None
-                    if point is not None and any(self._local(root, scope, g.test, depth, seen) for g in point.guards):
+                    if inside and point is not None \
+                            and any(self._local(root, scope, g.test, depth, seen) for g in point.guards):
                         return True
         return False
 
