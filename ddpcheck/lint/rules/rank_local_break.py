@@ -338,8 +338,11 @@ class RankLocalBreak(Rule):
                         value = value.node.value
                     if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1, seen):
                         return True
-                    if inside and point is not None \
-                            and any(self._local(root, scope, g.test, depth, seen) for g in point.guards):
+                    # (Not through an early exit, `if loss is None: continue`: that skip is the
+                    # finding, reported at the `continue`.)
+                    if inside and point is not None and any(
+                            not _early_exit(g) and self._local(root, scope, g.test, depth, seen)
+                            for g in point.guards):
                         return True
         return False
 
