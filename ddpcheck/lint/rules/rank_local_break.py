@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -7,8 +8,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import CallSite, ForSite, Guard, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
@@ -39,10 +40,20 @@ class RankLocalBreak(Rule):
     `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
-    condition (an early-stopping counter kept by rank 0), and the loop makes no collective call
-    that could agree on the decision. Also reported: a `continue` that comes before the loop's
+    condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
+    (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`), and the loop
+    makes no collective call that could agree on the decision. Also reported: a variable a
+    `while` loop's condition reads, set inside the loop under a rank guard only (`if rank == 0:
+    ... epoch = swa.start` under `while epoch < max_epochs:`), unless a collective in the loop
+    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). And a `return`
+    (or a loop's `continue`) in an `except` handler for an error one rank can meet on its own
+    (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
+    mentions out-of-memory) that comes before
+    the function's backward: a step helper that catches a CUDA out-of-memory on its batch and
+    returns skips the backward the other ranks make. Also reported: a `continue` that comes before the loop's
     `backward()` on a test of the rank's own values — a local call in the test or in what a plain
-    name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`): that rank skips a
+    name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`), or `if loss is
+    None: continue` where `loss` was computed from the loop's own batch: that rank skips a
     backward the others make, and their gradient all-reduces no longer pair up. A skip on
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
     is not reported.
@@ -66,6 +77,16 @@ class RankLocalBreak(Rule):
         "backward, while the other ranks all-reduce theirs: the ranks fall out of step and hang (or "
         "average mismatched buckets); agree on it across ranks (all_reduce the flag) so every rank "
         "skips together, or zero the loss instead of skipping"
+    )
+    ERROR_MESSAGE = (
+        "`{exit}` in this `except` ({caught}) skips this rank's backward when only this rank meets "
+        "the error (a CUDA out-of-memory on its own batch), while the other ranks all-reduce theirs "
+        "and wait: agree on the skip across ranks (all_reduce a flag) or let the error stop the job"
+    )
+    WHILE_MESSAGE = (
+        "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
+        "loop at a different iteration and the others wait in their next all-reduce until the timeout; "
+        "set it on every rank (broadcast the decision first)"
     )
     MESSAGE = (
         "`{exit}` on a condition each rank evaluates on its own (`{test}`): if one rank leaves the "
@@ -162,6 +183,9 @@ class RankLocalBreak(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
+        self._training_loop: cst.CSTNode | None = None
+        self._while_conditions(root)
+        self._skips_on_error(root)
         if not root.exits:
             return
         for loop in root.fors:
@@ -178,10 +202,14 @@ class RankLocalBreak(Rule):
             if any(model.facts.does(c, "collective") and model.api(c) not in api.BARRIERS
                    and model.paths.rank_guard(c) is None for c in body_calls):
                 continue
+            # Counts kept inside the loop are followed only for a loop that backpropagates.
+            self._training_loop = loop.node if any(
+                c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) else None
             order: dict[int, int] | None = None
             for exit_node, guard_test in exits:
                 if isinstance(exit_node, cst.Continue):
-                    if not self._local_value(root, loop.scope, guard_test):
+                    if not self._local_value(root, loop.scope, guard_test) \
+                            and not _none_from_batch(loop, guard_test):
                         continue
                     # Only a `continue` that comes before the backward it skips.
                     order = order if order is not None else _order(loop.node)
@@ -194,6 +222,64 @@ class RankLocalBreak(Rule):
                     continue
                 keyword = "break" if isinstance(exit_node, cst.Break) else "return"
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+
+    def _while_conditions(self, root: ModuleModel) -> None:
+        """`while epoch < max_epochs:` where one rank sets `epoch` on its own (`if rank == 0: ...
+        epoch = swa.start`): that rank leaves the loop at a different iteration from the others."""
+        model = self.model
+        loops: dict[int, tuple[cst.While, Scope]] = {}
+        for site in root.calls:
+            for node in site.loops:
+                if isinstance(node, cst.While):
+                    loops.setdefault(id(node), (node, site.scope))
+        for loop, scope in loops.values():
+            body_calls = [c for c in root.calls if loop in c.loops]
+            if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
+                    and not self._forwards(body_calls):
+                continue
+            read = {n.value for n in subexpressions(loop.test) if isinstance(n, cst.Name)}
+            collectives = [c for c in body_calls if model.facts.does(c, "collective")
+                           and model.api(c) not in api.BARRIERS and model.paths.rank_guard(c) is None]
+            # A collective that could carry the loop's counter (or whose reach is unknown) may
+            # make the ranks agree.
+            if any(_carries(model.api(c), c, scope) & _reads(scope, loop.test) for c in collectives):
+                continue
+            for name in sorted(read):
+                ranked = model.paths.set_by_rank(root, scope, name, flags=False)
+                if ranked is None:
+                    continue
+                guard = ranked[0]
+                for binding, point in zip(scope.assignments.get(name, []), scope.points.get(name, [])):
+                    if point is not None and loop in point.loops and guard in point.guards \
+                            and isinstance(binding, cst.BaseExpression):
+                        self.report(binding, self.WHILE_MESSAGE.format(
+                            name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)))
+                        break
+
+    def _skips_on_error(self, root: ModuleModel) -> None:
+        """`except RuntimeError as e: if "out of memory" in str(e): return False` before the
+        backward of a training step (or `continue` before the loop's backward): the error is
+        this rank's own (a CUDA out-of-memory on its batch), so it skips a backward the other
+        ranks make."""
+        model = self.model
+        if not model.uses_ddp:
+            return
+        for qualname, scope in root.function_scopes.items():
+            backwards = [c for c in root.calls_in(qualname)
+                         if c.method == "backward" or model.facts.does(c, "backward")]
+            if not backwards:
+                continue
+            order: dict[int, int] | None = None
+            for handler, exit_node, loop in _error_exits(scope.node):
+                order = order if order is not None else _order(scope.node)
+                here = order.get(id(exit_node), -1)
+                later = [c for c in backwards if order.get(id(c.node), -1) > here
+                         and (loop is None or loop in c.loops)]
+                if not later:
+                    continue
+                keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
+                self.report(exit_node, self.ERROR_MESSAGE.format(
+                    exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"))
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
@@ -217,7 +303,9 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
-    def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2) -> bool:
+    def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2,
+               seen: set[str] | None = None) -> bool:
+        seen = set() if seen is None else seen
         for node in subexpressions(test):
             if isinstance(node, cst.Call):
                 site = root.call_at(node)
@@ -232,10 +320,117 @@ class RankLocalBreak(Rule):
                 # (Set again to the value every rank has is not a rank's own value.)
                 if self.model.paths.set_by_rank(root, scope, node.value, flags=False) is not None:
                     return True
-                for value in scope.assignments.get(node.value, []):
-                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1):
+                if node.value in seen:
+                    continue
+                seen.add(node.value)
+                points = scope.points.get(node.value, [])
+                for i, value in enumerate(scope.assignments.get(node.value, [])):
+                    point = points[i] if i < len(points) else None
+                    # Inside the training loop itself (not resume code before it), a sum of the
+                    # rank's own values (`val_loss += loss.item()`) and a count updated under a
+                    # test of them (`if not improved: stale += 1`, `improved` set under `if
+                    # val_loss < best:`) are each rank's own.
+                    inside = self._training_loop is not None and point is not None \
+                        and self._training_loop in point.loops
+                    if isinstance(value, Augmented):
+                        if not inside:
+                            continue
+                        value = value.node.value
+                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1, seen):
+                        return True
+                    # (Not through an early exit, `if loss is None: continue`: that skip is the
+                    # finding, reported at the `continue`.)
+                    if inside and point is not None and any(
+                            not _early_exit(g) and self._local(root, scope, g.test, depth, seen)
+                            for g in point.guards):
                         return True
         return False
+
+
+def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
+    """`if loss is None:` where `loss` was computed from the batch this loop drew
+    (`loss = compute_loss(batch, model)`): a helper that returns None for a batch with nothing
+    usable in it answers on the rank's own data, so one rank can skip while the others do not."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    if not isinstance(target.operator, cst.Is) or not isinstance(test.left, cst.Name) \
+            or not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
+        return False
+    drawn = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
+    for value in loop.scope.assignments.get(test.left.value, []):
+        if isinstance(value, cst.Call) and any(
+                isinstance(n, cst.Name) and n.value in drawn
+                for arg in value.args for n in subexpressions(arg.value)):
+            return True
+    return False
+
+
+# Errors one rank meets on its own batch while the others do not: a CUDA out-of-memory (raised
+# as a RuntimeError by older torch; torch.OutOfMemoryError subclasses RuntimeError). A broader
+# handler (`except Exception:`, a bare `except:`) counts when it says it is about memory.
+_OOM_ERRORS = frozenset({"RuntimeError", "torch.cuda.OutOfMemoryError", "torch.OutOfMemoryError",
+                         "OutOfMemoryError", "th.cuda.OutOfMemoryError", "cuda.OutOfMemoryError"})
+_BROAD_ERRORS = frozenset({"Exception", "BaseException"})
+_ABOUT_MEMORY = re.compile(r"out of memory|\bOOM\b|OutOfMemory|OOM_", re.IGNORECASE)
+
+
+def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Return | cst.Continue, cst.CSTNode | None]]:
+    """(handler, exit, the loop a `continue` belongs to) for each `return` or `continue` in an
+    `except` handler of `function` that catches an error a rank meets on its own (nested
+    functions and classes left out; a `continue` only when the `try` sits in a loop of the
+    function)."""
+    found: list[tuple[cst.ExceptHandler, cst.Return | cst.Continue, cst.CSTNode | None]] = []
+
+    def walk(node: cst.CSTNode, loop: cst.CSTNode | None, handler: cst.ExceptHandler | None,
+             handler_loop: cst.CSTNode | None) -> None:
+        for child in node.children:
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(child, cst.ExceptHandler) and _catches_rank_error(child):
+                walk(child, loop, child, loop)
+                continue
+            if handler is not None and isinstance(child, cst.Return):
+                found.append((handler, child, None))
+            elif handler is not None and isinstance(child, cst.Continue) and loop is handler_loop \
+                    and loop is not None:
+                found.append((handler, child, loop))
+            inner = child if isinstance(child, (cst.For, cst.While)) else loop
+            walk(child, inner, handler, handler_loop)
+
+    for child in function.children:
+        walk(child, None, None, None)
+    return iter(found)
+
+
+def _catches_rank_error(handler: cst.ExceptHandler) -> bool:
+    kind = handler.type
+    names = [] if kind is None else (
+        [dotted(e.value) for e in kind.elements] if isinstance(kind, cst.Tuple) else [dotted(kind)])
+    if any(n in _OOM_ERRORS for n in names if n is not None):
+        return True
+    broad = kind is None or any(n in _BROAD_ERRORS for n in names if n is not None)
+    return broad and _ABOUT_MEMORY.search(cst.Module([]).code_for_node(handler)) is not None
+
+
+def _reads(scope: Scope, test: cst.BaseExpression) -> set[str]:
+    """The names `test` reads, and those read by what they are assigned (`epoch =
+    int(shared.item())` reads `shared`)."""
+    names = {n.value for n in subexpressions(test) if isinstance(n, cst.Name)}
+    for name in list(names):
+        for value in scope.assignments.get(name, []):
+            if isinstance(value, cst.BaseExpression):
+                names |= {n.value for n in subexpressions(value) if isinstance(n, cst.Name)}
+    return names
+
+
+def _carries(name: str | None, site: CallSite, scope: Scope) -> set[str]:
+    """The names a collective leaves agreed values in: torch's own work in place on the tensors
+    they are given; a project function that makes collectives (a training step's gradient
+    all-reduce) agrees on what it returns, and cannot rebind the caller's names."""
+    if (name or "").startswith("torch.distributed"):
+        return {n.value for a in site.node.args for n in subexpressions(a.value) if isinstance(n, cst.Name)}
+    return {t for t, values in scope.assignments.items() if any(v is site.node for v in values)}
 
 
 def _order(node: cst.CSTNode) -> dict[int, int]:

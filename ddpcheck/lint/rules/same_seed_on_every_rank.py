@@ -505,6 +505,9 @@ _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 _SPAWNERS = api.SPAWN | {"torch.multiprocessing.spawn.spawn"}
 
 
+# Checks a seeding helper makes before seeding the GPU generators too (`if torch.cuda.is_available():
+# torch.cuda.manual_seed_all(seed)`).
+_SEEDING_CHECKS = frozenset({"torch.cuda.is_available", "torch.cuda.device_count"})
 # A worker_init_fn that seeds a generator.
 _WORKER_SEEDS = re.compile(r"\b(manual_)?seed\s*\(")
 # A configuration loader reads the command line or a file.
@@ -557,7 +560,7 @@ def _seeding_or_bookkeeping(site: CallSite) -> bool:
     name = dotted(site.node.func) or ""
     last = name.rsplit(".", 1)[-1]
     return "seed" in last or name in ("isinstance", "int", "print", "str") or last in (
-        "info", "debug", "warning", "use_deterministic_algorithms")
+        "info", "debug", "warning", "use_deterministic_algorithms") or name in _SEEDING_CHECKS
 
 
 def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | None] | None:
