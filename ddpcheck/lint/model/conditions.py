@@ -62,7 +62,9 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
             return True
         if name in ("get", "getenv") and expr.args:
             return _is_rank_env_key(expr.args[0].value)
-        return False
+        # A project helper that returns the rank (`def rank(): ... return dist.get_rank()`).
+        bound = getattr(resolve, "bound_to_rank", None)
+        return bool(bound is not None and bound(expr))
     if isinstance(expr, cst.Subscript):
         base = dotted(expr.value) or ""
         if base.endswith("environ") and len(expr.slice) == 1:
@@ -181,7 +183,16 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         return None
     if isinstance(test, cst.Call):
         name = last_name(test.func)
-        return True if name and _MAIN_PROCESS.match(name) else None
+        if name and _MAIN_PROCESS.match(name):
+            return True
+        returned = getattr(resolve, "returned_sides", None)
+        if returned is not None and _depth < 3:
+            # `if primary():` of a project helper that returns `get_rank() == 0` once the run is
+            # distributed (and True on a single process).
+            answers: set[bool | None] = returned(test, _depth + 1)
+            if len(answers) == 1:
+                return answers.pop()
+        return None
     name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
@@ -235,6 +246,10 @@ _DISTRIBUTED_FLAG = re.compile(
 )
 
 
+# On/off words a flag may be kept as, with the truth each says.
+_SWITCH_WORDS = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False}
+
+
 def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
     """True if `test` holds exactly when the run is distributed, False if exactly when it is not
     (`not args.distributed`, `world_size == 1`, `local_rank == -1`); None if it says neither."""
@@ -258,6 +273,14 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
             if inner is None:
                 return None
             holds = (right.value == "True") == isinstance(op, (cst.Equal, cst.Is))
+            return inner if holds else not inner
+        if isinstance(right, cst.SimpleString) and isinstance(op, (cst.Equal, cst.NotEqual)) \
+                and isinstance(right.evaluated_value, str) and right.evaluated_value.lower() in _SWITCH_WORDS:
+            # `args.dist == "OFF"`: a distributed flag kept as an on/off word.
+            inner = is_distributed_test(left, resolve)
+            if inner is None:
+                return None
+            holds = _SWITCH_WORDS[right.evaluated_value.lower()] == isinstance(op, cst.Equal)
             return inner if holds else not inner
         if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
                 and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":

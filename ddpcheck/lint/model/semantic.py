@@ -27,7 +27,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import UNASKED, CallSite, ModuleModel, Scope, Target
+from ddpcheck.lint.model.module import UNASKED, CallSite, Guard, ModuleModel, Scope, Target
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
@@ -374,6 +374,32 @@ class Names:
         finally:
             self._holding.discard(name)
 
+    def returned_sides(self, call: cst.Call, depth: int) -> set[bool | None]:
+        """What `selects_main_rank` says of what a project function returns (`def primary():
+        ... return get_rank() == 0`); a literal True returned only on a single process (after
+        `if not dist.is_initialized(): return True`) says nothing. {None} when a value is not a
+        test or the call is not followed."""
+        from ddpcheck.lint.model.conditions import on_single_process_only, selects_main_rank
+
+        if self.scope is None:
+            return {None}
+        sides: set[bool | None] = set()
+        for value in self.model.values.of(self.module, call, self.scope, depth=8):
+            node = value.node
+            resolve = self.model.resolver_for(value.module, value.scope)
+            if node is call or not isinstance(node, _FLAG_VALUES):
+                return {None}
+            if isinstance(node, cst.Name) and node.value == "True":
+                guards = value.at.guards if value.at is not None else ()
+                if on_single_process_only(guards, resolve) is not None or any(
+                        _not_built_for_distributed(g, resolve) for g in guards):
+                    continue
+                return {None}
+            sides.add(selects_main_rank(node, resolve, depth))
+            if None in sides:
+                return {None}
+        return sides or {None}
+
     def _item_set(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         """`params.log_to_screen` of a config object whose item of that name is set on every
         path (`params["log_to_screen"] = rank == 0 and params["log_to_screen"]`): the value of
@@ -413,17 +439,34 @@ class Names:
         return values if all(isinstance(v, tests) for v in values) else []
 
     def bound_to_rank(self, expr: cst.BaseExpression) -> bool:
-        if self.scope is None or not isinstance(expr, (cst.Name, cst.Attribute)):
+        if self.scope is None or not isinstance(expr, (cst.Name, cst.Attribute, cst.Call)):
             return False
         from ddpcheck.lint.model.conditions import is_rank_value
 
-        for value in self.model.values.of(self.module, expr, self.scope, depth=6):
-            node = value.node
-            if node is expr or not isinstance(node, (cst.Call, cst.Subscript)):
-                continue
-            if is_rank_value(node, self.model.resolver_for(value.module)):
-                return True
-        return False
+        key = f"<call {id(expr)}>"
+        if key in self._holding:
+            return False  # (a helper whose value is read while it is being read)
+        self._holding.add(key)
+        try:
+            for value in self.model.values.of(self.module, expr, self.scope, depth=6):
+                node = value.node
+                if node is expr or not isinstance(node, (cst.Call, cst.Subscript)):
+                    continue
+                if is_rank_value(node, self.model.resolver_for(value.module)):
+                    return True
+            return False
+        finally:
+            self._holding.discard(key)
+
+
+def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:
+    """The arm of `if not dist.is_available():` that runs: torch built without distributed
+    support, so a single process."""
+    test = guard.test
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) and not guard.negated:
+        inner = test.expression
+        return isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available"
+    return False
 
 
 _LOOPBACK = re.compile(r"^(?:tcp://)?(?:localhost|127\.0\.0\.1|\[?::1\]?)(?::\d+)?/?$")
