@@ -75,10 +75,12 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
     project.remember(module)
     call_hooks = [r.on_call for r in instances if type(r).on_call is not Rule.on_call]
     if call_hooks:
+        model.values.fresh_budget()
         for call in module.calls:
             for hook in call_hooks:
                 hook(call)
     for rule in instances:
+        model.values.fresh_budget()
         rule.finish()
     if not reported:
         return []

@@ -109,13 +109,22 @@ class Value:
         return f"<Value {' '.join(text.split())[:60]!r} in {self.scope.qualname}>"
 
 
+# Evaluation steps one rule may spend on a linted file; past them, what it asks is unknown.
+STEPS_PER_RULE = 20000
+
+
 class Values:
     def __init__(self, model: Model) -> None:
         self.model = model
-        self.budget = 20000  # evaluation steps per linted file; then everything is unknown
+        self.budget = STEPS_PER_RULE
         self._expanding: set[tuple[int, str]] = set()  # dicts whose later entries are being read
         self._testing = 0  # nested `outcome` evaluations (a test read while reading a test)
         self._outcomes: dict[tuple[int, int], bool | None] = {}
+
+    def fresh_budget(self) -> None:
+        """Give the next rule the whole budget: what one rule finds must not depend on which
+        rules ran before it and how much they spent."""
+        self.budget = STEPS_PER_RULE
 
     def of(self, module: ModuleModel, expr: Binding, scope: Scope, frame: Frame | None = None,
            depth: int = DEPTH, at: Point | None = None) -> list[Value]:
