@@ -110,3 +110,49 @@ def test_orig_mod_read_under_the_flag_that_compiled_the_model_is_not_reported(tm
         "        net = DDP(net, device_ids=[rank])\n")
     findings = lint_project(tmp_path, {"train.py": inner}, "train.py", select="DDP025")
     assert _lines(findings, "DDP025") == [22]
+
+
+MOVED_IN_PLACE = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    def build(width):
+        return nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+
+
+    def main(local_rank: int):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        model = build(16)
+        model.to(device)
+        model = DistributedDataParallel(model, device_ids=[local_rank])
+        model.module.load_state_dict(torch.load("best.pt", map_location="cpu"))
+        model.to(device)
+        model.eval()
+        dist.destroy_process_group()
+"""
+
+
+def test_a_move_after_wrapping_to_where_the_module_was_moved_in_place_is_not_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": MOVED_IN_PLACE}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+    # To another device than before the wrap: reported.
+    half = MOVED_IN_PLACE.replace("        model.to(device)\n        model.eval()",
+                                  "        model.to(\"cpu\")\n        model.eval()")
+    findings = lint_project(tmp_path, {"train.py": half}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [19]
+    # The device chosen again in between: reported.
+    again = MOVED_IN_PLACE.replace("        model.module.load_state_dict",
+                                   "        device = torch.device(\"cuda\", 0)\n        model.module.load_state_dict")
+    findings = lint_project(tmp_path, {"train.py": again}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [20]
+    # Moved only on one path before the wrap: reported.
+    maybe = MOVED_IN_PLACE.replace("        model.to(device)\n        model = Distributed",
+                                   "        if local_rank >= 0:\n            model.to(device)\n"
+                                   "        model = Distributed")
+    findings = lint_project(tmp_path, {"train.py": maybe}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [20]
