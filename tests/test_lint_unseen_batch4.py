@@ -156,3 +156,62 @@ def test_a_move_after_wrapping_to_where_the_module_was_moved_in_place_is_not_rep
                                    "        model = Distributed")
     findings = lint_project(tmp_path, {"train.py": maybe}, "train.py", select="DDP014")
     assert _lines(findings, "DDP014") == [20]
+
+
+GENERATOR = """\
+    import torch.nn as nn
+
+
+    class Generator(nn.Module):
+        def __init__(self, channels=3, width=64):
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.Conv2d(channels, width, 3, padding=1),
+                nn.InstanceNorm2d(width),
+                nn.ReLU(inplace=True),
+                nn.Conv2d(width, channels, 3, padding=1),
+            )
+            self.init_weights()
+
+        def init_weights(self):
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+                elif isinstance(m, (nn.BatchNorm2d, nn.InstanceNorm2d)) and m.affine:
+                    nn.init.ones_(m.weight)
+
+        def forward(self, x):
+            return self.body(x)
+"""
+
+GAN_TRAIN = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from nets.generator import Generator
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        netG = DDP(Generator().cuda(local_rank), device_ids=[local_rank])
+        return netG
+
+
+    if __name__ == "__main__":
+        main()
+        dist.destroy_process_group()
+"""
+
+
+def test_a_batchnorm_class_named_only_in_an_isinstance_test_is_not_a_batchnorm_layer(tmp_path: Path) -> None:
+    files = {"nets/__init__.py": "", "nets/generator.py": GENERATOR, "train.py": GAN_TRAIN}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP012")
+    assert _lines(findings, "DDP012") == []
+    # A generator that builds one BatchNorm layer: reported at the wrap.
+    files["nets/generator.py"] = GENERATOR.replace("nn.InstanceNorm2d(width),", "nn.BatchNorm2d(width),")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP012")
+    assert _lines(findings, "DDP012") == [13]

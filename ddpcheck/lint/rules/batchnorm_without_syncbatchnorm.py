@@ -24,6 +24,8 @@ _BATCHNORM_TEXT = re.compile(r"\bBatchNorm[123]d\b|\bnn\.BatchNorm|norm_layer\s*
 _REBOUND_BATCHNORM = re.compile(
     r"^[ \t]*from[ \t]+(?!torch\b)[\w.]+[ \t]+import[^\n]*?\bas[ \t]+(BatchNorm[123]d)\b"
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
+# `isinstance(m, nn.BatchNorm2d)`, `issubclass(cls, (nn.BatchNorm1d, nn.BatchNorm2d))`.
+_TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 
 
@@ -428,7 +430,10 @@ def _builds_batchnorm(name: str | None) -> bool:
 
 def _without_rebound(text: str) -> str:
     """`text` without the bare uses of a `BatchNorm2d` name the module binds to another class
-    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays."""
+    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays. Class tests
+    (`isinstance(m, nn.BatchNorm2d)` in a weight-init loop written for any network) go too: they
+    name the layer without building it."""
+    text = _TYPE_TEST.sub("", text)
     names = {a or b for a, b in _REBOUND_BATCHNORM.findall(text)}
     for name in names:
         text = re.sub(rf"(?<![\w.]){name}\b", "", text)
