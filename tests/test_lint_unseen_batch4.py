@@ -215,3 +215,39 @@ def test_a_batchnorm_class_named_only_in_an_isinstance_test_is_not_a_batchnorm_l
     files["nets/generator.py"] = GENERATOR.replace("nn.InstanceNorm2d(width),", "nn.BatchNorm2d(width),")
     findings = lint_project(tmp_path, files, "train.py", select="DDP012")
     assert _lines(findings, "DDP012") == [13]
+
+
+ROWS_PER_RANK = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def worker(rank, world_size, image):
+        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29531", rank=rank, world_size=world_size)
+        model = DDP(nn.Linear(3, 3))
+        optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+        rows = image.shape[0] // world_size
+        for step in range(100):
+            mine = image[rank * rows:(rank + 1) * rows]
+            loss = (model(mine) - mine).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(2, torch.rand(64, 3)), nprocs=2)
+"""
+
+
+def test_a_literal_rate_where_each_step_splits_one_batch_across_the_ranks_is_not_reported(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": ROWS_PER_RANK}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == []
+    # Every rank trains on the whole image: the global batch grows with the ranks.
+    whole = ROWS_PER_RANK.replace("mine = image[rank * rows:(rank + 1) * rows]", "mine = image[:rows]")
+    findings = lint_project(tmp_path, {"train.py": whole}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == [11]
