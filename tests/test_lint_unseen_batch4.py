@@ -251,3 +251,59 @@ def test_a_literal_rate_where_each_step_splits_one_batch_across_the_ranks_is_not
     whole = ROWS_PER_RANK.replace("mine = image[rank * rows:(rank + 1) * rows]", "mine = image[:rows]")
     findings = lint_project(tmp_path, {"train.py": whole}, "train.py", select="DDP004")
     assert _lines(findings, "DDP004") == [11]
+
+
+RANK0_PREVIEW = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    import torchvision
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Field(nn.Module):
+        def __init__(self, width=64):
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(3, width), nn.ReLU(), nn.Linear(width, 4))
+
+        def forward(self, x):
+            return self.layers(x)
+
+
+    def save_preview(pixels, path):
+        torchvision.utils.save_image(pixels, path)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["RANK"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        field = DDP(Field().cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.Adam(field.parameters())
+        for step in range(1000):
+            points = torch.rand(4096, 3, device="cuda")
+            loss = field(points).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if rank == 0 and step % 100 == 0:
+                with torch.no_grad():
+                    preview = field(torch.rand(64 * 64, 3, device="cuda"))
+                save_preview(preview[:, :3].T.reshape(3, 64, 64), f"step{step}.png")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_rank0_forward_of_a_network_without_buffers_in_a_module_using_torchvision_helpers(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RANK0_PREVIEW}, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == []
+    # A network with running statistics: its DDP forward broadcasts them, the other ranks never join.
+    normed = RANK0_PREVIEW.replace("nn.Linear(3, width), nn.ReLU()", "nn.Linear(3, width), nn.BatchNorm1d(width)")
+    findings = lint_project(tmp_path, {"train.py": normed}, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == [37]
