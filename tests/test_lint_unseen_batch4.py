@@ -307,3 +307,61 @@ def test_a_rank0_forward_of_a_network_without_buffers_in_a_module_using_torchvis
     normed = RANK0_PREVIEW.replace("nn.Linear(3, width), nn.ReLU()", "nn.Linear(3, width), nn.BatchNorm1d(width)")
     findings = lint_project(tmp_path, {"train.py": normed}, "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == [37]
+
+
+UNUSED_REDUCER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def reduce_mean(tensor, nprocs):
+        out = tensor.clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out / nprocs
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        train_set = TensorDataset(torch.randn(512, 8), torch.randint(0, 2, (512,)))
+        val_set = TensorDataset(torch.randn(100, 8), torch.randint(0, 2, (100,)))
+        train_sampler = DistributedSampler(train_set)
+        train_loader = DataLoader(train_set, batch_size=32, sampler=train_sampler)
+        val_sampler = DistributedSampler(val_set, shuffle=False)
+        val_loader = DataLoader(val_set, batch_size=32, sampler=val_sampler)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1 * dist.get_world_size())
+        for epoch in range(3):
+            train_sampler.set_epoch(epoch)
+            for x, y in train_loader:
+                loss = nn.functional.cross_entropy(net(x.cuda()), y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            total = 0.0
+            with torch.no_grad():
+                for x, y in val_loader:
+                    val_loss = nn.functional.cross_entropy(net(x.cuda()), y.cuda())
+                    total += val_loss.item()
+            print(f"epoch {epoch} val_loss {total / len(val_loader):.4f}")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_reduction_helper_nothing_calls_does_not_make_a_padded_sampler_biased(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": UNUSED_REDUCER}, "train.py", select="DDP018")
+    assert _lines(findings, "DDP018") == []
+    # The helper reduces the validation loss: the padded duplicates count twice.
+    used = UNUSED_REDUCER.replace("total += val_loss.item()",
+                                  "total += reduce_mean(val_loss, dist.get_world_size()).item()")
+    findings = lint_project(tmp_path, {"train.py": used}, "train.py", select="DDP018")
+    assert _lines(findings, "DDP018") == [24]
