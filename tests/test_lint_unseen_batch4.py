@@ -365,3 +365,68 @@ def test_a_reduction_helper_nothing_calls_does_not_make_a_padded_sampler_biased(
                                   "total += reduce_mean(val_loss, dist.get_world_size()).item()")
     findings = lint_project(tmp_path, {"train.py": used}, "train.py", select="DDP018")
     assert _lines(findings, "DDP018") == [24]
+
+
+RETRIEVAL_TRAINER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    class Trainer:
+        def __init__(self, batch_size=64):
+            self.batch_size = batch_size
+
+        def build_data(self):
+            source = TensorDataset(torch.randn(1024, 16), torch.randint(0, 10, (1024,)))
+            sampler = DistributedSampler(source)
+            source_loader = DataLoader(source, batch_size=self.batch_size, sampler=sampler)
+            sets = {
+                "query": DataLoader(TensorDataset(torch.randn(100, 16)), batch_size=self.batch_size),
+                "gallery": DataLoader(TensorDataset(torch.randn(900, 16)), batch_size=self.batch_size),
+            }
+            return source_loader, sets
+
+        def extract(self, model, test_loaders):
+            model.eval()
+            with torch.no_grad():
+                return {part: torch.cat([model(x) for (x,) in loader]) for part, loader in test_loaders.items()}
+
+        def run(self):
+            dist.init_process_group("nccl")
+            local_rank = int(os.environ["LOCAL_RANK"])
+            torch.cuda.set_device(local_rank)
+            model = DDP(nn.Linear(16, 8).cuda(), device_ids=[local_rank])
+            source_loader, sets = self.build_data()
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * dist.get_world_size())
+            for epoch in range(10):
+                source_loader.sampler.set_epoch(epoch)
+                for x, y in source_loader:
+                    loss = nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                features = self.extract(model, sets)
+            dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        Trainer().run()
+"""
+
+
+def test_loaders_kept_in_a_dict_that_is_handed_on_as_test_loaders_are_evaluation_loaders(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RETRIEVAL_TRAINER}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    # Handed on under a name that says nothing: they may be read for training, reported.
+    plain = RETRIEVAL_TRAINER.replace("test_loaders", "loaders")
+    findings = lint_project(tmp_path, {"train.py": plain}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [18, 19]
+    # A training loader without a sampler is still reported, whatever else it is handed to.
+    unsharded = RETRIEVAL_TRAINER.replace("batch_size=self.batch_size, sampler=sampler)",
+                                          "batch_size=self.batch_size, shuffle=True)")
+    findings = lint_project(tmp_path, {"train.py": unsharded}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [16]
