@@ -499,10 +499,12 @@ class Paths:
         return bool(callers) and all(self.imported_main(call) for call, _ in callers)
 
     def uncalled(self, site: CallSite) -> bool:
-        """`site` sits in a top-level function of the linted file that nothing calls or names
-        (a helper left over, `def reduce_mean(t, n): ...` never used): it never runs."""
+        """`site` sits in a top-level function of the linted file, a script (it has a `__main__`
+        block), that nothing calls or names (a helper left over, `def reduce_mean(t, n): ...`
+        never used): it never runs. A file without a `__main__` block may be imported: unknown."""
         function = self.function_of(site)
-        if function is None or function.module is not self.model.root or function.owner is not None \
+        if function is None or function.module is not self.model.root or not function.module.main_guards \
+                or function.owner is not None \
                 or "." in function.qualname or self._is_entry(function) or self.model.graph.callers(function):
             return False
         named = re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
