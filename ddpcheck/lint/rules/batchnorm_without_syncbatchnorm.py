@@ -26,6 +26,7 @@ _REBOUND_BATCHNORM = re.compile(
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
 # `isinstance(m, nn.BatchNorm2d)`, `issubclass(cls, (nn.BatchNorm1d, nn.BatchNorm2d))`.
 _TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
+_OTHER_NORM_BUILT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm)\s*\(")
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 
 
@@ -430,10 +431,13 @@ def _builds_batchnorm(name: str | None) -> bool:
 
 def _without_rebound(text: str) -> str:
     """`text` without the bare uses of a `BatchNorm2d` name the module binds to another class
-    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays. Class tests
-    (`isinstance(m, nn.BatchNorm2d)` in a weight-init loop written for any network) go too: they
-    name the layer without building it."""
-    text = _TYPE_TEST.sub("", text)
+    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays. Where the
+    module builds another norm layer (`nn.InstanceNorm2d(64)`), class tests (`isinstance(m,
+    nn.BatchNorm2d)` in a weight-init loop written for any network) go too: they name the layer
+    without building it. (Alone, such a test is the module's only word on its layers, and it is
+    kept.)"""
+    if _OTHER_NORM_BUILT.search(text):
+        text = _TYPE_TEST.sub("", text)
     names = {a or b for a, b in _REBOUND_BATCHNORM.findall(text)}
     for name in names:
         text = re.sub(rf"(?<![\w.]){name}\b", "", text)
