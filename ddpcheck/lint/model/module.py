@@ -205,7 +205,7 @@ class Scope:
             if not point.reaches(use):
                 continue
             found.append((value, point))
-            if point.dominates(use):
+            if point.dominates(use) or self._dominates_on_same_tests(point, use):
                 dominating = point
                 break
             arm = point.arm_before(use)
@@ -223,6 +223,32 @@ class Scope:
                      or not all(loop in dominating.loops for loop in p.loops if loop in use.loops)]
         found.reverse()
         return [v for v, _ in found]
+
+    def _dominates_on_same_tests(self, point: Point, use: Point) -> bool:
+        """`if args.compile: model = torch.compile(model)`, later `if args.compile: raw =
+        model._orig_mod`: the binding happens on every path that passes the second test, since
+        both ask the same question and nothing in this scope rebinds what the test reads between
+        them. Each guard of the binding that `use` does not share must have such a twin around
+        `use` (the same test, the same arm); tests that call anything are not compared."""
+        if point.tick >= use.tick or any(loop not in use.loops for loop in point.loops):
+            return False
+        held = {(id(g.node), g.negated) for g in use.guards}
+        unshared = [g for g in point.guards if (id(g.node), g.negated) not in held]
+        if not unshared:
+            return False
+        for guard in unshared:
+            names = _stable_test_names(guard.test)
+            if names is None or not any(
+                    g.negated == guard.negated and g.node is not guard.node and g.test.deep_equals(guard.test)
+                    for g in use.guards):
+                return False
+            for name, bound in self.assignments.items():
+                if not any(name == n or n.startswith(name + ".") for n in names):
+                    continue
+                ticks = [p.tick for p in self.points.get(name, []) if p is not None]
+                if len(ticks) != len(bound) or any(point.tick < t < use.tick for t in ticks):
+                    return False
+        return True
 
     def binds(self, name: str) -> bool:
         """Whether `name` is bound (assigned, or a parameter) here or in a scope around this one."""
@@ -428,3 +454,30 @@ class ModuleModel:
 
     def __repr__(self) -> str:
         return f"<ModuleModel {self.path}>"
+
+
+def _stable_test_names(test: cst.BaseExpression) -> set[str] | None:
+    """The names and attribute chains a test reads when it is built only from them, literals,
+    comparisons and `and`/`or`/`not` (a test that asks the same each time it is evaluated while
+    they keep their values); None for any other test."""
+    names: set[str] = set()
+
+    def walk(node: cst.BaseExpression) -> bool:
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            text = dotted(node)
+            if text is None:
+                return False
+            names.add(text)
+            return True
+        if isinstance(node, (cst.Integer, cst.Float, cst.SimpleString)):
+            return True
+        if isinstance(node, cst.UnaryOperation):
+            return walk(node.expression)
+        if isinstance(node, cst.BooleanOperation):
+            return walk(node.left) and walk(node.right)
+        if isinstance(node, cst.Comparison):
+            return walk(node.left) and all(walk(c.comparator) for c in node.comparisons)
+        return False
+
+    return names if walk(test) else None
+

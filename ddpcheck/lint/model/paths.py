@@ -30,6 +30,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
     is_distributed_test, selects_main_rank, vacuous_without_flag,
 )
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
@@ -495,6 +496,18 @@ class Paths:
             return False
         callers = self.model.graph.callers(function)
         return bool(callers) and all(self.imported_main(call) for call, _ in callers)
+
+    def uncalled(self, site: CallSite) -> bool:
+        """`site` sits in a top-level function of the linted file, a script (it has a `__main__`
+        block), that nothing calls or names (a helper left over, `def reduce_mean(t, n): ...`
+        never used): it never runs. A file without a `__main__` block may be imported: unknown."""
+        function = self.function_of(site)
+        if function is None or function.module is not self.model.root or not function.module.main_guards \
+                or function.owner is not None \
+                or "." in function.qualname or self._is_entry(function) or self.model.graph.callers(function):
+            return False
+        named = re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
+        return len(named) == 1  # its own `def` only
 
     def imported_main(self, site: CallSite) -> bool:
         """`site` sits under the `if __name__ == "__main__":` block of a project module other

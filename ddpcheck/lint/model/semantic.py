@@ -450,7 +450,10 @@ class Names:
         try:
             for value in self.model.values.of(self.module, expr, self.scope, depth=6):
                 node = value.node
-                if node is expr or not isinstance(node, (cst.Call, cst.Subscript)):
+                if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+                    # `device = rank % torch.cuda.device_count()`: the local rank under another name.
+                    node = node.left
+                elif node is expr or not isinstance(node, (cst.Call, cst.Subscript)):
                     continue
                 if is_rank_value(node, self.model.resolver_for(value.module)):
                     return True

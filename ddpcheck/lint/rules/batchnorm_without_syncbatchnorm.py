@@ -24,6 +24,9 @@ _BATCHNORM_TEXT = re.compile(r"\bBatchNorm[123]d\b|\bnn\.BatchNorm|norm_layer\s*
 _REBOUND_BATCHNORM = re.compile(
     r"^[ \t]*from[ \t]+(?!torch\b)[\w.]+[ \t]+import[^\n]*?\bas[ \t]+(BatchNorm[123]d)\b"
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
+# `isinstance(m, nn.BatchNorm2d)`, `issubclass(cls, (nn.BatchNorm1d, nn.BatchNorm2d))`.
+_TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
+_OTHER_NORM_BUILT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm)\s*\(")
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 # Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
 # help=...)`): its option strings and help text. A flag nothing reads converts nothing.
@@ -525,7 +528,13 @@ def _norm_type(node: cst.BaseExpression) -> str | None:
 
 def _without_rebound(text: str) -> str:
     """`text` without the bare uses of a `BatchNorm2d` name the module binds to another class
-    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays."""
+    (`from modules import InPlaceABNSync as BatchNorm2d`); `nn.BatchNorm2d` stays. Where the
+    module builds another norm layer (`nn.InstanceNorm2d(64)`), class tests (`isinstance(m,
+    nn.BatchNorm2d)` in a weight-init loop written for any network) go too: they name the layer
+    without building it. (Alone, such a test is the module's only word on its layers, and it is
+    kept.)"""
+    if _OTHER_NORM_BUILT.search(text):
+        text = _TYPE_TEST.sub("", text)
     names = {a or b for a, b in _REBOUND_BATCHNORM.findall(text)}
     for name in names:
         text = re.sub(rf"(?<![\w.]){name}\b", "", text)

@@ -525,5 +525,8 @@ class CollectiveInRankBranch(Rule):
         return False
 
 
-# Layers and calls that give a module buffers (running statistics, registered tensors).
-_BUFFERS = re.compile(r"register_buffer|BatchNorm|InstanceNorm|running_mean|Buffer\(|torchvision|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")
+# Layers and calls that give a module buffers (running statistics, registered tensors). Of
+# torchvision only its networks count (`torchvision.models`, `from torchvision import models`), not
+# a module that uses its transforms or image helpers.
+_BUFFERS = re.compile(r"register_buffer|BatchNorm|InstanceNorm|running_mean|Buffer\(|torchvision\.models"
+                      r"|from\s+torchvision\s+import[^\n]*\bmodels\b|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")

@@ -7,7 +7,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values, splits_by_rank
-from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel, Param, Shared
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Param, Scope, Shared
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
@@ -254,9 +255,75 @@ class MissingDistributedSampler(Rule):
             return False
         if any(is_eval_name(name) for name in site.module.assigned_names(site.node)):
             return False
+        known = self._known_names(site)
+        if any(is_eval_name(name) for name in known) and not any("train" in name.lower() for name in known):
+            return False  # handed on as `test_loader`, kept in a dict that is: an evaluation loader
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
         return True
+
+    def _known_names(self, site: CallSite) -> set[str]:
+        """The names a loader goes by: those it is assigned to, the dict it is an entry of
+        (`loaders = {"query": DataLoader(...)}`, `loaders["train"] = DataLoader(...)`), and, two
+        calls deep, the parameters those are passed to and the names a caller binds them to when
+        a function returns them (`train, test = self.build_dataset()`)."""
+        module, scope = site.module, site.scope
+        names = set(module.assigned_names(site.node))
+        for name, values in scope.assignments.items():
+            if any(isinstance(v, cst.Dict) and any(isinstance(e, cst.DictElement) and e.value is site.node
+                                                   for e in v.elements) for v in values):
+                names.add(name)
+        for name, entries in scope.updates.items():
+            if any(value is site.node for _, value, _, _ in entries):
+                names.add(name)
+        found = set(names)
+        seen: set[tuple[int, str]] = set()
+        for name in names:
+            self._handed_on(module, scope, name, 2, found, seen)
+        return found
+
+    def _handed_on(self, module: ModuleModel, scope: Scope, name: str, depth: int, found: set[str],
+                   seen: set[tuple[int, str]]) -> None:
+        if depth <= 0 or "." in name or (id(scope), name) in seen:
+            return
+        seen.add((id(scope), name))
+        graph = self.model.graph
+        for call in module.calls:
+            if call.scope is not scope:
+                continue
+            for arg in call.node.args:
+                if not (isinstance(arg.value, cst.Name) and arg.value.value == name):
+                    continue
+                for callee, bound in graph.targets(call):
+                    for values in callee.scope.assignments.values():
+                        for param in values:
+                            if isinstance(param, Param) \
+                                    and graph.argument_for(call, callee, param, bound) is arg.value:
+                                found.add(param.name)
+                                self._handed_on(callee.module, callee.scope, param.name, depth - 1, found, seen)
+        function = scope.qualname if scope.kind == "function" else None
+        if function is None or function not in module.functions:
+            return
+        for returned in module.returns.get(function, []):
+            if isinstance(returned, cst.Name) and returned.value == name:
+                index: int | None = None
+            elif isinstance(returned, cst.Tuple):
+                where = [i for i, e in enumerate(returned.elements)
+                         if isinstance(e.value, cst.Name) and e.value.value == name]
+                if not where:
+                    continue
+                index = where[0]
+            else:
+                continue
+            for call, _ in graph.callers(Function(module, function)):
+                outer = call.scope
+                for bound_name, bindings in outer.assignments.items():
+                    for binding in bindings:
+                        hit = binding is call.node if index is None else (
+                            isinstance(binding, Item) and binding.value is call.node and binding.index == index)
+                        if hit:
+                            found.add(bound_name)
+                            self._handed_on(call.module, outer, bound_name, depth - 1, found, seen)
 
     def _options_known(self, site: CallSite) -> bool:
         """Every `**options` of a call of torch's own DataLoader is a dict whose keys are all

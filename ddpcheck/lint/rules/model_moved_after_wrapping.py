@@ -6,7 +6,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, is_ddp, strip_moves, wraps
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
-from ddpcheck.lint.model.syntax import children, dotted
+from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -250,7 +250,32 @@ class ModelMovedAfterWrapping(Rule):
         if name is None or not isinstance(move.func, cst.Attribute):
             return False
         target = (move.func.attr.value, _args(wrap.site.module, move))
-        return self._moved_to(wrap.site.scope, name, wrap.site.point, target, 3)
+        return self._moved_to(wrap.site.scope, name, wrap.site.point, target, 3) \
+            or self._moved_in_place(wrap, name, move, target)
+
+    def _moved_in_place(self, wrap: Wrap, name: str, move: cst.Call, target: tuple[str, str]) -> bool:
+        """`model = build(cfg)`, `model.to(device)` on every path to the wrap, then `DDP(model)`:
+        a module moves in place, so a later `model.to(device)` (the same call, `device` not
+        rebound in between) moves nothing."""
+        module, scope = wrap.site.module, wrap.site.scope
+        later = module.call_at(move)
+        if later is None:
+            return False
+        made = [p.tick for p in scope.points.get(name, []) if p is not None and p.tick < wrap.site.point.tick]
+        for site in module.calls[:wrap.site.index]:
+            if site.scope is not scope or site.qualname is not None or site.method != target[0] \
+                    or site.receiver is None or dotted(site.receiver) != name \
+                    or _args(module, site.node) != target[1] or not site.point.dominates(wrap.site.point):
+                continue
+            if any(t > site.point.tick for t in made):
+                continue  # a new module under that name after the move
+            read = {dotted(n) for a in site.node.args for n in subexpressions(a.value)
+                    if isinstance(n, (cst.Name, cst.Attribute))}
+            if any(p is not None and site.point.tick < p.tick < later.point.tick
+                   for n in read if n is not None for p in scope.points.get(n, [])):
+                continue  # the device was chosen again in between
+            return True
+        return False
 
     def _moved_to(self, scope: Scope, name: str, point: Point, target: tuple[str, str], depth: int) -> bool:
         """Every binding of `name` that reaches `point` is the move `target` (or keeps the device

@@ -192,8 +192,9 @@ class PaddedEvalSampler(Rule):
         samplers = [s for s in model.paths.sites() if pads(model, s)]
         if not samplers:
             return
-        calls = model.root.calls
-        sites = model.paths.sites()
+        # (a reduction in a helper of the script that nothing calls reduces nothing)
+        calls = [c for c in model.root.calls if not model.paths.uncalled(c)]
+        sites = [c for c in model.paths.sites() if not model.paths.uncalled(c)]
         averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
                     for a in c.node.args}
         gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import dotted, subexpressions
@@ -164,6 +166,8 @@ class UnscaledLearningRate(Rule):
         modules = {id(s.module): s.module for s in sites}
         if any(_DIVIDES_BY_WORLD.search(code_only(m.source)) for m in modules.values()):  # not a commented-out line
             return
+        if any(self._splits_steps_by_rank(m) for m in modules.values()):
+            return
         for site in sites:
             name = model.api(site)
             if name == api.ZERO_OPTIMIZER:
@@ -198,6 +202,22 @@ class UnscaledLearningRate(Rule):
                 self.report(passed[0].node, module=passed[0].module, related=[site])
             else:
                 self.report(where, module=site.module, related=model.paths.chain(site))
+
+    def _splits_steps_by_rank(self, module: ModuleModel) -> bool:
+        """A training loop (a loop that calls `backward()`) that takes each rank's slice of one
+        batch (`target[bounds[rank]:bounds[rank + 1]]`, `rays[rank * n:(rank + 1) * n]`): the
+        global batch is split across the ranks and does not grow with the world size."""
+        resolve = self.model.resolver_for(module)
+        for node in subexpressions(module.tree):
+            if not isinstance(node, (cst.For, cst.While)):
+                continue
+            inside = list(subexpressions(node.body))
+            if not any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+                       and n.func.attr.value == "backward" for n in inside):
+                continue
+            if any(_rank_slice(n, resolve) for n in inside):
+                return True
+        return False
 
     def _group_rates(self, site: CallSite, sites: list[CallSite]) -> None:
         """Report the constant rates of the parameter groups the optimizer gets as a list of
@@ -309,3 +329,14 @@ def _is_one(node: object) -> bool:
 def _is_zero(node: object) -> bool:
     return isinstance(node, (cst.Integer, cst.Float)) and float(node.evaluated_value) == 0.0
 
+
+
+def _rank_slice(node: cst.CSTNode, resolve: Callable[[cst.BaseExpression], str | None]) -> bool:
+    """`x[a:b]` whose bounds both read the rank: one rank's share of `x`."""
+    if not (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice)):
+        return False
+    part = node.slice[0].slice
+    if part.lower is None or part.upper is None or part.step is not None:
+        return False
+    return all(any(isinstance(n, cst.BaseExpression) and is_rank_value(n, resolve) for n in subexpressions(bound))
+               for bound in (part.lower, part.upper))
