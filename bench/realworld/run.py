@@ -70,7 +70,8 @@ class Verdict:
 
 def _tokens(tree: Path, spec: dict[str, Any], seed: int) -> None:
     """Shards of random token ids (`path` may hold `{i}`), as nanoGPT-style loaders memmap them;
-    `dtype` is the array type the loader reads (uint16 unless given)."""
+    `dtype` is the array type the loader reads (uint16 unless given); `"format": "npy"` writes
+    NumPy's .npy files (with their header) for loaders that `np.load` them instead of raw bytes."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -78,7 +79,12 @@ def _tokens(tree: Path, spec: dict[str, Any], seed: int) -> None:
     for i in range(int(spec.get("files", 1))):
         target = tree / spec["path"].format(i=i)
         target.parent.mkdir(parents=True, exist_ok=True)
-        rng.integers(0, int(spec["vocab"]), size=int(spec["tokens"]), dtype=dtype).tofile(target)
+        ids = rng.integers(0, int(spec["vocab"]), size=int(spec["tokens"]), dtype=dtype)
+        if spec.get("format") == "npy":
+            with open(target, "wb") as out:  # np.save(path) would append ".npy" to other names
+                np.save(out, ids)
+        else:
+            ids.tofile(target)
 
 
 def _words(tree: Path, spec: dict[str, Any], seed: int) -> None:
