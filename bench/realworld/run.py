@@ -125,8 +125,22 @@ def _images(tree: Path, spec: dict[str, Any], seed: int) -> None:
         Image.fromarray(pixels).save(folder / f"img{i:05d}.png")
 
 
-GENERATORS = {"tokens": _tokens, "images": _images, "words": _words, "json": _json}
-GENERATOR_NEEDS = {"tokens": ["numpy"], "images": ["numpy", "PIL"], "words": ["numpy"]}
+def _hdf5_tokens(tree: Path, spec: dict[str, Any], seed: int) -> None:
+    """An HDF5 file holding one 1-D dataset (`dataset`, "tokens" unless given) of `tokens`
+    random ids below `vocab`, as loaders that slice an h5py dataset read it."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    target = tree / spec["path"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(target, "w") as out:
+        out.create_dataset(spec.get("dataset", "tokens"),
+                           data=rng.integers(0, int(spec["vocab"]), size=int(spec["tokens"]), dtype=np.int64))
+
+
+GENERATORS = {"tokens": _tokens, "images": _images, "words": _words, "json": _json, "hdf5_tokens": _hdf5_tokens}
+GENERATOR_NEEDS = {"tokens": ["numpy"], "images": ["numpy", "PIL"], "words": ["numpy"], "hdf5_tokens": ["numpy", "h5py"]}
 
 
 # --- one script ----------------------------------------------------------------------------

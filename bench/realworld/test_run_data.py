@@ -31,3 +31,13 @@ def test_npy_token_shards_load_with_numpy_and_raw_shards_stay_raw(tmp_path: Path
     assert [s.shape for s in shards] == [(50,), (50,)] and all(s.dtype == np.uint16 for s in shards)
     assert int(max(s.max() for s in shards)) < 7
     assert (tmp_path / "raw.bin").stat().st_size == 100  # 50 uint16 ids, no header
+
+
+def test_hdf5_token_file_holds_one_sliceable_dataset(tmp_path: Path) -> None:
+    h5py = pytest.importorskip("h5py")
+    _harness().GENERATORS["hdf5_tokens"](tmp_path, {"path": "data/train.h5", "tokens": 300, "vocab": 11}, seed=1)
+
+    with h5py.File(tmp_path / "data" / "train.h5", "r") as f:
+        assert list(f) == ["tokens"]
+        window = f["tokens"][10:43]
+        assert f["tokens"].shape == (300,) and window.shape == (33,) and int(window.max()) < 11
