@@ -70,7 +70,8 @@ class Verdict:
 
 def _tokens(tree: Path, spec: dict[str, Any], seed: int) -> None:
     """Shards of random token ids (`path` may hold `{i}`), as nanoGPT-style loaders memmap them;
-    `dtype` is the array type the loader reads (uint16 unless given)."""
+    `dtype` is the array type the loader reads (uint16 unless given); `"format": "npy"` writes
+    NumPy's .npy files (with their header) for loaders that `np.load` them instead of raw bytes."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -78,7 +79,12 @@ def _tokens(tree: Path, spec: dict[str, Any], seed: int) -> None:
     for i in range(int(spec.get("files", 1))):
         target = tree / spec["path"].format(i=i)
         target.parent.mkdir(parents=True, exist_ok=True)
-        rng.integers(0, int(spec["vocab"]), size=int(spec["tokens"]), dtype=dtype).tofile(target)
+        ids = rng.integers(0, int(spec["vocab"]), size=int(spec["tokens"]), dtype=dtype)
+        if spec.get("format") == "npy":
+            with open(target, "wb") as out:  # np.save(path) would append ".npy" to other names
+                np.save(out, ids)
+        else:
+            ids.tofile(target)
 
 
 def _words(tree: Path, spec: dict[str, Any], seed: int) -> None:
@@ -119,8 +125,22 @@ def _images(tree: Path, spec: dict[str, Any], seed: int) -> None:
         Image.fromarray(pixels).save(folder / f"img{i:05d}.png")
 
 
-GENERATORS = {"tokens": _tokens, "images": _images, "words": _words, "json": _json}
-GENERATOR_NEEDS = {"tokens": ["numpy"], "images": ["numpy", "PIL"], "words": ["numpy"]}
+def _hdf5_tokens(tree: Path, spec: dict[str, Any], seed: int) -> None:
+    """An HDF5 file holding one 1-D dataset (`dataset`, "tokens" unless given) of `tokens`
+    random ids below `vocab`, as loaders that slice an h5py dataset read it."""
+    import h5py
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    target = tree / spec["path"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(target, "w") as out:
+        out.create_dataset(spec.get("dataset", "tokens"),
+                           data=rng.integers(0, int(spec["vocab"]), size=int(spec["tokens"]), dtype=np.int64))
+
+
+GENERATORS = {"tokens": _tokens, "images": _images, "words": _words, "json": _json, "hdf5_tokens": _hdf5_tokens}
+GENERATOR_NEEDS = {"tokens": ["numpy"], "images": ["numpy", "PIL"], "words": ["numpy"], "hdf5_tokens": ["numpy", "h5py"]}
 
 
 # --- one script ----------------------------------------------------------------------------

@@ -38,6 +38,22 @@ def test_crash_on_rank_1_names_the_rank_and_the_line(tmp_path):
     assert_no_survivors(mark)
 
 
+def test_a_rank_stopped_after_another_crashed_is_not_said_to_skip_the_ddp_forward(tmp_path):
+    # Rank 0 raises at its first checkpoint, three fast steps in; rank 1, fed by DataLoader
+    # workers, is stopped by the launcher before it writes its final record. What that record
+    # last said (a DDP model, no forward yet) is not evidence that the forward was never called.
+    script = fixture("rank0_checkpoint_crash_workers.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script)], tmp_path, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["ranks"] == [0]
+    assert crash["location"]["line"] == _line_of(script, "torch.save(")
+    assert "DDP109" not in codes(data), proc.stdout
+    used = next(c for c in data["run"]["checks"] if c["code"] == "DDP109")
+    assert used["status"] == "pass" and "DDP forward called" in used["detail"]
+    assert_no_survivors(mark)
+
+
 def test_ctrl_c_stops_every_rank_and_writes_the_partial_report(tmp_path):
     script = fixture("slow_steps.py", tmp_path)
     mark = uuid.uuid4().hex

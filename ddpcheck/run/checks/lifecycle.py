@@ -319,7 +319,11 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         out.append(Verdict(USED, SKIP, "no process group"))
     else:
         no_ddp = tuple(r for r, s in secs.items() if not s["ddp"])
-        unused = tuple(r for r, s in secs.items() if s["ddp"] and not any(d["forwards"] for d in s["ddp"]))
+        # A rank the launcher stopped (after another rank's crash) never wrote its final record:
+        # what it last wrote can predate its first forward, so its zero is unknown, not evidence.
+        final = {r["rank"] for r in records if r.get("status") == "finished"}
+        unused = tuple(r for r, s in secs.items()
+                       if s["ddp"] and r in final and not any(d["forwards"] for d in s["ddp"]))
         by_hand = _synchronised_by_hand(records, ctx) if no_ddp and len(no_ddp) == len(secs) else None
         if by_hand is not None:
             out.append(Verdict(USED, PASS, f"no DistributedDataParallel model: {by_hand}"))
@@ -337,7 +341,10 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
                                "`model(x)` / `ddp_model.module(x)`.", ranks=unused))
         else:
             n = sum(d["forwards"] for s in secs.values() for d in s["ddp"])
-            out.append(Verdict(USED, PASS, f"DDP forward called ({n} times over all ranks)"))
+            if n:
+                out.append(Verdict(USED, PASS, f"DDP forward called ({n} times over all ranks)"))
+            else:
+                out.append(Verdict(USED, SKIP, "the ranks were stopped before their records showed a DDP forward"))
 
     out.append(_devices(secs, {r["rank"]: r.get("local_rank", 0) for r in records},
                         {r["rank"]: node_of(r) for r in records}))
