@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import LAUNCH_FLAG, selects_main_rank
+from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
@@ -21,6 +21,8 @@ _LOGGERS = re.compile(r"^(logger|log|logging|LOGGER|_logger|_LOGGER)$")
 _LOG_SETUP_METHODS = frozenset({"setLevel", "addHandler", "removeHandler", "disable"})
 _LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
+# `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
+_BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _MAX_HOPS = 3
@@ -417,7 +419,7 @@ class PrintOnEveryRank(Rule):
                 continue
             if self._guarded(site):
                 continue
-            if kind != "tqdm" and self._rank_tagged(site):
+            if self._rank_tagged(site, kind):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
@@ -635,13 +637,21 @@ class PrintOnEveryRank(Rule):
             self._silenced_logging = any(self._ranked_log_setup(c) for c in self.model.paths.sites())
         return self._silenced_logging
 
-    @staticmethod
-    def _rank_tagged(site: CallSite) -> bool:
+    def _rank_tagged(self, site: CallSite, kind: str | None = None) -> bool:
         """The message names the rank, in the call or in the variable it is built in
-        (`msg += f" rank {rank}"; logging.debug(msg)`)."""
+        (`msg += f" rank {rank}"; logging.debug(msg)`), or formats a value that is the rank
+        under another name (`template.format(self.gpu_id, loss)`); for a progress bar, its
+        label (`tqdm(total=n, desc=f"rank {rank}")`)."""
         module = site.module
-        for arg in site.node.args:
+        resolve = self.model.resolver_for(module, site.scope)
+        args = site.node.args
+        if kind == "tqdm":
+            args = tuple(a for a in args if a.keyword is not None and a.keyword.value == "desc")
+        for arg in args:
             if _RANK.search(module.code(arg.value)):
+                return True
+            if any(isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
+                   for sub in subexpressions(arg.value)):
                 return True
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
@@ -752,7 +762,7 @@ class PrintOnEveryRank(Rule):
                 return None  # `print(row, file=f)` writes a file, not the console
             return "print"
         q = self.model.api(site) or ""
-        if q in api.TQDM:
+        if q in _BARS:
             return "tqdm"
         if q in _TQDM_WRITES:
             return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
