@@ -294,3 +294,68 @@ def test_a_disabled_trange_and_a_bar_labelled_with_the_rank_are_quiet(tmp_path) 
     write_project(tmp_path, {"train.py": BARS.format(disable=", disable=rank != 0",
                                                      label='f"self-play rank {rank}"')})
     assert finding_set(tmp_path, "train.py", select="DDP020") == set()
+
+
+EVAL_TABLE = """\
+    import torch
+    from tqdm import tqdm
+
+
+    def evaluate_coco(loader, model, cfg):
+        results = []
+        with torch.no_grad():
+            for i, batch in {bar}:
+                boxes = model(batch["image"].cuda())
+                results.extend(decode(boxes))
+                print("{{}}/{{}}".format(i, len(loader)), end="\\r")
+        return coco_map(results)
+
+
+    def evaluate_voc(loader, model, cfg):
+        return voc_map([model(b["image"].cuda()) for b in loader])
+
+
+    def evaluate(loader, model, cfg):
+        table = {{"COCO": evaluate_coco, "VOC": evaluate_voc}}
+        return table[cfg.eval_type](loader, model, cfg)
+    """
+
+TABLE_SCRIPT = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from engine import evaluate
+
+
+    def main(cfg):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        model = DDP(build_detector(cfg).cuda(), device_ids=[local_rank])
+        test_loader = DataLoader(cfg.test_set, batch_size=8, sampler=DistributedSampler(cfg.test_set, shuffle=False))
+        for epoch in range(cfg.epochs):
+            train_one_epoch(model, train_loader, optimizer)
+            if epoch in cfg.eval_epochs:
+                metrics = evaluate(test_loader, model, cfg)
+                if local_rank == 0:
+                    print(epoch, metrics)
+    """
+
+
+def test_output_in_an_evaluator_run_through_a_dispatch_table_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"engine.py": EVAL_TABLE.format(bar="tqdm(enumerate(loader))"),
+                             "train.py": TABLE_SCRIPT})
+    assert finding_set(tmp_path, "train.py", "engine.py", select="DDP020") == \
+        {("engine.py", 8, "DDP020"), ("engine.py", 11, "DDP020")}
+
+
+def test_an_evaluator_in_a_dispatch_table_that_prints_on_rank_zero_only_is_quiet(tmp_path) -> None:
+    engine = EVAL_TABLE.format(bar="tqdm(enumerate(loader), disable=dist.get_rank() != 0)").replace(
+        '                print("{}/{}"', '                if dist.get_rank() == 0:\n                    print("{}/{}"').replace(
+        "import torch\n", "import torch\nimport torch.distributed as dist\n", 1)
+    write_project(tmp_path, {"engine.py": engine, "train.py": TABLE_SCRIPT})
+    assert finding_set(tmp_path, "train.py", "engine.py", select="DDP020") == set()
