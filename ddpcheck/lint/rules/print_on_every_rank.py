@@ -43,15 +43,18 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported (`print`, `tqdm.write`, progress bars, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
-    Not reported: calls under a rank guard (`if rank == 0:`, `if is_main_process():`,
+    Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
+    kept as the environment's string, `if is_main_process():`,
     `cond and opt["rank"] == 0`, `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag
     assigned or passed from one — `Trainer(..., verbose=rank == 0)` then `if self.verbose:` —,
+    `is_main = True if local_rank == 0 else False` passed to a project logger that prints `if
+    self.enable:`, `MAIN = rank is None or rank == 0`,
     `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
     decorator such as `@rank_zero_only`), calls of a logger only rank 0 has,
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
@@ -65,7 +68,9 @@ class PrintOnEveryRank(Rule):
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
-    variable holding the message); start-up loops (over arguments, files, state_dict keys);
+    variable holding the message, or a value that is the rank under another name:
+    `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
+    {rank}"`); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
