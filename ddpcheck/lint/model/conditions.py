@@ -294,8 +294,10 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
                 and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":
             return isinstance(op, cst.In)  # `"RANK" in os.environ`: launched distributed
-        if isinstance(right, cst.Name) and right.value == "None" and is_rank_value(left, resolve):
-            # `local_rank is None`: the option a launcher fills in was left unset.
+        if isinstance(right, cst.Name) and right.value == "None" and "rank" in (last_name(left) or "").lower() \
+                and is_rank_value(left, resolve):
+            # `local_rank is None`: the option a launcher fills in was left unset. (Not `args.gpu
+            # is None`, which in the ImageNet example's style is the torchrun path.)
             if isinstance(op, (cst.Equal, cst.Is)):
                 return False
             if isinstance(op, (cst.NotEqual, cst.IsNot)):
