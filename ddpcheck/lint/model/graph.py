@@ -509,9 +509,7 @@ class CallGraph:
                         return [(Function(module, nested), "")]
             return self._constructors(site) or self._through_values(site, func)
         if isinstance(func, cst.Subscript):
-            # `BACKENDS[name](args)` builds one of the table's classes; `{"COCO": evaluate_coco,
-            # "VOC": evaluate_voc}[cfg.eval_type](loader, model)` runs one of its functions.
-            return self._constructors(site) or [(f, "") for f in self.functions_in(site, func) if f.owner is None]
+            return self._constructors(site)
         if not isinstance(func, cst.Attribute):
             return []
         method = func.attr.value
@@ -792,8 +790,7 @@ class CallGraph:
         # its worker and calls it directly on one GPU (`else: worker(0, args)`) has two callers.
         # `Trainer(...).fit()`: a method called on a value that has no dotted name.
         return [c for c in module.calls if c.method == name or c.dotted is not None and (
-            c.dotted.rsplit(".", 1)[-1] == name or c.qualname in api.PROCESS_STARTERS)
-            or isinstance(c.node.func, cst.Subscript)]
+            c.dotted.rsplit(".", 1)[-1] == name or c.qualname in api.PROCESS_STARTERS)]
 
 
 # Outside classes derived from the ones rules ask about.
