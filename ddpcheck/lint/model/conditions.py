@@ -84,15 +84,34 @@ def _is_rank_env_key(expr: cst.BaseExpression) -> bool:
 
 
 def _is_zero_or_minus_one(expr: cst.BaseExpression) -> bool:
-    if isinstance(expr, cst.Integer):
-        return expr.evaluated_value == 0
+    if isinstance(expr, (cst.Integer, cst.SimpleString)):
+        return _is_zero(expr)
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
         return isinstance(expr.expression, cst.Integer) and expr.expression.evaluated_value == 1
     return False
 
 
 def _is_zero(expr: cst.BaseExpression) -> bool:
+    """`0`, or `"0"`: a rank kept as the string the launcher put in the environment
+    (`rank = os.environ.get("RANK", "0")`, then `if rank == "0":`)."""
+    if isinstance(expr, cst.SimpleString):
+        return expr.evaluated_value == "0"
     return isinstance(expr, cst.Integer) and expr.evaluated_value == 0
+
+
+def _bool_literal(expr: cst.BaseExpression) -> bool | None:
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "True"
+    return None
+
+
+def _as_test(expr: cst.IfExp) -> tuple[cst.BaseExpression, bool] | None:
+    """`True if T else False` is T, `False if T else True` is `not T`: the test, and whether it
+    is negated. None for any other conditional expression."""
+    body, orelse = _bool_literal(expr.body), _bool_literal(expr.orelse)
+    if body is None or orelse is None or body == orelse:
+        return None
+    return expr.test, orelse
 
 
 def _main_rank_set(expr: cst.Tuple | cst.List | cst.Set) -> bool:
@@ -119,7 +138,7 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
                 name = last_name(target) or ""
                 return bool(_WORLD_NAME.search(name) or name in _COUNT_CALLS)
         if isinstance(comp.operator, cst.Equal) and isinstance(comp.comparator, cst.SimpleString) \
-                and is_rank_value(test.left, resolve):
+                and not _is_zero(comp.comparator) and is_rank_value(test.left, resolve):
             return True  # `rank == "cpu"`: the rank variable holds a device name on a CPU-only run
     # `args.local_rank == -1`, `not args.distributed`, `world_size < 2`...
     return is_distributed_test(test, resolve) is False
@@ -128,6 +147,12 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
 def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 0) -> bool | None:
     """True if `test` holds on rank 0 only; False if it holds on every rank but rank 0;
     None if it is not a rank condition."""
+    if isinstance(test, cst.IfExp):
+        spelled = _as_test(test)
+        if spelled is None:
+            return None
+        inner = selects_main_rank(spelled[0], resolve, _depth)
+        return None if inner is None else inner != spelled[1]
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = selects_main_rank(test.expression, resolve, _depth)
         if inner is None and is_rank_value(test.expression, resolve):
@@ -252,7 +277,14 @@ _SWITCH_WORDS = {"on": True, "true": True, "yes": True, "off": False, "false": F
 
 def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
     """True if `test` holds exactly when the run is distributed, False if exactly when it is not
-    (`not args.distributed`, `world_size == 1`, `local_rank == -1`); None if it says neither."""
+    (`not args.distributed`, `world_size == 1`, `local_rank == -1`, `local_rank is None`); None
+    if it says neither."""
+    if isinstance(test, cst.IfExp):
+        spelled = _as_test(test)
+        if spelled is None:
+            return None
+        inner = is_distributed_test(spelled[0], resolve)
+        return None if inner is None else inner != spelled[1]
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         inner = is_distributed_test(test.expression, resolve)
         return None if inner is None else not inner
@@ -285,6 +317,15 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
                 and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":
             return isinstance(op, cst.In)  # `"RANK" in os.environ`: launched distributed
+        if isinstance(right, cst.Name) and right.value == "None" and "rank" in (last_name(left) or "").lower() \
+                and is_rank_value(left, resolve):
+            # `local_rank is None`: the option a launcher fills in was left unset. (Not `args.gpu
+            # is None`, which in the ImageNet example's style is the torchrun path.)
+            if isinstance(op, (cst.Equal, cst.Is)):
+                return False
+            if isinstance(op, (cst.NotEqual, cst.IsNot)):
+                return True
+            return None
         if isinstance(right, cst.UnaryOperation) and _is_zero_or_minus_one(right) and is_rank_value(left, resolve):
             if isinstance(op, (cst.Equal, cst.Is)):
                 return False  # local_rank == -1: launched without a launcher

@@ -43,7 +43,7 @@ _LAUNCH_USAGE = re.compile(
 )
 # Values a flag may hold that can be read as a rank test.
 _FLAG_VALUES = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call, cst.Name, cst.Attribute,
-                cst.Subscript)
+                cst.Subscript, cst.IfExp)
 
 
 class Model:
@@ -365,9 +365,16 @@ class Names:
                 node = value.node
                 if isinstance(node, cst.Name) and node.value in ("False", "None"):
                     continue
+                resolve = self.model.resolver_for(value.module, value.scope)
+                if isinstance(node, cst.Name) and node.value == "True" and value.arms:
+                    # `is_main = True if local_rank == 0 else False`: true where its arms hold.
+                    sides.add(_arms_side(value.arms, resolve, depth))
+                    if None in sides:
+                        return {None}
+                    continue
                 if node is expr or not isinstance(node, _FLAG_VALUES):
                     return {None}
-                sides.add(selects_main_rank(node, self.model.resolver_for(value.module, value.scope), depth))
+                sides.add(selects_main_rank(node, resolve, depth))
                 if None in sides:
                     return {None}
             return sides or {None}
@@ -435,7 +442,7 @@ class Names:
         values = [v for v in bindings if isinstance(v, cst.BaseExpression)]
         if not values or len(values) != len(bindings):
             return []
-        tests = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call)
+        tests = (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation, cst.Call, cst.IfExp)
         return values if all(isinstance(v, tests) for v in values) else []
 
     def bound_to_rank(self, expr: cst.BaseExpression) -> bool:
@@ -470,6 +477,19 @@ def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:
         inner = test.expression
         return isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available"
     return False
+
+
+def _arms_side(arms: tuple[Guard, ...], resolve: Names, depth: int) -> bool | None:
+    """What `selects_main_rank` says of the conjunction of the arms a value is chosen under
+    (as of `a and b`: one arm that keeps to rank 0 is enough)."""
+    from ddpcheck.lint.model.conditions import selects_main_rank
+
+    found: set[bool] = set()
+    for guard in arms:
+        side = selects_main_rank(guard.test, resolve, depth)
+        if side is not None:
+            found.add(side != guard.negated)
+    return True if True in found else (False if found else None)
 
 
 _LOOPBACK = re.compile(r"^(?:tcp://)?(?:localhost|127\.0\.0\.1|\[?::1\]?)(?::\d+)?/?$")

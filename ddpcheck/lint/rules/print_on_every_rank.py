@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import LAUNCH_FLAG, selects_main_rank
+from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
@@ -21,6 +21,8 @@ _LOGGERS = re.compile(r"^(logger|log|logging|LOGGER|_logger|_LOGGER)$")
 _LOG_SETUP_METHODS = frozenset({"setLevel", "addHandler", "removeHandler", "disable"})
 _LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
+# `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
+_BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 _MAX_HOPS = 3
@@ -41,15 +43,18 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported (`print`, `tqdm.write`, progress bars, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
-    Not reported: calls under a rank guard (`if rank == 0:`, `if is_main_process():`,
+    Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
+    kept as the environment's string, `if is_main_process():`,
     `cond and opt["rank"] == 0`, `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag
     assigned or passed from one — `Trainer(..., verbose=rank == 0)` then `if self.verbose:` —,
+    `is_main = True if local_rank == 0 else False` passed to a project logger that prints `if
+    self.enable:`, `MAIN = rank is None or rank == 0`,
     `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
     decorator such as `@rank_zero_only`), calls of a logger only rank 0 has,
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
@@ -63,7 +68,9 @@ class PrintOnEveryRank(Rule):
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
-    variable holding the message); start-up loops (over arguments, files, state_dict keys);
+    variable holding the message, or a value that is the rank under another name:
+    `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
+    {rank}"`); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
@@ -417,7 +424,7 @@ class PrintOnEveryRank(Rule):
                 continue
             if self._guarded(site):
                 continue
-            if kind != "tqdm" and self._rank_tagged(site):
+            if self._rank_tagged(site, kind):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
@@ -635,13 +642,21 @@ class PrintOnEveryRank(Rule):
             self._silenced_logging = any(self._ranked_log_setup(c) for c in self.model.paths.sites())
         return self._silenced_logging
 
-    @staticmethod
-    def _rank_tagged(site: CallSite) -> bool:
+    def _rank_tagged(self, site: CallSite, kind: str | None = None) -> bool:
         """The message names the rank, in the call or in the variable it is built in
-        (`msg += f" rank {rank}"; logging.debug(msg)`)."""
+        (`msg += f" rank {rank}"; logging.debug(msg)`), or formats a value that is the rank
+        under another name (`template.format(self.gpu_id, loss)`); for a progress bar, its
+        label (`tqdm(total=n, desc=f"rank {rank}")`)."""
         module = site.module
-        for arg in site.node.args:
+        resolve = self.model.resolver_for(module, site.scope)
+        args = site.node.args
+        if kind == "tqdm":
+            args = tuple(a for a in args if a.keyword is not None and a.keyword.value == "desc")
+        for arg in args:
             if _RANK.search(module.code(arg.value)):
+                return True
+            if any(isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
+                   for sub in subexpressions(arg.value)):
                 return True
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
@@ -752,7 +767,7 @@ class PrintOnEveryRank(Rule):
                 return None  # `print(row, file=f)` writes a file, not the console
             return "print"
         q = self.model.api(site) or ""
-        if q in api.TQDM:
+        if q in _BARS:
             return "tqdm"
         if q in _TQDM_WRITES:
             return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
