@@ -527,8 +527,10 @@ class PrintOnEveryRank(Rule):
         return any(command_line_switch(m, flag) for m in (site.module, self.model.root))
 
     def _guarded(self, site: CallSite) -> bool:
-        """Kept off some ranks (on the torchrun path too), or under a condition no run takes."""
-        return self.model.paths.restricted(site) in ("never", "main", "node", "other")
+        """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
+        or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
+        paths = self.model.paths
+        return paths.restricted(site) in ("never", "main", "node", "other") or paths.callee_only_on_main(site)
 
     def _runs_on_every_rank(self, site: CallSite) -> bool:
         """Every rank runs `site`: its function is an entry or called on every rank. A function
