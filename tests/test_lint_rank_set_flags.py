@@ -199,3 +199,109 @@ def test_a_bar_picked_by_an_option_is_reported(tmp_path) -> None:
 def test_the_same_bar_on_every_rank_is_reported(tmp_path) -> None:
     write_project(tmp_path, {"run.py": BAR_SCRIPT.format(test="dist.get_rank() == 0", other="tqdm.tqdm")})
     assert finding_set(tmp_path, "run.py", select="DDP020") == {("run.py", 16, "DDP020")}
+
+
+EPOCH_BAR = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from tqdm import tqdm
+
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    net = DDP(torch.nn.Linear(4, 2).cuda(), device_ids=[local_rank])
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    loader = torch.utils.data.DataLoader(make_dataset(), batch_size=32,
+                                         sampler=torch.utils.data.DistributedSampler(make_dataset()))
+    epochs = {epochs}
+    for epoch in epochs:
+        loader.sampler.set_epoch(epoch)
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(net(x.cuda()), y.cuda())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            epochs.set_description(f"loss {{loss.item():.3f}}")
+    """
+
+
+def test_a_bar_bound_to_a_name_that_the_epoch_loop_iterates_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"ddp_demo.py": EPOCH_BAR.format(epochs="tqdm(range(20))")})
+    assert finding_set(tmp_path, "ddp_demo.py", select="DDP020") == {("ddp_demo.py", 15, "DDP020")}
+
+
+def test_a_bar_bound_to_a_name_and_disabled_off_rank_zero_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"ddp_demo.py": EPOCH_BAR.format(
+        epochs="tqdm(range(20), disable=dist.get_rank() != 0)")})
+    assert finding_set(tmp_path, "ddp_demo.py", select="DDP020") == set()
+
+
+BASE_TRAINER = """\
+    import torch.distributed as dist
+
+
+    class LoopTrainer:
+        def step(self, batch):
+            raise NotImplementedError
+
+        def fit(self, loader, epochs, sampler):
+            for epoch in range(epochs):
+                sampler.set_epoch(epoch)
+                {message}
+                for batch in loader:
+                    self.step(batch)
+    """
+
+SUBCLASS_SCRIPT = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from engine.base import LoopTrainer
+
+
+    class RegressionTrainer(LoopTrainer):
+        def __init__(self, net, local_rank):
+            self.model = DDP(net.cuda(), device_ids=[local_rank])
+            self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+
+        def step(self, batch):
+            x, y = batch
+            loss = torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda())
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        data = make_dataset()
+        sampler = torch.utils.data.DistributedSampler(data)
+        loader = torch.utils.data.DataLoader(data, batch_size=16, sampler=sampler)
+        RegressionTrainer(torch.nn.Linear(3, 1), local_rank).fit(loader, 10, sampler)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_an_epoch_print_around_a_loader_loop_of_an_abstract_trainer_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"engine/__init__.py": "", "engine/base.py": BASE_TRAINER.format(message='print("-" * 40)'),
+                             "train.py": SUBCLASS_SCRIPT})
+    assert finding_set(tmp_path, "train.py", "engine/base.py", select="DDP020") == {("base.py", 11, "DDP020")}
+
+
+def test_an_epoch_print_of_an_abstract_trainer_on_rank_zero_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"engine/__init__.py": "", "train.py": SUBCLASS_SCRIPT,
+                             "engine/base.py": BASE_TRAINER.format(
+                                 message='if dist.get_rank() == 0:\n                print("-" * 40)')})
+    assert finding_set(tmp_path, "train.py", "engine/base.py", select="DDP020") == set()
