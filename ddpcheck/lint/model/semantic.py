@@ -391,6 +391,8 @@ class Names:
         True`). True when it holds on rank 0 only, False when on every rank but rank 0, None
         otherwise — a binding under a test that is neither a rank nor a launch-mode test, or an
         unguarded binding that does not come before the guarded ones in the same scope."""
+        from ddpcheck.lint.model.conditions import whole_rank_test
+
         paths = self.model.paths
         partial = False  # a rank test that also asks something else (`rank != 0 and args.quiet`)
         every: list[tuple[Value, bool]] = []
@@ -407,7 +409,7 @@ class Names:
                     side = kind
                 elif kind != "distributed":
                     return None
-                if kind in ("main", "other") and not _whole_side(guard.test, resolve):
+                if kind in ("main", "other") and not whole_rank_test(guard.test, resolve):
                     partial = True
             if side == "single":
                 continue  # (set for a run without a process group: not this question)
@@ -529,22 +531,6 @@ def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:
         inner = test.expression
         return isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available"
     return False
-
-
-def _whole_side(test: cst.BaseExpression, resolve: Names) -> bool:
-    """A rank test that holds on all of the ranks it names: `rank != 0`, `not is_main`, or
-    such a test `and` a launch-mode test (`args.distributed and rank != 0`) — not `rank != 0
-    and args.quiet`."""
-    from ddpcheck.lint.model.conditions import is_distributed_test, selects_main_rank
-
-    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return _whole_side(test.expression, resolve)
-    if isinstance(test, cst.BooleanOperation):
-        if not isinstance(test.operator, cst.And):
-            return False
-        return all(is_distributed_test(t, resolve) is True or selects_main_rank(t, resolve) is not None
-                   and _whole_side(t, resolve) for t in (test.left, test.right))
-    return True
 
 
 def _arms_side(arms: tuple[Guard, ...], resolve: Names, depth: int) -> bool | None:
