@@ -203,9 +203,9 @@ class RankLocalBreak(Rule):
                     and not self._forwards(body_calls):
                 continue
             ranked = self._ranked_exits(root, loop)
-            for exit_node, guard in ranked:
-                keyword = "break" if isinstance(exit_node, cst.Break) else "return"
-                self.report(exit_node, self.RANK_MESSAGE.format(exit=keyword, test=model.text_of(root, guard.test)))
+            for left, guard in ranked:
+                keyword = "break" if isinstance(left, cst.Break) else "return"
+                self.report(left, self.RANK_MESSAGE.format(exit=keyword, test=model.text_of(root, guard.test)))
             # A collective every rank makes could carry the decision; a barrier carries nothing, and
             # one made on some ranks only agrees on nothing.
             agreeing = [c for c in body_calls if model.facts.does(c, "collective")
@@ -214,12 +214,12 @@ class RankLocalBreak(Rule):
                 # A collective later in the step cannot agree on a skip tested on a value this
                 # step computes (`if torch.isnan(loss): continue` before the all_reduce of the
                 # logged loss): only those skips are still read.
-                order = _order(loop.node)
+                places = _order(loop.node)
                 for exit_node, guard_test in exits:
-                    here = order.get(id(exit_node), -1)
+                    here = places.get(id(exit_node), -1)
                     if isinstance(exit_node, cst.Continue) and self._local(root, loop.scope, guard_test, 0) \
-                            and all(order.get(id(c.node), -1) > here for c in agreeing):
-                        self._skip(loop, exit_node, guard_test, body_calls, order)
+                            and all(places.get(id(c.node), -1) > here for c in agreeing):
+                        self._skip(loop, exit_node, guard_test, body_calls, places)
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
