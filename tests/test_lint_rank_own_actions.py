@@ -357,3 +357,170 @@ def test_broad_except_about_memory_counts_and_a_plain_one_does_not(tmp_path: Pat
     plain = broad.replace('if "out of memory" in str(err):', "if err.args:").replace(
         'print("CUDA OOM, skipping this batch")', 'print("skipping this batch")')
     assert _findings(tmp_path, {"trainer.py": plain}, "DDP035") == set()
+
+
+# An epoch loop whose validation losses are reduced to rank 0 (a collective every rank makes),
+# and whose early-stopping decision is then taken in a block only some ranks enter.
+RANK_BLOCK_STOP = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Stopper:
+        def __init__(self, patience):
+            self.patience = patience
+            self.bad = 0
+            self.best = None
+            self.stop = False
+
+        def __call__(self, value):
+            if self.best is None or value < self.best:
+                self.best, self.bad = value, 0
+            else:
+                self.bad += 1
+                self.stop = self.bad >= self.patience
+
+
+    def fit(model, loader, val_loss_of, optimizer, epochs, local_rank):
+        stopper = Stopper(5)
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            val = val_loss_of(model)
+            dist.reduce(val, 0, op=dist.ReduceOp.SUM)
+            if {test}:
+                stopper(val.item())
+                if stopper.stop:
+                    {leave}
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(6, 1).cuda(), device_ids=[local_rank])
+        fit(net, make_loader(), make_validator(), torch.optim.SGD(net.parameters(), lr=0.1), 50, local_rank)
+        dist.destroy_process_group()
+    """
+
+
+def test_early_stop_break_inside_a_rank_zero_block(tmp_path: Path) -> None:
+    files = {"fit.py": RANK_BLOCK_STOP.format(test="local_rank == 0", leave="break")}
+    assert _findings(tmp_path, files, "DDP035") == {("fit.py", 37, "DDP035")}
+
+
+def test_early_stop_return_inside_a_block_of_the_other_ranks(tmp_path: Path) -> None:
+    files = {"fit.py": RANK_BLOCK_STOP.format(test="dist.get_rank() > 0", leave="return")}
+    assert _findings(tmp_path, files, "DDP035") == {("fit.py", 37, "DDP035")}
+
+
+def test_early_stop_break_in_a_block_every_rank_enters_stays_clean(tmp_path: Path) -> None:
+    files = {"fit.py": RANK_BLOCK_STOP.format(test="epoch >= 10", leave="break")}
+    assert _findings(tmp_path, files, "DDP035") == set()
+
+
+# A NaN skip before the backward, while the loop all-reduces the logged loss later in the step.
+NAN_SKIP = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(model, loader, optimizer, epochs):
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            running = torch.zeros(1, device="cuda")
+            for step, (feats, labels) in enumerate(loader):
+                loss = torch.nn.functional.cross_entropy(model(feats.cuda()), labels.cuda())
+                {agree}
+                if torch.isnan(loss):
+                    continue
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                running += loss.detach()
+                if step % 100 == 0:
+                    dist.all_reduce(running)
+                    running.zero_()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(6, 3).cuda(), device_ids=[local_rank])
+        train(net, make_loader(), torch.optim.SGD(net.parameters(), lr=0.1), 5)
+    """
+
+
+def test_nan_skip_before_a_later_all_reduce_of_the_logged_loss(tmp_path: Path) -> None:
+    files = {"train.py": NAN_SKIP.format(agree="pass")}
+    assert _findings(tmp_path, files, "DDP035") == {("train.py", 16, "DDP035")}
+
+
+def test_nan_skip_after_the_loss_is_all_reduced_stays_clean(tmp_path: Path) -> None:
+    files = {"train.py": NAN_SKIP.format(agree="dist.all_reduce(loss)")}
+    assert _findings(tmp_path, files, "DDP035") == set()
+
+
+# Every rank trains after a start-up check that raises on rank 0 when the output folder is taken.
+GUARDED_START = """\
+    import os
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def run(out_dir, model, loader, optimizer, max_steps):
+        if {test}:
+            raise RuntimeError(f"{{out_dir}} is not empty")
+        steps = 0
+        while True:
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                steps += 1
+                if steps >= max_steps:
+                    break
+            if steps >= max_steps:
+                break
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(6, 1).cuda(), device_ids=[local_rank])
+        run("out", net, make_loader(), torch.optim.SGD(net.parameters(), lr=0.1), 1000)
+        dist.destroy_process_group()
+    """
+
+
+def test_step_count_after_a_rank_zero_folder_check_stays_clean(tmp_path: Path) -> None:
+    files = {"run.py": GUARDED_START.format(test="dist.get_rank() == 0 and os.listdir(out_dir)")}
+    assert _findings(tmp_path, files, "DDP035") == set()
+
+
+def test_step_count_after_a_folder_check_on_every_rank_stays_clean(tmp_path: Path) -> None:
+    files = {"run.py": GUARDED_START.format(test="os.listdir(out_dir)")}
+    assert _findings(tmp_path, files, "DDP035") == set()
+
+
+def test_step_count_kept_by_rank_zero_only_after_the_check(tmp_path: Path) -> None:
+    files = {"run.py": GUARDED_START.format(test="dist.get_rank() != 0").replace(
+        "raise RuntimeError(f\"{out_dir} is not empty\")", "time.sleep(1)").replace(
+        "                steps += 1", "                if dist.get_rank() == 0:\n                    steps += 1")}
+    assert _findings(tmp_path, files, "DDP035") == {("run.py", 22, "DDP035")}

@@ -157,6 +157,8 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         inner = selects_main_rank(test.expression, resolve, _depth)
         if inner is None and is_rank_value(test.expression, resolve):
             return True  # `not rank` is rank 0
+        if inner is not None and not whole_rank_test(test.expression, resolve):
+            return None  # `not (rank == 0 and args.save)` holds on rank 0 too
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation):
         left_main = selects_main_rank(test.left, resolve, _depth)
@@ -229,6 +231,27 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         if len(sides) == 1:
             return sides.pop()
     return None
+
+
+def whole_rank_test(test: cst.BaseExpression, resolve: Resolve) -> bool:
+    """Whether a rank test holds on all of the ranks it names, so that its negation holds on
+    exactly the others: `rank != 0`, `not is_main`, such a test `and` a launch-mode test
+    (`args.distributed and rank != 0`), `not distributed or rank == 0`. Not `rank == 0 and
+    args.save`: its negation holds on rank 0 too where the option is off."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return whole_rank_test(test.expression, resolve)
+    if isinstance(test, cst.IfExp):
+        spelled = _as_test(test)
+        return spelled is not None and whole_rank_test(spelled[0], resolve)
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.And):
+            return all(is_distributed_test(t, resolve) is True
+                       or selects_main_rank(t, resolve) is not None and whole_rank_test(t, resolve)
+                       for t in (test.left, test.right))
+        return all(_is_not_distributed(t, resolve)
+                   or selects_main_rank(t, resolve) is not None and whole_rank_test(t, resolve)
+                   for t in (test.left, test.right))
+    return True
 
 
 def vacuous_without_flag(test: cst.BaseExpression) -> str | None:

@@ -28,7 +28,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    is_distributed_test, selects_main_rank, vacuous_without_flag,
+    is_distributed_test, selects_main_rank, vacuous_without_flag, whole_rank_test,
 )
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
@@ -192,6 +192,8 @@ class Paths:
         side = selects_main_rank(guard.test, resolve)
         if side is None and scope is not None:
             side = self._presence_side(module, guard.test, scope, guard.node)
+        if side is not None and guard.negated and not whole_rank_test(guard.test, resolve):
+            return None  # the `else` of `if rank == 0 and args.save:` runs on rank 0 too
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"
@@ -472,6 +474,31 @@ class Paths:
         if not isinstance(receiver, (cst.Name, cst.Attribute)) or dotted(receiver) in (None, "self"):
             return False
         return self.only_on_main(site.module, receiver, site.scope, site.point)
+
+    def callee_only_on_main(self, site: CallSite) -> bool:
+        """The callable is chosen by rank and what the call resolves to is rank 0's choice only:
+        `bar = tqdm if is_main else iter`, then `bar(loader)` (the other ranks call `iter`). Every
+        value of the callee is picked under a rank test, and none picked for the other ranks is
+        the same API. A value picked on every rank, or not known, says nothing."""
+        func = site.node.func
+        if not isinstance(func, cst.Name) or site.module.names.origin(func.value) is not None:
+            return False  # (an imported name is the same callable on every rank)
+        wanted = self.model.api(site)
+        if wanted is None:
+            return False
+        main = False
+        for value in self.model.values.of(site.module, func, site.scope, at=site.point, depth=8):
+            if not isinstance(value.node, cst.BaseExpression) or value.node is func:
+                return False
+            kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
+            if "main" in kinds:
+                main = True
+            elif "other" in kinds:
+                if self.model.resolver.qualname(value.module, value.node) == wanted:
+                    return False
+            else:
+                return False
+        return main
 
     # --- every rank --------------------------------------------------------------------------
     def every_rank(self, site: CallSite) -> list[CallSite] | None:

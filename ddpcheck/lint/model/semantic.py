@@ -360,8 +360,12 @@ class Names:
             return {None}
         self._holding.add(name)
         try:
+            values = self.model.values.of(self.module, expr, self.scope, depth=8)
+            literal = self._literal_flag_side(values)
+            if literal is not None:
+                return {literal}
             sides: set[bool | None] = set()
-            for value in self.model.values.of(self.module, expr, self.scope, depth=8):
+            for value in values:
                 node = value.node
                 if isinstance(node, cst.Name) and node.value in ("False", "None"):
                     continue
@@ -380,6 +384,56 @@ class Names:
             return sides or {None}
         finally:
             self._holding.discard(name)
+
+    def _literal_flag_side(self, values: list[Value]) -> bool | None:
+        """A flag given only `True` / `False` literals, some under a rank guard: `verbose = True`
+        then `if rank != 0: verbose = False` (or `quiet = False` then `if rank != 0: quiet =
+        True`). True when it holds on rank 0 only, False when on every rank but rank 0, None
+        otherwise — a binding under a test that is neither a rank nor a launch-mode test, or an
+        unguarded binding that does not come before the guarded ones in the same scope."""
+        from ddpcheck.lint.model.conditions import whole_rank_test
+
+        paths = self.model.paths
+        partial = False  # a rank test that also asks something else (`rank != 0 and args.quiet`)
+        every: list[tuple[Value, bool]] = []
+        ranked: dict[str, list[tuple[Value, bool]]] = {"main": [], "other": []}
+        for value in values:
+            node = value.node
+            if not isinstance(node, cst.Name) or node.value not in ("True", "False") or value.at is None:
+                return None
+            side = "every"
+            resolve = self.model.resolver_for(value.module, value.scope)
+            for guard in value.conditions:
+                kind = paths.kind(value.module, guard, value.scope)
+                if kind in ("main", "other", "single"):
+                    side = kind
+                elif kind != "distributed":
+                    return None
+                if kind in ("main", "other") and not whole_rank_test(guard.test, resolve):
+                    partial = True
+            if side == "single":
+                continue  # (set for a run without a process group: not this question)
+            if side == "every":
+                every.append((value, node.value == "True"))
+            else:
+                ranked[side].append((value, node.value == "True"))
+        if not ranked["main"] and not ranked["other"]:
+            return None
+        if every and partial:
+            return None  # the unguarded value may survive on some of the ranks the test names
+        for value, _ in every:
+            for later, _ in ranked["main"] + ranked["other"]:
+                if later.scope is not value.scope or later.at is None or value.at is None \
+                        or later.at.tick <= value.at.tick:
+                    return None
+        fallback = {held for _, held in every}
+        on_main = {held for _, held in ranked["main"]} or fallback
+        on_other = {held for _, held in ranked["other"]} or fallback
+        if on_main == {True} and on_other == {False}:
+            return True
+        if on_main == {False} and on_other == {True}:
+            return False
+        return None
 
     def returned_sides(self, call: cst.Call, depth: int) -> set[bool | None]:
         """What `selects_main_rank` says of what a project function returns (`def primary():

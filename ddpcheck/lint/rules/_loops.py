@@ -78,6 +78,12 @@ class Loops:
                     forward = self._forwards_items(loop, body, scope)
                 if forward:
                     return True  # a forward and a barrier per item: an evaluation step
+        for inner in module.fors:
+            # `for epoch in ...:` around `for batch in loader:` whose step is hidden in a method a
+            # subclass provides (`self.train_step(batch)` of an abstract trainer).
+            if inner.scope is scope and loop in inner.loops \
+                    and self.iterates_batches(module, inner.node.iter, scope, inner.point):
+                return True
         if depth >= MAX_DEPTH:
             return False
         for call in body:

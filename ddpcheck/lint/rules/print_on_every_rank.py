@@ -509,11 +509,23 @@ class PrintOnEveryRank(Rule):
         if first is not None and self.loops.iterates_batches(site.module, first, site.scope, site.point):
             return True
         for loop in site.module.fors:
-            if loop.scope is site.scope and _holds(loop.node.iter, site.node) and (
+            if loop.scope is site.scope and self._iterates(loop.node.iter, site) and (
                     self.loops.is_work(site.module, loop.node, site.scope)
                     or self.loops.forwards_items(site.module, loop.node, site.scope)):
                 return True
         return False
+
+    @staticmethod
+    def _iterates(iterable: cst.BaseExpression, site: CallSite) -> bool:
+        """The loop iterates the bar: it is built in the loop header, or bound to the name the
+        header iterates, with no other binding of that name (`bar = tqdm(range(epochs))`, then
+        `for epoch in bar:`)."""
+        if _holds(iterable, site.node):
+            return True
+        if not isinstance(iterable, cst.Name):
+            return False
+        bindings = site.scope.assignments.get(iterable.value, [])
+        return len(bindings) == 1 and bindings[0] is site.node
 
     def _shown_everywhere(self, site: CallSite) -> bool:
         """`tqdm(..., disable=X)` where X is known to be the same on every rank: `False`, or an
@@ -527,8 +539,10 @@ class PrintOnEveryRank(Rule):
         return any(command_line_switch(m, flag) for m in (site.module, self.model.root))
 
     def _guarded(self, site: CallSite) -> bool:
-        """Kept off some ranks (on the torchrun path too), or under a condition no run takes."""
-        return self.model.paths.restricted(site) in ("never", "main", "node", "other")
+        """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
+        or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
+        paths = self.model.paths
+        return paths.restricted(site) in ("never", "main", "node", "other") or paths.callee_only_on_main(site)
 
     def _runs_on_every_rank(self, site: CallSite) -> bool:
         """Every rank runs `site`: its function is an entry or called on every rank. A function

@@ -88,6 +88,11 @@ class RankLocalBreak(Rule):
         "loop at a different iteration and the others wait in their next all-reduce until the timeout; "
         "set it on every rank (broadcast the decision first)"
     )
+    RANK_MESSAGE = (
+        "`{exit}` under the rank test `{test}`: only those ranks leave the loop, and the others wait "
+        "in their next all-reduce until the timeout; decide on one rank, broadcast the decision, "
+        "and leave the loop on every rank"
+    )
     MESSAGE = (
         "`{exit}` on a condition each rank evaluates on its own (`{test}`): if one rank leaves the "
         "loop, the others wait in their next all-reduce until the timeout; agree on it across ranks "
@@ -197,10 +202,24 @@ class RankLocalBreak(Rule):
             if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
                     and not self._forwards(body_calls):
                 continue
+            ranked = self._ranked_exits(root, loop)
+            for left, guard in ranked:
+                keyword = "break" if isinstance(left, cst.Break) else "return"
+                self.report(left, self.RANK_MESSAGE.format(exit=keyword, test=model.text_of(root, guard.test)))
             # A collective every rank makes could carry the decision; a barrier carries nothing, and
             # one made on some ranks only agrees on nothing.
-            if any(model.facts.does(c, "collective") and model.api(c) not in api.BARRIERS
-                   and model.paths.rank_guard(c) is None for c in body_calls):
+            agreeing = [c for c in body_calls if model.facts.does(c, "collective")
+                        and model.api(c) not in api.BARRIERS and model.paths.rank_guard(c) is None]
+            if agreeing:
+                # A collective later in the step cannot agree on a skip tested on a value this
+                # step computes (`if torch.isnan(loss): continue` before the all_reduce of the
+                # logged loss): only those skips are still read.
+                places = _order(loop.node)
+                for exit_node, guard_test in exits:
+                    here = places.get(id(exit_node), -1)
+                    if isinstance(exit_node, cst.Continue) and self._local(root, loop.scope, guard_test, 0) \
+                            and all(places.get(id(c.node), -1) > here for c in agreeing):
+                        self._skip(loop, exit_node, guard_test, body_calls, places)
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
@@ -211,17 +230,40 @@ class RankLocalBreak(Rule):
                     if not self._local_value(root, loop.scope, guard_test) \
                             and not _none_from_batch(loop, guard_test):
                         continue
-                    # Only a `continue` that comes before the backward it skips.
                     order = order if order is not None else _order(loop.node)
-                    here = order.get(id(exit_node), -1)
-                    if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
-                           and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
-                        self.report(exit_node, self.SKIP_MESSAGE.format(test=model.text_of(root, guard_test)))
+                    self._skip(loop, exit_node, guard_test, body_calls, order)
                     continue
-                if not self._local(root, loop.scope, guard_test):
+                if any(exit_node is node for node, _ in ranked) or not self._local(root, loop.scope, guard_test):
                     continue
                 keyword = "break" if isinstance(exit_node, cst.Break) else "return"
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+
+    def _skip(self, loop: ForSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
+              order: dict[int, int]) -> None:
+        """Report a `continue` that comes before the backward it skips."""
+        model = self.model
+        here = order.get(id(exit_node), -1)
+        if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
+               and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
+            self.report(exit_node, self.SKIP_MESSAGE.format(test=model.text_of(model.root, test)))
+
+    def _ranked_exits(self, root: ModuleModel, loop: ForSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
+        """The `break`s (and `return`s) of `loop` made inside it under a rank test (`if rank ==
+        0: ... if early_stopping.early_stop: break`): only the ranks the test picks leave, whatever
+        the loop's collectives carry."""
+        paths = self.model.paths
+        outer = len(loop.guards)
+        found: list[tuple[cst.Break | cst.Return, Guard]] = []
+        for exit in root.exits:
+            if exit.scope is not loop.scope or loop.node not in exit.loops or isinstance(exit.node, cst.Continue):
+                continue
+            if isinstance(exit.node, cst.Break) and exit.loops[-1] is not loop.node:
+                continue
+            guard = next((g for g in exit.guards[outer:]
+                          if paths.kind(root, g, loop.scope) in ("main", "other")), None)
+            if guard is not None:
+                found.append((exit.node, guard))
+        return found
 
     def _while_conditions(self, root: ModuleModel) -> None:
         """`while epoch < max_epochs:` where one rank sets `epoch` on its own (`if rank == 0: ...
