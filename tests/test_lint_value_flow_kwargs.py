@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import lint_project
 
 
@@ -140,3 +142,50 @@ def test_a_commented_out_division_by_the_gpu_count_does_not_scale_anything(tmp_p
 def test_a_live_division_of_the_batch_by_the_gpu_count_keeps_the_global_batch(tmp_path):
     script = MODULE_CONSTANT_RATE.format(division="args.batch_size = int(args.batch_size / ngpus_per_node)")
     assert _lint(tmp_path, {"train.py": script}, "train.py", "DDP004") == []
+
+
+def _forwarding_layers(levels: int, branches: int) -> str:
+    """A helper module where each loader builder hands its `**options` down to the one below it
+    from several call sites, as configuration-driven factories do."""
+    parts = ["from torch.utils.data import DataLoader\n\n\n"
+             "def make_loader_0(dataset, sampler=None, **options):\n"
+             "    return DataLoader(dataset, sampler=sampler, **options)\n"]
+    for level in range(1, levels):
+        arms = "".join(f"    if options.get('variant') == {k}:\n"
+                       f"        return make_loader_{level - 1}(dataset, **options)\n" for k in range(branches))
+        parts.append(f"\n\ndef make_loader_{level}(dataset, **options):\n{arms}"
+                     f"    return make_loader_{level - 1}(dataset, **options)\n")
+    return "".join(parts)
+
+
+LAYERED_SCRIPT = """\
+
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    dist.init_process_group("gloo")
+    model = DDP(torch.nn.Linear(4, 4))
+    loader = make_loader_13(list(range(64)), batch_size=8, shuffle=True)
+    for epoch in range(3):
+        for batch in loader:
+            model(batch).sum().backward()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.timeout(180)
+def test_deep_kwargs_forwarding_finishes_and_other_rules_still_report(tmp_path):
+    # Fourteen layers of builders, each reached from five call sites: following every chain
+    # would take 5**13 steps. The lint must finish, stay silent where the chain is too deep to
+    # follow (no sampler claim either way), and still report what it can read.
+    source = _forwarding_layers(14, 4) + LAYERED_SCRIPT
+    found = _lint(tmp_path, {"train.py": source}, "train.py", select="DDP0")
+    init_line = source.splitlines().index('    dist.init_process_group("gloo")') + 1
+    assert found == [("DDP005", "train.py", init_line)]

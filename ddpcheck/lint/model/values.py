@@ -457,6 +457,22 @@ class Values:
         called with `lr=1`): the keyword its callers pass by that name, followed up the chain."""
         if param.star or depth <= 0:
             return
+        # Chains of `**kwargs` branch at every caller: without a charge on the shared budget and
+        # a guard against revisiting a call site, a module of mutually forwarding helpers takes
+        # time exponential in the depth. Out of budget, what reaches the keyword is unknown.
+        self.budget -= 1
+        key = (id(call.node), id(param))
+        if self.budget <= 0 or key in seen:
+            yield Value(call.module, Unknown(param), call.scope, caller, None)
+            return
+        seen.add(key)
+        try:
+            yield from self._forwarded_from(call, param, caller, depth, seen)
+        finally:
+            seen.discard(key)
+
+    def _forwarded_from(self, call: CallSite, param: Param, caller: Frame | None, depth: int,
+                        seen: set[tuple[int, int]]) -> Iterator[Value]:
         for a in call.node.args:
             if a.star != "**" or not isinstance(a.value, cst.Name):
                 continue
