@@ -1,0 +1,67 @@
+"""Guards that mix a rank test with another condition, and other idioms of code the lint had not
+read, through `ddpcheck lint`: each test writes a small project in the style of such code, with
+variants that must stay quiet and the variant that is still reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def _lines(findings: list[dict], code: str) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == code)
+
+
+GUARDED_RAISE = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def main(out_dir):
+        if GUARD:
+            raise RuntimeError("output directory is not empty")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(nn.Linear(4, 1).cuda(), device_ids=[local_rank])
+        for step in range(10):
+            loss = net(torch.randn(8, 4).cuda()).sum()
+            loss.backward()
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        main("runs")
+"""
+
+
+def test_leaving_on_rank_0_only_when_another_condition_holds_keeps_every_rank_running(tmp_path: Path) -> None:
+    quiet = [
+        "dist.get_rank() == 0 and os.path.isdir(out_dir) and len(os.listdir(out_dir)) > 0",
+        "os.path.exists(out_dir) and dist.get_rank() == 0",
+        "not (dist.get_rank() != 0 or not os.path.exists(out_dir))",
+        "dist.get_rank() != 0 and os.environ.get('STRICT') == '1'",
+    ]
+    for test in quiet:
+        source = GUARDED_RAISE.replace("GUARD", test)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP005,DDP009")
+        assert findings == [], (test, findings)
+    # Leaving on rank 0 alone (or on every other rank) still leaves the rest to the other ranks.
+    for test in ("dist.get_rank() == 0", "dist.get_rank() == 0 and dist.is_initialized()"):
+        source = GUARDED_RAISE.replace("GUARD", test)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP005,DDP009")
+        assert _lines(findings, "DDP009") == [15, 17], (test, findings)
+        assert _lines(findings, "DDP005") == [22], (test, findings)
+
+
+def test_a_rank_0_branch_with_another_condition_is_still_rank_0_code(tmp_path: Path) -> None:
+    source = GUARDED_RAISE.replace("        if GUARD:\n            raise RuntimeError(\"output directory is not empty\")\n", "")
+    source = source.replace("        dist.barrier()\n",
+                            "        if dist.get_rank() == 0 and out_dir:\n            dist.barrier()\n")
+    findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == [16]
