@@ -65,3 +65,55 @@ def test_a_rank_0_branch_with_another_condition_is_still_rank_0_code(tmp_path: P
                             "        if dist.get_rank() == 0 and out_dir:\n            dist.barrier()\n")
     findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == [16]
+
+
+GROUPED_RATES = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(8, 8)
+            self.head = nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        net = DistributedDataParallel(Net().cuda(), device_ids=[rank])
+        opt = torch.optim.SGD(
+            [
+                {"params": net.module.body.parameters(), "lr": BODY},
+                {"params": net.module.head.parameters(), "lr": 1e-3},
+            ],
+            MAIN
+        )
+        loss = net(torch.randn(4, 8).cuda()).sum()
+        loss.backward()
+        opt.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_an_optimizer_with_several_constant_group_rates_is_reported_once(tmp_path: Path) -> None:
+    for body, main in (("1e-4", "momentum=0.9"), ("1e-4", "lr=0.1, momentum=0.9"), ("0.01", "lr=0.1")):
+        source = GROUPED_RATES.replace("BODY", body).replace("MAIN", main)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP004")
+        assert _lines(findings, "DDP004") == [25], (body, main, findings)
+    # A first group scaled by the world size leaves the second group's constant to report.
+    source = GROUPED_RATES.replace("BODY", "1e-4 * dist.get_world_size()").replace("MAIN", "momentum=0.9")
+    findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == [26], findings
