@@ -117,3 +117,45 @@ def test_an_optimizer_with_several_constant_group_rates_is_reported_once(tmp_pat
     source = GROUPED_RATES.replace("BODY", "1e-4 * dist.get_world_size()").replace("MAIN", "momentum=0.9")
     findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP004")
     assert _lines(findings, "DDP004") == [26], findings
+
+
+UNREAD_FLAG = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    import slurm_env
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    def parse():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=None)
+        parser.add_argument("--epochs", type=int, default=3)
+        return parser.parse_args()
+
+
+    def main():
+        args = parse()
+        dist.init_process_group("nccl", rank=slurm_env.rank, world_size=slurm_env.size)
+        torch.cuda.set_device(slurm_env.local_rank)
+        net = DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=[slurm_env.local_rank])
+        for _ in range(args.epochs):
+            net(torch.randn(2, 2).cuda()).sum().backward()
+        READ
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_local_rank_flag_nothing_reads_is_not_reported(tmp_path: Path) -> None:
+    files = {"train.py": UNREAD_FLAG.replace("READ", "pass"), "slurm_env.py": "rank = 0\nsize = 1\nlocal_rank = 0\n"}
+    assert lint_project(tmp_path, files, "train.py", select="DDP008") == []
+    # Read through the namespace, by name, or with the whole namespace handed on: reported.
+    for read in ("print(args.local_rank)", "print(getattr(args, 'local_rank'))", "print(vars(args))",
+                 "print(dict(rank=args.local_rank))"):
+        files["train.py"] = UNREAD_FLAG.replace("READ", read)
+        findings = lint_project(tmp_path, files, "train.py", select="DDP008")
+        assert _lines(findings, "DDP008") == [10], (read, findings)

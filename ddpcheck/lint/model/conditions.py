@@ -249,7 +249,8 @@ def _may_grow(test: cst.BaseExpression, resolve: Resolve, as_is: bool) -> bool:
     conjunction = isinstance(test.operator, cst.And)
     if conjunction != as_is:  # `a and x` negated, `a or x` as is: a free x lets it hold anywhere
         for side in (test.left, test.right):
-            if selects_main_rank(side, resolve) is None and is_distributed_test(side, resolve) is None:
+            if selects_main_rank(side, resolve) is None and is_distributed_test(side, resolve) is None \
+                    and not _is_not_distributed(side, resolve):
                 return True
     return _may_grow(test.left, resolve, as_is) or _may_grow(test.right, resolve, as_is)
 
