@@ -159,3 +159,69 @@ def test_a_local_rank_flag_nothing_reads_is_not_reported(tmp_path: Path) -> None
         files["train.py"] = UNREAD_FLAG.replace("READ", read)
         findings = lint_project(tmp_path, files, "train.py", select="DDP008")
         assert _lines(findings, "DDP008") == [10], (read, findings)
+
+
+SPAWN_SETS_ITS_OWN_RANK = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from helpers import build_loader
+
+
+    class Runner:
+        def __init__(self):
+            self.rank = int(os.environ["RANK"])
+            self.device = self.rank
+            net = torch.nn.Linear(4, 4).to(self.device)
+            self.net = DDP(net, device_ids=[self.device])
+            self.loader = build_loader()
+
+        @staticmethod
+        def setup(rank, world_size):
+            SETUP
+            address = ADDRESS
+            dist.init_process_group("nccl", init_method=address, rank=rank, world_size=world_size)
+
+
+    def worker(rank, world_size):
+        Runner.setup(rank, world_size)
+        runner = Runner()
+        for x in runner.loader:
+            runner.net(x.to(runner.device)).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        n = torch.cuda.device_count()
+        mp.spawn(worker, args=(n,), nprocs=n)
+"""
+
+LOADER_HELPER = """\
+import os
+import torch
+
+
+def build_loader():
+    rank = int(os.environ["RANK"])
+    return [torch.randn(2, 4) + rank]
+"""
+
+
+def test_a_spawned_worker_that_stores_its_rank_in_the_environment_runs_on_one_machine(tmp_path: Path) -> None:
+    setup = 'os.environ["WORLD_SIZE"] = str(world_size)\n            os.environ["RANK"] = str(rank)'
+    for address in ('"tcp://localhost:23456"', '"tcp://127.0.0.1:23456"'):
+        source = SPAWN_SETS_ITS_OWN_RANK.replace("SETUP", setup).replace("ADDRESS", address)
+        files = {"train.py": source, "helpers.py": LOADER_HELPER}
+        findings = lint_project(tmp_path, files, "train.py", select="DDP007")
+        assert findings == [], (address, findings)
+    # A rendezvous on another machine, or a rank kept only where no launcher set one: reported.
+    for address, own in (('"tcp://10.1.2.3:23456"', setup),
+                         ('"tcp://localhost:23456"', 'if "RANK" not in os.environ:\n'
+                          '                os.environ["RANK"] = str(rank)')):
+        source = SPAWN_SETS_ITS_OWN_RANK.replace("SETUP", own).replace("ADDRESS", address)
+        files = {"train.py": source, "helpers.py": LOADER_HELPER}
+        findings = lint_project(tmp_path, files, "train.py", select="DDP007")
+        assert _lines(findings, "DDP007") == [14], (address, own, findings)

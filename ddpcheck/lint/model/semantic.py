@@ -58,6 +58,7 @@ class Model:
         self._resolvers: dict[tuple[int, int], Names] = {}
         self._uses_ddp: bool | None = None
         self._torchrun: bool | None = None
+        self._own_keys: frozenset[str] | None = None
         if not defer:
             self.start()
 
@@ -229,10 +230,26 @@ class Model:
         or WORLD_SIZE from the environment, itself or through the functions it calls."""
         if self._torchrun is None:
             root = self.root
-            self._torchrun = any(not a.written and a.key in api.LAUNCHER_ENV for a in root.env) or any(
+            own = self.own_launcher_keys
+            self._torchrun = any(not a.written and a.key in api.LAUNCHER_ENV and a.key not in own
+                                 for a in root.env) or any(
                 "reads_launcher_env" in self.facts.of_call(c) for c in root.calls
             )
         return self._torchrun
+
+    @property
+    def own_launcher_keys(self) -> frozenset[str]:
+        """Launcher variables the linted file sets itself, unconditionally, and never asks for
+        otherwise (`"RANK" in os.environ`, `os.environ.get("RANK")`): a spawned worker that stores
+        its own rank there and reads it back (itself or in helpers) says nothing of an outside
+        launcher."""
+        if self._own_keys is None:
+            root = self.root
+            self._own_keys = frozenset(
+                a.key for a in root.env if a.written and not a.guards and a.key in api.LAUNCHER_ENV
+                and not re.search(r"""['"]%s['"]\s*(?:not\s+)?in\b|(?:get|getenv|setdefault)\s*\(\s*['"]%s['"]"""
+                                  % (re.escape(a.key), re.escape(a.key)), root.source))
+        return self._own_keys
 
     def on_one_machine(self) -> bool:
         """The job cannot span machines: no outside launcher can start the file (see
@@ -253,7 +270,14 @@ class Model:
         for site in root.calls:
             if self.api(site) == api.INIT_PROCESS_GROUP:
                 method = site.arg("init_method", 1)
-                if method is not None:
+                if method is not None and not isinstance(method, cst.SimpleString):
+                    # `init_method = "tcp://localhost:..."` kept in a variable first: what it holds.
+                    held = self.values.at_call(site, method)
+                    addresses.extend(v.node if isinstance(v.node, cst.BaseExpression) else method
+                                     for v in held)
+                    if not held:
+                        addresses.append(method)
+                elif method is not None:
                     addresses.append(method)
         return bool(addresses) and all(_loopback(a) for a in addresses)
 
