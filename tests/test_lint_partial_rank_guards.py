@@ -225,3 +225,54 @@ def test_a_spawned_worker_that_stores_its_rank_in_the_environment_runs_on_one_ma
         files = {"train.py": source, "helpers.py": LOADER_HELPER}
         findings = lint_project(tmp_path, files, "train.py", select="DDP007")
         assert _lines(findings, "DDP007") == [14], (address, own, findings)
+
+
+DEMOTED_FLAG = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, net, distributed):
+            self.distributed = distributed
+            self.chatty = True
+            DEMOTE
+            self.net = DDP(net.cuda())
+
+        def save(self, name):
+            os.makedirs("out", exist_ok=True)
+            torch.save(self.net.module.state_dict(), f"out/{name}.pt")
+
+        def fit(self, loader):
+            for x in loader:
+                self.net(x.cuda()).sum().backward()
+            if self.chatty:
+                self.save("last")
+                print("done")
+            dist.barrier()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        Trainer(torch.nn.Linear(2, 2), True).fit([torch.randn(2, 2)])
+        dist.destroy_process_group()
+"""
+
+
+def test_a_flag_set_true_then_false_on_the_other_ranks_keeps_to_rank_0(tmp_path: Path) -> None:
+    for demote in ("if self.distributed:\n                if dist.get_rank() != 0:\n"
+                   "                    self.chatty = False",
+                   "if dist.get_rank() > 0:\n                self.chatty = None",
+                   "if int(os.environ['RANK']) != 0:\n                self.chatty = False"):
+        source = DEMOTED_FLAG.replace("DEMOTE", demote)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP010,DDP020")
+        assert findings == [], (demote, findings)
+    # Turned off on some other condition, or on rank 0 itself: the flag says nothing of the rank.
+    for demote in ("if os.environ.get('QUIET'):\n                self.chatty = False",
+                   "if dist.get_rank() == 0:\n                self.chatty = False"):
+        source = DEMOTED_FLAG.replace("DEMOTE", demote)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP010")
+        assert _lines(findings, "DDP010") == [17], (demote, findings)

@@ -385,11 +385,18 @@ class Names:
         self._holding.add(name)
         try:
             sides: set[bool | None] = set()
-            for value in self.model.values.of(self.module, expr, self.scope, depth=8):
+            values = self.model.values.of(self.module, expr, self.scope, depth=8)
+            for value in values:
                 node = value.node
                 if isinstance(node, cst.Name) and node.value in ("False", "None"):
                     continue
                 resolve = self.model.resolver_for(value.module, value.scope)
+                if isinstance(node, cst.Name) and node.value == "True" and not value.arms \
+                        and _demoted_elsewhere(value, values, self.model, depth):
+                    # `self.verbose = True`, then `if rank != 0: self.verbose = False`: it stays
+                    # true on rank 0 only.
+                    sides.add(True)
+                    continue
                 if isinstance(node, cst.Name) and node.value == "True" and value.arms:
                     # `is_main = True if local_rank == 0 else False`: true where its arms hold.
                     sides.add(_arms_side(value.arms, resolve, depth))
@@ -501,6 +508,32 @@ def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:
         inner = test.expression
         return isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available"
     return False
+
+
+def _demoted_elsewhere(default: Value, values: list[Value], model: Model, depth: int) -> bool:
+    """Whether a flag set True with no rank condition (`self.verbose = True`) is set False (or
+    None) later in the same scope on every rank but rank 0 (`if dist.get_rank() != 0:
+    self.verbose = False`), and nowhere else."""
+    from ddpcheck.lint.model.conditions import selects_main_rank, widened
+
+    if default.at is None or any(
+            selects_main_rank(g.test, model.resolver_for(default.module, default.scope), depth) is not None
+            for g in default.conditions):
+        return False
+    found = False
+    for value in values:
+        node = value.node
+        if value is default or not (isinstance(node, cst.Name) and node.value in ("False", "None")):
+            continue
+        if value.scope is not default.scope or value.at is None or value.at.tick < default.at.tick:
+            return False
+        resolve = model.resolver_for(value.module, value.scope)
+        sides = {selects_main_rank(g.test, resolve, depth) != g.negated for g in value.conditions
+                 if selects_main_rank(g.test, resolve, depth) is not None and not widened(g.test, g.negated, resolve)}
+        if sides != {False}:
+            return False
+        found = True
+    return found
 
 
 def _arms_side(arms: tuple[Guard, ...], resolve: Names, depth: int) -> bool | None:
