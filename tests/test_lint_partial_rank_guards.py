@@ -276,3 +276,55 @@ def test_a_flag_set_true_then_false_on_the_other_ranks_keeps_to_rank_0(tmp_path:
         source = DEMOTED_FLAG.replace("DEMOTE", demote)
         findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP010")
         assert _lines(findings, "DDP010") == [17], (demote, findings)
+
+
+SAMPLER_COUNTS_BATCHES = """\
+    import math
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class EvenSampler(torch.utils.data.Sampler):
+        def __init__(self, data, batch_size):
+            self.data = data
+            self.batch_size = batch_size
+            self.num_replicas = dist.get_world_size()
+            self.num_samples = SPLIT
+
+        def __iter__(self):
+            return iter(range(dist.get_rank(), len(self.data), self.num_replicas))
+
+        def __len__(self):
+            return self.num_samples
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(4, 1).cuda(), device_ids=[local_rank])
+        opt = torch.optim.SGD(net.parameters(), lr=0.001)
+        data = torch.randn(64, 4)
+        for i in EvenSampler(data, 16):
+            net(data[i:i + 1].cuda()).sum().backward()
+            opt.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_batch_size_that_divides_the_data_is_not_a_batch_split_across_ranks(tmp_path: Path) -> None:
+    for split in ("int(math.ceil(len(data) * 1.0 / self.batch_size / self.num_replicas)) * self.batch_size",
+                  "len(data) // self.batch_size // self.num_replicas"):
+        source = SAMPLER_COUNTS_BATCHES.replace("SPLIT", split)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP004")
+        assert _lines(findings, "DDP004") == [27], (split, findings)
+    # The per-rank batch taken from a global one: the rate is meant for the global batch.
+    for split in ("self.batch_size // self.num_replicas", "self.batch_size // dist.get_world_size()"):
+        source = SAMPLER_COUNTS_BATCHES.replace("SPLIT", split)
+        assert lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP004") == [], split

@@ -164,7 +164,7 @@ class UnscaledLearningRate(Rule):
             return
         sites = list(model.paths.sites())
         modules = {id(s.module): s.module for s in sites}
-        if any(_DIVIDES_BY_WORLD.search(code_only(m.source)) for m in modules.values()):  # not a commented-out line
+        if any(_divides_batch_by_world(code_only(m.source)) for m in modules.values()):  # not a commented-out line
             return
         if any(self._splits_steps_by_rank(m) for m in modules.values()):
             return
@@ -325,6 +325,17 @@ class UnscaledLearningRate(Rule):
 
 
 _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
+
+
+def _divides_batch_by_world(text: str) -> bool:
+    """The global batch split by the world size (`batch_size // world_size`, `accum_steps //=
+    get_world_size()`); not a batch size that is itself a divisor of something else
+    (`len(data) / self.batch_size / self.num_replicas` counts batches per rank)."""
+    for m in _DIVIDES_BY_WORLD.finditer(text):
+        before = re.sub(r"[\w.]*$", "", text[:m.start()]).rstrip()
+        if not before.endswith("/"):
+            return True
+    return False
 
 
 def _is_one(node: object) -> bool:
