@@ -328,3 +328,54 @@ def test_a_batch_size_that_divides_the_data_is_not_a_batch_split_across_ranks(tm
     for split in ("self.batch_size // self.num_replicas", "self.batch_size // dist.get_world_size()"):
         source = SAMPLER_COUNTS_BATCHES.replace("SPLIT", split)
         assert lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP004") == [], split
+
+
+EPOCH_IN_BAR_BRANCH = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    from tqdm import tqdm
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        args.local_rank = local_rank
+        net = DDP(torch.nn.Linear(4, 1).cuda(), device_ids=[local_rank])
+        data = TensorDataset(torch.randn(64, 4))
+        sampler = DistributedSampler(data)
+        loader = DataLoader(data, batch_size=8, sampler=sampler)
+        for epoch in range(args.epochs):
+            if GUARD:
+                steps = tqdm(loader, desc=f"epoch {epoch}")
+                sampler.set_epoch(epoch)
+            else:
+                steps = loader
+            for (x,) in steps:
+                net(x.cuda()).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--epochs", type=int, default=2)
+        parser.add_argument("--verbose", action="store_true")
+        main(parser.parse_args())
+"""
+
+
+def test_set_epoch_called_on_rank_0_only_leaves_the_other_ranks_unshuffled(tmp_path: Path) -> None:
+    for guard in ("args.local_rank <= 0 and args.verbose", "args.local_rank <= 0", "dist.get_rank() < 1",
+                  "dist.get_rank() == 0"):
+        source = EPOCH_IN_BAR_BRANCH.replace("GUARD", guard)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP002")
+        assert _lines(findings, "DDP002") == [19], (guard, findings)
+    # On every rank (a flag every rank shares): the order changes each epoch.
+    for guard in ("args.verbose", "dist.is_initialized()"):
+        source = EPOCH_IN_BAR_BRANCH.replace("GUARD", guard)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP002")
+        assert _lines(findings, "DDP002") == [], (guard, findings)

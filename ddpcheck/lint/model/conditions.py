@@ -99,6 +99,10 @@ def _is_zero(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Integer) and expr.evaluated_value == 0
 
 
+def _is_one(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Integer) and expr.evaluated_value == 1
+
+
 def _bool_literal(expr: cst.BaseExpression) -> bool | None:
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
         return expr.value == "True"
@@ -194,6 +198,10 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                     return False
             if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
                 return False  # rank > 0
+            if isinstance(op, cst.LessThanEqual) and _is_zero(other) and value is left:
+                return True  # `local_rank <= 0`: rank 0, or -1 when not distributed
+            if isinstance(op, cst.LessThan) and _is_one(other) and value is left:
+                return True  # rank < 1
             # `rank == args.main_rank`: a rank compared to a configured value (an option, not a
             # loop variable that walks the ranks in turn) picks one rank, as `rank == 0` does.
             if isinstance(other, cst.Attribute):
