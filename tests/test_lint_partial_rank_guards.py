@@ -379,3 +379,46 @@ def test_set_epoch_called_on_rank_0_only_leaves_the_other_ranks_unshuffled(tmp_p
         source = EPOCH_IN_BAR_BRANCH.replace("GUARD", guard)
         findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP002")
         assert _lines(findings, "DDP002") == [], (guard, findings)
+
+
+SHARED_PARSER = """\
+import argparse
+
+parser = argparse.ArgumentParser(description="video training options")
+parser.add_argument("--epochs", type=int, default=30)
+parser.add_argument("--local_rank", type=int, default=0)
+"""
+
+PARSER_USER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from options import parser
+
+
+    def main():
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(USE)
+        net = DistributedDataParallel(torch.nn.Linear(3, 3).cuda())
+        for _ in range(args.epochs):
+            net(torch.randn(2, 3).cuda()).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_local_rank_flag_on_a_parser_imported_from_another_module(tmp_path: Path) -> None:
+    files = {"train.py": PARSER_USER.replace("USE", "args.local_rank"), "options.py": SHARED_PARSER}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP008")
+    assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == [("options.py", 5)]
+    # The parser module falls back on LOCAL_RANK, or nothing reads the flag: quiet.
+    files["options.py"] = SHARED_PARSER.replace("default=0", 'default=int(os.environ.get("LOCAL_RANK", 0))')
+    files["options.py"] = "import os\n" + files["options.py"]
+    assert lint_project(tmp_path, files, "train.py", select="DDP008") == []
+    files = {"train.py": PARSER_USER.replace("USE", "dist.get_rank() % torch.cuda.device_count()"),
+             "options.py": SHARED_PARSER}
+    assert lint_project(tmp_path, files, "train.py", select="DDP008") == []

@@ -10,6 +10,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import children, dotted, string_text
 from ddpcheck.lint.rule import Invalid, Pending, Rule
 
@@ -377,6 +378,38 @@ class DeprecatedLauncher(Rule):
                 if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
                     out.append((site.module, a.value, site))
                     break
+        out += self._imported_parser_flags()
+        return out
+
+    def _imported_parser_flags(self) -> list[tuple[ModuleModel, cst.CSTNode, CallSite | None]]:
+        """`--local_rank` added at module level of a project module whose parser the script
+        imports and parses (`from opts import parser; args = parser.parse_args()`)."""
+        model = self.model
+        root = model.root
+        path = resolved_path(root.path)
+        if path is None:
+            return []
+        out: list[tuple[ModuleModel, cst.CSTNode, CallSite | None]] = []
+        seen: set[str] = set()
+        for call in root.calls:
+            if call.method not in ("parse_args", "parse_known_args") or not isinstance(call.node.func, cst.Attribute):
+                continue
+            receiver = call.node.func.value
+            origin = root.names.origin(receiver.value) if isinstance(receiver, cst.Name) else None
+            where = locate(path, origin) if origin else None
+            if where is None or str(where[0]) in seen:
+                continue
+            seen.add(str(where[0]))
+            other = model.project_model(where[0])
+            if other is None or other is root or _READS_LOCAL_RANK_ENV.search(other.source) \
+                    or other.names.imports_from("deepspeed"):
+                continue
+            for site in other.calls:
+                if site.method == "add_argument" and site.scope is other.module_scope:
+                    for a in site.node.args:
+                        if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
+                            out.append((other, a.value, None))
+                            break
         return out
 
 
