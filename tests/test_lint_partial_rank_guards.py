@@ -415,6 +415,11 @@ def test_a_local_rank_flag_on_a_parser_imported_from_another_module(tmp_path: Pa
     files = {"train.py": PARSER_USER.replace("USE", "args.local_rank"), "options.py": SHARED_PARSER}
     findings = lint_project(tmp_path, files, "train.py", select="DDP008")
     assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == [("options.py", 5)]
+    # A LOCAL_RANK read left in a comment is no read.
+    files["train.py"] = files["train.py"].replace("    def main():\n",
+                                                  '    # local_rank = int(os.environ["LOCAL_RANK"])\n    def main():\n')
+    findings = lint_project(tmp_path, files, "train.py", select="DDP008")
+    assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == [("options.py", 5)]
     # The parser module falls back on LOCAL_RANK, or nothing reads the flag: quiet.
     files["options.py"] = SHARED_PARSER.replace("default=0", 'default=int(os.environ.get("LOCAL_RANK", 0))')
     files["options.py"] = "import os\n" + files["options.py"]

@@ -299,7 +299,7 @@ class DeprecatedLauncher(Rule):
         # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
         if (
             flags
-            and not _READS_LOCAL_RANK_ENV.search(model.root.source)
+            and not _READS_LOCAL_RANK_ENV.search(code_only(model.root.source))
             and not model.root.names.imports_from("deepspeed")
             and not any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
                         if c.target is not None and c.target.external is None and not model.is_root(c.target))
@@ -372,7 +372,7 @@ class DeprecatedLauncher(Rule):
         for site in model.paths.sites():
             if site.module is model.root or site.method != "add_argument":
                 continue
-            if _READS_LOCAL_RANK_ENV.search(site.module.source) or site.module.names.imports_from("deepspeed"):
+            if _READS_LOCAL_RANK_ENV.search(code_only(site.module.source)) or site.module.names.imports_from("deepspeed"):
                 continue
             for a in site.node.args:
                 if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
@@ -401,7 +401,7 @@ class DeprecatedLauncher(Rule):
                 continue
             seen.add(str(where[0]))
             other = model.project_model(where[0])
-            if other is None or other is root or _READS_LOCAL_RANK_ENV.search(other.source) \
+            if other is None or other is root or _READS_LOCAL_RANK_ENV.search(code_only(other.source)) \
                     or other.names.imports_from("deepspeed"):
                 continue
             for site in other.calls:
