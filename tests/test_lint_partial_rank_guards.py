@@ -427,3 +427,36 @@ def test_a_local_rank_flag_on_a_parser_imported_from_another_module(tmp_path: Pa
     files = {"train.py": PARSER_USER.replace("USE", "dist.get_rank() % torch.cuda.device_count()"),
              "options.py": SHARED_PARSER}
     assert lint_project(tmp_path, files, "train.py", select="DDP008") == []
+
+
+OFFSET_DEVICE = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--first-gpu", type=int, default=0)
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", INDEX)
+        torch.cuda.set_device(device)
+        net = DDP(torch.nn.Linear(2, 2).to(device), device_ids=[device.index])
+        net(torch.randn(1, 2, device=device)).sum().backward()
+        dist.destroy_process_group()
+"""
+
+
+def test_a_global_rank_shifted_by_an_offset_is_still_the_global_rank(tmp_path: Path) -> None:
+    for index in ("dist.get_rank() + args.first_gpu", "args.first_gpu + dist.get_rank()",
+                  "dist.get_rank() + 1"):
+        findings = lint_project(tmp_path, {"train.py": OFFSET_DEVICE.replace("INDEX", index)}, "train.py",
+                                select="DDP007")
+        assert _lines(findings, "DDP007") == [12], (index, findings)
+    for index in ("dist.get_rank() % torch.cuda.device_count() + args.first_gpu",
+                  "int(os.environ['LOCAL_RANK']) + args.first_gpu"):
+        source = OFFSET_DEVICE.replace("INDEX", index).replace("import argparse", "import argparse, os")
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP007,DDP900")
+        assert findings == [], (index, findings)
