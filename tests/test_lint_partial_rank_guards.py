@@ -460,3 +460,50 @@ def test_a_global_rank_shifted_by_an_offset_is_still_the_global_rank(tmp_path: P
         source = OFFSET_DEVICE.replace("INDEX", index).replace("import argparse", "import argparse, os")
         findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP007,DDP900")
         assert findings == [], (index, findings)
+
+
+UPDATE_FLAG = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(args, net, loader, opt):
+        for j, (x, y) in enumerate(loader):
+            FLAG
+            loss = torch.nn.functional.mse_loss(net(x.cuda()), y.cuda())
+            loss.backward()
+            if need_update:
+                opt.step()
+                opt.zero_grad()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--update_freq", type=int, default=4)
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(3, 1).cuda(), device_ids=[local_rank])
+        opt = torch.optim.SGD(net.parameters(), lr=0.1 * dist.get_world_size())
+        train(args, net, [(torch.randn(2, 3), torch.randn(2, 1))], opt)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_step_under_a_flag_set_from_the_micro_batch_counter_accumulates(tmp_path: Path) -> None:
+    for flag in ("need_update = True if (j + 1) % args.update_freq == 0 else False",
+                 "need_update = (j + 1) % args.update_freq == 0",
+                 "if args.update_freq == 1:\n                need_update = True\n            else:\n"
+                 "                need_update = (j + 1) % args.update_freq == 0"):
+        source = UPDATE_FLAG.replace("FLAG", flag)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP016")
+        assert len(_lines(findings, "DDP016")) == 1, (flag, findings)
+    # A flag that has nothing to do with a counter: a step after every backward.
+    for flag in ("need_update = torch.isfinite(x).all()", "need_update = True"):
+        source = UPDATE_FLAG.replace("FLAG", flag)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP016")
+        assert findings == [], (flag, findings)
