@@ -507,3 +507,43 @@ def test_a_step_under_a_flag_set_from_the_micro_batch_counter_accumulates(tmp_pa
         source = UPDATE_FLAG.replace("FLAG", flag)
         findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP016")
         assert findings == [], (flag, findings)
+
+
+SHARED_VISIBLE_DEVICES = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def worker(rank, world_size, gpus):
+        PIN
+        dist.init_process_group("nccl", init_method="tcp://localhost:23456", rank=rank, world_size=world_size)
+        net = DDP(torch.nn.Linear(2, 2).to(rank), device_ids=[rank])
+        net(torch.randn(2, 2).to(rank)).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        gpus = [0, 1, 2, 3]
+        VISIBLE
+        n = torch.cuda.device_count()
+        mp.spawn(worker, args=(n, gpus), nprocs=n)
+"""
+
+
+def test_visible_devices_listing_several_gpus_pins_no_process(tmp_path: Path) -> None:
+    for visible in ('os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in gpus)',
+                    'os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"'):
+        source = SHARED_VISIBLE_DEVICES.replace("VISIBLE", visible).replace("PIN", "pass")
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP003")
+        assert _lines(findings, "DDP003") == [10], (visible, findings)
+    # One GPU per process, a value from the command line, or set_device in the worker: quiet.
+    shared = 'os.environ["CUDA_VISIBLE_DEVICES"] = "0,1,2,3"'
+    for visible, pin in ((shared, 'os.environ["CUDA_VISIBLE_DEVICES"] = str(gpus[rank])'),
+                         ('os.environ["CUDA_VISIBLE_DEVICES"] = os.environ.get("GPUS", "0")', "pass"),
+                         (shared, "torch.cuda.set_device(rank)")):
+        source = SHARED_VISIBLE_DEVICES.replace("VISIBLE", visible).replace("PIN", pin)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP003,DDP900")
+        assert findings == [], (visible, pin, findings)
