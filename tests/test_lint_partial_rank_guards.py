@@ -547,3 +547,32 @@ def test_visible_devices_listing_several_gpus_pins_no_process(tmp_path: Path) ->
         source = SHARED_VISIBLE_DEVICES.replace("VISIBLE", visible).replace("PIN", pin)
         findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP003,DDP900")
         assert findings == [], (visible, pin, findings)
+
+
+RESUME = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=[local_rank])
+        state = torch.load("last.pt", map_location=MAP)
+        net.module.load_state_dict(state["model"])
+        dist.destroy_process_group()
+"""
+
+
+def test_a_map_location_keyed_by_bare_cuda_moves_nothing(tmp_path: Path) -> None:
+    for mapping in ('{"cuda": "cpu"}', "{'cuda': f'cuda:{local_rank}'}"):
+        findings = lint_project(tmp_path, {"train.py": RESUME.replace("MAP", mapping)}, "train.py", select="DDP011")
+        assert _lines(findings, "DDP011") == [12], (mapping, findings)
+        assert "bare key" in findings[0]["message"]
+    for mapping in ('{"cuda:0": "cpu"}', '"cpu"', "{'cuda:0': f'cuda:{local_rank}', 'cuda': 'cpu'}",
+                    "lambda storage, loc: storage"):
+        findings = lint_project(tmp_path, {"train.py": RESUME.replace("MAP", mapping)}, "train.py", select="DDP011")
+        assert findings == [], (mapping, findings)
