@@ -576,3 +576,60 @@ def test_a_map_location_keyed_by_bare_cuda_moves_nothing(tmp_path: Path) -> None
                     "lambda storage, loc: storage"):
         findings = lint_project(tmp_path, {"train.py": RESUME.replace("MAP", mapping)}, "train.py", select="DDP011")
         assert findings == [], (mapping, findings)
+
+
+WARM_UP_HELPER = """\
+import torch
+
+
+def warm_up(model, device):
+    model = torch.compile(model)
+    loss = model(torch.randn(2, 4, device=device)).sum()
+    loss.backward()
+    return model
+"""
+
+WARM_UP_USER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from helpers import warm_up
+
+
+    def run(device):
+        model = torch.nn.Linear(4, 1).to(device)
+        BEFORE
+        model = DDP(model, device_ids=[device.index])
+        AFTER
+        opt = torch.optim.SGD(model.parameters(), lr=0.1 * dist.get_world_size())
+        for _ in range(3):
+            model(torch.randn(2, 4, device=device)).sum().backward()
+            opt.step()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        run(device)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_warm_up_forward_in_a_helper_called_before_the_wrap_is_not_training_the_inner_module(
+        tmp_path: Path) -> None:
+    source = WARM_UP_USER.replace("BEFORE", "model = warm_up(model, device)").replace("AFTER", "pass")
+    findings = lint_project(tmp_path, {"train.py": source, "helpers.py": WARM_UP_HELPER}, "train.py", select="DDP013")
+    assert findings == []
+    # Called on the inner module after the wrap, in the training loop: reported in the helper.
+    source = WARM_UP_USER.replace("BEFORE", "pass").replace(
+        "            opt.step()", "            warm_up(model.module, device)\n            opt.step()").replace(
+        "AFTER", "pass")
+    helper = WARM_UP_HELPER.replace("    model = torch.compile(model)\n", "")
+    findings = lint_project(tmp_path, {"train.py": source, "helpers.py": helper}, "train.py", select="DDP013")
+    assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == [("helpers.py", 5)], findings
+    # The same helper without compiling, called before the wrap: quiet too.
+    source = WARM_UP_USER.replace("BEFORE", "model = warm_up(model, device)").replace("AFTER", "pass")
+    findings = lint_project(tmp_path, {"train.py": source, "helpers.py": helper}, "train.py", select="DDP013")
+    assert findings == []
