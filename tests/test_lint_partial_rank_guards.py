@@ -633,3 +633,35 @@ def test_a_warm_up_forward_in_a_helper_called_before_the_wrap_is_not_training_th
     source = WARM_UP_USER.replace("BEFORE", "model = warm_up(model, device)").replace("AFTER", "pass")
     findings = lint_project(tmp_path, {"train.py": source, "helpers.py": helper}, "train.py", select="DDP013")
     assert findings == []
+
+
+SAVE_EVERY = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        master = dist.get_rank() == 0
+        net = DDP(torch.nn.Linear(2, 2).cuda(), device_ids=[local_rank])
+        steps = 100
+        for step in range(steps + 1):
+            last = step == steps
+            if GUARD:
+                torch.save(net.module.state_dict(), f"step{step}.pt")
+        dist.destroy_process_group()
+"""
+
+
+def test_a_rank_0_test_joined_to_a_disjunction_of_other_conditions_keeps_to_rank_0(tmp_path: Path) -> None:
+    for guard in ("master and (last or step % 10 == 0)", "(last or step % 10 == 0) and master",
+                  "dist.get_rank() == 0 and (last or (steps > 0 and step % 10 == 0))"):
+        findings = lint_project(tmp_path, {"train.py": SAVE_EVERY.replace("GUARD", guard)}, "train.py", select="DDP010")
+        assert findings == [], (guard, findings)
+    findings = lint_project(tmp_path, {"train.py": SAVE_EVERY.replace("GUARD", "last or step % 10 == 0")}, "train.py",
+                            select="DDP010")
+    assert _lines(findings, "DDP010") == [17]

@@ -260,7 +260,10 @@ def _may_grow(test: cst.BaseExpression, resolve: Resolve, as_is: bool) -> bool:
             if selects_main_rank(side, resolve) is None and is_distributed_test(side, resolve) is None \
                     and not _is_not_distributed(side, resolve):
                 return True
-    return _may_grow(test.left, resolve, as_is) or _may_grow(test.right, resolve, as_is)
+    # Only the rank-bearing operands say which ranks pass (`rank == 0 and (last or x % n == 0)`:
+    # the other operand only narrows it further).
+    return any(_may_grow(side, resolve, as_is) for side in (test.left, test.right)
+               if selects_main_rank(side, resolve) is not None)
 
 
 def vacuous_without_flag(test: cst.BaseExpression) -> str | None:
