@@ -99,6 +99,10 @@ def _is_zero(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Integer) and expr.evaluated_value == 0
 
 
+def _is_one(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Integer) and expr.evaluated_value == 1
+
+
 def _bool_literal(expr: cst.BaseExpression) -> bool | None:
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
         return expr.value == "True"
@@ -196,6 +200,10 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                     return False
             if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
                 return False  # rank > 0
+            if isinstance(op, cst.LessThanEqual) and _is_zero(other) and value is left:
+                return True  # `local_rank <= 0`: rank 0, or -1 when not distributed
+            if isinstance(op, cst.LessThan) and _is_one(other) and value is left:
+                return True  # rank < 1
             # `rank == args.main_rank`: a rank compared to a configured value (an option, not a
             # loop variable that walks the ranks in turn) picks one rank, as `rank == 0` does.
             if isinstance(other, cst.Attribute):
@@ -254,6 +262,33 @@ def whole_rank_test(test: cst.BaseExpression, resolve: Resolve) -> bool:
     return True
 
 
+def widened(test: cst.BaseExpression, negated: bool, resolve: Resolve) -> bool:
+    """Whether the ranks a guard admits may be more than `selects_main_rank` says. `rank == 0 and
+    x` holds on rank 0 at most, so its body is rank-0 code; but its else (or the code after `if
+    rank == 0 and x: raise`) runs on every rank whenever x is false: not a rank condition."""
+    return _may_grow(test, resolve, not negated)
+
+
+def _may_grow(test: cst.BaseExpression, resolve: Resolve, as_is: bool) -> bool:
+    """Whether `test` (as_is) or its negation may hold on ranks beyond its rank operands' say:
+    a conjunction with a free operand (neither a rank nor a distributed test) narrows the test,
+    so it widens the negation; a disjunction the other way round."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return _may_grow(test.expression, resolve, not as_is)
+    if not isinstance(test, cst.BooleanOperation):
+        return False
+    conjunction = isinstance(test.operator, cst.And)
+    if conjunction != as_is:  # `a and x` negated, `a or x` as is: a free x lets it hold anywhere
+        for side in (test.left, test.right):
+            if selects_main_rank(side, resolve) is None and is_distributed_test(side, resolve) is None \
+                    and not _is_not_distributed(side, resolve):
+                return True
+    # Only the rank-bearing operands say which ranks pass (`rank == 0 and (last or x % n == 0)`:
+    # the other operand only narrows it further).
+    return any(_may_grow(side, resolve, as_is) for side in (test.left, test.right)
+               if selects_main_rank(side, resolve) is not None)
+
+
 def vacuous_without_flag(test: cst.BaseExpression) -> str | None:
     """The launch-mode flag X of `not X or <rank test>`: a test that holds on every rank of a
     job launched without X (torchrun), so it is a rank guard on one launch path only."""
@@ -270,7 +305,7 @@ def on_main_rank_only(guards: tuple[Guard, ...], resolve: Resolve) -> Guard | No
     """The innermost guard that restricts the code to rank 0, if any."""
     for guard in reversed(guards):
         selects = selects_main_rank(guard.test, resolve)
-        if selects is None:
+        if selects is None or widened(guard.test, guard.negated, resolve):
             continue
         if selects != guard.negated:
             return guard
@@ -280,7 +315,7 @@ def on_main_rank_only(guards: tuple[Guard, ...], resolve: Resolve) -> Guard | No
 def under_rank_condition(guards: tuple[Guard, ...], resolve: Resolve) -> Guard | None:
     """The innermost guard that makes the code run on some ranks and not others."""
     for guard in reversed(guards):
-        if selects_main_rank(guard.test, resolve) is not None:
+        if selects_main_rank(guard.test, resolve) is not None and not widened(guard.test, guard.negated, resolve):
             return guard
     return None
 

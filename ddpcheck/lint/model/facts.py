@@ -143,7 +143,8 @@ class Facts:
                 found.add("is_rank_check")
                 break
         for access in module.env:
-            if not access.written and access.key in api.LAUNCHER_ENV and access.scope.qualname == qualname:
+            if not access.written and access.key in api.LAUNCHER_ENV and access.scope.qualname == qualname \
+                    and access.key not in self.model.own_launcher_keys:
                 found.add("reads_launcher_env")
                 break
         scope = module.function_scopes.get(qualname) if qualname != "<module>" else module.module_scope

@@ -28,7 +28,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    is_distributed_test, selects_main_rank, vacuous_without_flag, whole_rank_test,
+    is_distributed_test, selects_main_rank, vacuous_without_flag, widened,
 )
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
@@ -192,8 +192,8 @@ class Paths:
         side = selects_main_rank(guard.test, resolve)
         if side is None and scope is not None:
             side = self._presence_side(module, guard.test, scope, guard.node)
-        if side is not None and guard.negated and not whole_rank_test(guard.test, resolve):
-            return None  # the `else` of `if rank == 0 and args.save:` runs on rank 0 too
+        if side is not None and widened(guard.test, guard.negated, resolve):
+            return None  # the else of `if rank == 0 and x:` runs on every rank where x is false
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"

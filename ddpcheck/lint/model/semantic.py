@@ -58,6 +58,7 @@ class Model:
         self._resolvers: dict[tuple[int, int], Names] = {}
         self._uses_ddp: bool | None = None
         self._torchrun: bool | None = None
+        self._own_keys: frozenset[str] | None = None
         if not defer:
             self.start()
 
@@ -229,10 +230,26 @@ class Model:
         or WORLD_SIZE from the environment, itself or through the functions it calls."""
         if self._torchrun is None:
             root = self.root
-            self._torchrun = any(not a.written and a.key in api.LAUNCHER_ENV for a in root.env) or any(
+            own = self.own_launcher_keys
+            self._torchrun = any(not a.written and a.key in api.LAUNCHER_ENV and a.key not in own
+                                 for a in root.env) or any(
                 "reads_launcher_env" in self.facts.of_call(c) for c in root.calls
             )
         return self._torchrun
+
+    @property
+    def own_launcher_keys(self) -> frozenset[str]:
+        """Launcher variables the linted file sets itself, unconditionally, and never asks for
+        otherwise (`"RANK" in os.environ`, `os.environ.get("RANK")`): a spawned worker that stores
+        its own rank there and reads it back (itself or in helpers) says nothing of an outside
+        launcher."""
+        if self._own_keys is None:
+            root = self.root
+            self._own_keys = frozenset(
+                a.key for a in root.env if a.written and not a.guards and a.key in api.LAUNCHER_ENV
+                and not re.search(r"""['"]%s['"]\s*(?:not\s+)?in\b|(?:get|getenv|setdefault)\s*\(\s*['"]%s['"]"""
+                                  % (re.escape(a.key), re.escape(a.key)), root.source))
+        return self._own_keys
 
     def on_one_machine(self) -> bool:
         """The job cannot span machines: no outside launcher can start the file (see
@@ -253,7 +270,14 @@ class Model:
         for site in root.calls:
             if self.api(site) == api.INIT_PROCESS_GROUP:
                 method = site.arg("init_method", 1)
-                if method is not None:
+                if method is not None and not isinstance(method, cst.SimpleString):
+                    # `init_method = "tcp://localhost:..."` kept in a variable first: what it holds.
+                    held = self.values.at_call(site, method)
+                    addresses.extend(v.node if isinstance(v.node, cst.BaseExpression) else method
+                                     for v in held)
+                    if not held:
+                        addresses.append(method)
+                elif method is not None:
                     addresses.append(method)
         return bool(addresses) and all(_loopback(a) for a in addresses)
 
@@ -370,6 +394,12 @@ class Names:
                 if isinstance(node, cst.Name) and node.value in ("False", "None"):
                     continue
                 resolve = self.model.resolver_for(value.module, value.scope)
+                if isinstance(node, cst.Name) and node.value == "True" and not value.arms \
+                        and _demoted_elsewhere(value, values, self.model, depth):
+                    # `self.verbose = True`, then `if rank != 0: self.verbose = False`: it stays
+                    # true on rank 0 only.
+                    sides.add(True)
+                    continue
                 if isinstance(node, cst.Name) and node.value == "True" and value.arms:
                     # `is_main = True if local_rank == 0 else False`: true where its arms hold.
                     sides.add(_arms_side(value.arms, resolve, depth))
@@ -531,6 +561,35 @@ def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:
         inner = test.expression
         return isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available"
     return False
+
+
+def _demoted_elsewhere(default: Value, values: list[Value], model: Model, depth: int) -> bool:
+    """Whether a flag set True with no rank condition (`self.verbose = True`) is set False (or
+    None) later in the same scope on every rank but rank 0 (`if dist.get_rank() != 0:
+    self.verbose = False`), and nowhere else."""
+    from ddpcheck.lint.model.conditions import selects_main_rank, whole_rank_test
+
+    if default.at is None or any(
+            selects_main_rank(g.test, model.resolver_for(default.module, default.scope), depth) is not None
+            for g in default.conditions):
+        return False
+    found = False
+    for value in values:
+        node = value.node
+        if value is default or not (isinstance(node, cst.Name) and node.value in ("False", "None")):
+            continue
+        if value.scope is not default.scope or value.at is None or value.at.tick < default.at.tick:
+            return False
+        resolve = model.resolver_for(value.module, value.scope)
+        sides = {selects_main_rank(g.test, resolve, depth) != g.negated for g in value.conditions
+                 if selects_main_rank(g.test, resolve, depth) is not None}
+        if any(selects_main_rank(g.test, resolve, depth) is not None and not whole_rank_test(g.test, resolve)
+               for g in value.conditions):
+            return False  # cleared on some of those ranks only (`rank != 0 and args.quiet`)
+        if sides != {False}:
+            return False
+        found = True
+    return found
 
 
 def _arms_side(arms: tuple[Guard, ...], resolve: Names, depth: int) -> bool | None:

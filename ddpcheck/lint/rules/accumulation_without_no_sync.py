@@ -162,7 +162,8 @@ class AccumulationWithoutNoSync(Rule):
         for guard in s.guards:
             if id(guard.node) in own:
                 continue
-            if _counter(s.module.code(guard.test)):
+            # Written there, or in a flag the loop sets first (`need_update = (j + 1) % freq == 0`).
+            if self._counter_expr(s, guard.test):
                 return True
         return False
 

@@ -8,7 +8,9 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import children, dotted, string_text
 from ddpcheck.lint.rule import Invalid, Pending, Rule
 
@@ -17,6 +19,8 @@ if TYPE_CHECKING:
 
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
+# The parsed namespace turned into a dict or its attributes copied over: any of them may be read.
+_WHOLE_NAMESPACE = re.compile(r"\bvars\s*\(|__dict__|\bsetattr\s*\(|\bupdate\s*\(\s*vars")
 # A command that starts the deprecated launcher (in code, a comment or a docstring), not prose
 # that names it: `-m torch.distributed.launch`, or the module followed by its options or a script.
 _COMMAND = re.compile(
@@ -47,7 +51,8 @@ class DeprecatedLauncher(Rule):
     or imports `deepspeed` (whose launcher does pass the flag). Scripts that keep the
     flag only as a fallback for `LOCAL_RANK`
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported, nor prose that only
-    names the launcher ("formerly started with torch.distributed.launch").
+    names the launcher ("formerly started with torch.distributed.launch"), nor a flag nothing
+    reads (the ranks come from elsewhere, such as a cluster helper).
 
     Launch commands in comments and usage text, and the flag, are reported in scripts (files
     run as `__main__`, or that do their work or parse the command line at module level) that
@@ -123,6 +128,18 @@ class DeprecatedLauncher(Rule):
             parser = argparse.ArgumentParser()
             parser.add_argument("--local_rank", type=int, default=0)
             return parser
+        """,
+        """
+        # A leftover flag nothing reads: the ranks come from the cluster's environment helper.
+        import argparse
+        import torch
+        import torch.distributed as dist
+        import cluster_env
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=None)
+        args = parser.parse_args()
+        dist.init_process_group("nccl", rank=cluster_env.rank, world_size=cluster_env.size)
+        torch.cuda.set_device(cluster_env.local_rank)
         """,
         """
         # DeepSpeed's launcher passes --local_rank itself.
@@ -282,17 +299,40 @@ class DeprecatedLauncher(Rule):
         # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
         if (
             flags
-            and not _READS_LOCAL_RANK_ENV.search(model.root.source)
+            and not _READS_LOCAL_RANK_ENV.search(code_only(model.root.source))
             and not model.root.names.imports_from("deepspeed")
             and not any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
                         if c.target is not None and c.target.external is None and not model.is_root(c.target))
         ):
             for module, flag, site in flags:
                 call = next((c.node for c in module.calls if any(a.value is flag for a in c.node.args)), None)
+                if call is not None and not self._flag_read(module, call, flag):
+                    continue  # a flag nothing reads: the local rank comes from elsewhere
                 fix = remedies.local_rank_default_from_env(module, call) \
                     if call is not None and module is model.root else None
                 self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix, module=module,
                             related=model.paths.chain(site) if site is not None else ())
+
+    def _flag_read(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
+        """Whether the run may read the flag's value: `args.local_rank` (a base that is not an
+        imported module: `idr_torch.local_rank` is another source), the name as a string
+        (`getattr(args, "local_rank")`, `opts["local_rank"]`), or the whole namespace handed on as
+        a dict (`vars(args)`, `**args.__dict__`), which may read it anywhere."""
+        dest = next((string_text(a.value) for a in call.args
+                     if a.keyword is not None and a.keyword.value == "dest"), None) \
+            or (string_text(flag) or "").lstrip("-").replace("-", "_")
+        if not dest:
+            return True
+        attribute = re.compile(r"([A-Za-z_][\w.]*)\s*\.\s*" + re.escape(dest) + r"\b")
+        quoted = re.compile(r"""['"]""" + re.escape(dest) + r"""['"]""")
+        for other in {id(m): m for m in [module, *self.model.paths.modules()]}.values():
+            text = code_only(other.source)
+            if _WHOLE_NAMESPACE.search(text) or quoted.search(text):
+                return True
+            for m in attribute.finditer(text):
+                if other.names.origin(m.group(1).split(".")[0]) is None:
+                    return True
+        return False
 
     def _helper_usage(self) -> None:
         """A launch command in a string of a project function the script's run goes through
@@ -332,12 +372,44 @@ class DeprecatedLauncher(Rule):
         for site in model.paths.sites():
             if site.module is model.root or site.method != "add_argument":
                 continue
-            if _READS_LOCAL_RANK_ENV.search(site.module.source) or site.module.names.imports_from("deepspeed"):
+            if _READS_LOCAL_RANK_ENV.search(code_only(site.module.source)) or site.module.names.imports_from("deepspeed"):
                 continue
             for a in site.node.args:
                 if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
                     out.append((site.module, a.value, site))
                     break
+        out += self._imported_parser_flags()
+        return out
+
+    def _imported_parser_flags(self) -> list[tuple[ModuleModel, cst.CSTNode, CallSite | None]]:
+        """`--local_rank` added at module level of a project module whose parser the script
+        imports and parses (`from opts import parser; args = parser.parse_args()`)."""
+        model = self.model
+        root = model.root
+        path = resolved_path(root.path)
+        if path is None:
+            return []
+        out: list[tuple[ModuleModel, cst.CSTNode, CallSite | None]] = []
+        seen: set[str] = set()
+        for call in root.calls:
+            if call.method not in ("parse_args", "parse_known_args") or not isinstance(call.node.func, cst.Attribute):
+                continue
+            receiver = call.node.func.value
+            origin = root.names.origin(receiver.value) if isinstance(receiver, cst.Name) else None
+            where = locate(path, origin) if origin else None
+            if where is None or str(where[0]) in seen:
+                continue
+            seen.add(str(where[0]))
+            other = model.project_model(where[0])
+            if other is None or other is root or _READS_LOCAL_RANK_ENV.search(code_only(other.source)) \
+                    or other.names.imports_from("deepspeed"):
+                continue
+            for site in other.calls:
+                if site.method == "add_argument" and site.scope is other.module_scope:
+                    for a in site.node.args:
+                        if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
+                            out.append((other, a.value, None))
+                            break
         return out
 
 

@@ -333,4 +333,8 @@ def _index_values(index: cst.BaseExpression) -> list[cst.BaseExpression]:
         return [e for el in index.elements if isinstance(el, cst.DictElement) for e in _index_values(el.value)]
     if isinstance(index, (cst.SimpleString, cst.ConcatenatedString)):
         return []
+    if isinstance(index, cst.BinaryOperation) and isinstance(index.operator, cst.Add):
+        # `dist.get_rank() + args.skip_devices`: an offset moves the global rank further past
+        # the local GPUs, it does not bring it back.
+        return [index, *_index_values(index.left), *_index_values(index.right)]
     return [index]

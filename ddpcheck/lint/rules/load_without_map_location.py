@@ -242,6 +242,12 @@ class LoadWithoutMapLocation(Rule):
         ),
     ]
 
+    NO_MATCH_MESSAGE = (
+        "`map_location` maps only the bare key \"cuda\", which no saved storage carries (they are "
+        "tagged \"cuda:0\"...): tensors return to the GPU they were saved from on every rank; pass "
+        "`map_location=\"cpu\"` or `map_location=f\"cuda:{local_rank}\"`"
+    )
+
     def finish(self) -> None:
         model = self.model
         if not model.uses_ddp:
@@ -249,7 +255,10 @@ class LoadWithoutMapLocation(Rule):
         pinned: bool | None = None
         built = self._network_loads()
         for site in [*model.paths.sites(), *built]:
-            if model.api(site) != api.LOAD or site.has_star_kwargs or site.arg("map_location", 1) is not None:
+            if model.api(site) != api.LOAD or site.has_star_kwargs:
+                continue
+            given = site.arg("map_location", 1)
+            if given is not None and not _matches_no_device(given):
                 continue
             paths = model.paths
             if paths.main_only(site) or paths.single_only(site) or paths.never(site):
@@ -262,8 +271,11 @@ class LoadWithoutMapLocation(Rule):
                 pinned = self._one_gpu_per_process()
             if pinned:
                 return  # every process sees its own GPU as cuda:0
-            fix = _add_map_location(site.node) if site.module is model.root else None
             related = built[site] if site in built else model.paths.chain(site)
+            if given is not None:
+                self.report(site.node, self.NO_MATCH_MESSAGE, module=site.module, related=related)
+                continue
+            fix = _add_map_location(site.node) if site.module is model.root else None
             self.report(site.node, fix=fix, module=site.module, related=related)
 
     def _network_loads(self, depth: int = 2) -> dict[CallSite, list[CallSite]]:
@@ -391,6 +403,15 @@ def _to_cpu(node: cst.CSTNode) -> bool:
             if method == "cpu" or method == "to" and sub.args and string_text(sub.args[0].value) == "cpu":
                 return True
     return False
+
+
+def _matches_no_device(given: cst.BaseExpression) -> bool:
+    """A literal `map_location` dict whose keys are all the bare "cuda" (`{"cuda": "cpu"}`):
+    torch.load matches the keys against the saved storages' tags, which always name an index
+    ("cuda:0"), so the map moves nothing."""
+    if not isinstance(given, cst.Dict) or not given.elements:
+        return False
+    return all(isinstance(e, cst.DictElement) and string_text(e.key) == "cuda" for e in given.elements)
 
 
 def _add_map_location(call: cst.Call) -> Replace:

@@ -5,7 +5,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import uses_cuda
-from ddpcheck.lint.model.module import CallSite, Guard
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.syntax import string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -146,9 +147,14 @@ class MissingSetDevice(Rule):
         if any(c.qualname == api.INIT_PROCESS_GROUP and c.has_keyword("device_id") for c in sites):
             return
         root = model.root
-        if any(a.written and a.key == "CUDA_VISIBLE_DEVICES" for a in root.env):
+        visible = [a for a in root.env if a.written and a.key == "CUDA_VISIBLE_DEVICES"]
+        # A list of several GPUs (`",".join(gpus)`, `"0,1,2,3"`) set for the processes to share
+        # pins none of them: each still starts on the first.
+        shared = [a for a in visible if _several_devices(a.node, root)]
+        if len(shared) < len(visible):
             return
-        if "CUDA_VISIBLE_DEVICES" in root.source and ("'CUDA_VISIBLE_DEVICES'" in root.source or '"CUDA_VISIBLE_DEVICES"' in root.source):
+        mentions = root.source.count("'CUDA_VISIBLE_DEVICES'") + root.source.count('"CUDA_VISIBLE_DEVICES"')
+        if mentions > len(shared):
             return
         cuda = [c for c in root.calls if uses_cuda(model, c)]
         if not cuda and not any(uses_cuda(model, c) for c in model.paths.sites() if c.module is not root):
@@ -215,3 +221,17 @@ class MissingSetDevice(Rule):
                 continue  # `if args.gpu is not None:` where it is never None: every run takes it
             return guard
         return None
+
+
+def _several_devices(target: cst.Subscript, module: ModuleModel) -> bool:
+    """The value assigned to `os.environ["CUDA_VISIBLE_DEVICES"]` lists several GPUs: a join
+    of a list, or a literal with a comma."""
+    for node in subexpressions(module.tree):
+        if isinstance(node, cst.Assign) and any(t.target is target for t in node.targets):
+            value = node.value
+            if isinstance(value, cst.Call) and isinstance(value.func, cst.Attribute) \
+                    and value.func.attr.value == "join":
+                return True
+            text = string_text(value)
+            return text is not None and "," in text
+    return False

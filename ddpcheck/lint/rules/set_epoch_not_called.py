@@ -391,7 +391,9 @@ class SetEpochNotCalled(Rule):
             feeds.append(found)
         if not feeds:
             return
-        set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch"]
+        # A set_epoch that only some ranks call (in the rank-0 progress-bar branch) leaves the
+        # others repeating their order: it does not count.
+        set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch" and model.paths.rank_guard(s) is None]
         for found in feeds:
             setting = [s for s in set_epochs if self._may_set(found, s)]
             if any(not self._stale(s) and not any(self._overrides(later, s) for later in setting)

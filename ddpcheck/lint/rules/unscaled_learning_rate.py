@@ -164,7 +164,7 @@ class UnscaledLearningRate(Rule):
             return
         sites = list(model.paths.sites())
         modules = {id(s.module): s.module for s in sites}
-        if any(_DIVIDES_BY_WORLD.search(code_only(m.source)) for m in modules.values()):  # not a commented-out line
+        if any(_divides_batch_by_world(code_only(m.source)) for m in modules.values()):  # not a commented-out line
             return
         if any(self._splits_steps_by_rank(m) for m in modules.values()):
             return
@@ -176,7 +176,8 @@ class UnscaledLearningRate(Rule):
                 lr = site.arg("lr", 1)
             else:
                 continue
-            self._group_rates(site, sites)
+            if self._group_rates(site, sites):
+                continue  # one finding per optimizer: its rates share the one cause
             if lr is not None:
                 values = model.values.at_call(site, lr)
             else:  # `Opt(params, **optimizer_args)`: the rate, if any, is an entry of the dict
@@ -219,13 +220,14 @@ class UnscaledLearningRate(Rule):
                 return True
         return False
 
-    def _group_rates(self, site: CallSite, sites: list[CallSite]) -> None:
-        """Report the constant rates of the parameter groups the optimizer gets as a list of
-        dicts (`[{"params": head, "lr": 1e-4}, ...]`): each group's rate is its own `lr`."""
+    def _group_rates(self, site: CallSite, sites: list[CallSite]) -> bool:
+        """Report the first constant rate of the parameter groups the optimizer gets as a list of
+        dicts (`[{"params": head, "lr": 1e-4}, ...]`): each group's rate is its own `lr`, and the
+        optimizer is reported once, however many of its groups set a constant. True if reported."""
         model = self.model
         params = site.arg("params", 0)
         if params is None:
-            return
+            return False
         for held in model.values.at_call(site, params):
             if not isinstance(held.node, (cst.List, cst.Tuple)):
                 continue
@@ -238,21 +240,24 @@ class UnscaledLearningRate(Rule):
                     for entry in group.node.elements:
                         if isinstance(entry, cst.DictElement) and isinstance(entry.key, cst.SimpleString) \
                                 and entry.key.evaluated_value == "lr":
-                            self._group_rate(site, sites, group, entry.value)
+                            if self._group_rate(site, sites, group, entry.value):
+                                return True
+        return False
 
-    def _group_rate(self, site: CallSite, sites: list[CallSite], group: Value, rate: cst.BaseExpression) -> None:
+    def _group_rate(self, site: CallSite, sites: list[CallSite], group: Value, rate: cst.BaseExpression) -> bool:
         values = self.model.values.of(group.module, rate, group.scope, group.frame, at=group.at)
         if not values or not all(self._constant(v, _DEPTH) for v in values):
-            return
+            return False
         if self._mentions_world(group.module, rate, group.scope, group.frame, group.at, _DEPTH) or any(
                 self._mentions_world(v.module, v.node, v.scope, v.frame, v.at, _DEPTH) for v in values
                 if isinstance(v.node, cst.CSTNode)):
-            return
+            return False
         if all(_is_zero(v.node) for v in values):
-            return
+            return False
         if all(_is_one(v.node) for v in values) and self._rate_from_lambda(site, sites):
-            return
+            return False
         self.report(rate, module=group.module, related=[site])
+        return True
 
     def _rate_from_lambda(self, optimizer: CallSite, sites: list[CallSite]) -> bool:
         """A LambdaLR is built on the optimizer `optimizer` makes: with a base rate of 1 the
@@ -320,6 +325,17 @@ class UnscaledLearningRate(Rule):
 
 
 _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
+
+
+def _divides_batch_by_world(text: str) -> bool:
+    """The global batch split by the world size (`batch_size // world_size`, `accum_steps //=
+    get_world_size()`); not a batch size that is itself a divisor of something else
+    (`len(data) / self.batch_size / self.num_replicas` counts batches per rank)."""
+    for m in _DIVIDES_BY_WORLD.finditer(text):
+        before = re.sub(r"[\w.]*$", "", text[:m.start()]).rstrip()
+        if not before.endswith("/"):
+            return True
+    return False
 
 
 def _is_one(node: object) -> bool:

@@ -276,13 +276,24 @@ class UnwrappedModelTrained(Rule):
             wrap = next((w for v, w in inner.get(id(value.node), ()) if self.model.values.same_object(v, value)), None)
             if wrap is None:
                 continue
-            if wrap.site.module is site.module and wrap.site.scope.function is site.scope.function \
-                    and site.index < wrap.site.index:
+            if self._before_wrap(site, wrap, 2):
                 continue  # used before it was wrapped
             if wrap.site.module is site.module and _exclusive(wrap.site, site):
                 continue  # `if distributed: ddp = DDP(model) ... else: model(x)`
             return wrap
         return None
+
+    def _before_wrap(self, site: CallSite, wrap: Wrap, depth: int) -> bool:
+        """`site` runs before the wrap: earlier in the wrap's function, or in a function that
+        every caller calls there before the wrap (`model = compile_model(model)`, a warm-up
+        forward, then `model = DDP(model)`), followed `depth` calls up."""
+        if wrap.site.module is site.module and wrap.site.scope.function is site.scope.function:
+            return site.index < wrap.site.index
+        enclosing = self.model.paths.function_of(site)
+        if enclosing is None or depth <= 0:
+            return False
+        callers = [c for c, _ in self.model.graph.callers(enclosing)]
+        return bool(callers) and all(self._before_wrap(c, wrap, depth - 1) for c in callers)
 
     def _in_training_step(self, site: CallSite, backwards: list[CallSite]) -> bool:
         """A forward whose result gets a backward: in the same function and loop as a
