@@ -39,6 +39,8 @@ NEAR = 2
 EXPORT_SUFFIXES = (".py", ".pyi")
 EXPORT_NAMES = ("pyproject.toml", "setup.cfg")
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
+# One script's lint, wall clock: far above any real script's (seconds), even on a loaded machine.
+LINT_TIMEOUT_S = 600
 
 
 class LabelError(ValueError):
@@ -242,7 +244,12 @@ def lint(tree: Path, paths: Sequence[str]) -> list[Finding]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHECKOUT), env.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, "-m", "ddpcheck", "lint", "--output-format", "json", "--select", "ALL",
            "--no-cache", "--exit-zero", *paths]
-    done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env, check=False)
+    try:
+        done = subprocess.run(cmd, cwd=tree, capture_output=True, text=True, env=env, check=False,
+                              timeout=LINT_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # A lint that never finishes is a failure on that script, as a user would meet it.
+        raise RuntimeError(f"ddpcheck lint did not finish within {LINT_TIMEOUT_S} s") from None
     try:
         report = json.loads(done.stdout)
     except ValueError:
