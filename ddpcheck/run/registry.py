@@ -135,6 +135,15 @@ def probes() -> tuple[Probe, ...]:
     return tuple(sorted(found, key=lambda p: (p.order, p.name)))
 
 
+def verdicts_of(name: str, records: list[Record], ctx: Context) -> list[Verdict]:
+    """The verdicts of the probe that `--checks` calls `name`, for a judge whose answer rests on
+    another probe's: asked by name, so that neither probe module imports the other."""
+    probe = next((p for p in probes() if p.name == name), None)
+    if probe is None:
+        raise KeyError(f"no runtime probe is called {name!r}")
+    return probe.judge(records, ctx)
+
+
 def checks() -> dict[str, type[RuntimeCheck]]:
     """code -> check class, for every runtime check and incident, sorted by code."""
     return dict(sorted((c.code, c) for p in probes() for c in p.checks))
