@@ -107,21 +107,19 @@ pathlib.Path(sys.argv[1]).write_text("launched")
 
 
 @pytest.mark.parametrize(("flag", "example"), [("--report", "report.json"), ("--html", "report.html")])
-def test_a_report_path_that_is_a_directory_is_refused_before_launching(tmp_path, flag, example):
+def test_a_report_path_that_is_a_directory_is_refused_before_launching(tmp_path, monkeypatch, capsys, flag, example):
+    # In-process, from the script's folder (`ddpcheck run` calls this very function): nothing is
+    # launched, so no interpreter of its own is needed.
     import os
-    import subprocess
-    import sys
 
-    from rt_helpers import subprocess_env
+    from ddpcheck.run.launcher.entry import main
 
     script, marker, folder = tmp_path / "train.py", tmp_path / "launched", tmp_path / "rep"
     script.write_text(MARKER_SCRIPT)
     folder.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "ddpcheck", "run", "--nproc", "2", flag, "rep", "train.py",
-                           str(marker)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+    monkeypatch.chdir(tmp_path)
+    assert main(["--nproc", "2", flag, "rep", "train.py", str(marker)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"ddpcheck run: {flag} rep: is a directory; give a file path such as {os.path.join('rep', example)}"]
     assert not marker.exists()  # nothing was launched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep", "train.py"] and not list(folder.iterdir())
