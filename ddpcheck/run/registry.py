@@ -32,6 +32,9 @@ reported as findings only, never as rows of the checks table.
    checked steps; `session.add_slot` for a digest to compare live) and `judge` (compare the
    records across ranks; PASS, FAIL or SKIP for each of its codes).
 4. `PROBE = Probe("what-it-watches", (TheCheck,), judge, capture, order=...)` at the end.
+   A probe imports no other probe (tests/test_architecture.py): what two probes share lives in
+   a helper below them (`checks/_<what_it_holds>.py`, or `rank/` for what the rank writes), and
+   a judge that rests on another probe's verdicts asks `verdicts_of(name, records, ctx)`.
 5. `python scripts/pages.py` writes `rules/DDPnnn.md`; add a planted fault to
    `fixtures/run/train.py` and its case to `tests/runtime/test_run_checks.py`.
 """
