@@ -15,6 +15,9 @@ modules still cannot be understood or changed apart.
   never torch: it reads a cluster's dumps on a machine without it.
 - Code that runs inside each rank (`run/rank/`, `run/checks/`) and code that runs in the launcher
   (`run/launcher/`) do not import each other.
+- A runtime check is one unit: no probe module of `run/checks/` imports another, and neither the
+  helpers they share (`run/checks/_*.py`) nor the rank's code (`run/rank/`) import a probe. What two probes share lives below them; a judge
+  that rests on another probe's verdicts asks the registry by the probe's name.
 """
 
 from __future__ import annotations
@@ -250,6 +253,43 @@ def test_each_check_module_writes_its_code_once():
         written = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and id(n) not in cited
                    and n.value in own]
         assert sorted(written) == sorted(own), path.name
+
+
+CHECKS = "ddpcheck.run.checks"
+
+
+def _probe_modules() -> list[str]:
+    return sorted(m for m in MODULES if m.startswith(CHECKS + ".") and not m.rsplit(".", 1)[1].startswith("_"))
+
+
+def _between_probes() -> list[str]:
+    """Imports of a probe module by another probe module, a shared helper of run/checks/ or the
+    rank's code (which installs the probes through the registry, by name)."""
+    probes = set(_probe_modules())
+    return sorted(f"{m} -> {d}" for m, deps in GRAPH.items() if m.startswith((CHECKS + ".", "ddpcheck.run.rank"))
+                  for d in deps if d in probes and d != m)
+
+
+def test_no_probe_imports_another():
+    assert len(_probe_modules()) > 15  # guards the guard: the probes are seen
+    assert _between_probes() == []
+
+
+@pytest.mark.parametrize("placement", ["module", "function", "type_checking"])
+@pytest.mark.parametrize(("importer", "statement"), [
+    ("ddpcheck.run.checks.params", "from ddpcheck.run.checks.grads import judge"),
+    ("ddpcheck.run.checks.lifecycle", "from ddpcheck.run.checks import grads"),
+    ("ddpcheck.run.checks._compare", "from ddpcheck.run.checks import inputs"),
+    ("ddpcheck.run.rank.bootstrap", "from ddpcheck.run.checks import crash"),
+])
+def test_a_planted_import_between_probes_is_found(monkeypatch, importer, statement, placement):
+    source = {
+        "module": statement,
+        "function": f"def judge():\n    {statement}\n",
+        "type_checking": f"from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    {statement}\n",
+    }[placement]
+    monkeypatch.setitem(GRAPH, importer, GRAPH[importer] | _imports(importer, source))
+    assert [edge for edge in _between_probes() if edge.startswith(importer + " -> ")]
 
 
 LAUNCHER_SIDE = ("ddpcheck.run.launcher", "ddpcheck.run.rehearse")

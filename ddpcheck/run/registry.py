@@ -32,6 +32,9 @@ reported as findings only, never as rows of the checks table.
    checked steps; `session.add_slot` for a digest to compare live) and `judge` (compare the
    records across ranks; PASS, FAIL or SKIP for each of its codes).
 4. `PROBE = Probe("what-it-watches", (TheCheck,), judge, capture, order=...)` at the end.
+   A probe imports no other probe (tests/test_architecture.py): what two probes share lives in
+   a helper below them (`checks/_<what_it_holds>.py`, or `rank/` for what the rank writes), and
+   a judge that rests on another probe's verdicts asks `verdicts_of(name, records, ctx)`.
 5. `python scripts/pages.py` writes `rules/DDPnnn.md`; add a planted fault to
    `fixtures/run/train.py` and its case to `tests/runtime/test_run_checks.py`.
 """
@@ -133,6 +136,15 @@ def probes() -> tuple[Probe, ...]:
         if twice:
             raise RuntimeError(f"runtime checks: {', '.join(twice)} declared twice")
     return tuple(sorted(found, key=lambda p: (p.order, p.name)))
+
+
+def verdicts_of(name: str, records: list[Record], ctx: Context) -> list[Verdict]:
+    """The verdicts of the probe that `--checks` calls `name`, for a judge whose answer rests on
+    another probe's: asked by name, so that neither probe module imports the other."""
+    probe = next((p for p in probes() if p.name == name), None)
+    if probe is None:
+        raise KeyError(f"no runtime probe is called {name!r}")
+    return probe.judge(records, ctx)
 
 
 def checks() -> dict[str, type[RuntimeCheck]]:

@@ -174,7 +174,11 @@ def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tm
 def test_a_cpu_only_script_never_pays_for_the_emulation_mode_and_the_first_cuda_use_turns_it_on(tmp_path):
     # The device-rewriting TorchFunctionMode costs every torch call some Python: it must stay off
     # while the script only uses the CPU, and come on at the first CUDA use, whichever it is.
+    # One interpreter imports torch and runs the CPU-only part; each first CUDA use then runs in a
+    # fork of it, which starts from exactly that state (a fresh interpreter per case would import
+    # torch four times).
     script = textwrap.dedent("""
+        import os
         import sys
         from ddpcheck.run.rank import emulate
         emulate.install()
@@ -186,28 +190,35 @@ def test_a_cpu_only_script_never_pays_for_the_emulation_mode_and_the_first_cuda_
         loss.backward()
         torch.optim.SGD(model.parameters(), lr=0.1).step()
         torch.utils.data.DataLoader(list(range(4)), pin_memory=True)
-        print("cpu only", depth(), sorted(emulate.USED))
-        first = sys.argv[1]
-        if first == "factory":
-            made = torch.zeros(2, device="cuda:1").device
-        elif first == "tensor":
-            made = torch.ones(2).cuda().device
-        elif first == "context":
-            with torch.device("cuda"):
-                made = nn.Linear(2, 2).weight.device
-        else:
-            torch.cuda.set_device(0)
-            made = torch.hann_window(4, device="cuda").device  # no patch of its own: the mode's work
-        print("after", first, made, depth())
+        print("cpu only", depth(), sorted(emulate.USED), flush=True)
+        for first in sys.argv[1:]:
+            pid = os.fork()
+            if pid:
+                print("exit", first, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+                continue
+            if first == "factory":
+                made = torch.zeros(2, device="cuda:1").device
+            elif first == "tensor":
+                made = torch.ones(2).cuda().device
+            elif first == "context":
+                with torch.device("cuda"):
+                    made = nn.Linear(2, 2).weight.device
+            else:
+                torch.cuda.set_device(0)
+                made = torch.hann_window(4, device="cuda").device  # no patch of its own: the mode's work
+            print("after", first, made, depth(), flush=True)
+            os._exit(0)
     """)
     path = tmp_path / "cpu_then_gpu.py"
     path.write_text(script)
-    for first in ("factory", "tensor", "context", "query"):
-        out = subprocess.run([sys.executable, str(path), first], capture_output=True, text=True, timeout=120,
-                             env=cli_env(DDPCHECK_EMULATED_DEVICES="2"), cwd=ROOT)
-        assert out.returncode == 0, out.stderr
-        assert "cpu only 0 ['pin_memory']" in out.stdout, out.stdout
-        assert f"after {first} cpu 1" in out.stdout, out.stdout
+    cases = ("factory", "tensor", "context", "query")
+    # One thread for torch's CPU kernels, as torchrun gives each rank: a fork then inherits no pool.
+    out = subprocess.run([sys.executable, str(path), *cases], capture_output=True, text=True, timeout=120,
+                         env=cli_env(DDPCHECK_EMULATED_DEVICES="2", OMP_NUM_THREADS="1"), cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("cpu only 0 ['pin_memory']") == 1, out.stdout
+    for first in cases:
+        assert f"after {first} cpu 1" in out.stdout and f"exit {first} 0" in out.stdout, out.stdout + out.stderr
 
 
 def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not():

@@ -12,7 +12,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.helpers import FIXTURES, ROOT, assert_no_survivors, cli_env, run_cli, run_job
+from tests.helpers import FIXTURES, ROOT, assert_no_survivors, cli_env, run_job
 
 SCRIPTS = FIXTURES / "run" / "rehearse"
 SCHEMA = json.loads((ROOT / "ddpcheck" / "report" / "report.schema.json").read_text())
@@ -81,25 +81,37 @@ def test_a_device_from_the_global_rank_is_refused_on_the_second_node(tmp_path):
     assert 1 not in finding["ranks"] and 63 in finding["ranks"]
 
 
+@pytest.fixture(scope="module")
+def lr_and_stats(tmp_path_factory):
+    """One rehearsal of two faults that touch unrelated checks (the learning rate, collectives
+    made by some ranks only): the job reports exactly their two findings, each test reads its own."""
+    tmp_path = tmp_path_factory.mktemp("lr-and-stats")
+    job = rehearse(tmp_path, "8,64", "--bug", "lr,stats", extra=("--html", str(tmp_path / "r.html")))
+    assert job.codes == {"DDP161", "DDP164"}, job.stdout[-3000:]
+    return job, tmp_path / "r.html"
+
+
+def _finding(job, code: str) -> dict:
+    return next(f for f in job.report["findings"] if f["code"] == code)
+
+
 @pytest.mark.slow
-def test_a_learning_rate_scaled_without_a_cap_is_reported_with_its_factor(tmp_path):
-    job = rehearse(tmp_path, "8,64", "--bug", "lr", extra=("--html", str(tmp_path / "r.html")))
-    assert job.codes == {"DDP164"}
-    (finding,) = job.report["findings"]
+def test_a_learning_rate_scaled_without_a_cap_is_reported_with_its_factor(lr_and_stats):
+    job, html = lr_and_stats
+    finding = _finding(job, "DDP164")
     assert "64× its value at 1 rank (0.01)" in finding["message"] and "0.64" in finding["message"]
     assert finding["location"]["line"] == 78  # where the optimizer is made
     sizes = {s["world_size"]: s for s in job.report["run"]["rehearse"]["sizes"]}
     assert sizes[8]["lr"] == pytest.approx(0.08) and sizes[64]["lr"] == pytest.approx(0.64)
     assert sizes[8]["global_batch"] == 128  # 4 per micro-batch × 4 accumulated × 8 ranks
-    page = (tmp_path / "r.html").read_text()
+    page = html.read_text()
     assert 'id="rehearse-table"' in page and "learning-rate-at-scale" in page and "lr 64×" in page
 
 
 @pytest.mark.slow
-def test_collectives_made_by_some_ranks_only_are_named_with_the_line(tmp_path):
-    job = rehearse(tmp_path, "8,64", "--bug", "stats")
-    assert job.codes == {"DDP161"}
-    (finding,) = job.report["findings"]
+def test_collectives_made_by_some_ranks_only_are_named_with_the_line(lr_and_stats):
+    job, _ = lr_and_stats
+    finding = _finding(job, "DDP161")
     assert "ok at 8; at 64 ranks" in finding["message"]
     assert "all_reduce float32[1]" in finding["message"]
     assert set(finding["ranks"]) == {0, 1, 32, 56, 63}
@@ -153,12 +165,20 @@ def test_representative_ranks_and_the_sampler_shards_of_every_rank_match_torch()
         assert shards.padding == (0 if drop else math.ceil(n / world) * world - n)
 
 
-def test_rehearse_usage_errors_are_one_line(tmp_path):
-    for args, said in ((["--rehearse", "8,x"], "not a whole number"), (["--rehearse", "0"], "from 1 to"),
-                       (["--rehearse", "8", "--scaling", "1,2"], "drop --scaling")):
-        r = run_cli("run", *args, str(SCRIPTS / "scale_ok.py"), env=cli_env(columns=None))
-        assert r.returncode == 2 and said in r.stderr and "Traceback" not in r.stderr, r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1
+@pytest.mark.parametrize(("args", "said"), [
+    (["--rehearse", "8,x"], "not a whole number"),
+    (["--rehearse", "0"], "from 1 to"),
+    (["--rehearse", "8", "--scaling", "1,2"], "drop --scaling"),
+])
+def test_rehearse_usage_errors_are_one_line(capsys, args, said):
+    # In-process (`ddpcheck run` calls this very function): torch's parser is imported once, not
+    # in a fresh interpreter per case.
+    from ddpcheck.run.launcher.entry import main
+
+    assert main([*args, str(SCRIPTS / "scale_ok.py")]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_the_cli_does_not_import_torch_for_rehearse_help():

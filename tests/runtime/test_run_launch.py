@@ -107,21 +107,19 @@ pathlib.Path(sys.argv[1]).write_text("launched")
 
 
 @pytest.mark.parametrize(("flag", "example"), [("--report", "report.json"), ("--html", "report.html")])
-def test_a_report_path_that_is_a_directory_is_refused_before_launching(tmp_path, flag, example):
+def test_a_report_path_that_is_a_directory_is_refused_before_launching(tmp_path, monkeypatch, capsys, flag, example):
+    # In-process, from the script's folder (`ddpcheck run` calls this very function): nothing is
+    # launched, so no interpreter of its own is needed.
     import os
-    import subprocess
-    import sys
 
-    from rt_helpers import subprocess_env
+    from ddpcheck.run.launcher.entry import main
 
     script, marker, folder = tmp_path / "train.py", tmp_path / "launched", tmp_path / "rep"
     script.write_text(MARKER_SCRIPT)
     folder.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "ddpcheck", "run", "--nproc", "2", flag, "rep", "train.py",
-                           str(marker)], cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
+    monkeypatch.chdir(tmp_path)
+    assert main(["--nproc", "2", flag, "rep", "train.py", str(marker)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
         f"ddpcheck run: {flag} rep: is a directory; give a file path such as {os.path.join('rep', example)}"]
     assert not marker.exists()  # nothing was launched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep", "train.py"] and not list(folder.iterdir())
@@ -135,11 +133,10 @@ def test_a_report_path_that_is_a_directory_is_refused_before_launching(tmp_path,
     (["pkg"], "ddpcheck run: pkg: is a directory; give a path to a Python file or -m MODULE"),
     (["missing.py"], "ddpcheck run: missing.py: no such script"),
 ])
-def test_a_target_that_cannot_be_found_is_refused_before_launching(tmp_path, target, says):
-    import subprocess
-    import sys
-
-    from rt_helpers import subprocess_env
+def test_a_target_that_cannot_be_found_is_refused_before_launching(tmp_path, monkeypatch, capsys, target, says):
+    # In-process, from the project's folder (`ddpcheck run` calls this very function; the module
+    # search puts the current directory first on sys.path, as the ranks' `python -m` would).
+    from ddpcheck.run.launcher.entry import main
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "ns" / "sub").mkdir(parents=True)  # namespace packages (no __init__.py)
@@ -147,12 +144,12 @@ def test_a_target_that_cannot_be_found_is_refused_before_launching(tmp_path, tar
     # The package leaves a mark when a rank imports it.
     (tmp_path / "pkg" / "__init__.py").write_text(
         "import os, pathlib\nif 'RANK' in os.environ:\n    pathlib.Path('launched').write_text('x')\n")
-    proc = subprocess.run([sys.executable, "-m", "ddpcheck", "run", "--nproc", "2", *target],
-                          cwd=tmp_path, env=subprocess_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2, proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(says), proc.stderr
-    assert not (tmp_path / "launched").exists() and "Traceback" not in proc.stderr
+    monkeypatch.chdir(tmp_path)
+    assert main(["--nproc", "2", *target]) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(says), err
+    assert not (tmp_path / "launched").exists() and "Traceback" not in err
 
 
 @pytest.mark.slow

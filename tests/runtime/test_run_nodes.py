@@ -72,24 +72,29 @@ def test_a_checkpoint_saved_on_every_nodes_local_rank_0_to_one_path_is_reported(
     assert_no_survivors(mark)
 
 
-def test_a_job_larger_than_the_machines_memory_is_refused_before_anything_starts(tmp_path):
+# The two refusals below run in-process (`ddpcheck run` calls this very function): nothing is
+# launched, so no interpreter of its own is needed per case.
+def test_a_job_larger_than_the_machines_memory_is_refused_before_anything_starts(tmp_path, capsys):
+    from ddpcheck.run.launcher.entry import main
+
     script = fixture("cluster_trainer.py", tmp_path)
-    proc, data, mark = ddpcheck_run(["--nodes", "64", "--nproc", "64", str(script)], tmp_path, timeout=120)
-    assert proc.returncode == 2
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
+    report = tmp_path / "report.json"
+    assert main(["--report", str(report), "--nodes", "64", "--nproc", "64", str(script)]) == 2
+    out, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
     assert lines[0].startswith("ddpcheck run: 4096 ranks and 63 more torchrun agents need at least")
     assert "GiB available: nothing was started. Run at most" in lines[0]
-    assert data is None and "RANK=" not in proc.stdout
+    assert not report.exists() and "RANK=" not in out
 
 
-def test_nodes_refuses_rendezvous_options_it_sets_itself(tmp_path):
+def test_nodes_refuses_rendezvous_options_it_sets_itself(tmp_path, capsys):
+    from ddpcheck.run.launcher.entry import main
+
     script = fixture("cluster_trainer.py", tmp_path)
-    proc, _, _ = ddpcheck_run(["--nodes", "2", "--rdzv-endpoint", "localhost:29400", str(script)], tmp_path,
-                              timeout=120)
-    assert proc.returncode == 2
+    assert main(["--nodes", "2", "--rdzv-endpoint", "localhost:29400", str(script)]) == 2
     assert "--nodes starts every node on this machine and sets the rendezvous itself; drop --rdzv-endpoint" \
-        in proc.stderr
+        in capsys.readouterr().err
 
 
 @pytest.mark.slow

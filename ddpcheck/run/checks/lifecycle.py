@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import socket
 
+from ddpcheck.run.checks._replicas import reduced_by_hand, reduced_in_step, sharded_only
 from ddpcheck.run.records import Record, node_of, section
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
-from ddpcheck.run.registry import Probe, RuntimeCheck
+from ddpcheck.run.registry import Probe, RuntimeCheck, verdicts_of
 
 if TYPE_CHECKING:
     from torch.nn.parallel import DistributedDataParallel
@@ -204,6 +205,9 @@ class UnusedParameters(RuntimeCheck):
 
 
 NAME = "lifecycle"
+# The probes whose verdicts say whether a script without DDP keeps its replicas in sync itself:
+# asked through the registry by name, as a record's parts are, so no probe imports another.
+GRADS, PARAMS = "grads", "params"
 INIT, USED, DEVICE, DESTROY, UNUSED = InitProcessGroupMissing.code, DDPNotUsed.code, CudaDeviceMismatch.code, DestroyProcessGroupMissing.code, UnusedParameters.code
 
 
@@ -375,9 +379,7 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
     """How the script keeps its replicas in sync without DDP, when the run shows it does: its
     own collectives (at least one per optimizer step), gradients identical on every rank at the
     optimizer step (or reduced inside the optimizer's own step) and parameters identical after it."""
-    from ddpcheck.run.checks import grads, params
-
-    if grads.sharded_only(records, grads.NAME)[1]:
+    if sharded_only(records, GRADS)[1]:
         return ("the parameters are sharded across the ranks (FSDP, DTensor), which reduces their "
                 "gradients itself; each rank's shard is its own, so they are not compared")
     steps = min((int(r.get("step") or 0) for r in records), default=0)
@@ -385,9 +387,9 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
                for r in records), default=0)
     if steps < 1 or own < steps:
         return None
-    (g,) = grads.judge(records, ctx)
-    p = params.judge(records, ctx)[0]
-    if grads.reduced_by_hand(records) and FAIL in (g.status, p.status):
+    (g,) = verdicts_of(GRADS, records, ctx)
+    p = verdicts_of(PARAMS, records, ctx)[0]
+    if reduced_by_hand(records, GRADS) and FAIL in (g.status, p.status):
         # The script does reduce its gradients; where the result differs is DDP105's / DDP106's
         # finding, with the parameters named, not "nothing all-reduces".
         return (f"the script averages the gradients itself ({plural(own, 'collective')} of its own), "
@@ -395,7 +397,7 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
     if p.status != PASS or g.status == FAIL or (g.status == SKIP and not g.details.get("reduced_in_step")):
         return None
     if g.details.get("reduced_in_step"):
-        kinds = ", ".join(grads.reduced_in_step(records)[1]) or "the optimizer"
+        kinds = ", ".join(reduced_in_step(records, GRADS)[1]) or "the optimizer"
         return (f"{kinds} reduces the gradients inside its step, and the parameters were identical on "
                 f"every rank after it ({p.detail.removeprefix('identical on every rank after ')})")
     return (f"the script averages the gradients itself ({plural(own, 'collective')} of its own; gradients "

@@ -14,6 +14,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from ddpcheck.findings import Severity
+from ddpcheck.run.rank import crash_record
 from ddpcheck.run.records import Record, node_of, section
 from ddpcheck.run.registry import Incident, Probe, RuntimeCheck
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
@@ -148,9 +149,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
 
 def _device_not_on_node(records: list[Record]) -> list[Verdict]:
     """The job's root-cause crash, when it is a device index the rank's node does not have."""
-    from ddpcheck.run.checks import crash
-
-    own = [c for c in crash.read(records) if not c.consequence]
+    own = [c for c in crash_record.read(records) if not c.consequence]
     if not own or own[0].type != "InvalidDeviceOrdinal":
         return []
     cause = own[0]

@@ -19,6 +19,7 @@ from ddpcheck.run.checks._compare import (
     realigned,
     where,
 )
+from ddpcheck.run.checks._replicas import SHARDED, by_hand, note_sharded, optimizer_params, sharded_only, synchronised
 from ddpcheck.run.records import Record, section
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, describe_groups, odd_ranks, plural
 from ddpcheck.findings import Severity
@@ -110,7 +111,6 @@ PARAMS, BUFFERS = ParametersDiverge.code, BuffersDiverge.code
 def capture(session: Session) -> None:
     import weakref
 
-    from ddpcheck.run.checks.grads import note_sharded, optimizer_params, synchronised
     from ddpcheck.run.rank.fingerprint import combine, fingerprints
 
     part = session.section(NAME)
@@ -182,7 +182,6 @@ def _updated_by_hand() -> tuple[dict[str, Any], bool]:
     averaged their gradients itself and updated them in place): compared once, at the end."""
     import sys
 
-    from ddpcheck.run.checks.grads import by_hand
     from ddpcheck.run.rank import param_names
     from ddpcheck.run.rank.ledger import LEDGER
 
@@ -206,8 +205,6 @@ def _params(records: list[Record]) -> Verdict:
             if (section(r, NAME).get("end") or {}).get("names")}  # parameters to compare at the end
     if len(logs) < 2 or (not any(log.get("count") for log in logs.values()) and len(ends) < 2):
         return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
-    from ddpcheck.run.checks.grads import SHARDED, sharded_only
-
     sharded, only = sharded_only(records, NAME)
     if only:
         return Verdict(PARAMS, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",

@@ -101,11 +101,11 @@ def print_user_traceback(exc: BaseException) -> None:
 
 def _say_crash(session: Session, error: BaseException) -> None:
     """The crash probe's part of the record, which its capture fills only once torch is imported."""
-    from ddpcheck.run.checks import crash
+    from ddpcheck.run.rank import crash_record
 
-    mine = session.section(crash.NAME)
+    mine = session.section(crash_record.SECTION)
     if not mine:
-        mine.update(crash.describe(error, session.rank) or {})
+        mine.update(crash_record.describe(error, session.rank) or {})
 
 
 def main(argv: list[str] | None = None) -> None:
