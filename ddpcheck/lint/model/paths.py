@@ -35,6 +35,7 @@ from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scop
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
+from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model, Names
@@ -677,11 +678,17 @@ def _handler_calls(module: ModuleModel) -> set[int]:
         stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
         while stack:
             node, inside = stack.pop()
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            kind = type(node)
+            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
                 inside = False  # a function defined in a handler runs when it is called
-            if inside and isinstance(node, cst.Call):
-                found.add(id(node))
-            inside = inside or isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler))
+            if inside:
+                if kind is cst.Call:
+                    found.add(id(node))
+                if kind in TOKEN_NODES:
+                    continue  # no call below
+            elif kind in NO_STATEMENTS:
+                continue  # no handler below
+            inside = inside or kind is cst.ExceptHandler or kind is cst.ExceptStarHandler
             stack.extend((child, inside) for child in children(node))
         module.memo["handler_calls"] = found
     return found
