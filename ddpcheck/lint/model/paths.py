@@ -66,6 +66,7 @@ class Paths:
         self._ranks: dict[int, str] = {}
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
+        self._uncalled: dict[tuple[int, str], bool] = {}
 
     # --- reach -------------------------------------------------------------------------------
     def compute(self) -> None:
@@ -504,11 +505,18 @@ class Paths:
         never used): it never runs. A file without a `__main__` block may be imported: unknown."""
         function = self.function_of(site)
         if function is None or function.module is not self.model.root or not function.module.main_guards \
-                or function.owner is not None \
-                or "." in function.qualname or self._is_entry(function) or self.model.graph.callers(function):
+                or function.owner is not None or "." in function.qualname:
             return False
-        named = re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
-        return len(named) == 1  # its own `def` only
+        # The same answer for every call in the function (once the reach is complete, as callers' is).
+        key = (id(function.module), function.qualname)
+        found = self._uncalled.get(key)
+        if found is None:
+            found = not self._is_entry(function) and not self.model.graph.callers(function) and len(
+                re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
+            ) == 1  # its own `def` only
+            if self.model.reach_complete:
+                self._uncalled[key] = found
+        return found
 
     def imported_main(self, site: CallSite) -> bool:
         """`site` sits under the `if __name__ == "__main__":` block of a project module other
