@@ -87,6 +87,20 @@ def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         stack.extend(children(current))
 
 
+def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """What `subexpressions(node)` yields, in the same order, but not what lies below nodes
+    that hold no statement (expressions, small statements, tokens): for searches for
+    statements (`x = ...`, `try`, loops)."""
+    from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
+
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if type(current) not in NO_STATEMENTS_BELOW:
+            stack.extend(children(current))
+
+
 def string_text(expr: cst.CSTNode | None) -> str | None:
     """The literal text of a plain string, or the literal head of an f-string (`f"cuda:{i}"`
     → "cuda:")."""

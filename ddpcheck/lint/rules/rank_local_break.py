@@ -11,6 +11,7 @@ from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
 _LOCAL_CALLS = frozenset({
@@ -396,7 +397,8 @@ def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
                     and loop is not None:
                 found.append((handler, child, loop))
             inner = child if isinstance(child, (cst.For, cst.While)) else loop
-            walk(child, inner, handler, handler_loop)
+            if type(child) not in NO_STATEMENTS_BELOW:  # (no handler, return or continue below)
+                walk(child, inner, handler, handler_loop)
 
     for child in children(function):
         walk(child, None, None, None)
