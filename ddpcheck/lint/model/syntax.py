@@ -80,11 +80,24 @@ def children(node: cst.CSTNode) -> list[cst.CSTNode]:
 
 def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node` and everything under it (for small subtrees: an argument, a condition)."""
+    from ddpcheck.lint.traverse import attributes_of
+
+    # `children` inlined: this runs for every node of the subtree.
     stack = [node]
+    push = stack.append
+    is_node = _IS_NODE.get
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(children(current))
+        for attribute in attributes_of(current):
+            value = getattr(current, attribute)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                for v in value:
+                    if is_node(type(v)) or _is_node(v):
+                        push(v)
+            elif is_node(kind) or _is_node(value):
+                push(value)
 
 
 def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
