@@ -106,6 +106,15 @@ TOKEN_NODES: frozenset[type] = frozenset({
     t for t in vars(cst).values() if isinstance(t, type) and t not in _OPERATOR_BASES
     and any(base in t.__mro__ for base in _OPERATOR_BASES)
 )
+# Nodes below which no statement can be (expressions, small statements, tokens): a walk looking
+# for statements need not go into them. A lambda's body is an expression.
+NO_STATEMENTS_BELOW: frozenset[type] = TOKEN_NODES | frozenset({cst.Decorator, cst.Parameters}) | frozenset(
+    t for t in vars(cst).values() if isinstance(t, type)
+    and any(base in t.__mro__ for base in (cst.BaseExpression, cst.BaseSmallStatement))
+)
+# The same, and the lines and suites of small statements: a walk looking for compound
+# statements (loops, `try`, `def`) need not go into them.
+NO_STATEMENTS: frozenset[type] = NO_STATEMENTS_BELOW | frozenset({cst.SimpleStatementLine, cst.SimpleStatementSuite})
 # The nodes that can hold a Comment (a walk that wants comments must go into them).
 COMMENT_HOLDERS: frozenset[type] = frozenset({
     cst.Comment, cst.TrailingWhitespace, cst.EmptyLine, cst.ParenthesizedWhitespace,

@@ -9,6 +9,7 @@ expression over the text costs a small fraction of a libcst parse. The full mode
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -49,6 +50,7 @@ def join_import(module: str, name: str) -> str:
 _COMMENT = re.compile(r"#[^\n]*")
 
 
+@functools.lru_cache(maxsize=8)  # asked of the same few files' texts by many queries
 def code_only(text: str) -> str:
     """The text without docstrings and comments (roughly: triple-quoted strings and `#` to the
     end of the line), for searches that must not match prose."""

@@ -422,6 +422,12 @@ class ModuleModel:
 
     def own_index(self) -> ModuleIndex:
         """This module's exports, from its model (the same shape lint/model/index.py reads from text)."""
+        found: ModuleIndex | None = self.memo.get("own_index")  # the traversal has filled what it reads
+        if found is None:
+            found = self.memo["own_index"] = self._own_index()
+        return found
+
+    def _own_index(self) -> ModuleIndex:
         scope = self.module_scope
         functions = frozenset(q for q in self.functions if "." not in q)
         classes = {q: tuple(dotted(b) or "" for b in c.bases) for q, c in self.classes.items() if "." not in q}

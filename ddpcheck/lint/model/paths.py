@@ -35,6 +35,7 @@ from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scop
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
+from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model, Names
@@ -65,6 +66,7 @@ class Paths:
         self._ranks: dict[int, str] = {}
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
+        self._uncalled: dict[tuple[int, str], bool] = {}
 
     # --- reach -------------------------------------------------------------------------------
     def compute(self) -> None:
@@ -530,11 +532,18 @@ class Paths:
         never used): it never runs. A file without a `__main__` block may be imported: unknown."""
         function = self.function_of(site)
         if function is None or function.module is not self.model.root or not function.module.main_guards \
-                or function.owner is not None \
-                or "." in function.qualname or self._is_entry(function) or self.model.graph.callers(function):
+                or function.owner is not None or "." in function.qualname:
             return False
-        named = re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
-        return len(named) == 1  # its own `def` only
+        # The same answer for every call in the function (once the reach is complete, as callers' is).
+        key = (id(function.module), function.qualname)
+        found = self._uncalled.get(key)
+        if found is None:
+            found = not self._is_entry(function) and not self.model.graph.callers(function) and len(
+                re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
+            ) == 1  # its own `def` only
+            if self.model.reach_complete:
+                self._uncalled[key] = found
+        return found
 
     def imported_main(self, site: CallSite) -> bool:
         """`site` sits under the `if __name__ == "__main__":` block of a project module other
@@ -704,11 +713,17 @@ def _handler_calls(module: ModuleModel) -> set[int]:
         stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
         while stack:
             node, inside = stack.pop()
-            if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            kind = type(node)
+            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
                 inside = False  # a function defined in a handler runs when it is called
-            if inside and isinstance(node, cst.Call):
-                found.add(id(node))
-            inside = inside or isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler))
+            if inside:
+                if kind is cst.Call:
+                    found.add(id(node))
+                if kind in TOKEN_NODES:
+                    continue  # no call below
+            elif kind in NO_STATEMENTS:
+                continue  # no handler below
+            inside = inside or kind is cst.ExceptHandler or kind is cst.ExceptStarHandler
             stack.extend((child, inside) for child in children(node))
         module.memo["handler_calls"] = found
     return found

@@ -32,7 +32,7 @@ from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
+from ddpcheck.lint.model.syntax import dotted, statements, string_text
 from ddpcheck.lint.model.values import Value, Values
 
 _ENTRY_TEXT = ("__main__",)
@@ -260,7 +260,7 @@ class Model:
         if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
             return False
         addresses: list[cst.BaseExpression] = []
-        for node in subexpressions(root.tree):
+        for node in statements(root.tree):
             if isinstance(node, cst.Assign) and len(node.targets) == 1:
                 target = node.targets[0].target
                 if isinstance(target, cst.Subscript) and (dotted(target.value) or "").endswith("environ") \

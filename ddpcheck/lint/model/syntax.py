@@ -46,29 +46,72 @@ def last_name(expr: cst.CSTNode | None) -> str | None:
     return None
 
 
+# Whether a type is a CSTNode, asked once per type: isinstance against libcst's abstract CSTNode
+# goes through ABCMeta each time, and `children` asks it for every field of every node.
+_IS_NODE: dict[type, bool] = {}
+
+
+def _is_node(value: object) -> bool:
+    kind = type(value)
+    known = _IS_NODE.get(kind)
+    if known is None:
+        known = _IS_NODE[kind] = isinstance(value, cst.CSTNode)
+    return known
+
+
 def children(node: cst.CSTNode) -> list[cst.CSTNode]:
     """`node.children` in source order, read from the node's fields (libcst's property rebuilds
     the node with a visitor to find them: many times slower)."""
     from ddpcheck.lint.traverse import attributes_of
 
     out: list[cst.CSTNode] = []
+    is_node = _IS_NODE.get
     for attribute in attributes_of(node):
         value = getattr(node, attribute)
         kind = type(value)
         if kind is tuple or kind is list:
-            out.extend(v for v in value if isinstance(v, cst.CSTNode))
-        elif isinstance(value, cst.CSTNode):
+            for v in value:
+                if is_node(type(v)) or _is_node(v):
+                    out.append(v)
+        elif is_node(kind) or _is_node(value):
             out.append(value)
     return out
 
 
 def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """`node` and everything under it (for small subtrees: an argument, a condition)."""
+    from ddpcheck.lint.traverse import attributes_of
+
+    # `children` inlined: this runs for every node of the subtree.
+    stack = [node]
+    push = stack.append
+    is_node = _IS_NODE.get
+    while stack:
+        current = stack.pop()
+        yield current
+        for attribute in attributes_of(current):
+            value = getattr(current, attribute)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                for v in value:
+                    if is_node(type(v)) or _is_node(v):
+                        push(v)
+            elif is_node(kind) or _is_node(value):
+                push(value)
+
+
+def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """What `subexpressions(node)` yields, in the same order, but not what lies below nodes
+    that hold no statement (expressions, small statements, tokens): for searches for
+    statements (`x = ...`, `try`, loops)."""
+    from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
+
     stack = [node]
     while stack:
         current = stack.pop()
         yield current
-        stack.extend(children(current))
+        if type(current) not in NO_STATEMENTS_BELOW:
+            stack.extend(children(current))
 
 
 def string_text(expr: cst.CSTNode | None) -> str | None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 import re
 
 import libcst as cst
@@ -499,6 +500,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                     out.append(text)
         return out
 
+@functools.lru_cache(maxsize=64)  # the same project modules' texts are asked about for every script
 def _converts(text: str) -> bool:
     """Code (not prose, not a flag's bare declaration) that converts to SyncBatchNorm or reads
     a sync-BN flag."""

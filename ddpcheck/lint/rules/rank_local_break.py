@@ -9,8 +9,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Guard, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
 # Values each rank computes on its own: the wall clock, a tensor read back to Python.
 _LOCAL_CALLS = frozenset({
@@ -426,7 +427,7 @@ def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
 
     def walk(node: cst.CSTNode, loop: cst.CSTNode | None, handler: cst.ExceptHandler | None,
              handler_loop: cst.CSTNode | None) -> None:
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 continue
             if isinstance(child, cst.ExceptHandler) and _catches_rank_error(child):
@@ -438,9 +439,10 @@ def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
                     and loop is not None:
                 found.append((handler, child, loop))
             inner = child if isinstance(child, (cst.For, cst.While)) else loop
-            walk(child, inner, handler, handler_loop)
+            if type(child) not in NO_STATEMENTS_BELOW:  # (no handler, return or continue below)
+                walk(child, inner, handler, handler_loop)
 
-    for child in function.children:
+    for child in children(function):
         walk(child, None, None, None)
     return iter(found)
 
@@ -482,7 +484,7 @@ def _order(node: cst.CSTNode) -> dict[int, int]:
     while stack:
         current = stack.pop()
         found[id(current)] = len(found)
-        stack.extend(reversed(current.children))
+        stack.extend(reversed(children(current)))
     return found
 
 

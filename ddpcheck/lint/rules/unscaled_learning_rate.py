@@ -10,9 +10,10 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
-from ddpcheck.lint.model.syntax import dotted, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.model.values import Frame, Leaf, Value
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.traverse import NO_STATEMENTS
 
 # A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
 # `batch_size // dist.get_world_size()`): the script holds the global batch fixed, so a constant
@@ -209,9 +210,18 @@ class UnscaledLearningRate(Rule):
         batch (`target[bounds[rank]:bounds[rank + 1]]`, `rays[rank * n:(rank + 1) * n]`): the
         global batch is split across the ranks and does not grow with the world size."""
         resolve = self.model.resolver_for(module)
-        for node in subexpressions(module.tree):
+        # Only the outermost loops: a loop's body holds every loop inside it, so an inner loop
+        # that qualifies makes its outer loop qualify too.
+        stack: list[cst.CSTNode] = [module.tree]
+        while stack:
+            node = stack.pop()
+            if type(node) in NO_STATEMENTS:
+                continue  # no loop below
             if not isinstance(node, (cst.For, cst.While)):
+                stack.extend(children(node))
                 continue
+            if node.orelse is not None:
+                stack.append(node.orelse)
             inside = list(subexpressions(node.body))
             if not any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
                        and n.func.attr.value == "backward" for n in inside):
