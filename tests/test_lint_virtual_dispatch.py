@@ -241,3 +241,37 @@ def test_getattr_by_a_name_from_the_command_line_stays_silent(tmp_path):
         "evaluate(model, make_loader(), args.kind)", "getattr(steps, \"eval_\" + args.kind)(model, make_loader())")
     _write(tmp_path, {"steps.py": STEPS, "run.py": run})
     assert _findings(tmp_path, "run.py", select="DDP010") == set()
+
+
+REPEATS = """\
+    import argparse
+
+    from image import ImageTrainer
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=0.1)
+    parser.add_argument("--runs", type=int, default=1)
+    args = parser.parse_args()
+
+    for run in range(args.runs):
+        trainer = ImageTrainer(args)
+        print("start training")
+        trainer.fit(make_loader(args))
+    """
+
+
+def test_a_loop_whose_body_creates_the_process_group_prints_once_per_process(tmp_path):
+    # The override's `_build` initialises the group, so the loop body runs once per process
+    # (a second initialisation raises): its message is start-up output.
+    guarded = _variant(SUB, "            torch.save(", "            if dist.get_rank() == 0:\n                torch.save(")
+    _write(tmp_path, {"base.py": BASE, "image.py": guarded, "run.py": REPEATS})
+    assert _findings(tmp_path, "run.py", select="DDP020") == set()
+
+
+def test_a_print_in_the_base_epoch_loop_is_still_reported(tmp_path):
+    noisy = _variant(BASE, "                self.on_epoch_end(epoch)\n",
+                     "                print(f\"epoch {epoch} loss {loss.item()}\")\n                self.on_epoch_end(epoch)\n")
+    guarded = _variant(SUB, "            torch.save(", "            if dist.get_rank() == 0:\n                torch.save(")
+    _write(tmp_path, {"base.py": noisy, "image.py": guarded, "run.py": REPEATS})
+    assert _findings(tmp_path, "run.py", select="DDP020") == {("base.py", 24, "DDP020")}
