@@ -625,9 +625,20 @@ class CallGraph:
             function = self._function_named(value)
             if function is None:
                 return []
+            if self._builds_network(function):
+                return []  # a table of network factories: building a network is not DDP work
             if all(function != f for f, _ in out):
                 out.append((function, ""))
         return out
+
+    def _builds_network(self, function: Function) -> bool:
+        """Whether a function returns a project network it builds (`def vq_16(**kw): return
+        VQModel(...)`, `model = FCN(...); return model`)."""
+        for expr in function.module.returns.get(function.qualname, ()):
+            for value in self.model.values.of(function.module, expr, function.scope):
+                if self.is_network(value):
+                    return True
+        return False
 
     def _named_functions(self, site: CallSite, func: cst.Call) -> list[Callee]:
         """`getattr(steps, name)(...)` on a project module, where every value `name` may hold is
@@ -647,6 +658,8 @@ class CallGraph:
             if name is None or name not in module.functions or "." in name:
                 return []
             function = Function(module, name)
+            if self._builds_network(function):
+                return []
             if all(function != f for f, _ in out):
                 out.append((function, ""))
         return out
