@@ -74,6 +74,8 @@ class CallGraph:
         self._methods: dict[str, frozenset[str]] = {}
         self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
         self._chosen: dict[int, list[tuple[ModuleModel, ClassInfo]]] = {}
+        self._overrides: dict[tuple[int, str], list[Function]] = {}
+        self._script: list[tuple[ModuleModel, ClassInfo]] | None = None
 
     # --- classes -----------------------------------------------------------------------------
     def class_at(self, target: Target) -> tuple[ModuleModel, ClassInfo] | None:
@@ -509,7 +511,9 @@ class CallGraph:
                         return [(Function(module, nested), "")]
             return self._constructors(site) or self._through_values(site, func)
         if isinstance(func, cst.Subscript):
-            return self._constructors(site)
+            return self._constructors(site) or self._table_functions(site, func)
+        if isinstance(func, cst.Call) and dotted(func.func) == "getattr" and not site.scope.lookup("getattr"):
+            return self._named_functions(site, func)
         if not isinstance(func, cst.Attribute):
             return []
         method = func.attr.value
@@ -518,9 +522,12 @@ class CallGraph:
         if isinstance(receiver, cst.Name) and receiver.value in ("self", "cls") and owner is not None:
             info = module.classes.get(owner.qualname)
             if info is not None:
-                own = self.methods(module, info, method)
+                own: list[Callee] = [(f, "" if f.is_static else "method") for f in self.methods(module, info, method)]
+                for override in self.overrides(module, info, method):
+                    if all(override != f for f, _ in own):
+                        own.append((override, "method"))
                 if own:
-                    return [(f, "" if f.is_static else "method") for f in own]
+                    return own
             # `self.scaler(loss, ...)`: an attribute holding a callable object.
             return self._through_values(site, func)
         if isinstance(receiver, cst.Call) and dotted(receiver.func) == "super" and owner is not None:
@@ -574,6 +581,100 @@ class CallGraph:
             if init is not None and all(init != f for f, _ in out):
                 out.append((init, "constructor"))
         return out
+
+    def overrides(self, module: ModuleModel, info: ClassInfo, name: str) -> list[Function]:
+        """What `self.name()` inside the class may run besides its own method: the overrides in
+        the project subclasses the linted file defines or imports (a base trainer's `train()`
+        calling `self.train_step()` that `class MyTrainer(Trainer)` defines). A subclass the
+        script never names is not taken to be the instance's class."""
+        key = (id(info), name)
+        found = self._overrides.get(key)
+        if found is not None:
+            return found
+        found = []
+        own = self.method(module, info, name)
+        for sub_module, sub in self._script_classes():
+            if sub is info or not any(c[1] is info for c in self.mro(sub_module, sub)[1:]):
+                continue
+            override = self.method(sub_module, sub, name)
+            if override is not None and override != own and override not in found:
+                found.append(override)
+        self._overrides[key] = found
+        return found
+
+    def _script_classes(self) -> list[tuple[ModuleModel, ClassInfo]]:
+        """The project classes the linted file defines or imports by name."""
+        if self._script is not None:
+            return self._script
+        root = self.model.root
+        found: list[tuple[ModuleModel, ClassInfo]] = [(root, c) for c in root.classes.values() if "." not in c.qualname]
+        for local in sorted(root.names.aliases):
+            target = self.model.resolver.name(root, local, root.module_scope)
+            named = self.class_at(target) if target is not None and target.kind == "class" else None
+            if named is not None and all(named[1] is not c[1] for c in found):
+                found.append(named)
+        self._script = found
+        return found
+
+    def _table_functions(self, site: CallSite, func: cst.Subscript) -> list[Callee]:
+        """`{"coco": eval_coco, "voc": eval_voc}[cfg.kind](...)`, `STEPS[args.mode](...)`: each
+        project function of the table, when every entry the key may choose is one (an entry the
+        model cannot read, or a class or instance among them, and the callee is unknown)."""
+        out: list[Callee] = []
+        for value in self.model.values.at_call(site, func):
+            function = self._function_named(value)
+            if function is None:
+                return []
+            if self._builds_network(function):
+                return []  # a table of network factories: building a network is not DDP work
+            if all(function != f for f, _ in out):
+                out.append((function, ""))
+        return out
+
+    def _builds_network(self, function: Function) -> bool:
+        """Whether a function returns a project network it builds (`def vq_16(**kw): return
+        VQModel(...)`, `model = FCN(...); return model`)."""
+        for expr in function.module.returns.get(function.qualname, ()):
+            for value in self.model.values.of(function.module, expr, function.scope):
+                if self.is_network(value):
+                    return True
+        return False
+
+    def _named_functions(self, site: CallSite, func: cst.Call) -> list[Callee]:
+        """`getattr(steps, name)(...)` on a project module, where every value `name` may hold is
+        a string literal naming a function of that module (otherwise unknown)."""
+        if len(func.args) != 2 or any(a.keyword is not None or a.star for a in func.args):
+            return []
+        holder = dotted(func.args[0].value)
+        target = self.model.resolver.name(site.module, holder, site.scope) if holder else None
+        if target is None or target.kind != "module" or target.path is None:
+            return []
+        module = self.model.project_model(target.path)
+        if module is None:
+            return []
+        out: list[Callee] = []
+        for value in self.model.values.at_call(site, func.args[1].value):
+            name = string_text(value.node) if isinstance(value.node, cst.SimpleString) else None
+            if name is None or name not in module.functions or "." in name:
+                return []
+            function = Function(module, name)
+            if self._builds_network(function):
+                return []
+            if all(function != f for f, _ in out):
+                out.append((function, ""))
+        return out
+
+    def _function_named(self, value: Value) -> Function | None:
+        """The project function (not a method or class) a leaf names."""
+        node = value.node
+        if not isinstance(node, (cst.Name, cst.Attribute)):
+            return None
+        name = dotted(node)
+        target = self.model.resolver.name(value.module, name, value.scope) if name else None
+        if target is None or target.kind != "function":
+            return None
+        callees = self._of_target(target)
+        return callees[0][0] if callees else None
 
     def _through_values(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
         """`step(...)` where `step` holds an instance with `__call__` or a function of the project

@@ -83,6 +83,10 @@ class Paths:
                     continue
                 for callee, bound in self.model.graph.targets(site):
                     if callee.module is root:
+                        if bound == "method" and module is not root:
+                            # A base class elsewhere calling `self.m()` that a class of the
+                            # linted file overrides: a caller of the override.
+                            self._edges.setdefault(callee, []).append((site, bound))
                         continue
                     self._edges.setdefault(callee, []).append((site, bound))
                     key = (id(callee.module), callee.qualname)

@@ -62,12 +62,17 @@ class Loops:
         return found
 
     def _work(self, module: ModuleModel, loop: Loop, scope: Scope, depth: int) -> bool:
+        body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
+        facts = self.model.facts
+        if any("init_process_group" in facts.of_call(call) for call in body):
+            # A loop whose body creates the process group (`for run in range(args.itr): exp =
+            # Exp(args); exp.train()`) runs that body once per process: a second
+            # `init_process_group` raises. Its messages are start-up output, not per-epoch.
+            return False
         if isinstance(loop, cst.For):
             point = next((f.point for f in module.fors if f.node is loop), None)
             if self.iterates_batches(module, loop.iter, scope, point):
                 return True
-        body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
-        facts = self.model.facts
         forward: bool | None = None
         for call in body:
             direct = facts.direct(call)
