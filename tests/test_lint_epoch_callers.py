@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_cli
+from tests.helpers import lint_findings
 
 TRAINER = """\
 import os
@@ -98,3 +99,70 @@ def test_a_loader_iterated_once_outside_any_loop_stays_clean(tmp_path):
             self.step(x, y)
 """
     assert _lint(tmp_path, methods) == []
+
+
+ENHANCER_TRAINER = """\
+import torch
+import torch.distributed as dist
+
+
+class Enhancer:
+    def __init__(self, net, optimizer, train_loader):
+        self.net = net
+        self.optimizer = optimizer
+        self.train_loader = train_loader
+
+    def run_epoch(self, epoch):
+        for noisy, clean in self.train_loader:
+            self.optimizer.zero_grad()
+            torch.nn.functional.mse_loss(self.net(noisy), clean).backward()
+            self.optimizer.step()
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            dist.barrier()
+            self.run_epoch(epoch)
+"""
+
+ENHANCER_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from trainer import Enhancer
+
+
+def main():
+    dist.init_process_group("gloo")
+    data = TensorDataset(torch.randn(64, 16), torch.randn(64, 16))
+    sampler = DistributedSampler(data)
+    loader = DataLoader(data, batch_size=8, sampler=sampler)
+    net = DDP(torch.nn.Linear(16, 16))
+    enhancer = Enhancer(net, torch.optim.Adam(net.parameters()), loader)
+    for epoch in range(int(os.environ.get("EPOCHS", 20))):
+        SET
+        enhancer.run_epoch(epoch)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _set_epoch_findings(tmp_path: Path, script: str) -> list[tuple[str, int]]:
+    (tmp_path / "trainer.py").write_text(ENHANCER_TRAINER)
+    (tmp_path / "train.py").write_text(script)
+    return [(Path(f["path"]).name, f["location"]["line"]) for f in lint_findings(tmp_path, "train.py", select="DDP002")]
+
+
+def test_the_epoch_loop_is_the_scripts_own_not_an_unused_fit_loop_of_the_trainer(tmp_path):
+    assert _set_epoch_findings(tmp_path, ENHANCER_SCRIPT.replace("SET", "pass")) == [("train.py", 17)]
+    assert _set_epoch_findings(tmp_path, ENHANCER_SCRIPT.replace("SET", "sampler.set_epoch(epoch)")) == []
+    # The script runs the trainer's own loop: that is where set_epoch goes.
+    script = ENHANCER_SCRIPT.replace('    for epoch in range(int(os.environ.get("EPOCHS", 20))):\n'
+                                     "        SET\n        enhancer.run_epoch(epoch)\n", "    enhancer.fit(20)\n")
+    assert "fit(20)" in script
+    assert _set_epoch_findings(tmp_path, script) == [("trainer.py", 18)]

@@ -133,3 +133,86 @@ def test_a_rate_read_from_a_settings_file_is_clean(tmp_path):
                       "train.py": LM_TRAIN.format(override="").replace(
                           '        settings["learning_rate"] = 1e-3\n', "")})
     assert _findings(tmp_path, "train.py", select="DDP004") == set()
+
+
+SEGMENTER_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    from warmup import WarmupDecay
+
+    WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
+    GLOBAL_BATCH = 128
+
+
+    def run(dataset):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        {batch_line}
+        loader = DataLoader(dataset, batch_size=per_gpu, sampler=DistributedSampler(dataset))
+        net = DDP(torch.nn.Conv2d(3, 8, 3).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+        {schedule_line}
+        for images, masks in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(net(images.cuda()), masks.cuda()).backward()
+            optimizer.step()
+            schedule.step()
+    """
+
+WARMUP = """\
+    class WarmupDecay:
+        def __init__(self, optimizer, total_steps, scale=1.0):
+            self.optimizer = optimizer
+            self.total_steps = total_steps
+            self.scale = scale
+            self.count = 0
+
+        def step(self):
+            self.count += 1
+            for group in self.optimizer.param_groups:
+                group["lr"] = group["initial_lr"] * self.scale * min(1.0, self.count / 500)
+    """
+
+_PLAIN_BATCH = "per_gpu = 16"
+_PLAIN_SCHEDULE = "schedule = WarmupDecay(optimizer, total_steps=10000)"
+
+
+def _lr_project(tmp_path, batch_line=_PLAIN_BATCH, schedule_line=_PLAIN_SCHEDULE):
+    _write(tmp_path, {"warmup.py": WARMUP, "train.py": SEGMENTER_TRAIN.format(
+        batch_line=batch_line, schedule_line=schedule_line)})
+    return _findings(tmp_path, "train.py", select="DDP004")
+
+
+def test_a_constant_rate_with_a_per_rank_batch_that_does_not_shrink_is_reported(tmp_path):
+    assert _lr_project(tmp_path) == {("train.py", 22, "DDP004")}
+    # The step count mentions the world size, but a count of steps does not scale the rate.
+    assert _lr_project(tmp_path, schedule_line="schedule = WarmupDecay(optimizer, total_steps=9000 // WORLD_SIZE)") \
+        == {("train.py", 22, "DDP004")}
+    # The optimizer handed on with the number of ranks itself, not with a scale computed from it.
+    assert _lr_project(tmp_path, schedule_line=_PLAIN_SCHEDULE + "\n        print(optimizer, WORLD_SIZE)") \
+        == {("train.py", 22, "DDP004")}
+    # A batch name divided by something other than the number of ranks.
+    assert _lr_project(tmp_path, batch_line="per_gpu = batch_size = 64 // 4") == {("train.py", 22, "DDP004")}
+
+
+def test_a_global_batch_split_by_an_upper_case_world_size_keeps_the_rate_right(tmp_path):
+    assert _lr_project(tmp_path, batch_line="per_gpu = batch_size = GLOBAL_BATCH // WORLD_SIZE") == set()
+    assert _lr_project(tmp_path, batch_line="batch_size = 128 // dist.get_world_size()\n"
+                                            "        per_gpu = batch_size") == set()
+    assert _lr_project(tmp_path, batch_line="batch_size = int(128 / WORLD_SIZE)\n"
+                                            "        per_gpu = batch_size") == set()
+
+
+def test_a_schedule_that_scales_the_rate_by_the_world_size_is_clean(tmp_path):
+    assert _lr_project(tmp_path, schedule_line=(
+        "schedule = WarmupDecay(optimizer, total_steps=10000, scale=WORLD_SIZE * per_gpu / 64)")) == set()
+    assert _lr_project(tmp_path, schedule_line=(
+        "factor = dist.get_world_size() * per_gpu / 64\n"
+        "        schedule = WarmupDecay(optimizer, 10000, factor)")) == set()

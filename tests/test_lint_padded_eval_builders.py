@@ -161,3 +161,83 @@ def test_a_method_that_gathers_and_sums_the_metric_counts_the_padding(tmp_path):
 def test_a_method_that_gathers_and_trims_the_predictions_is_clean(tmp_path):
     _write(tmp_path, {"rec.py": RECOMMENDER.format(kind="all", result="merged[:n]")})
     assert _findings(tmp_path, "rec.py", select="DDP018") == set()
+
+
+VOCODER_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+    from weighting import LossWeigher
+
+
+    def evaluate(net, loader):
+        net.eval()
+        total = torch.zeros(2, device="cuda")
+        with torch.no_grad():
+            for k, (wav, mel) in enumerate(loader):
+                CAP
+                total[0] += torch.nn.functional.l1_loss(net(mel.cuda()), wav.cuda(), reduction="sum")
+                total[1] += wav.numel()
+        REDUCE
+        return (total[0] / total[1]).item()
+
+
+    def main(train_set, valid_set, epochs):
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        net = DDP(torch.nn.Linear(80, 256).cuda())
+        optimizer = torch.optim.Adam(net.parameters(), lr=3e-4)
+        weigher = LossWeigher()
+        train_loader = DataLoader(train_set, batch_size=16, sampler=DistributedSampler(train_set))
+        valid_loader = DataLoader(valid_set, batch_size=16, sampler=DistributedSampler(valid_set, shuffle=False))
+        for epoch in range(epochs):
+            net.train()
+            for wav, mel in train_loader:
+                optimizer.zero_grad()
+                out = net(mel.cuda())
+                losses = {"l1": (out - wav.cuda()).abs().mean(), "l2": ((out - wav.cuda()) ** 2).mean()}
+                weigher.backward(losses, out)
+                losses["l1"].backward()
+                optimizer.step()
+            score = evaluate(net, valid_loader)
+            if rank == 0:
+                print(epoch, score)
+        dist.destroy_process_group()
+    """
+
+WEIGHTING = """\
+    import torch
+    import torch.distributed as dist
+
+
+    class LossWeigher:
+        def backward(self, losses, out):
+            norms = torch.stack([torch.autograd.grad(l, out, retain_graph=True)[0].norm() for l in losses.values()])
+            dist.all_reduce(norms)
+            norms /= dist.get_world_size()
+            grad = sum(torch.autograd.grad(l, out, retain_graph=True)[0] / n for l, n in zip(losses.values(), norms))
+            out.backward(grad, retain_graph=True)
+    """
+
+
+def _vocoder(tmp_path, cap="pass", reduce="pass"):
+    _write(tmp_path, {"weighting.py": WEIGHTING,
+                      "train.py": VOCODER_TRAIN.replace("CAP", cap).replace("REDUCE", reduce)})
+    return _findings(tmp_path, "train.py", select="DDP018")
+
+
+def test_an_all_reduce_in_the_training_step_does_not_make_the_evaluation_metric_reduced(tmp_path):
+    assert _vocoder(tmp_path) == set()
+    # The evaluation's own sums reduced across ranks: the padded samples count twice.
+    assert _vocoder(tmp_path, reduce="dist.all_reduce(total)") == {("train.py", 30, "DDP018")}
+
+
+def test_an_evaluation_capped_at_a_number_of_batches_reduces_an_estimate(tmp_path):
+    assert _vocoder(tmp_path, cap="if k >= 50:\n                    break", reduce="dist.all_reduce(total)") == set()
+    # A test on the counter that does not stop the loop caps nothing.
+    assert _vocoder(tmp_path, cap="if k >= 50:\n                    print(k)", reduce="dist.all_reduce(total)") \
+        == {("train.py", 31, "DDP018")}

@@ -664,3 +664,50 @@ def test_a_rank_0_test_joined_to_a_disjunction_of_other_conditions_keeps_to_rank
     findings = lint_project(tmp_path, {"train.py": SAVE_EVERY.replace("GUARD", "last or step % 10 == 0")}, "train.py",
                             select="DDP010")
     assert _lines(findings, "DDP010") == [17]
+
+
+SPAWNED_OPTIONS = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    def worker(index, gpus, opts):
+        OVERWRITE
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29511", rank=index, world_size=gpus)
+        torch.cuda.set_device(opts["local_rank"])
+        net = DistributedDataParallel(torch.nn.Linear(8, 8).cuda(), device_ids=[opts["local_rank"]])
+        for _ in range(10):
+            net(torch.randn(4, 8, device="cuda")).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=-1)
+        parser.add_argument("--gpus", type=int, default=2)
+        opts = vars(parser.parse_args())
+        START
+"""
+
+
+def test_a_local_rank_flag_a_spawned_worker_overwrites_with_its_index_is_not_reported(tmp_path: Path) -> None:
+    spawn = 'mp.spawn(worker, nprocs=opts["gpus"], args=(opts["gpus"], opts))'
+    files = {"train.py": SPAWNED_OPTIONS.replace("OVERWRITE", 'opts["local_rank"] = index').replace("START", spawn)}
+    assert lint_project(tmp_path, files, "train.py", select="DDP008") == []
+    # The namespace kept as it is, its attribute overwritten.
+    as_namespace = SPAWNED_OPTIONS.replace("opts = vars(", "opts = (").replace(
+        'opts["local_rank"]', "opts.local_rank").replace('opts["gpus"]', "opts.gpus")
+    files["train.py"] = as_namespace.replace("OVERWRITE", "opts.local_rank = index").replace(
+        "START", "mp.spawn(worker, nprocs=opts.gpus, args=(opts.gpus, opts))")
+    assert lint_project(tmp_path, files, "train.py", select="DDP008") == []
+    # Never overwritten: the launcher's flag is what each process reads.
+    files["train.py"] = SPAWNED_OPTIONS.replace("OVERWRITE", "pass").replace("START", spawn)
+    assert _lines(lint_project(tmp_path, files, "train.py", select="DDP008"), "DDP008") == [21]
+    # Overwritten, but no process of its own is started: the launcher starts them and passes the flag.
+    files["train.py"] = SPAWNED_OPTIONS.replace("OVERWRITE", 'opts["local_rank"] = index').replace(
+        "START", 'worker(0, opts["gpus"], opts)')
+    assert _lines(lint_project(tmp_path, files, "train.py", select="DDP008"), "DDP008") == [21]

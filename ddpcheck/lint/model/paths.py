@@ -144,9 +144,12 @@ class Paths:
         a call with no loop in its own function, the same for the function it sits in, up to
         `depth` callers. `def train_epoch(self): for x, y in self.loader: ...` run from
         `for epoch in range(n): self.train_epoch()`: each pass of that loop iterates the loader
-        again. None when no known caller loops."""
+        again. A caller the run goes through comes before one in a function of another module
+        that the run never reaches (a trainer's own `fit()` loop the script does not use). None
+        when no known caller loops."""
         seen: set[tuple[int, str]] = set()
         frontier = [function]
+        fallback: CallSite | None = None
         for _ in range(depth):
             above: list[Function] = []
             for current in frontier:
@@ -158,12 +161,22 @@ class Paths:
                     if self.dead(call):
                         continue
                     if call.loops:
-                        return call
+                        if self._runs(call):
+                            return call
+                        fallback = fallback or call
+                        continue
                     outer = self.function_of(call)
                     if outer is not None:
                         above.append(outer)
             frontier = above
-        return None
+        return fallback
+
+    def _runs(self, call: CallSite) -> bool:
+        """`call` is in the linted file, at a module's top level, or in a function the run reaches."""
+        function = self.function_of(call)
+        if function is None or call.module is self.model.root:
+            return True
+        return any(f.module is function.module and f.qualname == function.qualname for f in self.reached())
 
     @staticmethod
     def function_of(site: CallSite) -> Function | None:

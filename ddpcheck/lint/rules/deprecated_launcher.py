@@ -308,6 +308,8 @@ class DeprecatedLauncher(Rule):
                 call = next((c.node for c in module.calls if any(a.value is flag for a in c.node.args)), None)
                 if call is not None and not self._flag_read(module, call, flag):
                     continue  # a flag nothing reads: the local rank comes from elsewhere
+                if call is not None and self._replaced_by_spawn(module, call, flag):
+                    continue
                 fix = remedies.local_rank_default_from_env(module, call) \
                     if call is not None and module is model.root else None
                 self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix, module=module,
@@ -318,9 +320,7 @@ class DeprecatedLauncher(Rule):
         imported module: `idr_torch.local_rank` is another source), the name as a string
         (`getattr(args, "local_rank")`, `opts["local_rank"]`), or the whole namespace handed on as
         a dict (`vars(args)`, `**args.__dict__`), which may read it anywhere."""
-        dest = next((string_text(a.value) for a in call.args
-                     if a.keyword is not None and a.keyword.value == "dest"), None) \
-            or (string_text(flag) or "").lstrip("-").replace("-", "_")
+        dest = _dest(call, flag)
         if not dest:
             return True
         attribute = re.compile(r"([A-Za-z_][\w.]*)\s*\.\s*" + re.escape(dest) + r"\b")
@@ -333,6 +333,19 @@ class DeprecatedLauncher(Rule):
                 if other.names.origin(m.group(1).split(".")[0]) is None:
                     return True
         return False
+
+    def _replaced_by_spawn(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
+        """The script starts its own processes (`mp.spawn(main, ...)`) and writes the flag's
+        entry itself (`args.local_rank = rank`, `args["local_rank"] = index`): each process's
+        local rank is the spawn index, and the launcher's flag is never what is read."""
+        if not any(self.model.api(c) in api.PROCESS_STARTERS for c in self.model.paths.sites()):
+            return False
+        dest = _dest(call, flag)
+        if not dest:
+            return False
+        stored = re.compile(r"(?:\.\s*" + re.escape(dest) + r"""|\[\s*['"]""" + re.escape(dest)
+                            + r"""['"]\s*\])\s*=(?!=)""")
+        return any(stored.search(code_only(m.source)) for m in {id(m): m for m in [module, *self.model.paths.modules()]}.values())
 
     def _helper_usage(self) -> None:
         """A launch command in a string of a project function the script's run goes through
@@ -411,6 +424,13 @@ class DeprecatedLauncher(Rule):
                             out.append((other, a.value, None))
                             break
         return out
+
+
+def _dest(call: cst.Call, flag: cst.CSTNode) -> str:
+    """The attribute an argparse flag is stored in."""
+    return next((string_text(a.value) or "" for a in call.args
+                 if a.keyword is not None and a.keyword.value == "dest"), None) \
+        or (string_text(flag) or "").lstrip("-").replace("-", "_")
 
 
 def _line_in(node: cst.CSTNode) -> int:

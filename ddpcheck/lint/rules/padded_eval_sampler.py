@@ -23,6 +23,8 @@ _AVERAGES = frozenset({"sum", "mean", "statistics.mean", "numpy.mean", "np.mean"
 # Tensors made of constants, and the calls that move one.
 _CONSTANT_TENSORS = frozenset({"torch.ones", "torch.zeros", "torch.tensor", "torch.full", "torch.Tensor",
                                "torch.FloatTensor", "torch.LongTensor"})
+# How many project calls deep an all-reduce is looked for before any one counts.
+_DEPTH = 8
 _MOVES = frozenset({"cuda", "to", "cpu", "float", "long", "int", "double", "half"})
 
 
@@ -66,6 +68,45 @@ def _only_read(body: cst.CSTNode, name: str, reduction: cst.Call) -> bool:
 
 # Words of a test that picks which data set a builder makes.
 _SET_WORDS = re.compile(r"train|val|test|eval|split|mode|phase|stage", re.I)
+
+
+def _in_backward_loop(site: CallSite) -> bool:
+    """A call inside a loop (of its function) that itself calls `backward()`, not only in a loop
+    nested in it: a training step. (An epoch loop holds both the training loop and the
+    evaluation after it.)"""
+    return any(_calls_backward_at_its_level(loop) for loop in site.loops)
+
+
+def _calls_backward_at_its_level(node: cst.CSTNode) -> bool:
+    for child in children(node):
+        if isinstance(child, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(child, cst.Call) and isinstance(child.func, cst.Attribute) and child.func.attr.value == "backward":
+            return True
+        if _calls_backward_at_its_level(child):
+            return True
+    return False
+
+
+def _capped_loop(scope: cst.CSTNode) -> bool:
+    """`scope` holds an evaluation loop (no `backward()`) over `enumerate(...)` that breaks once
+    its counter reaches a bound: `for k, batch in enumerate(loader): if k >= n: break`."""
+    for loop in subexpressions(scope):
+        if not (isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate"
+                and isinstance(loop.target, cst.Tuple) and loop.target.elements
+                and isinstance(loop.target.elements[0].value, cst.Name)):
+            continue
+        counter = loop.target.elements[0].value.value
+        inside = list(subexpressions(loop.body))
+        if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "backward"
+               for n in inside):
+            continue
+        for node in inside:
+            if isinstance(node, cst.If) and isinstance(node.test, cst.Comparison) \
+                    and any(isinstance(n, cst.Name) and n.value == counter for n in subexpressions(node.test)) \
+                    and any(isinstance(n, cst.Break) for n in subexpressions(node.body)):
+                return True
+    return False
 
 
 def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
@@ -201,7 +242,7 @@ class PaddedEvalSampler(Rule):
         averaged |= {id(c.node) for c in gathers if self._reducing_helper(c)}
         reductions = [c for c in sites if model.api(c) in api.SUM_REDUCTIONS]
         checks_only = bool(reductions) and all(self._connectivity_check(c) for c in reductions)
-        if checks_only or not any("all_reduce" in model.facts.of_call(c) for c in calls):
+        if checks_only or not any(self._reduces_outside_backward(c, _DEPTH, set()) for c in calls):
             # No metric is summed over ranks: gathered per-rank values averaged count the
             # padding the same way; gathered predictions can drop it before the metric.
             if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
@@ -218,6 +259,26 @@ class PaddedEvalSampler(Rule):
                     "predictions and trim to len(dataset)) or pass `drop_last=True`",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _reduces_outside_backward(self, site: CallSite, depth: int, seen: set[int]) -> bool:
+        """`site` all-reduces something other than a training step's gradients or weights: an
+        all-reduce reached from inside a loop that calls `backward()` (a loss balancer averaging
+        gradient norms, a synced batch statistic) belongs to training, not to the metric of an
+        evaluation; one in a function that stops its evaluation loop after a number of batches
+        (`if k >= eval_iters: break`) reduces an estimate from a sample, which padding does not
+        skew any more than the sampling. Past `depth` project calls, any all-reduce counts."""
+        if "all_reduce" not in self.model.facts.of_call(site) or _in_backward_loop(site):
+            return False
+        if "all_reduce" in self.model.facts.direct(site):
+            return not _capped_loop(site.scope.node)
+        if depth <= 0:
+            return True
+        if id(site) in seen:
+            return False  # already followed: answered where it was first met
+        seen.add(id(site))
+        return any(self._reduces_outside_backward(inner, depth - 1, seen)
+                   for callee, _ in self.model.graph.targets(site)
+                   for inner in callee.module.calls_in(callee.qualname))
 
     def _connectivity_check(self, site: CallSite) -> bool:
         """An all-reduce of a tensor made of constants only (`t = torch.ones(1).cuda();

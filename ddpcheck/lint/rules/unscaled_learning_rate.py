@@ -18,10 +18,15 @@ from ddpcheck.lint.traverse import NO_STATEMENTS
 # A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
 # `batch_size // dist.get_world_size()`): the script holds the global batch fixed, so a constant
 # learning rate is right.
-_DIVIDES_BY_WORLD = re.compile(
-    r"(?:batch|accum|micro)\w*\)?\s*//?=?\s*\(?\s*"
+# Also a batch name assigned a quotient by the number of ranks (`batch_size = 64 // WORLD_SIZE`).
+_WORLD_DIVISOR = (
     r"(?:[\w.]*(?:world_size|ngpus_per_node|num_gpus|n_gpus?|ngpus|nprocs|num_replicas)\b"
     r"|[\w.]*get_world_size\(\))"
+)
+_DIVIDES_BY_WORLD = re.compile(
+    r"(?:batch|accum|micro)\w*\)?\s*//?=?\s*\(?\s*" + _WORLD_DIVISOR
+    + r"|(?:batch|accum|micro)\w*\s*=\s*(?:int\()?[\w.]+\s*//?\s*\(?\s*" + _WORLD_DIVISOR,
+    re.I,
 )
 # Names whose value is (or is derived from) the number of ranks or the global batch.
 WORLD_SIZE_NAME = re.compile(
@@ -196,6 +201,8 @@ class UnscaledLearningRate(Rule):
                 continue  # a placeholder the schedule overwrites every step
             if all(_is_one(v.node) for v in values) and self._rate_from_lambda(site, sites):
                 continue  # `lr=1.0` under a LambdaLR: the lambda's return is the rate
+            if self._scaled_by_another_call(site, sites):
+                continue
             passed = [v for v in values if lr is not None and self._through_parameter(site, lr)
                       or model.values.default_in_use(v)]
             if passed and isinstance(passed[0].node, cst.CSTNode):
@@ -269,6 +276,36 @@ class UnscaledLearningRate(Rule):
         self.report(rate, module=group.module, related=[site])
         return True
 
+    def _scaled_by_another_call(self, optimizer: CallSite, sites: list[CallSite]) -> bool:
+        """Another call takes the optimizer together with a value computed from the world size
+        (`Warmup(optimizer, scale=world_size * batch / 256)`): the rate is scaled there. A count of
+        steps or epochs that mentions the world size (`total_steps=len(data) // world_size`)
+        does not scale the rate."""
+        for site in sites:
+            args = site.node.args
+            if site.node is optimizer.node or len(args) < 2:
+                continue
+            scaled = [a for a in args if not (a.keyword is not None and _COUNT_KEYWORD.search(a.keyword.value))
+                      and self._arithmetic(site, a.value)
+                      and self._mentions_world(site.module, a.value, site.scope, None, site.point, _DEPTH)]
+            if not scaled:
+                continue
+            for arg in args:
+                if arg not in scaled and isinstance(arg.value, (cst.Name, cst.Attribute)) and any(
+                        v.node is optimizer.node for v in self.model.values.at_call(site, arg.value)):
+                    return True
+        return False
+
+    def _arithmetic(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """A number computed in place or in a name (`world_size * batch / 256`, `factor`): what a
+        scale is; a loader or a model handed on with the optimizer is not."""
+        if isinstance(expr, cst.BinaryOperation):
+            return True
+        if not isinstance(expr, cst.Name):
+            return False
+        values = self.model.values.at_call(site, expr)
+        return bool(values) and all(isinstance(v.node, cst.BinaryOperation) for v in values)
+
     def _rate_from_lambda(self, optimizer: CallSite, sites: list[CallSite]) -> bool:
         """A LambdaLR is built on the optimizer `optimizer` makes: with a base rate of 1 the
         lambda's return (`base_lr * lmbda(self.last_epoch)` in torch's LambdaLR.get_lr) is the rate."""
@@ -334,6 +371,8 @@ class UnscaledLearningRate(Rule):
         return False
 
 
+# Keywords of a scheduler that count steps rather than scale the rate.
+_COUNT_KEYWORD = re.compile(r"step|epoch|iter|total|len|num_", re.I)
 _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
 
 
