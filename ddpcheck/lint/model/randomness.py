@@ -32,12 +32,18 @@ _DRAWS = re.compile(
 )
 
 
+# A DistributedSampler shuffles with its own generator, seeded alike on every rank by design
+# (`seed + epoch`): its `shuffle=True` draws nothing from torch's global generator.
+_OWN_GENERATOR = re.compile(r"\bDistributedSampler\s*\((?:[^()]|\([^()]*\))*\)")
+
+
 def draws_random(model: Model) -> bool:
     """Whether the linted file, or a project module it imports, draws random numbers."""
     root = model.root
     found = root.memo.get("draws_random")
     if found is None:
-        found = any(_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
+        found = any(_DRAWS.search(_OWN_GENERATOR.sub("", text)) is not None
+                    for text in model.graph.import_closure(root))
         root.memo["draws_random"] = found
     return bool(found)
 

@@ -22,6 +22,7 @@ same value apart from ones that do not.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
 
@@ -703,6 +704,8 @@ class Values:
             if isinstance(test.operator, cst.And):
                 return False if right is False else (True if left and right else None)
             return True if right else (False if left is False and right is False else None)
+        if isinstance(test, cst.Call):
+            return self._never_set(module, test, scope, frame, at)
         reading = literal_test(test)
         if reading is None:
             return None
@@ -714,6 +717,36 @@ class Values:
             return None
         truths = {judge(self._literal(v)) for v in values}
         return truths.pop() if len(truths) == 1 else None
+
+    def _never_set(self, module: ModuleModel, test: cst.Call, scope: Scope, frame: Frame | None,
+                   at: Point | None) -> bool | None:
+        """`getattr(state, "is_distributed", False)` / `hasattr(state, "is_distributed")` on an
+        instance of a project class when no code of the run ever names that attribute other than
+        in such reads (no field, no `self.x =`, no keyword): the default (False), whatever the
+        run. None when not known."""
+        func = dotted(test.func)
+        args = test.args
+        if func not in ("getattr", "hasattr") or len(args) != (3 if func == "getattr" else 2) \
+                or any(a.keyword is not None or a.star for a in args):
+            return None
+        key = args[1].value
+        text = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+        if not isinstance(text, str) or not text.isidentifier():
+            return None
+        truth = _truth(args[2].value) if func == "getattr" else False
+        if truth is None:
+            return None
+        values = self.of(module, args[0].value, scope, frame, depth=8, at=at)
+        graph = self.model.graph
+        classes = [found for v in values for found in graph.instances_of(v)]
+        if not values or not classes or any(not graph.instances_of(v) for v in values):
+            return None
+        texts = graph.import_closure(module) + [m.source for m, _ in classes]
+        word = re.compile(rf"\b{re.escape(text)}\b")
+        read = re.compile(rf"\b(?:get|has)attr\([^(),]*,\s*[\"']{re.escape(text)}[\"']")
+        if any(len(word.findall(t)) != len(read.findall(t)) for t in texts):
+            return None
+        return truth
 
     def never_none(self, site: CallSite, expr: cst.BaseExpression) -> bool:
         """Whether `expr`, read where `site` is called, is known never to be None: every leaf is a
