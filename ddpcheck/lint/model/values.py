@@ -1065,6 +1065,9 @@ def literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Judge] |
 
 
 _LITERAL_TYPES = frozenset({"str", "int", "float", "bool", "dict", "list", "tuple"})
+_DISPLAYS: tuple[tuple[type[cst.CSTNode], str], ...] = (
+    (cst.Integer, "int"), (cst.Float, "float"), (cst.Dict, "dict"), (cst.DictComp, "dict"),
+    (cst.List, "list"), (cst.ListComp, "list"), (cst.Tuple, "tuple"))
 
 
 def _literal_type(node: object) -> str | None:
@@ -1079,9 +1082,10 @@ def _literal_type(node: object) -> str | None:
         return "str" if _literal_type(node.node.value) == "str" else None  # `msg += f"..."`
     if isinstance(node, cst.Name) and node.value in ("True", "False"):
         return "bool"
-    simple = {cst.Integer: "int", cst.Float: "float", cst.Dict: "dict", cst.DictComp: "dict",
-              cst.List: "list", cst.ListComp: "list", cst.Tuple: "tuple"}
-    return simple.get(type(node))
+    for kind, name in _DISPLAYS:
+        if isinstance(node, kind):
+            return name
+    return None
 
 
 def _only_a_parameter(scope: Scope, name: str) -> bool:
