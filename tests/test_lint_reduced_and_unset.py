@@ -220,3 +220,96 @@ def test_a_shuffling_loader_without_a_sampler_still_draws(tmp_path):
     plain = SEEDED.format(augment="").replace("sampler=sampler, num_workers=4", "shuffle=True, num_workers=4")
     _write(tmp_path, {"train.py": plain})
     assert _findings(tmp_path, "train.py", select="DDP029") == {("train.py", 12, "DDP029")}
+
+
+NET = """\
+    from torch import nn
+
+
+    class Tagger(nn.Module):
+        def __init__(self, vocab, dim=128):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, dim)
+            self.rnn = nn.LSTM(dim, dim, batch_first=True)
+            self.dropout = nn.Dropout(0.2)
+            self.head = nn.Linear(dim, 2)
+
+        def forward(self, tokens):
+            states, _ = self.rnn(self.embed(tokens))
+            return self.head({last})
+    """
+
+BUCKETS = """\
+    import torch
+    from torch.utils.data import Sampler
+
+
+    class BucketSampler(Sampler):
+        def __init__(self, lengths, rank, world_size, seed=0):
+            self.lengths, self.rank, self.world_size, self.seed, self.epoch = lengths, rank, world_size, seed, 0
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+        def __iter__(self):
+            generator = torch.Generator()
+            generator.manual_seed(self.seed + self.epoch)
+            order = torch.randperm(len(self.lengths), generator=generator).tolist()
+            return iter(order[self.rank::self.world_size])
+
+        def __len__(self):
+            return len(self.lengths) // self.world_size
+    """
+
+TAGGING = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+
+    from buckets import BucketSampler
+    from net import Tagger
+
+
+    def main(train_set, lengths, epochs=5):
+        torch.manual_seed(42)
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        sampler = BucketSampler(lengths, dist.get_rank(), dist.get_world_size())
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler)
+        model = DDP(Tagger(30000).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            for tokens, labels in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(tokens.cuda()), labels.cuda()).backward()
+                optimizer.step()
+        dist.destroy_process_group()
+    """
+
+
+def test_a_dropout_layer_never_called_and_a_sampler_with_its_own_generator_draw_nothing(tmp_path):
+    _write(tmp_path, {"net.py": NET.format(last="states[:, -1]"), "buckets.py": BUCKETS, "tagging.py": TAGGING})
+    assert _findings(tmp_path, "tagging.py", select="DDP029") == set()
+
+
+def test_a_dropout_layer_the_forward_calls_draws(tmp_path):
+    _write(tmp_path, {"net.py": NET.format(last="self.dropout(states[:, -1])"), "buckets.py": BUCKETS,
+                      "tagging.py": TAGGING})
+    assert _findings(tmp_path, "tagging.py", select="DDP029") == {("tagging.py", 13, "DDP029")}
+
+
+
+def test_a_draw_given_its_own_generator_leaves_the_seeded_one_alone(tmp_path):
+    own = SEEDED.format(augment="").replace(
+        "        train_set = make_dataset(prepare)\n",
+        "        mixer = torch.Generator().manual_seed(7)\n"
+        "        train_set = make_dataset(prepare, order=torch.randperm(1000, generator=mixer))\n")
+    _write(tmp_path, {"train.py": own})
+    assert _findings(tmp_path, "train.py", select="DDP029") == set()
+    _write(tmp_path, {"train.py": own.replace("torch.randperm(1000, generator=mixer)", "torch.randperm(1000)")})
+    assert _findings(tmp_path, "train.py", select="DDP029") == {("train.py", 12, "DDP029")}
