@@ -294,3 +294,81 @@ def test_a_disabled_trange_and_a_bar_labelled_with_the_rank_are_quiet(tmp_path) 
     write_project(tmp_path, {"train.py": BARS.format(disable=", disable=rank != 0",
                                                      label='f"self-play rank {rank}"')})
     assert finding_set(tmp_path, "train.py", select="DDP020") == set()
+
+
+RUN_LOG = """\
+    import logging
+    import time
+
+
+    class RunLog:
+        def __init__(self, rank):
+            self.rank = rank
+            self.start = time.time()
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+
+        def info(self, text, *args):
+            took = time.strftime("%H:%M:%S ", time.gmtime(time.time() - self.start))
+            if isinstance(text, str):
+                text = took + {tag}text
+            else:
+                logging.info(took)
+            logging.info(text, *args)
+    """
+
+GAN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from runlog import RunLog
+
+
+    def fit(model, loader, optimizer, logging, epochs):
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            for step, x in enumerate(loader):
+                optimizer.zero_grad()
+                loss = model(x.cuda()).mean()
+                loss.backward()
+                optimizer.step()
+                if step % 50 == 0:
+                    line = f"step {{step}}"
+                    line += f" loss {{loss.item():.3f}}"
+                    logging.info(line)
+            logging.info({epoch_message})
+
+
+    def main(net, loader):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        log = RunLog(local_rank)
+        log.info({{"rank": local_rank}})
+        model = DDP(net.cuda(), device_ids=[local_rank])
+        fit(model, loader, torch.optim.Adam(model.parameters()), log, 5)
+        dist.destroy_process_group()
+    """
+
+_TAGGED = 'f"[rank {self.rank}] " + '
+
+
+def test_a_project_logger_passed_as_logging_that_tags_text_with_the_rank_is_clean(tmp_path):
+    gan = GAN.format(epoch_message='"=" * 20 + f" epoch {epoch} done"')
+    write_project(tmp_path, {"runlog.py": RUN_LOG.format(tag=_TAGGED), "gan.py": gan})
+    assert finding_set(tmp_path, "gan.py", select="DDP020") == set()
+
+
+def test_a_non_text_message_in_the_loop_takes_the_untagged_branch(tmp_path):
+    gan = GAN.format(epoch_message='{"epoch": epoch}')
+    write_project(tmp_path, {"runlog.py": RUN_LOG.format(tag=_TAGGED), "gan.py": gan})
+    assert finding_set(tmp_path, "gan.py", select="DDP020") == {("gan.py", 22, "DDP020")}
+
+
+def test_a_project_logger_that_does_not_tag_the_rank_is_reported_in_the_loop(tmp_path):
+    gan = GAN.format(epoch_message='f"epoch {epoch} done"')
+    write_project(tmp_path, {"runlog.py": RUN_LOG.format(tag=""), "gan.py": gan})
+    # (Two calls of one printer in one function are one fix: reported once, at the first.)
+    assert finding_set(tmp_path, "gan.py", select="DDP020") == {("gan.py", 21, "DDP020")}

@@ -32,12 +32,31 @@ _DRAWS = re.compile(
 )
 
 
+# A DistributedSampler shuffles with its own generator, seeded alike on every rank by design
+# (`seed + epoch`): its `shuffle=True` draws nothing from torch's global generator; nor does a
+# draw given its own generator (`torch.randperm(n, generator=g)`).
+_ARGS = r"\((?:[^()]|\([^()]*\))*\)"
+_OWN_GENERATOR = re.compile(
+    rf"\bDistributedSampler\s*{_ARGS}"
+    rf"|\btorch\.(?:rand|randn|randint|randperm|bernoulli|multinomial|normal)\s*"
+    r"\((?:[^()]|\([^()]*\))*\bgenerator\s*=(?:[^()]|\([^()]*\))*\)"
+)
+# `self.drop = nn.Dropout(p)` that no code calls (`self.drop(`): a layer that never draws.
+_DROPOUT_LAYER = re.compile(r"self\.(\w+)\s*=\s*(?:nn\.|torch\.nn\.)?Dropout\d?d?\s*" + _ARGS)
+
+
+def _drawing_text(text: str) -> str:
+    """`text` without the draws that leave torch's global generator alone."""
+    text = _OWN_GENERATOR.sub("", text)
+    return _DROPOUT_LAYER.sub(lambda m: m.group(0) if f"self.{m.group(1)}(" in text else "", text)
+
+
 def draws_random(model: Model) -> bool:
     """Whether the linted file, or a project module it imports, draws random numbers."""
     root = model.root
     found = root.memo.get("draws_random")
     if found is None:
-        found = any(_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
+        found = any(_DRAWS.search(_drawing_text(text)) is not None for text in model.graph.import_closure(root))
         root.memo["draws_random"] = found
     return bool(found)
 
@@ -49,7 +68,7 @@ def model_draws_random(model: Model) -> bool:
     root = model.root
     found = root.memo.get("model_draws_random")
     if found is None:
-        found = any(_MODEL_DRAWS.search(text) is not None for text in model.graph.import_closure(root))
+        found = any(_MODEL_DRAWS.search(_drawing_text(text)) is not None for text in model.graph.import_closure(root))
         root.memo["model_draws_random"] = found
     return bool(found)
 
@@ -61,6 +80,7 @@ def model_drops_out(model: Model) -> bool:
     root = model.root
     found = root.memo.get("model_drops_out")
     if found is None:
-        found = any(_DROPOUT.search(code_only(text)) is not None for text in model.graph.import_closure(root))
+        found = any(_DROPOUT.search(_drawing_text(code_only(text))) is not None
+                    for text in model.graph.import_closure(root))
         root.memo["model_drops_out"] = found
     return bool(found)

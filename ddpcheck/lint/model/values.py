@@ -22,6 +22,7 @@ same value apart from ones that do not.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
 
@@ -703,6 +704,10 @@ class Values:
             if isinstance(test.operator, cst.And):
                 return False if right is False else (True if left and right else None)
             return True if right else (False if left is False and right is False else None)
+        if isinstance(test, cst.Call):
+            if dotted(test.func) == "isinstance":
+                return self._type_test(module, test, scope, frame, at)
+            return self._never_set(module, test, scope, frame, at)
         reading = literal_test(test)
         if reading is None:
             return None
@@ -713,6 +718,54 @@ class Values:
         if not values:
             return None
         truths = {judge(self._literal(v)) for v in values}
+        return truths.pop() if len(truths) == 1 else None
+
+    def _never_set(self, module: ModuleModel, test: cst.Call, scope: Scope, frame: Frame | None,
+                   at: Point | None) -> bool | None:
+        """`getattr(state, "is_distributed", False)` / `hasattr(state, "is_distributed")` on an
+        instance of a project class when no code of the run ever names that attribute other than
+        in such reads (no field, no `self.x =`, no keyword): the default (False), whatever the
+        run. None when not known."""
+        func = dotted(test.func)
+        args = test.args
+        if func not in ("getattr", "hasattr") or len(args) != (3 if func == "getattr" else 2) \
+                or any(a.keyword is not None or a.star for a in args):
+            return None
+        key = args[1].value
+        text = key.evaluated_value if isinstance(key, cst.SimpleString) else None
+        if not isinstance(text, str) or not text.isidentifier():
+            return None
+        truth = _truth(args[2].value) if func == "getattr" else False
+        if truth is None:
+            return None
+        values = self.of(module, args[0].value, scope, frame, depth=8, at=at)
+        graph = self.model.graph
+        classes = [found for v in values for found in graph.instances_of(v)]
+        if not values or not classes or any(not graph.instances_of(v) for v in values):
+            return None
+        texts = graph.import_closure(module) + [m.source for m, _ in classes]
+        word = re.compile(rf"\b{re.escape(text)}\b")
+        read = re.compile(rf"\b(?:get|has)attr\([^(),]*,\s*[\"']{re.escape(text)}[\"']")
+        if any(len(word.findall(t)) != len(read.findall(t)) for t in texts):
+            return None
+        return truth
+
+    def _type_test(self, module: ModuleModel, test: cst.Call, scope: Scope, frame: Frame | None,
+                   at: Point | None) -> bool | None:
+        """`isinstance(text, str)` on a local name every value of which (in the call followed) is a
+        literal of a known type: an f-string, `"=" * 30 + msg`, a number, a dict display. None
+        when some value's type is not known."""
+        args = test.args
+        if len(args) != 2 or any(a.keyword is not None or a.star for a in args):
+            return None
+        name, kind = args[0].value, args[1].value
+        if not isinstance(name, cst.Name) or not isinstance(kind, cst.Name) or kind.value not in _LITERAL_TYPES:
+            return None
+        values = self.of(module, name, scope, frame, depth=8, at=at)
+        kinds = {_literal_type(v.node) for v in values}
+        if not kinds or None in kinds:
+            return None
+        truths = {found == kind.value for found in kinds}
         return truths.pop() if len(truths) == 1 else None
 
     def never_none(self, site: CallSite, expr: cst.BaseExpression) -> bool:
@@ -1009,6 +1062,30 @@ def literal_test(test: cst.BaseExpression) -> tuple[cst.BaseExpression, Judge] |
             return None
         return compare(value, bound)
     return left, judge
+
+
+_LITERAL_TYPES = frozenset({"str", "int", "float", "bool", "dict", "list", "tuple"})
+_DISPLAYS: tuple[tuple[type[cst.CSTNode], str], ...] = (
+    (cst.Integer, "int"), (cst.Float, "float"), (cst.Dict, "dict"), (cst.DictComp, "dict"),
+    (cst.List, "list"), (cst.ListComp, "list"), (cst.Tuple, "tuple"))
+
+
+def _literal_type(node: object) -> str | None:
+    """The builtin type a literal leaf has (`str` for text built from a string literal), None
+    if not known."""
+    if isinstance(node, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
+        return "str"
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Add, cst.Multiply, cst.Modulo)):
+        sides = (_literal_type(node.left), _literal_type(node.right))
+        return "str" if "str" in sides else None
+    if isinstance(node, Augmented) and isinstance(node.node.operator, cst.AddAssign):
+        return "str" if _literal_type(node.node.value) == "str" else None  # `msg += f"..."`
+    if isinstance(node, cst.Name) and node.value in ("True", "False"):
+        return "bool"
+    for kind, name in _DISPLAYS:
+        if isinstance(node, kind):
+            return name
+    return None
 
 
 def _only_a_parameter(scope: Scope, name: str) -> bool:

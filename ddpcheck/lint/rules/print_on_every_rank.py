@@ -12,6 +12,7 @@ from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, 
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.values import Frame
 from ddpcheck.lint.model.syntax import dotted, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._loops import Loops
@@ -479,10 +480,17 @@ class PrintOnEveryRank(Rule):
         if loops.does_work(function):
             return [site] if self._called_per_iteration(function, depth) else []
         out: list[CallSite] = []
-        for caller, _ in self.model.graph.callers(function):
+        for caller, bound in self.model.graph.callers(function):
+            if self._unreached_from(site, Frame(function, caller, None, bound)):
+                continue  # `else: logging.info(value)` of `if isinstance(msg, str):`, called with text
             if not self._guarded(caller) and not self._once(caller) and not self._rank_tagged(caller):
                 out += self._places(caller, None, depth + 1)
         return out
+
+    def _unreached_from(self, site: CallSite, frame: Frame) -> bool:
+        """A guard of `site` that the arguments of this call make false."""
+        values = self.model.values
+        return any(values.outcome(site.module, g.test, site.scope, frame) == g.negated for g in site.guards)
 
     def _called_per_iteration(self, function: Function, depth: int) -> bool:
         """Whether every rank calls `function` at each step or epoch of a training or evaluation
@@ -786,6 +794,10 @@ class PrintOnEveryRank(Rule):
         if q in _TQDM_WRITES:
             return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
         if site.method in _LOG_METHODS:
+            if any(bound == "method" for _, bound in self.model.graph.targets(site)):
+                # `log.info(msg)` on an instance of a project class (even one passed in under the
+                # name `logging`): the output its method makes is judged where it is made.
+                return None
             receiver = site.receiver_name or ""
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"

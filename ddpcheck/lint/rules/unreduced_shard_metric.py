@@ -5,11 +5,11 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted
+from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Where a metric ends up in front of a person.
@@ -240,7 +240,7 @@ class UnreducedShardMetric(Rule):
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
-            counters = _accumulated(loop) | self._meters(root, loop)
+            counters = self._accumulated(root, loop) | self._meters(root, loop)
             if not counters or not self._sharded(root, loop):
                 continue
             if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
@@ -268,6 +268,35 @@ class UnreducedShardMetric(Rule):
                     break
             else:
                 self._returned(root, loop, counters)
+
+    def _accumulated(self, root: ModuleModel, loop: ForSite) -> set[str]:
+        """Names `+=`-ed in the loop body with something the batch gives (`correct += ...sum()`,
+        `total += y.size(0)`; a step counter `+= 1` is the same on every rank), not in nested
+        functions. An addition that reduces across ranks as it adds (`n += all_reduce_sum(k)`),
+        or that only a single-process run makes (the `else` of `if distributed:`), adds no
+        rank's own share on the distributed run."""
+        out: set[str] = set()
+        scope = loop.scope
+        resolve = self.model.resolver_for(root, scope)
+        for name, values in scope.assignments.items():
+            for value, point in zip(values, scope.points.get(name, ())):
+                if not (isinstance(value, Augmented) and point is not None and loop.node in point.loops):
+                    continue
+                node = value.node
+                if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, (cst.Integer, cst.Float)):
+                    continue
+                if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value):
+                    continue
+                out.add(name)
+        return out
+
+    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression) -> bool:
+        for sub in subexpressions(expr):
+            site = root.call_at(sub) if isinstance(sub, cst.Call) else None
+            if site is not None and self.model.facts.does(site, "collective"):
+                return True
+        return False
+
 
     def _meters(self, root: ModuleModel, loop: ForSite) -> set[str]:
         """Names of running-average objects the loop feeds (`meter.update(loss.item())`): an
@@ -395,21 +424,6 @@ def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
     if isinstance(expr, cst.Call) and expr.args:
         return _iterated(expr.args[0].value)
     return None
-
-
-def _accumulated(loop: ForSite) -> set[str]:
-    """Names `+=`-ed in the loop body with something the batch gives (`correct += ...sum()`,
-    `total += y.size(0)`; a step counter `+= 1` is the same on every rank), not in nested
-    functions."""
-    out: set[str] = set()
-    scope = loop.scope
-    for name, values in scope.assignments.items():
-        for value, point in zip(values, scope.points.get(name, ())):
-            if isinstance(value, Augmented) and point is not None and loop.node in point.loops:
-                node = value.node
-                if isinstance(node.operator, cst.AddAssign) and not isinstance(node.value, (cst.Integer, cst.Float)):
-                    out.add(name)
-    return out
 
 
 def _adds_to_self(function: cst.FunctionDef) -> bool:
