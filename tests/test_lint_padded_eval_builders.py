@@ -241,3 +241,65 @@ def test_an_evaluation_capped_at_a_number_of_batches_reduces_an_estimate(tmp_pat
     # A test on the counter that does not stop the loop caps nothing.
     assert _vocoder(tmp_path, cap="if k >= 50:\n                    print(k)", reduce="dist.all_reduce(total)") \
         == {("train.py", 31, "DDP018")}
+
+
+GATHERED_PREDICTIONS = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def gather_all(tensor, world_size):
+        parts = [torch.zeros_like(tensor) for _ in range(world_size)]
+        dist.all_gather(parts, tensor)
+        return torch.cat(parts, dim=0)
+
+
+    @torch.no_grad()
+    def evaluate(model, loader, world_size):
+        model.eval()
+        hits = torch.tensor([])
+        for images, labels in loader:
+            hits = torch.cat([hits, (model(images).argmax(-1) == labels).float()])
+        hits = gather_all(hits, world_size)
+        {use}
+
+
+    def main(train_set, test_set, epochs):
+        dist.init_process_group("gloo")
+        world_size = dist.get_world_size()
+        model = DDP(torch.nn.Linear(8, 2))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * world_size)
+        train_sampler = DistributedSampler(train_set)
+        train_loader = DataLoader(train_set, batch_size=32, sampler=train_sampler)
+        test_sampler = DistributedSampler(test_set, shuffle=False)
+        test_loader = DataLoader(test_set, batch_size=32, sampler=test_sampler)
+        for epoch in range(epochs):
+            train_sampler.set_epoch(epoch)
+            for images, labels in train_loader:
+                loss = torch.nn.functional.cross_entropy(model(images), labels)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            accuracy = evaluate(model, test_loader, world_size)
+            if dist.get_rank() == 0:
+                print(f"epoch {epoch}: accuracy {accuracy:.3f}")
+        dist.destroy_process_group()
+    """
+
+
+def test_gathered_predictions_averaged_whole_count_the_padding(tmp_path):
+    # Every rank's per-sample hits gathered and averaged as they are: the sampler's repeated
+    # samples count twice, as with an all-reduce of sums.
+    for use in ("return (hits.sum() / len(hits)).item()", "return hits.mean().item()"):
+        _write(tmp_path, {"train.py": GATHERED_PREDICTIONS.replace("{use}", use)})
+        assert _findings(tmp_path, "train.py", select="DDP018") == {("train.py", 30, "DDP018")}, use
+
+
+def test_gathered_predictions_trimmed_to_the_set_stay_clean(tmp_path):
+    # Trimmed to the dataset's length before the mean (a rebinding), or only counted: exact.
+    for use in ("hits = hits[:len(loader.dataset)]\n        return hits.mean().item()",
+                "return len(hits)"):
+        _write(tmp_path, {"train.py": GATHERED_PREDICTIONS.replace("{use}", use)})
+        assert _findings(tmp_path, "train.py", select="DDP018") == set(), use

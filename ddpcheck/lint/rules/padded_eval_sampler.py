@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
@@ -107,6 +108,37 @@ def _capped_loop(scope: cst.CSTNode) -> bool:
                     and any(isinstance(n, cst.Break) for n in subexpressions(node.body)):
                 return True
     return False
+
+
+def _averaged_whole(gather: CallSite) -> bool:
+    """What `gather` returns is bound to one name and, before that name is bound again in its
+    function, summed or averaged whole (`preds = gather(preds)`, then `preds.sum() /
+    len(preds)`): every gathered element counts, the padding's repeats included. A trim
+    (`preds = preds[:len(dataset)]`) rebinds the name first, and is not this."""
+    names = gather.module.assigned_names(gather.node)
+    if len(names) != 1 or "." in names[0]:
+        return False
+    name = names[0]
+    after = False
+    for node in _in_source_order(gather.scope.node):
+        if node is gather.node:
+            after = True
+        elif not after:
+            continue
+        elif isinstance(node, (cst.AssignTarget, cst.AugAssign)) and isinstance(node.target, cst.Name) \
+                and node.target.value == name:
+            return False
+        elif isinstance(node, cst.Call) and not node.args and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value in ("sum", "mean") and isinstance(node.func.value, cst.Name) \
+                and node.func.value.value == name:
+            return True
+    return False
+
+
+def _in_source_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    yield node
+    for child in children(node):
+        yield from _in_source_order(child)
 
 
 def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
@@ -239,7 +271,7 @@ class PaddedEvalSampler(Rule):
         averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
                     for a in c.node.args}
         gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
-        averaged |= {id(c.node) for c in gathers if self._reducing_helper(c)}
+        averaged |= {id(c.node) for c in gathers if self._reducing_helper(c) or _averaged_whole(c)}
         reductions = [c for c in sites if model.api(c) in api.SUM_REDUCTIONS]
         checks_only = bool(reductions) and all(self._connectivity_check(c) for c in reductions)
         if checks_only or not any(self._reduces_outside_backward(c, _DEPTH, set()) for c in calls):
