@@ -3,9 +3,12 @@ import them from there or, as older ones do, from here)."""
 
 from __future__ import annotations
 
+import os
+import uuid
+
 import pytest
 
-from tests.helpers import FIXTURES, ROOT, cli_env, run_cli
+from tests.helpers import FIXTURES, ROOT, SESSION_MARK, cli_env, kill_survivors, run_cli
 
 __all__ = ["FIXTURES", "ROOT", "cli_env", "run_cli"]
 
@@ -13,3 +16,16 @@ __all__ = ["FIXTURES", "ROOT", "cli_env", "run_cli"]
 @pytest.fixture
 def cli():
     return run_cli
+
+
+# Every process the tests start inherits this (os.environ is what child environments are built
+# from); pytest's own process does not show it, since /proc/PID/environ is its start-up environment.
+os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A process a test started and did not stop (a job cut short by a timeout, a helper's own
+    Popen) must not outlive the test run."""
+    left = kill_survivors(os.environ[SESSION_MARK], SESSION_MARK)
+    if left:
+        session.config.get_terminal_writer().line(f"killed {len(left)} process(es) the tests left running: {left}")

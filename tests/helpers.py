@@ -22,6 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 MARK = "DDPCHECK_TEST_MARK"  # set in a job's environment, so its surviving processes can be found
+# Set once for the whole test session (conftest.py): every process a test starts inherits it, so
+# whatever outlives its test (a job killed on a timeout leaves torchrun's workers) is found at the end.
+SESSION_MARK = "DDPCHECK_TEST_SESSION"
 
 
 def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
@@ -41,15 +44,20 @@ def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
 def run_cli(*args: str, cwd: str | Path | None = None, input: str | None = None,
             env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """`python -m ddpcheck ARGS` as a user would run it; returns the completed process."""
-    return subprocess.run(
-        [sys.executable, "-m", "ddpcheck", *args],
-        cwd=cwd or ROOT,
-        input=input,
-        capture_output=True,
-        text=True,
-        env=env or cli_env(),
-        timeout=timeout,
-    )
+    mark = uuid.uuid4().hex
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "ddpcheck", *args],
+            cwd=cwd or ROOT,
+            input=input,
+            capture_output=True,
+            text=True,
+            env={**(env or cli_env()), MARK: mark},
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired:
+        kill_survivors(mark)  # the timeout killed ddpcheck only, not what it started
+        raise
 
 
 @dataclass
@@ -79,11 +87,15 @@ def run_job(args: list[str], tmp_path: Path, *, cwd: Path = ROOT, timeout: float
     """`python -m ddpcheck run --report ... ARGS` to the end, its processes marked."""
     mark = uuid.uuid4().hex
     report = tmp_path / f"report-{mark[:8]}.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ddpcheck", "run", "--report", str(report), *args],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        env={**(env or cli_env(columns=None)), MARK: mark},
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ddpcheck", "run", "--report", str(report), *args],
+            cwd=cwd, capture_output=True, text=True, timeout=timeout,
+            env={**(env or cli_env(columns=None)), MARK: mark},
+        )
+    except subprocess.TimeoutExpired:
+        kill_survivors(mark)  # the timeout killed ddpcheck only, not torchrun and its workers
+        raise
     data = json.loads(report.read_text()) if report.exists() else None
     return Job(proc.returncode, proc.stdout, proc.stderr, data, mark)
 
@@ -123,10 +135,10 @@ def copy_fixture(name: str, tmp_path: Path) -> Path:
     return target
 
 
-def survivors(mark: str) -> list[int]:
+def survivors(mark: str, variable: str = MARK) -> list[int]:
     """Pids of live processes whose environment carries `mark` (a run's processes, children included)."""
     found = []
-    needle = f"{MARK}={mark}".encode()
+    needle = f"{variable}={mark}".encode()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
@@ -140,14 +152,20 @@ def survivors(mark: str) -> list[int]:
     return found
 
 
-def assert_no_survivors(mark: str) -> None:
-    deadline = time.monotonic() + 10  # torchrun's own teardown may still be reaping
-    while survivors(mark) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    left = survivors(mark)
-    for pid in left:  # do not leave them to the next test either
+def kill_survivors(mark: str, variable: str = MARK) -> list[int]:
+    """SIGKILL every live process carrying `mark`; the pids it found."""
+    left = survivors(mark, variable)
+    for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    return left
+
+
+def assert_no_survivors(mark: str) -> None:
+    deadline = time.monotonic() + 10  # torchrun's own teardown may still be reaping
+    while survivors(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = kill_survivors(mark)  # do not leave them to the next test either
     assert not left, f"processes of the run survived it: {left}"
