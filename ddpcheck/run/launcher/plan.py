@@ -88,6 +88,12 @@ def prepare(launch: Launch, switch_to: SpawnSite | None = None) -> Plan:
         os.environ[key] = value
     if options.quiet:
         return plan
+    if not cpu and site is None and launch.nproc * launch.nodes > torch.cuda.device_count():
+        # NCCL refuses two ranks of one communicator on one device ("Duplicate GPU detected"),
+        # and a gloo script is unaffected: a note, not a finding.
+        print(f"ddpcheck: {launch.nproc * launch.nodes} ranks on {torch.cuda.device_count()} CUDA "
+              "device(s): a script that gives each rank its own GPU will fail or share one; "
+              "pass --cpu to emulate one GPU per rank on the CPU", file=sys.stderr, flush=True)
     if fallback is not None:
         print(f"ddpcheck: {os.path.basename(fallback.path)}:{fallback.line} starts its own workers "
               f"({fallback.call}) on one branch only, and the script reads the launcher's environment: "

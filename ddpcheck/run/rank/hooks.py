@@ -23,6 +23,20 @@ from typing import Any
 from ddpcheck.run.rank.session import Session, guard
 
 
+def capturing_cuda_graph() -> bool:
+    """Whether a CUDA graph is being captured on the current stream. Kernels launched then are
+    recorded, not run: ddpcheck's own tensor work and timing events would be recorded into the
+    user's graph, and a synchronising call would invalidate the capture, so the hooks stand aside
+    (the graph's replays are not steps ddpcheck can see anyway)."""
+    import torch
+
+    cuda = torch.cuda
+    try:  # a capture needs CUDA started; the flag is a cheap read on every forward
+        return bool(cuda.is_initialized() and cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 - no CUDA, or an emulated one: nothing is being captured
+        return False
+
+
 def install(session: Session) -> None:
     """Wrap init/destroy_process_group and register the global optimizer step hooks."""
     import torch.distributed as dist
@@ -32,8 +46,16 @@ def install(session: Session) -> None:
         register_optimizer_step_pre_hook,
     )
 
-    register_optimizer_step_pre_hook(lambda opt, args, kwargs: session.before_optimizer_step(opt))
-    register_optimizer_step_post_hook(lambda opt, args, kwargs: session.after_optimizer_step(opt))
+    def before_step(opt: Any, args: Any, kwargs: Any) -> None:
+        if not capturing_cuda_graph():
+            session.before_optimizer_step(opt)
+
+    def after_step(opt: Any, args: Any, kwargs: Any) -> None:
+        if not capturing_cuda_graph():
+            session.after_optimizer_step(opt)
+
+    register_optimizer_step_pre_hook(before_step)
+    register_optimizer_step_post_hook(after_step)
 
     original_init = c10d.init_process_group
     original_destroy = c10d.destroy_process_group
@@ -131,6 +153,8 @@ def _wrap_ddp(session: Session) -> None:
 
     @functools.wraps(original_forward)
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if capturing_cuda_graph():
+            return original_forward(self, *args, **kwargs)
         session.forwards += 1
         if not getattr(self, "require_backward_grad_sync", True):
             session.unsynced += 1
@@ -157,7 +181,7 @@ def _watch_phases(session: Session) -> None:
 
     @functools.wraps(original_backward)
     def backward(*args: Any, **kwargs: Any) -> Any:
-        if not session.on_phase:
+        if not session.on_phase or capturing_cuda_graph():
             return original_backward(*args, **kwargs)
         session.phase("backward", True)
         try:
