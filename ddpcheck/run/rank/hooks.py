@@ -30,7 +30,7 @@ def capturing_cuda_graph() -> bool:
     (the graph's replays are not steps ddpcheck can see anyway)."""
     import torch
 
-    cuda = torch.cuda
+    cuda: Any = torch.cuda
     try:  # a capture needs CUDA started; the flag is a cheap read on every forward
         return bool(cuda.is_initialized() and cuda.is_current_stream_capturing())
     except Exception:  # noqa: BLE001 - no CUDA, or an emulated one: nothing is being captured
