@@ -1,7 +1,7 @@
 #!/bin/bash
 # `ddpcheck run` on a machine with a real CUDA GPU: NCCL and real kernels instead of the CPU
 # emulation every other test uses. Run from the repository root with a CUDA build of torch:
-#   OUT=/tmp/gpu_check bash bench/gpu_check.sh
+#   OUT=/tmp/gpu_check bash bench/gpu_check.sh        (ONLY=REGEX: only the cases it matches)
 # Each case prints one line: exit code, whether CUDA was emulated, and every check that did not skip.
 # What the GPU runs are expected to show is in bench/RESULTS.md ("On a real GPU").
 set -u
@@ -40,6 +40,7 @@ EOF
 
 case_() {  # case_ NAME SECONDS ddpcheck-run-arguments...
     local name=$1 limit=$2; shift 2
+    [[ -n "${ONLY:-}" && ! "$name" =~ $ONLY ]] && return
     (cd "$work" && timeout "$limit" $PY -m ddpcheck run --report "$OUT/$name.json" --output-format json \
         "$@" >"$OUT/$name.out" 2>"$OUT/$name.err")
     local rc=$?
