@@ -20,7 +20,10 @@ def cli():
 
 # Every process the tests start inherits this (os.environ is what child environments are built
 # from); pytest's own process does not show it, since /proc/PID/environ is its start-up environment.
-os.environ.setdefault(SESSION_MARK, uuid.uuid4().hex)
+# A fresh mark in every pytest process, never the inherited one: pytest-xdist's workers inherit
+# their controller's environment, and with one shared mark the first worker to finish killed the
+# others mid-run.
+os.environ[SESSION_MARK] = uuid.uuid4().hex
 
 
 def pytest_sessionfinish(session, exitstatus):
