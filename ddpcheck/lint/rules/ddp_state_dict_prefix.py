@@ -9,7 +9,9 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, plain_readers, project_strips
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
 
@@ -161,9 +163,11 @@ class DdpStateDictPrefix(Rule):
         if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
                 or _strips_prefix(model.root.source):
             return
-        if self._loader_strips():
+        if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
+                or project_strips(model, _strips_prefix):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
-        if self._loads_into_ddp():
+        loaders: list[Function] = []
+        if self._loads_into_ddp(loaders) and not plain_readers(model, loaders):
             return  # checkpoints are loaded into the DDP model: the prefix round-trips
         for site, value, sd in found:
             assert isinstance(sd.func, cst.Attribute)
@@ -195,12 +199,14 @@ class DdpStateDictPrefix(Rule):
             return False
         return any(is_ddp(self.model, v) and before(v, site) for v in values)
 
-    def _loads_into_ddp(self) -> bool:
+    def _loads_into_ddp(self, loaders: list[Function]) -> bool:
         """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
         or the DDP model handed to a function of the project that reads a file and loads a state
-        dict into what it gets (`restart_from_checkpoint(path, state_dict=model)`). A state dict
-        the run builds itself (buffers averaged across ranks and loaded back) is no checkpoint."""
+        dict into what it gets (`restart_from_checkpoint(path, state_dict=model)`; such functions
+        are added to `loaders`). A state dict the run builds itself (buffers averaged across
+        ranks and loaded back) is no checkpoint."""
         model = self.model
+        found = False
         for site in model.paths.sites():
             if site.method == "load_state_dict":
                 receiver = site.receiver
@@ -209,12 +215,13 @@ class DdpStateDictPrefix(Rule):
                 if loaded is not None and self._read_from_file(site, loaded) and any(
                     is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)
                 ):
-                    return True
+                    found = True
             elif site.target is not None and site.target.external is None and any(
                 is_ddp(model, v) for a in site.node.args for v in model.values.at_call(site, a.value)
             ) and {"load_state_dict", "load"} <= model.facts.of_call(site):
-                return True
-        return False
+                found = True
+                loaders += [f for f, _ in model.graph.targets(site)]
+        return found
 
     def _loader_strips(self) -> bool:
         """A function of the run that loads a state dict handles keys that start with `module.`
