@@ -30,7 +30,11 @@ class CompiledStateDictPrefix(Rule):
 
     Reported at `x.state_dict()` inside a `torch.save(...)` when `x` is (on some path) a compiled
     module after the `.module` / `._orig_mod` steps written, unless the file strips the prefix
-    itself. `model.compile()` (the in-place method) keeps the keys and is not reported.
+    itself, the loaded state dict goes through a project function that strips it, or a script
+    beside the file or below its folder loads checkpoints and strips it (an inference or export
+    script). `model.compile()` (the in-place method) keeps the keys and is not reported, nor is a
+    save in the branch of a non-distributed mode (`model.module.state_dict() if args.distributed
+    else model.state_dict()` where only the single-process run compiles).
 
     ## How to fix
     Save the module inside: `model._orig_mod.state_dict()` for `torch.compile(model)`,

@@ -28,8 +28,12 @@ class DdpStateDictPrefix(Rule):
     nothing and evaluates a randomly initialised model.
 
     Informational, since a project may always load into a DDP model. Not reported when the file
-    loads checkpoints into the DDP model itself, strips the prefix (`"module."` appears in the
-    file, or `consume_prefix_in_state_dict_if_present` is used), saves
+    loads checkpoints into the DDP model itself (unless a plain-model script beside it — a
+    single-GPU twin of the training script — reads them through the same project loader),
+    strips the prefix (`"module."` appears in the file, or `consume_prefix_in_state_dict_if_present`
+    is used), loads through a project function that strips it (`load_state_dict(fix_keys(
+    torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
+    strips it (an inference or export script the run never imports), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).
