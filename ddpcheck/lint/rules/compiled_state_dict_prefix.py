@@ -5,6 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Applicability, Severity
 from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, project_strips
 from ddpcheck.lint.rules._wrappers import (
     Stack,
     at_site,
@@ -29,7 +30,11 @@ class CompiledStateDictPrefix(Rule):
 
     Reported at `x.state_dict()` inside a `torch.save(...)` when `x` is (on some path) a compiled
     module after the `.module` / `._orig_mod` steps written, unless the file strips the prefix
-    itself. `model.compile()` (the in-place method) keeps the keys and is not reported.
+    itself, the loaded state dict goes through a project function that strips it, or a script
+    beside the file or below its folder loads checkpoints and strips it (an inference or export
+    script). `model.compile()` (the in-place method) keeps the keys and is not reported, nor is a
+    save in the branch of a non-distributed mode (`model.module.state_dict() if args.distributed
+    else model.state_dict()` where only the single-process run compiles).
 
     ## How to fix
     Save the module inside: `model._orig_mod.state_dict()` for `torch.compile(model)`,
@@ -115,19 +120,26 @@ class CompiledStateDictPrefix(Rule):
         model = self.model
         if "_orig_mod." in model.root.source:
             return  # the file strips the prefix itself
+        found: list[tuple[cst.Call, cst.Attribute, Stack, bool, ModuleModel, CallSite]] = []
         for save, value, sd, where in saved_state_dicts(model):
             if not isinstance(sd.func, cst.Attribute):
                 continue  # (saved_state_dicts yields `x.state_dict()` calls only)
+            if model.paths.single_only(where) or model.paths.single_only(save):
+                continue  # the branch of a script's non-distributed mode: outside what this checks
             base, chain = attribute_chain(sd.func.value)
-            for found in at_site(model, where, base):
-                stack: Stack | None = found
+            for held in at_site(model, where, base):
+                stack: Stack | None = held
                 for step in chain:
                     if stack is None:
                         break
                     stack = unwrap(stack, step.attr.value)
                 if stack and stack[0] == "compile":
-                    self._report(sd, sd.func, stack, value.module is model.root, value.module, save)
+                    found.append((sd, sd.func, stack, value.module is model.root, value.module, save))
                     break
+        if not found or loaded_through_stripper(model, _strips_prefix) or project_strips(model, _strips_prefix):
+            return  # the project's loading code removes the prefix (an inference script's renaming)
+        for report in found:
+            self._report(*report)
 
     def _report(self, sd: cst.Call, func: cst.Attribute, stack: Stack, own: bool, module: ModuleModel,
                 save: CallSite) -> None:
@@ -142,3 +154,8 @@ class CompiledStateDictPrefix(Rule):
             fix = Replace(sd, new, f"Save `{fixed}.state_dict()`", Applicability.UNSAFE)
         self.report(sd, self.MESSAGE.format(receiver=receiver, prefix=prefix, fixed=fixed), fix,
                     module=module, related=self.model.paths.chain(save))
+
+
+def _strips_prefix(code: str) -> bool:
+    """The code names the compiled module's key prefix (`key.replace("_orig_mod.", "")`)."""
+    return "_orig_mod." in code

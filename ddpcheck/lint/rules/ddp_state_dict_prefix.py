@@ -9,7 +9,9 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
+from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, plain_readers, project_strips
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
 
@@ -26,8 +28,12 @@ class DdpStateDictPrefix(Rule):
     nothing and evaluates a randomly initialised model.
 
     Informational, since a project may always load into a DDP model. Not reported when the file
-    loads checkpoints into the DDP model itself, strips the prefix (`"module."` appears in the
-    file, or `consume_prefix_in_state_dict_if_present` is used), saves
+    loads checkpoints into the DDP model itself (unless a plain-model script beside it — a
+    single-GPU twin of the training script — reads them through the same project loader),
+    strips the prefix (`"module."` appears in the file, or `consume_prefix_in_state_dict_if_present`
+    is used), loads through a project function that strips it (`load_state_dict(fix_keys(
+    torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
+    strips it (an inference or export script the run never imports), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).
@@ -161,9 +167,11 @@ class DdpStateDictPrefix(Rule):
         if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
                 or _strips_prefix(model.root.source):
             return
-        if self._loader_strips():
+        if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
+                or project_strips(model, _strips_prefix):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
-        if self._loads_into_ddp():
+        loaders: list[Function] = []
+        if self._loads_into_ddp(loaders) and not plain_readers(model, loaders):
             return  # checkpoints are loaded into the DDP model: the prefix round-trips
         for site, value, sd in found:
             assert isinstance(sd.func, cst.Attribute)
@@ -195,12 +203,14 @@ class DdpStateDictPrefix(Rule):
             return False
         return any(is_ddp(self.model, v) and before(v, site) for v in values)
 
-    def _loads_into_ddp(self) -> bool:
+    def _loads_into_ddp(self, loaders: list[Function]) -> bool:
         """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
         or the DDP model handed to a function of the project that reads a file and loads a state
-        dict into what it gets (`restart_from_checkpoint(path, state_dict=model)`). A state dict
-        the run builds itself (buffers averaged across ranks and loaded back) is no checkpoint."""
+        dict into what it gets (`restart_from_checkpoint(path, state_dict=model)`; such functions
+        are added to `loaders`). A state dict the run builds itself (buffers averaged across
+        ranks and loaded back) is no checkpoint."""
         model = self.model
+        found = False
         for site in model.paths.sites():
             if site.method == "load_state_dict":
                 receiver = site.receiver
@@ -209,12 +219,13 @@ class DdpStateDictPrefix(Rule):
                 if loaded is not None and self._read_from_file(site, loaded) and any(
                     is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)
                 ):
-                    return True
+                    found = True
             elif site.target is not None and site.target.external is None and any(
                 is_ddp(model, v) for a in site.node.args for v in model.values.at_call(site, a.value)
             ) and {"load_state_dict", "load"} <= model.facts.of_call(site):
-                return True
-        return False
+                found = True
+                loaders += [f for f, _ in model.graph.targets(site)]
+        return found
 
     def _loader_strips(self) -> bool:
         """A function of the run that loads a state dict handles keys that start with `module.`

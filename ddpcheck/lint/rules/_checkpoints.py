@@ -1,0 +1,126 @@
+"""Who reads back the checkpoints a run writes (DDP019, DDP024): loaders that strip a wrapper's
+key prefix, in the run or anywhere in the project, and the project's scripts that load through
+the run's own loader into a model no wrapper holds."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import libcst as cst
+
+from ddpcheck.lint.model import api
+from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.scripts import project_files
+from ddpcheck.lint.model.semantic import Model
+from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import subexpressions
+
+Strips = Callable[[str], bool]  # whether a piece of code removes the prefix from state-dict keys
+
+# Text of a file that may hold a model some wrapper has (whose keys carry the wrapper's prefix
+# too: `DataParallel`, `model.module`) or that takes part in a distributed run: such a file is no
+# plain-model reader.
+_WRAPPING_TEXT = re.compile(
+    r"DataParallel|torch\.distributed|\baccelerate\b|deepspeed|lightning|horovod|\.module\b|init_process_group"
+)
+
+
+def _is_load(model: Model, site: CallSite) -> bool:
+    return site.method == "load_state_dict" or model.api(site) == api.LOAD
+
+
+def _loading_code(module: ModuleModel, site: CallSite) -> str:
+    """The code around a load: its function's, or the module's for module-level code."""
+    function = site.scope.function
+    return module.code(function.node) if function is not None else module.source
+
+
+def loaded_through_stripper(model: Model, strips: Strips) -> bool:
+    """What a `load_state_dict(...)` of the run loads passes through a project function that
+    strips the prefix (`model.load_state_dict(fix_keys(torch.load(path)))`, the renaming done
+    in another module)."""
+    return any(site.method == "load_state_dict" and _through_stripper(model, site, strips)
+               for site in model.paths.sites())
+
+
+def _through_stripper(model: Model, site: CallSite, strips: Strips) -> bool:
+    """The state dict `site` loads is made inside a function that strips the prefix, or returned
+    by a call of one (or of a function such a call makes)."""
+    loaded = site.arg("state_dict", 0)
+    if loaded is None:
+        return False
+    for value in model.values.at_call(site, loaded):
+        if not isinstance(value.node, cst.CSTNode):
+            continue
+        function = value.scope.function
+        if function is not None and function is not site.scope.function \
+                and strips(value.module.code(function.node)):
+            return True  # the value comes out of the function that renames the keys
+        for sub in subexpressions(value.node):
+            call = value.module.call_at(sub) if isinstance(sub, cst.Call) else None
+            if call is not None and any(_function_strips(model, f, strips, 1) for f, _ in model.graph.targets(call)):
+                return True
+    return False
+
+
+def _function_strips(model: Model, function: Function, strips: Strips, depth: int) -> bool:
+    if strips(function.module.code(function.node)):
+        return True
+    if depth <= 0:
+        return False
+    return any(_function_strips(model, f, strips, depth - 1)
+               for site in function.module.calls_in(function.qualname) for f, _ in model.graph.targets(site))
+
+
+def _readers(model: Model, wanted: Callable[[str], bool]) -> list[ModuleModel]:
+    """Models of the project's files whose text passes `wanted` and loads state dicts."""
+    found = []
+    for path in project_files(model.root.path):
+        text = model.project.text(path)
+        if text is None or "load_state_dict" not in text or not wanted(text):
+            continue
+        module = model.project_model(path)
+        if module is not None:
+            found.append(module)
+    return found
+
+
+def project_strips(model: Model, strips: Strips) -> bool:
+    """A file of the project — the run's or another script, an inference or export tool the run
+    never imports — loads checkpoints in code that strips the prefix: the project knows its
+    checkpoints carry it and reads them back without it."""
+    for module in _readers(model, strips):
+        for site in module.calls:
+            if _is_load(model, site) and (strips(_loading_code(module, site)) or (
+                    site.method == "load_state_dict" and _through_stripper(model, site, strips))):
+                return True
+    return False
+
+
+def plain_readers(model: Model, loaders: list[Function]) -> bool:
+    """Another script of the project, one with no wrapper or distributed run in it (a single-GPU
+    twin of the training script, an evaluation script), calls one of the run's own checkpoint
+    `loaders`: it loads the run's checkpoints into a plain model."""
+    if not loaders:
+        return False
+    names = {f.name for f in loaders}
+    where = {(resolved_path(f.module.path), f.qualname) for f in loaders}
+    run = {resolved_path(m.path) for m in model.paths.modules()}
+    for path in project_files(model.root.path):
+        if path in run:
+            continue
+        text = model.project.text(path)
+        if text is None or not any(f"{n}(" in text for n in names) or _WRAPPING_TEXT.search(text):
+            continue
+        module = model.project_model(path)
+        if module is None:
+            continue
+        for site in module.calls:
+            target = site.target
+            if target is not None and target.path is not None and target.kind == "function" \
+                    and (Path(target.path), target.name) in where:
+                return True
+    return False
