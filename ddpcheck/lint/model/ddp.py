@@ -260,8 +260,28 @@ def pads(model: Model, site: CallSite) -> bool:
                 if "__iter__" in info.methods:
                     return "total_size" in module.code(module.functions[info.methods["__iter__"]])
         return True
+    if _chosen_distributed_sampler(model, site):
+        # `sampler(val_set)` with the class handed in (`DistributedSampler` on the DDP path,
+        # `RandomSampler` otherwise): torch's own, padding unless told not to.
+        drop = site.arg("drop_last", 5)
+        return not site.has_star_kwargs and (drop is None or is_false(drop))
     return model.shards_like_distributed_sampler(site) and not site.has_keyword("drop_last") \
         and not site.has_star_kwargs
+
+
+def _chosen_distributed_sampler(model: Model, site: CallSite) -> bool:
+    """A call of a name (a parameter, a variable) whose values are sampler classes, torch's
+    DistributedSampler among them and the others torch's non-distributed samplers."""
+    func = site.node.func
+    if not isinstance(func, cst.Name) or site.target is not None and site.target.kind == "class":
+        return False
+    values = model.values.at_call(site, func)
+    names = set()
+    for value in values:
+        if not isinstance(value.node, (cst.Name, cst.Attribute)):
+            return False
+        names.add(model.qualname(value.module, value.node, value.scope))
+    return api.DISTRIBUTED_SAMPLER in names and names <= {api.DISTRIBUTED_SAMPLER} | api.LOCAL_SAMPLERS
 
 
 def plainly_local(model: Model, values: list[Value]) -> bool:
@@ -363,6 +383,37 @@ def uses_cuda(model: Model, site: CallSite) -> bool:
 
 
 _RANK_WRAPPERS = frozenset({"int", "str"})
+
+
+def is_local_rank(model: Model, value: Value, depth: int = 3) -> bool:
+    """A leaf that is a process's index on its own machine, not in the job: LOCAL_RANK (or a
+    scheduler's local id) read from the environment, `rank % torch.cuda.device_count()`, a
+    `local_rank` option or field the model follows no further (`args.local_rank`), or a
+    parameter named `local_rank` (the index `mp.spawn` passes a worker that adds the node's
+    offset for its global rank)."""
+    node = value.node
+    if isinstance(node, Param):
+        return node.name == "local_rank"
+    if isinstance(node, cst.Call):
+        name = model.api_of(value)
+        if name in api.ENV_GETTERS:
+            return string_text(argument(node, "key", 0)) in api.LOCAL_RANK_ENV
+        if dotted(node.func) in _RANK_WRAPPERS and node.args and depth > 0:
+            inner = model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
+            return bool(inner) and all(is_local_rank(model, v, depth - 1) for v in inner)
+        return False
+    if isinstance(node, cst.Subscript):
+        base = node.value
+        named = base.attr.value if isinstance(base, cst.Attribute) else base.value if isinstance(base, cst.Name) else ""
+        if named == "environ" and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
+            return string_text(node.slice[0].slice.value) in api.LOCAL_RANK_ENV
+        return False
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+        right = node.right
+        return isinstance(right, cst.Call) and (dotted(right.func) or "").endswith("cuda.device_count")
+    if isinstance(node, cst.Attribute):
+        return node.attr.value == "local_rank"
+    return False
 
 
 def global_rank_source(model: Model, value: Value, depth: int = 3) -> str | None:

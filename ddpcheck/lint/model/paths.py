@@ -222,6 +222,8 @@ class Paths:
             distributed = is_distributed_test(guard.test, resolve)
             if distributed is None:
                 distributed = self._initialises_on(module, guard.node)
+            if distributed is None and scope is not None:
+                distributed = self._mode_flag(module, guard.test, scope)
             if distributed is not None:
                 kind = "distributed" if distributed != guard.negated else "single"
         return kind
@@ -264,6 +266,45 @@ class Paths:
             else:
                 return False
         return bool(nones and made)
+
+    def _mode_flag(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope) -> bool | None:
+        """Whether `test` reads a flag that records the launch mode under a name of its own:
+        True when it is set `True` only where the run is distributed and `False` only where it
+        is not (`if world_size > 1: setup(...); parallel = True` / `else: parallel = False`),
+        False the other way round, None when any of its bindings says otherwise (set under a
+        test of another kind, set unguarded, or to anything but a literal)."""
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self._mode_flag(module, test.expression, scope)
+            return None if inner is None else not inner
+        if not isinstance(test, (cst.Name, cst.Attribute)) or dotted(test) is None:
+            return None
+        sides: set[bool] = set()
+        defaults: list[tuple[Point, bool]] = []
+        guarded: list[Point] = []
+        for value in self.model.values.of(module, test, scope, depth=8):
+            node = value.node
+            if not (isinstance(node, cst.Name) and node.value in ("True", "False")) or value.at is None:
+                return None
+            held = node.value == "True"
+            if not value.conditions:
+                if value.scope is not scope:
+                    return None
+                defaults.append((value.at, held))
+                continue
+            kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
+            if len(kinds) != 1 or not kinds <= {"distributed", "single"}:
+                return None
+            sides.add(held == (kinds == {"distributed"}))
+            guarded.append(value.at)
+        if len(sides) != 1:
+            return None
+        side = sides.pop()
+        # A default set before the branch that records the mode (`parallel = False`, then `if
+        # world_size > 1: ... parallel = True`) must say the other mode.
+        for at, held in defaults:
+            if any(later.tick <= at.tick for later in guarded) or held == side:
+                return None
+        return side
 
     def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
         """Whether the `if` `node` is the "are we distributed?" test of its code: True when its

@@ -441,6 +441,8 @@ class Values:
                     continue
                 if param.default is not node and not any(sub is node for sub in subexpressions(param.default)):
                     continue
+                if _config_bound(value.module, param.function):
+                    return False  # a configuration file fills it in, not the signature
                 owner = Function(value.module, param.function)
                 for call, bound in self.model.graph.callers(owner)[:MAX_CALLERS]:
                     if self.model.paths.dead(call):
@@ -1143,3 +1145,17 @@ def _tested_name(test: cst.BaseExpression) -> str | None:
     if isinstance(test, cst.Call) and test.args and isinstance(test.args[0].value, cst.Name):
         return test.args[0].value.value
     return None
+
+
+# Decorators that bind a function's parameters from configuration files (gin's
+# `@gin.configurable`, detectron2's `@configurable`): its defaults are fallbacks the config overrides.
+_CONFIG_BINDERS = frozenset({"configurable", "external_configurable"})
+
+
+def _config_bound(module: ModuleModel, function: str) -> bool:
+    for expr in module.decorators.get(function, ()):
+        target = expr.func if isinstance(expr, cst.Call) else expr
+        name = dotted(target)
+        if name is not None and name.rsplit(".", 1)[-1] in _CONFIG_BINDERS:
+            return True
+    return False

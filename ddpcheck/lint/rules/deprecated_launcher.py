@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
+_ABSL_LOCAL_RANK = {"local_rank", "local-rank"}
+_HANDED_TO_ENV = re.compile(r"""environ\s*\[\s*['"]LOCAL_RANK['"]\s*\]\s*=(?!=)[^\n]*""")
 # The parsed namespace turned into a dict or its attributes copied over: any of them may be read.
 _WHOLE_NAMESPACE = re.compile(r"\bvars\s*\(|__dict__|\bsetattr\s*\(|\bupdate\s*\(\s*vars")
 # A command that starts the deprecated launcher (in code, a comment or a docstring), not prose
@@ -46,9 +48,14 @@ class DeprecatedLauncher(Rule):
     for it written in a comment or docstring (the script is meant to be started that way) or in
     a string of a project function the script's run goes through (a set-up helper's error
     message: "did you launch with `python -m torch.distributed.launch`?"), and an argparse
-    `--local_rank` / `--local-rank` argument in a file that never reads `LOCAL_RANK` from the
-    environment, directly or through a helper of the project (`utils.init_distributed_mode(args)`),
-    or imports `deepspeed` (whose launcher does pass the flag). Scripts that keep the
+    `--local_rank` / `--local-rank` argument (or absl's `flags.DEFINE_integer("local_rank",
+    ...)`) in a file that never reads `LOCAL_RANK` from the environment, directly or through a
+    helper of the project (`utils.init_distributed_mode(args)`; a helper that reads only RANK
+    for its own `set_device` leaves `args.local_rank` at its default), or imports `deepspeed`
+    (whose launcher does pass the flag). Writing the variable from the flag (`os.environ
+    ["LOCAL_RANK"] = str(args.local_rank)` where it is unset) is no read of it, and no read of
+    the flag either. A file's launch commands are one reliance on the launcher: reported once,
+    at the first, and not at all where the flag is reported. Scripts that keep the
     flag only as a fallback for `LOCAL_RANK`
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported, nor prose that only
     names the launcher ("formerly started with torch.distributed.launch"), nor a flag nothing
@@ -252,11 +259,9 @@ class DeprecatedLauncher(Rule):
             self._usage.append(node)
 
     def on_call(self, call: CallSite) -> None:
-        if call.method == "add_argument":
-            for a in call.node.args:
-                if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
-                    self._flags.append(a.value)
-                    break
+        flag = _local_rank_flag(call)
+        if flag is not None:
+            self._flags.append(flag)
         if not self._mentions_launch:
             return
         q = call.qualname or ""
@@ -288,46 +293,64 @@ class DeprecatedLauncher(Rule):
             # parser builder that scripts call: what counts is how the script that runs is
             # launched and where it reads the local rank, so it is reported there.
             return
-        for node in self._usage:
-            # Usage text in a file that takes no part in DDP (a model file's note on how the
-            # project is trained) is about another script.
-            if id(node) not in self._ran and model.uses_ddp:
-                self.report(node, self.COMMENT_MESSAGE, line_in=_line_in(node))
-        if model.uses_ddp:
-            self._helper_usage()
+        flagged = len(self.reported)
         flags = [(model.root, flag, None) for flag in self._flags] + self._helper_flags()
         # DeepSpeed's launcher does pass --local_rank, so its scripts need the flag.
         if (
             flags
-            and not _READS_LOCAL_RANK_ENV.search(code_only(model.root.source))
+            and not _reads_local_rank_env(code_only(model.root.source))
             and not model.root.names.imports_from("deepspeed")
-            and not any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
-                        if c.target is not None and c.target.external is None and not model.is_root(c.target))
         ):
+            # A set-up helper that reads the launcher's variables may be where the local rank
+            # comes from: it is, unless no module the run reaches reads LOCAL_RANK, nothing
+            # writes the flag's entry, and the run reads the flag by its name (a helper that
+            # takes only RANK for its own `set_device` leaves `args.local_rank` at the flag's
+            # default under torchrun).
+            helper_env = any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
+                             if c.target is not None and c.target.external is None and not model.is_root(c.target))
+            helper_local = helper_env and any(_reads_local_rank_env(code_only(m.source)) for m in self._reached())
             for module, flag, site in flags:
                 call = next((c.node for c in module.calls if any(a.value is flag for a in c.node.args)), None)
+                if helper_local or helper_env and (call is None or self._dest_written(module, call, flag)
+                                                   or not self._flag_read(module, call, flag, named=True)):
+                    continue
                 if call is not None and not self._flag_read(module, call, flag):
                     continue  # a flag nothing reads: the local rank comes from elsewhere
                 if call is not None and self._replaced_by_spawn(module, call, flag):
                     continue
                 fix = remedies.local_rank_default_from_env(module, call) \
                     if call is not None and module is model.root else None
-                self.report(flag, self.FLAG_MESSAGE.format(flag=string_text(flag)), fix=fix, module=module,
+                self.report(flag, self.FLAG_MESSAGE.format(flag=_flag_text(flag)), fix=fix, module=module,
                             related=model.paths.chain(site) if site is not None else ())
+        if len(self.reported) > flagged or not model.uses_ddp:
+            # Usage text in a file that takes no part in DDP (a model file's note on how the
+            # project is trained) is about another script; where the flag is reported, the
+            # commands that pass it are the same reliance on the old launcher.
+            return
+        # A list of launch commands, one per task or setting, is one reliance on the launcher:
+        # reported once, at the first.
+        usage = [node for node in self._usage if id(node) not in self._ran]
+        if usage:
+            self.report(usage[0], self.COMMENT_MESSAGE, line_in=_line_in(usage[0]))
+        else:
+            self._helper_usage()
 
-    def _flag_read(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
+    def _flag_read(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode, named: bool = False) -> bool:
         """Whether the run may read the flag's value: `args.local_rank` (a base that is not an
         imported module: `idr_torch.local_rank` is another source), the name as a string
         (`getattr(args, "local_rank")`, `opts["local_rank"]`), or the whole namespace handed on as
-        a dict (`vars(args)`, `**args.__dict__`), which may read it anywhere."""
+        a dict (`vars(args)`, `**args.__dict__`), which may read it anywhere. `named`: only a
+        read that names the flag counts."""
         dest = _dest(call, flag)
         if not dest:
-            return True
+            return not named
         attribute = re.compile(r"([A-Za-z_][\w.]*)\s*\.\s*" + re.escape(dest) + r"\b")
         quoted = re.compile(r"""['"]""" + re.escape(dest) + r"""['"]""")
         for other in {id(m): m for m in [module, *self.model.paths.modules()]}.values():
-            text = code_only(other.source)
-            if _WHOLE_NAMESPACE.search(text) or quoted.search(text):
+            # Handing the flag on to the variable (`os.environ["LOCAL_RANK"] =
+            # str(args.local_rank)`, where it is not set yet) is the fallback torchrun skips.
+            text = _HANDED_TO_ENV.sub("", code_only(other.source))
+            if _WHOLE_NAMESPACE.search(text) and not named or quoted.search(text):
                 return True
             for m in attribute.finditer(text):
                 if other.names.origin(m.group(1).split(".")[0]) is None:
@@ -340,12 +363,21 @@ class DeprecatedLauncher(Rule):
         local rank is the spawn index, and the launcher's flag is never what is read."""
         if not any(self.model.api(c) in api.PROCESS_STARTERS for c in self.model.paths.sites()):
             return False
+        return self._dest_written(module, call, flag)
+
+    def _dest_written(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
+        """Some module of the run writes the flag's entry (`args.local_rank = ...`,
+        `args["local_rank"] = ...`)."""
         dest = _dest(call, flag)
         if not dest:
             return False
         stored = re.compile(r"(?:\.\s*" + re.escape(dest) + r"""|\[\s*['"]""" + re.escape(dest)
                             + r"""['"]\s*\])\s*=(?!=)""")
-        return any(stored.search(code_only(m.source)) for m in {id(m): m for m in [module, *self.model.paths.modules()]}.values())
+        return any(stored.search(code_only(m.source)) for m in self._reached(module))
+
+    def _reached(self, module: ModuleModel | None = None) -> list[ModuleModel]:
+        found = [module or self.model.root, self.model.root, *self.model.paths.modules()]
+        return list({id(m): m for m in found}.values())
 
     def _helper_usage(self) -> None:
         """A launch command in a string of a project function the script's run goes through
@@ -383,14 +415,12 @@ class DeprecatedLauncher(Rule):
         model = self.model
         out: list[tuple[ModuleModel, cst.CSTNode, CallSite | None]] = []
         for site in model.paths.sites():
-            if site.module is model.root or site.method != "add_argument":
+            flag = _local_rank_flag(site) if site.module is not model.root else None
+            if flag is None:
                 continue
-            if _READS_LOCAL_RANK_ENV.search(code_only(site.module.source)) or site.module.names.imports_from("deepspeed"):
+            if _reads_local_rank_env(code_only(site.module.source)) or site.module.names.imports_from("deepspeed"):
                 continue
-            for a in site.node.args:
-                if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
-                    out.append((site.module, a.value, site))
-                    break
+            out.append((site.module, flag, site))
         out += self._imported_parser_flags()
         return out
 
@@ -414,16 +444,49 @@ class DeprecatedLauncher(Rule):
                 continue
             seen.add(str(where[0]))
             other = model.project_model(where[0])
-            if other is None or other is root or _READS_LOCAL_RANK_ENV.search(code_only(other.source)) \
+            if other is None or other is root or _reads_local_rank_env(code_only(other.source)) \
                     or other.names.imports_from("deepspeed"):
                 continue
             for site in other.calls:
-                if site.method == "add_argument" and site.scope is other.module_scope:
-                    for a in site.node.args:
-                        if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
-                            out.append((other, a.value, None))
-                            break
+                flag = _local_rank_flag(site) if site.scope is other.module_scope else None
+                if flag is not None:
+                    out.append((other, flag, None))
         return out
+
+
+def _reads_local_rank_env(text: str) -> bool:
+    """Whether code reads LOCAL_RANK from the environment. Writing it (`os.environ["LOCAL_RANK"]
+    = str(args.local_rank)`, the flag handed on to code that reads the variable) or asking
+    whether it is set (`if "LOCAL_RANK" not in os.environ:`) takes no rank from it."""
+    for m in _READS_LOCAL_RANK_ENV.finditer(text):
+        after = text[m.end():m.end() + 40]
+        if re.match(r"\s*\]\s*=(?!=)", after) or re.match(r"\s*(?:not\s+)?in\b", after):
+            continue
+        return True
+    return False
+
+
+def _local_rank_flag(call: CallSite) -> cst.BaseExpression | None:
+    """The name of a local-rank command-line flag the call defines: argparse's
+    `add_argument("--local_rank", ...)`, or absl's `flags.DEFINE_integer("local_rank", ...)`
+    (absl parses the `--local_rank=N` the old launcher passes just the same)."""
+    method = call.method or ""
+    if method == "add_argument":
+        for a in call.node.args:
+            if a.keyword is None and string_text(a.value) in _LOCAL_RANK_FLAGS:
+                return a.value
+        return None
+    if method.startswith("DEFINE_") and call.node.args:
+        first = call.node.args[0]
+        name = first.value if first.keyword is None or first.keyword.value == "name" else None
+        if name is not None and string_text(name) in _ABSL_LOCAL_RANK:
+            return name
+    return None
+
+
+def _flag_text(flag: cst.CSTNode) -> str:
+    text = string_text(flag) or ""
+    return text if text.startswith("-") else "--" + text
 
 
 def _dest(call: cst.Call, flag: cst.CSTNode) -> str:

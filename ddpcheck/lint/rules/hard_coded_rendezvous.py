@@ -10,7 +10,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, Param
-from ddpcheck.lint.model.ddp import option_values
+from ddpcheck.lint.model.ddp import is_local_rank, option_values
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, int_value, string_text
 from ddpcheck.lint.model.values import Value
@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 _LAUNCHER_ENV = api.LAUNCHER_ENV
+_GPU_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 _RENDEZVOUS_ENV = api.RENDEZVOUS_ENV
 
 
@@ -93,7 +94,14 @@ class HardCodedRendezvous(Rule):
     `init_process_group` wait forever for ranks that do not exist, or lets two processes claim
     the same rank.
 
-    Not reported: `init_method="env://"`, values read from flags or the environment,
+    Also reported, in a script an outside launcher starts: `world_size=torch.cuda.device_count()`
+    (the GPUs of one machine, not the processes of the job) or `rank=` the local rank
+    (LOCAL_RANK, `args.local_rank`), which override what the launcher exported and are wrong on
+    more than one node or with fewer processes than GPUs.
+
+    Not reported: `init_method="env://"`, values read from flags or the environment (`int(os.
+    environ.get("WORLD_SIZE", torch.cuda.device_count()))`), writes on the single-process path
+    (the else of the `if` that sets up the process group),
     `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
     tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
     another way of starting; but the `else` of `if "SLURM_NODELIST" in os.environ:` is the path
@@ -262,7 +270,7 @@ class HardCodedRendezvous(Rule):
 
     def __init__(self, model: Model, reported: list[Pending] | None = None) -> None:
         super().__init__(model, reported)
-        self._writes: list[tuple[cst.CSTNode, str]] = []
+        self._writes: list[tuple[cst.CSTNode, str, cst.Subscript]] = []
         self._addr_writes: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
         self._written: set[int] = set()
         self._guard_stack: list[list[cst.BaseExpression | bool]] = []  # [test, in its else]
@@ -279,7 +287,7 @@ class HardCodedRendezvous(Rule):
                     self._addr_writes.append((node, node.value))
                 if key in _RENDEZVOUS_ENV | _LAUNCHER_ENV and _literal(node.value):
                     if not any(self._excuses(g) for g in self._guard_stack):
-                        self._writes.append((node, key))
+                        self._writes.append((node, key, t))
 
     def visit_If(self, node: cst.If) -> None:
         self._guard_stack.append([node.test, False])
@@ -306,6 +314,16 @@ class HardCodedRendezvous(Rule):
         scheduler = any(word in code for word in ("slurm", "mpi", "launcher"))
         return not scheduler or "not " in code or "!=" in code
 
+    def _single_process_only(self, target: cst.Subscript) -> bool:
+        """The write runs only where the run is not distributed (`else:` of the `if` that sets
+        up the process group, under `if not args.distributed:`): no launcher's value is there
+        to override."""
+        root = self.model.root
+        for access in root.env:
+            if access.node is target:
+                return any(self.model.paths.kind(root, g, access.scope) == "single" for g in access.guards)
+        return False
+
     def _tests_environ(self, test: cst.BaseExpression) -> bool:
         """A test of the environment or of the launcher (`if "RANK" not in os.environ:`,
         `if args.launcher == "slurm":`): the write is a fallback for another way of starting."""
@@ -322,7 +340,9 @@ class HardCodedRendezvous(Rule):
             return
         torchrun = model.torchrun_path
         if torchrun:
-            for node, key in self._writes:
+            for node, key, target in self._writes:
+                if self._single_process_only(target):
+                    continue
                 self.report(
                     node,
                     f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
@@ -341,6 +361,8 @@ class HardCodedRendezvous(Rule):
                     value = call.arg(keyword)
                     if value is not None and isinstance(value, cst.Integer):
                         problems.append(keyword)
+                if not problems:
+                    self._one_machine_values(call)
                 if problems:
                     listed = ", ".join(f"`{p}=`" for p in problems)
                     fix = remedies.env_rendezvous(call.node, method if url is not None else None,
@@ -363,6 +385,41 @@ class HardCodedRendezvous(Rule):
             if entry:
                 self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)),
                             fix=remedies.env_rendezvous(call.node, method, []))
+
+    LOCAL_MESSAGE = (
+        "init_process_group gets {what} in a script torchrun launches: {why}; it overrides the "
+        "launcher's RANK/WORLD_SIZE and is wrong on more than one node (or with fewer processes "
+        "than GPUs); drop it and let the default `env://` read what the launcher exports"
+    )
+
+    def _one_machine_values(self, call: CallSite) -> None:
+        """`world_size=torch.cuda.device_count()` (the GPUs of this machine, not the processes
+        of the job) or `rank=local_rank` (the index on this machine, not in the job) passed to
+        `init_process_group` in a script an outside launcher starts: every value the argument
+        may take is of that kind."""
+        found: list[str] = []
+        world = call.arg("world_size")
+        if world is not None and self._all(call, world, self._gpu_count):
+            found.append("`world_size=` the number of GPUs of this machine")
+        rank = call.arg("rank")
+        if rank is not None and self._all(call, rank, self._local_rank):
+            found.append("`rank=` the local rank")
+        if found:
+            what = " and ".join(found)
+            why = "the job's processes are counted and numbered across every node"
+            self.report(call.node, self.LOCAL_MESSAGE.format(what=what, why=why))
+
+    def _all(self, call: CallSite, expr: cst.BaseExpression, test) -> bool:
+        values = self.model.values.at_call(call, expr)
+        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and test(v) for v in values)
+
+    def _gpu_count(self, value: Value) -> bool:
+        node = value.node
+        return isinstance(node, cst.Call) and not node.args \
+            and self.model.qualname(value.module, node.func, value.scope) in _GPU_COUNTS
+
+    def _local_rank(self, value: Value) -> bool:
+        return is_local_rank(self.model, value)
 
     # --- scripts that start every worker on this machine ------------------------------------
     def _machine_address(self) -> None:

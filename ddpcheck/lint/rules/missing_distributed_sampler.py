@@ -6,7 +6,10 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name, plainly_local, sampler_values, splits_by_rank
+from ddpcheck.lint.model.ddp import (
+    global_rank_source, is_eval_name, is_local_rank, plainly_local, sampler_option, sampler_values,
+    splits_by_rank,
+)
 from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Param, Scope, Shared
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.conditions import is_rank_value
@@ -65,6 +68,14 @@ def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
+def _names_global_rank(node: object) -> bool:
+    """`rank`, `args.rank`, `global_rank`: a name for the rank in the job, not on the machine."""
+    if not isinstance(node, (cst.Name, cst.Attribute)):
+        return False
+    name = (dotted(node) or "").rsplit(".", 1)[-1].lower()
+    return "rank" in name and "local" not in name
+
+
 # Words in a dataset's code or arguments that may split its items between ranks or workers.
 _SHARDS = re.compile(r"rank|world|shard|split|replica|node|worker|distributed|islice|::", re.I)
 
@@ -78,8 +89,15 @@ class MissingDistributedSampler(Rule):
     takes as long as on one GPU and each sample is seen N times per epoch, which also changes the
     effective batch statistics. Nothing crashes; training is just slower and subtly different.
 
+    Also reported: a training `DistributedSampler` given the local rank as `rank=` (LOCAL_RANK,
+    `args.local_rank`, a spawned worker's `local_rank` index) in a job that can span machines:
+    the shards are numbered across the job, so on more than one node every node reads the
+    same shards and the others are never read.
+
     Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process) or only
-    in the non-distributed branch of a script (`if not args.distributed:`), loaders
+    in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
+    parallel:` where `parallel` is set True only where the process group is set up and False
+    where it is not), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
     — a torch one or a project subclass, also when a builder of another module makes it, unless
     the project subclass is read whole and plainly yields the same items on every rank (its code
@@ -231,6 +249,12 @@ class MissingDistributedSampler(Rule):
         ),
     ]
 
+    LOCAL_RANK_MESSAGE = (
+        "this DistributedSampler is given the local rank as `rank=`: on more than one node every "
+        "node reads the shards of its first GPUs' ranks and the other shards are never read; pass "
+        "the global rank (`dist.get_rank()`), or leave `rank=`/`num_replicas=` to the process group"
+    )
+
     def finish(self) -> None:
         # Decided at the end: whether the file uses DDP may only become clear after the loader.
         if not self.model.uses_ddp:
@@ -240,6 +264,35 @@ class MissingDistributedSampler(Rule):
             if self.model.makes(site, api.DATALOADER) and self._unsharded(site):
                 self.report(site.node, self.STREAM_MESSAGE if self._stream else None, module=site.module,
                             related=self.model.paths.chain(site))
+            elif self.model.makes(site, api.DISTRIBUTED_SAMPLER) and self._local_rank_shard(site):
+                self.report(site.node, self.LOCAL_RANK_MESSAGE, module=site.module,
+                            related=self.model.paths.chain(site))
+
+    def _local_rank_shard(self, site: CallSite) -> bool:
+        """A DistributedSampler whose `rank=` is, on every path, the process's index on its own
+        machine (LOCAL_RANK, `args.local_rank`, a worker's `local_rank` spawn index), in a job
+        that can span machines: the shards are numbered across the job, so the nodes all read
+        the same ones."""
+        model = self.model
+        rank = sampler_option(model, site, "rank", 2)
+        if not rank or model.on_one_machine():
+            return False
+        replicas = sampler_option(model, site, "num_replicas", 1)
+        if replicas and all(isinstance(v.node, cst.Call) and not v.node.args
+                            and (dotted(v.node.func) or "").endswith("device_count") for v in replicas):
+            return False  # shards counted by this machine's GPUs: a job of one machine, numbered locally
+        dataset = site.arg("dataset", 0)
+        if any(is_eval_name(n) for n in site.module.assigned_names(site.node)) \
+                or dataset is not None and is_eval_name(dotted(dataset)):
+            return False  # an evaluation set's shards: as with its loader, not this rule's concern
+        if all(is_local_rank(model, v) for v in rank):
+            return True
+        # Passed under the name `local_rank` (a worker's parameter, `args.local_rank`): the
+        # author's own word for it, unless some value it takes is a global rank after all.
+        passed = site.arg("rank", 2)
+        if passed is None or (dotted(passed) or "").rsplit(".", 1)[-1] != "local_rank":
+            return False
+        return not any(global_rank_source(model, v) is not None or _names_global_rank(v.node) for v in rank)
 
     def _unsharded(self, site: CallSite) -> bool:
         model = self.model

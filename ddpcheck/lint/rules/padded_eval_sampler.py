@@ -89,10 +89,34 @@ def _calls_backward_at_its_level(node: cst.CSTNode) -> bool:
     return False
 
 
+def _steps_optimizer_at_its_level(node: cst.CSTNode) -> bool:
+    """`optimizer.step()`, `scaler.step(optimizer)` or `optimizer.zero_grad()` in the loop
+    `node` itself, not in a loop nested in it."""
+    for child in children(node):
+        if isinstance(child, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(child, cst.Call) and isinstance(child.func, cst.Attribute):
+            method, owner = child.func.attr.value, (dotted(child.func.value) or "").rsplit(".", 1)[-1].lower()
+            if method == "zero_grad" or method == "step" and ("optim" in owner or owner.startswith("opt")
+                                                               or "scaler" in owner and child.args):
+                return True
+        if _steps_optimizer_at_its_level(child):
+            return True
+    return False
+
+
 def _capped_loop(scope: cst.CSTNode) -> bool:
     """`scope` holds an evaluation loop (no `backward()`) over `enumerate(...)` that breaks once
-    its counter reaches a bound: `for k, batch in enumerate(loader): if k >= n: break`."""
+    its counter reaches a bound: `for k, batch in enumerate(loader): if k >= n: break`; or one
+    that counts a fixed number of steps and draws a batch from an iterator on each (`for _ in
+    range(eval_iters): batch = next(it)`)."""
     for loop in subexpressions(scope):
+        if isinstance(loop, cst.For) and _counts_steps(loop.iter):
+            inside = list(subexpressions(loop.body))
+            if any(isinstance(n, cst.Call) and dotted(n.func) == "next" for n in inside) and not any(
+                    isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "backward"
+                    for n in inside):
+                return True
         if not (isinstance(loop, cst.For) and isinstance(loop.iter, cst.Call) and dotted(loop.iter.func) == "enumerate"
                 and isinstance(loop.target, cst.Tuple) and loop.target.elements
                 and isinstance(loop.target.elements[0].value, cst.Name)):
@@ -107,6 +131,18 @@ def _capped_loop(scope: cst.CSTNode) -> bool:
                     and any(isinstance(n, cst.Name) and n.value == counter for n in subexpressions(node.test)) \
                     and any(isinstance(n, cst.Break) for n in subexpressions(node.body)):
                 return True
+    return False
+
+
+def _counts_steps(expr: cst.BaseExpression) -> bool:
+    """`range(n)`, also through a progress bar or `enumerate` (`tqdm(range(n))`, `trange(n)`)."""
+    while isinstance(expr, cst.Call):
+        name = (dotted(expr.func) or "").rsplit(".", 1)[-1]
+        if name in ("range", "trange"):
+            return True
+        if name not in ("tqdm", "enumerate") or not expr.args:
+            return False
+        expr = expr.args[0].value
     return False
 
 
@@ -175,7 +211,12 @@ class PaddedEvalSampler(Rule):
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
     "train":`) or the caller also takes a training loader from the same call. A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
-    reduces them like an all-reduce. An all-reduce of a tensor made of constants and never added
+    reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
+    in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
+    the padding skews no more than the sampling; an all-reduce in a training loop (one that
+    calls `backward()`, or steps the optimizer after a project call does) is no metric. A
+    sampler class handed to the builder (`build(cfg, DistributedSampler)`, then `sampler(
+    val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
     reduces no metric. MONAI's `DistributedSampler` pads like torch's unless it is made with
     `even_divisible=False`.
@@ -299,7 +340,7 @@ class PaddedEvalSampler(Rule):
         evaluation; one in a function that stops its evaluation loop after a number of batches
         (`if k >= eval_iters: break`) reduces an estimate from a sample, which padding does not
         skew any more than the sampling. Past `depth` project calls, any all-reduce counts."""
-        if "all_reduce" not in self.model.facts.of_call(site) or _in_backward_loop(site):
+        if "all_reduce" not in self.model.facts.of_call(site) or self._in_training_loop(site):
             return False
         if "all_reduce" in self.model.facts.direct(site):
             return not _capped_loop(site.scope.node)
@@ -311,6 +352,22 @@ class PaddedEvalSampler(Rule):
         return any(self._reduces_outside_backward(inner, depth - 1, seen)
                    for callee, _ in self.model.graph.targets(site)
                    for inner in callee.module.calls_in(callee.qualname))
+
+    def _in_training_loop(self, site: CallSite) -> bool:
+        """`site` is in a loop that calls `backward()` at its own level, or that steps an
+        optimizer there after a project call does the backward (`loss = self._train_step(batch)`
+        then `scaler.step(optimizer)`): a training step. (An epoch loop that calls
+        `train_one_epoch()` and `evaluate()` steps no optimizer of its own.)"""
+        if _in_backward_loop(site):
+            return True
+        for loop in site.loops:
+            if not _steps_optimizer_at_its_level(loop):
+                continue
+            for call in site.module.calls:
+                if call.scope is site.scope and call.loops and call.loops[-1] is loop \
+                        and "backward" in self.model.facts.of_call(call):
+                    return True
+        return False
 
     def _connectivity_check(self, site: CallSite) -> bool:
         """An all-reduce of a tensor made of constants only (`t = torch.ones(1).cuda();

@@ -19,12 +19,15 @@ from ddpcheck.lint.traverse import NO_STATEMENTS
 # `batch_size // dist.get_world_size()`): the script holds the global batch fixed, so a constant
 # learning rate is right.
 # Also a batch name assigned a quotient by the number of ranks (`batch_size = 64 // WORLD_SIZE`).
+# The divisor may be a product that holds the number of ranks (`total // (batch * seq_len *
+# world_size)`), and the batch an entry of an options dict (`opts["batch_size"] // n_gpus`).
 _WORLD_DIVISOR = (
-    r"(?:[\w.]*(?:world_size|ngpus_per_node|num_gpus|n_gpus?|ngpus|nprocs|num_replicas)\b"
+    r"(?:[\w.]+\s*\*\s*)*"
+    r"(?:[\w.]*(?:world_size|ngpus_per_node|gpus_per_node|num_gpus|n_gpus?|ngpus|nprocs|num_replicas)\b"
     r"|[\w.]*get_world_size\(\))"
 )
 _DIVIDES_BY_WORLD = re.compile(
-    r"(?:batch|accum|micro)\w*\)?\s*//?=?\s*\(?\s*" + _WORLD_DIVISOR
+    r"(?:batch|accum|micro)\w*(?:['\"]\])?\)?\s*//?=?\s*\(?\s*" + _WORLD_DIVISOR
     + r"|(?:batch|accum|micro)\w*\s*=\s*(?:int\()?[\w.]+\s*//?\s*\(?\s*" + _WORLD_DIVISOR,
     re.I,
 )
@@ -59,6 +62,9 @@ class UnscaledLearningRate(Rule):
     the environment or a function parameter is a deliberate choice and is not reported; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
     (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
+    — also a batch divided by a product that holds the world size (`total // (batch * seq_len *
+    world_size)`) or an options entry divided by the GPUs (`opts["batch_size"] // n_gpus`) —
+    nor a default of a function whose parameters a config file binds (`@gin.configurable`),
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
