@@ -150,3 +150,74 @@ def test_instance_norm_without_running_statistics_gives_the_forward_no_buffers(t
     # Running statistics asked for: the forward broadcasts them, on rank 0 alone.
     findings = lint_project(tmp_path, _sampling_project(", track_running_stats=True"), "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == [25]
+
+
+REBOUND_METHOD = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Flow(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), nn.Linear(dim, dim))
+
+        def forward(self, x):
+            z = self.net(x)
+            return z, z.abs().log().sum(1)
+
+        def log_prob(self, x):
+            z, logdet = self.forward(x)
+            return -0.5 * z.pow(2).sum(1) + logdet
+
+
+    def train_epoch(model, loader, optimizer, log_every=10):
+        model.train()
+        for i, x in enumerate(loader):
+            loss = -model.log_prob(x.cuda()).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if i % log_every == 0:
+                with torch.no_grad():
+                    z, _ = model(x.cuda())
+                print(i, loss.item(), z.std().item())
+
+
+    def main(local_rank, epochs=3):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        model = Flow(8).cuda()
+        model = DDP(model, device_ids=[local_rank])
+        # expose the network's own methods on the wrapper
+        model.log_prob = model.module.log_prob
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(epochs):
+            train_epoch(model, [torch.randn(16, 8)], optimizer)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_method_of_the_inner_module_rebound_on_the_wrapper_bypasses_it(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": REBOUND_METHOD}, "train.py", select="DDP013")
+    assert _lines(findings, "DDP013") == [24]
+    # The loss goes through the wrapper's forward: the rebound method is not the training step.
+    through = REBOUND_METHOD.replace("loss = -model.log_prob(x.cuda()).mean()",
+                                     "z, logdet = model(x.cuda())\n            loss = (0.5 * z.pow(2).sum(1) - logdet).mean()")
+    findings = lint_project(tmp_path, {"train.py": through}, "train.py", select="DDP013")
+    assert _lines(findings, "DDP013") == []
+    # Rebound only for evaluation, which runs under no_grad.
+    evaluated = REBOUND_METHOD.replace(
+        "            loss = -model.log_prob(x.cuda()).mean()\n",
+        "            z, logdet = model(x.cuda())\n"
+        "            loss = (0.5 * z.pow(2).sum(1) - logdet).mean()\n",
+    ).replace(
+        "            train_epoch(model, [torch.randn(16, 8)], optimizer)\n",
+        "            train_epoch(model, [torch.randn(16, 8)], optimizer)\n"
+        "            with torch.no_grad():\n"
+        "                print(model.log_prob(torch.randn(16, 8).cuda()).mean().item())\n",
+    )
+    findings = lint_project(tmp_path, {"train.py": evaluated}, "train.py", select="DDP013")
+    assert _lines(findings, "DDP013") == []

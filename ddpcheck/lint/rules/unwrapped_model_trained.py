@@ -237,6 +237,21 @@ class UnwrappedModelTrained(Rule):
             found = self._match(site, values, inner)
             if found is not None and self._step_calls_wrapper(site, found):
                 return None
+        elif found is None and values and all(
+                isinstance(v.node, cst.Attribute) and v.node is not func and v.node.attr.value not in MODULE_API
+                and not _on_self(v.node) for v in values):
+            # A method taken off the inner module and kept under another name
+            # (`model.log_prob = model.module.log_prob` after the wrap, then `model.log_prob(x)`):
+            # the call runs that method, as `model.module.log_prob(x)` would.
+            receivers = [r for v in values
+                         for r in self.model.values.of(v.module, v.node.value, v.scope, v.frame, at=v.at)]
+            if any(is_ddp(self.model, r) and before(r, site) for r in receivers):
+                return None
+            found = self._match(site, receivers, inner)
+            if found is not None and not ((site.loops and not self._runs_no_layers(site)) or self._runs_layers(site)):
+                return None
+            if found is not None and self._step_calls_wrapper(site, found):
+                return None
         return found
 
     def _step_calls_wrapper(self, site: CallSite, wrap: Wrap) -> bool:
@@ -244,7 +259,8 @@ class UnwrappedModelTrained(Rule):
         calls the DDP wrapper `wrap`: then the loss comes from DDP's forward, and a method of the
         inner module called beside it (`model.module.reset()`, `model.module.update_memory(b)`)
         is state upkeep, not a forward that bypasses the hooks. Another model's wrapper (a GAN's
-        discriminator) says nothing about this one."""
+        discriminator) says nothing about this one, nor does a call of the wrapper under
+        `torch.no_grad()`, which prepares no gradient reduction."""
         loop = site.loops[-1] if site.loops else None
         for other in site.module.calls_in(site.scope.qualname):
             if other is site or (loop is not None and loop not in other.loops):
@@ -252,6 +268,8 @@ class UnwrappedModelTrained(Rule):
             func = other.node.func
             if other.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
                 continue
+            if is_no_grad(self.model, other.module, other.withs, None):
+                continue  # a forward under no_grad arms no hooks (statistics logged beside the step)
             if isinstance(func, cst.Attribute) and func.attr.value == "forward":
                 func = func.value  # `ddp.forward(x)`: DDP's own forward, hooks and all
             if any(is_ddp(self.model, v) and v.call is wrap.site.node for v in self.model.values.at_call(other, func)):
