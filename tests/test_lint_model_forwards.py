@@ -221,3 +221,100 @@ def test_a_method_of_the_inner_module_rebound_on_the_wrapper_bypasses_it(tmp_pat
     )
     findings = lint_project(tmp_path, {"train.py": evaluated}, "train.py", select="DDP013")
     assert _lines(findings, "DDP013") == []
+
+
+HELD_BY_TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    class Trainer:
+        def __init__(self, model, optimizer, device, out="model.pt"):
+            self.model = model
+            self.optimizer = optimizer
+            self.device = device
+            self.out = out
+
+        def train(self, loader, epochs):
+            for epoch in range(epochs):
+                for x in loader:
+                    loss = self.model(x.to(self.device)).pow(2).mean()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                self.save(epoch)
+
+        def save(self, epoch):
+            self.model.cpu()
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                torch.save(self.model.state_dict(), f"{self.out}.{epoch}")
+            self.model.to(self.device)
+
+
+    def main(args):
+        net = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 1))
+        if args.ddp:
+            dist.init_process_group("nccl")
+            torch.cuda.set_device(args.local_rank)
+            net = DistributedDataParallel(net.to(args.device), device_ids=[args.local_rank])
+        else:
+            net = net.to(args.device)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        Trainer(net, optimizer, args.device).train([torch.randn(4, 8)], 3)
+"""
+
+
+def test_a_wrapper_handed_to_a_trainer_and_moved_to_the_cpu_in_its_method(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": HELD_BY_TRAINER}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [24, 27]
+    # Only a `.to(device)`: it may move nothing, which the lint cannot tell from here.
+    lone = HELD_BY_TRAINER.replace("            self.model.cpu()\n", "")
+    findings = lint_project(tmp_path, {"train.py": lone}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+    # Never handed the wrapper: the plain model may be moved as the method likes.
+    plain = HELD_BY_TRAINER.replace("Trainer(net, optimizer", "Trainer(net.module if args.ddp else net, optimizer")
+    findings = lint_project(tmp_path, {"train.py": plain}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+    # The attribute is rebound by another method (it may hold something else by then).
+    rebound = HELD_BY_TRAINER.replace(
+        "        def save(self, epoch):\n",
+        "        def attach(self, model):\n"
+        "            self.model = model\n\n"
+        "        def save(self, epoch):\n")
+    findings = lint_project(tmp_path, {"train.py": rebound}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+
+
+RANK_IN_CONFIG = """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+
+    def on_logging_process(config):
+        return config.get("rank", 0) == 0
+
+
+    def run(config, model, loader, val_loader):
+        config["rank"] = int(os.environ["RANK"])
+        dist.init_process_group("nccl")
+        for epoch in range(config["epochs"]):
+            for x in loader:
+                model(x).mean().backward()
+            if on_logging_process(config):
+                val = torch.stack([model(x).mean() for x in val_loader]).mean()
+                dist.all_reduce(val)
+                print(epoch, val.item() / dist.get_world_size())
+"""
+
+
+def test_the_rank_read_from_a_config_dict_with_get_makes_a_rank_guard(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RANK_IN_CONFIG}, "train.py", select="DDP009,DDP020")
+    assert _lines(findings, "DDP009") == [18]
+    assert _lines(findings, "DDP020") == []
+    # Another entry of the dict is no rank.
+    other = RANK_IN_CONFIG.replace('config.get("rank", 0) == 0', 'config.get("stage", 0) == 0')
+    findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == []
