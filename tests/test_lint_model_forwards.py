@@ -318,3 +318,61 @@ def test_the_rank_read_from_a_config_dict_with_get_makes_a_rank_guard(tmp_path: 
     other = RANK_IN_CONFIG.replace('config.get("rank", 0) == 0', 'config.get("stage", 0) == 0')
     findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == []
+
+
+FROZEN_AFTER_WRAP = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class CaptionModel(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.vision = nn.Linear(32, 16)
+            self.bridge = nn.Linear(16, 16)
+            self.decoder = nn.Linear(16, 100)
+
+        def forward(self, x):
+            return self.decoder(self.bridge(self.vision(x)))
+
+
+    def train(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        model = CaptionModel().to(rank)
+        model = DDP(model, device_ids=[rank])
+
+        # only the bridge is fine-tuned
+        for name, param in model.named_parameters():
+            if "bridge" in name:
+                param.requires_grad = True
+            else:
+                param.requires_grad = False
+
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+        for step in range(100):
+            loss = model(torch.randn(4, 32, device=rank)).logsumexp(1).mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+"""
+
+
+def test_parameters_frozen_after_the_wrap(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": FROZEN_AFTER_WRAP}, "train.py", select="DDP026")
+    assert _lines(findings, "DDP026") == [24]
+    # Frozen first, then wrapped: DDP never waits for them.
+    before = FROZEN_AFTER_WRAP.replace("        model = DDP(model, device_ids=[rank])\n\n", "").replace(
+        "                param.requires_grad = False\n",
+        "                param.requires_grad = False\n        model = DDP(model, device_ids=[rank])\n")
+    findings = lint_project(tmp_path, {"train.py": before}, "train.py", select="DDP026")
+    assert _lines(findings, "DDP026") == []
+    # DDP told that some parameters may get no gradient.
+    told = FROZEN_AFTER_WRAP.replace("DDP(model, device_ids=[rank])", "DDP(model, device_ids=[rank], find_unused_parameters=True)")
+    findings = lint_project(tmp_path, {"train.py": told}, "train.py", select="DDP026")
+    assert _lines(findings, "DDP026") == []
+    # Set from an expression the lint does not evaluate: not known to freeze anything.
+    unfrozen = FROZEN_AFTER_WRAP.replace("param.requires_grad = False", "param.requires_grad = name.startswith('decoder')")
+    findings = lint_project(tmp_path, {"train.py": unfrozen}, "train.py", select="DDP026")
+    assert _lines(findings, "DDP026") == []

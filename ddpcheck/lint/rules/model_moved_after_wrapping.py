@@ -34,7 +34,11 @@ class ModelMovedAfterWrapping(Rule):
 
     Also reported where a project helper returns the wrap (`model = wrap_model(model).to(device)`
     with `wrap_model` returning `DistributedDataParallel(model, ...)` when distributed) and the
-    module it wraps was not moved before, as far as the lint can follow it. Not reported: a move
+    module it wraps was not moved before, as far as the lint can follow it; and where a class
+    keeps what its constructor is handed (`Trainer(ddp_model)`, `self.model = model`) and one of
+    its methods moves it to the CPU or casts it (`self.model.cpu()` to save, then
+    `self.model.to(self.device)`), when the attribute may hold the DDP wrapper (a lone
+    `self.model.to(device)` there may move nothing and is not reported). Not reported: a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
     stage), where the move comes before the wrap used from then on.
 

@@ -32,12 +32,15 @@ class UnwrappedModelTrained(Rule):
     of its own (`vae.module.encoder(x)` then `vae.module.decoder(z)`: a submodule set to a layer
     or a network with parameters; a parameter-free one such as a noise module is not reported),
     a step function that returns
-    the loss to a loop that calls backward. Not reported: a method of the inner module called in
+    the loss to a loop that calls backward, a method of the inner module kept on the wrapper
+    under its own name (`model.log_prob = model.module.log_prob`, then `model.log_prob(x)` in
+    the loop). Not reported: a method of the inner module called in
     a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
     `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
     synchronised forward; the wrapper of another model, such as a GAN's discriminator, is not
-    this one's forward); calls of the inner module under `torch.no_grad()` /
+    this one's forward, nor is a call of the wrapper under `torch.no_grad()`); calls of the
+    inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
