@@ -376,3 +376,13 @@ def test_parameters_frozen_after_the_wrap(tmp_path: Path) -> None:
     unfrozen = FROZEN_AFTER_WRAP.replace("param.requires_grad = False", "param.requires_grad = name.startswith('decoder')")
     findings = lint_project(tmp_path, {"train.py": unfrozen}, "train.py", select="DDP026")
     assert _lines(findings, "DDP026") == []
+
+
+def test_parameters_frozen_after_training_for_the_final_evaluation(tmp_path: Path) -> None:
+    # Every parameter frozen once training is over: no backward follows, so DDP waits for nothing.
+    body = FROZEN_AFTER_WRAP.split("        # only the bridge is fine-tuned\n")
+    head, rest = body[0], body[1]
+    loop, training = rest.split("\n\n", 1)
+    after = head + training + "\n        # evaluation only from here on\n" + loop + "\n        print(model(torch.randn(4, 32, device=rank)).argmax(1))\n"
+    findings = lint_project(tmp_path, {"train.py": after}, "train.py", select="DDP026")
+    assert _lines(findings, "DDP026") == []

@@ -17,7 +17,7 @@ from ddpcheck.lint.rules._classes import (
 )
 
 if TYPE_CHECKING:
-    from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
+    from ddpcheck.lint.model.module import CallSite, ClassInfo, ForSite, ModuleModel
 
 
 class UnusedSubmoduleWithoutFindUnused(Rule):
@@ -43,7 +43,8 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
     wraps the model: a loop over the DDP model's parameters after the wrap that sets
     `requires_grad = False` for some of them (`for n, p in model.named_parameters():` with
     `p.requires_grad = False` outside the head): DDP built its list of parameters that need a
-    gradient when it was constructed, and waits for those too.
+    gradient when it was constructed, and waits for those too (when a training step follows;
+    freezing everything for a final evaluation waits for nothing).
 
     ## How to fix
     Delete the layer, or freeze it (`self.x.requires_grad_(False)`), or pass
@@ -185,9 +186,21 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                     continue
                 if any(_rebound(site, n, loop.tick) for n in watched):
                     continue  # another module under that name by the loop
-                if _freezes(loop.node):
+                if _freezes(loop.node) and self._trains_after(loop):
                     self.report(loop.node, self.FROZEN_MESSAGE)
                     break
+
+    def _trains_after(self, loop: ForSite) -> bool:
+        """A backward follows the loop in its function (itself or in a function it calls):
+        freezing everything for a final evaluation, with no training step after it, waits for
+        nothing."""
+        model = self.model
+        for call in model.root.calls_in(loop.scope.qualname):
+            if call.scope is not loop.scope or call.point.tick <= loop.tick:
+                continue
+            if call.method == "backward" or "backward" in model.facts.of_call(call):
+                return True
+        return False
 
 
 def _freezes(loop: cst.For) -> bool:
