@@ -61,7 +61,12 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
         if name in ("get_rank", "get_local_rank", "get_global_rank", "local_rank"):
             return True
         if name in ("get", "getenv") and expr.args:
-            return _is_rank_env_key(expr.args[0].value)
+            key = expr.args[0].value
+            if _is_rank_env_key(key):
+                return True
+            # `config.get("rank", 0)`: the rank kept in an options dict, as `config["rank"]` is.
+            text = key.evaluated_value if name == "get" and isinstance(key, cst.SimpleString) else None
+            return isinstance(text, str) and bool(_RANK_NAME.search(text))
         # A project helper that returns the rank (`def rank(): ... return dist.get_rank()`).
         bound = getattr(resolve, "bound_to_rank", None)
         return bool(bound is not None and bound(expr))

@@ -298,6 +298,18 @@ class Values:
                 yield from self._attribute(base, node, module, scope, frame, depth - 1, seen, at)
             return
         owner, bindings = self._bindings(scope, name, at)
+        if bindings and owner.kind == "class":
+            # `trainer.model = DDP(trainer.model)` then `trainer.train()`: in the method,
+            # `self.model` is what the caller set on the instance before the call.
+            outside, covered = self._set_by_callers(module, name, scope, frame, 3)
+            for where, binding, bound_in, bound_frame, point in outside:
+                yield from self._eval(where, binding, bound_in, bound_frame, depth - 1, seen, point)
+            if covered:
+                # Set on every path to every call: the constructor's value was replaced.
+                bindings = [(b, p) for b, p in bindings
+                            if not (isinstance(b, Shared) and b.scope.name == "__init__")]
+                if not bindings:
+                    return
         if bindings:
             inner_frame = frame if owner is scope else self._frame_for(owner, frame)
             for binding, point in bindings:
@@ -333,6 +345,56 @@ class Values:
                         yield from self._eval(other, binding, other.module_scope, None, depth - 1, seen, None)
                     return
         yield Value(module, node, scope, frame, at)
+
+    def _set_by_callers(self, module: ModuleModel, name: str, scope: Scope, frame: Frame | None, depth: int
+                        ) -> tuple[list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]], bool]:
+        """What the callers of the method around `scope` assigned to `self.attr` (`name`) on the
+        instance they call it on, before the call (`trainer.model = DDP(trainer.model)`, then
+        `trainer.train()`; or `self.model = ...` in the method that calls `self._epoch()`,
+        followed up `depth` such calls). Also whether every known call is preceded by such an
+        assignment on every path."""
+        head, _, attr = name.partition(".")
+        function_scope = scope.function
+        if not attr or "." in attr or function_scope is None or depth <= 0:
+            return [], False
+        parent = function_scope.parent
+        if parent is None or parent.kind != "class":
+            return [], False
+        function = Function(module, function_scope.qualname)
+        if function.qualname not in module.functions or function.is_static or function.name == "__init__":
+            return [], False
+        params = function.params()
+        if not params or params[0].name != head:
+            return [], False
+        if frame is not None and frame.function == function:
+            calls: list[tuple[CallSite, str, Frame | None]] = [(frame.call, frame.bound, frame.caller)]
+        else:
+            calls = [(c, b, None) for c, b in self.model.graph.callers(function)[:MAX_CALLERS]
+                     if not self.model.paths.dead(c)]
+        out: list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]] = []
+        covered = bool(calls)
+        for call, bound, caller in calls:
+            passed = self.model.graph.argument_for(call, function, params[0], bound)
+            if not isinstance(passed, cst.Name) or call.point is None:
+                covered = False
+                continue
+            key = f"{passed.value}.{attr}"
+            assigned = call.scope.assignments.get(key, [])
+            points = call.scope.points.get(key, [])
+            here = False
+            if assigned and len(points) == len(assigned):
+                reaching = call.scope.reaching(key, call.point)
+                for binding, point in zip(assigned, points):
+                    if any(binding is r for r in reaching):
+                        out.append((call.module, binding, call.scope, caller, point))
+                        here = here or (point is not None and point.dominates(call.point))
+            if not here:
+                # `self._epoch()` from a method that got the instance from its own caller.
+                above, above_covered = self._set_by_callers(call.module, key, call.scope, caller, depth - 1)
+                out += above
+                here = above_covered
+            covered = covered and here
+        return out, covered
 
     def _attribute(self, base: Value, node: cst.Attribute, module: ModuleModel, scope: Scope, frame: Frame | None,
                    depth: int, seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:

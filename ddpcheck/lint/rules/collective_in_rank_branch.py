@@ -527,6 +527,9 @@ class CollectiveInRankBranch(Rule):
 
 # Layers and calls that give a module buffers (running statistics, registered tensors). Of
 # torchvision only its networks count (`torchvision.models`, `from torchvision import models`), not
-# a module that uses its transforms or image helpers.
-_BUFFERS = re.compile(r"register_buffer|BatchNorm|InstanceNorm|running_mean|Buffer\(|torchvision\.models"
+# a module that uses its transforms or image helpers. InstanceNorm keeps running statistics only
+# when asked to (`track_running_stats=True`; its default registers them as None, which DDP does
+# not broadcast).
+_BUFFERS = re.compile(r"register_buffer|BatchNorm|track_running_stats\s*=\s*True|running_mean|Buffer\("
+                      r"|torchvision\.models"
                       r"|from\s+torchvision\s+import[^\n]*\bmodels\b|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")

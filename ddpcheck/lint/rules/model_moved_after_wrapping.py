@@ -5,12 +5,16 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, is_ddp, strip_moves, wraps
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
+from ddpcheck.lint.model.conditions import on_single_process_only
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
+# Moves that change where or in what type the parameters are, whatever they were before (a DDP
+# model's parameters are on its GPU and in the dtype it was built with).
+_DEFINITE = ("cpu", "half", "bfloat16", "double")
 
 
 class ModelMovedAfterWrapping(Rule):
@@ -30,7 +34,11 @@ class ModelMovedAfterWrapping(Rule):
 
     Also reported where a project helper returns the wrap (`model = wrap_model(model).to(device)`
     with `wrap_model` returning `DistributedDataParallel(model, ...)` when distributed) and the
-    module it wraps was not moved before, as far as the lint can follow it. Not reported: a move
+    module it wraps was not moved before, as far as the lint can follow it; and where a class
+    keeps what its constructor is handed (`Trainer(ddp_model)`, `self.model = model`) and one of
+    its methods moves it to the CPU or casts it (`self.model.cpu()` to save, then
+    `self.model.to(self.device)`), when the attribute may hold the DDP wrapper (a lone
+    `self.model.to(device)` there may move nothing and is not reported). Not reported: a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
     stage), where the move comes before the wrap used from then on.
 
@@ -175,6 +183,49 @@ class ModelMovedAfterWrapping(Rule):
                     self.report(call.node)
                     break
         self._returned_wraps()
+        self._moved_held_wraps()
+
+    def _moved_held_wraps(self) -> None:
+        """`self.model.cpu()` in a method of a class whose constructor keeps what it is handed
+        (`Trainer(ddp_model)`, `self.model = model`), where that may be the DDP wrapper: the
+        method runs on the built object, so after the wrap. Reported for a move that certainly
+        changes where the parameters are (`cpu()`, a cast) and for the moves of the same
+        attribute after it in that method (`self.model.to(device)` back); a lone `to(device)`
+        may move nothing, which the lint cannot tell from another function, so it is left."""
+        model = self.model
+        done: set[int] = set()
+        for site in model.paths.sites():
+            if site.qualname is not None or site.method not in _DEFINITE or site.receiver is None:
+                continue
+            name = dotted(strip_moves(site.receiver))
+            if not self._held_wrap(site, name):
+                continue
+            assert name is not None
+            for later in site.module.calls_in(site.scope.qualname):
+                if later.scope is not site.scope or later.index < site.index or id(later.node) in done:
+                    continue
+                if later is site or later.qualname is None and later.method in _MOVES \
+                        and later.receiver is not None and dotted(strip_moves(later.receiver)) == name:
+                    done.add(id(later.node))
+                    self.report(later.node, module=later.module, related=model.paths.chain(later))
+
+    def _held_wrap(self, site: CallSite, name: str | None) -> bool:
+        """`name` is `self.attr` in a method (not the constructor) of a class that sets the
+        attribute in its constructor only, and it may hold the DDP wrapper there."""
+        if name is None or not name.startswith("self.") or name.count(".") != 1:
+            return False
+        function = site.scope.function
+        owner = site.scope.class_scope
+        if function is None or owner is None or function.name == "__init__" or name in function.assignments:
+            return False
+        bindings = owner.assignments.get(name, [])
+        if not bindings or not all(isinstance(b, Shared) and b.scope.name == "__init__" for b in bindings):
+            return False
+        resolve = self.model.resolver_for(site.module, site.scope)
+        if on_single_process_only(site.guards, resolve) is not None:
+            return False
+        values = self.model.values.at_call(site, strip_moves(site.receiver))
+        return any(is_ddp(self.model, v) for v in values)
 
     def _returned_wraps(self) -> None:
         """`model = wrap_model(model, cuda).to(device)`: a project helper returns the DDP wrap

@@ -2,9 +2,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
-from ddpcheck.lint.model.ddp import wraps
-from ddpcheck.lint.model.syntax import is_true, last_name
+from ddpcheck.lint.model.ddp import strip_moves, wraps
+from ddpcheck.lint.model.syntax import dotted, is_false, is_true, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
     class_closure,
@@ -15,7 +17,7 @@ from ddpcheck.lint.rules._classes import (
 )
 
 if TYPE_CHECKING:
-    from ddpcheck.lint.model.module import ClassInfo, ModuleModel
+    from ddpcheck.lint.model.module import CallSite, ClassInfo, ForSite, ModuleModel
 
 
 class UnusedSubmoduleWithoutFindUnused(Rule):
@@ -37,7 +39,12 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
     or `nn.Parameter`) to `self.x` and no method of the class ever reads `self.x`; DDP is built
     without `find_unused_parameters=True` and without `static_graph=True`. Classes that reach
     their members dynamically (`getattr(self, ...)`, `self.children()`, `self.parameters()`) and
-    files that change `requires_grad` are not judged.
+    files that change `requires_grad` are not judged for that. Also reported in the file that
+    wraps the model: a loop over the DDP model's parameters after the wrap that sets
+    `requires_grad = False` for some of them (`for n, p in model.named_parameters():` with
+    `p.requires_grad = False` outside the head): DDP built its list of parameters that need a
+    gradient when it was constructed, and waits for those too (when a training step follows;
+    freezing everything for a final evaluation waits for nothing).
 
     ## How to fix
     Delete the layer, or freeze it (`self.x.requires_grad_(False)`), or pass
@@ -116,9 +123,16 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
         ),
     ]
 
+    FROZEN_MESSAGE = (
+        "parameters of the DDP model are frozen after the wrap: DDP registered them as trainable "
+        "when it was built, waits for their gradients and fails at the second iteration; freeze "
+        "them before wrapping the model"
+    )
+
     def finish(self) -> None:
         model = self.model
         if "requires_grad" in model.root.source:
+            self._frozen_after_wrap()
             return
         reported: set[int] = set()
         for wrap in wraps(model, model.root):
@@ -147,3 +161,82 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                 if self_references(module, other, attr):
                     return True
         return False
+
+    def _frozen_after_wrap(self) -> None:
+        """`model = DDP(model)`, then `for name, p in model.named_parameters(): p.requires_grad =
+        False` (for some of them): DDP took its list of parameters that need a gradient when it
+        was built; a parameter frozen later gets none, and the reducer keeps waiting for it."""
+        model = self.model
+        root = model.root
+        for wrap in wraps(model, root):
+            site = wrap.site
+            if is_true(site.arg("find_unused_parameters")) or is_true(site.arg("static_graph")) \
+                    or site.has_star_kwargs:
+                continue
+            watched = {n for n in (*wrap.outer[:1], wrap.inner_name) if n}
+            for loop in root.fors:
+                if loop.scope is not site.scope or loop.tick <= site.point.tick or _exclusive(site.guards, loop.guards):
+                    continue
+                iterable = loop.node.iter
+                if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+                        and iterable.func.attr.value in ("parameters", "named_parameters")):
+                    continue
+                receiver = dotted(iterable.func.value)
+                if receiver is None or not any(receiver == n or receiver.startswith(n + ".") for n in watched):
+                    continue
+                if any(_rebound(site, n, loop.tick) for n in watched):
+                    continue  # another module under that name by the loop
+                if _freezes(loop.node) and self._trains_after(loop):
+                    self.report(loop.node, self.FROZEN_MESSAGE)
+                    break
+
+    def _trains_after(self, loop: ForSite) -> bool:
+        """A backward follows the loop in its function (itself or in a function it calls):
+        freezing everything for a final evaluation, with no training step after it, waits for
+        nothing."""
+        model = self.model
+        for call in model.root.calls_in(loop.scope.qualname):
+            if call.scope is not loop.scope or call.point.tick <= loop.tick:
+                continue
+            if call.method == "backward" or "backward" in model.facts.of_call(call):
+                return True
+        return False
+
+
+def _freezes(loop: cst.For) -> bool:
+    """The loop's body sets `requires_grad` of what it iterates to False (`p.requires_grad =
+    False`, `p.requires_grad_(False)`), for some of the items at least."""
+    target = loop.target.elements[-1].value if isinstance(loop.target, cst.Tuple) else loop.target
+    if not isinstance(target, cst.Name):
+        return False
+    name = target.value
+    for node in subexpressions(loop.body):
+        if isinstance(node, cst.Assign) and is_false(node.value):
+            for t in node.targets:
+                if isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad" \
+                        and dotted(t.target.value) == name:
+                    return True
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "requires_grad_" and dotted(node.func.value) == name \
+                and node.args and is_false(node.args[0].value):
+            return True
+    return False
+
+
+def _rebound(site: CallSite, name: str, before: int) -> bool:
+    """`name` gets a value other than the wrap `site` makes between the wrap and tick `before`."""
+    values = site.scope.assignments.get(name, [])
+    points = site.scope.points.get(name, [])
+    for value, point in zip(values, points):
+        if point is None or not site.point.tick < point.tick < before:
+            continue
+        if isinstance(value, cst.Call) and strip_moves(value) is site.node:
+            continue
+        return True
+    return False
+
+
+def _exclusive(a: tuple, b: tuple) -> bool:
+    """Different arms of the same `if` (at most one of the two runs)."""
+    arms = {id(g.node): g.negated for g in a}
+    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b)

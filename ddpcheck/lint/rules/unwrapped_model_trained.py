@@ -32,12 +32,15 @@ class UnwrappedModelTrained(Rule):
     of its own (`vae.module.encoder(x)` then `vae.module.decoder(z)`: a submodule set to a layer
     or a network with parameters; a parameter-free one such as a noise module is not reported),
     a step function that returns
-    the loss to a loop that calls backward. Not reported: a method of the inner module called in
+    the loss to a loop that calls backward, a method of the inner module kept on the wrapper
+    under its own name (`model.log_prob = model.module.log_prob`, then `model.log_prob(x)` in
+    the loop). Not reported: a method of the inner module called in
     a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
     `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
     synchronised forward; the wrapper of another model, such as a GAN's discriminator, is not
-    this one's forward); calls of the inner module under `torch.no_grad()` /
+    this one's forward, nor is a call of the wrapper under `torch.no_grad()`); calls of the
+    inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
     avoid a hang), or in loops without a `backward()`.
@@ -237,6 +240,21 @@ class UnwrappedModelTrained(Rule):
             found = self._match(site, values, inner)
             if found is not None and self._step_calls_wrapper(site, found):
                 return None
+        elif found is None and values and all(
+                isinstance(v.node, cst.Attribute) and v.node is not func and v.node.attr.value not in MODULE_API
+                and not _on_self(v.node) for v in values):
+            # A method taken off the inner module and kept under another name
+            # (`model.log_prob = model.module.log_prob` after the wrap, then `model.log_prob(x)`):
+            # the call runs that method, as `model.module.log_prob(x)` would.
+            receivers = [r for v in values
+                         for r in self.model.values.of(v.module, v.node.value, v.scope, v.frame, at=v.at)]
+            if any(is_ddp(self.model, r) and before(r, site) for r in receivers):
+                return None
+            found = self._match(site, receivers, inner)
+            if found is not None and not ((site.loops and not self._runs_no_layers(site)) or self._runs_layers(site)):
+                return None
+            if found is not None and self._step_calls_wrapper(site, found):
+                return None
         return found
 
     def _step_calls_wrapper(self, site: CallSite, wrap: Wrap) -> bool:
@@ -244,7 +262,8 @@ class UnwrappedModelTrained(Rule):
         calls the DDP wrapper `wrap`: then the loss comes from DDP's forward, and a method of the
         inner module called beside it (`model.module.reset()`, `model.module.update_memory(b)`)
         is state upkeep, not a forward that bypasses the hooks. Another model's wrapper (a GAN's
-        discriminator) says nothing about this one."""
+        discriminator) says nothing about this one, nor does a call of the wrapper under
+        `torch.no_grad()`, which prepares no gradient reduction."""
         loop = site.loops[-1] if site.loops else None
         for other in site.module.calls_in(site.scope.qualname):
             if other is site or (loop is not None and loop not in other.loops):
@@ -252,6 +271,8 @@ class UnwrappedModelTrained(Rule):
             func = other.node.func
             if other.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
                 continue
+            if is_no_grad(self.model, other.module, other.withs, None):
+                continue  # a forward under no_grad arms no hooks (statistics logged beside the step)
             if isinstance(func, cst.Attribute) and func.attr.value == "forward":
                 func = func.value  # `ddp.forward(x)`: DDP's own forward, hooks and all
             if any(is_ddp(self.model, v) and v.call is wrap.site.node for v in self.model.values.at_call(other, func)):
