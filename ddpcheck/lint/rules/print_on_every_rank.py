@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_main_rank
-from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope, Shared
+from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.symbols import Function
@@ -772,15 +772,23 @@ class PrintOnEveryRank(Rule):
                     break
         return self._tagged_logging
 
-    @staticmethod
-    def _logger_tagged(site: CallSite) -> bool:
+    def _logger_tagged(self, site: CallSite) -> bool:
         """The logger is made with the rank in its name or prefix (`getLogger(f"rank{rank}")`,
-        a `LoggerAdapter` that adds it)."""
+        a `LoggerAdapter` that adds it), also where a caller made it and passed it in
+        (`train(model, loader, logger)` after `logger = setup_logger(rank, world_size)`)."""
         receiver = site.receiver_name
         if not receiver:
             return False
-        return any(isinstance(bound, cst.Call) and _names_rank(site, bound)
-                   for bound in site.scope.lookup(receiver))
+        if any(isinstance(bound, cst.Call) and _names_rank(site, bound)
+               for bound in site.scope.lookup(receiver)):
+            return True
+        node = site.receiver
+        bindings = site.scope.lookup(node.value) if isinstance(node, cst.Name) else []
+        if not bindings or not all(isinstance(b, Param) for b in bindings):
+            return False  # only a logger passed in as a parameter is followed to its callers
+        values = self.model.values.at_call(site, node)
+        return bool(values) and all(
+            isinstance(v.node, cst.Call) and _RANK.search(v.module.code(v.node)) for v in values)
 
     def _kind(self, site: CallSite) -> str | None:
         if site.dotted == "print" and "print" not in site.module.functions:
