@@ -116,3 +116,133 @@ def test_a_model_compiled_only_without_distribution_is_quiet(tmp_path) -> None:
 def test_a_model_compiled_on_every_path_is_still_reported(tmp_path) -> None:
     write_project(tmp_path, {"train.py": COMPILE_TRAIN.format(compile_test="if args.compile:")})
     assert finding_set(tmp_path, "train.py", select="DDP024") == {("train.py", 27, "DDP024")}
+
+
+# --- DDP016: accumulation written through methods and counters ------------------------------
+
+METHOD_BACKWARD = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Runner:
+        def __init__(self, model, optimizer, accum_steps):
+            self.model = DDP(model.cuda(), device_ids=[int(os.environ["LOCAL_RANK"])])
+            self.optimizer = optimizer
+            self.accum_steps = accum_steps
+
+        def _forward_backward(self, batch):
+            loss = self.model(**batch).loss / self.accum_steps
+            loss.backward()
+            return loss.item()
+
+        def train_epoch(self, loader):
+            self.optimizer.zero_grad()
+            for i, batch in enumerate(loader):
+                self._forward_backward(batch)
+                {step_test}
+                    self.optimizer.step()
+                    self.optimizer.zero_grad()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        runner = Runner(build_model(), build_optimizer(), accum_steps=8)
+        for epoch in range(10):
+            runner.train_epoch(build_loader(epoch))
+    """
+
+
+def test_backward_in_a_method_with_a_step_every_few_batches_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": METHOD_BACKWARD.format(step_test="if (i + 1) % self.accum_steps == 0:")})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == {("train.py", 22, "DDP016")}
+
+
+def test_backward_in_a_method_with_a_step_every_batch_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": METHOD_BACKWARD.format(step_test="if batch is not None:")})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == set()
+
+
+RESET_COUNTER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(cfg, model, loader, optimizer):
+        model = DDP(model.cuda())
+        count = 0
+        for epoch in range(cfg.epochs):
+            for points in loader:
+                count += 1
+                loss = model(points.cuda())
+                loss.backward()
+                if count == cfg.step_per_update:
+                    {reset}
+                    optimizer.step()
+                    model.zero_grad()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        train(load_config(), build_model(), build_loader(), build_optimizer())
+    """
+
+
+def test_a_step_when_a_reset_counter_reaches_the_update_interval_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": RESET_COUNTER.format(reset="count = 0")})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == {("train.py", 13, "DDP016")}
+
+
+def test_a_step_at_one_count_that_is_never_reset_is_quiet(tmp_path) -> None:
+    # `count == n` with no reset holds once in the run: a one-off, not an accumulation cycle.
+    write_project(tmp_path, {"train.py": RESET_COUNTER.format(reset="print('first update')")})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == set()
+
+
+MICRO_BATCH_METHOD = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, model, optimizer):
+            self.model = DDP(model.cuda())
+            self.optimizer = optimizer
+
+        def compute_gradients(self, chunks):
+            total = 0.0
+            for chunk in chunks:
+                loss = self.model(chunk.cuda()) / len(chunks)
+                loss.backward()
+                total += loss.item()
+            return total
+
+        def apply_gradients(self):
+            {apply}
+
+        def fit(self, batches, steps):
+            for _ in range(steps):
+                self.compute_gradients(batches.next(self.chunks_per_step))
+                self.apply_gradients()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        Trainer(build_model(), build_optimizer()).fit(build_batches(), 1000)
+    """
+
+
+def test_micro_batches_back_propagated_in_one_method_and_stepped_in_another_are_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": MICRO_BATCH_METHOD.format(
+        apply="self.optimizer.step()\n            self.optimizer.zero_grad()")})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == {("train.py", 15, "DDP016")}
+
+
+def test_micro_batches_with_no_step_after_them_are_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": MICRO_BATCH_METHOD.format(apply="self.model.zero_grad()")})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == set()

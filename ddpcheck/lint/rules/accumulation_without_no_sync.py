@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
-from ddpcheck.lint.model.module import CallSite, Param
+from ddpcheck.lint.model.module import Augmented, CallSite, Param
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Rule
@@ -126,9 +126,11 @@ class AccumulationWithoutNoSync(Rule):
         steps = [c for c in sites if c.method == "step" and is_optimizer_step(model, c)]
         # A backward, or a call of a project function that does one (`backward(loss, scaler)`)
         # but no optimizer step of its own.
+        # (`self._run_batch(batch)` too: a method of the project, which the graph resolves.)
         backwards = [c for c in sites if c.method == "backward" or (
-            c.target is not None and c.target.external is None and c.loops
-            and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps))]
+            c.loops and (c.target is not None and c.target.external is None or model.graph.targets(c))
+            and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps)
+            and not self._steps_inside(c, steps))]
         found: dict[int, CallSite] = {}
         for b in backwards:
             if any(s.scope is b.scope and s.loops == b.loops and s.index > b.index and not self._counted(s, b)
@@ -140,6 +142,9 @@ class AccumulationWithoutNoSync(Rule):
                     # branch and a plain branch are one place to fix).
                     found[id(s.node)] = b
                     break
+            else:
+                if b.loops and not any(s.scope is b.scope for s in steps) and self._stepped_after(b, steps):
+                    found[id(b.loops[0])] = b
         for b in found.values():
             self.report(b.node, module=b.module, related=model.paths.chain(b))
         for site in sites:
@@ -167,6 +172,28 @@ class AccumulationWithoutNoSync(Rule):
                 return True
         return False
 
+    def _stepped_after(self, b: CallSite, steps: list[CallSite]) -> bool:
+        """`b` back-propagates in a loop over micro-batches of a function that makes no step
+        (`def compute_gradients(self, batches): for b in batches: ...backward()`), and a caller
+        steps after calling it, in the same iteration (`self.compute_gradients(batches)` then
+        `self.apply_gradients()`)."""
+        function = self.model.paths.function_of(b)
+        if function is None or any(c.scope is b.scope and b.loops[0] in c.loops and self._steps_inside(c, steps)
+                                   for c in b.module.calls):
+            return False  # the loop steps through a helper: a step per iteration, not accumulation
+        for call, _ in self.model.graph.callers(function):
+            for after in call.module.calls:
+                if after.scope is not call.scope or after.loops != call.loops or after.index <= call.index:
+                    continue
+                if any(after is s for s in steps) or self._steps_inside(after, steps):
+                    return True
+        return False
+
+    def _steps_inside(self, call: CallSite, steps: list[CallSite]) -> bool:
+        """The function `call` runs makes an optimizer step of its own (a whole training step)."""
+        functions = {(id(f.module), f.qualname) for f, _ in self.model.graph.targets(call)}
+        return any((id(s.module), s.scope.qualname) in functions for s in steps)
+
     def _steps_on_a_counter(self, site: CallSite) -> bool:
         """`loss_scaler(loss, optimizer, update_grad=(i + 1) % accum == 0)`: the callee runs
         backward on every call and the optimizer step only when a parameter says so, and this
@@ -185,11 +212,35 @@ class AccumulationWithoutNoSync(Rule):
         (`is_update = True if step % args.grad_acc == 0 else False`)."""
         if _counter(site.module.code(expr)):
             return True
+        if self._reset_counter(site, expr):
+            return True
         name = dotted(expr)
         if name is None:
             return False
         return any(isinstance(b, cst.BaseExpression) and _counter(site.module.code(b))
                    for b in site.scope.reaching(name, site.point))
+
+    @staticmethod
+    def _reset_counter(site: CallSite, expr: cst.BaseExpression) -> bool:
+        """`if num_iter == config.step_per_update:` around the step, where the loop counts
+        `num_iter += 1` and the step's branch sets it back (`num_iter = 0`): the step runs once
+        every so many iterations."""
+        if not isinstance(expr, cst.Comparison) or len(expr.comparisons) != 1 or not isinstance(
+                expr.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual)):
+            return False
+        name = dotted(expr.left)
+        owner = site.scope.owner_of(name) if name else None
+        if owner is None or name is None:
+            return False
+        counted = reset = False
+        for bound, point in zip(owner.assignments.get(name, []), owner.points.get(name, [])):
+            if isinstance(bound, Augmented):
+                counted = counted or isinstance(bound.node.operator, cst.AddAssign) and point is not None \
+                    and bool(point.loops)
+            elif isinstance(bound, cst.Integer) and point is not None \
+                    and any(g.test is expr and not g.negated for g in point.guards):
+                reset = True
+        return counted and reset
 
     def _step_switch(self, function: Function) -> Param | None:
         calls = list(function.module.calls_in(function.qualname))
