@@ -246,3 +246,67 @@ def test_micro_batches_back_propagated_in_one_method_and_stepped_in_another_are_
 def test_micro_batches_with_no_step_after_them_are_quiet(tmp_path) -> None:
     write_project(tmp_path, {"train.py": MICRO_BATCH_METHOD.format(apply="self.model.zero_grad()")})
     assert finding_set(tmp_path, "train.py", select="DDP016") == set()
+
+
+# --- DDP035: a skip tested on a method of a rank's own mask ----------------------------------
+
+NAN_SKIP = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train_epoch(model, loader, optimizer, device, world_size):
+        total, seen = 0.0, 0
+        for i, batch in enumerate(loader):
+            feats = batch["features"].to(device)
+            labels = batch["label"].to(device)
+            keep = {mask}
+            feats, labels = feats[keep], labels[keep]
+            if keep.sum() == 0:
+                continue
+            loss = torch.nn.functional.cross_entropy(model(feats), labels)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+            seen += 1
+            if i % 100 == 0:
+                t = torch.tensor(total / max(seen, 1), device=device)
+                dist.all_reduce(t)
+
+
+    @torch.no_grad()
+    def evaluate(model, loader, device):
+        correct = torch.zeros(1, device=device)
+        for i, batch in enumerate(loader):
+            feats = batch["features"].to(device)
+            keep = {mask}
+            if keep.sum() == 0:
+                continue
+            correct += (model(feats[keep]).argmax(1) == batch["label"].to(device)[keep]).sum()
+            if i % 50 == 0:
+                dist.all_reduce(correct)
+        return correct
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
+        model = DDP(build_model().to(device))
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(args.epochs):
+            train_epoch(model, build_loader(epoch), optimizer, device, dist.get_world_size())
+            evaluate(model, build_loader(-1), device)
+    """
+
+
+def test_a_skip_on_a_rank_own_mask_is_reported_in_training_and_evaluation(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": NAN_SKIP.format(mask="~torch.isnan(feats).any(dim=-1)")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == {("train.py", 14, "DDP035"),
+                                                                  ("train.py", 33, "DDP035")}
+
+
+def test_a_skip_on_a_mask_every_rank_shares_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": NAN_SKIP.format(mask="batch['valid']")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == set()

@@ -79,6 +79,12 @@ class RankLocalBreak(Rule):
         "average mismatched buckets); agree on it across ranks (all_reduce the flag) so every rank "
         "skips together, or zero the loss instead of skipping"
     )
+    SKIP_COLLECTIVE_MESSAGE = (
+        "`continue` on a condition each rank evaluates on its own (`{test}`) skips the collective "
+        "this loop makes later in the iteration on this rank only, while the other ranks make "
+        "theirs: the collectives pair up wrongly or hang; agree on the skip across ranks (all_reduce "
+        "the flag) or keep the collective out of the skipped part"
+    )
     ERROR_MESSAGE = (
         "`{exit}` in this `except` ({caught}) skips this rank's backward when only this rank meets "
         "the error (a CUDA out-of-memory on its own batch), while the other ranks all-reduce theirs "
@@ -218,9 +224,9 @@ class RankLocalBreak(Rule):
                 places = _order(loop.node)
                 for exit_node, guard_test in exits:
                     here = places.get(id(exit_node), -1)
-                    if isinstance(exit_node, cst.Continue) and self._local(root, loop.scope, guard_test, 0) \
+                    if isinstance(exit_node, cst.Continue) and self._local_value(root, loop.scope, guard_test) \
                             and all(places.get(id(c.node), -1) > here for c in agreeing):
-                        self._skip(loop, exit_node, guard_test, body_calls, places)
+                        self._skip(loop, exit_node, guard_test, body_calls, places, agreeing)
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
@@ -240,13 +246,17 @@ class RankLocalBreak(Rule):
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
 
     def _skip(self, loop: ForSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
-              order: dict[int, int]) -> None:
-        """Report a `continue` that comes before the backward it skips."""
+              order: dict[int, int], agreeing: list[CallSite] = ()) -> None:
+        """Report a `continue` that comes before the backward it skips, or before a collective
+        every rank makes in the loop (an evaluation's periodic all-reduce)."""
         model = self.model
         here = order.get(id(exit_node), -1)
+        text = model.text_of(model.root, test)
         if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
                and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
-            self.report(exit_node, self.SKIP_MESSAGE.format(test=model.text_of(model.root, test)))
+            self.report(exit_node, self.SKIP_MESSAGE.format(test=text))
+        elif any(order.get(id(c.node), -1) > here for c in agreeing):
+            self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text))
 
     def _ranked_exits(self, root: ModuleModel, loop: ForSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
         """The `break`s (and `return`s) of `loop` made inside it under a rank test (`if rank ==
@@ -338,7 +348,10 @@ class RankLocalBreak(Rule):
         are not followed: a skip on them is usually a step count every rank shares."""
         if self._local(root, scope, test, 0):
             return True
-        inner = {id(sub.value) for sub in subexpressions(test) if isinstance(sub, (cst.Subscript, cst.Attribute))}
+        # (A method called on the name, `mask.sum()`, computes from its value: that name is followed.)
+        called = {id(sub.func) for sub in subexpressions(test) if isinstance(sub, cst.Call)}
+        inner = {id(sub.value) for sub in subexpressions(test)
+                 if isinstance(sub, cst.Subscript) or isinstance(sub, cst.Attribute) and id(sub) not in called}
         for node in subexpressions(test):
             if isinstance(node, cst.Name) and id(node) not in inner:
                 values = scope.assignments.get(node.value, [])
