@@ -310,3 +310,149 @@ def test_a_skip_on_a_rank_own_mask_is_reported_in_training_and_evaluation(tmp_pa
 def test_a_skip_on_a_mask_every_rank_shares_is_quiet(tmp_path) -> None:
     write_project(tmp_path, {"train.py": NAN_SKIP.format(mask="batch['valid']")})
     assert finding_set(tmp_path, "train.py", select="DDP035") == set()
+
+
+# --- DDP035: a rank leaving a `while` loop alone, and errors swallowed around the step --------
+
+WHILE_TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, cfg, model, loader):
+            self.cfg = cfg
+            self.rank = dist.get_rank()
+            self.is_main = self.rank == 0
+            self.model = DDP(model.cuda())
+            self.loader = loader
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr)
+            self.step = 0
+
+        def train(self):
+            batches = iter(self.loader)
+            while self.step < self.cfg.max_steps:
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    batches = iter(self.loader)
+                    batch = next(batches)
+                {handler}
+                loss = self.model(**batch).loss
+                loss.backward()
+                self.optimizer.step()
+                self.optimizer.zero_grad()
+                self.step += 1
+                if self.step % self.cfg.eval_every == 0:
+                    {leave}
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        Trainer(load_config(), build_model(), build_loader()).train()
+    """
+
+
+def test_a_return_under_a_rank_test_in_a_while_training_loop_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": WHILE_TRAINER.format(
+        handler="", leave="if self.cfg.eval_only and self.is_main:\n                        return")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == {("train.py", 32, "DDP035")}
+
+
+def test_a_return_every_rank_takes_in_a_while_training_loop_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": WHILE_TRAINER.format(
+        handler="", leave="if self.cfg.eval_only:\n                        return")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == set()
+
+
+def test_a_break_on_any_error_fetching_the_batch_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": WHILE_TRAINER.format(
+        handler="", leave="pass").replace(
+        "                    batch = next(batches)\n                \n",
+        "                    batch = next(batches)\n                except Exception as e:\n"
+        "                    print(f'data error: {e}')\n                    break\n")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == {("train.py", 26, "DDP035")}
+
+
+STEP_GUARD = """\
+    import logging
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    logger = logging.getLogger(__name__)
+
+
+    def train(model, loader, optimizer, epochs):
+        model = DDP(model.cuda())
+        for epoch in range(epochs):
+            loader.sampler.set_epoch(epoch)
+            for step, batch in enumerate(loader):
+                try:
+                    loss = model(batch["input_ids"].cuda(), batch["labels"].cuda())
+                    loss.backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+                except {caught}:
+                    logger.exception("step %d failed", step)
+                    {after}
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        train(build_model(), build_loader(), build_optimizer(), 3)
+    """
+
+
+def test_a_training_step_that_swallows_every_error_and_continues_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": STEP_GUARD.format(caught="Exception", after="continue")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == {("train.py", 22, "DDP035")}
+
+
+def test_a_training_step_that_logs_and_re_raises_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": STEP_GUARD.format(caught="Exception", after="raise")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == set()
+
+
+def test_a_keyboard_interrupt_that_ends_training_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": STEP_GUARD.format(caught="KeyboardInterrupt", after="break")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == set()
+
+
+# --- DDP020: a bar the loop iterates through `enumerate` -------------------------------------
+
+ENUMERATED_BAR = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from tqdm import tqdm
+
+
+    def train(model, optimizer, batches, iterations, rank):
+        model = DDP(model.cuda(), device_ids=[rank])
+        pbar = tqdm(range(iterations){disable})
+        for it, _ in enumerate(pbar):
+            data = next(batches)
+            loss = model(data["image"].cuda()).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            pbar.set_description(f"loss {{loss.item():.3f}}")
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        train(build_model(), build_optimizer(), build_batches(), 10000, dist.get_rank())
+    """
+
+
+def test_a_bar_over_the_training_steps_iterated_through_enumerate_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": ENUMERATED_BAR.format(disable="")})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 9, "DDP020")}
+
+
+def test_a_bar_iterated_through_enumerate_and_hidden_off_rank_zero_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": ENUMERATED_BAR.format(disable=", disable=rank != 0")})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == set()

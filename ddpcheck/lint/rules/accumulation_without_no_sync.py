@@ -23,6 +23,12 @@ class AccumulationWithoutNoSync(Rule):
     right, but steps are slower, often by tens of percent on multi-node jobs where the
     interconnect is the bottleneck.
 
+    The backward may be made by a project function or method the loop calls
+    (`self._run_batch(batch)`), the step's test may be a counter the step's branch resets (`if
+    n == cfg.step_per_update: n = 0; optimizer.step()`), and the micro-batch loop may sit in a
+    method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
+    then `self.apply_gradients()`).
+
     Not reported: files that mention `no_sync` or `require_backward_grad_sync` anywhere (they
     handle it, perhaps through a helper or a `contextlib` switch), and loops whose step runs
     after every backward.

@@ -29,7 +29,9 @@ class CompiledStateDictPrefix(Rule):
 
     Reported at `x.state_dict()` inside a `torch.save(...)` when `x` is (on some path) a compiled
     module after the `.module` / `._orig_mod` steps written, unless the file strips the prefix
-    itself. `model.compile()` (the in-place method) keeps the keys and is not reported.
+    itself. `model.compile()` (the in-place method) keeps the keys and is not reported, nor is a
+    `torch.compile` made only on the non-distributed path (`if not distributed: model =
+    torch.compile(model)`): the distributed run never saves that module.
 
     ## How to fix
     Save the module inside: `model._orig_mod.state_dict()` for `torch.compile(model)`,

@@ -37,8 +37,8 @@ class RankLocalBreak(Rule):
     With a DistributedSampler that pads (`drop_last=False`) every rank has the same number of
     batches, so this is the remaining way for the ranks to disagree.
 
-    Reported at the `break` / `return` inside a loop that runs a DDP model's forward or a
-    `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
+    Reported at the `break` / `return` inside a loop (`for` or `while`) that runs a DDP model's
+    forward or a `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
@@ -57,7 +57,11 @@ class RankLocalBreak(Rule):
     None: continue` where `loss` was computed from the loop's own batch: that rank skips a
     backward the others make, and their gradient all-reduces no longer pair up. A skip on
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
-    is not reported.
+    is not reported. A `continue` on such a test before a collective every rank makes later in
+    the loop (an evaluation's periodic all-reduce) is reported too: that rank skips its share.
+    Also reported: a `break` out of the training loop, or a `continue` that skips its backward
+    (made in the `try` or after the handler), in a handler that catches every error (`except
+    Exception:`, a bare `except:`): the rank that meets the error leaves or skips alone.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -89,6 +93,11 @@ class RankLocalBreak(Rule):
         "`{exit}` in this `except` ({caught}) skips this rank's backward when only this rank meets "
         "the error (a CUDA out-of-memory on its own batch), while the other ranks all-reduce theirs "
         "and wait: agree on the skip across ranks (all_reduce a flag) or let the error stop the job"
+    )
+    BROAD_MESSAGE = (
+        "`{exit}` in this {caught} lets a rank that meets an error on its own (in its batch, its "
+        "step) {what}, while the other ranks go on to their next all-reduce and wait there until "
+        "the timeout; let the error stop the job, or agree on the skip across ranks"
     )
     WHILE_MESSAGE = (
         "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
@@ -200,7 +209,7 @@ class RankLocalBreak(Rule):
         self._skips_on_error(root)
         if not root.exits:
             return
-        for loop in root.fors:
+        for loop in [*root.fors, *root.whiles]:
             exits = list(_exits(root, loop))
             if not exits:
                 continue
@@ -333,6 +342,24 @@ class RankLocalBreak(Rule):
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
                 self.report(exit_node, self.ERROR_MESSAGE.format(
                     exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"))
+            for handler, trying, exit_node, loop in _broad_exits(scope.node):
+                order = order if order is not None else _order(scope.node)
+                in_loop = [c for c in backwards if loop in c.loops]
+                if isinstance(exit_node, cst.Break):
+                    what = "leave the training loop alone"
+                    hit = bool(in_loop)
+                else:
+                    # The error may come before the backward the `continue` then skips: one in the
+                    # `try`, or one after the handler.
+                    what = "skip a backward the others make"
+                    start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
+                    here = order.get(id(exit_node), -1)
+                    hit = any(start < order.get(id(c.node), -1) < end or order.get(id(c.node), -1) > here
+                              for c in in_loop)
+                if hit:
+                    keyword = "break" if isinstance(exit_node, cst.Break) else "continue"
+                    caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
+                    self.report(exit_node, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what))
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
@@ -413,6 +440,8 @@ def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
     if not isinstance(target.operator, cst.Is) or not isinstance(test.left, cst.Name) \
             or not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
         return False
+    if not isinstance(loop.node, cst.For):
+        return False
     drawn = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
     for value in loop.scope.assignments.get(test.left.value, []):
         if isinstance(value, cst.Call) and any(
@@ -458,6 +487,47 @@ def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
     for child in children(function):
         walk(child, None, None, None)
     return iter(found)
+
+
+def _broad_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Try, cst.Break | cst.Continue,
+                                                          cst.CSTNode]]:
+    """(handler, its `try`, exit, loop) for each `break` or `continue` of a loop made directly in
+    a handler that catches every error (`except Exception:`, a bare `except:`) and is not about
+    memory (those are `_error_exits`'): the `try` sits in that loop of `function`."""
+    found: list[tuple[cst.ExceptHandler, cst.Try, cst.Break | cst.Continue, cst.CSTNode]] = []
+
+    def exits(node: cst.CSTNode) -> Iterator[cst.Break | cst.Continue]:
+        for child in children(node):
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.For, cst.While)):
+                continue
+            if isinstance(child, (cst.Break, cst.Continue)):
+                yield child
+            elif type(child) not in NO_STATEMENTS_BELOW:
+                yield from exits(child)
+
+    def walk(node: cst.CSTNode, loop: cst.CSTNode | None) -> None:
+        for child in children(node):
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(child, cst.Try) and loop is not None:
+                for handler in child.handlers:
+                    if _catches_everything(handler) and not _catches_rank_error(handler):
+                        found.extend((handler, child, e, loop) for e in exits(handler.body))
+            inner = child if isinstance(child, (cst.For, cst.While)) else loop
+            if type(child) not in NO_STATEMENTS_BELOW:
+                walk(child, inner)
+
+    for child in children(function):
+        walk(child, None)
+    return iter(found)
+
+
+def _catches_everything(handler: cst.ExceptHandler) -> bool:
+    kind = handler.type
+    if kind is None:
+        return True
+    names = [dotted(e.value) for e in kind.elements] if isinstance(kind, cst.Tuple) else [dotted(kind)]
+    return any(n in _BROAD_ERRORS for n in names if n is not None)
 
 
 def _catches_rank_error(handler: cst.ExceptHandler) -> bool:
