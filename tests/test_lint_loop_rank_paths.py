@@ -456,3 +456,59 @@ def test_a_bar_over_the_training_steps_iterated_through_enumerate_is_reported(tm
 def test_a_bar_iterated_through_enumerate_and_hidden_off_rank_zero_is_quiet(tmp_path) -> None:
     write_project(tmp_path, {"train.py": ENUMERATED_BAR.format(disable=", disable=rank != 0")})
     assert finding_set(tmp_path, "train.py", select="DDP020") == set()
+
+
+# --- DDP031: the sync switch set after the micro-step's forward -------------------------------
+
+LATE_SWITCH = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(net, batches, optimizer, accum, steps):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        model = DDP(net.cuda(local_rank), device_ids=[local_rank])
+        for _ in range(steps):
+            for micro in range(accum):
+                x, y = next(batches)
+                {first}
+                {second}
+                loss = loss / accum
+                loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        train(build_net(), build_batches(), build_optimizer(), 4, 1000)
+    """
+
+FORWARD = "loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())"
+SWITCH = "model.require_backward_grad_sync = micro == accum - 1"
+
+
+def test_a_sync_switch_set_after_the_forward_is_reported(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": LATE_SWITCH.format(first=FORWARD, second=SWITCH)})
+    assert finding_set(tmp_path, "train.py", select="DDP031") == {("train.py", 15, "DDP031")}
+
+
+def test_a_sync_switch_set_before_the_forward_is_quiet(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": LATE_SWITCH.format(first=SWITCH, second=FORWARD)})
+    assert finding_set(tmp_path, "train.py", select="DDP031") == set()
+
+
+def test_a_narrow_try_around_data_handling_before_the_backward_is_quiet(tmp_path) -> None:
+    # The reshape fails on the short last batch, which every rank gets alike: not judged.
+    write_project(tmp_path, {"train.py": STEP_GUARD.replace(
+        '''                try:
+                    loss = model(batch["input_ids"].cuda(), batch["labels"].cuda())
+                    loss.backward()''', '''                try:
+                    labels = batch["labels"].reshape(loader.batch_size, -1).cuda()''').replace(
+        '''                    {after}''', '''                    {after}
+                loss = model(batch["input_ids"].cuda(), labels)
+                loss.backward()''').format(caught="Exception", after="continue")})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == set()

@@ -59,9 +59,9 @@ class RankLocalBreak(Rule):
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
     is not reported. A `continue` on such a test before a collective every rank makes later in
     the loop (an evaluation's periodic all-reduce) is reported too: that rank skips its share.
-    Also reported: a `break` out of the training loop, or a `continue` that skips its backward
-    (made in the `try` or after the handler), in a handler that catches every error (`except
-    Exception:`, a bare `except:`): the rank that meets the error leaves or skips alone.
+    Also reported: a `break` out of the training loop, or a `continue` past a `try` that holds
+    the loop's backward, in a handler that catches every error (`except Exception:`, a bare
+    `except:`): the rank that meets the error leaves or skips alone.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -349,13 +349,13 @@ class RankLocalBreak(Rule):
                     what = "leave the training loop alone"
                     hit = bool(in_loop)
                 else:
-                    # The error may come before the backward the `continue` then skips: one in the
-                    # `try`, or one after the handler.
+                    # The `try` holds the step itself (its backward): whatever fails there (an
+                    # out-of-memory, a NaN check, a bad sample) fails on this rank alone. A narrow
+                    # `try` around data handling may fail on every rank alike (the short last batch
+                    # each rank gets) and is not judged.
                     what = "skip a backward the others make"
                     start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
-                    here = order.get(id(exit_node), -1)
-                    hit = any(start < order.get(id(c.node), -1) < end or order.get(id(c.node), -1) > here
-                              for c in in_loop)
+                    hit = any(start < order.get(id(c.node), -1) < end for c in in_loop)
                 if hit:
                     keyword = "break" if isinstance(exit_node, cst.Break) else "continue"
                     caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
