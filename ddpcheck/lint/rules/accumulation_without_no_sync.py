@@ -195,10 +195,17 @@ class AccumulationWithoutNoSync(Rule):
                     return True
         return False
 
-    def _steps_inside(self, call: CallSite, steps: list[CallSite]) -> bool:
-        """The function `call` runs makes an optimizer step of its own (a whole training step)."""
-        functions = {(id(f.module), f.qualname) for f, _ in self.model.graph.targets(call)}
-        return any((id(s.module), s.scope.qualname) in functions for s in steps)
+    def _steps_inside(self, call: CallSite, steps: list[CallSite], depth: int = 3) -> bool:
+        """The function `call` runs makes an optimizer step of its own (a whole training step),
+        itself or in the functions it calls (`_run_batch` → `_process_step`)."""
+        for function, _ in self.model.graph.targets(call):
+            if any(s.module is function.module and s.scope.qualname == function.qualname for s in steps):
+                return True
+            if depth > 1 and any(self._steps_inside(inner, steps, depth - 1)
+                                 for inner in function.module.calls_in(function.qualname)
+                                 if inner.method != "step"):
+                return True
+        return False
 
     def _steps_on_a_counter(self, site: CallSite) -> bool:
         """`loss_scaler(loss, optimizer, update_grad=(i + 1) % accum == 0)`: the callee runs

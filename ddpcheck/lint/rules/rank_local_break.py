@@ -345,6 +345,8 @@ class RankLocalBreak(Rule):
             for handler, trying, exit_node, loop in _broad_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 in_loop = [c for c in backwards if loop in c.loops]
+                if not self._pairs_across_ranks([c for c in root.calls_in(qualname) if loop in c.loops]):
+                    continue  # (a probe of a plain model, `except Exception: break` at its memory limit)
                 if isinstance(exit_node, cst.Break):
                     what = "leave the training loop alone"
                     hit = bool(in_loop)
@@ -360,6 +362,18 @@ class RankLocalBreak(Rule):
                     keyword = "break" if isinstance(exit_node, cst.Break) else "continue"
                     caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
                     self.report(exit_node, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what))
+
+    def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
+        """The loop makes something the ranks must do together: a collective, or a forward of a
+        DDP model (`model(x)`, `self.model(x)`)."""
+        model = self.model
+        for site in calls:
+            if model.facts.does(site, "collective") or model.api(site) in api.BARRIERS:
+                return True
+            if isinstance(site.node.func, (cst.Name, cst.Attribute)) and site.method not in ("backward", "step") \
+                    and any(is_ddp(model, v) for v in model.values.at_call(site, site.node.func)):
+                return True
+        return False
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
