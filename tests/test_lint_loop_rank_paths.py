@@ -512,3 +512,72 @@ def test_a_narrow_try_around_data_handling_before_the_backward_is_quiet(tmp_path
                 loss = model(batch["input_ids"].cuda(), labels)
                 loss.backward()''').format(caught="Exception", after="continue")})
     assert finding_set(tmp_path, "train.py", select="DDP035") == set()
+
+
+PROBE = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def largest_batch(build, sample, limit):
+        probe = build()
+        size = 1
+        best = 0
+        while size <= limit:
+            try:
+                out = probe(sample.repeat(size, 1).cuda())
+                out.sum().backward()
+                best = size
+                size *= 2
+            except Exception:
+                break
+        return best
+
+
+    def main():
+        dist.init_process_group("nccl")
+        batch = largest_batch(build_model, example_input(), 4096)
+        model = DDP(build_model().cuda())
+        train(model, batch)
+    """
+
+
+def test_a_memory_probe_on_a_plain_model_that_stops_at_any_error_is_quiet(tmp_path) -> None:
+    # Each rank probes its own copy with no collective in the loop: leaving it alone hangs nothing.
+    write_project(tmp_path, {"train.py": PROBE})
+    assert finding_set(tmp_path, "train.py", select="DDP035") == set()
+
+
+def test_workers_started_in_a_loop_are_not_micro_batches(tmp_path) -> None:
+    write_project(tmp_path, {"train.py": """\
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        def worker(rank, world):
+            dist.init_process_group("gloo", rank=rank, world_size=world)
+            model = DDP(build_model())
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for x, y in build_loader(rank, world):
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+                optimizer.zero_grad()
+
+
+        def launch(world):
+            workers = []
+            for rank in range(world):
+                p = mp.Process(target=worker, args=(rank, world))
+                p.start()
+                workers.append(p)
+            for p in workers:
+                p.join()
+
+
+        if __name__ == "__main__":
+            launch(4)
+        """})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == set()

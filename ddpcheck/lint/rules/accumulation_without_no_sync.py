@@ -134,7 +134,7 @@ class AccumulationWithoutNoSync(Rule):
         # but no optimizer step of its own.
         # (`self._run_batch(batch)` too: a method of the project, which the graph resolves.)
         backwards = [c for c in sites if c.method == "backward" or (
-            c.loops and (c.target is not None and c.target.external is None or model.graph.targets(c))
+            c.loops and (c.target is not None and c.target.external is None or self._runs_here(c))
             and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps)
             and not self._steps_inside(c, steps))]
         found: dict[int, CallSite] = {}
@@ -177,6 +177,12 @@ class AccumulationWithoutNoSync(Rule):
             if self._counter_expr(s, guard.test):
                 return True
         return False
+
+    def _runs_here(self, call: CallSite) -> bool:
+        """`call` runs a project function in this process (a method, a function passed in): not
+        a worker it starts (`mp.Process(target=train)`), which trains on its own."""
+        targets = self.model.graph.targets(call)
+        return bool(targets) and all(bound not in ("spawn", "process") for _, bound in targets)
 
     def _stepped_after(self, b: CallSite, steps: list[CallSite]) -> bool:
         """`b` back-propagates in a loop over micro-batches of a function that makes no step
