@@ -209,6 +209,7 @@ class RankLocalBreak(Rule):
         self._skips_on_error(root)
         if not root.exits:
             return
+        said: set[tuple[int, str]] = set()  # (scope, test) of the breaks reported, for loops first
         for loop in [*root.fors, *root.whiles]:
             exits = list(_exits(root, loop))
             if not exits:
@@ -252,7 +253,11 @@ class RankLocalBreak(Rule):
                 if any(exit_node is node for node, _ in ranked) or not self._local(root, loop.scope, guard_test):
                     continue
                 keyword = "break" if isinstance(exit_node, cst.Break) else "return"
-                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+                text = model.text_of(root, guard_test)
+                if isinstance(loop.node, cst.While) and (id(loop.scope), text) in said:
+                    continue  # `while True:` leaving on the test the inner loop's reported break left on
+                said.add((id(loop.scope), text))
+                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=text))
 
     def _skip(self, loop: ForSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
               order: dict[int, int], agreeing: list[CallSite] = ()) -> None:
