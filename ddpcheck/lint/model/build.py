@@ -273,6 +273,10 @@ class Walker(cst.CSTVisitor):
         self.module.fors.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1,
                                         tuple(self.withs)))
 
+    def _while(self, node: cst.While) -> None:
+        self.module.whiles.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1,
+                                          tuple(self.withs)))
+
     def _for_body(self, node: cst.For) -> None:
         # The target is bound after the iterable is evaluated, inside the loop.
         self.loops.append(node)
@@ -391,6 +395,7 @@ _OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.AnnAssign, Walker._mark_other_target),
     _own(cst.AugAssign, Walker._mark_other_target),
     _own(cst.For, Walker._for),
+    _own(cst.While, Walker._while),
     _own(cst.With, Walker._with),
     _own(cst.If, Walker._visit_if),
     _own(cst.Subscript, Walker._subscript),

@@ -406,6 +406,7 @@ class ModuleModel:
         self.returns: dict[str, list[cst.BaseExpression]] = {}  # function → returned values
         self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
         self.fors: list[ForSite] = []
+        self.whiles: list[ForSite] = []  # `while` statements, as ForSites (`node` is the While)
         self.exits: list[ExitSite] = []  # every break, continue and return, in source order
         # function → `self.x` attributes its body reads (not assignment targets), by name
         self.self_reads: dict[str, dict[str, list[cst.Attribute]]] = {}

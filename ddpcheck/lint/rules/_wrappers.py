@@ -49,6 +49,11 @@ def _stacks(model: Model, value: Value, depth: int) -> list[Stack]:
         head = "ddp"
         inner = argument(call, "module", 0)
     elif name == COMPILE:
+        site = value.module.call_at(call)
+        if site is not None and model.paths.single_only(site) is not None:
+            # `if not distributed: model = torch.compile(model)`: the distributed run never
+            # holds this compiled module, so it gives the distributed path no stack.
+            return []
         head = "compile"
         inner = argument(call, "model", 0)
     else:

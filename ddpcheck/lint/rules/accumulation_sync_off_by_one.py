@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.findings import Severity
-from ddpcheck.lint.model.ddp import is_optimizer_step
+from ddpcheck.lint.model.ddp import is_ddp, is_optimizer_step
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.syntax import children, dotted, int_value
 from ddpcheck.lint.rule import Invalid, Rule
@@ -30,7 +30,10 @@ class AccumulationSyncOffByOne(Rule):
     Reported at the optimizer step (at the switch, for nanoGPT's form) when both conditions are of the form
     `(counter [+ c]) % N == r` / `!= r` (or `micro_step == K` inside `for micro_step in range(N)`)
     over the same counter and the same N, and the step's micro-batch is one that skips
-    synchronisation. Conditions of any other shape are not judged.
+    synchronisation. Conditions of any other shape are not judged. Also reported: nanoGPT's
+    switch set in the micro-step loop after that step's forward of the same DDP model (and before
+    the backward): DDP reads the flag when the forward runs, so each micro-step takes the value the
+    previous one set.
 
     ## How to fix
     Use one expression for both decisions, e.g.
@@ -50,6 +53,11 @@ class AccumulationSyncOffByOne(Rule):
         "the optimizer steps after a micro-batch whose backward ran without synchronising "
         "(`{no_sync}` and `{step}` disagree): ranks step on their own gradients; decide both "
         "from one `is_last_micro_batch` value"
+    )
+    LATE_MESSAGE = (
+        "`{switch}` is set after this micro-step's forward: DDP reads the flag when the forward "
+        "runs, so each micro-step uses the previous one's value and the backward before the "
+        "optimizer step does not all-reduce; set it before the forward"
     )
 
     VALID = [
@@ -147,6 +155,8 @@ class AccumulationSyncOffByOne(Rule):
             for switch, step in self._off_by_one_switches(module):
                 self.report(switch, self.MESSAGE.format(no_sync=module.code(switch).strip(),
                                                         step=module.code(step.node)))
+            for value, name in self._late_switches(module):
+                self.report(value, self.LATE_MESSAGE.format(switch=f"{name} = {module.code(value).strip()}"))
 
     # --- no_sync under a modular condition ------------------------------------------------------
     def _no_sync_predicates(self, module: ModuleModel) -> Iterator[tuple[CallSite, _Pred, str]]:
@@ -176,6 +186,40 @@ class AccumulationSyncOffByOne(Rule):
         return None
 
     # --- nanoGPT's switch ---------------------------------------------------------------------
+    def _late_switches(self, module: ModuleModel) -> Iterator[tuple[cst.BaseExpression, str]]:
+        """`model.require_backward_grad_sync = micro_step == N - 1` set in the micro-step loop
+        after that step's forward of the same model (and before its backward): DDP reads the flag
+        when the forward runs, so each micro-step uses the value the previous one set and the
+        last micro-step's backward, the one the optimizer steps after, does not all-reduce."""
+        for scope in [module.module_scope, *module.function_scopes.values()]:
+            for name, bindings in scope.assignments.items():
+                if not name.endswith(".require_backward_grad_sync"):
+                    continue
+                receiver = name[: -len(".require_backward_grad_sync")]
+                for value, point in zip(bindings, scope.points.get(name, [])):
+                    if point is None or not point.loops or not isinstance(point.loops[-1], cst.For) \
+                            or not isinstance(value, cst.Comparison):
+                        continue
+                    loop = point.loops[-1]
+                    if dotted(value.left) != dotted(loop.target) or not isinstance(loop.iter, cst.Call) \
+                            or dotted(loop.iter.func) != "range":
+                        continue
+                    inside = [c for c in module.calls if c.scope is scope and loop in c.loops]
+                    forwards = [c for c in inside if dotted(c.node.func) == receiver]
+                    before = [c for c in forwards if c.tick < point.tick]
+                    # The backward may follow in the micro-step or after the loop (one backward
+                    # of the last micro-step's loss), in the same pass of the loops around it.
+                    outer = point.loops[:-1]
+                    later_backward = any(c.scope is scope and c.method == "backward" and c.tick > point.tick
+                                         and c.loops[:len(outer)] == outer for c in module.calls)
+                    if before and later_backward and not any(c.tick > point.tick for c in forwards) \
+                            and self._wraps(module, before[0]):
+                        yield value, name
+
+    def _wraps(self, module: ModuleModel, forward: CallSite) -> bool:
+        values = self.model.values.at_call(forward, forward.node.func)
+        return bool(values) and any(is_ddp(self.model, v) for v in values)
+
     def _off_by_one_switches(self, module: ModuleModel) -> Iterator[tuple[cst.Assign, CallSite]]:
         """`model.require_backward_grad_sync = micro_step == K` in `for micro_step in range(N)`
         with K not `N - 1`, and an optimizer step after that loop."""

@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
-from ddpcheck.lint.model.module import CallSite, Param
+from ddpcheck.lint.model.module import Augmented, CallSite, Param
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Rule
@@ -22,6 +22,12 @@ class AccumulationWithoutNoSync(Rule):
     steps the job moves 8 times the data over the network for the same update: the results are
     right, but steps are slower, often by tens of percent on multi-node jobs where the
     interconnect is the bottleneck.
+
+    The backward may be made by a project function or method the loop calls
+    (`self._run_batch(batch)`), the step's test may be a counter the step's branch resets (`if
+    n == cfg.step_per_update: n = 0; optimizer.step()`), and the micro-batch loop may sit in a
+    method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
+    then `self.apply_gradients()`).
 
     Not reported: files that mention `no_sync` or `require_backward_grad_sync` anywhere (they
     handle it, perhaps through a helper or a `contextlib` switch), and loops whose step runs
@@ -126,9 +132,11 @@ class AccumulationWithoutNoSync(Rule):
         steps = [c for c in sites if c.method == "step" and is_optimizer_step(model, c)]
         # A backward, or a call of a project function that does one (`backward(loss, scaler)`)
         # but no optimizer step of its own.
+        # (`self._run_batch(batch)` too: a method of the project, which the graph resolves.)
         backwards = [c for c in sites if c.method == "backward" or (
-            c.target is not None and c.target.external is None and c.loops
-            and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps))]
+            c.loops and (c.target is not None and c.target.external is None or self._runs_here(c))
+            and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps)
+            and not self._steps_inside(c, steps))]
         found: dict[int, CallSite] = {}
         for b in backwards:
             if any(s.scope is b.scope and s.loops == b.loops and s.index > b.index and not self._counted(s, b)
@@ -140,6 +148,9 @@ class AccumulationWithoutNoSync(Rule):
                     # branch and a plain branch are one place to fix).
                     found[id(s.node)] = b
                     break
+            else:
+                if b.loops and not any(s.scope is b.scope for s in steps) and self._stepped_after(b, steps):
+                    found[id(b.loops[0])] = b
         for b in found.values():
             self.report(b.node, module=b.module, related=model.paths.chain(b))
         for site in sites:
@@ -167,6 +178,41 @@ class AccumulationWithoutNoSync(Rule):
                 return True
         return False
 
+    def _runs_here(self, call: CallSite) -> bool:
+        """`call` runs a project function in this process (a method, a function passed in): not
+        a worker it starts (`mp.Process(target=train)`), which trains on its own."""
+        targets = self.model.graph.targets(call)
+        return bool(targets) and all(bound not in ("spawn", "process") for _, bound in targets)
+
+    def _stepped_after(self, b: CallSite, steps: list[CallSite]) -> bool:
+        """`b` back-propagates in a loop over micro-batches of a function that makes no step
+        (`def compute_gradients(self, batches): for b in batches: ...backward()`), and a caller
+        steps after calling it, in the same iteration (`self.compute_gradients(batches)` then
+        `self.apply_gradients()`)."""
+        function = self.model.paths.function_of(b)
+        if function is None or any(c.scope is b.scope and b.loops[0] in c.loops and self._steps_inside(c, steps)
+                                   for c in b.module.calls):
+            return False  # the loop steps through a helper: a step per iteration, not accumulation
+        for call, _ in self.model.graph.callers(function):
+            for after in call.module.calls:
+                if after.scope is not call.scope or after.loops != call.loops or after.index <= call.index:
+                    continue
+                if any(after is s for s in steps) or self._steps_inside(after, steps):
+                    return True
+        return False
+
+    def _steps_inside(self, call: CallSite, steps: list[CallSite], depth: int = 3) -> bool:
+        """The function `call` runs makes an optimizer step of its own (a whole training step),
+        itself or in the functions it calls (`_run_batch` → `_process_step`)."""
+        for function, _ in self.model.graph.targets(call):
+            if any(s.module is function.module and s.scope.qualname == function.qualname for s in steps):
+                return True
+            if depth > 1 and any(self._steps_inside(inner, steps, depth - 1)
+                                 for inner in function.module.calls_in(function.qualname)
+                                 if inner.method != "step"):
+                return True
+        return False
+
     def _steps_on_a_counter(self, site: CallSite) -> bool:
         """`loss_scaler(loss, optimizer, update_grad=(i + 1) % accum == 0)`: the callee runs
         backward on every call and the optimizer step only when a parameter says so, and this
@@ -185,11 +231,35 @@ class AccumulationWithoutNoSync(Rule):
         (`is_update = True if step % args.grad_acc == 0 else False`)."""
         if _counter(site.module.code(expr)):
             return True
+        if self._reset_counter(site, expr):
+            return True
         name = dotted(expr)
         if name is None:
             return False
         return any(isinstance(b, cst.BaseExpression) and _counter(site.module.code(b))
                    for b in site.scope.reaching(name, site.point))
+
+    @staticmethod
+    def _reset_counter(site: CallSite, expr: cst.BaseExpression) -> bool:
+        """`if num_iter == config.step_per_update:` around the step, where the loop counts
+        `num_iter += 1` and the step's branch sets it back (`num_iter = 0`): the step runs once
+        every so many iterations."""
+        if not isinstance(expr, cst.Comparison) or len(expr.comparisons) != 1 or not isinstance(
+                expr.comparisons[0].operator, (cst.Equal, cst.GreaterThanEqual)):
+            return False
+        name = dotted(expr.left)
+        owner = site.scope.owner_of(name) if name else None
+        if owner is None or name is None:
+            return False
+        counted = reset = False
+        for bound, point in zip(owner.assignments.get(name, []), owner.points.get(name, [])):
+            if isinstance(bound, Augmented):
+                counted = counted or isinstance(bound.node.operator, cst.AddAssign) and point is not None \
+                    and bool(point.loops)
+            elif isinstance(bound, cst.Integer) and point is not None \
+                    and any(g.test is expr and not g.negated for g in point.guards):
+                reset = True
+        return counted and reset
 
     def _step_switch(self, function: Function) -> Param | None:
         calls = list(function.module.calls_in(function.qualname))

@@ -34,7 +34,9 @@ class CompiledStateDictPrefix(Rule):
     beside the file or below its folder loads checkpoints and strips it (an inference or export
     script). `model.compile()` (the in-place method) keeps the keys and is not reported, nor is a
     save in the branch of a non-distributed mode (`model.module.state_dict() if args.distributed
-    else model.state_dict()` where only the single-process run compiles).
+    else model.state_dict()` where only the single-process run compiles), nor a `torch.compile`
+    made only on the non-distributed path (`if not distributed: model = torch.compile(model)`):
+    the distributed run never saves that module.
 
     ## How to fix
     Save the module inside: `model._orig_mod.state_dict()` for `torch.compile(model)`,

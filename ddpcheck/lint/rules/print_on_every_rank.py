@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_main_rank
-from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope, Shared
+from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.symbols import Function
@@ -46,7 +46,7 @@ class PrintOnEveryRank(Rule):
 
     Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
-    (the epoch loop), and a progress bar over a loop that runs a model on its items — and the per-epoch messages of a function that trains or evaluates when
+    (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
@@ -67,7 +67,7 @@ class PrintOnEveryRank(Rule):
     `level = WARNING` under `if rank != 0:` —, a logger factory that gives the other ranks no
     handler, a logger whose methods are swapped for a project wrapper with
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
-    a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`); loggers imported from installed packages (their configuration is
+    a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message, or a value that is the rank under another name:
     `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
@@ -530,6 +530,8 @@ class PrintOnEveryRank(Rule):
         `for epoch in bar:`)."""
         if _holds(iterable, site.node):
             return True
+        if isinstance(iterable, cst.Call) and dotted(iterable.func) == "enumerate" and iterable.args:
+            iterable = iterable.args[0].value  # `for i, _ in enumerate(pbar):` iterates the bar
         if not isinstance(iterable, cst.Name):
             return False
         bindings = site.scope.assignments.get(iterable.value, [])
@@ -772,15 +774,23 @@ class PrintOnEveryRank(Rule):
                     break
         return self._tagged_logging
 
-    @staticmethod
-    def _logger_tagged(site: CallSite) -> bool:
+    def _logger_tagged(self, site: CallSite) -> bool:
         """The logger is made with the rank in its name or prefix (`getLogger(f"rank{rank}")`,
-        a `LoggerAdapter` that adds it)."""
+        a `LoggerAdapter` that adds it), also where a caller made it and passed it in
+        (`train(model, loader, logger)` after `logger = setup_logger(rank, world_size)`)."""
         receiver = site.receiver_name
         if not receiver:
             return False
-        return any(isinstance(bound, cst.Call) and _names_rank(site, bound)
-                   for bound in site.scope.lookup(receiver))
+        if any(isinstance(bound, cst.Call) and _names_rank(site, bound)
+               for bound in site.scope.lookup(receiver)):
+            return True
+        node = site.receiver
+        bindings = site.scope.lookup(node.value) if isinstance(node, cst.Name) else []
+        if not bindings or not all(isinstance(b, Param) for b in bindings):
+            return False  # only a logger passed in as a parameter is followed to its callers
+        values = self.model.values.at_call(site, node)
+        return bool(values) and all(
+            isinstance(v.node, cst.Call) and _RANK.search(v.module.code(v.node)) for v in values)
 
     def _kind(self, site: CallSite) -> str | None:
         if site.dotted == "print" and "print" not in site.module.functions:

@@ -37,8 +37,8 @@ class RankLocalBreak(Rule):
     With a DistributedSampler that pads (`drop_last=False`) every rank has the same number of
     batches, so this is the remaining way for the ranks to disagree.
 
-    Reported at the `break` / `return` inside a loop that runs a DDP model's forward or a
-    `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
+    Reported at the `break` / `return` inside a loop (`for` or `while`) that runs a DDP model's
+    forward or a `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
@@ -57,7 +57,11 @@ class RankLocalBreak(Rule):
     None: continue` where `loss` was computed from the loop's own batch: that rank skips a
     backward the others make, and their gradient all-reduces no longer pair up. A skip on
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
-    is not reported.
+    is not reported. A `continue` on such a test before a collective every rank makes later in
+    the loop (an evaluation's periodic all-reduce) is reported too: that rank skips its share.
+    Also reported: a `break` out of the training loop, or a `continue` past a `try` that holds
+    the loop's backward, in a handler that catches every error (`except Exception:`, a bare
+    `except:`): the rank that meets the error leaves or skips alone.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -79,10 +83,21 @@ class RankLocalBreak(Rule):
         "average mismatched buckets); agree on it across ranks (all_reduce the flag) so every rank "
         "skips together, or zero the loss instead of skipping"
     )
+    SKIP_COLLECTIVE_MESSAGE = (
+        "`continue` on a condition each rank evaluates on its own (`{test}`) skips the collective "
+        "this loop makes later in the iteration on this rank only, while the other ranks make "
+        "theirs: the collectives pair up wrongly or hang; agree on the skip across ranks (all_reduce "
+        "the flag) or keep the collective out of the skipped part"
+    )
     ERROR_MESSAGE = (
         "`{exit}` in this `except` ({caught}) skips this rank's backward when only this rank meets "
         "the error (a CUDA out-of-memory on its own batch), while the other ranks all-reduce theirs "
         "and wait: agree on the skip across ranks (all_reduce a flag) or let the error stop the job"
+    )
+    BROAD_MESSAGE = (
+        "`{exit}` in this {caught} lets a rank that meets an error on its own (in its batch, its "
+        "step) {what}, while the other ranks go on to their next all-reduce and wait there until "
+        "the timeout; let the error stop the job, or agree on the skip across ranks"
     )
     WHILE_MESSAGE = (
         "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
@@ -194,7 +209,8 @@ class RankLocalBreak(Rule):
         self._skips_on_error(root)
         if not root.exits:
             return
-        for loop in root.fors:
+        said: set[tuple[int, str]] = set()  # (scope, test) of the breaks reported, for loops first
+        for loop in [*root.fors, *root.whiles]:
             exits = list(_exits(root, loop))
             if not exits:
                 continue
@@ -218,9 +234,9 @@ class RankLocalBreak(Rule):
                 places = _order(loop.node)
                 for exit_node, guard_test in exits:
                     here = places.get(id(exit_node), -1)
-                    if isinstance(exit_node, cst.Continue) and self._local(root, loop.scope, guard_test, 0) \
+                    if isinstance(exit_node, cst.Continue) and self._local_value(root, loop.scope, guard_test) \
                             and all(places.get(id(c.node), -1) > here for c in agreeing):
-                        self._skip(loop, exit_node, guard_test, body_calls, places)
+                        self._skip(loop, exit_node, guard_test, body_calls, places, agreeing)
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
@@ -237,16 +253,24 @@ class RankLocalBreak(Rule):
                 if any(exit_node is node for node, _ in ranked) or not self._local(root, loop.scope, guard_test):
                     continue
                 keyword = "break" if isinstance(exit_node, cst.Break) else "return"
-                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=model.text_of(root, guard_test)))
+                text = model.text_of(root, guard_test)
+                if isinstance(loop.node, cst.While) and (id(loop.scope), text) in said:
+                    continue  # `while True:` leaving on the test the inner loop's reported break left on
+                said.add((id(loop.scope), text))
+                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=text))
 
     def _skip(self, loop: ForSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
-              order: dict[int, int]) -> None:
-        """Report a `continue` that comes before the backward it skips."""
+              order: dict[int, int], agreeing: list[CallSite] = ()) -> None:
+        """Report a `continue` that comes before the backward it skips, or before a collective
+        every rank makes in the loop (an evaluation's periodic all-reduce)."""
         model = self.model
         here = order.get(id(exit_node), -1)
+        text = model.text_of(model.root, test)
         if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
                and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
-            self.report(exit_node, self.SKIP_MESSAGE.format(test=model.text_of(model.root, test)))
+            self.report(exit_node, self.SKIP_MESSAGE.format(test=text))
+        elif any(order.get(id(c.node), -1) > here for c in agreeing):
+            self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text))
 
     def _ranked_exits(self, root: ModuleModel, loop: ForSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
         """The `break`s (and `return`s) of `loop` made inside it under a rank test (`if rank ==
@@ -323,6 +347,38 @@ class RankLocalBreak(Rule):
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
                 self.report(exit_node, self.ERROR_MESSAGE.format(
                     exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"))
+            for handler, trying, exit_node, loop in _broad_exits(scope.node):
+                order = order if order is not None else _order(scope.node)
+                in_loop = [c for c in backwards if loop in c.loops]
+                if not self._pairs_across_ranks([c for c in root.calls_in(qualname) if loop in c.loops]):
+                    continue  # (a probe of a plain model, `except Exception: break` at its memory limit)
+                if isinstance(exit_node, cst.Break):
+                    what = "leave the training loop alone"
+                    hit = bool(in_loop)
+                else:
+                    # The `try` holds the step itself (its backward): whatever fails there (an
+                    # out-of-memory, a NaN check, a bad sample) fails on this rank alone. A narrow
+                    # `try` around data handling may fail on every rank alike (the short last batch
+                    # each rank gets) and is not judged.
+                    what = "skip a backward the others make"
+                    start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
+                    hit = any(start < order.get(id(c.node), -1) < end for c in in_loop)
+                if hit:
+                    keyword = "break" if isinstance(exit_node, cst.Break) else "continue"
+                    caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
+                    self.report(exit_node, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what))
+
+    def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
+        """The loop makes something the ranks must do together: a collective, or a forward of a
+        DDP model (`model(x)`, `self.model(x)`)."""
+        model = self.model
+        for site in calls:
+            if model.facts.does(site, "collective") or model.api(site) in api.BARRIERS:
+                return True
+            if isinstance(site.node.func, (cst.Name, cst.Attribute)) and site.method not in ("backward", "step") \
+                    and any(is_ddp(model, v) for v in model.values.at_call(site, site.node.func)):
+                return True
+        return False
 
     def _forwards(self, calls: list[CallSite]) -> bool:
         for site in calls:
@@ -338,7 +394,10 @@ class RankLocalBreak(Rule):
         are not followed: a skip on them is usually a step count every rank shares."""
         if self._local(root, scope, test, 0):
             return True
-        inner = {id(sub.value) for sub in subexpressions(test) if isinstance(sub, (cst.Subscript, cst.Attribute))}
+        # (A method called on the name, `mask.sum()`, computes from its value: that name is followed.)
+        called = {id(sub.func) for sub in subexpressions(test) if isinstance(sub, cst.Call)}
+        inner = {id(sub.value) for sub in subexpressions(test)
+                 if isinstance(sub, cst.Subscript) or isinstance(sub, cst.Attribute) and id(sub) not in called}
         for node in subexpressions(test):
             if isinstance(node, cst.Name) and id(node) not in inner:
                 values = scope.assignments.get(node.value, [])
@@ -400,6 +459,8 @@ def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
     if not isinstance(target.operator, cst.Is) or not isinstance(test.left, cst.Name) \
             or not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
         return False
+    if not isinstance(loop.node, cst.For):
+        return False
     drawn = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
     for value in loop.scope.assignments.get(test.left.value, []):
         if isinstance(value, cst.Call) and any(
@@ -445,6 +506,47 @@ def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
     for child in children(function):
         walk(child, None, None, None)
     return iter(found)
+
+
+def _broad_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Try, cst.Break | cst.Continue,
+                                                          cst.CSTNode]]:
+    """(handler, its `try`, exit, loop) for each `break` or `continue` of a loop made directly in
+    a handler that catches every error (`except Exception:`, a bare `except:`) and is not about
+    memory (those are `_error_exits`'): the `try` sits in that loop of `function`."""
+    found: list[tuple[cst.ExceptHandler, cst.Try, cst.Break | cst.Continue, cst.CSTNode]] = []
+
+    def exits(node: cst.CSTNode) -> Iterator[cst.Break | cst.Continue]:
+        for child in children(node):
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda, cst.For, cst.While)):
+                continue
+            if isinstance(child, (cst.Break, cst.Continue)):
+                yield child
+            elif type(child) not in NO_STATEMENTS_BELOW:
+                yield from exits(child)
+
+    def walk(node: cst.CSTNode, loop: cst.CSTNode | None) -> None:
+        for child in children(node):
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(child, cst.Try) and loop is not None:
+                for handler in child.handlers:
+                    if _catches_everything(handler) and not _catches_rank_error(handler):
+                        found.extend((handler, child, e, loop) for e in exits(handler.body))
+            inner = child if isinstance(child, (cst.For, cst.While)) else loop
+            if type(child) not in NO_STATEMENTS_BELOW:
+                walk(child, inner)
+
+    for child in children(function):
+        walk(child, None)
+    return iter(found)
+
+
+def _catches_everything(handler: cst.ExceptHandler) -> bool:
+    kind = handler.type
+    if kind is None:
+        return True
+    names = [dotted(e.value) for e in kind.elements] if isinstance(kind, cst.Tuple) else [dotted(kind)]
+    return any(n in _BROAD_ERRORS for n in names if n is not None)
 
 
 def _catches_rank_error(handler: cst.ExceptHandler) -> bool:
