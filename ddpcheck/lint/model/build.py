@@ -14,7 +14,7 @@ import libcst as cst
 
 from ddpcheck.lint import traverse
 from ddpcheck.lint.model.module import (
-    Augmented, CallSite, ClassInfo, Element, EnvAccess, ExitSite, ForSite, Guard, Item, ModuleModel, Param, Point,
+    Augmented, CallSite, ClassInfo, Element, EnvAccess, ExitSite, ForSite, Guard, WhileSite, Item, ModuleModel, Param, Point,
     Scope, Shared, UNASKED,
 )
 from ddpcheck.lint.model.syntax import dotted
@@ -274,7 +274,7 @@ class Walker(cst.CSTVisitor):
                                         tuple(self.withs)))
 
     def _while(self, node: cst.While) -> None:
-        self.module.whiles.append(ForSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1,
+        self.module.whiles.append(WhileSite(node, self.scope, tuple(self.loops), tuple(self.guards), self.tick + 1,
                                           tuple(self.withs)))
 
     def _for_body(self, node: cst.For) -> None:

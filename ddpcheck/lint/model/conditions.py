@@ -61,11 +61,11 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
         if name in ("get_rank", "get_local_rank", "get_global_rank", "local_rank"):
             return True
         if name in ("get", "getenv") and expr.args:
-            key = expr.args[0].value
-            if _is_rank_env_key(key):
+            first = expr.args[0].value
+            if _is_rank_env_key(first):
                 return True
             # `config.get("rank", 0)`: the rank kept in an options dict, as `config["rank"]` is.
-            text = key.evaluated_value if name == "get" and isinstance(key, cst.SimpleString) else None
+            text = first.evaluated_value if name == "get" and isinstance(first, cst.SimpleString) else None
             return isinstance(text, str) and bool(_RANK_NAME.search(text))
         # A project helper that returns the rank (`def rank(): ... return dist.get_rank()`).
         bound = getattr(resolve, "bound_to_rank", None)
@@ -465,3 +465,10 @@ def is_wrapped_test(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
 
 def _is_type_call(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Call) and dotted(expr.func) == "type" and len(expr.args) == 1
+
+
+def exclusive_arms(a: tuple[Guard, ...], b: tuple[Guard, ...]) -> bool:
+    """Whether code under guards `a` and code under guards `b` sit in different arms of the same
+    `if` (at most one of the two runs)."""
+    arms = {id(g.node): g.negated for g in a}
+    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b)

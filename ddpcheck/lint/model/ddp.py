@@ -263,8 +263,8 @@ def pads(model: Model, site: CallSite) -> bool:
     if _chosen_distributed_sampler(model, site):
         # `sampler(val_set)` with the class handed in (`DistributedSampler` on the DDP path,
         # `RandomSampler` otherwise): torch's own, padding unless told not to.
-        drop = site.arg("drop_last", 5)
-        return not site.has_star_kwargs and (drop is None or is_false(drop))
+        dropping = site.arg("drop_last", 5)
+        return not site.has_star_kwargs and (dropping is None or is_false(dropping))
     return model.shards_like_distributed_sampler(site) and not site.has_keyword("drop_last") \
         and not site.has_star_kwargs
 

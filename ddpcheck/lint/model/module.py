@@ -357,6 +357,22 @@ class ForSite:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
+class WhileSite:
+    """One `while` statement, with the loops and guards around it (as for CallSite)."""
+
+    node: cst.While
+    scope: Scope
+    loops: tuple[cst.CSTNode, ...]
+    guards: tuple[Guard, ...]
+    tick: int = 0
+    withs: tuple[cst.With, ...] = ()
+
+    @property
+    def point(self) -> Point:
+        return Point(self.tick, self.loops, self.guards)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class ExitSite:
     """A `break`, `continue` or `return` statement, with the loops and guards around it (as for
     CallSite): which loop it leaves, and under which tests."""
@@ -406,7 +422,7 @@ class ModuleModel:
         self.returns: dict[str, list[cst.BaseExpression]] = {}  # function → returned values
         self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
         self.fors: list[ForSite] = []
-        self.whiles: list[ForSite] = []  # `while` statements, as ForSites (`node` is the While)
+        self.whiles: list[WhileSite] = []  # `while` statements
         self.exits: list[ExitSite] = []  # every break, continue and return, in source order
         # function → `self.x` attributes its body reads (not assignment targets), by name
         self.self_reads: dict[str, dict[str, list[cst.Attribute]]] = {}
@@ -488,3 +504,6 @@ def _stable_test_names(test: cst.BaseExpression) -> set[str] | None:
 
     return names if walk(test) else None
 
+
+
+LoopSite = ForSite | WhileSite  # a `for` or a `while`, where a rule reads both alike

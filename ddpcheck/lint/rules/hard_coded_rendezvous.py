@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -409,7 +410,7 @@ class HardCodedRendezvous(Rule):
             why = "the job's processes are counted and numbered across every node"
             self.report(call.node, self.LOCAL_MESSAGE.format(what=what, why=why))
 
-    def _all(self, call: CallSite, expr: cst.BaseExpression, test) -> bool:
+    def _all(self, call: CallSite, expr: cst.BaseExpression, test: Callable[[Value], bool]) -> bool:
         values = self.model.values.at_call(call, expr)
         return bool(values) and all(isinstance(v.node, cst.BaseExpression) and test(v) for v in values)
 

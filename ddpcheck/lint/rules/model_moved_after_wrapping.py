@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, is_ddp, strip_moves, wraps
-from ddpcheck.lint.model.conditions import on_single_process_only
+from ddpcheck.lint.model.conditions import exclusive_arms, on_single_process_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.model.values import Value
@@ -162,7 +162,8 @@ class ModelMovedAfterWrapping(Rule):
             # The next rebinding of a watched name ends the watch (a new model under that name).
             inside = {id(n) for n in _descendants(wrap.site.node)}
             for call in root.calls[wrap.site.index + 1:]:
-                if call.scope is not wrap.site.scope or id(call.node) in inside or _exclusive(wrap.site, call):
+                if call.scope is not wrap.site.scope or id(call.node) in inside \
+                        or exclusive_arms(wrap.site.guards, call.guards):
                     continue
                 receiver = call.receiver
                 # `model.to(device).half()`: each move of a chain on the watched name counts.
@@ -223,6 +224,8 @@ class ModelMovedAfterWrapping(Rule):
             return False
         resolve = self.model.resolver_for(site.module, site.scope)
         if on_single_process_only(site.guards, resolve) is not None:
+            return False
+        if site.receiver is None:
             return False
         values = self.model.values.at_call(site, strip_moves(site.receiver))
         return any(is_ddp(self.model, v) for v in values)
@@ -403,9 +406,3 @@ def _descendants(node: cst.CSTNode) -> list[cst.CSTNode]:
         out.append(current)
         stack.extend(reversed(children(current)))
     return out
-
-
-def _exclusive(a: CallSite, b: CallSite) -> bool:
-    """Whether `a` and `b` sit in different arms of the same `if` (at most one of them runs)."""
-    arms = {id(g.node): g.negated for g in a.guards}
-    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b.guards)

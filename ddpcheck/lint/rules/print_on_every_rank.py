@@ -785,7 +785,9 @@ class PrintOnEveryRank(Rule):
                for bound in site.scope.lookup(receiver)):
             return True
         node = site.receiver
-        bindings = site.scope.lookup(node.value) if isinstance(node, cst.Name) else []
+        if not isinstance(node, cst.Name):
+            return False
+        bindings = site.scope.lookup(node.value)
         if not bindings or not all(isinstance(b, Param) for b in bindings):
             return False  # only a logger passed in as a parameter is followed to its callers
         values = self.model.values.at_call(site, node)

@@ -1,14 +1,14 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, LoopSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
@@ -210,7 +210,8 @@ class RankLocalBreak(Rule):
         if not root.exits:
             return
         said: set[tuple[int, str]] = set()  # (scope, test) of the breaks reported, for loops first
-        for loop in [*root.fors, *root.whiles]:
+        loops: list[LoopSite] = [*root.fors, *root.whiles]
+        for loop in loops:
             exits = list(_exits(root, loop))
             if not exits:
                 continue
@@ -259,8 +260,8 @@ class RankLocalBreak(Rule):
                 said.add((id(loop.scope), text))
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=text))
 
-    def _skip(self, loop: ForSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
-              order: dict[int, int], agreeing: list[CallSite] = ()) -> None:
+    def _skip(self, loop: LoopSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
+              order: dict[int, int], agreeing: Sequence[CallSite] = ()) -> None:
         """Report a `continue` that comes before the backward it skips, or before a collective
         every rank makes in the loop (an evaluation's periodic all-reduce)."""
         model = self.model
@@ -272,7 +273,7 @@ class RankLocalBreak(Rule):
         elif any(order.get(id(c.node), -1) > here for c in agreeing):
             self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text))
 
-    def _ranked_exits(self, root: ModuleModel, loop: ForSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
+    def _ranked_exits(self, root: ModuleModel, loop: LoopSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
         """The `break`s (and `return`s) of `loop` made inside it under a rank test (`if rank ==
         0: ... if early_stopping.early_stop: break`): only the ranks the test picks leave, whatever
         the loop's collectives carry."""
@@ -347,12 +348,12 @@ class RankLocalBreak(Rule):
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
                 self.report(exit_node, self.ERROR_MESSAGE.format(
                     exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"))
-            for handler, trying, exit_node, loop in _broad_exits(scope.node):
+            for handler, trying, left, loop in _broad_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 in_loop = [c for c in backwards if loop in c.loops]
                 if not self._pairs_across_ranks([c for c in root.calls_in(qualname) if loop in c.loops]):
                     continue  # (a probe of a plain model, `except Exception: break` at its memory limit)
-                if isinstance(exit_node, cst.Break):
+                if isinstance(left, cst.Break):
                     what = "leave the training loop alone"
                     hit = bool(in_loop)
                 else:
@@ -364,9 +365,9 @@ class RankLocalBreak(Rule):
                     start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
                     hit = any(start < order.get(id(c.node), -1) < end for c in in_loop)
                 if hit:
-                    keyword = "break" if isinstance(exit_node, cst.Break) else "continue"
+                    keyword = "break" if isinstance(left, cst.Break) else "continue"
                     caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
-                    self.report(exit_node, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what))
+                    self.report(left, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what))
 
     def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
         """The loop makes something the ranks must do together: a collective, or a forward of a
@@ -449,7 +450,7 @@ class RankLocalBreak(Rule):
         return False
 
 
-def _none_from_batch(loop: ForSite, test: cst.BaseExpression) -> bool:
+def _none_from_batch(loop: LoopSite, test: cst.BaseExpression) -> bool:
     """`if loss is None:` where `loss` was computed from the batch this loop drew
     (`loss = compute_loss(batch, model)`): a helper that returns None for a batch with nothing
     usable in it answers on the rank's own data, so one rank can skip while the others do not."""
@@ -590,7 +591,7 @@ def _order(node: cst.CSTNode) -> dict[int, int]:
     return found
 
 
-def _exits(root: ModuleModel, loop: ForSite) -> Iterator[tuple[cst.Break | cst.Continue | cst.Return, cst.BaseExpression]]:
+def _exits(root: ModuleModel, loop: LoopSite) -> Iterator[tuple[cst.Break | cst.Continue | cst.Return, cst.BaseExpression]]:
     """(`break` or `return`, the test of the innermost `if` around it inside the loop) for the
     exits of the loop: a break inside a nested loop belongs to that loop and is skipped, one in
     an `else:` branch (or after an early exit) has no test of its own and is skipped too."""

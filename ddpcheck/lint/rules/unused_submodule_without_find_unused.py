@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model.ddp import strip_moves, wraps
 from ddpcheck.lint.model.syntax import dotted, is_false, is_true, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
@@ -175,7 +176,8 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                 continue
             watched = {n for n in (*wrap.outer[:1], wrap.inner_name) if n}
             for loop in root.fors:
-                if loop.scope is not site.scope or loop.tick <= site.point.tick or _exclusive(site.guards, loop.guards):
+                if loop.scope is not site.scope or loop.tick <= site.point.tick \
+                        or exclusive_arms(site.guards, loop.guards):
                     continue
                 iterable = loop.node.iter
                 if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
@@ -234,9 +236,3 @@ def _rebound(site: CallSite, name: str, before: int) -> bool:
             continue
         return True
     return False
-
-
-def _exclusive(a: tuple, b: tuple) -> bool:
-    """Different arms of the same `if` (at most one of the two runs)."""
-    arms = {id(g.node): g.negated for g in a}
-    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b)

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_parameters, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
@@ -246,7 +247,7 @@ class UnwrappedModelTrained(Rule):
             # A method taken off the inner module and kept under another name
             # (`model.log_prob = model.module.log_prob` after the wrap, then `model.log_prob(x)`):
             # the call runs that method, as `model.module.log_prob(x)` would.
-            receivers = [r for v in values
+            receivers = [r for v in values if isinstance(v.node, cst.Attribute)
                          for r in self.model.values.of(v.module, v.node.value, v.scope, v.frame, at=v.at)]
             if any(is_ddp(self.model, r) and before(r, site) for r in receivers):
                 return None
@@ -299,7 +300,7 @@ class UnwrappedModelTrained(Rule):
                 continue
             if self._before_wrap(site, wrap, 2):
                 continue  # used before it was wrapped
-            if wrap.site.module is site.module and _exclusive(wrap.site, site):
+            if wrap.site.module is site.module and exclusive_arms(wrap.site.guards, site.guards):
                 continue  # `if distributed: ddp = DDP(model) ... else: model(x)`
             return wrap
         return None
@@ -351,10 +352,6 @@ def _beside_backward(site: CallSite, backwards: list[CallSite]) -> bool:
             return True
     return False
 
-def _exclusive(a: CallSite, b: CallSite) -> bool:
-    """Whether `a` and `b` sit in different arms of the same `if` (at most one of them runs)."""
-    arms = {id(g.node): g.negated for g in a.guards}
-    return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b.guards)
 
 
 def _on_self(func: cst.Attribute) -> bool:
