@@ -79,7 +79,12 @@ class PrintOnEveryRank(Rule):
     `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
-    gives about its own data.
+    gives about its own data; output in an `except` handler for an error (a rank reporting its
+    own failure; `except StopIteration:` at the end of a pass is still reported); output under a
+    project check that returns a rank-0 test when an option asks for it (`if self.only_main:
+    return is_main_process()`); `print` in a script that a launcher of the project starts with
+    stdout sent to the null device on all processes but one (`stdout=None if i == 0 else
+    open(os.devnull, "w")`), when torchrun cannot start it.
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
