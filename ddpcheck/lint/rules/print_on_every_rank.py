@@ -11,6 +11,7 @@ from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_m
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame
 from ddpcheck.lint.model.syntax import dotted, last_name, subexpressions
@@ -78,7 +79,12 @@ class PrintOnEveryRank(Rule):
     `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
-    gives about its own data.
+    gives about its own data; output in an `except` handler for an error (a rank reporting its
+    own failure; `except StopIteration:` at the end of a pass is still reported); output under a
+    project check that returns a rank-0 test when an option asks for it (`if self.only_main:
+    return is_main_process()`); `print` in a script that a launcher of the project starts with
+    stdout sent to the null device on all processes but one (`stdout=None if i == 0 else
+    open(os.devnull, "w")`), when torchrun cannot start it.
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
@@ -429,6 +435,8 @@ class PrintOnEveryRank(Rule):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
+            if kind != "tqdm" and id(site.node) in _error_report_calls(site.module):
+                continue  # `except Exception as e: print(e)`: a rank reporting its own failure
             if kind == "print" and print_silenced:
                 continue
             if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
@@ -552,7 +560,25 @@ class PrintOnEveryRank(Rule):
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
         or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
         paths = self.model.paths
-        return paths.restricted(site) in ("never", "main", "node", "other") or paths.callee_only_on_main(site)
+        return paths.restricted(site) in ("never", "main", "node", "other") or paths.callee_only_on_main(site) \
+            or self._checked_by_rank_helper(site)
+
+    def _checked_by_rank_helper(self, site: CallSite) -> bool:
+        """Under `if self._can_log():` (or `if not self._can_log(): return` before it), where the
+        project function returns a rank-0 test on some path (`return is_main_process()` when an
+        option asks for main-process output, `return True` otherwise): the option is read at run
+        time, so whether every rank prints is not known, and unknown is not a finding."""
+        facts = self.model.facts
+        for guard in site.guards:
+            test, holds = guard.test, not guard.negated
+            while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                test, holds = test.expression, not holds
+            if not holds or not isinstance(test, cst.Call):
+                continue
+            for call in site.module.calls:
+                if call.node is test and "is_rank_check" in facts.of_call(call):
+                    return True
+        return False
 
     def _runs_on_every_rank(self, site: CallSite) -> bool:
         """Every rank runs `site`: its function is an entry or called on every rank. A function
@@ -625,7 +651,10 @@ class PrintOnEveryRank(Rule):
             elif self._hides_stdout_by_rank(call):
                 conditions.append(call.guards)
         if not conditions:
-            return False
+            # A launcher of the project that starts each rank with its stdout sent to the null
+            # device on all but one: the script's prints reach the console once. A script
+            # torchrun can also start is not covered: that start leaves stdout alone.
+            return not model.torchrun_path and self._launcher_hides_stdout()
         for function in model.paths.reached():
             if _print_bindings(function.module, function.scope):
                 overrides.append((function.module, function.scope))
@@ -634,6 +663,32 @@ class PrintOnEveryRank(Rule):
         if not model.torchrun_path:
             return True
         return not all(any(_needs_launch_flag(g) for g in guards) for guards in conditions)
+
+    def _launcher_hides_stdout(self) -> bool:
+        """Another file of the project starts processes (`subprocess.Popen([...], stdout=out)`)
+        with `out = None if i == 0 else open(os.devnull, "w")` — stdout silenced on all but
+        the first process it starts — and it starts this script: it names the script's file, or
+        sits beside it and builds the command from its own folder (`Path(__file__).parent`) with
+        the script's name taken from its command line."""
+        script = resolved_path(self.model.root.path)
+        if script is None:
+            return False
+        project = self.model.project
+        for path in project_files(self.model.root.path):
+            if path == script:
+                continue
+            text = project.text(path)
+            if text is None or "devnull" not in text.lower() or "stdout" not in text:
+                continue
+            if script.name not in text and not (path.parent == script.parent and "__file__" in text):
+                continue
+            try:
+                tree = cst.parse_module(text)
+            except (cst.ParserSyntaxError, RecursionError):
+                continue
+            if _starts_with_stdout_by_index(tree):
+                return True
+        return False
 
     def _hides_stdout_by_rank(self, call: CallSite) -> bool:
         """`with HiddenPrints(local_rank):` around the run, where the project class's `__enter__`
@@ -848,6 +903,74 @@ def _names_rank(site: CallSite, node: cst.CSTNode) -> bool:
                 if isinstance(value, cst.CSTNode) and value is not node and _RANK.search(module.code(value)):
                     return True
     return False
+
+
+_STARTERS = frozenset({"Popen", "run", "call", "check_call", "check_output"})
+
+
+def _starts_with_stdout_by_index(tree: cst.Module) -> bool:
+    """A process started with `stdout=` the null device for all but one value of an index
+    (`None if i == 0 else open(os.devnull, "w")`, also through a name assigned that way)."""
+    chosen: dict[str, list[cst.BaseExpression]] = {}
+    calls: list[cst.Call] = []
+    for node in subexpressions(tree):
+        if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+            chosen.setdefault(node.targets[0].target.value, []).append(node.value)
+        elif isinstance(node, cst.Call) and last_name(node.func) in _STARTERS:
+            calls.append(node)
+    for call in calls:
+        for arg in call.args:
+            if arg.keyword is None or arg.keyword.value != "stdout":
+                continue
+            values = chosen.get(arg.value.value, []) if isinstance(arg.value, cst.Name) else [arg.value]
+            if values and all(_null_but_one(v) for v in values):
+                return True
+    return False
+
+
+def _null_but_one(value: cst.BaseExpression) -> bool:
+    """`None if i == 0 else open(os.devnull, "w")` (either way round): the console for one
+    index, the null device for the others."""
+    if not isinstance(value, cst.IfExp):
+        return False
+    test = value.test
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+            and isinstance(test.comparisons[0].operator, (cst.Equal, cst.NotEqual))):
+        return False
+    sides = (test.left, test.comparisons[0].comparator)
+    if not any(isinstance(side, cst.Integer) and side.value == "0" for side in sides):
+        return False
+    equal = isinstance(test.comparisons[0].operator, cst.Equal)
+    console, null = (value.body, value.orelse) if equal else (value.orelse, value.body)
+    return isinstance(console, cst.Name) and console.value == "None" and any(
+        "devnull" in (dotted(sub) or "").lower() for sub in subexpressions(null))
+
+
+# Exceptions a loop raises to say it is done, not that something failed.
+_CONTROL_FLOW = frozenset({"StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "GeneratorExit"})
+
+
+def _error_report_calls(module: ModuleModel) -> set[int]:
+    """The calls written in an `except` handler for an error (not `except StopIteration:`,
+    the usual way to restart an iterator at the end of an epoch): what a handler prints is the
+    failure of the rank that hit it, printed by that rank alone."""
+    found: set[int] | None = module.memo.get("error_report_calls")
+    if found is not None:
+        return found
+    found = set()
+    stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            inside = False  # a function defined in a handler runs when it is called
+        elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
+            caught = {last_name(sub) for sub in subexpressions(node.type)} if node.type is not None else set()
+            inside = not caught & _CONTROL_FLOW
+        elif inside and isinstance(node, cst.Call):
+            found.add(id(node))
+        stack.extend((child, inside) for child in node.children)
+    module.memo["error_report_calls"] = found
+    return found
 
 
 def _path(site: CallSite) -> Path | None:
