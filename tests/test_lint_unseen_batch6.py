@@ -1,0 +1,51 @@
+"""False findings met on a sixth batch of public scripts, through `ddpcheck lint`: each test writes
+a small project in the style of such code, with the variant that is still reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def _lines(findings: list[dict], code: str) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == code)
+
+
+SAME_FLAG_TWICE = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    num_gpus = torch.cuda.device_count()
+
+
+    def setup_loader(dataset, batch_size):
+        sampler = DistributedSampler(dataset, shuffle=True) if num_gpus > 1 else None
+        loader = DataLoader(dataset,
+                            batch_size=batch_size,
+                            shuffle=False if num_gpus > 1 else True,
+                            sampler=sampler,
+                            drop_last=False)
+        return loader
+
+
+    if __name__ == "__main__":
+        if num_gpus > 1:
+            dist.init_process_group("nccl")
+        loader = setup_loader(list(range(100)), 8)
+"""
+
+
+def test_one_flag_test_written_twice_picks_sampler_and_shuffle_together(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SAME_FLAG_TWICE}, "train.py", select="DDP006")
+    assert _lines(findings, "DDP006") == []
+    # A different test for shuffle does not go with the sampler's.
+    other = SAME_FLAG_TWICE.replace("shuffle=False if num_gpus > 1 else True",
+                                    "shuffle=False if num_gpus > 2 else True")
+    findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP006")
+    assert _lines(findings, "DDP006") == [12]
+    # A test that calls something may answer differently each time.
+    called = SAME_FLAG_TWICE.replace("if num_gpus > 1 else", "if torch.cuda.device_count() > 1 else")
+    findings = lint_project(tmp_path, {"train.py": called}, "train.py", select="DDP006")
+    assert _lines(findings, "DDP006") == [12]
