@@ -49,3 +49,33 @@ def test_one_flag_test_written_twice_picks_sampler_and_shuffle_together(tmp_path
     called = SAME_FLAG_TWICE.replace("if num_gpus > 1 else", "if torch.cuda.device_count() > 1 else")
     findings = lint_project(tmp_path, {"train.py": called}, "train.py", select="DDP006")
     assert _lines(findings, "DDP006") == [12]
+
+
+SPAWNING_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def worker(gpu, world_size):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", rank=gpu,
+                                world_size=world_size)
+        torch.cuda.set_device(gpu)
+        dist.destroy_process_group()
+
+
+    def main():
+        world_size = torch.cuda.device_count()
+        mp.spawn(worker, nprocs=world_size, args=(world_size,))
+"""
+
+
+def test_spawn_reached_from_a_package_main_module_is_not_relaunched(tmp_path: Path) -> None:
+    files = {"speech/__init__.py": "", "speech/train.py": SPAWNING_TRAIN,
+             "speech/__main__.py": "from .train import main\nmain()\n"}
+    findings = lint_project(tmp_path, files, "speech/__main__.py", select="DDP017")
+    assert _lines(findings, "DDP017") == []
+    # The same module-level call in a script that children re-import is reported.
+    files["run.py"] = "from speech.train import main\nmain()\n"
+    findings = lint_project(tmp_path, files, "run.py", select="DDP017")
+    assert _lines(findings, "DDP017") == [2]
