@@ -79,3 +79,54 @@ def test_spawn_reached_from_a_package_main_module_is_not_relaunched(tmp_path: Pa
     files["run.py"] = "from speech.train import main\nmain()\n"
     findings = lint_project(tmp_path, files, "run.py", select="DDP017")
     assert _lines(findings, "DDP017") == [2]
+
+
+RESEEDED_PER_RANK = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def train(model, opt, args):
+        # different sampling on each rank
+        torch.manual_seed(args.seed + args.global_rank)
+        data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
+        loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=0)
+        args = parser.parse_args()
+        torch.manual_seed(args.seed)
+        dist.init_process_group("gloo")
+        args.global_rank = dist.get_rank()
+        net = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.1), nn.Linear(64, 1))
+        model = DistributedDataParallel(net)
+        train(model, torch.optim.SGD(model.parameters(), lr=0.1), args)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_seed_taken_again_with_the_rank_before_training_is_not_the_same_seed(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RESEEDED_PER_RANK}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == []
+    # Reseeded with the same seed again: every rank still drops the same units.
+    same = RESEEDED_PER_RANK.replace("torch.manual_seed(args.seed + args.global_rank)",
+                                     "torch.manual_seed(args.seed)")
+    findings = lint_project(tmp_path, {"train.py": same}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [13, 27]
+    # A per-rank reseed only on some paths leaves the others with the same seed.
+    optional = RESEEDED_PER_RANK.replace("        train(model,", "        if args.seed:\n            train(model,")
+    findings = lint_project(tmp_path, {"train.py": optional}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [27]
