@@ -929,10 +929,10 @@ class Values:
     def compatible(*values: Value) -> bool:
         """Whether leaves can be chosen together in one run: not when two of them are chosen in
         opposite arms of one `if` (or `a if c else b`)."""
-        taken: dict[int, bool] = {}
+        taken: dict[object, bool] = {}
         for value in values:
             for guard in value.conditions:
-                side = taken.setdefault(id(guard.node), guard.negated)
+                side = taken.setdefault(_guard_key(value, guard), guard.negated)
                 if side != guard.negated:
                     return False
         return True
@@ -1221,3 +1221,18 @@ def _config_bound(module: ModuleModel, function: str) -> bool:
         if name is not None and name.rsplit(".", 1)[-1] in _CONFIG_BINDERS:
             return True
     return False
+
+
+_IMPURE = (cst.Call, cst.Await, cst.Yield, cst.NamedExpr, cst.Lambda, cst.ListComp, cst.SetComp,
+           cst.DictComp, cst.GeneratorExp)
+
+
+def _guard_key(value: Value, guard: Guard) -> object:
+    """What identifies the test of `guard` when leaves are matched against each other: the
+    `if` itself, or — for a test that only reads names and constants — its text in the leaf's
+    scope, since people repeat one flag test to choose two values that go together
+    (`sampler = S(ds) if n > 1 else None` then `shuffle=False if n > 1 else True`)."""
+    test = guard.test
+    if any(isinstance(n, _IMPURE) for n in subexpressions(test)):
+        return id(guard.node)
+    return (id(value.module), id(value.scope), " ".join(value.module.code(test).split()))

@@ -57,7 +57,8 @@ class SameSeedOnEveryRank(Rule):
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
     same function or `__main__` block (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
-    worker and is reported).
+    worker and is reported); a seed that, on every path, is set again later with the rank in it
+    (`torch.manual_seed(args.seed + rank)` at the top of the training function called next).
 
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
@@ -344,6 +345,8 @@ class SameSeedOnEveryRank(Rule):
         for site in model.root.calls:
             if model.paths.rank_guard(site) is not None or self._launcher_only(site):
                 continue
+            if self._reseeded_per_rank_later(site):
+                continue
             if model.api(site) in _SEEDERS:
                 seed = site.arg("seed", 0)
                 helper = model.paths.function_of(site)
@@ -374,6 +377,41 @@ class SameSeedOnEveryRank(Rule):
                     self.report(site.node, self.MESSAGE.format(seed=shown))
                     helpers_reported.add((id(function.module), function.qualname))
                     break
+
+    def _reseeded_per_rank_later(self, site: CallSite) -> bool:
+        """Whether torch is seeded again after `site`, on every path through it, with a seed that
+        mentions the rank (`torch.manual_seed(args.seed + rank)` at the start of the training
+        function it goes on to call): the same seed only sets up what runs before, and
+        training draws from the per-rank one."""
+        held = {(id(g.node), g.negated) for g in site.guards}
+        return any(other.index > site.index and not other.loops
+                   and {(id(g.node), g.negated) for g in other.guards} <= held
+                   and self._reseeds_per_rank(other, 2)
+                   for other in site.module.calls_in(site.scope.qualname))
+
+    def _reseeds_per_rank(self, call: CallSite, depth: int) -> bool:
+        """Whether `call` seeds torch with a seed that mentions the rank: directly, through a
+        seeding helper given such a seed, or unconditionally in a project function it calls."""
+        model = self.model
+        if model.paths.rank_guard(call) is not None:
+            return False
+        if model.api(call) in _SEEDERS:
+            seed = call.arg("seed", 0)
+            return seed is not None and _mentions_rank(seed, model.resolver_for(call.module, call.scope))
+        if depth == 0:
+            return False
+        for function, bound in model.graph.targets(call):
+            seeded = _seeded_parameter(model, function)
+            if seeded is not None:
+                passed = model.graph.argument_for(call, function, seeded[0], bound)
+                if seeded[1] is None and isinstance(passed, cst.BaseExpression) and _mentions_rank(
+                        passed, model.resolver_for(call.module, call.scope)):
+                    return True
+                continue
+            if any(not inner.guards and self._reseeds_per_rank(inner, depth - 1)
+                   for inner in function.module.calls_in(function.qualname)):
+                return True
+        return False
 
     def _launcher_only(self, site: CallSite) -> bool:
         """The call seeds only the process that starts the workers: every path through it goes

@@ -31,7 +31,9 @@ class ShuffleWithSampler(Rule):
     builders and both arms of `x if cond else None`). A path is one call of the function that
     builds the loader (`build(ds, sampler=s, shuffle=False)` and `build(ds)` are two loaders,
     neither wrong), and values set in opposite arms of one `if` (`sampler = DistributedSampler(ds);
-    shuffle = False` / `else: sampler = None; shuffle = True`) never meet. `shuffle=(sampler is
+    shuffle = False` / `else: sampler = None; shuffle = True`), or of one name-only test written
+    twice (`... if n_gpus > 1 else None` and `shuffle=False if n_gpus > 1 else True`), never
+    meet. `shuffle=(sampler is
     None)` and other computed values (`shuffle=is_train and sampler is None`) are not reported.
 
     ## How to fix

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -22,6 +24,8 @@ class SpawnWithoutMainGuard(Rule):
 
     Also reported: a module-level call of a function that spawns (`main()` whose body calls
     `mp.spawn`), whether it is defined in the file or in a module of the project it imports.
+    Not reported in a package's `__main__.py` (run as `python -m pkg`): multiprocessing does not
+    re-run a main module named `__main__` in its children.
 
     ## How to fix
     Put the launch under the guard: `if __name__ == "__main__": mp.spawn(main, nprocs=n)`. The
@@ -91,6 +95,11 @@ class SpawnWithoutMainGuard(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
+        if os.path.basename(root.path) == "__main__.py":
+            # Run as `python -m pkg` (or `python dir/`): spawned children skip a main module
+            # named `__main__` (multiprocessing does not re-run `pkg.__main__`), so nothing
+            # launches twice.
+            return
         for site in root.calls:
             if site.scope is not root.module_scope:
                 continue

@@ -1,0 +1,132 @@
+"""False findings met on a sixth batch of public scripts, through `ddpcheck lint`: each test writes
+a small project in the style of such code, with the variant that is still reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def _lines(findings: list[dict], code: str) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == code)
+
+
+SAME_FLAG_TWICE = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    num_gpus = torch.cuda.device_count()
+
+
+    def setup_loader(dataset, batch_size):
+        sampler = DistributedSampler(dataset, shuffle=True) if num_gpus > 1 else None
+        loader = DataLoader(dataset,
+                            batch_size=batch_size,
+                            shuffle=False if num_gpus > 1 else True,
+                            sampler=sampler,
+                            drop_last=False)
+        return loader
+
+
+    if __name__ == "__main__":
+        if num_gpus > 1:
+            dist.init_process_group("nccl")
+        loader = setup_loader(list(range(100)), 8)
+"""
+
+
+def test_one_flag_test_written_twice_picks_sampler_and_shuffle_together(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SAME_FLAG_TWICE}, "train.py", select="DDP006")
+    assert _lines(findings, "DDP006") == []
+    # A different test for shuffle does not go with the sampler's.
+    other = SAME_FLAG_TWICE.replace("shuffle=False if num_gpus > 1 else True",
+                                    "shuffle=False if num_gpus > 2 else True")
+    findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP006")
+    assert _lines(findings, "DDP006") == [12]
+    # A test that calls something may answer differently each time.
+    called = SAME_FLAG_TWICE.replace("if num_gpus > 1 else", "if torch.cuda.device_count() > 1 else")
+    findings = lint_project(tmp_path, {"train.py": called}, "train.py", select="DDP006")
+    assert _lines(findings, "DDP006") == [12]
+
+
+SPAWNING_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def worker(gpu, world_size):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", rank=gpu,
+                                world_size=world_size)
+        torch.cuda.set_device(gpu)
+        dist.destroy_process_group()
+
+
+    def main():
+        world_size = torch.cuda.device_count()
+        mp.spawn(worker, nprocs=world_size, args=(world_size,))
+"""
+
+
+def test_spawn_reached_from_a_package_main_module_is_not_relaunched(tmp_path: Path) -> None:
+    files = {"speech/__init__.py": "", "speech/train.py": SPAWNING_TRAIN,
+             "speech/__main__.py": "from .train import main\nmain()\n"}
+    findings = lint_project(tmp_path, files, "speech/__main__.py", select="DDP017")
+    assert _lines(findings, "DDP017") == []
+    # The same module-level call in a script that children re-import is reported.
+    files["run.py"] = "from speech.train import main\nmain()\n"
+    findings = lint_project(tmp_path, files, "run.py", select="DDP017")
+    assert _lines(findings, "DDP017") == [2]
+
+
+RESEEDED_PER_RANK = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def train(model, opt, args):
+        # different sampling on each rank
+        torch.manual_seed(args.seed + args.global_rank)
+        data = TensorDataset(torch.randn(256, 16), torch.randn(256, 1))
+        loader = DataLoader(data, batch_size=32, sampler=DistributedSampler(data))
+        for x, y in loader:
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=0)
+        args = parser.parse_args()
+        torch.manual_seed(args.seed)
+        dist.init_process_group("gloo")
+        args.global_rank = dist.get_rank()
+        net = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.1), nn.Linear(64, 1))
+        model = DistributedDataParallel(net)
+        train(model, torch.optim.SGD(model.parameters(), lr=0.1), args)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_seed_taken_again_with_the_rank_before_training_is_not_the_same_seed(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RESEEDED_PER_RANK}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == []
+    # Reseeded with the same seed again: every rank still drops the same units.
+    same = RESEEDED_PER_RANK.replace("torch.manual_seed(args.seed + args.global_rank)",
+                                     "torch.manual_seed(args.seed)")
+    findings = lint_project(tmp_path, {"train.py": same}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [13, 27]
+    # A per-rank reseed only on some paths leaves the others with the same seed.
+    optional = RESEEDED_PER_RANK.replace("        train(model,", "        if args.seed:\n            train(model,")
+    findings = lint_project(tmp_path, {"train.py": optional}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [27]
