@@ -341,10 +341,10 @@ class CallSite:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class ForSite:
-    """One `for` statement, with the loops and guards around it (as for CallSite)."""
+class _LoopStatement:
+    """A loop statement, with the loops and guards around it (as for CallSite)."""
 
-    node: cst.For
+    node: cst.CSTNode
     scope: Scope
     loops: tuple[cst.CSTNode, ...]
     guards: tuple[Guard, ...]
@@ -357,19 +357,17 @@ class ForSite:
 
 
 @dataclass(frozen=True, eq=False, repr=False)
-class WhileSite:
-    """One `while` statement, with the loops and guards around it (as for CallSite)."""
+class ForSite(_LoopStatement):
+    """One `for` statement."""
+
+    node: cst.For
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class WhileSite(_LoopStatement):
+    """One `while` statement."""
 
     node: cst.While
-    scope: Scope
-    loops: tuple[cst.CSTNode, ...]
-    guards: tuple[Guard, ...]
-    tick: int = 0
-    withs: tuple[cst.With, ...] = ()
-
-    @property
-    def point(self) -> Point:
-        return Point(self.tick, self.loops, self.guards)
 
 
 @dataclass(frozen=True, eq=False, repr=False)
