@@ -130,3 +130,74 @@ def test_a_seed_taken_again_with_the_rank_before_training_is_not_the_same_seed(t
     optional = RESEEDED_PER_RANK.replace("        train(model,", "        if args.seed:\n            train(model,")
     findings = lint_project(tmp_path, {"train.py": optional}, "train.py", select="DDP029")
     assert _lines(findings, "DDP029") == [27]
+
+
+QA_DATA = """\
+    import json
+
+    import torch
+    from torch.utils.data import Dataset
+
+
+    def load_rows(path, global_rank=-1, world_size=-1):
+        with open(path) as f:
+            rows = json.load(f)
+        kept = []
+        for i, row in enumerate(rows):
+            if global_rank > -1 and not i % world_size == global_rank:
+                continue
+            kept.append(row)
+        return kept
+
+
+    class QADataset(Dataset):
+        def __init__(self, rows):
+            self.rows = rows
+
+        def __len__(self):
+            return len(self.rows)
+
+        def __getitem__(self, i):
+            return torch.tensor(self.rows[i]["x"])
+"""
+
+QA_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, RandomSampler
+
+    import data
+
+
+    def train(model, train_set, steps=100):
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        loader = DataLoader(train_set, sampler=RandomSampler(train_set), batch_size=8, drop_last=True)
+        for x in loader:
+            loss = model(x).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        rank, world = dist.get_rank(), dist.get_world_size()
+        rows = data.load_rows("train.json", global_rank=rank, world_size=world)
+        train_set = data.QADataset(rows)
+        model = DistributedDataParallel(nn.Linear(8, 1).cuda())
+        train(model, train_set)
+        dist.destroy_process_group()
+"""
+
+
+def test_rows_kept_by_rank_before_the_dataset_is_built_need_no_sampler(tmp_path: Path) -> None:
+    files = {"data.py": QA_DATA, "train.py": QA_TRAIN}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    # Rows read whole on every rank: each rank's RandomSampler draws from the full set.
+    files["data.py"] = QA_DATA.replace("global_rank > -1 and not i % world_size == global_rank",
+                                       "not row")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [12]
