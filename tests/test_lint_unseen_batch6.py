@@ -201,3 +201,70 @@ def test_rows_kept_by_rank_before_the_dataset_is_built_need_no_sampler(tmp_path:
                                        "not row")
     findings = lint_project(tmp_path, files, "train.py", select="DDP001")
     assert _lines(findings, "DDP001") == [12]
+
+
+ICE_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from nets import IceNet
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = dist.get_rank() % torch.cuda.device_count()
+        torch.cuda.set_device(local_rank)
+        net = DistributedDataParallel(IceNet().cuda(), device_ids=[local_rank])
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        for step in range(100):
+            loss = net(torch.randn(4, 3, device="cuda")).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        if dist.get_rank() == 0:
+            torch.save(net.state_dict(), "model/icenet.pth")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+ICE_NETS = """\
+    import torch.nn as nn
+
+
+    class IceNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 3))
+
+        def forward(self, x):
+            return self.body(x)
+"""
+
+ICE_ANALYZE = """\
+    import torch
+    import torch.nn as nn
+
+    from nets import IceNet
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    model = IceNet()
+    model = nn.DataParallel(model)
+    model.load_state_dict(torch.load("model/icenet.pth", map_location=device))
+    model.eval()
+    print(model(torch.randn(8, 3)).mean().item())
+"""
+
+
+def test_checkpoints_read_back_into_a_data_parallel_wrapper_keep_their_prefix(tmp_path: Path) -> None:
+    files = {"train_ddp.py": ICE_TRAIN, "nets.py": ICE_NETS, "analyze.py": ICE_ANALYZE}
+    findings = lint_project(tmp_path, files, "train_ddp.py", select="DDP019")
+    assert _lines(findings, "DDP019") == []
+    # Read back into the plain model: the keys do not match.
+    files["analyze.py"] = ICE_ANALYZE.replace("model = nn.DataParallel(model)\n", "")
+    findings = lint_project(tmp_path, files, "train_ddp.py", select="DDP019")
+    assert _lines(findings, "DDP019") == [21]

@@ -100,6 +100,21 @@ def project_strips(model: Model, strips: Strips) -> bool:
     return False
 
 
+def project_loads_wrapped(model: Model) -> bool:
+    """A file of the project — the run's or another script (an analysis or inference tool) —
+    loads checkpoints into a model a `DataParallel` or DDP wrapper holds (`net =
+    nn.DataParallel(net); net.load_state_dict(torch.load(path))`): that model's keys carry the
+    same `module.` prefix, so the project reads its checkpoints back with it."""
+    for module in _readers(model, lambda text: "DataParallel" in text):
+        for site in module.calls:
+            if site.method != "load_state_dict" or site.receiver is None:
+                continue
+            if any(model.constructs(v, api.DATA_PARALLEL) or model.constructs(v, api.DDP)
+                   for v in model.values.at_call(site, site.receiver)):
+                return True
+    return False
+
+
 def plain_readers(model: Model, loaders: list[Function]) -> bool:
     """Another script of the project, one with no wrapper or distributed run in it (a single-GPU
     twin of the training script, an evaluation script), calls one of the run's own checkpoint
