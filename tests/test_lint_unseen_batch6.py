@@ -268,3 +268,83 @@ def test_checkpoints_read_back_into_a_data_parallel_wrapper_keep_their_prefix(tm
     files["analyze.py"] = ICE_ANALYZE.replace("model = nn.DataParallel(model)\n", "")
     findings = lint_project(tmp_path, files, "train_ddp.py", select="DDP019")
     assert _lines(findings, "DDP019") == [21]
+
+
+SYNTH_UTILS = """\
+    import torch
+
+
+    def run_torch(model, tokens):
+        if hasattr(model, "module"):
+            return model.module.generate(tokens)
+        return model.generate(tokens)
+
+
+    def run_exported(model, tokens):
+        return model(tokens)
+
+
+    def synthesize(model, text, backend="torch"):
+        tokens = torch.tensor([[ord(c) % 64 for c in text]])
+        if backend == "torch":
+            out = run_torch(model, tokens)
+        elif backend == "exported":
+            out = run_exported(model, tokens)
+        return out
+"""
+
+SYNTH_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+    from synth import synthesize
+
+
+    class Voice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(64, 32)
+            self.norm = nn.BatchNorm1d(32)
+            self.out = nn.Linear(32, 80)
+
+        def forward(self, tokens):
+            return self.out(self.norm(self.emb(tokens).transpose(1, 2)).transpose(1, 2))
+
+        def generate(self, tokens):
+            with torch.no_grad():
+                return self.forward(tokens)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        model = DistributedDataParallel(Voice().cuda())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+        for epoch in range(10):
+            loss = model(torch.randint(0, 64, (8, 20)).cuda()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if rank == 0:
+                mel = synthesize(model, "hello world")
+                torch.save(mel, f"mel_{epoch}.pt")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_helper_branch_the_call_leaves_untaken_does_not_run_the_ddp_forward(tmp_path: Path) -> None:
+    files = {"synth.py": SYNTH_UTILS, "train.py": SYNTH_TRAIN}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == []
+    # Passed the backend that calls the wrapper itself: DDP's forward on rank 0 alone.
+    files["train.py"] = SYNTH_TRAIN.replace('synthesize(model, "hello world")',
+                                            'synthesize(model, "hello world", backend="exported")')
+    findings = lint_project(tmp_path, files, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == [36]

@@ -58,7 +58,9 @@ class CollectiveInRankBranch(Rule):
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
     context manager); guards that only ask whether the run is distributed (`if ddp:`,
-    `if world_size > 1`, `if dist.is_initialized()`), which every rank answers alike.
+    `if world_size > 1`, `if dist.is_initialized()`), which every rank answers alike; a DDP
+    forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
+    whose `if backend == "tf": model(x)` the default `backend="torch"` never takes).
 
     ## How to fix
     Call the collective on every rank, outside the branch, and keep only the rank-0 work (logging,
@@ -476,6 +478,8 @@ class CollectiveInRankBranch(Rule):
         function = frame.function
         values = self.model.values
         for call in function.module.calls_in(function.qualname):
+            if self.model.paths.never(call, frame) is not None:
+                continue  # a branch this call's arguments rule out (`if backend == "tf":`)
             if call.dotted == name:
                 if any(is_ddp(self.model, v) for v in values.at_call(call, call.node.func, frame)):
                     return True
