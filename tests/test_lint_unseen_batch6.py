@@ -348,3 +348,79 @@ def test_a_helper_branch_the_call_leaves_untaken_does_not_run_the_ddp_forward(tm
                                             'synthesize(model, "hello world", backend="exported")')
     findings = lint_project(tmp_path, files, "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == [36]
+
+
+WEATHER_LAYERS = """\
+    import torch
+    from torch import nn
+    from timm.models.layers import DropPath, trunc_normal_
+
+
+    class Block(nn.Module):
+        def __init__(self, dim, drop_path=0.1):
+            super().__init__()
+            self.norm = nn.LayerNorm(dim)
+            self.fc = nn.Linear(dim, dim)
+            self.drop_path = DropPath(drop_path)
+            trunc_normal_(self.fc.weight, std=0.02)
+
+        def forward(self, x):
+            return x + self.drop_path(self.fc(self.norm(x)))
+
+
+    class WeatherNet(nn.Module):
+        def __init__(self, dim=32, depth=4):
+            super().__init__()
+            self.blocks = nn.Sequential(*[Block(dim) for _ in range(depth)])
+
+        def forward(self, x):
+            return self.blocks(x)
+"""
+
+WEATHER_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from layers import WeatherNet
+
+
+    def validate(model, batches):
+        model.eval()
+        with torch.no_grad():
+            return sum(model(x).pow(2).mean().item() for x in batches)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        model = DistributedDataParallel(WeatherNet().cuda())
+        opt = torch.optim.Adam(model.parameters(), lr=5e-4)
+        batches = [torch.randn(2, 32).cuda() for _ in range(4)]
+        for epoch in range(5):
+            model.train()
+            for x in batches:
+                loss = model(x).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            if rank == 0:
+                print(epoch, validate(model, batches))
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_timm_drop_path_and_init_helpers_give_a_network_no_buffers(tmp_path: Path) -> None:
+    files = {"layers.py": WEATHER_LAYERS, "train.py": WEATHER_TRAIN}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == []
+    # A timm network (or a layer with buffers) may broadcast them in DDP's forward.
+    files["layers.py"] = WEATHER_LAYERS.replace("import DropPath, trunc_normal_",
+                                                "import DropPath, trunc_normal_, RelPosBias")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP009")
+    assert _lines(findings, "DDP009") == [29]
