@@ -424,3 +424,79 @@ def test_timm_drop_path_and_init_helpers_give_a_network_no_buffers(tmp_path: Pat
                                                 "import DropPath, trunc_normal_, RelPosBias")
     findings = lint_project(tmp_path, files, "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == [29]
+
+
+ZOO = """\
+    import torch
+    import torch.nn as nn
+
+
+    def double_conv(c_in, c_out):
+        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.ReLU(),
+                             nn.Conv2d(c_out, c_out, 3, padding=1), nn.ReLU())
+
+
+    def bn_conv(c_in, c_out):
+        return nn.Sequential(nn.Conv2d(c_in, c_out, 3, padding=1), nn.BatchNorm2d(c_out), nn.ReLU())
+
+
+    class UNet(nn.Module):
+        def __init__(self, c_in, c_out):
+            super().__init__()
+            self.down = double_conv(c_in, 16)
+            self.drop = nn.Dropout(0.5)
+            self.up = nn.Conv2d(16, c_out, 1)
+
+        def forward(self, x):
+            return self.up(self.drop(self.down(x)))
+
+
+    class HydraCNN(nn.Module):
+        def __init__(self, c_in, c_out):
+            super().__init__()
+            self.body = bn_conv(c_in, 16)
+            self.bn = nn.BatchNorm2d(16)
+            self.head = nn.Conv2d(16, c_out, 1)
+
+        def forward(self, x):
+            return self.head(self.bn(self.body(x)))
+"""
+
+ZOO_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from zoo import *
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = dist.get_rank() % torch.cuda.device_count()
+        torch.cuda.set_device(local_rank)
+        net = UNet(3, 2)
+        net.cuda()
+        net = DistributedDataParallel(net, device_ids=[local_rank])
+        opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+        for step in range(10):
+            loss = net(torch.randn(2, 3, 32, 32).cuda()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        dist.destroy_process_group()
+"""
+
+
+def test_batchnorm_in_a_neighbouring_network_of_the_same_module_does_not_count(tmp_path: Path) -> None:
+    files = {"zoo.py": ZOO, "train.py": ZOO_TRAIN}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP012")
+    assert _lines(findings, "DDP012") == []
+    # The network that has BatchNorm is built.
+    files["train.py"] = ZOO_TRAIN.replace("net = UNet(3, 2)", "net = HydraCNN(3, 2)")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP012")
+    assert _lines(findings, "DDP012") == [14]
+    # A module-level helper the built network calls builds BatchNorm.
+    files["train.py"] = ZOO_TRAIN
+    files["zoo.py"] = ZOO.replace("self.down = double_conv(c_in, 16)", "self.down = bn_conv(c_in, 16)")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP012")
+    assert _lines(findings, "DDP012") == [14]
