@@ -268,6 +268,11 @@ def test_checkpoints_read_back_into_a_data_parallel_wrapper_keep_their_prefix(tm
     files["analyze.py"] = ICE_ANALYZE.replace("model = nn.DataParallel(model)\n", "")
     findings = lint_project(tmp_path, files, "train_ddp.py", select="DDP019")
     assert _lines(findings, "DDP019") == [21]
+    # A DataParallel script that saves as well round-trips its own checkpoints: it says nothing
+    # about who reads the run's.
+    files["analyze.py"] = ICE_ANALYZE + 'torch.save(model.state_dict(), "model/tuned.pth")\n'
+    findings = lint_project(tmp_path, files, "train_ddp.py", select="DDP019")
+    assert _lines(findings, "DDP019") == [21]
 
 
 SYNTH_UTILS = """\

@@ -35,8 +35,9 @@ class DdpStateDictPrefix(Rule):
     strips the prefix (`"module."` appears in the file, or `consume_prefix_in_state_dict_if_present`
     is used), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
-    strips it (an inference or export script the run never imports) or loads them into a model
-    a `DataParallel` or DDP wrapper holds (its keys carry the same prefix), saves
+    strips it (an inference or export script the run never imports) or, saving nothing and
+    running no distributed job itself, loads them into a model a `DataParallel` wrapper holds
+    (its keys carry the same prefix), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).
