@@ -503,6 +503,12 @@ def splits_by_rank(model: Model, value: Value, builder: bool = False, depth: int
         return False
     # The call and the calls in its arguments (`TensorDataset(read_my_part(folder))`).
     sites = [value.module.call_at(node) for node in subexpressions(value.call) if isinstance(node, cst.Call)]
+    # And the calls that made what a name passed to it holds (`rows = load_rows(path, rank, world)`
+    # then `QADataset(rows)`).
+    for a in value.call.args:
+        if isinstance(a.value, cst.Name):
+            sites.extend(value.module.call_at(bound) for bound in value.scope.assignments.get(a.value.value, ())
+                         if isinstance(bound, cst.Call))
     todo = [(callee, depth) for site in sites if site is not None for callee, _ in model.graph.targets(site)]
     if builder and value.scope.kind == "function" and value.scope.qualname in value.module.functions \
             and value.scope.qualname in value.module.returns:

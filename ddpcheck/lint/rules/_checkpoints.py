@@ -100,6 +100,29 @@ def project_strips(model: Model, strips: Strips) -> bool:
     return False
 
 
+def project_loads_wrapped(model: Model) -> bool:
+    """A script of the project that only reads checkpoints (an analysis or inference tool: it
+    saves none and runs no distributed job of its own) loads them into a model a `DataParallel`
+    wrapper holds (`net = nn.DataParallel(net); net.load_state_dict(torch.load(path))`): that
+    model's keys carry the same `module.` prefix, so the project reads the run's checkpoints
+    back with it. A script that saves too, or runs DDP itself, round-trips its own."""
+    for module in _readers(model, _wrapped_reader_text):
+        for site in module.calls:
+            if site.method != "load_state_dict" or site.receiver is None:
+                continue
+            if any(model.constructs(v, api.DATA_PARALLEL) for v in model.values.at_call(site, site.receiver)):
+                return True
+    return False
+
+
+def _wrapped_reader_text(text: str) -> bool:
+    return "DataParallel" in text and "torch.save" not in text and _OWN_RUN_TEXT.search(text) is None
+
+
+# A file that starts a distributed run of its own (its checkpoints are its own business).
+_OWN_RUN_TEXT = re.compile(r"init_process_group|DistributedDataParallel|\bDDP\b|accelerate|deepspeed|lightning")
+
+
 def plain_readers(model: Model, loaders: list[Function]) -> bool:
     """Another script of the project, one with no wrapper or distributed run in it (a single-GPU
     twin of the training script, an evaluation script), calls one of the run's own checkpoint

@@ -49,7 +49,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
-    them (its class, its bases, the project modules they import; `nn.Sequential(backbone, head)`
+    them (its class, its bases — with the module-level code and the functions and classes of their
+    module that they name, not the module's other networks —, the project modules they import;
+    `nn.Sequential(backbone, head)`
     and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
@@ -475,7 +477,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         graph = self.model.graph
         instance = graph.instance_of(made)
         if instance is not None:
-            return [m.source for m, _ in graph.mro(*instance)] + self._imported_texts(instance[0])
+            return [_reachable_code(m, info) for m, info in graph.mro(*instance)] + self._imported_texts(instance[0])
         call = made.call
         assert call is not None
         func = call.func
@@ -501,6 +503,25 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return out
 
 @functools.lru_cache(maxsize=64)  # the same project modules' texts are asked about for every script
+def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
+    """The code of class `info` and of what it can reach in its module: the module-level
+    statements other than definitions, and the top-level functions and classes its code names,
+    followed on. A module of many networks (a model zoo in one file) builds BatchNorm in some of
+    them; the one that is built counts, not its neighbours."""
+    defs = {stmt.name.value: stmt for stmt in module.tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+    parts = [module.code(stmt) for stmt in module.tree.body if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
+    todo: list[cst.CSTNode] = [info.node]
+    seen = {info.node.name.value}
+    while todo:
+        text = module.code(todo.pop())
+        parts.append(text)
+        for name in set(re.findall(r"[A-Za-z_]\w*", code_only(text))):
+            if name in defs and name not in seen:
+                seen.add(name)
+                todo.append(defs[name])
+    return "\n".join(parts)
+
+
 def _converts(text: str) -> bool:
     """Code (not prose, not a flag's bare declaration) that converts to SyncBatchNorm or reads
     a sync-BN flag."""

@@ -58,7 +58,11 @@ class CollectiveInRankBranch(Rule):
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
     context manager); guards that only ask whether the run is distributed (`if ddp:`,
-    `if world_size > 1`, `if dist.is_initialized()`), which every rank answers alike.
+    `if world_size > 1`, `if dist.is_initialized()`), which every rank answers alike; a DDP
+    forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
+    whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
+    forward of a project network with no buffers to broadcast (no norm layer with running
+    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none).
 
     ## How to fix
     Call the collective on every rank, outside the branch, and keep only the rank-0 work (logging,
@@ -476,6 +480,8 @@ class CollectiveInRankBranch(Rule):
         function = frame.function
         values = self.model.values
         for call in function.module.calls_in(function.qualname):
+            if self.model.paths.never(call, frame) is not None:
+                continue  # a branch this call's arguments rule out (`if backend == "tf":`)
             if call.dotted == name:
                 if any(is_ddp(self.model, v) for v in values.at_call(call, call.node.func, frame)):
                     return True
@@ -506,7 +512,7 @@ class CollectiveInRankBranch(Rule):
             instance = self.model.graph.instance_of(value)
             if instance is None:
                 return True  # an outside model: buffers unknown
-            if any(_BUFFERS.search(code_only(module.source)) for module, _ in self.model.graph.mro(*instance)) or \
+            if any(_holds_buffers(module.source) for module, _ in self.model.graph.mro(*instance)) or \
                     self._imports_buffers(instance[0]):
                 return True
         return False
@@ -520,7 +526,7 @@ class CollectiveInRankBranch(Rule):
             where = locate(path, origin)
             if where is not None:
                 text = self.model.project.text(where[0])
-                if text is None or _BUFFERS.search(code_only(text)):
+                if text is None or _holds_buffers(text):
                     return True
         return False
 
@@ -533,3 +539,16 @@ class CollectiveInRankBranch(Rule):
 _BUFFERS = re.compile(r"register_buffer|BatchNorm|track_running_stats\s*=\s*True|running_mean|Buffer\("
                       r"|torchvision\.models"
                       r"|from\s+torchvision\s+import[^\n]*\bmodels\b|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")
+
+# timm's small helpers, which hold no buffers: importing them (`from timm.models.layers import
+# DropPath, trunc_normal_`, as vision transformers do) says nothing about a network's buffers.
+_TIMM_HELPERS = re.compile(
+    r"^[ \t]*from[ \t]+timm(?:\.models)?\.layers[ \t]+import[ \t]+"
+    r"(?:(?:DropPath|drop_path|trunc_normal_|to_2tuple|to_ntuple|lecun_normal_|Mlp)[ \t]*,?[ \t]*)+$",
+    re.M,
+)
+
+
+def _holds_buffers(source: str) -> bool:
+    """Whether a module's code may give a network buffers (see `_BUFFERS`)."""
+    return _BUFFERS.search(_TIMM_HELPERS.sub("", code_only(source))) is not None

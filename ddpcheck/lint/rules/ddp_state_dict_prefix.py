@@ -11,7 +11,9 @@ from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, plain_readers, project_strips
+from ddpcheck.lint.rules._checkpoints import (
+    loaded_through_stripper, plain_readers, project_loads_wrapped, project_strips,
+)
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
 
@@ -33,7 +35,9 @@ class DdpStateDictPrefix(Rule):
     strips the prefix (`"module."` appears in the file, or `consume_prefix_in_state_dict_if_present`
     is used), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
-    strips it (an inference or export script the run never imports), saves
+    strips it (an inference or export script the run never imports) or, saving nothing and
+    running no distributed job itself, loads them into a model a `DataParallel` wrapper holds
+    (its keys carry the same prefix), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).
@@ -168,7 +172,7 @@ class DdpStateDictPrefix(Rule):
                 or _strips_prefix(model.root.source):
             return
         if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
-                or project_strips(model, _strips_prefix):
+                or project_strips(model, _strips_prefix) or project_loads_wrapped(model):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
         if self._loads_into_ddp(loaders) and not plain_readers(model, loaders):

@@ -112,7 +112,8 @@ class MissingDistributedSampler(Rule):
     are read), and
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
     themselves) or by a project class or builder that keeps its own rank's part (`i % world ==
-    rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
+    rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`; also when it is handed rows such a builder returned:
+    `QADataset(load_rows(path, rank, world))`, through a name), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
     on every rank costs time but is not wrong. A loader built by a function of another module of
     the project (`build_loader(cfg)`) is reported there, with the call that leads to it. A
     project subclass of DataLoader is read through its constructor: the sampler it hands
