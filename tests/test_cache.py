@@ -126,6 +126,22 @@ def test_another_version_does_not_read_this_versions_entries(project, tmp_path_f
     assert MARK not in messages(r)
 
 
+def test_a_changed_rule_at_the_same_version_does_not_read_old_entries(project, tmp_path_factory):
+    # A checkout where a rule was edited keeps the version number; its findings may differ.
+    lint(project)
+    tamper(project)
+    other = tmp_path_factory.mktemp("edited-rule")
+    shutil.copytree(ROOT / "ddpcheck", other / "ddpcheck", ignore=shutil.ignore_patterns("__pycache__"))
+    env = cli_env()
+    env["PYTHONPATH"] = str(other)
+    assert set(messages(lint(project, env=env))) == {MARK}  # an unchanged copy reads the same entries
+    rule = next((other / "ddpcheck" / "lint" / "rules").glob("*.py"))
+    rule.write_text(rule.read_text() + "\n# edited\n")
+    r = lint(project, env=env)
+    assert r.returncode == 1, r.stderr
+    assert MARK not in messages(r)
+
+
 def test_no_cache_neither_reads_nor_writes(project):
     r = lint(project, "--no-cache")
     assert r.returncode == 1

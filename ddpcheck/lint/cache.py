@@ -1,6 +1,8 @@
 """The lint cache: a file's findings, kept under a key of everything they depend on.
 
-Key: ddpcheck's version, the rules enabled for the file (and whether syntax errors are
+Key: ddpcheck's version and a stamp of the lint code itself (size and modification time of every
+module under ddpcheck/lint and of the finding model: a rule changed in a checkout, at the same
+version, must not serve the old rule's findings), the rules enabled for the file (and whether syntax errors are
 reported), the path as reported, the file's bytes and the bytes of the project modules it
 imports (helpers can change its findings; see lint/prefilter.py). One small JSON file per key
 in `.ddpcheck_cache/` next to the nearest `pyproject.toml` above the working directory (else in
@@ -18,6 +20,7 @@ import hashlib
 import json
 import os
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -46,12 +49,29 @@ def cache_root(cwd: Path | None = None) -> Path:
 
 def key(display: str, data: bytes, codes: Iterable[str], syntax: bool, deps: Iterable[bytes]) -> str:
     h = hashlib.blake2b(digest_size=20)
-    for part in (f"ddpcheck {__version__}", f"format {FORMAT}", ",".join(sorted(codes)), f"syntax {syntax}", display):
+    for part in (f"ddpcheck {__version__}", f"code {lint_code_stamp()}", f"format {FORMAT}", ",".join(sorted(codes)), f"syntax {syntax}", display):
         h.update(part.encode("utf-8", "surrogatepass"))
         h.update(b"\0")
     h.update(hashlib.blake2b(data, digest_size=20).digest())
     for dep in deps:
         h.update(hashlib.blake2b(dep, digest_size=20).digest())
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def lint_code_stamp() -> str:
+    """Size and mtime of every module the findings depend on; a few hundred stat calls, once per run."""
+    package = Path(__file__).resolve().parent.parent  # ddpcheck/
+    h = hashlib.blake2b(digest_size=12)
+    files = [package / "findings.py"]
+    for directory, _, names in os.walk(package / "lint"):
+        files += [Path(directory, n) for n in names if n.endswith(".py")]
+    for f in sorted(files):
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f.relative_to(package)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
     return h.hexdigest()
 
 
