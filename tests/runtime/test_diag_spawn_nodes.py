@@ -107,8 +107,12 @@ def test_a_script_that_runs_either_way_is_a_torchrun_job_until_a_rank_takes_its_
 
     # The same script told to spawn: every torchrun rank calls mp.spawn before init_process_group,
     # leaves quietly, and ddpcheck runs the script again with the plain interpreter.
-    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--spawn"], tmp_path)
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--spawn"], tmp_path, TMPDIR=str(private_tmp))
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Neither attempt's ranks wrote a Flight Recorder dump, so neither leaves its folder behind.
+    assert not list(private_tmp.glob("ddpcheck-flight-recorder-*"))
     assert "trained spawned workers" in proc.stdout
     assert "running it again with the plain interpreter" in proc.stderr
     assert "Traceback" not in proc.stderr and "SpawnUnderLauncherError" not in proc.stderr

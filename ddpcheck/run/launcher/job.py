@@ -43,6 +43,7 @@ def run_job(job_launch: Any, argv: list[str], record_dir: str) -> Outcome:
     switch = plan.spawn_requested(job_plan, records)
     if switch is not None:  # a script that runs either way took its spawn branch under torchrun
         _empty(record_dir)
+        _flight_recorder_dumps(job_plan)  # the torchrun attempt's folder: the next plan makes its own
         job_plan = plan.prepare(job_launch, switch_to=switch)
         result = launch.run(job_launch, job_plan)
         records = load_records(record_dir)
