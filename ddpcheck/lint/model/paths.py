@@ -34,7 +34,7 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
-from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, is_none, last_name, subexpressions
 from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
 if TYPE_CHECKING:
@@ -346,7 +346,7 @@ class Paths:
         project function that every call of the run that reaches it makes from one (`except
         Exception: cleanup()`), followed `depth` calls up. A function with no known caller is
         not."""
-        if id(site.node) in _handler_calls(site.module):
+        if id(site.node) in handler_calls(site.module):
             return True
         function = self.function_of(site)
         if function is None or depth <= 0:
@@ -763,25 +763,42 @@ def _local_rank_test(test: cst.BaseExpression, resolve: Names) -> bool:
 _LOCAL = re.compile(r"local_rank|LOCAL_RANK|local_process_index|is_local_main|local_main|\bgpu\b", re.I)
 
 
-def _handler_calls(module: ModuleModel) -> set[int]:
-    """The calls of `module` written inside an `except` handler (made once per module)."""
-    found: set[int] | None = module.memo.get("handler_calls")
-    if found is None:
-        found = set()
-        stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
-        while stack:
-            node, inside = stack.pop()
-            kind = type(node)
-            if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
-                inside = False  # a function defined in a handler runs when it is called
-            if inside:
-                if kind is cst.Call:
-                    found.add(id(node))
-                if kind in TOKEN_NODES:
-                    continue  # no call below
-            elif kind in NO_STATEMENTS:
-                continue  # no handler below
-            inside = inside or kind is cst.ExceptHandler or kind is cst.ExceptStarHandler
-            stack.extend((child, inside) for child in children(node))
-        module.memo["handler_calls"] = found
-    return found
+# Exceptions a loop raises to say it is done, not that something failed.
+_CONTROL_FLOW = frozenset({"StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "GeneratorExit"})
+
+
+def handler_calls(module: ModuleModel, errors_only: bool = False) -> set[int]:
+    """The calls of `module` written inside an `except` handler (ids of the Call nodes; made
+    once per module). `errors_only`: only handlers for an error, not `except StopIteration:`
+    (the usual way to restart an iterator at the end of an epoch), so what such a call reports is
+    the failure of the rank that hit it. A function defined in a handler runs when it is called,
+    so its body is not inside."""
+    key = "error_handler_calls" if errors_only else "handler_calls"
+    found: set[int] | None = module.memo.get(key)
+    if found is not None:
+        return found
+    every: set[int] = set()
+    errors: set[int] = set()
+    stack: list[tuple[cst.CSTNode, bool, bool]] = [(module.tree, False, False)]
+    while stack:
+        node, inside, for_error = stack.pop()
+        kind = type(node)
+        if kind is cst.FunctionDef or kind is cst.ClassDef or kind is cst.Lambda:
+            inside = for_error = False
+        elif kind is cst.ExceptHandler or kind is cst.ExceptStarHandler:
+            caught_type = node.type  # type: ignore[attr-defined]
+            caught = {last_name(sub) for sub in subexpressions(caught_type)} if caught_type is not None else set()
+            inside, for_error = True, not caught & _CONTROL_FLOW
+        if inside:
+            if kind is cst.Call:
+                every.add(id(node))
+                if for_error:
+                    errors.add(id(node))
+            if kind in TOKEN_NODES:
+                continue  # no call below
+        elif kind in NO_STATEMENTS:
+            continue  # no handler below
+        stack.extend((child, inside, for_error) for child in children(node))
+    module.memo["handler_calls"] = every
+    module.memo["error_handler_calls"] = errors
+    return errors if errors_only else every

@@ -10,6 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
+from ddpcheck.lint.model.paths import handler_calls
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
@@ -435,7 +436,7 @@ class PrintOnEveryRank(Rule):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
-            if kind != "tqdm" and id(site.node) in _error_report_calls(site.module):
+            if kind != "tqdm" and id(site.node) in handler_calls(site.module, errors_only=True):
                 continue  # `except Exception as e: print(e)`: a rank reporting its own failure
             if kind == "print" and print_silenced:
                 continue
@@ -944,33 +945,6 @@ def _null_but_one(value: cst.BaseExpression) -> bool:
     console, null = (value.body, value.orelse) if equal else (value.orelse, value.body)
     return isinstance(console, cst.Name) and console.value == "None" and any(
         "devnull" in (dotted(sub) or "").lower() for sub in subexpressions(null))
-
-
-# Exceptions a loop raises to say it is done, not that something failed.
-_CONTROL_FLOW = frozenset({"StopIteration", "StopAsyncIteration", "KeyboardInterrupt", "GeneratorExit"})
-
-
-def _error_report_calls(module: ModuleModel) -> set[int]:
-    """The calls written in an `except` handler for an error (not `except StopIteration:`,
-    the usual way to restart an iterator at the end of an epoch): what a handler prints is the
-    failure of the rank that hit it, printed by that rank alone."""
-    found: set[int] | None = module.memo.get("error_report_calls")
-    if found is not None:
-        return found
-    found = set()
-    stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
-    while stack:
-        node, inside = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
-            inside = False  # a function defined in a handler runs when it is called
-        elif isinstance(node, (cst.ExceptHandler, cst.ExceptStarHandler)):
-            caught = {last_name(sub) for sub in subexpressions(node.type)} if node.type is not None else set()
-            inside = not caught & _CONTROL_FLOW
-        elif inside and isinstance(node, cst.Call):
-            found.add(id(node))
-        stack.extend((child, inside) for child in node.children)
-    module.memo["error_report_calls"] = found
-    return found
 
 
 def _path(site: CallSite) -> Path | None:
