@@ -168,6 +168,7 @@ class Project:
         self._indexes: dict[Path, ModuleIndex | None] = {}
         self._models: dict[Path, tuple[Stamp, ModuleModel | None]] = {}
         self._linted: dict[Path, ModuleModel] = {}
+        self._passes: dict[tuple[Path, Callable[[str], bool]], tuple[Stamp, bool]] = {}
         self.parsed = 0  # module models built from a parse of a helper (tests and benchmarks read it)
         self.build: Callable[[str, str, cst.Module, Project], ModuleModel] | None = None
 
@@ -192,6 +193,20 @@ class Project:
     def text(self, path: Path) -> str | None:
         """The module's text (None if unreadable or not UTF-8)."""
         return self._text(path)[1]
+
+    def passes(self, path: Path, test: Callable[[str], bool]) -> bool:
+        """`test(text)` of the module's text, asked once per run and text: rules search every
+        file of the project for a few words, once for each file they lint."""
+        stamp, text = self._text(path)
+        if text is None:
+            return False
+        key = (path, test)
+        known = self._passes.get(key)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        result = bool(test(text))
+        self._passes[key] = (stamp, result)
+        return result
 
     def index(self, path: Path) -> ModuleIndex | None:
         """The module's top-level names, from its text (no parse)."""

@@ -79,13 +79,16 @@ def _readers(model: Model, wanted: Callable[[str], bool]) -> list[ModuleModel]:
     """Models of the project's files whose text passes `wanted` and loads state dicts."""
     found = []
     for path in project_files(model.root.path):
-        text = model.project.text(path)
-        if text is None or "load_state_dict" not in text or not wanted(text):
+        if not model.project.passes(path, _loads_state_dicts) or not model.project.passes(path, wanted):
             continue
         module = model.project_model(path)
         if module is not None:
             found.append(module)
     return found
+
+
+def _loads_state_dicts(text: str) -> bool:
+    return "load_state_dict" in text
 
 
 def project_strips(model: Model, strips: Strips) -> bool:

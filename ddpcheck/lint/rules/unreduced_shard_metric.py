@@ -306,7 +306,7 @@ class UnreducedShardMetric(Rule):
         out: set[str] = set()
         if any(loop.node in c.loops and model.facts.does(c, "collective") for c in root.calls):
             return out  # the loop reduces as it goes (`dist.all_reduce(correct)` before `meter.update(correct)`)
-        if "backward(" in code_only(root.code(loop.node)):
+        if "backward(" in root.source and "backward(" in code_only(root.code(loop.node)):
             return out  # a training loop, its step perhaps in a closure defined in it: the loss is one rank's by design
         for site in root.calls:
             if site.method != "update" or loop.node not in site.loops or site.scope is not loop.scope:
