@@ -110,6 +110,110 @@ def test_a_peer_that_went_away_is_a_consequence_not_the_cause():
     assert "rank 1 raised ValueError: boom at t.py:17" in (verdict.message or "")
 
 
+# Handlers as training code writes them, each around `_load` (a dataclass where a mapping is
+# expected, a missing key): the crash record must name the line to fix, not the handler's raise.
+def _load(config, key="lr"):
+    return dict(**config)[key]  # the original error
+
+
+def _passes_message_on(config):
+    try:
+        _load(config)
+    except Exception as e:
+        raise ValueError(str(e))  # the handler
+
+
+def _wraps_from(config):
+    try:
+        _load(config)
+    except Exception as e:
+        raise RuntimeError(e) from e  # the handler
+
+
+def _prefixes_message(config):
+    try:
+        _load(config)
+    except Exception as e:
+        raise RuntimeError(f"training failed on rank 0: {e}") from e  # the handler
+
+
+def _wraps_twice(config):
+    try:
+        _passes_message_on(config)
+    except ValueError as e:
+        raise RuntimeError(str(e))  # the handler
+
+
+def _own_message(config):
+    try:
+        _load(config, key="optimizer")
+    except KeyError as e:
+        raise ValueError(f"unknown optimizer {e}; choose one of adam, sgd")  # the handler
+
+
+def _hidden_context(config):
+    try:
+        _load(config)
+    except Exception as e:
+        raise ValueError(str(e)) from None  # the handler
+
+
+def _logs_and_reraises(config):
+    try:
+        _load(config)
+    except Exception:
+        print("failed")
+        raise
+
+
+def _described(handler, config):
+    try:
+        handler(config)
+    except Exception as e:
+        record = crash.describe(e, 0)
+    assert record is not None
+    return record
+
+
+def _line(function, comment: str) -> int:
+    import inspect
+    lines, first = inspect.getsourcelines(function)
+    return first + next(i for i, t in enumerate(lines) if comment in t)
+
+
+def test_a_handler_that_only_passes_the_message_on_is_reported_at_the_original_line():
+    original = _line(_load, "the original error")
+    for handler, as_type in ((_passes_message_on, "ValueError"), (_wraps_from, "RuntimeError"),
+                             (_prefixes_message, "RuntimeError"), (_wraps_twice, "RuntimeError")):
+        record = _described(handler, object())
+        assert (record["type"], record["line"], record["function"]) == ("TypeError", original, "_load"), handler
+        assert record["message"].endswith("argument after ** must be a mapping, not object"), handler
+        assert record["reraised_as"] == as_type, handler
+        assert record["reraised_line"] == _line(handler, "the handler"), handler
+        assert record["reraised_function"] == handler.__name__
+    # A bare `raise` keeps the original's traceback: it was already right.
+    record = _described(_logs_and_reraises, object())
+    assert (record["type"], record["line"], record["reraised_as"]) == ("TypeError", original, None)
+
+
+def test_a_handler_with_its_own_message_or_that_hid_the_original_is_reported_at_its_raise():
+    for handler in (_own_message, _hidden_context):
+        record = _described(handler, {"lr": 0.1} if handler is _own_message else object())
+        assert (record["type"], record["line"], record["reraised_as"]) == \
+            ("ValueError", _line(handler, "the handler"), None), handler
+
+
+def test_the_verdict_names_the_original_and_where_it_was_re_raised():
+    record = _described(_passes_message_on, object())
+    (verdict,) = crash.judge([{"rank": 0, "probes": {"crash": record}}], Context(1, exit_codes={0: 1}))
+    assert verdict.code == "DDP120" and verdict.line == _line(_load, "the original error")
+    message = verdict.message or ""
+    assert message.startswith("rank 0 raised TypeError: ")
+    assert message.endswith(f"(in _load), re-raised as ValueError at test_diagnostics_units.py:"
+                            f"{_line(_passes_message_on, 'the handler')} (in _passes_message_on)")
+    assert verdict.details["reraised"]["exception"] == "ValueError"
+
+
 def test_emulation_runs_cuda_calls_on_the_cpu_and_refuses_what_it_cannot_fake(tmp_path):
     script = textwrap.dedent("""
         import threading

@@ -1,7 +1,8 @@
 """How a rank died: which rank raised what, where in the user's code; or which rank a signal killed.
 
 In each rank, `describe(exc)` captures the exception — type, message, the innermost frame of the
-user's code — into the rank's record before the rank exits. After the job the judge reads them
+user's code — into the rank's record before the rank exits; when that exception only re-raised an
+earlier one's message under another type, the earlier one is captured and the re-raise noted. After the job the judge reads them
 back and names the first real failure: a rank whose collective broke only because a peer died
 ("Connection reset by peer") is a consequence, not the cause. Ranks that died without a Python
 exception (a signal, e.g. the out-of-memory killer) are reported from their exit codes.
@@ -36,6 +37,15 @@ class RankCrashed(Incident):
     exception in every rank, reports the first rank that failed on its own — its exception type,
     message and the innermost frame of your code — and lists the ranks that failed only because of
     it. The other ranks are stopped at once; the report of what was checked until then is kept.
+
+    A handler that catches every error and raises a new one carrying the old message
+    (`except Exception as e: raise ValueError(str(e))`, `raise RuntimeError(f"failed: {e}") from e`)
+    would put the report at its own `raise` line. When the new exception only passes the old one on
+    (it holds it, or repeats its message), the report names the original exception, its line and
+    function in your code, and where it was re-raised: "raised TypeError: ... at model.py:40 (in
+    build), re-raised as ValueError at train.py:102 (in worker)". A handler that writes its own
+    message (`except KeyError: raise ValueError(f"unknown dataset {name}")`) is the error the user
+    meant to report, and its line is named.
 
     `ddpcheck trace` reports a rank whose Flight Recorder dump is missing from a set under this
     code: every rank writes one when the job times out, so a rank without one had died
@@ -283,8 +293,10 @@ def _crashed(cause: Crash, crashes: list[Crash], ends: list[reach.Ending], kille
         "CudaNotEmulated": CudaNotEmulated,
         "SpawnUnderLauncherError": SpawnUnderLauncher,
     }.get(cause.type, RankCrashed)
-    where = f" at {os.path.basename(cause.path)}:{cause.line}" + (f" (in {cause.function})" if cause.function else "") \
-        if cause.path else ""
+    where = _at(cause.path, cause.line, cause.function)
+    if cause.reraised_as:
+        # The handler only passed the original's message on: the original's line is the one to fix.
+        where += f", re-raised as {cause.reraised_as}{_at(cause.reraised_path, cause.reraised_line, cause.reraised_function)}"
     lead = ""
     if cause.consequence:
         # Only broken connections: the rank that left first is why.
@@ -302,6 +314,9 @@ def _crashed(cause: Crash, crashes: list[Crash], ends: list[reach.Ending], kille
         check.code, FAIL, message, message=message, ranks=(cause.rank,), path=cause.path, line=cause.line,
         details={
             "exception": cause.type,
+            **({"reraised": {"exception": cause.reraised_as, "path": cause.reraised_path,
+                             "line": cause.reraised_line, "function": cause.reraised_function}}
+               if cause.reraised_as else {}),
             "traceback": cause.traceback,
             "collateral_ranks": others,
             "at": cause.time,
@@ -309,6 +324,13 @@ def _crashed(cause: Crash, crashes: list[Crash], ends: list[reach.Ending], kille
                      "consequence": c.consequence} for c in crashes],
         },
     )
+
+
+def _at(path: str | None, line: int | None, function: str | None) -> str:
+    """' at train.py:12 (in main)', or '' without a frame of the script."""
+    if not path:
+        return ""
+    return f" at {os.path.basename(path)}:{line}" + (f" (in {function})" if function else "")
 
 
 PROBE = Probe(NAME, (RankCrashed, CudaNotEmulated, SpawnUnderLauncher, RankKilled, EndedBeforeTraining), judge, capture,
