@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +36,76 @@ def test_crash_on_rank_1_names_the_rank_and_the_line(tmp_path):
     assert "DDP120 rank-crashed" in proc.stdout
     # What was checked until the crash is still reported.
     assert data["run"]["job"]["steps"] >= 3 and len(data["run"]["ranks"]) == 2
+    assert_no_survivors(mark)
+
+
+def _project(tmp_path, entry: str):
+    """The entry script and the project module it imports (netparts.py), side by side."""
+    fixture("netparts.py", tmp_path)
+    return fixture(entry, tmp_path)
+
+
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def test_a_spawned_worker_that_re_raises_the_message_crashes_at_the_original_line(tmp_path):
+    # The worker body turns every error into ValueError(str(e)); the TypeError it passes on was
+    # raised in another module of the project, which is the line to fix.
+    script = _project(tmp_path, "config_spawn.py")
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--port", _free_port()], tmp_path, timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["path"] == str(tmp_path / "netparts.py")
+    assert crash["location"]["line"] == _line_of(tmp_path / "netparts.py", "return Net(**config)")
+    assert (f"raised TypeError: netparts.Net() argument after ** must be a mapping, not NetConfig at "
+            f"netparts.py:{crash['location']['line']} (in build_model), re-raised as ValueError at "
+            f"config_spawn.py:{_line_of(script, 'raise ValueError(str(e))')} (in train)") in crash["message"]
+    assert "failed the same way" in crash["message"]
+    assert sorted(codes(data)) == ["DDP120", "DDP122", "DDP125"], codes(data)
+    assert_no_survivors(mark)
+
+
+def test_a_spawned_worker_that_re_raises_from_the_error_crashes_at_the_original_line(tmp_path):
+    # `raise RuntimeError(f"worker {rank} failed: {e}") from e`: a prefix, the message kept.
+    script = _project(tmp_path, "config_spawn.py")
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--port", _free_port(), "--chain"], tmp_path,
+                                    timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["location"]["line"] == _line_of(tmp_path / "netparts.py", "return Net(**config)")
+    assert crash["details"]["exception"] == "TypeError"
+    assert crash["details"]["reraised"]["exception"] == "RuntimeError"
+    assert crash["details"]["reraised"]["line"] == _line_of(script, "raise RuntimeError(")
+    assert_no_survivors(mark)
+
+
+def test_a_torchrun_main_that_logs_and_re_raises_crashes_at_the_original_line(tmp_path):
+    script = _project(tmp_path, "config_torchrun.py")
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--config", "dataclass"], tmp_path, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["path"] == str(tmp_path / "netparts.py")
+    assert crash["location"]["line"] == _line_of(tmp_path / "netparts.py", "return Net(**config)")
+    assert (f"re-raised as RuntimeError at config_torchrun.py:{_line_of(script, 'raise RuntimeError(e)')} "
+            "(in main)") in crash["message"]
+    assert_no_survivors(mark)
+
+
+def test_a_handler_with_its_own_message_crashes_at_its_raise_line(tmp_path):
+    # `except KeyError: raise ValueError(f"unknown optimizer ...")` is the script's own report of
+    # the error, so its line stays; main's RuntimeError(e) around it only passes it on.
+    script = _project(tmp_path, "config_torchrun.py")
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), "--optimizer", "lamb"], tmp_path, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["path"] == str(script)
+    assert crash["location"]["line"] == _line_of(script, 'raise ValueError(f"unknown optimizer')
+    assert "raised ValueError: unknown optimizer 'lamb'; choose one of sgd, adam, adamw at config_torchrun.py:" \
+        in crash["message"]
+    assert "KeyError" not in crash["message"]
     assert_no_survivors(mark)
 
 
