@@ -64,9 +64,8 @@ def describe(exc: BaseException, rank: int) -> dict[str, Any] | None:
         raised: tuple[str, int, str | None] | None = innermost_user_frame(exc.__traceback__)
         if raised is None and isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
             raised = (exc.filename, exc.lineno, None)  # raised while compiling the script: no frame of it ran
-        cause, frame = original(exc)
-        if frame is None:
-            cause, frame = exc, raised
+        cause, first = original(exc)
+        frame = raised if first is None else first
         message = plain(str(cause)).strip()
         reraised = cause is not exc
         return Crash(
