@@ -33,7 +33,9 @@ SESSION_MARK = "DDPCHECK_TEST_SESSION"
 
 def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
     """The environment for a child ddpcheck: this checkout first on PYTHONPATH (so the tests also
-    pass from an editable install), colour as a pipe gets it, a fixed terminal width."""
+    pass from an editable install), colour as a pipe gets it, a fixed terminal width (`None`: no
+    width at all, as a pipe in CI has; a pytest-xdist worker would otherwise pass on its own
+    COLUMNS=80, which cuts the run tables' last columns)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("NO_COLOR", None)
@@ -41,6 +43,9 @@ def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
     env.pop("OMP_NUM_THREADS", None)  # torchrun sets 1 per worker; more is 7-20x slower on 2 cores
     if columns is not None:
         env["COLUMNS"] = str(columns)
+    else:
+        env.pop("COLUMNS", None)
+        env.pop("LINES", None)
     env.update(extra)
     return env
 
