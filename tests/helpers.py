@@ -1,12 +1,16 @@
 """The helpers every test shares: where things are, the environment a child process gets, and the
-two ways a test runs ddpcheck as a user would (`python -m ddpcheck ...`): a command that returns
-at once, and a `ddpcheck run` job whose JSON report and surviving processes the test inspects.
+ways a test runs ddpcheck as a user would: a command that returns at once (`python -m ddpcheck
+...`, or `ddpcheck lint` through the same entry point inside the test process), and a `ddpcheck
+run` job whose JSON report and surviving processes the test inspects.
 
 conftest.py, runtime/rt_helpers.py and runtime/diag_jobs.py import from here; new tests should too.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import json
 import os
 import shutil
@@ -29,7 +33,9 @@ SESSION_MARK = "DDPCHECK_TEST_SESSION"
 
 def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
     """The environment for a child ddpcheck: this checkout first on PYTHONPATH (so the tests also
-    pass from an editable install), colour as a pipe gets it, a fixed terminal width."""
+    pass from an editable install), colour as a pipe gets it, a fixed terminal width (`None`: no
+    width at all, as a pipe in CI has; a pytest-xdist worker would otherwise pass on its own
+    COLUMNS=80, which cuts the run tables' last columns)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.pop("NO_COLOR", None)
@@ -37,6 +43,9 @@ def cli_env(*, columns: int | None = 120, **extra: str) -> dict[str, str]:
     env.pop("OMP_NUM_THREADS", None)  # torchrun sets 1 per worker; more is 7-20x slower on 2 cores
     if columns is not None:
         env["COLUMNS"] = str(columns)
+    else:
+        env.pop("COLUMNS", None)
+        env.pop("LINES", None)
     env.update(extra)
     return env
 
@@ -58,6 +67,68 @@ def run_cli(*args: str, cwd: str | Path | None = None, input: str | None = None,
     except subprocess.TimeoutExpired:
         kill_survivors(mark)  # the timeout killed ddpcheck only, not what it started
         raise
+
+
+def run_lint(*args: str, cwd: str | Path | None = None, input: str | None = None,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`ddpcheck lint ARGS` through the console script's entry point (`ddpcheck.cli.main`), run in
+    this process: the command a user types, without the half second a fresh interpreter spends
+    importing libcst, which over a thousand lint cases was most of the quick subset's time. The
+    call sees what a child started by `run_cli` would: its environment (`cli_env` unless `env`),
+    its working directory, `input` on stdin, stdout and stderr as pipes, and no cache left from an
+    earlier call. What only a real process shows (the console script itself, a broken pipe, a
+    crash's exit) is tested through `run_cli`."""
+    from ddpcheck.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
+    forget_process_state()
+    with _child_environment(env or cli_env(), Path(cwd or ROOT)), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err), _stdin(stdin):
+        try:
+            main(["lint", *args])
+            code = 0
+        except SystemExit as exit:
+            code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
+    forget_process_state()  # frees the parsed trees the caches hold
+    return subprocess.CompletedProcess(["ddpcheck", "lint", *args], code, out.getvalue(), err.getvalue())
+
+
+def forget_process_state() -> None:
+    """Empty every function-level cache in ddpcheck's modules: a command's caches (a folder's
+    project root, a module's parsed tree) last as long as its process and assume the files do not
+    change under it, which a test that lints, edits and lints again in one process breaks."""
+    for name, module in list(sys.modules.items()):
+        if name != "ddpcheck" and not name.startswith("ddpcheck."):
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+
+
+@contextlib.contextmanager
+def _child_environment(env: dict[str, str], cwd: Path):
+    """os.environ and the working directory as `run_cli` gives a child, restored afterwards."""
+    saved, here = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.TextIOWrapper):
+    saved = sys.stdin
+    sys.stdin = stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 @dataclass
@@ -110,7 +181,7 @@ def write_project(root: Path, files: dict[str, str]) -> None:
 
 def lint_findings(root: Path, *targets: str, select: str = "DDP0") -> list[dict]:
     """`ddpcheck lint --output-format json` on files under `root`, as a user runs it: the findings."""
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
+    r = run_lint( "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
                 *(str(root / t) for t in targets))
     assert r.returncode == 0, r.stderr
     findings: list[dict] = json.loads(r.stdout)["findings"]

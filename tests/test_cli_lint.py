@@ -1,4 +1,6 @@
-"""`ddpcheck lint` through the real entry point: exit codes, formats, config, suppression, bad input."""
+"""`ddpcheck lint` through the real entry point: exit codes, formats, config, suppression, bad input.
+A few cases run the console command in a fresh process (`run_cli`); the rest call its entry point
+in this one (`run_lint`)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import textwrap
 import pytest
 
 from tests.conftest import cli_env, run_cli
+from tests.helpers import run_lint
 
 BAD = textwrap.dedent(
     """\
@@ -45,11 +48,11 @@ def test_clean_file_exit_0(tmp_path):
 
 
 def test_exit_zero(bad):
-    assert run_cli("lint", "--exit-zero", str(bad)).returncode == 0
+    assert run_lint("--exit-zero", str(bad)).returncode == 0
 
 
 def test_full_format_shows_source_line_and_marker_without_color(bad):
-    r = run_cli("lint", str(bad))
+    r = run_lint(str(bad))
     assert "5 | loader = DataLoader(dataset, batch_size=64, shuffle=True)" in r.stdout
     assert "^^^^" in r.stdout
     assert "\x1b[" not in r.stdout  # not a TTY: no colour
@@ -63,7 +66,7 @@ def test_force_color_and_no_color(bad):
 
 
 def test_json_format_schema(bad):
-    r = run_cli("lint", "--output-format", "json", str(bad))
+    r = run_lint("--output-format", "json", str(bad))
     doc = json.loads(r.stdout)
     assert doc["schema_version"] == 1 and doc["command"] == "lint"
     (f,) = doc["findings"]
@@ -73,17 +76,17 @@ def test_json_format_schema(bad):
 
 
 def test_github_format(bad):
-    r = run_cli("lint", "--output-format", "github", str(bad))
+    r = run_lint("--output-format", "github", str(bad))
     line = r.stdout.strip().splitlines()[0]
     assert line.startswith(f"::warning file={bad},line=5,col=10,")
     assert "::DDP001 missing-distributed-sampler: DataLoader has no DistributedSampler" in line
 
 
 def test_select_ignore_and_prefixes(bad):
-    assert run_cli("lint", "--ignore", "DDP001", str(bad)).returncode == 0
-    assert run_cli("lint", "--ignore", "DDP0", str(bad)).returncode == 0
-    assert run_cli("lint", "--select", "DDP900", str(bad)).returncode == 0
-    assert run_cli("lint", "--select", "DDP9", "--extend-select", "DDP001", str(bad)).returncode == 1
+    assert run_lint("--ignore", "DDP001", str(bad)).returncode == 0
+    assert run_lint("--ignore", "DDP0", str(bad)).returncode == 0
+    assert run_lint("--select", "DDP900", str(bad)).returncode == 0
+    assert run_lint("--select", "DDP9", "--extend-select", "DDP001", str(bad)).returncode == 1
 
 
 def test_unknown_code_is_one_line_exit_2(bad):
@@ -95,36 +98,36 @@ def test_unknown_code_is_one_line_exit_2(bad):
 def test_noqa_on_the_line(tmp_path):
     p = tmp_path / "t.py"
     p.write_text(BAD.replace("shuffle=True)", "shuffle=True)  # noqa: DDP001"))
-    assert run_cli("lint", str(p)).returncode == 0
+    assert run_lint(str(p)).returncode == 0
     p.write_text(BAD.replace("shuffle=True)", "shuffle=True)  # noqa"))
-    assert run_cli("lint", str(p)).returncode == 0
+    assert run_lint(str(p)).returncode == 0
     p.write_text(BAD.replace("shuffle=True)", "shuffle=True)  # noqa: DDP002"))
-    assert run_cli("lint", str(p)).returncode == 1
+    assert run_lint(str(p)).returncode == 1
 
 
 def test_file_level_noqa(tmp_path):
     p = tmp_path / "t.py"
     p.write_text("# ddpcheck: noqa: DDP001\n" + BAD)
-    assert run_cli("lint", str(p)).returncode == 0
+    assert run_lint(str(p)).returncode == 0
     p.write_text("# ddpcheck: noqa\n" + BAD)
-    assert run_cli("lint", str(p)).returncode == 0
+    assert run_lint(str(p)).returncode == 0
     p.write_text("# ddpcheck: noqa: DDP005\n" + BAD)
-    assert run_cli("lint", str(p)).returncode == 1
+    assert run_lint(str(p)).returncode == 1
 
 
 def test_pyproject_config_select_ignore_per_file(tmp_path, bad):
     (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck]\nignore = ["DDP001"]\n')
-    assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 0
+    assert run_lint(str(bad), cwd=tmp_path).returncode == 0
     # The CLI overrides the file.
-    assert run_cli("lint", "--select", "DDP001", str(bad), cwd=tmp_path).returncode == 1
+    assert run_lint("--select", "DDP001", str(bad), cwd=tmp_path).returncode == 1
     (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck.per-file-ignores]\n"train.py" = ["DDP001"]\n')
-    assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 0
+    assert run_lint(str(bad), cwd=tmp_path).returncode == 0
 
 
 def test_config_found_from_the_file_not_the_cwd(tmp_path, bad):
     (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck]\nignore = ["DDP0"]\n')
     elsewhere = tmp_path.parent
-    assert run_cli("lint", str(bad), cwd=elsewhere).returncode == 0
+    assert run_lint(str(bad), cwd=elsewhere).returncode == 0
 
 
 @pytest.mark.parametrize(
@@ -138,7 +141,7 @@ def test_config_found_from_the_file_not_the_cwd(tmp_path, bad):
 )
 def test_bad_config_is_one_line_exit_2(tmp_path, bad, content, expected):
     (tmp_path / "pyproject.toml").write_text(content)
-    r = run_cli("lint", str(bad), cwd=tmp_path)
+    r = run_lint(str(bad), cwd=tmp_path)
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and expected in err[0] and "pyproject.toml" in err[0], r.stderr
@@ -148,15 +151,15 @@ def test_bad_config_is_one_line_exit_2(tmp_path, bad, content, expected):
 def test_explicit_config_file(tmp_path, bad):
     cfg = tmp_path / "other.toml"
     cfg.write_text('[tool.ddpcheck]\nignore = ["DDP001"]\n')
-    assert run_cli("lint", "--config", str(cfg), str(bad)).returncode == 0
-    r = run_cli("lint", "--config", str(tmp_path / "missing.toml"), str(bad))
+    assert run_lint("--config", str(cfg), str(bad)).returncode == 0
+    r = run_lint("--config", str(tmp_path / "missing.toml"), str(bad))
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
 def test_syntax_error_is_a_finding_and_others_still_linted(tmp_path, bad):
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\ndef f(:\n    pass\n")
-    r = run_cli("lint", "--output-format", "concise", str(broken), str(bad))
+    r = run_lint("--output-format", "concise", str(broken), str(bad))
     assert r.returncode == 1
     assert f"{broken}:2:7: DDP900 cannot parse: invalid syntax" in r.stdout
     assert "DDP001" in r.stdout
@@ -165,7 +168,7 @@ def test_syntax_error_is_a_finding_and_others_still_linted(tmp_path, bad):
 def test_missing_path_and_non_utf8_are_errors_rest_linted(tmp_path, bad):
     latin = tmp_path / "latin.py"
     latin.write_bytes(b"x = '\xe9'\n")
-    r = run_cli("lint", "--output-format", "concise", str(tmp_path / "nope.py"), str(latin), str(bad))
+    r = run_lint("--output-format", "concise", str(tmp_path / "nope.py"), str(latin), str(bad))
     assert r.returncode == 2
     assert f"ddpcheck: error: {tmp_path / 'nope.py'}: no such file or directory" in r.stderr
     assert f"ddpcheck: error: {latin}: cannot read: not valid utf-8 (byte 0xe9 at offset 5); save the file as UTF-8" in r.stderr
@@ -176,12 +179,12 @@ def test_missing_path_and_non_utf8_are_errors_rest_linted(tmp_path, bad):
 def test_declared_encoding_is_honoured(tmp_path):
     p = tmp_path / "latin.py"
     p.write_bytes(b"# -*- coding: latin-1 -*-\nx = '\xe9'\n")
-    assert run_cli("lint", str(p)).returncode == 0
+    assert run_lint(str(p)).returncode == 0
 
 
 def test_directory_without_python_files(tmp_path):
     (tmp_path / "empty").mkdir()
-    r = run_cli("lint", str(tmp_path / "empty"))
+    r = run_lint(str(tmp_path / "empty"))
     assert r.returncode == 2 and "no Python files to lint" in r.stderr
 
 
@@ -196,7 +199,7 @@ def test_directory_walk_skips_venvs_excludes_and_gitignore(tmp_path):
     (tmp_path / "ignored_by_git.py").write_text(BAD)
     (tmp_path / ".gitignore").write_text("ignored_by_git.py\n")
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    r = run_cli("lint", "--output-format", "concise", "--extend-exclude", "generated", ".", cwd=tmp_path)
+    r = run_lint("--output-format", "concise", "--extend-exclude", "generated", ".", cwd=tmp_path)
     flagged = {line.split(":")[0] for line in r.stdout.splitlines() if "DDP001" in line and ":" in line}
     assert flagged == {"pkg/train.py"}, r.stdout
 
@@ -205,8 +208,8 @@ def test_named_excluded_file_needs_force_exclude(tmp_path):
     (tmp_path / "build").mkdir()
     p = tmp_path / "build" / "x.py"
     p.write_text(BAD)
-    assert run_cli("lint", "build/x.py", cwd=tmp_path).returncode == 1
-    assert run_cli("lint", "--force-exclude", "build/x.py", cwd=tmp_path).returncode == 0
+    assert run_lint("build/x.py", cwd=tmp_path).returncode == 1
+    assert run_lint("--force-exclude", "build/x.py", cwd=tmp_path).returncode == 0
 
 
 def test_stdin_with_filename(tmp_path):
@@ -219,7 +222,7 @@ def test_lint_never_executes_the_code(tmp_path):
     marker = tmp_path / "executed"
     p = tmp_path / "evil.py"
     p.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\nimport torch.distributed as dist\n")
-    run_cli("lint", str(p))
+    run_lint(str(p))
     assert not marker.exists()
 
 
@@ -238,15 +241,15 @@ def test_lint_does_not_import_torch(tmp_path, bad):
 
 
 def test_internal_errors_never_show_a_traceback(tmp_path):
-    r = run_cli("lint", "--output-format", "nope", ".")
+    r = run_lint("--output-format", "nope", ".")
     assert r.returncode == 2 and "unknown format" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_per_file_ignores_all(tmp_path, bad):
     (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck.per-file-ignores]\n"train.py" = ["ALL"]\n')
-    assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 0
+    assert run_lint(str(bad), cwd=tmp_path).returncode == 0
     (tmp_path / "pyproject.toml").write_text('[tool.ddpcheck.per-file-ignores]\n"other.py" = ["ALL"]\n')
-    assert run_cli("lint", str(bad), cwd=tmp_path).returncode == 1
+    assert run_lint(str(bad), cwd=tmp_path).returncode == 1
 
 
 def test_the_lint_path_imports_only_what_it_uses(bad):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import textwrap
 
-from tests.conftest import run_cli
+from tests.helpers import run_lint
 
 SCRIPT = textwrap.dedent(
     '''\
@@ -27,9 +27,9 @@ SCRIPT = textwrap.dedent(
 def test_add_noqa_marks_every_reported_line_and_is_idempotent(tmp_path):
     p = tmp_path / "train.py"
     p.write_text(SCRIPT)
-    before = run_cli("lint", "--output-format", "concise", str(p))
+    before = run_lint("--output-format", "concise", str(p))
     assert before.returncode == 1
-    r = run_cli("lint", "--add-noqa", str(p))
+    r = run_lint("--add-noqa", str(p))
     assert r.returncode == 0, r.stderr
     text = p.read_text()
     lines = text.splitlines()
@@ -43,8 +43,8 @@ def test_add_noqa_marks_every_reported_line_and_is_idempotent(tmp_path):
     assert lines[10] == 'text"""; other = DataLoader(dataset)  # noqa: DDP001'
     assert r.stderr.strip() == "Added 5 noqa directives."
     compile(text, str(p), "exec")
-    assert run_cli("lint", str(p)).returncode == 0
-    again = run_cli("lint", "--add-noqa", str(p))
+    assert run_lint(str(p)).returncode == 0
+    again = run_lint("--add-noqa", str(p))
     assert again.stderr.strip() == "Added 0 noqa directives."
     assert p.read_text() == text
 
@@ -63,8 +63,8 @@ def test_unused_noqa_is_off_by_default_and_reported_when_selected(tmp_path):
         s = "# noqa: DDP001"
         dist.destroy_process_group()  # noqa: DDP1
         """))
-    assert run_cli("lint", str(p)).returncode == 0  # off by default, like Ruff's RUF100
-    r = run_cli("lint", "--extend-select", "DDP901", "--output-format", "concise", str(p))
+    assert run_lint(str(p)).returncode == 0  # off by default, like Ruff's RUF100
+    r = run_lint("--extend-select", "DDP901", "--output-format", "concise", str(p))
     assert r.returncode == 1
     reported = [line for line in r.stdout.splitlines() if ": DDP901" in line]
     # Nothing fires on line 4 (the group is destroyed, gloo needs no device) or 5; the other
@@ -74,7 +74,7 @@ def test_unused_noqa_is_off_by_default_and_reported_when_selected(tmp_path):
         f"{p}:5:58: DDP901 [*] `noqa` directive suppresses nothing (unused: DDP001): remove it",
         f"{p}:6:8: DDP901 [*] `noqa` directive suppresses nothing (unknown: DDP777): remove it",
     ]
-    fixed = run_cli("lint", "--extend-select", "DDP901", "--fix", str(p))
+    fixed = run_lint("--extend-select", "DDP901", "--fix", str(p))
     assert fixed.returncode == 0, fixed.stdout
     assert p.read_text().splitlines()[3:6] == [
         'dist.init_process_group("gloo")',
@@ -93,7 +93,7 @@ def test_a_used_noqa_is_not_reported(tmp_path):
         dist.init_process_group("gloo")  # noqa: DDP005
         loader = DataLoader(ds, shuffle=True)  # noqa: DDP0
         """))
-    r = run_cli("lint", "--extend-select", "DDP901", "--output-format", "concise", str(p))
+    r = run_lint("--extend-select", "DDP901", "--output-format", "concise", str(p))
     assert r.returncode == 0, r.stdout
 
 
@@ -143,7 +143,7 @@ def _helper_project(tmp_path, pyproject: str | None = None):
     (tmp_path / "main.py").write_text(MAIN)
     if pyproject is not None:
         (tmp_path / "pyproject.toml").write_text(pyproject)
-    return lambda *args: run_cli("lint", "--no-cache", "--output-format", "concise", *args, cwd=tmp_path)
+    return lambda *args: run_lint("--no-cache", "--output-format", "concise", *args, cwd=tmp_path)
 
 
 def test_a_finding_shown_in_a_helper_obeys_the_helpers_settings(tmp_path):
@@ -160,7 +160,7 @@ def test_a_finding_shown_in_a_helper_obeys_the_helpers_settings(tmp_path):
 
 def test_add_noqa_marks_the_helper_line_and_the_directive_counts_as_used(tmp_path):
     lint = _helper_project(tmp_path)
-    added = run_cli("lint", "--add-noqa", "main.py", cwd=tmp_path)
+    added = run_lint("--add-noqa", "main.py", cwd=tmp_path)
     assert added.returncode == 0 and "Added 1 noqa directive" in added.stderr, added.stderr
     assert '    dist.init_process_group("nccl")  # noqa: DDP003\n' in (tmp_path / "utils.py").read_text()
     assert lint("main.py").returncode == 0

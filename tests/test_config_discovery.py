@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers import run_lint
 
 BAD = textwrap.dedent(
     """\
@@ -67,31 +68,31 @@ def reported(stdout: str, base: Path | None = None) -> set[str]:
 
 
 def test_nearest_table_applies_per_sub_project(mono):
-    r = run_cli("lint", "--output-format", "concise", ".", cwd=mono)
+    r = run_lint("--output-format", "concise", ".", cwd=mono)
     assert r.returncode == 1, r.stderr
     assert reported(r.stdout) == {"services/a/train.py", "services/c/train.py"}
 
 
 def test_discovery_follows_the_file_not_the_cwd(mono, tmp_path_factory):
     # From inside sub-project a, naming files of c and of the root.
-    r = run_cli("lint", "--output-format", "concise", "../c/train.py", "../c/scripts/launch.py",
+    r = run_lint("--output-format", "concise", "../c/train.py", "../c/scripts/launch.py",
                 "../../tools/train.py", cwd=mono / "services" / "a")
     assert reported(r.stdout) == {"../c/train.py"}
     # From a directory outside the repository, with an absolute path.
     elsewhere = tmp_path_factory.mktemp("elsewhere")
-    r = run_cli("lint", "--output-format", "concise", str(mono), cwd=elsewhere)
+    r = run_lint("--output-format", "concise", str(mono), cwd=elsewhere)
     assert reported(r.stdout, mono) == {"services/a/train.py", "services/c/train.py"}
 
 
 def test_excluded_file_named_explicitly_needs_force_exclude(mono):
     named = "services/c/generated/model_pb.py"
-    assert reported(run_cli("lint", "--output-format", "concise", named, cwd=mono).stdout) == {named}
-    forced = run_cli("lint", "--output-format", "concise", "--force-exclude", named, cwd=mono)
+    assert reported(run_lint("--output-format", "concise", named, cwd=mono).stdout) == {named}
+    forced = run_lint("--output-format", "concise", "--force-exclude", named, cwd=mono)
     assert forced.returncode == 0 and reported(forced.stdout) == set()
 
 
 def test_config_option_overrides_discovery_for_every_file(mono, tmp_path_factory):
-    r = run_cli("lint", "--output-format", "concise", "--config", "services/a/pyproject.toml", ".", cwd=mono)
+    r = run_lint("--output-format", "concise", "--config", "services/a/pyproject.toml", ".", cwd=mono)
     # a's table everywhere: DDP001 on for all, c's excludes and per-file-ignores no longer apply.
     assert reported(r.stdout) == {
         "tools/train.py", "services/a/train.py", "services/b/train.py", "services/c/train.py",
@@ -99,23 +100,23 @@ def test_config_option_overrides_discovery_for_every_file(mono, tmp_path_factory
     # A plain TOML file (keys at the top level) works too.
     plain = tmp_path_factory.mktemp("cfg") / "ddpcheck.toml"
     plain.write_text('ignore = ["DDP0"]\n')
-    quiet = run_cli("lint", "--config", str(plain), ".", cwd=mono)
+    quiet = run_lint("--config", str(plain), ".", cwd=mono)
     assert quiet.returncode == 0 and "All checks passed!" in quiet.stdout
 
 
 def test_command_line_selection_goes_on_top_of_the_nearest_table(mono):
     # --select replaces the configured set (the root's ignore of DDP001 is undone, as in Ruff)...
-    r = run_cli("lint", "--output-format", "concise", "--select", "DDP001", "tools", "services/b", cwd=mono)
+    r = run_lint("--output-format", "concise", "--select", "DDP001", "tools", "services/b", cwd=mono)
     assert reported(r.stdout) == {"tools/train.py", "services/b/train.py"}
     # ... while --ignore adds to it.
-    assert run_cli("lint", "--ignore", "DDP001", ".", cwd=mono).returncode == 0
+    assert run_lint("--ignore", "DDP001", ".", cwd=mono).returncode == 0
 
 
 def test_stdin_filename_picks_the_config(mono):
-    inside_c = run_cli("lint", "--output-format", "concise", "-", "--stdin-filename", "services/c/scripts/new.py",
+    inside_c = run_lint("--output-format", "concise", "-", "--stdin-filename", "services/c/scripts/new.py",
                        input=BAD, cwd=mono)
     assert inside_c.returncode == 0, inside_c.stdout
-    inside_a = run_cli("lint", "--output-format", "concise", "-", "--stdin-filename", "services/a/new.py",
+    inside_a = run_lint("--output-format", "concise", "-", "--stdin-filename", "services/a/new.py",
                        input=BAD, cwd=mono)
     assert inside_a.returncode == 1 and reported(inside_a.stdout) == {"services/a/new.py"}
 
@@ -165,7 +166,7 @@ def test_config_command_without_any_table_shows_defaults(tmp_path):
 
 
 def test_show_settings_includes_the_command_line_layer(mono):
-    r = run_cli("lint", "--show-settings", "--select", "DDP0", "--ignore", "DDP900", "services/b/train.py", cwd=mono)
+    r = run_lint("--show-settings", "--select", "DDP0", "--ignore", "DDP900", "services/b/train.py", cwd=mono)
     assert r.returncode == 0, r.stderr
     s = settings(r.stdout)
     assert s["from config"] == "ignore DDP001"
@@ -176,7 +177,7 @@ def test_show_settings_includes_the_command_line_layer(mono):
 
 
 def test_show_settings_with_config_option(mono):
-    s = settings(run_cli("lint", "--show-settings", "--config", "services/a/pyproject.toml", "tools/train.py", cwd=mono).stdout)
+    s = settings(run_lint("--show-settings", "--config", "services/a/pyproject.toml", "tools/train.py", cwd=mono).stdout)
     assert s["config"].startswith(str(Path("services/a/pyproject.toml")))
     assert s["from config"] == "select DDP0"
 
@@ -191,7 +192,7 @@ def test_extend_stacks_a_shared_config_under_a_project_one(tmp_path):
         '[tool.ddpcheck]\nextend = "../configs/ddpcheck.toml"\nextend-select = ["DDP901"]\n')
     (project / "train.py").write_text(BAD)
     (project / "gen" / "x.py").write_text(BAD)
-    r = run_cli("lint", "--output-format", "concise", ".", cwd=project)
+    r = run_lint("--output-format", "concise", ".", cwd=project)
     # The shared ignore applies; its `gen/*` is relative to configs/, so proj/gen is linted.
     assert sorted(m.group("path", "code") for m in FINDING.finditer(r.stdout)) == [
         ("gen/x.py", "DDP001"), ("train.py", "DDP001")]
@@ -206,8 +207,8 @@ def test_extend_relative_to_the_file_that_names_it(tmp_path):
     sub.mkdir(parents=True)
     (sub / "pyproject.toml").write_text('[tool.ddpcheck]\nextend = "../../pyproject.toml"\n')
     (sub / "train.py").write_text(BAD)
-    assert run_cli("lint", "train.py", cwd=sub).returncode == 0
-    assert run_cli("lint", "a/b/train.py", cwd=tmp_path).returncode == 0
+    assert run_lint("train.py", cwd=sub).returncode == 0
+    assert run_lint("a/b/train.py", cwd=tmp_path).returncode == 0
 
 
 @pytest.mark.parametrize("files,expected", [
@@ -225,7 +226,7 @@ def test_bad_extend_is_one_error_line_exit_2(tmp_path, files, expected):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     (tmp_path / "train.py").write_text(BAD)
-    r = run_cli("lint", "train.py", cwd=tmp_path)
+    r = run_lint("train.py", cwd=tmp_path)
     assert r.returncode == 2
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith("ddpcheck: error: ") and expected in line, line

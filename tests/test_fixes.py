@@ -19,7 +19,8 @@ from ddpcheck.lint.fixes import apply_fixes
 from ddpcheck.lint.rule import Invalid
 from ddpcheck.lint.rules import rule_classes
 from ddpcheck.tool_codes import TOOL_CODES
-from tests.conftest import FIXTURES, run_cli
+from tests.conftest import FIXTURES
+from tests.helpers import run_lint
 
 FIXABLE = [r for r in rule_classes() if r.fixable]
 # Every code whose finding can carry a fix: the rules' and the tool codes' (DDP901).
@@ -166,20 +167,20 @@ def test_fixes_of_several_rules_compose_through_the_cli(tmp_path, name):
     source, expected = COMPOSITIONS[name]
     script = tmp_path / "train.py"
     script.write_text(source)
-    lint = ("lint", "--select", "ALL", "--no-cache")
-    before = run_cli(*lint, "--output-format", "json", str(script)).stdout
+    lint = ("--select", "ALL", "--no-cache")
+    before = run_lint(*lint, "--output-format", "json", str(script)).stdout
     assert expected <= _codes(before, fixable=True), _codes(before, fixable=True)
     unfixable = _codes(before, fixable=False)
-    run_cli(*lint, "--fix", "--unsafe-fixes", str(script))
+    run_lint(*lint, "--fix", "--unsafe-fixes", str(script))
     fixed = script.read_text()
     compile(fixed, str(script), "exec")
-    after = run_cli(*lint, "--output-format", "json", str(script)).stdout
+    after = run_lint(*lint, "--output-format", "json", str(script)).stdout
     assert not _codes(after, fixable=True), after
     assert not _codes(after) & expected, after
     assert _codes(after) == unfixable - expected, "the fixes removed or added findings they do not address"
     if name == "sampler-launch-save":
         assert "shuffle=(sampler is None)" in fixed and "if sampler is not None:" in fixed
-    again = run_cli(*lint, "--fix", "--unsafe-fixes", str(script))
+    again = run_lint(*lint, "--fix", "--unsafe-fixes", str(script))
     assert script.read_text() == fixed, again.stdout
 
 
@@ -247,9 +248,9 @@ def test_fixed_conditional_sampler_trains_right_on_both_paths(tmp_path):
     pytest.importorskip("torch")
     script = tmp_path / "train.py"
     script.write_text(CONDITIONAL_SAMPLERS)
-    before = run_cli("lint", "--no-cache", "--output-format", "json", str(script)).stdout
+    before = run_lint("--no-cache", "--output-format", "json", str(script)).stdout
     assert [f["code"] for f in json.loads(before)["findings"]] == ["DDP006", "DDP002", "DDP006", "DDP002"]
-    run_cli("lint", "--no-cache", "--fix", "--unsafe-fixes", str(script))
+    run_lint("--no-cache", "--fix", "--unsafe-fixes", str(script))
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -275,11 +276,11 @@ def test_fixes_on_the_fixture_scripts(tmp_path):
         copy.parent.mkdir(exist_ok=True)
         shutil.copy(path, copy)
         copies.append(copy)
-    run_cli("lint", "--select", "ALL", "--fix", "--unsafe-fixes", "--no-cache", str(tmp_path))
+    run_lint("--select", "ALL", "--fix", "--unsafe-fixes", "--no-cache", str(tmp_path))
     texts = {p: p.read_text() for p in copies}
     for path, text in texts.items():
         compile(text, str(path), "exec")
-    report = json.loads(run_cli("lint", "--select", "ALL", "--no-cache", "--output-format", "json", str(tmp_path)).stdout)
+    report = json.loads(run_lint("--select", "ALL", "--no-cache", "--output-format", "json", str(tmp_path)).stdout)
     assert not [(f["path"], f["line"], f["code"]) for f in report["findings"] if f["fix"]]
-    run_cli("lint", "--select", "ALL", "--fix", "--unsafe-fixes", "--no-cache", str(tmp_path))
+    run_lint("--select", "ALL", "--fix", "--unsafe-fixes", "--no-cache", str(tmp_path))
     assert {p: p.read_text() for p in copies} == texts

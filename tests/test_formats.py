@@ -12,7 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.conftest import ROOT, cli_env, run_cli
+from tests.conftest import ROOT, cli_env
+from tests.helpers import run_lint
 
 SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
@@ -38,7 +39,7 @@ def project(tmp_path: Path) -> Path:
 
 def lint(project: Path, *args: str):
     # The fixtures here exercise the formats with DDP001 and DDP900 findings only.
-    return run_cli("lint", "--select", "DDP001,DDP900", *args, cwd=project)
+    return run_lint("--select", "DDP001,DDP900", *args, cwd=project)
 
 
 def sarif_of(project: Path, *paths: str) -> dict:
@@ -120,7 +121,7 @@ def test_sarif_validates_against_the_sarif_2_1_0_schema(project):
 
 def test_sarif_is_valid_for_absolute_paths_outside_the_checkout(project, tmp_path_factory):
     elsewhere = tmp_path_factory.mktemp("elsewhere")
-    r = run_cli("lint", "--output-format", "sarif", str(project / "bad.py"), cwd=elsewhere)
+    r = run_lint("--output-format", "sarif", str(project / "bad.py"), cwd=elsewhere)
     doc = json.loads(r.stdout)
     assert_valid_sarif(doc)
     uri = doc["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
@@ -242,12 +243,12 @@ def test_a_helper_finding_names_the_calls_that_lead_there():
     """The every-rank checkpoint is reported on the helper's torch.save line, with the call in
     the script as a related location (JSON `related`, SARIF `relatedLocations`)."""
     project = ROOT / "fixtures" / "corpus" / "constructs" / "c12_where_the_fix_goes"
-    out = run_cli("lint", "--no-cache", "--output-format", "json", "train.py", cwd=project, env=cli_env())
+    out = run_lint("--no-cache", "--output-format", "json", "train.py", cwd=project, env=cli_env())
     findings = json.loads(out.stdout)["findings"]
     save = next(f for f in findings if f["code"] == "DDP010")
     assert (save["path"], save["location"]["line"]) == ("checkpoint.py", 8)
     assert [(r["path"], r["location"]["line"]) for r in save["related"]] == [("train.py", 26), ("train.py", 21)]
-    sarif = json.loads(run_cli("lint", "--no-cache", "--output-format", "sarif", "train.py",
+    sarif = json.loads(run_lint("--no-cache", "--output-format", "sarif", "train.py",
                                cwd=project, env=cli_env()).stdout)
     result = next(r for r in sarif["runs"][0]["results"] if r["ruleId"] == "DDP010")
     related = result["relatedLocations"]

@@ -10,7 +10,8 @@ from pathlib import Path
 from ddpcheck.lint.engine import lint_source
 from ddpcheck.lint.model import Project
 from ddpcheck.lint.rules import rule_classes
-from tests.conftest import cli_env, run_cli
+from tests.conftest import cli_env
+from tests.helpers import run_lint
 
 
 def write(root: Path, files: dict[str, str]) -> None:
@@ -169,7 +170,7 @@ def test_helpers_are_never_imported_nor_read_from_site_packages(tmp_path):
     })
     write(site, {"installed.py": "import torch.multiprocessing as mp\ndef go():\n    mp.spawn(w, nprocs=2)\n"})
     env = cli_env(PYTHONPATH=f"{cli_env()['PYTHONPATH']}:{site}")
-    r = run_cli("lint", "--output-format", "json", str(tmp_path / "proj/train.py"), env=env)
+    r = run_lint("--output-format", "json", str(tmp_path / "proj/train.py"), env=env)
     assert r.returncode == 1, r.stderr
     found = sorted((f["code"], f["location"]["line"]) for f in json.loads(r.stdout)["findings"])
     assert found == [("DDP017", 3)]  # sidecar's spawn is seen; installed (site-packages) is not

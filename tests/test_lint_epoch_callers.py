@@ -3,10 +3,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tests.conftest import run_cli
 from tests.helpers import lint_findings
 
 TRAINER = """\
@@ -73,9 +71,7 @@ RESTART_METHOD = """
 def _lint(tmp_path: Path, methods: str) -> list[tuple[str, int]]:
     script = tmp_path / "train.py"
     script.write_text(TRAINER.replace("{methods}", methods))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", "DDP002", "--output-format", "json", str(script))
-    assert r.returncode == 0, r.stderr
-    return [(f["code"], f["location"]["line"]) for f in json.loads(r.stdout)["findings"]]
+    return [(f["code"], f["location"]["line"]) for f in lint_findings(tmp_path, "train.py", select="DDP002")]
 
 
 def test_an_epoch_method_over_the_trainers_loader_run_from_the_fit_loop(tmp_path):

@@ -4,10 +4,9 @@ class's method, so every rule that asks what a call runs sees its layers."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import lint_findings
 
 NETS = """\
 import torch
@@ -56,10 +55,7 @@ dist.destroy_process_group()
 def _lint(tmp_path: Path, loss: str) -> list[tuple[str, int]]:
     (tmp_path / "nets.py").write_text(NETS)
     (tmp_path / "train.py").write_text(SCRIPT.format(loss=loss))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", "DDP013", "--output-format", "json",
-                str(tmp_path / "train.py"))
-    assert r.returncode == 0, r.stderr
-    return [(f["code"], f["location"]["line"]) for f in json.loads(r.stdout)["findings"]]
+    return [(f["code"], f["location"]["line"]) for f in lint_findings(tmp_path, "train.py", select="DDP013")]
 
 
 def test_the_inner_modules_loss_method_bypasses_the_wrapper(tmp_path):

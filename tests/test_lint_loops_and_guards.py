@@ -4,20 +4,14 @@ what the user sees."""
 
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import finding_set, write_project
 
 
 def _findings(root: Path, files: dict[str, str], select: str) -> set[tuple[str, int, str]]:
-    for name, text in files.items():
-        (root / name).write_text(textwrap.dedent(text))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
-                *(str(root / name) for name in files))
-    assert r.returncode == 0, r.stderr
-    return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in json.loads(r.stdout)["findings"]}
+    write_project(root, files)
+    return finding_set(root, *files, select=select)
 
 
 PREPARE = """\

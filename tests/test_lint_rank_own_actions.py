@@ -4,23 +4,14 @@ writes a small project in the style of real training scripts and reads what the 
 
 from __future__ import annotations
 
-import json
-import textwrap
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import finding_set, write_project
 
 
 def _findings(root: Path, files: dict[str, str], select: str) -> set[tuple[str, int, str]]:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text))
-    first = next(iter(files))
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", select, "--output-format", "json",
-                str(root / first))
-    assert r.returncode == 0, r.stderr
-    return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in json.loads(r.stdout)["findings"]}
+    write_project(root, files)
+    return finding_set(root, next(iter(files)), select=select)
 
 
 # A seeding helper in the project's utility package that also seeds the GPUs when there are any.

@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.helpers import lint_findings
 
 LAUNCHER = '''\
 import argparse
@@ -32,9 +31,8 @@ dist.destroy_process_group()
 
 
 def _lines(path: Path) -> list[tuple[str, int, int]]:
-    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", "DDP008", "--output-format", "json", str(path))
-    assert r.returncode == 0, r.stderr
-    return [(f["code"], f["location"]["line"], f["location"]["column"]) for f in json.loads(r.stdout)["findings"]]
+    return [(f["code"], f["location"]["line"], f["location"]["column"])
+            for f in lint_findings(path.parent, path.name, select="DDP008")]
 
 
 def test_a_launch_command_in_a_docstring_is_reported_on_its_own_line(tmp_path):

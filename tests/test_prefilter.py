@@ -8,7 +8,7 @@ import pytest
 
 from ddpcheck.catalog import all_rules
 from ddpcheck.lint.prefilter import ImportScan
-from tests.conftest import run_cli
+from tests.helpers import run_lint
 
 
 def scan_of(root: Path) -> ImportScan:
@@ -48,9 +48,9 @@ def test_syntax_errors_are_still_reported_in_files_the_filter_skips(tmp_path):
     (tmp_path / "uses_helper.py").write_text("from helper import setup\ndef broken(:\n")
     (tmp_path / "helper.py").write_text("import torch\n\ndef setup():\n    pass\n")
     (tmp_path / "fine.py").write_text("import os\nprint(os.sep)\n")
-    r = run_cli("lint", "--no-cache", "--output-format", "concise", str(tmp_path))
+    r = run_lint("--no-cache", "--output-format", "concise", str(tmp_path))
     assert r.returncode == 1, r.stderr
     reported = sorted(line.split(":")[0].rsplit("/", 1)[-1] for line in r.stdout.splitlines() if ": DDP900 " in line)
     assert reported == ["notes.py", "uses_helper.py"]
-    r = run_cli("lint", "--no-cache", "--ignore", "DDP900", str(tmp_path / "notes.py"))
+    r = run_lint("--no-cache", "--ignore", "DDP900", str(tmp_path / "notes.py"))
     assert r.returncode == 0, r.stdout
