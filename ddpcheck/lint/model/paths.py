@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -32,6 +33,8 @@ from ddpcheck.lint.model.conditions import (
 )
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, literal_test
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
@@ -67,6 +70,7 @@ class Paths:
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
         self._uncalled: dict[tuple[int, str], bool] = {}
+        self._imported: bool | None = None
 
     # --- reach -------------------------------------------------------------------------------
     def compute(self) -> None:
@@ -579,8 +583,10 @@ class Paths:
         if self.imported_main(site):
             return True
         function = self.function_of(site)
-        if function is None or function.module is self.model.root:
+        if function is None:
             return False
+        if function.module is self.model.root:
+            return self.unused_method(function)
         callers = self.model.graph.callers(function)
         return bool(callers) and all(self.imported_main(call) for call, _ in callers)
 
@@ -602,6 +608,49 @@ class Paths:
             if self.model.reach_complete:
                 self._uncalled[key] = found
         return found
+
+    def unused_method(self, function: Function) -> bool:
+        """`function` is a method of a plain class of the linted script (`class Fitter:` with
+        no base but `object`) that nothing can call: no call resolves to it, and its name
+        appears in the script only in its own `def` and as an attribute of an imported module
+        (`torch.load`, `json.load`), never bare or as a string (`getattr(self, "load")`); no
+        other project module imports the script. A resume method whose only call is commented
+        out (`# fitter.load(path)`) never runs. A decorated, special or property method, a
+        method of a class with project or library bases (a framework may call it by name), or a
+        file that may be imported is unknown."""
+        module = function.module
+        owner = function.owner
+        name = function.name
+        if owner is None or function.qualname.count(".") != 1 or "." in owner.qualname \
+                or name.startswith("__") or module.decorators.get(function.qualname) \
+                or not self.model.is_entry_point():
+            return False
+        if any(dotted(base) != "object" for base in owner.bases):
+            return False
+        key = (id(module), function.qualname)
+        found = self._uncalled.get(key)
+        if found is not None:
+            return found
+        found = not self.model.graph.callers(function) and _only_module_attributes(module, name) \
+            and not self._script_imported()
+        if self.model.reach_complete:
+            self._uncalled[key] = found
+        return found
+
+    def _script_imported(self) -> bool:
+        """Some other project module imports the linted file by its module name."""
+        if self._imported is None:
+            root = self.model.root
+            stem = re.escape(Path(root.path).stem)
+            pattern = re.compile(rf"^[ \t]*(?:from[ \t]+[\w.]*\b{stem}\b|import[ \t]+[^\n]*\b{stem}\b)", re.MULTILINE)
+            own = resolved_path(root.path)
+            self._imported = False
+            for path in project_files(root.path):
+                text = self.model.project.text(path) if path != own else None
+                if text is not None and pattern.search(text):
+                    self._imported = True
+                    break
+        return self._imported
 
     def imported_main(self, site: CallSite) -> bool:
         """`site` sits under the `if __name__ == "__main__":` block of a project module other
@@ -694,6 +743,23 @@ class Paths:
                     return True
         facts = self.model.facts.of_scope(module, function.qualname)
         return "init_process_group" in facts or "ddp_wrap" in facts
+
+
+def _only_module_attributes(module: ModuleModel, name: str) -> bool:
+    """Every use of `name` in the module's code is a `def` of it or an attribute of an imported
+    module (`torch.load(...)`): nothing there can reach a method of that name."""
+    text = code_only(module.source)
+    for match in re.finditer(rf"(?<![\w]){re.escape(name)}\b", text):
+        head = text[max(0, match.start() - 200):match.start()]
+        if re.search(r"\bdef[ \t]+$", head):
+            continue
+        receiver = re.search(r"(?<![\w.])([A-Za-z_][\w.]*)\.$", head)
+        if receiver is None:
+            return False  # bare (`fn = load`), in a string (`getattr(self, "load")`), or after `)`
+        first = receiver.group(1).split(".", 1)[0]
+        if module.names.origin(first) is None or first in module.functions or first in module.classes:
+            return False
+    return True
 
 
 def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], function: str | None) -> bool:
