@@ -1,0 +1,89 @@
+"""Code that never runs, or runs against a stand-in, through `ddpcheck lint`: a resume method of a
+script's trainer whose only call is commented out, BatchNorm that a layer builder makes only when
+asked, a logger that is a do-nothing object off rank 0, a progress bar labelled with the rank
+after it is built. Each test writes a small project in the style of such code, with the variant
+that is still reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def _lines(findings: list[dict], code: str) -> list[int]:
+    return sorted(f["location"]["line"] for f in findings if f["code"] == code)
+
+
+FITTER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    class Fitter:
+        def __init__(self, model, device):
+            self.model = model
+            self.device = device
+            self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def fit(self, loader, epochs):
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = self.model(x.to(self.device), y.to(self.device))
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+
+        def load(self, path):
+            checkpoint = torch.load(path)
+            self.model.load_state_dict(checkpoint["model"])
+            self.optimizer.load_state_dict(checkpoint["optimizer"])
+
+
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    net = DistributedDataParallel(torch.nn.Linear(8, 1).cuda(), device_ids=[local_rank])
+    fitter = Fitter(net, torch.device("cuda", local_rank))
+    meta = torch.load("meta.bin", map_location="cpu")
+    # fitter.load("last-checkpoint.bin")
+    fitter.fit(train_loader, 10)
+"""
+
+
+def test_a_trainer_method_nothing_calls_does_not_load(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": FITTER}, "train.py", select="DDP011")
+    assert _lines(findings, "DDP011") == []
+    # Called, by name through an attribute, or looked up by its name: it may run.
+    for call in ('fitter.load("last-checkpoint.bin")', 'getattr(fitter, "load")("last.bin")',
+                 'restore = fitter.load\n    restore("last.bin")'):
+        called = FITTER.replace('# fitter.load("last-checkpoint.bin")', call)
+        findings = lint_project(tmp_path, {"train.py": called}, "train.py", select="DDP011")
+        assert _lines(findings, "DDP011") == [22], call
+    # A class with a base: a framework may call its methods by name.
+    based = FITTER.replace("class Fitter:", "class Fitter(BaseTrainer):").replace(
+        "import os\n", "import os\n    from engine import BaseTrainer\n")
+    findings = lint_project(tmp_path, {"train.py": based, "engine.py": "class BaseTrainer:\n    pass\n"},
+                            "train.py", select="DDP011")
+    assert _lines(findings, "DDP011") == [23]
+    # Another module of the project imports the script's class and may call it.
+    findings = lint_project(tmp_path, {"train.py": FITTER, "resume.py": "from train import Fitter\n"},
+                            "train.py", select="DDP011")
+    assert _lines(findings, "DDP011") == [22]
+
+
+def test_output_and_saves_in_an_uncalled_method_are_not_reported(tmp_path: Path) -> None:
+    source = FITTER.replace("""        def load(self, path):""", """        def dump(self, path, loader):
+            for x, y in loader:
+                print("step loss", self.model(x, y).item())
+            torch.save(self.model.state_dict(), path)
+
+        def load(self, path):""")
+    findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP010,DDP011")
+    assert _lines(findings, "DDP010") == []
+    called = source.replace("    fitter.fit(train_loader, 10)\n",
+                            "    fitter.fit(train_loader, 10)\n    fitter.dump(\"last.bin\", train_loader)\n")
+    findings = lint_project(tmp_path, {"train.py": called}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [24]
