@@ -87,3 +87,75 @@ def test_output_and_saves_in_an_uncalled_method_are_not_reported(tmp_path: Path)
                             "    fitter.fit(train_loader, 10)\n    fitter.dump(\"last.bin\", train_loader)\n")
     findings = lint_project(tmp_path, {"train.py": called}, "train.py", select="DDP010")
     assert _lines(findings, "DDP010") == [24]
+
+
+COUNTING_NET = """\
+    import torch.nn as nn
+
+
+    class CountingNet(nn.Module):
+        def __init__(self, load_weights=False):
+            super().__init__()
+            self.frontend = make_layers([64, 64, "M", 128, 128, "M", 256])
+            self.output_layer = nn.Conv2d(256, 1, kernel_size=1)
+            if not load_weights:
+                self._initialize_weights()
+
+        def forward(self, x):
+            return self.output_layer(self.frontend(x))
+
+        def _initialize_weights(self):
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    nn.init.normal_(m.weight, std=0.01)
+                elif isinstance(m, nn.BatchNorm2d):
+                    nn.init.constant_(m.weight, 1)
+                    nn.init.constant_(m.bias, 0)
+
+
+    def make_layers(cfg, in_channels=3, batch_norm=False, dilation=False):
+        d_rate = 2 if dilation else 1
+        layers = []
+        for v in cfg:
+            if v == "M":
+                layers += [nn.MaxPool2d(kernel_size=2, stride=2)]
+            else:
+                conv2d = nn.Conv2d(in_channels, v, kernel_size=3, padding=d_rate, dilation=d_rate)
+                if batch_norm:
+                    layers += [conv2d, nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+                else:
+                    layers += [conv2d, nn.ReLU(inplace=True)]
+                in_channels = v
+        return nn.Sequential(*layers)
+"""
+
+COUNTING_TRAIN = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from model import CountingNet
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = CountingNet().cuda()
+        net = DDP(net, device_ids=[local_rank])
+"""
+
+
+def test_batchnorm_behind_a_builder_switch_left_off_is_not_built(tmp_path: Path) -> None:
+    files = {"model.py": COUNTING_NET, "train.py": COUNTING_TRAIN}
+    assert _lines(lint_project(tmp_path, files, "train.py", select="DDP012"), "DDP012") == []
+    # The same network in the script itself.
+    script = COUNTING_NET + COUNTING_TRAIN.replace("from model import CountingNet\n", "")
+    assert _lines(lint_project(tmp_path, {"train.py": script}, "train.py", select="DDP012"), "DDP012") == []
+    # Switched on, by keyword or by position, or given what the model cannot read: BatchNorm.
+    for call in ('make_layers([64, "M", 256], batch_norm=True)', 'make_layers([64, "M", 256], 3, True)',
+                 'make_layers([64, "M", 256], **self.layer_options)'):
+        on = COUNTING_NET.replace('make_layers([64, 64, "M", 128, 128, "M", 256])', call)
+        files = {"model.py": on, "train.py": COUNTING_TRAIN}
+        assert _lines(lint_project(tmp_path, files, "train.py", select="DDP012"), "DDP012") == [12], call
+        script = on + COUNTING_TRAIN.replace("from model import CountingNet\n", "")
+        assert _lines(lint_project(tmp_path, {"train.py": script}, "train.py", select="DDP012"), "DDP012") == [48], call
