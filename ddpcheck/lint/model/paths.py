@@ -36,7 +36,7 @@ from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scop
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.values import Frame, literal_test
+from ddpcheck.lint.model.values import Frame, Value, literal_test
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
 from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
@@ -251,25 +251,50 @@ class Paths:
                      at: Point | None = None, own: cst.CSTNode | None = None) -> bool:
         """Whether the object `expr` holds exists on rank 0 only, None on the other ranks: every
         value but None is made under a rank-0 condition (`SummaryWriter(...) if rank == 0 else
-        None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None (`if rank
-        != 0: logger = None`). Asked for the test of the `if` `own`, the values its own branch
+        None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None or to a
+        do-nothing stand-in (`if rank != 0: logger = None`, `else: self.logger = NoOp()`). Asked for the test of the `if` `own`, the values its own branch
         assigns are left out where no loop brings them back to the test: they are made after
         it (`if writer is None: writer = SummaryWriter() if rank == 0 else None`)."""
         nones = made = 0
+        every = False
         for value in self.model.values.of(module, expr, scope, at=at, depth=8):
             if own is not None and value.at is not None and not value.at.loops \
                     and any(g.node is own for g in value.at.guards):
                 continue
             kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
-            if is_none(value.node):
+            if is_none(value.node) or self._does_nothing(value):
                 if "other" in kinds:
-                    return True
+                    return True  # (whatever the order the values come in)
                 nones += 1
             elif "main" in kinds:
                 made += 1
             else:
-                return False
-        return bool(nones and made)
+                every = True
+        return not every and bool(nones and made)
+
+    def _does_nothing(self, value: Value) -> bool:
+        """`NoOp()`: an instance of a project class made to stand in for an object the other
+        ranks do not get, whose every method does nothing (`pass`, `return`, a docstring) or whose
+        `__getattr__` hands back such a function for any name."""
+        if not isinstance(value.node, cst.Call):
+            return False
+        found = self.model.graph.instance_of(Value(value.module, value.node, value.scope, value.frame, value.at))
+        if found is None:
+            return False
+        module, info = found
+        if info.bases and any(dotted(b) != "object" for b in info.bases):
+            return False
+        methods = {name: module.functions[q] for name, q in info.methods.items() if q in module.functions}
+        getter = methods.get("__getattr__")
+        if getter is not None:
+            inner = [s for s in getter.body.body if isinstance(s, cst.FunctionDef)]
+            returned = [e.value for s in getter.body.body if isinstance(s, cst.SimpleStatementLine)
+                        for e in s.body if isinstance(e, cst.Return)]
+            return any(_empty(f) for f in inner) and all(
+                isinstance(r, cst.Name) and any(f.name.value == r.value and _empty(f) for f in inner)
+                for r in returned) or any(isinstance(r, cst.Lambda) and is_none(r.body) for r in returned)
+        others = [f for name, f in methods.items() if name != "__init__"]
+        return bool(others) and all(_empty(f) for f in others)
 
     def _mode_flag(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope) -> bool | None:
         """Whether `test` reads a flag that records the launch mode under a name of its own:
@@ -743,6 +768,23 @@ class Paths:
                     return True
         facts = self.model.facts.of_scope(module, function.qualname)
         return "init_process_group" in facts or "ddp_wrap" in facts
+
+
+def _empty(function: cst.FunctionDef) -> bool:
+    """The function does nothing: its body is `pass`, `...`, a docstring, `return` or
+    `return None`."""
+    body = function.body
+    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]  # (`def f(): pass`: one suite)
+    for line in lines:
+        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return False
+        for small in line.body:
+            if isinstance(small, cst.Pass) or isinstance(small, cst.Return) and (small.value is None or is_none(small.value)):
+                continue
+            if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+                continue
+            return False
+    return True
 
 
 def _only_module_attributes(module: ModuleModel, name: str) -> bool:
