@@ -159,3 +159,120 @@ def test_batchnorm_behind_a_builder_switch_left_off_is_not_built(tmp_path: Path)
         assert _lines(lint_project(tmp_path, files, "train.py", select="DDP012"), "DDP012") == [12], call
         script = on + COUNTING_TRAIN.replace("from model import CountingNet\n", "")
         assert _lines(lint_project(tmp_path, {"train.py": script}, "train.py", select="DDP012"), "DDP012") == [48], call
+
+
+STAND_IN_LOGGER = """\
+    import logging
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class NoOp:
+        def __getattr__(self, *args):
+            def no_op(*args, **kwargs): pass
+            return no_op
+
+
+    class FileLogger:
+        def __init__(self, output_dir, is_rank0=False):
+            if is_rank0:
+                self.logger = self.get_logger(output_dir)
+            else:
+                self.logger = NoOp()
+
+        def get_logger(self, output_dir):
+            logger = logging.getLogger("training")
+            logger.setLevel(logging.DEBUG)
+            logger.addHandler(logging.StreamHandler())
+            return logger
+
+        def info(self, *args):
+            self.logger.info(*args)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        logger = FileLogger("logs", is_rank0=local_rank == 0)
+        model = DDP(torch.nn.Linear(8, 1).cuda(local_rank), device_ids=[local_rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                logger.info(f"epoch {epoch} loss {loss.item():.4f}")
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_logger_the_other_ranks_get_as_a_do_nothing_stand_in_is_rank_zero_only(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": STAND_IN_LOGGER}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # A stand-in written with methods that do nothing.
+    methods = STAND_IN_LOGGER.replace("""        def __getattr__(self, *args):
+            def no_op(*args, **kwargs): pass
+            return no_op""", '''        def info(self, *args):
+            """Other ranks stay quiet."""
+
+        def warning(self, *args):
+            return None''')
+    findings = lint_project(tmp_path, {"train.py": methods}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # The other ranks get a real logger, or a stand-in that still writes: every rank logs.
+    every = STAND_IN_LOGGER.replace("self.logger = NoOp()", 'self.logger = logging.getLogger("training")')
+    findings = lint_project(tmp_path, {"train.py": every}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [43]
+    loud = STAND_IN_LOGGER.replace("def no_op(*args, **kwargs): pass", "def no_op(*args, **kwargs): print(*args)")
+    findings = lint_project(tmp_path, {"train.py": loud}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [43]
+
+
+RANK_POSTFIX = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from tqdm import tqdm
+
+    dist.init_process_group("nccl")
+    global_rank = dist.get_rank()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    model = DDP(torch.nn.Linear(8, 1).cuda(local_rank), device_ids=[local_rank])
+    optimizer = torch.optim.AdamW(model.parameters())
+
+
+    def train_epoch():
+        bar = tqdm(train_loader)
+        total = 0.0
+        for step, (x, y) in enumerate(bar, 1):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            total += loss.item()
+            bar.set_postfix({str(global_rank) + "_train_loss": total / step})
+        return total
+
+
+    for epoch in range(10):
+        train_epoch()
+"""
+
+
+def test_a_bar_labelled_with_the_rank_after_it_is_built_is_meant_per_rank(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RANK_POSTFIX}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    plain = RANK_POSTFIX.replace('str(global_rank) + "_train_loss"', '"train_loss"')
+    findings = lint_project(tmp_path, {"train.py": plain}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [15]
+    # Another bar's label says nothing about this one.
+    other = RANK_POSTFIX.replace("bar.set_postfix(", "other_bar = tqdm(range(3))\n        other_bar.set_postfix(")
+    findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP020")
+    assert 15 in _lines(findings, "DDP020")

@@ -27,6 +27,7 @@ _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+_BAR_LABELS = frozenset({"set_description", "set_description_str", "set_postfix", "set_postfix_str"})
 _MAX_HOPS = 3
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
@@ -58,7 +59,9 @@ class PrintOnEveryRank(Rule):
     `is_main = True if local_rank == 0 else False` passed to a project logger that prints `if
     self.enable:`, `MAIN = rank is None or rank == 0`,
     `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
-    decorator such as `@rank_zero_only`), calls of a logger only rank 0 has,
+    decorator such as `@rank_zero_only`), calls of a logger only rank 0 has (the other ranks
+    get None or a do-nothing stand-in: `else: self.logger = NoOp()`, a class whose
+    `__getattr__` hands back a function that does nothing),
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
     command-line switch such as `disable=args.no_progress`) and `tqdm(...) if is_main else loader`, `print` replaced by
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
@@ -72,7 +75,7 @@ class PrintOnEveryRank(Rule):
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message, or a value that is the rank under another name:
     `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
-    {rank}"`); start-up loops (over arguments, files, state_dict keys);
+    {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
@@ -725,12 +728,17 @@ class PrintOnEveryRank(Rule):
         """The message names the rank, in the call or in the variable it is built in
         (`msg += f" rank {rank}"; logging.debug(msg)`), or formats a value that is the rank
         under another name (`template.format(self.gpu_id, loss)`); for a progress bar, its
-        label (`tqdm(total=n, desc=f"rank {rank}")`)."""
+        label (`tqdm(total=n, desc=f"rank {rank}")`, or set on the name it is bound to:
+        `bar.set_postfix({f"{rank}_loss": loss})`)."""
         module = site.module
         resolve = self.model.resolver_for(module, site.scope)
         args = site.node.args
         if kind == "tqdm":
             args = tuple(a for a in args if a.keyword is not None and a.keyword.value == "desc")
+            # Labelled after it is built: `bar = tqdm(loader)`, then `bar.set_postfix({f"{rank}_loss": ...})`.
+            names = {n for n, bound in site.scope.assignments.items() if "." not in n and any(b is site.node for b in bound)}
+            args += tuple(a for c in module.calls_in(site.scope.qualname)
+                          if c.method in _BAR_LABELS and c.receiver_name in names for a in c.node.args)
         for arg in args:
             if _RANK.search(module.code(arg.value)):
                 return True
