@@ -276,3 +276,10 @@ def test_a_bar_labelled_with_the_rank_after_it_is_built_is_meant_per_rank(tmp_pa
     other = RANK_POSTFIX.replace("bar.set_postfix(", "other_bar = tqdm(range(3))\n        other_bar.set_postfix(")
     findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP020")
     assert 15 in _lines(findings, "DDP020")
+
+
+def test_a_builder_switch_the_body_sets_again_is_not_its_default(tmp_path: Path) -> None:
+    net = COUNTING_NET.replace('        d_rate = 2 if dilation else 1\n',
+                               '        d_rate = 2 if dilation else 1\n        batch_norm = batch_norm or len(cfg) > 4\n')
+    files = {"model.py": net, "train.py": COUNTING_TRAIN}
+    assert _lines(lint_project(tmp_path, files, "train.py", select="DDP012"), "DDP012") == [12]

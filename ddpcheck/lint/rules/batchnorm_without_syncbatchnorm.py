@@ -586,12 +586,22 @@ def _switched_off(function: cst.FunctionDef, calls: list[cst.Call]) -> list[cst.
             continue
         name = stmt.test.value
         index = next((i for i, p in enumerate(ordered) if p.name.value == name), None)
-        if index is None or ordered[index].default is None \
-                or not (is_false(ordered[index].default) or _is_none(ordered[index].default)):
+        default = ordered[index].default if index is not None else None
+        if index is None or default is None or not (is_false(default) or _is_none(default)):
             continue
+        if _rebinds(function, name):
+            continue  # (`batch_norm = cfg.bn` in the body: the default is not what is tested)
         if all(_leaves_off(c, name, index) for c in calls):
             off.append(stmt)
     return off
+
+
+def _rebinds(function: cst.FunctionDef, name: str) -> bool:
+    """The body gives `name` another value (`batch_norm = cfg.bn`, `a, batch_norm = ...`,
+    `batch_norm |= x`); a keyword argument of that name (`f(batch_norm=True)`) also counts."""
+    code = cst.Module(body=[]).code_for_node(function.body)
+    return bool(re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/|&]|:[^=\n]*)?=(?!=)", code)
+                or re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:,[^=\n]*)?=(?!=)", code))
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
