@@ -283,3 +283,58 @@ def test_a_builder_switch_the_body_sets_again_is_not_its_default(tmp_path: Path)
                                '        d_rate = 2 if dilation else 1\n        batch_norm = batch_norm or len(cfg) > 4\n')
     files = {"model.py": net, "train.py": COUNTING_TRAIN}
     assert _lines(lint_project(tmp_path, files, "train.py", select="DDP012"), "DDP012") == [12]
+
+
+HELD_BAR = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from tqdm import trange
+
+
+    class DiffusionRunner:
+        def __init__(self, model, loader, iters):
+            self.model = model
+            self.loader = loader
+            self.iters = iters
+            self.step = 0
+            self.optimizer = torch.optim.AdamW(model.parameters())
+
+        def train(self):
+            self.bar = trange(self.step, self.iters)
+            while self.step < self.iters:
+                self.train_epoch()
+
+        def train_epoch(self):
+            for batch in self.loader:
+                loss = self.model(batch).mean()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                self.step += 1
+                self.bar.set_description(f"loss: {loss.item():0.4f}")
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        model = DDP(torch.nn.Linear(8, 1).cuda(local_rank), device_ids=[local_rank])
+        DiffusionRunner(model, train_loader, 10000).train()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_bar_held_and_advanced_in_the_training_loop_is_shown_by_every_rank(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": HELD_BAR}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [17]
+    # Advanced outside any training loop, hidden off rank 0, or labelled with the rank: not reported.
+    for old, new in (("                self.bar.set_description(", "            self.bar.set_description("),
+                     ("trange(self.step, self.iters)", "trange(self.step, self.iters, disable=dist.get_rank() != 0)"),
+                     ('f"loss: {loss.item():0.4f}"', 'f"rank {dist.get_rank()} loss: {loss.item():0.4f}"')):
+        quiet = HELD_BAR.replace(old, new)
+        findings = lint_project(tmp_path, {"train.py": quiet}, "train.py", select="DDP020")
+        assert _lines(findings, "DDP020") == [], new

@@ -27,6 +27,9 @@ _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+# What moves a progress bar on by hand, or changes what it shows.
+_BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description_str", "set_postfix",
+                        "set_postfix_str"})
 _BAR_LABELS = frozenset({"set_description", "set_description_str", "set_postfix", "set_postfix_str"})
 _MAX_HOPS = 3
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
@@ -48,7 +51,7 @@ class PrintOnEveryRank(Rule):
 
     Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
-    (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`) — and the per-epoch messages of a function that trains or evaluates when
+    (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
@@ -527,12 +530,45 @@ class PrintOnEveryRank(Rule):
         first = site.arg("iterable", 0)
         if first is not None and self.loops.iterates_batches(site.module, first, site.scope, site.point):
             return True
+        if self._advanced_in_work(site):
+            return True
         for loop in site.module.fors:
             if loop.scope is site.scope and self._iterates(loop.node.iter, site) and (
                     self.loops.is_work(site.module, loop.node, site.scope)
                     or self.loops.forwards_items(site.module, loop.node, site.scope)):
                 return True
         return False
+
+    def _advanced_in_work(self, site: CallSite) -> bool:
+        """The bar is advanced or relabelled at each step of a training or evaluation loop
+        through the name or attribute it is bound to (`self.bar = trange(n)` in `train()`, then
+        `self.bar.set_description(...)` in the loop over batches of `train_epoch()`; `bar =
+        tqdm(total=n)`, then `bar.update(1)` in the step loop)."""
+        return any(c.method in _BAR_STEPS and self.loops.work_loops(c) for c in self._bar_calls(site))
+
+    def _bar_calls(self, site: CallSite) -> list[CallSite]:
+        """The method calls made on the bar `site` builds through the name it is bound to in its
+        function, or the `self.<name>` attribute, in any method of the same class."""
+        scope = site.scope
+        names = {n for n, bound in scope.assignments.items() if n.count(".") <= 1
+                 and any(b is site.node for b in bound)}
+        if not names:
+            return []
+        function = self.model.paths.function_of(site)
+        owner = function.owner if function is not None else None
+        out = []
+        for call in site.module.calls:
+            name = call.receiver_name
+            if call.method is None or name not in names:
+                continue
+            if "." in name:
+                other = self.model.paths.function_of(call)
+                if not name.startswith("self.") or owner is None or other is None or other.owner is not owner:
+                    continue
+            elif call.scope is not scope:
+                continue
+            out.append(call)
+        return out
 
     @staticmethod
     def _iterates(iterable: cst.BaseExpression, site: CallSite) -> bool:
@@ -736,9 +772,7 @@ class PrintOnEveryRank(Rule):
         if kind == "tqdm":
             args = tuple(a for a in args if a.keyword is not None and a.keyword.value == "desc")
             # Labelled after it is built: `bar = tqdm(loader)`, then `bar.set_postfix({f"{rank}_loss": ...})`.
-            names = {n for n, bound in site.scope.assignments.items() if "." not in n and any(b is site.node for b in bound)}
-            args += tuple(a for c in module.calls_in(site.scope.qualname)
-                          if c.method in _BAR_LABELS and c.receiver_name in names for a in c.node.args)
+            args += tuple(a for c in self._bar_calls(site) if c.method in _BAR_LABELS for a in c.node.args)
         for arg in args:
             if _RANK.search(module.code(arg.value)):
                 return True
