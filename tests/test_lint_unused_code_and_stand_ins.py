@@ -338,3 +338,49 @@ def test_a_bar_held_and_advanced_in_the_training_loop_is_shown_by_every_rank(tmp
         quiet = HELD_BAR.replace(old, new)
         findings = lint_project(tmp_path, {"train.py": quiet}, "train.py", select="DDP020")
         assert _lines(findings, "DDP020") == [], new
+
+
+RETRIEVAL_LOG = """\
+    import logging
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    logging.basicConfig(level=logging.INFO)
+    logger = logging.getLogger("reid.train")
+
+
+    def do_train(model, loader, val_loader, optimizer, epochs):
+        for epoch in range(epochs):
+            for img, pid in loader:
+                loss = model(img, pid).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            cmc, m_ap = evaluate(model, val_loader)
+            logger.info("mAP: {:.1%}".format(m_ap))
+            for r in [1, 5, 10]:
+                logger.info("CMC curve, Rank-{:<3}:{:.1%}".format(r, cmc[r - 1]))
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        model = DDP(torch.nn.Linear(8, 1).cuda(local_rank), device_ids=[local_rank])
+        do_train(model, train_loader, val_loader, torch.optim.SGD(model.parameters(), lr=0.1), 120)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_retrieval_rank_in_a_message_does_not_name_the_process(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RETRIEVAL_LOG}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [19, 21]
+    for tagged in ('"rank {} CMC curve, Rank-{:<3}:{:.1%}".format(dist.get_rank(), r, cmc[r - 1])',
+                   'f"[rank-{dist.get_rank()}] CMC Rank-{r}: {cmc[r - 1]:.1%}"'):
+        source = RETRIEVAL_LOG.replace('"CMC curve, Rank-{:<3}:{:.1%}".format(r, cmc[r - 1])', tagged)
+        findings = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP020")
+        assert _lines(findings, "DDP020") == [19], tagged

@@ -34,6 +34,9 @@ _BAR_LABELS = frozenset({"set_description", "set_description_str", "set_postfix"
 _MAX_HOPS = 3
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
+# A message that names the process rank: not a retrieval metric's rank (`"CMC curve, Rank-{:<3}"`,
+# `"Rank@1"`, `rank-5 accuracy`), which names a position in a result list.
+_RANK_NAMED = re.compile(r"rank(?!-?\s*[-@]\s*(?:\d|\{))", re.I)
 # Tests on tensor values (a rank's own data), as methods: `loss.isnan()`, `(x < 0).any()`.
 _TENSOR_TESTS = frozenset({"isnan", "isinf", "isfinite", "any", "all"})
 # torch calls that ask about the job or the machine rather than a tensor's values.
@@ -76,7 +79,8 @@ class PrintOnEveryRank(Rule):
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
-    variable holding the message, or a value that is the rank under another name:
+    variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
+    result list, not the process —, or a value that is the rank under another name:
     `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
@@ -774,7 +778,7 @@ class PrintOnEveryRank(Rule):
             # Labelled after it is built: `bar = tqdm(loader)`, then `bar.set_postfix({f"{rank}_loss": ...})`.
             args += tuple(a for c in self._bar_calls(site) if c.method in _BAR_LABELS for a in c.node.args)
         for arg in args:
-            if _RANK.search(module.code(arg.value)):
+            if _RANK_NAMED.search(module.code(arg.value)):
                 return True
             if any(isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
                    for sub in subexpressions(arg.value)):
@@ -782,7 +786,7 @@ class PrintOnEveryRank(Rule):
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
                     node = bound.node.value if isinstance(bound, Augmented) else bound
-                    if isinstance(node, cst.CSTNode) and _RANK.search(module.code(node)):
+                    if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
                         return True
         return False
 
