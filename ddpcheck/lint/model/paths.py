@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -32,8 +33,10 @@ from ddpcheck.lint.model.conditions import (
 )
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.values import Frame, literal_test
+from ddpcheck.lint.model.values import Frame, Value, literal_test
 from ddpcheck.lint.model.syntax import children, dotted, is_none, last_name, subexpressions
 from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
@@ -67,6 +70,7 @@ class Paths:
         self._every: dict[tuple[int, str], list[CallSite] | None] = {}
         self._sites: list[CallSite] | None = None
         self._uncalled: dict[tuple[int, str], bool] = {}
+        self._imported: bool | None = None
 
     # --- reach -------------------------------------------------------------------------------
     def compute(self) -> None:
@@ -247,25 +251,50 @@ class Paths:
                      at: Point | None = None, own: cst.CSTNode | None = None) -> bool:
         """Whether the object `expr` holds exists on rank 0 only, None on the other ranks: every
         value but None is made under a rank-0 condition (`SummaryWriter(...) if rank == 0 else
-        None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None (`if rank
-        != 0: logger = None`). Asked for the test of the `if` `own`, the values its own branch
+        None`, `if is_main: self.logger = Logger()`), or the other ranks set it to None or to a
+        do-nothing stand-in (`if rank != 0: logger = None`, `else: self.logger = NoOp()`). Asked for the test of the `if` `own`, the values its own branch
         assigns are left out where no loop brings them back to the test: they are made after
         it (`if writer is None: writer = SummaryWriter() if rank == 0 else None`)."""
         nones = made = 0
+        every = False
         for value in self.model.values.of(module, expr, scope, at=at, depth=8):
             if own is not None and value.at is not None and not value.at.loops \
                     and any(g.node is own for g in value.at.guards):
                 continue
             kinds = {self.kind(value.module, g, value.scope) for g in value.conditions}
-            if is_none(value.node):
+            if is_none(value.node) or self._does_nothing(value):
                 if "other" in kinds:
-                    return True
+                    return True  # (whatever the order the values come in)
                 nones += 1
             elif "main" in kinds:
                 made += 1
             else:
-                return False
-        return bool(nones and made)
+                every = True
+        return not every and bool(nones and made)
+
+    def _does_nothing(self, value: Value) -> bool:
+        """`NoOp()`: an instance of a project class made to stand in for an object the other
+        ranks do not get, whose every method does nothing (`pass`, `return`, a docstring) or whose
+        `__getattr__` hands back such a function for any name."""
+        if not isinstance(value.node, cst.Call):
+            return False
+        found = self.model.graph.instance_of(Value(value.module, value.node, value.scope, value.frame, value.at))
+        if found is None:
+            return False
+        module, info = found
+        if info.bases and any(dotted(b) != "object" for b in info.bases):
+            return False
+        methods = {name: module.functions[q] for name, q in info.methods.items() if q in module.functions}
+        getter = methods.get("__getattr__")
+        if getter is not None:
+            inner = [s for s in getter.body.body if isinstance(s, cst.FunctionDef)]
+            returned = [e.value for s in getter.body.body if isinstance(s, cst.SimpleStatementLine)
+                        for e in s.body if isinstance(e, cst.Return)]
+            return any(_empty(f) for f in inner) and all(
+                isinstance(r, cst.Name) and any(f.name.value == r.value and _empty(f) for f in inner)
+                for r in returned) or any(isinstance(r, cst.Lambda) and is_none(r.body) for r in returned)
+        others = [f for name, f in methods.items() if name != "__init__"]
+        return bool(others) and all(_empty(f) for f in others)
 
     def _mode_flag(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope) -> bool | None:
         """Whether `test` reads a flag that records the launch mode under a name of its own:
@@ -579,8 +608,10 @@ class Paths:
         if self.imported_main(site):
             return True
         function = self.function_of(site)
-        if function is None or function.module is self.model.root:
+        if function is None:
             return False
+        if function.module is self.model.root:
+            return self.unused_method(function)
         callers = self.model.graph.callers(function)
         return bool(callers) and all(self.imported_main(call) for call, _ in callers)
 
@@ -602,6 +633,49 @@ class Paths:
             if self.model.reach_complete:
                 self._uncalled[key] = found
         return found
+
+    def unused_method(self, function: Function) -> bool:
+        """`function` is a method of a plain class of the linted script (`class Fitter:` with
+        no base but `object`) that nothing can call: no call resolves to it, and its name
+        appears in the script only in its own `def` and as an attribute of an imported module
+        (`torch.load`, `json.load`), never bare or as a string (`getattr(self, "load")`); no
+        other project module imports the script. A resume method whose only call is commented
+        out (`# fitter.load(path)`) never runs. A decorated, special or property method, a
+        method of a class with project or library bases (a framework may call it by name), or a
+        file that may be imported is unknown."""
+        module = function.module
+        owner = function.owner
+        name = function.name
+        if owner is None or function.qualname.count(".") != 1 or "." in owner.qualname \
+                or name.startswith("__") or module.decorators.get(function.qualname) \
+                or not self.model.is_entry_point():
+            return False
+        if any(dotted(base) != "object" for base in owner.bases):
+            return False
+        key = (id(module), function.qualname)
+        found = self._uncalled.get(key)
+        if found is not None:
+            return found
+        found = not self.model.graph.callers(function) and _only_module_attributes(module, name) \
+            and not self._script_imported()
+        if self.model.reach_complete:
+            self._uncalled[key] = found
+        return found
+
+    def _script_imported(self) -> bool:
+        """Some other project module imports the linted file by its module name."""
+        if self._imported is None:
+            root = self.model.root
+            stem = re.escape(Path(root.path).stem)
+            pattern = re.compile(rf"^[ \t]*(?:from[ \t]+[\w.]*\b{stem}\b|import[ \t]+[^\n]*\b{stem}\b)", re.MULTILINE)
+            own = resolved_path(root.path)
+            self._imported = False
+            for path in project_files(root.path):
+                text = self.model.project.text(path) if path != own else None
+                if text is not None and pattern.search(text):
+                    self._imported = True
+                    break
+        return self._imported
 
     def imported_main(self, site: CallSite) -> bool:
         """`site` sits under the `if __name__ == "__main__":` block of a project module other
@@ -694,6 +768,40 @@ class Paths:
                     return True
         facts = self.model.facts.of_scope(module, function.qualname)
         return "init_process_group" in facts or "ddp_wrap" in facts
+
+
+def _empty(function: cst.FunctionDef) -> bool:
+    """The function does nothing: its body is `pass`, `...`, a docstring, `return` or
+    `return None`."""
+    body = function.body
+    lines = body.body if isinstance(body, cst.IndentedBlock) else [body]  # (`def f(): pass`: one suite)
+    for line in lines:
+        if not isinstance(line, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+            return False
+        for small in line.body:
+            if isinstance(small, cst.Pass) or isinstance(small, cst.Return) and (small.value is None or is_none(small.value)):
+                continue
+            if isinstance(small, cst.Expr) and isinstance(small.value, (cst.SimpleString, cst.ConcatenatedString, cst.Ellipsis)):
+                continue
+            return False
+    return True
+
+
+def _only_module_attributes(module: ModuleModel, name: str) -> bool:
+    """Every use of `name` in the module's code is a `def` of it or an attribute of an imported
+    module (`torch.load(...)`): nothing there can reach a method of that name."""
+    text = code_only(module.source)
+    for match in re.finditer(rf"(?<![\w]){re.escape(name)}\b", text):
+        head = text[max(0, match.start() - 200):match.start()]
+        if re.search(r"\bdef[ \t]+$", head):
+            continue
+        receiver = re.search(r"(?<![\w.])([A-Za-z_][\w.]*)\.$", head)
+        if receiver is None:
+            return False  # bare (`fn = load`), in a string (`getattr(self, "load")`), or after `)`
+        first = receiver.group(1).split(".", 1)[0]
+        if module.names.origin(first) is None or first in module.functions or first in module.classes:
+            return False
+    return True
 
 
 def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], function: str | None) -> bool:

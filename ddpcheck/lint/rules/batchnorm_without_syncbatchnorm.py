@@ -63,7 +63,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
     where every module of that project package whose builder fits the call builds BatchNorm (a
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
-    not torch's), and no code the run reaches converts
+    not torch's; BatchNorm that a layer builder of the module makes only behind a switch every
+    call of it leaves at its default, `make_layers(cfg)` of `def make_layers(cfg,
+    batch_norm=False)`, is not built, and then neither do the `isinstance(m, nn.BatchNorm2d)`
+    tests of a weight-init loop count), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
     `--sync-bn` option that is declared but never read converts nothing.
@@ -213,7 +216,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             return
         if any(_converts(m.source) for m in model.paths.modules()):
             return
-        root_builds = any(_builds_batchnorm(model.api(c)) for c in model.root.calls)
+        off = {id(b) for b in _switched_off_branches(model.root)}
+        root_builds = any(_builds_batchnorm(model.api(c)) and not any(id(g.node) in off for g in c.guards)
+                          for c in model.root.calls)
         for wrap in wraps:
             if (root_builds and wrap.module is model.root or self._wraps_batchnorm(wrap)) \
                     and not self._statistics_frozen(wrap):
@@ -507,19 +512,137 @@ def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
     """The code of class `info` and of what it can reach in its module: the module-level
     statements other than definitions, and the top-level functions and classes its code names,
     followed on. A module of many networks (a model zoo in one file) builds BatchNorm in some of
-    them; the one that is built counts, not its neighbours."""
+    them; the one that is built counts, not its neighbours. A layer builder's branch behind a
+    switch that every call reached leaves off (`make_layers(cfg, in_channels)` of `def
+    make_layers(cfg, in_channels=3, batch_norm=False)`, `if batch_norm: layers += [conv,
+    nn.BatchNorm2d(v), ...]`) builds nothing; where that removes BatchNorm layers, the
+    class tests of a weight-init loop (`isinstance(m, nn.BatchNorm2d)`) only name the layers
+    the builder can make and go too."""
     defs = {stmt.name.value: stmt for stmt in module.tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
-    parts = [module.code(stmt) for stmt in module.tree.body if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
+    outside = [stmt for stmt in module.tree.body if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
     todo: list[cst.CSTNode] = [info.node]
     seen = {info.node.name.value}
+    followed: list[cst.CSTNode] = [*outside]
     while todo:
-        text = module.code(todo.pop())
-        parts.append(text)
-        for name in set(re.findall(r"[A-Za-z_]\w*", code_only(text))):
+        node = todo.pop()
+        followed.append(node)
+        for name in set(re.findall(r"[A-Za-z_]\w*", code_only(module.code(node)))):
             if name in defs and name not in seen:
                 seen.add(name)
                 todo.append(defs[name])
-    return "\n".join(parts)
+    calls = [c for node in followed for c in _calls_in(node)]
+    parts = []
+    switched_off = False
+    for node in followed:
+        if isinstance(node, cst.FunctionDef):
+            off = _switched_off(node, [c for c in calls if isinstance(c.func, cst.Name) and c.func.value == node.name.value])
+            if off:
+                kept = node.visit(_DropBranches(off))
+                if any(_BATCHNORM_TEXT.search(module.code(b)) for b in off):
+                    switched_off = True
+                parts.append(module.code(kept) if isinstance(kept, cst.CSTNode) else "")
+                continue
+        parts.append(module.code(node))
+    text = "\n".join(parts)
+    if switched_off and not re.search(r"\bBatchNorm[123]d\s*\(", code_only(text)):
+        text = _TYPE_TEST.sub("", text)
+    return text
+
+
+@functools.lru_cache(maxsize=8)
+def _switched_off_branches(module: ModuleModel) -> list[cst.If]:
+    """The branches of the module's top-level functions behind a switch every call of the
+    function in the module leaves off (see `_switched_off`)."""
+    calls = _calls_in(module.tree)
+    out: list[cst.If] = []
+    for stmt in module.tree.body:
+        if isinstance(stmt, cst.FunctionDef):
+            name = stmt.name.value
+            out += _switched_off(stmt, [c for c in calls if isinstance(c.func, cst.Name) and c.func.value == name])
+    return out
+
+
+def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
+    found: list[cst.Call] = []
+
+    class _Calls(cst.CSTVisitor):
+        def visit_Call(self, call: cst.Call) -> None:
+            found.append(call)
+
+    node.visit(_Calls())
+    return found
+
+
+def _switched_off(function: cst.FunctionDef, calls: list[cst.Call]) -> list[cst.If]:
+    """The `if flag:` blocks of `function` (their `else` stays) testing a parameter whose default is
+    False or None, where every one of `calls` (at least one) leaves it at that default or
+    passes False/None. A call passing `*args`/`**kwargs` may give anything."""
+    if not calls or any(a.star for c in calls for a in c.args):
+        return []
+    ordered = [*function.params.posonly_params, *function.params.params]
+    off: list[cst.If] = []
+    for stmt in _statements(function.body):
+        if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Name):
+            continue
+        name = stmt.test.value
+        index = next((i for i, p in enumerate(ordered) if p.name.value == name), None)
+        default = ordered[index].default if index is not None else None
+        if index is None or default is None or not (is_false(default) or _is_none(default)):
+            continue
+        if _rebinds(function, name):
+            continue  # (`batch_norm = cfg.bn` in the body: the default is not what is tested)
+        if all(_leaves_off(c, name, index) for c in calls):
+            off.append(stmt)
+    return off
+
+
+def _rebinds(function: cst.FunctionDef, name: str) -> bool:
+    """The body gives `name` another value (`batch_norm = cfg.bn`, `a, batch_norm = ...`,
+    `batch_norm |= x`); a keyword argument of that name (`f(batch_norm=True)`) also counts."""
+    code = cst.Module(body=[]).code_for_node(function.body)
+    return bool(re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/|&]|:[^=\n]*)?=(?!=)", code)
+                or re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:,[^=\n]*)?=(?!=)", code))
+
+
+def _statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
+    """The statements of a block and of the blocks nested in it (loops, `if`s, `with`s)."""
+    out: list[cst.CSTNode] = []
+    if not isinstance(block, cst.IndentedBlock):
+        return out
+    for stmt in block.body:
+        out.append(stmt)
+        for attr in ("body", "orelse"):
+            inner = getattr(stmt, attr, None)
+            if isinstance(inner, cst.BaseSuite):
+                out += _statements(inner)
+            elif isinstance(inner, (cst.Else, cst.If)):
+                out += _statements(inner.body) if isinstance(inner, cst.Else) else [inner, *_statements(inner.body)]
+    return out
+
+
+def _leaves_off(call: cst.Call, name: str, index: int) -> bool:
+    positional = [a for a in call.args if a.keyword is None]
+    given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    if given is None and index < len(positional):
+        given = positional[index].value
+    return given is None or is_false(given) or _is_none(given)
+
+
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
+class _DropBranches(cst.CSTTransformer):
+    """Replaces the body of each given `if` with `pass` (its `else` stays)."""
+
+    def __init__(self, branches: list[cst.If]) -> None:
+        super().__init__()
+        self.ids = {id(b) for b in branches}
+
+    def leave_If(self, original: cst.If, updated: cst.If) -> cst.If:
+        if id(original) in self.ids:
+            return updated.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Pass()])]))
+        return updated
 
 
 def _converts(text: str) -> bool:

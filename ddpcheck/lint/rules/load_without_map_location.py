@@ -35,7 +35,9 @@ class LoadWithoutMapLocation(Rule):
     a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU. Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
     `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
-    run takes, a load in the launching process before it `mp.spawn`s the workers (in a script no
+    run takes, a load in a method of a plain class of the script that nothing calls (its only
+    call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
+    class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
     outside launcher starts), and runs that pin each process to one GPU with
     `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU).
 
@@ -261,7 +263,7 @@ class LoadWithoutMapLocation(Rule):
             if given is not None and not _matches_no_device(given):
                 continue
             paths = model.paths
-            if paths.main_only(site) or paths.single_only(site) or paths.never(site):
+            if paths.main_only(site) or paths.single_only(site) or paths.never(site) or paths.dead(site):
                 continue
             if self._cached_data(site) or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
                 continue  # cached data, or a file this rank saved from its own GPU

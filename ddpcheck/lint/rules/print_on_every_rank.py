@@ -28,9 +28,16 @@ _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
+# What moves a progress bar on by hand, or changes what it shows.
+_BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description_str", "set_postfix",
+                        "set_postfix_str"})
+_BAR_LABELS = frozenset({"set_description", "set_description_str", "set_postfix", "set_postfix_str"})
 _MAX_HOPS = 3
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
+# A message that names the process rank: not a retrieval metric's rank (`"CMC curve, Rank-{:<3}"`,
+# `"Rank@1"`, `rank-5 accuracy`), which names a position in a result list.
+_RANK_NAMED = re.compile(r"rank(?!-?\s*[-@]\s*(?:\d|\{))", re.I)
 # Tests on tensor values (a rank's own data), as methods: `loss.isnan()`, `(x < 0).any()`.
 _TENSOR_TESTS = frozenset({"isnan", "isinf", "isfinite", "any", "all"})
 # torch calls that ask about the job or the machine rather than a tensor's values.
@@ -48,7 +55,7 @@ class PrintOnEveryRank(Rule):
 
     Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
-    (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`) — and the per-epoch messages of a function that trains or evaluates when
+    (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
 
@@ -59,7 +66,9 @@ class PrintOnEveryRank(Rule):
     `is_main = True if local_rank == 0 else False` passed to a project logger that prints `if
     self.enable:`, `MAIN = rank is None or rank == 0`,
     `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
-    decorator such as `@rank_zero_only`), calls of a logger only rank 0 has,
+    decorator such as `@rank_zero_only`), calls of a logger only rank 0 has (the other ranks
+    get None or a do-nothing stand-in: `else: self.logger = NoOp()`, a class whose
+    `__getattr__` hands back a function that does nothing),
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
     command-line switch such as `disable=args.no_progress`) and `tqdm(...) if is_main else loader`, `print` replaced by
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
@@ -71,9 +80,10 @@ class PrintOnEveryRank(Rule):
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
-    variable holding the message, or a value that is the rank under another name:
+    variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
+    result list, not the process —, or a value that is the rank under another name:
     `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
-    {rank}"`); start-up loops (over arguments, files, state_dict keys);
+    {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
@@ -525,12 +535,45 @@ class PrintOnEveryRank(Rule):
         first = site.arg("iterable", 0)
         if first is not None and self.loops.iterates_batches(site.module, first, site.scope, site.point):
             return True
+        if self._advanced_in_work(site):
+            return True
         for loop in site.module.fors:
             if loop.scope is site.scope and self._iterates(loop.node.iter, site) and (
                     self.loops.is_work(site.module, loop.node, site.scope)
                     or self.loops.forwards_items(site.module, loop.node, site.scope)):
                 return True
         return False
+
+    def _advanced_in_work(self, site: CallSite) -> bool:
+        """The bar is advanced or relabelled at each step of a training or evaluation loop
+        through the name or attribute it is bound to (`self.bar = trange(n)` in `train()`, then
+        `self.bar.set_description(...)` in the loop over batches of `train_epoch()`; `bar =
+        tqdm(total=n)`, then `bar.update(1)` in the step loop)."""
+        return any(c.method in _BAR_STEPS and self.loops.work_loops(c) for c in self._bar_calls(site))
+
+    def _bar_calls(self, site: CallSite) -> list[CallSite]:
+        """The method calls made on the bar `site` builds through the name it is bound to in its
+        function, or the `self.<name>` attribute, in any method of the same class."""
+        scope = site.scope
+        names = {n for n, bound in scope.assignments.items() if n.count(".") <= 1
+                 and any(b is site.node for b in bound)}
+        if not names:
+            return []
+        function = self.model.paths.function_of(site)
+        owner = function.owner if function is not None else None
+        out = []
+        for call in site.module.calls:
+            name = call.receiver_name
+            if call.method is None or name not in names:
+                continue
+            if "." in name:
+                other = self.model.paths.function_of(call)
+                if not name.startswith("self.") or owner is None or other is None or other.owner is not owner:
+                    continue
+            elif call.scope is not scope:
+                continue
+            out.append(call)
+        return out
 
     @staticmethod
     def _iterates(iterable: cst.BaseExpression, site: CallSite) -> bool:
@@ -726,14 +769,17 @@ class PrintOnEveryRank(Rule):
         """The message names the rank, in the call or in the variable it is built in
         (`msg += f" rank {rank}"; logging.debug(msg)`), or formats a value that is the rank
         under another name (`template.format(self.gpu_id, loss)`); for a progress bar, its
-        label (`tqdm(total=n, desc=f"rank {rank}")`)."""
+        label (`tqdm(total=n, desc=f"rank {rank}")`, or set on the name it is bound to:
+        `bar.set_postfix({f"{rank}_loss": loss})`)."""
         module = site.module
         resolve = self.model.resolver_for(module, site.scope)
         args = site.node.args
         if kind == "tqdm":
             args = tuple(a for a in args if a.keyword is not None and a.keyword.value == "desc")
+            # Labelled after it is built: `bar = tqdm(loader)`, then `bar.set_postfix({f"{rank}_loss": ...})`.
+            args += tuple(a for c in self._bar_calls(site) if c.method in _BAR_LABELS for a in c.node.args)
         for arg in args:
-            if _RANK.search(module.code(arg.value)):
+            if _RANK_NAMED.search(module.code(arg.value)):
                 return True
             if any(isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
                    for sub in subexpressions(arg.value)):
@@ -741,7 +787,7 @@ class PrintOnEveryRank(Rule):
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
                     node = bound.node.value if isinstance(bound, Augmented) else bound
-                    if isinstance(node, cst.CSTNode) and _RANK.search(module.code(node)):
+                    if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
                         return True
         return False
 
