@@ -358,10 +358,10 @@ class UnevenInputs(Rule):
         if ups < 2 and scope.kind == "function" \
                 and any(_carries(v, reached) for v in module.returns.get(scope.qualname, ())):
             for call, _ in graph.callers(Function(module, scope.qualname)):
-                bound = set(call.module.assigned_names(call.node)) | {
+                taken = set(call.module.assigned_names(call.node)) | {
                     name for name, values in call.scope.assignments.items()
                     if any(isinstance(v, Item) and v.value is call.node for v in values)}
-                if bound and self._feeds_training(call.module, call.scope, bound, depth, ups + 1):
+                if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1):
                     return True
         return False
 
