@@ -7,8 +7,9 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model.ddp import is_eval_name, pads
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, Item, Param
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.model.syntax import children, dotted, is_false, string_text, subexpressions
@@ -69,6 +70,14 @@ def _only_read(body: cst.CSTNode, name: str, reduction: cst.Call) -> bool:
 
 # Words of a test that picks which data set a builder makes.
 _SET_WORDS = re.compile(r"train|val|test|eval|split|mode|phase|stage", re.I)
+
+
+def _a_parameter(site: CallSite, expr: cst.BaseExpression | None) -> bool:
+    """`expr` is a plain name bound only as a parameter of the function `site` sits in."""
+    if not isinstance(expr, cst.Name):
+        return False
+    bindings = site.scope.assignments.get(expr.value, [])
+    return bool(bindings) and all(isinstance(b, Param) for b in bindings)
 
 
 def _in_backward_loop(site: CallSite) -> bool:
@@ -209,7 +218,11 @@ class PaddedEvalSampler(Rule):
     it for evaluation (`val_loader = build_loader(val_set, is_train=False)`), even when the
     builder names its one sampler after training (`train_sampler = DistributedSampler(data_set)`
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
-    "train":`) or the caller also takes a training loader from the same call. A helper that
+    "train":`) or the caller also takes a training loader from the same call. A builder's
+    dataset parameter named after training (`def make_loader(args, train_dataset)`) does not
+    make the sampler a training one: its callers decide (`val_sampler, val_loader =
+    make_loader(args, val_dataset)`). Samplers in the two arms of one `if` (`if args.cuda:`) of
+    the builder are one place to fix and reported once. A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
@@ -323,8 +336,12 @@ class PaddedEvalSampler(Rule):
                 return
             if not any(id(g.node) in averaged for g in gathers):
                 return
+        reported: list[CallSite] = []
         for site in samplers:
+            if any(r.scope is site.scope and exclusive_arms(r.guards, site.guards) for r in reported):
+                continue  # the other arm of `if args.cuda:` builds the same loader: one place to fix
             if self._for_evaluation(site):
+                reported.append(site)
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
@@ -435,7 +452,10 @@ class PaddedEvalSampler(Rule):
             # (`train_sampler = DistributedSampler(data_set, shuffle=flag == "train")`): it is
             # an evaluation set's when a caller uses the builder for evaluation alone and no
             # test around the sampler picks the set.
-            if "train" in (dataset_name or "").lower() or function is None or self._picks_the_set(site):
+            # (A parameter of the builder named after training, `def make_loader(args,
+            # train_dataset)`, says nothing of the set each caller hands it.)
+            if "train" in (dataset_name or "").lower() and not _a_parameter(site, dataset) \
+                    or function is None or self._picks_the_set(site):
                 return False
             return self._built_for_evaluation(function, 2, strict=True)
         return function is not None and self._built_for_evaluation(function, 2)
@@ -453,7 +473,10 @@ class PaddedEvalSampler(Rule):
         for caller, bound in self.model.graph.callers(function)[:8]:
             if self.model.paths.dead(caller):
                 continue
-            names = caller.module.assigned_names(caller.node)
+            # (`val_sampler, val_loader = make_loader(args, ds)`: the names it unpacks to too.)
+            names = list(caller.module.assigned_names(caller.node)) + [
+                name for name, values in caller.scope.assignments.items()
+                if any(isinstance(v, Item) and v.value is caller.node for v in values)]
             if strict and any("train" in n.lower() for n in names):
                 continue  # the builder's training loader (or loaders of both sets at once)
             if any(is_eval_name(n) for n in names):
