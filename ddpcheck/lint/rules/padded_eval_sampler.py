@@ -72,6 +72,15 @@ def _only_read(body: cst.CSTNode, name: str, reduction: cst.Call) -> bool:
 _SET_WORDS = re.compile(r"train|val|test|eval|split|mode|phase|stage", re.I)
 
 
+def _sibling_arms(a: CallSite, b: CallSite) -> bool:
+    """`a` and `b` sit directly in the two arms of one `if` of the same function (`if
+    args.cuda: sampler = ... else: sampler = ...`), not merely on paths an earlier test parts."""
+    if a.scope is not b.scope or not a.guards or not b.guards:
+        return False
+    first, second = a.guards[-1], b.guards[-1]
+    return first.node is second.node and first.negated != second.negated and exclusive_arms(a.guards, b.guards)
+
+
 def _a_parameter(site: CallSite, expr: cst.BaseExpression | None) -> bool:
     """`expr` is a plain name bound only as a parameter of the function `site` sits in."""
     if not isinstance(expr, cst.Name):
@@ -221,8 +230,10 @@ class PaddedEvalSampler(Rule):
     "train":`) or the caller also takes a training loader from the same call. A builder's
     dataset parameter named after training (`def make_loader(args, train_dataset)`) does not
     make the sampler a training one: its callers decide (`val_sampler, val_loader =
-    make_loader(args, val_dataset)`). Samplers in the two arms of one `if` (`if args.cuda:`) of
-    the builder are one place to fix and reported once. A helper that
+    make_loader(args, val_dataset)`). Samplers directly in the two arms of one `if` (`if
+    args.cuda: ... else: ...`) of the builder are one place to fix and reported once; samplers
+    on paths an earlier test parts (a `--test` branch that returns, then the validation
+    loader) are reported each. A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
@@ -338,7 +349,7 @@ class PaddedEvalSampler(Rule):
                 return
         reported: list[CallSite] = []
         for site in samplers:
-            if any(r.scope is site.scope and exclusive_arms(r.guards, site.guards) for r in reported):
+            if any(_sibling_arms(r, site) for r in reported):
                 continue  # the other arm of `if args.cuda:` builds the same loader: one place to fix
             if self._for_evaluation(site):
                 reported.append(site)
