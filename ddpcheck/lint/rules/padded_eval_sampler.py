@@ -7,9 +7,8 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model.ddp import is_eval_name, pads
-from ddpcheck.lint.model.module import CallSite, Item, Param
+from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.model.syntax import children, dotted, is_false, string_text, subexpressions
@@ -70,23 +69,6 @@ def _only_read(body: cst.CSTNode, name: str, reduction: cst.Call) -> bool:
 
 # Words of a test that picks which data set a builder makes.
 _SET_WORDS = re.compile(r"train|val|test|eval|split|mode|phase|stage", re.I)
-
-
-def _sibling_arms(a: CallSite, b: CallSite) -> bool:
-    """`a` and `b` sit directly in the two arms of one `if` of the same function (`if
-    args.cuda: sampler = ... else: sampler = ...`), not merely on paths an earlier test parts."""
-    if a.scope is not b.scope or not a.guards or not b.guards:
-        return False
-    first, second = a.guards[-1], b.guards[-1]
-    return first.node is second.node and first.negated != second.negated and exclusive_arms(a.guards, b.guards)
-
-
-def _a_parameter(site: CallSite, expr: cst.BaseExpression | None) -> bool:
-    """`expr` is a plain name bound only as a parameter of the function `site` sits in."""
-    if not isinstance(expr, cst.Name):
-        return False
-    bindings = site.scope.assignments.get(expr.value, [])
-    return bool(bindings) and all(isinstance(b, Param) for b in bindings)
 
 
 def _in_backward_loop(site: CallSite) -> bool:
@@ -227,13 +209,8 @@ class PaddedEvalSampler(Rule):
     it for evaluation (`val_loader = build_loader(val_set, is_train=False)`), even when the
     builder names its one sampler after training (`train_sampler = DistributedSampler(data_set)`
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
-    "train":`) or the caller also takes a training loader from the same call. A builder's
-    dataset parameter named after training (`def make_loader(args, train_dataset)`) does not
-    make the sampler a training one: its callers decide (`val_sampler, val_loader =
-    make_loader(args, val_dataset)`). Samplers directly in the two arms of one `if` (`if
-    args.cuda: ... else: ...`) of the builder are one place to fix and reported once; samplers
-    on paths an earlier test parts (a `--test` branch that returns, then the validation
-    loader) are reported each. A helper that
+    "train":`) or the caller also takes a training loader from the same call (the names a call
+    is unpacked to count: `val_sampler, val_loader = make_loader(args, ds)`). A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
@@ -347,12 +324,8 @@ class PaddedEvalSampler(Rule):
                 return
             if not any(id(g.node) in averaged for g in gathers):
                 return
-        reported: list[CallSite] = []
         for site in samplers:
-            if any(_sibling_arms(r, site) for r in reported):
-                continue  # the other arm of `if args.cuda:` builds the same loader: one place to fix
             if self._for_evaluation(site):
-                reported.append(site)
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
@@ -463,10 +436,7 @@ class PaddedEvalSampler(Rule):
             # (`train_sampler = DistributedSampler(data_set, shuffle=flag == "train")`): it is
             # an evaluation set's when a caller uses the builder for evaluation alone and no
             # test around the sampler picks the set.
-            # (A parameter of the builder named after training, `def make_loader(args,
-            # train_dataset)`, says nothing of the set each caller hands it.)
-            if "train" in (dataset_name or "").lower() and not _a_parameter(site, dataset) \
-                    or function is None or self._picks_the_set(site):
+            if "train" in (dataset_name or "").lower() or function is None or self._picks_the_set(site):
                 return False
             return self._built_for_evaluation(function, 2, strict=True)
         return function is not None and self._built_for_evaluation(function, 2)

@@ -1,6 +1,7 @@
-"""A loader builder whose dataset parameter is named after training but that the script also
-calls for the validation set, through `ddpcheck lint` (DDP018): the parameter's name says
-nothing of the set each caller hands it."""
+"""A loader builder that names its one sampler after training and that the script also calls for
+the validation set, unpacking what it returns (`val_sampler, val_loader = make_sampler_and_loader(
+args, ds)`), through `ddpcheck lint` (DDP018): the names the call is unpacked to say which set it
+builds."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ SCRIPT = """\
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
-    def make_sampler_and_loader(args, train_dataset):
+    def make_sampler_and_loader(args, dataset):
         kwargs = {"num_workers": 4, "pin_memory": True} if args.cuda else {}
         if args.cuda:
-            train_sampler = DistributedSampler(train_dataset, num_replicas=dist.get_world_size(),
+            train_sampler = DistributedSampler(dataset, num_replicas=dist.get_world_size(),
                                                rank=dist.get_rank())
         else:
-            train_sampler = DistributedSampler(train_dataset)
-        train_loader = DataLoader(train_dataset, batch_size=args.batch_size, sampler=train_sampler, **kwargs)
+            train_sampler = DistributedSampler(dataset)
+        train_loader = DataLoader(dataset, batch_size=args.batch_size, sampler=train_sampler, **kwargs)
         return train_sampler, train_loader
 
 
@@ -51,10 +52,10 @@ SCRIPT = """\
     """
 
 
-def test_builder_parameter_named_train_used_for_validation_reported(tmp_path: Path) -> None:
+def test_builder_unpacked_to_validation_names_reported(tmp_path: Path) -> None:
     write_project(tmp_path, {"train.py": SCRIPT})
-    # One finding for the two arms of `if args.cuda:`: one place to fix.
-    assert finding_set(tmp_path, "train.py", select="DDP018") == {("train.py", 10, "DDP018")}
+    assert finding_set(tmp_path, "train.py", select="DDP018") == {("train.py", 10, "DDP018"),
+                                                                  ("train.py", 13, "DDP018")}
 
 
 def test_builder_used_for_training_only_clean(tmp_path: Path) -> None:
@@ -67,6 +68,6 @@ def test_builder_used_for_training_only_clean(tmp_path: Path) -> None:
 
 def test_builder_that_drops_the_last_uneven_samples_clean(tmp_path: Path) -> None:
     dropping = SCRIPT.replace("rank=dist.get_rank())", "rank=dist.get_rank(), drop_last=True)").replace(
-        "DistributedSampler(train_dataset)\n", "DistributedSampler(train_dataset, drop_last=True)\n")
+        "DistributedSampler(dataset)\n", "DistributedSampler(dataset, drop_last=True)\n")
     write_project(tmp_path, {"train.py": dropping})
     assert finding_set(tmp_path, "train.py", select="DDP018") == set()
