@@ -41,8 +41,14 @@ METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no
 BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
 # `with torch_distributed_zero_first(rank):` — a context manager pairs its barriers across ranks,
 # so the collectives it performs are balanced by construction.
-_BALANCED_BY_CONTEXT = frozenset({"collective", "barrier", "all_reduce"})
+_BALANCED_BY_CONTEXT = frozenset({"collective", "data_collective", "barrier", "all_reduce"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
+
+
+def _carries_nothing(name: str) -> bool:
+    """A barrier: every rank waits for the others, but no value passes between them, so it
+    cannot make the ranks agree on anything ("collective" without "data_collective")."""
+    return name in api.BARRIERS or name.rsplit(".", 1)[-1] in ("barrier", "Barrier", "join")
 
 
 def _training_only(site: CallSite) -> bool:
@@ -81,6 +87,8 @@ class Facts:
                     found.add(fact)
             if api.is_collective(name):
                 found.add("collective")
+                if not _carries_nothing(name):
+                    found.add("data_collective")
                 if not _training_only(site):
                     found.add("collective_any_mode")
             if name == api.INIT_PROCESS_GROUP and site.has_keyword("device_id"):

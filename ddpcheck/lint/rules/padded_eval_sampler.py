@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, pads
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.model.syntax import children, dotted, is_false, string_text, subexpressions
@@ -209,7 +209,8 @@ class PaddedEvalSampler(Rule):
     it for evaluation (`val_loader = build_loader(val_set, is_train=False)`), even when the
     builder names its one sampler after training (`train_sampler = DistributedSampler(data_set)`
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
-    "train":`) or the caller also takes a training loader from the same call. A helper that
+    "train":`) or the caller also takes a training loader from the same call (the names a call
+    is unpacked to count: `val_sampler, val_loader = make_loader(args, ds)`). A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
@@ -453,7 +454,10 @@ class PaddedEvalSampler(Rule):
         for caller, bound in self.model.graph.callers(function)[:8]:
             if self.model.paths.dead(caller):
                 continue
-            names = caller.module.assigned_names(caller.node)
+            # (`val_sampler, val_loader = make_loader(args, ds)`: the names it unpacks to too.)
+            names = list(caller.module.assigned_names(caller.node)) + [
+                name for name, values in caller.scope.assignments.items()
+                if any(isinstance(v, Item) and v.value is caller.node for v in values)]
             if strict and any("train" in n.lower() for n in names):
                 continue  # the builder's training loader (or loaders of both sets at once)
             if any(is_eval_name(n) for n in names):

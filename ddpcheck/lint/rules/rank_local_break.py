@@ -42,8 +42,14 @@ class RankLocalBreak(Rule):
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
-    (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`), and the loop
-    makes no collective call that could agree on the decision. Also reported: a variable a
+    (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`), or the
+    answer of a project method that returns an attribute of its object it updates only under a
+    rank condition (`stop = trainer.save_models(dir)`, whose `self.stale += 1` sits under `if
+    self.rank == 0:`), and the loop makes no collective call that could agree on the decision (a
+    barrier, or a project function whose only collectives are barriers, carries no decision).
+    Loops are read in the script and in the project modules it reaches, with what the script
+    knows: a base trainer's epoch loop whose `self._train_epoch()` is defined by the subclass the
+    script imports is a training loop. Also reported: a variable a
     `while` loop's condition reads, set inside the loop under a rank guard only (`if rank == 0:
     ... epoch = swa.start` under `while epoch < max_epochs:`), unless a collective in the loop
     carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). And a `return`
@@ -61,7 +67,11 @@ class RankLocalBreak(Rule):
     the loop (an evaluation's periodic all-reduce) is reported too: that rank skips its share.
     Also reported: a `break` out of the training loop, or a `continue` past a `try` that holds
     the loop's backward, in a handler that catches every error (`except Exception:`, a bare
-    `except:`): the rank that meets the error leaves or skips alone.
+    `except:`): the rank that meets the error leaves or skips alone. And a clean exit
+    (`quit()`, `exit()`, `sys.exit()`, `sys.exit(0)`) in a handler for an error one rank can meet
+    on its own, inside a loop that back-propagates: torchrun stops the other workers when one
+    fails, not when one exits with status 0, so they wait in their next all-reduce. A non-zero
+    status or a re-raise is not reported.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -93,6 +103,11 @@ class RankLocalBreak(Rule):
         "`{exit}` in this `except` ({caught}) skips this rank's backward when only this rank meets "
         "the error (a CUDA out-of-memory on its own batch), while the other ranks all-reduce theirs "
         "and wait: agree on the skip across ranks (all_reduce a flag) or let the error stop the job"
+    )
+    EXIT_MESSAGE = (
+        "`{call}` in this `except` ({caught}) ends this rank cleanly (exit status 0) when only this "
+        "rank meets the error, so the launcher does not stop the others: they wait in their next "
+        "all-reduce until the timeout; re-raise the error (or exit non-zero) so the whole job stops"
     )
     BROAD_MESSAGE = (
         "`{exit}` in this {caught} lets a rank that meets an error on its own (in its batch, its "
@@ -202,9 +217,15 @@ class RankLocalBreak(Rule):
     ]
 
     def finish(self) -> None:
-        model = self.model
-        root = model.root
         self._training_loop: cst.CSTNode | None = None
+        # The training loop often sits in a project module (a base trainer's `train()` whose
+        # `self._train_epoch()` a subclass the script imports defines): the modules the run
+        # reaches are read from the script, which knows that subclass.
+        for module in self.model.paths.modules():
+            self._module(module)
+
+    def _module(self, root: ModuleModel) -> None:
+        model = self.model
         self._while_conditions(root)
         self._skips_on_error(root)
         if not root.exits:
@@ -223,11 +244,13 @@ class RankLocalBreak(Rule):
             ranked = self._ranked_exits(root, loop)
             for left, guard in ranked:
                 keyword = "break" if isinstance(left, cst.Break) else "return"
-                self.report(left, self.RANK_MESSAGE.format(exit=keyword, test=model.text_of(root, guard.test)))
+                self.report(left, self.RANK_MESSAGE.format(exit=keyword, test=model.text_of(root, guard.test)),
+                            module=root)
             # A collective every rank makes could carry the decision; a barrier carries nothing, and
             # one made on some ranks only agrees on nothing.
-            agreeing = [c for c in body_calls if model.facts.does(c, "collective")
-                        and model.api(c) not in api.BARRIERS and model.paths.rank_guard(c) is None]
+            # (A project function whose only collectives are barriers carries nothing either.)
+            agreeing = [c for c in body_calls if model.facts.does(c, "data_collective")
+                        and model.paths.rank_guard(c) is None]
             if agreeing:
                 # A collective later in the step cannot agree on a skip tested on a value this
                 # step computes (`if torch.isnan(loss): continue` before the all_reduce of the
@@ -237,7 +260,7 @@ class RankLocalBreak(Rule):
                     here = places.get(id(exit_node), -1)
                     if isinstance(exit_node, cst.Continue) and self._local_value(root, loop.scope, guard_test) \
                             and all(places.get(id(c.node), -1) > here for c in agreeing):
-                        self._skip(loop, exit_node, guard_test, body_calls, places, agreeing)
+                        self._skip(root, loop, exit_node, guard_test, body_calls, places, agreeing)
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
@@ -249,7 +272,7 @@ class RankLocalBreak(Rule):
                             and not _none_from_batch(loop, guard_test):
                         continue
                     order = order if order is not None else _order(loop.node)
-                    self._skip(loop, exit_node, guard_test, body_calls, order)
+                    self._skip(root, loop, exit_node, guard_test, body_calls, order)
                     continue
                 if any(exit_node is node for node, _ in ranked) or not self._local(root, loop.scope, guard_test):
                     continue
@@ -258,20 +281,20 @@ class RankLocalBreak(Rule):
                 if isinstance(loop.node, cst.While) and (id(loop.scope), text) in said:
                     continue  # `while True:` leaving on the test the inner loop's reported break left on
                 said.add((id(loop.scope), text))
-                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=text))
+                self.report(exit_node, self.MESSAGE.format(exit=keyword, test=text), module=root)
 
-    def _skip(self, loop: LoopSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
+    def _skip(self, root: ModuleModel, loop: LoopSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
               order: dict[int, int], agreeing: Sequence[CallSite] = ()) -> None:
         """Report a `continue` that comes before the backward it skips, or before a collective
         every rank makes in the loop (an evaluation's periodic all-reduce)."""
         model = self.model
         here = order.get(id(exit_node), -1)
-        text = model.text_of(model.root, test)
+        text = model.text_of(root, test)
         if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
                and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
-            self.report(exit_node, self.SKIP_MESSAGE.format(test=text))
+            self.report(exit_node, self.SKIP_MESSAGE.format(test=text), module=root)
         elif any(order.get(id(c.node), -1) > here for c in agreeing):
-            self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text))
+            self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text), module=root)
 
     def _ranked_exits(self, root: ModuleModel, loop: LoopSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
         """The `break`s (and `return`s) of `loop` made inside it under a rank test (`if rank ==
@@ -306,8 +329,8 @@ class RankLocalBreak(Rule):
                     and not self._forwards(body_calls):
                 continue
             read = {n.value for n in subexpressions(loop.test) if isinstance(n, cst.Name)}
-            collectives = [c for c in body_calls if model.facts.does(c, "collective")
-                           and model.api(c) not in api.BARRIERS and model.paths.rank_guard(c) is None]
+            collectives = [c for c in body_calls if model.facts.does(c, "data_collective")
+                           and model.paths.rank_guard(c) is None]
             # A collective that could carry the loop's counter (or whose reach is unknown) may
             # make the ranks agree.
             if any(_carries(model.api(c), c, scope) & _reads(scope, loop.test) for c in collectives):
@@ -321,7 +344,8 @@ class RankLocalBreak(Rule):
                     if point is not None and loop in point.loops and guard in point.guards \
                             and isinstance(binding, cst.BaseExpression):
                         self.report(binding, self.WHILE_MESSAGE.format(
-                            name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)))
+                            name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)),
+                            module=root)
                         break
 
     def _skips_on_error(self, root: ModuleModel) -> None:
@@ -332,7 +356,9 @@ class RankLocalBreak(Rule):
         model = self.model
         if not model.uses_ddp:
             return
-        for qualname, scope in root.function_scopes.items():
+        # A script's training loop may sit at module level, outside any function.
+        scopes = [("<module>", root.module_scope), *root.function_scopes.items()]
+        for qualname, scope in scopes:
             backwards = [c for c in root.calls_in(qualname)
                          if c.method == "backward" or model.facts.does(c, "backward")]
             if not backwards:
@@ -347,7 +373,14 @@ class RankLocalBreak(Rule):
                     continue
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
                 self.report(exit_node, self.ERROR_MESSAGE.format(
-                    exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"))
+                    exit=keyword, caught=model.text_of(root, handler.type) if handler.type else "every error"),
+                    module=root)
+            for handler, call, loop in _clean_exits(scope.node):
+                # The next pass of the loop makes a backward this rank no longer joins.
+                if loop is not None and any(loop in c.loops for c in backwards):
+                    self.report(call, self.EXIT_MESSAGE.format(
+                        call=model.text_of(root, call),
+                        caught=model.text_of(root, handler.type) if handler.type else "every error"), module=root)
             for handler, trying, left, loop in _broad_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 in_loop = [c for c in backwards if loop in c.loops]
@@ -367,7 +400,22 @@ class RankLocalBreak(Rule):
                 if hit:
                     keyword = "break" if isinstance(left, cst.Break) else "continue"
                     caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
-                    self.report(left, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what))
+                    self.report(left, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what), module=root)
+
+    def _returns_ranked(self, site: CallSite) -> bool:
+        """A project method that returns an attribute of its object it updates only under a rank
+        condition (`if self.rank == 0: ... self.stale += 1` then `return self.stale >= patience`,
+        an early-stopping check kept by rank 0): each rank gets its own answer."""
+        paths = self.model.paths
+        for callee, _ in self.model.graph.targets(site):
+            scope = callee.module.function_scopes.get(callee.qualname)
+            if scope is None:
+                continue
+            for value in callee.module.returns.get(callee.qualname, ()):
+                if any(paths.set_by_rank(callee.module, scope, name, flags=False) is not None
+                       for name in _self_reads(value)):
+                    return True
+        return False
 
     def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
         """The loop makes something the ranks must do together: a collective, or a forward of a
@@ -417,6 +465,8 @@ class RankLocalBreak(Rule):
                     return True
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
                     return True
+                if site is not None and depth > 0 and self._returns_ranked(site):
+                    return True
             elif isinstance(node, cst.Name) and depth > 0:
                 # Updated under a rank condition (`if rank == 0: stale_epochs += 1`): each rank
                 # holds its own value.
@@ -448,6 +498,12 @@ class RankLocalBreak(Rule):
                             for g in point.guards):
                         return True
         return False
+
+
+def _self_reads(value: cst.BaseExpression) -> set[str]:
+    """The `self.x` attributes an expression reads (`self.early_stop >= self.patience`)."""
+    return {text for n in subexpressions(value) if isinstance(n, cst.Attribute)
+            for text in [dotted(n)] if text is not None and text.startswith("self.") and text.count(".") == 1}
 
 
 def _none_from_batch(loop: LoopSite, test: cst.BaseExpression) -> bool:
@@ -504,9 +560,44 @@ def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
             if type(child) not in NO_STATEMENTS_BELOW:  # (no handler, return or continue below)
                 walk(child, inner, handler, handler_loop)
 
-    for child in children(function):
-        walk(child, None, None, None)
+    walk(function, None, None, None)  # (a module's statements are its children: its loops too)
     return iter(found)
+
+
+_CLEAN_EXITS = frozenset({"quit", "exit", "sys.exit", "os._exit"})
+
+
+def _clean_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Call, cst.CSTNode | None]]:
+    """(handler, call, the loop around the `try`) for each `quit()` / `sys.exit()` / `sys.exit(0)`
+    statement in a handler of `function` that catches an error one rank meets on its own: a
+    clean exit, which torchrun does not take for a failure. A non-zero status (`sys.exit(1)`)
+    makes the launcher stop every rank and is not collected."""
+    found: list[tuple[cst.ExceptHandler, cst.Call, cst.CSTNode | None]] = []
+
+    def walk(node: cst.CSTNode, loop: cst.CSTNode | None, handler: cst.ExceptHandler | None) -> None:
+        for child in children(node):
+            if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+                continue
+            if isinstance(child, cst.ExceptHandler) and _catches_rank_error(child):
+                walk(child, loop, child)
+                continue
+            if handler is not None and isinstance(child, cst.Expr) and isinstance(child.value, cst.Call) \
+                    and dotted(child.value.func) in _CLEAN_EXITS and _status_zero(child.value):
+                found.append((handler, child.value, loop))
+            inner = child if isinstance(child, (cst.For, cst.While)) else loop
+            if type(child) not in NO_STATEMENTS_BELOW:
+                walk(child, inner, handler)
+
+    walk(function, None, None)
+    return iter(found)
+
+
+def _status_zero(call: cst.Call) -> bool:
+    if not call.args:
+        return True
+    value = call.args[0].value
+    return len(call.args) == 1 and isinstance(value, (cst.Integer, cst.Name)) and (
+        value.value in ("0", "None"))
 
 
 def _broad_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Try, cst.Break | cst.Continue,
@@ -537,8 +628,7 @@ def _broad_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst
             if type(child) not in NO_STATEMENTS_BELOW:
                 walk(child, inner)
 
-    for child in children(function):
-        walk(child, None)
+    walk(function, None)
     return iter(found)
 
 

@@ -9,10 +9,11 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import is_ddp, is_eval_name
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rules._classes import classes_of
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ _WORLD = WORLD_NAMES
 # What a sampler that evens the shards out writes: padding to a total size, a per-rank count.
 _EVENS = ("total_size", "num_samples", "pad", "ceil", "[:")
 _MAX_HOPS = 2
+_RANGES = frozenset({"range", "np.arange", "numpy.arange", "torch.arange"})
 
 
 class UnevenInputs(Rule):
@@ -45,8 +47,11 @@ class UnevenInputs(Rule):
     world size. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
     `.tensor_split`) counts when a back-propagating loop iterates what it feeds (a loader built
     from it); the evaluation splits beside it are not reported. The same for a stride of indices,
-    `idx = list(range(rank, n, world_size))`, when the rows it picks reach a loop that
-    back-propagates (in the same function or a project function they are passed to), and for a
+    `idx = list(range(rank, n, world_size))` (or `np.arange` / `torch.arange` with those
+    arguments), when the rows it picks reach a loop that back-propagates or makes collectives (in
+    the same function, a project function they are passed to, or, through a loader a builder
+    returns, where its callers use it: `return DataLoader(ds, sampler=SubsetRandomSampler(idx))`
+    in a data module the script reaches counts when the script trains on the loader), and for a
     loop header `for i in range(rank, len(files), world_size):` whose body back-propagates or
     makes a collective. The world size is read by its value: `ws = dist.get_world_size()` or
     `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Equal blocks that drop the
@@ -179,6 +184,7 @@ class UnevenInputs(Rule):
             return
         resolve = model.resolver_for(root)
         reported: set[int] = set()
+        self._reached_strides(reported)
         for scope, node in _expressions(root):
             for sub in subexpressions(node):
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
@@ -222,6 +228,23 @@ class UnevenInputs(Rule):
                     self.report(function.name, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                 module=module)
         self._rank_filtering_samplers()
+
+    def _reached_strides(self, reported: set[int]) -> None:
+        """`idx = np.arange(rank, len(ds), world_size)` in a project module the script reaches
+        (a data module's loader builder), when the rows it picks reach a loop that
+        back-propagates or makes collectives (followed through the loader the builder returns)."""
+        model = self.model
+        for module in model.paths.modules():
+            source = module.source
+            if module is model.root or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+                continue  # the script is read below; a module that truncates evens its shares
+            resolve = model.resolver_for(module)
+            for scope, node in _expressions(module):
+                for sub in subexpressions(node):
+                    if isinstance(sub, cst.Call) and id(sub) not in reported and _range_by_rank(sub, resolve, scope) \
+                            and self._feeds_training(module, scope, set(module.assigned_names(node)), 0):
+                        reported.add(id(sub))
+                        self.report(sub, self.MESSAGE.format(split=model.text_of(module, sub)), module=module)
 
     def _rank_filtering_samplers(self) -> None:
         """A training loader whose sampler is a project Sampler that keeps the indices of its
@@ -302,7 +325,7 @@ class UnevenInputs(Rule):
                                         or facts.does(c, "collective"))
                    for c in module.calls)
 
-    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int) -> bool:
+    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0) -> bool:
         """Whether what `names` hold reaches a loop that back-propagates: iterated there, or
         through values built from them in `scope` (`df = df.iloc[idx]`, `loader = Loader(df)`),
         or passed to a project function that does so with its parameter."""
@@ -318,16 +341,27 @@ class UnevenInputs(Rule):
         for loop in module.fors:
             if loop.scope is scope and _mentions(loop.node.iter, reached) and self._works_in(module, loop.node):
                 return True
-        if depth >= _MAX_HOPS:
-            return False
         graph = self.model.graph
         for site in module.calls:
+            if depth >= _MAX_HOPS:
+                break
             if site.scope is not scope or not any(_carries(a.value, reached) for a in site.node.args):
                 continue
             for function, bound in graph.targets(site):
                 params = {p.name for p in function.params()
                           if _passes(graph.argument_for(site, function, p, bound), reached)}
-                if params and self._feeds_training(function.module, function.scope, params, depth + 1):
+                if params and self._feeds_training(function.module, function.scope, params, depth + 1, ups):
+                    return True
+        # Returned to the callers (`return DataLoader(ds, sampler=SubsetRandomSampler(idx))` from
+        # a data module's builder): followed where each caller binds the result.
+        # (Up to two callers up, not counted as hops down: the builder's caller hands the loader on.)
+        if ups < 2 and scope.kind == "function" \
+                and any(_carries(v, reached) for v in module.returns.get(scope.qualname, ())):
+            for call, _ in graph.callers(Function(module, scope.qualname)):
+                taken = set(call.module.assigned_names(call.node)) | {
+                    name for name, values in call.scope.assignments.items()
+                    if any(isinstance(v, Item) and v.value is call.node for v in values)}
+                if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1):
                     return True
         return False
 
@@ -372,8 +406,9 @@ def _strided_by_rank(sub: cst.Subscript, resolve: Resolve, scope: Scope) -> bool
 
 
 def _range_by_rank(call: cst.Call, resolve: Resolve, scope: Scope) -> bool:
-    """`range(rank, n, world_size)`: every world-size-th index from the rank's own."""
-    if dotted(call.func) != "range" or len(call.args) != 3 or any(a.keyword or a.star for a in call.args):
+    """`range(rank, n, world_size)` (or numpy's and torch's `arange`): every world-size-th index
+    from the rank's own."""
+    if dotted(call.func) not in _RANGES or len(call.args) != 3 or any(a.keyword or a.star for a in call.args):
         return False
     return is_rank_value(call.args[0].value, resolve) and is_world_value(call.args[2].value, scope, resolve)
 

@@ -35,9 +35,16 @@ class UnreducedShardMetric(Rule):
     Reported at the print / log call (`print`, `logger.info`, `writer.add_scalar`, `wandb.log`,
     ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
     module the run reaches; loaders derived from torch's, such as PyG's, count), when what it reports is
-    computed from counters the loop accumulated and the function makes no collective call (nor
-    hands the counters to a project function, unless that function only logs them:
-    `writer.test_logging(loss, step)` whose body calls `add_scalar`) after the loop. Metrics
+    computed from counters the loop accumulated and no collective after the loop may reduce them
+    (nor are they handed to a project function, unless that function only logs them:
+    `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
+    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`). A
+    collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
+    counters clears them, an all-reduce of the loss alone leaves the accuracy counted beside it
+    unreduced, a barrier reduces nothing, and a project function that makes collectives
+    without being handed anything (`sync_all()`) is taken to reduce everything. A value added
+    to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
+    loss.item()`) is every rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
     the result (`dev = eval_dev(...)`) and reports it before any collective is reported there
     (unless the loop trains or makes collectives itself). A
@@ -250,19 +257,24 @@ class UnreducedShardMetric(Rule):
             last = max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)
             later = [s for s in root.calls if s.scope.function is function and s.tick > last
                      and loop.node not in s.loops]
-            if any(model.facts.does(s, "collective") for s in later):
+            # A collective reduces what it is handed: `dist.all_reduce(loss_t)` says nothing of
+            # the accuracy counted beside the loss, and a barrier reduces nothing.
+            counters = {c for c in counters if not any(self._covers(s, loop, c) for s in later)}
+            if not counters:
                 continue
             handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)]
-            # Counters handed to a project function may be reduced or kept there, unless it only
-            # logs them (`writer.test_logging(total_loss, step)` → add_scalar).
-            if any(not self._logs_only(s) for s in handed):
+            # Counters handed to a project function may be reduced or kept there, unless it
+            # reports what it is handed (`writer.test_logging(total_loss, step)` → add_scalar;
+            # `best = log_and_save(model, writer, epoch, val_loss, best)`, which writes `val_loss`).
+            if any(not self._logs_only(s) and not self._reports_handed(s, loop, counters) for s in handed):
                 continue
             for site in later:
                 if not (self._reports(site) or site in handed):
                     continue
                 used = _derived(loop, counters, _names_in(site.node))
                 if used:
-                    metric = sorted(used - counters) or sorted(used)
+                    # (Handed to a helper: name what it is handed, not what it gives back.)
+                    metric = (sorted(used & counters) if site in handed else sorted(used - counters)) or sorted(used)
                     self.report(site.node, self.MESSAGE.format(
                         metric=metric[0], counters=", ".join(sorted(counters))), module=root)
                     break
@@ -285,17 +297,42 @@ class UnreducedShardMetric(Rule):
                 node = value.node
                 if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, (cst.Integer, cst.Float)):
                     continue
-                if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value):
+                if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value, loop):
                     continue
                 out.add(name)
         return out
 
-    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression) -> bool:
+    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None) -> bool:
+        """`expr` holds a value reduced across ranks: a collective in it, or (in `loop`) a name
+        it reads that the loop binds from one (`loss = reduce_tensor(loss.clone())` before
+        `test_loss += loss.item()`)."""
         for sub in subexpressions(expr):
             site = root.call_at(sub) if isinstance(sub, cst.Call) else None
-            if site is not None and self.model.facts.does(site, "collective"):
+            if site is not None and self.model.facts.does(site, "data_collective"):
                 return True
+            if loop is not None and isinstance(sub, cst.Name):
+                scope = loop.scope
+                for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
+                    if isinstance(value, cst.BaseExpression) and point is not None and loop.node in point.loops \
+                            and self._reduces(root, value):
+                        return True
         return False
+
+    def _covers(self, site: CallSite, loop: ForSite, counter: str) -> bool:
+        """A collective after the loop that may reduce `counter`: one handed the counter or a
+        value made from it (`stats = torch.tensor([correct, total])`, `dist.all_reduce(stats)`),
+        a method of it (`meter.synchronize_between_processes()`), or a project call that may
+        reach it without being handed anything (`self.sync_stats()`, `reduce_all()`). A barrier,
+        or a torch collective handed other values only, does not."""
+        model = self.model
+        if not model.facts.does(site, "data_collective"):
+            return False
+        if _derived(loop, {counter}, _names_in(site.node)):
+            return True
+        if model.api(site) is not None:
+            return False
+        # A project function: what it reaches without arguments is unknown.
+        return not site.node.args or counter.startswith("self.")
 
 
     def _meters(self, root: ModuleModel, loop: ForSite) -> set[str]:
@@ -397,6 +434,25 @@ class UnreducedShardMetric(Rule):
             if not any(self._reports(c) for c in function.module.calls_in(function.qualname)):
                 return False
         return bool(targets)
+
+    def _reports_handed(self, site: CallSite, loop: ForSite, counters: set[str]) -> bool:
+        """Every project function `site` may run reports a parameter that receives a counter (or
+        a value made from one) and makes no collective: `log_and_save(model, writer, epoch,
+        val_loss, best)` whose body writes `val_loss` with `add_scalar` and returns the best
+        loss so far."""
+        targets = self.model.graph.targets(site)
+        if not targets or self.model.facts.does(site, "collective"):
+            return False
+        for function, bound in targets:
+            fed = set()
+            for param in function.params():
+                passed = self.model.graph.argument_for(site, function, param, bound)
+                if isinstance(passed, cst.BaseExpression) and _derived(loop, counters, _names_in(passed)):
+                    fed.add(param.name)
+            if not fed or not any(self._reports(c) and fed & _names_in(c.node)
+                                  for c in function.module.calls_in(function.qualname)):
+                return False
+        return True
 
     def _reports(self, site: CallSite) -> bool:
         name = self.model.api(site) or dotted(site.node.func) or ""

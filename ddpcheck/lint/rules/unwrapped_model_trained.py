@@ -8,6 +8,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_parameters, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
@@ -44,7 +45,12 @@ class UnwrappedModelTrained(Rule):
     inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
-    avoid a hang), or in loops without a `backward()`.
+    avoid a hang), or in loops without a `backward()`. A loop of forwards inside the step (one
+    per ensemble member, `preds.append(net.rollout(x))`) whose results the step back-propagates
+    after the loop is part of the training step. A method of the network counts as running its
+    layers unless it is known not to: one that calls an attribute of the network which is no
+    method of its class (`self.encoder(x)` with `self.encoder = encoder_cls(dim)`, a class
+    chosen at run time) may run layers.
 
     ## How to fix
     Call the DDP wrapper in the training step (`out = ddp_model(x)`); keep `.module` for saving,
@@ -286,7 +292,22 @@ class UnwrappedModelTrained(Rule):
         # (`model.module.reset()`: the call graph resolves it to the method of the class the
         # wrapper holds.)
         callees = [f for f, _ in self.model.graph.targets(site)]
-        return bool(callees) and not any(runs_layers(self.model, f) for f in callees)
+        return bool(callees) and not any(runs_layers(self.model, f) or self._may_run_layers(f) for f in callees)
+
+    def _may_run_layers(self, function: Function) -> bool:
+        """The method calls an attribute of its network that is no method of the class
+        (`self.encoder(x)` with `self.encoder = encoder_cls(...)`, a class chosen at run time):
+        what it holds is unknown, so the method is not known to run no layers."""
+        owner = function.owner
+        if owner is None:
+            return False
+        for call in function.module.calls_in(function.qualname):
+            func = call.node.func
+            if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self" \
+                    and func.attr.value not in MODULE_API \
+                    and self.model.graph.method(function.module, owner, func.attr.value) is None:
+                return True
+        return False
 
     def _runs_layers(self, site: CallSite) -> bool:
         callees = self.model.graph.targets(site)
@@ -349,6 +370,11 @@ def _beside_backward(site: CallSite, backwards: list[CallSite]) -> bool:
         if site.loops and site.loops[-1] in b.loops:
             return True
         if not site.loops and not b.loops:
+            return True
+        # A loop of forwards inside the step (one per ensemble member, per rollout) whose
+        # results the step's backward, made after that loop, back-propagates.
+        if site.loops and b.tick > site.tick and len(b.loops) < len(site.loops) \
+                and b.loops == site.loops[:len(b.loops)]:
             return True
     return False
 
