@@ -35,6 +35,8 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Callable
 
+from ddpcheck.run.run_options import ENV_REHEARSE
+
 if TYPE_CHECKING:
     from ddpcheck.run.rank.session import Session
 
@@ -109,6 +111,11 @@ def install(session: Session) -> bool:
     from the main thread, once per process; True when installed."""
     global _installed
     if _installed is not None or threading.current_thread() is not threading.main_thread():
+        return False
+    if os.environ.get(ENV_REHEARSE):
+        # A rehearsal runs each rank alone, and ends one past its time limit itself (SIGKILL);
+        # its report reads the main thread's stack from faulthandler, which a thread here would
+        # muddle.
         return False
     try:
         previous = signal.getsignal(SIGNAL)
