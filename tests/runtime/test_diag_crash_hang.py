@@ -168,3 +168,27 @@ def test_rank_0_evaluating_while_the_others_wait_is_slow_not_hung(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert codes(data) == []
     assert_no_survivors(mark)
+
+
+@pytest.mark.parametrize("busy, writer", [("sleep", "handler"), ("store", "thread")])
+def test_a_rank_stopped_after_its_steps_reports_every_step_it_made(tmp_path, busy, writer):
+    # Both ranks make 5 steps within a second and meet at a barrier; then rank 1 raises and rank 0,
+    # asleep in Python or blocked in a C++ store wait, is stopped by the launcher. Its record must
+    # say 5 steps (it last wrote at its first step), and a rank blocked in C++ must still die by
+    # SIGTERM at once, not by SIGKILL at the end of torchrun's shutdown timeout.
+    script = fixture("stopped_after_steps.py", tmp_path)
+    proc, data, mark = ddpcheck_run(["--nproc", "2", str(script), busy], tmp_path, timeout=150)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    crash = finding(data, "DDP120")
+    assert crash["ranks"] == [1] and "rank 0 was stopped by the launcher" in crash["message"]
+    assert data["run"]["job"]["failed_ranks"]["0"] == -signal.SIGTERM
+    ranks = {r["rank"]: r for r in data["run"]["ranks"]}
+    assert ranks[0]["status"] == "running"
+    assert ranks[0]["stopped"]["signal"] == "SIGTERM" and ranks[0]["stopped"]["by"] == writer
+    assert (ranks[0]["steps"], ranks[0]["checked_steps"]) == (5, 5)
+    checks = {c["code"]: c for c in data["run"]["checks"]}
+    assert checks["DDP105"]["detail"] == "identical on every rank at 5 checked steps"
+    assert checks["DDP109"]["detail"] == "DDP forward called (10 times over all ranks)"
+    assert "5 optimizer steps" in checks["DDP129"]["detail"]
+    assert "at least" not in json.dumps(checks)
+    assert_no_survivors(mark)

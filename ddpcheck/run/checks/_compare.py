@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ddpcheck.run.calls import ranks_text
 from ddpcheck.run.records import Record, section
 
 if TYPE_CHECKING:
@@ -131,6 +132,25 @@ def realigned(records: list[Record]) -> str:
         return ("; at the steps the ranks took together (a step that only some ranks took inside "
                 "DDP's Join() is compared with nothing)")
     return ""
+
+
+def not_last_word(records: list[Record]) -> tuple[int, ...]:
+    """Ranks whose record is not what they had done when they ended: killed (SIGKILL, or their
+    stop handler never ran) after their last write, which can be a second and many steps old. A
+    rank that finished, was stopped by SIGTERM (it writes then) or hung (written at the verdict)
+    left its counts whole."""
+    return tuple(sorted(int(r.get("rank", -1)) for r in records
+                        if r.get("status") not in ("finished", "hung") and not r.get("stopped")))
+
+
+def at_least(records: list[Record]) -> str:
+    """What a passing row's counts add when some rank's record is not its last word: a count that
+    takes those ranks' records is a lower bound."""
+    stale = not_last_word(records)
+    if not stale:
+        return ""
+    return (f"; counts are at least these: {ranks_text(stale)} ended without writing "
+            f"{'its' if len(stale) == 1 else 'their'} last record")
 
 
 def differing_tensors(logs: dict[int, dict[str, Any]], step: int) -> list[tuple[str, dict[int, Any]]] | None:

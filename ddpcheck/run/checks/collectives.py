@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.findings import Severity
 from ddpcheck.run import diagnose
+from ddpcheck.run.checks._compare import at_least
 from ddpcheck.run.calls import WORLD, CallLog, first_mismatch, ranks_text
 from ddpcheck.run.records import HANG_VERDICT_FILE, Record, section
 from ddpcheck.run.registry import Probe, RuntimeCheck
@@ -234,6 +235,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         if uneven is not None:
             found[UnevenWork.code] = uneven
     stopped = " until the job stopped" if hang is not None or _failed(records, ctx) else ""
+    stopped += at_least(records)
     return [found.get(CollectiveMismatch.code) or _with(_mismatch_pass(records), stopped),
             found.get(UnevenWork.code) or _with(_uneven_pass(records), stopped)]
 

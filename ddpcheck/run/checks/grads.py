@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.run.checks._compare import (
     StepLog,
+    at_least,
     describe_tensor,
     differing_tensors,
     entries,
@@ -203,7 +204,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     if step is None:
         left = f"; {plural(sharded, 'sharded parameter')} not compared" if sharded else ""
         return [Verdict(GradientsDiffer.code, PASS, f"identical on every rank at {plural(compared, 'checked step')}"
-                        f"{realigned(records)}{left}")]
+                        f"{realigned(records)}{left}{at_least(records)}")]
     inside, kinds = reduced_in_step(records, NAME)
     if inside and (step in inside or step == -1):
         # The gradients differ where the optimizer's own step reduces them: judge the other steps.
@@ -214,7 +215,8 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             return [Verdict(GradientsDiffer.code, SKIP, how, details={"reduced_in_step": sorted(inside)})]
         step, at, bad, compared = first_mismatch(logs)
         if step is None:
-            return [Verdict(GradientsDiffer.code, PASS, f"identical on every rank at {plural(compared, 'checked step')}; {how}",
+            return [Verdict(GradientsDiffer.code, PASS, f"identical on every rank at {plural(compared, 'checked step')}; {how}"
+                            f"{at_least(records)}",
                             details={"reduced_in_step": sorted(inside)})]
     tensors = differing_tensors(logs, step)
     names = ", ".join(describe_tensor(n, v) for n, v in (tensors or [])[:5])

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import socket
 
+from ddpcheck.run.checks._compare import at_least
 from ddpcheck.run.checks._replicas import reduced_by_hand, reduced_in_step, sharded_only
 from ddpcheck.run.records import Record, node_of, section
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
@@ -346,7 +347,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
         else:
             n = sum(d["forwards"] for s in secs.values() for d in s["ddp"])
             if n:
-                out.append(Verdict(USED, PASS, f"DDP forward called ({n} times over all ranks)"))
+                out.append(Verdict(USED, PASS, f"DDP forward called ({n} times over all ranks{at_least(records)})"))
             else:
                 out.append(Verdict(USED, SKIP, "the ranks were stopped before their records showed a DDP forward"))
 

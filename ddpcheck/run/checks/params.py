@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpcheck.run.checks._compare import (
     StepLog,
+    at_least,
     describe_tensor,
     differing_tensors,
     first_mismatch,
@@ -244,7 +245,7 @@ def _params(records: list[Record]) -> Verdict:
         return Verdict(PARAMS, PASS, "identical on every rank at the end of the run (updated in place by the "
                        "script, no optimizer step to compare at)", details={"at_end": True})
     when = plural(compared, "checked step") + (" and at the end" if len(ends) >= 2 else "")
-    return Verdict(PARAMS, PASS, f"identical on every rank after {when}{realigned(records)}")
+    return Verdict(PARAMS, PASS, f"identical on every rank after {when}{realigned(records)}{at_least(records)}")
 
 
 def _buffers(records: list[Record]) -> Verdict:

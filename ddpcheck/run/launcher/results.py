@@ -191,7 +191,8 @@ def _rank_summary(record: Record) -> dict[str, Any]:
     return {"rank": record.get("rank"), "local_rank": record.get("local_rank"), "pid": record.get("pid"),
             "status": record.get("status"), "exit_code": record.get("exit_code"),
             "steps": record.get("step"), "checked_steps": record.get("checked"), "error": record.get("error"),
-            "notes": record.get("notes", []), "exchange_ok": record.get("exchange_ok")}
+            "notes": record.get("notes", []), "exchange_ok": record.get("exchange_ok"),
+            "stopped": record.get("stopped")}
 
 
 def report_dict(rows: list[Row], findings: list[Finding], records: list[Record], job: dict[str, Any]) -> dict[str, Any]:

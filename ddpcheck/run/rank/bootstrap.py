@@ -25,7 +25,7 @@ import traceback
 
 from ddpcheck.run import parent
 from ddpcheck.run.run_options import RunOptions
-from ddpcheck.run.rank import ending
+from ddpcheck.run.rank import ending, stopping
 from ddpcheck.run.rank.instrument import instrument_after_torch
 from ddpcheck.run.rank.session import Session
 
@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parent.die_with_parent()  # a SIGKILLed `ddpcheck run` takes its ranks with it
     options = RunOptions.from_env() or RunOptions()
     session = Session(options, target=name)
+    stopping.install(session)
     instrument_after_torch(session)
     code, error = run_target(kind, name, args)
     if error is not None:  # also when it died before importing torch (a SyntaxError, say)

@@ -160,6 +160,8 @@ def _wrap_ddp(session: Session) -> None:
             session.unsynced += 1
         for fn in session.on_ddp_forward:
             guard(fn, self, args, kwargs)
+        if not session.forwarded:
+            session.first_forward()
         if not session.on_phase:
             return original_forward(self, *args, **kwargs)
         session.phase("forward", True)

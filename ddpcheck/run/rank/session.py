@@ -32,12 +32,14 @@ outermost step counts, and the hooks see it alone.
 
 An unchecked optimizer step costs the hook layer a counter increment and one comparison (with
 `next_checked`); no callback runs and nothing is allocated. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
-atomically at checked steps (at most once a second), at epoch ends and at exit, so a rank that
-crashes or is killed still leaves what it checked so far (layout: REPORT.md, "Per-rank records").
+atomically at checked steps (at most once a second, but at once at the first), at the first DDP
+forward, at epoch ends, when the rank is stopped (SIGTERM: rank/stopping.py) and at exit, so a rank
+that crashes or is stopped leaves what it did so far (layout: REPORT.md, "Per-rank records").
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
 _Args = TypeVarTuple("_Args")
+_WRITES = itertools.count()
 
 
 END_EXCHANGE_TIMEOUT_S = 10.0  # how long the end of a rank waits for its last exchange
@@ -112,6 +115,7 @@ class Session:
         # Forwards through DDP since the last optimizer step, and how many ran under no_sync().
         self.forwards = 0
         self.unsynced = 0
+        self.forwarded = False  # a DDP forward ran (and the record was written then)
         # The digests exchanged at every checked step, one int64 per slot (-1: none staged), in
         # the order the probes added them: the same on every rank, as every rank installs alike.
         self.slots: list[str] = []
@@ -188,13 +192,45 @@ class Session:
         if not force and now - self._last_flush < 1.0:
             return
         self._last_flush = now
-        tmp = f"{self.record_path}.{os.getpid()}.tmp"
+        try:
+            self._write()
+        except (OSError, TypeError, ValueError, RuntimeError) as exc:  # never break the user's run over a record
+            print(f"ddpcheck: could not write the rank record: {exc}", file=sys.stderr)
+
+    def _write(self) -> None:
+        assert self.record_path is not None
+        # A file of its own per write: the stop handler may write while the main thread's write
+        # is under way (interrupted, or from another thread).
+        tmp = f"{self.record_path}.{os.getpid()}.{next(_WRITES)}.tmp"
         try:
             with open(tmp, "w") as fh:
                 json.dump(self.snapshot(), fh)
             os.replace(tmp, self.record_path)
-        except (OSError, TypeError, ValueError) as exc:  # never break the user's run over a record
+        except BaseException:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
+
+    def stopped(self, signal_name: str, by: str) -> None:
+        """The rank is being stopped from outside (rank/stopping.py): write what it has done, so
+        that no judge reads a record a second or more old. RuntimeError: a dict changed while it
+        was written (from a thread other than the main one); the caller may try again."""
+        if self.record_path is None or self.meta.get("status") == "finished":
+            return
+        self.meta["stopped"] = {"signal": signal_name, "at": time.time(), "by": by}
+        self._last_flush = time.monotonic()
+        try:
+            self._write()
+        except (OSError, TypeError, ValueError) as exc:
             print(f"ddpcheck: could not write the rank record: {exc}", file=sys.stderr)
+
+    def first_forward(self) -> None:
+        """The first DDP forward of this rank: written at once, so that a rank stopped before its
+        next write does not read as one that never called its model."""
+        self.forwarded = True
+        self.flush(force=True)
 
     def end(self, why: str, *, failed: bool = False) -> None:
         """Capture the final state once (at destroy_process_group, or at exit if never called);
@@ -261,7 +297,9 @@ class Session:
         live = self.exchange(step)
         self.staged = {}
         self.forwards = self.unsynced = 0
-        self.flush()
+        # The first checked step is written at once: a rank stopped within the next second must
+        # not read as one that never stepped.
+        self.flush(force=self.checked == 1)
         if self.rank == 0 and not self.options.quiet and (step in (1, self.options.check_first) or (
                 step > self.options.check_first and time.monotonic() - self._last_said >= PROGRESS_EVERY_S)):
             self._last_said = time.monotonic()  # (checking every step would say so every step)

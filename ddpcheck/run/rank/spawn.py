@@ -23,7 +23,7 @@ import sys
 from typing import Any, Callable, NoReturn
 
 from ddpcheck.run.run_options import ENV_SPAWN_FALLBACK
-from ddpcheck.run.rank import ending, sites
+from ddpcheck.run.rank import ending, sites, stopping
 from ddpcheck.run.rank.session import Session
 
 _SPAWNERS = ("spawn", "start_processes")
@@ -65,6 +65,7 @@ def adopt_identity(session: Session, kwargs: dict[str, Any]) -> None:
     rank, world = kwargs.get("rank"), kwargs.get("world_size")
     if isinstance(rank, int) and rank >= 0:
         session.become_rank(rank)
+        stopping.install(session)  # (any process that imports torch has a session; a rank, this one)
         os.environ.setdefault("RANK", str(rank))
         os.environ.setdefault("LOCAL_RANK", str(rank))
     if isinstance(world, int) and world > 0:
@@ -98,6 +99,7 @@ def _run_worker(session: Session, fn: Callable[..., Any], index: int, *args: Any
         session.become_rank(index)
     if "LOCAL_RANK" not in os.environ:  # worker i of this node: its GPU is cuda:i
         session.local_rank = session.meta["local_rank"] = index
+    stopping.install(session)
     try:
         fn(index, *args)
     except SystemExit as exc:
