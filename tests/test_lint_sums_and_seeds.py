@@ -469,3 +469,38 @@ def test_a_helper_that_derives_the_local_rank_on_every_path_replaces_the_flag(tm
         '            params.local_rank = params.global_rank % torch.cuda.device_count()\n')
     files = {"train.py": LAUNCH_SCRIPT, "cluster.py": cluster, "network.py": NETWORK}
     assert _lint(tmp_path, files, "train.py", "DDP008") == set()
+
+
+def test_the_dict_of_the_parsed_namespace_is_the_command_line(tmp_path):
+    script = """\
+        import argparse
+        import random
+
+        import torch
+        import torch.distributed as dist
+        import torch.multiprocessing as mp
+        from torch.utils.data import DataLoader, DistributedSampler
+
+
+        def init_seeds(seed=0):
+            random.seed(seed)
+            torch.manual_seed(seed)
+
+
+        def main(rank, nprocs, args):
+            dist.init_process_group("nccl", rank=rank, world_size=nprocs)
+            init_seeds({seed})
+            loader = DataLoader(args["data"], sampler=DistributedSampler(args["data"]), num_workers=4)
+            noise = torch.randn(4)
+
+
+        if __name__ == "__main__":
+            parser = argparse.ArgumentParser()
+            parser.add_argument("--seed", type=int, default=3)
+            args = parser.parse_args()
+            args = vars(args)
+            mp.spawn(main, nprocs=args["nprocs"], args=(args["nprocs"], args))
+        """
+    assert _lint(tmp_path, {"train.py": script.format(seed='args["seed"]')}, "train.py", "DDP029") == {
+        ("train.py", 17, "DDP029")}
+    assert _lint(tmp_path, {"train.py": script.format(seed='args["seed"] + rank')}, "train.py", "DDP029") == set()

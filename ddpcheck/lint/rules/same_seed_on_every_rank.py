@@ -51,9 +51,23 @@ class SameSeedOnEveryRank(Rule):
     gets the same command line) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function),
+    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
+    `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
+    or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
+    declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
     and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
-    whose body seeds torch with that parameter or its `.seed`) is judged by what it passes. Not
+    whose body seeds torch with that parameter or its `.seed`, also through a local, `seed =
+    config.SEED`) is judged by what it passes, and by its parameter's literal default when the
+    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A project function of
+    another module that seeds torch with a literal whenever it runs (`setup_env()` calling
+    `torch.manual_seed(54321)` under no condition) is reported where the script calls it,
+    unless that function wraps a model in DDP itself (its own seed is reported where it is
+    written, when its module is linted). Where only the GPU generators are seeded alike
+    (`torch.cuda.manual_seed(args.seed)`, torch's own generator never seeded), the workers'
+    seeds still differ, so the call is reported only when the model drops out (dropout on the
+    GPU draws from that generator). A library network loaded with its weights
+    (`AutoModel.from_pretrained(...)`, `timm.create_model(...)`, not a tokenizer's or a
+    configuration's `from_pretrained`) counts as dropout. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
     same function or `__main__` block (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
@@ -592,9 +606,16 @@ class SameSeedOnEveryRank(Rule):
         values = self.model.values.at_call(site, expr)
         return bool(values) and all(self._alike(v, field) for v in values)
 
-    def _alike(self, value: Value, field: str) -> bool:
-        return _parsed_arguments(value) or self._config(value) or self._composed(value) \
-            or self._config_node(value, field) or _namespace_param(self.model, value)
+    def _alike(self, value: Value, field: str, depth: int = 2) -> bool:
+        if _parsed_arguments(value) or self._config(value) or self._composed(value) \
+                or self._config_node(value, field) or _namespace_param(self.model, value):
+            return True
+        # `args = vars(args)`: the dict of a namespace every rank holds alike.
+        node = value.node
+        if depth > 0 and isinstance(node, cst.Call) and dotted(node.func) == "vars" and len(node.args) == 1:
+            inner = self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
+            return bool(inner) and all(self._alike(v, field, depth - 1) for v in inner)
+        return False
 
     def _config_node(self, value: Value, field: str) -> bool:
         """Whether a leaf is a configuration object a project module builds when it is imported
