@@ -504,3 +504,62 @@ def test_the_dict_of_the_parsed_namespace_is_the_command_line(tmp_path):
     assert _lint(tmp_path, {"train.py": script.format(seed='args["seed"]')}, "train.py", "DDP029") == {
         ("train.py", 17, "DDP029")}
     assert _lint(tmp_path, {"train.py": script.format(seed='args["seed"] + rank')}, "train.py", "DDP029") == set()
+
+
+# --- DDP003/DDP005: a module the project installs as a command is a script ----------------------
+
+CLI = """\
+    import fire
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    from painter.trainer import Trainer
+
+
+    def run_training(rank, world_size, steps):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        trainer = Trainer(rank=rank)
+        trainer.model.cuda(rank)
+        for _ in range(steps):
+            trainer.train()
+        dist.destroy_process_group()
+
+
+    def train_from_folder(steps=1000):
+        world_size = torch.cuda.device_count()
+        mp.spawn(run_training, args=(world_size, steps), nprocs=world_size, join=True)
+
+
+    def main():
+        fire.Fire(train_from_folder)
+    """
+SETUP = """\
+    from setuptools import find_packages, setup
+
+    setup(
+        name="painter",
+        packages=find_packages(),
+        entry_points={{
+            "console_scripts": [
+                "{entry}",
+            ],
+        }},
+    )
+    """
+
+
+def test_a_console_script_named_by_the_packaging_is_a_script(tmp_path):
+    files = {"painter/__init__.py": "", "painter/trainer.py": "class Trainer:\n    pass\n",
+             "painter/cli.py": CLI, "setup.py": SETUP.format(entry="painter = painter.cli:main")}
+    assert _lint(tmp_path, files, "painter/cli.py", "DDP003") == {("cli.py", 10, "DDP003")}
+    # pyproject's [project.scripts] says the same.
+    (tmp_path / "setup.py").unlink()
+    _write(tmp_path, {"pyproject.toml": '[project]\nname = "painter"\n\n[project.scripts]\npainter = "painter.cli:main"\n'})
+    assert _findings(tmp_path, "painter/cli.py", select="DDP003") == {("cli.py", 10, "DDP003")}
+
+
+def test_a_module_the_packaging_does_not_name_stays_a_library(tmp_path):
+    files = {"painter/__init__.py": "", "painter/trainer.py": "class Trainer:\n    pass\n",
+             "painter/cli.py": CLI, "setup.py": SETUP.format(entry="painter = painter.other:main")}
+    assert _lint(tmp_path, files, "painter/cli.py", "DDP003") == set()
