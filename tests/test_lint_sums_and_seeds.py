@@ -563,3 +563,34 @@ def test_a_module_the_packaging_does_not_name_stays_a_library(tmp_path):
     files = {"painter/__init__.py": "", "painter/trainer.py": "class Trainer:\n    pass\n",
              "painter/cli.py": CLI, "setup.py": SETUP.format(entry="painter = painter.other:main")}
     assert _lint(tmp_path, files, "painter/cli.py", "DDP003") == set()
+
+
+def test_a_project_network_that_copies_library_weights_does_not_drop_out(tmp_path):
+    script = """\
+        import torch
+        import torch.distributed as dist
+        import torch.nn as nn
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        class GPT(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.head = nn.Linear(768, 50257, bias=False)
+
+            @classmethod
+            def from_pretrained(cls, name):
+                from transformers import GPT2LMHeadModel
+                model, hf = cls(), GPT2LMHeadModel.from_pretrained(name)
+                model.head.weight.data.copy_(hf.lm_head.weight.data)
+                return model
+
+
+        if __name__ == "__main__":
+            dist.init_process_group("nccl")
+            torch.manual_seed(42)
+            model = DDP(GPT.from_pretrained("gpt2").cuda(), device_ids=[dist.get_rank()])
+            for batch in batches():
+                model(batch).sum().backward()
+        """
+    assert _lint(tmp_path, {"train.py": script}, "train.py", "DDP029") == set()

@@ -80,6 +80,11 @@ _LIBRARY_NETWORK = re.compile(
     r"\b(?!\w*(?:Tokenizer|Config|Processor|Extractor)\b)\w+\.from_pretrained\s*\(|\btimm\.create_model\s*\(")
 
 
+# A project network with a `from_pretrained` of its own copies a library network's weights into
+# itself: the network that trains is the project's.
+_OWN_FROM_PRETRAINED = re.compile(r"\bdef\s+from_pretrained\b")
+
+
 def model_drops_out(model: Model) -> bool:
     """Whether the code of the linted file or of a project module it imports (comments and
     docstrings left out) builds or calls dropout, or loads a library network that does: the
@@ -88,6 +93,7 @@ def model_drops_out(model: Model) -> bool:
     found = root.memo.get("model_drops_out")
     if found is None:
         found = any(_DROPOUT.search(text) is not None or _LIBRARY_NETWORK.search(text) is not None
+                    and _OWN_FROM_PRETRAINED.search(text) is None
                     for text in (_drawing_text(code_only(t)) for t in model.graph.import_closure(root)))
         root.memo["model_drops_out"] = found
     return bool(found)
