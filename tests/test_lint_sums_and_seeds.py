@@ -188,6 +188,10 @@ def test_a_project_function_that_seeds_with_a_literal_is_reported_where_the_scri
     assert _seeded(tmp_path, "from envsetup import setup_training_env", "setup_training_env(True)", helpers) == set()
     helpers = {"envsetup.py": ENV_SETUP.format(seed="pass")}
     assert _seeded(tmp_path, "from envsetup import setup_training_env", "setup_training_env(True)", helpers) == set()
+    # A builder that seeds before it draws the initial weights fixes what it builds.
+    builder = ENV_SETUP.format(seed="torch.manual_seed(0)").replace("setup_training_env", "create_model")
+    helpers = {"envsetup.py": builder}
+    assert _seeded(tmp_path, "from envsetup import create_model", "create_model(True)", helpers) == set()
 
 
 def test_a_training_function_of_another_module_reports_its_own_seed(tmp_path):

@@ -60,7 +60,9 @@ class SameSeedOnEveryRank(Rule):
     config.SEED`) is judged by what it passes, and by its parameter's literal default when the
     call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A project function of
     another module that seeds torch with a literal whenever it runs (`setup_env()` calling
-    `torch.manual_seed(54321)` under no condition) is reported where the script calls it,
+    `torch.manual_seed(54321)` under no condition; a function named for setting up the run:
+    seeds, environment, init, not a builder such as `create_model()` whose seed fixes the
+    weights it draws) is reported where the script calls it,
     unless that function wraps a model in DDP itself (its own seed is reported where it is
     written, when its module is linted). Where only the GPU generators are seeded alike
     (`torch.cuda.manual_seed(args.seed)`, torch's own generator never seeded), the workers'
@@ -440,6 +442,10 @@ class SameSeedOnEveryRank(Rule):
         for function, _bound in model.graph.targets(call):
             if function.module is model.root or _seeded_parameter(model, function) is not None:
                 continue
+            if _SETUP_NAME.search(function.name) is None:
+                # A builder (`create_model(...)` seeding before it draws the initial weights):
+                # its seed fixes what it builds, the same on every rank by intent.
+                continue
             for inner in function.module.calls_in(function.qualname):
                 if inner.guards or inner.loops:
                     continue
@@ -648,6 +654,8 @@ _LIBRARY_SEEDERS = frozenset({
     "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
+# Functions that set up a run (its environment, its seeds), as named.
+_SETUP_NAME = re.compile(r"seed|setup|set_up|env|init|random|prepare|configure", re.IGNORECASE)
 # Seeders of the GPU generators only (torch.manual_seed seeds them too).
 _GPU_SEEDERS = frozenset({"torch.cuda.manual_seed", "torch.cuda.manual_seed_all"})
 # Starters whose workers begin in a fresh interpreter (the "spawn" start method), not in a copy
