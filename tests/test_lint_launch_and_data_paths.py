@@ -82,6 +82,7 @@ SHARDS = """\
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
         world_size = dist.get_world_size()
+        num_nodes = int(os.environ.get("NUM_NODES", 1))
         train_set, val_set = build_sets()
         train_sampler = DistributedSampler(train_set, num_replicas=world_size, rank={rank})
         val_sampler = DistributedSampler(val_set, num_replicas=world_size, rank=local_rank, shuffle=False)
@@ -107,7 +108,22 @@ def test_a_training_sampler_given_the_local_rank_is_reported(tmp_path):
     for rank in ("local_rank", 'int(os.environ["LOCAL_RANK"])'):
         found = _lint(tmp_path, {"train.py": SHARDS.format(rank=rank)}, "train.py", "DDP001")
         # (the evaluation sampler's shards are not this rule's concern, as with its loader)
-        assert found == {("train.py", 14, "DDP001")}, rank
+        assert found == {("train.py", 15, "DDP001")}, rank
+
+
+def test_the_local_rank_in_a_job_that_never_counts_machines_is_clean(tmp_path):
+    # Nothing in the job plans for a second machine (no node count or rank, no scheduler's
+    # hosts; a graph's node features are not machines): it runs on one, where the local rank is the rank.
+    for text in (SHARDS.format(rank="local_rank").replace('        num_nodes = int(os.environ.get("NUM_NODES", 1))\n', ""),
+                 SHARDS.format(rank="local_rank").replace('num_nodes = int(os.environ.get("NUM_NODES", 1))',
+                                                          "node_features = train_features(graph)")):
+        assert _lint(tmp_path, {"train.py": text}, "train.py", "DDP001") == set()
+    # ... and a helper module that reads the scheduler's node list counts as the job's code.
+    helper = "import os\n\n\ndef hosts():\n    return os.environ[\"SLURM_JOB_NODELIST\"]\n"
+    text = SHARDS.format(rank="local_rank").replace('        num_nodes = int(os.environ.get("NUM_NODES", 1))\n', "")
+    text = text.replace("    import os\n", "    import os\n    from cluster import hosts\n", 1)
+    assert _lint(tmp_path, {"train.py": text, "cluster.py": helper}, "train.py", "DDP001") == {
+        ("train.py", 15, "DDP001")}
 
 
 def test_a_training_sampler_given_the_global_rank_is_clean(tmp_path):

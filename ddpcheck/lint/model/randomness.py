@@ -73,14 +73,27 @@ def model_draws_random(model: Model) -> bool:
     return bool(found)
 
 
+# A library network loaded with its weights (`BertModel.from_pretrained(...)`,
+# `timm.create_model(...)`): it trains with the dropout its configuration sets (a tokenizer's,
+# configuration's or processor's `from_pretrained` loads no network).
+_LIBRARY_NETWORK = re.compile(
+    r"\b(?!\w*(?:Tokenizer|Config|Processor|Extractor)\b)\w+\.from_pretrained\s*\(|\btimm\.create_model\s*\(")
+
+
+# A project network with a `from_pretrained` of its own copies a library network's weights into
+# itself: the network that trains is the project's.
+_OWN_FROM_PRETRAINED = re.compile(r"\bdef\s+from_pretrained\b")
+
+
 def model_drops_out(model: Model) -> bool:
     """Whether the code of the linted file or of a project module it imports (comments and
-    docstrings left out) builds or calls dropout: the draw the model itself makes, the same on
-    every rank that seeds alike."""
+    docstrings left out) builds or calls dropout, or loads a library network that does: the
+    draw the model itself makes, the same on every rank that seeds alike."""
     root = model.root
     found = root.memo.get("model_drops_out")
     if found is None:
-        found = any(_DROPOUT.search(_drawing_text(code_only(text))) is not None
-                    for text in model.graph.import_closure(root))
+        found = any(_DROPOUT.search(text) is not None or _LIBRARY_NETWORK.search(text) is not None
+                    and _OWN_FROM_PRETRAINED.search(text) is None
+                    for text in (_drawing_text(code_only(t)) for t in model.graph.import_closure(root)))
         root.memo["model_drops_out"] = found
     return bool(found)

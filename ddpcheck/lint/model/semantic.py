@@ -37,6 +37,10 @@ from ddpcheck.lint.model.values import Value, Values
 
 _ENTRY_TEXT = ("__main__",)
 # A command that launches a script with torchrun or torch's launch modules, and the script it names.
+# Packaging files and the console-script entries they declare (`name = package.module:function`).
+_PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
+_SCRIPTS_SECTION = re.compile(r"console_scripts|gui_scripts|\[project\.scripts\]|\[tool\.poetry\.scripts\]")
+_ENTRY = re.compile(r"""[\w.-]+['"]?\s*=\s*['"]?\s*([A-Za-z_][\w.]*)\s*:\s*[A-Za-z_][\w.]*""")
 _LAUNCH_USAGE = re.compile(
     r"(?:\btorchrun\b|-m\s+torch\.distributed\.(?:launch|run)\b|\btorch\.distributed\.(?:launch|run)\s+--)"
     r"[^\n'\"]*?\s([\w./-]+\.py)\b"
@@ -311,6 +315,38 @@ class Model:
             found = any(self._names_this_file(m.group(1)) for m in _LAUNCH_USAGE.finditer(self.root.source))
             self.root.memo["launched_by_usage"] = found
         return bool(found)
+
+    def console_script(self) -> bool:
+        """The file is a command the project installs: a packaging file of the project
+        (`setup.py`, `setup.cfg`, `pyproject.toml`, in the file's folder or up to four above it)
+        names it as a console script (`"stylegan2 = stylegan2.cli:main"`), so it runs as the
+        program although it has no `__main__` block."""
+        found = self.root.memo.get("console_script")
+        if found is None:
+            found = self._named_by_packaging()
+            self.root.memo["console_script"] = found
+        return bool(found)
+
+    def _named_by_packaging(self) -> bool:
+        path = resolved_path(self.root.path)
+        if path is None:
+            return False
+        folder = path.parent
+        for _ in range(5):
+            for name in _PACKAGING:
+                text = self.project.text(folder / name)
+                if not text or not _SCRIPTS_SECTION.search(text):
+                    continue
+                for match in _ENTRY.finditer(text):
+                    module = match.group(1)
+                    for base in (folder, folder / "src"):
+                        target = base.joinpath(*module.split("."))
+                        if target.with_suffix(".py") == path or (target / "__init__.py") == path:
+                            return True
+            if folder.parent == folder:
+                break
+            folder = folder.parent
+        return False
 
     def _names_this_file(self, script: str) -> bool:
         path = resolved_path(self.root.path)

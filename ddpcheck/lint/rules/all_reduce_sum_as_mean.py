@@ -2,10 +2,12 @@ from __future__ import annotations
 
 import re
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.module import Augmented, CallSite, Scope
+from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MEAN_LIKE = re.compile(r"loss|acc|mean|avg|average|metric|ppl|perplexity|error|score|top1|top5|iou|dice", re.I)
@@ -30,8 +32,14 @@ class AllReduceSumAsMean(Rule):
     nothing assigned to it between): the second reduce multiplies the sum by N again, and the one
     division by the world size that follows leaves it N times too large.
 
+    One finding per tensor and function: the same loss reduced again further on (the flipped
+    input's pass of an evaluation loop) has the same fix. Functions of a script that nothing
+    calls never run and are not read.
+
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
-    (`total`, `correct`, `num_samples`, confusion matrices), and functions that mention the world
+    (`total`, `correct`, `num_samples`, confusion matrices), tensors made from names that hold
+    counts (`iou_acc_tensor = torch.tensor(iou_acc)` where `iou_acc += fast_hist(...)`, a
+    histogram, bincount or confusion matrix), and functions that mention the world
     size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
     the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
     divides it by a count).
@@ -178,10 +186,15 @@ class AllReduceSumAsMean(Rule):
     def finish(self) -> None:
         model = self.model
         reduced: dict[tuple[int, str], list[CallSite]] = {}  # (scope, tensor) → its SUM reductions
+        # (scope, tensor) already reported as an unscaled mean: the same tensor reduced again in
+        # the same function (the flipped-input pass of an evaluation loop) has the same fix.
+        reported: set[tuple[int, str]] = set()
         for site in model.paths.sites():
             name = model.api(site)
             if name not in api.SUM_REDUCTIONS:
                 continue
+            if model.paths.uncalled(site) or model.paths.dead(site):
+                continue  # a function of the script that never runs (a variant left unused)
             again = self._reduced_again(site, name, reduced)
             if again is not None:
                 self.report(
@@ -192,7 +205,8 @@ class AllReduceSumAsMean(Rule):
                 )
                 continue
             tensor = self._unscaled_mean(site, name)
-            if tensor is not None:
+            if tensor is not None and (id(site.scope), tensor) not in reported:
+                reported.add((id(site.scope), tensor))
                 self.report(
                     site.node,
                     f"`{tensor}` is summed over ranks (all_reduce's default op is SUM), so it is world_size "
@@ -237,6 +251,24 @@ class AllReduceSumAsMean(Rule):
             for call in first.module.calls[first.index + 1:second.index]
         )
 
+    @staticmethod
+    def _made_from_counts(site: CallSite, written: str) -> bool:
+        """The tensor is made, in the reducing function, from names that hold counts: every
+        value bound to it reads only names that are themselves named as counts or accumulate
+        counting calls (`iou_acc += fast_hist(pred, gt, n)`, `hits = np.bincount(...)`), as in
+        `iou_acc_tensor = torch.cuda.FloatTensor(iou_acc)`: a confusion matrix, summed right."""
+        scope = site.scope
+        bound = scope.assignments.get(written, [])
+        if not bound or not all(isinstance(b, cst.BaseExpression) for b in bound):
+            return False
+        for value in bound:
+            assert isinstance(value, cst.BaseExpression)
+            names = {n.value for n in subexpressions(value) if isinstance(n, cst.Name)} - {written}
+            sources = [n for n in names if n in scope.assignments]
+            if not sources or not all(_counts(scope, n, written) for n in sources):
+                return False
+        return True
+
     def _unscaled_mean(self, site: CallSite, name: str) -> str | None:
         op = site.arg("op", 1 if name.endswith("all_reduce") else 2)
         if op is not None:
@@ -249,6 +281,8 @@ class AllReduceSumAsMean(Rule):
             return None
         last = written.rsplit(".", 1)[-1]
         if not _MEAN_LIKE.search(last) or _SUM_LIKE.search(last):
+            return None
+        if self._made_from_counts(site, written):
             return None
         function = site.scope.function
         if function is not None and any(dotted(v) == written for v in site.module.returns.get(function.qualname, ())):
@@ -264,3 +298,34 @@ class AllReduceSumAsMean(Rule):
             return None
         return written
 
+
+
+def _counts(scope: Scope, name: str, tensor: str) -> bool:
+    """`name` holds counts in `scope`: named as one, or every value bound or added to it is a
+    number literal, a new array (`np.zeros(...)`) or a call of a counting function
+    (`fast_hist(...)`, `np.bincount(...)`, `confusion_matrix(...)`); a value read back from the
+    reduced `tensor` (`iou_acc = iou_acc_tensor.cpu().numpy()`) is the same counts."""
+    if _SUM_LIKE.search(name):
+        return True
+    counting = False
+    for value in scope.assignments.get(name, []):
+        expr = value.node.value if isinstance(value, Augmented) else value
+        if not isinstance(expr, cst.BaseExpression):
+            return False
+        if any(isinstance(n, cst.Name) and n.value == tensor for n in subexpressions(expr)):
+            continue
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            continue
+        if not isinstance(expr, cst.Call):
+            return False
+        last = (dotted(expr.func) or "").rsplit(".", 1)[-1]
+        if last in ("zeros", "zeros_like", "empty"):
+            continue
+        if not _COUNTING.search(last):
+            return False
+        counting = True
+    return counting
+
+
+# Functions that count: histograms, confusion matrices, bincounts.
+_COUNTING = re.compile(r"hist|confusion|bincount|count", re.I)

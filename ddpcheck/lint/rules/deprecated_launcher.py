@@ -17,6 +17,9 @@ from ddpcheck.lint.rule import Invalid, Pending, Rule
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
+# What a script writes into the flag's entry off the launcher's path: a number, or a SLURM variable.
+_NOT_A_LAUNCH_SOURCE = re.compile(
+    r"""\s*(?:-?\d+|int\(\s*os\.environ\s*\[\s*['"]SLURM_\w+['"]\s*\]\s*\))\s*(?:#.*)?$""")
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
 _ABSL_LOCAL_RANK = {"local_rank", "local-rank"}
@@ -51,7 +54,11 @@ class DeprecatedLauncher(Rule):
     `--local_rank` / `--local-rank` argument (or absl's `flags.DEFINE_integer("local_rank",
     ...)`) in a file that never reads `LOCAL_RANK` from the environment, directly or through a
     helper of the project (`utils.init_distributed_mode(args)`; a helper that reads only RANK
-    for its own `set_device` leaves `args.local_rank` at its default), or imports `deepspeed`
+    for its own `set_device` leaves `args.local_rank` at its default; one that writes the flag's
+    entry only with a number or SLURM's own variable, `params.local_rank = int(os.environ
+    ["SLURM_LOCALID"])` on the cluster path and `0` on the single-GPU one, leaves the flag the
+    launcher path's source, and an object keeping a parameter as `self.local_rank` writes no
+    entry of the namespace), or imports `deepspeed`
     (whose launcher does pass the flag). Writing the variable from the flag (`os.environ
     ["LOCAL_RANK"] = str(args.local_rank)` where it is unset) is no read of it, and no read of
     the flag either. A file's launch commands are one reliance on the launcher: reported once,
@@ -371,9 +378,15 @@ class DeprecatedLauncher(Rule):
         dest = _dest(call, flag)
         if not dest:
             return False
-        stored = re.compile(r"(?:\.\s*" + re.escape(dest) + r"""|\[\s*['"]""" + re.escape(dest)
-                            + r"""['"]\s*\])\s*=(?!=)""")
-        return any(stored.search(code_only(m.source)) for m in self._reached(module))
+        # (`self.local_rank = local_rank` in a class the run builds keeps a parameter of the same
+        # name, not the namespace's entry.)
+        stored = re.compile(r"(?:(?<!\bself)\.\s*" + re.escape(dest) + r"""|\[\s*['"]""" + re.escape(dest)
+                            + r"""['"]\s*\])\s*=(?!=)([^\n]*)""")
+        # A number (`params.local_rank = 0` on the single-GPU path) or SLURM's own variable
+        # (`int(os.environ["SLURM_LOCALID"])` on the cluster path) takes the flag's place only
+        # off the launcher's path: under torchrun the flag stays the source.
+        return any(_NOT_A_LAUNCH_SOURCE.match(m.group(1)) is None
+                   for other in self._reached(module) for m in stored.finditer(code_only(other.source)))
 
     def _reached(self, module: ModuleModel | None = None) -> list[ModuleModel]:
         found = [module or self.model.root, self.model.root, *self.model.paths.modules()]

@@ -38,7 +38,9 @@ class MissingDestroyProcessGroup(Rule):
     `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. A
     teardown that runs only in an `except` handler (or in a helper called only from one) does
     not count: a run that ends normally never reaches it. Helper modules that are only imported
-    are not reported.
+    are not reported; a module the project's packaging installs as a command (a
+    `console_scripts` entry of `setup.py`/`setup.cfg`, `[project.scripts]` of `pyproject.toml`)
+    is a script.
 
     ## How to fix
     Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
@@ -235,7 +237,7 @@ class MissingDestroyProcessGroup(Rule):
     def finish(self) -> None:
         model = self.model
         sites = model.init_sites()
-        if not sites or not model.is_entry_point():
+        if not sites or not (model.is_entry_point() or model.console_script()):
             return
         root = model.root
         # `destroy_process_group(group)` tears down that group only, not the default one.

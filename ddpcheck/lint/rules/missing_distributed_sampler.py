@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -17,6 +18,29 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
+
+
+# Code that plans for more than one machine: a node count or node rank, SLURM's variables, the
+# hosts of a job.
+_MACHINES = re.compile(
+    r"SLURM_|\b(?:n|num|total|number_of|world)_?nodes\b|\bnodes?_?(?:rank|id|idx|num|count)\b|current_node"
+    r"|\b(?:n?gpus|devices)_per_node\b|NODE_RANK|GROUP_RANK|hostnames?\b|\bnodelist\b",
+    re.IGNORECASE,
+)
+
+
+def _names_machines(model: Model) -> bool:
+    """Whether the code of the linted file or of a project module it imports (comments and
+    docstrings left out) plans for several machines: a job whose code never counts nodes or
+    reads a scheduler's hosts runs on one, where the local rank is the rank."""
+    found = model.root.memo.get("names_machines")
+    if found is None:
+        found = any(_MACHINES.search(code_only(text)) is not None for text in model.graph.import_closure(model.root))
+        model.root.memo["names_machines"] = found
+    return bool(found)
 
 
 def _iterates_what_it_is_given(function: cst.FunctionDef, chain: list[tuple[ModuleModel, ClassInfo]]) -> bool:
@@ -90,9 +114,12 @@ class MissingDistributedSampler(Rule):
     effective batch statistics. Nothing crashes; training is just slower and subtly different.
 
     Also reported: a training `DistributedSampler` given the local rank as `rank=` (LOCAL_RANK,
-    `args.local_rank`, a spawned worker's `local_rank` index) in a job that can span machines:
-    the shards are numbered across the job, so on more than one node every node reads the
-    same shards and the others are never read.
+    `args.local_rank`, a spawned worker's `local_rank` index) in a job that can span machines
+    and plans for it — its code or a project module it imports counts nodes or reads a node
+    rank, SLURM's variables or a job's hosts (`num_nodes`, `node_rank`, `SLURM_PROCID`): the
+    shards are numbered across the job, so on more than one node every node reads the same
+    shards and the others are never read. A job whose code never mentions a second machine runs
+    on one, where the local rank is the rank, and is not reported.
 
     Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process) or only
     in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
@@ -276,7 +303,7 @@ class MissingDistributedSampler(Rule):
         the same ones."""
         model = self.model
         rank = sampler_option(model, site, "rank", 2)
-        if not rank or model.on_one_machine():
+        if not rank or model.on_one_machine() or not _names_machines(model):
             return False
         replicas = sampler_option(model, site, "num_replicas", 1)
         if replicas and all(isinstance(v.node, cst.Call) and not v.node.args

@@ -31,7 +31,8 @@ class MissingSetDevice(Rule):
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
     guard, no work at module level) are not reported: the script that calls them may set the
-    device.
+    device. A module the project's packaging installs as a command (a `console_scripts` entry
+    of `setup.py`/`setup.cfg`, `[project.scripts]` of `pyproject.toml`) is a script.
 
     ## How to fix
     Right after reading the local rank, call `torch.cuda.set_device(local_rank)` (with torchrun:
@@ -142,7 +143,7 @@ class MissingSetDevice(Rule):
     def finish(self) -> None:
         model = self.model
         sites = model.init_sites()
-        if not sites or not model.is_entry_point():
+        if not sites or not (model.is_entry_point() or model.console_script()):
             return
         if any(c.qualname == api.INIT_PROCESS_GROUP and c.has_keyword("device_id") for c in sites):
             return

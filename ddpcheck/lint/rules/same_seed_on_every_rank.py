@@ -51,9 +51,26 @@ class SameSeedOnEveryRank(Rule):
     gets the same command line) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function),
+    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
+    `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
+    or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
+    declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
     and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
-    whose body seeds torch with that parameter or its `.seed`) is judged by what it passes. Not
+    whose body seeds torch with that parameter or its `.seed`, also through a local, `seed =
+    config.SEED`) is judged by what it passes, and by its parameter's literal default when the
+    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A project function of
+    another module that seeds torch with a literal whenever it runs (`setup_env()` calling
+    `torch.manual_seed(54321)` under no condition; a function named for setting up the run:
+    seeds, environment, init, not a builder such as `create_model()` whose seed fixes the
+    weights it draws) is reported where the script calls it,
+    unless that function wraps a model in DDP itself (its own seed is reported where it is
+    written, when its module is linted). Where only the GPU generators are seeded alike
+    (`torch.cuda.manual_seed(args.seed)`, torch's own generator never seeded), the workers'
+    seeds still differ, so the call is reported only when the model drops out (dropout on the
+    GPU draws from that generator). A library network loaded with its weights
+    (`AutoModel.from_pretrained(...)`, `timm.create_model(...)`, not a tokenizer's or a
+    configuration's `from_pretrained`, nor one whose weights a project network with its own
+    `from_pretrained` copies) counts as dropout. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
     same function or `__main__` block (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
@@ -81,6 +98,11 @@ class SameSeedOnEveryRank(Rule):
     MESSAGE = (
         "every rank seeds torch with the same `{seed}`: the DataLoader workers of every rank draw the "
         "same augmentation (and dropout masks); offset the seed by the rank"
+    )
+
+    GPU_MESSAGE = (
+        "every rank seeds the GPU generator with the same `{seed}`: dropout on the GPU draws the same "
+        "masks on every rank; offset the seed by the rank"
     )
 
     VALID = [
@@ -342,10 +364,18 @@ class SameSeedOnEveryRank(Rule):
         # however many times the script calls it (`set_seed(args)` at start-up and again before
         # training).
         helpers_reported: set[tuple[int, str]] = set()
+        seeds_cpu = False
+        gpu_only: list[CallSite] = []  # `torch.cuda.manual_seed(...)` calls, judged at the end
         for site in model.root.calls:
+            if model.api(site) in _SEEDERS or any(_seeded_parameter(model, f) is not None
+                                                   for f, _ in model.graph.targets(site)):
+                seeds_cpu = True
             if model.paths.rank_guard(site) is not None or self._launcher_only(site):
                 continue
             if self._reseeded_per_rank_later(site):
+                continue
+            if model.api(site) in _GPU_SEEDERS:
+                gpu_only.append(site)
                 continue
             if model.api(site) in _SEEDERS:
                 seed = site.arg("seed", 0)
@@ -363,20 +393,71 @@ class SameSeedOnEveryRank(Rule):
                     continue
                 param, attr = seeded
                 passed = model.graph.argument_for(site, function, param, bound)
-                if not isinstance(passed, cst.BaseExpression):
+                if passed is None and attr is None and param.default is not None \
+                        and int_value(param.default) is not None and not site.has_star_kwargs \
+                        and not any(a.star for a in site.node.args):
+                    # `seed_torch()` seeding with its own default (`def seed_torch(seed=1029)`).
+                    same, shown = True, function.module.code(param.default)
+                elif not isinstance(passed, cst.BaseExpression):
                     continue
-                if attr is None:
+                elif attr is None:
                     same = self._same_everywhere(site, passed, resolve)
                     shown = model.text_of(model.root, passed)
                 else:
-                    # `set_seed(args)` seeding with `args.seed`: the command line's namespace.
+                    # `set_seed(args)` seeding with `args.seed`: the command line's namespace,
+                    # or a configuration every rank loads alike (`set_seed(cfg)` with `cfg.SEED`).
                     same = isinstance(passed, cst.Name) and not _reassigned(model.root, attr) and (
-                        _option(model.root, attr) or self._namespace(site, passed))
+                        _option(model.root, attr) or self._loaded_alike(site, passed, attr))
                     shown = f"{model.text_of(model.root, passed)}.{attr}"
                 if same:
                     self.report(site.node, self.MESSAGE.format(seed=shown))
                     helpers_reported.add((id(function.module), function.qualname))
                     break
+            else:
+                # A project function of another module that seeds torch with a literal whenever
+                # it runs (`setup_torch_training_env()` calling `torch.manual_seed(54321)`):
+                # every rank that calls it seeds alike; the fix is where the script calls it.
+                literal = self._literal_seed_inside(site, 2)
+                if literal is not None:
+                    self.report(site.node, self.MESSAGE.format(seed=literal))
+        # Only the GPU generators seeded (`torch.cuda.manual_seed(args.seed)`, torch's own generator
+        # left alone): the workers' seeds differ, but dropout on the GPU draws from the seeded
+        # generator, alike on every rank.
+        if not seeds_cpu and model_drops_out(model):
+            for site in gpu_only:
+                seed = site.arg("seed", 0)
+                if seed is not None and self._same_everywhere(site, seed, resolve):
+                    self.report(site.node, self.GPU_MESSAGE.format(seed=model.text_of(model.root, seed)))
+                    break
+
+    def _literal_seed_inside(self, call: CallSite, depth: int) -> str | None:
+        """The literal seed a project function of another module that `call` runs gives torch
+        on every call: a seeder with a number literal, not under any condition in the function
+        (nor in the functions it calls on the way, `depth` deep)."""
+        model = self.model
+        if depth <= 0 or model.facts.does(call, "ddp_wrap"):
+            # A training function that wraps the model itself is a script of its own: the seed
+            # is reported where it is written, when that module is linted.
+            return None
+        for function, _bound in model.graph.targets(call):
+            if function.module is model.root or _seeded_parameter(model, function) is not None:
+                continue
+            if _SETUP_NAME.search(function.name) is None:
+                # A builder (`create_model(...)` seeding before it draws the initial weights):
+                # its seed fixes what it builds, the same on every rank by intent.
+                continue
+            for inner in function.module.calls_in(function.qualname):
+                if inner.guards or inner.loops:
+                    continue
+                if model.api(inner) in _SEEDERS:
+                    seed = inner.arg("seed", 0)
+                    if seed is not None and int_value(seed) is not None:
+                        return function.module.code(seed)
+                    continue
+                found = self._literal_seed_inside(inner, depth - 1)
+                if found is not None:
+                    return found
+        return None
 
     def _reseeded_per_rank_later(self, site: CallSite) -> bool:
         """Whether torch is seeded again after `site`, on every path through it, with a seed that
@@ -477,7 +558,7 @@ class SameSeedOnEveryRank(Rule):
         if base is None or field is None or _reassigned(value.module, field):
             return False
         bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
-        return bool(bases) and all(_parsed_arguments(b) or self._config(b) or self._composed(b) for b in bases)
+        return bool(bases) and all(self._alike(b, field) for b in bases)
 
     def _composed(self, value: Value) -> bool:
         """Whether a leaf is the configuration Hydra hands the function it decorates
@@ -525,6 +606,40 @@ class SameSeedOnEveryRank(Rule):
                     return False
         return True
 
+    def _loaded_alike(self, site: CallSite, expr: cst.BaseExpression, field: str) -> bool:
+        """Whether `expr`, passed at `site`, is a namespace or configuration every rank holds
+        alike: what `parse_args()` returns, a configuration loader's result, Hydra's `cfg`, a
+        yacs configuration of the project, a parameter declared `argparse.Namespace`."""
+        values = self.model.values.at_call(site, expr)
+        return bool(values) and all(self._alike(v, field) for v in values)
+
+    def _alike(self, value: Value, field: str, depth: int = 2) -> bool:
+        if _parsed_arguments(value) or self._config(value) or self._composed(value) \
+                or self._config_node(value, field) or _namespace_param(self.model, value):
+            return True
+        # `args = vars(args)`: the dict of a namespace every rank holds alike.
+        node = value.node
+        if depth > 0 and isinstance(node, cst.Call) and dotted(node.func) == "vars" and len(node.args) == 1:
+            inner = self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
+            return bool(inner) and all(self._alike(v, field, depth - 1) for v in inner)
+        return False
+
+    def _config_node(self, value: Value, field: str) -> bool:
+        """Whether a leaf is a configuration object a project module builds when it is imported
+        (`_C = CN()` of yacs, `__C = AttrDict()`, `cfg = EasyDict()` at module level) whose
+        `field` that module sets only at module level: every rank imports the same defaults and
+        merges the same files and command line into them."""
+        node = value.node
+        if not isinstance(node, cst.Call) or value.scope is not value.module.module_scope:
+            return False
+        name = self.model.qualname(value.module, node.func) or dotted(node.func) or ""
+        if name not in _CONFIG_NODES and _CONFIG_CLASS.search(name.rsplit(".", 1)[-1]) is None:
+            return False
+        # Set inside a function of that module (`cfg.SEED = seed + rank` in a setup helper): unknown.
+        field_re = re.escape(field)
+        return re.search(rf"^[ \t]+.*(\.{field_re}|\[['\"]{field_re}['\"]\])\s*(=[^=]|[-+*/|&]=)",
+                         value.module.source, re.MULTILINE) is None
+
     def _namespace(self, site: CallSite, expr: cst.BaseExpression) -> bool:
         """Whether `expr`, passed at `site`, is the namespace `parse_args()` returned."""
         values = self.model.values.at_call(site, expr)
@@ -536,8 +651,13 @@ _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 _LIBRARY_SEEDERS = frozenset({
     "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
+    "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
+# Functions that set up a run (its environment, its seeds), as named.
+_SETUP_NAME = re.compile(r"seed|setup|set_up|env|init|random|prepare|configure", re.IGNORECASE)
+# Seeders of the GPU generators only (torch.manual_seed seeds them too).
+_GPU_SEEDERS = frozenset({"torch.cuda.manual_seed", "torch.cuda.manual_seed_all"})
 # Starters whose workers begin in a fresh interpreter (the "spawn" start method), not in a copy
 # of the parent's memory: the parent's generator state does not reach them.
 _SPAWNERS = api.SPAWN | {"torch.multiprocessing.spawn.spawn"}
@@ -583,6 +703,20 @@ def _reassigned(module: ModuleModel, dest: str) -> bool:
     return re.search(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", module.source) is not None
 
 
+# Configuration nodes every rank builds alike from the same defaults, files and command line.
+_CONFIG_NODES = frozenset({"yacs.config.CfgNode", "fvcore.common.config.CfgNode"})
+# Project or library classes of attribute-style configurations, made empty and filled at import.
+_CONFIG_CLASS = re.compile(r"^(AttrDict|EasyDict|edict|CfgNode|CN|ConfigDict|DotMap|Munch)$")
+
+
+def _namespace_param(model: Model, value: Value) -> bool:
+    """Whether a leaf is a parameter declared `argparse.Namespace` (`def main_worker(gpu, args:
+    argparse.Namespace)`): the parsed command line, handed on."""
+    node = value.node
+    return isinstance(node, Param) and node.annotation is not None and (
+        model.qualname(value.module, node.annotation) or "") == "argparse.Namespace"
+
+
 def _parsed_arguments(value: Value) -> bool:
     """Whether a leaf is the namespace `parser.parse_args()` (or `parse_known_args()[0]`) returns."""
     node = value.node
@@ -618,6 +752,13 @@ def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | No
         base, attr = seed, None
         if isinstance(seed, cst.Attribute) and isinstance(seed.value, cst.Name):
             base, attr = seed.value, seed.attr.value
+        if isinstance(base, cst.Name) and attr is None and base.value not in params:
+            # `seed = config.SEED` (or `seed = seed_arg`) first, then `torch.manual_seed(seed)`.
+            held = function.scope.assignments.get(base.value, [])
+            if len(held) == 1 and isinstance(held[0], cst.Attribute) and isinstance(held[0].value, cst.Name):
+                base, attr = held[0].value, held[0].attr.value
+            elif len(held) == 1 and isinstance(held[0], cst.Name):
+                base = held[0]
         if not isinstance(base, cst.Name) or base.value not in params:
             continue
         if len(function.scope.assignments.get(base.value, ())) != 1:
