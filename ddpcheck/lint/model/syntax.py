@@ -13,7 +13,7 @@ def dotted(expr: cst.CSTNode | None) -> str | None:
     # through ABCMeta, and this runs for most expressions the model and the rules read.
     kind = type(expr)
     if kind is _NAME:
-        return expr.value  # type: ignore[union-attr]
+        return expr.value  # type: ignore[union-attr,no-any-return]
     parts = []
     while kind is _ATTRIBUTE:
         parts.append(expr.attr.value)  # type: ignore[union-attr]
