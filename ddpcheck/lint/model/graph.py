@@ -890,8 +890,37 @@ class CallGraph:
         # `mp.spawn(worker, ...)` calls `worker` under another name: a script that both spawns
         # its worker and calls it directly on one GPU (`else: worker(0, args)`) has two callers.
         # `Trainer(...).fit()`: a method called on a value that has no dotted name.
-        return [c for c in module.calls if c.method == name or c.dotted is not None and (
-            c.dotted.rsplit(".", 1)[-1] == name or c.qualname in api.PROCESS_STARTERS)]
+        calls = module.calls
+        by_name, written = _calls_by_name(module)
+        starters = api.PROCESS_STARTERS
+        # Resolution may still change a call's qualname: the starters are read each time.
+        found = [c.index for c in written if c.qualname in starters]
+        named = by_name.get(name)
+        if named:
+            found = sorted(set(found).union(named)) if found else named
+        return [calls[i] for i in found]
+
+
+def _calls_by_name(module: ModuleModel) -> tuple[dict[str, list[int]], list[CallSite]]:
+    """The positions of `module`'s calls by method name and by the last part of their dotted
+    name, and the calls that have a dotted name (both fixed when a call is recorded): asked for
+    every function whose callers a rule reads."""
+    calls = module.calls
+    known = module.memo.get("calls_by_name")
+    if known is not None and known[0] == len(calls):
+        return known[1], known[2]
+    by_name: dict[str, list[int]] = {}
+    written: list[CallSite] = []
+    for i, c in enumerate(calls):
+        if c.method is not None:
+            by_name.setdefault(c.method, []).append(i)
+        if c.dotted is not None:
+            written.append(c)
+            last = c.dotted.rsplit(".", 1)[-1]
+            if last != c.method:
+                by_name.setdefault(last, []).append(i)
+    module.memo["calls_by_name"] = (len(calls), by_name, written)
+    return by_name, written
 
 
 # Outside classes derived from the ones rules ask about.

@@ -106,6 +106,13 @@ def locate(importer: Path, dotted: str) -> tuple[Path, str] | None:
             init = base / "__init__.py"
             return (init, "") if init.is_file() else None
         return _split(rest, (base,))
+    return _locate_absolute(folder, dotted)
+
+
+# Per importing folder and name: every script of a run asks for `torch`, `os`, ... from the same
+# folder, and each answer is read from the folder lists and file checks cached above.
+@lru_cache(maxsize=8192)
+def _locate_absolute(folder: Path, dotted: str) -> tuple[Path, str] | None:
     head = dotted.split(".", 1)[0]
     roots = tuple(r for r in import_roots(folder) if head in _top_names(r))
     if not roots:

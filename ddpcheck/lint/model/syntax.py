@@ -9,14 +9,24 @@ import libcst as cst
 
 def dotted(expr: cst.CSTNode | None) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
+    # Exact types (libcst's Name and Attribute have no subclasses): isinstance against them goes
+    # through ABCMeta, and this runs for most expressions the model and the rules read.
+    kind = type(expr)
+    if kind is _NAME:
+        return expr.value  # type: ignore[union-attr,no-any-return]
     parts = []
-    while isinstance(expr, cst.Attribute):
-        parts.append(expr.attr.value)
-        expr = expr.value
-    if isinstance(expr, cst.Name):
-        parts.append(expr.value)
+    while kind is _ATTRIBUTE:
+        parts.append(expr.attr.value)  # type: ignore[union-attr]
+        expr = expr.value  # type: ignore[union-attr]
+        kind = type(expr)
+    if kind is _NAME:
+        parts.append(expr.value)  # type: ignore[union-attr]
         return ".".join(reversed(parts))
     return None
+
+
+_NAME = cst.Name
+_ATTRIBUTE = cst.Attribute
 
 
 def annotation_name(expr: cst.BaseExpression | None) -> str | None:

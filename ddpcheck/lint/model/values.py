@@ -110,6 +110,39 @@ class Value:
         return f"<Value {' '.join(text.split())[:60]!r} in {self.scope.qualname}>"
 
 
+# The step a node's type takes (see Values._step), found once per type: isinstance against
+# libcst's node classes goes through ABCMeta, and the evaluator asks it for every step.
+_SHARED, _PARAM, _ITEM, _ELEMENT, _LEAF, _IFEXP, _BOOLEAN, _NAME, _CALL, _SUBSCRIPT = range(10)
+_BRANCH: dict[type, int] = {}
+
+
+def _branch(node: object) -> int:
+    if isinstance(node, Shared):
+        branch = _SHARED
+    elif isinstance(node, Param):
+        branch = _PARAM
+    elif isinstance(node, Item):
+        branch = _ITEM
+    elif isinstance(node, Element):
+        branch = _ELEMENT
+    elif isinstance(node, Augmented):
+        branch = _LEAF
+    elif isinstance(node, cst.IfExp):
+        branch = _IFEXP
+    elif isinstance(node, cst.BooleanOperation):
+        branch = _BOOLEAN
+    elif isinstance(node, (cst.Name, cst.Attribute)):
+        branch = _NAME
+    elif isinstance(node, cst.Call):
+        branch = _CALL
+    elif isinstance(node, cst.Subscript):
+        branch = _SUBSCRIPT
+    else:
+        branch = _LEAF
+    _BRANCH[type(node)] = branch
+    return branch
+
+
 # Evaluation steps one rule may spend on a linted file; past them, what it asks is unknown.
 STEPS_PER_RULE = 20000
 
@@ -159,40 +192,50 @@ class Values:
         if depth <= 0 or self.budget <= 0:
             yield Value(module, node, scope, frame, at)
             return
-        if isinstance(node, Shared):
+        branch = _BRANCH.get(type(node))
+        if branch is None:
+            branch = _branch(node)
+        if branch == _NAME:
+            yield from self._name(module, node, scope, frame, depth, seen, at)  # type: ignore[arg-type]
+        elif branch == _CALL:
+            yield from self._call(module, node, scope, frame, depth, seen, at)  # type: ignore[arg-type]
+        elif branch == _LEAF:
+            yield Value(module, node, scope, frame, at)
+        elif branch == _SHARED:
+            assert isinstance(node, Shared)
             yield from self._eval(module, node.value, node.scope, self._frame_for(node.scope, frame), depth - 1, seen,
                                   node.point)
-        elif isinstance(node, Param):
+        elif branch == _PARAM:
+            assert isinstance(node, Param)
             yield from self._param(module, node, scope, frame, depth, seen, at)
-        elif isinstance(node, Item):
+        elif branch == _ITEM:
+            assert isinstance(node, Item)
             for whole in self._eval(module, node.value, scope, frame, depth - 1, seen, at):
                 yield from self._item(whole, node.index, depth - 1, seen)
-        elif isinstance(node, Element) and node.via_with:
-            # `with io.BytesIO() as f:`: what the context manager gives, taken to be itself.
-            yield from self._eval(module, node.iterable, scope, frame, depth - 1, seen, at)
-        elif isinstance(node, (Element, Augmented)):
-            yield Value(module, node, scope, frame, at)
-        elif isinstance(node, cst.IfExp):
+        elif branch == _ELEMENT:
+            assert isinstance(node, Element)
+            if node.via_with:
+                # `with io.BytesIO() as f:`: what the context manager gives, taken to be itself.
+                yield from self._eval(module, node.iterable, scope, frame, depth - 1, seen, at)
+            else:
+                yield Value(module, node, scope, frame, at)
+        elif branch == _IFEXP:
+            assert isinstance(node, cst.IfExp)
             fixed = self.outcome(module, node.test, scope, frame, at)
             if fixed is not False:
                 yield from self._arm(module, node, node.body, False, scope, frame, depth, seen, at)
             if fixed is not True:
                 yield from self._arm(module, node, node.orelse, True, scope, frame, depth, seen, at)
-        elif isinstance(node, cst.BooleanOperation):
+        elif branch == _BOOLEAN:
+            assert isinstance(node, cst.BooleanOperation)
             # `a or b` is b only where a is false, `a and b` only where a is true: b's leaves are
             # chosen under that condition, as an arm of `b if a else ...` would be.
             yield from self._eval(module, node.left, scope, frame, depth - 1, seen, at)
             condition = Guard(node.left, isinstance(node.operator, cst.Or), node)
             for value in self._eval(module, node.right, scope, frame, depth - 1, seen, at):
                 yield Value(value.module, value.node, value.scope, value.frame, value.at, value.arms + (condition,))
-        elif isinstance(node, (cst.Name, cst.Attribute)):
-            yield from self._name(module, node, scope, frame, depth, seen, at)
-        elif isinstance(node, cst.Call):
-            yield from self._call(module, node, scope, frame, depth, seen, at)
-        elif isinstance(node, cst.Subscript):
-            yield from self._subscript(module, node, scope, frame, depth, seen, at)
         else:
-            yield Value(module, node, scope, frame, at)
+            yield from self._subscript(module, node, scope, frame, depth, seen, at)  # type: ignore[arg-type]
 
     def _arm(self, module: ModuleModel, node: cst.IfExp, arm: cst.BaseExpression, negated: bool, scope: Scope,
              frame: Frame | None, depth: int, seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
@@ -286,7 +329,8 @@ class Values:
             points = [None] * len(values)
         if owner is scope and at is not None and scope.kind != "class":
             reaching = scope.reaching(name, at)
-            return owner, [(v, p) for v, p in zip(values, points) if any(v is r for r in reaching)]
+            kept = {id(r) for r in reaching}
+            return owner, [(v, p) for v, p in zip(values, points) if id(v) in kept]
         return owner, list(zip(values, points))
 
     def _name(self, module: ModuleModel, node: cst.Name | cst.Attribute, scope: Scope, frame: Frame | None,
