@@ -64,3 +64,98 @@ def test_progress_bar_made_on_rank_zero_iterates_the_same_batches(tmp_path: Path
     other = PROGRESS_ON_RANK_ZERO.replace("loop = tqdm(train_loader,", "loop = tqdm(range(10),")
     findings = lint_project(tmp_path, {"train.py": other}, "train.py", select="DDP009")
     assert _lines(findings, "DDP009") == [18]
+
+
+LOADER_BY_SOURCE = """\
+    import os
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+    class TokenBlocks(Dataset):
+        def __init__(self, blocks):
+            self.blocks = blocks
+
+        def __len__(self):
+            return len(self.blocks)
+
+        def __getitem__(self, i):
+            return self.blocks[i]
+
+
+    class StridedBlocks(Dataset):
+        def __init__(self, path, rank, world):
+            self.data = np.memmap(path, dtype=np.uint16, mode="r")
+            self.rank, self.world = rank, world
+
+        def __len__(self):
+            return len(self.data) // (1024 * self.world)
+
+        def __getitem__(self, i):
+            start = (i * self.world + self.rank) * 1024
+            return torch.from_numpy(self.data[start:start + 1024].astype(np.int64))
+
+
+    def build_loader(rank, source="toy", batch_size=8):
+        if source == "toy":
+            ds = TokenBlocks(torch.randint(0, 100, (512, 64)))
+            loader = DataLoader(ds, batch_size=batch_size, shuffle=True)
+        elif source == "memmap":
+            ds = StridedBlocks("train.bin", rank, dist.get_world_size())
+            loader = DataLoader(ds, batch_size=batch_size)
+        return loader
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        model = DDP(torch.nn.Embedding(100, 8).cuda())
+        loader = build_loader(rank, source="memmap", batch_size=16)
+        for x in loader:
+            model(x.cuda()).sum().backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_loader_in_a_branch_every_caller_rules_out(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": LOADER_BY_SOURCE}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    # Passed by position, and from a builder in another module: the same.
+    positional = LOADER_BY_SOURCE.replace('build_loader(rank, source="memmap", batch_size=16)',
+                                          'build_loader(rank, "memmap", 16)')
+    findings = lint_project(tmp_path, {"train.py": positional}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == []
+    # A caller that takes the toy branch (here by leaving the default) makes it reachable.
+    default = LOADER_BY_SOURCE.replace('build_loader(rank, source="memmap", batch_size=16)',
+                                       "build_loader(rank, batch_size=16)")
+    findings = lint_project(tmp_path, {"train.py": default}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [37]
+    # A value the command line chooses may be either.
+    flagged = LOADER_BY_SOURCE.replace(
+        '    def main():\n', '    def main():\n        import sys\n').replace(
+        'source="memmap"', "source=sys.argv[1]")
+    findings = lint_project(tmp_path, {"train.py": flagged}, "train.py", select="DDP001")
+    assert _lines(findings, "DDP001") == [37]
+
+
+def test_loader_in_a_ruled_out_branch_of_a_data_module(tmp_path: Path) -> None:
+    head, _, tail = LOADER_BY_SOURCE.partition("    def main():\n")
+    data = head
+    script = ("    import os\n\n    import torch\n    import torch.distributed as dist\n"
+              "    from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+              "    from data import build_loader\n\n\n    def main():\n" + tail)
+    files = {"data.py": data, "train.py": script}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP001")
+    assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == []
+    files["train.py"] = script.replace('source="memmap", ', "")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP001")
+    assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == [("data.py", 37)]
