@@ -159,3 +159,59 @@ def test_loader_in_a_ruled_out_branch_of_a_data_module(tmp_path: Path) -> None:
     files["train.py"] = script.replace('source="memmap", ', "")
     findings = lint_project(tmp_path, files, "train.py", select="DDP001")
     assert [(f["path"].rsplit("/", 1)[-1], f["location"]["line"]) for f in findings] == [("data.py", 37)]
+
+
+MOVED_EACH_STEP = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(local_rank)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8))
+    net = net.cuda()
+    net = nn.SyncBatchNorm.convert_sync_batchnorm(net)
+    net = nn.parallel.DistributedDataParallel(net, device_ids=[local_rank])
+    optimizer = torch.optim.Adam(net.parameters(), lr=1e-4)
+
+    for epoch in range(10):
+        for x in range(100):
+            net.to(device).train()
+            loss = net(torch.randn(2, 3, 8, 8, device=device)).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    dist.destroy_process_group()
+"""
+
+
+def test_move_to_the_current_gpu_after_a_cuda_call_moves_nothing(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": MOVED_EACH_STEP}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+    # The plain string and the reverse order of spellings are the same device.
+    for before, after in (("net.cuda()", 'net.to("cuda")'), ("net.to(device)", "net.cuda()")):
+        variant = MOVED_EACH_STEP.replace("net = net.cuda()", f"net = {before}").replace(
+            "net.to(device).train()", f"{after}.train()")
+        findings = lint_project(tmp_path, {"train.py": variant}, "train.py", select="DDP014")
+        assert _lines(findings, "DDP014") == [], (before, after)
+    # In place before the wrap, then again in the loop.
+    in_place = MOVED_EACH_STEP.replace("net = net.cuda()", "net.cuda()").replace(
+        "net = nn.SyncBatchNorm.convert_sync_batchnorm(net)", "net.float()")
+    findings = lint_project(tmp_path, {"train.py": in_place}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == []
+    # A device read from the command line, or the CPU, may be elsewhere: reported.
+    chosen = MOVED_EACH_STEP.replace('torch.device("cuda" if torch.cuda.is_available() else "cpu")',
+                                     "torch.device(os.environ.get('DEVICE', 'cuda'))")
+    findings = lint_project(tmp_path, {"train.py": chosen}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [20]
+    cpu = MOVED_EACH_STEP.replace("net.to(device).train()", 'net.to("cpu").train()')
+    findings = lint_project(tmp_path, {"train.py": cpu}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [20]
+    indexed = MOVED_EACH_STEP.replace("net = net.cuda()", "net = net.cuda(1)")
+    findings = lint_project(tmp_path, {"train.py": indexed}, "train.py", select="DDP014")
+    assert _lines(findings, "DDP014") == [20]
