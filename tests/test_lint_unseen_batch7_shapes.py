@@ -215,3 +215,81 @@ def test_move_to_the_current_gpu_after_a_cuda_call_moves_nothing(tmp_path: Path)
     indexed = MOVED_EACH_STEP.replace("net = net.cuda()", "net = net.cuda(1)")
     findings = lint_project(tmp_path, {"train.py": indexed}, "train.py", select="DDP014")
     assert _lines(findings, "DDP014") == [20]
+
+
+DDP_TRAINER = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from net import Net
+
+    WORKDIR = "exp"
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", 0)))
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(args.local_rank)
+        model = DDP(Net().cuda(), device_ids=[args.local_rank])
+        best = float("inf")
+        for epoch in range(10):
+            loss = model(torch.randn(4, 8).cuda()).mean()
+            loss.backward()
+            if args.local_rank == 0 and loss.item() < best:
+                best = loss.item()
+                torch.save(model.state_dict(), WORKDIR + "/weights/best.pth")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+SINGLE_NODE_TWIN = """\
+    import os
+
+    import torch
+    import torch.nn as nn
+
+    from net import Net
+
+    WORKDIR = "exp"
+
+
+    def main(resume):
+        model = nn.DataParallel(Net().cuda())
+        if resume and os.path.exists(WORKDIR + "/weights/best.pth"):
+            model.load_state_dict(torch.load(WORKDIR + "/weights/best.pth"))
+        for epoch in range(10):
+            loss = model(torch.randn(4, 8).cuda()).mean()
+            loss.backward()
+            torch.save(model.state_dict(), WORKDIR + "/weights/best.pth")
+
+
+    if __name__ == "__main__":
+        main(resume=True)
+"""
+
+NET = "import torch.nn as nn\n\n\nclass Net(nn.Linear):\n    def __init__(self):\n        super().__init__(8, 1)\n"
+
+
+def test_dataparallel_twin_that_resumes_from_the_run_file_reads_the_prefix(tmp_path: Path) -> None:
+    files = {"train_distributed.py": DDP_TRAINER, "train.py": SINGLE_NODE_TWIN, "net.py": NET}
+    findings = lint_project(tmp_path, files, "train_distributed.py", select="DDP019")
+    assert _lines(findings, "DDP019") == []
+    # A twin that loads another file of its own reads its own checkpoints, not the run's.
+    files["train.py"] = SINGLE_NODE_TWIN.replace(
+        'os.path.exists(WORKDIR + "/weights/best.pth"):\n            model.load_state_dict(torch.load(WORKDIR + "/weights/best.pth"))',
+        'os.path.exists(WORKDIR + "/dp_last.pth"):\n            model.load_state_dict(torch.load(WORKDIR + "/dp_last.pth"))')
+    findings = lint_project(tmp_path, files, "train_distributed.py", select="DDP019")
+    assert _lines(findings, "DDP019") == [26]
+    # A twin that loads the run's file into the plain model does not read the prefix.
+    files["train.py"] = SINGLE_NODE_TWIN.replace("nn.DataParallel(Net().cuda())", "Net().cuda()")
+    findings = lint_project(tmp_path, files, "train_distributed.py", select="DDP019")
+    assert _lines(findings, "DDP019") == [26]
