@@ -293,3 +293,64 @@ def test_dataparallel_twin_that_resumes_from_the_run_file_reads_the_prefix(tmp_p
     files["train.py"] = SINGLE_NODE_TWIN.replace("nn.DataParallel(Net().cuda())", "Net().cuda()")
     findings = lint_project(tmp_path, files, "train_distributed.py", select="DDP019")
     assert _lines(findings, "DDP019") == [26]
+
+
+SAVE_EITHER_WAY = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Classifier(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, n))
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    def train_model(model, rank, epochs):
+        ddp = DDP(model.to(rank), device_ids=[rank])
+        opt = torch.optim.Adam(ddp.parameters(), lr=1e-3)
+        for _ in range(epochs):
+            ddp(torch.randn(8, 16, device=rank)).sum().backward()
+            opt.step()
+
+
+    def main(rank, world_size):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29500", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        model = Classifier(3)
+        train_model(model, rank, 5)
+        if hasattr(model, 'module'):
+            torch.save(model.module.state_dict(), 'out/model.pth')
+        else:
+            torch.save(model.state_dict(), 'out/model.pth')
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(main, args=(2,), nprocs=2)
+"""
+
+
+def test_hasattr_module_on_a_project_network_is_false(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SAVE_EITHER_WAY}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [33]
+    # Wrapped under the same name before the test: not a project network, so not decided here.
+    wrapped = SAVE_EITHER_WAY.replace("        model = Classifier(3)\n",
+                                      "        model = DDP(Classifier(3).to(rank), device_ids=[rank])\n")
+    findings = lint_project(tmp_path, {"train.py": wrapped}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [31, 33]
+    # A network that registers a submodule under that name: either may run.
+    own = SAVE_EITHER_WAY.replace("self.body = nn.Sequential(", "self.module = nn.Sequential(").replace(
+        "return self.body(x)", "return self.module(x)")
+    findings = lint_project(tmp_path, {"train.py": own}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [31, 33]
+    added = SAVE_EITHER_WAY.replace("        model = Classifier(3)\n",
+                                    "        model = Classifier(3)\n        model.add_module('module', nn.Identity())\n")
+    findings = lint_project(tmp_path, {"train.py": added}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [32, 34]

@@ -788,8 +788,9 @@ class Values:
                    at: Point | None) -> bool | None:
         """`getattr(state, "is_distributed", False)` / `hasattr(state, "is_distributed")` on an
         instance of a project class when no code of the run ever names that attribute other than
-        in such reads (no field, no `self.x =`, no keyword): the default (False), whatever the
-        run. None when not known."""
+        in such reads or in reads of it as an attribute (`model.module.state_dict()` in the arm
+        the test guards; no field, no `self.x =`, no keyword, no string elsewhere): the default
+        (False), whatever the run. None when not known."""
         func = dotted(test.func)
         args = test.args
         if func not in ("getattr", "hasattr") or len(args) != (3 if func == "getattr" else 2) \
@@ -810,7 +811,9 @@ class Values:
         texts = graph.import_closure(module) + [m.source for m, _ in classes]
         word = re.compile(rf"\b{re.escape(text)}\b")
         read = re.compile(rf"\b(?:get|has)attr\([^(),]*,\s*[\"']{re.escape(text)}[\"']")
-        if any(len(word.findall(t)) != len(read.findall(t)) for t in texts):
+        # `x.name` read (not assigned, not augmented): it makes no attribute.
+        attribute = re.compile(rf"(?<=[\w\])]\.){re.escape(text)}\b(?!\s*(?:[-+*/%&|^@]|<<|>>|//|\*\*)?=(?!=))")
+        if any(len(word.findall(t)) != len(read.findall(t)) + len(attribute.findall(t)) for t in texts):
             return None
         return truth
 
