@@ -354,3 +354,51 @@ def test_hasattr_module_on_a_project_network_is_false(tmp_path: Path) -> None:
                                     "        model = Classifier(3)\n        model.add_module('module', nn.Identity())\n")
     findings = lint_project(tmp_path, {"train.py": added}, "train.py", select="DDP010")
     assert _lines(findings, "DDP010") == [32, 34]
+
+
+LOGGING_RANK = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    GPU_OFFSET = 1
+    LOG_RANK = 1
+
+
+    def setup():
+        local_rank = int(os.environ["LOCAL_RANK"]) + GPU_OFFSET
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        return local_rank
+
+
+    def main():
+        local_rank = setup()
+        model = DDP(torch.nn.Linear(8, 8).cuda(), device_ids=[local_rank])
+        tracker = object() if local_rank == GPU_OFFSET + LOG_RANK else None
+        for step in range(1000):
+            loss = model(torch.randn(4, 8).cuda()).pow(2).mean()
+            loss.backward()
+            if step % 100 == 0 and tracker:
+                print(f"step {step} loss {loss.item():.4f}")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_rank_compared_to_a_configured_constant_picks_one_rank(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": LOGGING_RANK}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # A literal rank, and the comparison written straight in the loop.
+    literal = LOGGING_RANK.replace("and tracker:", "and local_rank == 2:")
+    findings = lint_project(tmp_path, {"train.py": literal}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == []
+    # A rank read from the environment is no configured value: every rank prints.
+    env = LOGGING_RANK.replace("and tracker:", "and local_rank == int(os.environ['LOCAL_RANK']):")
+    findings = lint_project(tmp_path, {"train.py": env}, "train.py", select="DDP020")
+    assert _lines(findings, "DDP020") == [26]
