@@ -402,3 +402,73 @@ def test_rank_compared_to_a_configured_constant_picks_one_rank(tmp_path: Path) -
     env = LOGGING_RANK.replace("and tracker:", "and local_rank == int(os.environ['LOCAL_RANK']):")
     findings = lint_project(tmp_path, {"train.py": env}, "train.py", select="DDP020")
     assert _lines(findings, "DDP020") == [26]
+
+
+PLAIN_NET = """\
+    import torch
+    import torch.nn as nn
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv1d(2, 16, 3, padding=1), nn.ReLU(), nn.Conv1d(16, 1, 1))
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    # if __name__ == "__main__":
+    #     x = torch.randn(4, 2, 1000)
+    #     print(Net()(x).shape)
+"""
+
+SEEDED_TRAINER = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    from model import Net
+
+
+    def main():
+        torch.manual_seed(42)
+        rank = int(os.environ["RANK"])
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        data = TensorDataset(torch.zeros(64, 2, 1000), torch.zeros(64, 1, 1000))
+        sampler = DistributedSampler(data, shuffle=True)
+        loader = DataLoader(data, batch_size=8, sampler=sampler)
+        model = DDP(Net().cuda(), device_ids=[local_rank])
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(5):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = (model(x.cuda()) - y.cuda()).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_commented_out_draws_draw_nothing(tmp_path: Path) -> None:
+    files = {"model.py": PLAIN_NET, "train.py": SEEDED_TRAINER}
+    findings = lint_project(tmp_path, files, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == []
+    # In a docstring: the same.
+    files["model.py"] = PLAIN_NET.replace("    # if __name__", '    """Smoke test: Net()(torch.randn(4, 2, 1000))"""\n    # if __name__')
+    findings = lint_project(tmp_path, files, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == []
+    # A forward that draws noise does draw alike on every rank.
+    files["model.py"] = PLAIN_NET.replace("return self.body(x)", "return self.body(x + 0.01 * torch.randn_like(x))")
+    findings = lint_project(tmp_path, files, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [12]
