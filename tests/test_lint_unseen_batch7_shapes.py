@@ -472,3 +472,42 @@ def test_commented_out_draws_draw_nothing(tmp_path: Path) -> None:
     files["model.py"] = PLAIN_NET.replace("return self.body(x)", "return self.body(x + 0.01 * torch.randn_like(x))")
     findings = lint_project(tmp_path, files, "train.py", select="DDP029")
     assert _lines(findings, "DDP029") == [12]
+
+
+FIRE_ENTRY = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from fire import Fire
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def main(epochs: int = 10, save_ckpt: bool = False, ckpt_dir: str = "ckpt"):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        for epoch in range(epochs):
+            model(torch.randn(4, 8).cuda()).sum().backward()
+            if save_ckpt:
+                torch.save(model.module.state_dict(), f"{ckpt_dir}/last.pt")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        Fire(main)
+"""
+
+
+def test_parameters_of_a_function_fire_runs_are_command_line_options(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": FIRE_ENTRY}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [17]
+    # typer's runner and fire's module spelling bind the parameters the same way.
+    typer = FIRE_ENTRY.replace("from fire import Fire", "import typer").replace("Fire(main)", "typer.run(main)")
+    findings = lint_project(tmp_path, {"train.py": typer}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == [17]
+    # Called plainly, the default is the run's value: the branch never runs.
+    plain = FIRE_ENTRY.replace("Fire(main)", "main()")
+    findings = lint_project(tmp_path, {"train.py": plain}, "train.py", select="DDP010")
+    assert _lines(findings, "DDP010") == []
