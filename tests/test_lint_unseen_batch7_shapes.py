@@ -511,3 +511,63 @@ def test_parameters_of_a_function_fire_runs_are_command_line_options(tmp_path: P
     plain = FIRE_ENTRY.replace("Fire(main)", "main()")
     findings = lint_project(tmp_path, {"train.py": plain}, "train.py", select="DDP010")
     assert _lines(findings, "DDP010") == []
+
+
+LISTED_LOSSES = """\
+    import os
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def validate(model, criterion, val_loader, step):
+        model.eval()
+        mel_losses, gate_losses = [], []
+        with torch.no_grad():
+            for x, y in val_loader:
+                mel_loss, gate_loss = criterion(model(x.cuda()), y.cuda())
+                mel_losses.append(mel_loss.item())
+                gate_losses.append(gate_loss.item())
+        model.train()
+        print("validation at step={}: mel={:4f} gate={:4f}".format(
+            step, statistics.mean(mel_losses), statistics.mean(gate_losses)))
+
+
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        val_set = TensorDataset(torch.randn(100, 8), torch.randn(100, 8))
+        val_loader = DataLoader(val_set, batch_size=4, sampler=DistributedSampler(val_set, shuffle=False))
+        model = DDP(torch.nn.Linear(8, 8).cuda(), device_ids=[local_rank])
+        criterion = lambda p, y: ((p - y).pow(2).mean(), (p - y).abs().mean())
+        for step in range(10):
+            validate(model, criterion, val_loader, step)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_losses_collected_in_lists_over_a_shard_are_one_shard(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": LISTED_LOSSES}, "train.py", select="DDP036")
+    assert _lines(findings, "DDP036") == [19]
+    # Gathered from every rank before the report: the whole set.
+    gathered = LISTED_LOSSES.replace("        model.train()\n", (
+        "        model.train()\n"
+        "        everyone = [None] * dist.get_world_size()\n"
+        "        dist.all_gather_object(everyone, (mel_losses, gate_losses))\n"))
+    findings = lint_project(tmp_path, {"train.py": gathered}, "train.py", select="DDP036")
+    assert _lines(findings, "DDP036") == []
+    # A list kept from before (`history`), not made for this loop: not known to be the shard's.
+    kept = LISTED_LOSSES.replace("def validate(model, criterion, val_loader, step):",
+                                 "def validate(model, criterion, val_loader, step, mel_losses=None):").replace(
+        "mel_losses, gate_losses = [], []", "gate_losses = []").replace(
+        "statistics.mean(gate_losses)", "0.0")
+    findings = lint_project(tmp_path, {"train.py": kept}, "train.py", select="DDP036")
+    assert _lines(findings, "DDP036") == []
