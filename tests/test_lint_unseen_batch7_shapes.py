@@ -571,3 +571,56 @@ def test_losses_collected_in_lists_over_a_shard_are_one_shard(tmp_path: Path) ->
         "statistics.mean(gate_losses)", "0.0")
     findings = lint_project(tmp_path, {"train.py": kept}, "train.py", select="DDP036")
     assert _lines(findings, "DDP036") == []
+
+
+ONE_CYCLE = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--learning_rate", type=float, default=2e-4)
+    parser.add_argument("--epochs", type=int, default=30)
+    args = parser.parse_args()
+
+    local_rank = int(os.environ["LOCAL_RANK"])
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(local_rank)
+    net = DDP(torch.nn.Linear(16, 16).cuda(), device_ids=[local_rank])
+    optimizer = torch.optim.AdamW(net.parameters(), lr=args.learning_rate)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer,
+                                                    max_lr=5e-4,
+                                                    steps_per_epoch=100,
+                                                    epochs=args.epochs)
+    for epoch in range(args.epochs):
+        for step in range(100):
+            net(torch.randn(8, 16).cuda()).sum().backward()
+            optimizer.step()
+            scheduler.step()
+    dist.destroy_process_group()
+"""
+
+
+def test_one_cycle_peak_is_the_rate_the_run_trains_with(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": ONE_CYCLE}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == [19]
+    # CyclicLR's peak, by position.
+    cyclic = ONE_CYCLE.replace("OneCycleLR(optimizer,\n", "CyclicLR(optimizer, 1e-5,\n").replace(
+        "max_lr=5e-4,", "5e-4,").replace("steps_per_epoch=100,", "step_size_up=100,").replace(
+        "epochs=args.epochs)", "cycle_momentum=False)")
+    findings = lint_project(tmp_path, {"train.py": cyclic}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == [19]
+    # A peak from the command line, or scaled by the world size: a decision about the global batch.
+    flagged = ONE_CYCLE.replace("max_lr=5e-4,", "max_lr=args.learning_rate,")
+    findings = lint_project(tmp_path, {"train.py": flagged}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == []
+    scaled = ONE_CYCLE.replace("max_lr=5e-4,", "max_lr=5e-4 * dist.get_world_size(),")
+    findings = lint_project(tmp_path, {"train.py": scaled}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == []
+    # A literal optimizer rate under the same schedule: one finding, at the optimizer.
+    both = ONE_CYCLE.replace("lr=args.learning_rate)", "lr=1e-4)")
+    findings = lint_project(tmp_path, {"train.py": both}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == [17]
