@@ -499,8 +499,10 @@ class Values:
         bound = module.memo.get("cli_bound")
         if bound is None:
             bound = set()
+            # Read from the imports alone (`site.qualname`): asking `api()` would evaluate values,
+            # which ask this again.
             for site in module.calls:
-                if self.model.api(site) not in api.CLI_BINDERS:
+                if site.qualname not in api.CLI_BINDERS:
                     continue
                 first = site.node.args[0].value if site.node.args else None
                 names = [e.value for e in first.elements] if isinstance(first, (cst.List, cst.Tuple)) else [first]
