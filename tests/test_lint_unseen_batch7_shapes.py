@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import lint_project
+from tests.helpers import lint_project, run_cli, write_project
 
 
 def _lines(findings: list[dict], code: str) -> list[int]:
@@ -624,3 +624,39 @@ def test_one_cycle_peak_is_the_rate_the_run_trains_with(tmp_path: Path) -> None:
     both = ONE_CYCLE.replace("lr=args.learning_rate)", "lr=1e-4)")
     findings = lint_project(tmp_path, {"train.py": both}, "train.py", select="DDP004")
     assert _lines(findings, "DDP004") == [17]
+
+
+CALLABLE_DEFAULT = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def report(step, loss, emit=print):
+        emit(f"step {step}: {loss:.3f}")
+
+
+    def main(epochs=3):
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        model = DDP(torch.nn.Linear(4, 1).cuda(), device_ids=[local_rank])
+        for step in range(epochs):
+            loss = model(torch.randn(2, 4).cuda()).sum()
+            loss.backward()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_callable_parameter_default_is_read_without_looping(tmp_path: Path) -> None:
+    write_project(tmp_path, {"train.py": CALLABLE_DEFAULT})
+    r = run_cli("lint", "--no-cache", "--exit-zero", "--select", "ALL", "--output-format", "json",
+                str(tmp_path / "train.py"))
+    assert r.returncode == 0, r.stderr
+    assert "internal error" not in r.stderr
