@@ -660,3 +660,89 @@ def test_a_callable_parameter_default_is_read_without_looping(tmp_path: Path) ->
                 str(tmp_path / "train.py"))
     assert r.returncode == 0, r.stderr
     assert "internal error" not in r.stderr
+
+
+FIRE_SEED = """\
+    import os
+
+    import fire
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def run_training(rank, world_size, seed):
+        torch.manual_seed(seed)
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1)).cuda()
+        model = DDP(net, device_ids=[rank])
+        for step in range(100):
+            model(torch.randn(4, 8, device=rank)).sum().backward()
+        dist.destroy_process_group()
+
+
+    def train_from_folder(data="./data", seed=42):
+        world_size = torch.cuda.device_count()
+        mp.spawn(run_training, args=(world_size, seed), nprocs=world_size, join=True)
+
+
+    def main():
+        fire.Fire(train_from_folder)
+"""
+
+
+def test_a_seed_option_fire_fills_is_the_same_on_every_rank(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": FIRE_SEED}, "train.py", select="DDP029")
+    assert _lines(findings, "DDP029") == [11]
+
+
+RETURNED_SCORE = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def evaluate(model, loader):
+        correct = total = 0
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (model(x.cuda()).argmax(1) == y.cuda()).sum().item()
+                total += y.numel()
+        return correct / total
+
+
+    def main(eval_only=False):
+        rank = int(os.environ["RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        model = DDP(torch.nn.Linear(8, 3).cuda())
+        val_set = TensorDataset(torch.randn(64, 8), torch.randint(0, 3, (64,)))
+        if not eval_only:
+            val_loader = DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set, shuffle=False))
+            acc = evaluate(model, val_loader)
+            if rank == 0:
+                print(f"val acc {acc:.3f}")
+        else:
+            full_loader = DataLoader(val_set, batch_size=8)
+            acc = evaluate(model, full_loader)
+            if rank == 0:
+                print(f"acc {acc:.3f}")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        import sys
+        main(eval_only="--eval" in sys.argv)
+"""
+
+
+def test_a_returned_score_is_one_shard_only_where_the_caller_hands_a_shard(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": RETURNED_SCORE}, "train.py", select="DDP036")
+    assert _lines(findings, "DDP036") == [28]

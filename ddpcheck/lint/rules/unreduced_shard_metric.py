@@ -392,8 +392,8 @@ class UnreducedShardMetric(Rule):
         if not any(r.value is not None and _derived(loop, counters, _names_in(r.value))
                    for r in _returns(function.node)):
             return
-        for call, _ in model.graph.callers(function):
-            if call.module is not root:
+        for call, bound in model.graph.callers(function):
+            if call.module is not root or not self._sharded_by(loop, function, call, bound):
                 continue
             names = set(root.assigned_names(call.node)) | {
                 name for name, values in call.scope.assignments.items()
@@ -409,6 +409,27 @@ class UnreducedShardMetric(Rule):
                         metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
                         module=root)
                     break
+
+    def _sharded_by(self, loop: ForSite, function: Function, call: CallSite, bound: str) -> bool:
+        """Whether `call` hands the function a sharded loader when the loop iterates one of its
+        parameters (`evaluate(model, val_loader)` where this caller's `val_loader` has no
+        DistributedSampler: the whole set). True when the loop does not read a parameter."""
+        loader = _iterated(loop.node.iter)
+        if not isinstance(loader, cst.Name):
+            return True
+        params = [p for p in function.params() if p.name == loader.value]
+        if not params:
+            return True
+        passed = self.model.graph.argument_for(call, function, params[0], bound)
+        if not isinstance(passed, cst.BaseExpression):
+            return True
+        for value in self.model.values.at_call(call, passed):
+            site = value.module.call_at(value.call) if value.call is not None else None
+            if site is None:
+                return True  # not known: as before
+            if self.model.makes(site, api.DATALOADER) and feed(self.model, site) is not None or self._hand_sharded(site):
+                return True
+        return False
 
     def _logs_only(self, site: CallSite) -> bool:
         """Every project function `site` may run reports something and returns nothing."""
