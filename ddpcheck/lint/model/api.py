@@ -197,6 +197,8 @@ MODULE_METHODS = frozenset({
 })
 
 PRINT = "print"
+# Command-line binders that turn a function's parameters into options (`fire.Fire(main)`).
+CLI_BINDERS = frozenset({"fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli", "defopt.run"})
 TQDM = frozenset({"tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm"})
 
 # Deep module paths users may import from, mapped to the public name rules match on.

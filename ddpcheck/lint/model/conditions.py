@@ -15,7 +15,7 @@ from typing import Callable
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import Guard
-from ddpcheck.lint.model.syntax import dotted, last_name
+from ddpcheck.lint.model.syntax import dotted, int_value, last_name
 
 Resolve = Callable[[cst.BaseExpression], "str | None"]
 
@@ -211,7 +211,7 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                 return True  # rank < 1
             # `rank == args.main_rank`: a rank compared to a configured value (an option, not a
             # loop variable that walks the ranks in turn) picks one rank, as `rank == 0` does.
-            if isinstance(other, cst.Attribute):
+            if _configured_rank(other):
                 if isinstance(op, cst.Equal):
                     return True
                 if isinstance(op, cst.NotEqual):
@@ -244,6 +244,23 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         if len(sides) == 1:
             return sides.pop()
     return None
+
+
+def _configured_rank(expr: cst.BaseExpression) -> bool:
+    """A value a rank is compared to that names one configured rank: an option (`args.main_rank`),
+    a constant (`LOGGING_RANK`, `OFFSET + HOST_RANK`: upper-case names by convention), a positive
+    literal, or arithmetic of those. Not a lower-case name (a loop variable walking the ranks)
+    and not -1 (`rank == -1` asks whether the run is distributed)."""
+    if isinstance(expr, cst.Attribute):
+        return True
+    if isinstance(expr, cst.Name):
+        return expr.value.isupper()
+    if isinstance(expr, cst.Integer):
+        return (int_value(expr) or 0) > 0
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, (cst.Add, cst.Subtract, cst.Multiply)):
+        leaves = (expr.left, expr.right)
+        return all(_configured_rank(e) or _is_zero(e) for e in leaves) and not all(_is_zero(e) for e in leaves)
+    return False
 
 
 def whole_rank_test(test: cst.BaseExpression, resolve: Resolve) -> bool:

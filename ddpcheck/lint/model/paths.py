@@ -37,7 +37,7 @@ from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value, literal_test
-from ddpcheck.lint.model.syntax import children, dotted, is_none, last_name, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, is_none, last_name, subexpressions
 from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
 if TYPE_CHECKING:
@@ -524,12 +524,14 @@ class Paths:
         return None
 
     def set_by_rank(self, module: ModuleModel, scope: Scope, name: str, at: Point | None = None,
-                    flags: bool = True) -> tuple[Guard, bool] | None:
+                    flags: bool = True, items: bool = False) -> tuple[Guard, bool] | None:
         """A binding of the local `name` (reaching `at`, or any when `at` is None) made under a
         rank guard, whose value no binding made on every rank gives as well (`n = 0`, then `if
         rank == 0: n = len(keys)`; not `epochs = opt.epochs` set again under `if rank == 0:`):
         that guard, and whether a binding made on every rank reaches too. `flags=False` leaves
-        out guards that keep code off some ranks on the mp.spawn path only."""
+        out guards that keep code off some ranks on the mp.spawn path only. `items=True` asks
+        only what iterating the name yields: a progress bar over a value every rank has
+        (`loop = loader`, then `if rank == 0: loop = tqdm(loader)`) yields the same items."""
         if at is not None:
             pairs = self.model.values.reaching(scope, name, at)
         else:
@@ -544,10 +546,23 @@ class Paths:
                 continue
             if any(self.model.values.same_value(module, scope, binding, point, b, p) for b, p in everywhere):
                 continue
+            inner = self._progress_over(module, binding, scope) if items else None
+            if inner is not None and any(self.model.values.same_value(module, scope, inner, point, b, p)
+                                         for b, p in everywhere):
+                continue
             if found is None or (self.kind(module, guard, scope) == "main"
                                  and self.kind(module, found, scope) != "main"):
                 found = guard  # (a rank-0 binding first)
         return (found, bool(everywhere)) if found is not None else None
+
+    def _progress_over(self, module: ModuleModel, binding: object, scope: Scope) -> cst.BaseExpression | None:
+        """The iterable a progress bar is made over (`tqdm(loader, desc=...)`): iterating the bar
+        yields its items, no more and no fewer."""
+        if not isinstance(binding, cst.Call):
+            return None
+        if self.model.resolver.qualname(module, binding.func, scope) not in api.TQDM:
+            return None
+        return argument(binding, "iterable", 0)
 
     def _ranked(self, module: ModuleModel, scope: Scope, point: Point, flags: bool) -> Guard | None:
         """The guard of `point` that keeps it off some ranks (main, other, or the spawn path's),

@@ -1,6 +1,6 @@
 """Whether a job draws random numbers while it trains: dropout, random augmentation, random
-tensors, Python's or NumPy's random draws, a shuffling DataLoader. Read from the text of the
-linted file and the project modules it imports (a model class in `models/net.py` that holds
+tensors, Python's or NumPy's random draws, a shuffling DataLoader. Read from the code (comments
+and docstrings left out) of the linted file and the project modules it imports (a model class in `models/net.py` that holds
 `nn.Dropout` counts). Seeding calls (`random.seed`, `np.random.seed`) are not draws."""
 
 from __future__ import annotations
@@ -56,7 +56,9 @@ def draws_random(model: Model) -> bool:
     root = model.root
     found = root.memo.get("draws_random")
     if found is None:
-        found = any(_DRAWS.search(_drawing_text(text)) is not None for text in model.graph.import_closure(root))
+        # Comments and docstrings draw nothing (a commented-out smoke test's `torch.randn(...)`).
+        found = any(_DRAWS.search(_drawing_text(code_only(text))) is not None
+                    for text in model.graph.import_closure(root))
         root.memo["draws_random"] = found
     return bool(found)
 
@@ -68,7 +70,8 @@ def model_draws_random(model: Model) -> bool:
     root = model.root
     found = root.memo.get("model_draws_random")
     if found is None:
-        found = any(_MODEL_DRAWS.search(_drawing_text(text)) is not None for text in model.graph.import_closure(root))
+        found = any(_MODEL_DRAWS.search(_drawing_text(code_only(text))) is not None
+                    for text in model.graph.import_closure(root))
         root.memo["model_draws_random"] = found
     return bool(found)
 

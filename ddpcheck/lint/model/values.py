@@ -526,10 +526,33 @@ class Values:
         if param.default is not None and (omitted or not found):
             # The default applies where a caller omits the argument, or where no caller is known
             # (a library function: any caller may); not where every known caller passes it.
+            if not found and self.cli_bound(function):
+                yield Value(module, param, scope, frame, at)  # (or what the command line gives)
             found = True
             yield from self._eval(module, param.default, scope, None, depth - 1, seen, None)
         if not found:
             yield Value(module, param, scope, frame, at)
+
+    def cli_bound(self, function: Function) -> bool:
+        """The function is handed whole to a command-line binder of its module (`fire.Fire(main)`,
+        `typer.run(main)`, jsonargparse's `CLI(main)`): each of its parameters is an option, and
+        its defaults are what the command line may change."""
+        module = function.module
+        if "." in function.qualname:
+            return False
+        bound = module.memo.get("cli_bound")
+        if bound is None:
+            bound = set()
+            # Read from the imports alone (`site.qualname`): asking `api()` would evaluate values,
+            # which ask this again.
+            for site in module.calls:
+                if site.qualname not in api.CLI_BINDERS:
+                    continue
+                first = site.node.args[0].value if site.node.args else None
+                names = [e.value for e in first.elements] if isinstance(first, (cst.List, cst.Tuple)) else [first]
+                bound |= {n.value for n in names if isinstance(n, cst.Name)}
+            module.memo["cli_bound"] = bound
+        return function.qualname in bound
 
     def default_in_use(self, value: Value) -> bool | None:
         """Whether `value` (a leaf) is, or sits inside, the default of a parameter of the function
@@ -547,9 +570,10 @@ class Values:
                     continue
                 if param.default is not node and not any(sub is node for sub in subexpressions(param.default)):
                     continue
-                if _config_bound(value.module, param.function):
-                    return False  # a configuration file fills it in, not the signature
                 owner = Function(value.module, param.function)
+                if _config_bound(value.module, param.function) or self.cli_bound(owner):
+                    return False  # a configuration file or the command line fills it in
+
                 for call, bound in self.model.graph.callers(owner)[:MAX_CALLERS]:
                     if self.model.paths.dead(call):
                         continue
@@ -832,8 +856,9 @@ class Values:
                    at: Point | None) -> bool | None:
         """`getattr(state, "is_distributed", False)` / `hasattr(state, "is_distributed")` on an
         instance of a project class when no code of the run ever names that attribute other than
-        in such reads (no field, no `self.x =`, no keyword): the default (False), whatever the
-        run. None when not known."""
+        in such reads or in reads of it as an attribute (`model.module.state_dict()` in the arm
+        the test guards; no field, no `self.x =`, no keyword, no string elsewhere): the default
+        (False), whatever the run. None when not known."""
         func = dotted(test.func)
         args = test.args
         if func not in ("getattr", "hasattr") or len(args) != (3 if func == "getattr" else 2) \
@@ -854,7 +879,9 @@ class Values:
         texts = graph.import_closure(module) + [m.source for m, _ in classes]
         word = re.compile(rf"\b{re.escape(text)}\b")
         read = re.compile(rf"\b(?:get|has)attr\([^(),]*,\s*[\"']{re.escape(text)}[\"']")
-        if any(len(word.findall(t)) != len(read.findall(t)) for t in texts):
+        # `x.name` read (not assigned, not augmented): it makes no attribute.
+        attribute = re.compile(rf"(?<=[\w\])]\.){re.escape(text)}\b(?!\s*(?:[-+*/%&|^@]|<<|>>|//|\*\*)?=(?!=))")
+        if any(len(word.findall(t)) != len(read.findall(t)) + len(attribute.findall(t)) for t in texts):
             return None
         return truth
 

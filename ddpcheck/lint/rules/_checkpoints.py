@@ -16,7 +16,7 @@ from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.semantic import Model
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.syntax import argument, subexpressions
 
 Strips = Callable[[str], bool]  # whether a piece of code removes the prefix from state-dict keys
 
@@ -103,15 +103,22 @@ def project_strips(model: Model, strips: Strips) -> bool:
     return False
 
 
-def project_loads_wrapped(model: Model) -> bool:
+def project_loads_wrapped(model: Model, files: frozenset[str] = frozenset()) -> bool:
     """A script of the project that only reads checkpoints (an analysis or inference tool: it
     saves none and runs no distributed job of its own) loads them into a model a `DataParallel`
     wrapper holds (`net = nn.DataParallel(net); net.load_state_dict(torch.load(path))`): that
     model's keys carry the same `module.` prefix, so the project reads the run's checkpoints
-    back with it. A script that saves too, or runs DDP itself, round-trips its own."""
+    back with it. A script that saves too, or runs DDP itself, round-trips its own — unless the
+    code around its load names one of `files`, the file names the run saves to (a single-GPU
+    `DataParallel` twin that resumes from the `best.pth` the DDP run writes)."""
     for module in _readers(model, _wrapped_reader_text):
+        saves = "torch.save" in module.source
+        if saves and not files:
+            continue
         for site in module.calls:
             if site.method != "load_state_dict" or site.receiver is None:
+                continue
+            if saves and not files & _loaded_file_names(model, site):
                 continue
             if any(model.constructs(v, api.DATA_PARALLEL) for v in model.values.at_call(site, site.receiver)):
                 return True
@@ -119,7 +126,53 @@ def project_loads_wrapped(model: Model) -> bool:
 
 
 def _wrapped_reader_text(text: str) -> bool:
-    return "DataParallel" in text and "torch.save" not in text and _OWN_RUN_TEXT.search(text) is None
+    return "DataParallel" in text and _OWN_RUN_TEXT.search(text) is None
+
+
+# A quoted file name with an extension at the end of a path literal (`'/weights/best.pth'`).
+_FILE_NAME = re.compile(r"""['"](?:[^'"\n]*/)?([\w\-{}]+\.\w+)['"]""")
+
+
+def _file_names(code: str) -> set[str]:
+    return set(_FILE_NAME.findall(code))
+
+
+def _loaded_file_names(model: Model, site: CallSite) -> set[str]:
+    """The file names a `load_state_dict(...)` reads, where a literal spells them: in what it is
+    handed (`torch.load(WORKDIR + "/best.pth")`) and in the path a `torch.load` there reads."""
+    loaded = site.arg("state_dict", 0)
+    if loaded is None:
+        return set()
+    found = _file_names(site.module.code(loaded))
+    for value in model.values.at_call(site, loaded):
+        if not isinstance(value.node, cst.CSTNode):
+            continue
+        found |= _file_names(value.module.code(value.node))
+        for sub in subexpressions(value.node):
+            if not isinstance(sub, cst.Call) or model.qualname(value.module, sub.func, value.scope) != api.LOAD:
+                continue
+            path = argument(sub, "f", 0)
+            if path is None:
+                continue
+            for held in model.values.of(value.module, path, value.scope, value.frame, at=value.at):
+                if isinstance(held.node, cst.CSTNode):
+                    found |= _file_names(held.module.code(held.node))
+    return found
+
+
+def saved_file_names(model: Model, saves: list[CallSite]) -> frozenset[str]:
+    """The file names (`best.pth`) the path arguments of `saves` end with, where a literal
+    spells them (`cfg.workdir + '/weights/best.pth'`, `os.path.join(out, "last.pt")`)."""
+    found: set[str] = set()
+    for save in saves:
+        path = save.arg("f", 1)
+        if path is None:
+            continue
+        found |= _file_names(save.module.code(path))
+        for value in model.values.at_call(save, path):
+            if isinstance(value.node, cst.CSTNode):
+                found |= _file_names(value.module.code(value.node))
+    return frozenset(found)
 
 
 # A file that starts a distributed run of its own (its checkpoints are its own business).

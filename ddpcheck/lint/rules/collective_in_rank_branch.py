@@ -402,7 +402,7 @@ class CollectiveInRankBranch(Rule):
             pairs = self.model.values.reaching(scope, part.value, at)
             if any(point is None for _, point in pairs):
                 return None  # where it is set is not known
-            found = self.model.paths.set_by_rank(module, scope, part.value, at)
+            found = self.model.paths.set_by_rank(module, scope, part.value, at, items=True)
             if found is None:
                 continue
             guard, everywhere = found

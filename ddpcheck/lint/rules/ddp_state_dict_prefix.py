@@ -12,7 +12,7 @@ from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
-    loaded_through_stripper, plain_readers, project_loads_wrapped, project_strips,
+    loaded_through_stripper, plain_readers, project_loads_wrapped, project_strips, saved_file_names,
 )
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
@@ -37,7 +37,8 @@ class DdpStateDictPrefix(Rule):
     torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
     strips it (an inference or export script the run never imports) or, saving nothing and
     running no distributed job itself, loads them into a model a `DataParallel` wrapper holds
-    (its keys carry the same prefix), saves
+    (its keys carry the same prefix; a script that saves too counts where the code around its
+    load names the file the run saves, such as a single-GPU twin resuming from `best.pth`), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).
@@ -172,7 +173,8 @@ class DdpStateDictPrefix(Rule):
                 or _strips_prefix(model.root.source):
             return
         if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
-                or project_strips(model, _strips_prefix) or project_loads_wrapped(model):
+                or project_strips(model, _strips_prefix) \
+                or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
         if self._loads_into_ddp(loaders) and not plain_readers(model, loaders):

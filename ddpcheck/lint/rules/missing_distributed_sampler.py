@@ -121,8 +121,9 @@ class MissingDistributedSampler(Rule):
     shards and the others are never read. A job whose code never mentions a second machine runs
     on one, where the local rank is the rank, and is not reported.
 
-    Not reported: loaders built only on rank 0 (e.g. for evaluation on the main process) or only
-    in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
+    Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
+    every caller hands `source="web"`), loaders built only on rank 0 (e.g. for evaluation on the
+    main process) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
     where it is not), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
@@ -303,7 +304,8 @@ class MissingDistributedSampler(Rule):
         the same ones."""
         model = self.model
         rank = sampler_option(model, site, "rank", 2)
-        if not rank or model.on_one_machine() or not _names_machines(model):
+        if not rank or model.on_one_machine() or not _names_machines(model) \
+                or model.paths.never(site) is not None or model.paths.dead(site):
             return False
         replicas = sampler_option(model, site, "num_replicas", 1)
         if replicas and all(isinstance(v.node, cst.Call) and not v.node.args
@@ -341,6 +343,8 @@ class MissingDistributedSampler(Rule):
             return False  # handed on as `test_loader`, kept in a dict that is: an evaluation loader
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
+        if model.paths.never(site) is not None or model.paths.dead(site):
+            return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)
         return True
 
     def _known_names(self, site: CallSite) -> set[str]:

@@ -15,6 +15,8 @@ _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
 # Moves that change where or in what type the parameters are, whatever they were before (a DDP
 # model's parameters are on its GPU and in the dtype it was built with).
 _DEFINITE = ("cpu", "half", "bfloat16", "double")
+# The target of a move to the current CUDA device, however it is spelled (see `_current_gpu`).
+_CURRENT_GPU = ("cuda", "")
 
 
 class ModelMovedAfterWrapping(Rule):
@@ -38,7 +40,9 @@ class ModelMovedAfterWrapping(Rule):
     keeps what its constructor is handed (`Trainer(ddp_model)`, `self.model = model`) and one of
     its methods moves it to the CPU or casts it (`self.model.cpu()` to save, then
     `self.model.to(self.device)`), when the attribute may hold the DDP wrapper (a lone
-    `self.model.to(device)` there may move nothing and is not reported). Not reported: a move
+    `self.model.to(device)` there may move nothing and is not reported). Not reported: a move to the
+    device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
+    `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
     stage), where the move comes before the wrap used from then on.
 
@@ -304,8 +308,37 @@ class ModelMovedAfterWrapping(Rule):
         if name is None or not isinstance(move.func, cst.Attribute):
             return False
         target = (move.func.attr.value, _args(wrap.site.module, move))
+        if self._current_gpu(wrap.site.module, wrap.site.scope, move):
+            target = _CURRENT_GPU
         return self._moved_to(wrap.site.scope, name, wrap.site.point, target, 3) \
             or self._moved_in_place(wrap, name, move, target)
+
+    def _current_gpu(self, module: ModuleModel, scope: Scope, move: cst.Call) -> bool:
+        """A move to the current CUDA device, however it is spelled: `.cuda()`, `.to("cuda")`,
+        `.to(device)` with `device = torch.device("cuda")` (or `torch.device("cuda" if
+        torch.cuda.is_available() else "cpu")`, whose CPU side is a machine without a GPU, where
+        DDP on CUDA does not run at all). A device without an index is the current one."""
+        if not isinstance(move.func, cst.Attribute):
+            return False
+        method = move.func.attr.value
+        if method == "cuda":
+            return not move.args
+        if method != "to" or len(move.args) != 1 or move.args[0].keyword not in (None, "device") \
+                or move.args[0].star:
+            return False
+        values = self.model.values.of(module, move.args[0].value, scope, None, depth=4)
+        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and self._plain_cuda(v)
+                                    for v in values)
+
+    def _plain_cuda(self, value: Value) -> bool:
+        node = value.node
+        if isinstance(node, cst.Call) and self.model.resolver.qualname(value.module, node.func, value.scope) \
+                == "torch.device" and len(node.args) == 1 and node.args[0].keyword is None:
+            node = node.args[0].value
+        if isinstance(node, cst.IfExp) and isinstance(node.test, cst.Call) and not node.test.args \
+                and self.model.resolver.qualname(value.module, node.test.func, value.scope) == "torch.cuda.is_available":
+            node = node.body
+        return isinstance(node, cst.SimpleString) and node.evaluated_value == "cuda"
 
     def _moved_in_place(self, wrap: Wrap, name: str, move: cst.Call, target: tuple[str, str]) -> bool:
         """`model = build(cfg)`, `model.to(device)` on every path to the wrap, then `DDP(model)`:
@@ -317,9 +350,12 @@ class ModelMovedAfterWrapping(Rule):
             return False
         made = [p.tick for p in scope.points.get(name, []) if p is not None and p.tick < wrap.site.point.tick]
         for site in module.calls[:wrap.site.index]:
-            if site.scope is not scope or site.qualname is not None or site.method != target[0] \
+            if site.scope is not scope or site.qualname is not None or site.method not in _MOVES \
                     or site.receiver is None or dotted(site.receiver) != name \
-                    or _args(module, site.node) != target[1] or not site.point.dominates(wrap.site.point):
+                    or not site.point.dominates(wrap.site.point):
+                continue
+            if (site.method, _args(module, site.node)) != target and not (
+                    target == _CURRENT_GPU and self._current_gpu(module, scope, site.node)):
                 continue
             if any(t > site.point.tick for t in made):
                 continue  # a new module under that name after the move
@@ -342,7 +378,8 @@ class ModelMovedAfterWrapping(Rule):
             if not (isinstance(binding, cst.Call)):
                 return False
             if isinstance(binding.func, cst.Attribute) and binding.func.attr.value in _MOVES:
-                if (binding.func.attr.value, _args(module, binding)) != target:
+                if (binding.func.attr.value, _args(module, binding)) != target and not (
+                        target == _CURRENT_GPU and self._current_gpu(module, scope, binding)):
                     return False
                 continue
             site = module.call_at(binding)

@@ -542,6 +542,8 @@ class SameSeedOnEveryRank(Rule):
 
     def _constant(self, value: Value, resolve: Resolve) -> bool:
         node = value.node
+        if isinstance(node, Param) and self.model.values.cli_bound(Function(value.module, node.function)):
+            return True  # a parameter `fire.Fire(main)` fills from the command line: an option
         if not isinstance(node, cst.BaseExpression):
             return False
         if int_value(node) is not None:

@@ -23,7 +23,8 @@ class UnreducedShardMetric(Rule):
     With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
     (`correct += ...`, `total += ...`, `loss_sum += ...`), and running-average objects it feeds
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
-    adds to its own attributes), hold that rank's shard only until they are all-reduced (or
+    adds to its own attributes), and lists it appends the batch's values to (`losses.append(
+    loss.item())`, then `statistics.mean(losses)`), hold that rank's shard only until they are all-reduced (or
     gathered).
 
     ## Why it matters
@@ -247,7 +248,7 @@ class UnreducedShardMetric(Rule):
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
-            counters = self._accumulated(root, loop) | self._meters(root, loop)
+            counters = self._accumulated(root, loop) | self._meters(root, loop) | self._collected(root, loop)
             if not counters or not self._sharded(root, loop):
                 continue
             if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
@@ -300,6 +301,28 @@ class UnreducedShardMetric(Rule):
                 if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value, loop):
                     continue
                 out.add(name)
+        return out
+
+    def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
+        """Lists the loop appends the batch's values to (`losses.append(loss.item())`, then
+        `statistics.mean(losses)`): made empty in the loop's function before the loop and only
+        there, in a loop that makes no collective call."""
+        model = self.model
+        out: set[str] = set()
+        scope = loop.scope
+        sites = [c for c in root.calls if loop.node in c.loops and c.scope is scope]
+        if any(model.facts.does(c, "collective") for c in sites):
+            return out
+        for site in sites:
+            receiver = site.receiver
+            if site.method not in ("append", "extend") or not isinstance(receiver, cst.Name) \
+                    or not site.node.args or isinstance(site.node.args[0].value, (cst.Integer, cst.Float)):
+                continue
+            bindings = scope.assignments.get(receiver.value, [])
+            points = scope.points.get(receiver.value, [])
+            if bindings and len(points) == len(bindings) and all(
+                    p is not None and loop.node not in p.loops and _empty_list(b) for b, p in zip(bindings, points)):
+                out.add(receiver.value)
         return out
 
     def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None) -> bool:
@@ -406,8 +429,8 @@ class UnreducedShardMetric(Rule):
         if not any(r.value is not None and _derived(loop, counters, _names_in(r.value))
                    for r in _returns(function.node)):
             return
-        for call, _ in model.graph.callers(function):
-            if call.module is not root:
+        for call, bound in model.graph.callers(function):
+            if call.module is not root or not self._sharded_by(loop, function, call, bound):
                 continue
             names = set(root.assigned_names(call.node)) | {
                 name for name, values in call.scope.assignments.items()
@@ -423,6 +446,27 @@ class UnreducedShardMetric(Rule):
                         metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
                         module=root)
                     break
+
+    def _sharded_by(self, loop: ForSite, function: Function, call: CallSite, bound: str) -> bool:
+        """Whether `call` hands the function a sharded loader when the loop iterates one of its
+        parameters (`evaluate(model, val_loader)` where this caller's `val_loader` has no
+        DistributedSampler: the whole set). True when the loop does not read a parameter."""
+        loader = _iterated(loop.node.iter)
+        if not isinstance(loader, cst.Name):
+            return True
+        params = [p for p in function.params() if p.name == loader.value]
+        if not params:
+            return True
+        passed = self.model.graph.argument_for(call, function, params[0], bound)
+        if not isinstance(passed, cst.BaseExpression):
+            return True
+        for value in self.model.values.at_call(call, passed):
+            site = value.module.call_at(value.call) if value.call is not None else None
+            if site is None:
+                return True  # not known: as before
+            if self.model.makes(site, api.DATALOADER) and feed(self.model, site) is not None or self._hand_sharded(site):
+                return True
+        return False
 
     def _logs_only(self, site: CallSite) -> bool:
         """Every project function `site` may run reports something and returns nothing."""
@@ -480,6 +524,16 @@ def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
     if isinstance(expr, cst.Call) and expr.args:
         return _iterated(expr.args[0].value)
     return None
+
+
+def _empty_list(binding: object) -> bool:
+    """`x = []`, `x = list()`, or one element of `a, b = [], []`."""
+    if isinstance(binding, Item) and isinstance(binding.value, (cst.Tuple, cst.List)) \
+            and binding.index < len(binding.value.elements):
+        binding = binding.value.elements[binding.index].value
+    if isinstance(binding, cst.List):
+        return not binding.elements
+    return isinstance(binding, cst.Call) and dotted(binding.func) == "list" and not binding.args
 
 
 def _adds_to_self(function: cst.FunctionDef) -> bool:

@@ -68,7 +68,10 @@ class UnscaledLearningRate(Rule):
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
-    where it is written. Severity is info: a rate tuned for the global batch at a fixed world
+    where it is written. A schedule that sets the rate from a peak of its own
+    (`OneCycleLR(optimizer, max_lr=5e-4)`, `CyclicLR`'s `max_lr`) overrides what the optimizer
+    was given: a constant peak is reported at the peak, read the same way (once per optimizer).
+    Severity is info: a rate tuned for the global batch at a fixed world
     size is fine, and this rule cannot know that.
 
     ## How to fix
@@ -180,6 +183,7 @@ class UnscaledLearningRate(Rule):
             return
         if any(self._splits_steps_by_rank(m) for m in modules.values()):
             return
+        reported: set[int] = set()  # the optimizers reported
         for site in sites:
             name = model.api(site)
             if name == api.ZERO_OPTIMIZER:
@@ -211,12 +215,40 @@ class UnscaledLearningRate(Rule):
                 continue
             passed = [v for v in values if lr is not None and self._through_parameter(site, lr)
                       or model.values.default_in_use(v)]
+            reported.add(id(site.node))
             if passed and isinstance(passed[0].node, cst.CSTNode):
                 # The literal is passed in by a caller (`build_optimizer(model, lr=0.01)`):
                 # report where it is written.
                 self.report(passed[0].node, module=passed[0].module, related=[site])
             else:
                 self.report(where, module=site.module, related=model.paths.chain(site))
+        self._cycle_rates(sites, reported)
+
+    def _cycle_rates(self, sites: list[CallSite], reported: set[int]) -> None:
+        """A schedule that sets the rate itself from its own peak (`OneCycleLR(opt, max_lr=5e-4)`,
+        `CyclicLR(opt, base_lr, max_lr)`): whatever the optimizer was given, the peak is the
+        rate it trains with, reported as the optimizer's is (once per optimizer)."""
+        model = self.model
+        for site in sites:
+            position = _CYCLE_PEAK.get(model.api(site) or "")
+            if position is None:
+                continue
+            peak = site.arg("max_lr", position)
+            held = site.arg("optimizer", 0)
+            if peak is None or held is None:
+                continue
+            optimizers = model.values.at_call(site, held)
+            if any(id(v.node) in reported for v in optimizers):
+                continue
+            values = model.values.at_call(site, peak)
+            if not values or not all(self._constant(v, _DEPTH) for v in values) or all(_is_zero(v.node) for v in values):
+                continue
+            if self._mentions_world(site.module, peak, site.scope, None, site.point, _DEPTH) or any(
+                    self._mentions_world(v.module, v.node, v.scope, v.frame, v.at, _DEPTH) for v in values
+                    if isinstance(v.node, cst.CSTNode)):
+                continue
+            reported.update(id(v.node) for v in optimizers)
+            self.report(peak, module=site.module, related=model.paths.chain(site))
 
     def _splits_steps_by_rank(self, module: ModuleModel) -> bool:
         """A training loop (a loop that calls `backward()`) that takes each rank's slice of one
@@ -380,6 +412,8 @@ class UnscaledLearningRate(Rule):
 # Keywords of a scheduler that count steps rather than scale the rate.
 _COUNT_KEYWORD = re.compile(r"step|epoch|iter|total|len|num_", re.I)
 _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
+# Schedules that set the rate from a peak of their own, and the peak's position.
+_CYCLE_PEAK = {"torch.optim.lr_scheduler.OneCycleLR": 1, "torch.optim.lr_scheduler.CyclicLR": 2}
 
 
 def _divides_batch_by_world(text: str) -> bool:
