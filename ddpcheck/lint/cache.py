@@ -58,21 +58,29 @@ def key(display: str, data: bytes, codes: Iterable[str], syntax: bool, deps: Ite
     return h.hexdigest()
 
 
-@lru_cache(maxsize=1)
-def lint_code_stamp() -> str:
-    """Size and mtime of every module the findings depend on; a few hundred stat calls, once per run."""
-    package = Path(__file__).resolve().parent.parent  # ddpcheck/
+_PACKAGE = Path(__file__).resolve().parent.parent  # ddpcheck/
+
+
+def _files_stamp(files: list[Path], salt: str = "") -> str:
+    """A short hash of the size and mtime of `files` (relative to the package)."""
     h = hashlib.blake2b(digest_size=12)
-    files = [package / "findings.py"]
-    for directory, _, names in os.walk(package / "lint"):
-        files += [Path(directory, n) for n in names if n.endswith(".py")]
+    h.update(salt.encode())
     for f in sorted(files):
         try:
             st = f.stat()
         except OSError:
             continue
-        h.update(f"{f.relative_to(package)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
+        h.update(f"{f.relative_to(_PACKAGE)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
     return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def lint_code_stamp() -> str:
+    """Size and mtime of every module the findings depend on; a few hundred stat calls, once per run."""
+    files = [_PACKAGE / "findings.py"]
+    for directory, _, names in os.walk(_PACKAGE / "lint"):
+        files += [Path(directory, n) for n in names if n.endswith(".py")]
+    return _files_stamp(files)
 
 
 class LintCache:
@@ -196,9 +204,7 @@ def catalog(root: Path) -> dict[str, RuleInfo]:
 
 
 def _catalog_stamp() -> str:
-    package = Path(__file__).resolve().parent.parent  # ddpcheck/
-    h = hashlib.blake2b(digest_size=12)
-    h.update(__version__.encode())
+    package = _PACKAGE
     places = [package / "lint" / "rules", package / "run" / "checks"]
     files = [package / "catalog.py", package / "describe.py", package / "lint" / "rule.py", package / "tool_codes.py",
              package / "run" / "catalog.py"]
@@ -207,10 +213,4 @@ def _catalog_stamp() -> str:
             files += [Path(e.path) for e in os.scandir(place) if e.name.endswith(".py")]
         except OSError:
             pass
-    for f in sorted(files):
-        try:
-            st = f.stat()
-        except OSError:
-            continue
-        h.update(f"{f.relative_to(package)}:{st.st_size}:{st.st_mtime_ns}\0".encode())
-    return h.hexdigest()
+    return _files_stamp(files, salt=__version__)
