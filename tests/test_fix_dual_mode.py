@@ -174,7 +174,12 @@ def _run(tmp_path: Path, script: Path, *args: str, distributed: bool) -> tuple[s
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
     ran = subprocess.run([sys.executable, str(watch), str(script), *args], capture_output=True, text=True,
                          env=env, cwd=tmp_path, timeout=180)
-    assert ran.returncode == 0, ran.stderr[-3000:]
+    # torch's C++ side sometimes aborts at interpreter exit, after the script and the watcher
+    # have finished ("terminate called without an active exception": a store thread still
+    # joinable when static objects are destroyed); seen once on a loaded 2-core machine. What is
+    # under test is the script's run, which the watcher's last line reports.
+    exit_abort = ran.returncode == -6 and ran.stderr.strip() == "terminate called without an active exception"
+    assert ran.returncode == 0 or exit_abort, ran.stderr[-3000:]
     return ran, json.loads(ran.stdout.strip().splitlines()[-1])
 
 
