@@ -158,7 +158,9 @@ def test_a_module_in_the_current_directory_is_found(tmp_path):
 
     (tmp_path / "jobs").mkdir()
     (tmp_path / "jobs" / "__init__.py").write_text("")
-    (tmp_path / "jobs" / "hello.py").write_text("print('hello from', __name__)\n")
+    # One write per rank: the ranks share the job's stdout, and print's separate writes of its
+    # arguments can interleave between them.
+    (tmp_path / "jobs" / "hello.py").write_text("print(f'hello from {__name__}')\n")
     result = run_ddpcheck(["--nproc", "2", "-m", "jobs.hello"], tmp_path, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.count("hello from __main__") == 2
