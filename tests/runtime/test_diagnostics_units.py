@@ -329,3 +329,19 @@ def test_a_rank_killed_by_a_signal_is_named_but_the_launchers_own_sigterm_is_not
     (killed,) = crash.judge([], Context(2, exit_codes={0: -15, 1: -9}))
     assert killed.code == "DDP127" and killed.ranks == (1,)
     assert "SIGKILL" in (killed.message or "") and "out of memory" in (killed.message or "")
+
+
+def test_a_rank_stopped_before_it_reached_the_spawn_does_not_keep_a_dual_mode_script_on_torchrun():
+    # The first rank to leave for its spawn branch ends the torchrun job; a rank stopped on the way
+    # there writes its record without `spawn_called`, and the script still runs plainly after.
+    from ddpcheck.run.launcher.plan import Plan, spawn_requested
+    from ddpcheck.run.verdict import SpawnSite
+
+    site = SpawnSite("train.py", 49, "mp.spawn")
+    plan = Plan(None, True, False, fallback=site)
+    left = {"rank": 1, "spawn_called": "train.py:49"}
+    stopped = {"rank": 0, "stopped": {"signal": "SIGTERM", "at": 0.0, "by": "handler"}}
+    switch = spawn_requested(plan, [stopped, left])
+    assert switch is not None and switch.switched and switch.line == 49
+    assert spawn_requested(plan, [stopped]) is None  # nobody reached the spawn
+    assert spawn_requested(plan, [{"rank": 0}, left]) is None  # rank 0 went on as a torchrun rank

@@ -109,11 +109,16 @@ def prepare(launch: Launch, switch_to: SpawnSite | None = None) -> Plan:
 
 
 def spawn_requested(plan: Plan, records: list[Record]) -> SpawnSite | None:
-    """After a dual-mode script's torchrun job: the site to run it plainly from, when every rank
-    took the spawn branch before init_process_group (and left for it, rank/spawn.py)."""
+    """After a dual-mode script's torchrun job: the site to run it plainly from, when the ranks
+    took the spawn branch before init_process_group (and left for it, rank/spawn.py). A rank the
+    launcher stopped before it got there (the first rank to leave ends the job; a stopped rank
+    writes its record as it goes) runs the same script with the same arguments: it counts with
+    the others, but at least one rank must have called the spawn."""
     if plan.fallback is None or plan.interrupted or not records:
         return None
-    if not all(r.get("spawn_called") for r in records):
+    if not any(r.get("spawn_called") for r in records):
+        return None
+    if not all(r.get("spawn_called") or r.get("stopped") for r in records):
         return None
     return replace(plan.fallback, switched=True)
 
