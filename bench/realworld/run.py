@@ -22,6 +22,7 @@ mirror, a missing Python package, a bad entry).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import importlib.util
 import io
 import json
@@ -147,10 +148,28 @@ GENERATOR_NEEDS = {"tokens": ["numpy"], "images": ["numpy", "PIL"], "words": ["n
 
 
 def missing_modules(entry: dict[str, Any]) -> list[str]:
+    """What the entry needs and this environment lacks. A requirement is a module name, or a
+    distribution with a version range (`wandb<0.19`) where the script uses an API that other
+    versions reject: then an installed version outside the range is missing too."""
     needed = list(entry.get("requires", []))
     for spec in entry.get("data", []):
         needed += GENERATOR_NEEDS.get(spec.get("kind", ""), [])
-    return sorted({m for m in needed if importlib.util.find_spec(m) is None})
+    return sorted({m for m in map(_unmet, needed) if m})
+
+
+def _unmet(requirement: str) -> str | None:
+    from packaging.requirements import Requirement
+
+    wanted = Requirement(requirement)
+    if importlib.util.find_spec(wanted.name) is None:
+        return requirement
+    if not wanted.specifier:
+        return None
+    try:
+        installed = importlib.metadata.version(wanted.name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return None if wanted.specifier.contains(installed, prereleases=True) else f"{requirement} (installed {installed})"
 
 
 def export(git_dir: str, commit: str, paths: list[str], tree: Path) -> None:

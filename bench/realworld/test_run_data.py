@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
 from pathlib import Path
@@ -41,3 +42,12 @@ def test_hdf5_token_file_holds_one_sliceable_dataset(tmp_path: Path) -> None:
         assert list(f) == ["tokens"]
         window = f["tokens"][10:43]
         assert f["tokens"].shape == (300,) and window.shape == (33,) and int(window.max()) < 11
+
+
+def test_an_entry_pinned_to_another_version_of_an_installed_package_is_skipped_not_judged() -> None:
+    harness = _harness()
+    installed = importlib.metadata.version("pytest")
+    assert harness.missing_modules({"requires": ["pytest", "json"]}) == []
+    assert harness.missing_modules({"requires": [f"pytest=={installed}"]}) == []
+    assert harness.missing_modules({"requires": ["pytest==0.0.1"]}) == [f"pytest==0.0.1 (installed {installed})"]
+    assert harness.missing_modules({"requires": ["no_such_module_here"]}) == ["no_such_module_here"]
