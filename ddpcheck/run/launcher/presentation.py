@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Any
 
+from ddpcheck.run.atomic_file import write_atomic
 from ddpcheck.run.launcher.job import Outcome
 
 
@@ -28,7 +29,7 @@ def present(outcome: Outcome, options: Any) -> int:
         from ddpcheck.run.launcher import html_report
 
         try:
-            results.write_atomic(options.html, html_report.render(data))
+            write_atomic(options.html, html_report.render(data))
             html_written = True
         except OSError as exc:
             failed.append(f"ddpcheck run: --html {_shown(options.html)}: cannot write it ({exc.strerror or exc}); "

@@ -12,6 +12,7 @@ from typing import IO, Any
 from ddpcheck.findings import Finding
 from ddpcheck.run import registry
 from ddpcheck.run.launcher.judging import Row
+from ddpcheck.run.atomic_file import write_atomic
 from ddpcheck.run.records import Record
 
 _STATUS = {"fail": "[bold red]FAIL[/]", "pass": "[green]pass[/]", "not-reached": "[yellow]not reached[/]",
@@ -218,33 +219,6 @@ def report_dict(rows: list[Row], findings: list[Finding], records: list[Record],
 
 def write_report(path: str, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Write `text` to `path` whole or not at all: through a temporary file next to it (a name of
-    its own, never one the user may have), removed again when anything fails. Raises OSError."""
-    import tempfile
-
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def render_other(fmt: str, findings: list[Finding], data: dict[str, Any]) -> str:

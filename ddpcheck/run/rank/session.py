@@ -39,7 +39,6 @@ that crashes or is stopped leaves what it did so far (layout: REPORT.md, "Per-ra
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import sys
@@ -47,6 +46,7 @@ import time
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, TypeVarTuple, Unpack
 
+from ddpcheck.run.atomic_file import write_atomic
 from ddpcheck.run.run_options import RunOptions
 from ddpcheck.run.plain_text import plain
 from ddpcheck.run.records import RECORD_VERSION, record_path
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
 _Args = TypeVarTuple("_Args")
-_WRITES = itertools.count()
 
 
 END_EXCHANGE_TIMEOUT_S = 10.0  # how long the end of a rank waits for its last exchange
@@ -199,19 +198,7 @@ class Session:
 
     def _write(self) -> None:
         assert self.record_path is not None
-        # A file of its own per write: the stop handler may write while the main thread's write
-        # is under way (interrupted, or from another thread).
-        tmp = f"{self.record_path}.{os.getpid()}.{next(_WRITES)}.tmp"
-        try:
-            with open(tmp, "w") as fh:
-                json.dump(self.snapshot(), fh)
-            os.replace(tmp, self.record_path)
-        except BaseException:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
+        write_atomic(self.record_path, json.dumps(self.snapshot()))
 
     def stopped(self, signal_name: str, by: str) -> None:
         """The rank is being stopped from outside (rank/stopping.py): write what it has done, so

@@ -9,6 +9,7 @@ import sys
 from typing import IO, Any
 
 from ddpcheck.findings import Finding, Severity
+from ddpcheck.run.atomic_file import write_atomic
 from ddpcheck.run.rehearse.judge import REHEARSAL_CODES, Verdict
 from ddpcheck.run.rehearse.runner import RankRun
 
@@ -111,7 +112,7 @@ def present(verdict: Verdict, runs: dict[int, list[RankRun]], launch: Any, argv:
         from ddpcheck.run.launcher import html_report
 
         try:
-            results.write_atomic(options.html, html_report.render(data))
+            write_atomic(options.html, html_report.render(data))
         except OSError as exc:
             failed.append(f"ddpcheck run: --html {options.html}: cannot write it ({exc.strerror or exc})")
     if options.output_format == "full":
