@@ -47,8 +47,12 @@ class UnreducedShardMetric(Rule):
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
     loss.item()`) is every rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
-    the result (`dev = eval_dev(...)`) and reports it before any collective is reported there
-    (unless the loop trains or makes collectives itself). A
+    the result (`dev = eval_dev(...)`) and reports it before any collective, or loops over it
+    (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), is reported
+    there — unless the loop trains, or a collective in the loop may reduce the counters: one
+    handed them or a value made from them, or a project function handed nothing (gathering the
+    predictions in the loop, `preds = gather(preds)`, leaves the loss summed beside them one
+    rank's). A
     batch source built for one rank (`get_batch_iterator(path, bs, rank=rank,
     world_size=world_size)`) is a shard as a DistributedSampler's loader is. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
@@ -422,9 +426,14 @@ class UnreducedShardMetric(Rule):
         if scope is None:
             return
         inside = [c for c in root.calls if loop.node in c.loops]
-        if any(c.method == "backward" or model.facts.does(c, "backward") or model.facts.does(c, "collective")
-               for c in inside):
-            return  # a training loop, or one that reduces as it goes: not an unreduced evaluation
+        if any(c.method == "backward" or model.facts.does(c, "backward") for c in inside):
+            return  # a training loop: not an unreduced evaluation
+        # A collective in the loop reduces what it is handed as it goes: gathering the
+        # predictions (`preds = gather(preds)`) says nothing of the loss summed beside them.
+        collectives = [c for c in inside if model.facts.does(c, "collective")]
+        counters = {c for c in counters if not any(self._reduces_in_loop(s, loop, c) for s in collectives)}
+        if not counters:
+            return
         function = Function(root, scope.qualname)
         if not any(r.value is not None and _derived(loop, counters, _names_in(r.value))
                    for r in _returns(function.node)):
@@ -437,6 +446,10 @@ class UnreducedShardMetric(Rule):
                 if any(isinstance(v, Item) and v.value is call.node for v in values)}  # `acc, marg = f()`
             if not names:
                 continue  # passed straight on (`reduce_scalar(eval_dev(...))`)
+            # `for k, v in metrics.items(): writer.add_scalar(k, v, epoch)`: the loop's
+            # variables hold the returned figures.
+            names |= {n for f in root.fors if f.scope is call.scope and f.tick > call.tick
+                      and _names_in(f.node.iter) & names for n in _names_in(_values_target(f.node))}
             for site in sorted((s for s in root.calls if s.scope is call.scope and s.tick > call.tick),
                                key=lambda s: s.tick):
                 if model.facts.does(site, "collective"):
@@ -446,6 +459,16 @@ class UnreducedShardMetric(Rule):
                         metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
                         module=root)
                     break
+
+    def _reduces_in_loop(self, site: CallSite, loop: ForSite, counter: str) -> bool:
+        """A collective inside the loop that may reduce `counter`: handed it or a value made from
+        it, a torch collective with no argument known, or a project function handed nothing
+        (what it reaches is unknown)."""
+        if _derived(loop, {counter}, _names_in(site.node)):
+            return True
+        if self.model.api(site) is not None:
+            return not site.node.args
+        return not site.node.args or counter.startswith("self.")
 
     def _sharded_by(self, loop: ForSite, function: Function, call: CallSite, bound: str) -> bool:
         """Whether `call` hands the function a sharded loader when the loop iterates one of its
@@ -575,3 +598,12 @@ def _returns(function: cst.FunctionDef) -> list[cst.Return]:
         elif not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             stack.extend(children(node))
     return out
+
+
+def _values_target(loop: cst.For) -> cst.BaseExpression:
+    """What a loop binds the values to: `v` of `for k, v in metrics.items()`, else its target."""
+    target, iterable = loop.target, loop.iter
+    if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(iterable, cst.Call) \
+            and isinstance(iterable.func, cst.Attribute) and iterable.func.attr.value == "items":
+        return target.elements[1].value
+    return target
