@@ -99,3 +99,61 @@ def test_reported_at_a_print_of_the_returned_dict(tmp_path: Path) -> None:
         "                print(f\"val loss {val_metrics['loss']:.4f}\")\n")
     write_project(tmp_path, {"train.py": printed})
     assert finding_set(tmp_path, "train.py", select="DDP036") == {("train.py", 47, "DDP036")}
+
+
+# A compression pipeline: the validation pass sums each loss term into a dict entry.
+PIPELINE = """\
+    import logging
+
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    from torch.utils.tensorboard import SummaryWriter
+
+    log = logging.getLogger(__name__)
+
+
+    def validate_one_epoch(net, loader):
+        net.eval()
+        totals = {{}}
+        count = 0
+        for batch_id, points in enumerate(loader):
+            with torch.no_grad():
+                terms = net(points.cuda())["loss"]
+            for k, v in terms.items():
+                totals[k] = totals.get(k, 0.0)
+                totals[k] += v.mean().item()
+            count += 1
+        {reduce}return {{k: v / max(count, 1) for k, v in totals.items()}}
+
+
+    def train(net, train_set, val_set, epochs):
+        dist.init_process_group("nccl")
+        writer = SummaryWriter("runs") if dist.get_rank() == 0 else None
+        val_loader = DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set, shuffle=False))
+        model = torch.nn.parallel.DistributedDataParallel(net.cuda())
+        for epoch in range(epochs):
+            fit_one_epoch(model, train_set, epoch)
+            val_loss = validate_one_epoch(model, val_loader)
+            for k, v in val_loss.items():
+                if writer is not None:
+                    writer.add_scalar("val/" + k, v, epoch)
+        dist.destroy_process_group()
+    """
+
+
+def test_loss_terms_summed_into_a_dict_reported(tmp_path: Path) -> None:
+    write_project(tmp_path, {"pipeline.py": PIPELINE.format(reduce="")})
+    assert finding_set(tmp_path, "pipeline.py", select="DDP036") == {("pipeline.py", 36, "DDP036")}
+
+
+def test_dict_of_sums_all_reduced_clean(tmp_path: Path) -> None:
+    reduced = PIPELINE.format(reduce=(
+        "keys = sorted(totals)\n"
+        "        sums = torch.tensor([totals[k] for k in keys] + [count], device=\"cuda\")\n"
+        "        dist.all_reduce(sums)\n"
+        "        totals, count = dict(zip(keys, sums[:-1].tolist())), sums[-1].item()\n"
+        "        "))
+    write_project(tmp_path, {"pipeline.py": reduced})
+    assert finding_set(tmp_path, "pipeline.py", select="DDP036") == set()

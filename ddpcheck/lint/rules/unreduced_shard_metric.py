@@ -21,7 +21,8 @@ class UnreducedShardMetric(Rule):
     """An evaluation metric is counted over one rank's DistributedSampler shard and reported without a reduction across ranks.
 
     With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
-    (`correct += ...`, `total += ...`, `loss_sum += ...`), and running-average objects it feeds
+    (`correct += ...`, `total += ...`, `loss_sum += ...`, also entries of a dict of sums:
+    `totals[k] += v.item()`), and running-average objects it feeds
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
     adds to its own attributes), and lists it appends the batch's values to (`losses.append(
     loss.item())`, then `statistics.mean(losses)`), hold that rank's shard only until they are all-reduced (or
@@ -305,6 +306,19 @@ class UnreducedShardMetric(Rule):
                 if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value, loop):
                     continue
                 out.add(name)
+        # `totals[k] += v.item()`: a dict (or array) of sums, one entry per loss term.
+        stack: list[cst.CSTNode] = [loop.node.body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                continue
+            if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                    and isinstance(node.target, cst.Subscript) and isinstance(node.target.value, cst.Name) \
+                    and not isinstance(node.value, (cst.Integer, cst.Float)) \
+                    and not self._reduces(root, node.value, loop) \
+                    and node.target.value.value in scope.assignments:
+                out.add(node.target.value.value)
+            stack.extend(children(node))
         return out
 
     def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
