@@ -309,16 +309,16 @@ class UnreducedShardMetric(Rule):
         # `totals[k] += v.item()`: a dict (or array) of sums, one entry per loss term.
         stack: list[cst.CSTNode] = [loop.node.body]
         while stack:
-            node = stack.pop()
-            if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            current = stack.pop()
+            if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
                 continue
-            if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
-                    and isinstance(node.target, cst.Subscript) and isinstance(node.target.value, cst.Name) \
-                    and not isinstance(node.value, (cst.Integer, cst.Float)) \
-                    and not self._reduces(root, node.value, loop) \
-                    and node.target.value.value in scope.assignments:
-                out.add(node.target.value.value)
-            stack.extend(children(node))
+            if isinstance(current, cst.AugAssign) and isinstance(current.operator, cst.AddAssign) \
+                    and isinstance(current.target, cst.Subscript) and isinstance(current.target.value, cst.Name) \
+                    and not isinstance(current.value, (cst.Integer, cst.Float)) \
+                    and not self._reduces(root, current.value, loop) \
+                    and current.target.value.value in scope.assignments:
+                out.add(current.target.value.value)
+            stack.extend(children(current))
         return out
 
     def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
