@@ -157,3 +157,14 @@ def test_dict_of_sums_all_reduced_clean(tmp_path: Path) -> None:
         "        "))
     write_project(tmp_path, {"pipeline.py": reduced})
     assert finding_set(tmp_path, "pipeline.py", select="DDP036") == set()
+
+
+def test_loss_reduced_in_place_in_the_loop_clean(tmp_path: Path) -> None:
+    # `dist.all_reduce(loss)` sums the batch loss over the ranks in place before it is added.
+    reduced = TRAIN.replace(
+        "                total_loss += criterion(out, y).item()\n",
+        "                loss = criterion(out, y).detach()\n"
+        "                dist.all_reduce(loss)\n"
+        "                total_loss += loss.item() / world_size\n")
+    write_project(tmp_path, {"train.py": reduced})
+    assert finding_set(tmp_path, "train.py", select="DDP036") == set()

@@ -46,7 +46,8 @@ class UnreducedShardMetric(Rule):
     unreduced, a barrier reduces nothing, and a project function that makes collectives
     without being handed anything (`sync_all()`) is taken to reduce everything. A value added
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
-    loss.item()`) is every rank's. Metrics
+    loss.item()`, or in place: `dist.all_reduce(loss)` then `test_loss += loss`) is every
+    rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
     the result (`dev = eval_dev(...)`) and reports it before any collective, or loops over it
     (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), is reported
@@ -352,6 +353,11 @@ class UnreducedShardMetric(Rule):
             if site is not None and self.model.facts.does(site, "data_collective"):
                 return True
             if loop is not None and isinstance(sub, cst.Name):
+                # Reduced in place in the loop (`dist.all_reduce(loss)`, then `total += loss`).
+                if any(loop.node in c.loops and self.model.api(c) in api.SUM_REDUCTIONS
+                       and isinstance(c.arg("tensor", 0), cst.Name)
+                       and getattr(c.arg("tensor", 0), "value", None) == sub.value for c in root.calls):
+                    return True
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
                     if isinstance(value, cst.BaseExpression) and point is not None and loop.node in point.loops \
