@@ -168,3 +168,18 @@ def test_loss_reduced_in_place_in_the_loop_clean(tmp_path: Path) -> None:
         "                total_loss += loss.item() / world_size\n")
     write_project(tmp_path, {"train.py": reduced})
     assert finding_set(tmp_path, "train.py", select="DDP036") == set()
+
+
+def test_dict_entries_reduced_on_the_distributed_path_clean(tmp_path: Path) -> None:
+    branched = PIPELINE.format(reduce="").replace(
+        "                totals[k] += v.mean().item()\n",
+        "                if dist.is_initialized():\n"
+        "                    totals[k] += reduce_mean(v.mean()).item()\n"
+        "                else:\n"
+        "                    totals[k] += v.mean().item()\n") + (
+        "\n\ndef reduce_mean(t):\n"
+        "    t = t.clone()\n"
+        "    dist.all_reduce(t)\n"
+        "    return t / dist.get_world_size()\n")
+    write_project(tmp_path, {"pipeline.py": branched})
+    assert finding_set(tmp_path, "pipeline.py", select="DDP036") == set()

@@ -308,6 +308,11 @@ class UnreducedShardMetric(Rule):
                     continue
                 out.add(name)
         # `totals[k] += v.item()`: a dict (or array) of sums, one entry per loss term.
+        # An entry added a reduced value anywhere in the loop (`val_meta[k] += reduce_tensor(v)`
+        # when distributed, `val_meta[k] += v` in the `else`) is taken as reduced: the
+        # distributed run may take that path.
+        plain: set[str] = set()
+        reduced: set[str] = set()
         stack: list[cst.CSTNode] = [loop.node.body]
         while stack:
             current = stack.pop()
@@ -316,11 +321,11 @@ class UnreducedShardMetric(Rule):
             if isinstance(current, cst.AugAssign) and isinstance(current.operator, cst.AddAssign) \
                     and isinstance(current.target, cst.Subscript) and isinstance(current.target.value, cst.Name) \
                     and not isinstance(current.value, (cst.Integer, cst.Float)) \
-                    and not self._reduces(root, current.value, loop) \
                     and current.target.value.value in scope.assignments:
-                out.add(current.target.value.value)
+                held = reduced if self._reduces(root, current.value, loop) else plain
+                held.add(current.target.value.value)
             stack.extend(children(current))
-        return out
+        return out | (plain - reduced)
 
     def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
         """Lists the loop appends the batch's values to (`losses.append(loss.item())`, then
