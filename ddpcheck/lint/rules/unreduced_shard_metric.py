@@ -4,13 +4,17 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import feed
+from ddpcheck.lint.model.ddp import feed, sampler_values
 from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+
+# Parameters that hand a batch source its rank, and the number of ranks.
+_RANK_PARAMS = frozenset({"rank", "shard", "shard_id"})
+_WORLD_PARAMS = frozenset({"world_size", "num_replicas", "num_shards"})
 
 # Where a metric ends up in front of a person.
 _REPORTERS = frozenset({"print", "logging.info", "logging.warning"})
@@ -56,7 +60,10 @@ class UnreducedShardMetric(Rule):
     predictions in the loop, `preds = gather(preds)`, leaves the loss summed beside them one
     rank's). A
     batch source built for one rank (`get_batch_iterator(path, bs, rank=rank,
-    world_size=world_size)`) is a shard as a DistributedSampler's loader is. A loop that
+    world_size=world_size)`), or a loader whose sampler or batch sampler is a project one built
+    with the rank and the number of ranks (`RankBucketBatchSampler(buckets, bs, world_size,
+    rank)`, by keyword or by the parameter names of its class), is a shard as a
+    DistributedSampler's loader is. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
     not an evaluation metric.
 
@@ -428,6 +435,19 @@ class UnreducedShardMetric(Rule):
                 return True
             if site is not None and self._hand_sharded(site):
                 return True
+            if site is not None and model.makes(site, api.DATALOADER) and self._sampler_for_rank(site):
+                return True
+        return False
+
+    def _sampler_for_rank(self, loader: CallSite) -> bool:
+        """The loader's sampler (or batch sampler) is a project one built for one rank
+        (`DistributedBucketBatchSampler(buckets, bs, world_size, rank)`): a shard, as a
+        DistributedSampler's."""
+        values, _ = sampler_values(self.model, loader)
+        for value in values:
+            site = value.module.call_at(value.call) if value.call is not None else None
+            if site is not None and self.model.graph.targets(site) and self._hand_sharded(site):
+                return True
         return False
 
     def _hand_sharded(self, site: CallSite) -> bool:
@@ -437,10 +457,18 @@ class UnreducedShardMetric(Rule):
         rank = world = False
         for arg in site.node.args:
             keyword = arg.keyword.value if arg.keyword is not None else ""
-            rank = rank or keyword in ("rank", "shard", "shard_id") or is_rank_value(arg.value, resolve)
+            rank = rank or keyword in _RANK_PARAMS or is_rank_value(arg.value, resolve)
             text = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
-            world = world or keyword in ("world_size", "num_replicas", "num_shards") or (
+            world = world or keyword in _WORLD_PARAMS or (
                 text is not None and text.rsplit(".", 1)[-1] in ("world_size", "num_replicas"))
+        if rank and not world:
+            # Passed by position to a project function or class that names the parameter
+            # (`Sampler(chunks, bs, wrld_size, rank)` for `__init__(self, chunks, bs, world_size, rank)`).
+            for function, bound in self.model.graph.targets(site):
+                for param in function.params():
+                    if param.name in _WORLD_PARAMS and isinstance(
+                            self.model.graph.argument_for(site, function, param, bound), cst.BaseExpression):
+                        world = True
         return rank and world
 
     def _returned(self, root: ModuleModel, loop: ForSite, counters: set[str]) -> None:
