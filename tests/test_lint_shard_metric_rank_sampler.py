@@ -107,3 +107,55 @@ def test_loss_all_reduced_before_logging_clean(tmp_path: Path) -> None:
         "        "))
     write_project(tmp_path, {"data.py": DATA.format(sampler=RANK_SAMPLER), "train.py": reduced})
     assert finding_set(tmp_path, "train.py", select="DDP036") == set()
+
+
+# A running metric object fed in the loop; its figures are unpacked from one `compute()`.
+METER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class TokenMetric:
+        def __init__(self):
+            self.correct = 0
+            self.total = 0
+            self.loss = 0.0
+
+        def update(self, logits, gold, loss):
+            self.correct += (logits.argmax(-1) == gold).sum().item()
+            self.total += gold.numel()
+            self.loss += loss
+
+        def compute(self):
+            return self.loss / max(self.total, 1), self.correct / max(self.total, 1)
+
+
+    def validate(model, val_set, writer, step):
+        loader = DataLoader(val_set, batch_size=32, sampler=DistributedSampler(val_set, shuffle=False))
+        metric = TokenMetric()
+        with torch.no_grad():
+            for src, tgt in loader:
+                logits = model(src.cuda())
+                loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt.cuda().flatten())
+                metric.update(logits, tgt.cuda(), loss.item())
+        loss_per_word, accuracy = metric.compute()
+        if dist.get_rank() == 0:
+            writer.add_scalar("valid/accuracy", accuracy, step)
+    """
+
+
+def test_figures_unpacked_from_a_meter_reported(tmp_path: Path) -> None:
+    write_project(tmp_path, {"validate.py": METER})
+    assert finding_set(tmp_path, "validate.py", select="DDP036") == {("validate.py", 31, "DDP036")}
+
+
+def test_meter_that_reduces_in_compute_clean(tmp_path: Path) -> None:
+    synced = METER.replace(
+        "        def compute(self):\n",
+        "        def compute(self):\n"
+        "            stats = torch.tensor([self.loss, self.correct, self.total], device=\"cuda\")\n"
+        "            dist.all_reduce(stats)\n"
+        "            self.loss, self.correct, self.total = stats.tolist()\n")
+    write_project(tmp_path, {"validate.py": synced})
+    assert finding_set(tmp_path, "validate.py", select="DDP036") == set()

@@ -42,7 +42,9 @@ class UnreducedShardMetric(Rule):
     ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
     module the run reaches; loaders derived from torch's, such as PyG's, count), when what it reports is
     computed from counters the loop accumulated and no collective after the loop may reduce them
-    (nor are they handed to a project function, unless that function only logs them:
+    (nor are they handed to a project function — reading a running-metric object's figures
+    back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
+    method makes no collective —, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
     and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
@@ -276,7 +278,10 @@ class UnreducedShardMetric(Rule):
             counters = {c for c in counters if not any(self._covers(s, loop, c) for s in later)}
             if not counters:
                 continue
-            handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)]
+            # (`metric.compute()` on the running-metric object itself, making no collective,
+            # only reads its sums back.)
+            handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)
+                      and not (s.receiver_name in counters and not model.facts.does(s, "collective"))]
             # Counters handed to a project function may be reduced or kept there, unless it
             # reports what it is handed (`writer.test_logging(total_loss, step)` → add_scalar;
             # `best = log_and_save(model, writer, epoch, val_loss, best)`, which writes `val_loss`).
@@ -587,7 +592,9 @@ def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3)
     if depth > 0:
         assignments = loop.scope.assignments
         for name in names - counters:
-            values = [v for v in assignments.get(name, ()) if isinstance(v, cst.BaseExpression)]
+            # (`loss, acc = meter.compute()`: each name unpacked from a value made from counters.)
+            values = [v.value if isinstance(v, Item) else v for v in assignments.get(name, ())]
+            values = [v for v in values if isinstance(v, cst.BaseExpression)]
             if any(_derived(loop, counters, _names_in(v), depth - 1) for v in values):
                 out.add(name)
     return out
