@@ -593,8 +593,11 @@ def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3)
         assignments = loop.scope.assignments
         for name in names - counters:
             # (`loss, acc = meter.compute()`: each name unpacked from a value made from counters.)
-            values = [v.value if isinstance(v, Item) else v for v in assignments.get(name, ())]
-            values = [v for v in values if isinstance(v, cst.BaseExpression)]
+            values: list[cst.BaseExpression] = []
+            for held in assignments.get(name, ()):
+                value = held.value if isinstance(held, Item) else held
+                if isinstance(value, cst.BaseExpression):
+                    values.append(value)
             if any(_derived(loop, counters, _names_in(v), depth - 1) for v in values):
                 out.add(name)
     return out
