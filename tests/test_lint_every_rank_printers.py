@@ -286,8 +286,15 @@ def test_a_trange_over_the_training_steps_is_reported(tmp_path) -> None:
 
 
 def test_a_trange_labelled_with_the_rank_is_meant_per_rank(tmp_path) -> None:
-    write_project(tmp_path, {"train.py": BARS.format(disable=', desc=f"train rank {rank}"', label='"self-play"')})
+    write_project(tmp_path, {"train.py": BARS.format(disable=', desc=f"train rank {rank}"',
+                                                     label='f"self-play rank {rank}"')})
     assert finding_set(tmp_path, "train.py", select="DDP020") == set()
+
+
+def test_a_rollout_bar_handed_the_rank_but_not_naming_it_is_reported(tmp_path) -> None:
+    # `rollout(policy, 64, rank)` hands the rank on, but the bar's label never uses it.
+    write_project(tmp_path, {"train.py": BARS.format(disable=', desc=f"train rank {rank}"', label='"self-play"')})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 23, "DDP020")}
 
 
 def test_a_disabled_trange_and_a_bar_labelled_with_the_rank_are_quiet(tmp_path) -> None:

@@ -70,7 +70,8 @@ class PrintOnEveryRank(Rule):
     get None or a do-nothing stand-in: `else: self.logger = NoOp()`, a class whose
     `__getattr__` hands back a function that does nothing),
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
-    command-line switch such as `disable=args.no_progress`) and `tqdm(...) if is_main else loader`, `print` replaced by
+    command-line switch such as `disable=args.no_progress`, also one declared by a parser in a
+    project module the script reaches, `args = get_args()`, unless the script assigns the field) and `tqdm(...) if is_main else loader`, `print` replaced by
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
@@ -82,7 +83,10 @@ class PrintOnEveryRank(Rule):
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
     result list, not the process —, or a value that is the rank under another name:
-    `template.format(self.gpu_id, loss)`) and progress bars labelled with it (`desc=f"rank
+    `template.format(self.gpu_id, loss)`; for output in a function called from the loop, the
+    rank the caller passes counts only where it fills a parameter the output names, directly or
+    through the value it prints: `evaluate(rank=rank, ...)` that prints `f"Evaluating {name}"`
+    repeats it on every rank) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
@@ -502,7 +506,8 @@ class PrintOnEveryRank(Rule):
         for caller, bound in self.model.graph.callers(function):
             if self._unreached_from(site, Frame(function, caller, None, bound)):
                 continue  # `else: logging.info(value)` of `if isinstance(msg, str):`, called with text
-            if not self._guarded(caller) and not self._once(caller) and not self._rank_tagged(caller):
+            if not self._guarded(caller) and not self._once(caller) \
+                    and not self._tags_through(caller, function, bound, site):
                 out += self._places(caller, None, depth + 1)
         return out
 
@@ -598,7 +603,20 @@ class PrintOnEveryRank(Rule):
             return True
         if isinstance(flag, cst.Name) and flag.value == "False":
             return True
-        return any(command_line_switch(m, flag) for m in (site.module, self.model.root))
+        if any(command_line_switch(m, flag) for m in (site.module, self.model.root)):
+            return True
+        # The parser lives in a project module the script reaches (`args = get_args()` of
+        # `configs/__init__.py`): the same switch, unless the script itself changes the field.
+        if isinstance(flag, cst.UnaryOperation) and isinstance(flag.operator, cst.Not):
+            flag = flag.expression
+        if not isinstance(flag, cst.Attribute):
+            return False
+        field = re.escape(flag.attr.value)
+        if any(re.search(rf"\.{field}\s*(=[^=]|[-+*/|&]=)", m.source) or "setattr(" in m.source
+               for m in (site.module, self.model.root)):
+            return False
+        return any(command_line_switch(m, flag) for m in self.model.paths.modules()
+                   if m is not site.module and m is not self.model.root)
 
     def _guarded(self, site: CallSite) -> bool:
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
@@ -790,6 +808,37 @@ class PrintOnEveryRank(Rule):
                     if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
                         return True
         return False
+
+    def _tags_through(self, caller: CallSite, function: Function, bound: str, site: CallSite) -> bool:
+        """The rank `caller` passes reaches the output of `site` in `function`: the parameter
+        it fills is named in the call that writes (`log(f"[{rank}] {msg}")` in `report(msg,
+        rank)`, or in the value a name it writes was built from). A worker handed the rank for
+        other uses (`evaluate(rank=rank, model=model)` that prints "Evaluating ..." with no
+        rank in it) prints the same line on every rank."""
+        if not self._rank_tagged(caller):
+            return False
+        if function.node is not getattr(self.model.paths.function_of(site), "node", None):
+            return True  # not the function that writes: judged as before
+        module = site.module
+        words = set(re.findall(r"\w+", module.code(site.node)))
+        for arg in site.node.args:
+            if isinstance(arg.value, cst.Name):
+                for held in site.scope.lookup(arg.value.value):
+                    node = held.node.value if isinstance(held, Augmented) else held
+                    if isinstance(node, cst.CSTNode):
+                        words |= set(re.findall(r"\w+", module.code(node)))
+        resolve = self.model.resolver_for(caller.module, caller.scope)
+        for param in function.params():
+            if param.name not in words:
+                continue
+            passed = self.model.graph.argument_for(caller, function, param, bound)
+            if not isinstance(passed, cst.BaseExpression):
+                return True  # not known what it passes: as before
+            if _RANK_NAMED.search(caller.module.code(passed)) or any(
+                    isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
+                    for sub in subexpressions(passed)):
+                return True
+        return any(a.star for a in caller.node.args) or caller.has_star_kwargs
 
     def _data_check(self, site: CallSite) -> bool:
         """Printed when a test on tensor values holds (`if torch.min(y) < -1.0:`, `if

@@ -4,13 +4,17 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import feed
+from ddpcheck.lint.model.ddp import feed, sampler_values
 from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+
+# Parameters that hand a batch source its rank, and the number of ranks.
+_RANK_PARAMS = frozenset({"rank", "shard", "shard_id"})
+_WORLD_PARAMS = frozenset({"world_size", "num_replicas", "num_shards"})
 
 # Where a metric ends up in front of a person.
 _REPORTERS = frozenset({"print", "logging.info", "logging.warning"})
@@ -21,7 +25,8 @@ class UnreducedShardMetric(Rule):
     """An evaluation metric is counted over one rank's DistributedSampler shard and reported without a reduction across ranks.
 
     With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
-    (`correct += ...`, `total += ...`, `loss_sum += ...`), and running-average objects it feeds
+    (`correct += ...`, `total += ...`, `loss_sum += ...`, also entries of a dict of sums:
+    `totals[k] += v.item()`), and running-average objects it feeds
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
     adds to its own attributes), and lists it appends the batch's values to (`losses.append(
     loss.item())`, then `statistics.mean(losses)`), hold that rank's shard only until they are all-reduced (or
@@ -37,7 +42,9 @@ class UnreducedShardMetric(Rule):
     ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
     module the run reaches; loaders derived from torch's, such as PyG's, count), when what it reports is
     computed from counters the loop accumulated and no collective after the loop may reduce them
-    (nor are they handed to a project function, unless that function only logs them:
+    (nor are they handed to a project function — reading a running-metric object's figures
+    back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
+    method makes no collective —, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
     and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
@@ -45,12 +52,20 @@ class UnreducedShardMetric(Rule):
     unreduced, a barrier reduces nothing, and a project function that makes collectives
     without being handed anything (`sync_all()`) is taken to reduce everything. A value added
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
-    loss.item()`) is every rank's. Metrics
+    loss.item()`, or in place: `dist.all_reduce(loss)` then `test_loss += loss`) is every
+    rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
-    the result (`dev = eval_dev(...)`) and reports it before any collective is reported there
-    (unless the loop trains or makes collectives itself). A
+    the result (`dev = eval_dev(...)`) and reports it before any collective, or loops over it
+    (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), is reported
+    there — unless the loop trains, or a collective in the loop may reduce the counters: one
+    handed them or a value made from them, or a project function handed nothing (gathering the
+    predictions in the loop, `preds = gather(preds)`, leaves the loss summed beside them one
+    rank's). A
     batch source built for one rank (`get_batch_iterator(path, bs, rank=rank,
-    world_size=world_size)`) is a shard as a DistributedSampler's loader is. A loop that
+    world_size=world_size)`), or a loader whose sampler or batch sampler is a project one built
+    with the rank and the number of ranks (`RankBucketBatchSampler(buckets, bs, world_size,
+    rank)`, by keyword or by the parameter names of its class), is a shard as a
+    DistributedSampler's loader is. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
     not an evaluation metric.
 
@@ -263,7 +278,10 @@ class UnreducedShardMetric(Rule):
             counters = {c for c in counters if not any(self._covers(s, loop, c) for s in later)}
             if not counters:
                 continue
-            handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)]
+            # (`metric.compute()` on the running-metric object itself, making no collective,
+            # only reads its sums back.)
+            handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)
+                      and not (s.receiver_name in counters and not model.facts.does(s, "collective"))]
             # Counters handed to a project function may be reduced or kept there, unless it
             # reports what it is handed (`writer.test_logging(total_loss, step)` → add_scalar;
             # `best = log_and_save(model, writer, epoch, val_loss, best)`, which writes `val_loss`).
@@ -301,7 +319,25 @@ class UnreducedShardMetric(Rule):
                 if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value, loop):
                     continue
                 out.add(name)
-        return out
+        # `totals[k] += v.item()`: a dict (or array) of sums, one entry per loss term.
+        # An entry added a reduced value anywhere in the loop (`val_meta[k] += reduce_tensor(v)`
+        # when distributed, `val_meta[k] += v` in the `else`) is taken as reduced: the
+        # distributed run may take that path.
+        plain: set[str] = set()
+        reduced: set[str] = set()
+        stack: list[cst.CSTNode] = [loop.node.body]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+                continue
+            if isinstance(current, cst.AugAssign) and isinstance(current.operator, cst.AddAssign) \
+                    and isinstance(current.target, cst.Subscript) and isinstance(current.target.value, cst.Name) \
+                    and not isinstance(current.value, (cst.Integer, cst.Float)) \
+                    and current.target.value.value in scope.assignments:
+                held = reduced if self._reduces(root, current.value, loop) else plain
+                held.add(current.target.value.value)
+            stack.extend(children(current))
+        return out | (plain - reduced)
 
     def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
         """Lists the loop appends the batch's values to (`losses.append(loss.item())`, then
@@ -334,6 +370,11 @@ class UnreducedShardMetric(Rule):
             if site is not None and self.model.facts.does(site, "data_collective"):
                 return True
             if loop is not None and isinstance(sub, cst.Name):
+                # Reduced in place in the loop (`dist.all_reduce(loss)`, then `total += loss`).
+                if any(loop.node in c.loops and self.model.api(c) in api.SUM_REDUCTIONS
+                       and isinstance(c.arg("tensor", 0), cst.Name)
+                       and getattr(c.arg("tensor", 0), "value", None) == sub.value for c in root.calls):
+                    return True
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
                     if isinstance(value, cst.BaseExpression) and point is not None and loop.node in point.loops \
@@ -399,6 +440,19 @@ class UnreducedShardMetric(Rule):
                 return True
             if site is not None and self._hand_sharded(site):
                 return True
+            if site is not None and model.makes(site, api.DATALOADER) and self._sampler_for_rank(site):
+                return True
+        return False
+
+    def _sampler_for_rank(self, loader: CallSite) -> bool:
+        """The loader's sampler (or batch sampler) is a project one built for one rank
+        (`DistributedBucketBatchSampler(buckets, bs, world_size, rank)`): a shard, as a
+        DistributedSampler's."""
+        values, _ = sampler_values(self.model, loader)
+        for value in values:
+            site = value.module.call_at(value.call) if value.call is not None else None
+            if site is not None and self.model.graph.targets(site) and self._hand_sharded(site):
+                return True
         return False
 
     def _hand_sharded(self, site: CallSite) -> bool:
@@ -408,10 +462,18 @@ class UnreducedShardMetric(Rule):
         rank = world = False
         for arg in site.node.args:
             keyword = arg.keyword.value if arg.keyword is not None else ""
-            rank = rank or keyword in ("rank", "shard", "shard_id") or is_rank_value(arg.value, resolve)
+            rank = rank or keyword in _RANK_PARAMS or is_rank_value(arg.value, resolve)
             text = dotted(arg.value) if isinstance(arg.value, (cst.Name, cst.Attribute)) else None
-            world = world or keyword in ("world_size", "num_replicas", "num_shards") or (
+            world = world or keyword in _WORLD_PARAMS or (
                 text is not None and text.rsplit(".", 1)[-1] in ("world_size", "num_replicas"))
+        if rank and not world:
+            # Passed by position to a project function or class that names the parameter
+            # (`Sampler(chunks, bs, wrld_size, rank)` for `__init__(self, chunks, bs, world_size, rank)`).
+            for function, bound in self.model.graph.targets(site):
+                for param in function.params():
+                    if param.name in _WORLD_PARAMS and isinstance(
+                            self.model.graph.argument_for(site, function, param, bound), cst.BaseExpression):
+                        world = True
         return rank and world
 
     def _returned(self, root: ModuleModel, loop: ForSite, counters: set[str]) -> None:
@@ -422,9 +484,14 @@ class UnreducedShardMetric(Rule):
         if scope is None:
             return
         inside = [c for c in root.calls if loop.node in c.loops]
-        if any(c.method == "backward" or model.facts.does(c, "backward") or model.facts.does(c, "collective")
-               for c in inside):
-            return  # a training loop, or one that reduces as it goes: not an unreduced evaluation
+        if any(c.method == "backward" or model.facts.does(c, "backward") for c in inside):
+            return  # a training loop: not an unreduced evaluation
+        # A collective in the loop reduces what it is handed as it goes: gathering the
+        # predictions (`preds = gather(preds)`) says nothing of the loss summed beside them.
+        collectives = [c for c in inside if model.facts.does(c, "collective")]
+        counters = {c for c in counters if not any(self._reduces_in_loop(s, loop, c) for s in collectives)}
+        if not counters:
+            return
         function = Function(root, scope.qualname)
         if not any(r.value is not None and _derived(loop, counters, _names_in(r.value))
                    for r in _returns(function.node)):
@@ -437,6 +504,10 @@ class UnreducedShardMetric(Rule):
                 if any(isinstance(v, Item) and v.value is call.node for v in values)}  # `acc, marg = f()`
             if not names:
                 continue  # passed straight on (`reduce_scalar(eval_dev(...))`)
+            # `for k, v in metrics.items(): writer.add_scalar(k, v, epoch)`: the loop's
+            # variables hold the returned figures.
+            names |= {n for f in root.fors if f.scope is call.scope and f.tick > call.tick
+                      and _names_in(f.node.iter) & names for n in _names_in(_values_target(f.node))}
             for site in sorted((s for s in root.calls if s.scope is call.scope and s.tick > call.tick),
                                key=lambda s: s.tick):
                 if model.facts.does(site, "collective"):
@@ -446,6 +517,16 @@ class UnreducedShardMetric(Rule):
                         metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
                         module=root)
                     break
+
+    def _reduces_in_loop(self, site: CallSite, loop: ForSite, counter: str) -> bool:
+        """A collective inside the loop that may reduce `counter`: handed it or a value made from
+        it, a torch collective with no argument known, or a project function handed nothing
+        (what it reaches is unknown)."""
+        if _derived(loop, {counter}, _names_in(site.node)):
+            return True
+        if self.model.api(site) is not None:
+            return not site.node.args
+        return not site.node.args or counter.startswith("self.")
 
     def _sharded_by(self, loop: ForSite, function: Function, call: CallSite, bound: str) -> bool:
         """Whether `call` hands the function a sharded loader when the loop iterates one of its
@@ -511,7 +592,12 @@ def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3)
     if depth > 0:
         assignments = loop.scope.assignments
         for name in names - counters:
-            values = [v for v in assignments.get(name, ()) if isinstance(v, cst.BaseExpression)]
+            # (`loss, acc = meter.compute()`: each name unpacked from a value made from counters.)
+            values: list[cst.BaseExpression] = []
+            for held in assignments.get(name, ()):
+                value = held.value if isinstance(held, Item) else held
+                if isinstance(value, cst.BaseExpression):
+                    values.append(value)
             if any(_derived(loop, counters, _names_in(v), depth - 1) for v in values):
                 out.add(name)
     return out
@@ -575,3 +661,12 @@ def _returns(function: cst.FunctionDef) -> list[cst.Return]:
         elif not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             stack.extend(children(node))
     return out
+
+
+def _values_target(loop: cst.For) -> cst.BaseExpression:
+    """What a loop binds the values to: `v` of `for k, v in metrics.items()`, else its target."""
+    target, iterable = loop.target, loop.iter
+    if isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(iterable, cst.Call) \
+            and isinstance(iterable.func, cst.Attribute) and iterable.func.attr.value == "items":
+        return target.elements[1].value
+    return target
