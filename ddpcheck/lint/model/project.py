@@ -177,6 +177,7 @@ class Project:
         self._linted: dict[Path, ModuleModel] = {}
         self._passes: dict[tuple[Path, Callable[[str], bool]], tuple[Stamp, bool]] = {}
         self.parsed = 0  # module models built from a parse of a helper (tests and benchmarks read it)
+        self.dropped = 0  # module models let go of (replaced or past _MAX_MODULES): the run's garbage
         self.build: Callable[[str, str, cst.Module, Project], ModuleModel] | None = None
 
     # --- text and index ----------------------------------------------------------------------
@@ -283,8 +284,10 @@ class Project:
             self._store(path, stamp, model)
 
     def _store(self, path: Path, stamp: Stamp, model: ModuleModel | None) -> None:
-        self._models.pop(path, None)
+        if self._models.pop(path, None) is not None:
+            self.dropped += 1
         self._models[path] = (stamp, model)
         self._indexes.pop(path, None)
         while len(self._models) > _MAX_MODULES:
             del self._models[next(iter(self._models))]
+            self.dropped += 1
