@@ -67,6 +67,9 @@ class Failure:
 
 def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding] | Failure]:
     """Findings per job, in the order of `jobs`; a Failure for a file ddpcheck failed on."""
+    # What is loaded by now (libcst, the rules, the configuration) lives as long as the run: the
+    # collections after each file (_settle) need not walk it, here nor in a forked worker.
+    gc.freeze()
     if workers <= 1 or len(jobs) <= 1:
         return [_lint(job) for job in jobs]
     import multiprocessing  # only here: a one-file run should not pay for importing it
