@@ -160,9 +160,16 @@ def resolved_path(path: str) -> Path | None:
     if not path or path == "-":
         return None
     try:
-        return Path(os.path.abspath(path))
+        # Asked for the same few paths thousands of times per file (name resolution starts from
+        # the module's path); a relative path is kept per working directory.
+        return _resolved(path, "" if os.path.isabs(path) else os.getcwd())
     except (OSError, ValueError):
         return None
+
+
+@lru_cache(maxsize=4096)
+def _resolved(path: str, cwd: str) -> Path:
+    return Path(os.path.normpath(os.path.join(cwd, path)))  # os.path.abspath, given the directory
 
 
 class Project:
