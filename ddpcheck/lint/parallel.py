@@ -70,6 +70,13 @@ def lint_jobs(jobs: list[Job], workers: int) -> list[list[Finding] | Failure]:
     # What is loaded by now (libcst, the rules, the configuration) lives as long as the run: the
     # collections after each file (_settle) need not walk it, here nor in a forked worker.
     gc.freeze()
+    try:
+        return _lint_all(jobs, workers)
+    finally:
+        gc.unfreeze()  # a caller in this process (a test, an editor) gets its collector as it was
+
+
+def _lint_all(jobs: list[Job], workers: int) -> list[list[Finding] | Failure]:
     if workers <= 1 or len(jobs) <= 1:
         return [_lint(job) for job in jobs]
     import multiprocessing  # only here: a one-file run should not pay for importing it
