@@ -9,6 +9,7 @@ typer app (app.py).
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -22,6 +23,7 @@ def _error(message: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console-script entry point. Never lets a traceback from ddpcheck reach the user."""
+    own_process = argv is None  # the console script's or `python -m ddpcheck`'s own command line
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         if argv[:1] == ["run"]:
@@ -30,7 +32,20 @@ def main(argv: list[str] | None = None) -> None:
         if argv[:1] == ["trace"]:
             sys.exit(commands.trace(argv[1:]))
         if argv[:1] == ["lint"]:
-            sys.exit(commands.lint(argv[1:]))
+            # A lint run collects its garbage itself, once per file (lint/parallel.py); the
+            # automatic collections while libcst and the rules are imported find nothing to
+            # free. A caller in this process gets its collector back; a process that is only
+            # this command freezes what it holds at the end, which the interpreter's collection
+            # at exit then does not walk (≈ 30 ms, an eighth of a one-file lint).
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                sys.exit(commands.lint(argv[1:]))
+            finally:
+                if own_process:
+                    gc.freeze()
+                if collecting:
+                    gc.enable()
         from ddpcheck.app import app
 
         app(args=argv, prog_name="ddpcheck")

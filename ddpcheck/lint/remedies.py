@@ -16,6 +16,7 @@ from ddpcheck.findings import Applicability
 from ddpcheck.lint.model.module import ModuleModel
 from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
 from ddpcheck.lint.rule import Replace
+from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.module import CallSite, Scope
@@ -358,7 +359,8 @@ def _statement_of(tree: cst.Module, call: cst.Call) -> cst.SimpleStatementLine |
             if len(node.body) == 1 and isinstance(node.body[0], cst.Expr) and node.body[0].value is call:
                 return node
             continue
-        stack.extend(children(node))
+        if type(node) not in NO_STATEMENTS_BELOW:  # (no statement line below an expression or token)
+            stack.extend(children(node))
     return None
 
 

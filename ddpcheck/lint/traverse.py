@@ -15,7 +15,8 @@ import libcst as cst
 
 _ORDER: dict[type, tuple[str, ...]] = {}
 # Attributes libcst visits only when set (everything else is visited even when None).
-_ONLY_WHEN_SET = frozenset({"format_spec"})
+ONLY_WHEN_SET = frozenset({"format_spec"})
+_ONLY_WHEN_SET = ONLY_WHEN_SET
 
 
 class _Probe(cst.CSTVisitor):

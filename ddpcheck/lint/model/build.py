@@ -443,8 +443,66 @@ def walk(module: ModuleModel, visit_hooks: dict[type, list[Hook]] | None = None,
     skip = traverse.TOKEN_NODES - hooked
     if cst.Comment in hooked:
         skip -= traverse.COMMENT_HOLDERS
-    # libcst's own visit would rebuild every node; this one reads them.
-    traverse.visit_selected(module.tree, Walker(module, visit_hooks, leave_hooks), _ATTRIBUTES, frozenset(skip))
+    _traverse(module.tree, Walker(module, visit_hooks, leave_hooks), frozenset(skip))
+
+
+# A node type's part in the walk: the Walker's own visit, the rules' visit hooks, per visited
+# field (name, the Walker's attribute visit, its attribute leave, whether it is skipped when
+# None), the rules' leave hooks, the Walker's own leave.
+_Plan = tuple[_Own | None, list[Hook] | None,
+              tuple[tuple[str, _Own | None, Callable[[Walker], None] | None, bool], ...],
+              list[Hook] | None, _Own | None]
+
+
+def _traverse(tree: cst.Module, walker: Walker, skip: frozenset[type]) -> None:
+    """The calls `traverse.visit_selected(tree, walker, _ATTRIBUTES, skip)` makes, in the same
+    order, with the Walker's dispatch (its on_visit/on_leave and attribute methods) resolved once
+    per node type: most nodes have no handler and no hook, and then cost no call but the walk's
+    own. libcst's own visit would rebuild every node; this one reads them."""
+    visit_hooks = walker.visit_hooks
+    leave_hooks = walker.leave_hooks
+    plans: dict[type, _Plan] = {}
+    sentinel = cst.MaybeSentinel
+
+    def plan_of(kind: type, node: cst.CSTNode) -> _Plan:
+        fields = tuple((a, _OWN_ATTR_VISIT.get((kind, a)), _OWN_ATTR_LEAVE.get((kind, a)),
+                        a in traverse.ONLY_WHEN_SET) for a in traverse.attributes_of(node))
+        plan = (_OWN_VISIT.get(kind), visit_hooks.get(kind) or None, fields, leave_hooks.get(kind) or None,
+                _OWN_LEAVE.get(kind))
+        plans[kind] = plan
+        return plan
+
+    def walk(node: cst.CSTNode) -> None:
+        kind = type(node)
+        plan = plans.get(kind)
+        own_visit, visits, fields, leaves, own_leave = plan if plan is not None else plan_of(kind, node)
+        if own_visit is not None:
+            own_visit(walker, node)
+        if visits is not None:
+            for hook in visits:
+                hook(node)
+        for attribute, enter, leave, when_set in fields:
+            value = getattr(node, attribute)
+            if when_set and value is None:
+                continue
+            if enter is not None:
+                enter(walker, node)
+            vkind = type(value)
+            if vkind is tuple or vkind is list:
+                for child in value:
+                    if type(child) not in skip:
+                        walk(child)
+            elif value is not None and vkind is not sentinel and vkind not in skip:
+                walk(value)
+            if leave is not None:
+                leave(walker)
+        if leaves is not None:
+            for hook in leaves:
+                hook(node)
+        if own_leave is not None:
+            own_leave(walker, node)
+
+    walk(tree)
 
 
 def build(path: str, source: str, tree: cst.Module, visit_hooks: dict[type, list[Hook]] | None = None,

@@ -902,7 +902,8 @@ def handler_calls(module: ModuleModel, errors_only: bool = False) -> set[int]:
         return found
     every: set[int] = set()
     errors: set[int] = set()
-    stack: list[tuple[cst.CSTNode, bool, bool]] = [(module.tree, False, False)]
+    # A module whose text has no `except` has no handler: its statements are not walked.
+    stack: list[tuple[cst.CSTNode, bool, bool]] = [(module.tree, False, False)] if "except" in module.source else []
     while stack:
         node, inside, for_error = stack.pop()
         kind = type(node)

@@ -160,9 +160,16 @@ def resolved_path(path: str) -> Path | None:
     if not path or path == "-":
         return None
     try:
-        return Path(os.path.abspath(path))
+        # Asked for the same few paths thousands of times per file (name resolution starts from
+        # the module's path); a relative path is kept per working directory.
+        return _resolved(path, "" if os.path.isabs(path) else os.getcwd())
     except (OSError, ValueError):
         return None
+
+
+@lru_cache(maxsize=4096)
+def _resolved(path: str, cwd: str) -> Path:
+    return Path(os.path.normpath(os.path.join(cwd, path)))  # os.path.abspath, given the directory
 
 
 class Project:
@@ -177,6 +184,7 @@ class Project:
         self._linted: dict[Path, ModuleModel] = {}
         self._passes: dict[tuple[Path, Callable[[str], bool]], tuple[Stamp, bool]] = {}
         self.parsed = 0  # module models built from a parse of a helper (tests and benchmarks read it)
+        self.dropped = 0  # module models let go of (replaced or past _MAX_MODULES): the run's garbage
         self.build: Callable[[str, str, cst.Module, Project], ModuleModel] | None = None
 
     # --- text and index ----------------------------------------------------------------------
@@ -283,8 +291,10 @@ class Project:
             self._store(path, stamp, model)
 
     def _store(self, path: Path, stamp: Stamp, model: ModuleModel | None) -> None:
-        self._models.pop(path, None)
+        if self._models.pop(path, None) is not None:
+            self.dropped += 1
         self._models[path] = (stamp, model)
         self._indexes.pop(path, None)
         while len(self._models) > _MAX_MODULES:
             del self._models[next(iter(self._models))]
+            self.dropped += 1

@@ -110,6 +110,30 @@ def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 push(value)
 
 
+def expressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    """What `subexpressions(node)` yields, in the same order, less the token nodes (whitespace,
+    punctuation, operators: traverse.TOKEN_NODES, below which there are only tokens): for
+    searches for calls, names, subscripts. About half of a body's nodes are tokens."""
+    from ddpcheck.lint.traverse import TOKEN_NODES, attributes_of
+
+    stack = [node]
+    push = stack.append
+    is_node = _IS_NODE.get
+    while stack:
+        current = stack.pop()
+        yield current
+        for attribute in attributes_of(current):
+            value = getattr(current, attribute)
+            kind = type(value)
+            if kind is tuple or kind is list:
+                for v in value:
+                    vkind = type(v)
+                    if vkind not in TOKEN_NODES and (is_node(vkind) or _is_node(v)):
+                        push(v)
+            elif kind not in TOKEN_NODES and (is_node(kind) or _is_node(value)):
+                push(value)
+
+
 def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """What `subexpressions(node)` yields, in the same order, but not what lies below nodes
     that hold no statement (expressions, small statements, tokens): for searches for

@@ -18,7 +18,7 @@ import libcst as cst
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import strip_moves
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
+from ddpcheck.lint.model.syntax import argument, dotted, expressions
 from ddpcheck.lint.model.values import Value
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def saved_state_dicts(model: Model) -> Iterator[tuple[CallSite, Value, cst.Call,
             node = value.node
             if not isinstance(node, cst.CSTNode):
                 continue
-            for sd in subexpressions(node):
+            for sd in expressions(node):
                 if isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute) \
                         and sd.func.attr.value == "state_dict" and not sd.args:
                     where = value.module.call_at(sd)

@@ -30,6 +30,14 @@ _MACHINES = re.compile(
     r"|\b(?:n?gpus|devices)_per_node\b|NODE_RANK|GROUP_RANK|hostnames?\b|\bnodelist\b",
     re.IGNORECASE,
 )
+# Every branch of _MACHINES holds one of these words: a text without them cannot match, and this
+# search is several times faster than the full one (which most texts do not match).
+_MACHINE_WORDS = re.compile(r"slurm_|node|group_rank|host", re.IGNORECASE)
+
+
+def _plans_machines(text: str) -> bool:
+    code = code_only(text)
+    return _MACHINE_WORDS.search(code) is not None and _MACHINES.search(code) is not None
 
 
 def _names_machines(model: Model) -> bool:
@@ -38,7 +46,7 @@ def _names_machines(model: Model) -> bool:
     reads a scheduler's hosts runs on one, where the local rank is the rank."""
     found = model.root.memo.get("names_machines")
     if found is None:
-        found = any(_MACHINES.search(code_only(text)) is not None for text in model.graph.import_closure(model.root))
+        found = any(_plans_machines(text) for text in model.graph.import_closure(model.root))
         model.root.memo["names_machines"] = found
     return bool(found)
 

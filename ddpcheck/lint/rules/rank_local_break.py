@@ -354,8 +354,8 @@ class RankLocalBreak(Rule):
         this rank's own (a CUDA out-of-memory on its batch), so it skips a backward the other
         ranks make."""
         model = self.model
-        if not model.uses_ddp:
-            return
+        if not model.uses_ddp or "except" not in root.source:
+            return  # (every exit looked for below is in an `except` handler)
         # A script's training loop may sit at module level, outside any function.
         scopes = [("<module>", root.module_scope), *root.function_scopes.items()]
         for qualname, scope in scopes:

@@ -10,7 +10,7 @@ from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import is_ddp, is_eval_name
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
+from ddpcheck.lint.model.syntax import dotted, expressions, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.model.symbols import Function
@@ -186,7 +186,7 @@ class UnevenInputs(Rule):
         reported: set[int] = set()
         self._reached_strides(reported)
         for scope, node in _expressions(root):
-            for sub in subexpressions(node):
+            for sub in expressions(node):  # (subscripts and calls: the tokens are not read)
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
                     self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
                 elif isinstance(sub, cst.Call) and _range_by_rank(sub, resolve, scope) and id(sub) not in reported \
@@ -203,7 +203,7 @@ class UnevenInputs(Rule):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for loop in root.fors:
             # `for i in range(rank, len(files), world_size):` around a backward or a collective
-            for sub in subexpressions(loop.node.iter):
+            for sub in expressions(loop.node.iter):
                 if isinstance(sub, cst.Call) and id(sub) not in reported \
                         and _range_by_rank(sub, resolve, loop.scope) and self._works_in(root, loop.node):
                     reported.add(id(sub))
@@ -240,7 +240,7 @@ class UnevenInputs(Rule):
                 continue  # the script is read below; a module that truncates evens its shares
             resolve = model.resolver_for(module)
             for scope, node in _expressions(module):
-                for sub in subexpressions(node):
+                for sub in expressions(node):
                     if isinstance(sub, cst.Call) and id(sub) not in reported and _range_by_rank(sub, resolve, scope) \
                             and self._feeds_training(module, scope, set(module.assigned_names(node)), 0):
                         reported.add(id(sub))

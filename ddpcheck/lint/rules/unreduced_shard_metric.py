@@ -9,7 +9,7 @@ from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, expressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Parameters that hand a batch source its rank, and the number of ranks.
@@ -365,7 +365,7 @@ class UnreducedShardMetric(Rule):
         """`expr` holds a value reduced across ranks: a collective in it, or (in `loop`) a name
         it reads that the loop binds from one (`loss = reduce_tensor(loss.clone())` before
         `test_loss += loss.item()`)."""
-        for sub in subexpressions(expr):
+        for sub in expressions(expr):  # (calls and names: the tokens are not read)
             site = root.call_at(sub) if isinstance(sub, cst.Call) else None
             if site is not None and self.model.facts.does(site, "data_collective"):
                 return True
@@ -637,13 +637,10 @@ def _adds_to_self(function: cst.FunctionDef) -> bool:
 
 def _names_in(node: cst.CSTNode) -> set[str]:
     out: set[str] = set()
-    stack = [node]
-    while stack:
-        current = stack.pop()
+    for current in expressions(node):
         name = dotted(current) if isinstance(current, (cst.Name, cst.Attribute)) else None
         if name is not None:
             out.add(name)
-        stack.extend(children(current))
     return out
 
 

@@ -10,7 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
-from ddpcheck.lint.model.syntax import children, dotted, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, expressions, subexpressions
 from ddpcheck.lint.model.values import Frame, Leaf, Value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS
@@ -267,11 +267,18 @@ class UnscaledLearningRate(Rule):
                 continue
             if node.orelse is not None:
                 stack.append(node.orelse)
-            inside = list(subexpressions(node.body))
-            if not any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-                       and n.func.attr.value == "backward" for n in inside):
-                continue
-            if any(_rank_slice(n, resolve) for n in inside):
+            # Calls and subscripts are never tokens nor below one: the tokens are not read.
+            backward = False
+            subscripts: list[cst.CSTNode] = []
+            for n in expressions(node.body):
+                kind = type(n)
+                if kind is cst.Call:
+                    func = n.func  # type: ignore[attr-defined]
+                    if type(func) is cst.Attribute and func.attr.value == "backward":
+                        backward = True
+                elif kind is cst.Subscript:
+                    subscripts.append(n)
+            if backward and any(_rank_slice(n, resolve) for n in subscripts):
                 return True
         return False
 
