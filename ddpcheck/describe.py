@@ -16,7 +16,7 @@ import inspect
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Protocol, Sequence
 
 from ddpcheck.findings import Severity
 
@@ -39,6 +39,13 @@ class RuleInfo:
     @property
     def url(self) -> str:
         return DOCS_URL.format(code=self.code)
+
+
+class Reported(Protocol):
+    """An example a static rule must report, with where (lint/rule.py's `Invalid`)."""
+
+    @property
+    def code(self) -> str: ...
 
 
 _REGISTRY: dict[str, type[Described]] = {}
@@ -73,13 +80,17 @@ class Described:
     default_enabled: ClassVar[bool] = True
     fixable: ClassVar[bool] = False
     kind: ClassVar[str] = "lint"
-    BAD: ClassVar[str] = ""
-    GOOD: ClassVar[str] = ""
+    # Examples, as for every code: INVALID programs are reported, VALID ones are not. The first of
+    # each is the page's pair ("Example that is reported", "The same, done right").
+    VALID: ClassVar[Sequence[str]] = ()
+    INVALID: ClassVar[Sequence[str | Reported]] = ()
 
     @classmethod
     def info(cls) -> RuleInfo:
         doc = inspect.cleandoc(cls.__doc__ or "")
         summary, _, body = doc.partition("\n\n")
+        bad = cls.INVALID[0] if cls.INVALID else ""
+        good = cls.VALID[0] if cls.VALID else ""
         return RuleInfo(
             code=cls.code,
             name=cls.name,
@@ -89,8 +100,8 @@ class Described:
             default_enabled=cls.default_enabled,
             fixable=cls.fixable,
             body=body.strip(),
-            bad=textwrap.dedent(cls.BAD).strip("\n"),
-            good=textwrap.dedent(cls.GOOD).strip("\n"),
+            bad=textwrap.dedent(bad if isinstance(bad, str) else bad.code).strip("\n"),
+            good=textwrap.dedent(good).strip("\n"),
         )
 
 

@@ -22,10 +22,10 @@ class SyntaxErrorInFile(Described):
     name = "syntax-error"
     severity = Severity.ERROR
     kind = "tool"
-    BAD = """
+    INVALID = ("""
     def train(:
         pass
-    """
+    """,)
 
 
 class UnusedNoqa(Described):
@@ -53,12 +53,12 @@ class UnusedNoqa(Described):
     kind = "tool"
     default_enabled = False
     fixable = True
-    BAD = """
+    INVALID = ("""
     loader = DataLoader(ds, sampler=DistributedSampler(ds))  # noqa: DDP001
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     loader = DataLoader(ds, sampler=DistributedSampler(ds))
-    """
+    """,)
 
 
 class UnreadableFile(Described):

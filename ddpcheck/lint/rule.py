@@ -18,13 +18,12 @@ that lead there (see Model.paths.chain).
 
 from __future__ import annotations
 
-import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Sequence
 
 import libcst as cst
 
-from ddpcheck.describe import Described, RuleInfo
+from ddpcheck.describe import Described
 from ddpcheck.findings import Applicability
 
 if TYPE_CHECKING:
@@ -90,16 +89,6 @@ class Rule(Described):
         where = module if module is not None else self.model.root
         chain = tuple((c.module, c.node, _via(c)) for c in related)
         self.reported.append(Pending(type(self), where, node, message or self.MESSAGE, fix, chain, line_in))
-
-    @classmethod
-    def info(cls) -> RuleInfo:
-        info = super().info()
-        if info.bad or info.good:
-            return info
-        # The first examples double as the page's bad/good pair.
-        bad = cls.INVALID[0].code if cls.INVALID else ""
-        good = cls.VALID[0] if cls.VALID else ""
-        return replace(info, bad=textwrap.dedent(bad).strip("\n"), good=textwrap.dedent(good).strip("\n"))
 
 
 def _via(call: CallSite) -> str:

@@ -6,7 +6,8 @@ every rank and judges it across ranks in the launcher. A probe module declares
 
 - one `RuntimeCheck` subclass per code it judges: `code`, `name`, `severity`, the docstring (the
   page that `ddpcheck explain` prints and `rules/CODE.md` holds: a one-line summary, then
-  `## Why it matters`, `## How to fix`, `## References`) and `BAD` / `GOOD` examples;
+  `## Why it matters`, `## How to fix`, `## References`) and `INVALID` / `VALID` examples (tuples of
+  programs: the first of each is the page's pair; tests/test_runtime_examples.py parses them);
 - `capture(session)`, run in each rank once the user's code has imported torch: it appends
   callbacks to the session's hook lists (`ddpcheck/run/rank/session.py` documents them) and
   writes JSON-ready values into `session.section(NAME)`, its part of the rank's record. It imports

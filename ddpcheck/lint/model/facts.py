@@ -9,17 +9,27 @@ recorded (ifs, returns, environment reads, assignments): no function body is wal
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import selects_main_rank
-from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.conditions import Resolve, selects_main_rank
+from ddpcheck.lint.model.graph import CallGraph
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import string_text
 
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
+
+class FactsModel(Protocol):
+    """What the facts ask of the semantic model (semantic.Model)."""
+
+    @property
+    def graph(self) -> CallGraph: ...
+    @property
+    def own_launcher_keys(self) -> frozenset[str]: ...
+    def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Resolve: ...
+    def api(self, site: CallSite) -> str | None: ...
+
 
 # fact → the API calls that establish it
 CALL_FACTS: dict[str, frozenset[str]] = {
@@ -64,7 +74,7 @@ def _training_only(site: CallSite) -> bool:
 
 
 class Facts:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: FactsModel) -> None:
         self.model = model
         self._memo: dict[tuple[int, str], frozenset[str]] = {}
 

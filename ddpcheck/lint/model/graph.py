@@ -15,20 +15,40 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope, Target
-from ddpcheck.lint.model.project import locate, resolved_path
+from ddpcheck.lint.model.project import Project, locate, resolved_path
+from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, has_star_kwargs, string_text
 
-from ddpcheck.lint.model.values import Frame, Value
+from ddpcheck.lint.model.values import Frame, Value, Values
 
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
+
+class GraphModel(Protocol):
+    """What the call graph asks of the semantic model (semantic.Model). The execution paths sit
+    above this module (they follow the graph), so the reach they record is asked of the model."""
+
+    @property
+    def root(self) -> ModuleModel: ...
+    @property
+    def project(self) -> Project: ...
+    @property
+    def resolver(self) -> Resolver: ...
+    @property
+    def values(self) -> Values: ...
+    @property
+    def reach_complete(self) -> bool: ...
+    def project_model(self, path: Path) -> ModuleModel | None: ...
+    def resolve_in(self, path: Path, name: str) -> Target | None: ...
+    def edges_into(self, function: Function) -> list[tuple[CallSite, str]]: ...
+    def api(self, site: CallSite) -> str | None: ...
+
 
 _METHOD_DEF = re.compile(r"^[ \t]+def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
 Callee = tuple[Function, str]
@@ -65,7 +85,7 @@ _COMMON = frozenset({
 
 
 class CallGraph:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: GraphModel) -> None:
         self.model = model
         self._targets: dict[int, list[Callee]] = {}
         self._callers: dict[tuple[int, str], list[tuple[CallSite, str]]] = {}

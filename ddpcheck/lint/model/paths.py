@@ -23,25 +23,52 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import Iterator, Protocol
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    is_distributed_test, selects_main_rank, vacuous_without_flag, widened,
+    Resolve, is_distributed_test, selects_main_rank, vacuous_without_flag, widened,
 )
+from ddpcheck.lint.model.facts import Facts
+from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
-from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.project import Project, resolved_path
+from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.values import Frame, Value, literal_test
+from ddpcheck.lint.model.values import Frame, Value, Values, literal_test
 from ddpcheck.lint.model.syntax import argument, children, dotted, is_none, last_name, subexpressions
 from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model, Names
+
+class PathsModel(Protocol):
+    """What the execution paths ask of the semantic model (semantic.Model)."""
+
+    @property
+    def root(self) -> ModuleModel: ...
+    @property
+    def project(self) -> Project: ...
+    @property
+    def resolver(self) -> Resolver: ...
+    @property
+    def graph(self) -> CallGraph: ...
+    @property
+    def values(self) -> Values: ...
+    @property
+    def facts(self) -> Facts: ...
+    @property
+    def reach_complete(self) -> bool: ...
+    @property
+    def torchrun_path(self) -> bool: ...
+    def is_entry_point(self) -> bool: ...
+    def project_model(self, path: Path) -> ModuleModel | None: ...
+    def qualname(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope | None = None) -> str | None: ...
+    def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Resolve: ...
+    def api(self, site: CallSite) -> str | None: ...
+
 
 MAX_FUNCTIONS = 300
 MAX_HOPS = 5
@@ -57,7 +84,7 @@ _MAX_LOOP_CALLERS = 8  # callers followed per function when looking for a loop a
 
 
 class Paths:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: PathsModel) -> None:
         self.model = model
         self.complete = False
         self._edges: dict[Function, list[tuple[CallSite, str]]] = {}
@@ -819,7 +846,7 @@ def _only_module_attributes(module: ModuleModel, name: str) -> bool:
     return True
 
 
-def is_no_grad(model: Model, module: ModuleModel, withs: tuple[cst.With, ...], function: str | None) -> bool:
+def is_no_grad(model: PathsModel, module: ModuleModel, withs: tuple[cst.With, ...], function: str | None) -> bool:
     """Whether code runs under `torch.no_grad()` / `inference_mode()` (a with block, or a
     decorator of its function)."""
     for w in withs:
@@ -873,7 +900,7 @@ def _presence(test: cst.BaseExpression) -> tuple[cst.BaseExpression, bool] | Non
     return None
 
 
-def _local_rank_test(test: cst.BaseExpression, resolve: Names) -> bool:
+def _local_rank_test(test: cst.BaseExpression, resolve: Resolve) -> bool:
     """A rank test whose rank-0 side reads a local rank (`args.local_rank == 0`, `LOCAL_RANK`,
     `args.gpu == 0`): one process per node passes it. `args.local_rank == -1 or
     dist.get_rank() == 0` reads the global rank."""

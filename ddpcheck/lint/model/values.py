@@ -24,21 +24,64 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, Union
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, Union
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import is_distributed_test, is_wrapped_test
+from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_wrapped_test
 from ddpcheck.lint.model.module import (
-    Augmented, Binding, CallSite, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared,
+    Augmented, Binding, CallSite, ClassInfo, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared,
 )
 from ddpcheck.lint.model.options import constant_flag
+from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, subexpressions
 
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
+
+class _Graph(Protocol):
+    """The call graph (graph.py) as the value flow asks it."""
+
+    def targets(self, site: CallSite) -> list[tuple[Function, str]]: ...
+    def callers(self, function: Function) -> list[tuple[CallSite, str]]: ...
+    def argument_for(self, call: CallSite, function: Function, param: Param, bound: str
+                     ) -> cst.BaseExpression | CallSite | None: ...
+    def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
+                         at: Point | None, depth: int = 2
+                         ) -> list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]]: ...
+    def base_argument(self, site: CallSite, api_class: str, keyword: str, position: int | None,
+                      frame: Frame | None = None) -> list[Value] | None: ...
+    def instance_of(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None: ...
+    def instances_of(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]: ...
+    def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int
+                      ) -> list[Value]: ...
+    def import_closure(self, module: ModuleModel) -> list[str]: ...
+
+
+class _Paths(Protocol):
+    """The execution paths (paths.py) as the value flow asks them."""
+
+    def kind(self, module: ModuleModel, guard: Guard, scope: Scope | None = None) -> str | None: ...
+    def dead(self, site: CallSite) -> bool: ...
+
+
+class ValuesModel(Protocol):
+    """What the value flow asks of the semantic model (semantic.Model). The call graph and the
+    execution paths sit above this module and read values themselves, so they are reached
+    through the model and typed by what is asked of them, not imported."""
+
+    @property
+    def graph(self) -> _Graph: ...
+    @property
+    def paths(self) -> _Paths: ...
+    @property
+    def resolver(self) -> Resolver: ...
+    def project_model(self, path: Path) -> ModuleModel | None: ...
+    def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Resolve: ...
+    def api(self, site: CallSite) -> str | None: ...
+    def api_of(self, value: Value) -> str | None: ...
+
 
 DEPTH = 16
 MAX_LEAVES = 48
@@ -148,7 +191,7 @@ STEPS_PER_RULE = 20000
 
 
 class Values:
-    def __init__(self, model: Model) -> None:
+    def __init__(self, model: ValuesModel) -> None:
         self.model = model
         self.budget = STEPS_PER_RULE
         self._expanding: set[tuple[int, str]] = set()  # dicts whose later entries are being read

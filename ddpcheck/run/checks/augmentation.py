@@ -70,7 +70,7 @@ class DatasetRngRepeats(RuntimeCheck):
     hint = "create the generator per worker in worker_init_fn from get_worker_info().seed"
     name = "dataset-rng-repeats"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         class Augmented(Dataset):
             def __init__(self, files):
                 self.files = files
@@ -78,14 +78,14 @@ class DatasetRngRepeats(RuntimeCheck):
 
             def __getitem__(self, i):
                 return random_crop(load(self.files[i]), self.rng)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         def seed_worker(worker_id):
             info = torch.utils.data.get_worker_info()
             info.dataset.rng = np.random.default_rng(info.seed)
 
         loader = DataLoader(data, num_workers=4, worker_init_fn=seed_worker, sampler=sampler)
-    """
+    """,)
 
 
 class IdenticalWorkerSeeds(RuntimeCheck):
@@ -117,14 +117,14 @@ class IdenticalWorkerSeeds(RuntimeCheck):
     hint = "seed each rank differently: torch.manual_seed(seed + rank)"
     name = "identical-worker-seeds"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         torch.manual_seed(42)  # the same on every rank
         loader = DataLoader(augmented, batch_size=64, sampler=DistributedSampler(augmented), num_workers=4)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         torch.manual_seed(42 + dist.get_rank())
         loader = DataLoader(augmented, batch_size=64, sampler=DistributedSampler(augmented), num_workers=4)
-    """
+    """,)
 
 
 def capture(session: "Session") -> None:

@@ -81,16 +81,16 @@ class ReentrantCheckpoint(RuntimeCheck):
     # parameters that then drift), parameters without a gradient, DDP's error at the next
     # forward and the crash it is.
     explains = ("DDP105", "DDP106", "DDP112", "DDP146", "DDP120")
-    BAD = """
+    INVALID = ("""
         def forward(self, images):
             h = checkpoint(self.stem, images)  # use_reentrant not given: reentrant; images need no grad
             return self.head(checkpoint(self.body, h))
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         def forward(self, images):
             h = checkpoint(self.stem, images, use_reentrant=False)
             return self.head(checkpoint(self.body, h, use_reentrant=False))
-    """
+    """,)
 
 
 def capture(session: "Session") -> None:

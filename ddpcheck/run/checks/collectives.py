@@ -79,14 +79,14 @@ class CollectiveMismatch(RuntimeCheck):
     needs = "init"  # collectives need a process group, not a DDP model or an optimizer step
     explains = ("DDP120", "DDP123", "DDP127")
     hint = "every rank must make the same collective calls in the same order, with equal shapes and dtypes"
-    BAD = """
+    INVALID = ("""
     if rank == 0 and step == 3:
         dist.barrier()  # the other ranks are in DDP's gradient all-reduce: both wait forever
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     if step == 3:
         dist.barrier()  # every rank
-    """
+    """,)
 
 
 class UnevenWork(RuntimeCheck):
@@ -134,20 +134,20 @@ class UnevenWork(RuntimeCheck):
     explains = ("DDP120", "DDP123", "DDP127", "DDP128")
     hint = ("give every rank the same number of batches (DistributedSampler; equal IterableDataset shards) and "
             "decide early stopping on an all-reduced value; for intended uneven inputs use DDP's join()")
-    BAD = """
+    INVALID = ("""
     for step in range(max_steps):
         loss = train_step(model)
         if loss.item() < 0.05:  # this rank's own loss: the others go on
             break
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     for step in range(max_steps):
         loss = train_step(model)
         stop = torch.tensor(float(loss.item() < 0.05))
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)  # every rank decides alike
         if stop.item():
             break
-    """
+    """,)
 
 
 # --- in every rank -----------------------------------------------------------------------------------

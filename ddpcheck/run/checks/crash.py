@@ -69,11 +69,11 @@ class RankCrashed(Incident):
     name = "rank-crashed"
     severity = Severity.ERROR
     hint = "fix the exception at the reported line; the full traceback is in the JSON report"
-    BAD = """
+    INVALID = ("""
     for step, (x, y) in enumerate(loader):
         if dist.get_rank() == 1 and step == 3:
             raise ValueError("bad batch")  # reported: rank 1 raised ValueError at train.py:NN
-    """
+    """,)
 
 
 class RankKilled(Incident):
@@ -124,13 +124,13 @@ class CudaNotEmulated(Incident):
     name = "cuda-not-emulated"
     severity = Severity.ERROR
     hint = "skip the call when DDPCHECK_EMULATE_CUDA=1, or run on a GPU machine"
-    BAD = """
+    INVALID = ("""
     graph = torch.cuda.CUDAGraph()  # stops `ddpcheck run --cpu` here
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     use_graphs = not os.environ.get("DDPCHECK_EMULATE_CUDA")
     graph = torch.cuda.CUDAGraph() if use_graphs else None
-    """
+    """,)
 
 
 class SpawnUnderLauncher(Incident):
@@ -185,11 +185,11 @@ class EndedBeforeTraining(Incident):
     name = "ended-before-training"
     severity = Severity.INFO
     leads = True  # the report opens with it: it says why nothing below was checked
-    BAD = """
+    INVALID = ("""
     if torch.cuda.device_count() < 4:
         print("Unable to locate sufficient 4 gpus to run this example. Exiting.")
         sys.exit()  # `ddpcheck run --nproc 2`: ended before training, every check not reached
-    """
+    """,)
 
 
 def root_cause(crashes: list[Crash]) -> Crash | None:

@@ -61,16 +61,16 @@ class EvaluationNotSharded(RuntimeCheck):
     code = "DDP115"
     name = "evaluation-not-sharded"
     severity = Severity.INFO
-    BAD = """
+    INVALID = ("""
         test_loader = DataLoader(test_set, batch_size=64, shuffle=False)
         accuracy = evaluate(ddp_model, test_loader)  # every rank evaluates everything
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         test_loader = DataLoader(test_set, batch_size=64, sampler=DistributedSampler(test_set, shuffle=False))
         correct, total = evaluate(ddp_model, test_loader)
         counts = torch.tensor([correct, total])
         dist.all_reduce(counts)
-    """
+    """,)
 
 
 NAME = "evaluation"

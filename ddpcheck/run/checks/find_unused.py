@@ -63,12 +63,12 @@ class FindUnusedParametersUnneeded(RuntimeCheck):
     hint = "drop find_unused_parameters=True"
     name = "find-unused-walk-for-nothing"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         model = DDP(model, device_ids=[local_rank], find_unused_parameters=True)  # all params used
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         model = DDP(model, device_ids=[local_rank])
-    """
+    """,)
 
 
 class UnfinishedReduction(RuntimeCheck):
@@ -103,15 +103,15 @@ class UnfinishedReduction(RuntimeCheck):
     # The step whose reduction never completed left the other gradients unsynchronised (and the
     # parameters then drift); the parameters without a gradient; the crash it is.
     explains = ("DDP105", "DDP106", "DDP112", "DDP120")
-    BAD = """
+    INVALID = ("""
         def forward(self, x):
             features = self.backbone(x)
             return self.head(features), self.aux_head(features.detach())  # aux loss never computed
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         def forward(self, x):
             return self.head(self.backbone(x))  # aux_head removed (or passed to the loss)
-    """
+    """,)
 
 
 def reducer_parameter_names(ddp: DistributedDataParallel) -> list[str]:

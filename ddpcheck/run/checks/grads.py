@@ -107,13 +107,13 @@ class GradientsDiffer(RuntimeCheck):
     name = "gradients-differ"
     severity = Severity.ERROR
     explains = ("DDP106",)
-    BAD = """
+    INVALID = ("""
         for x, y in loader:
             with ddp_model.no_sync():
                 loss_fn(ddp_model(x), y).backward()
             optimizer.step()
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         for i, (x, y) in enumerate(loader):
             last = (i + 1) % accumulate == 0
             with contextlib.nullcontext() if last else ddp_model.no_sync():
@@ -121,7 +121,7 @@ class GradientsDiffer(RuntimeCheck):
             if last:
                 optimizer.step()
                 optimizer.zero_grad()
-    """
+    """,)
 
 
 NAME = "grads"

@@ -62,15 +62,15 @@ class CollectiveHang(Incident):
     severity = Severity.ERROR
     explains = ("DDP120", "DDP121", "DDP126", "DDP127")
     hint = "every rank must call the same collectives in the same order; move them out of `if rank == ...`"
-    BAD = """
+    INVALID = ("""
     if dist.get_rank() == 0:
         dist.barrier()  # the other ranks never get here
     dist.all_reduce(loss)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     dist.barrier()  # every rank
     dist.all_reduce(loss)
-    """
+    """,)
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:

@@ -43,19 +43,19 @@ class IdenticalInputs(RuntimeCheck):
     code = "DDP104"
     name = "identical-inputs"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         class Stream(IterableDataset):
             def __iter__(self):
                 yield from read_all_samples()  # every rank reads the whole stream
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         class Stream(IterableDataset):
             def __iter__(self):
                 rank, world = dist.get_rank(), dist.get_world_size()
                 for i, sample in enumerate(read_all_samples()):
                     if i % world == rank:
                         yield sample
-    """
+    """,)
 
 
 NAME = "inputs"

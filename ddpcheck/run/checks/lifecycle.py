@@ -48,17 +48,17 @@ class InitProcessGroupMissing(RuntimeCheck):
     # findings that follow are this one's consequences, not faults of their own.
     explains = ("DDP100", "DDP101", "DDP102", "DDP103", "DDP104", "DDP105", "DDP106", "DDP107", "DDP111",
                 "DDP115")
-    BAD = """
+    INVALID = ("""
         model = Net()
         for x, y in loader:
             ...
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         dist.init_process_group("gloo")
         model = DDP(Net())
         for x, y in loader:
             ...
-    """
+    """,)
 
 
 class DDPNotUsed(RuntimeCheck):
@@ -85,18 +85,18 @@ class DDPNotUsed(RuntimeCheck):
     name = "ddp-not-used"
     severity = Severity.ERROR
     explains = ("DDP105", "DDP106", "DDP107")
-    BAD = """
+    INVALID = ("""
         ddp_model = DDP(model)
         for x, y in loader:
             loss = loss_fn(model(x), y)  # the unwrapped module
             loss.backward()
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         ddp_model = DDP(model)
         for x, y in loader:
             loss = loss_fn(ddp_model(x), y)
             loss.backward()
-    """
+    """,)
 
 
 class CudaDeviceMismatch(RuntimeCheck):
@@ -122,15 +122,15 @@ class CudaDeviceMismatch(RuntimeCheck):
     needs = "ddp"
     name = "cuda-device-mismatch"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         model = Net().cuda(0)
         ddp_model = DDP(model, device_ids=[0])
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
         ddp_model = DDP(Net().cuda(local_rank), device_ids=[local_rank])
-    """
+    """,)
 
 
 class DestroyProcessGroupMissing(RuntimeCheck):
@@ -156,15 +156,15 @@ class DestroyProcessGroupMissing(RuntimeCheck):
     needs = "init"
     name = "process-group-not-destroyed"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         dist.init_process_group("gloo")
         train()
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         dist.init_process_group("gloo")
         train()
         dist.destroy_process_group()
-    """
+    """,)
 
 
 class UnusedParameters(RuntimeCheck):
@@ -190,19 +190,19 @@ class UnusedParameters(RuntimeCheck):
     code = "DDP112"
     name = "unused-parameters"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         class Net(nn.Module):
             def __init__(self):
                 super().__init__()
                 self.body = nn.Linear(8, 8)
                 self.aux_head = nn.Linear(8, 2)  # never called in forward
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         class Net(nn.Module):
             def __init__(self):
                 super().__init__()
                 self.body = nn.Linear(8, 8)
-    """
+    """,)
 
 
 NAME = "lifecycle"

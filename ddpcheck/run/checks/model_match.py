@@ -66,17 +66,17 @@ class ModelDiffersAcrossRanks(RuntimeCheck):
     needs = "init"
     # DDP's constructor then fails on every rank, or its first gradient all-reduce differs.
     explains = ("DDP120", "DDP128")
-    BAD = """
+    INVALID = ("""
         model = Net()
         if dist.get_rank() == 0:
             model.aux_head = nn.Linear(16, 3)
         model = DDP(model)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         model = Net()
         model.aux_head = nn.Linear(16, 3)  # on every rank
         model = DDP(model)
-    """
+    """,)
 
 
 NAME = "model"

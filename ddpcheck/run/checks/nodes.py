@@ -62,16 +62,16 @@ class DeviceNotOnNode(Incident):
     severity = Severity.ERROR
     explains = ("DDP120",)  # the crash it is
     hint = "index the GPU by LOCAL_RANK, not the global rank: torch.cuda.set_device(int(os.environ['LOCAL_RANK']))"
-    BAD = """
+    INVALID = ("""
     rank = int(os.environ["RANK"])
     torch.cuda.set_device(rank)  # rank 4 on the second node of 4-GPU nodes: invalid device ordinal
     model = DDP(Net().to(rank), device_ids=[rank])
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     model = DDP(Net().to(local_rank), device_ids=[local_rank])
-    """
+    """,)
 
 
 class NodesWriteOnePath(RuntimeCheck):
@@ -104,14 +104,14 @@ class NodesWriteOnePath(RuntimeCheck):
     severity = Severity.WARNING
     needs = None
     hint = "save on the global rank 0 (dist.get_rank() == 0), not on each node's local rank 0"
-    BAD = """
+    INVALID = ("""
     if int(os.environ["LOCAL_RANK"]) == 0:  # true once per node
         torch.save(model.module.state_dict(), "checkpoints/last.pt")
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
     if dist.get_rank() == 0:  # once per job
         torch.save(model.module.state_dict(), "checkpoints/last.pt")
-    """
+    """,)
 
 
 def _path_of(target: Any) -> str | None:

@@ -59,17 +59,17 @@ class ParametersDiverge(RuntimeCheck):
     code = "DDP106"
     name = "parameters-diverge"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         optimizer.step()
         if dist.get_rank() == 0:
             with torch.no_grad():
                 model.head.bias.add_(0.01)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         optimizer.step()
         with torch.no_grad():
             model.head.bias.add_(0.01)  # the same edit on every rank
-    """
+    """,)
 
 
 class BuffersDiverge(RuntimeCheck):
@@ -95,14 +95,14 @@ class BuffersDiverge(RuntimeCheck):
     code = "DDP107"
     name = "buffers-diverge"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         model = DDP(model, broadcast_buffers=False)
         if dist.get_rank() == 0:
             model.module.mask.fill_(0)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         model = DDP(model)  # broadcast_buffers=True: rank 0's buffers at every forward
-    """
+    """,)
 
 
 NAME = "params"

@@ -44,14 +44,14 @@ class UnevenShardAtScale(RehearsalCheck):
     code = "DDP160"
     name = "uneven-shard-at-scale"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         shard = Subset(train_set, range(rank, len(train_set), world_size))  # 1000 samples, 512 ranks
         loader = DataLoader(shard, batch_size=2)  # ranks 488-511 get one batch fewer
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         sampler = DistributedSampler(train_set)  # every rank the same number of samples
         loader = DataLoader(train_set, batch_size=2, sampler=sampler)
-    """
+    """,)
 
 
 class CollectivesDifferAtScale(RehearsalCheck):
@@ -79,15 +79,15 @@ class CollectivesDifferAtScale(RehearsalCheck):
     code = "DDP161"
     name = "collectives-differ-at-scale"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         if rank < 256:
             dist.all_reduce(stats)  # ranks 256+ never enter it at 512 ranks
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         dist.all_reduce(stats)  # every rank, then decide what to print
         if rank == 0:
             print(stats)
-    """
+    """,)
 
 
 class FailsAtWorldSize(RehearsalCheck):
@@ -116,13 +116,13 @@ class FailsAtWorldSize(RehearsalCheck):
     code = "DDP162"
     name = "fails-at-world-size"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         grad_accum = total_batch // (micro_batch * world_size)  # 0 at 64 ranks
         assert grad_accum > 0
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         grad_accum = max(1, total_batch // (micro_batch * world_size))
-    """
+    """,)
 
 
 class EmptyEvalShardAtScale(RehearsalCheck):
@@ -150,15 +150,15 @@ class EmptyEvalShardAtScale(RehearsalCheck):
     code = "DDP163"
     name = "empty-eval-shard-at-scale"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         val_shard = Subset(val_set, range(rank, len(val_set), world_size))  # empty past rank 499
         mean_loss = total_loss / len(val_loader)  # ZeroDivisionError there
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         totals = torch.tensor([total_loss, count])
         dist.all_reduce(totals)  # sums and counts over every rank
         mean_loss = totals[0] / totals[1].clamp(min=1)
-    """
+    """,)
 
 
 class LearningRateAtScale(RehearsalCheck):
@@ -188,12 +188,12 @@ class LearningRateAtScale(RehearsalCheck):
     name = "learning-rate-at-scale"
     severity = Severity.WARNING
     hint = "cap the learning rate's growth with the world size, with a warm-up"
-    BAD = """
+    INVALID = ("""
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * world_size)  # 51.2 at 512 ranks
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * min(world_size, 32))
-    """
+    """,)
 
 
 
@@ -220,13 +220,13 @@ class RankBlockedAtScale(RehearsalCheck):
     code = "DDP166"
     name = "rank-blocked-at-scale"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         while not os.path.exists(f"ready-{rank - 1}"):  # rank 0 never writes its file
             time.sleep(1)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         dist.barrier()  # every rank arrives, or the collective times out and says so
-    """
+    """,)
 
 
 NAME = "rehearsal"

@@ -49,13 +49,13 @@ class HardcodedInitMethod(RuntimeCheck):
     needs = "init"
     name = "init-method-bypasses-launcher"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         dist.init_process_group("gloo", init_method="tcp://10.0.0.1:23456",
                                 rank=rank, world_size=world_size)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         dist.init_process_group("gloo")
-    """
+    """,)
 
 
 class RankWorldSizeMismatch(RuntimeCheck):
@@ -82,12 +82,12 @@ class RankWorldSizeMismatch(RuntimeCheck):
     needs = "init"
     name = "rank-world-size-mismatch"
     severity = Severity.ERROR
-    BAD = """
+    INVALID = ("""
         dist.init_process_group("gloo", rank=int(os.environ["LOCAL_RANK"]), world_size=2)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         dist.init_process_group("gloo")
-    """
+    """,)
 
 
 NAME = "rendezvous"

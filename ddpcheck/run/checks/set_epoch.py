@@ -43,17 +43,17 @@ class MissingSetEpoch(RuntimeCheck):
     code = "DDP103"
     name = "same-shuffle-every-epoch"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         for epoch in range(epochs):
             for x, y in loader:
                 ...
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         for epoch in range(epochs):
             loader.sampler.set_epoch(epoch)
             for x, y in loader:
                 ...
-    """
+    """,)
 
 
 NAME = "set-epoch"

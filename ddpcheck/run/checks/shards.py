@@ -65,20 +65,20 @@ class MissingDistributedSampler(RuntimeCheck):
     name = "ranks-draw-same-samples"
     severity = Severity.ERROR
     explains = ("DDP104",)
-    BAD = """
+    INVALID = ("""
         loader = DataLoader(dataset, batch_size=32, shuffle=True)
         model = DDP(model)
         for x, y in loader:
             ...
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset))
         model = DDP(model)
         for epoch in range(epochs):
             loader.sampler.set_epoch(epoch)
             for x, y in loader:
                 ...
-    """
+    """,)
 
 
 class OverlappingShards(RuntimeCheck):
@@ -105,14 +105,14 @@ class OverlappingShards(RuntimeCheck):
     name = "overlapping-shards"
     severity = Severity.ERROR
     explains = ("DDP104",)
-    BAD = """
+    INVALID = ("""
         sampler = DistributedSampler(dataset, num_replicas=1, rank=0)
         loader = DataLoader(dataset, batch_size=32, sampler=sampler)
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         sampler = DistributedSampler(dataset)  # world size and rank from the process group
         loader = DataLoader(dataset, batch_size=32, sampler=sampler)
-    """
+    """,)
 
 
 class ShardCoverageGap(RuntimeCheck):
@@ -137,12 +137,12 @@ class ShardCoverageGap(RuntimeCheck):
     code = "DDP102"
     name = "shard-coverage-gap"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         sampler = DistributedSampler(dataset, num_replicas=8, rank=dist.get_rank())  # 4 ranks run
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         sampler = DistributedSampler(dataset)
-    """
+    """,)
 
 
 NAME = SECTION

@@ -41,10 +41,10 @@ class SpawnStyleScript(Incident):
     name = "spawn-style-script"
     severity = Severity.INFO
     hint = "--nproc is ignored: the script chooses its own number of processes"
-    BAD = """
+    INVALID = ("""
     if __name__ == "__main__":
         mp.spawn(train, args=(world_size,), nprocs=world_size)
-    """
+    """,)
 
 
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:

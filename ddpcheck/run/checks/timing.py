@@ -82,22 +82,22 @@ class StragglerRank(RuntimeCheck):
     hint = "see what that rank does in the named phase that the others do not"
     name = "straggler-rank"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         for step, (x, y) in enumerate(loader):
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
             if rank == 0:
                 writer.add_histogram("weights", flat_weights(model), step)  # every step, rank 0 only
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         for step, (x, y) in enumerate(loader):
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
             if rank == 0 and step % 500 == 0:
                 writer.add_histogram("weights", flat_weights(model), step)
-    """
+    """,)
 
 
 class DataBound(RuntimeCheck):
@@ -127,14 +127,14 @@ class DataBound(RuntimeCheck):
     hint = "more DataLoader workers, persistent_workers=True, prefetch_factor; pin_memory on a GPU"
     name = "data-bound"
     severity = Severity.INFO
-    BAD = """
+    INVALID = ("""
         loader = DataLoader(images, batch_size=64, sampler=DistributedSampler(images))
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         loader = DataLoader(images, batch_size=64, sampler=DistributedSampler(images),
                             num_workers=8, persistent_workers=True, prefetch_factor=4,
                             pin_memory=True)
-    """
+    """,)
 
 
 class CommunicationBound(RuntimeCheck):
@@ -167,14 +167,14 @@ class CommunicationBound(RuntimeCheck):
     hint = "larger bucket_cap_mb, no_sync() accumulation, or a larger per-rank batch"
     name = "communication-bound"
     severity = Severity.INFO
-    BAD = """
+    INVALID = ("""
         model = DDP(model)
         for x, y in loader:  # a small model and batch: every step waits for the all-reduce
             loss_fn(model(x), y).backward()
             optimizer.step()
             optimizer.zero_grad()
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         model = DDP(model, bucket_cap_mb=100)
         for i, (x, y) in enumerate(loader):
             last = (i + 1) % accumulate == 0
@@ -183,7 +183,7 @@ class CommunicationBound(RuntimeCheck):
             if last:
                 optimizer.step()
                 optimizer.zero_grad()
-    """
+    """,)
 
 
 class UnscaledLearningRate(RuntimeCheck):
@@ -217,13 +217,13 @@ class UnscaledLearningRate(RuntimeCheck):
     hint = "scale the learning rate with the global batch (lr × world_size), with a warm-up"
     name = "learning-rate-ignores-world-size"
     severity = Severity.WARNING
-    BAD = """
+    INVALID = ("""
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # the one-GPU value at any world size
-    """
-    GOOD = """
+    """,)
+    VALID = ("""
         world_size = dist.get_world_size()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * world_size)
-    """
+    """,)
 
 
 class Timer:
