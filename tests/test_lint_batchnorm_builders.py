@@ -138,3 +138,97 @@ def test_a_module_using_torchs_batchnorm_by_its_name_is_reported(tmp_path):
     write_project(tmp_path, {"segmenter.py": SEGMENTER.format(norm_import="from torch.nn import BatchNorm2d"),
                              "train.py": SEG_TRAIN})
     assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 12, "DDP012")}
+
+
+# A layer helper in another module of the project whose BatchNorm sits behind a switch; the
+# network imports the helper by name, and a base class's weight init names BatchNorm too.
+LAYERS = """\
+    import torch
+
+
+    def dense_block(in_dim, out_dim, act=torch.nn.ReLU(), use_bn=False):
+        layers = [torch.nn.Linear(in_dim, out_dim)]
+        if use_bn == True:
+            layers.append(torch.nn.BatchNorm1d(out_dim))
+        if act is not None:
+            layers.append(act)
+        return layers
+
+
+    class Unused(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = torch.nn.BatchNorm2d(8)
+    """
+
+FIELD_BASE = """\
+    from torch import nn
+
+
+    class FieldBase(nn.Module):
+        def init_weights(self):
+            for m in self.modules():
+                if isinstance(m, nn.Linear):
+                    nn.init.xavier_uniform_(m.weight)
+                elif isinstance(m, nn.BatchNorm1d):
+                    nn.init.ones_(m.weight)
+    """
+
+FIELD = """\
+    from torch import nn
+
+    from field_base import FieldBase
+    from layers import dense_block as block
+
+
+    class RadianceField(FieldBase):
+        def __init__(self, width=256):
+            super().__init__()
+            self.trunk = nn.Sequential(*block(60, width), *block(width, width{switch}))
+            self.head = nn.Sequential(*block(width, 4, None))
+            self.init_weights()
+
+        def forward(self, x):
+            return self.head(self.trunk(x))
+    """
+
+FIELD_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from field import RadianceField
+
+
+    def worker(gpu, world_size):
+        dist.init_process_group("nccl", rank=gpu, world_size=world_size)
+        torch.cuda.set_device(gpu)
+        net = RadianceField().cuda(gpu)
+        net = nn.parallel.DistributedDataParallel(net, device_ids=[gpu])
+        dist.destroy_process_group()
+    """
+
+
+def _lint_field(tmp_path, switch: str) -> set[tuple[str, int, str]]:
+    write_project(tmp_path, {"layers.py": LAYERS, "field_base.py": FIELD_BASE,
+                             "field.py": FIELD.format(switch=switch), "train.py": FIELD_TRAIN})
+    return finding_set(tmp_path, "train.py", select="DDP012")
+
+
+def test_an_imported_layer_helper_whose_batchnorm_switch_every_call_leaves_off_is_clean(tmp_path):
+    # The helper module's other network builds BatchNorm, and the base class's weight init
+    # tests for it: neither is part of this network.
+    assert _lint_field(tmp_path, "") == set()
+    assert _lint_field(tmp_path, ", use_bn=False") == set()
+
+
+def test_an_imported_layer_helper_called_with_its_batchnorm_switch_on_is_reported(tmp_path):
+    assert _lint_field(tmp_path, ", use_bn=True") == {("train.py", 14, "DDP012")}
+    assert _lint_field(tmp_path, ", nn.ReLU(), True") == {("train.py", 14, "DDP012")}
+
+
+def test_an_imported_layer_helper_given_a_switch_it_cannot_read_is_reported(tmp_path):
+    # A value only the run knows may turn BatchNorm on: the helper's BatchNorm counts.
+    assert _lint_field(tmp_path, ", use_bn=width > 128") == {("train.py", 14, "DDP012")}
