@@ -232,3 +232,99 @@ def test_an_imported_layer_helper_called_with_its_batchnorm_switch_on_is_reporte
 def test_an_imported_layer_helper_given_a_switch_it_cannot_read_is_reported(tmp_path):
     # A value only the run knows may turn BatchNorm on: the helper's BatchNorm counts.
     assert _lint_field(tmp_path, ", use_bn=width > 128") == {("train.py", 14, "DDP012")}
+
+
+NETS = """\
+    from torch import nn
+
+
+    class ConvNet(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 32, 3), nn.BatchNorm2d(32), nn.ReLU())
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    class VolumeNet(ConvNet):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            self.head = nn.Conv3d(32, 17, 1)
+
+
+    class TokenNet(nn.Module):
+        def __init__(self, cfg):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(48, 64), nn.LayerNorm(64))
+
+        def forward(self, x):
+            return self.body(x)
+    """
+
+REGISTRY_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from nets import ConvNet, TokenNet, VolumeNet
+
+
+    def main(config):
+        dist.init_process_group("nccl")
+        device = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(device)
+        model = TABLE[config.model.name](config).to(device)
+        model = DistributedDataParallel(model, device_ids=[device])
+        return model
+    """
+
+
+def _lint_registry(tmp_path, table: str) -> set[tuple[str, int, str]]:
+    write_project(tmp_path, {"nets.py": NETS, "train.py": REGISTRY_TRAIN.replace("TABLE", table)})
+    return finding_set(tmp_path, "train.py", select="DDP012")
+
+
+def test_a_network_picked_from_a_table_of_batchnorm_classes_is_reported(tmp_path):
+    assert _lint_registry(tmp_path, '{"conv": ConvNet, "vol": VolumeNet}') == {("train.py", 15, "DDP012")}
+
+
+def test_a_network_picked_from_a_table_that_holds_a_class_without_batchnorm_stays_silent(tmp_path):
+    assert _lint_registry(tmp_path, '{"conv": ConvNet, "tokens": TokenNet}') == set()
+    assert _lint_registry(tmp_path, '{"conv": ConvNet, "other": make_other}') == set()
+
+
+TWO_MODELS = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+    from nets import ConvNet, TokenNet
+
+
+    def main(cfg):
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        teacher = ConvNet(cfg).cuda()
+        student = SECOND(cfg).cuda()
+        if cfg.distributed:
+            teacher = nn.parallel.DistributedDataParallel(teacher, device_ids=[rank])
+            student = nn.parallel.DistributedDataParallel(student, device_ids=[rank])
+        else:
+            teacher = nn.parallel.DistributedDataParallel(teacher)
+        return teacher, student
+    """
+
+
+def test_each_model_with_batchnorm_is_reported_once(tmp_path):
+    # The teacher wrapped in two branches is one model; the student is another.
+    write_project(tmp_path, {"nets.py": NETS, "train.py": TWO_MODELS.replace("SECOND", "ConvNet")})
+    assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 17, "DDP012"), ("train.py", 18, "DDP012")}
+    # A student without BatchNorm beside the teacher that has it.
+    write_project(tmp_path, {"nets.py": NETS, "train.py": TWO_MODELS.replace("SECOND", "TokenNet")})
+    assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 17, "DDP012")}

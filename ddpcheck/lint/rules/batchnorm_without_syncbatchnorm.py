@@ -63,7 +63,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
-    where every module of that project package whose builder fits the call builds BatchNorm (a
+    where every module of that project package whose builder fits the call builds BatchNorm, or
+    picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`,
+    whose every entry is a project network that builds BatchNorm (a
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's; BatchNorm that a layer builder of the module makes only behind a switch every
     call of it leaves at its default, `make_layers(cfg)` of `def make_layers(cfg,
@@ -75,6 +77,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
     `--sync-bn` option that is declared but never read converts nothing.
+
+    Each model wrapped is reported once (a teacher and its student both); a second model only
+    when it is itself known to hold BatchNorm, not because the script builds BatchNorm somewhere.
 
     ## How to fix
     Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
@@ -224,11 +229,18 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         off = {id(b) for b in _switched_off_branches(model.root)}
         root_builds = any(_builds_batchnorm(model.api(c)) and not any(id(g.node) in off for g in c.guards)
                           for c in model.root.calls)
+        reported: set[str] = set()
         for wrap in wraps:
-            if (root_builds and wrap.module is model.root or self._wraps_batchnorm(wrap)) \
-                    and not self._statistics_frozen(wrap):
+            inner = wrap.arg("module", 0)
+            key = " ".join(wrap.module.code(inner).split()) if inner is not None else ""
+            if key in reported:
+                continue  # the same model wrapped in another branch
+            # A second model (a teacher beside its student) is reported when it is itself known
+            # to hold BatchNorm; BatchNorm built somewhere in the script says nothing about it.
+            loose = not reported and root_builds and wrap.module is model.root
+            if (loose or self._wraps_batchnorm(wrap)) and not self._statistics_frozen(wrap):
                 self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
-                return
+                reported.add(key)
 
     def _statistics_frozen(self, wrap: CallSite) -> bool:
         """BatchNorm never normalises with batch statistics: the function that back-propagates
@@ -292,7 +304,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 continue
             if any(_builds_batchnorm(n) for n in self._chosen_by_name(made) + self._created_by_name(made)):
                 return True
-            if self._evaluated_by_name(made):
+            if self._evaluated_by_name(made) or self._registry_builds_batchnorm(made):
                 return True
             texts = [code_only(t) for t in self._network_texts(made)]
             if any(_converts(t) for t in texts):
@@ -310,6 +322,38 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if self._has_batchnorm(self._attached(made), depth - 1):
                     return True
         return False
+
+    def _registry_builds_batchnorm(self, made: Value) -> bool:
+        """`{"alg": AlgebraicNet, "vol": VolumetricNet}[cfg.model.name](cfg)`, or the same
+        through a name bound to the dict: a network class picked by key from a literal table.
+        True when every entry is a project class that builds BatchNorm; an entry the model
+        cannot read leaves the choice unknown."""
+        call = made.call
+        assert call is not None
+        func = call.func
+        if not isinstance(func, cst.Subscript):
+            return False
+        tables = [v.node for v in self.model.values.of(made.module, func.value, made.scope, made.frame, at=made.at)]
+        if not tables or not all(isinstance(t, cst.Dict) and t.elements for t in tables):
+            return False
+        for table in tables:
+            assert isinstance(table, cst.Dict)
+            for element in table.elements:
+                if not isinstance(element, cst.DictElement) or not isinstance(element.value, (cst.Name, cst.Attribute)):
+                    return False
+                name = dotted(element.value)
+                target = self.model.resolver.name(made.module, name, made.scope) if name else None
+                found = self.model.graph.class_at(target) if target is not None else None
+                if found is None or not self._instance_builds_batchnorm(found):
+                    return False
+        return True
+
+    def _instance_builds_batchnorm(self, instance: tuple[ModuleModel, ClassInfo]) -> bool:
+        texts = [code_only(t) for t in self._instance_texts(instance)]
+        if any(_converts(t) for t in texts):
+            return False
+        return any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts) \
+            or self._class_builds_batchnorm(*instance, set())
 
     def _attached(self, made: Value) -> list[Value]:
         """What the function that builds the network attaches to it afterwards
@@ -487,14 +531,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         graph = self.model.graph
         instance = graph.instance_of(made)
         if instance is not None:
-            parts = [_reachable_code(m, info) for m, info in graph.mro(*instance)]
-            parts += self._imported_parts(instance[0])
-            texts = [text for text, _ in parts]
-            if any(off for _, off in parts) and not any(_BUILDS.search(code_only(t)) for t in texts):
-                # The only BatchNorm layers were behind switches left off: the class tests of a
-                # weight-init loop (in the class or its bases) name layers nothing builds.
-                texts = [_TYPE_TEST.sub("", t) for t in texts]
-            return texts
+            return self._instance_texts(instance)
         call = made.call
         assert call is not None
         func = call.func
@@ -505,6 +542,18 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 text = self.model.project.text(target.path)
                 return [text] if text is not None else []
         return []
+
+    def _instance_texts(self, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
+        """The code of a project network class: its class and bases (`_reachable_code`) and what
+        its module imports from the project (`_imported_parts`)."""
+        parts = [_reachable_code(m, info) for m, info in self.model.graph.mro(*instance)]
+        parts += self._imported_parts(instance[0])
+        texts = [text for text, _ in parts]
+        if any(off for _, off in parts) and not any(_BUILDS.search(code_only(t)) for t in texts):
+            # The only BatchNorm layers were behind switches left off: the class tests of a
+            # weight-init loop (in the class or its bases) name layers nothing builds.
+            texts = [_TYPE_TEST.sub("", t) for t in texts]
+        return texts
 
     def _imported_parts(self, module: ModuleModel) -> list[tuple[str, bool]]:
         """The code a network's module imports from the project: for `from helpers import
