@@ -328,3 +328,49 @@ def test_each_model_with_batchnorm_is_reported_once(tmp_path):
     # A student without BatchNorm beside the teacher that has it.
     write_project(tmp_path, {"nets.py": NETS, "train.py": TWO_MODELS.replace("SECOND", "TokenNet")})
     assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 17, "DDP012")}
+
+
+BUILDER = """\
+    from nets import ConvNet, TokenNet, VolumeNet
+
+    MODELS = {
+        "conv": ConvNet,
+        "volume": VolumeNet,
+        EXTRA
+    }
+
+
+    def build_model(opts):
+        name = opts.pop("name", None)
+        if name not in MODELS:
+            raise ValueError(name)
+        factory = MODELS[name]
+        return factory(**opts)
+    """
+
+BUILDER_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from builder import build_model
+
+
+    def train(opts):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = build_model(opts.model).to(local_rank)
+        model = DDP(model, device_ids=[local_rank], output_device=local_rank)
+        return model
+    """
+
+
+def test_a_builder_that_picks_the_class_from_a_module_table_is_followed(tmp_path):
+    write_project(tmp_path, {"nets.py": NETS, "builder.py": BUILDER.replace("EXTRA", ""), "train.py": BUILDER_TRAIN})
+    assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 15, "DDP012")}
+    write_project(tmp_path, {"nets.py": NETS, "builder.py": BUILDER.replace("EXTRA", '"tokens": TokenNet,'),
+                             "train.py": BUILDER_TRAIN})
+    assert finding_set(tmp_path, "train.py", select="DDP012") == set()

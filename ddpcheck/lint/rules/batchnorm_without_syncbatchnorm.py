@@ -64,8 +64,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
     where every module of that project package whose builder fits the call builds BatchNorm, or
-    picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`,
-    whose every entry is a project network that builds BatchNorm (a
+    picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`
+    or `factory = MODEL_DICT[name]; factory(**opts)` in a builder, whose every entry is a project
+    network that builds BatchNorm (a
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's; BatchNorm that a layer builder of the module makes only behind a switch every
     call of it leaves at its default, `make_layers(cfg)` of `def make_layers(cfg,
@@ -324,28 +325,40 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return False
 
     def _registry_builds_batchnorm(self, made: Value) -> bool:
-        """`{"alg": AlgebraicNet, "vol": VolumetricNet}[cfg.model.name](cfg)`, or the same
-        through a name bound to the dict: a network class picked by key from a literal table.
-        True when every entry is a project class that builds BatchNorm; an entry the model
-        cannot read leaves the choice unknown."""
+        """`{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`, or `factory =
+        MODEL_DICT[name]; factory(**opts)`: a network class picked by key from a literal table.
+        True when every class the callee may be is a project class that builds BatchNorm; an
+        entry the model cannot read leaves the choice unknown."""
         call = made.call
         assert call is not None
         func = call.func
-        if not isinstance(func, cst.Subscript):
+        if not isinstance(func, (cst.Subscript, cst.Name)):
             return False
-        tables = [v.node for v in self.model.values.of(made.module, func.value, made.scope, made.frame, at=made.at)]
-        if not tables or not all(isinstance(t, cst.Dict) and t.elements for t in tables):
-            return False
-        for table in tables:
-            assert isinstance(table, cst.Dict)
-            for element in table.elements:
-                if not isinstance(element, cst.DictElement) or not isinstance(element.value, (cst.Name, cst.Attribute)):
+        picked: list[Value] = []
+        for value in self.model.values.of(made.module, func, made.scope, made.frame, at=made.at):
+            node = value.node
+            if isinstance(node, cst.Subscript):
+                tables = self.model.values.of(value.module, node.value, value.scope, value.frame, at=value.at)
+                for table in tables:
+                    if not isinstance(table.node, cst.Dict) or not table.node.elements:
+                        return False
+                    for element in table.node.elements:
+                        if not isinstance(element, cst.DictElement):
+                            return False
+                        picked.append(Value(table.module, element.value, table.scope, table.frame, table.at))
+                if not tables:
                     return False
-                name = dotted(element.value)
-                target = self.model.resolver.name(made.module, name, made.scope) if name else None
-                found = self.model.graph.class_at(target) if target is not None else None
-                if found is None or not self._instance_builds_batchnorm(found):
-                    return False
+            else:
+                picked.append(value)
+        if len(picked) < 2 or any(v.node is func for v in picked):
+            return False  # one class is followed as any construction is; the name itself: unknown
+        for value in picked:
+            node = value.node
+            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            target = self.model.resolver.name(value.module, name, value.scope) if name else None
+            found = self.model.graph.class_at(target) if target is not None else None
+            if found is None or not self._instance_builds_batchnorm(found):
+                return False
         return True
 
     def _instance_builds_batchnorm(self, instance: tuple[ModuleModel, ClassInfo]) -> bool:
