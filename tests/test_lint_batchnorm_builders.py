@@ -374,3 +374,53 @@ def test_a_builder_that_picks_the_class_from_a_module_table_is_followed(tmp_path
     write_project(tmp_path, {"nets.py": NETS, "builder.py": BUILDER.replace("EXTRA", '"tokens": TokenNet,'),
                              "train.py": BUILDER_TRAIN})
     assert finding_set(tmp_path, "train.py", select="DDP012") == set()
+
+
+VGG_LIKE = """\
+    import torch.nn as nn
+
+
+    def make_layers(cfg, batch_norm=False):
+        layers = []
+        in_channels = 3
+        for v in cfg:
+            if v == "M":
+                layers.append(nn.MaxPool2d(2))
+            elif v == "C":
+                layers.append(nn.MaxPool2d(2, ceil_mode=True))
+            else:
+                conv = nn.Conv2d(in_channels, v, 3, padding=1)
+                if batch_norm:
+                    layers += [conv, nn.BatchNorm2d(v), nn.ReLU(inplace=True)]
+                else:
+                    layers += [conv, nn.ReLU(inplace=True)]
+                in_channels = v
+        return layers
+
+
+    class Backbone(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.ModuleList(make_layers([64, "M", 128, "C", 256]{switch}))
+    """
+
+VGG_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    from backbone import Backbone
+
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    net = torch.nn.parallel.DistributedDataParallel(Backbone().cuda(), device_ids=[local_rank])
+    """
+
+
+def test_a_batchnorm_switch_inside_an_elif_chains_else_is_read(tmp_path):
+    write_project(tmp_path, {"backbone.py": VGG_LIKE.format(switch=""), "train.py": VGG_TRAIN})
+    assert finding_set(tmp_path, "train.py", select="DDP012") == set()
+    write_project(tmp_path, {"backbone.py": VGG_LIKE.format(switch=", batch_norm=True"), "train.py": VGG_TRAIN})
+    assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 11, "DDP012")}

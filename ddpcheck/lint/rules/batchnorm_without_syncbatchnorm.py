@@ -749,13 +749,21 @@ def _statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
     if not isinstance(block, cst.IndentedBlock):
         return out
     for stmt in block.body:
-        out.append(stmt)
-        for attr in ("body", "orelse"):
-            inner = getattr(stmt, attr, None)
-            if isinstance(inner, cst.BaseSuite):
-                out += _statements(inner)
-            elif isinstance(inner, (cst.Else, cst.If)):
-                out += _statements(inner.body) if isinstance(inner, cst.Else) else [inner, *_statements(inner.body)]
+        out += _nested(stmt)
+    return out
+
+
+def _nested(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """`stmt` and the statements of its blocks; an `elif` is an `if` of its own, with its `else`."""
+    out = [stmt]
+    for attr in ("body", "orelse"):
+        inner = getattr(stmt, attr, None)
+        if isinstance(inner, cst.BaseSuite):
+            out += _statements(inner)
+        elif isinstance(inner, cst.Else):
+            out += _statements(inner.body)
+        elif isinstance(inner, cst.If):
+            out += _nested(inner)
     return out
 
 
