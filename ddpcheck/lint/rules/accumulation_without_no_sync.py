@@ -25,7 +25,10 @@ class AccumulationWithoutNoSync(Rule):
 
     The backward may be made by a project function or method the loop calls
     (`self._run_batch(batch)`), the step's test may be a counter the step's branch resets (`if
-    n == cfg.step_per_update: n = 0; optimizer.step()`), and the micro-batch loop may sit in a
+    n == cfg.step_per_update: n = 0; optimizer.step()`), the accumulating micro-batches may
+    back-propagate in the `else` of the counter test whose arm steps (`if should_step:
+    loss = self.training_step(b); scaler.step(opt) else: loss = self.training_step(b)`), and the
+    micro-batch loop may sit in a
     method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
     then `self.apply_gradients()`).
 
@@ -169,9 +172,11 @@ class AccumulationWithoutNoSync(Rule):
 
     def _counted(self, s: CallSite, b: CallSite) -> bool:
         """The step sits under a counter test (`if (i + 1) % accum == 0:`) that the backward does not."""
-        own = {id(g.node) for g in b.guards}
+        # (The same `if` taken the same way; the `else` of the step's `if`, where the
+        # accumulating micro-batches back-propagate, is the other arm of the test.)
+        own = {(id(g.node), g.negated) for g in b.guards}
         for guard in s.guards:
-            if id(guard.node) in own:
+            if (id(guard.node), guard.negated) in own:
                 continue
             # Written there, or in a flag the loop sets first (`need_update = (j + 1) % freq == 0`).
             if self._counter_expr(s, guard.test):
