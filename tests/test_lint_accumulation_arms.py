@@ -69,3 +69,35 @@ def test_micro_batches_in_the_else_of_the_counter_test_are_reported(tmp_path):
 def test_an_else_arm_of_a_test_that_is_no_counter_is_clean(tmp_path):
     # An AMP switch, not an accumulation counter: each arm steps or not on its own terms.
     assert _lint(tmp_path, "should_step = self.scaler.is_enabled()") == set()
+
+
+PLAIN_LOOP = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(model, loader, optimizer, accum):
+        for i, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x), y) / accum
+            # with model.no_sync():  (tried, slower on one node)
+            loss.backward()
+            if (i + 1) % accum == 0 or i + 1 == len(loader):
+                optimizer.step()
+                optimizer.zero_grad()
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        net = DDP(torch.nn.Linear(4, 1).cuda(), device_ids=[rank])
+        train(net, torch.utils.data.DataLoader(list(range(8))), torch.optim.SGD(net.parameters(), lr=0.1), 4)
+    """
+
+
+def test_a_no_sync_left_in_a_comment_skips_nothing(tmp_path):
+    write_project(tmp_path, {"train.py": PLAIN_LOOP})
+    assert finding_set(tmp_path, "train.py", select="DDP016") == {("train.py", 12, "DDP016")}

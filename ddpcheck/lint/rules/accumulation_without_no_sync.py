@@ -4,6 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, Param
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted
@@ -32,8 +33,9 @@ class AccumulationWithoutNoSync(Rule):
     method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
     then `self.apply_gradients()`).
 
-    Not reported: files that mention `no_sync` or `require_backward_grad_sync` anywhere (they
-    handle it, perhaps through a helper or a `contextlib` switch), and loops whose step runs
+    Not reported: files whose code mentions `no_sync` or `require_backward_grad_sync` anywhere
+    (they handle it, perhaps through a helper or a `contextlib` switch; a comment, such as a
+    `# with model.no_sync():` left commented out, does not count), and loops whose step runs
     after every backward.
 
     ## How to fix
@@ -126,7 +128,8 @@ class AccumulationWithoutNoSync(Rule):
         model = self.model
         sites = list(model.paths.sites())
         modules = list({id(s.module): s.module for s in sites}.values()) or [model.root]
-        if any("no_sync" in m.source or "require_backward_grad_sync" in m.source for m in modules):
+        # Code, not a comment: `# with model.no_sync():` left commented out syncs every micro-batch.
+        if any(_skips_sync(m.source) for m in modules):
             return
         if not any(wraps(model, m) for m in modules) and not any(
             "ddp_wrap" in model.facts.of_call(c) for c in model.root.calls if c.target is not None
@@ -281,6 +284,13 @@ class AccumulationWithoutNoSync(Rule):
                     if isinstance(binding, Param) and binding.function == function.qualname:
                         return binding
         return None
+
+
+def _skips_sync(source: str) -> bool:
+    if "no_sync" not in source and "require_backward_grad_sync" not in source:
+        return False
+    code = code_only(source)
+    return "no_sync" in code or "require_backward_grad_sync" in code
 
 
 def _counter(code: str) -> bool:
