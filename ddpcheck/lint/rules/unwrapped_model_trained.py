@@ -210,9 +210,13 @@ class UnwrappedModelTrained(Rule):
             return
         for site in sites:
             ran = self._runs_inner(site, inner)
-            if ran is None or not self._in_training_step(site, backwards):
+            if ran is None:
                 continue
+            # A function handed `x.module` by its caller may sit one call further from the loop
+            # (`_train_step` calls `forward_step(self.model.module, batch)`).
             handed = self._handed_inner(site, inner)
+            if not self._in_training_step(site, backwards, 2 if handed is not None else 1):
+                continue
             at = handed or site
             name = " ".join(at.module.code(at.node.func).split())
             outer = f"`{ran.outer[0]}(...)`" if ran.outer else "the DDP wrapper"
@@ -420,7 +424,7 @@ class UnwrappedModelTrained(Rule):
         callers = [c for c, _ in self.model.graph.callers(enclosing)]
         return bool(callers) and all(self._before_wrap(c, wrap, depth - 1) for c in callers)
 
-    def _in_training_step(self, site: CallSite, backwards: list[CallSite]) -> bool:
+    def _in_training_step(self, site: CallSite, backwards: list[CallSite], depth: int = 1) -> bool:
         """A forward whose result gets a backward: in the same function and loop as a
         `backward()`, or in a function whose caller runs, in the same loop, a call that does one
         (`loss = self._forward(x)` then `self.scaler(loss, optimizer)`)."""
@@ -434,12 +438,12 @@ class UnwrappedModelTrained(Rule):
         enclosing = self.model.paths.function_of(site)
         if enclosing is None or site.loops:
             return False
-        return self._called_in_step(enclosing, 2)
+        return self._called_in_step(enclosing, depth)
 
     def _called_in_step(self, function: Function, depth: int) -> bool:
-        """A caller of `function` runs, in the same loop, a call that does a backward; a caller
-        outside any loop (`outputs = forward_model(self.model.module, batch)` in a `_train_step`
-        that the epoch loop calls) is followed up, `depth` calls in all."""
+        """A caller of `function` runs, in the same loop, a call that does a backward; with
+        `depth` > 1, a caller outside any loop (`outputs = forward_model(self.model.module,
+        batch)` in a `_train_step` that the epoch loop calls) is followed up, `depth` calls in all."""
         for caller, _ in self.model.graph.callers(function):
             if is_no_grad(self.model, caller.module, caller.withs, None):
                 continue
