@@ -189,3 +189,67 @@ def test_a_step_helper_handed_the_wrapper_is_clean(tmp_path):
     # It unwraps only a DataParallel; the DDP model's forward is not what it calls, but what it
     # is handed is the wrapper, and this rule follows what the step chose.
     assert _lint_voice(tmp_path, "self.model") == set()
+
+
+DIFFUSION = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Denoiser(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(16, 16)
+
+        def forward(self, x, t):
+            return self.net(x) * t[:, None]
+
+
+    class Diffusion:
+        def __init__(self, model, steps=1000):
+            self.model = model
+            self.steps = steps
+
+        def _v_loss(self, xt, t, target):
+            return F.mse_loss(self.model(xt, t), target)
+
+        def loss(self, x0):
+            t = torch.rand(x0.shape[0], device=x0.device)
+            noise = torch.randn_like(x0)
+            return self._v_loss(x0 + noise, t, noise)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        denoiser = Denoiser().cuda()
+        diffusion = Diffusion(denoiser)
+        denoiser = DDP(denoiser, device_ids=[rank])
+        optimizer = torch.optim.AdamW(denoiser.parameters(), lr=1e-4)
+        for x0 in torch.utils.data.DataLoader(torch.randn(64, 16), batch_size=8):
+            loss = diffusion.loss(x0.cuda())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_a_forward_two_calls_below_the_loop_on_the_network_kept_before_the_wrap_is_reported(tmp_path):
+    write_project(tmp_path, {"train.py": DIFFUSION})
+    assert finding_set(tmp_path, "train.py", select="DDP013") == {("train.py", 25, "DDP013")}
+    # Built on the wrapper: its forward goes through DDP.
+    write_project(tmp_path, {"train.py": DIFFUSION.replace(
+        "        diffusion = Diffusion(denoiser)\n        denoiser = DDP(denoiser, device_ids=[rank])\n",
+        "        denoiser = DDP(denoiser, device_ids=[rank])\n        diffusion = Diffusion(denoiser)\n")})
+    assert finding_set(tmp_path, "train.py", select="DDP013") == set()

@@ -37,8 +37,9 @@ class UnwrappedModelTrained(Rule):
     the loss to a loop that calls backward, a method of the inner module kept on the wrapper
     under its own name (`model.log_prob = model.module.log_prob`, then `model.log_prob(x)` in
     the loop), a function of the project that the step hands the inner module to
-    (`forward_step(self.model.module, batch)` in a step function the loop calls, followed up to
-    two calls from the loop; reported at that call), a method of a part of the inner module whose
+    (`forward_step(self.model.module, batch)` in a step function the loop calls; reported at
+    that call), a forward two calls below the loop (a step function calling a helper that
+    calls the network), a method of a part of the inner module whose
     result gets a backward of its own (`aux = net.module.entropy.aux_loss(); aux.backward()`
     after the main loss's backward: that backward runs after DDP's reducer has finished, so
     its gradients stay local). Not reported: a method of the inner module called in
@@ -212,11 +213,12 @@ class UnwrappedModelTrained(Rule):
             ran = self._runs_inner(site, inner)
             if ran is None:
                 continue
-            # A function handed `x.module` by its caller may sit one call further from the loop
-            # (`_train_step` calls `forward_step(self.model.module, batch)`).
-            handed = self._handed_inner(site, inner)
-            if not self._in_training_step(site, backwards, 2 if handed is not None else 1):
+            # The forward may sit two calls below the loop (`_train_step` calls
+            # `forward_step(self.model.module, batch)`, or a diffusion wrapper's `loss()` calls
+            # its `_v_loss()`, which runs the network it kept).
+            if not self._in_training_step(site, backwards, 2):
                 continue
+            handed = self._handed_inner(site, inner)
             at = handed or site
             name = " ".join(at.module.code(at.node.func).split())
             outer = f"`{ran.outer[0]}(...)`" if ran.outer else "the DDP wrapper"
@@ -240,6 +242,8 @@ class UnwrappedModelTrained(Rule):
         func = site.node.func
         if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call)):
             return None
+        if isinstance(func, cst.Name) and func.value == "self":
+            return None  # a network calling itself in its own method: the call of that method counts
         values = self.model.values.at_call(site, func)
         if any(is_ddp(self.model, v) and before(v, site) for v in values):
             return None
@@ -441,9 +445,9 @@ class UnwrappedModelTrained(Rule):
         return self._called_in_step(enclosing, depth)
 
     def _called_in_step(self, function: Function, depth: int) -> bool:
-        """A caller of `function` runs, in the same loop, a call that does a backward; with
-        `depth` > 1, a caller outside any loop (`outputs = forward_model(self.model.module,
-        batch)` in a `_train_step` that the epoch loop calls) is followed up, `depth` calls in all."""
+        """A caller of `function` runs, in the same loop, a call that does a backward; a caller
+        outside any loop (`outputs = forward_model(self.model.module, batch)` in a `_train_step`
+        that the epoch loop calls) is followed up, `depth` calls in all."""
         for caller, _ in self.model.graph.callers(function):
             if is_no_grad(self.model, caller.module, caller.withs, None):
                 continue
