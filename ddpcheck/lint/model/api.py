@@ -13,6 +13,8 @@ import re
 # --- torch.nn.parallel ---------------------------------------------------------------------------
 DDP = "torch.nn.parallel.DistributedDataParallel"
 DATA_PARALLEL = "torch.nn.parallel.DataParallel"
+# NVIDIA apex mixed precision: refuses a model already inside a DDP or DataParallel wrapper.
+APEX_AMP_INITIALIZE = "apex.amp.initialize"
 MODULE_BASE = "torch.nn.Module"
 
 # --- torch.utils.data ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, Param
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted
@@ -25,12 +26,16 @@ class AccumulationWithoutNoSync(Rule):
 
     The backward may be made by a project function or method the loop calls
     (`self._run_batch(batch)`), the step's test may be a counter the step's branch resets (`if
-    n == cfg.step_per_update: n = 0; optimizer.step()`), and the micro-batch loop may sit in a
+    n == cfg.step_per_update: n = 0; optimizer.step()`), the accumulating micro-batches may
+    back-propagate in the `else` of the counter test whose arm steps (`if should_step:
+    loss = self.training_step(b); scaler.step(opt) else: loss = self.training_step(b)`), and the
+    micro-batch loop may sit in a
     method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
     then `self.apply_gradients()`).
 
-    Not reported: files that mention `no_sync` or `require_backward_grad_sync` anywhere (they
-    handle it, perhaps through a helper or a `contextlib` switch), and loops whose step runs
+    Not reported: files whose code mentions `no_sync` or `require_backward_grad_sync` anywhere
+    (they handle it, perhaps through a helper or a `contextlib` switch; a comment, such as a
+    `# with model.no_sync():` left commented out, does not count), and loops whose step runs
     after every backward.
 
     ## How to fix
@@ -123,7 +128,8 @@ class AccumulationWithoutNoSync(Rule):
         model = self.model
         sites = list(model.paths.sites())
         modules = list({id(s.module): s.module for s in sites}.values()) or [model.root]
-        if any("no_sync" in m.source or "require_backward_grad_sync" in m.source for m in modules):
+        # Code, not a comment: `# with model.no_sync():` left commented out syncs every micro-batch.
+        if any(_skips_sync(m.source) for m in modules):
             return
         if not any(wraps(model, m) for m in modules) and not any(
             "ddp_wrap" in model.facts.of_call(c) for c in model.root.calls if c.target is not None
@@ -169,9 +175,11 @@ class AccumulationWithoutNoSync(Rule):
 
     def _counted(self, s: CallSite, b: CallSite) -> bool:
         """The step sits under a counter test (`if (i + 1) % accum == 0:`) that the backward does not."""
-        own = {id(g.node) for g in b.guards}
+        # (The same `if` taken the same way; the `else` of the step's `if`, where the
+        # accumulating micro-batches back-propagate, is the other arm of the test.)
+        own = {(id(g.node), g.negated) for g in b.guards}
         for guard in s.guards:
-            if id(guard.node) in own:
+            if (id(guard.node), guard.negated) in own:
                 continue
             # Written there, or in a flag the loop sets first (`need_update = (j + 1) % freq == 0`).
             if self._counter_expr(s, guard.test):
@@ -276,6 +284,13 @@ class AccumulationWithoutNoSync(Rule):
                     if isinstance(binding, Param) and binding.function == function.qualname:
                         return binding
         return None
+
+
+def _skips_sync(source: str) -> bool:
+    if "no_sync" not in source and "require_backward_grad_sync" not in source:
+        return False
+    code = code_only(source)
+    return "no_sync" in code or "require_backward_grad_sync" in code
 
 
 def _counter(code: str) -> bool:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import functools
 import re
+from pathlib import Path
 
 import libcst as cst
 
@@ -27,6 +28,7 @@ _REBOUND_BATCHNORM = re.compile(
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
 # `isinstance(m, nn.BatchNorm2d)`, `issubclass(cls, (nn.BatchNorm1d, nn.BatchNorm2d))`.
 _TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
+_BUILDS = re.compile(r"\bBatchNorm[123]d\s*\(")
 _OTHER_NORM_BUILT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm)\s*\(")
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
 # Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
@@ -61,15 +63,24 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `timm.create_model(args.model)` with `--model` defaulting to `resnet50`, `efficientnet_b0`,
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
-    where every module of that project package whose builder fits the call builds BatchNorm (a
+    where every module of that project package whose builder fits the call builds BatchNorm, or
+    picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`
+    or `factory = MODEL_DICT[name]; factory(**opts)` in a builder, whose every entry is a project
+    network that builds BatchNorm (a
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's; BatchNorm that a layer builder of the module makes only behind a switch every
     call of it leaves at its default, `make_layers(cfg)` of `def make_layers(cfg,
-    batch_norm=False)`, is not built, and then neither do the `isinstance(m, nn.BatchNorm2d)`
-    tests of a weight-init loop count), and no code the run reaches converts
+    batch_norm=False)` or `if batch_norm == True:`, is not built — also where the network's module
+    imports the builder from another project module, `from layers import make_mlp`, whose other
+    code (another network of that module) then does not count either —, and then neither do the
+    `isinstance(m, nn.BatchNorm2d)` tests of a weight-init loop, in the class or its bases,
+    count), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
     `--sync-bn` option that is declared but never read converts nothing.
+
+    Each model wrapped is reported once (a teacher and its student both); a second model only
+    when it is itself known to hold BatchNorm, not because the script builds BatchNorm somewhere.
 
     ## How to fix
     Convert before wrapping: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`, then
@@ -219,11 +230,18 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         off = {id(b) for b in _switched_off_branches(model.root)}
         root_builds = any(_builds_batchnorm(model.api(c)) and not any(id(g.node) in off for g in c.guards)
                           for c in model.root.calls)
+        reported: set[str] = set()
         for wrap in wraps:
-            if (root_builds and wrap.module is model.root or self._wraps_batchnorm(wrap)) \
-                    and not self._statistics_frozen(wrap):
+            inner = wrap.arg("module", 0)
+            key = " ".join(wrap.module.code(inner).split()) if inner is not None else ""
+            if key in reported:
+                continue  # the same model wrapped in another branch
+            # A second model (a teacher beside its student) is reported when it is itself known
+            # to hold BatchNorm; BatchNorm built somewhere in the script says nothing about it.
+            loose = not reported and root_builds and wrap.module is model.root
+            if (loose or self._wraps_batchnorm(wrap)) and not self._statistics_frozen(wrap):
                 self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
-                return
+                reported.add(key)
 
     def _statistics_frozen(self, wrap: CallSite) -> bool:
         """BatchNorm never normalises with batch statistics: the function that back-propagates
@@ -287,7 +305,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 continue
             if any(_builds_batchnorm(n) for n in self._chosen_by_name(made) + self._created_by_name(made)):
                 return True
-            if self._evaluated_by_name(made):
+            if self._evaluated_by_name(made) or self._registry_builds_batchnorm(made):
                 return True
             texts = [code_only(t) for t in self._network_texts(made)]
             if any(_converts(t) for t in texts):
@@ -305,6 +323,50 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if self._has_batchnorm(self._attached(made), depth - 1):
                     return True
         return False
+
+    def _registry_builds_batchnorm(self, made: Value) -> bool:
+        """`{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`, or `factory =
+        MODEL_DICT[name]; factory(**opts)`: a network class picked by key from a literal table.
+        True when every class the callee may be is a project class that builds BatchNorm; an
+        entry the model cannot read leaves the choice unknown."""
+        call = made.call
+        assert call is not None
+        func = call.func
+        if not isinstance(func, (cst.Subscript, cst.Name)):
+            return False
+        picked: list[Value] = []
+        for value in self.model.values.of(made.module, func, made.scope, made.frame, at=made.at):
+            node = value.node
+            if isinstance(node, cst.Subscript):
+                tables = self.model.values.of(value.module, node.value, value.scope, value.frame, at=value.at)
+                for table in tables:
+                    if not isinstance(table.node, cst.Dict) or not table.node.elements:
+                        return False
+                    for element in table.node.elements:
+                        if not isinstance(element, cst.DictElement):
+                            return False
+                        picked.append(Value(table.module, element.value, table.scope, table.frame, table.at))
+                if not tables:
+                    return False
+            else:
+                picked.append(value)
+        if len(picked) < 2 or any(v.node is func for v in picked):
+            return False  # one class is followed as any construction is; the name itself: unknown
+        for value in picked:
+            node = value.node
+            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            target = self.model.resolver.name(value.module, name, value.scope) if name else None
+            found = self.model.graph.class_at(target) if target is not None else None
+            if found is None or not self._instance_builds_batchnorm(found):
+                return False
+        return True
+
+    def _instance_builds_batchnorm(self, instance: tuple[ModuleModel, ClassInfo]) -> bool:
+        texts = [code_only(t) for t in self._instance_texts(instance)]
+        if any(_converts(t) for t in texts):
+            return False
+        return any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts) \
+            or self._class_builds_batchnorm(*instance, set())
 
     def _attached(self, made: Value) -> list[Value]:
         """What the function that builds the network attaches to it afterwards
@@ -482,7 +544,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         graph = self.model.graph
         instance = graph.instance_of(made)
         if instance is not None:
-            return [_reachable_code(m, info) for m, info in graph.mro(*instance)] + self._imported_texts(instance[0])
+            return self._instance_texts(instance)
         call = made.call
         assert call is not None
         func = call.func
@@ -493,6 +555,48 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 text = self.model.project.text(target.path)
                 return [text] if text is not None else []
         return []
+
+    def _instance_texts(self, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
+        """The code of a project network class: its class and bases (`_reachable_code`) and what
+        its module imports from the project (`_imported_parts`)."""
+        parts = [_reachable_code(m, info) for m, info in self.model.graph.mro(*instance)]
+        parts += self._imported_parts(instance[0])
+        texts = [text for text, _ in parts]
+        if any(off for _, off in parts) and not any(_BUILDS.search(code_only(t)) for t in texts):
+            # The only BatchNorm layers were behind switches left off: the class tests of a
+            # weight-init loop (in the class or its bases) name layers nothing builds.
+            texts = [_TYPE_TEST.sub("", t) for t in texts]
+        return texts
+
+    def _imported_parts(self, module: ModuleModel) -> list[tuple[str, bool]]:
+        """The code a network's module imports from the project: for `from helpers import
+        make_mlp`, the definition it names and what that reaches in its module (see
+        `_reachable_code`; a switch every call in the importing module leaves off builds
+        nothing), not the helper module's other code; for `import helpers` or `from helpers
+        import *`, the whole module. With whether a switch left BatchNorm layers off."""
+        path = resolved_path(module.path)
+        if path is None:
+            return []
+        out: list[tuple[str, bool]] = []
+        whole: set[Path] = set()
+        for local, origin in sorted(module.names.aliases.items()):
+            where = locate(path, origin)
+            if where is None or where[0] == path:
+                continue
+            target = self.model.project_model(where[0]) if where[1] and "." not in where[1] else None
+            if target is not None and _top_level_defs(target).get(where[1]) is not None:
+                out.append(_imported_code(target, where[1], module, local))
+            else:
+                whole.add(where[0])
+        for origin in module.names.stars:
+            where = locate(path, origin)
+            if where is not None and where[0] != path:
+                whole.add(where[0])
+        for file in sorted(whole):
+            text = self.model.project.text(file)
+            if text is not None:
+                out.append((text, False))
+        return out
 
     def _imported_texts(self, module: ModuleModel) -> list[str]:
         path = resolved_path(module.path)
@@ -508,8 +612,27 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return out
 
 @functools.lru_cache(maxsize=64)  # the same project modules' texts are asked about for every script
-def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
-    """The code of class `info` and of what it can reach in its module: the module-level
+def _reachable_code(module: ModuleModel, info: ClassInfo) -> tuple[str, bool]:
+    """The code of class `info` and of what it can reach in its module (see `_reachable_from`),
+    and whether a switch left BatchNorm layers off."""
+    return _reachable_from(module, info.node, ())
+
+
+def _top_level_defs(module: ModuleModel) -> dict[str, cst.FunctionDef | cst.ClassDef]:
+    return {stmt.name.value: stmt for stmt in module.tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+
+
+@functools.lru_cache(maxsize=256)
+def _imported_code(module: ModuleModel, name: str, importer: ModuleModel, local: str) -> tuple[str, bool]:
+    """`_reachable_from` for the definition `name` of `module` that `importer` imports as
+    `local`: the importer's calls of it count as calls of the function."""
+    calls = tuple(c for c in _calls_in(importer.tree) if isinstance(c.func, cst.Name) and c.func.value == local)
+    return _reachable_from(module, _top_level_defs(module)[name], calls)
+
+
+def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
+                    external: tuple[cst.Call, ...]) -> tuple[str, bool]:
+    """The code of the definition `root` and of what it can reach in its module: the module-level
     statements other than definitions, and the top-level functions and classes its code names,
     followed on. A module of many networks (a model zoo in one file) builds BatchNorm in some of
     them; the one that is built counts, not its neighbours. A layer builder's branch behind a
@@ -518,10 +641,10 @@ def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
     nn.BatchNorm2d(v), ...]`) builds nothing; where that removes BatchNorm layers, the
     class tests of a weight-init loop (`isinstance(m, nn.BatchNorm2d)`) only name the layers
     the builder can make and go too."""
-    defs = {stmt.name.value: stmt for stmt in module.tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+    defs = _top_level_defs(module)
     outside = [stmt for stmt in module.tree.body if not isinstance(stmt, (cst.FunctionDef, cst.ClassDef))]
-    todo: list[cst.CSTNode] = [info.node]
-    seen = {info.node.name.value}
+    todo: list[cst.CSTNode] = [root]
+    seen = {root.name.value}
     followed: list[cst.CSTNode] = [*outside]
     while todo:
         node = todo.pop()
@@ -535,7 +658,8 @@ def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
     switched_off = False
     for node in followed:
         if isinstance(node, cst.FunctionDef):
-            off = _switched_off(node, [c for c in calls if isinstance(c.func, cst.Name) and c.func.value == node.name.value])
+            callers = [c for c in calls if isinstance(c.func, cst.Name) and c.func.value == node.name.value]
+            off = _switched_off(node, callers + list(external) if node is root else callers)
             if off:
                 kept = node.visit(_DropBranches(off))
                 if any(_BATCHNORM_TEXT.search(module.code(b)) for b in off):
@@ -544,9 +668,9 @@ def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
                 continue
         parts.append(module.code(node))
     text = "\n".join(parts)
-    if switched_off and not re.search(r"\bBatchNorm[123]d\s*\(", code_only(text)):
+    if switched_off and not _BUILDS.search(code_only(text)):
         text = _TYPE_TEST.sub("", text)
-    return text
+    return text, switched_off
 
 
 @functools.lru_cache(maxsize=8)
@@ -574,7 +698,7 @@ def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
 
 
 def _switched_off(function: cst.FunctionDef, calls: list[cst.Call]) -> list[cst.If]:
-    """The `if flag:` blocks of `function` (their `else` stays) testing a parameter whose default is
+    """The `if flag:` blocks of `function` (`if flag == True:`; their `else` stays) testing a parameter whose default is
     False or None, where every one of `calls` (at least one) leaves it at that default or
     passes False/None. A call passing `*args`/`**kwargs` may give anything."""
     if not calls or any(a.star for c in calls for a in c.args):
@@ -582,9 +706,11 @@ def _switched_off(function: cst.FunctionDef, calls: list[cst.Call]) -> list[cst.
     ordered = [*function.params.posonly_params, *function.params.params]
     off: list[cst.If] = []
     for stmt in _statements(function.body):
-        if not isinstance(stmt, cst.If) or not isinstance(stmt.test, cst.Name):
+        if not isinstance(stmt, cst.If):
             continue
-        name = stmt.test.value
+        name = _flag_tested(stmt.test)
+        if name is None:
+            continue
         index = next((i for i, p in enumerate(ordered) if p.name.value == name), None)
         default = ordered[index].default if index is not None else None
         if index is None or default is None or not (is_false(default) or _is_none(default)):
@@ -594,6 +720,19 @@ def _switched_off(function: cst.FunctionDef, calls: list[cst.Call]) -> list[cst.
         if all(_leaves_off(c, name, index) for c in calls):
             off.append(stmt)
     return off
+
+
+def _flag_tested(test: cst.BaseExpression) -> str | None:
+    """The name an `if` tests for truth, so that a False or None value skips its block:
+    `if flag:`, `if flag == True:`, `if flag is True:`."""
+    if isinstance(test, cst.Name):
+        return test.value
+    if isinstance(test, cst.Comparison) and isinstance(test.left, cst.Name) and len(test.comparisons) == 1:
+        target = test.comparisons[0]
+        if isinstance(target.operator, (cst.Equal, cst.Is)) and isinstance(target.comparator, cst.Name) \
+                and target.comparator.value == "True":
+            return test.left.value
+    return None
 
 
 def _rebinds(function: cst.FunctionDef, name: str) -> bool:
@@ -610,13 +749,21 @@ def _statements(block: cst.BaseSuite) -> list[cst.CSTNode]:
     if not isinstance(block, cst.IndentedBlock):
         return out
     for stmt in block.body:
-        out.append(stmt)
-        for attr in ("body", "orelse"):
-            inner = getattr(stmt, attr, None)
-            if isinstance(inner, cst.BaseSuite):
-                out += _statements(inner)
-            elif isinstance(inner, (cst.Else, cst.If)):
-                out += _statements(inner.body) if isinstance(inner, cst.Else) else [inner, *_statements(inner.body)]
+        out += _nested(stmt)
+    return out
+
+
+def _nested(stmt: cst.CSTNode) -> list[cst.CSTNode]:
+    """`stmt` and the statements of its blocks; an `elif` is an `if` of its own, with its `else`."""
+    out = [stmt]
+    for attr in ("body", "orelse"):
+        inner = getattr(stmt, attr, None)
+        if isinstance(inner, cst.BaseSuite):
+            out += _statements(inner)
+        elif isinstance(inner, cst.Else):
+            out += _statements(inner.body)
+        elif isinstance(inner, cst.If):
+            out += _nested(inner)
     return out
 
 

@@ -4,7 +4,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Wrap, is_ddp, strip_moves, wraps
+from ddpcheck.lint.model.ddp import Wrap, before, is_ddp, strip_moves, wraps
 from ddpcheck.lint.model.conditions import exclusive_arms, on_single_process_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
@@ -44,7 +44,10 @@ class ModelMovedAfterWrapping(Rule):
     device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
     `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
-    stage), where the move comes before the wrap used from then on.
+    stage), where the move comes before the wrap used from then on. Also reported: apex's
+    `amp.initialize(model, optimizer, opt_level=...)` handed the DDP wrapper (alone or in a list
+    of models), which apex refuses with a RuntimeError at every opt level: it casts the models it
+    is given, so it must run before the wrap.
 
     ## How to fix
     Move (and cast) first, wrap last: `model = Net().to(device); model = DDP(model,
@@ -189,6 +192,29 @@ class ModelMovedAfterWrapping(Rule):
                     break
         self._returned_wraps()
         self._moved_held_wraps()
+        self._amp_initialized_wraps()
+
+    def _amp_initialized_wraps(self) -> None:
+        """apex's `amp.initialize(models, optimizer, opt_level=...)` handed the DDP wrapper (alone
+        or in a list of models): apex casts the models it is given and refuses a DDP or
+        DataParallel one with a RuntimeError ("Parallel wrappers should only be applied to the
+        model(s) AFTER the model(s) have been returned from amp.initialize")."""
+        model = self.model
+        for site in model.paths.sites():
+            if model.api(site) != api.APEX_AMP_INITIALIZE:
+                continue
+            models = site.arg("models", 0)
+            if models is None:
+                continue
+            exprs = [e.value for e in models.elements] if isinstance(models, (cst.List, cst.Tuple)) else [models]
+            if any(is_ddp(model, v) and before(v, site) for e in exprs for v in model.values.at_call(site, e)):
+                self.report(
+                    site.node,
+                    "apex `amp.initialize` is handed the model after DDP wrapped it: apex refuses a "
+                    "DDP-wrapped model (RuntimeError) and casts the models it is given; call "
+                    "`amp.initialize` first, then wrap its result in DDP",
+                    module=site.module, related=model.paths.chain(site),
+                )
 
     def _moved_held_wraps(self) -> None:
         """`self.model.cpu()` in a method of a class whose constructor keeps what it is handed

@@ -36,12 +36,22 @@ class UnwrappedModelTrained(Rule):
     a step function that returns
     the loss to a loop that calls backward, a method of the inner module kept on the wrapper
     under its own name (`model.log_prob = model.module.log_prob`, then `model.log_prob(x)` in
-    the loop). Not reported: a method of the inner module called in
+    the loop), a function of the project that the step hands the inner module to
+    (`forward_step(self.model.module, batch)` in a step function the loop calls; reported at
+    that call), a forward two calls below the loop (a step function calling a helper that
+    calls the network), a method of a part of the inner module whose
+    result gets a backward of its own (`aux = net.module.entropy.aux_loss(); aux.backward()`
+    after the main loss's backward: that backward runs after DDP's reducer has finished, so
+    its gradients stay local). Not reported: a method of the inner module called in
     a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
     `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
     synchronised forward; the wrapper of another model, such as a GAN's discriminator, is not
-    this one's forward, nor is a call of the wrapper under `torch.no_grad()`); calls of the
+    this one's forward, nor is a call of the wrapper under `torch.no_grad()`), unless its result
+    gets a backward of its own; a term of the inner module added to the wrapper's loss and
+    back-propagated with it (`(ddp(x).mean() + net.module.penalty(y)).backward()`), which is
+    synchronised: autograd sums each parameter's gradient from both terms before the
+    accumulation whose hook DDP's reducer waits on; calls of the
     inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
@@ -201,15 +211,28 @@ class UnwrappedModelTrained(Rule):
             return
         for site in sites:
             ran = self._runs_inner(site, inner)
-            if ran is None or not self._in_training_step(site, backwards):
+            if ran is None:
                 continue
-            name = " ".join(site.module.code(site.node.func).split())
+            # The forward may sit two calls below the loop (`_train_step` calls
+            # `forward_step(self.model.module, batch)`, or a diffusion wrapper's `loss()` calls
+            # its `_v_loss()`, which runs the network it kept).
+            if not self._in_training_step(site, backwards, 2):
+                continue
+            handed = self._handed_inner(site, inner)
+            at = handed or site
+            name = " ".join(at.module.code(at.node.func).split())
             outer = f"`{ran.outer[0]}(...)`" if ran.outer else "the DDP wrapper"
+            if handed is None and self._step_calls_wrapper(site, ran):
+                advice = f"back-propagate it in one backward with the loss of {outer}"
+            else:
+                advice = f"call {outer} in the training step"
+            what = f"`{name}(...)` is handed the module inside DDP and runs it" if handed is not None \
+                else f"`{name}(...)` runs the module inside DDP"
             self.report(
-                site.node,
-                f"`{name}(...)` runs the module inside DDP, so its gradients are never "
-                f"all-reduced and the replicas drift apart; call {outer} in the training step",
-                module=site.module, related=model.paths.chain(site),
+                at.node,
+                f"{what}, so its gradients are never "
+                f"all-reduced and the replicas drift apart; {advice}",
+                module=at.module, related=model.paths.chain(at),
             )
 
     def _runs_inner(self, site: CallSite, inner: dict[int, list[tuple[Value, Wrap]]]) -> Wrap | None:
@@ -219,6 +242,8 @@ class UnwrappedModelTrained(Rule):
         func = site.node.func
         if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call)):
             return None
+        if isinstance(func, cst.Name) and func.value == "self":
+            return None  # a network calling itself in its own method: the call of that method counts
         values = self.model.values.at_call(site, func)
         if any(is_ddp(self.model, v) and before(v, site) for v in values):
             return None
@@ -234,7 +259,7 @@ class UnwrappedModelTrained(Rule):
             if any(is_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
-            if found is not None and self._step_calls_wrapper(site, found):
+            if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
                 return None  # the step's forward goes through DDP; this is side work (memory, reset)
         elif found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
                 and not _on_self(func) and values and all(
@@ -245,7 +270,7 @@ class UnwrappedModelTrained(Rule):
             if any(is_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
-            if found is not None and self._step_calls_wrapper(site, found):
+            if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
                 return None
         elif found is None and values and all(
                 isinstance(v.node, cst.Attribute) and v.node is not func and v.node.attr.value not in MODULE_API
@@ -260,9 +285,74 @@ class UnwrappedModelTrained(Rule):
             found = self._match(site, receivers, inner)
             if found is not None and not ((site.loops and not self._runs_no_layers(site)) or self._runs_layers(site)):
                 return None
-            if found is not None and self._step_calls_wrapper(site, found):
+            if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
                 return None
+        if found is None and site.loops and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
+                and not _on_self(func):
+            found = self._part_method(site, func, inner)
         return found
+
+    def _handed_inner(self, site: CallSite, inner: dict[int, list[tuple[Value, Wrap]]]) -> CallSite | None:
+        """The call that hands the inner module, spelled `x.module`, to the function that runs it
+        (`forward_step(self.model.module, batch)`): the step chose the unwrapped model there,
+        and the function itself may be right for a plain model."""
+        enclosing = self.model.paths.function_of(site)
+        if enclosing is None:
+            return None
+        for caller, _ in self.model.graph.callers(enclosing):
+            for arg in caller.node.args:
+                if isinstance(arg.value, cst.Attribute) and arg.value.attr.value == "module" \
+                        and self._match(caller, self.model.values.at_call(caller, arg.value), inner) is not None:
+                    return caller
+        return None
+
+    def _part_method(self, site: CallSite, func: cst.Attribute, inner: dict[int, list[tuple[Value, Wrap]]]) -> Wrap | None:
+        """`ddp.module.entropy_model.aux_loss()`: a method of a part of the inner module (an
+        attribute chain below `.module` or below the inner module's own name) whose result the step
+        back-propagates in a backward of its own. Parts are often kept up beside the step
+        (`ddp.module.quantizer.update(x)`), so only a result that reaches such a backward counts."""
+        receiver = func.value
+        for _ in range(3):
+            if not isinstance(receiver, cst.Attribute) or receiver.attr.value in MODULE_API:
+                return None
+            receiver = receiver.value
+            values = self.model.values.at_call(site, receiver)
+            if not values or any(is_ddp(self.model, v) and before(v, site) for v in values):
+                return None
+            found = self._match(site, values, inner)
+            if found is not None:
+                return found if self._own_backward(site, found) else None
+        return None
+
+    def _own_backward(self, site: CallSite, wrap: Wrap) -> bool:
+        """The result of `site` reaches a `backward()` later in its function (through the names it
+        is assigned to, `aux = net.module.aux_loss(); aux.backward()`) that no result of the DDP
+        wrapper `wrap` reaches. One backward of a sum of both (`loss = ddp(x).mean() +
+        net.module.penalty(y)`) is synchronised: autograd sums each parameter's gradient from both
+        parts before the accumulation that fires DDP's hook; a backward of its own runs after
+        the reducer has finished, and its gradients stay local."""
+        scope = site.scope.node
+        if site.scope.kind != "function" or not isinstance(scope, cst.FunctionDef):
+            return False
+        assigned = _assignments(scope)
+        calls = [c for c in site.module.calls_in(site.scope.qualname)]
+        ddp_calls: list[cst.CSTNode] = []
+        for other in calls:
+            func = other.node.func
+            if isinstance(func, cst.Attribute) and func.attr.value == "forward":
+                func = func.value
+            if other.qualname is None and isinstance(func, (cst.Name, cst.Attribute)) and any(
+                    is_ddp(self.model, v) and v.call is wrap.site.node for v in self.model.values.at_call(other, func)):
+                ddp_calls.append(other.node)
+        fed = _fed_names(assigned, [site.node], detached=False)
+        through_ddp = _fed_names(assigned, ddp_calls, detached=True)
+        for other in calls:
+            if other.method != "backward" or other.tick < site.tick:
+                continue
+            if _mentions(other.node, fed, {id(site.node)}) \
+                    and not _mentions(other.node, through_ddp, {id(n) for n in ddp_calls}):
+                return True
+        return False
 
     def _step_calls_wrapper(self, site: CallSite, wrap: Wrap) -> bool:
         """Whether the training step around `site` (its innermost loop, else its function) also
@@ -338,7 +428,7 @@ class UnwrappedModelTrained(Rule):
         callers = [c for c, _ in self.model.graph.callers(enclosing)]
         return bool(callers) and all(self._before_wrap(c, wrap, depth - 1) for c in callers)
 
-    def _in_training_step(self, site: CallSite, backwards: list[CallSite]) -> bool:
+    def _in_training_step(self, site: CallSite, backwards: list[CallSite], depth: int = 1) -> bool:
         """A forward whose result gets a backward: in the same function and loop as a
         `backward()`, or in a function whose caller runs, in the same loop, a call that does one
         (`loss = self._forward(x)` then `self.scaler(loss, optimizer)`)."""
@@ -352,8 +442,20 @@ class UnwrappedModelTrained(Rule):
         enclosing = self.model.paths.function_of(site)
         if enclosing is None or site.loops:
             return False
-        for caller, _ in self.model.graph.callers(enclosing):
-            if is_no_grad(self.model, caller.module, caller.withs, None) or not caller.loops:
+        return self._called_in_step(enclosing, depth)
+
+    def _called_in_step(self, function: Function, depth: int) -> bool:
+        """A caller of `function` runs, in the same loop, a call that does a backward; a caller
+        outside any loop (`outputs = forward_model(self.model.module, batch)` in a `_train_step`
+        that the epoch loop calls) is followed up, `depth` calls in all."""
+        for caller, _ in self.model.graph.callers(function):
+            if is_no_grad(self.model, caller.module, caller.withs, None):
+                continue
+            if not caller.loops:
+                enclosing = self.model.paths.function_of(caller)
+                if depth > 1 and enclosing is not None and enclosing is not function \
+                        and not self.model.paths.main_only(caller) and self._called_in_step(enclosing, depth - 1):
+                    return True
                 continue
             for other in caller.module.calls_in(caller.scope.qualname):
                 if other is caller or caller.loops[-1] not in other.loops:
@@ -378,6 +480,102 @@ def _beside_backward(site: CallSite, backwards: list[CallSite]) -> bool:
             return True
     return False
 
+
+
+def _assignments(function: cst.FunctionDef) -> list[tuple[list[str], cst.BaseExpression]]:
+    """The `name = value` statements of a function's body (not of functions inside it): the names
+    bound (a tuple's names, a subscripted or attribute target's base name) and the value."""
+    out: list[tuple[list[str], cst.BaseExpression]] = []
+
+    class _Visitor(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            return node is function
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            return False
+
+        def visit_Assign(self, node: cst.Assign) -> None:
+            out.append(([n for t in node.targets for n in _bound(t.target)], node.value))
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            if node.value is not None:
+                out.append((_bound(node.target), node.value))
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            out.append((_bound(node.target), node.value))
+
+    function.visit(_Visitor())
+    return out
+
+
+def _bound(target: cst.BaseExpression) -> list[str]:
+    if isinstance(target, cst.Name):
+        return [target.value]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _bound(e.value)]
+    if isinstance(target, (cst.Subscript, cst.Attribute)):
+        return _bound(target.value)
+    if isinstance(target, cst.StarredElement):
+        return _bound(target.value)
+    return []
+
+
+def _fed_names(assigned: list[tuple[list[str], cst.BaseExpression]], seeds: list[cst.CSTNode],
+               detached: bool) -> set[str]:
+    """The names whose value is computed from one of `seeds` (calls), directly or through other
+    names. `detached`: a value that detaches or reads out a number (`.detach()`, `.item()`)
+    still counts."""
+    ids = {id(n) for n in seeds}
+    names: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for targets, value in assigned:
+            if set(targets) <= names or not _mentions(value, names, ids):
+                continue
+            if not detached and _detaches(value):
+                continue
+            names |= set(targets)
+            changed = True
+    return names
+
+
+def _mentions(node: cst.CSTNode, names: set[str], ids: set[int]) -> bool:
+    """`node` contains one of the nodes `ids` or reads one of `names`."""
+    found = False
+
+    class _Visitor(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            nonlocal found
+            if found:
+                return False
+            if id(n) in ids or (isinstance(n, cst.Name) and n.value in names):
+                found = True
+                return False
+            if isinstance(n, cst.Attribute):
+                n.value.visit(self)  # `x.attr`: the attribute's name is no read of a variable
+                return False
+            return True
+
+    node.visit(_Visitor())
+    return found
+
+
+def _detaches(value: cst.BaseExpression) -> bool:
+    return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("detach", "item")
+               for n in _walk(value))
+
+
+def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
+    out: list[cst.CSTNode] = []
+
+    class _Visitor(cst.CSTVisitor):
+        def on_visit(self, n: cst.CSTNode) -> bool:
+            out.append(n)
+            return True
+
+    node.visit(_Visitor())
+    return out
 
 
 def _on_self(func: cst.Attribute) -> bool:
