@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name, pads
+from ddpcheck.lint.model.ddp import is_eval_name, pads, unread_loader
 from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
@@ -220,7 +220,10 @@ class PaddedEvalSampler(Rule):
     val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
     reduces no metric. MONAI's `DistributedSampler` pads like torch's unless it is made with
-    `even_divisible=False`.
+    `even_divisible=False`. A sampler whose loaders nothing reads (`test_loader = DataLoader(
+    test_set, sampler=test_sampler)` in a function that never uses `test_loader`, the sampler
+    read nowhere else) feeds no evaluation and is not reported; a loader that is returned,
+    stored, handed on or read through `locals()` counts as used.
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -325,7 +328,7 @@ class PaddedEvalSampler(Rule):
             if not any(id(g.node) in averaged for g in gathers):
                 return
         for site in samplers:
-            if self._for_evaluation(site):
+            if self._for_evaluation(site) and not unread_loader(model, site):
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
