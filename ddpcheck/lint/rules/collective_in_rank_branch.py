@@ -54,6 +54,8 @@ class CollectiveInRankBranch(Rule):
     a different number of times than the others; the count read back from a broadcast is fine,
     and so is a count set again under the rank guard to the value every rank already has
     (`epochs = opt.epochs`, then `if rank in (-1, 0): epochs = opt.epochs` on a resume path).
+    A branch that holds several such calls (`if rank == 0: log(reduce(a)); log(reduce(b))`) is
+    reported once, at its first: the others hang for the same reason and move out with it.
     Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
@@ -351,12 +353,23 @@ class CollectiveInRankBranch(Rule):
             else:
                 continue
             found.append(_Candidate(site, guard, what, kind, name or what))
-        for c in found:
+        # The first unbalanced call under a rank condition is where the other ranks are left
+        # waiting; the later ones in the same branch never run on those ranks either, but they
+        # are the same mistake with the same fix (move the work out of the branch), so the branch
+        # is reported once, at its first such call.
+        branches: set[tuple[int, int]] = set()
+        order = {id(c.node): i for module in {id(f.call.module): f.call.module for f in found}.values()
+                 for i, c in enumerate(module.calls)}
+        for c in sorted(found, key=lambda f: (f.call.module.path, order.get(id(f.call.node), 0))):
             if any(
                 o is not c and o.key == c.key and o.call.scope is c.call.scope and self._side(o) != self._side(c)
                 for o in found
             ):
                 continue  # balanced: the other ranks make the same call
+            branch = (id(c.call.module), id(c.guard.node))
+            if branch in branches:
+                continue
+            branches.add(branch)
             self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
                         module=c.call.module, related=model.paths.chain(c.call))
         self._rank_counted_loops()
