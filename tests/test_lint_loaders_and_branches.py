@@ -1,0 +1,277 @@
+"""Loaders, samplers and rank branches written the ways projects write them, through `ddpcheck
+lint`: a loader restarted by a generator helper, a test loader built and never read, a project
+module imported over a same-named one from a library, and several collectives in one rank-0
+branch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+# --- DDP002: a helper generator that starts the loader over when it runs out -------------------
+
+CYCLE_HELPERS = {
+    "plain": """\
+        def endless(iterable):
+            it = iter(iterable)
+            while True:
+                try:
+                    yield next(it)
+                except StopIteration:
+                    it = iter(iterable)
+        """,
+    "dunder": """\
+        def endless(iterable):
+            iterator = iterable.__iter__()
+            while True:
+                try:
+                    yield iterator.__next__()
+                except StopIteration:
+                    iterator = iterable.__iter__()
+        """,
+    "nested_for": """\
+        def endless(loader):
+            while True:
+                for batch in loader:
+                    yield batch
+        """,
+}
+
+CYCLE_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from utils.misc import endless
+
+
+def main():
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dataset = TensorDataset(torch.randn(512, 8), torch.randn(512, 1))
+    sampler = DistributedSampler(dataset, shuffle=True)
+    loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+    batches = endless(loader)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1).cuda(), device_ids=[local_rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * dist.get_world_size())
+    for step in range(10000):
+        x, y = next(batches)
+        loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _ddp002(tmp_path: Path, helper: str, script: str = CYCLE_SCRIPT) -> list[tuple[str, int, str]]:
+    found = lint_project(tmp_path, {"train.py": script, "utils/__init__.py": "", "utils/misc.py": helper},
+                         "train.py", select="DDP002")
+    return [(f["code"], f["location"]["line"], f["message"]) for f in found]
+
+
+def test_a_generator_that_restarts_the_loader_is_reported_where_it_is_handed_the_loader(tmp_path):
+    for kind in ("plain", "dunder"):
+        found = _ddp002(tmp_path / kind, CYCLE_HELPERS[kind])
+        assert [(c, line) for c, line, _ in found] == [("DDP002", 15)], kind
+        assert "`endless()` starts the loader over" in found[0][2]
+    # A `for` over the loader inside the helper's own loop: that loop is the epoch loop.
+    found = _ddp002(tmp_path / "nested_for", CYCLE_HELPERS["nested_for"])
+    assert [(c, line) for c, line, _ in found] == [("DDP002", 2)]
+
+
+def test_a_restarting_generator_stays_clean_when_it_sets_the_epoch_or_the_sampler_does_not_shuffle(tmp_path):
+    counted = """\
+        def endless(loader):
+            epoch = 0
+            while True:
+                loader.sampler.set_epoch(epoch)
+                for batch in loader:
+                    yield batch
+                epoch += 1
+        """
+    assert _ddp002(tmp_path / "counted", counted) == []
+    no_shuffle = CYCLE_SCRIPT.replace("DistributedSampler(dataset, shuffle=True)",
+                                      "DistributedSampler(dataset, shuffle=False)")
+    assert _ddp002(tmp_path / "ordered", CYCLE_HELPERS["plain"], no_shuffle) == []
+
+
+def test_a_helper_that_reads_the_loader_once_is_no_restart(tmp_path):
+    # Iterates its argument once (no loop around the pass): nothing starts the loader over.
+    once = """\
+        def first_batches(loader, n):
+            out = []
+            for batch in loader:
+                out.append(batch)
+                if len(out) == n:
+                    break
+            return out
+        """
+    script = CYCLE_SCRIPT.replace("batches = endless(loader)", "batches = iter(first_batches(loader, 4))") \
+        .replace("from utils.misc import endless", "from utils.misc import first_batches")
+    assert _ddp002(tmp_path, once, script) == []
+
+
+# --- DDP018: an evaluation sampler whose loader nothing reads ---------------------------------
+
+EVAL_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+
+def validate(model, loader, device):
+    total = torch.zeros(2, device=device)
+    with torch.no_grad():
+        for x, y in loader:
+            out = model(x.to(device))
+            total[0] += (out.argmax(1) == y.to(device)).sum()
+            total[1] += len(y)
+    dist.all_reduce(total)
+    return (total[0] / total[1]).item()
+
+
+def main(train_set, val_set, test_set, model):
+    dist.init_process_group("nccl")
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    torch.cuda.set_device(device)
+    train_sampler = DistributedSampler(train_set, shuffle=True)
+    val_sampler = DistributedSampler(val_set, shuffle=False)
+    test_sampler = DistributedSampler(test_set, shuffle=False)
+    train_loader = DataLoader(train_set, batch_size=64, sampler=train_sampler)
+    val_loader = DataLoader(val_set, batch_size=64, sampler=val_sampler)
+    test_loader = DataLoader(test_set, batch_size=64, sampler=test_sampler)
+    for epoch in range(10):
+        train_sampler.set_epoch(epoch)
+        for x, y in train_loader:
+            pass
+        print(validate(model, val_loader, device))
+{tail}
+"""
+
+
+def _ddp018(tmp_path: Path, tail: str = "") -> list[int]:
+    found = lint_project(tmp_path, {"train.py": EVAL_SCRIPT.replace("{tail}", tail)}, "train.py", select="DDP018")
+    return sorted(f["location"]["line"] for f in found)
+
+
+def test_a_test_sampler_whose_loader_is_never_read_is_not_reported(tmp_path):
+    # Only the validation sampler feeds an evaluation the metric is all-reduced over.
+    assert _ddp018(tmp_path) == [23]
+
+
+def test_the_test_sampler_is_reported_once_its_loader_is_used(tmp_path):
+    assert _ddp018(tmp_path / "evaluated", "    print(validate(model, test_loader, device))") == [23, 24]
+    assert _ddp018(tmp_path / "returned", "    return test_loader") == [23, 24]
+    # Handed on through a dict, or read through locals(): a use the check cannot rule out.
+    assert _ddp018(tmp_path / "dict", "    loaders = {'test': test_loader}\n    run(loaders)") == [23, 24]
+    assert _ddp018(tmp_path / "locals", "    run(**locals())") == [23, 24]
+
+
+def test_a_sampler_read_besides_its_loader_is_reported(tmp_path):
+    assert _ddp018(tmp_path, "    print(len(test_sampler))") == [23, 24]
+
+
+# --- DDP001: `import datasets` after `from torchvision import datasets` --------------------------
+
+SHADOW_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from torchvision import datasets, models
+import datasets
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    dist.init_process_group("nccl")
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    model = DDP(models.resnet18().cuda(), device_ids=[local_rank])
+    loaders = {split: datasets.get_loader(split) for split in ("train", "val")}
+    for epoch in range(10):
+        for x, y in loaders["train"]:
+            model(x.cuda()).sum().backward()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+SHADOW_DATASETS = """\
+import torch
+from torch.utils import data
+
+
+def get_loader(mode="train"):
+    dataset = data.TensorDataset(torch.randn(64, 3, 32, 32), torch.zeros(64))
+    sampler = data.RandomSampler(dataset) if mode == "train" else data.SequentialSampler(dataset)
+    return data.DataLoader(dataset, batch_size=8, sampler=sampler, shuffle=False)
+"""
+
+
+def test_a_project_module_imported_after_a_library_one_of_the_same_name_is_the_projects(tmp_path):
+    found = lint_project(tmp_path, {"train.py": SHADOW_SCRIPT, "datasets.py": SHADOW_DATASETS},
+                         "train.py", "datasets.py", select="DDP001")
+    assert [(Path(f["path"]).name, f["location"]["line"]) for f in found] == [("datasets.py", 8)]
+
+
+def test_a_library_module_imported_after_the_project_one_stays_the_librarys(tmp_path):
+    # The later import binds the name: the calls go to torchvision, which the lint does not read.
+    script = SHADOW_SCRIPT.replace("from torchvision import datasets, models\nimport datasets\n",
+                                   "import datasets\nfrom torchvision import datasets, models\n")
+    found = lint_project(tmp_path, {"train.py": script, "datasets.py": SHADOW_DATASETS},
+                         "train.py", "datasets.py", select="DDP001")
+    assert found == []
+
+
+# --- DDP009: several collectives in one rank-0 branch ------------------------------------------
+
+BRANCH_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+
+
+def reduce_mean(t):
+    t = t.clone()
+    dist.all_reduce(t)
+    return t / dist.get_world_size()
+
+
+def main():
+    dist.init_process_group("nccl")
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    train_loss = torch.ones(1).cuda()
+    val_loss = torch.ones(1).cuda()
+    if dist.get_rank() == 0:
+        print(reduce_mean(train_loss))
+        print(reduce_mean(val_loss))
+        dist.barrier()
+{tail}
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _ddp009(tmp_path: Path, tail: str = "") -> list[int]:
+    found = lint_project(tmp_path, {"train.py": BRANCH_SCRIPT.replace("{tail}", tail)}, "train.py", select="DDP009")
+    return sorted(f["location"]["line"] for f in found)
+
+
+def test_a_rank_zero_branch_of_several_collectives_is_reported_once_at_the_first(tmp_path):
+    assert _ddp009(tmp_path) == [18]
+
+
+def test_each_rank_branch_is_reported_on_its_own(tmp_path):
+    tail = "    if dist.get_rank() == 0:\n        dist.barrier()"
+    assert _ddp009(tmp_path, tail) == [18, 22]
