@@ -275,3 +275,157 @@ def test_a_rank_zero_branch_of_several_collectives_is_reported_once_at_the_first
 def test_each_rank_branch_is_reported_on_its_own(tmp_path):
     tail = "    if dist.get_rank() == 0:\n        dist.barrier()"
     assert _ddp009(tmp_path, tail) == [18, 22]
+
+
+# --- DDP008: a config module whose parser a `get_args()` of its own parses --------------------
+
+CONFIG_MODULE = """\
+import argparse
+
+parser = argparse.ArgumentParser()
+
+
+def add_group(name):
+    return parser.add_argument_group(name)
+
+
+train_arg = add_group("Train")
+train_arg.add_argument("--lr", type=float, default=1e-3)
+misc_arg = add_group("Misc")
+misc_arg.add_argument("--local_rank", type=int, default=-1)
+
+
+def get_args():
+    args, unparsed = parser.parse_known_args()
+    return args, unparsed
+"""
+
+CONFIG_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+import config.options as options
+
+args, _ = options.get_args()
+{rank}
+torch.cuda.set_device(local_rank)
+dist.init_process_group("nccl")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda(), device_ids=[local_rank])
+"""
+
+
+def _ddp008(tmp_path: Path, rank: str, config: str = CONFIG_MODULE) -> list[tuple[str, int]]:
+    found = lint_project(tmp_path, {"train.py": CONFIG_SCRIPT.replace("{rank}", rank), "config/__init__.py": "",
+                                    "config/options.py": config}, "train.py", select="DDP008")
+    return [(Path(f["path"]).name, f["location"]["line"]) for f in found]
+
+
+def test_a_local_rank_flag_of_a_config_module_parsed_by_its_get_args_is_reported_there(tmp_path):
+    assert _ddp008(tmp_path, "local_rank = args.local_rank") == [("options.py", 13)]
+
+
+def test_the_config_modules_flag_stays_clean_when_the_script_reads_local_rank(tmp_path):
+    rank = 'local_rank = int(os.environ.get("LOCAL_RANK", args.local_rank))'
+    assert _ddp008(tmp_path, rank) == []
+    # A get_args() that builds and parses its own parser does not parse the module's flags.
+    own = CONFIG_MODULE.replace("    args, unparsed = parser.parse_known_args()",
+                                "    parser = argparse.ArgumentParser()\n"
+                                "    args, unparsed = parser.parse_known_args()")
+    assert _ddp008(tmp_path / "own", "local_rank = 0", own) == []
+
+
+# --- DDP015: rendezvous literals in a set-up helper of another module ---------------------------
+
+SETUP_MODULE = """\
+import os
+import torch.distributed as dist
+
+
+def setup_ddp(rank, world_size):
+{body}
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+"""
+
+LAUNCHED_SCRIPT = """\
+import os
+import torch
+from trainer import setup_ddp
+
+if __name__ == "__main__":
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    setup_ddp(rank, world_size)
+"""
+
+
+def _ddp015(tmp_path: Path, body: str) -> list[tuple[str, int]]:
+    found = lint_project(tmp_path, {"main.py": LAUNCHED_SCRIPT, "trainer.py": SETUP_MODULE.replace("{body}", body)},
+                         "main.py", select="DDP015")
+    return [(Path(f["path"]).name, f["location"]["line"]) for f in found]
+
+
+def test_literal_rendezvous_writes_in_a_helper_a_torchrun_script_runs_are_reported_once(tmp_path):
+    body = '    os.environ["MASTER_ADDR"] = "localhost"\n    os.environ["MASTER_PORT"] = "12355"'
+    assert _ddp015(tmp_path, body) == [("trainer.py", 6)]
+
+
+def test_a_helpers_write_on_the_launchers_own_path_is_reported(tmp_path):
+    # The body of a test that the launcher's variables are set is the path torchrun takes.
+    body = ('    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:\n'
+            '        os.environ["MASTER_ADDR"] = "localhost"')
+    assert _ddp015(tmp_path, body) == [("trainer.py", 7)]
+
+
+def test_a_helpers_fallback_writes_stay_clean(tmp_path):
+    for i, body in enumerate((
+        '    if "MASTER_ADDR" not in os.environ:\n        os.environ["MASTER_ADDR"] = "localhost"',
+        '    os.environ.setdefault("MASTER_PORT", "12355")',
+        '    if "RANK" in os.environ:\n        pass\n    else:\n        os.environ["MASTER_ADDR"] = "localhost"',
+        '    os.environ["MASTER_PORT"] = str(find_free_port())',
+    )):
+        assert _ddp015(tmp_path / str(i), body) == [], body
+
+
+# --- DDP018: a torchmetrics metric synchronised at compute(), a split taken from a dict --------
+
+METRIC_SCRIPT = """\
+import os
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+from torchmetrics import MeanMetric
+
+
+def train(rank, model, splits):
+    train_loader = DataLoader(splits["train"], batch_size=8, sampler=DistributedSampler(splits["train"]))
+    eval_loader = DataLoader(splits["test"], batch_size=8, sampler=DistributedSampler(splits["test"]))
+    for epoch in range(3):
+        for batch in train_loader:
+            model(batch).sum().backward()
+        val_loss = MeanMetric({options}).to(rank)
+        with torch.no_grad():
+            for batch in eval_loader:
+                val_loss.update(model(batch).mean())
+        print(val_loss.compute())
+
+
+if __name__ == "__main__":
+    dist.init_process_group("nccl")
+"""
+
+
+def _metric(tmp_path: Path, options: str = "") -> list[int]:
+    found = lint_project(tmp_path, {"train.py": METRIC_SCRIPT.replace("{options}", options)}, "train.py",
+                         select="DDP018")
+    return [f["location"]["line"] for f in found]
+
+
+def test_a_torchmetrics_metric_computed_over_a_padded_eval_shard_is_reported(tmp_path):
+    # The eval sampler is made inside `eval_loader = DataLoader(...)` over `splits["test"]`.
+    assert _metric(tmp_path) == [11]
+
+
+def test_a_metric_that_does_not_synchronise_stays_clean(tmp_path):
+    assert _metric(tmp_path, "sync_on_compute=False") == []
