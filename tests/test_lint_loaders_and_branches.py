@@ -429,3 +429,33 @@ def test_a_torchmetrics_metric_computed_over_a_padded_eval_shard_is_reported(tmp
 
 def test_a_metric_that_does_not_synchronise_stays_clean(tmp_path):
     assert _metric(tmp_path, "sync_on_compute=False") == []
+
+
+URL_SCRIPT = """\
+import os
+import torch.distributed as dist
+
+RANK = int(os.environ.get("RANK", 0))
+WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
+MASTER_ADDR = "localhost"
+MASTER_PORT = {port}
+
+
+def setup():
+    init_method = f"tcp://{MASTER_ADDR}:{MASTER_PORT}"
+    dist.init_process_group("gloo", init_method=init_method, rank=RANK, world_size=WORLD_SIZE)
+
+
+if __name__ == "__main__":
+    setup()
+"""
+
+
+def test_an_init_method_formatted_from_literal_names_is_hard_coded(tmp_path):
+    found = lint_project(tmp_path, {"train.py": URL_SCRIPT.replace("{port}", '"8080"')}, "train.py", select="DDP015")
+    assert [f["location"]["line"] for f in found] == [12]
+
+
+def test_an_init_method_formatted_from_the_environment_is_not(tmp_path):
+    script = URL_SCRIPT.replace("{port}", 'os.environ.get("MASTER_PORT", "8080")')
+    assert lint_project(tmp_path, {"train.py": script}, "train.py", select="DDP015") == []

@@ -93,7 +93,8 @@ class HardCodedRendezvous(Rule):
 
     The script reads `LOCAL_RANK`/`RANK`/`WORLD_SIZE` from the environment, so it is started by
     torchrun (or a scheduler doing the same), which exports `MASTER_ADDR`, `MASTER_PORT`, `RANK`
-    and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"`,
+    and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"` (or an
+    f-string of names that each hold a literal: `f"tcp://{MASTER_ADDR}:{MASTER_PORT}"`),
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
     `init_process_group` overrides that. The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
@@ -540,11 +541,35 @@ class HardCodedRendezvous(Rule):
         values = self.model.values.at_call(call, method)
         texts = set()
         for value in values:
-            node = value.node
-            if not isinstance(node, cst.SimpleString):
-                return None
-            text = node.evaluated_value
-            if not isinstance(text, str) or text.startswith("env://"):
+            text = self._literal_text(value, 2)
+            if text is None or text.startswith("env://"):
                 return None
             texts.add(text)
         return sorted(texts)[0] if texts else None
+
+    def _literal_text(self, value: Value, depth: int) -> str | None:
+        """The text a value always has: a string or integer literal, or an f-string made of
+        literals and names that each hold one (`f"tcp://{MASTER_ADDR}:{MASTER_PORT}"` after
+        `MASTER_ADDR = "localhost"`); None when any part may vary."""
+        node = value.node
+        if isinstance(node, cst.SimpleString):
+            text = node.evaluated_value
+            return text if isinstance(text, str) else None
+        if isinstance(node, cst.Integer):
+            return node.value
+        if not isinstance(node, cst.FormattedString) or depth <= 0:
+            return None
+        out = []
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringText):
+                out.append(part.value)
+                continue
+            assert isinstance(part, cst.FormattedStringExpression)
+            if part.format_spec or part.conversion or not isinstance(part.expression, (cst.Name, cst.Attribute)):
+                return None
+            held = self.model.values.of(value.module, part.expression, value.scope, value.frame, at=value.at)
+            texts = {self._literal_text(v, depth - 1) for v in held}
+            if len(texts) != 1 or None in texts:
+                return None
+            out.append(texts.pop() or "")
+        return "".join(out)
