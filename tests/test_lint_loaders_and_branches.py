@@ -459,3 +459,11 @@ def test_an_init_method_formatted_from_literal_names_is_hard_coded(tmp_path):
 def test_an_init_method_formatted_from_the_environment_is_not(tmp_path):
     script = URL_SCRIPT.replace("{port}", 'os.environ.get("MASTER_PORT", "8080")')
     assert lint_project(tmp_path, {"train.py": script}, "train.py", select="DDP015") == []
+
+
+def test_calls_after_an_early_exit_on_rank_0_are_each_reported(tmp_path):
+    script = BRANCH_SCRIPT.replace(
+        "    if dist.get_rank() == 0:\n        print(reduce_mean(train_loss))",
+        "    if dist.get_rank() != 0:\n        return\n    if True:\n        print(reduce_mean(train_loss))")
+    found = lint_project(tmp_path, {"train.py": script.replace("{tail}", "")}, "train.py", select="DDP009")
+    assert sorted(f["location"]["line"] for f in found) == [20, 21, 22]

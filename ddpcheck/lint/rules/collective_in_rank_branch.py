@@ -55,7 +55,8 @@ class CollectiveInRankBranch(Rule):
     and so is a count set again under the rank guard to the value every rank already has
     (`epochs = opt.epochs`, then `if rank in (-1, 0): epochs = opt.epochs` on a resume path).
     A branch that holds several such calls (`if rank == 0: log(reduce(a)); log(reduce(b))`) is
-    reported once, at its first: the others hang for the same reason and move out with it.
+    reported once, at its first: the others hang for the same reason and move out with it (the
+    calls after an early exit, `if rank != 0: return`, are each reported).
     Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
@@ -356,7 +357,8 @@ class CollectiveInRankBranch(Rule):
         # The first unbalanced call under a rank condition is where the other ranks are left
         # waiting; the later ones in the same branch never run on those ranks either, but they
         # are the same mistake with the same fix (move the work out of the branch), so the branch
-        # is reported once, at its first such call.
+        # is reported once, at its first such call. (The rest of a function after an early exit,
+        # `if rank != 0: return`, is no one block of work: each call there is its own.)
         branches: set[tuple[int, int]] = set()
         order = {id(c.node): i for module in {id(f.call.module): f.call.module for f in found}.values()
                  for i, c in enumerate(module.calls)}
@@ -366,10 +368,13 @@ class CollectiveInRankBranch(Rule):
                 for o in found
             ):
                 continue  # balanced: the other ranks make the same call
-            branch = (id(c.call.module), id(c.guard.node))
-            if branch in branches:
-                continue
-            branches.add(branch)
+            guard = c.guard
+            early_exit = guard.negated and isinstance(guard.node, cst.If) and guard.node.orelse is None
+            branch = (id(c.call.module), id(guard.node))
+            if not early_exit:
+                if branch in branches:
+                    continue
+                branches.add(branch)
             self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
                         module=c.call.module, related=model.paths.chain(c.call))
         self._rank_counted_loops()
