@@ -268,13 +268,14 @@ def _ddp009(tmp_path: Path, tail: str = "") -> list[int]:
     return sorted(f["location"]["line"] for f in found)
 
 
-def test_a_rank_zero_branch_of_several_collectives_is_reported_once_at_the_first(tmp_path):
-    assert _ddp009(tmp_path) == [18]
+def test_a_helper_called_twice_in_a_rank_zero_branch_is_reported_once_at_the_first(tmp_path):
+    # reduce_mean() twice is one finding; the barrier is other work and has its own.
+    assert _ddp009(tmp_path) == [18, 20]
 
 
 def test_each_rank_branch_is_reported_on_its_own(tmp_path):
     tail = "    if dist.get_rank() == 0:\n        dist.barrier()"
-    assert _ddp009(tmp_path, tail) == [18, 22]
+    assert _ddp009(tmp_path, tail) == [18, 20, 22]
 
 
 # --- DDP008: a config module whose parser a `get_args()` of its own parses --------------------

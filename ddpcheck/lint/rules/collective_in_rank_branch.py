@@ -54,9 +54,10 @@ class CollectiveInRankBranch(Rule):
     a different number of times than the others; the count read back from a broadcast is fine,
     and so is a count set again under the rank guard to the value every rank already has
     (`epochs = opt.epochs`, then `if rank in (-1, 0): epochs = opt.epochs` on a resume path).
-    A branch that holds several such calls (`if rank == 0: log(reduce(a)); log(reduce(b))`) is
-    reported once, at its first: the others hang for the same reason and move out with it (the
-    calls after an early exit, `if rank != 0: return`, are each reported).
+    The same collective or helper called several times in one branch (`if rank == 0:
+    log(reduce(a)); log(reduce(b))`) is reported once, at its first call: the others hang for
+    the same reason and move out with it (different calls in one branch, and the calls after an
+    early exit, `if rank != 0: return`, are each reported).
     Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
@@ -354,12 +355,11 @@ class CollectiveInRankBranch(Rule):
             else:
                 continue
             found.append(_Candidate(site, guard, what, kind, name or what))
-        # The first unbalanced call under a rank condition is where the other ranks are left
-        # waiting; the later ones in the same branch never run on those ranks either, but they
-        # are the same mistake with the same fix (move the work out of the branch), so the branch
-        # is reported once, at its first such call. (The rest of a function after an early exit,
-        # `if rank != 0: return`, is no one block of work: each call there is its own.)
-        branches: set[tuple[int, int]] = set()
+        # The same collective or helper called again in one branch (`reduce(train_loss)`, then
+        # `reduce(val_loss)`) is the same mistake with the same fix: reported once, at its first
+        # call there. Different work in one branch is reported call by call, and so is the rest
+        # of a function after an early exit (`if rank != 0: return`), which is no one block.
+        branches: set[tuple[int, int, str]] = set()
         order = {id(c.node): i for module in {id(f.call.module): f.call.module for f in found}.values()
                  for i, c in enumerate(module.calls)}
         for c in sorted(found, key=lambda f: (f.call.module.path, order.get(id(f.call.node), 0))):
@@ -370,7 +370,7 @@ class CollectiveInRankBranch(Rule):
                 continue  # balanced: the other ranks make the same call
             guard = c.guard
             early_exit = guard.negated and isinstance(guard.node, cst.If) and guard.node.orelse is None
-            branch = (id(c.call.module), id(guard.node))
+            branch = (id(c.call.module), id(guard.node), c.key)
             if not early_exit:
                 if branch in branches:
                     continue
