@@ -268,8 +268,8 @@ def _ddp009(tmp_path: Path, tail: str = "") -> list[int]:
     return sorted(f["location"]["line"] for f in found)
 
 
-def test_a_helper_called_twice_in_a_rank_zero_branch_is_reported_once_at_the_first(tmp_path):
-    # reduce_mean() twice is one finding; the barrier is other work and has its own.
+def test_a_helper_called_again_in_the_next_statement_is_reported_once_at_the_first(tmp_path):
+    # reduce_mean() twice in a row is one finding; the barrier is other work and has its own.
     assert _ddp009(tmp_path) == [18, 20]
 
 
@@ -468,3 +468,12 @@ def test_calls_after_an_early_exit_on_rank_0_are_each_reported(tmp_path):
         "    if dist.get_rank() != 0:\n        return\n    if True:\n        print(reduce_mean(train_loss))")
     found = lint_project(tmp_path, {"train.py": script.replace("{tail}", "")}, "train.py", select="DDP009")
     assert sorted(f["location"]["line"] for f in found) == [20, 21, 22]
+
+
+def test_the_same_collective_with_other_work_between_is_reported_at_each_call(tmp_path):
+    # A barrier before and after a rank-0 evaluation: two places where the ranks part.
+    script = BRANCH_SCRIPT.replace(
+        "        print(reduce_mean(train_loss))\n        print(reduce_mean(val_loss))\n        dist.barrier()",
+        "        dist.barrier()\n        print(train_loss.item())\n        dist.barrier()")
+    found = lint_project(tmp_path / "apart", {"train.py": script.replace("{tail}", "")}, "train.py", select="DDP009")
+    assert sorted(f["location"]["line"] for f in found) == [18, 20]
