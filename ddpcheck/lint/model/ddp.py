@@ -15,7 +15,7 @@ from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, is_true, string_text, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, is_true, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Unknown, Value
 
 if TYPE_CHECKING:
@@ -548,3 +548,74 @@ def _rank_selection(node: cst.CSTNode, resolve: Resolve) -> bool:
                     and is_rank_value(other, resolve):
                 return True
     return False
+
+
+# Calls that read a function's locals without naming them.
+_READS_LOCALS = frozenset({"locals", "vars", "eval", "exec"})
+
+
+def _reads_of(function: cst.CSTNode, name: str) -> list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] | None:
+    """Every place `name` is read in `function` (nested functions and lambdas included: they may
+    close over it), with the nodes above it; None when the function may read it unseen
+    (`locals()`, `eval`, a `global`/`nonlocal` declaration of it)."""
+    found: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] = []
+    stack: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = [(function, ())]
+    while stack:
+        node, parents = stack.pop()
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in _READS_LOCALS:
+            return None
+        if isinstance(node, (cst.Global, cst.Nonlocal)) and any(n.name.value == name for n in node.names):
+            return None
+        if isinstance(node, cst.Name) and node.value == name and not _bound_here(node, parents):
+            found.append((node, parents))
+        stack.extend((child, parents + (node,)) for child in children(node))
+    return found
+
+
+def _bound_here(node: cst.Name, parents: tuple[cst.CSTNode, ...]) -> bool:
+    """`node` is only bound where it stands: an assignment's target (alone or unpacked), a
+    loop's target, a `with ... as` name."""
+    child: cst.CSTNode = node
+    for parent in reversed(parents):
+        if isinstance(parent, (cst.Tuple, cst.List, cst.Element, cst.StarredElement)):
+            child = parent
+            continue
+        if isinstance(parent, cst.AssignTarget):
+            return parent.target is child
+        if isinstance(parent, (cst.AnnAssign, cst.For, cst.CompFor)):
+            return parent.target is child
+        if isinstance(parent, cst.AsName):
+            return parent.name is child
+        return False
+    return False
+
+
+def unread_loader(model: Model, site: CallSite) -> bool:
+    """The DistributedSampler made at `site` feeds no loader that is used: it is bound to a
+    local name of its function, and every read of that name hands it to a DataLoader whose
+    result is bound to a local name read nowhere (`test_loader = DataLoader(test_set,
+    sampler=test_sampler)` for a test the script never runs). Such a sampler shards and pads
+    nothing that is iterated. False whenever a use cannot be followed (attributes, containers,
+    returns, `locals()`)."""
+    scope = site.scope
+    if scope.kind != "function":
+        return False
+    names = site.module.assigned_names(site.node)
+    if len(names) != 1 or "." in names[0]:
+        return False
+    reads = _reads_of(scope.node, names[0])
+    if reads is None:
+        return False
+    for _, parents in reads:
+        if len(parents) < 2 or not isinstance(parents[-1], cst.Arg) or not isinstance(parents[-2], cst.Call):
+            return False
+        loader = site.module.call_at(parents[-2])
+        if loader is None or loader.scope is not scope or model.api(loader) != api.DATALOADER:
+            return False
+        held = site.module.assigned_names(loader.node)
+        if len(held) != 1 or "." in held[0]:
+            return False
+        used = _reads_of(scope.node, held[0])
+        if used is None or used:
+            return False
+    return True

@@ -37,8 +37,14 @@ class ImportMap:
                     self.others.setdefault(local, []).append(full)
                 else:
                     # `import torch.distributed` binds `torch`; the full chain then resolves itself.
+                    # It rebinds a name imported before from elsewhere (`from torchvision import
+                    # datasets`, then `import datasets`: the project's module from there on).
                     root = full.split(".", 1)[0]
-                    self.aliases.setdefault(root, root)
+                    before = self.aliases.get(root)
+                    if before != root:
+                        self.aliases[root] = root
+                        if before is not None:
+                            self.others.setdefault(root, [before]).append(root)
             return
         module = ("." * len(node.relative)) + _module_name(node.module)
         self.modules.add(module)

@@ -13,7 +13,7 @@ from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
-from ddpcheck.lint.model.syntax import argument, dotted, is_false
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -54,6 +54,11 @@ class CollectiveInRankBranch(Rule):
     a different number of times than the others; the count read back from a broadcast is fine,
     and so is a count set again under the rank guard to the value every rank already has
     (`epochs = opt.epochs`, then `if rank in (-1, 0): epochs = opt.epochs` on a resume path).
+    The same collective or helper called again in the next statement of one branch (`if rank
+    == 0: a = reduce(x)`, then `b = reduce(y)`) is one action, reported once, at its first
+    call; calls with other work between them (a barrier before and after a rank-0
+    evaluation), different calls, and the calls after an early exit (`if rank != 0: return`)
+    are each reported.
     Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
@@ -351,12 +356,28 @@ class CollectiveInRankBranch(Rule):
             else:
                 continue
             found.append(_Candidate(site, guard, what, kind, name or what))
-        for c in found:
+        # The same collective or helper called again in the next statement of one branch
+        # (`train = reduce(train_loss)`, then `val = reduce(val_loss)`) is one action with one
+        # fix: reported once, at its first call. Calls with other work between them (a barrier
+        # before and after a rank-0 evaluation) are each a place where the ranks part, and so
+        # are different calls.
+        last: dict[tuple[int, int, str], int] = {}  # (module, guard, callee) -> statement index
+        order = {id(c.node): i for module in {id(f.call.module): f.call.module for f in found}.values()
+                 for i, c in enumerate(module.calls)}
+        for c in sorted(found, key=lambda f: (f.call.module.path, order.get(id(f.call.node), 0))):
             if any(
                 o is not c and o.key == c.key and o.call.scope is c.call.scope and self._side(o) != self._side(c)
                 for o in found
             ):
                 continue  # balanced: the other ranks make the same call
+            guard = c.guard
+            index = _statement_index(guard, c.call.node)
+            if index is not None:
+                branch = (id(c.call.module), id(guard.node), c.key)
+                previous = last.get(branch)
+                last[branch] = index
+                if previous is not None and index - previous <= 1:
+                    continue
             self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
                         module=c.call.module, related=model.paths.chain(c.call))
         self._rank_counted_loops()
@@ -547,6 +568,22 @@ _TIMM_HELPERS = re.compile(
     r"(?:(?:DropPath|drop_path|trunc_normal_|to_2tuple|to_ntuple|lecun_normal_|Mlp)[ \t]*,?[ \t]*)+$",
     re.M,
 )
+
+
+def _statement_index(guard: Guard, call: cst.Call) -> int | None:
+    """The position, among the statements of the `if`'s branch that `call` runs in (its body,
+    or its `else`), of the statement that holds the call; None when the call is not inside the
+    `if` itself (the rest of a function after an early exit)."""
+    node = guard.node
+    if not isinstance(node, cst.If):
+        return None
+    branch = node.orelse if guard.negated else node
+    if not isinstance(branch, (cst.If, cst.Else)) or not isinstance(branch.body, cst.IndentedBlock):
+        return None
+    for index, statement in enumerate(branch.body.body):
+        if any(sub is call for sub in subexpressions(statement)):
+            return index
+    return None
 
 
 def _holds_buffers(source: str) -> bool:

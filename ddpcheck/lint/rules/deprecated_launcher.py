@@ -73,7 +73,10 @@ class DeprecatedLauncher(Rule):
     take part in DDP: a model file's note on how the project is trained, or a library module's
     parser builder, is about another script. A `--local_rank` flag added by a parser builder
     of the project is reported in the builder's module when a script that calls it has no other
-    source of the local rank.
+    source of the local rank; so is one added at the top level of a config module whose parser
+    the script parses, directly (`from opts import parser; parser.parse_args()`) or through a
+    function of that module (`args = config.get_args()` that calls the module's
+    `parser.parse_known_args()`).
 
     ## How to fix
     Launch with `torchrun --nproc_per_node=N script.py` and read the local rank with
@@ -447,17 +450,24 @@ class DeprecatedLauncher(Rule):
             return []
         out: list[tuple[ModuleModel, cst.CSTNode, CallSite | None]] = []
         seen: set[str] = set()
+        parsers: list[ModuleModel] = []
         for call in root.calls:
             if call.method not in ("parse_args", "parse_known_args") or not isinstance(call.node.func, cst.Attribute):
+                # `args = config.get_args()`, whose function parses its module's parser.
+                parsers += [callee.module for callee, _ in model.graph.targets(call)
+                            if callee.module is not root and _parses_module_parser(callee.module, callee.qualname)]
                 continue
             receiver = call.node.func.value
             origin = root.names.origin(receiver.value) if isinstance(receiver, cst.Name) else None
             where = locate(path, origin) if origin else None
-            if where is None or str(where[0]) in seen:
+            other = model.project_model(where[0]) if where is not None else None
+            if other is not None:
+                parsers.append(other)
+        for other in parsers:
+            if str(other.path) in seen:
                 continue
-            seen.add(str(where[0]))
-            other = model.project_model(where[0])
-            if other is None or other is root or _reads_local_rank_env(code_only(other.source)) \
+            seen.add(str(other.path))
+            if other is root or _reads_local_rank_env(code_only(other.source)) \
                     or other.names.imports_from("deepspeed"):
                 continue
             for site in other.calls:
@@ -465,6 +475,20 @@ class DeprecatedLauncher(Rule):
                 if flag is not None:
                     out.append((other, flag, None))
         return out
+
+
+def _parses_module_parser(module: ModuleModel, function: str) -> bool:
+    """`function` of `module` parses a parser bound at the module's top level (`parser =
+    argparse.ArgumentParser()` beside `def get_args(): return parser.parse_known_args()`): the
+    flags added there at module level are the ones it parses."""
+    for call in module.calls_in(function):
+        if call.method not in ("parse_args", "parse_known_args") or not isinstance(call.node.func, cst.Attribute):
+            continue
+        receiver = call.node.func.value
+        if isinstance(receiver, cst.Name) and receiver.value not in call.scope.assignments \
+                and receiver.value in module.module_scope.assignments:
+            return True
+    return False
 
 
 def _reads_local_rank_env(text: str) -> bool:

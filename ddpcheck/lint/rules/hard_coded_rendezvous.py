@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -10,10 +11,10 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, Param
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
 from ddpcheck.lint.model.ddp import is_local_rank, option_values
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, int_value, string_text
+from ddpcheck.lint.model.syntax import children, dotted, int_value, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Pending, Rule
 
@@ -58,6 +59,27 @@ def _machine_specific(host: str) -> bool:
     return not (address.is_loopback or address.is_unspecified)
 
 
+# A test that the launcher's variables are there (`if "RANK" in os.environ and "WORLD_SIZE" in
+# os.environ:`): its body is the path torchrun's runs take.
+_LAUNCHER_PRESENT = re.compile(r"""['"](?:RANK|WORLD_SIZE|LOCAL_RANK)['"]\s+in\s+os\.environ""")
+
+
+def _launcher_present(code: str) -> bool:
+    return bool(_LAUNCHER_PRESENT.search(code)) and not re.search(r"\bnot\b|slurm|mpi|launcher", code, re.I)
+
+
+def _statements(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """Every node under `node`, nested functions and classes left out."""
+    out: list[cst.CSTNode] = []
+    stack = list(children(node))
+    while stack:
+        current = stack.pop()
+        out.append(current)
+        if not isinstance(current, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(children(current))
+    return out
+
+
 def _literal(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.Integer)):
         return True
@@ -71,7 +93,8 @@ class HardCodedRendezvous(Rule):
 
     The script reads `LOCAL_RANK`/`RANK`/`WORLD_SIZE` from the environment, so it is started by
     torchrun (or a scheduler doing the same), which exports `MASTER_ADDR`, `MASTER_PORT`, `RANK`
-    and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"`,
+    and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"` (or an
+    f-string of names that each hold a literal: `f"tcp://{MASTER_ADDR}:{MASTER_PORT}"`),
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
     `init_process_group` overrides that. The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
@@ -99,6 +122,11 @@ class HardCodedRendezvous(Rule):
     (the GPUs of one machine, not the processes of the job) or `rank=` the local rank
     (LOCAL_RANK, `args.local_rank`), which override what the launcher exported and are wrong on
     more than one node or with fewer processes than GPUs.
+
+    Literal `MASTER_ADDR`/`MASTER_PORT`/... writes in the project functions such a script runs
+    (a `setup_ddp()` of another module) are reported too, once per function, at the first.
+    The body of a test that the launcher's variables are set (`if "RANK" in os.environ:`) is
+    the path torchrun's runs take: a write there is reported.
 
     Not reported: `init_method="env://"`, values read from flags or the environment (`int(os.
     environ.get("WORLD_SIZE", torch.cuda.device_count()))`), writes on the single-process path
@@ -310,7 +338,7 @@ class HardCodedRendezvous(Rule):
         if not self._tests_environ(test):
             return False
         if not in_else:
-            return True
+            return not _launcher_present(self.model.root.code(test))
         code = " ".join(self.model.root.code(test).lower().split())
         scheduler = any(word in code for word in ("slurm", "mpi", "launcher"))
         return not scheduler or "not " in code or "!=" in code
@@ -325,10 +353,10 @@ class HardCodedRendezvous(Rule):
                 return any(self.model.paths.kind(root, g, access.scope) == "single" for g in access.guards)
         return False
 
-    def _tests_environ(self, test: cst.BaseExpression) -> bool:
+    def _tests_environ(self, test: cst.BaseExpression, module: ModuleModel | None = None) -> bool:
         """A test of the environment or of the launcher (`if "RANK" not in os.environ:`,
         `if args.launcher == "slurm":`): the write is a fallback for another way of starting."""
-        code = self.model.root.code(test).lower()
+        code = (module or self.model.root).code(test).lower()
         return any(word in code for word in ("environ", "getenv", "slurm", "launcher", "mpi"))
 
     def finish(self) -> None:
@@ -344,12 +372,8 @@ class HardCodedRendezvous(Rule):
             for node, key, target in self._writes:
                 if self._single_process_only(target):
                     continue
-                self.report(
-                    node,
-                    f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
-                    "the launcher's value and breaks multi-node runs and parallel jobs; delete it and "
-                    "pass the rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)",
-                )
+                self.report(node, self.WRITE_MESSAGE.format(key=key))
+            self._helper_writes()
         entry = None
         for call in root.calls:
             if model.api(call) != api.INIT_PROCESS_GROUP:
@@ -387,11 +411,47 @@ class HardCodedRendezvous(Rule):
                 self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)),
                             fix=remedies.env_rendezvous(call.node, method, []))
 
+    WRITE_MESSAGE = (
+        "`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides the "
+        "launcher's value and breaks multi-node runs and parallel jobs; delete it and pass the "
+        "rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)"
+    )
+
     LOCAL_MESSAGE = (
         "init_process_group gets {what} in a script torchrun launches: {why}; it overrides the "
         "launcher's RANK/WORLD_SIZE and is wrong on more than one node (or with fewer processes "
         "than GPUs); drop it and let the default `env://` read what the launcher exports"
     )
+
+    def _helper_writes(self) -> None:
+        """Literal rendezvous writes in the project functions the script runs (`setup_ddp()` of
+        another module writing `os.environ["MASTER_PORT"] = "12355"`), read as the script's own
+        are: not under a test of the environment or the launcher, not on the single-process
+        path."""
+        model = self.model
+        done: set[int] = set()
+        for function in model.paths.reached():
+            module = function.module
+            if module is model.root or id(function.node) in done:
+                continue
+            done.add(id(function.node))
+            for access in module.env:
+                if not access.written or access.scope is not function.scope \
+                        or access.key not in _RENDEZVOUS_ENV | _LAUNCHER_ENV:
+                    continue
+                if any(self._tests_environ(g.test, module) and (g.negated or not _launcher_present(module.code(g.test)))
+                       or model.paths.kind(module, g, access.scope) == "single" for g in access.guards):
+                    continue
+                assign = next((n for n in _statements(function.node) if isinstance(n, cst.Assign)
+                               and any(t.target is access.node for t in n.targets)), None)
+                if assign is None or not _literal(assign.value):
+                    continue
+                # The writes of one set-up function are one rendezvous: reported at the first.
+                # (The message is the one a lint of that module as a script gives: the two are
+                # one finding.)
+                self.report(assign, self.WRITE_MESSAGE.format(key=access.key), module=module,
+                            related=[c for c, _ in model.paths.edges_into(function)][:1])
+                break
 
     def _one_machine_values(self, call: CallSite) -> None:
         """`world_size=torch.cuda.device_count()` (the GPUs of this machine, not the processes
@@ -481,11 +541,35 @@ class HardCodedRendezvous(Rule):
         values = self.model.values.at_call(call, method)
         texts = set()
         for value in values:
-            node = value.node
-            if not isinstance(node, cst.SimpleString):
-                return None
-            text = node.evaluated_value
-            if not isinstance(text, str) or text.startswith("env://"):
+            text = self._literal_text(value, 2)
+            if text is None or text.startswith("env://"):
                 return None
             texts.add(text)
         return sorted(texts)[0] if texts else None
+
+    def _literal_text(self, value: Value, depth: int) -> str | None:
+        """The text a value always has: a string or integer literal, or an f-string made of
+        literals and names that each hold one (`f"tcp://{MASTER_ADDR}:{MASTER_PORT}"` after
+        `MASTER_ADDR = "localhost"`); None when any part may vary."""
+        node = value.node
+        if isinstance(node, cst.SimpleString):
+            text = node.evaluated_value
+            return text if isinstance(text, str) else None
+        if isinstance(node, cst.Integer):
+            return node.value
+        if not isinstance(node, cst.FormattedString) or depth <= 0:
+            return None
+        out = []
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringText):
+                out.append(part.value)
+                continue
+            assert isinstance(part, cst.FormattedStringExpression)
+            if part.format_spec or part.conversion or not isinstance(part.expression, (cst.Name, cst.Attribute)):
+                return None
+            held = self.model.values.of(value.module, part.expression, value.scope, value.frame, at=value.at)
+            texts = {self._literal_text(v, depth - 1) for v in held}
+            if len(texts) != 1 or None in texts:
+                return None
+            out.append(texts.pop() or "")
+        return "".join(out)

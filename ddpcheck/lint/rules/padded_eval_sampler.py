@@ -7,11 +7,11 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name, pads
+from ddpcheck.lint.model.ddp import is_eval_name, pads, strip_moves, unread_loader
 from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.model.syntax import children, dotted, is_false, string_text, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_true, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -171,6 +171,13 @@ def _averaged_whole(gather: CallSite) -> bool:
     return False
 
 
+def _split_key(expr: cst.BaseExpression) -> str | None:
+    """The string key of a split taken from a dict of them (`datasets["test"]` → "test")."""
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        return string_text(expr.slice[0].slice.value)
+    return None
+
+
 def _in_source_order(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     yield node
     for child in children(node):
@@ -220,7 +227,15 @@ class PaddedEvalSampler(Rule):
     val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
     reduces no metric. MONAI's `DistributedSampler` pads like torch's unless it is made with
-    `even_divisible=False`.
+    `even_divisible=False`. A sampler whose loaders nothing reads (`test_loader = DataLoader(
+    test_set, sampler=test_sampler)` in a function that never uses `test_loader`, the sampler
+    read nowhere else) feeds no evaluation and is not reported; a loader that is returned,
+    stored, handed on or read through `locals()` counts as used. A torchmetrics metric object's
+    `compute()` (`val_loss = MeanMetric().cuda()`, then `val_loss.compute()`) outside a training
+    loop sums its states over the ranks like an all-reduce (its default `sync_on_compute=True`;
+    one made with `sync_on_compute=False` does not). A sampler made inside the loader's call
+    goes by the loader's name (`eval_loader = DataLoader(ds, sampler=DistributedSampler(ds))`),
+    and a set taken from a dict of splits by the split's key (`splits["test"]`).
 
     ## How to fix
     Evaluate exactly: gather the per-sample predictions and keep the first `len(dataset)`, or
@@ -316,7 +331,8 @@ class PaddedEvalSampler(Rule):
         averaged |= {id(c.node) for c in gathers if self._reducing_helper(c) or _averaged_whole(c)}
         reductions = [c for c in sites if model.api(c) in api.SUM_REDUCTIONS]
         checks_only = bool(reductions) and all(self._connectivity_check(c) for c in reductions)
-        if checks_only or not any(self._reduces_outside_backward(c, _DEPTH, set()) for c in calls):
+        synced = any(self._synced_metric(c) for c in sites)
+        if not synced and (checks_only or not any(self._reduces_outside_backward(c, _DEPTH, set()) for c in calls)):
             # No metric is summed over ranks: gathered per-rank values averaged count the
             # padding the same way; gathered predictions can drop it before the metric.
             if any(id(g.node) not in averaged for g in gathers if model.api(g) not in api.GATHERS or
@@ -325,7 +341,7 @@ class PaddedEvalSampler(Rule):
             if not any(id(g.node) in averaged for g in gathers):
                 return
         for site in samplers:
-            if self._for_evaluation(site):
+            if self._for_evaluation(site) and not unread_loader(model, site):
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
@@ -353,6 +369,29 @@ class PaddedEvalSampler(Rule):
         return any(self._reduces_outside_backward(inner, depth - 1, seen)
                    for callee, _ in self.model.graph.targets(site)
                    for inner in callee.module.calls_in(callee.qualname))
+
+    def _synced_metric(self, site: CallSite) -> bool:
+        """`metric.compute()` of a torchmetrics metric object (`val_loss = MeanMetric().cuda()`)
+        outside a training loop: a `Metric` made with the default `sync_on_compute=True` sums its
+        states over the ranks before computing, as an all-reduce would."""
+        receiver = site.receiver
+        if site.method != "compute" or site.node.args or receiver is None or self._in_training_loop(site):
+            return False
+        values = self.model.values.at_call(site, receiver)
+        if not values:
+            return False
+        for value in values:
+            node = value.node
+            made = strip_moves(node) if isinstance(node, cst.BaseExpression) else None
+            if not isinstance(made, cst.Call):
+                return False
+            name = self.model.qualname(value.module, made.func, value.scope) or ""
+            if not name.startswith("torchmetrics.") or name.startswith("torchmetrics.functional."):
+                return False
+            sync = argument(made, "sync_on_compute")
+            if sync is not None and not is_true(sync):
+                return False
+        return True
 
     def _in_training_loop(self, site: CallSite) -> bool:
         """`site` is in a loop that calls `backward()` at its own level, or that steps an
@@ -421,9 +460,14 @@ class PaddedEvalSampler(Rule):
         return False
 
     def _for_evaluation(self, site: CallSite) -> bool:
-        names = site.module.assigned_names(site.node)
+        # A sampler made inside the loader's call goes by the loader's names
+        # (`eval_loader = DataLoader(ds, sampler=DistributedSampler(ds))`).
+        names = site.module.assigned_names(site.node) or [
+            name for call in site.module.calls_in(site.scope.qualname)
+            if any(a.value is site.node for a in call.node.args) and self.model.makes(call, api.DATALOADER)
+            for name in site.module.assigned_names(call.node)]
         dataset = site.arg("dataset", 0)
-        dataset_name = dotted(dataset) if dataset is not None else None
+        dataset_name = _split_key(dataset) or dotted(dataset) if dataset is not None else None
         if any(is_eval_name(n) for n in names) or is_eval_name(dataset_name):
             return True
         shuffle = site.arg("shuffle", 3)

@@ -50,6 +50,13 @@ class SetEpochNotCalled(Rule):
     or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
     epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path).
 
+    A project helper handed the loader that starts it over each time it runs out (`def
+    endless(iterable): it = iter(iterable); while True: ... except StopIteration: it =
+    iter(iterable)`, or a `while True:` around `for batch in loader:`) restarts an epoch on
+    each pass of its loop: without a `set_epoch`, each pass repeats the order. When the
+    restart is a fresh `iter(...)` of the parameter, the finding is at the call that hands
+    the loader over (`batches = endless(loader)`), since the helper cannot know the epoch.
+
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
@@ -85,6 +92,12 @@ class SetEpochNotCalled(Rule):
     MESSAGE = (
         "DistributedSampler shuffles but `set_epoch` is never called on it: every epoch reuses the "
         "same order; call `{sampler}.set_epoch(epoch)` at the start of each epoch"
+    )
+
+    RESTART = (
+        "DistributedSampler shuffles but `set_epoch` is never called on it, and `{helper}()` starts "
+        "the loader over each time it runs out: every pass reuses the same order; iterate the "
+        "loader in an epoch loop that calls `{sampler}.set_epoch(epoch)` before each pass"
     )
 
     STALE = (
@@ -432,7 +445,10 @@ class SetEpochNotCalled(Rule):
                     guard = "hasattr"
                 fix = remedies.set_epoch(node, target, guard) if target is not None else None
             # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
-            self.report(node, self.MESSAGE.format(sampler=expression), fix=fix, module=module,
+            message = self.MESSAGE.format(sampler=expression)
+            if isinstance(node, cst.Call):  # a helper that restarts the loader (see _restarts)
+                message = self.RESTART.format(helper=module.code(node.func), sampler=expression)
+            self.report(node, message, fix=fix, module=module,
                         related=[made] if made is not None else [])
 
     def _project_feed(self, loader: CallSite) -> Feed | None:
@@ -615,6 +631,11 @@ class SetEpochNotCalled(Rule):
                         # outermost loop of the function is the epoch loop.
                         return call.loops[0], call.module, call.scope, dotted(a.value) or "loader", False
                     continue
+                restart = self._restarts(call, a.value)
+                if restart is not None and self._repeats(found, *restart):
+                    # `batches = infinite(loader)`, whose `while True:` starts the loader over
+                    # each time it runs out: every restart is an epoch, and none can set it.
+                    return call.node, call.module, call.scope, dotted(a.value) or "loader", True
                 # `self.it = iter(self.loader)` when the data runs out, in a `get_batch()` the
                 # step loop calls: each restart is a new epoch.
                 later.append((call.module, call.scope, dotted(a.value) or "loader", 0))
@@ -622,6 +643,32 @@ class SetEpochNotCalled(Rule):
             outer = self._looping_caller(module, scope)
             if outer is not None and self._repeats(found, outer.loops[which], outer.module, outer.scope):
                 return outer.loops[which], outer.module, outer.scope, name, True
+        return None
+
+    def _restarts(self, call: CallSite, arg: cst.BaseExpression) -> tuple[cst.CSTNode, ModuleModel, Scope] | None:
+        """The loop of a project function that iterates what `call` passes it as `arg` anew on
+        each pass (`def cycle(iterable): while True: for x in iterable: yield x`, or `it =
+        iter(iterable)` again on `StopIteration`): with that loop's module and scope."""
+        for callee, bound in self.model.graph.targets(call):
+            module = callee.module
+            params = [p for p in callee.params() if self.model.graph.argument_for(call, callee, p, bound) is arg]
+            if len(params) != 1 or "." in params[0].name:
+                continue
+            name = params[0].name
+            for site in module.fors:
+                if site.scope is callee.scope and site.loops and isinstance(site.node.iter, cst.Name) \
+                        and site.node.iter.value == name:
+                    return site.loops[-1], module, callee.scope
+            for inner in module.calls_in(callee.qualname):
+                if not inner.loops:
+                    continue
+                start: cst.BaseExpression | None = None
+                if inner.dotted == "iter" and inner.node.args:
+                    start = inner.node.args[0].value
+                elif inner.method == "__iter__":
+                    start = inner.receiver
+                if isinstance(start, cst.Name) and start.value == name:
+                    return inner.loops[-1], module, callee.scope
         return None
 
     def _without_grad(self, module: ModuleModel, withs: tuple[cst.With, ...], scope: Scope) -> bool:
