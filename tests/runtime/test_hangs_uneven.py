@@ -201,9 +201,11 @@ def test_the_ranks_die_with_ddpcheck_when_it_is_killed(tmp_path):
 def test_a_rank_waiting_for_its_busy_worker_processes_is_slow_not_hung(tmp_path):
     # torch.compile's code generation runs in a compile-worker process and its own workers: the
     # rank's training thread sleeps, its grandchildren compute, for longer than the hang timeout.
+    # Twice the timeout: a job taken for hung would be stopped half-way through the work (a third
+    # timeout only burned a core for longer).
     script = fixture("slow_worker_pool.py", tmp_path)
     proc, data, mark = ddpcheck_run(["--nproc", "2", "--hang-timeout", str(TIMEOUT), str(script)], tmp_path,
-                                    timeout=300, BUSY_SECONDS=str(3 * TIMEOUT))
+                                    timeout=300, BUSY_SECONDS=str(2 * TIMEOUT))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert codes(data) == [], [(f["code"], f["message"]) for f in data["findings"]]
     assert_no_survivors(mark)
