@@ -113,6 +113,8 @@ class Facts:
         seen = _seen | {key}
         found: set[str] = set()
         for site in module.calls_in(qualname):
+            if site.guards and self.model.paths.never(site) is not None:
+                continue  # under a test no run passes (`if not evaluate:` of a function object)
             found |= self.direct(site)
             for callee, _ in self.model.graph.targets(site):
                 if callee.module is module and callee.qualname == qualname:

@@ -147,6 +147,18 @@ def _branch(node: object) -> int:
 STEPS_PER_RULE = 20000
 
 
+def _names_a_definition(module: ModuleModel, scope: Scope, name: str) -> bool:
+    """`name` is bound only by a `def` or `class` statement where it is read (no assignment,
+    parameter or other binding of it in the scope that owns it, and not imported there)."""
+    owner = scope.owner_of(name)
+    if owner is None or owner.assignments.get(name) != [] or owner.kind == "class":
+        return False
+    qualname = f"{owner.qualname}.{name}" if owner.parent is not None else name
+    if qualname not in module.functions and qualname not in module.classes:
+        return False
+    return name not in module.names.aliases
+
+
 class Values:
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -744,6 +756,8 @@ class Values:
             return
         if key is None:
             return
+        if isinstance(node, cst.Dict) and self._handed_to_writer(base.module, node):
+            return  # (`update_args(defaults, cmd_args)` may rewrite any entry: unknown)
         for part, named in reversed(_merged_parts(node) or ()):
             if named is not None:
                 if named == key:
@@ -755,6 +769,33 @@ class Values:
                 yield from self._updated(base.module, base.scope, named_part, key, base.at)
             for inner in self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at):
                 yield from self._entry_values(inner, key, None, depth - 1, seen)
+
+    def _handed_to_writer(self, module: ModuleModel, node: cst.Dict) -> bool:
+        """The dict literal `node`, bound to a name, is passed under that name to a project
+        function that writes entries of the parameter it arrives in (`args[key] = value`,
+        `args.update(...)`): a defaults table that the command line overrides in place."""
+        memo: dict[int, bool] | None = module.memo.get("handed_to_writer")
+        if memo is None:
+            memo = module.memo["handed_to_writer"] = {}
+        found = memo.get(id(node))
+        if found is not None:
+            return found
+        memo[id(node)] = False  # (met again while reading the callee: not known to be written)
+        names = set(module.assigned_names(node))
+        found = False
+        graph = self.model.graph
+        for site in module.calls if names else ():
+            if not any(isinstance(a.value, cst.Name) and a.value.value in names for a in site.node.args):
+                continue
+            for callee, bound in graph.targets(site):
+                for param in {p for b in callee.scope.assignments.values() for p in b if isinstance(p, Param)}:
+                    if not callee.scope.updates.get(param.name):
+                        continue
+                    passed = graph.argument_for(site, callee, param, bound)
+                    if isinstance(passed, cst.Name) and passed.value in names:
+                        found = True
+        memo[id(node)] = found
+        return found
 
     def mapping_keys(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
                      at: Point | None = None) -> set[str] | None:
@@ -840,6 +881,8 @@ class Values:
             if dotted(test.func) == "isinstance":
                 return self._type_test(module, test, scope, frame, at)
             return self._never_set(module, test, scope, frame, at)
+        if isinstance(test, cst.Name) and _names_a_definition(module, scope, test.value):
+            return True  # `if not evaluate:` of a function defined here: a function object is always true
         reading = literal_test(test)
         if reading is None:
             return None
