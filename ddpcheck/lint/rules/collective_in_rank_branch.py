@@ -336,6 +336,8 @@ class CollectiveInRankBranch(Rule):
             guard = model.paths.rank_guard(site)
             if guard is None:
                 continue
+            if model.paths.single_only(site) is not None or model.paths.never(site) is not None:
+                continue  # (only a run without other ranks, or no run, gets there)
             name = model.api(site)
             what = site.dotted or name or ""
             if api.is_collective(name):
