@@ -26,10 +26,17 @@ if TYPE_CHECKING:
 # Code that plans for more than one machine: a node count or node rank, SLURM's variables, the
 # hosts of a job.
 _MACHINES = re.compile(
-    r"SLURM_|\b(?:n|num|total|number_of|world)_?nodes\b|\bnodes?_?(?:rank|id|idx|num|count)\b|current_node"
-    r"|\b(?:n?gpus|devices)_per_node\b|NODE_RANK|GROUP_RANK|hostnames?\b|\bnodelist\b",
+    r"SLURM_|\bnodes?_?rank\b|\b(?:n?gpus|devices)_per_node\b|NODE_RANK|GROUP_RANK|hostnames?\b|\bnodelist\b",
     re.IGNORECASE,
 )
+# Words that count machines in launch code but graph nodes in a graph network's code (`n_nodes`,
+# `node_idx`): they count only in a module that sets the run up (starts the process group, reads
+# the environment or the command line).
+_MACHINES_OR_GRAPH = re.compile(
+    r"\b(?:n|num|total|number_of|world)_?nodes\b|\bnodes?_?(?:id|idx|num|count)\b|current_node",
+    re.IGNORECASE,
+)
+_SETS_UP_RUN = re.compile(r"init_process_group|environ|add_argument|argv|initialize_model_parallel")
 
 
 def _names_machines(model: Model) -> bool:
@@ -38,7 +45,12 @@ def _names_machines(model: Model) -> bool:
     reads a scheduler's hosts runs on one, where the local rank is the rank."""
     found = model.root.memo.get("names_machines")
     if found is None:
-        found = any(_MACHINES.search(code_only(text)) is not None for text in model.graph.import_closure(model.root))
+        found = False
+        for text in model.graph.import_closure(model.root):
+            code = code_only(text)
+            if _MACHINES.search(code) or _MACHINES_OR_GRAPH.search(code) and _SETS_UP_RUN.search(code):
+                found = True
+                break
         model.root.memo["names_machines"] = found
     return bool(found)
 
