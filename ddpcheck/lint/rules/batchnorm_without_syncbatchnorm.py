@@ -482,7 +482,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         graph = self.model.graph
         instance = graph.instance_of(made)
         if instance is not None:
-            return [_reachable_code(m, info) for m, info in graph.mro(*instance)] + self._imported_texts(instance[0])
+            own = [_reachable_code(m, info) for m, info in graph.mro(*instance)]
+            return own + self._imported_texts(instance[0], _names_used(instance[0], own))
         call = made.call
         assert call is not None
         func = call.func
@@ -494,18 +495,50 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 return [text] if text is not None else []
         return []
 
-    def _imported_texts(self, module: ModuleModel) -> list[str]:
+    def _imported_texts(self, module: ModuleModel, used: set[str] | None = None) -> list[str]:
+        """The project modules `module` imports. With `used` (the names the network's code reads),
+        only the imports it reads count, and a class imported by name counts as the code that
+        class reaches: a module of several blocks (`from blocks import AttnA, AttnB`) builds
+        BatchNorm in some of them; the network that uses only AttnB does not."""
         path = resolved_path(module.path)
         if path is None:
             return []
         out = []
-        for origin in set(module.names.aliases.values()) | set(module.names.stars):
+        origins = [(local, origin) for local, origin in module.names.aliases.items()]
+        origins += [(None, origin) for origin in module.names.stars]
+        done: set[str] = set()
+        for local, origin in origins:
+            if used is not None and local is not None and local.split(".", 1)[0] not in used:
+                continue
             where = locate(path, origin)
-            if where is not None and where[0] != path:
-                text = self.model.project.text(where[0])
-                if text is not None:
-                    out.append(text)
+            if where is None or where[0] == path:
+                continue
+            target = self.model.project_model(where[0]) if used is not None and where[1] else None
+            info = target.classes.get(where[1]) if target is not None else None
+            if target is not None and info is not None:
+                out.append(_reachable_code(target, info))
+                continue
+            if str(where[0]) in done:
+                continue
+            done.add(str(where[0]))
+            text = self.model.project.text(where[0])
+            if text is not None:
+                out.append(text)
         return out
+
+
+def _names_used(module: ModuleModel, texts: list[str]) -> set[str]:
+    """The names the code in `texts` reads, its module's import statements left out."""
+    imports = [module.code(stmt) for stmt in module.tree.body
+               if isinstance(stmt, cst.SimpleStatementLine)
+               and any(isinstance(part, (cst.Import, cst.ImportFrom)) for part in stmt.body)]
+    names: set[str] = set()
+    for text in texts:
+        for statement in imports:
+            text = text.replace(statement, "")
+        names |= set(re.findall(r"[A-Za-z_]\w*", code_only(text)))
+    return names
+
 
 @functools.lru_cache(maxsize=64)  # the same project modules' texts are asked about for every script
 def _reachable_code(module: ModuleModel, info: ClassInfo) -> str:
