@@ -781,18 +781,21 @@ class Values:
         if found is not None:
             return found
         memo[id(node)] = False  # (met again while reading the callee: not known to be written)
-        names = set(module.assigned_names(node))
+        scopes = [module.module_scope, *module.function_scopes.values()]
+        owners = {name: scope for name in module.assigned_names(node) for scope in scopes
+                  if any(b is node for b in scope.assignments.get(name, ()))}
         found = False
         graph = self.model.graph
-        for site in module.calls if names else ():
-            if not any(isinstance(a.value, cst.Name) and a.value.value in names for a in site.node.args):
-                continue
+        for site in module.calls if owners else ():
+            if not any(isinstance(a.value, cst.Name) and a.value.value in owners
+                       and site.scope.owner_of(a.value.value) is owners[a.value.value] for a in site.node.args):
+                continue  # (the same name in another scope, a parameter there, is another object)
             for callee, bound in graph.targets(site):
                 for param in {p for b in callee.scope.assignments.values() for p in b if isinstance(p, Param)}:
                     if not callee.scope.updates.get(param.name):
                         continue
                     passed = graph.argument_for(site, callee, param, bound)
-                    if isinstance(passed, cst.Name) and passed.value in names:
+                    if isinstance(passed, cst.Name) and passed.value in owners:
                         found = True
         memo[id(node)] = found
         return found
