@@ -50,7 +50,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
     them (its class, its bases — with the module-level code and the functions and classes of their
-    module that they name, not the module's other networks —, the project modules they import;
+    module that they name, not the module's other networks —, the project modules they import,
+    of which a class imported by name counts only if that code uses it, as the code it reaches
+    — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
     and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a

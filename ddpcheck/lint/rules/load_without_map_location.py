@@ -42,7 +42,11 @@ class LoadWithoutMapLocation(Rule):
     call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
     class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
     outside launcher starts), and runs that pin each process to one GPU with
-    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU).
+    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU), nor a load handed straight
+    to the `load_state_dict` of a learning-rate scheduler or a `GradScaler`
+    (`scheduler.load_state_dict(torch.load(path))`, the receiver built by
+    `torch.optim.lr_scheduler` or named `scheduler`/`lr_sched`/`scaler`): their state dicts hold
+    Python numbers only (step counts, base rates, the scale as a float), so nothing lands on a GPU.
 
     ## How to fix
     Pass `map_location="cpu"` (then `load_state_dict` copies into the model wherever it lives) or

@@ -131,7 +131,10 @@ class MissingDistributedSampler(Rule):
     rank, SLURM's variables or a job's hosts (`num_nodes`, `node_rank`, `SLURM_PROCID`): the
     shards are numbered across the job, so on more than one node every node reads the same
     shards and the others are never read. A job whose code never mentions a second machine runs
-    on one, where the local rank is the rank, and is not reported.
+    on one, where the local rank is the rank, and is not reported; a node count or node index
+    (`n_nodes`, `num_nodes`, `node_idx`) counts only in a module that sets the run up (starts the
+    process group, reads the environment or the command line), since in a graph network's code
+    it counts the nodes of a graph.
 
     Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
     every caller hands `source="web"`), loaders built only on rank 0 (e.g. for evaluation on the

@@ -59,7 +59,9 @@ class UnscaledLearningRate(Rule):
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
     The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
     own and is read the same way. A learning rate read from the command line, a config file,
-    the environment or a function parameter is a deliberate choice and is not reported; neither is an optimizer left at its
+    the environment or a function parameter is a deliberate choice and is not reported — also an
+    entry of a defaults dict that the script hands to a project function writing the entries of
+    that parameter (`update_args(args, cmd_args)` copying the parsed options in) —; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
     (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
     — also a batch divided by a product that holds the world size (`total // (batch * seq_len *
