@@ -506,7 +506,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if path is None:
             return []
         out = []
-        origins = [(local, origin) for local, origin in module.names.aliases.items()]
+        origins: list[tuple[str | None, str]] = list(module.names.aliases.items())
         origins += [(None, origin) for origin in module.names.stars]
         done: set[str] = set()
         for local, origin in origins:
