@@ -189,11 +189,6 @@ CACHE_BARRIERS = """\
 def test_barriers_under_a_test_of_a_function_object_never_run(tmp_path: Path) -> None:
     findings = lint_project(tmp_path, {"run.py": CACHE_BARRIERS}, "run.py", select="DDP009")
     assert _lines(findings, "DDP009") == []
-    # The cache flag as a parameter the evaluation passes: the barriers are skipped there too.
-    param = CACHE_BARRIERS.replace("def load_examples(args, split):", "def load_examples(args, split, evaluate=False):") \
-        .replace('load_examples(args, "dev")', 'load_examples(args, "dev", evaluate=True)')
-    findings = lint_project(tmp_path, {"run.py": param}, "run.py", select="DDP009")
-    assert _lines(findings, "DDP009") == []
     # Without the single-process test inside the rank-0 block, the DDP model is evaluated there.
     bare = CACHE_BARRIERS.replace("                if args.local_rank == -1:\n                    evaluate(args, model)",
                                   "                evaluate(args, model)")
@@ -408,3 +403,46 @@ def test_only_the_imported_blocks_a_network_uses_count(tmp_path: Path) -> None:
     conv = NETWORK.replace("[NormAttention(dim)", "[ConvAttention(dim)")
     findings = lint_project(tmp_path, {**files, "models/separator.py": conv}, "train.py", select="DDP012")
     assert _lines(findings, "DDP012") == [11]
+
+
+SCHEDULE_LENGTH = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+    from schedules import cosine_lr
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+        torch.cuda.set_device(local_rank)
+        lr = 3e-4
+        model = DDP(torch.nn.Linear(8, 8).cuda(), device_ids=[local_rank])
+        dataset = TensorDataset(torch.randn(64, 8))
+        sampler = DistributedSampler(dataset, num_replicas=world_size)
+        loader = DataLoader(dataset, batch_size=1, sampler=sampler)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+        total_steps = len(loader) * 100
+        schedule = cosine_lr(optimizer, lr, 1000, total_steps)
+        for step, (x,) in enumerate(loader):
+            schedule(step)
+            model(x.cuda()).sum().backward()
+            optimizer.step()
+        dist.destroy_process_group()
+"""
+
+
+def test_schedule_length_is_not_a_scale_of_the_rate(tmp_path: Path) -> None:
+    findings = lint_project(tmp_path, {"train.py": SCHEDULE_LENGTH}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == [21]
+    # A scale computed from the world size and handed on with the optimizer: the rate is scaled.
+    scaled = SCHEDULE_LENGTH.replace("        total_steps = len(loader) * 100\n",
+                                     "        total_steps = len(loader) * 100\n        factor = world_size * 1 / 8\n") \
+        .replace("cosine_lr(optimizer, lr, 1000, total_steps)", "cosine_lr(optimizer, lr, factor)")
+    findings = lint_project(tmp_path, {"train.py": scaled}, "train.py", select="DDP004")
+    assert _lines(findings, "DDP004") == []

@@ -17,6 +17,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.model.syntax import string_text
+from ddpcheck.lint.model.values import definition_truth
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -113,7 +114,7 @@ class Facts:
         seen = _seen | {key}
         found: set[str] = set()
         for site in module.calls_in(qualname):
-            if site.guards and self.model.paths.never(site) is not None:
+            if any(definition_truth(module, site.scope, g.test) is g.negated for g in site.guards):
                 continue  # under a test no run passes (`if not evaluate:` of a function object)
             found |= self.direct(site)
             for callee, _ in self.model.graph.targets(site):

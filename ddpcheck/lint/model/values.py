@@ -147,6 +147,24 @@ def _branch(node: object) -> int:
 STEPS_PER_RULE = 20000
 
 
+def definition_truth(module: ModuleModel, scope: Scope, test: cst.BaseExpression) -> bool | None:
+    """What a test made of names bound only by `def`/`class` (always true: a function object),
+    `not`, `and` and `or` comes to; None when any other operand decides it. Read without
+    evaluating values, so that it can be asked while facts are being gathered."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = definition_truth(module, scope, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = definition_truth(module, scope, test.left)
+        right = definition_truth(module, scope, test.right)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left and right else None)
+        return True if True in (left, right) else (False if left is False and right is False else None)
+    if isinstance(test, cst.Name) and _names_a_definition(module, scope, test.value):
+        return True
+    return None
+
+
 def _names_a_definition(module: ModuleModel, scope: Scope, name: str) -> bool:
     """`name` is bound only by a `def` or `class` statement where it is read (no assignment,
     parameter or other binding of it in the scope that owns it, and not imported there)."""
