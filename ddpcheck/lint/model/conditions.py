@@ -28,7 +28,7 @@ _RANK_NAME = re.compile(
 )
 # Names/calls that are true on the main process only.
 _MAIN_PROCESS = re.compile(
-    r"^(is_)?(main|master)(_process|_proc|_rank)?$|^is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"
+    r"^_*(is_|on_)?(main|master)(_process|_proc|_rank)?$|^is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"
     r"|^is_global_zero$|^is_local_(main|master)(_process)?$|^is_primary$",
     re.I,
 )
@@ -139,6 +139,10 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
     `not dist.is_initialized()`, `world_size == 1`, `local_rank == -1`."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return True  # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
+        # `not dist.is_available() or not dist.is_initialized() or rank == 0`: every alternative
+        # before the rank test is a way of not being distributed.
+        return _is_not_distributed(test.left, resolve) and _is_not_distributed(test.right, resolve)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         comp = test.comparisons[0]
         if isinstance(comp.operator, (cst.Equal, cst.LessThanEqual)) and isinstance(comp.comparator, cst.Integer):

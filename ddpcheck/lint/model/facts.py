@@ -18,6 +18,7 @@ from ddpcheck.lint.model.conditions import Resolve, selects_main_rank
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import string_text
+from ddpcheck.lint.model.values import definition_truth
 
 
 class FactsModel(Protocol):
@@ -123,6 +124,8 @@ class Facts:
         seen = _seen | {key}
         found: set[str] = set()
         for site in module.calls_in(qualname):
+            if any(definition_truth(module, site.scope, g.test) is g.negated for g in site.guards):
+                continue  # under a test no run passes (`if not evaluate:` of a function object)
             found |= self.direct(site)
             for callee, _ in self.model.graph.targets(site):
                 if callee.module is module and callee.qualname == qualname:

@@ -522,6 +522,10 @@ class Names:
                         _not_built_for_distributed(g, resolve) for g in guards):
                     continue
                 return {None}
+            if _single_process_only(node, resolve):
+                # `return not dist.is_initialized() or dist.get_rank() == 0`: the first operand is
+                # what is returned only where the run has no process group.
+                continue
             sides.add(selects_main_rank(node, resolve, depth))
             if None in sides:
                 return {None}
@@ -587,6 +591,19 @@ class Names:
             return False
         finally:
             self._holding.discard(key)
+
+
+def _single_process_only(node: cst.BaseExpression, resolve: Names) -> bool:
+    """A test that holds only where the run is not distributed (`not dist.is_initialized()`,
+    `world_size == 1`, `not dist.is_available()`): as a value returned from a rank helper it is
+    true on a single process and false on every rank of a distributed run."""
+    from ddpcheck.lint.model.conditions import is_distributed_test
+
+    if isinstance(node, cst.UnaryOperation) and isinstance(node.operator, cst.Not):
+        inner = node.expression
+        if isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available":
+            return True
+    return is_distributed_test(node, resolve) is False
 
 
 def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:

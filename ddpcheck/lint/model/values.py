@@ -190,6 +190,36 @@ def _branch(node: object) -> int:
 STEPS_PER_RULE = 20000
 
 
+def definition_truth(module: ModuleModel, scope: Scope, test: cst.BaseExpression) -> bool | None:
+    """What a test made of names bound only by `def`/`class` (always true: a function object),
+    `not`, `and` and `or` comes to; None when any other operand decides it. Read without
+    evaluating values, so that it can be asked while facts are being gathered."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = definition_truth(module, scope, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left = definition_truth(module, scope, test.left)
+        right = definition_truth(module, scope, test.right)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else (True if left and right else None)
+        return True if True in (left, right) else (False if left is False and right is False else None)
+    if isinstance(test, cst.Name) and _names_a_definition(module, scope, test.value):
+        return True
+    return None
+
+
+def _names_a_definition(module: ModuleModel, scope: Scope, name: str) -> bool:
+    """`name` is bound only by a `def` or `class` statement where it is read (no assignment,
+    parameter or other binding of it in the scope that owns it, and not imported there)."""
+    owner = scope.owner_of(name)
+    if owner is None or owner.assignments.get(name) != [] or owner.kind == "class":
+        return False
+    qualname = f"{owner.qualname}.{name}" if owner.parent is not None else name
+    if qualname not in module.functions and qualname not in module.classes:
+        return False
+    return name not in module.names.aliases
+
+
 class Values:
     def __init__(self, model: ValuesModel) -> None:
         self.model = model
@@ -787,6 +817,8 @@ class Values:
             return
         if key is None:
             return
+        if isinstance(node, cst.Dict) and self._handed_to_writer(base.module, node):
+            return  # (`update_args(defaults, cmd_args)` may rewrite any entry: unknown)
         for part, named in reversed(_merged_parts(node) or ()):
             if named is not None:
                 if named == key:
@@ -798,6 +830,36 @@ class Values:
                 yield from self._updated(base.module, base.scope, named_part, key, base.at)
             for inner in self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at):
                 yield from self._entry_values(inner, key, None, depth - 1, seen)
+
+    def _handed_to_writer(self, module: ModuleModel, node: cst.Dict) -> bool:
+        """The dict literal `node`, bound to a name, is passed under that name to a project
+        function that writes entries of the parameter it arrives in (`args[key] = value`,
+        `args.update(...)`): a defaults table that the command line overrides in place."""
+        memo: dict[int, bool] | None = module.memo.get("handed_to_writer")
+        if memo is None:
+            memo = module.memo["handed_to_writer"] = {}
+        found = memo.get(id(node))
+        if found is not None:
+            return found
+        memo[id(node)] = False  # (met again while reading the callee: not known to be written)
+        scopes = [module.module_scope, *module.function_scopes.values()]
+        owners = {name: scope for name in module.assigned_names(node) for scope in scopes
+                  if any(b is node for b in scope.assignments.get(name, ()))}
+        found = False
+        graph = self.model.graph
+        for site in module.calls if owners else ():
+            if not any(isinstance(a.value, cst.Name) and a.value.value in owners
+                       and site.scope.owner_of(a.value.value) is owners[a.value.value] for a in site.node.args):
+                continue  # (the same name in another scope, a parameter there, is another object)
+            for callee, bound in graph.targets(site):
+                for param in {p for b in callee.scope.assignments.values() for p in b if isinstance(p, Param)}:
+                    if not callee.scope.updates.get(param.name):
+                        continue
+                    passed = graph.argument_for(site, callee, param, bound)
+                    if isinstance(passed, cst.Name) and passed.value in owners:
+                        found = True
+        memo[id(node)] = found
+        return found
 
     def mapping_keys(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
                      at: Point | None = None) -> set[str] | None:
@@ -883,6 +945,8 @@ class Values:
             if dotted(test.func) == "isinstance":
                 return self._type_test(module, test, scope, frame, at)
             return self._never_set(module, test, scope, frame, at)
+        if isinstance(test, cst.Name) and _names_a_definition(module, scope, test.value):
+            return True  # `if not evaluate:` of a function defined here: a function object is always true
         reading = literal_test(test)
         if reading is None:
             return None

@@ -52,7 +52,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
     them (its class, its bases — with the module-level code and the functions and classes of their
-    module that they name, not the module's other networks —, the project modules they import;
+    module that they name, not the module's other networks —, the project modules they import,
+    of which a class imported by name counts only if that code uses it, as the code it reaches
+    — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
     and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
@@ -560,7 +562,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         """The code of a project network class: its class and bases (`_reachable_code`) and what
         its module imports from the project (`_imported_parts`)."""
         parts = [_reachable_code(m, info) for m, info in self.model.graph.mro(*instance)]
-        parts += self._imported_parts(instance[0])
+        parts += self._imported_parts(instance[0], _names_used(instance[0], [t for t, _ in parts]))
         texts = [text for text, _ in parts]
         if any(off for _, off in parts) and not any(_BUILDS.search(code_only(t)) for t in texts):
             # The only BatchNorm layers were behind switches left off: the class tests of a
@@ -568,18 +570,22 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             texts = [_TYPE_TEST.sub("", t) for t in texts]
         return texts
 
-    def _imported_parts(self, module: ModuleModel) -> list[tuple[str, bool]]:
+    def _imported_parts(self, module: ModuleModel, used: set[str]) -> list[tuple[str, bool]]:
         """The code a network's module imports from the project: for `from helpers import
         make_mlp`, the definition it names and what that reaches in its module (see
         `_reachable_code`; a switch every call in the importing module leaves off builds
         nothing), not the helper module's other code; for `import helpers` or `from helpers
-        import *`, the whole module. With whether a switch left BatchNorm layers off."""
+        import *`, the whole module. Only the imports the network's code reads (`used`) count: a
+        module of several blocks builds BatchNorm in some; the network that uses others does not.
+        With whether a switch left BatchNorm layers off."""
         path = resolved_path(module.path)
         if path is None:
             return []
         out: list[tuple[str, bool]] = []
         whole: set[Path] = set()
         for local, origin in sorted(module.names.aliases.items()):
+            if local.split(".", 1)[0] not in used:
+                continue
             where = locate(path, origin)
             if where is None or where[0] == path:
                 continue
@@ -599,6 +605,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return out
 
     def _imported_texts(self, module: ModuleModel) -> list[str]:
+        """The texts of the project modules `module` imports."""
         path = resolved_path(module.path)
         if path is None:
             return []
@@ -610,6 +617,20 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if text is not None:
                     out.append(text)
         return out
+
+
+def _names_used(module: ModuleModel, texts: list[str]) -> set[str]:
+    """The names the code in `texts` reads, its module's import statements left out."""
+    imports = [module.code(stmt) for stmt in module.tree.body
+               if isinstance(stmt, cst.SimpleStatementLine)
+               and any(isinstance(part, (cst.Import, cst.ImportFrom)) for part in stmt.body)]
+    names: set[str] = set()
+    for text in texts:
+        for statement in imports:
+            text = text.replace(statement, "")
+        names |= set(re.findall(r"[A-Za-z_]\w*", code_only(text)))
+    return names
+
 
 @functools.lru_cache(maxsize=64)  # the same project modules' texts are asked about for every script
 def _reachable_code(module: ModuleModel, info: ClassInfo) -> tuple[str, bool]:

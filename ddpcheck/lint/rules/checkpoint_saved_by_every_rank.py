@@ -25,7 +25,10 @@ class CheckpointSavedByEveryRank(Rule):
     Reported at the `torch.save(...)` line — in the script or in the project module that holds
     it (`utils.save_checkpoint`) — when a file that uses DDP makes it run on every rank: no
     rank-0 guard (`if rank == 0`, `if is_main_process()`, after `if rank != 0: return`,
-    `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag given a rank test —
+    `if args.local_rank == -1 or dist.get_rank() == 0:`, a project helper that returns such a
+    test — `def is_first_worker(): return not dist.is_available() or not dist.is_initialized()
+    or dist.get_rank() == 0` — or is named for the main process (`self._on_main_rank()`), a
+    flag given a rank test —
     `Trainer(..., is_master=rank == 0)` then `if self.is_master:` —, `if self.writer is not
     None:` where only rank 0 makes the writer, a rank-0 decorator such as `@rank_zero_only` or a
     project decorator whose wrapper calls the function under a rank test...) around it nor

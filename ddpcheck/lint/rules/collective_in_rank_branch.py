@@ -67,7 +67,12 @@ class CollectiveInRankBranch(Rule):
     forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
     whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
     forward of a project network with no buffers to broadcast (no norm layer with running
-    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none).
+    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none); a
+    call under a further test that holds only outside a distributed run (`if args.local_rank ==
+    -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
+    as `if args.local_rank not in [-1, 0] and not evaluate:` where `evaluate` is a function of
+    the module, so always true — which neither count at the call nor make a helper that holds
+    them one that performs a collective.
 
     ## How to fix
     Call the collective on every rank, outside the branch, and keep only the rank-0 work (logging,
@@ -341,6 +346,8 @@ class CollectiveInRankBranch(Rule):
             guard = model.paths.rank_guard(site)
             if guard is None:
                 continue
+            if model.paths.single_only(site) is not None or model.paths.never(site) is not None:
+                continue  # (only a run without other ranks, or no run, gets there)
             name = model.api(site)
             what = site.dotted or name or ""
             if api.is_collective(name):

@@ -12,6 +12,9 @@ from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
+# Names of objects whose state dict holds no tensors: learning-rate schedulers, grad scalers.
+_TENSORLESS_OWNER = re.compile(r"(^|_)(lr_)?sched(uler)?s?$|(^|_)(grad_|amp_)?scaler$", re.I)
+
 # Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
 _DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus", re.I)
 
@@ -39,7 +42,11 @@ class LoadWithoutMapLocation(Rule):
     call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
     class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
     outside launcher starts), and runs that pin each process to one GPU with
-    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU).
+    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU), nor a load handed straight
+    to the `load_state_dict` of a learning-rate scheduler or a `GradScaler`
+    (`scheduler.load_state_dict(torch.load(path))`, the receiver built by
+    `torch.optim.lr_scheduler` or named `scheduler`/`lr_sched`/`scaler`): their state dicts hold
+    Python numbers only (step counts, base rates, the scale as a float), so nothing lands on a GPU.
 
     ## How to fix
     Pass `map_location="cpu"` (then `load_state_dict` copies into the model wherever it lives) or
@@ -267,7 +274,7 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if self._cached_data(site) or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
                 continue  # cached data, or a file this rank saved from its own GPU
-            if self._saved_from_cpu(site) or self._in_the_launcher(site):
+            if self._saved_from_cpu(site) or self._in_the_launcher(site) or self._tensorless_state(site):
                 continue
             if pinned is None:
                 pinned = self._one_gpu_per_process()
@@ -383,6 +390,30 @@ class LoadWithoutMapLocation(Rule):
             other.index > first.index and model.api(other) in api.PROCESS_STARTERS
             for other in model.root.calls_in(first.scope.qualname)
         )
+
+    def _tensorless_state(self, site: CallSite) -> bool:
+        """The load goes straight into the `load_state_dict` of a learning-rate scheduler or a
+        GradScaler (`scheduler.load_state_dict(torch.load(path))`): their state dicts hold Python
+        numbers only (base rates, step counters, the scale as a float), so nothing lands on a GPU."""
+        for call in site.module.calls_in(site.scope.qualname):
+            if call.method != "load_state_dict" or call.arg("state_dict", 0) is not site.node:
+                continue
+            receiver = call.receiver
+            if receiver is None:
+                return False
+            name = call.receiver_name or ""
+            if _TENSORLESS_OWNER.search(name.rsplit(".", 1)[-1]):
+                return True
+            for value in self.model.values.at_call(call, receiver):
+                node = value.node
+                if isinstance(node, cst.Call):
+                    made = value.module.call_at(node)
+                    made_api = self.model.api(made) if made is not None else None
+                    if made_api is not None and (made_api.startswith("torch.optim.lr_scheduler.")
+                                                 or made_api in api.GRAD_SCALERS):
+                        return True
+            return False
+        return False
 
     def _cached_data(self, site: CallSite) -> bool:
         path = site.arg("f", 0)

@@ -26,18 +26,28 @@ if TYPE_CHECKING:
 # Code that plans for more than one machine: a node count or node rank, SLURM's variables, the
 # hosts of a job.
 _MACHINES = re.compile(
-    r"SLURM_|\b(?:n|num|total|number_of|world)_?nodes\b|\bnodes?_?(?:rank|id|idx|num|count)\b|current_node"
-    r"|\b(?:n?gpus|devices)_per_node\b|NODE_RANK|GROUP_RANK|hostnames?\b|\bnodelist\b",
+    r"SLURM_|\bnodes?_?rank\b|\b(?:n?gpus|devices)_per_node\b|NODE_RANK|GROUP_RANK|hostnames?\b|\bnodelist\b",
     re.IGNORECASE,
 )
-# Every branch of _MACHINES holds one of these words: a text without them cannot match, and this
-# search is several times faster than the full one (which most texts do not match).
+# Words that count machines in launch code but graph nodes in a graph network's code (`n_nodes`,
+# `node_idx`): they count only in a module that sets the run up (starts the process group, reads
+# the environment or the command line).
+_MACHINES_OR_GRAPH = re.compile(
+    r"\b(?:n|num|total|number_of|world)_?nodes\b|\bnodes?_?(?:id|idx|num|count)\b|current_node",
+    re.IGNORECASE,
+)
+_SETS_UP_RUN = re.compile(r"init_process_group|environ|add_argument|argv|initialize_model_parallel")
+# Every branch of _MACHINES and _MACHINES_OR_GRAPH holds one of these words: a text without them
+# cannot match, and this search is several times faster than the full ones (which most texts do
+# not match).
 _MACHINE_WORDS = re.compile(r"slurm_|node|group_rank|host", re.IGNORECASE)
 
 
 def _plans_machines(text: str) -> bool:
     code = code_only(text)
-    return _MACHINE_WORDS.search(code) is not None and _MACHINES.search(code) is not None
+    if _MACHINE_WORDS.search(code) is None:
+        return False
+    return bool(_MACHINES.search(code) or _MACHINES_OR_GRAPH.search(code) and _SETS_UP_RUN.search(code))
 
 
 def _names_machines(model: Model) -> bool:
@@ -127,7 +137,10 @@ class MissingDistributedSampler(Rule):
     rank, SLURM's variables or a job's hosts (`num_nodes`, `node_rank`, `SLURM_PROCID`): the
     shards are numbered across the job, so on more than one node every node reads the same
     shards and the others are never read. A job whose code never mentions a second machine runs
-    on one, where the local rank is the rank, and is not reported.
+    on one, where the local rank is the rank, and is not reported; a node count or node index
+    (`n_nodes`, `num_nodes`, `node_idx`) counts only in a module that sets the run up (starts the
+    process group, reads the environment or the command line), since in a graph network's code
+    it counts the nodes of a graph.
 
     Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
     every caller hands `source="web"`), loaders built only on rank 0 (e.g. for evaluation on the

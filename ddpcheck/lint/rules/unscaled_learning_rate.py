@@ -59,12 +59,19 @@ class UnscaledLearningRate(Rule):
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
     The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
     own and is read the same way. A learning rate read from the command line, a config file,
-    the environment or a function parameter is a deliberate choice and is not reported; neither is an optimizer left at its
+    the environment or a function parameter is a deliberate choice and is not reported — also an
+    entry of a defaults dict that the script hands to a project function writing the entries of
+    that parameter (`update_args(args, cmd_args)` copying the parsed options in) —; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
     (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
     — also a batch divided by a product that holds the world size (`total // (batch * seq_len *
     world_size)`) or an options entry divided by the GPUs (`opts["batch_size"] // n_gpus`) —
     nor a default of a function whose parameters a config file binds (`@gin.configurable`),
+    nor a rate handed on with the optimizer to a call that also takes a value computed from the
+    world size (`Warmup(optimizer, world_size * batch / 256)`) — a count of steps that mentions
+    it, passed by a keyword or to a parameter named for steps or under such a name
+    (`cosine_lr(optimizer, lr, warmup, total_steps)` with `total_steps = len(loader) * epochs`),
+    is a schedule's length and scales nothing —,
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
@@ -330,7 +337,9 @@ class UnscaledLearningRate(Rule):
             args = site.node.args
             if site.node is optimizer.node or len(args) < 2:
                 continue
+            counts = self._count_parameters(site)
             scaled = [a for a in args if not (a.keyword is not None and _COUNT_KEYWORD.search(a.keyword.value))
+                      and not any(a.value is passed for passed in counts) and not _count_name(a.value)
                       and self._arithmetic(site, a.value)
                       and self._mentions_world(site.module, a.value, site.scope, None, site.point, _DEPTH)]
             if not scaled:
@@ -340,6 +349,21 @@ class UnscaledLearningRate(Rule):
                         v.node is optimizer.node for v in self.model.values.at_call(site, arg.value)):
                     return True
         return False
+
+    def _count_parameters(self, site: CallSite) -> list[cst.BaseExpression]:
+        """The arguments `site` passes, by position too, to parameters of a project function
+        named for a count of steps (`def cosine_lr(optimizer, base_lr, warmup_length,
+        total_steps)`): a schedule's length, not a scale of the rate."""
+        graph = self.model.graph
+        found: list[cst.BaseExpression] = []
+        for callee, bound in graph.targets(site):
+            for bindings in callee.scope.assignments.values():
+                for param in bindings:
+                    if isinstance(param, Param) and _COUNT_KEYWORD.search(param.name):
+                        passed = graph.argument_for(site, callee, param, bound)
+                        if isinstance(passed, cst.BaseExpression):
+                            found.append(passed)
+        return found
 
     def _arithmetic(self, site: CallSite, expr: cst.BaseExpression) -> bool:
         """A number computed in place or in a name (`world_size * batch / 256`, `factor`): what a
@@ -421,6 +445,16 @@ _COUNT_KEYWORD = re.compile(r"step|epoch|iter|total|len|num_", re.I)
 _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
 # Schedules that set the rate from a peak of their own, and the peak's position.
 _CYCLE_PEAK = {"torch.optim.lr_scheduler.OneCycleLR": 1, "torch.optim.lr_scheduler.CyclicLR": 2}
+
+
+def _count_name(expr: cst.BaseExpression) -> bool:
+    """A name for a count of steps (`total_steps`, `warmup_iters`), not for the number of ranks
+    (`num_gpus`): what a schedule is handed as its length."""
+    name = dotted(expr)
+    if name is None:
+        return False
+    last = name.rsplit(".", 1)[-1]
+    return bool(_COUNT_KEYWORD.search(last)) and not WORLD_SIZE_NAME.search(last)
 
 
 def _divides_batch_by_world(text: str) -> bool:
