@@ -44,7 +44,10 @@ class UnevenInputs(Rule):
 
     Reported at the split (or the class's `__iter__`) when the file trains with it and contains
     no `join()` of DDP's (a string's or a path's `join` does not count) and no truncation to a multiple of the
-    world size. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
+    world size. A piece bound to local names that no back-propagating loop iterates (nor a loader
+    built from it, nor a project function it is handed to, nor the caller it is returned to) is
+    one batch: `obs = torch.chunk(obs, world_size)[rank]`, then one forward over all of it per
+    optimizer step makes the same number of backward passes on every rank, and is not reported. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
     `.tensor_split`) counts when a back-propagating loop iterates what it feeds (a loader built
     from it); the evaluation splits beside it are not reported. The same for a stride of indices,
     `idx = list(range(rank, n, world_size))` (or `np.arange` / `torch.arange` with those
@@ -198,7 +201,7 @@ class UnevenInputs(Rule):
                     site = root.call_at(sub.value)
                     if site is None:
                         continue
-                    if model.api(site) in _SPLITTERS or (
+                    if model.api(site) in _SPLITTERS and not self._whole_batch(root, scope, node) or (
                             _split_method(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for loop in root.fors:
@@ -275,6 +278,19 @@ class UnevenInputs(Rule):
                                 and "while True" not in text and not any(w in whole for w in _EVENS):
                             self.report(value.call, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                         module=root)
+
+    def _whole_batch(self, module: ModuleModel, scope: Scope, node: cst.BaseExpression) -> bool:
+        """The rank's piece is bound to local names only, none of which (nor anything built from
+        them) is iterated by a loop that back-propagates, passed to a project function that does,
+        or returned: the rank uses its piece as one batch (`obs = torch.chunk(obs, world_size)[rank]`,
+        then `loss_fn(model(src), obs).backward()` once per step), so every rank makes the same
+        number of backward passes whatever the sizes of the pieces."""
+        names = module.assigned_names(node)
+        if not names or any("." in name for name in names):
+            return False  # an attribute (`self.files = ...`) is read by methods we do not follow here
+        if scope.kind == "function" and any(_carries(v, set(names)) for v in module.returns.get(scope.qualname, ())):
+            return False
+        return not self._feeds_training(module, scope, set(names), 0)
 
     def _trains_with(self, scope: Scope, names: list[str]) -> bool:
         """Whether a loop of `scope` that back-propagates iterates one of `names` or what a call
