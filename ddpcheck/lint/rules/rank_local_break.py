@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import Augmented, CallSite, LoopSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, Item, LoopSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
@@ -73,7 +73,10 @@ class RankLocalBreak(Rule):
     on its own, inside a loop that back-propagates: torchrun stops the other workers when one
     fails, not when one exits with status 0, so they wait in their next all-reduce. The same clean
     exit under an `if` on the rank's own values in such a loop (`if torch.isnan(loss): quit()`)
-    is reported, unless a collective earlier in the loop may have agreed on the test. A non-zero
+    is reported, unless a collective earlier in the loop may have agreed on the test. So is a
+    loop whose every backward sits under an `if` on the rank's own values, with none in the
+    `else:` (`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward()`: a
+    project function handed such a value, making no collective, answers on it alone). A non-zero
     status or a re-raise is not reported.
 
     ## How to fix
@@ -127,6 +130,12 @@ class RankLocalBreak(Rule):
         "(exit status 0), so the launcher does not stop the others: they wait in their next "
         "all-reduce until the timeout; agree on it across ranks (all_reduce the flag), or raise "
         "(or exit non-zero) so the whole job stops"
+    )
+    GUARDED_MESSAGE = (
+        "the backward in this loop runs only when `{test}` holds, a test of this rank's own values: "
+        "a rank that fails it skips a backward the other ranks make, and their gradient all-reduces "
+        "no longer pair up (a hang, or mismatched buckets averaged); agree on it across ranks "
+        "(all_reduce the flag) or zero the loss instead of skipping"
     )
     RANK_MESSAGE = (
         "`{exit}` under the rank test `{test}`: only those ranks leave the loop, and the others wait "
@@ -238,7 +247,9 @@ class RankLocalBreak(Rule):
         self._while_conditions(root)
         self._skips_on_error(root)
         for each in [*root.fors, *root.whiles]:
-            self._local_clean_exits(root, each, [c for c in root.calls if each.node in c.loops])
+            inner = [c for c in root.calls if each.node in c.loops]
+            self._local_clean_exits(root, each, inner)
+            self._guarded_backward(root, each, inner)
         if not root.exits:
             return
         said: set[tuple[int, str]] = set()  # (scope, test) of the breaks reported, for loops first
@@ -317,6 +328,37 @@ class RankLocalBreak(Rule):
                 continue
             self.report(site.node, self.LOCAL_EXIT_MESSAGE.format(
                 call=model.text_of(root, site.node), test=model.text_of(root, inside[-1].test)), module=root)
+
+    def _guarded_backward(self, root: ModuleModel, loop: LoopSite, body_calls: list[CallSite]) -> None:
+        """`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward(); step()`
+        with nothing in the `else:` that back-propagates: the backward of the loop runs on the
+        ranks whose own values pass the test only. Not judged when a collective earlier in the
+        loop may have agreed on the test."""
+        model = self.model
+        if not model.uses_ddp:
+            return
+        backwards = [c for c in body_calls if c.loops[-1] is loop.node
+                     and (c.method == "backward" or model.facts.does(c, "backward"))]
+        if not backwards:
+            return
+        outer = len(loop.guards)
+        first = backwards[0]
+        for guard in first.guards[outer:]:
+            if guard.negated or _early_exit(guard) or not isinstance(guard.node, cst.If):
+                continue
+            # Every backward of the loop sits in this branch: a rank that fails the test makes none.
+            if not all(any(g.node is guard.node and not g.negated for g in c.guards) for c in backwards):
+                continue
+            if not self._local_value(root, loop.scope, guard.test):
+                continue
+            order = _order(loop.node)
+            here = order.get(id(guard.node), -1)
+            if any(model.facts.does(c, "data_collective") and -1 < order.get(id(c.node), -1) < here
+                   for c in body_calls):
+                continue
+            self.report(guard.test, self.GUARDED_MESSAGE.format(test=model.text_of(root, guard.test)),
+                        module=root)
+            return
 
     def _skip(self, root: ModuleModel, loop: LoopSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
               order: dict[int, int], agreeing: Sequence[CallSite] = ()) -> None:
@@ -484,9 +526,30 @@ class RankLocalBreak(Rule):
                  if isinstance(sub, cst.Subscript) or isinstance(sub, cst.Attribute) and id(sub) not in called}
         for node in subexpressions(test):
             if isinstance(node, cst.Name) and id(node) not in inner:
-                values = scope.assignments.get(node.value, [])
-                if any(isinstance(v, cst.BaseExpression) and self._local(root, scope, v, 0) for v in values):
+                values = [v.value if isinstance(v, Item) else v for v in scope.assignments.get(node.value, [])]
+                if any(isinstance(v, cst.BaseExpression) and (self._local(root, scope, v, 0)
+                                                              or self._judged_locally(root, scope, v))
+                       for v in values):
                     return True
+        return False
+
+    def _judged_locally(self, root: ModuleModel, scope: Scope, value: cst.BaseExpression) -> bool:
+        """`check_loss(loss, loss_value)` with `loss_value = loss.item()`: a project function
+        handed a value each rank reads on its own, which makes no collective, answers on that
+        rank's value alone."""
+        if not isinstance(value, cst.Call):
+            return False
+        site = root.call_at(value)
+        if site is None or site.target is None or site.target.kind != "function" \
+                or self.model.facts.does(site, "collective"):
+            return False
+        for arg in value.args:
+            if self._local(root, scope, arg.value, 0):
+                return True
+            if isinstance(arg.value, cst.Name) and any(
+                    isinstance(v, cst.BaseExpression) and self._local(root, scope, v, 0)
+                    for v in scope.assignments.get(arg.value.value, [])):
+                return True
         return False
 
     def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2,
