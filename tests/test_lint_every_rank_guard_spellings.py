@@ -107,3 +107,55 @@ def test_unguarded_print_beside_the_method_reported(tmp_path: Path) -> None:
                               "                        print(", "                    print(")
     write_project(tmp_path, {"trainer.py": trainer})
     assert finding_set(tmp_path, "trainer.py", select="DDP020") == {("trainer.py", 23, "DDP020")}
+
+
+ALERTING = """\
+    import logging
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, model, loader, rank):
+            self.logger = logging.getLogger("train")
+            self.model = DDP(model.to(rank), device_ids=[rank])
+            self.loader = loader
+            self.optimizer = torch.optim.Adam(self.model.parameters())
+
+        def alert(self, msg, level="info"):
+            if level == "warning":
+                self.logger.warning(msg)
+            else:
+                self.logger.info(msg)
+
+        def fit(self, epochs):
+            for epoch in range(epochs):
+                for x, y in self.loader:
+                    loss = torch.nn.functional.mse_loss(self.model(x), y)
+                    if torch.isnan(loss):
+                        self.alert("NaN loss in this batch", level="warning")
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+
+
+    def worker(rank, world_size, model, loader):
+        logging.basicConfig(level=logging.INFO)
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        Trainer(model, loader, rank).fit(10)
+    """
+
+
+def test_helper_output_under_a_test_of_the_ranks_data_clean(tmp_path: Path) -> None:
+    write_project(tmp_path, {"trainer.py": ALERTING})
+    assert finding_set(tmp_path, "trainer.py", select="DDP020") == set()
+
+
+def test_helper_output_every_step_reported(tmp_path: Path) -> None:
+    every = ALERTING.replace("                    if torch.isnan(loss):\n"
+                             "                        self.alert(", "                    self.alert(")
+    write_project(tmp_path, {"trainer.py": every})
+    assert finding_set(tmp_path, "trainer.py", select="DDP020") == {("trainer.py", 25, "DDP020")}

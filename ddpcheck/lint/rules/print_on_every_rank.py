@@ -93,7 +93,8 @@ class PrintOnEveryRank(Rule):
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
     `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); warnings printed when a test
-    on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
+    on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
+    of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
     gives about its own data; output in an `except` handler for an error (a rank reporting its
     own failure; `except StopIteration:` at the end of a pass is still reported); output under a
     project check that returns a rank-0 test when an option asks for it (`if self.only_main:
@@ -463,6 +464,8 @@ class PrintOnEveryRank(Rule):
             for place in self._places(site, kind, 0):
                 if id(place.node) in reported:
                     continue
+                if place is not site and kind != "tqdm" and self._data_check(place):
+                    continue  # `if torch.isnan(loss): self.alert(...)`: the caller tests this rank's data
                 reported.add(id(place.node))
                 if place is not site:
                     # `evaluate(..., cfg=1.0)` and again `evaluate(..., cfg=args.cfg)` in one loop:
