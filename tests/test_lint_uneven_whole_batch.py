@@ -126,3 +126,48 @@ def test_piece_kept_on_the_dataset_reported(tmp_path: Path) -> None:
         """
     write_project(tmp_path, {"train.py": source})
     assert finding_set(tmp_path, "train.py", select="DDP034") == {("train.py", 9, "DDP034")}
+
+
+STREAM = """\
+    import torch.distributed as dist
+    from torch.utils.data import IterableDataset
+
+
+    class LineStream(IterableDataset):
+        def __init__(self, handle, encode):
+            super().__init__()
+            self.handle = handle
+            self.encode = encode
+            self.num_replicas = -1
+
+        def __iter__(self):
+            if dist.is_initialized():
+                self.num_replicas = dist.get_world_size()
+                self.rank = dist.get_rank()
+            for i, line in enumerate(self.handle):
+                if self.num_replicas != -1 and i % self.num_replicas != self.rank:
+                    continue
+                for record in self.encode(line, i):
+                    yield record
+    """
+
+STREAM_TRAIN = """\
+    import torch
+    from torch.utils.data import DataLoader
+
+    from stream import LineStream
+
+
+    def train(model, optimizer, handle, encode, epochs):
+        for epoch in range(epochs):
+            handle.seek(0)
+            for batch in DataLoader(LineStream(handle, encode), batch_size=32):
+                optimizer.zero_grad()
+                model(batch).loss.backward()
+                optimizer.step()
+    """
+
+
+def test_rank_filter_of_a_streamed_dataset_reported_at_the_filter(tmp_path: Path) -> None:
+    write_project(tmp_path, {"train.py": STREAM_TRAIN, "stream.py": STREAM})
+    assert finding_set(tmp_path, "train.py", select="DDP034") == {("stream.py", 17, "DDP034")}

@@ -10,7 +10,7 @@ from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import is_ddp, is_eval_name
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.model.symbols import Function
@@ -42,7 +42,8 @@ class UnevenInputs(Rule):
     extra batch: a hang until the process-group timeout, only for dataset sizes that do not
     divide evenly, so it appears after the dataset changes.
 
-    Reported at the split (or the class's `__iter__`) when the file trains with it and contains
+    Reported at the split (or in the class's `__iter__`: at the test that keeps the rank's items,
+    `if i % self.num_replicas != self.rank: continue`, when one test names both, else at the `def`) when the file trains with it and contains
     no `join()` of DDP's (a string's or a path's `join` does not count) and no truncation to a multiple of the
     world size. A piece bound to local names that no back-propagating loop iterates (nor a loader
     built from it, nor a project function it is handed to, nor the caller it is returned to) is
@@ -228,8 +229,8 @@ class UnevenInputs(Rule):
                 function = module.functions[iterate]
                 text = module.code(function)
                 if any(w in text for w in _WORLD) and ("rank" in text):
-                    self.report(function.name, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
-                                module=module)
+                    self.report(_rank_filter(module, function) or function.name,
+                                self.MESSAGE.format(split=f"{info.qualname}.__iter__"), module=module)
         self._rank_filtering_samplers()
 
     def _reached_strides(self, reported: set[int]) -> None:
@@ -380,6 +381,22 @@ class UnevenInputs(Rule):
                 if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1):
                     return True
         return False
+
+
+def _rank_filter(module: ModuleModel, function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The test in `__iter__` that keeps the items of the rank (`if i % self.num_replicas !=
+    self.rank: continue`): where the shares are made uneven, reported there rather than at the
+    `def`. None when no single test names both the rank and the world size."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.If):
+            text = code_only(module.code(node.test))
+            if "rank" in text and any(w in text for w in _WORLD) and "%" in text:
+                return node.test
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(children(node)))
+    return None
 
 
 def _passes(arg: cst.BaseExpression | CallSite | None, names: set[str]) -> bool:
