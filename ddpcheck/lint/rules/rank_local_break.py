@@ -246,7 +246,8 @@ class RankLocalBreak(Rule):
         model = self.model
         self._while_conditions(root)
         self._skips_on_error(root)
-        for each in [*root.fors, *root.whiles]:
+        every: list[LoopSite] = [*root.fors, *root.whiles]
+        for each in every:
             inner = [c for c in root.calls if each.node in c.loops]
             self._local_clean_exits(root, each, inner)
             self._guarded_backward(root, each, inner)
