@@ -159,3 +159,46 @@ def test_helper_output_every_step_reported(tmp_path: Path) -> None:
                              "                        self.alert(", "                    self.alert(")
     write_project(tmp_path, {"trainer.py": every})
     assert finding_set(tmp_path, "trainer.py", select="DDP020") == {("trainer.py", 25, "DDP020")}
+
+
+GRAD_NORM = """\
+    import logging
+    import math
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(model, loader, optimizer, clip):
+        for inputs, targets in loader:
+            loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            optimizer.zero_grad()
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if math.isnan(grad_norm):
+                logging.warning("grad norm is NaN, skipping the update")
+            else:
+                optimizer.step()
+
+
+    if __name__ == "__main__":
+        logging.basicConfig(level=logging.INFO)
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        train(net, make_loader(), torch.optim.SGD(net.parameters(), lr=0.1), 1.0)
+    """
+
+
+def test_warning_on_the_averaged_gradient_norm_reported(tmp_path: Path) -> None:
+    write_project(tmp_path, {"train.py": GRAD_NORM})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 17, "DDP020")}
+
+
+def test_warning_on_the_ranks_own_loss_clean(tmp_path: Path) -> None:
+    own = GRAD_NORM.replace("            if math.isnan(grad_norm):\n", "            if math.isnan(loss.item()):\n")
+    write_project(tmp_path, {"train.py": own})
+    assert finding_set(tmp_path, "train.py", select="DDP020") == set()
