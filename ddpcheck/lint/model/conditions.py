@@ -26,9 +26,10 @@ _RANK_NAME = re.compile(
     r"|^(gpu|gpu_id|gpu_idx|local_gpu|process_index|local_process_index)$",
     re.I,
 )
-# Names/calls that are true on the main process only.
+# Names/calls that are true on the main process only (a private helper's leading underscore and
+# an `on_` prefix, `self._on_main_rank()`, name the same test).
 _MAIN_PROCESS = re.compile(
-    r"^_*(is_|on_)?(main|master)(_process|_proc|_rank)?$|^is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"
+    r"^_*((is|on)_)?(main|master)(_process|_proc|_rank)?$|^_*is_rank_?(0|zero)$|^rank_?(0|zero)(_only)?$"
     r"|^is_global_zero$|^is_local_(main|master)(_process)?$|^is_primary$",
     re.I,
 )
@@ -140,8 +141,8 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return True  # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
-        # `not dist.is_available() or not dist.is_initialized() or rank == 0`: every alternative
-        # before the rank test is a way of not being distributed.
+        # `not dist.is_available() or not dist.is_initialized() or rank == 0` groups as
+        # `(A or B) or C`: the left part holds off a distributed run when each side does.
         return _is_not_distributed(test.left, resolve) and _is_not_distributed(test.right, resolve)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1:
         comp = test.comparisons[0]

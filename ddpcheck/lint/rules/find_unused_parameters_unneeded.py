@@ -37,7 +37,11 @@ class FindUnusedParametersUnneeded(Rule):
     layer they assign is read in their `forward`, each `forward` is straight-line code (no `if`,
     no early `return`, no `try`; `if self.bn is not None: x = self.bn(x)` for a layer built only
     in some configurations does not count as a branch) and returns one value (not a tuple, list or dict, whose parts a
-    loss might leave out), and nothing reaches members dynamically or changes `requires_grad`.
+    loss might leave out), and nothing reaches members dynamically or changes `requires_grad`. A
+    forward that keeps part of a library model member's output (`self.bert(ids)[0]`,
+    `.last_hidden_state`) is not reported: the pooler of a pretrained transformer makes the
+    output left out, so its parameters get no gradient and the flag is needed (torch.nn layers,
+    such as an LSTM's `[0]`, use every parameter for each output).
 
     ## How to fix
     Remove `find_unused_parameters=True`. If some iterations do skip layers, keep it, or use
@@ -142,7 +146,8 @@ class FindUnusedParametersUnneeded(Rule):
             if len(roots) != 1:
                 continue
             closure = class_closure(model, roots)
-            if closure and all(self._uses_everything(module, info) for module, info in closure):
+            if closure and all(self._uses_everything(module, info) and not self._part_of_library_output(module, info)
+                               for module, info in closure):
                 self.report(flag, self.MESSAGE.format(cls=roots[0][1].qualname))
 
     @staticmethod
@@ -163,6 +168,46 @@ class FindUnusedParametersUnneeded(Rule):
             if not any(method == "forward" for method, _ in self_references(module, info, attr)):
                 return False
         return True
+
+
+    def _part_of_library_output(self, module: ModuleModel, info: ClassInfo) -> bool:
+        """`forward` keeps only part of what a library model member returns
+        (`self.encoder(ids)[0]`, `self.bert(ids).last_hidden_state`): a pretrained transformer's
+        pooler (or another head) makes the outputs left out, so its parameters get no gradient and
+        the flag is needed. torch.nn layers (an LSTM's `[0]`) use every parameter for each output."""
+        forward_name = info.methods.get("forward")
+        if forward_name is None:
+            return False
+        model = self.model
+        for node in _walk(module.functions[forward_name].body):
+            if isinstance(node, cst.Subscript):
+                inner: cst.BaseExpression = node.value
+            elif isinstance(node, cst.Attribute):
+                inner = node.value
+            else:
+                continue
+            if not isinstance(inner, cst.Call):
+                continue
+            name = dotted(inner.func) if isinstance(inner.func, cst.Attribute) else None
+            if name is None or not name.startswith("self.") or name.count(".") != 1:
+                continue
+            for value in info.scope.assignments.get(name, ()):
+                value = getattr(value, "value", value)
+                site = module.call_at(value) if isinstance(value, cst.Call) else None
+                if site is None or site.target is not None and site.target.kind == "class":
+                    continue  # a project class: its forward is checked itself
+                if not (model.api(site) or "").startswith("torch.nn."):
+                    return True
+        return False
+
+
+def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        if not isinstance(current, (cst.FunctionDef, cst.Lambda)) or current is node:
+            stack.extend(children(current))
 
 
 def _straight_line(function: cst.FunctionDef) -> bool:

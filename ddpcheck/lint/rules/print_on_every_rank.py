@@ -93,8 +93,10 @@ class PrintOnEveryRank(Rule):
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
     `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); warnings printed when a test
-    on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`), which each rank
-    gives about its own data; output in an `except` handler for an error (a rank reporting its
+    on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
+    of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
+    gives about its own data (a test on the norm `clip_grad_norm_` returns is not one: DDP
+    averaged those gradients, so every rank prints the same warning); output in an `except` handler for an error (a rank reporting its
     own failure; `except StopIteration:` at the end of a pass is still reported); output under a
     project check that returns a rank-0 test when an option asks for it (`if self.only_main:
     return is_main_process()`); `print` in a script that a launcher of the project starts with
@@ -463,6 +465,8 @@ class PrintOnEveryRank(Rule):
             for place in self._places(site, kind, 0):
                 if id(place.node) in reported:
                     continue
+                if place is not site and kind != "tqdm" and self._data_check(place):
+                    continue  # `if torch.isnan(loss): self.alert(...)`: the caller tests this rank's data
                 reported.add(id(place.node))
                 if place is not site:
                     # `evaluate(..., cfg=1.0)` and again `evaluate(..., cfg=args.cfg)` in one loop:
@@ -840,11 +844,29 @@ class PrintOnEveryRank(Rule):
                 return True
         return any(a.star for a in caller.node.args) or caller.has_star_kwargs
 
+    def _synced_gradient_test(self, site: CallSite, test: cst.BaseExpression) -> bool:
+        """The test reads only the norm `clip_grad_norm_` returns (`grad_norm =
+        clip_grad_norm_(model.parameters(), max_norm)`, then `if math.isnan(grad_norm):`): the
+        gradients it measures were averaged across ranks by DDP's backward, so every rank sees
+        the same norm and prints the same warning."""
+        names = [sub for sub in subexpressions(test) if isinstance(sub, cst.Name)
+                 and sub.value in site.scope.assignments]
+        if not names:
+            return False
+        for name in names:
+            values = site.scope.assignments[name.value]
+            if not values or not all(isinstance(v, cst.Call) and (dotted(v.func) or "").endswith("clip_grad_norm_")
+                                     for v in values):
+                return False
+        return True
+
     def _data_check(self, site: CallSite) -> bool:
         """Printed when a test on tensor values holds (`if torch.min(y) < -1.0:`, `if
         loss.isnan():`): each rank reports an anomaly of its own data, once, not a copy of the
         same line."""
         for guard in site.guards:
+            if self._synced_gradient_test(site, guard.test):
+                continue  # `if math.isnan(grad_norm):` after DDP averaged the gradients: the same on every rank
             for sub in subexpressions(guard.test):
                 if not isinstance(sub, cst.Call):
                     continue

@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import Augmented, CallSite, LoopSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, Item, LoopSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
@@ -60,7 +60,8 @@ class RankLocalBreak(Rule):
     returns skips the backward the other ranks make. Also reported: a `continue` that comes before the loop's
     `backward()` on a test of the rank's own values — a local call in the test or in what a plain
     name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`), or `if loss is
-    None: continue` where `loss` was computed from the loop's own batch: that rank skips a
+    None: continue` (or `== None`) where `loss` was computed from the loop's own batch or from
+    what the loop body builds from it (a micro-batch sliced by the inner loop's index): that rank skips a
     backward the others make, and their gradient all-reduces no longer pair up. A skip on
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
     is not reported. A `continue` on such a test before a collective every rank makes later in
@@ -70,7 +71,12 @@ class RankLocalBreak(Rule):
     `except:`): the rank that meets the error leaves or skips alone. And a clean exit
     (`quit()`, `exit()`, `sys.exit()`, `sys.exit(0)`) in a handler for an error one rank can meet
     on its own, inside a loop that back-propagates: torchrun stops the other workers when one
-    fails, not when one exits with status 0, so they wait in their next all-reduce. A non-zero
+    fails, not when one exits with status 0, so they wait in their next all-reduce. The same clean
+    exit under an `if` on the rank's own values in such a loop (`if torch.isnan(loss): quit()`)
+    is reported, unless a collective earlier in the loop may have agreed on the test. So is a
+    loop whose every backward sits under an `if` on the rank's own values, with none in the
+    `else:` (`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward()`: a
+    project function handed such a value, making no collective, answers on it alone). A non-zero
     status or a re-raise is not reported.
 
     ## How to fix
@@ -118,6 +124,18 @@ class RankLocalBreak(Rule):
         "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
         "loop at a different iteration and the others wait in their next all-reduce until the timeout; "
         "set it on every rank (broadcast the decision first)"
+    )
+    LOCAL_EXIT_MESSAGE = (
+        "`{call}` on a condition each rank evaluates on its own (`{test}`) ends this rank cleanly "
+        "(exit status 0), so the launcher does not stop the others: they wait in their next "
+        "all-reduce until the timeout; agree on it across ranks (all_reduce the flag), or raise "
+        "(or exit non-zero) so the whole job stops"
+    )
+    GUARDED_MESSAGE = (
+        "the backward in this loop runs only when `{test}` holds, a test of this rank's own values: "
+        "a rank that fails it skips a backward the other ranks make, and their gradient all-reduces "
+        "no longer pair up (a hang, or mismatched buckets averaged); agree on it across ranks "
+        "(all_reduce the flag) or zero the loss instead of skipping"
     )
     RANK_MESSAGE = (
         "`{exit}` under the rank test `{test}`: only those ranks leave the loop, and the others wait "
@@ -228,6 +246,11 @@ class RankLocalBreak(Rule):
         model = self.model
         self._while_conditions(root)
         self._skips_on_error(root)
+        every: list[LoopSite] = [*root.fors, *root.whiles]
+        for each in every:
+            inner = [c for c in root.calls if each.node in c.loops]
+            self._local_clean_exits(root, each, inner)
+            self._guarded_backward(root, each, inner)
         if not root.exits:
             return
         said: set[tuple[int, str]] = set()  # (scope, test) of the breaks reported, for loops first
@@ -258,7 +281,8 @@ class RankLocalBreak(Rule):
                 places = _order(loop.node)
                 for exit_node, guard_test in exits:
                     here = places.get(id(exit_node), -1)
-                    if isinstance(exit_node, cst.Continue) and self._local_value(root, loop.scope, guard_test) \
+                    if isinstance(exit_node, cst.Continue) \
+                            and (self._local_value(root, loop.scope, guard_test) or _none_from_batch(loop, guard_test)) \
                             and all(places.get(id(c.node), -1) > here for c in agreeing):
                         self._skip(root, loop, exit_node, guard_test, body_calls, places, agreeing)
                 continue
@@ -282,6 +306,60 @@ class RankLocalBreak(Rule):
                     continue  # `while True:` leaving on the test the inner loop's reported break left on
                 said.add((id(loop.scope), text))
                 self.report(exit_node, self.MESSAGE.format(exit=keyword, test=text), module=root)
+
+    def _local_clean_exits(self, root: ModuleModel, loop: LoopSite, body_calls: list[CallSite]) -> None:
+        """`if torch.isnan(loss): quit()` in a loop that back-propagates: a clean exit (status 0)
+        on a test of the rank's own values ends that rank alone, and torchrun does not stop the
+        others for it. A collective the loop makes before the exit may have agreed on the test
+        (`dist.all_reduce(is_nan)` first): then it is not judged."""
+        model = self.model
+        if not model.uses_ddp or not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls):
+            return
+        order: dict[int, int] | None = None
+        outer = len(loop.guards)
+        for site in body_calls:
+            if site.loops[-1] is not loop.node or site.dotted not in _CLEAN_EXITS or not _status_zero(site.node):
+                continue
+            inside = [g for g in site.guards[outer:] if not _early_exit(g)]
+            if not inside or inside[-1].negated or not self._local_value(root, loop.scope, inside[-1].test):
+                continue
+            order = order if order is not None else _order(loop.node)
+            here = order.get(id(site.node), -1)
+            if any(model.facts.does(c, "data_collective") and order.get(id(c.node), -1) < here for c in body_calls):
+                continue
+            self.report(site.node, self.LOCAL_EXIT_MESSAGE.format(
+                call=model.text_of(root, site.node), test=model.text_of(root, inside[-1].test)), module=root)
+
+    def _guarded_backward(self, root: ModuleModel, loop: LoopSite, body_calls: list[CallSite]) -> None:
+        """`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward(); step()`
+        with nothing in the `else:` that back-propagates: the backward of the loop runs on the
+        ranks whose own values pass the test only. Not judged when a collective earlier in the
+        loop may have agreed on the test."""
+        model = self.model
+        if not model.uses_ddp:
+            return
+        backwards = [c for c in body_calls if c.loops[-1] is loop.node
+                     and (c.method == "backward" or model.facts.does(c, "backward"))]
+        if not backwards:
+            return
+        outer = len(loop.guards)
+        first = backwards[0]
+        for guard in first.guards[outer:]:
+            if guard.negated or _early_exit(guard) or not isinstance(guard.node, cst.If):
+                continue
+            # Every backward of the loop sits in this branch: a rank that fails the test makes none.
+            if not all(any(g.node is guard.node and not g.negated for g in c.guards) for c in backwards):
+                continue
+            if not self._local_value(root, loop.scope, guard.test):
+                continue
+            order = _order(loop.node)
+            here = order.get(id(guard.node), -1)
+            if any(model.facts.does(c, "data_collective") and -1 < order.get(id(c.node), -1) < here
+                   for c in body_calls):
+                continue
+            self.report(guard.test, self.GUARDED_MESSAGE.format(test=model.text_of(root, guard.test)),
+                        module=root)
+            return
 
     def _skip(self, root: ModuleModel, loop: LoopSite, exit_node: cst.Continue, test: cst.BaseExpression, body_calls: list[CallSite],
               order: dict[int, int], agreeing: Sequence[CallSite] = ()) -> None:
@@ -449,9 +527,30 @@ class RankLocalBreak(Rule):
                  if isinstance(sub, cst.Subscript) or isinstance(sub, cst.Attribute) and id(sub) not in called}
         for node in subexpressions(test):
             if isinstance(node, cst.Name) and id(node) not in inner:
-                values = scope.assignments.get(node.value, [])
-                if any(isinstance(v, cst.BaseExpression) and self._local(root, scope, v, 0) for v in values):
+                values = [v.value if isinstance(v, Item) else v for v in scope.assignments.get(node.value, [])]
+                if any(isinstance(v, cst.BaseExpression) and (self._local(root, scope, v, 0)
+                                                              or self._judged_locally(root, scope, v))
+                       for v in values):
                     return True
+        return False
+
+    def _judged_locally(self, root: ModuleModel, scope: Scope, value: cst.BaseExpression) -> bool:
+        """`check_loss(loss, loss_value)` with `loss_value = loss.item()`: a project function
+        handed a value each rank reads on its own, which makes no collective, answers on that
+        rank's value alone."""
+        if not isinstance(value, cst.Call):
+            return False
+        site = root.call_at(value)
+        if site is None or site.target is None or site.target.kind != "function" \
+                or self.model.facts.does(site, "collective"):
+            return False
+        for arg in value.args:
+            if self._local(root, scope, arg.value, 0):
+                return True
+            if isinstance(arg.value, cst.Name) and any(
+                    isinstance(v, cst.BaseExpression) and self._local(root, scope, v, 0)
+                    for v in scope.assignments.get(arg.value.value, [])):
+                return True
         return False
 
     def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2,
@@ -513,12 +612,27 @@ def _none_from_batch(loop: LoopSite, test: cst.BaseExpression) -> bool:
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     target = test.comparisons[0]
-    if not isinstance(target.operator, cst.Is) or not isinstance(test.left, cst.Name) \
+    if not isinstance(target.operator, (cst.Is, cst.Equal)) or not isinstance(test.left, cst.Name) \
             or not (isinstance(target.comparator, cst.Name) and target.comparator.value == "None"):
         return False
     if not isinstance(loop.node, cst.For):
         return False
     drawn = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
+    # What the loop body builds from them (`part = {k: batch[k][idx] for k in batch}` for a
+    # micro-batch of the drawn index) is the rank's own data too.
+    grew = True
+    while grew:
+        grew = False
+        for name, values in loop.scope.assignments.items():
+            points = loop.scope.points.get(name, [])
+            places = [points[i] if i < len(points) else None for i in range(len(values))]
+            if name in drawn or not any(
+                    isinstance(v, cst.BaseExpression) and point is not None and loop.node in point.loops
+                    and any(isinstance(n, cst.Name) and n.value in drawn for n in subexpressions(v))
+                    for v, point in zip(values, places)):
+                continue
+            drawn.add(name)
+            grew = True
     for value in loop.scope.assignments.get(test.left.value, []):
         if isinstance(value, cst.Call) and any(
                 isinstance(n, cst.Name) and n.value in drawn

@@ -10,7 +10,7 @@ from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import is_ddp, is_eval_name
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import dotted, expressions, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, expressions, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.model.symbols import Function
@@ -42,9 +42,13 @@ class UnevenInputs(Rule):
     extra batch: a hang until the process-group timeout, only for dataset sizes that do not
     divide evenly, so it appears after the dataset changes.
 
-    Reported at the split (or the class's `__iter__`) when the file trains with it and contains
+    Reported at the split (or in the class's `__iter__`: at the test that keeps the rank's items,
+    `if i % self.num_replicas != self.rank: continue`, when one test names both, else at the `def`) when the file trains with it and contains
     no `join()` of DDP's (a string's or a path's `join` does not count) and no truncation to a multiple of the
-    world size. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
+    world size. A piece bound to local names that no back-propagating loop iterates (nor a loader
+    built from it, nor a project function it is handed to, nor the caller it is returned to) is
+    one batch: `obs = torch.chunk(obs, world_size)[rank]`, then one forward over all of it per
+    optimizer step makes the same number of backward passes on every rank, and is not reported. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
     `.tensor_split`) counts when a back-propagating loop iterates what it feeds (a loader built
     from it); the evaluation splits beside it are not reported. The same for a stride of indices,
     `idx = list(range(rank, n, world_size))` (or `np.arange` / `torch.arange` with those
@@ -198,7 +202,7 @@ class UnevenInputs(Rule):
                     site = root.call_at(sub.value)
                     if site is None:
                         continue
-                    if model.api(site) in _SPLITTERS or (
+                    if model.api(site) in _SPLITTERS and not self._whole_batch(root, scope, node) or (
                             _split_method(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for loop in root.fors:
@@ -225,8 +229,8 @@ class UnevenInputs(Rule):
                 function = module.functions[iterate]
                 text = module.code(function)
                 if any(w in text for w in _WORLD) and ("rank" in text):
-                    self.report(function.name, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
-                                module=module)
+                    self.report(_rank_filter(module, function) or function.name,
+                                self.MESSAGE.format(split=f"{info.qualname}.__iter__"), module=module)
         self._rank_filtering_samplers()
 
     def _reached_strides(self, reported: set[int]) -> None:
@@ -275,6 +279,19 @@ class UnevenInputs(Rule):
                                 and "while True" not in text and not any(w in whole for w in _EVENS):
                             self.report(value.call, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                         module=root)
+
+    def _whole_batch(self, module: ModuleModel, scope: Scope, node: cst.BaseExpression) -> bool:
+        """The rank's piece is bound to local names only, none of which (nor anything built from
+        them) is iterated by a loop that back-propagates, passed to a project function that does,
+        or returned: the rank uses its piece as one batch (`obs = torch.chunk(obs, world_size)[rank]`,
+        then `loss_fn(model(src), obs).backward()` once per step), so every rank makes the same
+        number of backward passes whatever the sizes of the pieces."""
+        names = module.assigned_names(node)
+        if not names or any("." in name for name in names):
+            return False  # an attribute (`self.files = ...`) is read by methods we do not follow here
+        if scope.kind == "function" and any(_carries(v, set(names)) for v in module.returns.get(scope.qualname, ())):
+            return False
+        return not self._feeds_training(module, scope, set(names), 0)
 
     def _trains_with(self, scope: Scope, names: list[str]) -> bool:
         """Whether a loop of `scope` that back-propagates iterates one of `names` or what a call
@@ -364,6 +381,22 @@ class UnevenInputs(Rule):
                 if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1):
                     return True
         return False
+
+
+def _rank_filter(module: ModuleModel, function: cst.FunctionDef) -> cst.BaseExpression | None:
+    """The test in `__iter__` that keeps the items of the rank (`if i % self.num_replicas !=
+    self.rank: continue`): where the shares are made uneven, reported there rather than at the
+    `def`. None when no single test names both the rank and the world size."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.If):
+            text = code_only(module.code(node.test))
+            if "rank" in text and any(w in text for w in _WORLD) and "%" in text:
+                return node.test
+        if not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            stack.extend(reversed(children(node)))
+    return None
 
 
 def _passes(arg: cst.BaseExpression | CallSite | None, names: set[str]) -> bool:
