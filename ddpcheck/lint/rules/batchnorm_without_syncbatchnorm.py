@@ -52,7 +52,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     them (its class, its bases — with the module-level code and the functions and classes of their
     module that they name, not the module's other networks —, the project modules they import;
     `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
+    and `resnet.__dict__[args.arch](...)` are looked into, and so is the model apex's
+    `amp.initialize(model, optimizer)` hands back (the same network, patched in place), and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
     `BatchNorm` counts, and so does mmcv's `build_norm_layer(norm_cfg, ...)` where every config it
