@@ -13,7 +13,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, Param
 from ddpcheck.lint.model.ddp import is_local_rank, option_values
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, int_value, string_text
+from ddpcheck.lint.model.syntax import dotted, int_value, is_none, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Pending, Rule
 
@@ -73,7 +73,10 @@ class HardCodedRendezvous(Rule):
     torchrun (or a scheduler doing the same), which exports `MASTER_ADDR`, `MASTER_PORT`, `RANK`
     and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"`,
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
-    `init_process_group` overrides that. The DDP tutorial's form is reported too: a script that
+    `init_process_group` overrides that. A script that takes the `--local_rank` flag
+    `torch.distributed.launch` passes, and whose process group meets through `env://` (the
+    default), is started the same way: a literal `MASTER_ADDR`/`MASTER_PORT` it writes is
+    reported too. The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
     started from outside, and under torchrun every rank waits for a store at that port, which
@@ -340,13 +343,16 @@ class HardCodedRendezvous(Rule):
             self._machine_address()
             return
         torchrun = model.torchrun_path
-        if torchrun:
+        launch = not torchrun and self._launch_flag_with_env_rendezvous()
+        if torchrun or launch:
+            launcher = "torch.distributed.launch starts (it takes `--local_rank`)" if launch \
+                else "torchrun launches"
             for node, key, target in self._writes:
-                if self._single_process_only(target):
+                if self._single_process_only(target) or launch and key not in _RENDEZVOUS_ENV:
                     continue
                 self.report(
                     node,
-                    f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
+                    f"`os.environ[{key!r}]` is hard-coded in a script {launcher}; it overrides "
                     "the launcher's value and breaks multi-node runs and parallel jobs; delete it and "
                     "pass the rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)",
                 )
@@ -386,6 +392,23 @@ class HardCodedRendezvous(Rule):
             if entry:
                 self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)),
                             fix=remedies.env_rendezvous(call.node, method, []))
+
+    def _launch_flag_with_env_rendezvous(self) -> bool:
+        """The file takes the `--local_rank` flag that `torch.distributed.launch` passes each
+        process it starts, and every process group its run sets
+        up meets through `env://` (the default, or that literal): the MASTER_ADDR/MASTER_PORT it
+        reads are the launcher's."""
+        model = self.model
+        if not any(c.method == "add_argument" and any(
+                a.keyword is None and string_text(a.value) in ("--local_rank", "--local-rank") for a in c.node.args)
+                for c in model.root.calls):
+            return False
+        inits = model.init_sites()
+        for call in inits:
+            method = call.arg("init_method", 1)
+            if method is not None and not is_none(method) and string_text(method) != "env://":
+                return False
+        return bool(inits)
 
     LOCAL_MESSAGE = (
         "init_process_group gets {what} in a script torchrun launches: {why}; it overrides the "
