@@ -75,8 +75,8 @@ class HardCodedRendezvous(Rule):
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
     `init_process_group` overrides that. A script that takes the `--local_rank` flag
     `torch.distributed.launch` passes, and whose process group meets through `env://` (the
-    default), is started the same way: a literal `MASTER_ADDR`/`MASTER_PORT` it writes is
-    reported too. The DDP tutorial's form is reported too: a script that
+    default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
+    reported too, once, at the first of them. The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
     started from outside, and under torchrun every rank waits for a store at that port, which
@@ -344,17 +344,26 @@ class HardCodedRendezvous(Rule):
             return
         torchrun = model.torchrun_path
         launch = not torchrun and self._launch_flag_with_env_rendezvous()
-        if torchrun or launch:
-            launcher = "torch.distributed.launch starts (it takes `--local_rank`)" if launch \
-                else "torchrun launches"
+        if torchrun:
             for node, key, target in self._writes:
-                if self._single_process_only(target) or launch and key not in _RENDEZVOUS_ENV:
+                if self._single_process_only(target):
                     continue
                 self.report(
                     node,
-                    f"`os.environ[{key!r}]` is hard-coded in a script {launcher}; it overrides "
+                    f"`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides "
                     "the launcher's value and breaks multi-node runs and parallel jobs; delete it and "
                     "pass the rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)",
+                )
+        elif launch:
+            # One finding for the address and port written together: they are one rendezvous.
+            writes = [(n, k) for n, k, t in self._writes if k in _RENDEZVOUS_ENV and not self._single_process_only(t)]
+            if writes:
+                keys = " and ".join(f"`os.environ[{k!r}]`" for k in dict.fromkeys(k for _, k in writes))
+                self.report(
+                    writes[0][0],
+                    f"{keys} hard-coded in a script torch.distributed.launch starts (it takes "
+                    "`--local_rank`) override the launcher's rendezvous and break multi-node runs and "
+                    "parallel jobs; delete them and pass the rendezvous to the launcher (`--master-port`)",
                 )
         entry = None
         for call in root.calls:
