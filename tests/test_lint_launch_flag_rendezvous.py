@@ -78,3 +78,9 @@ def test_without_the_launch_flag_stays_clean(tmp_path):
 def test_a_tcp_rendezvous_of_its_own_stays_clean(tmp_path):
     # The process group meets at the URL it is given; the environment is not read.
     assert _lint(tmp_path, FLAG, "'tcp://' + 'localhost:23456'") == []
+
+
+def test_a_script_srun_starts_stays_clean(tmp_path):
+    # It reads SLURM's variables: srun exports no rendezvous, so the script must write one.
+    flag = FLAG + '\n    nodes = os.environ["SLURM_JOB_NODELIST"]'
+    assert _lint(tmp_path, flag) == []

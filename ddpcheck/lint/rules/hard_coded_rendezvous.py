@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -12,6 +13,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, Param
 from ddpcheck.lint.model.ddp import is_local_rank, option_values
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, int_value, is_none, string_text
 from ddpcheck.lint.model.values import Value
@@ -23,6 +25,9 @@ if TYPE_CHECKING:
 _LAUNCHER_ENV = api.LAUNCHER_ENV
 _GPU_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 _RENDEZVOUS_ENV = api.RENDEZVOUS_ENV
+# A scheduler's own variables (SLURM, Open MPI, PMI): a script reading them is started by srun or
+# mpirun, whose processes get no MASTER_ADDR/MASTER_PORT from the launcher.
+_SCHEDULER_ENV = re.compile(r"\b(?:SLURM|OMPI|PMIX?|MV2)_[A-Z]")
 
 
 def env_key(node: cst.Subscript) -> str | None:
@@ -76,7 +81,8 @@ class HardCodedRendezvous(Rule):
     `init_process_group` overrides that. A script that takes the `--local_rank` flag
     `torch.distributed.launch` passes, and whose process group meets through `env://` (the
     default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
-    reported too, once, at the first of them. The DDP tutorial's form is reported too: a script that
+    reported too, once, at the first of them (not when it reads a scheduler's variables,
+    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it). The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
     started from outside, and under torchrun every rank waits for a store at that port, which
@@ -408,6 +414,8 @@ class HardCodedRendezvous(Rule):
         up meets through `env://` (the default, or that literal): the MASTER_ADDR/MASTER_PORT it
         reads are the launcher's."""
         model = self.model
+        if _SCHEDULER_ENV.search(code_only(model.root.source)):
+            return False  # started by srun/mpirun, which export no rendezvous: the script sets its own
         if not any(c.method == "add_argument" and any(
                 a.keyword is None and string_text(a.value) in ("--local_rank", "--local-rank") for a in c.node.args)
                 for c in model.root.calls):
