@@ -23,6 +23,7 @@ DISTRIBUTED_SAMPLER = "torch.utils.data.DistributedSampler"
 SAMPLER = "torch.utils.data.Sampler"
 BATCH_SAMPLER = "torch.utils.data.BatchSampler"
 ITERABLE_DATASET = "torch.utils.data.IterableDataset"
+DATASET = "torch.utils.data.Dataset"
 # Classes of other libraries derived from a torch class that hand their options on to its
 # constructor: the torch class, and how many leading positional parameters they share with it
 # (past those, only keywords reach torch's constructor). Read from each library's source.

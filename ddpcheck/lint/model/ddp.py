@@ -437,7 +437,7 @@ def global_rank_origin(model: Model, value: Value, depth: int = 3) -> tuple[str,
                 and name.rsplit(".", 1)[1] in api.MPI_RANK_METHODS:
             return "MPI.COMM_WORLD.Get_rank()", value  # the rank among every process of the job
         if name in api.ENV_GETTERS:
-            key = string_text(argument(node, "key", 0))
+            key = _env_key(model, value, argument(node, "key", 0))
             if key in api.GLOBAL_RANK_ENV:
                 return f'os.environ["{key}"]', value
             return None
@@ -451,10 +451,25 @@ def global_rank_origin(model: Model, value: Value, depth: int = 3) -> tuple[str,
         base = node.value
         named = base.attr.value if isinstance(base, cst.Attribute) else base.value if isinstance(base, cst.Name) else ""
         if named == "environ" and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index):
-            key = string_text(node.slice[0].slice.value)
+            key = _env_key(model, value, node.slice[0].slice.value)
             if key in api.GLOBAL_RANK_ENV:
                 return f'os.environ["{key}"]', value
     return None
+
+
+def _env_key(model: Model, value: Value, key: cst.BaseExpression | None) -> str | None:
+    """The variable an environment read asks for: a literal, or a helper's parameter
+    (`def read_environment(variable): return int(os.environ.get(variable))`) when the call the
+    value was followed through passes one literal (`read_environment("SLURM_PROCID")`). Without
+    that call (`value.frame`), the helper's every caller would count, whatever it reads."""
+    if key is None:
+        return None
+    text = string_text(key)
+    if text is not None or not isinstance(key, cst.Name) or value.frame is None:
+        return text
+    found = {string_text(v.node) if isinstance(v.node, cst.BaseExpression) else None
+             for v in model.values.of(value.module, key, value.scope, value.frame, at=value.at)}
+    return found.pop() if len(found) == 1 else None
 
 
 _EVAL_WORDS = re.compile(r"val|test|eval", re.I)

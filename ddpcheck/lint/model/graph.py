@@ -321,7 +321,42 @@ class CallGraph:
                 for binding in assigned:
                     out.append(Value(owner_module, binding, owner.scope, frame))
                 return out
+        if site is not None:
+            out += self._dataclass_field(module, info, site, made.frame, attr)
         return out
+
+    def _dataclass_field(self, module: ModuleModel, info: ClassInfo, site: CallSite, frame: Frame | None,
+                         attr: str) -> list[Value]:
+        """`made.attr` for a field of a `@dataclass`, whose generated `__init__` stores each
+        argument: what the call that made it passes for the field (`Info(rank=r)`, or by
+        position), or what a subclass's own `__init__` hands the generated one
+        (`super().__init__(rank=read_env("RANK"))`). A field the call leaves to its default
+        stays unknown: a default is often what a command-line binder fills."""
+        chain = self.mro(module, info)
+        for index, (owner_module, owner) in enumerate(chain):
+            if not _is_dataclass(owner_module, owner):
+                continue
+            fields = [n.target.value for n in owner.node.body.body
+                      if isinstance(n, cst.SimpleStatementLine) for n in n.body
+                      if isinstance(n, cst.AnnAssign) and isinstance(n.target, cst.Name)]
+            if attr not in fields or any("__init__" in c.methods for _, c in chain[index:]):
+                return []
+            own = next((Function(m, c.methods["__init__"]) for m, c in chain[:index] if "__init__" in c.methods), None)
+            if own is None:
+                passed = argument(site.node, attr, None if any(a.star for a in site.node.args) else fields.index(attr))
+                return [Value(site.module, passed, site.scope, frame, site.point)] if passed is not None else []
+            # A subclass's constructor: its `super().__init__(...)` call to the generated one.
+            inner = Frame(own, site, frame, "constructor")
+            out = []
+            for call in own.module.calls_in(own.qualname):
+                func = call.node.func
+                if isinstance(func, cst.Attribute) and func.attr.value == "__init__" \
+                        and isinstance(func.value, cst.Call) and dotted(func.value.func) == "super":
+                    passed = argument(call.node, attr)
+                    if passed is not None:
+                        out.append(Value(call.module, passed, call.scope, inner, call.point))
+            return out
+        return []
 
     # --- project subclasses of torch classes ----------------------------------------------------
     def base_init(self, site: CallSite, api_class: str, frame: Frame | None = None,
@@ -952,3 +987,13 @@ _EXTERNAL_BASES = {
     "torch.utils.data.SubsetRandomSampler": "torch.utils.data.Sampler",
     "torch.utils.data.WeightedRandomSampler": "torch.utils.data.Sampler",
 }
+
+
+def _is_dataclass(module: ModuleModel, info: ClassInfo) -> bool:
+    """The class is decorated `@dataclass` / `@dataclasses.dataclass` (with or without options)."""
+    for decorator in info.node.decorators:
+        expr = decorator.decorator
+        name = module.names.resolve(expr.func if isinstance(expr, cst.Call) else expr)
+        if name in ("dataclasses.dataclass", "pydantic.dataclasses.dataclass"):
+            return True
+    return False

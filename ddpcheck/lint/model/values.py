@@ -81,6 +81,7 @@ class ValuesModel(Protocol):
     def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Resolve: ...
     def api(self, site: CallSite) -> str | None: ...
     def api_of(self, value: Value) -> str | None: ...
+    def qualname(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope | None = None) -> str | None: ...
 
 
 DEPTH = 16
@@ -91,6 +92,13 @@ _PASSTHROUGH = frozenset({
     "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "train", "eval",
     "requires_grad_", "share_memory", "to_empty",
 })
+# Outside calls that hand back the objects they are given, patched in place: apex's
+# `model, optimizer = amp.initialize(model, optimizer, opt_level=...)` (the model alone when no
+# optimizer is passed). Their value is the argument, element by element.
+_RETURNS_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    "apex.amp.initialize": ("models", "optimizers"),
+}
+_RETURNING_NAMES = frozenset(q.rsplit(".", 1)[-1] for q in _RETURNS_ARGUMENTS)
 
 
 # Attributes torch's constructors keep from their arguments: (class, position of the argument).
@@ -705,14 +713,47 @@ class Values:
             if index < len(elements) and not any(isinstance(e, cst.StarredElement) for e in elements[: index + 1]):
                 yield from self._eval(whole.module, elements[index].value, whole.scope, whole.frame, depth, seen, whole.at)
                 return
+        given = self._returned_argument(whole, index)
+        if given is not None:
+            yield from self._eval(whole.module, given, whole.scope, whole.frame, depth, seen, whole.at)
+            return
         yield Value(whole.module, Item(node, index) if isinstance(node, cst.BaseExpression) else node,
                     whole.scope, whole.frame, whole.at)
+
+    def _returns_arguments(self, module: ModuleModel, func: cst.BaseExpression, scope: Scope) -> tuple[str, ...] | None:
+        """The parameters a call of `func` hands back (see _RETURNS_ARGUMENTS), or None."""
+        last = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        if last not in _RETURNING_NAMES:
+            return None  # (cheap: most calls are not these)
+        return _RETURNS_ARGUMENTS.get(self.model.qualname(module, func, scope) or "")
+
+    def _returned_argument(self, whole: Value, index: int) -> cst.BaseExpression | None:
+        """Element `index` of what a call that hands back its arguments returns (see
+        _RETURNS_ARGUMENTS): the argument it was given there, when every one it returns is given."""
+        node = whole.node
+        if not isinstance(node, cst.Call) or any(a.star for a in node.args):
+            return None
+        names = self._returns_arguments(whole.module, node.func, whole.scope)
+        if names is None:
+            return None
+        passed = [argument(node, name, position) for position, name in enumerate(names)]
+        if any(p is None for p in passed):
+            return None  # `amp.initialize(model)` returns the model itself, not a pair
+        return passed[index] if index < len(passed) else None
 
     def _call(self, module: ModuleModel, node: cst.Call, scope: Scope, frame: Frame | None, depth: int,
               seen: set[tuple[int, int]], at: Point | None) -> Iterator[Value]:
         func = node.func
         site = module.call_at(node)
         here = site.point if site is not None else at
+        names = self._returns_arguments(module, func, scope) if node.args else None
+        if names is not None and not any(a.star for a in node.args):
+            if all(argument(node, name, position) is None for position, name in enumerate(names[1:], 1)):
+                # `model = amp.initialize(model, opt_level="O1")`: the model, patched in place.
+                first = argument(node, names[0], 0)
+                if first is not None:
+                    yield from self._eval(module, first, scope, frame, depth - 1, seen, here)
+                    return
         if isinstance(func, cst.Attribute) and func.attr.value in _PASSTHROUGH and \
                 sum(1 for a in node.args if a.keyword is None) <= 1:
             # `model.to(device)` is `model` (moved); `DDP(model).cuda()` is the DDP wrapper.

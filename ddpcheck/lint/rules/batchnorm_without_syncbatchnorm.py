@@ -56,7 +56,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     of which a class imported by name counts only if that code uses it, as the code it reaches
     — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` are looked into, and so are the submodules a builder
+    and `resnet.__dict__[args.arch](...)` are looked into, and so is the model apex's
+    `amp.initialize(model, optimizer)` hands back (the same network, patched in place), and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
     `BatchNorm` counts, and so does mmcv's `build_norm_layer(norm_cfg, ...)` where every config it

@@ -28,7 +28,10 @@ class GlobalRankAsDevice(Rule):
     or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, an MPI
     job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
     set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
-    `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`), or that the
+    `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`), a field of
+    a `@dataclass` made from it (`JobInfo(rank=...)`, or filled by a subclass's
+    `super().__init__(rank=...)`), a helper handed the variable's name
+    (`read_environment("SLURM_PROCID")` returning `os.environ.get(variable)`), or that the
     caller sets before handing the object on (`args.local_rank = dist.get_rank()`, then
     `train(args)`), and the targets of a `map_location` table (`{"cuda:0": f"cuda:{rank}"}`). Also
     reported: the global rank modulo a fixed GPU count (`rank % 8`, `rank % GPUS_PER_NODE` with

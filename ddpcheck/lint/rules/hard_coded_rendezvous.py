@@ -13,8 +13,9 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
 from ddpcheck.lint.model.ddp import is_local_rank, option_values
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, int_value, string_text
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Pending, Rule
 
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
 _LAUNCHER_ENV = api.LAUNCHER_ENV
 _GPU_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 _RENDEZVOUS_ENV = api.RENDEZVOUS_ENV
+# A scheduler's own variables (SLURM, Open MPI, PMI): a script reading them is started by srun or
+# mpirun, whose processes get no MASTER_ADDR/MASTER_PORT from the launcher.
+_SCHEDULER_ENV = re.compile(r"\b(?:SLURM|OMPI|PMIX?|MV2)_[A-Z]")
 
 
 def env_key(node: cst.Subscript) -> str | None:
@@ -96,7 +100,11 @@ class HardCodedRendezvous(Rule):
     and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"` (or an
     f-string of names that each hold a literal: `f"tcp://{MASTER_ADDR}:{MASTER_PORT}"`),
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
-    `init_process_group` overrides that. The DDP tutorial's form is reported too: a script that
+    `init_process_group` overrides that. A script that takes the `--local_rank` flag
+    `torch.distributed.launch` passes, and whose process group meets through `env://` (the
+    default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
+    reported too, once, at the first of them (not when it reads a scheduler's variables,
+    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it). The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
     started from outside, and under torchrun every rank waits for a store at that port, which
@@ -368,12 +376,24 @@ class HardCodedRendezvous(Rule):
             self._machine_address()
             return
         torchrun = model.torchrun_path
+        launch = not torchrun and self._launch_flag_with_env_rendezvous()
         if torchrun:
             for node, key, target in self._writes:
                 if self._single_process_only(target):
                     continue
                 self.report(node, self.WRITE_MESSAGE.format(key=key))
             self._helper_writes()
+        elif launch:
+            # One finding for the address and port written together: they are one rendezvous.
+            writes = [(n, k) for n, k, t in self._writes if k in _RENDEZVOUS_ENV and not self._single_process_only(t)]
+            if writes:
+                keys = " and ".join(f"`os.environ[{k!r}]`" for k in dict.fromkeys(k for _, k in writes))
+                self.report(
+                    writes[0][0],
+                    f"{keys} hard-coded in a script torch.distributed.launch starts (it takes "
+                    "`--local_rank`) override the launcher's rendezvous and break multi-node runs and "
+                    "parallel jobs; delete them and pass the rendezvous to the launcher (`--master-port`)",
+                )
         entry = None
         for call in root.calls:
             if model.api(call) != api.INIT_PROCESS_GROUP:
@@ -416,6 +436,25 @@ class HardCodedRendezvous(Rule):
         "launcher's value and breaks multi-node runs and parallel jobs; delete it and pass the "
         "rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)"
     )
+
+    def _launch_flag_with_env_rendezvous(self) -> bool:
+        """The file takes the `--local_rank` flag that `torch.distributed.launch` passes each
+        process it starts, and every process group its run sets
+        up meets through `env://` (the default, or that literal): the MASTER_ADDR/MASTER_PORT it
+        reads are the launcher's."""
+        model = self.model
+        if _SCHEDULER_ENV.search(code_only(model.root.source)):
+            return False  # started by srun/mpirun, which export no rendezvous: the script sets its own
+        if not any(c.method == "add_argument" and any(
+                a.keyword is None and string_text(a.value) in ("--local_rank", "--local-rank") for a in c.node.args)
+                for c in model.root.calls):
+            return False
+        inits = model.init_sites()
+        for call in inits:
+            method = call.arg("init_method", 1)
+            if method is not None and not is_none(method) and string_text(method) != "env://":
+                return False
+        return bool(inits)
 
     LOCAL_MESSAGE = (
         "init_process_group gets {what} in a script torchrun launches: {why}; it overrides the "

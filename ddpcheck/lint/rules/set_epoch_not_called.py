@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import libcst as cst
 
@@ -21,6 +22,34 @@ _NOT_ITERATING = frozenset({"len", "print", "isinstance", "hasattr", "getattr", 
 _STORES = frozenset({"append", "extend", "insert", "add", "put", "setdefault", "update"})
 # Builtins that iterate what they are given.
 _ITERATING = frozenset({"iter", "enumerate", "zip", "list", "tuple", "next", "map", "itertools.cycle", "cycle"})
+
+
+def _bound(target: cst.BaseExpression) -> set[str]:
+    """The names an assignment target binds (not `obj.attr` nor `obj[key]`, which change `obj`)."""
+    if isinstance(target, cst.Name):
+        return {target.value}
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return {n for e in target.elements for n in _bound(e.value)}
+    if isinstance(target, cst.StarredElement):
+        return _bound(target.value)
+    return set()
+
+
+def _assigned_in(loop: cst.CSTNode, name: str) -> Iterator[cst.BaseExpression]:
+    """What `name` is assigned from inside `loop`, in its own function (not nested ones):
+    `name = <expr>`, `name, other = <expr>`, `name: T = <expr>`."""
+    stack: list[cst.CSTNode] = [loop]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Assign):
+            if any(name in _bound(t.target) for t in node.targets):
+                yield node.value
+        elif isinstance(node, cst.AnnAssign) and node.value is not None \
+                and isinstance(node.target, cst.Name) and node.target.value == name:
+            yield node.value
+        stack.extend(children(node))
 
 
 class SetEpochNotCalled(Rule):
@@ -44,7 +73,10 @@ class SetEpochNotCalled(Rule):
     inside a loop, or passed to a function inside a loop, and no `set_epoch(...)` is called on the
     sampler anywhere the script reaches: not through its variable, nor through `loader.sampler` /
     `loader.batch_sampler.sampler`, nor on any object the model cannot tell apart from it, nor by
-    a function of the project that is handed the loader or the sampler. Validation and test
+    a function of the project that is handed the loader or the sampler. A project dataset's own
+    `set_epoch` (`loader.dataset.set_epoch(epoch)`, for its crops or augmentation) is not the
+    sampler's and does not count, unless that method passes the epoch on to another
+    `set_epoch`. Validation and test
     samplers (by their names) are not reported: their order does not change a metric; nor is a
     loader read only without gradients (under `torch.no_grad()` / `inference_mode()`, a block
     or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
@@ -64,8 +96,10 @@ class SetEpochNotCalled(Rule):
     A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
     again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
     epoch from data made before the loop), not when what it is built from comes from the pass
-    (`for stage in stages: loader = build_loader(stage)`, `DistributedSampler(ds, seed=epoch)`):
-    each stage or task then has its own data, read once. The fix is not offered there, since
+    (`for stage in stages: loader = build_loader(stage)`, `DistributedSampler(ds, seed=epoch)`,
+    also through a name assigned in the loop: `shard = load(files[i])`): each stage or task then
+    has its own data, read once; but an epoch loop around that loop reads them all again in the
+    same order, and is reported. The fix is not offered there, since
     the sampler does not exist yet at the top of the loop: call `set_epoch` after building it.
 
     ## How to fix
@@ -527,9 +561,23 @@ class SetEpochNotCalled(Rule):
                 return True
             if is_none(value.node):
                 continue  # `sampler = DistributedSampler(ds) if distributed else None`
+            if self._dataset_own_set_epoch(value):
+                continue  # `loader.dataset.set_epoch(epoch)`: the dataset's own, not the sampler's
             if value.call is None or not self.model.constructs(value, api.SAMPLER):
                 return True  # unknown: it may be this one
         return False
+
+    def _dataset_own_set_epoch(self, value: Value) -> bool:
+        """A project Dataset (not a sampler) whose own `set_epoch` sets only its own state: it
+        does not pass the epoch on to a sampler (its method calls no other `set_epoch`)."""
+        if not self.model.constructs(value, api.DATASET) or self.model.constructs(value, api.SAMPLER):
+            return False
+        site = value.module.call_at(value.call) if value.call is not None else None
+        found = self.model.graph.class_at(site.target) if site is not None and site.target is not None else None
+        if found is None:
+            return False
+        method = self.model.graph.method(*found, "set_epoch")
+        return method is not None and ".set_epoch(" not in code_only(method.module.code(method.node))
 
     def _stale(self, site: CallSite) -> bool:
         """`set_epoch(self.epoch)` where nothing that runs in a loop ever writes `.epoch` (it is
@@ -612,8 +660,11 @@ class SetEpochNotCalled(Rule):
                 if used is None or self._without_grad(module, site.withs, site.scope):
                     continue
                 if site.loops:
-                    if self._repeats(found, site.loops[-1], module, site.scope):
-                        return site.loops[-1], module, site.scope, dotted(used) or "loader", False
+                    # The innermost loop that repeats one order: a per-file loop that rebuilds
+                    # the loader from each file does not, the epoch loop around it does.
+                    for loop in reversed(site.loops):
+                        if self._repeats(found, loop, module, site.scope):
+                            return loop, module, site.scope, dotted(used) or "loader", False
                     continue
                 # `def train_epoch(self): for x in self.loader` run from an epoch loop (tried
                 # last: a loop that hands the loader to the function names it itself).
@@ -707,7 +758,7 @@ class SetEpochNotCalled(Rule):
         names = self._loop_names(loop)
         if not names:
             return True  # `while`: nothing of the pass tells the samplers apart
-        return not any(self._from_pass(module, a.value, scope, top, names, 2) for a in top.node.args)
+        return not any(self._from_pass(module, a.value, scope, top, names, 2, loop) for a in top.node.args)
 
     def _runs_once(self, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
         """`for epoch in range(epochs)` where `epochs` is 1 (or 0) on every path the model sees
@@ -756,9 +807,10 @@ class SetEpochNotCalled(Rule):
         return frozenset(n.value for n in subexpressions(loop.target) if isinstance(n, cst.Name))
 
     def _from_pass(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, at: CallSite,
-                   names: frozenset[str], depth: int) -> bool:
+                   names: frozenset[str], depth: int, loop: cst.CSTNode) -> bool:
         """`expr` (an argument of a call in the loop) depends on the loop's variables: it names
-        one, or a value assigned from one in the loop."""
+        one, or a value assigned from one in the loop (`data = load(files[i])`, whose value the
+        model may only know as what `load` returns)."""
         used = [n for n in subexpressions(expr) if isinstance(n, cst.Name)]
         if any(n.value in names for n in used):
             return True
@@ -767,10 +819,13 @@ class SetEpochNotCalled(Rule):
         for name in used:
             if not scope.lookup(name.value):
                 continue
+            if any(self._from_pass(module, source, scope, at, names, depth - 1, loop)
+                   for source in _assigned_in(loop, name.value)):
+                return True
             for value in self.model.values.of(module, name, scope, at=at.point):
                 node = value.node
                 if value.module is module and isinstance(node, cst.CSTNode) and not isinstance(node, cst.Name) \
-                        and self._from_pass(module, node, scope, at, names, depth - 1):
+                        and self._from_pass(module, node, scope, at, names, depth - 1, loop):
                     return True
         return False
 

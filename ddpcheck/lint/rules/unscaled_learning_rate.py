@@ -78,6 +78,9 @@ class UnscaledLearningRate(Rule):
     where it is written. A schedule that sets the rate from a peak of its own
     (`OneCycleLR(optimizer, max_lr=5e-4)`, `CyclicLR`'s `max_lr`) overrides what the optimizer
     was given: a constant peak is reported at the peak, read the same way (once per optimizer).
+    A schedule handed the optimizer with a count of steps (`total_steps=...`, a name such as
+    `total_steps`, or a number computed from `len(loader)`) does not scale the rate, even when
+    that count depends on the world size through the loader's sampler.
     Severity is info: a rate tuned for the global batch at a fixed world
     size is fine, and this rule cannot know that.
 
@@ -338,8 +341,7 @@ class UnscaledLearningRate(Rule):
             if site.node is optimizer.node or len(args) < 2:
                 continue
             counts = self._count_parameters(site)
-            scaled = [a for a in args if not (a.keyword is not None and _COUNT_KEYWORD.search(a.keyword.value))
-                      and not any(a.value is passed for passed in counts) and not _count_name(a.value)
+            scaled = [a for a in args if not _counts(a) and not any(a.value is passed for passed in counts)
                       and self._arithmetic(site, a.value)
                       and self._mentions_world(site.module, a.value, site.scope, None, site.point, _DEPTH)]
             if not scaled:
@@ -447,14 +449,17 @@ _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
 _CYCLE_PEAK = {"torch.optim.lr_scheduler.OneCycleLR": 1, "torch.optim.lr_scheduler.CyclicLR": 2}
 
 
-def _count_name(expr: cst.BaseExpression) -> bool:
-    """A name for a count of steps (`total_steps`, `warmup_iters`), not for the number of ranks
-    (`num_gpus`): what a schedule is handed as its length."""
-    name = dotted(expr)
-    if name is None:
-        return False
-    last = name.rsplit(".", 1)[-1]
-    return bool(_COUNT_KEYWORD.search(last)) and not WORLD_SIZE_NAME.search(last)
+def _counts(arg: cst.Arg) -> bool:
+    """An argument of a scheduler that counts steps rather than scales the rate: by its keyword
+    (`total_steps=...`), by the name it passes (`cosine_lr(opt, lr, warmup, total_steps)`), or
+    computed from a length (`len(loader) * epochs`, the batches per rank)."""
+    if arg.keyword is not None:
+        return bool(_COUNT_KEYWORD.search(arg.keyword.value))
+    name = dotted(arg.value)
+    if name is not None:
+        last = name.rsplit(".", 1)[-1]
+        return bool(_COUNT_KEYWORD.search(last)) and not WORLD_SIZE_NAME.search(last)  # not `total_batch`
+    return any(isinstance(sub, cst.Call) and dotted(sub.func) == "len" for sub in subexpressions(arg.value))
 
 
 def _divides_batch_by_world(text: str) -> bool:
