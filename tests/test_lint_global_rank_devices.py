@@ -170,3 +170,60 @@ def test_gpu_blocks_numbered_by_the_local_rank_or_shared_by_the_whole_job_are_no
     # The GPUs divided among every process of the job: the block stays within the machine.
     whole_job = GPU_BLOCKS.replace("cfg.local_world_size", "dist.get_world_size()")
     assert _lines(lint_project(tmp_path, {"train.py": whole_job}, "train.py", select="DDP007")) == []
+
+
+COMPOSED_RANK = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def worker(gpu, ngpus_per_node, args):
+        args.gpu = gpu
+        args.rank = args.rank * ngpus_per_node + gpu
+        dist.init_process_group("nccl", init_method=args.dist_url, world_size=args.world_size,
+                                rank=args.rank)
+        net = torch.nn.Linear(16, 4)
+        if args.resume:
+            net.load_state_dict(torch.load(args.resume, map_location={device}))
+        torch.cuda.set_device(args.gpu)
+        net = DDP(net.cuda(args.gpu), device_ids=[args.gpu])
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--dist-url", default="tcp://10.1.0.1:23456")
+        parser.add_argument("--rank", type=int, default=0, help="machine number")
+        parser.add_argument("--world-size", type=int, default=1, help="machines")
+        parser.add_argument("--resume", default="")
+        args = parser.parse_args()
+        n = torch.cuda.device_count()
+        args.world_size = n * args.world_size
+        mp.spawn(worker, nprocs=n, args=(n, args))
+"""
+
+
+def test_the_rank_a_spawn_script_composes_from_the_machine_number_is_global(tmp_path: Path) -> None:
+    for device in ("torch.device(args.rank)", 'f"cuda:{args.rank}"', 'torch.device("cuda", args.rank)'):
+        findings = lint_project(tmp_path, {"train.py": COMPOSED_RANK.format(device=device)}, "train.py",
+                                select="DDP007")
+        assert _lines(findings) == [15], device
+        assert "args.rank * ngpus_per_node + gpu" in findings[0]["message"]
+
+
+def test_the_spawn_index_beside_a_composed_rank_is_not_reported(tmp_path: Path) -> None:
+    for device in ("torch.device(args.gpu)", 'f"cuda:{gpu}"', '"cpu"'):
+        findings = lint_project(tmp_path, {"train.py": COMPOSED_RANK.format(device=device)}, "train.py",
+                                select="DDP007")
+        assert _lines(findings) == [], device
+
+
+def test_a_sum_that_is_not_machines_times_their_gpus_is_not_reported(tmp_path: Path) -> None:
+    # An offset times a count read from the configuration, not the GPUs of a machine.
+    source = COMPOSED_RANK.replace("args.rank * ngpus_per_node + gpu", "args.rank * args.stride + gpu")
+    findings = lint_project(tmp_path, {"train.py": source.format(device="torch.device(args.rank)")}, "train.py",
+                            select="DDP007")
+    assert _lines(findings) == []

@@ -193,6 +193,14 @@ class CallGraph:
                     if scope.kind == "function" and f"{scope.qualname}.{node.value}" in value.module.functions:
                         function = Function(value.module, f"{scope.qualname}.{node.value}")
                         break
+            if function is None and isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name) \
+                    and node.value.value in ("self", "cls"):
+                # `mp.spawn(self._train, ...)` in a trainer class: the bound method (a base
+                # class's when the class inherits it).
+                owner = value.scope.class_scope
+                info = value.module.classes.get(owner.qualname) if owner is not None else None
+                if info is not None:
+                    function = self.method(value.module, info, node.attr.value)
             if function is None and isinstance(node, (cst.Name, cst.Attribute)):
                 name = dotted(node)
                 found = self.model.resolver.name(value.module, name, value.scope) if name else None
@@ -890,7 +898,7 @@ class CallGraph:
             # The worker's parameters: the process index (spawn), then the `args=` tuple; a
             # spawned class's constructor takes the new instance first.
             position = (param.index if param.index is not None else -1) - (1 if bound == "spawn" else 0) \
-                - (1 if function.name == "__init__" and function.owner is not None else 0)
+                - (1 if function.owner is not None and not function.is_static else 0)
             passed = argument(call.node, "args")
             if position < 0 or not isinstance(passed, cst.Tuple) or position >= len(passed.elements):
                 return None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -11,6 +12,11 @@ from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 _DEVICE_KEYWORDS = ("device", "map_location", "output_device")
+_DEVICE_COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
+# How scripts name the GPUs (or processes) of one machine.
+_MACHINE_COUNT = re.compile(
+    r"^(n_?gpus?|num_gpus?|gpus|(n_?)?(gpus?|procs?|processes|devices)_per_(node|machine|host)"
+    r"|nproc_per_node|local_world_size|local_size)$", re.I)
 
 
 class GlobalRankAsDevice(Rule):
@@ -38,7 +44,11 @@ class GlobalRankAsDevice(Rule):
     `GPUS_PER_NODE = 8`), which is right only on nodes with exactly that many GPUs, and the first
     GPU of a block numbered by the global rank (`list(range(rank * n, (rank + 1) * n))[0]` with
     `n` GPUs per process of one machine); with `n = torch.cuda.device_count() //
-    dist.get_world_size()` the block stays within the machine and is not reported. A parameter named `rank` (for
+    dist.get_world_size()` the block stays within the machine and is not reported. Also the rank
+    a multi-machine `mp.spawn` script composes for itself, `args.rank * ngpus_per_node + gpu`
+    (a machine number times the GPUs of one machine — `torch.cuda.device_count()`, a literal, a
+    name such as `ngpus_per_node` or `args.gpus` — plus the index within it), and a bare number
+    in `torch.device(x)` (an index of the accelerator's devices). A parameter named `rank` (for
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
     nor `rank % torch.cuda.device_count()`. Nor a script that cannot span machines: started only
     by `mp.spawn` (it reads no launcher variable) and meeting on a loopback address
@@ -186,10 +196,40 @@ class GlobalRankAsDevice(Rule):
     def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value] | None:
         for value in self.model.values.at_call(site, expr):
             found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
-                or self._in_mapping(value) or self._rank_block(value)
+                or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value)
             if found:
                 return found
         return None
+
+    def _composed_rank(self, value: Value) -> tuple[str, Value] | None:
+        """`node_rank * ngpus_per_node + gpu` (the rank a multi-machine `mp.spawn` script makes for
+        itself from the machine's number, its GPU count and the spawn index): the global rank,
+        whatever the operands are called. The count must read as the GPUs or processes of one
+        machine (`torch.cuda.device_count()`, a literal, `ngpus_per_node`, `args.gpus`,
+        `nproc_per_node`); the other two must be values, not literals."""
+        node = value.node
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, cst.Add):
+            return None
+        for product, index in ((node.left, node.right), (node.right, node.left)):
+            if not isinstance(product, cst.BinaryOperation) or not isinstance(product.operator, cst.Multiply) \
+                    or not isinstance(index, (cst.Name, cst.Attribute)):
+                continue
+            for machine, count in ((product.left, product.right), (product.right, product.left)):
+                if isinstance(machine, (cst.Name, cst.Attribute)) and self._machine_gpus(value, count):
+                    text = " ".join(value.module.code(node).split())
+                    return text, value
+        return None
+
+    def _machine_gpus(self, value: Value, count: cst.BaseExpression) -> bool:
+        """`count` is the number of GPUs (or processes) of one machine."""
+        name = dotted(count) if isinstance(count, (cst.Name, cst.Attribute)) else None
+        if name is not None and _MACHINE_COUNT.match(name.rsplit(".", 1)[-1]):
+            return True
+        counts = self.model.values.of(value.module, count, value.scope, value.frame, at=value.at)
+        return bool(counts) and all(
+            isinstance(c.node, cst.CSTNode) and int_value(c.node) is not None
+            or c.call is not None and self.model.api_of(c) in _DEVICE_COUNT
+            for c in counts)
 
     def _in_mapping(self, value: Value) -> tuple[str, Value] | None:
         """A `map_location` dict kept in a variable (`{"cuda:0": f"cuda:{rank}"}`): its targets are
@@ -284,6 +324,8 @@ class GlobalRankAsDevice(Rule):
             first = site.arg("type", 0)
             if first is not None and _is_cuda_text(first):
                 found += [first, site.arg("index", 1)]
+            elif first is not None and string_text(first) is None and site.arg("index", 1) is None:
+                found.append(first)  # `torch.device(rank)`: a bare number is the accelerator's device index
         elif name == api.DDP:
             ids = site.arg("device_ids", 1)
             if isinstance(ids, (cst.List, cst.Tuple)):
@@ -330,6 +372,15 @@ def _index_values(index: cst.BaseExpression) -> list[cst.BaseExpression]:
     if isinstance(index, cst.Call) and isinstance(index.func, cst.Attribute) and index.func.attr.value == "format":
         if _is_cuda_text(index.func.value):
             return [a.value for a in index.args]
+        return []
+    if isinstance(index, cst.Call) and dotted(index.func) in ("torch.device", "device") and index.args \
+            and all(a.keyword is None for a in index.args):
+        # `map_location=torch.device(rank)`: a bare number is a device index of the accelerator (CUDA).
+        first = index.args[0].value
+        if len(index.args) == 1 and string_text(first) is None:
+            return [first]
+        if len(index.args) == 2 and _is_cuda_text(first):
+            return [index.args[1].value]
         return []
     if isinstance(index, cst.Dict):
         # `map_location={"cuda:0": f"cuda:{rank}"}`: the targets are where the tensors go.
