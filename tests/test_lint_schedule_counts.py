@@ -84,6 +84,7 @@ def test_a_rate_scaled_by_the_world_size_stays_clean(tmp_path):
     assert _lint(tmp_path, "3e-4 * world_size", "total_steps = len(loader) * n_epochs", "total_steps") == []
 
 
-def test_a_scale_handed_to_the_schedule_stays_clean(tmp_path):
-    # The fourth argument is a scale of the rate here, computed from the world size.
-    assert _lint(tmp_path, "3e-4", "factor = world_size * 4 / 256", "factor") == []
+def test_what_the_schedule_takes_as_its_step_count_is_a_count_whatever_the_callers_name(tmp_path):
+    # The fourth parameter is `steps`: a value computed from the world size and handed there is
+    # the schedule's length (the batches per rank shrink with more ranks), not a scale of the rate.
+    assert _lint(tmp_path, "3e-4", "factor = world_size * 4 / 256", "factor") == [("DDP004", 22)]
