@@ -50,6 +50,7 @@ MODES = ("torchrun", "default", "every-step")
 DEFAULT_TARGET = {2: 0.03, 4: 0.05}  # per-step overhead at the default cadence, by ranks
 EVERY_STEP_TARGET = 0.15
 FINGERPRINT_TARGET = 0.60  # of torch.sum's throughput, at every size from 1 M up
+MEMORY_TARGET_MIB = 50  # extra peak RSS per rank under `ddpcheck run`
 GROWTH_TARGET = 0.05  # the report after 2N checked steps at most this much larger than after N
 
 
@@ -100,9 +101,12 @@ def records_bytes(report: Path) -> int:
     return len(json.dumps(data))
 
 
-def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Path | None) -> dict[str, Any]:
+def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Path | None,
+           warmup: int | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     script = [str(SCRIPT), "--model", model, "--steps", str(steps), "--out", str(out)]
+    if warmup is not None:
+        script += ["--warmup", str(warmup)]
     if mode == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *script]
     else:
@@ -117,7 +121,16 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
             cmd += ["--report", str(report)]
         cmd += script
     start, load_before = time.perf_counter(), load()
-    proc = subprocess.run(cmd, env=env_for(), cwd=ROOT, capture_output=True, text=True, timeout=900)
+    with tempfile.TemporaryFile("w+") as fout, tempfile.TemporaryFile("w+") as ferr:
+        child = subprocess.Popen(cmd, env=env_for(), cwd=ROOT, stdout=fout, stderr=ferr, text=True)
+        # wait4 gives the peak RSS of the largest process among the launcher and every descendant
+        # it waited for (the ranks): that covers what a rank does after the script has returned
+        # (ddpcheck's report, its last exchange), which a figure read inside the script cannot.
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        fout.seek(0)
+        ferr.seek(0)
+        proc = subprocess.CompletedProcess(cmd, child.returncode, fout.read(), ferr.read())
     wall = time.perf_counter() - start
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in range(nproc)
              if (out / f"rank{r}.json").exists()]
@@ -132,6 +145,9 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
                      if all(r.get("cpu_step_mean_s") for r in ranks) else None),
         "first_step": max(r["launch_to_first_step_s"] for r in ranks),
         "rss": statistics.fmean(r["maxrss_mib"] for r in ranks),
+        "vmhwm": [float((out / f"rank{r}.vmhwm").read_text()) for r in range(nproc)
+                  if (out / f"rank{r}.vmhwm").exists()],
+        "job_maxrss": usage.ru_maxrss / 1024,
         "params": ranks[0]["params"],
         "report_bytes": report.stat().st_size if report is not None and report.exists() else None,
     }
@@ -203,6 +219,56 @@ def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: flo
     print()
 
 
+def memory(model: str, ranks: list[int], steps: int, pairs: int, work: Path) -> None:
+    """Peak resident memory per rank (VmHWM, read by each rank at exit, after its process group is
+    gone) under plain torchrun and under `ddpcheck run` at the default cadence and at every step:
+    the three jobs back to back, their order rotating from pair to pair, one warm-up round first,
+    excluded. A rank's figure is the mean of its job's ranks; a pair's difference is ddpcheck's
+    minus torchrun's of the same round. Memory does not depend on the machine's load the way time
+    does, so a few pairs suffice."""
+    modes = ("torchrun", "default", "every-step")
+    print(f"### Peak RSS per rank (VmHWM at exit): `ddpcheck run` vs torchrun, {model}, {steps} steps "
+          f"after the workload's warm-up, {pairs} rounds after 1 warm-up round\n")
+    print("| ranks | round | torchrun MiB | default MiB | every-step MiB | default − torchrun | "
+          "every-step − torchrun | largest process, torchrun / default / every-step MiB | load |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    summary = []
+    for nproc in ranks:
+        diffs: dict[str, list[float]] = {"default": [], "every-step": []}
+        job_diffs: dict[str, list[float]] = {"default": [], "every-step": []}
+        loads: list[float] = []
+        for i in range(pairs + 1):
+            order = modes[i % 3:] + modes[:i % 3]
+            got = {m: launch(m, nproc, model, steps, work / f"mem-{model}-{nproc}-{i}-{m}", None, warmup=5)
+                   for m in order}
+            peak = {m: statistics.fmean(got[m]["vmhwm"]) for m in modes}
+            ld = statistics.fmean(got[m]["load"] for m in modes)
+            d = {m: peak[m] - peak["torchrun"] for m in diffs}
+            jobs = {m: got[m]["job_maxrss"] for m in modes}
+            tag = "warm-up (excluded)" if i == 0 else str(i)
+            print(f"| {nproc} | {tag} | {peak['torchrun']:.1f} | {peak['default']:.1f} | "
+                  f"{peak['every-step']:.1f} | {d['default']:+.1f} | {d['every-step']:+.1f} | "
+                  f"{' / '.join(f'{jobs[m]:.1f}' for m in modes)} | {ld:.1f} |",
+                  flush=True)
+            if i:
+                loads.append(ld)
+                for m in diffs:
+                    diffs[m].append(d[m])
+                    job_diffs[m].append(jobs[m] - jobs["torchrun"])
+        summary.append((nproc, diffs, job_diffs, loads))
+    print()
+    for nproc, diffs, job_diffs, loads in summary:
+        for m, values in diffs.items():
+            worst = max(values)
+            jd = job_diffs[m]
+            print(f"- {nproc} ranks, {m}: median {statistics.median(values):+.1f} MiB per rank, "
+                  f"range {min(values):+.1f} … {worst:+.1f} over {len(values)} rounds, load "
+                  f"{min(loads):.1f}–{max(loads):.1f}; target ≤ +{MEMORY_TARGET_MIB} MiB: "
+                  f"{'met' if worst <= MEMORY_TARGET_MIB else '**not met**'}; the largest process of the job "
+                  f"(after the script returned too): median {statistics.median(jd):+.1f} MiB")
+    print()
+
+
 def interleaved(fns: dict[str, Callable[[], object]], reps: int = 15) -> dict[str, float]:
     """Median CPU seconds of this thread for each function, the functions taking turns (torch
     runs one thread here, so other processes taking the cores do not count)."""
@@ -266,8 +332,20 @@ def main() -> None:
                     help="only the interleaved-pairs rows: N pairs (after one warm-up pair) per --pair-plan entry")
     ap.add_argument("--pair-plan", default="every-step:1m:2:30,default:1m:2:30",
                     help="MODE:MODEL:RANKS:STEPS,... for --pairs (MODE: default or every-step)")
+    ap.add_argument("--memory", type=int, default=0,
+                    help="only the peak-RSS rows: N rounds (after one warm-up round) per --memory-plan entry")
+    ap.add_argument("--memory-plan", default="small:2,4,8:10;1m:2,4,8:10",
+                    help="MODEL:RANKS,...:STEPS;... for --memory (entries separated by ';')")
     ap.add_argument("--skip-jobs", action="store_true", help="only the in-process fingerprint rows")
     args = ap.parse_args()
+
+    if args.memory:
+        work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-memory-"))
+        print(f"CPU, gloo, OMP_NUM_THREADS=1, {os.cpu_count()} cores, load at start {load():.1f}\n")
+        for item in args.memory_plan.split(";"):
+            model, ranks, steps = item.split(":")
+            memory(model, [int(r) for r in ranks.split(",")], int(steps), args.memory, work)
+        return
 
     if args.pairs:
         work = Path(tempfile.mkdtemp(prefix="ddpcheck-run-pairs-"))

@@ -28,7 +28,21 @@ WIDTHS = {
     "1m": [784, 1024, 256, 10],
     # 1024*4096 + 4096*4096 + 4096*1024 + 1024*10 (+ biases) = 25.2 M parameters
     "25m": [1024, 4096, 4096, 1024, 10],
+    # 64*128 + 128*10 (+ biases) = 9.6 k parameters: the rank's memory is torch's and the launcher's
+    "small": [64, 128, 10],
 }
+
+
+def vmhwm_mib() -> float | None:
+    """The rank's peak resident set (VmHWM) as the kernel keeps it; None off Linux."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def build(name: str) -> nn.Sequential:
@@ -95,6 +109,9 @@ def main() -> None:
     with open(os.path.join(args.out, f"rank{rank}.json"), "w") as fh:
         json.dump(record, fh)
     dist.destroy_process_group()
+    # The peak after the process group is gone: what a rank held at its highest, read at exit.
+    with open(os.path.join(args.out, f"rank{rank}.vmhwm"), "w") as fh:
+        fh.write(f"{vmhwm_mib()}\n")
 
 
 if __name__ == "__main__":
