@@ -471,7 +471,7 @@ def test_a_flag_only_handed_on_to_the_environment_is_clean(tmp_path):
     assert _lint(tmp_path, files, "main.py", "DDP008") == set()
 
 
-# --- DDP015: values of one machine and the single-process branch --------------------------------
+# --- DDP037 (values of one machine) and DDP015 (the single-process branch) --------------------------------
 
 TORCHRUN = """\
     import os
@@ -498,10 +498,12 @@ TORCHRUN = """\
 
 
 def test_the_gpu_count_as_the_world_size_under_torchrun_is_reported(tmp_path):
-    found = _lint(tmp_path, {"train.py": TORCHRUN.format(world="torch.cuda.device_count()")}, "train.py", "DDP015")
-    assert found == {("train.py", 8, "DDP015")}
+    found = _lint(tmp_path, {"train.py": TORCHRUN.format(world="torch.cuda.device_count()")}, "train.py", "DDP037")
+    assert found == {("train.py", 8, "DDP037")}
+    # Not a hard-coded rendezvous: the rendezvous is the launcher's, the count is this machine's.
+    assert _lint(tmp_path, {"train.py": TORCHRUN.format(world="torch.cuda.device_count()")}, "train.py", "DDP015") == set()
     world = 'int(os.environ.get("WORLD_SIZE", torch.cuda.device_count()))'
-    assert _lint(tmp_path, {"train.py": TORCHRUN.format(world=world)}, "train.py", "DDP015") == set()
+    assert _lint(tmp_path, {"train.py": TORCHRUN.format(world=world)}, "train.py", "DDP037") == set()
 
 
 LOCAL_INIT = """\
@@ -531,9 +533,10 @@ LOCAL_INIT = """\
 
 
 def test_the_local_rank_as_the_rank_under_a_launcher_is_reported(tmp_path):
-    found = _lint(tmp_path, {"train.py": LOCAL_INIT.format(rank="local_rank")}, "train.py", "DDP015")
-    assert found == {("train.py", 12, "DDP015")}
-    assert _lint(tmp_path, {"train.py": LOCAL_INIT.format(rank="args.rank")}, "train.py", "DDP015") == set()
+    found = _lint(tmp_path, {"train.py": LOCAL_INIT.format(rank="local_rank")}, "train.py", "DDP037")
+    assert found == {("train.py", 12, "DDP037")}
+    assert _lint(tmp_path, {"train.py": LOCAL_INIT.format(rank="local_rank")}, "train.py", "DDP015") == set()
+    assert _lint(tmp_path, {"train.py": LOCAL_INIT.format(rank="args.rank")}, "train.py", "DDP037") == set()
 
 
 SINGLE_BRANCH = """\

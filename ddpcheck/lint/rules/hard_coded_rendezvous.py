@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -12,7 +11,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
-from ddpcheck.lint.model.ddp import is_local_rank, option_values
+from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none, string_text
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
 _LAUNCHER_ENV = api.LAUNCHER_ENV
-_GPU_COUNTS = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 _RENDEZVOUS_ENV = api.RENDEZVOUS_ENV
 # A scheduler's own variables (SLURM, Open MPI, PMI): a script reading them is started by srun or
 # mpirun, whose processes get no MASTER_ADDR/MASTER_PORT from the launcher.
@@ -126,10 +124,8 @@ class HardCodedRendezvous(Rule):
     `init_process_group` wait forever for ranks that do not exist, or lets two processes claim
     the same rank.
 
-    Also reported, in a script an outside launcher starts: `world_size=torch.cuda.device_count()`
-    (the GPUs of one machine, not the processes of the job) or `rank=` the local rank
-    (LOCAL_RANK, `args.local_rank`), which override what the launcher exported and are wrong on
-    more than one node or with fewer processes than GPUs.
+    The local rank as `rank=` or the GPU count as `world_size=` (this machine's numbers, not
+    the job's) is DDP037's.
 
     Literal `MASTER_ADDR`/`MASTER_PORT`/... writes in the project functions such a script runs
     (a `setup_ddp()` of another module) are reported too, once per function, at the first.
@@ -406,8 +402,6 @@ class HardCodedRendezvous(Rule):
                     value = call.arg(keyword)
                     if value is not None and isinstance(value, cst.Integer):
                         problems.append(keyword)
-                if not problems:
-                    self._one_machine_values(call)
                 if problems:
                     listed = ", ".join(f"`{p}=`" for p in problems)
                     fix = remedies.env_rendezvous(call.node, method if url is not None else None,
@@ -456,12 +450,6 @@ class HardCodedRendezvous(Rule):
                 return False
         return bool(inits)
 
-    LOCAL_MESSAGE = (
-        "init_process_group gets {what} in a script torchrun launches: {why}; it overrides the "
-        "launcher's RANK/WORLD_SIZE and is wrong on more than one node (or with fewer processes "
-        "than GPUs); drop it and let the default `env://` read what the launcher exports"
-    )
-
     def _helper_writes(self) -> None:
         """Literal rendezvous writes in the project functions the script runs (`setup_ddp()` of
         another module writing `os.environ["MASTER_PORT"] = "12355"`), read as the script's own
@@ -491,35 +479,6 @@ class HardCodedRendezvous(Rule):
                 self.report(assign, self.WRITE_MESSAGE.format(key=access.key), module=module,
                             related=[c for c, _ in model.paths.edges_into(function)][:1])
                 break
-
-    def _one_machine_values(self, call: CallSite) -> None:
-        """`world_size=torch.cuda.device_count()` (the GPUs of this machine, not the processes
-        of the job) or `rank=local_rank` (the index on this machine, not in the job) passed to
-        `init_process_group` in a script an outside launcher starts: every value the argument
-        may take is of that kind."""
-        found: list[str] = []
-        world = call.arg("world_size")
-        if world is not None and self._all(call, world, self._gpu_count):
-            found.append("`world_size=` the number of GPUs of this machine")
-        rank = call.arg("rank")
-        if rank is not None and self._all(call, rank, self._local_rank):
-            found.append("`rank=` the local rank")
-        if found:
-            what = " and ".join(found)
-            why = "the job's processes are counted and numbered across every node"
-            self.report(call.node, self.LOCAL_MESSAGE.format(what=what, why=why))
-
-    def _all(self, call: CallSite, expr: cst.BaseExpression, test: Callable[[Value], bool]) -> bool:
-        values = self.model.values.at_call(call, expr)
-        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and test(v) for v in values)
-
-    def _gpu_count(self, value: Value) -> bool:
-        node = value.node
-        return isinstance(node, cst.Call) and not node.args \
-            and self.model.qualname(value.module, node.func, value.scope) in _GPU_COUNTS
-
-    def _local_rank(self, value: Value) -> bool:
-        return is_local_rank(self.model, value)
 
     # --- scripts that start every worker on this machine ------------------------------------
     def _machine_address(self) -> None:
