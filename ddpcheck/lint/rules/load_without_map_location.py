@@ -35,7 +35,10 @@ class LoadWithoutMapLocation(Rule):
     torch.load(weights))` in `__init__`, in a method `__init__` calls on self, or in a network
     it builds there) —, unless the load runs on rank 0 only or only in a
     non-distributed run (`if not args.distributed:`), or when the path names cached data rather than
-    a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU. Also not
+    a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU, or when the
+    load reads one of many files per pass of a loop (`for path in shard_files: torch.load(path)`,
+    `files[i]` in `for i in order:`: data read in shards) and nothing in that loop restores a
+    state dict (`load_state_dict`: an ensemble of checkpoints is reported). Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
     `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
     run takes, a load in a method of a plain class of the script that nothing calls (its only
@@ -272,7 +275,8 @@ class LoadWithoutMapLocation(Rule):
             paths = model.paths
             if paths.main_only(site) or paths.single_only(site) or paths.never(site) or paths.dead(site):
                 continue
-            if self._cached_data(site) or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
+            if self._cached_data(site) or self._one_file_per_pass(site) \
+                    or per_rank_or_memory(model, site, site.arg("f", 0), memory=False):
                 continue  # cached data, or a file this rank saved from its own GPU
             if self._saved_from_cpu(site) or self._in_the_launcher(site) or self._tensorless_state(site):
                 continue
@@ -413,6 +417,26 @@ class LoadWithoutMapLocation(Rule):
                                                  or made_api in api.GRAD_SCALERS):
                         return True
             return False
+        return False
+
+    def _one_file_per_pass(self, site: CallSite) -> bool:
+        """The load reads one of many files per pass of a `for` loop: its path is the loop's
+        variable or indexed by it (`for path in shard_files: torch.load(path)`, `files[i]` in
+        `for i in order:`). That is a dataset read in shards, not a checkpoint, unless the loop
+        hands what it loads to a `load_state_dict` (an ensemble of checkpoints)."""
+        path = site.arg("f", 0)
+        if path is None:
+            return False
+        used = {n.value for n in subexpressions(path) if isinstance(n, cst.Name)}
+        for loop in site.loops:
+            if not isinstance(loop, cst.For):
+                continue
+            bound = {n.value for n in subexpressions(loop.target) if isinstance(n, cst.Name)}
+            if not bound & used:
+                continue
+            restores = any(call.method in ("load_state_dict", "load_checkpoint") and loop in call.loops
+                           for call in site.module.calls_in(site.scope.qualname))
+            return not restores
         return False
 
     def _cached_data(self, site: CallSite) -> bool:
