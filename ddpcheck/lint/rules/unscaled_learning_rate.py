@@ -58,7 +58,9 @@ class UnscaledLearningRate(Rule):
     after `cfg = load_config()`) — and nothing in it or in the names it comes from mentions the
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
     The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
-    own and is read the same way. A learning rate read from the command line, a config file,
+    own and is read the same way. A learning rate read from the command line, a config file
+(also a project settings module: `from config import *`, `configs/train_cfg.py`, a module that
+defines no function or class, only values),
     the environment or a function parameter is a deliberate choice and is not reported — also an
     entry of a defaults dict that the script hands to a project function writing the entries of
     that parameter (`update_args(args, cmd_args)` copying the parsed options in) —; neither is an optimizer left at its
@@ -399,6 +401,8 @@ class UnscaledLearningRate(Rule):
         passes, an attribute (`args.lr`), a call or a subscript (`cfg["lr"]`) is not."""
         if self.model.values.default_in_use(value) is False:
             return False  # a default no caller of the run relies on: the signature's choice
+        if value.module is not self.model.root and _settings_module(value.module):
+            return False  # a settings file of the project (`config.py`): the user's choice, as a YAML file is
         return self._constant_expr(value.module, value.node, value.scope, value.frame, value.at, depth)
 
     def _constant_expr(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, at: Point | None,
@@ -447,6 +451,22 @@ _COUNT_KEYWORD = re.compile(r"step|epoch|iter|total|len|num_", re.I)
 _LAMBDA_LR = "torch.optim.lr_scheduler.LambdaLR"
 # Schedules that set the rate from a peak of their own, and the peak's position.
 _CYCLE_PEAK = {"torch.optim.lr_scheduler.OneCycleLR": 1, "torch.optim.lr_scheduler.CyclicLR": 2}
+
+
+# A project module named for settings: `config.py`, `configs/train_cfg.py`, `hparams.py`, `options.py`.
+_SETTINGS_WORDS = frozenset({
+    "conf", "config", "configs", "configuration", "cfg", "cfgs", "setting", "settings", "hparams", "hparam",
+    "hyperparams", "hyperparameters", "params", "options", "opts", "constants", "consts"})
+
+
+def _settings_module(module: ModuleModel) -> bool:
+    """A project module the user edits to choose a run's values, as they would a YAML file: it is
+    named for settings, or it defines no function and no class (names bound to values only)."""
+    parts = module.path.replace("\\", "/").split("/")
+    if any(word in _SETTINGS_WORDS for part in parts[-2:]
+           for word in re.split(r"[_\-.]", part.removesuffix(".py").lower())):
+        return True
+    return not module.functions and not module.classes
 
 
 def _counts(arg: cst.Arg) -> bool:
