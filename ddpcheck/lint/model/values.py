@@ -37,7 +37,7 @@ from ddpcheck.lint.model.module import (
 from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_none, subexpressions
 
 
 class _Graph(Protocol):
@@ -303,6 +303,10 @@ class Values:
         elif branch == _IFEXP:
             assert isinstance(node, cst.IfExp)
             fixed = self.outcome(module, node.test, scope, frame, at)
+            if fixed is None and _none_test_of_a_local(node.test):
+                # `True if sampler is None else False`: a local name every binding of which is
+                # None, or every one an object a constructor makes, decides its arm.
+                fixed = self.outcome(module, node.test, scope, frame, at, parameters_only=False)
             if fixed is not False:
                 yield from self._arm(module, node, node.body, False, scope, frame, depth, seen, at)
             if fixed is not True:
@@ -1369,6 +1373,17 @@ def _literal_type(node: object) -> str | None:
         if isinstance(node, kind):
             return name
     return None
+
+
+def _none_test_of_a_local(test: cst.BaseExpression) -> bool:
+    """`name is None` / `name is not None` of a plain name (not an attribute: a field of an
+    object may be set anywhere)."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    comp = test.comparisons[0]
+    sides = (test.left, comp.comparator)
+    return isinstance(comp.operator, (cst.Is, cst.IsNot)) and any(is_none(s) for s in sides) \
+        and any(isinstance(s, cst.Name) and not is_none(s) for s in sides)
 
 
 def _only_a_parameter(scope: Scope, name: str) -> bool:

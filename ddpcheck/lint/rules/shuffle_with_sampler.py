@@ -7,7 +7,7 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import distributed_sampler
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import argument, is_false, is_true
+from ddpcheck.lint.model.syntax import argument, dotted, is_false, is_none, is_true
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -33,8 +33,10 @@ class ShuffleWithSampler(Rule):
     neither wrong), and values set in opposite arms of one `if` (`sampler = DistributedSampler(ds);
     shuffle = False` / `else: sampler = None; shuffle = True`), or of one name-only test written
     twice (`... if n_gpus > 1 else None` and `shuffle=False if n_gpus > 1 else True`), never
-    meet. `shuffle=(sampler is
-    None)` and other computed values (`shuffle=is_train and sampler is None`) are not reported.
+    meet. `shuffle=True if sampler is None else False` with that same sampler passed is True
+    only where there is no sampler: not reported (and where every binding of `sampler` builds
+    one, the True arm is not a value at all). `shuffle=(sampler is None)` and other computed
+    values (`shuffle=is_train and sampler is None`) are not reported.
 
     ## How to fix
     Drop `shuffle=True`: a `DistributedSampler` shuffles by itself (its `shuffle` defaults to
@@ -228,8 +230,31 @@ class ShuffleWithSampler(Rule):
                     # What shuffle is where this sampler is made (a `shuffle = False` beside it
                     # hides an earlier `shuffle = True`).
                     at = model.values.along(site, built)
+                    given = site.arg(keyword, position)
                     if any(is_true(v.node) and model.values.compatible(built, v)
                            and not any(isinstance(g.node, cst.BooleanOperation) for g in v.arms)
+                           and not _only_without(v, given)
                            for v in model.values.keyword(site, "shuffle", 2, frame, at)):
                         return keyword, values, frame.call if frame is not None else None
         return None
+
+
+def _only_without(value: Value, sampler: cst.BaseExpression | None) -> bool:
+    """`shuffle=True if sampler is None else False` with that same `sampler` passed: the True arm
+    is chosen only where there is no sampler."""
+    name = dotted(sampler) if sampler is not None else None
+    if name is None:
+        return False
+    for guard in value.arms:
+        test = guard.test
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        comp = test.comparisons[0]
+        sides = (test.left, comp.comparator)
+        if not any(is_none(side) for side in sides) or name not in (dotted(side) for side in sides):
+            continue
+        if isinstance(comp.operator, cst.Is) and not guard.negated \
+                or isinstance(comp.operator, cst.IsNot) and guard.negated:
+            return True
+    return False
+
