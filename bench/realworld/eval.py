@@ -98,7 +98,7 @@ class Finding:
 class Outcome:
     """How one finding or one instance was judged."""
 
-    verdict: str  # TP (located), TP-unlocated, FN, FP, ignored, helper-unscored
+    verdict: str  # TP (located), TP-unlocated, FN, FP, duplicate, ignored, helper-unscored
     code: str
     path: str
     line: int
@@ -273,6 +273,17 @@ def _distance(finding: Finding, instance: Instance) -> int | None:
     return best if best is not None and best <= NEAR else None
 
 
+def _near_another_location(finding: Finding, instance: Instance, found: Finding) -> bool:
+    """`finding` is within reach of one of the instance's locations that `found` (the finding
+    that located it) is not near: the label names both places for one pitfall."""
+    for loc in instance.locations:
+        if loc.path != finding.path or abs(finding.line - loc.line) > NEAR:
+            continue
+        if not (loc.path == found.path and abs(found.line - loc.line) <= NEAR):
+            return True
+    return False
+
+
 def score_entry(entry: Entry, findings: Iterable[Finding], codes: Sequence[str] = CODES) -> list[Outcome]:
     """Judge every finding and every labelled instance of one script (rules in README.md)."""
     outcomes: list[Outcome] = []
@@ -308,12 +319,14 @@ def score_entry(entry: Entry, findings: Iterable[Finding], codes: Sequence[str] 
         )
         used_f: set[int] = set()
         used_i: set[int] = set()
+        matched: dict[int, Finding] = {}
         for _, fi, ii in pairs:
             if fi in used_f or ii in used_i:
                 continue
             used_f.add(fi)
             used_i.add(ii)
             f = candidates[fi]
+            matched[ii] = f
             outcomes.append(Outcome("TP", code, f.path, f.line))
         left_i = [ii for ii in range(len(label.instances)) if ii not in used_i]
         for fi, f in enumerate(candidates):
@@ -325,6 +338,10 @@ def score_entry(entry: Entry, findings: Iterable[Finding], codes: Sequence[str] 
                 inst = label.instances[left_i.pop(0)]
                 outcomes.append(Outcome("TP-unlocated", code, f.path, f.line,
                                         f"labelled at {inst.main.path}:{inst.main.line}"))
+            elif any(_near_another_location(f, label.instances[ii], matched[ii]) for ii in used_i):
+                # Another place the label names for an instance already found: the same pitfall
+                # reported there too, not a false claim.
+                outcomes.append(Outcome("duplicate", code, f.path, f.line, "at a location of an instance already found"))
             else:
                 outcomes.append(Outcome("FP", code, f.path, f.line, "more findings than labelled instances"))
         for ii in left_i:
@@ -460,9 +477,11 @@ def render_text(results: Sequence[ScriptResult], codes: Sequence[str], skipped: 
             lines.append(f"  {r.entry.repo:<34} {o.path}:{o.line:<5} {o.code} {o.verdict:<13} {o.note}")
     unscored = sum(o.verdict == "helper-unscored" for r in evaluated for o in r.outcomes)
     ignored = sum(o.verdict == "ignored" for r in evaluated for o in r.outcomes)
+    twice = sum(o.verdict == "duplicate" for r in evaluated for o in r.outcomes)
     lines.append("")
     lines.append(f"not scored: {ignored} findings of N/A or unlabelled codes, "
-                 f"{unscored} findings in helper modules away from labelled lines (--json lists them)")
+                 f"{unscored} findings in helper modules away from labelled lines, "
+                 f"{twice} at another labelled location of an instance already found (--json lists them)")
     return "\n".join(lines)
 
 

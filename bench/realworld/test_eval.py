@@ -253,3 +253,21 @@ def test_newer_codes_are_scored_with_off_by_default_rules_and_kept_out_of_the_he
     assert (ddp029["tp"], ddp029["fp"], ddp029["fn"]) == (1, 0, 0)  # DDP029 is off by default
     assert (report["newer"]["tp"], report["newer"]["fp"], report["newer"]["fn"]) == (1, 0, 0)
     assert report["headline"]["tp"] == 0 and report["newer_codes"][0] == "DDP023"
+
+
+def test_a_finding_at_another_labelled_location_of_a_found_instance_is_a_duplicate() -> None:
+    # One instance, labelled at the load and at two other loads beside it (`also`).
+    labels = _labels(DDP011={"status": "PRESENT", "reason": "every rank loads without map_location",
+                             "lines": [{"path": "train.py", "line": 40,
+                                        "also": [{"path": "train.py", "line": 34},
+                                                 {"path": "train.py", "line": 37}]}]})
+    entry = ev._entry(_raw_entry(labels), "t[0]")
+    findings = [ev.Finding("DDP011", "train.py", n) for n in (34, 37, 40, 60)]
+    assert _verdicts(ev.score_entry(entry, findings)) == [
+        ("FP", "DDP011", "train.py", 60),  # no location of the instance: a false claim
+        ("TP", "DDP011", "train.py", 34),
+        ("duplicate", "DDP011", "train.py", 37),
+        ("duplicate", "DDP011", "train.py", 40),
+    ]
+    table = ev.tally([ev.ScriptResult(entry, ev.score_entry(entry, findings))], ev.CODES)
+    assert (table["DDP011"].tp, table["DDP011"].fp, table["DDP011"].fn) == (1, 1, 0)
