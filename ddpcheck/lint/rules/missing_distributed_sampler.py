@@ -16,7 +16,7 @@ from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 if TYPE_CHECKING:
@@ -163,7 +163,9 @@ class MissingDistributedSampler(Rule):
     themselves) or by a project class or builder that keeps its own rank's part (`i % world ==
     rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`; also when it is handed rows such a builder returned:
     `QADataset(load_rows(path, rank, world))`, through a name), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
-    on every rank costs time but is not wrong. A loader built by a function of another module of
+    on every rank costs time but is not wrong. A builder's loader goes by the names its callers
+    bind it to, except callers whose arguments rule its branch out (`make_loader(cfg,
+    tag="train")` never gets the loader of the `else` of `if tag == "train":`). A loader built by a function of another module of
     the project (`build_loader(cfg)`) is reported there, with the call that leads to it. A
     project subclass of DataLoader is read through its constructor: the sampler it hands
     `super().__init__(...)` is its sampler (unknown, and not reported, when the model cannot see
@@ -385,11 +387,14 @@ class MissingDistributedSampler(Rule):
         found = set(names)
         seen: set[tuple[int, str]] = set()
         for name in names:
-            self._handed_on(module, scope, name, 2, found, seen)
+            self._handed_on(module, scope, name, 2, found, seen, site)
         return found
 
     def _handed_on(self, module: ModuleModel, scope: Scope, name: str, depth: int, found: set[str],
-                   seen: set[tuple[int, str]]) -> None:
+                   seen: set[tuple[int, str]], site: CallSite | None = None) -> None:
+        """`site`: the loader's call, when `scope` is its function: a caller whose arguments make
+        a guard of it false (`build(cfg, tag="val")` and `if tag == "train":` around it) never
+        gets this loader back, so the name it binds is not one of its names."""
         if depth <= 0 or "." in name or (id(scope), name) in seen:
             return
         seen.add((id(scope), name))
@@ -421,7 +426,10 @@ class MissingDistributedSampler(Rule):
                 index = where[0]
             else:
                 continue
-            for call, _ in graph.callers(Function(module, function)):
+            for call, bound in graph.callers(Function(module, function)):
+                if site is not None and site.scope is scope and self.model.paths.never(
+                        site, Frame(Function(module, function), call, None, bound)) is not None:
+                    continue
                 outer = call.scope
                 for bound_name, bindings in outer.assignments.items():
                     for binding in bindings:
