@@ -56,7 +56,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     of which a class imported by name counts only if that code uses it, as the code it reaches
     — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` are looked into, and so is the model apex's
+    and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`; only the classes
+    the key may name, when they are all known, else the whole module) are looked into, and so is the model apex's
     `amp.initialize(model, optimizer)` hands back (the same network, patched in place), and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
@@ -423,16 +424,14 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             call = made.call
             assert call is not None
             func = call.func
-        if not (isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute)
-                and func.value.attr.value == "__dict__" and len(func.slice) == 1):
+        chosen = _looked_up_by_name(func)
+        if chosen is None:
             return []
-        key = func.slice[0].slice
-        if not isinstance(key, cst.Index):
-            return []
-        owner = self.model.qualname(made.module, func.value.value, made.scope)
+        holder, key = chosen
+        owner = self.model.qualname(made.module, holder, made.scope)
         if owner is None:
             return []
-        return [f"{owner}.{text}" for text in self._names_of(made, key.value) if text.isidentifier()]
+        return [f"{owner}.{text}" for text in self._names_of(made, key) if text.isidentifier()]
 
     def _created_by_name(self, made: Value) -> list[str]:
         """`torchvision.models.get_model("resnet50")`, `timm.create_model(args.model)`: the model
@@ -551,10 +550,17 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         call = made.call
         assert call is not None
         func = call.func
-        if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
-            name = dotted(func.value.value)
+        chosen = _looked_up_by_name(func)
+        if chosen is not None:
+            name = dotted(chosen[0])
             target = self.model.resolver.name(made.module, name, made.scope) if name else None
             if target is not None and target.kind == "module" and target.path is not None:
+                # The classes the key may name, when every one is known and defined there:
+                # only those are built (`--arch TinyMLP` of a module that also holds a ResNet).
+                held = self.model.project_model(Path(target.path))
+                names = self._names_of(made, chosen[1])
+                if held is not None and names and all(n in held.classes for n in names):
+                    return [t for n in names for t in self._instance_texts((held, held.classes[n]))]
                 text = self.model.project.text(target.path)
                 return [text] if text is not None else []
         return []
@@ -618,6 +624,19 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if text is not None:
                     out.append(text)
         return out
+
+
+def _looked_up_by_name(func: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:
+    """`models.__dict__[key]` or `getattr(models, key)`: the object a network is looked up in by
+    name, and the expression of the name."""
+    if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) \
+            and func.value.attr.value == "__dict__" and len(func.slice) == 1:
+        key = func.slice[0].slice
+        return (func.value.value, key.value) if isinstance(key, cst.Index) else None
+    if isinstance(func, cst.Call) and dotted(func.func) == "getattr" and len(func.args) in (2, 3) \
+            and not any(a.keyword is not None or a.star for a in func.args):
+        return func.args[0].value, func.args[1].value
+    return None
 
 
 def _names_used(module: ModuleModel, texts: list[str]) -> set[str]:
