@@ -102,7 +102,11 @@ class HardCodedRendezvous(Rule):
     `torch.distributed.launch` passes, and whose process group meets through `env://` (the
     default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
     reported too, once, at the first of them (not when it reads a scheduler's variables,
-    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it). The DDP tutorial's form is reported too: a script that
+    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it).
+    So is a script whose process groups take their rank and world size from nowhere but the
+    environment (`init_process_group("nccl")` with no `rank=`/`world_size=`, no spawn, and no
+    write of RANK or WORLD_SIZE): only a launcher can have set those, and it set the rendezvous
+    with them. The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
     started from outside, and under torchrun every rank waits for a store at that port, which
@@ -371,7 +375,7 @@ class HardCodedRendezvous(Rule):
             # It starts its own workers and must set the rendezvous itself: to this machine.
             self._machine_address()
             return
-        torchrun = model.torchrun_path
+        torchrun = model.torchrun_path or self._launcher_numbers_only()
         launch = not torchrun and self._launch_flag_with_env_rendezvous()
         if torchrun:
             for node, key, target in self._writes:
@@ -430,6 +434,27 @@ class HardCodedRendezvous(Rule):
         "launcher's value and breaks multi-node runs and parallel jobs; delete it and pass the "
         "rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)"
     )
+
+    def _launcher_numbers_only(self) -> bool:
+        """Every process group the file sets up meets through `env://` with neither `rank=` nor
+        `world_size=`, and the file writes neither RANK nor WORLD_SIZE nor reads a scheduler's
+        variables: each process's rank and the world size can only come from the launcher that
+        started it (torchrun, `torch.distributed.launch`), which exports the rendezvous too."""
+        model = self.model
+        if _SCHEDULER_ENV.search(code_only(model.root.source)):
+            return False
+        inits = model.init_sites()
+        if not inits:
+            return False
+        for call in inits:
+            method = call.arg("init_method", 1)
+            if method is not None and not is_none(method) and string_text(method) != "env://":
+                return False
+            if call.arg("rank", 4) is not None or call.arg("world_size", 3) is not None \
+                    or call.arg("store", 5) is not None or call.has_star_kwargs:
+                return False
+        return not any(access.written and access.key in ("RANK", "WORLD_SIZE")
+                       for module in {id(c.module): c.module for c in inits}.values() for access in module.env)
 
     def _launch_flag_with_env_rendezvous(self) -> bool:
         """The file takes the `--local_rank` flag that `torch.distributed.launch` passes each
