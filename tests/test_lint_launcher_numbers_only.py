@@ -76,3 +76,45 @@ def test_a_script_started_by_srun_is_clean(tmp_path):
         "import os\n", 'import os\nos.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]\n')
     write_project(tmp_path, {"train.py": source})
     assert finding_set(tmp_path, "train.py", select="DDP015") == set()
+
+
+SETUP_HELPER = """\
+import os
+import torch.distributed as dist
+
+
+def ddp_setup(rank, world_size, master_addr="localhost", master_port=12355):
+    os.environ["MASTER_ADDR"] = master_addr
+    os.environ["MASTER_PORT"] = str(master_port)
+    dist.init_process_group("nccl", init_method="env://")
+"""
+
+TORCHRUN_SCRIPT = """\
+import os
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+from dist_utils import ddp_setup
+
+LOCAL_RANK = int(os.environ["LOCAL_RANK"])
+
+
+def main(args):
+    ddp_setup(LOCAL_RANK, int(os.environ["WORLD_SIZE"]), {addr})
+    model = DDP(torch.nn.Linear(4, 4).cuda(LOCAL_RANK), device_ids=[LOCAL_RANK])
+
+
+if __name__ == "__main__":
+    main(None)
+"""
+
+
+@pytest.mark.parametrize("addr", ['master_addr="127.0.0.1", master_port=29500', ""])
+def test_a_helper_writing_literals_its_callers_pass_is_reported(tmp_path, addr):
+    write_project(tmp_path, {"train.py": TORCHRUN_SCRIPT.format(addr=addr), "dist_utils.py": SETUP_HELPER})
+    assert finding_set(tmp_path, "train.py", select="DDP015") == {("dist_utils.py", 6, "DDP015")}
+
+
+def test_a_helper_writing_what_a_flag_gives_is_clean(tmp_path):
+    addr = "master_addr=args.master_addr, master_port=args.master_port"
+    write_project(tmp_path, {"train.py": TORCHRUN_SCRIPT.format(addr=addr), "dist_utils.py": SETUP_HELPER})
+    assert finding_set(tmp_path, "train.py", select="DDP015") == set()

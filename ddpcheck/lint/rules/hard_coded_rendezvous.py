@@ -10,7 +10,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
 from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.symbols import Function
@@ -132,7 +132,9 @@ class HardCodedRendezvous(Rule):
     the job's) is DDP037's.
 
     Literal `MASTER_ADDR`/`MASTER_PORT`/... writes in the project functions such a script runs
-    (a `setup_ddp()` of another module) are reported too, once per function, at the first.
+    (a `setup_ddp()` of another module) are reported too, once per function, at the first —
+    also a parameter written there that every call passes a literal or leaves at its literal
+    default (`def ddp_setup(rank, master_addr="localhost")`).
     The body of a test that the launcher's variables are set (`if "RANK" in os.environ:`) is
     the path torchrun's runs take: a write there is reported.
 
@@ -435,6 +437,19 @@ class HardCodedRendezvous(Rule):
         "rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)"
     )
 
+    def _always_literal(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> bool:
+        """A literal, or a parameter (or name) every value of which is one: `os.environ[
+        "MASTER_ADDR"] = master_addr` in `def ddp_setup(rank, master_addr="localhost")` that every
+        call leaves at its default or passes a literal (also through `str(...)`)."""
+        if _literal(expr):
+            return True
+        inner = expr.args[0].value if isinstance(expr, cst.Call) and dotted(expr.func) in ("str", "int") \
+            and len(expr.args) == 1 else expr
+        if not isinstance(inner, cst.Name):
+            return False
+        values = self.model.values.of(module, inner, scope)
+        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and _literal(v.node) for v in values)
+
     def _launcher_numbers_only(self) -> bool:
         """Every process group the file sets up meets through `env://` with neither `rank=` nor
         `world_size=`, and the file writes neither RANK nor WORLD_SIZE nor reads a scheduler's
@@ -496,7 +511,7 @@ class HardCodedRendezvous(Rule):
                     continue
                 assign = next((n for n in _statements(function.node) if isinstance(n, cst.Assign)
                                and any(t.target is access.node for t in n.targets)), None)
-                if assign is None or not _literal(assign.value):
+                if assign is None or not self._always_literal(module, assign.value, access.scope):
                     continue
                 # The writes of one set-up function are one rendezvous: reported at the first.
                 # (The message is the one a lint of that module as a script gives: the two are
