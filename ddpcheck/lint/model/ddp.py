@@ -93,6 +93,21 @@ def is_ddp(model: Model, value: Value) -> bool:
     return model.api_of(value) == api.DDP or (value.call is not None and model.constructs(value, api.DDP))
 
 
+def holds_ddp(model: Model, value: Value, depth: int = 2) -> bool:
+    """A leaf that is the DDP wrapper as far as attribute access goes: the wrapper itself, or
+    `torch.compile` of it (the compiled module forwards attribute reads to the module it
+    compiled, so `compiled.module` is the DDP wrapper's inner module)."""
+    if is_ddp(model, value):
+        return True
+    call = value.call
+    if call is None or depth <= 0 or model.api_of(value) != "torch.compile":
+        return False
+    compiled = argument(call, "model", 0)
+    return compiled is not None and any(
+        holds_ddp(model, v, depth - 1)
+        for v in model.values.of(value.module, compiled, value.scope, value.frame, at=value.at))
+
+
 def runs_layers(model: Model, function: Function, depth: int = 3) -> bool:
     """Whether a method of a network runs the network's own layers: it calls `self(...)`,
     `self.forward(...)`, a layer held in an attribute (`self.encoder(x)`), or another method of

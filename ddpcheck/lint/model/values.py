@@ -541,6 +541,15 @@ class Values:
                 inner = argument(call, attr, {"sampler": 3, "batch_sampler": 4, "dataset": 0}[attr])
             elif name == api.BATCH_SAMPLER and attr == "sampler":
                 inner = argument(call, "sampler", 0)
+            elif name == "torch.compile" and attr == "module":
+                # The compiled module forwards attribute reads to the module it compiled:
+                # `torch.compile(ddp_model).module` is the DDP wrapper's inner module.
+                compiled = argument(call, "model", 0)
+                if compiled is not None:
+                    for held in self._eval(base.module, compiled, base.scope, base.frame, depth - 1, seen,
+                                           self._call_point(base)):
+                        yield from self._attribute(held, node, module, scope, frame, depth - 1, seen, at)
+                    return
             if inner is not None:
                 yield from self._eval(base.module, inner, base.scope, base.frame, depth - 1, seen, self._call_point(base))
                 return

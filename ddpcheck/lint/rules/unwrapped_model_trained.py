@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_parameters, is_ddp, runs_layers, wraps
+from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_ddp, holds_parameters, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
@@ -27,7 +27,8 @@ class UnwrappedModelTrained(Rule):
     evaluation numbers differ from rank to rank. Often noticed only when a multi-GPU run is worse
     than a single-GPU one.
 
-    The model is followed through the project: `net = model.module if isinstance(model, DDP)
+    The model is followed through `torch.compile` (the compiled wrapper forwards attribute reads, so
+    `torch.compile(ddp_model).module` is the module inside DDP) and through the project: `net = model.module if isinstance(model, DDP)
     else model` in a helper, a property that returns `self.model.module`, a method of the inner
     module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
     step function when that method runs the network's own layers), a part of it that has weights
@@ -245,7 +246,7 @@ class UnwrappedModelTrained(Rule):
         if isinstance(func, cst.Name) and func.value == "self":
             return None  # a network calling itself in its own method: the call of that method counts
         values = self.model.values.at_call(site, func)
-        if any(is_ddp(self.model, v) and before(v, site) for v in values):
+        if any(holds_ddp(self.model, v) and before(v, site) for v in values):
             return None
         found = self._match(site, values, inner)
         if found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
@@ -256,7 +257,7 @@ class UnwrappedModelTrained(Rule):
             # (`self._get_model().compute_loss(batch)`): a one-off call
             # (`configure_optimizers()`) is set-up, not a training step.
             values = self.model.values.at_call(site, func.value)
-            if any(is_ddp(self.model, v) and before(v, site) for v in values):
+            if any(holds_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
             if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
@@ -267,7 +268,7 @@ class UnwrappedModelTrained(Rule):
             # A part of the module with weights of its own (`vae.module.encoder(x)`): its
             # forward runs outside DDP's hooks as the whole module's would.
             values = self.model.values.at_call(site, func.value)
-            if any(is_ddp(self.model, v) and before(v, site) for v in values):
+            if any(holds_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
             if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
@@ -280,7 +281,7 @@ class UnwrappedModelTrained(Rule):
             # the call runs that method, as `model.module.log_prob(x)` would.
             receivers = [r for v in values if isinstance(v.node, cst.Attribute)
                          for r in self.model.values.of(v.module, v.node.value, v.scope, v.frame, at=v.at)]
-            if any(is_ddp(self.model, r) and before(r, site) for r in receivers):
+            if any(holds_ddp(self.model, r) and before(r, site) for r in receivers):
                 return None
             found = self._match(site, receivers, inner)
             if found is not None and not ((site.loops and not self._runs_no_layers(site)) or self._runs_layers(site)):
@@ -317,7 +318,7 @@ class UnwrappedModelTrained(Rule):
                 return None
             receiver = receiver.value
             values = self.model.values.at_call(site, receiver)
-            if not values or any(is_ddp(self.model, v) and before(v, site) for v in values):
+            if not values or any(holds_ddp(self.model, v) and before(v, site) for v in values):
                 return None
             found = self._match(site, values, inner)
             if found is not None:
