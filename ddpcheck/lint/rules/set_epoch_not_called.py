@@ -92,6 +92,9 @@ class SetEpochNotCalled(Rule):
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
+    A `set_epoch` that runs once, in the epoch loop's own function but outside any loop
+    (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets the first epoch only:
+    when no other `set_epoch` reaches the sampler, the epoch loop is reported.
 
     A loader rebuilt inside the loop gets a fresh sampler on each pass, which starts at epoch 0
     again: reported when it shuffles the same dataset with the same seed every pass (rebuilt each
@@ -123,6 +126,11 @@ class SetEpochNotCalled(Rule):
     name = "set-epoch-not-called"
     severity = Severity.WARNING
     fixable = True
+    ONCE = (
+        "`set_epoch` is called on this DistributedSampler once, before the epoch loop: every epoch "
+        "after the first reuses that order; call `{sampler}.set_epoch(epoch)` at the start of each epoch"
+    )
+
     MESSAGE = (
         "DistributedSampler shuffles but `set_epoch` is never called on it: every epoch reuses the "
         "same order; call `{sampler}.set_epoch(epoch)` at the start of each epoch"
@@ -443,6 +451,18 @@ class SetEpochNotCalled(Rule):
         set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch" and model.paths.rank_guard(s) is None]
         for found in feeds:
             setting = [s for s in set_epochs if self._may_set(found, s)]
+            if setting:
+                # A set_epoch that runs once, in the epoch loop's own function outside any loop
+                # (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets one epoch:
+                # every later epoch replays that order.
+                epoch_loop = self._epoch_loop(found)
+                if epoch_loop is not None and isinstance(epoch_loop[0], (cst.For, cst.While)):
+                    setting = [s for s in setting
+                               if s.loops or s.module is not epoch_loop[1] or s.scope is not epoch_loop[2]]
+                    if not setting:
+                        self.report(epoch_loop[0], self.ONCE.format(sampler=self._expression(
+                            found, epoch_loop[1], epoch_loop[2], epoch_loop[3])), module=epoch_loop[1])
+                        continue
             if any(not self._stale(s) and not any(self._overrides(later, s) for later in setting)
                    for s in setting):
                 continue
