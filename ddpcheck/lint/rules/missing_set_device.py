@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -26,7 +28,8 @@ class MissingSetDevice(Rule):
     `device_ids=`, a `"cuda..."` device; itself or in the project functions its run reaches, such
     as a worker it spawns from another module), and nowhere calls `torch.cuda.set_device(...)`, enters
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
-    with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too). A device held
+    with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too; a list of
+    GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none). A device held
     in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
@@ -234,5 +237,16 @@ def _several_devices(target: cst.Subscript, module: ModuleModel) -> bool:
                     and value.func.attr.value == "join":
                 return True
             text = string_text(value)
-            return text is not None and "," in text
+            if text is not None:
+                return "," in text
+            # A list the configuration names for all processes (`cfg["meta"]["device_ids"]`,
+            # `args.gpus`): the same value in every process, so it pins none of them.
+            code = module.code(value)
+            return bool(_DEVICE_LIST.search(code)) and not _PER_PROCESS.search(code) \
+                and not _ENVIRONMENT.search(code)  # what the environment holds is not known here
     return False
+
+
+_ENVIRONMENT = re.compile(r"environ|getenv")
+_DEVICE_LIST = re.compile(r"(?:device_ids|devices|gpus|gpu_ids|visible_devices)\b", re.I)
+_PER_PROCESS = re.compile(r"rank|local|\bgpu\b|\bdevice_id\b|\bidx\b|\bindex\b|\bi\b|\[\s*\w+\s*\]\s*\)?$", re.I)
