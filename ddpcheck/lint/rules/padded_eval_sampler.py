@@ -10,7 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_eval_name, pads, strip_moves, unread_loader
 from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_true, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -217,7 +217,9 @@ class PaddedEvalSampler(Rule):
     builder names its one sampler after training (`train_sampler = DistributedSampler(data_set)`
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
     "train":`) or the caller also takes a training loader from the same call (the names a call
-    is unpacked to count: `val_sampler, val_loader = make_loader(args, ds)`). A helper that
+    is unpacked to count: `val_sampler, val_loader = make_loader(args, ds)`), or the caller's
+    arguments rule out every loader of the builder that takes the sampler (`make_loader(100,
+    "val")` with `DataLoader(ds, sampler=sampler)` only under `if tag == "train":`). A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
@@ -482,15 +484,30 @@ class PaddedEvalSampler(Rule):
             # test around the sampler picks the set.
             if "train" in (dataset_name or "").lower() or function is None or self._picks_the_set(site):
                 return False
-            return self._built_for_evaluation(function, 2, strict=True)
-        return function is not None and self._built_for_evaluation(function, 2)
+            return self._built_for_evaluation(function, 2, strict=True, sampler=site)
+        return function is not None and self._built_for_evaluation(function, 2, sampler=site)
+
+    def _handed_to_a_loader(self, sampler: CallSite, function: Function, caller: CallSite, bound: str) -> bool:
+        """On the run of `caller`'s call of the builder, a loader of the builder takes the
+        sampler: a builder that makes one for every set but hands it to the training loader only
+        (`if tag == "train": DataLoader(ds, sampler=s)` / `else: DataLoader(ds)`) gives the
+        evaluation caller no padded sampler. True when the loaders taking it cannot be found."""
+        names = set(sampler.module.assigned_names(sampler.node))
+        takers = [c for c in sampler.module.calls_in(sampler.scope.qualname)
+                  if self.model.makes(c, api.DATALOADER) and (given := c.arg("sampler", 3)) is not None
+                  and (given is sampler.node or dotted(given) in names)]
+        if not takers:
+            return True
+        frame = Frame(function, caller, None, bound)
+        return any(self.model.paths.never(c, frame) is None for c in takers)
 
     def _picks_the_set(self, site: CallSite) -> bool:
         """A test around `site` in its function is about which set is built (`if split ==
         "train":`, `if is_train:`, `if flag != "test":`)."""
         return any(_SET_WORDS.search(site.module.code(guard.test)) for guard in site.guards)
 
-    def _built_for_evaluation(self, function: Function, depth: int, strict: bool = False) -> bool:
+    def _built_for_evaluation(self, function: Function, depth: int, strict: bool = False,
+                              sampler: CallSite | None = None) -> bool:
         """A builder (`build_loader(dataset, is_train)`) that some caller uses for an evaluation
         set: the caller names what it gets or what it passes for validation or testing
         (`val_loader = build_loader(val_set, False)`, `split="test"`), or passes False for the
@@ -504,6 +521,10 @@ class PaddedEvalSampler(Rule):
                 if any(isinstance(v, Item) and v.value is caller.node for v in values)]
             if strict and any("train" in n.lower() for n in names):
                 continue  # the builder's training loader (or loaders of both sets at once)
+            if sampler is not None and sampler.scope.function is not None \
+                    and sampler.scope.function.node is function.node \
+                    and not self._handed_to_a_loader(sampler, function, caller, bound):
+                continue  # this caller's run never hands the sampler to a loader
             if any(is_eval_name(n) for n in names):
                 return True
             if any(is_eval_name(dotted(a.value)) or is_eval_name(string_text(a.value)) for a in caller.node.args):
