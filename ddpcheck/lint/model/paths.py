@@ -409,7 +409,23 @@ class Paths:
             return False
         graph = self.model.graph
         callers = [c for c in self.sites() if any(f == function for f, _ in graph.targets(c))]
-        return bool(callers) and all(self.on_error_only(c, depth - 1) for c in callers)
+        if not callers:
+            return self._signal_handler_only(function)
+        return all(self.on_error_only(c, depth - 1) for c in callers)
+
+    def _signal_handler_only(self, function: Function) -> bool:
+        """A function nothing calls that is installed as a signal handler (`signal.signal(
+        signal.SIGTERM, handler)`): it runs only when the process is interrupted."""
+        module = function.module
+        installed = any(
+            (c.dotted or "").endswith("signal.signal") and len(c.node.args) >= 2
+            and dotted(c.node.args[1].value) in (function.name, f"self.{function.name}")
+            for c in module.calls)
+        if not installed:
+            return False
+        called = re.findall(rf"(?<![\w.]){re.escape(function.name)}\s*\(|\bself\.{re.escape(function.name)}\s*\(",
+                            code_only(module.source))
+        return len(called) == 1  # its own `def` only
 
     def main_only(self, site: CallSite) -> Guard | None:
         """The innermost guard that restricts `site` to rank 0 on every launch path."""

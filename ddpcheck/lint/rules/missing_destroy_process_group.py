@@ -36,7 +36,9 @@ class MissingDestroyProcessGroup(Rule):
     it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with
     the call as a related location) when every `destroy_process_group()` sits under a rank condition (in the `else:` of
     `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. A
-    teardown that runs only in an `except` handler (or in a helper called only from one) does
+    teardown that runs only in an `except` handler (or in a helper called only from one), only
+    in a signal handler (`signal.signal(signal.SIGTERM, handler)` and no other call of it), or in
+    a function of the script that nothing calls does
     not count: a run that ends normally never reaches it. Helper modules that are only imported
     are not reported; a module the project's packaging installs as a command (a
     `console_scripts` entry of `setup.py`/`setup.cfg`, `[project.scripts]` of `pyproject.toml`)
@@ -244,8 +246,9 @@ class MissingDestroyProcessGroup(Rule):
         destroys = [c for c in model.paths.sites()
                     if model.api(c) == api.DESTROY_PROCESS_GROUP and c.arg("group", 0) is None]
         # A teardown only in an `except` handler (or a helper called only from one) does not run
-        # when training ends normally.
-        destroys = [c for c in destroys if not model.paths.on_error_only(c)]
+        # when training ends normally; nor does one only a signal handler runs, or one in a
+        # function of the script that nothing calls.
+        destroys = [c for c in destroys if not model.paths.on_error_only(c) and not model.paths.uncalled(c)]
         if destroys:
             guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
             if all(g is not None for _, g in guarded):
