@@ -255,6 +255,13 @@ class Model:
                                   % (re.escape(a.key), re.escape(a.key)), root.source))
         return self._own_keys
 
+    def starts_workers(self) -> bool:
+        """The linted file starts its own worker processes (`mp.spawn`, `multiprocessing.Process`,
+        itself or through a project function that does)."""
+        root = self.root
+        return any(self.api(c) in api.PROCESS_STARTERS for c in root.calls) or any(
+            "spawn" in self.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None)
+
     def on_one_machine(self) -> bool:
         """The job cannot span machines: no outside launcher can start the file (see
         `torchrun_path`), it starts its processes with `mp.spawn`, and every rendezvous address it

@@ -372,8 +372,7 @@ class HardCodedRendezvous(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
-        if any(model.api(c) in api.PROCESS_STARTERS for c in root.calls) or any(
-                "spawn" in model.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None):
+        if model.starts_workers():
             # It starts its own workers and must set the rendezvous itself: to this machine.
             self._machine_address()
             return

@@ -126,8 +126,7 @@ class NodeLocalRankOrWorldSize(Rule):
     def finish(self) -> None:
         model = self.model
         root = model.root
-        if any(model.api(c) in api.PROCESS_STARTERS for c in root.calls) or any(
-                "spawn" in model.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None):
+        if model.starts_workers():
             return  # it starts its own workers: every process is on this machine
         if not model.torchrun_path:
             return
