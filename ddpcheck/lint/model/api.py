@@ -140,6 +140,7 @@ MPI_RANK_METHODS = frozenset({"Get_rank", "rank"})
 # --- nn and optim --------------------------------------------------------------------------------
 SYNC_BATCHNORM = "torch.nn.SyncBatchNorm"
 CONVERT_SYNC_BATCHNORM = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
+COMPILE = "torch.compile"
 BATCHNORMS = frozenset(
     f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
 ) | frozenset({

@@ -100,7 +100,7 @@ def holds_ddp(model: Model, value: Value, depth: int = 2) -> bool:
     if is_ddp(model, value):
         return True
     call = value.call
-    if call is None or depth <= 0 or model.api_of(value) != "torch.compile":
+    if call is None or depth <= 0 or model.api_of(value) != api.COMPILE:
         return False
     compiled = argument(call, "model", 0)
     return compiled is not None and any(
@@ -162,7 +162,7 @@ def holds_parameters(model: Model, value: Value, depth: int = 3) -> bool:
     call = value.call
     if call is None or depth <= 0:
         return False
-    if name == "torch.compile":
+    if name == api.COMPILE:
         compiled = argument(call, "model", 0)
         return compiled is not None and any(
             holds_parameters(model, v, depth - 1) for v in model.values.of(value.module, compiled, value.scope,

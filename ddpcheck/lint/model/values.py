@@ -541,7 +541,7 @@ class Values:
                 inner = argument(call, attr, {"sampler": 3, "batch_sampler": 4, "dataset": 0}[attr])
             elif name == api.BATCH_SAMPLER and attr == "sampler":
                 inner = argument(call, "sampler", 0)
-            elif name == "torch.compile" and attr == "module":
+            elif name == api.COMPILE and attr == "module":
                 # The compiled module forwards attribute reads to the module it compiled:
                 # `torch.compile(ddp_model).module` is the DDP wrapper's inner module.
                 compiled = argument(call, "model", 0)

@@ -24,7 +24,7 @@ from ddpcheck.lint.model.values import Value
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
 
-COMPILE = "torch.compile"
+COMPILE = api.COMPILE
 UNKNOWN = "?"  # below this wrapper: a module the model cannot see
 DEPTH = 4
 Stack = tuple[str, ...]
