@@ -29,6 +29,12 @@ class DdpStateDictPrefix(Rule):
     key(s) in state_dict: "module.conv1.weight", ...`, or, with `strict=False`, silently loads
     nothing and evaluates a randomly initialised model.
 
+    Reported at the `state_dict()` call whose result `torch.save` writes, directly, inside the
+    object it saves, or through a project save helper: one that takes the object as a parameter,
+    or forwards its `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`
+    called as `save_on_master(model.state_dict(), path)`; a caller that passes a `*` of its own
+    is not read).
+
     Informational, since a project may always load into a DDP model. Not reported when the file
     loads checkpoints into the DDP model itself (unless a plain-model script beside it — a
     single-GPU twin of the training script — reads them through the same project loader),
