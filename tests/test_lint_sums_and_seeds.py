@@ -444,6 +444,14 @@ def test_a_tokenizer_loaded_for_a_sharded_loader_is_no_draw(tmp_path):
         assert _lint(tmp_path, files, "train.py", "DDP029") == set(), cls
     files = {"train.py": script, "data.py": data.format(cls="AutoModel")}
     assert _lint(tmp_path, files, "train.py", "DDP029") == {("train.py", 9, "DDP029")}
+    # A library network built from a configuration read with `from_pretrained` trains with the
+    # dropout that configuration sets.
+    text = script.replace("torch.nn.Linear(768, 2)",
+                          'AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("gpt2"))')
+    text = text.replace("from data import TextData", "from data import TextData\n"
+                        "        from transformers import AutoConfig, AutoModelForCausalLM")
+    files = {"train.py": text, "data.py": data.format(cls="AutoTokenizer")}
+    assert _lint(tmp_path, files, "train.py", "DDP029") == {("train.py", 10, "DDP029")}
 
 
 # --- DDP008: what a set-up helper writes into the flag's entry -----------------------------------
