@@ -399,6 +399,10 @@ def test_a_pretrained_library_network_trains_with_dropout(tmp_path):
     # A tokenizer loads no network: nothing in the job drops out.
     text = script.format(cls="AutoTokenizer", wrap="True")
     assert _lint(tmp_path, {"train.py": text}, "train.py", "DDP029") == set()
+    # Built from a configuration, with no sharding in sight: its configuration may set no dropout.
+    text = script.format(cls="AutoModelForCausalLM", wrap="True").replace(
+        'AutoModelForCausalLM.from_pretrained("gpt2")', "AutoModelForCausalLM.from_config(args.config)")
+    assert _lint(tmp_path, {"train.py": text}, "train.py", "DDP029") == set()
 
 
 def test_a_tokenizer_loaded_for_a_sharded_loader_is_no_draw(tmp_path):

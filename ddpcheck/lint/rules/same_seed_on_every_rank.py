@@ -71,8 +71,9 @@ class SameSeedOnEveryRank(Rule):
     GPU draws from that generator). A library network loaded with its weights
     (`AutoModel.from_pretrained(...)`, `timm.create_model(...)`, not a tokenizer's or a
     configuration's `from_pretrained`, nor one whose weights a project network with its own
-    `from_pretrained` copies) or built from its configuration
-    (`AutoModelForCausalLM.from_config(config)`) counts as dropout. Not
+    `from_pretrained` copies) counts as dropout; one built from its configuration
+    (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
+    as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
     same function or `__main__` block (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
