@@ -394,3 +394,197 @@ def test_a_reader_below_the_scripts_folder_is_the_scripts(tmp_path):
     _write(tmp_path, {"segmentation/pretrain/train.py": TRAIN, "segmentation/pretrain/net.py": NET,
                       "segmentation/pretrain/tools/predict.py": PREDICT})
     assert _findings(tmp_path, "segmentation/pretrain/train.py", select="DDP019") == set()
+
+
+# --- a save helper that forwards its `*args` to torch.save ---------------------------------------
+
+FORWARDING_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from tools.dist import save_on_master
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        model = DDP(torch.nn.Linear(16, 4).cuda(local_rank), device_ids=[local_rank])
+        for epoch in range(3):
+            model(torch.randn(8, 16).cuda(local_rank)).sum().backward()
+        save_on_master(model.state_dict(), "last.pth")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+FORWARDING_HELPERS = {
+    "tools/__init__.py": "",
+    "tools/dist.py": """\
+        import torch
+        import torch.distributed as dist
+
+
+        def is_main_process():
+            return not dist.is_initialized() or dist.get_rank() == 0
+
+
+        def save_on_master(*args, **kwargs):
+            if is_main_process():
+                torch.save(*args, **kwargs)
+        """,
+}
+
+
+def test_a_save_helper_forwarding_its_args_saves_what_its_caller_passes(tmp_path):
+    _write(tmp_path, {"train.py": FORWARDING_TRAIN, **FORWARDING_HELPERS})
+    assert _findings(tmp_path, "train.py", select="DDP019") == {("train.py", 16, "DDP019")}
+
+
+def test_a_save_helper_forwarding_the_inner_modules_state_dict_is_clean(tmp_path):
+    text = _variant(FORWARDING_TRAIN, "model.state_dict()", "model.module.state_dict()")
+    _write(tmp_path, {"train.py": text, **FORWARDING_HELPERS})
+    assert _findings(tmp_path, "train.py", select="DDP019") == set()
+
+
+def test_a_caller_that_passes_a_star_of_its_own_is_not_read(tmp_path):
+    text = _variant(FORWARDING_TRAIN, 'save_on_master(model.state_dict(), "last.pth")',
+                    'save_on_master(*[model.module.state_dict(), "last.pth"])')
+    _write(tmp_path, {"train.py": text, **FORWARDING_HELPERS})
+    assert _findings(tmp_path, "train.py", select="DDP019") == set()
+
+
+def test_a_checkpointer_method_with_a_leading_parameter_forwards_the_rest(tmp_path):
+    # The same forwarding, written as a method of a class in the script, after a step parameter.
+    train = """\
+        import os
+
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+        class Checkpointer:
+            def __init__(self, every):
+                self.every = every
+
+            def maybe_save(self, step, *args):
+                if step % self.every == 0 and dist.get_rank() == 0:
+                    torch.save(*args)
+
+
+        def main():
+            dist.init_process_group("nccl")
+            local_rank = int(os.environ["LOCAL_RANK"])
+            net = DDP(torch.nn.Linear(16, 4).cuda(local_rank), device_ids=[local_rank])
+            saver = Checkpointer(every=100)
+            for step in range(1000):
+                net(torch.randn(8, 16).cuda(local_rank)).sum().backward()
+                saver.maybe_save(step, {{"model": {model}.state_dict(), "step": step}}, "ckpt.pth")
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    _write(tmp_path, {"train.py": train.format(model="net")})
+    assert _findings(tmp_path, "train.py", select="DDP019") == {("train.py", 24, "DDP019")}
+    _write(tmp_path, {"train.py": train.format(model="net.module")})
+    assert _findings(tmp_path, "train.py", select="DDP019") == set()
+
+
+# --- pretrained parts loaded by the project's networks are not the run's checkpoints -------------
+
+PART_TRAIN = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from losses import PerceptualLoss
+
+
+    def train(model, loader, epochs, resume=None):
+        criterion = PerceptualLoss("vgg16.pth")
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(epochs):
+            for image, target in loader:
+                optimizer.zero_grad()
+                criterion(model(image), target).backward()
+                optimizer.step()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        model = DDP(torch.nn.Conv2d(3, 3, 3).cuda(local_rank), device_ids=[local_rank])
+        train(model, make_loader(), 10)
+        if dist.get_rank() == 0:
+            torch.save(model.state_dict(), "final.pth")
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+PART_LOSSES = """\
+    import sys
+
+    import torch
+    import torch.nn as nn
+
+
+    class Features(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+
+        def forward(self, x):
+            return self.body(x)
+
+
+    class PerceptualLoss(nn.Module):
+        def __init__(self, weights):
+            super().__init__()
+            self.features = Features()
+            state = torch.load(weights, map_location="cpu")
+            # the published weights were saved from a DataParallel model
+            self.features.load_state_dict({k.replace("module.", ""): v for k, v in state.items()})
+
+        def forward(self, x, y):
+            return (self.features(x) - self.features(y)).abs().mean()
+
+
+    if __name__ == "__main__":
+        features = Features()
+        features.load_state_dict(torch.load(sys.argv[1], map_location="cpu"))
+        print(features(torch.randn(1, 3, 32, 32)).shape)
+    """
+
+
+def test_a_loss_network_that_renames_its_pretrained_parts_reads_no_run_checkpoint(tmp_path):
+    # The constructor renames the keys of the weights it loads into a part of itself; the self-test
+    # at the foot of its module loads a file as it is. Neither says how the run's checkpoints are read,
+    # and handing the DDP model to a training function that builds this loss loads nothing into it.
+    _write(tmp_path, {"train.py": PART_TRAIN, "losses.py": PART_LOSSES})
+    assert _findings(tmp_path, "train.py", select="DDP019") == {("train.py", 26, "DDP019")}
+
+
+def test_a_training_function_that_resumes_into_the_ddp_model_round_trips(tmp_path):
+    text = _variant(PART_TRAIN, '        criterion = PerceptualLoss("vgg16.pth")\n',
+                    '        criterion = PerceptualLoss("vgg16.pth")\n'
+                    '        if resume:\n'
+                    '            model.load_state_dict(torch.load(resume, map_location="cpu"))\n')
+    _write(tmp_path, {"train.py": text, "losses.py": PART_LOSSES})
+    assert _findings(tmp_path, "train.py", select="DDP019") == set()
+
+
+def test_a_network_that_loads_its_whole_self_through_a_renaming_still_strips(tmp_path):
+    # A network class that loads a checkpoint into itself, renaming `module.` keys, can read the
+    # run's checkpoints: the project strips the prefix.
+    losses = _variant(PART_LOSSES, "self.features.load_state_dict(", "self.load_state_dict(")
+    _write(tmp_path, {"train.py": PART_TRAIN, "losses.py": losses})
+    assert _findings(tmp_path, "train.py", select="DDP019") == set()

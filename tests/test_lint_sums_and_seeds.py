@@ -399,6 +399,63 @@ def test_a_pretrained_library_network_trains_with_dropout(tmp_path):
     # A tokenizer loads no network: nothing in the job drops out.
     text = script.format(cls="AutoTokenizer", wrap="True")
     assert _lint(tmp_path, {"train.py": text}, "train.py", "DDP029") == set()
+    # Built from a configuration, with no sharding in sight: its configuration may set no dropout.
+    text = script.format(cls="AutoModelForCausalLM", wrap="True").replace(
+        'AutoModelForCausalLM.from_pretrained("gpt2")', "AutoModelForCausalLM.from_config(args.config)")
+    assert _lint(tmp_path, {"train.py": text}, "train.py", "DDP029") == set()
+
+
+def test_a_tokenizer_loaded_for_a_sharded_loader_is_no_draw(tmp_path):
+    # A job whose only `from_pretrained` is a tokenizer's (in the project's data module) draws
+    # nothing while it trains: the same seed on every rank changes nothing. A network loaded the
+    # same way trains with its dropout and is reported.
+    data = """\
+        from torch.utils.data import DataLoader
+        from torch.utils.data.distributed import DistributedSampler
+        from transformers import {cls}
+
+
+        class TextData:
+            def __init__(self, path, batch_size):
+                self.tokenizer = {cls}.from_pretrained("bert-base-uncased")
+                self.rows = open(path).read().split("\\n")
+                self.batch_size = batch_size
+
+            def train_loader(self):
+                return DataLoader(self.rows, batch_size=self.batch_size, sampler=DistributedSampler(self.rows))
+        """
+    script = """\
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from data import TextData
+
+
+        def main():
+            torch.manual_seed(1234)
+            dist.init_process_group("nccl")
+            model = DDP(torch.nn.Linear(768, 2).cuda())
+            for batch in TextData("train.txt", 32).train_loader():
+                model(batch).sum().backward()
+
+
+        if __name__ == "__main__":
+            main()
+        """
+    for cls in ("AutoTokenizer", "BertTokenizerFast", "LlamaTokenizer"):
+        files = {"train.py": script, "data.py": data.format(cls=cls)}
+        assert _lint(tmp_path, files, "train.py", "DDP029") == set(), cls
+    files = {"train.py": script, "data.py": data.format(cls="AutoModel")}
+    assert _lint(tmp_path, files, "train.py", "DDP029") == {("train.py", 9, "DDP029")}
+    # A library network built from a configuration read with `from_pretrained` trains with the
+    # dropout that configuration sets.
+    text = script.replace("torch.nn.Linear(768, 2)",
+                          'AutoModelForCausalLM.from_config(AutoConfig.from_pretrained("gpt2"))')
+    text = text.replace("from data import TextData", "from data import TextData\n"
+                        "        from transformers import AutoConfig, AutoModelForCausalLM")
+    files = {"train.py": text, "data.py": data.format(cls="AutoTokenizer")}
+    assert _lint(tmp_path, files, "train.py", "DDP029") == {("train.py", 10, "DDP029")}
 
 
 # --- DDP008: what a set-up helper writes into the flag's entry -----------------------------------

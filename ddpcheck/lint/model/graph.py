@@ -918,6 +918,48 @@ class CallGraph:
             position -= 1
         return argument(call.node, param.name, position)
 
+    def star_passed(self, site: CallSite, position: int) -> list[tuple[CallSite, cst.BaseExpression]]:
+        """What the callers of `site`'s function pass at `position` of `site` when `site` forwards
+        its function's `*args` there (`def save_on_master(*args, **kwargs): torch.save(*args,
+        **kwargs)` called as `save_on_master(net.state_dict(), path)`: position 0 is the caller's
+        `net.state_dict()`). Empty when the position is not forwarded from `*args` or a caller
+        passes a `*` of its own before it (nothing known)."""
+        scope = site.scope.function
+        if scope is None or not isinstance(scope.node, cst.FunctionDef):
+            return []
+        params = scope.node.params
+        star = params.star_arg
+        if not isinstance(star, cst.Param):
+            return []
+        before = 0  # positional arguments of `site` before its `*args`
+        for arg in site.node.args:
+            if arg.keyword is not None:
+                continue
+            if arg.star == "*":
+                if not (isinstance(arg.value, cst.Name) and arg.value.value == star.name.value):
+                    return []
+                break
+            if arg.star:
+                return []
+            before += 1
+        else:
+            return []
+        index = position - before
+        if index < 0:
+            return []
+        fixed = len(params.posonly_params) + len(params.params)
+        function = Function(site.module, scope.qualname)
+        out: list[tuple[CallSite, cst.BaseExpression]] = []
+        for call, bound in self.callers(function):
+            if bound in ("spawn", "process", "constructor"):
+                continue
+            wanted = fixed + index - (1 if bound else 0)
+            positional = [a for a in call.node.args if a.keyword is None]
+            if any(a.star for a in positional[: wanted + 1]) or wanted >= len(positional):
+                continue
+            out.append((call, positional[wanted].value))
+        return out
+
     def callers(self, function: Function) -> list[tuple[CallSite, str]]:
         """Known calls of `function`: in its own module, and the calls that reached it from the
         linted file (see Model.reach)."""

@@ -15,11 +15,18 @@ if TYPE_CHECKING:
 
 # Dropout itself, in code (not in comments or docstrings).
 _DROPOUT = re.compile(r"Dropout|\bdropout\w*\s*\(|\bdrop_?path|\bdrop_prob|dropout\w*\s*[:=]\s*0?\.\d*[1-9]")
+# A library network loaded with its weights (`BertModel.from_pretrained(...)`,
+# `timm.create_model(...)`): it trains with the dropout its configuration sets. A tokenizer's,
+# configuration's or processor's `from_pretrained` loads no network and draws nothing.
+_LIBRARY_NETWORK_PATTERN = (
+    r"\b(?!\w*(?:Tokenizer(?:Fast)?|Config|Processor|Extractor)\b)\w+\.from_pretrained\s*\(|\btimm\.create_model\s*\(")
 # Draws the model makes in the training process itself (dropout), whatever its DataLoader workers do.
 _MODEL_DRAWS = re.compile(
     r"Dropout|\bdropout\w*\s*\(|\bdrop_?path|\bdrop_prob|dropout\w*\s*[:=]\s*0?\.\d*[1-9]"
-    # Library models train with their own dropout (hidden_dropout_prob, drop_rate).
-    r"|\.from_pretrained\s*\(|\btimm\.create_model\s*\("
+    # Library models train with their own dropout (hidden_dropout_prob, drop_rate); one built
+    # from a configuration (`AutoModelForCausalLM.from_config(config)`) may: a draw where the data
+    # is sharded, not the dropout that alone reports a run with no sharding (`model_drops_out`).
+    + "|" + _LIBRARY_NETWORK_PATTERN + r"|\b\w*Model\w*\.from_config\s*\("
 )
 _DRAWS = re.compile(
     _MODEL_DRAWS.pattern
@@ -76,11 +83,7 @@ def model_draws_random(model: Model) -> bool:
     return bool(found)
 
 
-# A library network loaded with its weights (`BertModel.from_pretrained(...)`,
-# `timm.create_model(...)`): it trains with the dropout its configuration sets (a tokenizer's,
-# configuration's or processor's `from_pretrained` loads no network).
-_LIBRARY_NETWORK = re.compile(
-    r"\b(?!\w*(?:Tokenizer|Config|Processor|Extractor)\b)\w+\.from_pretrained\s*\(|\btimm\.create_model\s*\(")
+_LIBRARY_NETWORK = re.compile(_LIBRARY_NETWORK_PATTERN)
 
 
 # A project network with a `from_pretrained` of its own copies a library network's weights into

@@ -11,12 +11,12 @@ from pathlib import Path
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Target
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.semantic import Model
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, subexpressions
+from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 
 Strips = Callable[[str], bool]  # whether a piece of code removes the prefix from state-dict keys
 
@@ -33,9 +33,14 @@ def _is_load(model: Model, site: CallSite) -> bool:
 
 
 def _loading_code(module: ModuleModel, site: CallSite) -> str:
-    """The code around a load: its function's, or the module's for module-level code."""
+    """The code around a load: its function's, or for module-level code the module's own
+    statements (a network's constructor that renames a backbone's keys is not the code of a
+    self-test at the foot of its module)."""
     function = site.scope.function
-    return module.code(function.node) if function is not None else module.source
+    if function is not None:
+        return module.code(function.node)
+    return "\n".join(module.code(statement) for statement in module.tree.body
+                     if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)))
 
 
 def loaded_through_stripper(model: Model, strips: Strips) -> bool:
@@ -97,10 +102,27 @@ def project_strips(model: Model, strips: Strips) -> bool:
     checkpoints carry it and reads them back without it."""
     for module in _readers(model, strips):
         for site in module.calls:
-            if _is_load(model, site) and (strips(_loading_code(module, site)) or (
+            if _is_load(model, site) and not _loads_a_part(model, module, site) and (strips(_loading_code(module, site)) or (
                     site.method == "load_state_dict" and _through_stripper(model, site, strips))):
                 return True
     return False
+
+
+def _loads_a_part(model: Model, module: ModuleModel, site: CallSite) -> bool:
+    """`site` is in the constructor of a network class that loads state dicts only into its
+    parts (`backbone.load_state_dict(...)`, `self.encoder.load_state_dict(...)`): pretrained
+    weights of a sub-network, whose keys cannot be a whole model's checkpoint, so renaming them
+    says nothing about how the run's checkpoints are read."""
+    function = site.scope.function
+    owner = site.scope.class_scope
+    path = resolved_path(module.path)
+    if function is None or owner is None or path is None or not function.qualname.endswith(".__init__"):
+        return False
+    if not model.graph.is_subclass(Target(None, path, owner.qualname, "class"), api.MODULE_BASE):
+        return False
+    loads = [c for c in module.calls if c.method == "load_state_dict" and c.scope.function is function]
+    receivers = [dotted(c.receiver) if c.receiver is not None else None for c in loads]
+    return bool(loads) and all(r is not None and r != "self" for r in receivers)
 
 
 def project_loads_wrapped(model: Model, files: frozenset[str] = frozenset()) -> bool:

@@ -105,20 +105,30 @@ def at_site(model: Model, site: CallSite, base: cst.BaseExpression) -> list[Stac
 def saved_state_dicts(model: Model) -> Iterator[tuple[CallSite, Value, cst.Call, CallSite]]:
     """`x.state_dict()` calls whose result a `torch.save(...)` writes (directly or inside the
     object it saves): (the save, the value holding the call, the `.state_dict()` call node, its
-    CallSite)."""
+    CallSite). A call of a save helper that forwards its `*args` to `torch.save` (`save_on_master(
+    net.state_dict(), path)`) is the save of what it passes."""
     for save in model.paths.sites():
         if model.api(save) != api.SAVE:
             continue
         obj = save.arg("obj", 0)
-        if obj is None:
+        if obj is not None:
+            passed = [(save, obj)]
+        else:
+            # `torch.save(*args, **kwargs)` in a save helper: what its callers pass.
+            passed = model.graph.star_passed(save, 0)
+        for call, expr in passed:
+            yield from _state_dicts_in(model, call, expr)
+
+
+def _state_dicts_in(model: Model, save: CallSite, obj: cst.BaseExpression
+                    ) -> Iterator[tuple[CallSite, Value, cst.Call, CallSite]]:
+    for value in model.values.at_call(save, obj):
+        node = value.node
+        if not isinstance(node, cst.CSTNode):
             continue
-        for value in model.values.at_call(save, obj):
-            node = value.node
-            if not isinstance(node, cst.CSTNode):
-                continue
-            for sd in expressions(node):
-                if isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute) \
-                        and sd.func.attr.value == "state_dict" and not sd.args:
-                    where = value.module.call_at(sd)
-                    if where is not None:
-                        yield save, value, sd, where
+        for sd in expressions(node):
+            if isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute) \
+                    and sd.func.attr.value == "state_dict" and not sd.args:
+                where = value.module.call_at(sd)
+                if where is not None:
+                    yield save, value, sd, where

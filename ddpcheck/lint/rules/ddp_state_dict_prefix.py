@@ -29,13 +29,25 @@ class DdpStateDictPrefix(Rule):
     key(s) in state_dict: "module.conv1.weight", ...`, or, with `strict=False`, silently loads
     nothing and evaluates a randomly initialised model.
 
+    Reported at the `state_dict()` call whose result `torch.save` writes, directly, inside the
+    object it saves, or through a project save helper: one that takes the object as a parameter,
+    or forwards its `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`
+    called as `save_on_master(model.state_dict(), path)`; a caller that passes a `*` of its own
+    is not read).
+
     Informational, since a project may always load into a DDP model. Not reported when the file
-    loads checkpoints into the DDP model itself (unless a plain-model script beside it — a
+    loads checkpoints into the DDP model itself (also by handing it to a project function that
+    loads a state dict read from a file in its own body, or through a call that passes the model
+    on; not a training function that only builds a loss network loading its own pretrained
+    weights) (unless a plain-model script beside it — a
     single-GPU twin of the training script — reads them through the same project loader),
     strips the prefix (`"module."` appears in the file, or `consume_prefix_in_state_dict_if_present`
     is used), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
-    strips it (an inference or export script the run never imports) or, saving nothing and
+    strips it (an inference or export script the run never imports; not a network's constructor
+    that renames the keys of pretrained weights it loads into one of its parts, `self.backbone.
+    load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes
+    defined in that module) or, saving nothing and
     running no distributed job itself, loads them into a model a `DataParallel` wrapper holds
     (its keys carry the same prefix; a script that saves too counts where the code around its
     load names the file the run saves, such as a single-GPU twin resuming from `best.pth`), saves
@@ -226,12 +238,38 @@ class DdpStateDictPrefix(Rule):
                     is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)
                 ):
                     found = True
-            elif site.target is not None and site.target.external is None and any(
-                is_ddp(model, v) for a in site.node.args for v in model.values.at_call(site, a.value)
-            ) and {"load_state_dict", "load"} <= model.facts.of_call(site):
-                found = True
-                loaders += [f for f, _ in model.graph.targets(site)]
+            elif site.target is not None and site.target.external is None:
+                passed = [a for a in site.node.args
+                          if any(is_ddp(model, v) for v in model.values.at_call(site, a.value))]
+                if not passed or not {"load_state_dict", "load"} <= model.facts.of_call(site):
+                    continue
+                targets = [(f, b) for f, b in model.graph.targets(site)
+                           if self._loads_into(f, _receiving(site, f, b, passed), 2)]
+                if targets:
+                    found = True
+                    loaders += [f for f, _ in targets]
         return found
+
+    def _loads_into(self, function: Function, names: set[str] | None, depth: int) -> bool:
+        """`function` loads a state dict read from a file in its own body, or through a call that
+        passes on one of `names` (its parameters that receive the DDP model; None: not known):
+        not only into a network it builds for itself (a perceptual loss's pretrained VGG)."""
+        model = self.model
+        calls = function.module.calls_in(function.qualname)
+        if any(c.method == "load_state_dict" for c in calls) and any(model.api(c) == api.LOAD for c in calls):
+            return True
+        if depth <= 1:
+            return False
+        for call in calls:
+            if names is not None and not any(
+                    isinstance(n, cst.Name) and n.value in names
+                    for a in call.node.args for n in subexpressions(a.value)):
+                continue
+            if not {"load_state_dict", "load"} <= model.facts.of_call(call):
+                continue
+            if any(self._loads_into(f, None, depth - 1) for f, _ in model.graph.targets(call)):
+                return True
+        return False
 
     def _loader_strips(self) -> bool:
         """A function of the run that loads a state dict handles keys that start with `module.`
@@ -271,6 +309,30 @@ class DdpStateDictPrefix(Rule):
 def _inner_module(node: object) -> bool:
     """`x.module`: the model a wrapper holds."""
     return isinstance(node, cst.Attribute) and node.attr.value == "module"
+
+
+def _receiving(site: CallSite, function: Function, bound: str, passed: list[cst.Arg]) -> set[str] | None:
+    """The parameters of `function` that take the arguments `passed` at `site` (None: not known)."""
+    node = function.module.functions.get(function.qualname)
+    if node is None or bound in ("spawn", "process"):
+        return None
+    params = [*node.params.posonly_params, *node.params.params]
+    shift = 1 if bound else 0
+    names: set[str] = set()
+    positional = 0
+    for arg in site.node.args:
+        if arg.star:
+            return None
+        if arg.keyword is not None:
+            if arg in passed:
+                names.add(arg.keyword.value)
+            continue
+        if arg in passed:
+            if positional + shift >= len(params):
+                return None
+            names.add(params[positional + shift].name.value)
+        positional += 1
+    return names
 
 
 def _strips_prefix(source: str) -> bool:

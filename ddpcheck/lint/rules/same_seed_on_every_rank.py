@@ -46,7 +46,8 @@ class SameSeedOnEveryRank(Rule):
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
     sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors or
-    Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout — in the file
+    Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout, not a tokenizer's or a
+    configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
     gets the same command line) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
@@ -70,7 +71,9 @@ class SameSeedOnEveryRank(Rule):
     GPU draws from that generator). A library network loaded with its weights
     (`AutoModel.from_pretrained(...)`, `timm.create_model(...)`, not a tokenizer's or a
     configuration's `from_pretrained`, nor one whose weights a project network with its own
-    `from_pretrained` copies) counts as dropout. Not
+    `from_pretrained` copies) counts as dropout; one built from its configuration
+    (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
+    as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
     same function or `__main__` block (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
