@@ -11,6 +11,7 @@ from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, Modul
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, expressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
 # Parameters that hand a batch source its rank, and the number of ranks.
 _RANK_PARAMS = frozenset({"rank", "shard", "shard_id"})
@@ -336,7 +337,8 @@ class UnreducedShardMetric(Rule):
                     and current.target.value.value in scope.assignments:
                 held = reduced if self._reduces(root, current.value, loop) else plain
                 held.add(current.target.value.value)
-            stack.extend(children(current))
+            if type(current) not in NO_STATEMENTS_BELOW:  # (an augmented assignment is a statement)
+                stack.extend(children(current))
         return out | (plain - reduced)
 
     def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
@@ -407,11 +409,13 @@ class UnreducedShardMetric(Rule):
         out: set[str] = set()
         if any(loop.node in c.loops and model.facts.does(c, "collective") for c in root.calls):
             return out  # the loop reduces as it goes (`dist.all_reduce(correct)` before `meter.update(correct)`)
+        sites = [site for site in root.calls
+                 if site.method == "update" and loop.node in site.loops and site.scope is loop.scope]
+        if not sites:
+            return out  # (before the text test below: generating a loop's code costs more than the rest)
         if "backward(" in root.source and "backward(" in code_only(root.code(loop.node)):
             return out  # a training loop, its step perhaps in a closure defined in it: the loss is one rank's by design
-        for site in root.calls:
-            if site.method != "update" or loop.node not in site.loops or site.scope is not loop.scope:
-                continue
+        for site in sites:
             func = site.node.func
             if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) \
                     or model.facts.does(site, "collective"):
