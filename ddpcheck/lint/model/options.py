@@ -125,3 +125,33 @@ def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bo
         return False
     holds = wanted == given if isinstance(operator, cst.Equal) else wanted in given
     return holds == negated
+
+
+def default_takes(module: ModuleModel, test: cst.BaseExpression, negated: bool) -> bool | None:
+    """Whether the command line's defaults take the arm of `test` (`negated`: its else): True
+    or False when an option `module` declares decides it — `args.use_deepspeed` with
+    `default=False` (or `action="store_true"`) is off, `args.model == "VisNet"` holds when
+    `--model` defaults to "VisNet" — None when not known."""
+    if default_rules_out(module, test, negated):
+        return False
+    if default_rules_out(module, test, not negated):
+        return True
+    inverted = False
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, inverted = test.expression, not inverted
+    if not (isinstance(test, cst.Attribute) and isinstance(test.value, cst.Name)):
+        return None
+    attr = test.attr.value
+    found = _options(module).get(attr)
+    if found is None:
+        return None
+    default, action = found
+    if isinstance(default, cst.Name) and default.value in ("True", "False", "None"):
+        value = default.value == "True"
+    elif default is None and action in ("store_true", "store_false"):
+        value = action == "store_false"
+    else:
+        return None
+    if re.search(rf"\.{attr}\s*(=[^=]|[-+*/|&]=)", module.source) or "vars(" in module.source:
+        return None
+    return (value != inverted) != negated
