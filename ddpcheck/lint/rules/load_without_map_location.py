@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.alternatives import one_per_value
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.model.module import CallSite
@@ -50,6 +51,10 @@ class LoadWithoutMapLocation(Rule):
     (`scheduler.load_state_dict(torch.load(path))`, the receiver built by
     `torch.optim.lr_scheduler` or named `scheduler`/`lr_sched`/`scaler`): their state dicts hold
     Python numbers only (step counts, base rates, the scale as a float), so nothing lands on a GPU.
+    One checkpoint loaded one way or another in the arms of one `if` chain (`if cfg.HORIZON == 1:
+    state = torch.load(w1)` / `elif ...: state = torch.load(w6)`, each bound to the same name) is
+    reported once: in the arm the command line's defaults take (`else` of `if args.use_fsdp:`),
+    else the first.
 
     ## How to fix
     Pass `map_location="cpu"` (then `load_state_dict` copies into the model wherever it lives) or
@@ -266,6 +271,7 @@ class LoadWithoutMapLocation(Rule):
             return
         pinned: bool | None = None
         built = self._network_loads()
+        found: list[CallSite] = []
         for site in [*model.paths.sites(), *built]:
             if model.api(site) != api.LOAD or site.has_star_kwargs:
                 continue
@@ -284,8 +290,11 @@ class LoadWithoutMapLocation(Rule):
                 pinned = self._one_gpu_per_process()
             if pinned:
                 return  # every process sees its own GPU as cuda:0
+            found.append(site)
+        # One checkpoint loaded one way or another in the arms of one `if` chain is one load.
+        for site in one_per_value(found):
             related = built[site] if site in built else model.paths.chain(site)
-            if given is not None:
+            if site.arg("map_location", 1) is not None:
                 self.report(site.node, self.NO_MATCH_MESSAGE, module=site.module, related=related)
                 continue
             fix = _add_map_location(site.node) if site.module is model.root else None

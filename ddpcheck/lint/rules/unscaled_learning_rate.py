@@ -7,6 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.alternatives import one_per_value
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
@@ -83,6 +84,9 @@ defines no function or class, only values),
     A schedule handed the optimizer with a count of steps (`total_steps=...`, a name such as
     `total_steps`, or a number computed from `len(loader)`) does not scale the rate, even when
     that count depends on the world size through the loader's sampler.
+    One optimizer built one way or another in the arms of one `if` chain (`if args.model_type ==
+    "A": optimizer = Adam(..., lr=2e-4)` / `else: optimizer = AdamW(..., lr=1e-3)`, both bound to
+    the same name) is reported once: in the arm the command line's defaults take, else the first.
     Severity is info: a rate tuned for the global batch at a fixed world
     size is fine, and this rule cannot know that.
 
@@ -196,6 +200,7 @@ defines no function or class, only values),
         if any(self._splits_steps_by_rank(m) for m in modules.values()):
             return
         reported: set[int] = set()  # the optimizers reported
+        found: dict[CallSite, tuple[cst.CSTNode, list[Value]]] = {}
         for site in sites:
             name = model.api(site)
             if name == api.ZERO_OPTIMIZER:
@@ -228,6 +233,10 @@ defines no function or class, only values),
             passed = [v for v in values if lr is not None and self._through_parameter(site, lr)
                       or model.values.default_in_use(v)]
             reported.add(id(site.node))
+            found[site] = (where, passed)
+        # One optimizer built one way or another in the arms of one `if` chain is one optimizer.
+        for site in one_per_value(list(found)):
+            where, passed = found[site]
             if passed and isinstance(passed[0].node, cst.CSTNode):
                 # The literal is passed in by a caller (`build_optimizer(model, lr=0.01)`):
                 # report where it is written.
