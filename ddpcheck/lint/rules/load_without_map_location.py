@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.alternatives import one_per_value
+from ddpcheck.lint.model.alternatives import bound_name, one_per_value
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.ddp import per_rank_or_memory
 from ddpcheck.lint.model.module import CallSite
@@ -15,6 +15,9 @@ from ddpcheck.lint.rule import Invalid, Replace, Rule
 
 # Names of objects whose state dict holds no tensors: learning-rate schedulers, grad scalers.
 _TENSORLESS_OWNER = re.compile(r"(^|_)(lr_)?sched(uler)?s?$|(^|_)(grad_|amp_)?scaler$", re.I)
+
+# What a loader of data is built from: the loaded object is data, not a checkpoint.
+_DATA_CLASSES = (api.DATALOADER, api.DATASET)
 
 # Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
 _DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus", re.I)
@@ -39,7 +42,10 @@ class LoadWithoutMapLocation(Rule):
     a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU, or when the
     load reads one of many files per pass of a loop (`for path in shard_files: torch.load(path)`,
     `files[i]` in `for i in order:`: data read in shards) and nothing in that loop restores a
-    state dict (`load_state_dict`: an ensemble of checkpoints is reported). Also not
+    state dict (`load_state_dict`: an ensemble of checkpoints is reported), or when what
+    is loaded is handed to a `DataLoader`, a `Dataset`, or a project function that builds one
+    (`graphs = torch.load(shard)` then `make_loader(graphs, batch, rank)`) and never to a
+    `load_state_dict`: preprocessed data, not a checkpoint. Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
     `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
     run takes, a load in a method of a plain class of the script that nothing calls (its only
@@ -286,6 +292,8 @@ class LoadWithoutMapLocation(Rule):
                 continue  # cached data, or a file this rank saved from its own GPU
             if self._saved_from_cpu(site) or self._in_the_launcher(site) or self._tensorless_state(site):
                 continue
+            if self._used_as_data(site):
+                continue
             if pinned is None:
                 pinned = self._one_gpu_per_process()
             if pinned:
@@ -448,6 +456,39 @@ class LoadWithoutMapLocation(Rule):
             return not restores
         return False
 
+    def _used_as_data(self, site: CallSite) -> bool:
+        """What the load reads is data, not a checkpoint: the name it is bound to is handed to a
+        DataLoader, to a Dataset the project defines, or to a project function that builds one
+        of those (`graphs = torch.load(shard)` then `loader = make_loader(graphs, batch, rank)`),
+        and never to a `load_state_dict` (nor an entry of it: `ckpt["model"]`)."""
+        name = bound_name(site)
+        if name is None:
+            return False
+        data = False
+        for call in site.module.calls_in(site.scope.qualname):
+            if call.index <= site.index:
+                continue
+            handed = [a.value for a in call.node.args]
+            if not any(_reads(value, name) for value in handed):
+                continue
+            if call.method == "load_state_dict":
+                return False  # a checkpoint after all
+            if any(isinstance(v, cst.Name) and v.value == name for v in handed) and self._builds_data(call):
+                data = True
+        return data
+
+    def _builds_data(self, call: CallSite) -> bool:
+        """`call` makes a DataLoader or a Dataset, itself or in the body of the project function
+        it runs (`make_loader(graphs, ...)` returning `DataLoader(...)`)."""
+        model = self.model
+        if any(model.makes(call, kind) for kind in _DATA_CLASSES):
+            return True
+        for function, _ in model.graph.targets(call):
+            if any(model.makes(inner, kind) for inner in function.module.calls_in(function.qualname)
+                   for kind in _DATA_CLASSES):
+                return True
+        return False
+
     def _cached_data(self, site: CallSite) -> bool:
         path = site.arg("f", 0)
         if path is None:
@@ -459,6 +500,11 @@ class LoadWithoutMapLocation(Rule):
             if isinstance(node, cst.CSTNode) and _DATA_WORDS.search(value.module.code(node)):
                 return True
         return False
+
+
+def _reads(node: cst.CSTNode, name: str) -> bool:
+    """`node` reads the local `name` (`ckpt`, `ckpt["model"]`, `ckpt.get("model")`)."""
+    return any(isinstance(sub, cst.Name) and sub.value == name for sub in subexpressions(node))
 
 
 def _to_cpu(node: cst.CSTNode) -> bool:
