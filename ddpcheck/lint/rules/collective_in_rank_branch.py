@@ -11,7 +11,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
@@ -67,7 +67,10 @@ class CollectiveInRankBranch(Rule):
     forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
     whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
     forward of a project network with no buffers to broadcast (no norm layer with running
-    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none); a
+    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none —
+    read from the code of the network's class, its project bases and the classes of its file
+    that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
+    for the encoder); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
     -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
     as `if args.local_rank not in [-1, 0] and not evaluate:` where `evaluate` is a function of
@@ -540,8 +543,8 @@ class CollectiveInRankBranch(Rule):
             instance = self.model.graph.instance_of(value)
             if instance is None:
                 return True  # an outside model: buffers unknown
-            if any(_holds_buffers(module.source) for module, _ in self.model.graph.mro(*instance)) or \
-                    self._imports_buffers(instance[0]):
+            if any(_holds_buffers(_class_source(module, info)) for module, info in self.model.graph.mro(*instance)) \
+                    or self._imports_buffers(instance[0]):
                 return True
         return False
 
@@ -591,6 +594,27 @@ def _statement_index(guard: Guard, call: cst.Call) -> int | None:
         if any(sub is call for sub in subexpressions(statement)):
             return index
     return None
+
+
+def _class_source(module: ModuleModel, info: ClassInfo) -> str:
+    """The code of `module` that can make up an instance of the class `info`: the module less the
+    other classes it defines that the class does not name, directly or through a class it names
+    (a model file with a BatchNorm head class beside a LayerNorm encoder: the encoder's code has
+    no buffers)."""
+    code = {name: module.code(c.node) for name, c in module.classes.items() if "." not in name}
+    named = {info.qualname.split(".")[0]}
+    todo = list(named)
+    while todo:
+        text = code.get(todo.pop(), "")
+        for other in code:
+            if other not in named and re.search(rf"\b{re.escape(other)}\b", text):
+                named.add(other)
+                todo.append(other)
+    source = module.source
+    for name, text in code.items():
+        if name not in named:
+            source = source.replace(text, "", 1)
+    return source
 
 
 def _holds_buffers(source: str) -> bool:
