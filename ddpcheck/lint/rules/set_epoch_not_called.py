@@ -80,7 +80,10 @@ class SetEpochNotCalled(Rule):
     samplers (by their names) are not reported: their order does not change a metric; nor is a
     loader read only without gradients (under `torch.no_grad()` / `inference_mode()`, a block
     or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
-    epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path).
+    epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path), nor one
+    whose dataset is, on every path, a project class whose `__getitem__` never reads the index it
+    is given (it draws each item from an on-line generator or at random): the order changes
+    nothing.
 
     A project helper handed the loader that starts it over each time it runs out (`def
     endless(iterable): it = iter(iterable); while True: ... except StopIteration: it =
@@ -440,7 +443,7 @@ class SetEpochNotCalled(Rule):
             found = feed(model, site) or self._project_feed(site)
             if found is None or id(found.sampler.node) in seen or not self._shuffles(found.sampler):
                 continue
-            if self._evaluation(found):
+            if self._evaluation(found) or self._order_free(found):
                 continue
             seen.add(id(found.sampler.node))
             feeds.append(found)
@@ -504,6 +507,30 @@ class SetEpochNotCalled(Rule):
                 message = self.RESTART.format(helper=module.code(node.func), sampler=expression)
             self.report(node, message, fix=fix, module=module,
                         related=[made] if made is not None else [])
+
+    def _order_free(self, found: Feed) -> bool:
+        """The loader's dataset is, on every path, an instance of a project class whose
+        `__getitem__` never reads the index it is given (it draws each item from an on-line
+        generator or at random): the order the sampler hands out changes nothing."""
+        model = self.model
+        loader = found.loader
+        dataset = loader.arg("dataset", 0)
+        values = model.values.at_call(loader, dataset) if dataset is not None else []
+        if not values:
+            return False
+        for value in values:
+            instance = model.graph.instance_of(value)
+            getitem = model.graph.method(*instance, "__getitem__") if instance is not None else None
+            if getitem is None:
+                return False
+            params = getitem.params()
+            node = getitem.module.functions.get(getitem.qualname)
+            if len(params) != 2 or params[1].index != 1 or node is None:
+                return False
+            body = code_only(getitem.module.code(node.body))
+            if re.search(rf"\b{re.escape(params[1].name)}\b", body) or re.search(r"\blocals\(|\bvars\(", body):
+                return False
+        return True
 
     def _project_feed(self, loader: CallSite) -> Feed | None:
         """A loader fed by a project sampler written like DistributedSampler (it splits by
