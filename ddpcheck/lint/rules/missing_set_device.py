@@ -7,6 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import uses_cuda
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.syntax import string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
@@ -29,7 +30,9 @@ class MissingSetDevice(Rule):
     as a worker it spawns from another module), and nowhere calls `torch.cuda.set_device(...)`, enters
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
     with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too; a list of
-    GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none). A device held
+    GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none;
+    nor does a read of the variable, such as a log line that names the GPU, or a line left
+    commented out). A device held
     in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
@@ -157,8 +160,14 @@ class MissingSetDevice(Rule):
         shared = [a for a in visible if _several_devices(a.node, root)]
         if len(shared) < len(visible):
             return
-        mentions = root.source.count("'CUDA_VISIBLE_DEVICES'") + root.source.count('"CUDA_VISIBLE_DEVICES"')
-        if mentions > len(shared):
+        # Other mentions may set it another way (`env={"CUDA_VISIBLE_DEVICES": ...}`); a comment,
+        # or a read of it (a log line naming the GPU), sets nothing.
+        code = code_only(root.source)
+        mentions = code.count("'CUDA_VISIBLE_DEVICES'") + code.count('"CUDA_VISIBLE_DEVICES"')
+        reads = sum(1 for a in root.env if not a.written and a.key == "CUDA_VISIBLE_DEVICES")
+        reads += sum(1 for c in root.calls if model.api(c) in api.ENV_GETTERS and model.api(c) != "os.environ.setdefault"
+                     and string_text(c.arg("key", 0)) == "CUDA_VISIBLE_DEVICES")
+        if mentions - reads > len(shared):
             return
         cuda = [c for c in root.calls if uses_cuda(model, c)]
         if not cuda and not any(uses_cuda(model, c) for c in model.paths.sites() if c.module is not root):
