@@ -163,7 +163,9 @@ class MissingDistributedSampler(Rule):
     themselves) or by a project class or builder that keeps its own rank's part (`i % world ==
     rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`; also when it is handed rows such a builder returned:
     `QADataset(load_rows(path, rank, world))`, through a name), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
-    on every rank costs time but is not wrong. A builder's loader goes by the names its callers
+    on every rank costs time but is not wrong — also a loader in a builder's branch that its
+    training call's arguments close and every other call binds to an evaluation name (`val_loader
+    = make_loader(ds, tag="val")`, a method's `self.valid_loader = self._loader("valid", False)`). A builder's loader goes by the names its callers
     bind it to, except callers whose arguments rule its branch out (`make_loader(cfg,
     tag="train")` never gets the loader of the `else` of `if tag == "train":`). A loader built by a function of another module of
     the project (`build_loader(cfg)`) is reported there, with the call that leads to it. A
@@ -364,10 +366,32 @@ class MissingDistributedSampler(Rule):
         known = self._known_names(site)
         if any(is_eval_name(name) for name in known) and not any("train" in name.lower() for name in known):
             return False  # handed on as `test_loader`, kept in a dict that is: an evaluation loader
+        if self._built_for_evaluation_only(site):
+            return False
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
         if model.paths.never(site) is not None or model.paths.dead(site):
             return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)
+        return True
+
+    def _built_for_evaluation_only(self, site: CallSite) -> bool:
+        """The loader is made in a builder that its training call never lets reach it: every call
+        of the builder whose arguments leave the loader's branch open (`tag="val_x2"` past `if
+        tag == "train":`, where the training loader gets its sampler) binds what it returns to
+        an evaluation name (`val_loader_x2 = make_data_loader(..., tag="val_x2")`), and at least
+        one other call's arguments close that branch."""
+        model = self.model
+        frames = [f for f in model.values.frames(site) if f is not None]
+        if len(frames) < 2:
+            return False
+        live = [f for f in frames if model.paths.never(site, f) is None]
+        if not live or len(live) == len(frames):
+            return False
+        for frame in live:
+            call = frame.call
+            names = call.module.assigned_names(call.node)
+            if not names or not all(is_eval_name(n) and "train" not in n.lower() for n in names):
+                return False
         return True
 
     def _known_names(self, site: CallSite) -> set[str]:
