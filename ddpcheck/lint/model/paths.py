@@ -418,7 +418,7 @@ class Paths:
         signal.SIGTERM, handler)`): it runs only when the process is interrupted."""
         module = function.module
         installed = any(
-            (c.dotted or "").endswith("signal.signal") and len(c.node.args) >= 2
+            self.model.api(c) == "signal.signal" and len(c.node.args) >= 2
             and dotted(c.node.args[1].value) in (function.name, f"self.{function.name}")
             for c in module.calls)
         if not installed:
