@@ -167,6 +167,39 @@ _SHARED, _PARAM, _ITEM, _ELEMENT, _LEAF, _IFEXP, _BOOLEAN, _NAME, _CALL, _SUBSCR
 _BRANCH: dict[type, int] = {}
 
 
+def _bypassed(point: Point | None, bindings: Sequence[tuple[Binding, Point | None]], at: Point | None) -> list[Guard]:
+    """The `if`s without `else` that rebind the name between `point` and the use `at` (`if
+    isinstance(model, DDP): model = model.module` after `def run(model):`): the binding at `point`
+    reaches `at` only where each of their tests is false, as the negated guards returned."""
+    if point is None or at is None:
+        return []
+    held = {id(g.node) for g in at.guards}
+    passed: list[Guard] = []
+    for _, later in bindings:
+        if later is None or not later.guards or not point.tick < later.tick < at.tick or later.loops != at.loops:
+            continue
+        *outer, last = later.guards
+        if not isinstance(last.node, cst.If) or last.node.orelse is not None or last.negated \
+                or id(last.node) in held or any(id(g.node) not in held for g in outer):
+            continue
+        passed.append(Guard(last.test, True, last.node))
+    return passed
+
+
+def _falsy_literal(node: object) -> bool | None:
+    """Whether a leaf is a literal that is false (`None`, `False`, `0`, `""`, `[]`), true (a
+    non-zero number, a non-empty string, `True`), or, for anything else, unknown (None)."""
+    if isinstance(node, cst.Name) and node.value in ("None", "False", "True"):
+        return node.value != "True"
+    if isinstance(node, (cst.Integer, cst.Float)):
+        return node.evaluated_value == 0
+    if isinstance(node, cst.SimpleString):
+        return node.evaluated_value in ("", b"")
+    if isinstance(node, (cst.List, cst.Tuple, cst.Dict, cst.Set)) and not node.elements:
+        return True
+    return None
+
+
 def _branch(node: object) -> int:
     if isinstance(node, Shared):
         branch = _SHARED
@@ -315,8 +348,13 @@ class Values:
             assert isinstance(node, cst.BooleanOperation)
             # `a or b` is b only where a is false, `a and b` only where a is true: b's leaves are
             # chosen under that condition, as an arm of `b if a else ...` would be.
-            yield from self._eval(module, node.left, scope, frame, depth - 1, seen, at)
-            condition = Guard(node.left, isinstance(node.operator, cst.Or), node)
+            # A left leaf known to be false (`loss_fn or self.model.loss` with `loss_fn=None` left at
+            # its default) is never the value of `or`; one known to be true never that of `and`.
+            either = isinstance(node.operator, cst.Or)
+            for value in self._eval(module, node.left, scope, frame, depth - 1, seen, at):
+                if _falsy_literal(value.node) is not either:
+                    yield value
+            condition = Guard(node.left, either, node)
             for value in self._eval(module, node.right, scope, frame, depth - 1, seen, at):
                 yield Value(value.module, value.node, value.scope, value.frame, value.at, value.arms + (condition,))
         else:
@@ -442,12 +480,13 @@ class Values:
         if bindings:
             inner_frame = frame if owner is scope else self._frame_for(owner, frame)
             for binding, point in bindings:
-                if point is not None and point.guards and any(self._never(module, g, owner, inner_frame)
-                                                              for g in point.guards):
+                passed = _bypassed(point, bindings, at) if owner is scope else []
+                guards = (*point.guards, *passed) if point is not None else tuple(passed)
+                if guards and any(self._never(module, g, owner, inner_frame) for g in guards):
                     continue  # `else:` of `if args.use_ema:` where that flag is always on
                 values = self._eval(module, binding, owner, inner_frame, depth - 1, seen, point)
-                if point is not None and point.guards:
-                    values = self._unwrapped(values, module, point.guards)
+                if guards:
+                    values = self._unwrapped(values, module, guards)
                 yield from values
             return
         if isinstance(node, cst.Attribute):

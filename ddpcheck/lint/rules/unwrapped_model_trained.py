@@ -29,7 +29,11 @@ class UnwrappedModelTrained(Rule):
 
     The model is followed through `torch.compile` (the compiled wrapper forwards attribute reads, so
     `torch.compile(ddp_model).module` is the module inside DDP) and through the project: `net = model.module if isinstance(model, DDP)
-    else model` in a helper, a property that returns `self.model.module`, a method of the inner
+    else model` in a helper, or `if type(model) == DDP: model = model.module` before
+    `model.forward(x)` (an `if` without `else` rebinds the name on the runs it is handed a
+    wrapper), a wrapper kept only for its module (`self.model = DDP(net).module`), a loss method
+    held in a variable (`loss_fn = loss_fn or self.model.calculate_loss`, the default `None`
+    left), a property that returns `self.model.module`, a method of the inner
     module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
     step function when that method runs the network's own layers), a part of it that has weights
     of its own (`vae.module.encoder(x)` then `vae.module.decoder(z)`: a submodule set to a layer
@@ -245,6 +249,8 @@ class UnwrappedModelTrained(Rule):
             return None
         if isinstance(func, cst.Name) and func.value == "self":
             return None  # a network calling itself in its own method: the call of that method counts
+        if isinstance(func, cst.Attribute) and func.attr.value == "forward" and not _on_self(func):
+            func = func.value  # `net.forward(x)` runs what `net(x)` runs, minus the hooks
         values = self.model.values.at_call(site, func)
         if any(holds_ddp(self.model, v) and before(v, site) for v in values):
             return None
