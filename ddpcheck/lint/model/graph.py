@@ -331,7 +331,30 @@ class CallGraph:
                 return out
         if site is not None:
             out += self._dataclass_field(module, info, site, made.frame, attr)
+        if not out:
+            out = self._class_attribute(module, info, made, attr)
         return out
+
+    def _class_attribute(self, module: ModuleModel, info: ClassInfo, made: Value, attr: str) -> list[Value]:
+        """`cfg.lr` on an instance of a plain settings class (`class TrainConfig: lr = 5e-5`, then
+        `cfg = TrainConfig()`): the value its class body (or a project base's) assigns. Unknown
+        for a dataclass (a command-line binder fills its defaults), for a class with a base from
+        outside the project (a settings library's), and where the instance's or the class's
+        module sets attributes by name (`setattr(cfg, key, value)` from a file)."""
+        chain = self.mro(module, info)
+        if any(_is_dataclass(m, c) for m, c in chain):
+            return []
+        for owner_module, owner in chain:
+            for base in self.bases(owner_module, owner):
+                if self.class_at(base) is None and dotted(base) != "object":
+                    return []
+        if any(_sets_by_name(m) for m in {id(made.module): made.module, id(module): module}.values()):
+            return []
+        for owner_module, owner in chain:
+            body = [b for b in owner.scope.assignments.get(attr, ()) if isinstance(b, cst.BaseExpression)]
+            if body:
+                return [Value(owner_module, b, owner.scope, None) for b in body]
+        return []
 
     def _dataclass_field(self, module: ModuleModel, info: ClassInfo, site: CallSite, frame: Frame | None,
                          attr: str) -> list[Value]:
@@ -1037,6 +1060,11 @@ _EXTERNAL_BASES = {
     "torch.utils.data.SubsetRandomSampler": "torch.utils.data.Sampler",
     "torch.utils.data.WeightedRandomSampler": "torch.utils.data.Sampler",
 }
+
+
+def _sets_by_name(module: ModuleModel) -> bool:
+    """The module writes attributes by name (`setattr(cfg, k, v)`, `cfg.__dict__.update(...)`)."""
+    return bool(re.search(r"\bsetattr\(|__dict__\.update\(|vars\([^)]*\)\.update\(", module.source))
 
 
 def _is_dataclass(module: ModuleModel, info: ClassInfo) -> bool:

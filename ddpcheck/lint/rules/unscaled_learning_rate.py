@@ -55,8 +55,10 @@ class UnscaledLearningRate(Rule):
     root instead; either way the learning rate should be a decision about the global batch.)
 
     Reported only where the value is visibly a constant — a number literal, a name assigned
-    only from number literals, or an entry the script itself sets to one (`cfg["lr"] = 1e-3`
-    after `cfg = load_config()`) — and nothing in it or in the names it comes from mentions the
+    only from number literals, an entry the script itself sets to one (`cfg["lr"] = 1e-3`
+    after `cfg = load_config()`), or an attribute of a plain settings class of the script
+    (`class TrainConfig: lr = 5e-5`, `cfg = TrainConfig()`; not a dataclass, whose defaults a
+    command-line binder may fill, nor one whose attributes the script sets by name) — and nothing in it or in the names it comes from mentions the
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
     The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
     own and is read the same way. A learning rate read from the command line, a config file
