@@ -345,8 +345,12 @@ class CallGraph:
         if any(_is_dataclass(m, c) for m, c in chain):
             return []
         for owner_module, owner in chain:
-            for base in self.bases(owner_module, owner):
-                if self.class_at(base) is None and dotted(base) != "object":
+            for base in owner.bases:
+                name = dotted(base)
+                if name == "object":
+                    continue
+                target = self.model.resolver.name(owner_module, name, owner.scope.parent) if name else None
+                if target is None or self.class_at(target) is None:
                     return []
         if any(_sets_by_name(m) for m in {id(made.module): made.module, id(module): module}.values()):
             return []
