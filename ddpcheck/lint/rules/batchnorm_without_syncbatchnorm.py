@@ -30,7 +30,11 @@ _REBOUND_BATCHNORM = re.compile(
 _TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
 _BUILDS = re.compile(r"\bBatchNorm[123]d\s*\(")
 _OTHER_NORM_BUILT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm)\s*\(")
-_CONVERSION = re.compile(r"SyncBatchNorm[ \t]*[.(]|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
+_CONVERSION = re.compile(r"SyncBatchNorm[ \t]*\.|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
+# `nn.SyncBatchNorm(c)` built directly: the layers of that code are synchronised; the BatchNorm
+# layers that other modules of the network build are not (a backbone with SyncBatchNorm beside a
+# decoder with BatchNorm2d).
+_SYNC_LAYER = re.compile(r"SyncBatchNorm[ \t]*\(")
 # Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
 # help=...)`): its option strings and help text. A flag nothing reads converts nothing.
 _DECLARATION = re.compile(r"""(["'])-{1,2}[\w-]+\1|\bhelp[ \t]*=[ \t]*(["'])(?:(?!\2).)*\2""")
@@ -81,7 +85,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     count), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
-    `--sync-bn` option that is declared but never read converts nothing.
+    `--sync-bn` option that is declared but never read converts nothing. Code that builds
+    `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
+    module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
 
     Each model wrapped is reported once (a teacher and its student both); a second model only
     when it is itself known to hold BatchNorm, not because the script builds BatchNorm somewhere.
@@ -314,7 +320,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             texts = [code_only(t) for t in self._network_texts(made)]
             if any(_converts(t) for t in texts):
                 continue
-            if texts and any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
+            if texts and any(_unsynced_batchnorm(t) for t in texts):
                 return True
             instance = graph.instance_of(made)
             if instance is not None and depth > 0:
@@ -369,7 +375,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         texts = [code_only(t) for t in self._instance_texts(instance)]
         if any(_converts(t) for t in texts):
             return False
-        return any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts) \
+        return any(_unsynced_batchnorm(t) for t in texts) \
             or self._class_builds_batchnorm(*instance, set())
 
     def _attached(self, made: Value) -> list[Value]:
@@ -483,8 +489,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if builder[1:] in module.functions and not _binds(module.functions[builder[1:]], call):
                 continue  # its parameters do not fit this call: not the builder the name picks
             texts = [code_only(t) for t in [text, *self._imported_texts(module)]]
-            if any(_converts(t) for t in texts) \
-                    or not any(_BATCHNORM_TEXT.search(_without_rebound(t)) for t in texts):
+            if any(_converts(t) for t in texts) or not any(_unsynced_batchnorm(t) for t in texts):
                 return False
             found += 1
         return found > 0
@@ -509,6 +514,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             seen.add(id(owner))
             if _converts(owner_module.source):
                 return False
+            if _SYNC_LAYER.search(code_only(owner_module.source)):
+                continue  # its own layers are built synchronised
             for function in owner.methods.values():
                 for site in owner_module.calls_in(function):
                     if _builds_batchnorm(self.model.api(site)) or self._builds_configured_batchnorm(site):
@@ -831,6 +838,11 @@ class _DropBranches(cst.CSTTransformer):
         if id(original) in self.ids:
             return updated.with_changes(body=cst.IndentedBlock(body=[cst.SimpleStatementLine(body=[cst.Pass()])]))
         return updated
+
+
+def _unsynced_batchnorm(text: str) -> bool:
+    """Code that builds torch's BatchNorm layers and no SyncBatchNorm layer of its own."""
+    return bool(_BATCHNORM_TEXT.search(_without_rebound(text))) and not _SYNC_LAYER.search(text)
 
 
 def _converts(text: str) -> bool:
