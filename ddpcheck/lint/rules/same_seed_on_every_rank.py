@@ -551,6 +551,11 @@ class SameSeedOnEveryRank(Rule):
             return False
         if int_value(node) is not None:
             return True
+        if isinstance(node, cst.Call) and dotted(node.func) in ("int", "float", "str") and len(node.args) == 1 \
+                and not node.args[0].star and value.scope.owner_of(dotted(node.func) or "") is None:
+            # `int(args.seed)`: a conversion of a value that is the same everywhere.
+            inner = self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
+            return bool(inner) and all(self._constant(v, resolve) for v in inner)
         # A command-line option (`args.seed`) is the same on every rank, whatever its default
         # (`if args.seed is not None: torch.manual_seed(args.seed)` seeds only when it is given).
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
@@ -656,7 +661,7 @@ _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
 _LIBRARY_SEEDERS = frozenset({
     "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
-    "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed",
+    "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed", "recbole.utils.init_seed", "recbole.utils.utils.init_seed",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 # Functions that set up a run (its environment, its seeds), as named.
