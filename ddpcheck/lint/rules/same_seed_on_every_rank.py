@@ -40,7 +40,7 @@ class SameSeedOnEveryRank(Rule):
     deliberate, and the effect is a loss of diversity, not wrong gradients.
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
-    seeders such as `transformers.set_seed`) that runs on every rank of a file whose DataLoader
+    seeders such as `transformers.set_seed` or RecBole's `init_seed`) that runs on every rank of a file whose DataLoader
     uses a DistributedSampler (built in the file or in a project function it calls), that hands
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
@@ -49,7 +49,7 @@ class SameSeedOnEveryRank(Rule):
     Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout, not a tokenizer's or a
     configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
-    gets the same command line) or a field of a configuration that every rank loads the same way
+    gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
     clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
