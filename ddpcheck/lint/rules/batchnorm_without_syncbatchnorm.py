@@ -85,7 +85,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     count), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
-    `--sync-bn` option that is declared but never read converts nothing. Code that builds
+    `--sync-bn` option that is declared but never read converts nothing. A library network named
+    by a string (`eval("torchvision.models." + args.model)` with `--model` defaulting to
+    `resnet18`) is read by the names the string may hold. Code that builds
     `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
     module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
 
@@ -467,6 +469,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if not (isinstance(func, cst.Call) and dotted(func.func) == "eval" and len(func.args) == 1) \
                 or made.scope.lookup("eval"):
             return False
+        if self._library_network_by_name(made, func.args[0].value):
+            return True
         parts = _string_parts(func.args[0].value)
         if len(parts) < 3 or not isinstance(parts[0], str) or not isinstance(parts[-1], str):
             return False
@@ -493,6 +497,26 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 return False
             found += 1
         return found > 0
+
+    def _library_network_by_name(self, made: Value, text: cst.BaseExpression) -> bool:
+        """`eval("torchvision.models." + args.model)(pretrained=True)`: a library's network
+        named by a prefix and a value whose strings are known (literals, an option's default);
+        True when every name it may hold is a network made of BatchNorm layers."""
+        prefix: str | None = None
+        named: cst.BaseExpression | None = None
+        if isinstance(text, cst.BinaryOperation) and isinstance(text.operator, cst.Add):
+            prefix, named = string_text(text.left), text.right
+        elif isinstance(text, cst.FormattedString) and len(text.parts) == 2 \
+                and isinstance(text.parts[0], cst.FormattedStringText) \
+                and isinstance(text.parts[1], cst.FormattedStringExpression):
+            prefix, named = text.parts[0].value, text.parts[1].expression
+        if prefix is None or named is None or not prefix.endswith(".") or string_text(named) is not None:
+            return False
+        target = self.model.resolver.name(made.module, prefix[:-1], made.scope)
+        if target is None or target.external is None:
+            return False
+        names = self._names_of(made, named)
+        return bool(names) and all(n.isidentifier() and _builds_batchnorm(f"{target.external}.{n}") for n in names)
 
     def _names_of(self, made: Value, expr: cst.BaseExpression) -> list[str]:
         """The strings `expr` may hold: literals, or the default of the command-line option it reads."""
