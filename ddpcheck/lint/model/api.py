@@ -141,6 +141,11 @@ MPI_RANK_METHODS = frozenset({"Get_rank", "rank"})
 SYNC_BATCHNORM = "torch.nn.SyncBatchNorm"
 CONVERT_SYNC_BATCHNORM = "torch.nn.SyncBatchNorm.convert_sync_batchnorm"
 COMPILE = "torch.compile"
+# Dicts whose entries are read as attributes (`cfg = EasyDict({"lr": 1e-3})`, then `cfg.lr`), and
+# namespaces made from keywords (`SimpleNamespace(lr=1e-3)`).
+ATTRIBUTE_DICTS = frozenset({"easydict.EasyDict", "addict.Dict", "addict.addict.Dict", "munch.Munch", "munch.munchify",
+                             "attrdict.AttrDict", "ml_collections.ConfigDict", "types.SimpleNamespace",
+                             "argparse.Namespace"})
 BATCHNORMS = frozenset(
     f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
 ) | frozenset({

@@ -58,7 +58,9 @@ class UnscaledLearningRate(Rule):
     only from number literals, an entry the script itself sets to one (`cfg["lr"] = 1e-3`
     after `cfg = load_config()`), or an attribute of a plain settings class of the script
     (`class TrainConfig: lr = 5e-5`, `cfg = TrainConfig()`; not a dataclass, whose defaults a
-    command-line binder may fill, nor one whose attributes the script sets by name) — and nothing in it or in the names it comes from mentions the
+    command-line binder may fill, nor one whose attributes the script sets by name) or of an
+    attribute dict the script fills with literals (`cfg = EasyDict({"emb_size": 768})`,
+    `SimpleNamespace(lr=1e-3)`), also inside arithmetic (`cfg.emb_size ** -0.5`, a Noam rate) — and nothing in it or in the names it comes from mentions the
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
     The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
     own and is read the same way. A learning rate read from the command line, a config file
@@ -425,7 +427,8 @@ defines no function or class, only values),
         if isinstance(node, cst.BinaryOperation):
             return self._constant_expr(module, node.left, scope, frame, at, depth) and \
                 self._constant_expr(module, node.right, scope, frame, at, depth)
-        if isinstance(node, cst.Name) and depth > 0:
+        if isinstance(node, (cst.Name, cst.Attribute)) and depth > 0:
+            # (`cfg.emb_size ** -0.5` of an attribute dict the script fills with literals)
             values = self.model.values.of(module, node, scope, frame, at=at)
             return bool(values) and all(v.node is not node and self._constant(v, depth - 1) for v in values)
         return False
