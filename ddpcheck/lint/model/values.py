@@ -186,20 +186,6 @@ def _bypassed(point: Point | None, bindings: Sequence[tuple[Binding, Point | Non
     return passed
 
 
-def _falsy_literal(node: object) -> bool | None:
-    """Whether a leaf is a literal that is false (`None`, `False`, `0`, `""`, `[]`), true (a
-    non-zero number, a non-empty string, `True`), or, for anything else, unknown (None)."""
-    if isinstance(node, cst.Name) and node.value in ("None", "False", "True"):
-        return node.value != "True"
-    if isinstance(node, (cst.Integer, cst.Float)):
-        return node.evaluated_value == 0
-    if isinstance(node, cst.SimpleString):
-        return node.evaluated_value in ("", b"")
-    if isinstance(node, (cst.List, cst.Tuple, cst.Dict, cst.Set)) and not node.elements:
-        return True
-    return None
-
-
 def _branch(node: object) -> int:
     if isinstance(node, Shared):
         branch = _SHARED
@@ -352,7 +338,8 @@ class Values:
             # its default) is never the value of `or`; one known to be true never that of `and`.
             either = isinstance(node.operator, cst.Or)
             for value in self._eval(module, node.left, scope, frame, depth - 1, seen, at):
-                if _falsy_literal(value.node) is not either:
+                truth = _truth(value.node)
+                if truth is None or truth == either:
                     yield value
             condition = Guard(node.left, either, node)
             for value in self._eval(module, node.right, scope, frame, depth - 1, seen, at):
@@ -1484,13 +1471,15 @@ def _constant(node: object) -> float | str | None:
 
 
 def _truth(node: object) -> bool | None:
-    """The truth of a literal (`False`, `None`, `0`, `""` are false), None if not known."""
+    """The truth of a literal (`False`, `None`, `0`, `0.0`, `""`, `[]` are false), None if not known."""
     if isinstance(node, cst.Name):
         return {"True": True, "False": False, "None": False}.get(node.value)
-    if isinstance(node, cst.Integer):
+    if isinstance(node, (cst.Integer, cst.Float)):
         return node.evaluated_value != 0
     if isinstance(node, cst.SimpleString):
         return bool(node.evaluated_value)
+    if isinstance(node, (cst.List, cst.Tuple, cst.Dict)) and not node.elements:
+        return False
     return None
 
 
