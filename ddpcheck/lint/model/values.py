@@ -579,21 +579,23 @@ class Values:
             if inner is not None:
                 yield from self._eval(base.module, inner, base.scope, base.frame, depth - 1, seen, self._call_point(base))
                 return
-        if call is not None and self.model.api_of(base) in api.ATTRIBUTE_DICTS:
-            # `cfg = EasyDict({"lr": 1e-3})` / `SimpleNamespace(lr=1e-3)`: the attribute is the entry.
-            given = argument(call, attr)
-            if given is not None:
-                yield from self._eval(base.module, given, base.scope, base.frame, depth - 1, seen, self._call_point(base))
-                return
-            source = call.args[0].value if call.args and call.args[0].keyword is None and not call.args[0].star else None
-            found = False
-            if source is not None:
-                for whole in self._eval(base.module, source, base.scope, base.frame, depth - 1, seen, self._call_point(base)):
-                    for entry in self._entry_values(whole, attr, None, depth - 1, seen):
-                        found = True
-                        yield entry
-            if found:
-                return
+            if name in api.ATTRIBUTE_DICTS:
+                # `cfg = EasyDict({"lr": 1e-3})` / `SimpleNamespace(lr=1e-3)`: the attribute is the entry.
+                given = argument(call, attr)
+                if given is not None:
+                    yield from self._eval(base.module, given, base.scope, base.frame, depth - 1, seen,
+                                          self._call_point(base))
+                    return
+                first = call.args[0] if call.args else None
+                found = False
+                if first is not None and first.keyword is None and not first.star:
+                    for whole in self._eval(base.module, first.value, base.scope, base.frame, depth - 1, seen,
+                                            self._call_point(base)):
+                        for entry in self._entry_values(whole, attr, None, depth - 1, seen):
+                            found = True
+                            yield entry
+                if found:
+                    return
         if call is not None and attr in _BASE_ATTRIBUTES:
             # A project subclass of DataLoader or DDP: what it hands torch's constructor.
             site = base.module.call_at(call)
