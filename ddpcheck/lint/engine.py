@@ -35,16 +35,27 @@ def _hooks(rules: Sequence[Rule]) -> tuple[dict[type[cst.CSTNode], list[Hook]], 
     visit: dict[type[cst.CSTNode], list[Hook]] = defaultdict(list)
     leave: dict[type[cst.CSTNode], list[Hook]] = defaultdict(list)
     for rule in rules:
-        for attr in dir(type(rule)):
-            if attr.startswith("visit_"):
-                node_type = getattr(cst, attr[6:], None)
-                if node_type is not None:
-                    visit[node_type].append(getattr(rule, attr))
-            elif attr.startswith("leave_"):
-                node_type = getattr(cst, attr[6:], None)
-                if node_type is not None:
-                    leave[node_type].append(getattr(rule, attr))
+        for visits, node_type, attr in _hook_names(type(rule)):
+            (visit if visits else leave)[node_type].append(getattr(rule, attr))
     return visit, leave
+
+
+# Per rule class, its hooks (a visit or not, node type, method name) in `dir` order: listing a
+# class's attributes for every linted file cost more than some rules' own work.
+_HOOK_NAMES: dict[type, tuple[tuple[bool, type[cst.CSTNode], str], ...]] = {}
+
+
+def _hook_names(kind: type) -> tuple[tuple[bool, type[cst.CSTNode], str], ...]:
+    found = _HOOK_NAMES.get(kind)
+    if found is None:
+        names = []
+        for attr in dir(kind):
+            if attr.startswith(("visit_", "leave_")):
+                node_type = getattr(cst, attr[6:], None)
+                if node_type is not None:
+                    names.append((attr.startswith("visit_"), node_type, attr))
+        found = _HOOK_NAMES[kind] = tuple(names)
+    return found
 
 
 def _build_helper(path: str, source: str, tree: cst.Module, project: Project) -> ModuleModel:
@@ -61,9 +72,12 @@ def lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: Pr
     # per file instead of every few hundred allocations saves about a sixth of the lint's CPU.
     collecting = gc.isenabled()
     gc.disable()
+    held = project if project is not None else _RUN_PROJECT
+    held.hold(True)
     try:
         return _lint_source(path, source, rules, project, noqa)
     finally:
+        held.hold(False)
         if collecting:
             gc.enable()
 

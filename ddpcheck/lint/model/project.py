@@ -183,12 +183,30 @@ class Project:
         self._models: dict[Path, tuple[Stamp, ModuleModel | None]] = {}
         self._linted: dict[Path, ModuleModel] = {}
         self._passes: dict[tuple[Path, Callable[[str], bool]], tuple[Stamp, bool]] = {}
+        # While one file is linted (see hold): each module's size and mtime, read once. Rules
+        # ask about every file of the project for each file they lint: a stat per question cost
+        # more than the questions.
+        self._held: dict[Path, tuple[Stamp, str | None]] | None = None
         self.parsed = 0  # module models built from a parse of a helper (tests and benchmarks read it)
         self.dropped = 0  # module models let go of (replaced or past _MAX_MODULES): the run's garbage
         self.build: Callable[[str, str, cst.Module, Project], ModuleModel] | None = None
 
     # --- text and index ----------------------------------------------------------------------
+    def hold(self, held: bool) -> None:
+        """Check each module's size and mtime once until `hold(False)` (one file's lint) instead
+        of at every question."""
+        self._held = {} if held else None
+
     def _text(self, path: Path) -> tuple[Stamp, str | None]:
+        held = self._held
+        if held is None:
+            return self._read(path)
+        found = held.get(path)
+        if found is None:
+            found = held[path] = self._read(path)
+        return found
+
+    def _read(self, path: Path) -> tuple[Stamp, str | None]:
         try:
             stat = path.stat()
         except OSError:

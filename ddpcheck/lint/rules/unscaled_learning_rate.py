@@ -1,7 +1,8 @@
 from __future__ import annotations
 
+import functools
 import re
-from typing import Callable
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -496,15 +497,40 @@ def _counts(arg: cst.Arg) -> bool:
     return any(isinstance(sub, cst.Call) and dotted(sub.func) == "len" for sub in subexpressions(arg.value))
 
 
+@functools.lru_cache(maxsize=64)  # asked of the reached project modules' texts for every file
 def _divides_batch_by_world(text: str) -> bool:
     """The global batch split by the world size (`batch_size // world_size`, `accum_steps //=
     get_world_size()`); not a batch size that is itself a divisor of something else
     (`len(data) / self.batch_size / self.num_replicas` counts batches per rank)."""
-    for m in _DIVIDES_BY_WORLD.finditer(text):
+    for m in _world_divisions(text):
         before = re.sub(r"[\w.]*$", "", text[:m.start()]).rstrip()
         if not before.endswith("/"):
             return True
     return False
+
+
+def _world_divisions(text: str) -> Iterator[re.Match[str]]:
+    """`_DIVIDES_BY_WORLD.finditer(text)`. Every match starts with one of its three words, and
+    the case-insensitive pattern, tried at every character, is slow: on ASCII text (where
+    lowering is exactly IGNORECASE) it is tried only where a word starts."""
+    if not text.isascii():
+        yield from _DIVIDES_BY_WORLD.finditer(text)
+        return
+    lower = text.lower()
+    starts: list[int] = []
+    for word in ("batch", "accum", "micro"):
+        at = lower.find(word)
+        while at >= 0:
+            starts.append(at)
+            at = lower.find(word, at + 1)
+    end = 0
+    for at in sorted(starts):
+        if at < end:
+            continue
+        m = _DIVIDES_BY_WORLD.match(text, at)
+        if m is not None:
+            yield m
+            end = m.end()
 
 
 def _is_one(node: object) -> bool:
