@@ -292,14 +292,16 @@ GATHERED_PREDICTIONS = """\
 def test_gathered_predictions_averaged_whole_count_the_padding(tmp_path):
     # Every rank's per-sample hits gathered and averaged as they are: the sampler's repeated
     # samples count twice, as with an all-reduce of sums.
-    for use in ("return (hits.sum() / len(hits)).item()", "return hits.mean().item()"):
+    # A count of the gathered rows counts the repeats too (the padded length, not the set's).
+    for use in ("return (hits.sum() / len(hits)).item()", "return hits.mean().item()", "return len(hits)"):
         _write(tmp_path, {"train.py": GATHERED_PREDICTIONS.replace("{use}", use)})
         assert _findings(tmp_path, "train.py", select="DDP018") == {("train.py", 30, "DDP018")}, use
 
 
 def test_gathered_predictions_trimmed_to_the_set_stay_clean(tmp_path):
-    # Trimmed to the dataset's length before the mean (a rebinding), or only counted: exact.
+    # Trimmed to the dataset's length before the mean (a rebinding), or the repeats dropped by
+    # sample index: exact.
     for use in ("hits = hits[:len(loader.dataset)]\n        return hits.mean().item()",
-                "return len(hits)"):
+                "return torch.unique(hits, dim=0).mean().item()"):
         _write(tmp_path, {"train.py": GATHERED_PREDICTIONS.replace("{use}", use)})
         assert _findings(tmp_path, "train.py", select="DDP018") == set(), use

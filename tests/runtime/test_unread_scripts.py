@@ -79,8 +79,11 @@ def test_cpu_script_sees_no_gpu_evaluates_on_every_rank_and_is_timed(tmp_path):
     proc, data, mark = ddpcheck_run(["--nproc", "2", "--show-skipped", str(script), "--epochs", "7"], tmp_path)
     assert_no_survivors(mark)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.count("CUDA available: False") == 2, proc.stdout
-    assert proc.stdout.count("Number of GPUs available: 0") == 2
+    # Both ranks print to one stream: `print(a, b)` writes its parts separately, so the two
+    # ranks' lines may interleave between the parts; each part is one write.
+    assert proc.stdout.count("CUDA available:") == 2, proc.stdout
+    assert proc.stdout.count("Number of GPUs available:") == 2, proc.stdout
+    assert "available: True" not in proc.stdout, proc.stdout
     found = findings(data)
     assert list(found) == ["DDP115"], [f["message"] for f in data["findings"]]
     advice = found["DDP115"]

@@ -105,6 +105,14 @@ def _steps_optimizer_at_its_level(node: cst.CSTNode) -> bool:
     return False
 
 
+def _evaluation_loop(function: cst.FunctionDef) -> bool:
+    """`function` holds a loop that calls no `backward()` and steps no optimizer, nor do the
+    loops nested in it."""
+    return any(isinstance(loop, (cst.For, cst.While)) and not any(
+        isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("backward", "step")
+        for n in subexpressions(loop)) for loop in subexpressions(function.body))
+
+
 def _capped_loop(scope: cst.CSTNode) -> bool:
     """`scope` holds an evaluation loop (no `backward()`) over `enumerate(...)` that breaks once
     its counter reaches a bound: `for k, batch in enumerate(loader): if k >= n: break`; or one
@@ -171,6 +179,27 @@ def _averaged_whole(gather: CallSite) -> bool:
     return False
 
 
+# Calls that drop repeated rows or cut a gathered batch to a length.
+_TRIMS = frozenset({"unique", "narrow", "drop_duplicates", "set", "fromkeys"})
+
+
+def _trims(scope: cst.CSTNode) -> bool:
+    """`scope` cuts rows to a length (`x[:n]`, `x[a:b]`; a cut along a later dimension, `y[:,
+    :n]`, keeps every row), drops repeats (`np.unique`, `set(ids)`) or keys rows by sample
+    (`dict(zip(ids, preds))`)."""
+    for node in subexpressions(scope):
+        if isinstance(node, cst.Subscript) and node.slice and isinstance(node.slice[0].slice, cst.Slice) \
+                and node.slice[0].slice.upper is not None:
+            return True
+        if not isinstance(node, cst.Call):
+            continue
+        name = (dotted(node.func) or "").rsplit(".", 1)[-1]
+        if name in _TRIMS or name in ("dict", "OrderedDict") and any(
+                isinstance(a.value, cst.Call) and dotted(a.value.func) == "zip" for a in node.args):
+            return True
+    return False
+
+
 def _split_key(expr: cst.BaseExpression) -> str | None:
     """The string key of a split taken from a dict of them (`datasets["test"]` → "test")."""
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
@@ -206,9 +235,14 @@ class PaddedEvalSampler(Rule):
 
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
     passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
-    `all_reduce` and gathers predictions (`all_gather*`, `gather*`), which lets it drop the
-    padding before computing the metric; gathered per-rank values that are then averaged
-    (`mean(all_gather(loss))`) count the padding like an all-reduce. Project samplers written like
+    `all_reduce` and the predictions it gathers (`all_gather*`, `gather*`) are cut to the set's
+    length (`preds[:len(dataset)]`) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
+    where they are gathered or where the gathering function's result is used, a helper that
+    gathers included; gathered rows used whole (`accuracy_score(torch.cat(labels),
+    torch.cat(preds))`) and gathered per-rank values that are then averaged
+    (`mean(all_gather(loss))`) count the padding like an all-reduce. A gather in a training
+    step collects training statistics, not the evaluation's; an evaluation function with its own
+    loop counts wherever it is called from. Project samplers written like
     `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too, and so
     do project subclasses of it: `drop_last` is read from what their constructor hands
     `super().__init__`, and one with its own `__iter__` counts only when that pads to
@@ -269,11 +303,12 @@ class PaddedEvalSampler(Rule):
         dist.all_reduce(correct)
         """,
         """
-        # Predictions are gathered: the padding can be dropped before the metric.
+        # Predictions are gathered and cut to the set's length: the padding is dropped.
         import torch.distributed as dist
         from torch.utils.data.distributed import DistributedSampler
         test_sampler = DistributedSampler(test_set, shuffle=False)
         dist.all_gather_object(outputs, preds)
+        preds = sum(outputs, [])[:len(test_set)]
         """,
         """
         # No metric is reduced across ranks.
@@ -317,11 +352,32 @@ class PaddedEvalSampler(Rule):
             """,
             lines=(9,),
         ),
+        Invalid(
+            """
+            # Every rank's predictions gathered whole and scored: the repeats are scored too.
+            import torch
+            import torch.distributed as dist
+            from sklearn.metrics import accuracy_score
+            from torch.utils.data import DataLoader, DistributedSampler
+            def evaluate(model, loader):
+                preds = torch.cat([model(x).argmax(1) for x, _ in loader])
+                labels = torch.cat([y for _, y in loader])
+                parts = [torch.zeros_like(preds) for _ in range(dist.get_world_size())]
+                dist.all_gather(parts, preds)
+                targets = [torch.zeros_like(labels) for _ in range(dist.get_world_size())]
+                dist.all_gather(targets, labels)
+                return accuracy_score(torch.cat(targets), torch.cat(parts))
+            val_sampler = DistributedSampler(val_set, shuffle=False)
+            val_loader = DataLoader(val_set, sampler=val_sampler)
+            print(evaluate(model, val_loader))
+            """,
+            lines=(14,),
+        ),
     ]
 
     def finish(self) -> None:
         model = self.model
-        samplers = [s for s in model.paths.sites() if pads(model, s)]
+        samplers = [s for s in model.paths.sites() if pads(model, s) and model.paths.never(s) is None]
         if not samplers:
             return
         # (a reduction in a helper of the script that nothing calls reduces nothing)
@@ -329,8 +385,11 @@ class PaddedEvalSampler(Rule):
         sites = [c for c in model.paths.sites() if not model.paths.uncalled(c)]
         averaged = {id(a.value) for c in sites if c.dotted in _AVERAGES or (model.api(c) or "") in _AVERAGES
                     for a in c.node.args}
-        gathers = [c for c in sites if model.api(c) in api.GATHERS or self._gathering_helper(c)]
-        averaged |= {id(c.node) for c in gathers if self._reducing_helper(c) or _averaged_whole(c)}
+        # (a gather in a training step collects training statistics, not the evaluation's)
+        gathers = [c for c in sites if (model.api(c) in api.GATHERS or self._gathering_helper(c))
+                   and not self._in_training_loop(c)]
+        averaged |= {id(c.node) for c in gathers
+                     if self._reducing_helper(c) or _averaged_whole(c) or self._kept_whole(c, 2)}
         reductions = [c for c in sites if model.api(c) in api.SUM_REDUCTIONS]
         checks_only = bool(reductions) and all(self._connectivity_check(c) for c in reductions)
         synced = any(self._synced_metric(c) for c in sites)
@@ -347,10 +406,33 @@ class PaddedEvalSampler(Rule):
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
-                    "metric is all-reduced, so some samples count twice; evaluate exactly (gather "
-                    "predictions and trim to len(dataset)) or pass `drop_last=True`",
+                    "metric is reduced over the ranks (all-reduced, or gathered whole), so some samples "
+                    "count twice; evaluate exactly (gather predictions and trim to len(dataset)) or pass "
+                    "`drop_last=True`",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _kept_whole(self, gather: CallSite, depth: int, caller: bool = False) -> bool:
+        """What `gather` collects reaches the metric untrimmed: neither its function nor, where
+        that function returns a value, the functions that call it (up to `depth` callers up)
+        cut the gathered rows to the set's length (`preds[:len(dataset)]`, `.narrow()`) or drop
+        repeats (`unique`, `set()`, a dict keyed by sample); and it runs outside a training
+        step. Such a gather counts the padding's repeats like an all-reduce."""
+        if not caller and self._in_training_loop(gather):
+            return False
+        if _trims(gather.scope.node) or any(_trims(callee.node) for callee, _ in self.model.graph.targets(gather)):
+            return False  # (a gathering helper may trim what it returns: `return merged[:n]`)
+        function = self.model.paths.function_of(gather)
+        if function is None or depth <= 0 or not function.module.returns.get(function.qualname):
+            return True  # (what a function does not return stays where it was gathered)
+        # A function with a loop of its own that trains nothing is an evaluation even when a
+        # training loop calls it (`if step % eval_every == 0: self.evaluate()`); a loss that
+        # gathers features is called from the training step and loops over no data.
+        evaluates = _evaluation_loop(function.node)
+        for call, _ in self.model.graph.callers(function)[:8]:
+            if not evaluates and self._in_training_loop(call) or not self._kept_whole(call, depth - 1, True):
+                return False
+        return True
 
     def _reduces_outside_backward(self, site: CallSite, depth: int, seen: set[int]) -> bool:
         """`site` all-reduces something other than a training step's gradients or weights: an
