@@ -52,6 +52,16 @@ def _assigned_in(loop: cst.CSTNode, name: str) -> Iterator[cst.BaseExpression]:
         stack.extend(children(node))
 
 
+def _on_stop_iteration(call: CallSite) -> bool:
+    """`call` sits in an `except StopIteration:` handler of its function."""
+    for node in subexpressions(call.scope.node):
+        if isinstance(node, cst.ExceptHandler) and node.type is not None \
+                and (dotted(node.type) or "").rsplit(".", 1)[-1] == "StopIteration" \
+                and any(n is call.node for n in subexpressions(node.body)):
+            return True
+    return False
+
+
 class SetEpochNotCalled(Rule):
     """A shuffling DistributedSampler never gets `set_epoch(epoch)`, so every epoch reuses one order.
 
@@ -90,7 +100,10 @@ class SetEpochNotCalled(Rule):
     iter(iterable)`, or a `while True:` around `for batch in loader:`) restarts an epoch on
     each pass of its loop: without a `set_epoch`, each pass repeats the order. When the
     restart is a fresh `iter(...)` of the parameter, the finding is at the call that hands
-    the loader over (`batches = endless(loader)`), since the helper cannot know the epoch.
+    the loader over (`batches = endless(loader)`), since the helper cannot know the epoch. A
+    loader started over in an `except StopIteration:` handler (`self.it = iter(self.loader)` in
+    a `get_batch()` that step-based training calls) is reported at that restart: it is where
+    each epoch begins, and where the `set_epoch` belongs.
 
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
@@ -735,7 +748,10 @@ class SetEpochNotCalled(Rule):
                     # each time it runs out: every restart is an epoch, and none can set it.
                     return call.node, call.module, call.scope, dotted(a.value) or "loader", True
                 # `self.it = iter(self.loader)` when the data runs out, in a `get_batch()` the
-                # step loop calls: each restart is a new epoch.
+                # step loop calls: each restart is a new epoch. Restarted in an `except
+                # StopIteration:` handler, the restart itself is the epoch's start.
+                if _on_stop_iteration(call):
+                    return call.node, call.module, call.scope, dotted(a.value) or "loader", True
                 later.append((call.module, call.scope, dotted(a.value) or "loader", 0))
         for module, scope, name, which in later:
             outer = self._looping_caller(module, scope)
