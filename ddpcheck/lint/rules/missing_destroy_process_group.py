@@ -42,7 +42,8 @@ class MissingDestroyProcessGroup(Rule):
     not count: a run that ends normally never reaches it. Helper modules that are only imported
     are not reported; a module the project's packaging installs as a command (a
     `console_scripts` entry of `setup.py`/`setup.cfg`, `[project.scripts]` of `pyproject.toml`)
-    is a script.
+    is a script, and so is a module that starts the workers itself (`mp.spawn(main_worker,
+    ...)` in one of its functions, which a command of the package calls).
 
     ## How to fix
     Call `torch.distributed.destroy_process_group()` once training and evaluation are done, on
@@ -239,7 +240,10 @@ class MissingDestroyProcessGroup(Rule):
     def finish(self) -> None:
         model = self.model
         sites = model.init_sites()
-        if not sites or not (model.is_entry_point() or model.console_script()):
+        # A module one of whose functions starts the workers (`mp.spawn(main_worker, ...)`) is
+        # where the job starts, even when a command of the package calls that function.
+        if not sites or not (model.is_entry_point() or model.console_script()
+                             or any(model.api(c) in api.SPAWN for c in model.root.calls)):
             return
         root = model.root
         # `destroy_process_group(group)` tears down that group only, not the default one.
