@@ -35,6 +35,9 @@ class Walker(cst.CSTVisitor):
         self.guards: list[Guard] = []
         self.withs: list[cst.With] = []
         self._saved: list[tuple[list[cst.CSTNode], list[Guard], list[cst.With]]] = []
+        # Names a function declares `global`, by the function's scope: what it assigns to them
+        # binds the module's names.
+        self._globals: dict[int, set[str]] = {}
         self._block_marks: list[int] = []  # len(guards) when each indented block was entered
         self._written: set[int] = set()  # subscripts assigned to (`os.environ["K"] = v`)
         self._assigned_attributes: set[int] = set()  # attributes that are assignment targets
@@ -254,10 +257,22 @@ class Walker(cst.CSTVisitor):
             if isinstance(value, cst.BaseExpression):
                 self.module.targets.setdefault(id(value), []).append(name)
 
+    def _global(self, node: cst.Global) -> None:
+        if self.scope.kind == "function":
+            self._globals.setdefault(id(self.scope), set()).update(n.name.value for n in node.names)
+
     def _record(self, name: str, value: cst.BaseExpression | Item | Element | Augmented) -> None:
         scope = self.scope
         self.tick += 1
         point = Point(self.tick, tuple(self.loops), tuple(self.guards))
+        if name in self._globals.get(id(scope), ()):
+            # `global is_distributed` then `is_distributed = True` in `init()`: a binding of the
+            # module's name, made when the function runs (any time, as seen from other code);
+            # its value's own names are the function's.
+            module_scope = self.module.module_scope
+            module_scope.assignments.setdefault(name, []).append(Shared(value, scope, point))
+            module_scope.points.setdefault(name, []).append(None)
+            return
         scope.assignments.setdefault(name, []).append(value)
         scope.points.setdefault(name, []).append(point)
         if name.startswith("self."):
@@ -383,6 +398,7 @@ def _own_attr(node_type: type[_Node], attribute: str,
 
 _OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.Import, Walker._import),
+    _own(cst.Global, Walker._global),
     _own(cst.ImportFrom, Walker._import),
     _own(cst.FunctionDef, Walker._enter_function),
     _own(cst.ClassDef, Walker._enter_class),

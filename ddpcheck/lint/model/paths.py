@@ -413,6 +413,22 @@ class Paths:
             return self._signal_handler_only(function)
         return all(self.on_error_only(c, depth - 1) for c in callers)
 
+    def launcher_only(self, site: CallSite, depth: int = 3) -> bool:
+        """`site` runs only in the process that starts the workers: beside the `mp.spawn(...)`
+        in the same function or block (`mp.spawn(main, ...)` then `cleanup()` in the `__main__`
+        block), or in a project function that every call of the run makes from there, followed
+        `depth` calls up. The workers' process groups are not that process's."""
+        if self.model.api(site) in api.SPAWN:
+            return False  # the function handed to `mp.spawn` runs in the workers
+        if any(self.model.api(c) in api.SPAWN for c in site.module.calls_in(site.scope.qualname)):
+            return True
+        function = self.function_of(site)
+        if function is None or depth <= 0:
+            return False
+        graph = self.model.graph
+        callers = [c for c in self.sites() if any(f == function for f, _ in graph.targets(c))]
+        return bool(callers) and all(self.launcher_only(c, depth - 1) for c in callers)
+
     def _signal_handler_only(self, function: Function) -> bool:
         """A function nothing calls that is installed as a signal handler (`signal.signal(
         signal.SIGTERM, handler)`): it runs only when the process is interrupted."""

@@ -26,6 +26,10 @@ _ABSL_LOCAL_RANK = {"local_rank", "local-rank"}
 _HANDED_TO_ENV = re.compile(r"""environ\s*\[\s*['"]LOCAL_RANK['"]\s*\]\s*=(?!=)[^\n]*""")
 # The parsed namespace turned into a dict or its attributes copied over: any of them may be read.
 _WHOLE_NAMESPACE = re.compile(r"\bvars\s*\(|__dict__|\bsetattr\s*\(|\bupdate\s*\(\s*vars")
+# The namespace kept whole as a record, not read by entry: a dict's value (`{"args": vars(args)}`
+# saved with a checkpoint), printed, or dumped to a file.
+_RECORDED_NAMESPACE = re.compile(
+    r"""['"]\w+['"]\s*:\s*vars\s*\(\s*\w+\s*\)|\b(?:print|pprint|json\.dumps?|yaml\.(?:safe_)?dump)\s*\(\s*vars\s*\(\s*\w+\s*\)""")
 # A command that starts the deprecated launcher (in code, a comment or a docstring), not prose
 # that names it: `-m torch.distributed.launch`, or the module followed by its options or a script.
 _COMMAND = re.compile(
@@ -66,7 +70,9 @@ class DeprecatedLauncher(Rule):
     flag only as a fallback for `LOCAL_RANK`
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported, nor prose that only
     names the launcher ("formerly started with torch.distributed.launch"), nor a flag nothing
-    reads (the ranks come from elsewhere, such as a cluster helper).
+    reads (the ranks come from elsewhere, such as a cluster helper; the namespace kept whole as a
+    record, `{"args": vars(args)}` in a checkpoint or `json.dump(vars(args), f)`, reads no
+    entry).
 
     Launch commands in comments and usage text, and the flag, are reported in scripts (files
     run as `__main__`, or that do their work or parse the command line at module level) that
@@ -359,7 +365,7 @@ class DeprecatedLauncher(Rule):
         for other in {id(m): m for m in [module, *self.model.paths.modules()]}.values():
             # Handing the flag on to the variable (`os.environ["LOCAL_RANK"] =
             # str(args.local_rank)`, where it is not set yet) is the fallback torchrun skips.
-            text = _HANDED_TO_ENV.sub("", code_only(other.source))
+            text = _RECORDED_NAMESPACE.sub("", _HANDED_TO_ENV.sub("", code_only(other.source)))
             if _WHOLE_NAMESPACE.search(text) and not named or quoted.search(text):
                 return True
             for m in attribute.finditer(text):

@@ -37,9 +37,10 @@ class MissingDestroyProcessGroup(Rule):
     the call as a related location) when every `destroy_process_group()` sits under a rank condition (in the `else:` of
     `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. A
     teardown that runs only in an `except` handler (or in a helper called only from one), only
-    in a signal handler (`signal.signal(signal.SIGTERM, handler)` and no other call of it), or in
-    a function of the script that nothing calls does
-    not count: a run that ends normally never reaches it. Helper modules that are only imported
+    in a signal handler (`signal.signal(signal.SIGTERM, handler)` and no other call of it), only
+    in the process that starts the workers (`mp.spawn(main, ...)` then `cleanup()` in the
+    `__main__` block: that process made no group), or in a function of the script that nothing
+    calls does not count: a run that ends normally never reaches it. Helper modules that are only imported
     are not reported; a module the project's packaging installs as a command (a
     `console_scripts` entry of `setup.py`/`setup.cfg`, `[project.scripts]` of `pyproject.toml`)
     is a script, and so is a module that starts the workers itself (`mp.spawn(main_worker,
@@ -252,7 +253,10 @@ class MissingDestroyProcessGroup(Rule):
         # A teardown only in an `except` handler (or a helper called only from one) does not run
         # when training ends normally; nor does one only a signal handler runs, or one in a
         # function of the script that nothing calls.
-        destroys = [c for c in destroys if not model.paths.on_error_only(c) and not model.paths.uncalled(c)]
+        # Nor does one in the process that spawns the workers (`mp.spawn(main, ...)`, then
+        # `cleanup()`): it holds no group, the workers that made theirs never tear them down.
+        destroys = [c for c in destroys if not model.paths.on_error_only(c) and not model.paths.uncalled(c)
+                    and not model.paths.launcher_only(c)]
         if destroys:
             guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
             if all(g is not None for _, g in guarded):
