@@ -168,3 +168,38 @@ def test_a_namespace_saved_whole_reads_no_local_rank_entry(tmp_path):
     # Read by its entry, the flag is the local rank's source, which torchrun never passes.
     _write(tmp_path / "read", {"train.py": FLAGGED.format(record="args.local_rank")})
     assert _findings(tmp_path / "read", "train.py", select="DDP008") == {("train.py", 23, "DDP008")}
+
+
+GLOBAL_MODEL = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = None
+
+
+    def main():
+        global model
+        local_rank = int(os.environ["LOCAL_RANK"])
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+        model = torch.nn.Linear(4, 1).to(device)
+        model = DDP(model, device_ids=[local_rank])
+        train(model)
+        model = torch.load("best.pt", map_location=device)
+        model = model.{move}
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+    """
+
+
+def test_a_global_keeps_the_order_of_its_own_functions_statements(tmp_path):
+    # The model reloaded after training is a plain module: moving it is no move of the wrapper.
+    _write(tmp_path, {"train.py": GLOBAL_MODEL.replace("{move}", "to(device)")})
+    assert _findings(tmp_path, "train.py", select="DDP014") == set()

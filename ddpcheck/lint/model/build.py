@@ -268,11 +268,11 @@ class Walker(cst.CSTVisitor):
         if name in self._globals.get(id(scope), ()):
             # `global is_distributed` then `is_distributed = True` in `init()`: a binding of the
             # module's name, made when the function runs (any time, as seen from other code);
-            # its value's own names are the function's.
+            # its value's own names are the function's. The function keeps its own list too, so
+            # its own reads still follow the order of its statements.
             module_scope = self.module.module_scope
             module_scope.assignments.setdefault(name, []).append(Shared(value, scope, point))
             module_scope.points.setdefault(name, []).append(None)
-            return
         scope.assignments.setdefault(name, []).append(value)
         scope.points.setdefault(name, []).append(point)
         if name.startswith("self."):
