@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from ddpcheck.lint.model.syspath import added_roots
+
 MARKER = "torch"
 _IMPORT = re.compile(
     r"^[ \t]*(?:from[ \t]+(?P<module>\.*[\w.]*)[ \t]+import[ \t]*(?P<names>\([^)]*\)|[^\n;#]*)"
@@ -92,6 +94,9 @@ class ImportScan:
             if not parts or parts[0] in _NOT_LOCAL:
                 return ()
             bases = [path.parent, *list(path.parent.parents)[: _MAX_UP - 1]]
+            # Folders the project puts on `sys.path` itself (`sys.path.append('src')`), which the
+            # model follows too: the prefilter must see the same modules the lint will.
+            bases += [root for folder in bases[:4] for root in added_roots(folder) if root not in bases]
         out: list[Path] = []
         for base in bases:
             key = (base, ".".join(parts))
