@@ -110,19 +110,34 @@ def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 push(value)
 
 
+# Per node type, its fields less those that hold only token nodes (traverse.TOKEN_FIELDS).
+_EXPRESSION_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _expression_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    from ddpcheck.lint.traverse import attributes_of, token_field
+
+    fields = _EXPRESSION_FIELDS[type(node)] = tuple(a for a in attributes_of(node) if not token_field(a))
+    return fields
+
+
 def expressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """What `subexpressions(node)` yields, in the same order, less the token nodes (whitespace,
     punctuation, operators: traverse.TOKEN_NODES, below which there are only tokens): for
     searches for calls, names, subscripts. About half of a body's nodes are tokens."""
-    from ddpcheck.lint.traverse import TOKEN_NODES, attributes_of
+    from ddpcheck.lint.traverse import TOKEN_NODES
 
     stack = [node]
     push = stack.append
     is_node = _IS_NODE.get
+    fields_of = _EXPRESSION_FIELDS.get
     while stack:
         current = stack.pop()
         yield current
-        for attribute in attributes_of(current):
+        fields = fields_of(type(current))
+        if fields is None:
+            fields = _expression_fields(current)
+        for attribute in fields:
             value = getattr(current, attribute)
             kind = type(value)
             if kind is tuple or kind is list:
