@@ -217,3 +217,15 @@ def test_model_walk_meets_every_node_a_hook_asks_for(source, comments):
     module.visit(everything)
     assert [id(n) for n in seen] == [id(n) for n in everything.nodes]
     assert any(isinstance(n, cst.Comment) for n in seen) == comments
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_inner_children_are_the_children_less_tokens(source):
+    from ddpcheck.lint.model.syntax import children, inner_children
+
+    stack = [cst.parse_module(source)]
+    while stack:
+        node = stack.pop()
+        assert [id(c) for c in inner_children(node)] == [
+            id(c) for c in children(node) if type(c) not in traverse.TOKEN_NODES]
+        stack.extend(children(node))

@@ -149,9 +149,32 @@ def expressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 push(value)
 
 
+def inner_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`children(node)` less the token nodes (whitespace, punctuation, operators), below which
+    there are only tokens: for searches that never stop at a token."""
+    from ddpcheck.lint.traverse import TOKEN_NODES
+
+    out: list[cst.CSTNode] = []
+    is_node = _IS_NODE.get
+    fields = _EXPRESSION_FIELDS.get(type(node))
+    if fields is None:
+        fields = _expression_fields(node)
+    for attribute in fields:
+        value = getattr(node, attribute)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            for v in value:
+                vkind = type(v)
+                if vkind not in TOKEN_NODES and (is_node(vkind) or _is_node(v)):
+                    out.append(v)
+        elif kind not in TOKEN_NODES and (is_node(kind) or _is_node(value)):
+            out.append(value)
+    return out
+
+
 def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """What `subexpressions(node)` yields, in the same order, but not what lies below nodes
-    that hold no statement (expressions, small statements, tokens): for searches for
+    """What `subexpressions(node)` yields, in the same order, less the token nodes and what
+    lies below nodes that hold no statement (expressions, small statements): for searches for
     statements (`x = ...`, `try`, loops)."""
     from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
@@ -160,7 +183,7 @@ def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = stack.pop()
         yield current
         if type(current) not in NO_STATEMENTS_BELOW:
-            stack.extend(children(current))
+            stack.extend(inner_children(current))
 
 
 def string_text(expr: cst.CSTNode | None) -> str | None:
