@@ -95,7 +95,7 @@ def locate(importer: Path, dotted: str) -> tuple[Path, str] | None:
     the name inside it: `utils.misc.init_distributed_mode` → (…/utils/misc.py,
     "init_distributed_mode"); `pkg` → (…/pkg/__init__.py, ""); relative names (`.dist.setup`)
     resolve from the importing file's package."""
-    folder = importer.parent
+    folder = _parent(importer)
     if dotted.startswith("."):
         level = len(dotted) - len(dotted.lstrip("."))
         rest = dotted[level:]
@@ -107,6 +107,13 @@ def locate(importer: Path, dotted: str) -> tuple[Path, str] | None:
             return (init, "") if init.is_file() else None
         return _split(rest, (base,))
     return _locate_absolute(folder, dotted)
+
+
+@lru_cache(maxsize=4096)
+def _parent(path: Path) -> Path:
+    """One folder object per file: `_locate_absolute`'s cache hashes it, and a Path computes its
+    hash once."""
+    return path.parent
 
 
 # Per importing folder and name: every script of a run asks for `torch`, `os`, ... from the same
