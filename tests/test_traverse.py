@@ -229,3 +229,15 @@ def test_inner_children_are_the_children_less_tokens(source):
         assert [id(c) for c in inner_children(node)] == [
             id(c) for c in children(node) if type(c) not in traverse.TOKEN_NODES]
         stack.extend(children(node))
+
+
+@pytest.mark.parametrize("literal", [
+    '""', "''", '"""x"""', "''''''", '"a b"', '"""two\nlines"""', "'\\n'", "r'\\d'", "b'x'",
+    "u'x'", '"caf\u00e9"', "'''a \"quoted\" word'''", "'\\\\'",
+])
+def test_string_text_reads_literals_as_python_does(literal):
+    from ddpcheck.lint.model.syntax import string_text
+
+    node = cst.parse_expression(literal)
+    expected = eval(literal)  # noqa: S307 - the test's own literals
+    assert string_text(node) == (expected if isinstance(expected, str) else None)

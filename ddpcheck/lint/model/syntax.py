@@ -190,6 +190,11 @@ def string_text(expr: cst.CSTNode | None) -> str | None:
     """The literal text of a plain string, or the literal head of an f-string (`f"cuda:{i}"`
     → "cuda:")."""
     if isinstance(expr, cst.SimpleString):
+        raw = expr.value
+        if raw[0] in "'\"" and "\\" not in raw and "\r" not in raw:
+            # No prefix, no escape: the text between the quotes (literal_eval, which
+            # evaluated_value runs, compiles the literal).
+            return raw[3:-3] if len(raw) >= 6 and raw[:3] == raw[0] * 3 else raw[1:-1]
         try:
             value = expr.evaluated_value
         except Exception:  # noqa: BLE001 - odd literals (bytes with escapes) are simply not text
