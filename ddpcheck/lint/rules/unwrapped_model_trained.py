@@ -441,17 +441,16 @@ class UnwrappedModelTrained(Rule):
         """A forward whose result gets a backward: in the same function and loop as a
         `backward()`, or in a function whose caller runs, in the same loop, a call that does one
         (`loss = self._forward(x)` then `self.scaler(loss, optimizer)`)."""
+        # Where the backward is, first: it rules out most calls, and the callers' part is kept
+        # per function; the two tests that can still say no cost more per call.
+        if not _beside_backward(site, backwards):
+            enclosing = self.model.paths.function_of(site)
+            if enclosing is None or site.loops or not self._called_in_step(enclosing, depth):
+                return False
         function = site.scope.function
         if is_no_grad(self.model, site.module, site.withs, function.qualname if function else None):
             return False
-        if self.model.paths.main_only(site):
-            return False
-        if _beside_backward(site, backwards):
-            return True
-        enclosing = self.model.paths.function_of(site)
-        if enclosing is None or site.loops:
-            return False
-        return self._called_in_step(enclosing, depth)
+        return not self.model.paths.main_only(site)
 
     def _called_in_step(self, function: Function, depth: int) -> bool:
         """A caller of `function` runs, in the same loop, a call that does a backward; a caller
