@@ -112,3 +112,132 @@ def test_replace_gives_the_same_code_as_deep_replace(source):
     for old, new in pairs:
         assert traverse.replace(module, old, new).code == module.deep_replace(old, new).code
     assert traverse.replace(module, cst.Name("stranger"), cst.Name("x")).code == module.code
+
+
+def _field_types():
+    """(node type, field name, the concrete node types the field may hold) for every field of
+    every libcst node type, read from libcst's annotations."""
+    import dataclasses
+    import typing
+
+    def types_in(hint):
+        args = typing.get_args(hint)
+        return [t for a in args for t in types_in(a)] if args else [hint]
+
+    concrete = [c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, cst.CSTNode)
+                and not getattr(c, "__abstractmethods__", None)]
+    for node_type in concrete:
+        if not dataclasses.is_dataclass(node_type):
+            continue
+        hints = typing.get_type_hints(node_type, globalns=dict(vars(cst)))
+        for field in dataclasses.fields(node_type):
+            held = {c for hint in types_in(hints[field.name]) if isinstance(hint, type) and issubclass(hint, cst.CSTNode)
+                    for c in concrete if issubclass(c, hint)}
+            yield node_type, field.name, held
+
+
+def test_punctuation_fields_hold_only_tokens_without_comments():
+    # The model's walk does not read these fields when it enters comments and no other token
+    # node; a libcst release that put a comment (or an expression) below one would hide it.
+    assert traverse.PUNCTUATION_FIELDS <= traverse.TOKEN_FIELDS
+    plain_tokens = traverse.TOKEN_NODES - traverse.COMMENT_HOLDERS
+    checked = set()
+    for node_type, name, held in _field_types():
+        if name in traverse.PUNCTUATION_FIELDS:
+            checked.add(name)
+            assert held <= plain_tokens, (node_type.__name__, name, held - plain_tokens)
+    assert checked == traverse.PUNCTUATION_FIELDS
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_expressions_are_the_subexpressions_less_tokens(source):
+    from ddpcheck.lint.model.syntax import expressions, subexpressions
+
+    module = cst.parse_module(source)
+    for statement in module.body:
+        theirs = [n for n in subexpressions(statement) if n is statement or type(n) not in traverse.TOKEN_NODES]
+        # subexpressions goes below token nodes (a comment in a parenthesized line break):
+        # expressions does not, and nothing but tokens is there.
+        assert [id(n) for n in expressions(statement)] == [id(n) for n in theirs if _outside_tokens(statement, n)]
+
+
+def _outside_tokens(root, node):
+    """`node` is not below a token node of `root`'s tree."""
+    path = _path_to(root, node)
+    return path is not None and all(type(n) not in traverse.TOKEN_NODES for n in path[1:-1])
+
+
+def _path_to(root, node):
+    from ddpcheck.lint.model.syntax import children
+
+    if root is node:
+        return [root]
+    for child in children(root):
+        found = _path_to(child, node)
+        if found is not None:
+            return [root, *found]
+    return None
+
+
+@pytest.mark.parametrize("comments", [False, True])
+@pytest.mark.parametrize("source", SOURCES)
+def test_model_walk_meets_every_node_a_hook_asks_for(source, comments):
+    # The walk leaves out the fields that hold only skipped nodes: the hooks still see every
+    # node of their types that libcst's visit meets outside token nodes (and comments, when asked).
+    from ddpcheck.lint.model.build import walk
+    from ddpcheck.lint.model.module import ModuleModel
+
+    source = source + "x = f(a,  # a comment inside the call\n      b)  # and after it\n"
+    module = cst.parse_module(source)
+    kinds = (cst.Name, cst.Call, cst.Attribute) + ((cst.Comment,) if comments else ())
+    seen = []
+    hooks = {k: [seen.append] for k in kinds}
+    walk(ModuleModel("m.py", source, module), hooks, {})
+
+    class All(cst.CSTVisitor):
+        def __init__(self):
+            super().__init__()
+            self.nodes = []
+            self.depth = 0  # inside a skipped token node
+
+        def on_visit(self, node):
+            skipped = type(node) in traverse.TOKEN_NODES and not (
+                comments and type(node) in traverse.COMMENT_HOLDERS)
+            if self.depth == 0 and isinstance(node, kinds):
+                self.nodes.append(node)
+            if skipped:
+                self.depth += 1
+            return True
+
+        def on_leave(self, node):
+            if type(node) in traverse.TOKEN_NODES and not (comments and type(node) in traverse.COMMENT_HOLDERS):
+                self.depth -= 1
+
+    everything = All()
+    module.visit(everything)
+    assert [id(n) for n in seen] == [id(n) for n in everything.nodes]
+    assert any(isinstance(n, cst.Comment) for n in seen) == comments
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_inner_children_are_the_children_less_tokens(source):
+    from ddpcheck.lint.model.syntax import children, inner_children
+
+    stack = [cst.parse_module(source)]
+    while stack:
+        node = stack.pop()
+        assert [id(c) for c in inner_children(node)] == [
+            id(c) for c in children(node) if type(c) not in traverse.TOKEN_NODES]
+        stack.extend(children(node))
+
+
+@pytest.mark.parametrize("literal", [
+    '""', "''", '"""x"""', "''''''", '"a b"', '"""two\nlines"""', "'\\n'", "r'\\d'", "b'x'",
+    "u'x'", '"caf\u00e9"', "'''a \"quoted\" word'''", "'\\\\'",
+])
+def test_string_text_reads_literals_as_python_does(literal):
+    from ddpcheck.lint.model.syntax import string_text
+
+    node = cst.parse_expression(literal)
+    expected = eval(literal)  # noqa: S307 - the test's own literals
+    assert string_text(node) == (expected if isinstance(expected, str) else None)

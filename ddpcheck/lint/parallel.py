@@ -119,7 +119,7 @@ def _findings(job: Job) -> list[Finding]:
     if _facts is None:
         _facts = Project()
     rules = [r for r in rule_classes() if r.code in job.codes]
-    findings = lint_source(job.display, job.source, rules, _facts, noqa=False)
+    findings = lint_source(job.display, job.source, rules, _facts, noqa=False, freeze_tree=True)
     _settle(_facts)
     if not job.syntax:
         findings = [f for f in findings if f.code != SyntaxErrorInFile.code]

@@ -27,7 +27,7 @@ from typing import Iterable, Literal, Sequence
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from ddpcheck.lint.traverse import TOKEN_NODES, attributes_of
+from ddpcheck.lint.traverse import TOKEN_FIELDS, TOKEN_NODES, attributes_of
 
 # PositionProvider's own newline rule: "\r\n", "\r" or "\n" each end a line.
 _NEWLINE = re.compile(r"\r\n?|\n")
@@ -207,14 +207,7 @@ def _spans_of(state: _IndexState, nodes: Sequence[cst.CSTNode], line: int, offse
 
 
 _Anchor = tuple[cst.CSTNode, tuple[str, ...]]
-# Fields that hold only whitespace, comments, punctuation or operators (tests/test_positions.py
-# checks this against libcst's field types): a search for other nodes never reads them.
-_TOKEN_FIELDS = frozenset({
-    "colon", "comma", "comment", "dot", "empty_lines", "equal", "first_colon", "first_line", "footer",
-    "header", "last_line", "lbrace", "lbracket", "leading_lines", "leading_whitespace",
-    "lines_after_decorators", "lpar", "newline", "operator", "rbrace", "rbracket", "relative", "rpar",
-    "second_colon", "semicolon", "separator", "trailing_comma", "trailing_whitespace",
-})
+_TOKEN_FIELDS = TOKEN_FIELDS
 _INDENTING = (cst.IndentedBlock, cst.Match)  # the nodes that indent the code generated inside them
 # (node type, whether token nodes are searched) → (indents, holds statements, fields to read)
 _PLANS: dict[tuple[type, bool], tuple[bool, bool, tuple[str, ...]]] = {}

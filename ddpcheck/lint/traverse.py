@@ -120,6 +120,25 @@ NO_STATEMENTS: frozenset[type] = NO_STATEMENTS_BELOW | frozenset({cst.SimpleStat
 COMMENT_HOLDERS: frozenset[type] = frozenset({
     cst.Comment, cst.TrailingWhitespace, cst.EmptyLine, cst.ParenthesizedWhitespace,
 })
+# Fields that hold only token nodes (whitespace, comments, punctuation or operators), as does
+# every field whose name starts with "whitespace": a search for other nodes never reads them.
+TOKEN_FIELDS = frozenset({
+    "colon", "comma", "comment", "dot", "empty_lines", "equal", "first_colon", "first_line", "footer",
+    "header", "last_line", "lbrace", "lbracket", "leading_lines", "leading_whitespace",
+    "lines_after_decorators", "lpar", "newline", "operator", "rbrace", "rbracket", "relative", "rpar",
+    "second_colon", "semicolon", "separator", "trailing_comma", "trailing_whitespace",
+})
+# Of those, the fields whose nodes are token nodes that hold no comment (punctuation, operators):
+# a walk that enters comments, and no other token node, need not read them.
+PUNCTUATION_FIELDS = frozenset({
+    "colon", "comma", "dot", "equal", "first_colon", "lbrace", "lbracket", "lpar", "operator", "rbrace",
+    "rbracket", "relative", "rpar", "second_colon", "semicolon",
+})
+# (tests/test_positions.py checks both against libcst's field types.)
+
+
+def token_field(name: str) -> bool:
+    return name in TOKEN_FIELDS or name.startswith("whitespace")
 _SELECTED: dict[tuple[type, frozenset[tuple[type, str]]], tuple[tuple[str, bool], ...]] = {}
 
 

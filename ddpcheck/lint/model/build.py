@@ -479,10 +479,20 @@ def _traverse(tree: cst.Module, walker: Walker, skip: frozenset[type]) -> None:
     leave_hooks = walker.leave_hooks
     plans: dict[type, _Plan] = {}
     sentinel = cst.MaybeSentinel
+    # A field whose nodes are all skipped is not read at all (a seventh of the walk): token
+    # fields when no token node is entered, punctuation when only comments (and what holds
+    # them) are.
+    if traverse.TOKEN_NODES <= skip:
+        unread: Callable[[str], bool] = traverse.token_field
+    elif traverse.TOKEN_NODES - traverse.COMMENT_HOLDERS <= skip:
+        unread = traverse.PUNCTUATION_FIELDS.__contains__
+    else:
+        unread = _never
 
     def plan_of(kind: type, node: cst.CSTNode) -> _Plan:
         fields = tuple((a, _OWN_ATTR_VISIT.get((kind, a)), _OWN_ATTR_LEAVE.get((kind, a)),
-                        a in traverse.ONLY_WHEN_SET) for a in traverse.attributes_of(node))
+                        a in traverse.ONLY_WHEN_SET) for a in traverse.attributes_of(node)
+                       if (kind, a) in _ATTRIBUTES or not unread(a))
         plan = (_OWN_VISIT.get(kind), visit_hooks.get(kind) or None, fields, leave_hooks.get(kind) or None,
                 _OWN_LEAVE.get(kind))
         plans[kind] = plan
@@ -519,6 +529,10 @@ def _traverse(tree: cst.Module, walker: Walker, skip: frozenset[type]) -> None:
             own_leave(walker, node)
 
     walk(tree)
+
+
+def _never(name: str) -> bool:
+    return False
 
 
 def build(path: str, source: str, tree: cst.Module, visit_hooks: dict[type, list[Hook]] | None = None,

@@ -63,6 +63,7 @@ class Model:
         self._uses_ddp: bool | None = None
         self._torchrun: bool | None = None
         self._own_keys: frozenset[str] | None = None
+        self._one_machine: bool | None = None
         if not defer:
             self.start()
 
@@ -267,6 +268,16 @@ class Model:
         `torchrun_path`), it starts its processes with `mp.spawn`, and every rendezvous address it
         sets is a loopback one (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method=
         "tcp://127.0.0.1:..."`), at least one of them."""
+        if self._one_machine is None:
+            found = self._on_one_machine()
+            if self.values.budget <= 0 or not self.reach_complete:
+                # Cut short by the asking rule's budget, or asked before every caller is known
+                # (values of parameters come from callers): kept only when it is the file's answer.
+                return found
+            self._one_machine = found
+        return self._one_machine
+
+    def _on_one_machine(self) -> bool:
         root = self.root
         if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
             return False

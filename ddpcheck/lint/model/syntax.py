@@ -110,19 +110,34 @@ def subexpressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 push(value)
 
 
+# Per node type, its fields less those that hold only token nodes (traverse.TOKEN_FIELDS).
+_EXPRESSION_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _expression_fields(node: cst.CSTNode) -> tuple[str, ...]:
+    from ddpcheck.lint.traverse import attributes_of, token_field
+
+    fields = _EXPRESSION_FIELDS[type(node)] = tuple(a for a in attributes_of(node) if not token_field(a))
+    return fields
+
+
 def expressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     """What `subexpressions(node)` yields, in the same order, less the token nodes (whitespace,
     punctuation, operators: traverse.TOKEN_NODES, below which there are only tokens): for
     searches for calls, names, subscripts. About half of a body's nodes are tokens."""
-    from ddpcheck.lint.traverse import TOKEN_NODES, attributes_of
+    from ddpcheck.lint.traverse import TOKEN_NODES
 
     stack = [node]
     push = stack.append
     is_node = _IS_NODE.get
+    fields_of = _EXPRESSION_FIELDS.get
     while stack:
         current = stack.pop()
         yield current
-        for attribute in attributes_of(current):
+        fields = fields_of(type(current))
+        if fields is None:
+            fields = _expression_fields(current)
+        for attribute in fields:
             value = getattr(current, attribute)
             kind = type(value)
             if kind is tuple or kind is list:
@@ -134,9 +149,32 @@ def expressions(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
                 push(value)
 
 
+def inner_children(node: cst.CSTNode) -> list[cst.CSTNode]:
+    """`children(node)` less the token nodes (whitespace, punctuation, operators), below which
+    there are only tokens: for searches that never stop at a token."""
+    from ddpcheck.lint.traverse import TOKEN_NODES
+
+    out: list[cst.CSTNode] = []
+    is_node = _IS_NODE.get
+    fields = _EXPRESSION_FIELDS.get(type(node))
+    if fields is None:
+        fields = _expression_fields(node)
+    for attribute in fields:
+        value = getattr(node, attribute)
+        kind = type(value)
+        if kind is tuple or kind is list:
+            for v in value:
+                vkind = type(v)
+                if vkind not in TOKEN_NODES and (is_node(vkind) or _is_node(v)):
+                    out.append(v)
+        elif kind not in TOKEN_NODES and (is_node(kind) or _is_node(value)):
+            out.append(value)
+    return out
+
+
 def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
-    """What `subexpressions(node)` yields, in the same order, but not what lies below nodes
-    that hold no statement (expressions, small statements, tokens): for searches for
+    """What `subexpressions(node)` yields, in the same order, less the token nodes and what
+    lies below nodes that hold no statement (expressions, small statements): for searches for
     statements (`x = ...`, `try`, loops)."""
     from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
@@ -145,13 +183,18 @@ def statements(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         current = stack.pop()
         yield current
         if type(current) not in NO_STATEMENTS_BELOW:
-            stack.extend(children(current))
+            stack.extend(inner_children(current))
 
 
 def string_text(expr: cst.CSTNode | None) -> str | None:
     """The literal text of a plain string, or the literal head of an f-string (`f"cuda:{i}"`
     → "cuda:")."""
     if isinstance(expr, cst.SimpleString):
+        raw = expr.value
+        if raw[0] in "'\"" and "\\" not in raw and "\r" not in raw:
+            # No prefix, no escape: the text between the quotes (literal_eval, which
+            # evaluated_value runs, compiles the literal).
+            return raw[3:-3] if len(raw) >= 6 and raw[:3] == raw[0] * 3 else raw[1:-1]
         try:
             value = expr.evaluated_value
         except Exception:  # noqa: BLE001 - odd literals (bytes with escapes) are simply not text

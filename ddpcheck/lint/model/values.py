@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence, Union
 
@@ -245,6 +246,20 @@ def _names_a_definition(module: ModuleModel, scope: Scope, name: str) -> bool:
     if qualname not in module.functions and qualname not in module.classes:
         return False
     return name not in module.names.aliases
+
+
+# Asked for the same attribute names of the same texts for every linted file that reaches them.
+@lru_cache(maxsize=4096)
+def _only_read(name: str, text: str) -> bool:
+    """`text` names the attribute `name` only in `getattr`/`hasattr` reads and in reads of it
+    as an attribute (see Values._never_set)."""
+    if name not in text:
+        return True
+    word = re.compile(rf"\b{re.escape(name)}\b")
+    read = re.compile(rf"\b(?:get|has)attr\([^(),]*,\s*[\"']{re.escape(name)}[\"']")
+    # `x.name` read (not assigned, not augmented): it makes no attribute.
+    attribute = re.compile(rf"(?<=[\w\])]\.){re.escape(name)}\b(?!\s*(?:[-+*/%&|^@]|<<|>>|//|\*\*)?=(?!=))")
+    return len(word.findall(text)) == len(read.findall(text)) + len(attribute.findall(text))
 
 
 class Values:
@@ -1081,11 +1096,7 @@ class Values:
         if not values or not classes or any(not graph.instances_of(v) for v in values):
             return None
         texts = graph.import_closure(module) + [m.source for m, _ in classes]
-        word = re.compile(rf"\b{re.escape(text)}\b")
-        read = re.compile(rf"\b(?:get|has)attr\([^(),]*,\s*[\"']{re.escape(text)}[\"']")
-        # `x.name` read (not assigned, not augmented): it makes no attribute.
-        attribute = re.compile(rf"(?<=[\w\])]\.){re.escape(text)}\b(?!\s*(?:[-+*/%&|^@]|<<|>>|//|\*\*)?=(?!=))")
-        if any(len(word.findall(t)) != len(read.findall(t)) + len(attribute.findall(t)) for t in texts):
+        if not all(_only_read(text, t) for t in texts):
             return None
         return truth
 

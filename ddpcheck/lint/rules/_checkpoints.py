@@ -201,6 +201,10 @@ def saved_file_names(model: Model, saves: list[CallSite]) -> frozenset[str]:
 _OWN_RUN_TEXT = re.compile(r"init_process_group|DistributedDataParallel|\bDDP\b|accelerate|deepspeed|lightning")
 
 
+def _wrapping_text(text: str) -> bool:
+    return _WRAPPING_TEXT.search(text) is not None
+
+
 def plain_readers(model: Model, loaders: list[Function]) -> bool:
     """Another script of the project, one with no wrapper or distributed run in it (a single-GPU
     twin of the training script, an evaluation script), calls one of the run's own checkpoint
@@ -213,8 +217,11 @@ def plain_readers(model: Model, loaders: list[Function]) -> bool:
     for path in project_files(model.root.path):
         if path in run:
             continue
+        # The pattern's answer is kept per text: every linted file asks about every file here.
+        if model.project.passes(path, _wrapping_text):
+            continue
         text = model.project.text(path)
-        if text is None or not any(f"{n}(" in text for n in names) or _WRAPPING_TEXT.search(text):
+        if text is None or not any(f"{n}(" in text for n in names):
             continue
         module = model.project_model(path)
         if module is None:

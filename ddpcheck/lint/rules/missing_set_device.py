@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import libcst as cst
 
@@ -169,12 +170,13 @@ class MissingSetDevice(Rule):
                      and string_text(c.arg("key", 0)) == "CUDA_VISIBLE_DEVICES")
         if mentions - reads > len(shared):
             return
-        cuda = [c for c in root.calls if uses_cuda(model, c)]
-        if not cuda and not any(uses_cuda(model, c) for c in model.paths.sites() if c.module is not root):
+        if not any(uses_cuda(model, c) for c in root.calls) \
+                and not any(uses_cuda(model, c) for c in model.paths.sites() if c.module is not root):
             return  # (CUDA work in the project functions the run reaches counts too: a spawned worker's)
         direct = [c for c in root.calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS]
         if direct:
-            self._on_one_branch(direct, cuda)
+            # Every CUDA use of the file is listed only when a setter sits in a branch.
+            self._on_one_branch(direct, lambda: [c for c in root.calls if uses_cuda(model, c)])
             return
         # Last, as it follows the project's functions: one of them sets the device.
         if any("set_device" in model.facts.of_call(c) for c in root.calls if c.qualname is None or c.target is not None):
@@ -182,7 +184,7 @@ class MissingSetDevice(Rule):
         init = sites[0]
         self.report(init.node, module=init.module, related=model.paths.chain(init))
 
-    def _on_one_branch(self, setters: list[CallSite], cuda: list[CallSite]) -> None:
+    def _on_one_branch(self, setters: list[CallSite], cuda_uses: Callable[[], list[CallSite]]) -> None:
         """`if args.gpu is not None: torch.cuda.set_device(args.gpu) ... else: model.cuda()`: the
         device is set on one path only, and the other path uses CUDA."""
         for setter in setters:
@@ -190,6 +192,7 @@ class MissingSetDevice(Rule):
             if guard is None:
                 return  # set on every path of its function
         inits = self.model.init_sites()
+        cuda = cuda_uses()
         for setter in setters:
             guard = self._branch(setter)
             assert guard is not None

@@ -733,8 +733,10 @@ class SetEpochNotCalled(Rule):
             if not self._iterates(call) or self._without_grad(call.module, call.withs, call.scope) \
                     or self._evaluates(call):
                 continue
+            point = None
             for a in call.node.args:
-                if not self._holds_loader(call.module, a.value, call.scope, loader, call.point):
+                point = point or call.point  # made anew at each read
+                if not self._holds_loader(call.module, a.value, call.scope, loader, point):
                     continue
                 if call.loops:
                     if self._repeats(found, call.loops[0], call.module, call.scope):

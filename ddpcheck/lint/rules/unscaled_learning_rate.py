@@ -12,7 +12,7 @@ from ddpcheck.lint.model.alternatives import one_per_value
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
-from ddpcheck.lint.model.syntax import children, dotted, expressions, subexpressions
+from ddpcheck.lint.model.syntax import dotted, expressions, inner_children, subexpressions
 from ddpcheck.lint.model.values import Frame, Leaf, Value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS
@@ -289,7 +289,7 @@ defines no function or class, only values),
             if type(node) in NO_STATEMENTS:
                 continue  # no loop below
             if not isinstance(node, (cst.For, cst.While)):
-                stack.extend(children(node))
+                stack.extend(inner_children(node))  # a token holds no loop
                 continue
             if node.orelse is not None:
                 stack.append(node.orelse)

@@ -214,14 +214,18 @@ class UnwrappedModelTrained(Rule):
         backwards = [s for s in sites if s.method == "backward"]
         if not backwards:
             return
+        self._steps: dict[tuple[int, str, int], bool] = {}
         for site in sites:
-            ran = self._runs_inner(site, inner)
-            if ran is None:
+            if not _unresolved_callee(site):
                 continue
             # The forward may sit two calls below the loop (`_train_step` calls
             # `forward_step(self.model.module, batch)`, or a diffusion wrapper's `loss()` calls
-            # its `_v_loss()`, which runs the network it kept).
+            # its `_v_loss()`, which runs the network it kept). Asked first: it rules out most
+            # calls for a fraction of what evaluating each callee costs.
             if not self._in_training_step(site, backwards, 2):
+                continue
+            ran = self._runs_inner(site, inner)
+            if ran is None:
                 continue
             handed = self._handed_inner(site, inner)
             at = handed or site
@@ -244,11 +248,9 @@ class UnwrappedModelTrained(Rule):
         """The wrap whose inner module `site` runs: a call of it (`model(x)`, `ddp.module(x)`,
         `self.net(x)`), or of one of its own methods (`model.module.encode(x)`), when the callee
         cannot be the DDP wrapper at that point."""
-        func = site.node.func
-        if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call)):
+        if not _unresolved_callee(site):
             return None
-        if isinstance(func, cst.Name) and func.value == "self":
-            return None  # a network calling itself in its own method: the call of that method counts
+        func = site.node.func
         if isinstance(func, cst.Attribute) and func.attr.value == "forward" and not _on_self(func):
             func = func.value  # `net.forward(x)` runs what `net(x)` runs, minus the hooks
         values = self.model.values.at_call(site, func)
@@ -439,22 +441,28 @@ class UnwrappedModelTrained(Rule):
         """A forward whose result gets a backward: in the same function and loop as a
         `backward()`, or in a function whose caller runs, in the same loop, a call that does one
         (`loss = self._forward(x)` then `self.scaler(loss, optimizer)`)."""
+        # Where the backward is, first: it rules out most calls, and the callers' part is kept
+        # per function; the two tests that can still say no cost more per call.
+        if not _beside_backward(site, backwards):
+            enclosing = self.model.paths.function_of(site)
+            if enclosing is None or site.loops or not self._called_in_step(enclosing, depth):
+                return False
         function = site.scope.function
         if is_no_grad(self.model, site.module, site.withs, function.qualname if function else None):
             return False
-        if self.model.paths.main_only(site):
-            return False
-        if _beside_backward(site, backwards):
-            return True
-        enclosing = self.model.paths.function_of(site)
-        if enclosing is None or site.loops:
-            return False
-        return self._called_in_step(enclosing, depth)
+        return not self.model.paths.main_only(site)
 
     def _called_in_step(self, function: Function, depth: int) -> bool:
         """A caller of `function` runs, in the same loop, a call that does a backward; a caller
         outside any loop (`outputs = forward_model(self.model.module, batch)` in a `_train_step`
         that the epoch loop calls) is followed up, `depth` calls in all."""
+        key = (id(function.module), function.qualname, depth)  # asked for each call in the function
+        known = self._steps.get(key)
+        if known is None:
+            known = self._steps[key] = self._called_in_step_now(function, depth)
+        return known
+
+    def _called_in_step_now(self, function: Function, depth: int) -> bool:
         for caller, _ in self.model.graph.callers(function):
             if is_no_grad(self.model, caller.module, caller.withs, None):
                 continue
@@ -470,6 +478,16 @@ class UnwrappedModelTrained(Rule):
                 if other.method == "backward" or "backward" in self.model.facts.of_call(other):
                     return True
         return False
+
+
+def _unresolved_callee(site: CallSite) -> bool:
+    """A call whose callee is a value to evaluate (`model(x)`, `ddp.module(x)`, `self.net(x)`),
+    not a resolved function or class, nor the running network itself (`self(x)`: the call of
+    that method counts)."""
+    func = site.node.func
+    if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call)):
+        return False
+    return not (isinstance(func, cst.Name) and func.value == "self")
 
 
 def _beside_backward(site: CallSite, backwards: list[CallSite]) -> bool:
