@@ -576,12 +576,25 @@ class CallGraph:
         self._targets[key] = found
         return found
 
+    @staticmethod
+    def _entered(site: CallSite) -> bool:
+        """`site` is the context expression of a `with` item (`with Manager(...) as m:`)."""
+        return any(item.item is site.node for w in site.withs for item in w.items) or any(
+            item.item is site.node for w in site.module.withs for item in w.items)
+
     def _find(self, site: CallSite) -> list[Callee]:
         target = site.target
         if target is not None:
             if target.external is not None:
                 return self._started(site, target.external)
             named = self._of_target(target)
+            if target.kind == "class" and self._entered(site):
+                # `with DDPManager():` runs the class's `__enter__` and `__exit__` too (a set-up
+                # that makes the process group on entry and destroys it on exit).
+                entered = self.class_at(target)
+                if entered is not None:
+                    named = named + [(m, "method") for m in (self.method(*entered, "__enter__"),
+                                                            self.method(*entered, "__exit__")) if m is not None]
             attribute = isinstance(site.node.func, cst.Attribute)
             if named or target.kind != "value" and (target.kind != "member" or not attribute):
                 return named
