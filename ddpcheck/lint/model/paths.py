@@ -407,8 +407,7 @@ class Paths:
         function = self.function_of(site)
         if function is None or depth <= 0:
             return False
-        graph = self.model.graph
-        callers = [c for c in self.sites() if any(f == function for f, _ in graph.targets(c))]
+        callers = self._run_callers(function)
         if not callers:
             return self._signal_handler_only(function)
         return all(self.on_error_only(c, depth - 1) for c in callers)
@@ -425,9 +424,13 @@ class Paths:
         function = self.function_of(site)
         if function is None or depth <= 0:
             return False
-        graph = self.model.graph
-        callers = [c for c in self.sites() if any(f == function for f, _ in graph.targets(c))]
+        callers = self._run_callers(function)
         return bool(callers) and all(self.launcher_only(c, depth - 1) for c in callers)
+
+    def _run_callers(self, function: Function) -> list[CallSite]:
+        """The calls of the run (`sites()`) that may call `function`."""
+        graph = self.model.graph
+        return [c for c in self.sites() if any(f == function for f, _ in graph.targets(c))]
 
     def _signal_handler_only(self, function: Function) -> bool:
         """A function nothing calls that is installed as a signal handler (`signal.signal(
