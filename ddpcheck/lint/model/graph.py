@@ -579,8 +579,7 @@ class CallGraph:
     @staticmethod
     def _entered(site: CallSite) -> bool:
         """`site` is the context expression of a `with` item (`with Manager(...) as m:`)."""
-        return any(item.item is site.node for w in site.withs for item in w.items) or any(
-            item.item is site.node for w in site.module.withs for item in w.items)
+        return any(item.item is site.node for w in site.module.withs for item in w.items)
 
     def _find(self, site: CallSite) -> list[Callee]:
         target = site.target
