@@ -240,3 +240,27 @@ def assert_no_survivors(mark: str) -> None:
         time.sleep(0.2)
     left = kill_survivors(mark)  # do not leave them to the next test either
     assert not left, f"processes of the run survived it: {left}"
+
+
+def libcst_field_types():
+    """(node type, field name, the concrete node types the field may hold) for every field of
+    every libcst node type, read from libcst's annotations."""
+    import dataclasses
+    import typing
+
+    import libcst as cst
+
+    def types_in(hint):
+        args = typing.get_args(hint)
+        return [t for a in args for t in types_in(a)] if args else [hint]
+
+    concrete = [c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, cst.CSTNode)
+                and not getattr(c, "__abstractmethods__", None)]
+    for node_type in concrete:
+        if not dataclasses.is_dataclass(node_type):
+            continue
+        hints = typing.get_type_hints(node_type, globalns=dict(vars(cst)))
+        for field in dataclasses.fields(node_type):
+            held = {c for hint in types_in(hints[field.name]) if isinstance(hint, type) and issubclass(hint, cst.CSTNode)
+                    for c in concrete if issubclass(c, hint)}
+            yield node_type, field.name, held

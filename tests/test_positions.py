@@ -11,6 +11,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.lint.positions import node_ranges, node_spans
 from tests.conftest import ROOT
+from tests.helpers import libcst_field_types
 
 sys.path.insert(0, str(ROOT / "bench"))
 from corpus import ddp_script  # noqa: E402  (bench/ is not a package)
@@ -104,28 +105,12 @@ def test_edit_offsets_and_indentation_are_the_same_with_the_text():
 def test_the_fields_the_search_skips_hold_only_tokens():
     # The statement search does not read these fields; a libcst release that put an expression
     # or a statement in one would make positions silently fall back or go missing.
-    import dataclasses
-    import typing
-
     from ddpcheck.lint.positions import _TOKEN_FIELDS
     from ddpcheck.lint.traverse import TOKEN_NODES
 
-    def types_in(hint):
-        args = typing.get_args(hint)
-        return [t for a in args for t in types_in(a)] if args else [hint]
-
-    concrete = [c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, cst.CSTNode)
-                and not getattr(c, "__abstractmethods__", None)]
-    for node_type in concrete:
-        if not dataclasses.is_dataclass(node_type):
-            continue
-        hints = typing.get_type_hints(node_type, globalns=dict(vars(cst)))
-        for field in dataclasses.fields(node_type):
-            if field.name in _TOKEN_FIELDS or field.name.startswith("whitespace"):
-                for hint in types_in(hints[field.name]):
-                    if isinstance(hint, type) and issubclass(hint, cst.CSTNode):
-                        held = [c for c in concrete if issubclass(c, hint)]
-                        assert all(c in TOKEN_NODES for c in held), (node_type.__name__, field.name)
+    for node_type, name, held in libcst_field_types():
+        if name in _TOKEN_FIELDS or name.startswith("whitespace"):
+            assert held <= TOKEN_NODES, (node_type.__name__, name)
 
 
 def test_nodes_outside_the_tree_are_left_out():

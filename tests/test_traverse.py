@@ -9,6 +9,7 @@ import pytest
 
 from ddpcheck.lint import traverse
 from tests.conftest import ROOT
+from tests.helpers import libcst_field_types
 
 sys.path.insert(0, str(ROOT / "bench"))
 from corpus import _plain_module, ddp_script  # noqa: E402  (bench/ is not a package)
@@ -114,35 +115,13 @@ def test_replace_gives_the_same_code_as_deep_replace(source):
     assert traverse.replace(module, cst.Name("stranger"), cst.Name("x")).code == module.code
 
 
-def _field_types():
-    """(node type, field name, the concrete node types the field may hold) for every field of
-    every libcst node type, read from libcst's annotations."""
-    import dataclasses
-    import typing
-
-    def types_in(hint):
-        args = typing.get_args(hint)
-        return [t for a in args for t in types_in(a)] if args else [hint]
-
-    concrete = [c for c in vars(cst).values() if isinstance(c, type) and issubclass(c, cst.CSTNode)
-                and not getattr(c, "__abstractmethods__", None)]
-    for node_type in concrete:
-        if not dataclasses.is_dataclass(node_type):
-            continue
-        hints = typing.get_type_hints(node_type, globalns=dict(vars(cst)))
-        for field in dataclasses.fields(node_type):
-            held = {c for hint in types_in(hints[field.name]) if isinstance(hint, type) and issubclass(hint, cst.CSTNode)
-                    for c in concrete if issubclass(c, hint)}
-            yield node_type, field.name, held
-
-
 def test_punctuation_fields_hold_only_tokens_without_comments():
     # The model's walk does not read these fields when it enters comments and no other token
     # node; a libcst release that put a comment (or an expression) below one would hide it.
     assert traverse.PUNCTUATION_FIELDS <= traverse.TOKEN_FIELDS
     plain_tokens = traverse.TOKEN_NODES - traverse.COMMENT_HOLDERS
     checked = set()
-    for node_type, name, held in _field_types():
+    for node_type, name, held in libcst_field_types():
         if name in traverse.PUNCTUATION_FIELDS:
             checked.add(name)
             assert held <= plain_tokens, (node_type.__name__, name, held - plain_tokens)
