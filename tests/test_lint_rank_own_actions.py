@@ -88,12 +88,21 @@ def test_seeding_helper_given_the_rank_stays_clean(tmp_path: Path) -> None:
     assert _findings(tmp_path, files, "DDP029") == set()
 
 
-def test_helper_that_does_more_than_seed_is_not_a_seeding_helper(tmp_path: Path) -> None:
-    # A helper that also builds things is where the rank is known: its own call is judged, not
-    # the call of the helper.
+def test_helper_that_does_more_than_seed_is_judged_at_its_own_seed_with_what_the_run_passes(tmp_path: Path) -> None:
+    # A helper that also sets the device is not a seeding helper (its call is not judged by what
+    # it passes); its own `torch.manual_seed(value)` is, with the value the worker hands it:
+    # `args.seed`, the same on every rank.
     utils = SEED_UTILS.replace("torch.cuda.manual_seed_all(value)",
                                "torch.cuda.manual_seed_all(value)\n        torch.cuda.set_device(0)")
     files = {"train.py": SPAWN_TRAIN.replace("SEED_EXPR", "args.seed"), "tools/__init__.py": "",
+             "tools/utils.py": utils}
+    assert _findings(tmp_path, files, "DDP029") == {("utils.py", 10, "DDP029")}
+
+
+def test_helper_that_does_more_than_seed_given_the_rank_stays_clean(tmp_path: Path) -> None:
+    utils = SEED_UTILS.replace("torch.cuda.manual_seed_all(value)",
+                               "torch.cuda.manual_seed_all(value)\n        torch.cuda.set_device(0)")
+    files = {"train.py": SPAWN_TRAIN.replace("SEED_EXPR", "args.seed + gpu"), "tools/__init__.py": "",
              "tools/utils.py": utils}
     assert _findings(tmp_path, files, "DDP029") == set()
 

@@ -47,6 +47,9 @@ CALL_FACTS: dict[str, frozenset[str]] = {
     "sync_batchnorm": frozenset({api.CONVERT_SYNC_BATCHNORM}),
     "gather": api.GATHERS,
 }
+# Facts a call establishes by building an instance of a torch class: a project subclass of the
+# class builds one too.
+_CLASS_FACTS: dict[str, str] = {"distributed_sampler": api.DISTRIBUTED_SAMPLER, "ddp_wrap": api.DDP}
 METHOD_FACTS = {"set_epoch": "set_epoch", "backward": "backward", "no_sync": "no_sync",
                 "load_state_dict": "load_state_dict", "eval": "eval_mode"}
 BODY_FACTS = frozenset({"rank_guard", "reads_launcher_env", "silences_print", "is_rank_check"})
@@ -107,10 +110,21 @@ class Facts:
             if name in api.ENV_GETTERS and name != "os.environ.setdefault":
                 if string_text(site.arg("key", 0)) in api.LAUNCHER_ENV:
                     found.add("reads_launcher_env")
+        found |= self._derived_class_facts(site)
         method = site.method
         if method in METHOD_FACTS:
             found.add(METHOD_FACTS[method])
         return frozenset(found)
+
+    def _derived_class_facts(self, site: CallSite) -> set[str]:
+        """A project class derived from a torch class that establishes a fact is built like it:
+        `DSElasticDistributedSampler(dataset=ds)` of `class DSElasticDistributedSampler(
+        DistributedSampler)` makes a DistributedSampler, a `DistributedDataParallel` subclass
+        wraps the model."""
+        target = site.target
+        if target is None or target.kind != "class" or target.external is not None:
+            return set()
+        return {fact for fact, base in _CLASS_FACTS.items() if self.model.graph.is_subclass(target, base)}
 
     def of_scope(self, module: ModuleModel, qualname: str, _seen: frozenset[tuple[int, str]] = frozenset()
                  ) -> frozenset[str]:

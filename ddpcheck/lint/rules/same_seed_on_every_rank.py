@@ -362,14 +362,15 @@ class SameSeedOnEveryRank(Rule):
         # augmentation on every rank: only the model's own draws (dropout) stay alike.
         if self._workers_seeded_per_rank() and not model_draws_random(model):
             return
-        resolve = model.resolver_for(model.root)
         # One finding per seeding helper: its fix is one (in the helper, or the seed it reads),
         # however many times the script calls it (`set_seed(args)` at start-up and again before
         # training).
         helpers_reported: set[tuple[int, str]] = set()
         seeds_cpu = False
         gpu_only: list[CallSite] = []  # `torch.cuda.manual_seed(...)` calls, judged at the end
-        for site in model.root.calls:
+        # The file's own calls and those of the project functions its run reaches (`train(cfg)` in
+        # a trainer module seeding with `cfg.training.seed` of the configuration the script hands it).
+        for site in model.paths.sites():
             if model.api(site) in _SEEDERS or any(_seeded_parameter(model, f) is not None
                                                    for f, _ in model.graph.targets(site)):
                 seeds_cpu = True
@@ -385,8 +386,11 @@ class SameSeedOnEveryRank(Rule):
                 helper = model.paths.function_of(site)
                 if helper is not None and _seeded_parameter(model, helper) is not None:
                     continue  # a seeding helper: its calls are judged by what they pass (below)
-                if seed is not None and self._same_everywhere(site, seed, resolve):
-                    self.report(site.node, self.MESSAGE.format(seed=model.text_of(model.root, seed)))
+                if site.module is not model.root and seed is not None and int_value(seed) is not None:
+                    continue  # a literal in another module: reported where the script calls it (below)
+                if seed is not None and self._same_everywhere(site, seed, model.resolver_for(site.module)):
+                    self.report(site.node, self.MESSAGE.format(seed=model.text_of(site.module, seed)),
+                                module=site.module, related=model.paths.chain(site))
                 continue
             # A project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`): judged
             # by what this call passes to the parameter the helper seeds torch with.
@@ -404,16 +408,17 @@ class SameSeedOnEveryRank(Rule):
                 elif not isinstance(passed, cst.BaseExpression):
                     continue
                 elif attr is None:
-                    same = self._same_everywhere(site, passed, resolve)
-                    shown = model.text_of(model.root, passed)
+                    same = self._same_everywhere(site, passed, model.resolver_for(site.module))
+                    shown = model.text_of(site.module, passed)
                 else:
                     # `set_seed(args)` seeding with `args.seed`: the command line's namespace,
                     # or a configuration every rank loads alike (`set_seed(cfg)` with `cfg.SEED`).
-                    same = isinstance(passed, cst.Name) and not _reassigned(model.root, attr) and (
-                        _option(model.root, attr) or self._loaded_alike(site, passed, attr))
-                    shown = f"{model.text_of(model.root, passed)}.{attr}"
+                    same = isinstance(passed, cst.Name) and not _reassigned(site.module, attr) and (
+                        _option(site.module, attr) or self._loaded_alike(site, passed, attr))
+                    shown = f"{model.text_of(site.module, passed)}.{attr}"
                 if same:
-                    self.report(site.node, self.MESSAGE.format(seed=shown))
+                    self.report(site.node, self.MESSAGE.format(seed=shown), module=site.module,
+                                related=model.paths.chain(site))
                     helpers_reported.add((id(function.module), function.qualname))
                     break
             else:
@@ -422,15 +427,17 @@ class SameSeedOnEveryRank(Rule):
                 # every rank that calls it seeds alike; the fix is where the script calls it.
                 literal = self._literal_seed_inside(site, 2)
                 if literal is not None:
-                    self.report(site.node, self.MESSAGE.format(seed=literal))
+                    self.report(site.node, self.MESSAGE.format(seed=literal), module=site.module,
+                                related=model.paths.chain(site))
         # Only the GPU generators seeded (`torch.cuda.manual_seed(args.seed)`, torch's own generator
         # left alone): the workers' seeds differ, but dropout on the GPU draws from the seeded
         # generator, alike on every rank.
         if not seeds_cpu and model_drops_out(model):
             for site in gpu_only:
                 seed = site.arg("seed", 0)
-                if seed is not None and self._same_everywhere(site, seed, resolve):
-                    self.report(site.node, self.GPU_MESSAGE.format(seed=model.text_of(model.root, seed)))
+                if seed is not None and self._same_everywhere(site, seed, model.resolver_for(site.module)):
+                    self.report(site.node, self.GPU_MESSAGE.format(seed=model.text_of(site.module, seed)),
+                                module=site.module, related=model.paths.chain(site))
                     break
 
     def _literal_seed_inside(self, call: CallSite, depth: int) -> str | None:
@@ -506,14 +513,14 @@ class SameSeedOnEveryRank(Rule):
         `if` leaves the other arm, a torchrun path, seeding its ranks)."""
         model = self.model
         scope = site.scope
-        if scope is model.root.module_scope:
-            mains = {id(node) for node in model.root.main_guards}
+        if scope is site.module.module_scope:
+            mains = {id(node) for node in site.module.main_guards}
             if not any(id(g.node) in mains for g in site.guards):
                 return False
         held = {(id(g.node), g.negated) for g in site.guards}
         return any(other.index > site.index and model.api(other) in _SPAWNERS and not site.loops
                    and {(id(g.node), g.negated) for g in other.guards} <= held
-                   for other in model.root.calls_in(scope.qualname))
+                   for other in site.module.calls_in(scope.qualname))
 
     def _workers_seeded_per_rank(self) -> bool:
         """Whether every DataLoader of the file fed by a DistributedSampler passes a
