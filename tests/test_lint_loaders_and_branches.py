@@ -477,3 +477,52 @@ def test_the_same_collective_with_other_work_between_is_reported_at_each_call(tm
         "        dist.barrier()\n        print(train_loss.item())\n        dist.barrier()")
     found = lint_project(tmp_path / "apart", {"train.py": script.replace("{tail}", "")}, "train.py", select="DDP009")
     assert sorted(f["location"]["line"] for f in found) == [18, 20]
+
+
+# --- DDP001: a loader over the evaluation set, whatever it is called -------------------------
+
+CALIBRATION = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from data import build_dataset
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dataset_train, dataset_val = build_dataset(args)
+        sampler_train = torch.utils.data.DistributedSampler(dataset_train)
+        data_loader_train = torch.utils.data.DataLoader(dataset_train, sampler=sampler_train, batch_size=64)
+        data_loader_sampler = torch.utils.data.DataLoader(
+            DATASET, sampler=torch.utils.data.SequentialSampler(DATASET), batch_size=64)
+        model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        calibrate(data_loader_sampler, model)
+        optimizer = torch.optim.SGD(model.parameters(), lr=args.lr)
+        for epoch in range(args.epochs):
+            sampler_train.set_epoch(epoch)
+            for x, y in data_loader_train:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    def calibrate(loader, model):
+        with torch.no_grad():
+            for x, _ in loader:
+                model(x.cuda())
+    """
+
+
+def test_a_loader_over_the_evaluation_set_is_no_unsharded_training_loader(tmp_path):
+    source = CALIBRATION.replace("DATASET", "dataset_val")
+    assert lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP001") == []
+
+
+def test_a_loader_over_the_training_set_without_a_sampler_is_still_reported(tmp_path):
+    source = CALIBRATION.replace("DATASET", "dataset_train")
+    found = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP001")
+    assert [(f["code"], f["location"]["line"]) for f in found] == [("DDP001", 15)]

@@ -170,7 +170,8 @@ class MissingDistributedSampler(Rule):
     datasets made with the rank (`ImageDataset(files, shard=rank, num_shards=world)`: they shard
     themselves) or by a project class or builder that keeps its own rank's part (`i % world ==
     rank`, `np.array_split(files, world)[rank]`, `rows[rank::world]`; also when it is handed rows such a builder returned:
-    `QADataset(load_rows(path, rank, world))`, through a name), and evaluation loaders (named `val*`, `test*`, `eval*`): evaluating the full set
+    `QADataset(load_rows(path, rank, world))`, through a name), and evaluation loaders (named `val*`, `test*`, `eval*`, or over a dataset so named:
+    `DataLoader(dataset_val, ...)`): evaluating the full set
     on every rank costs time but is not wrong — also a loader in a builder's branch that its
     training call's arguments close and every other call binds to an evaluation name (`val_loader
     = make_loader(ds, tag="val")`, a method's `self.valid_loader = self._loader("valid", False)`). A builder's loader goes by the names its callers
@@ -374,6 +375,8 @@ class MissingDistributedSampler(Rule):
         known = self._known_names(site)
         if any(is_eval_name(name) for name in known) and not any("train" in name.lower() for name in known):
             return False  # handed on as `test_loader`, kept in a dict that is: an evaluation loader
+        if dataset is not None and is_eval_name(dotted(dataset)) and not any("train" in n.lower() for n in known):
+            return False  # over the evaluation set (`DataLoader(dataset_val, ...)`): an evaluation loader
         if self._built_for_evaluation_only(site):
             return False
         if model.paths.main_only(site) or model.paths.single_only(site):

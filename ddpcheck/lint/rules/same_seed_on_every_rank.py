@@ -59,7 +59,9 @@ class SameSeedOnEveryRank(Rule):
     and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
     whose body seeds torch with that parameter or its `.seed`, also through a local, `seed =
     config.SEED`) is judged by what it passes, and by its parameter's literal default when the
-    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A project function of
+    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A seed set in a project
+    function the run reaches (`train(cfg)` of a trainer module, called by the script with Hydra's
+    `cfg`) is judged with the values the script passes and reported where it is set. A project function of
     another module that seeds torch with a literal whenever it runs (`setup_env()` calling
     `torch.manual_seed(54321)` under no condition; a function named for setting up the run:
     seeds, environment, init, not a builder such as `create_model()` whose seed fixes the
