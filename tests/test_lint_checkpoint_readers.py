@@ -588,3 +588,46 @@ def test_a_network_that_loads_its_whole_self_through_a_renaming_still_strips(tmp
     losses = _variant(PART_LOSSES, "self.features.load_state_dict(", "self.load_state_dict(")
     _write(tmp_path, {"train.py": PART_TRAIN, "losses.py": losses})
     assert _findings(tmp_path, "train.py", select="DDP019") == set()
+
+
+DIST_PREDICT = """\
+    import os
+    import sys
+
+    import torch
+    import torch.distributed as dist
+
+    from net import Classifier
+
+
+    def main(path):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = torch.nn.parallel.DistributedDataParallel(Classifier().cuda(), device_ids=[local_rank])
+        ckpt = torch.load(path, map_location="cpu")
+        model.load_state_dict(ckpt["weights"])
+        model.eval()
+        with torch.no_grad():
+            print(model(torch.randn(1, 16).cuda()).argmax())
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(sys.argv[1])
+    """
+
+
+def test_a_distributed_inference_script_that_loads_into_the_ddp_model_makes_the_save_clean(tmp_path):
+    # The project reads its checkpoints back into the wrapper: the `module.` keys round-trip.
+    _write(tmp_path, {"train.py": TRAIN, "net.py": NET, "tools/dist_predict.py": DIST_PREDICT})
+    assert _findings(tmp_path, "train.py", select="DDP019") == set()
+
+
+def test_a_distributed_script_that_saves_too_is_no_reader_of_the_runs_checkpoints(tmp_path):
+    # A second trainer loads into its own DDP model and saves: it round-trips its own files, and
+    # says nothing of who reads the run's.
+    trainer = _variant(DIST_PREDICT, "        model.eval()\n",
+                       "        model.eval()\n        torch.save(model.module.state_dict(), 'finetuned.pt')\n")
+    _write(tmp_path, {"train.py": TRAIN, "net.py": NET, "tools/finetune.py": trainer})
+    assert _findings(tmp_path, "train.py", select="DDP019") == {SAVED}

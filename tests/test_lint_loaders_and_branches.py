@@ -526,3 +526,63 @@ def test_a_loader_over_the_training_set_without_a_sampler_is_still_reported(tmp_
     source = CALIBRATION.replace("DATASET", "dataset_train")
     found = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP001")
     assert [(f["code"], f["location"]["line"]) for f in found] == [("DDP001", 15)]
+
+
+# --- DDP001: a loader builder called from both the distributed and the single-process branch --
+
+TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Trainer:
+        def __init__(self, config, processor):
+            self.config = config
+            if self.config.is_use_DDP is True:
+                self.train_dataloader = self.create_DDP_dataloader(processor.train_set())
+                self.dev_dataloader = self.create_dataloader(processor.dev_set())
+                self.test_dataloader = self.create_dataloader(processor.test_set())
+            else:
+                self.train_dataloader = self.create_dataloader(processor.train_set())
+                self.dev_dataloader = self.create_dataloader(processor.dev_set())
+
+        def create_DDP_dataloader(self, dataset):
+            self.sampler = DistributedSampler(dataset, seed=self.config.seed)
+            if self.config.is_use_DDP is True:
+                return DataLoader(dataset, batch_size=self.config.batch_size, shuffle=False, sampler=self.sampler)
+            else:
+                return DataLoader(dataset, batch_size=self.config.batch_size, shuffle=True)
+
+        def create_dataloader(self, dataset):
+            return DataLoader(dataset, batch_size=self.config.batch_size, shuffle=False)
+
+        def train(self, model, optimizer):
+            for epoch in range(self.config.epochs):
+                self.sampler.set_epoch(epoch)
+                for x, y in self.train_dataloader:
+                    optimizer.zero_grad()
+                    torch.nn.functional.cross_entropy(model(x), y).backward()
+                    optimizer.step()
+
+
+    def main(config, processor):
+        dist.init_process_group("nccl")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
+        trainer = Trainer(config, processor)
+        trainer.train(model, torch.optim.SGD(model.parameters(), lr=config.lr))
+        dist.destroy_process_group()
+    """
+
+
+def test_a_builder_the_distributed_branch_calls_only_for_dev_and_test_sets_is_not_reported(tmp_path):
+    # `is_use_DDP is True` is the distributed branch: there the plain builder makes only the
+    # dev and test loaders; its training loader belongs to the single-process `else`.
+    assert lint_project(tmp_path, {"train.py": TRAINER}, "train.py", select="DDP001") == []
+
+
+def test_the_same_builder_making_the_training_loader_on_the_distributed_branch_is_reported(tmp_path):
+    source = TRAINER.replace("self.train_dataloader = self.create_DDP_dataloader(processor.train_set())",
+                             "self.train_dataloader = self.create_dataloader(processor.train_set())")
+    found = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP001")
+    assert [(f["code"], f["location"]["line"]) for f in found] == [("DDP001", 25)]

@@ -350,7 +350,7 @@ def under_rank_condition(guards: tuple[Guard, ...], resolve: Resolve) -> Guard |
 # Names/calls that are true exactly when the run is distributed (`args.distributed`, `ddp`,
 # `dist.is_initialized()`, `is_dist_avail_and_initialized()`, `distributed_run = world_size > 1`).
 _DISTRIBUTED_FLAG = re.compile(
-    r"^(is_|use_|using_)?(distributed|ddp|dist|dist_avail_and_initialized"
+    r"^(is_|use_|using_|is_use_|is_using_|if_use_|enable_)?(distributed|ddp|dist|dist_avail_and_initialized"
     r"|initialized|dist_enabled|distributed_mode|(distributed|ddp)_(run|training|enabled))$",
     re.I,
 )

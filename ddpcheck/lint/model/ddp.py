@@ -487,7 +487,8 @@ def _env_key(model: Model, value: Value, key: cst.BaseExpression | None) -> str 
     return found.pop() if len(found) == 1 else None
 
 
-_EVAL_WORDS = re.compile(r"val|test|eval", re.I)
+# `dev` as a word of its own (`dev_loader`, `self.dev_set`), not the start of `device`.
+_EVAL_WORDS = re.compile(r"val|test|eval|(?:^|[._])dev(?:_|set|$)", re.I)
 
 
 def is_eval_name(name: str | None) -> bool:

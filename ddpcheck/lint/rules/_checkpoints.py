@@ -147,6 +147,26 @@ def project_loads_wrapped(model: Model, files: frozenset[str] = frozenset()) -> 
     return False
 
 
+def project_reads_into_ddp(model: Model) -> bool:
+    """A script of the project that saves no checkpoint (a distributed inference or evaluation
+    script) loads one into a model the DDP wrapper holds (`model = DDP(model);
+    model.load_state_dict(torch.load(path)["state_dict"])`): the project reads the run's
+    checkpoints back with the `module.` prefix they carry."""
+    for module in _readers(model, _ddp_reader_text):
+        if module is model.root:
+            continue
+        for site in module.calls:
+            if site.method != "load_state_dict" or site.receiver is None:
+                continue
+            if any(model.constructs(v, api.DDP) for v in model.values.at_call(site, site.receiver)):
+                return True
+    return False
+
+
+def _ddp_reader_text(text: str) -> bool:
+    return "torch.save" not in text and ("DistributedDataParallel" in text or "DDP" in text)
+
+
 def _wrapped_reader_text(text: str) -> bool:
     return "DataParallel" in text and _OWN_RUN_TEXT.search(text) is None
 

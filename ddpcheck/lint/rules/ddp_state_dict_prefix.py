@@ -12,7 +12,7 @@ from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
-    loaded_through_stripper, plain_readers, project_loads_wrapped, project_strips, saved_file_names,
+    loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, saved_file_names,
 )
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
@@ -48,7 +48,8 @@ class DdpStateDictPrefix(Rule):
     that renames the keys of pretrained weights it loads into one of its parts, `self.backbone.
     load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes
     defined in that module) or, saving nothing and
-    running no distributed job itself, loads them into a model a `DataParallel` wrapper holds
+    running no distributed job itself, loads them into a model a `DataParallel` wrapper holds, or,
+    saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script)
     (its keys carry the same prefix; a script that saves too counts where the code around its
     load names the file the run saves, such as a single-GPU twin resuming from `best.pth`), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
@@ -186,7 +187,8 @@ class DdpStateDictPrefix(Rule):
             return
         if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
                 or project_strips(model, _strips_prefix) \
-                or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])):
+                or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])) \
+                or project_reads_into_ddp(model):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
         if self._loads_into_ddp(loaders) and not plain_readers(model, loaders):

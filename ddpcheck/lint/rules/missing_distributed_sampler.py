@@ -419,11 +419,30 @@ class MissingDistributedSampler(Rule):
         for name, entries in scope.updates.items():
             if any(value is site.node for _, value, _, _ in entries):
                 names.add(name)
+        names |= self._returned_to(site)
         found = set(names)
         seen: set[tuple[int, str]] = set()
         for name in names:
             self._handed_on(module, scope, name, 2, found, seen, site)
         return found
+
+    def _returned_to(self, site: CallSite) -> set[str]:
+        """The names the callers of a builder that returns the loader's call itself (`return
+        DataLoader(...)`) bind it to, on the paths a distributed run takes: a call only the
+        single-process branch makes (the `else` of `if cfg.is_use_DDP:`) names a loader that
+        run never builds."""
+        module, scope = site.module, site.scope
+        function = scope.qualname if scope.kind == "function" else None
+        if function is None or function not in module.functions \
+                or not any(r is site.node for r in module.returns.get(function, [])):
+            return set()
+        paths = self.model.paths
+        names: set[str] = set()
+        for call, _bound in self.model.graph.callers(Function(module, function)):
+            if paths.single_only(call) or paths.never(call) is not None or paths.dead(call):
+                continue
+            names.update(call.module.assigned_names(call.node))
+        return names
 
     def _handed_on(self, module: ModuleModel, scope: Scope, name: str, depth: int, found: set[str],
                    seen: set[tuple[int, str]], site: CallSite | None = None) -> None:
