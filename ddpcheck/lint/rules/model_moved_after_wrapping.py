@@ -7,6 +7,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, before, is_ddp, strip_moves, wraps
 from ddpcheck.lint.model.conditions import exclusive_arms, on_single_process_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope, Shared
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
@@ -40,7 +41,9 @@ class ModelMovedAfterWrapping(Rule):
     keeps what its constructor is handed (`Trainer(ddp_model)`, `self.model = model`) and one of
     its methods moves it to the CPU or casts it (`self.model.cpu()` to save, then
     `self.model.to(self.device)`), when the attribute may hold the DDP wrapper (a lone
-    `self.model.to(device)` there may move nothing and is not reported). Not reported: a move to the
+    `self.model.to(device)` there may move nothing and is not reported), or where a function's
+    parameter is handed the wrapper or the module it holds (`self._snapshot(self.model.module)`
+    with `def _snapshot(self, model): model.cpu()`) and moved to the CPU or cast there. Not reported: a move to the
     device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
     `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
@@ -232,6 +235,13 @@ class ModelMovedAfterWrapping(Rule):
             if not self._held_wrap(site, name):
                 continue
             assert name is not None
+            if "." not in name:
+                # A parameter handed the wrapper: the fix is at the move that leaves the device
+                # (copy the state to the CPU instead); the move back goes with it.
+                if id(site.node) not in done:
+                    done.add(id(site.node))
+                    self.report(site.node, module=site.module, related=model.paths.chain(site))
+                continue
             for later in site.module.calls_in(site.scope.qualname):
                 if later.scope is not site.scope or later.index < site.index or id(later.node) in done:
                     continue
@@ -242,7 +252,11 @@ class ModelMovedAfterWrapping(Rule):
 
     def _held_wrap(self, site: CallSite, name: str | None) -> bool:
         """`name` is `self.attr` in a method (not the constructor) of a class that sets the
-        attribute in its constructor only, and it may hold the DDP wrapper there."""
+        attribute in its constructor only, and it may hold the DDP wrapper there; or `name` is a
+        parameter the function never rebinds, and a caller hands it the DDP wrapper
+        (`self._snapshot(self.model)` with `def _snapshot(self, model): model.cpu()`)."""
+        if name is not None and "." not in name:
+            return self._handed_wrap(site, name)
         if name is None or not name.startswith("self.") or name.count(".") != 1:
             return False
         function = site.scope.function
@@ -259,6 +273,31 @@ class ModelMovedAfterWrapping(Rule):
             return False
         values = self.model.values.at_call(site, strip_moves(site.receiver))
         return any(is_ddp(self.model, v) for v in values)
+
+    def _handed_wrap(self, site: CallSite, name: str) -> bool:
+        function = site.scope.function
+        if function is None or site.receiver is None:
+            return False
+        bindings = function.assignments.get(name, [])
+        if not bindings or not all(isinstance(b, Param) for b in bindings):
+            return False
+        resolve = self.model.resolver_for(site.module, site.scope)
+        if on_single_process_only(site.guards, resolve) is not None:
+            return False
+        values = self.model.values.at_call(site, strip_moves(site.receiver))
+        if any(is_ddp(self.model, v) for v in values):
+            return True
+        # Handed the module the wrapper holds (`self._snapshot(self.model.module)`): moving it
+        # moves the wrapped parameters just the same.
+        param = bindings[0]
+        assert isinstance(param, Param)
+        owner = Function(site.module, param.function)
+        for call, bound in self.model.graph.callers(owner):
+            passed = self.model.graph.argument_for(call, owner, param, bound)
+            if isinstance(passed, cst.Attribute) and passed.attr.value == "module" and any(
+                    is_ddp(self.model, v) for v in self.model.values.at_call(call, passed.value)):
+                return True
+        return False
 
     def _returned_wraps(self) -> None:
         """`model = wrap_model(model, cuda).to(device)`: a project helper returns the DDP wrap
