@@ -424,3 +424,71 @@ def test_a_batchnorm_switch_inside_an_elif_chains_else_is_read(tmp_path):
     assert finding_set(tmp_path, "train.py", select="DDP012") == set()
     write_project(tmp_path, {"backbone.py": VGG_LIKE.format(switch=", batch_norm=True"), "train.py": VGG_TRAIN})
     assert finding_set(tmp_path, "train.py", select="DDP012") == {("train.py", 11, "DDP012")}
+
+
+# --- a MoCo-style wrapper handed a project backbone builder, uncalled -------------------------
+
+MOCO_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    import moco.builder
+    from moco.resnet import resnet50
+
+
+    def main_worker(gpu, ngpus):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", rank=gpu, world_size=ngpus)
+        torch.cuda.set_device(gpu)
+        base_encoder = resnet50
+        model = moco.builder.MoCo(base_encoder, 128, 65536)
+        model = torch.nn.parallel.DistributedDataParallel(model.cuda(gpu), device_ids=[gpu])
+        return model
+
+
+    if __name__ == "__main__":
+        mp.spawn(main_worker, nprocs=torch.cuda.device_count(), args=(torch.cuda.device_count(),))
+    """
+
+MOCO_BUILDER = """\
+    import torch.nn as nn
+
+
+    class MoCo(nn.Module):
+        def __init__(self, base_encoder, dim=128, K=65536):
+            super().__init__()
+            self.encoder_q = base_encoder(num_classes=dim)
+            self.encoder_k = base_encoder(num_classes=dim)
+    """
+
+MOCO_RESNET = """\
+    import torch.nn as nn
+
+
+    class ResNet(nn.Module):
+        def __init__(self, layers, num_classes=1000, norm_layer=None):
+            super().__init__()
+            if norm_layer is None:
+                norm_layer = NORM
+            self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+            self.bn1 = norm_layer(64)
+            self.fc = nn.Linear(64, num_classes)
+
+
+    def resnet50(**kwargs):
+        return ResNet([3, 4, 6, 3], **kwargs)
+    """
+
+
+def _lint_moco(tmp_path, norm: str) -> set[tuple[str, int, str]]:
+    write_project(tmp_path, {"main_moco.py": MOCO_TRAIN, "moco/__init__.py": "",
+                             "moco/builder.py": MOCO_BUILDER, "moco/resnet.py": MOCO_RESNET.replace("NORM", norm)})
+    return finding_set(tmp_path, "main_moco.py", select="DDP012")
+
+
+def test_a_wrapper_built_from_a_project_backbone_with_batchnorm_is_reported(tmp_path):
+    assert _lint_moco(tmp_path, "nn.BatchNorm2d") == {("main_moco.py", 14, "DDP012")}
+
+
+def test_a_wrapper_built_from_a_project_backbone_without_batchnorm_is_clean(tmp_path):
+    assert _lint_moco(tmp_path, "nn.GroupNorm") == set()

@@ -330,7 +330,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
                 if self._has_batchnorm(parts, depth - 1) or self._class_builds_batchnorm(*instance, set()):
                     return True
-                if any(_builds_batchnorm(n) for n in self._constructors_given(made, instance)):
+                if any(_builds_batchnorm(n) for n in self._constructors_given(made, instance)) \
+                        or self._project_constructors_given(made, instance):
                     return True
                 if self._has_batchnorm(self._attached(made), depth - 1):
                     return True
@@ -396,17 +397,16 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                         out += self.model.values.of(made.module, binding, scope, made.frame)
         return out
 
-    def _constructors_given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
-        """`SimCLR(models.__dict__[args.arch], dim)` whose constructor builds its encoder by
-        calling what it is given (`self.encoder = base_encoder(num_classes=dim)`): the API names
-        of the constructors passed, uncalled, to a parameter the constructor calls."""
+    def _given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> list[Value]:
+        """What a construction passes, uncalled, to the parameters the class's constructor calls
+        (`MoCo(resnet50, dim)` with `self.encoder_q = base_encoder(num_classes=dim)`)."""
         module, info = instance
         init = self.model.graph.method(module, info, "__init__")
         site = made.module.call_at(made.call) if made.call is not None else None
         if init is None or site is None:
             return []
         called = {c.dotted for c in init.module.calls_in(init.qualname)}
-        out: list[str] = []
+        out: list[Value] = []
         for param in init.params():
             if param.name not in called:
                 continue
@@ -414,15 +414,45 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if not isinstance(passed, cst.BaseExpression):
                 continue
             for value in self.model.values.of(made.module, passed, made.scope, made.frame, at=made.at):
-                node = value.node
-                if not isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)):
-                    continue
-                out += self._chosen_by_name(Value(value.module, node, value.scope, value.frame, value.at), node)
-                if not isinstance(node, cst.Subscript):
-                    name = self.model.qualname(value.module, node, value.scope)
-                    if name is not None:
-                        out.append(name)
+                if isinstance(value.node, (cst.Name, cst.Attribute, cst.Subscript)):
+                    out.append(value)
         return out
+
+    def _constructors_given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
+        """`SimCLR(models.__dict__[args.arch], dim)` whose constructor builds its encoder by
+        calling what it is given (`self.encoder = base_encoder(num_classes=dim)`): the API names
+        of the constructors passed, uncalled, to a parameter the constructor calls."""
+        out: list[str] = []
+        for value in self._given(made, instance):
+            node = value.node
+            assert isinstance(node, (cst.Name, cst.Attribute, cst.Subscript))
+            out += self._chosen_by_name(Value(value.module, node, value.scope, value.frame, value.at), node)
+            if not isinstance(node, cst.Subscript):
+                name = self.model.qualname(value.module, node, value.scope)
+                if name is not None:
+                    out.append(name)
+        return out
+
+    def _project_constructors_given(self, made: Value, instance: tuple[ModuleModel, ClassInfo]) -> bool:
+        """A project network class or builder function passed uncalled to such a parameter
+        (`base_encoder = resnet50` of the project's `moco/resnet.py`) that builds BatchNorm: its
+        class, or the module that defines the function, builds unsynchronised BatchNorm."""
+        for value in self._given(made, instance):
+            node = value.node
+            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            target = self.model.resolver.name(value.module, name, value.scope) if name else None
+            if target is None or target.path is None or target.external is not None:
+                continue
+            if target.kind == "class":
+                found = self.model.graph.class_at(target)
+                if found is not None and self._instance_builds_batchnorm(found):
+                    return True
+            elif target.kind == "function":
+                text = self.model.project.text(target.path)
+                code = code_only(text) if text is not None else ""
+                if code and not _converts(code) and _unsynced_batchnorm(code):
+                    return True
+        return False
 
     def _chosen_by_name(self, made: Value, func: cst.BaseExpression | None = None) -> list[str]:
         """`torchvision.models.__dict__[arch](...)`: the API names the key may select — literal
