@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Param
+from ddpcheck.lint.model.module import CallSite, Element, ModuleModel, Param
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value
@@ -376,7 +376,7 @@ class SameSeedOnEveryRank(Rule):
             if model.api(site) in _SEEDERS or any(_seeded_parameter(model, f) is not None
                                                    for f, _ in model.graph.targets(site)):
                 seeds_cpu = True
-            if model.paths.rank_guard(site) is not None or self._launcher_only(site):
+            if model.paths.rank_guard(site) is not None or self._launcher_only(site) or model.paths.single_only(site):
                 continue
             if self._reseeded_per_rank_later(site):
                 continue
@@ -552,19 +552,27 @@ class SameSeedOnEveryRank(Rule):
         values = self.model.values.at_call(site, seed)
         return bool(values) and all(self._constant(v, resolve) for v in values)
 
-    def _constant(self, value: Value, resolve: Resolve) -> bool:
+    def _constant(self, value: Value, resolve: Resolve, depth: int = 4) -> bool:
         node = value.node
         if isinstance(node, Param) and self.model.values.cli_bound(Function(value.module, node.function)):
             return True  # a parameter `fire.Fire(main)` fills from the command line: an option
+        if isinstance(node, Element) and not node.via_with and depth > 0:
+            # `for ix in range(args.n_repeat):` — a counter over a range every rank walks alike.
+            return self._same_range(value, node.iterable, resolve, depth - 1)
         if not isinstance(node, cst.BaseExpression):
             return False
         if int_value(node) is not None:
             return True
+        if depth > 0 and isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
+            # `(ix + 1) * 42`, `args.seed + 1`: arithmetic on values that are the same everywhere.
+            operands = [node.left, node.right] if isinstance(node, cst.BinaryOperation) else [node.expression]
+            if _mentions_rank(node, resolve):
+                return False
+            return all(self._constant_expr(value, o, resolve, depth - 1) for o in operands)
         if isinstance(node, cst.Call) and dotted(node.func) in ("int", "float", "str") and len(node.args) == 1 \
                 and not node.args[0].star and value.scope.owner_of(dotted(node.func) or "") is None:
             # `int(args.seed)`: a conversion of a value that is the same everywhere.
-            inner = self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
-            return bool(inner) and all(self._constant(v, resolve) for v in inner)
+            return self._constant_expr(value, node.args[0].value, resolve, depth - 1)
         # A command-line option (`args.seed`) is the same on every rank, whatever its default
         # (`if args.seed is not None: torch.manual_seed(args.seed)` seeds only when it is given).
         if isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name):
@@ -578,6 +586,22 @@ class SameSeedOnEveryRank(Rule):
             return False
         bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
         return bool(bases) and all(self._alike(b, field) for b in bases)
+
+    def _constant_expr(self, where: Value, expr: cst.BaseExpression, resolve: Resolve, depth: int) -> bool:
+        """Whether `expr`, read where `where` was made, holds the same value on every rank."""
+        if depth < 0:
+            return False
+        inner = self.model.values.of(where.module, expr, where.scope, where.frame, at=where.at)
+        return bool(inner) and all(self._constant(v, resolve, depth) for v in inner)
+
+    def _same_range(self, where: Value, iterable: cst.BaseExpression, resolve: Resolve, depth: int) -> bool:
+        """`range(n)`, `np.arange(n)` with bounds that are the same on every rank."""
+        if not isinstance(iterable, cst.Call) or not iterable.args or any(a.star for a in iterable.args):
+            return False
+        name = self.model.qualname(where.module, iterable.func, where.scope) or dotted(iterable.func) or ""
+        if name not in _RANGES:
+            return False
+        return all(self._constant_expr(where, a.value, resolve, depth) for a in iterable.args)
 
     def _composed(self, value: Value) -> bool:
         """Whether a leaf is the configuration Hydra hands the function it decorates
@@ -641,6 +665,15 @@ class SameSeedOnEveryRank(Rule):
         if depth > 0 and isinstance(node, cst.Call) and dotted(node.func) == "vars" and len(node.args) == 1:
             inner = self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
             return bool(inner) and all(self._alike(v, field, depth - 1) for v in inner)
+        # `config = yaml.safe_load(f)`: a file every rank reads alike (its path names no rank).
+        if isinstance(node, cst.Call) and self.model.qualname(value.module, node.func, value.scope) in _FILE_LOADS:
+            resolve = self.model.resolver_for(value.module, value.scope)
+            return not any(_mentions_rank(a.value, resolve) for a in node.args)
+        # `train_config = config["train_params"]`: a section of a configuration held alike.
+        if depth > 0 and isinstance(node, (cst.Subscript, cst.Attribute)):
+            base = node.value
+            inner = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
+            return bool(inner) and all(self._alike(v, field, depth - 1) for v in inner)
         return False
 
     def _config_node(self, value: Value, field: str) -> bool:
@@ -666,6 +699,13 @@ class SameSeedOnEveryRank(Rule):
 
 
 _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+# Readers of a configuration file: every rank that reads the same path holds the same values.
+_FILE_LOADS = frozenset({
+    "json.load", "json.loads", "yaml.safe_load", "yaml.load", "yaml.full_load", "toml.load", "tomllib.load",
+    "omegaconf.OmegaConf.load",
+})
+# Counters every rank walks alike when their bounds are alike.
+_RANGES = frozenset({"range", "numpy.arange", "np.arange", "torch.arange"})
 # Library helpers that seed torch's generator (with random and numpy) from their first argument.
 _LIBRARY_SEEDERS = frozenset({
     "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
