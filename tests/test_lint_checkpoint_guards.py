@@ -133,3 +133,38 @@ SETUP_LAUNCH = """\
 def test_a_setup_file_launched_by_the_old_launcher_in_its_usage_text_gets_the_rendezvous_finding(tmp_path):
     _write(tmp_path, {"ddp_setup.py": SETUP_LAUNCH})
     assert ("ddp_setup.py", 6, "DDP015") in _findings(tmp_path, "ddp_setup.py", select="DDP015")
+
+
+# A spawned worker keeps its index under another name before it rebinds `rank` to a GPU id.
+POOLED = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def demo_checkpoint(rank, world_size, pool):
+        process_id = rank
+        rank = pool[rank]
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:12355", rank=process_id, world_size=world_size)
+        ddp_model = DDP(torch.nn.Linear(4, 4).to(rank), device_ids=[rank])
+        if GUARD:
+            torch.save(ddp_model.module.state_dict(), "model.checkpoint")
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        pool = [0, 1]
+        mp.spawn(demo_checkpoint, args=(len(pool), pool), nprocs=len(pool))
+    """
+
+
+def test_a_save_guarded_by_a_copy_of_the_workers_rank_is_clean(tmp_path):
+    _write(tmp_path, {"demo.py": POOLED.replace("GUARD", "process_id == 0")})
+    assert _findings(tmp_path, "demo.py", select="DDP010") == set()
+
+
+def test_a_save_guarded_by_something_else_is_still_reported(tmp_path):
+    _write(tmp_path, {"demo.py": POOLED.replace("GUARD", "world_size > 1")})
+    assert _findings(tmp_path, "demo.py", select="DDP010") == {("demo.py", 13, "DDP010")}

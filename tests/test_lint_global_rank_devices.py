@@ -227,3 +227,42 @@ def test_a_sum_that_is_not_machines_times_their_gpus_is_not_reported(tmp_path: P
     findings = lint_project(tmp_path, {"train.py": source.format(device="torch.device(args.rank)")}, "train.py",
                             select="DDP007")
     assert _lines(findings) == []
+
+
+SLURM_LOOPBACK = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def setup(rank, world_size):
+        ADDRESS
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+
+    def train(rank, world_size):
+        setup(rank, world_size)
+        torch.cuda.set_device(rank)
+        model = DDP(torch.nn.Linear(8, 2).to(rank), device_ids=[rank])
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        train(int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"]))
+"""
+
+
+def test_a_launched_job_that_overwrites_the_address_with_localhost_runs_on_one_machine(tmp_path: Path) -> None:
+    # Ranks on a second machine would look for rank 0 on their own host: the job cannot span
+    # machines, so the global rank is the local one.
+    source = SLURM_LOOPBACK.replace("ADDRESS", 'os.environ["MASTER_ADDR"] = "localhost"')
+    assert _lines(lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP007")) == []
+
+
+def test_a_launched_job_that_only_defaults_the_address_can_span_machines(tmp_path: Path) -> None:
+    source = SLURM_LOOPBACK.replace(
+        "ADDRESS", 'if "MASTER_ADDR" not in os.environ:\n            os.environ["MASTER_ADDR"] = "localhost"')
+    assert _lines(lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP007")) == [17]

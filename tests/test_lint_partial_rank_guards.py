@@ -154,12 +154,17 @@ def test_a_local_rank_flag_nothing_reads_is_not_reported(tmp_path: Path) -> None
     files = {"train.py": UNREAD_FLAG.replace("READ", "pass"), "slurm_env.py": "rank = 0\nsize = 1\nlocal_rank = 0\n"}
     assert lint_project(tmp_path, files, "train.py", select="DDP008") == []
     # Read through the namespace, by name, or with the whole namespace handed on: reported.
-    # (Printed or saved whole, `print(vars(args))`, it is a record, read by no entry.)
-    for read in ("print(args.local_rank)", "print(getattr(args, 'local_rank'))", "run(**vars(args))",
-                 "print(dict(rank=args.local_rank))"):
+    # (Printed or logged, `print(args.local_rank)`, or saved whole, `print(vars(args))`, it is
+    # shown or recorded, read by no entry.)
+    for read in ("run(args.local_rank)", "run(getattr(args, 'local_rank'))", "run(**vars(args))",
+                 "run(dict(rank=args.local_rank))"):
         files["train.py"] = UNREAD_FLAG.replace("READ", read)
         findings = lint_project(tmp_path, files, "train.py", select="DDP008")
         assert _lines(findings, "DDP008") == [10], (read, findings)
+    for shown in ("print(args.local_rank)", "print('Local Rank: {}'.format(args.local_rank), flush=True)",
+                  "logger.info(f'local rank {args.local_rank}')"):
+        files["train.py"] = UNREAD_FLAG.replace("READ", shown)
+        assert lint_project(tmp_path, files, "train.py", select="DDP008") == [], shown
 
 
 SPAWN_SETS_ITS_OWN_RANK = """\

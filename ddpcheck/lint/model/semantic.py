@@ -27,7 +27,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import UNASKED, CallSite, Guard, ModuleModel, Scope, Target
+from ddpcheck.lint.model.module import UNASKED, CallSite, Guard, ModuleModel, Param, Scope, Target
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
@@ -264,10 +264,11 @@ class Model:
             "spawn" in self.facts.of_call(c) for c in root.calls if c.target is not None and c.target.external is None)
 
     def on_one_machine(self) -> bool:
-        """The job cannot span machines: no outside launcher can start the file (see
-        `torchrun_path`), it starts its processes with `mp.spawn`, and every rendezvous address it
-        sets is a loopback one (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method=
-        "tcp://127.0.0.1:..."`), at least one of them."""
+        """The job cannot span machines: every rendezvous address it sets is a loopback one
+        (`os.environ["MASTER_ADDR"] = "localhost"`, `init_method="tcp://127.0.0.1:..."`), at
+        least one of them, and either no outside launcher can start the file (see
+        `torchrun_path`) and it starts its processes with `mp.spawn`, or it overwrites the
+        address on every path."""
         if self._one_machine is None:
             found = self._on_one_machine()
             if self.values.budget <= 0 or not self.reach_complete:
@@ -280,7 +281,12 @@ class Model:
     def _on_one_machine(self) -> bool:
         root = self.root
         if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
-            return False
+            # Started by a launcher (torchrun, srun): one machine only where the file overwrites
+            # the rendezvous address on every path (`os.environ["MASTER_ADDR"] = "localhost"` with
+            # no condition), so ranks on a second machine would never meet the first.
+            writes = [a for a in root.env if a.written and a.key == "MASTER_ADDR"]
+            if not writes or any(a.guards for a in writes):
+                return False
         addresses: list[cst.BaseExpression] = []
         for node in statements(root.tree):
             if isinstance(node, cst.Assign) and len(node.targets) == 1:
@@ -599,6 +605,12 @@ class Names:
         try:
             for value in self.model.values.of(self.module, expr, self.scope, depth=6):
                 node = value.node
+                if isinstance(node, Param):
+                    # `process_id = rank` in `def worker(rank, world_size)`: a copy of a
+                    # parameter the function's own code calls the rank.
+                    if node.name != dotted(expr) and is_rank_value(cst.Name(node.name), self.model.resolver_for(value.module)):
+                        return True
+                    continue
                 if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
                     # `device = rank % torch.cuda.device_count()`: the local rank under another name.
                     node = node.left

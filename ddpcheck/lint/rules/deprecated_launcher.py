@@ -30,6 +30,10 @@ _WHOLE_NAMESPACE = re.compile(r"\bvars\s*\(|__dict__|\bsetattr\s*\(|\bupdate\s*\
 # saved with a checkpoint), printed, or dumped to a file.
 _RECORDED_NAMESPACE = re.compile(
     r"""['"]\w+['"]\s*:\s*vars\s*\(\s*\w+\s*\)|\b(?:print|pprint|json\.dumps?|yaml\.(?:safe_)?dump)\s*\(\s*vars\s*\(\s*\w+\s*\)""")
+# A statement that only shows values (`print("Local Rank: {}".format(args.local_rank))`, a log
+# line): what it mentions is displayed, not used.
+_SHOWN = re.compile(r"^[ \t]*(?:print|(?:self\.)?(?:logger|logging|log)\.(?:info|debug|warning))\s*\(.*\)[ \t]*$",
+                    re.MULTILINE)
 # A command that starts the deprecated launcher (in code, a comment or a docstring), not prose
 # that names it: `-m torch.distributed.launch`, or the module followed by its options or a script.
 _COMMAND = re.compile(
@@ -72,7 +76,8 @@ class DeprecatedLauncher(Rule):
     names the launcher ("formerly started with torch.distributed.launch"), nor a flag nothing
     reads (the ranks come from elsewhere, such as a cluster helper; the namespace kept whole as a
     record, `{"args": vars(args)}` in a checkpoint or `json.dump(vars(args), f)`, reads no
-    entry).
+    entry; nor does a print or log line that only shows it, `print("Local Rank:",
+    args.local_rank)`).
 
     Launch commands in comments and usage text, and the flag, are reported in scripts (files
     run as `__main__`, or that do their work or parse the command line at module level) that
@@ -366,6 +371,7 @@ class DeprecatedLauncher(Rule):
             # Handing the flag on to the variable (`os.environ["LOCAL_RANK"] =
             # str(args.local_rank)`, where it is not set yet) is the fallback torchrun skips.
             text = _RECORDED_NAMESPACE.sub("", _HANDED_TO_ENV.sub("", code_only(other.source)))
+            text = _SHOWN.sub("", text)
             if _WHOLE_NAMESPACE.search(text) and not named or quoted.search(text):
                 return True
             for m in attribute.finditer(text):
