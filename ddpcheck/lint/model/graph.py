@@ -939,6 +939,12 @@ class CallGraph:
             position = (param.index if param.index is not None else -1) - (1 if bound == "spawn" else 0) \
                 - (1 if function.owner is not None and not function.is_static else 0)
             passed = argument(call.node, "args")
+            if isinstance(passed, cst.Name):
+                # `train_args = (world_size, lr, ckpt); mp.spawn(train, args=train_args)`: the
+                # tuple the name is bound to, when it is bound once in the spawning scope.
+                bindings = call.scope.assignments.get(passed.value, [])
+                held = getattr(bindings[0], "value", bindings[0]) if len(bindings) == 1 else None
+                passed = held if isinstance(held, cst.Tuple) else passed
             if position < 0 or not isinstance(passed, cst.Tuple) or position >= len(passed.elements):
                 return None
             element = passed.elements[position]
