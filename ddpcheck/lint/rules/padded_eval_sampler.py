@@ -26,6 +26,11 @@ _CONSTANT_TENSORS = frozenset({"torch.ones", "torch.zeros", "torch.tensor", "tor
                                "torch.FloatTensor", "torch.LongTensor"})
 # How many project calls deep an all-reduce is looked for before any one counts.
 _DEPTH = 8
+# torcheval's helpers that gather a metric's states from every rank before computing it.
+_METRIC_SYNCS = frozenset({
+    "torcheval.metrics.toolkit.sync_and_compute", "torcheval.metrics.toolkit.sync_and_compute_collection",
+    "torcheval.metrics.toolkit.get_synced_metric", "torcheval.metrics.toolkit.get_synced_metric_collection",
+})
 _MOVES = frozenset({"cuda", "to", "cpu", "float", "long", "int", "double", "half"})
 
 
@@ -269,7 +274,8 @@ class PaddedEvalSampler(Rule):
     stored, handed on or read through `locals()` counts as used. A torchmetrics metric object's
     `compute()` (`val_loss = MeanMetric().cuda()`, then `val_loss.compute()`) outside a training
     loop sums its states over the ranks like an all-reduce (its default `sync_on_compute=True`;
-    one made with `sync_on_compute=False` does not). A sampler made inside the loader's call
+    one made with `sync_on_compute=False` does not); so does torcheval's
+    `sync_and_compute(metric)`. A sampler made inside the loader's call
     goes by the loader's name (`eval_loader = DataLoader(ds, sampler=DistributedSampler(ds))`),
     and a set taken from a dict of splits by the split's key (`splits["test"]`).
 
@@ -458,6 +464,8 @@ class PaddedEvalSampler(Rule):
         """`metric.compute()` of a torchmetrics metric object (`val_loss = MeanMetric().cuda()`)
         outside a training loop: a `Metric` made with the default `sync_on_compute=True` sums its
         states over the ranks before computing, as an all-reduce would."""
+        if self.model.api(site) in _METRIC_SYNCS:
+            return not self._in_training_loop(site)
         receiver = site.receiver
         if site.method != "compute" or site.node.args or receiver is None or self._in_training_loop(site):
             return False
