@@ -50,6 +50,8 @@ MODES = ("torchrun", "default", "every-step")
 DEFAULT_TARGET = {2: 0.03, 4: 0.05}  # per-step overhead at the default cadence, by ranks
 EVERY_STEP_TARGET = 0.15
 FINGERPRINT_TARGET = 0.60  # of torch.sum's throughput, at every size from 1 M up
+WORKLOAD_WARMUP = 20  # bench/workloads/train_ddp.py's --warmup default (= ddpcheck's --check-first)
+CHECK_EVERY = 50  # ddpcheck's --check-every default
 MEMORY_TARGET_MIB = 50  # extra peak RSS per rank under `ddpcheck run`
 GROWTH_TARGET = 0.05  # the report after 2N checked steps at most this much larger than after N
 
@@ -184,6 +186,12 @@ def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: flo
     with its interquartile range and min–max, and the load average beside each pair."""
     print(f"### Interleaved pairs: `ddpcheck run` ({mode}) vs torchrun, {model} at {nproc} ranks, "
           f"{steps} timed steps, {pairs} pairs after 1 warm-up pair\n")
+    if mode == "default":
+        # The workload times the steps after its 20-step warm-up; the default cadence checks the
+        # first 20 and then every 50th, so a window of a multiple of 50 steps holds the steady share.
+        checked = (WORKLOAD_WARMUP + steps) // CHECK_EVERY - WORKLOAD_WARMUP // CHECK_EVERY
+        print(f"The timed window holds {checked} checked step(s) of {steps} ({checked / steps:.1%}; "
+              f"the steady state is {1 / CHECK_EVERY:.0%}).\n")
     print("| pair | order | torchrun wall ms | ddpcheck wall ms | wall overhead | torchrun CPU ms "
           "| ddpcheck CPU ms | CPU overhead | load |")
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -330,7 +338,7 @@ def main() -> None:
     ap.add_argument("--growth-steps", type=int, default=100, help="N of the report-size pair (N and 2N checked steps)")
     ap.add_argument("--pairs", type=int, default=0,
                     help="only the interleaved-pairs rows: N pairs (after one warm-up pair) per --pair-plan entry")
-    ap.add_argument("--pair-plan", default="every-step:1m:2:30,default:1m:2:30",
+    ap.add_argument("--pair-plan", default="every-step:1m:2:30,default:1m:2:200",
                     help="MODE:MODEL:RANKS:STEPS,... for --pairs (MODE: default or every-step)")
     ap.add_argument("--memory", type=int, default=0,
                     help="only the peak-RSS rows: N rounds (after one warm-up round) per --memory-plan entry")
