@@ -145,6 +145,8 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
         "step": statistics.fmean(r["step_mean_s"] for r in ranks),
         "cpu_step": (statistics.fmean(r["cpu_step_mean_s"] for r in ranks)
                      if all(r.get("cpu_step_mean_s") for r in ranks) else None),
+        "thread_step": (statistics.fmean(r["thread_cpu_step_mean_s"] for r in ranks)
+                        if all(r.get("thread_cpu_step_mean_s") for r in ranks) else None),
         "first_step": max(r["launch_to_first_step_s"] for r in ranks),
         "rss": statistics.fmean(r["maxrss_mib"] for r in ranks),
         "vmhwm": [float((out / f"rank{r}.vmhwm").read_text()) for r in range(nproc)
@@ -193,10 +195,11 @@ def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: flo
         print(f"The timed window holds {checked} checked step(s) of {steps} ({checked / steps:.1%}; "
               f"the steady state is {1 / CHECK_EVERY:.0%}).\n")
     print("| pair | order | torchrun wall ms | ddpcheck wall ms | wall overhead | torchrun CPU ms "
-          "| ddpcheck CPU ms | CPU overhead | load |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| ddpcheck CPU ms | CPU overhead | torchrun thread ms | ddpcheck thread ms | thread overhead | load |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     wall: list[float] = []
     cpu: list[float] = []
+    thread: list[float] = []
     loads: list[float] = []
     for i in range(pairs + 1):
         order = ("torchrun", mode) if i % 2 == 0 else (mode, "torchrun")
@@ -205,19 +208,25 @@ def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: flo
         ld = (base["load"] + ours["load"]) / 2
         w = ours["step"] / base["step"] - 1
         c = (ours["cpu_step"] / base["cpu_step"] - 1) if ours["cpu_step"] and base["cpu_step"] else None
+        t = (ours["thread_step"] / base["thread_step"] - 1) if ours["thread_step"] and base["thread_step"] else None
         tag = "warm-up (excluded)" if i == 0 else str(i)
         cpu_cells = (f"{base['cpu_step'] * 1e3:.2f} | {ours['cpu_step'] * 1e3:.2f} | {c * 100:+.1f} %"
                      if c is not None else "— | — | —")
+        thread_cells = (f"{base['thread_step'] * 1e3:.2f} | {ours['thread_step'] * 1e3:.2f} | {t * 100:+.1f} %"
+                        if t is not None else "— | — | —")
         print(f"| {tag} | {' → '.join(order)} | {base['step'] * 1e3:.2f} | {ours['step'] * 1e3:.2f} | "
-              f"{w * 100:+.1f} % | {cpu_cells} | {ld:.1f} |", flush=True)
+              f"{w * 100:+.1f} % | {cpu_cells} | {thread_cells} | {ld:.1f} |", flush=True)
         if i == 0:
             continue
         wall.append(w)
         loads.append(ld)
         if c is not None:
             cpu.append(c)
+        if t is not None:
+            thread.append(t)
     print()
-    for label, values in (("wall time per step", wall), ("CPU time per step", cpu)):
+    for label, values in (("wall time per step", wall), ("CPU time per step", cpu),
+                          ("training thread's CPU time per step", thread)):
         if not values:
             continue
         q1, q2, q3 = quartiles(values)
