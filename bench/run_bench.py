@@ -50,6 +50,8 @@ MODES = ("torchrun", "default", "every-step")
 DEFAULT_TARGET = {2: 0.03, 4: 0.05}  # per-step overhead at the default cadence, by ranks
 EVERY_STEP_TARGET = 0.15
 FINGERPRINT_TARGET = 0.60  # of torch.sum's throughput, at every size from 1 M up
+WORKLOAD_WARMUP = 20  # bench/workloads/train_ddp.py's --warmup default (= ddpcheck's --check-first)
+CHECK_EVERY = 50  # ddpcheck's --check-every default
 MEMORY_TARGET_MIB = 50  # extra peak RSS per rank under `ddpcheck run`
 GROWTH_TARGET = 0.05  # the report after 2N checked steps at most this much larger than after N
 
@@ -143,6 +145,8 @@ def launch(mode: str, nproc: int, model: str, steps: int, out: Path, report: Pat
         "step": statistics.fmean(r["step_mean_s"] for r in ranks),
         "cpu_step": (statistics.fmean(r["cpu_step_mean_s"] for r in ranks)
                      if all(r.get("cpu_step_mean_s") for r in ranks) else None),
+        "thread_step": (statistics.fmean(r["thread_cpu_step_mean_s"] for r in ranks)
+                        if all(r.get("thread_cpu_step_mean_s") for r in ranks) else None),
         "first_step": max(r["launch_to_first_step_s"] for r in ranks),
         "rss": statistics.fmean(r["maxrss_mib"] for r in ranks),
         "vmhwm": [float((out / f"rank{r}.vmhwm").read_text()) for r in range(nproc)
@@ -184,11 +188,19 @@ def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: flo
     with its interquartile range and min–max, and the load average beside each pair."""
     print(f"### Interleaved pairs: `ddpcheck run` ({mode}) vs torchrun, {model} at {nproc} ranks, "
           f"{steps} timed steps, {pairs} pairs after 1 warm-up pair\n")
+    if mode == "default":
+        # The workload times the steps after its 20-step warm-up; the default cadence checks the
+        # first 20 and then every 50th, so a window of a multiple of 50 steps holds the steady share.
+        checked = (WORKLOAD_WARMUP + steps) // CHECK_EVERY - WORKLOAD_WARMUP // CHECK_EVERY
+        print(f"The timed window holds {checked} checked step(s) of {steps} ({checked / steps:.1%}; "
+              f"the steady state is {1 / CHECK_EVERY:.0%}).\n")
     print("| pair | order | torchrun wall ms | ddpcheck wall ms | wall overhead | torchrun CPU ms "
-          "| ddpcheck CPU ms | CPU overhead | load |")
-    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+          "| ddpcheck CPU ms | CPU overhead | torchrun thread ms | ddpcheck thread ms | thread's extra / torchrun CPU "
+          "| load |")
+    print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     wall: list[float] = []
     cpu: list[float] = []
+    thread: list[float] = []
     loads: list[float] = []
     for i in range(pairs + 1):
         order = ("torchrun", mode) if i % 2 == 0 else (mode, "torchrun")
@@ -197,19 +209,29 @@ def paired(mode: str, model: str, nproc: int, steps: int, pairs: int, limit: flo
         ld = (base["load"] + ours["load"]) / 2
         w = ours["step"] / base["step"] - 1
         c = (ours["cpu_step"] / base["cpu_step"] - 1) if ours["cpu_step"] and base["cpu_step"] else None
+        # The training thread's extra CPU as a share of torchrun's whole step (every thread): the
+        # step the target is about, with the gloo threads' scheduling noise left out of the difference.
+        t = ((ours["thread_step"] - base["thread_step"]) / base["cpu_step"]
+             if ours["thread_step"] and base["thread_step"] and base["cpu_step"] else None)
         tag = "warm-up (excluded)" if i == 0 else str(i)
         cpu_cells = (f"{base['cpu_step'] * 1e3:.2f} | {ours['cpu_step'] * 1e3:.2f} | {c * 100:+.1f} %"
                      if c is not None else "— | — | —")
+        thread_cells = (f"{base['thread_step'] * 1e3:.2f} | {ours['thread_step'] * 1e3:.2f} | {t * 100:+.1f} %"
+                        if t is not None else "— | — | —")
         print(f"| {tag} | {' → '.join(order)} | {base['step'] * 1e3:.2f} | {ours['step'] * 1e3:.2f} | "
-              f"{w * 100:+.1f} % | {cpu_cells} | {ld:.1f} |", flush=True)
+              f"{w * 100:+.1f} % | {cpu_cells} | {thread_cells} | {ld:.1f} |", flush=True)
         if i == 0:
             continue
         wall.append(w)
         loads.append(ld)
         if c is not None:
             cpu.append(c)
+        if t is not None:
+            thread.append(t)
     print()
-    for label, values in (("wall time per step", wall), ("CPU time per step", cpu)):
+    for label, values in (("wall time per step", wall), ("CPU time per step", cpu),
+                          ("the training thread's extra CPU time per step, as a share of torchrun's CPU "
+                           "time per step", thread)):
         if not values:
             continue
         q1, q2, q3 = quartiles(values)
@@ -330,7 +352,7 @@ def main() -> None:
     ap.add_argument("--growth-steps", type=int, default=100, help="N of the report-size pair (N and 2N checked steps)")
     ap.add_argument("--pairs", type=int, default=0,
                     help="only the interleaved-pairs rows: N pairs (after one warm-up pair) per --pair-plan entry")
-    ap.add_argument("--pair-plan", default="every-step:1m:2:30,default:1m:2:30",
+    ap.add_argument("--pair-plan", default="every-step:1m:2:30,default:1m:2:200",
                     help="MODE:MODEL:RANKS:STEPS,... for --pairs (MODE: default or every-step)")
     ap.add_argument("--memory", type=int, default=0,
                     help="only the peak-RSS rows: N rounds (after one warm-up round) per --memory-plan entry")

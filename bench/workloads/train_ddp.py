@@ -80,7 +80,7 @@ def main() -> None:
     ready = time.time()
     times = []
     last = time.perf_counter()
-    cpu_start = None
+    cpu_start = thread_start = None
     for i, (x, y) in enumerate(loader):  # a step's time includes fetching its batch
         opt.zero_grad(set_to_none=True)
         loss_fn(model(x), y).backward()
@@ -89,11 +89,14 @@ def main() -> None:
         if i >= args.warmup:
             times.append(now - last)
         elif i == args.warmup - 1:
-            cpu_start = time.process_time()
+            cpu_start, thread_start = time.process_time(), time.thread_time()
         last = now
     # CPU seconds of the whole rank process (every thread: ddpcheck's and gloo's included) over the
     # timed steps: less sensitive than wall time to other processes taking the cores.
     cpu_end = time.process_time()
+    # ...and of the training thread alone: the thread that runs ddpcheck's step work, without
+    # gloo's threads, whose polling varies with how the ranks happen to be scheduled.
+    thread_end = time.thread_time()
     dist.barrier()
     t0 = float(os.environ.get("BENCH_T0", ready))
     record = {
@@ -105,6 +108,8 @@ def main() -> None:
         "step_mean_s": statistics.fmean(times),
         "steps_s": times,
         "cpu_step_mean_s": (cpu_end - cpu_start) / len(times) if cpu_start is not None and times else None,
+        "thread_cpu_step_mean_s": ((thread_end - thread_start) / len(times)
+                                   if thread_start is not None and times else None),
         "launch_to_first_step_s": ready - t0,
         "maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }

@@ -34,13 +34,22 @@ _SEED = 0x5EED_DDC4  # the weights are the same on every rank and in every run
 _MASK = (1 << 64) - 1
 
 
-@lru_cache(maxsize=64)
-def _row_weights(rows: int, device: torch.device) -> torch.Tensor:
+def _draw_weights(rows: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """a_0 .. a_{rows-1}, drawn afresh on the CPU (into `out` when given; callers cache what
+    they keep)."""
     import torch
 
     gen = torch.Generator().manual_seed(_SEED + rows)
-    weights = torch.randint(-(2**63), 2**63 - 1, (rows,), dtype=torch.int64, generator=gen)
-    return weights.to(device)
+    if out is not None:
+        return torch.randint(-(2**63), 2**63 - 1, (rows,), generator=gen, out=out)
+    return torch.randint(-(2**63), 2**63 - 1, (rows,), dtype=torch.int64, generator=gen)
+
+
+@lru_cache(maxsize=64)
+def _row_weights(rows: int, device: torch.device) -> torch.Tensor:
+    if device.type == "cpu":  # a view of the matrix below: the CPU keeps one copy of a, not two
+        return _both_weights(rows)[1]
+    return _draw_weights(rows).to(device)
 
 
 @lru_cache(maxsize=64)
@@ -49,8 +58,10 @@ def _both_weights(rows: int) -> torch.Tensor:
     cost of a small reduction, not the reading, dominates at the sizes of a model's layers)."""
     import torch
 
-    weights = _row_weights(rows, torch.device("cpu"))
-    return torch.stack((torch.ones_like(weights), weights))
+    both = torch.empty((2, rows), dtype=torch.int64)  # filled in place: no temporary copies
+    both[0].fill_(1)
+    _draw_weights(rows, out=both[1])
+    return both
 
 
 @lru_cache(maxsize=1)
