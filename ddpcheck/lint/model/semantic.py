@@ -607,8 +607,12 @@ class Names:
                 node = value.node
                 if isinstance(node, Param):
                     # `process_id = rank` in `def worker(rank, world_size)`: a copy of a
-                    # parameter the function's own code calls the rank.
+                    # parameter the function's own code calls the rank; and the process index
+                    # `mp.spawn` hands its worker first (`def main_worker(worker_idx, args)`).
                     if node.name != dotted(expr) and is_rank_value(cst.Name(node.name), self.model.resolver_for(value.module)):
+                        return True
+                    if node.index == 0 and any(bound == "spawn" for _, bound in
+                                               self.model.graph.callers(Function(value.module, node.function))):
                         return True
                     continue
                 if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):

@@ -92,7 +92,8 @@ class PrintOnEveryRank(Rule):
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
     `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
-    with `self.step += 1`); warnings printed when a test
+    with `self.step += 1`); messages printed while a missing file is made (`if not
+    os.path.exists(path): print("Downloading ...")`: the file is there the next time); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
     of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
     gives about its own data (a test on the norm `clip_grad_norm_` returns is not one: DDP
@@ -661,9 +662,13 @@ class PrintOnEveryRank(Rule):
     def _once(self, site: CallSite) -> bool:
         """The message is printed once, not at each step: on the way out (`print("Done!");
         break`, an error message before `sys.exit(1)` or `raise`), or at one value of the loop
-        variable (`if epoch == args.start_epoch:`)."""
+        variable (`if epoch == args.start_epoch:`), or while making a file that is missing (`if
+        not os.path.exists(path): print("Downloading ..."); download(path)`): the file is there
+        the next time."""
         if not site.guards:
             return False
+        if any(_makes_missing_file(g) for g in site.guards):
+            return True
         counters = {n for loop in site.loops if isinstance(loop, cst.For) for n in _names(loop.target)}
         if counters and any(_pins(g, counters) for g in site.guards):
             return True
@@ -1203,3 +1208,21 @@ def _needs_launch_flag(guard: Guard) -> bool:
         and isinstance(test.operator, cst.And) else [test]
     return any(isinstance(o, (cst.Name, cst.Attribute)) and LAUNCH_FLAG.search(last_name(o) or "")
                for o in operands)
+
+
+# Tests of whether a file or folder is there (`os.path.exists(p)`, `Path(p).is_file()`).
+_EXISTS_TESTS = frozenset({"exists", "isfile", "isdir", "lexists", "is_file", "is_dir"})
+
+
+def _makes_missing_file(guard: Guard) -> bool:
+    """The arm of `if not os.path.exists(path):` (or the `else` of `if os.path.exists(path):`)
+    that runs while the file is missing: what it does makes the file, once."""
+    test = guard.test
+    negated = guard.negated
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negated = test.expression, not negated
+    if not negated or not isinstance(test, cst.Call):
+        return False
+    func = test.func
+    name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
+    return name in _EXISTS_TESTS
