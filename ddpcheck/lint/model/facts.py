@@ -81,6 +81,7 @@ class Facts:
     def __init__(self, model: FactsModel) -> None:
         self.model = model
         self._memo: dict[tuple[int, str], frozenset[str]] = {}
+        self._class_facts: dict[tuple[str, str], frozenset[str]] = {}
 
     def of_call(self, site: CallSite) -> frozenset[str]:
         """What `site` does: its own API fact and the facts of the project functions it runs."""
@@ -116,15 +117,20 @@ class Facts:
             found.add(METHOD_FACTS[method])
         return frozenset(found)
 
-    def _derived_class_facts(self, site: CallSite) -> set[str]:
+    def _derived_class_facts(self, site: CallSite) -> frozenset[str]:
         """A project class derived from a torch class that establishes a fact is built like it:
         `DSElasticDistributedSampler(dataset=ds)` of `class DSElasticDistributedSampler(
         DistributedSampler)` makes a DistributedSampler, a `DistributedDataParallel` subclass
         wraps the model."""
         target = site.target
         if target is None or target.kind != "class" or target.external is not None:
-            return set()
-        return {fact for fact, base in _CLASS_FACTS.items() if self.model.graph.is_subclass(target, base)}
+            return frozenset()
+        key = (str(target.path), target.name)  # asked for every call of the class, in every scope
+        found = self._class_facts.get(key)
+        if found is None:
+            found = frozenset(fact for fact, base in _CLASS_FACTS.items() if self.model.graph.is_subclass(target, base))
+            self._class_facts[key] = found
+        return found
 
     def of_scope(self, module: ModuleModel, qualname: str, _seen: frozenset[tuple[int, str]] = frozenset()
                  ) -> frozenset[str]:

@@ -266,26 +266,25 @@ class ModelMovedAfterWrapping(Rule):
         bindings = owner.assignments.get(name, [])
         if not bindings or not all(isinstance(b, Shared) and b.scope.name == "__init__" for b in bindings):
             return False
-        resolve = self.model.resolver_for(site.module, site.scope)
-        if on_single_process_only(site.guards, resolve) is not None:
-            return False
-        if site.receiver is None:
-            return False
-        values = self.model.values.at_call(site, strip_moves(site.receiver))
-        return any(is_ddp(self.model, v) for v in values)
+        return self._on_distributed_path(site) and self._receiver_holds_wrap(site)
+
+    def _on_distributed_path(self, site: CallSite) -> bool:
+        return on_single_process_only(site.guards, self.model.resolver_for(site.module, site.scope)) is None
+
+    def _receiver_holds_wrap(self, site: CallSite) -> bool:
+        """The receiver of `site` may hold the DDP wrapper."""
+        receiver = site.receiver
+        return receiver is not None and any(
+            is_ddp(self.model, v) for v in self.model.values.at_call(site, strip_moves(receiver)))
 
     def _handed_wrap(self, site: CallSite, name: str) -> bool:
         function = site.scope.function
         if function is None or site.receiver is None:
             return False
         bindings = function.assignments.get(name, [])
-        if not bindings or not all(isinstance(b, Param) for b in bindings):
+        if not bindings or not all(isinstance(b, Param) for b in bindings) or not self._on_distributed_path(site):
             return False
-        resolve = self.model.resolver_for(site.module, site.scope)
-        if on_single_process_only(site.guards, resolve) is not None:
-            return False
-        values = self.model.values.at_call(site, strip_moves(site.receiver))
-        if any(is_ddp(self.model, v) for v in values):
+        if self._receiver_holds_wrap(site):
             return True
         # Handed the module the wrapper holds (`self._snapshot(self.model.module)`): moving it
         # moves the wrapped parameters just the same.
