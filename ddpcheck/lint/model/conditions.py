@@ -308,12 +308,22 @@ def _may_grow(test: cst.BaseExpression, resolve: Resolve, as_is: bool) -> bool:
     if conjunction != as_is:  # `a and x` negated, `a or x` as is: a free x lets it hold anywhere
         for side in (test.left, test.right):
             if selects_main_rank(side, resolve) is None and is_distributed_test(side, resolve) is None \
-                    and not _is_not_distributed(side, resolve):
+                    and not _is_not_distributed(side, resolve) and not _rank_given(side, resolve):
                 return True
     # Only the rank-bearing operands say which ranks pass (`rank == 0 and (last or x % n == 0)`:
     # the other operand only narrows it further).
     return any(_may_grow(side, resolve, as_is) for side in (test.left, test.right)
                if selects_main_rank(side, resolve) is not None)
+
+
+def _rank_given(test: cst.BaseExpression, resolve: Resolve) -> bool:
+    """`device is not None` (or `is None`) where the name holds a rank: whether a rank was
+    handed in at all, which every rank of a distributed run answers alike."""
+    if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1):
+        return False
+    comp = test.comparisons[0]
+    return isinstance(comp.operator, (cst.Is, cst.IsNot)) and isinstance(comp.comparator, cst.Name) \
+        and comp.comparator.value == "None" and is_rank_value(test.left, resolve)
 
 
 def vacuous_without_flag(test: cst.BaseExpression) -> str | None:

@@ -603,7 +603,7 @@ class Names:
             return False  # (a helper whose value is read while it is being read)
         self._holding.add(key)
         try:
-            for value in self.model.values.of(self.module, expr, self.scope, depth=6):
+            for value in self.model.values.of(self.module, expr, self.scope, depth=9):
                 node = value.node
                 if isinstance(node, Param):
                     # `process_id = rank` in `def worker(rank, world_size)`: a copy of a

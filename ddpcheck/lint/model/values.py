@@ -54,6 +54,7 @@ class _Graph(Protocol):
     def base_argument(self, site: CallSite, api_class: str, keyword: str, position: int | None,
                       frame: Frame | None = None) -> list[Value] | None: ...
     def instance_of(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None: ...
+    def mro(self, module: ModuleModel, info: ClassInfo) -> list[tuple[ModuleModel, ClassInfo]]: ...
     def instances_of(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]: ...
     def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int
                       ) -> list[Value]: ...
@@ -467,6 +468,13 @@ class Values:
                 yield from self._attribute(base, node, module, scope, frame, depth - 1, seen, at)
             return
         owner, bindings = self._bindings(scope, name, at)
+        if not bindings and name.startswith("self."):
+            inherited = self._inherited(module, scope, name)
+            if inherited:
+                for base_module, base_scope in inherited:
+                    for binding in base_scope.assignments[name]:
+                        yield from self._eval(base_module, binding, base_scope, None, depth - 1, seen, None)
+                return
         if bindings and owner.kind == "class":
             # `trainer.model = DDP(trainer.model)` then `trainer.train()`: in the method,
             # `self.model` is what the caller set on the instance before the call.
@@ -515,6 +523,21 @@ class Values:
                         yield from self._eval(other, binding, other.module_scope, None, depth - 1, seen, None)
                     return
         yield Value(module, node, scope, frame, at)
+
+    def _inherited(self, module: ModuleModel, scope: Scope, name: str) -> list[tuple[ModuleModel, Scope]]:
+        """`self.device` read in a subclass's method and set only by a project base class
+        (`Exp_Basic.__init__` assigning `self.device = self._acquire_device()`): the base's
+        class scopes that bind it, nearest first."""
+        body: Scope | None = scope
+        while body is not None and body.kind != "class":
+            body = body.parent
+        info = next((c for c in module.classes.values() if c.scope is body), None) if body is not None else None
+        if info is None:
+            return []
+        for base_module, base in self.model.graph.mro(module, info)[1:]:
+            if name in base.scope.assignments:
+                return [(base_module, base.scope)]
+        return []
 
     def _set_by_callers(self, module: ModuleModel, name: str, scope: Scope, frame: Frame | None, depth: int
                         ) -> tuple[list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]], bool]:

@@ -285,6 +285,10 @@ class RankLocalBreak(Rule):
                             and (self._local_value(root, loop.scope, guard_test) or _none_from_batch(loop, guard_test)) \
                             and all(places.get(id(c.node), -1) > here for c in agreeing):
                         self._skip(root, loop, exit_node, guard_test, body_calls, places, agreeing)
+                    elif not isinstance(exit_node, cst.Continue) and self._kept_by_one(root, loop, guard_test):
+                        self.report(exit_node, self.MESSAGE.format(
+                            exit="break" if isinstance(exit_node, cst.Break) else "return",
+                            test=model.text_of(root, guard_test)), module=root)
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
@@ -495,6 +499,37 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
+    def _kept_by_one(self, root: ModuleModel, loop: LoopSite, test: cst.BaseExpression) -> bool:
+        """The test reads a member of an object whose methods set it on some ranks only (and make
+        no collective), and the loop never writes that member: a collective elsewhere in the
+        loop cannot have carried the decision into it."""
+        written = {name for name in loop.scope.assignments if "." in name}
+        return any(isinstance(node, cst.Attribute) and dotted(node) not in written
+                   and self._member_ranked(root, loop.scope, node) for node in subexpressions(test))
+
+    def _member_ranked(self, root: ModuleModel, scope: Scope, node: cst.Attribute) -> bool:
+        """`stopper.early_stop` read from an instance of a project class whose methods set that
+        attribute only under a rank condition (`if self.rank != 0: return` before `self.early_stop
+        = True`, an early-stopping object kept by rank 0): each rank reads its own value."""
+        if not isinstance(node.value, cst.Name) or node.value.value == "self":
+            return False
+        name = f"self.{node.attr.value}"
+        graph, paths = self.model.graph, self.model.paths
+        for value in self.model.values.of(root, node.value, scope):
+            for cls_module, info in graph.instances_of(value):
+                classes = graph.mro(cls_module, info)
+                scopes = [(m, m.function_scopes[q]) for m, c in classes for q in c.methods.values()
+                          if q in m.function_scopes]
+                # (A method that makes a collective may hand rank 0's answer to the others.)
+                if any(self.model.facts.does(c, "collective") for m, method_scope in scopes
+                       for c in m.calls if c.scope is method_scope):
+                    continue
+                if any(name in method_scope.assignments
+                       and paths.set_by_rank(m, method_scope, name, flags=False) is not None
+                       for m, method_scope in scopes):
+                    return True
+        return False
+
     def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
         """The loop makes something the ranks must do together: a collective, or a forward of a
         DDP model (`model(x)`, `self.model(x)`)."""
@@ -566,6 +601,8 @@ class RankLocalBreak(Rule):
                     return True
                 if site is not None and depth > 0 and self._returns_ranked(site):
                     return True
+            elif isinstance(node, cst.Attribute) and depth > 0 and self._member_ranked(root, scope, node):
+                return True
             elif isinstance(node, cst.Name) and depth > 0:
                 # Updated under a rank condition (`if rank == 0: stale_epochs += 1`): each rank
                 # holds its own value.
