@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Sequence
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -9,6 +11,7 @@ from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.values import Frame
 from ddpcheck.lint.model.syntax import children, dotted, expressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
@@ -267,9 +270,14 @@ class UnreducedShardMetric(Rule):
             counters = self._accumulated(root, loop) | self._meters(root, loop) | self._collected(root, loop)
             if not counters or not self._sharded(root, loop):
                 continue
-            if any(loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))
-                   for c in root.calls):
-                continue  # a training loop: one rank's training loss is not an evaluation metric
+            backwards = [c for c in root.calls
+                         if loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))]
+            if backwards:
+                # A training loop: one rank's training loss is not an evaluation metric. (Unless a
+                # caller's arguments leave its backward out: `run_one_epoch("val", ...)` under
+                # `if phase == "train": loss.backward()`.)
+                self._returned(root, loop, counters, backwards)
+                continue
             function = loop.scope.function
             last = max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)
             later = [s for s in root.calls if s.scope.function is function and s.tick > last
@@ -413,8 +421,11 @@ class UnreducedShardMetric(Rule):
                  if site.method == "update" and loop.node in site.loops and site.scope is loop.scope]
         if not sites:
             return out  # (before the text test below: generating a loop's code costs more than the rest)
-        if "backward(" in root.source and "backward(" in code_only(root.code(loop.node)):
-            return out  # a training loop, its step perhaps in a closure defined in it: the loss is one rank's by design
+        if "backward(" in root.source and "backward(" in code_only(root.code(loop.node)) \
+                and not any(loop.node in c.loops and c.method == "backward" for c in root.calls):
+            # A training loop, its step perhaps in a closure defined in it: the loss is one rank's
+            # by design. (A backward the loop makes itself is judged per caller: `_returned`.)
+            return out
         for site in sites:
             func = site.node.func
             if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) \
@@ -480,16 +491,16 @@ class UnreducedShardMetric(Rule):
                         world = True
         return rank and world
 
-    def _returned(self, root: ModuleModel, loop: ForSite, counters: set[str]) -> None:
+    def _returned(self, root: ModuleModel, loop: ForSite, counters: set[str],
+                  backwards: Sequence[CallSite] = ()) -> None:
         """A metric the function returns from the counters, reported by a caller of this file that
-        assigns it (`dev = eval_dev(...)`) and reports it before any collective."""
+        assigns it (`dev = eval_dev(...)`) and reports it before any collective. With `backwards`
+        (the loop trains), only callers whose arguments make every backward dead."""
         model = self.model
         scope = loop.scope.function
         if scope is None:
             return
         inside = [c for c in root.calls if loop.node in c.loops]
-        if any(c.method == "backward" or model.facts.does(c, "backward") for c in inside):
-            return  # a training loop: not an unreduced evaluation
         # A collective in the loop reduces what it is handed as it goes: gathering the
         # predictions (`preds = gather(preds)`) says nothing of the loss summed beside them.
         collectives = [c for c in inside if model.facts.does(c, "collective")]
@@ -503,6 +514,8 @@ class UnreducedShardMetric(Rule):
         for call, bound in model.graph.callers(function):
             if call.module is not root or not self._sharded_by(loop, function, call, bound):
                 continue
+            if any(model.paths.never(b, Frame(function, call, None, bound)) is None for b in backwards):
+                continue  # this call trains
             names = set(root.assigned_names(call.node)) | {
                 name for name, values in call.scope.assignments.items()
                 if any(isinstance(v, Item) and v.value is call.node for v in values)}  # `acc, marg = f()`
