@@ -188,3 +188,68 @@ def test_a_flag_the_loop_sets_from_a_collective_is_not_reported(tmp_path):
         "                early_stopping.early_stop = bool(flag.item())\n",
     )
     assert _findings(tmp_path, _project(trainer=trainer)) == set()
+
+
+SPAWNED = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def train_one_epoch(model, loader, optimizer, sampler, epoch):
+        sampler.set_epoch(epoch)
+        for x, y in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+            optimizer.step()
+
+
+    def main_worker(rank, world_size, max_epoch):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        ds = TensorDataset(torch.randn(256, 8), torch.randint(0, 2, (256,)))
+        sampler = DistributedSampler(ds)
+        loader = DataLoader(ds, batch_size=16, sampler=sampler)
+        model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        epoch = 1
+        while True:
+            train_one_epoch(model, loader, optimizer, sampler, epoch)
+            if rank == 0:
+                torch.save(model.module.state_dict(), "model_%04d.pt" % epoch)
+                if epoch >= max_epoch:
+                    dist.destroy_process_group()
+                    quit()
+            epoch += 1
+
+
+    if __name__ == "__main__":
+        world_size = torch.cuda.device_count()
+        mp.spawn(main_worker, args=(world_size, 80), nprocs=world_size)
+"""
+
+
+def test_a_clean_exit_one_rank_takes_ends_it_alone(tmp_path):
+    # Rank 0 quits at the last epoch; the others start another epoch and wait in its backward.
+    line = 1 + [s.strip() for s in SPAWNED.splitlines()].index("quit()")
+    assert _findings(tmp_path, {"train.py": SPAWNED}) == {("train.py", line)}
+
+
+def test_a_clean_exit_every_rank_takes_is_not_reported(tmp_path):
+    every = SPAWNED.replace(
+        "                if epoch >= max_epoch:\n"
+        "                    dist.destroy_process_group()\n"
+        "                    quit()\n",
+        "").replace("            epoch += 1\n",
+                    "            if epoch >= max_epoch:\n"
+                    "                dist.destroy_process_group()\n"
+                    "                quit()\n"
+                    "            epoch += 1\n")
+    assert every.count("quit()") == 1 and every != SPAWNED
+    assert _findings(tmp_path, {"train.py": every}) == set()

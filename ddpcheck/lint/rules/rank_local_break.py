@@ -47,6 +47,10 @@ class RankLocalBreak(Rule):
     rank condition (`stop = trainer.save_models(dir)`, whose `self.stale += 1` sits under `if
     self.rank == 0:`), and the loop makes no collective call that could agree on the decision (a
     barrier, or a project function whose only collectives are barriers, carries no decision).
+    A member of an object whose methods set it on some ranks only and make no collective
+    (`early_stopping(val_f1)` returning first `if self.device != 0:`, then `if
+    early_stopping.early_stop: break`) is each rank's own even after a collective in the loop
+    (a metric gathered in the evaluation), unless the loop writes the member itself.
     Loops are read in the script and in the project modules it reaches, with what the script
     knows: a base trainer's epoch loop whose `self._train_epoch()` is defined by the subclass the
     script imports is a training loop. Also reported: a variable a
@@ -73,7 +77,9 @@ class RankLocalBreak(Rule):
     on its own, inside a loop that back-propagates: torchrun stops the other workers when one
     fails, not when one exits with status 0, so they wait in their next all-reduce. The same clean
     exit under an `if` on the rank's own values in such a loop (`if torch.isnan(loss): quit()`)
-    is reported, unless a collective earlier in the loop may have agreed on the test. So is a
+    is reported, unless a collective earlier in the loop may have agreed on the test, and so is
+    one under a rank test (`if rank == 0: ... if epoch >= max_epoch: quit()`): only those
+    ranks end, and the others go round again into a backward nobody pairs. So is a
     loop whose every backward sits under an `if` on the rank's own values, with none in the
     `else:` (`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward()`: a
     project function handed such a value, making no collective, answers on it alone). A non-zero
@@ -250,6 +256,7 @@ class RankLocalBreak(Rule):
         for each in every:
             inner = [c for c in root.calls if each.node in c.loops]
             self._local_clean_exits(root, each, inner)
+            self._ranked_clean_exits(root, each, inner)
             self._guarded_backward(root, each, inner)
         if not root.exits:
             return
@@ -333,6 +340,23 @@ class RankLocalBreak(Rule):
                 continue
             self.report(site.node, self.LOCAL_EXIT_MESSAGE.format(
                 call=model.text_of(root, site.node), test=model.text_of(root, inside[-1].test)), module=root)
+
+    def _ranked_clean_exits(self, root: ModuleModel, loop: LoopSite, body_calls: list[CallSite]) -> None:
+        """`if rank == 0: ... if epoch >= max_epoch: destroy_process_group(); quit()` in a loop
+        that back-propagates: only those ranks end (cleanly, so the launcher waits on), and the
+        others go round again into a backward nobody pairs."""
+        model = self.model
+        if not model.uses_ddp or not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls):
+            return
+        outer = len(loop.guards)
+        for site in body_calls:
+            if site.loops[-1] is not loop.node or site.dotted not in _CLEAN_EXITS or not _status_zero(site.node):
+                continue
+            guard = next((g for g in site.guards[outer:] if model.paths.kind(root, g, loop.scope) in ("main", "other")),
+                         None)
+            if guard is not None:
+                self.report(site.node, self.RANK_MESSAGE.format(
+                    exit=model.text_of(root, site.node), test=model.text_of(root, guard.test)), module=root)
 
     def _guarded_backward(self, root: ModuleModel, loop: LoopSite, body_calls: list[CallSite]) -> None:
         """`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward(); step()`
