@@ -585,6 +585,31 @@ def _rank_selection(node: cst.CSTNode, resolve: Resolve) -> bool:
 _READS_LOCALS = frozenset({"locals", "vars", "eval", "exec"})
 
 
+def bypassed_sampler(model: Model, site: CallSite) -> bool:
+    """The DistributedSampler made at `site` (bound to a local name) is handed to no loader of
+    its function, and a loader there is made over the same dataset without it (`test_sampler =
+    DistributedSampler(test_set)`, then `test_loader = DataLoader(test_set, batch_size=n)` and
+    both returned in a dict): that loader reads the whole set on every rank, unpadded."""
+    scope = site.scope
+    names = site.module.assigned_names(site.node)
+    dataset = argument(site.node, "dataset", 0)
+    if scope.kind != "function" or len(names) != 1 or "." in names[0] or not isinstance(dataset, cst.Name):
+        return False
+    reads = _reads_of(scope.node, names[0])
+    if reads is None:
+        return False
+    for _, parents in reads:
+        for parent in parents:
+            if isinstance(parent, cst.Call):
+                call = site.module.call_at(parent)
+                if call is None or model.makes(call, api.DATALOADER) or call.target is not None:
+                    return False  # handed to a loader, or to a project function that may build one
+    loaders = [c for c in site.module.calls if c.scope is scope and model.makes(c, api.DATALOADER)]
+    return any(isinstance(d := argument(c.node, "dataset", 0), cst.Name) and d.value == dataset.value
+               and argument(c.node, "sampler") is None and argument(c.node, "batch_sampler") is None
+               and not any(a.star for a in c.node.args) for c in loaders)
+
+
 def _reads_of(function: cst.CSTNode, name: str) -> list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] | None:
     """Every place `name` is read in `function` (nested functions and lambdas included: they may
     close over it), with the nodes above it; None when the function may read it unseen

@@ -286,7 +286,28 @@ class Values:
             out.append(value)
             if len(out) >= MAX_LEAVES:
                 break
+        if at is not None and at.guards:
+            out = self._apart(module, out, at)
         return out
+
+    def _apart(self, module: ModuleModel, values: list[Value], at: Point) -> list[Value]:
+        """Drop the DDP wrappers made under an `if` whose other arm `at` is in: the same test,
+        written the same way in the same module and reading no call (`if WITH_DDP and SIZE > 1:
+        self.model = DDP(self.model)` in the trainer, then `trainer.model.state_dict()` under the
+        `else:` of `if WITH_DDP and SIZE > 1:` in `main`: the plain model)."""
+        taken = {(module.code(g.test), g.negated) for g in at.guards if _plain_test(g.test)}
+        if not taken:
+            return values
+        kept = []
+        for value in values:
+            if value.module is module and value.call is not None \
+                    and self.model.api_of(value) in (api.DDP, api.DATA_PARALLEL):
+                site = module.call_at(value.call)
+                if site is not None and any((module.code(g.test), not g.negated) in taken
+                                            for g in site.guards if _plain_test(g.test)):
+                    continue
+            kept.append(value)
+        return kept
 
     # --- the evaluator -----------------------------------------------------------------------
     def _eval(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, depth: int,
@@ -1558,3 +1579,12 @@ def _guard_key(value: Value, guard: Guard) -> object:
     if any(isinstance(n, _IMPURE) for n in subexpressions(test)):
         return id(guard.node)
     return (id(value.module), id(value.scope), " ".join(value.module.code(test).split()))
+
+
+def _plain_test(test: cst.BaseExpression) -> bool:
+    """A test of names, attributes and literals only (`WITH_DDP and SIZE > 1`): written the same
+    way twice, it reads the same values (no call made again, no item looked up again)."""
+    for node in subexpressions(test):
+        if isinstance(node, (cst.Call, cst.Subscript, cst.Lambda, cst.NamedExpr)):
+            return False
+    return True

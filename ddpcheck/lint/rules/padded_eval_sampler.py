@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import is_eval_name, pads, strip_moves, unread_loader
+from ddpcheck.lint.model.ddp import bypassed_sampler, is_eval_name, pads, strip_moves, unread_loader
 from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
@@ -271,7 +271,10 @@ class PaddedEvalSampler(Rule):
     `even_divisible=False`. A sampler whose loaders nothing reads (`test_loader = DataLoader(
     test_set, sampler=test_sampler)` in a function that never uses `test_loader`, the sampler
     read nowhere else) feeds no evaluation and is not reported; a loader that is returned,
-    stored, handed on or read through `locals()` counts as used. A torchmetrics metric object's
+    stored, handed on or read through `locals()` counts as used. Nor is one that no loader of its
+    function takes while a loader there is made over the same set without it (`test_loader =
+    DataLoader(test_set, batch_size=n)` beside `test_sampler = DistributedSampler(test_set)`, both
+    returned in a dict): that loader reads the whole set on every rank. A torchmetrics metric object's
     `compute()` (`val_loss = MeanMetric().cuda()`, then `val_loss.compute()`) outside a training
     loop sums its states over the ranks like an all-reduce (its default `sync_on_compute=True`;
     one made with `sync_on_compute=False` does not); so does torcheval's
@@ -408,7 +411,7 @@ class PaddedEvalSampler(Rule):
             if not any(id(g.node) in averaged for g in gathers):
                 return
         for site in samplers:
-            if self._for_evaluation(site) and not unread_loader(model, site):
+            if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site):
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
