@@ -655,3 +655,45 @@ def test_a_project_network_that_copies_library_weights_does_not_drop_out(tmp_pat
                 model(batch).sum().backward()
         """
     assert _lint(tmp_path, {"train.py": script}, "train.py", "DDP029") == set()
+
+
+# A training epoch that reduces the loss sum beside the accuracy counts but only ever reads the
+# counts afterwards: the summed loss misleads no one.
+EPOCH_COUNTS = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def train(model, loader, optimizer, criterion, epochs, device):
+        history = []
+        for epoch in range(epochs):
+            train_loss = torch.zeros(1, device=device)
+            correct = torch.zeros(1, device=device)
+            total = torch.zeros(1, device=device)
+            for inputs, targets in loader:
+                outputs = model(inputs.to(device))
+                loss = criterion(outputs, targets.to(device))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                train_loss += loss.item()
+                correct += (outputs.argmax(1) == targets.to(device)).sum()
+                total += targets.size(0)
+            dist.all_reduce(train_loss, op=dist.ReduceOp.SUM)
+            dist.all_reduce(correct, op=dist.ReduceOp.SUM)
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+            history.append((100.0 * correct / total).item())
+        return history
+"""
+
+
+def test_a_reduced_loss_nobody_reads_afterwards_is_not_reported(tmp_path):
+    assert _lint(tmp_path, {"train.py": EPOCH_COUNTS}, "train.py", "DDP022") == set()
+
+
+def test_a_reduced_loss_read_afterwards_is_reported(tmp_path):
+    read = EPOCH_COUNTS.replace("            history.append((100.0 * correct / total).item())\n",
+                                "            history.append((100.0 * correct / total).item())\n"
+                                "            print(f\"epoch {epoch} loss {train_loss.item():.3f}\")\n")
+    assert read != EPOCH_COUNTS
+    assert _lint(tmp_path, {"train.py": read}, "train.py", "DDP022") == {("train.py", 20, "DDP022")}

@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import Augmented, CallSite, Scope
-from ddpcheck.lint.model.syntax import dotted, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MEAN_LIKE = re.compile(r"loss|acc|mean|avg|average|metric|ppl|perplexity|error|score|top1|top5|iou|dice", re.I)
@@ -42,7 +42,8 @@ class AllReduceSumAsMean(Rule):
     histogram, bincount or confusion matrix), and functions that mention the world
     size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
     the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
-    divides it by a count).
+    divides it by a count). Nor is a local of a function that nothing reads after the reduce
+    (the epoch's summed training loss reduced beside the accuracy counts, only the counts read).
 
     ## How to fix
     Divide after the reduce (`t /= dist.get_world_size()`), or reduce sums and counts and divide
@@ -269,6 +270,34 @@ class AllReduceSumAsMean(Rule):
                 return False
         return True
 
+    def _read_after(self, site: CallSite, name: str) -> bool:
+        """Whether the local `name` is read after the reduce at `site`: later in its function, or
+        anywhere in the loop around it (the next iteration, unless the loop sets it afresh: `loss
+        = 0` at the top of each epoch), other than by another SUM reduce."""
+        function = site.scope.node
+        loop = site.loops[-1] if site.loops else None
+        if loop is not None and any(
+                isinstance(b, cst.BaseExpression) and p is not None and loop in p.loops
+                for b, p in zip(site.scope.assignments.get(name, []), site.scope.points.get(name, []))):
+            loop = None
+        reductions = {id(c.node.args[0].value) for c in site.module.calls
+                      if c.scope is site.scope and c.node.args and self.model.api(c) in api.SUM_REDUCTIONS}
+        passed = False
+        stack: list[tuple[cst.CSTNode, bool]] = [(function, False)]
+        while stack:
+            node, in_loop = stack.pop()
+            if node is site.node:
+                passed = True
+                continue
+            if isinstance(node, cst.Name) and node.value == name and id(node) not in reductions \
+                    and (passed or in_loop):
+                return True
+            if isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value in ("locals", "vars"):
+                return True
+            inner = in_loop or node is loop
+            stack.extend((child, inner) for child in reversed(list(children(node))))
+        return False
+
     def _unscaled_mean(self, site: CallSite, name: str) -> str | None:
         op = site.arg("op", 1 if name.endswith("all_reduce") else 2)
         if op is not None:
@@ -284,6 +313,8 @@ class AllReduceSumAsMean(Rule):
             return None
         if self._made_from_counts(site, written):
             return None
+        if "." not in written and site.scope.kind == "function" and not self._read_after(site, written):
+            return None  # a local sum nobody reads afterwards misleads no one
         function = site.scope.function
         if function is not None and any(dotted(v) == written for v in site.module.returns.get(function.qualname, ())):
             return None  # handed back to callers, who may divide it
