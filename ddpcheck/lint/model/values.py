@@ -267,6 +267,7 @@ class Values:
     def __init__(self, model: ValuesModel) -> None:
         self.model = model
         self.budget = STEPS_PER_RULE
+        self._parting = False
         self._expanding: set[tuple[int, str]] = set()  # dicts whose later entries are being read
         self._testing = 0  # nested `outcome` evaluations (a test read while reading a test)
         self._outcomes: dict[tuple[int, int], bool | None] = {}
@@ -286,8 +287,12 @@ class Values:
             out.append(value)
             if len(out) >= MAX_LEAVES:
                 break
-        if at is not None and at.guards:
-            out = self._apart(module, out, at)
+        if at is not None and at.guards and not self._parting:
+            self._parting = True  # (what a wrapper is asks for values again: not from in here)
+            try:
+                out = self._apart(module, out, at)
+            finally:
+                self._parting = False
         return out
 
     def _apart(self, module: ModuleModel, values: list[Value], at: Point) -> list[Value]:
@@ -300,12 +305,11 @@ class Values:
             return values
         kept = []
         for value in values:
-            if value.module is module and value.call is not None \
+            site = module.call_at(value.call) if value.module is module and value.call is not None else None
+            if site is not None and any((module.code(g.test), not g.negated) in taken
+                                        for g in site.guards if _plain_test(g.test)) \
                     and self.model.api_of(value) in (api.DDP, api.DATA_PARALLEL):
-                site = module.call_at(value.call)
-                if site is not None and any((module.code(g.test), not g.negated) in taken
-                                            for g in site.guards if _plain_test(g.test)):
-                    continue
+                continue
             kept.append(value)
         return kept
 
