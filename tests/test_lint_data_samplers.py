@@ -85,8 +85,15 @@ PRETRAIN = """\
 def test_a_shuffled_loader_read_only_by_a_no_grad_monitor_needs_no_set_epoch(tmp_path: Path) -> None:
     files = {"monitor.py": MONITOR, "pretrain.py": PRETRAIN}
     assert _lines(lint_project(tmp_path, files, "pretrain.py", "monitor.py", select="DDP002"), "DDP002") == []
-    # Read with gradients on, both loaders count as training ones: their order repeats every epoch.
+    # Read with gradients on by a function that never back-propagates, they still only measure.
     graded = MONITOR.replace("    @torch.no_grad()\n", "")
+    assert _lines(lint_project(tmp_path, {**files, "monitor.py": graded}, "pretrain.py", "monitor.py",
+                               select="DDP002"), "DDP002") == []
+    # A monitor that trains a probe on them reads them for training: their order repeats every epoch.
+    graded = graded.replace("            labels.append(targets.cuda())\n",
+                            "            labels.append(targets.cuda())\n"
+                            "            encoder(images.cuda()).pow(2).mean().backward()\n")
+    assert "backward" in graded
     assert _lines(lint_project(tmp_path, {**files, "monitor.py": graded}, "pretrain.py", "monitor.py",
                                select="DDP002"), "DDP002") == [("pretrain.py", 20)] * 2
 

@@ -89,7 +89,9 @@ class SetEpochNotCalled(Rule):
     `set_epoch`. Validation and test
     samplers (by their names) are not reported: their order does not change a metric; nor is a
     loader read only without gradients (under `torch.no_grad()` / `inference_mode()`, a block
-    or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one whose
+    or a decorator of the function that iterates it: a kNN monitor's feature bank), nor one read
+    only by functions that never back-propagate in a run that does (a validation that embeds the
+    training set for a linear probe fitted elsewhere), nor one whose
     epoch loop runs once (`range(epochs)` where `epochs` is the literal 1 on every path), nor one
     whose dataset is, on every path, a project class whose `__getitem__` never reads the index it
     is given (it draws each item from an on-line generator or at random): the order changes
@@ -714,9 +716,13 @@ class SetEpochNotCalled(Rule):
         loader = found.loader.node
         paths = self.model.paths
         later: list[tuple[ModuleModel, Scope, str, int]] = []  # iterated where no loop is: callers'
+        measuring: set[int] = set()  # the calls in the heads of loops that only measure
         for module in paths.modules():
             for site in module.fors:
                 used = self._iterated(module, site.node.iter, site.scope, loader, site.point)
+                if used is not None and not self._trains(module, site.scope):
+                    measuring |= {id(n) for n in subexpressions(site.node.iter) if isinstance(n, cst.Call)}
+                    continue
                 if used is None or self._without_grad(module, site.withs, site.scope):
                     continue
                 if site.loops:
@@ -731,7 +737,7 @@ class SetEpochNotCalled(Rule):
                 later.append((module, site.scope, dotted(used) or "loader", -1))
         for call in paths.sites():
             if not self._iterates(call) or self._without_grad(call.module, call.withs, call.scope) \
-                    or self._evaluates(call):
+                    or self._evaluates(call) or id(call.node) in measuring:
                 continue
             point = None
             for a in call.node.args:
@@ -794,10 +800,23 @@ class SetEpochNotCalled(Rule):
         return is_no_grad(self.model, module, withs, function.qualname if function is not None else None)
 
     def _evaluates(self, call: CallSite) -> bool:
-        """A call of project functions that all run without gradients (`@torch.no_grad()`)."""
+        """A call of project functions that all run without gradients (`@torch.no_grad()`), or
+        that never back-propagate (`valid(train_loader, ...)` building a kNN feature bank): the
+        order they read the loader in changes nothing."""
         targets = self.model.graph.targets(call)
-        return bool(targets) and all(
+        return bool(targets) and (all(
             is_no_grad(self.model, function.module, (), function.qualname) for function, _ in targets)
+            or not self.model.facts.does(call, "backward") and any(c.method == "backward" for c in self.model.paths.sites()))
+
+    def _trains(self, module: ModuleModel, scope: Scope) -> bool:
+        """A loop over the loader in a function that back-propagates (itself or through what it
+        calls), where the run back-propagates somewhere; a module-level loop is taken to."""
+        if scope.kind != "function":
+            return True
+        if any(c.scope is scope and (c.method == "backward" or self.model.facts.does(c, "backward"))
+               for c in module.calls):
+            return True
+        return not any(c.method == "backward" for c in self.model.paths.sites())
 
     def _looping_caller(self, module: ModuleModel, scope: Scope) -> CallSite | None:
         function = scope.function
