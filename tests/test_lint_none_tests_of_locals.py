@@ -45,6 +45,8 @@ def _found(tmp_path, sampler, shuffle):
     "True if sampler is None else False",
     "False if sampler is not None else True",
     "(sampler is None) and True if sampler is None else False",
+    "False if sampler else True",
+    "not sampler",
 ])
 def test_shuffle_off_whenever_the_sampler_is_built_is_clean(tmp_path, shuffle):
     assert _found(tmp_path, "sampler = DistributedSampler(dataset)", shuffle) == set()
@@ -52,6 +54,12 @@ def test_shuffle_off_whenever_the_sampler_is_built_is_clean(tmp_path, shuffle):
 
 def test_shuffle_on_whenever_the_sampler_is_built_is_reported(tmp_path):
     found = _found(tmp_path, "sampler = DistributedSampler(dataset)", "True if sampler is not None else False")
+    assert found == {("train.py", 13, "DDP006")}
+
+
+def test_shuffle_on_when_the_sampler_is_there_is_reported(tmp_path):
+    # Tested alone, the sampler is tested for presence: it is there, so shuffle is on.
+    found = _found(tmp_path, "sampler = DistributedSampler(dataset)", "True if sampler else False")
     assert found == {("train.py", 13, "DDP006")}
 
 

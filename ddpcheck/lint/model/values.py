@@ -1487,8 +1487,10 @@ def _literal_type(node: object) -> str | None:
 
 
 def _none_test_of_a_local(test: cst.BaseExpression) -> bool:
-    """`name is None` / `name is not None` of a plain name (not an attribute: a field of an
-    object may be set anywhere)."""
+    """`name is None` / `name is not None` of a plain name, or the name alone (`False if sampler
+    else True`: a presence test); not an attribute: a field of an object may be set anywhere."""
+    if isinstance(test, cst.Name):
+        return test.value not in ("True", "False", "None")
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     comp = test.comparisons[0]
@@ -1532,7 +1534,11 @@ def _constant(node: object) -> float | str | None:
 
 
 def _truth(node: object) -> bool | None:
-    """The truth of a literal (`False`, `None`, `0`, `0.0`, `""`, `[]` are false), None if not known."""
+    """The truth of a literal (`False`, `None`, `0`, `0.0`, `""`, `[]` are false), None if not known.
+    An object a constructor or an outside API makes is read as true: tested alone it is tested
+    for presence (`shuffle=False if sampler else True`)."""
+    if node is NOT_NONE:
+        return True
     if isinstance(node, cst.Name):
         return {"True": True, "False": False, "None": False}.get(node.value)
     if isinstance(node, (cst.Integer, cst.Float)):

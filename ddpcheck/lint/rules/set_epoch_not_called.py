@@ -804,15 +804,20 @@ class SetEpochNotCalled(Rule):
         that never back-propagate (`valid(train_loader, ...)` building a kNN feature bank): the
         order they read the loader in changes nothing."""
         targets = self.model.graph.targets(call)
-        return bool(targets) and (all(
-            is_no_grad(self.model, function.module, (), function.qualname) for function, _ in targets)
-            or not self.model.facts.does(call, "backward") and any(c.method == "backward" for c in self.model.paths.sites()))
+        if not targets:
+            return False
+        if all(is_no_grad(self.model, function.module, (), function.qualname) for function, _ in targets):
+            return True
+        # (A generator hands the batches on to a caller that may train on them.)
+        return not self.model.facts.does(call, "backward") \
+            and not any(_yields(function.node) for function, _ in targets) \
+            and any(c.method == "backward" for c in self.model.paths.sites())
 
     def _trains(self, module: ModuleModel, scope: Scope) -> bool:
         """A loop over the loader in a function that back-propagates (itself or through what it
         calls), where the run back-propagates somewhere; a module-level loop is taken to."""
-        if scope.kind != "function":
-            return True
+        if scope.kind != "function" or _yields(scope.node):
+            return True  # (a generator hands the batches on)
         if any(c.scope is scope and (c.method == "backward" or self.model.facts.does(c, "backward"))
                for c in module.calls):
             return True
@@ -932,3 +937,15 @@ class SetEpochNotCalled(Rule):
                 if scope.lookup(name) or scope.lookup(name.split(".", 1)[0]):
                     return name
         return f"{loader}.batch_sampler.sampler" if found.via_batch_sampler else f"{loader}.sampler"
+
+
+def _yields(function: cst.CSTNode) -> bool:
+    """The function is a generator (a `yield` in its own body, not in a nested function)."""
+    stack = list(children(function))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Yield):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
