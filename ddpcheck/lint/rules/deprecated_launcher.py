@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 # What a script writes into the flag's entry off the launcher's path: a number, or a SLURM variable.
 _NOT_A_LAUNCH_SOURCE = re.compile(
     r"""\s*(?:-?\d+|int\(\s*os\.environ\s*\[\s*['"]SLURM_\w+['"]\s*\]\s*\))\s*(?:#.*)?$""")
+# Where a rank comes from once the process group is up, or from the launcher's environment.
+_RANK_SOURCE = re.compile(r"\bget_rank\s*\(|\bget_local_rank\s*\(|\benviron\b")
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
 _ABSL_LOCAL_RANK = {"local_rank", "local-rank"}
@@ -77,7 +79,10 @@ class DeprecatedLauncher(Rule):
     reads (the ranks come from elsewhere, such as a cluster helper; the namespace kept whole as a
     record, `{"args": vars(args)}` in a checkpoint or `json.dump(vars(args), f)`, reads no
     entry; nor does a print or log line that only shows it, `print("Local Rank:",
-    args.local_rank)`).
+    args.local_rank)`), nor one whose entry is set from the process group or the environment
+    right after the parse, before anything reads it (`opt.local_rank = dist.get_rank()`). The
+    two spellings the launcher has passed, `--local-rank` beside `--local_rank` for one entry,
+    are one finding, at the first.
 
     Launch commands in comments and usage text, and the flag, are reported in scripts (files
     run as `__main__`, or that do their work or parse the command line at module level) that
@@ -330,17 +335,24 @@ class DeprecatedLauncher(Rule):
             helper_env = any("reads_launcher_env" in model.facts.of_call(c) for c in model.root.calls
                              if c.target is not None and c.target.external is None and not model.is_root(c.target))
             helper_local = helper_env and any(_reads_local_rank_env(code_only(m.source)) for m in self._reached())
+            said: set[tuple[int, str]] = set()  # (module, dest): `--local-rank` beside `--local_rank` is one flag
             for module, flag, site in flags:
                 call = next((c.node for c in module.calls if any(a.value is flag for a in c.node.args)), None)
+                key = (id(module), _dest(call, flag) if call is not None else _flag_text(flag))
+                if key in said:
+                    continue
                 if helper_local or helper_env and (call is None or self._dest_written(module, call, flag)
                                                    or not self._flag_read(module, call, flag, named=True)):
                     continue
                 if call is not None and not self._flag_read(module, call, flag):
                     continue  # a flag nothing reads: the local rank comes from elsewhere
+                if call is not None and self._overwritten_first(module, call, flag):
+                    continue
                 if call is not None and self._replaced_by_spawn(module, call, flag):
                     continue
                 fix = remedies.local_rank_default_from_env(module, call) \
                     if call is not None and module is model.root else None
+                said.add(key)
                 self.report(flag, self.FLAG_MESSAGE.format(flag=_flag_text(flag)), fix=fix, module=module,
                             related=model.paths.chain(site) if site is not None else ())
         if len(self.reported) > flagged or not model.uses_ddp:
@@ -378,6 +390,25 @@ class DeprecatedLauncher(Rule):
                 if other.names.origin(m.group(1).split(".")[0]) is None:
                     return True
         return False
+
+    def _overwritten_first(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
+        """The flag's entry is set from the process group or the environment right after the
+        parse, on every path and before anything reads it (`opt.local_rank =
+        dist.get_rank()` after `init_process_group`): its value is never used."""
+        dest = _dest(call, flag)
+        if not dest:
+            return False
+        text = code_only(module.source)
+        parse = re.search(r"^([ \t]*)\w+\s*=\s*\w+\.parse(?:_known)?_args\(", text, re.M)
+        if parse is None:
+            return False
+        written = re.compile(r"^" + re.escape(parse.group(1)) + r"\w+\." + re.escape(dest)
+                             + r"\s*=(?!=)([^\n]*)$", re.M)
+        found = written.search(text, parse.end())
+        if found is None or dest in found.group(1) or not _RANK_SOURCE.search(found.group(1)):
+            return False
+        read = re.compile(r"\." + re.escape(dest) + r"\b")
+        return not any(m.start() > parse.end() for m in read.finditer(text, 0, found.start()))
 
     def _replaced_by_spawn(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
         """The script starts its own processes (`mp.spawn(main, ...)`) and writes the flag's
