@@ -266,3 +266,51 @@ def test_a_launched_job_that_only_defaults_the_address_can_span_machines(tmp_pat
     source = SLURM_LOOPBACK.replace(
         "ADDRESS", 'if "MASTER_ADDR" not in os.environ:\n            os.environ["MASTER_ADDR"] = "localhost"')
     assert _lines(lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP007")) == [17]
+
+
+# A torchrun script whose set-up helper, in another module, points the rendezvous at this
+# machine on every path: the job cannot span machines, so its global rank is a local index.
+SETUP_HELPER = """\
+    import os
+    import torch.distributed as dist
+
+
+    def setup_norank(world_size):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group("nccl")
+"""
+
+SETUP_CALLER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from utils import setup_norank
+
+
+    def main():
+        setup_norank(torch.cuda.device_count())
+        rank = dist.get_rank()
+        torch.cuda.set_device(rank)
+        model = DDP(torch.nn.Linear(8, 2).cuda(rank), device_ids=[rank])
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_set_up_helper_that_pins_the_rendezvous_to_this_machine_leaves_one_machine(tmp_path: Path) -> None:
+    found = lint_project(tmp_path, {"train.py": SETUP_CALLER, "utils.py": SETUP_HELPER}, "train.py",
+                         "utils.py", select="DDP007")
+    assert _lines(found) == []
+
+
+def test_a_set_up_helper_that_leaves_the_rendezvous_to_the_launcher_is_reported(tmp_path: Path) -> None:
+    open_helper = SETUP_HELPER.replace('        os.environ["MASTER_ADDR"] = "localhost"\n', "")
+    assert open_helper != SETUP_HELPER
+    found = lint_project(tmp_path, {"train.py": SETUP_CALLER, "utils.py": open_helper}, "train.py",
+                         "utils.py", select="DDP007")
+    assert _lines(found) == [11]

@@ -280,22 +280,37 @@ class Model:
 
     def _on_one_machine(self) -> bool:
         root = self.root
+        # The file, and the project functions it calls that set up the process group themselves
+        # (`setup_norank(world_size)` in utils.py writing MASTER_ADDR, then init_process_group).
+        places: list[tuple[ModuleModel, cst.CSTNode, Scope | None]] = [(root, root.tree, None)]
+        for call in root.calls:
+            for function, _ in self.graph.targets(call) if call.target is not None else ():
+                if function.module is not root and any(
+                        c.scope is function.scope and self.api(c) == api.INIT_PROCESS_GROUP
+                        for c in function.module.calls):
+                    places.append((function.module, function.node, function.scope))
         if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
-            # Started by a launcher (torchrun, srun): one machine only where the file overwrites
-            # the rendezvous address on every path (`os.environ["MASTER_ADDR"] = "localhost"` with
-            # no condition), so ranks on a second machine would never meet the first.
-            writes = [a for a in root.env if a.written and a.key == "MASTER_ADDR"]
-            if not writes or any(a.guards for a in writes):
+            # Started by a launcher (torchrun, srun): one machine only where the file (or the
+            # helper that sets up the group) overwrites the rendezvous address on every path
+            # (`os.environ["MASTER_ADDR"] = "localhost"` with no condition), so ranks on a second
+            # machine would never meet the first.
+            written = [[a for a in module.env if a.written and a.key == "MASTER_ADDR"
+                        and (scope is None or a.scope is scope)] for module, _, scope in places]
+            if any(a.guards for writes in written for a in writes):
                 return False
+            if not written[0] and (len(places) == 1 or not all(written[1:])):
+                return False  # (each helper that sets up the group writes it, where the file does not)
         addresses: list[cst.BaseExpression] = []
-        for node in statements(root.tree):
-            if isinstance(node, cst.Assign) and len(node.targets) == 1:
-                target = node.targets[0].target
-                if isinstance(target, cst.Subscript) and (dotted(target.value) or "").endswith("environ") \
-                        and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
-                        and string_text(target.slice[0].slice.value) == "MASTER_ADDR":
-                    addresses.append(node.value)
-        for site in root.calls:
+        for _, node_of, _ in places:
+            for node in statements(node_of):
+                if isinstance(node, cst.Assign) and len(node.targets) == 1:
+                    target = node.targets[0].target
+                    if isinstance(target, cst.Subscript) and (dotted(target.value) or "").endswith("environ") \
+                            and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
+                            and string_text(target.slice[0].slice.value) == "MASTER_ADDR":
+                        addresses.append(node.value)
+        for site in [c for module, _, scope in places for c in module.calls
+                     if module is root or c.scope is scope]:
             if self.api(site) == api.INIT_PROCESS_GROUP:
                 method = site.arg("init_method", 1)
                 if method is not None and not isinstance(method, cst.SimpleString):

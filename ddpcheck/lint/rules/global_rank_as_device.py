@@ -52,7 +52,9 @@ class GlobalRankAsDevice(Rule):
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
     nor `rank % torch.cuda.device_count()`. Nor a script that cannot span machines: started only
     by `mp.spawn` (it reads no launcher variable) and meeting on a loopback address
-    (`MASTER_ADDR = "localhost"`), where the global rank is the local GPU.
+    (`MASTER_ADDR = "localhost"`), where the global rank is the local GPU; or started by a
+    launcher and overwriting that address with a loopback one on every path, itself or in the
+    project function it calls to set up the process group (`setup(world_size)` in utils.py).
 
     One finding per value of the rank, however many places use it as the device: it sits at the
     first device use (in the function that reads the rank), and the message counts the others.
