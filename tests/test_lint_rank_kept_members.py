@@ -253,3 +253,84 @@ def test_a_clean_exit_every_rank_takes_is_not_reported(tmp_path):
                     "            epoch += 1\n")
     assert every.count("quit()") == 1 and every != SPAWNED
     assert _findings(tmp_path, {"train.py": every}) == set()
+
+
+SOLVER = """\
+    import sys
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    class Solver:
+        def set_gpu(self, gpu, world_size):
+            self.gpu = gpu
+            dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", rank=gpu, world_size=world_size)
+            torch.cuda.set_device(gpu)
+            ds = TensorDataset(torch.randn(256, 8), torch.randn(256, 1))
+            self.sampler = DistributedSampler(ds)
+            self.loader = DataLoader(ds, batch_size=16, sampler=self.sampler)
+            self.model = DDP(torch.nn.Linear(8, 1).cuda(), device_ids=[gpu])
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+            self.best = float("inf")
+            self.bad_epochs = 0
+            self.stop = False
+
+        def train(self, epoch):
+            self.sampler.set_epoch(epoch)
+            for x, y in self.loader:
+                loss = torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda())
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+
+        def validate(self):
+            loss = torch.zeros(1, device="cuda")
+            with torch.no_grad():
+                for x, y in self.loader:
+                    loss += torch.nn.functional.mse_loss(self.model(x.cuda()), y.cuda())
+            dist.all_reduce(loss)
+            if self.gpu == 0:
+                if loss.item() < self.best:
+                    self.best, self.bad_epochs = loss.item(), 0
+                else:
+                    self.bad_epochs += 1
+                self.stop = self.bad_epochs >= 5
+
+
+    def worker(gpu, solver, world_size):
+        solver.set_gpu(gpu, world_size)
+        for epoch in range(100):
+            solver.train(epoch)
+            solver.validate()
+            if solver.stop == True:
+                print("Apply Early Stopping")
+                sys.exit()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        n = torch.cuda.device_count()
+        mp.spawn(worker, nprocs=n, args=(Solver(), n))
+"""
+
+
+def test_a_clean_exit_on_a_flag_one_rank_sets_ends_it_alone(tmp_path):
+    # The validation all-reduces the loss, then rank 0 alone decides: the reduce carries nothing
+    # into `stop`, and rank 0 exits while the others train on.
+    line = 1 + [s.strip() for s in SOLVER.splitlines()].index("sys.exit()")
+    assert _findings(tmp_path, {"train.py": SOLVER}) == {("train.py", line)}
+
+
+def test_a_flag_the_solver_hands_to_every_rank_is_not_reported(tmp_path):
+    shared = SOLVER.replace(
+        "                self.stop = self.bad_epochs >= 5\n",
+        "                self.stop = self.bad_epochs >= 5\n"
+        "            flag = torch.tensor([int(self.stop)], device=\"cuda\")\n"
+        "            dist.broadcast(flag, src=0)\n"
+        "            self.stop = bool(flag.item())\n")
+    assert shared != SOLVER
+    assert _findings(tmp_path, {"train.py": shared}) == set()

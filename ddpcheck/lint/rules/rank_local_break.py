@@ -50,7 +50,9 @@ class RankLocalBreak(Rule):
     A member of an object whose methods set it on some ranks only and make no collective
     (`early_stopping(val_f1)` returning first `if self.device != 0:`, then `if
     early_stopping.early_stop: break`) is each rank's own even after a collective in the loop
-    (a metric gathered in the evaluation), unless the loop writes the member itself.
+    (a metric gathered in the evaluation), unless the loop writes the member itself or a
+    method of the object sets it on every rank from something other than a constant (after a
+    broadcast). A clean exit on such a member (`if solver.stop: sys.exit()`) is reported too.
     Loops are read in the script and in the project modules it reaches, with what the script
     knows: a base trainer's epoch loop whose `self._train_epoch()` is defined by the subclass the
     script imports is a training loop. Also reported: a variable a
@@ -336,7 +338,8 @@ class RankLocalBreak(Rule):
                 continue
             order = order if order is not None else _order(loop.node)
             here = order.get(id(site.node), -1)
-            if any(model.facts.does(c, "data_collective") and order.get(id(c.node), -1) < here for c in body_calls):
+            if any(model.facts.does(c, "data_collective") and order.get(id(c.node), -1) < here for c in body_calls) \
+                    and not self._kept_by_one(root, loop, inside[-1].test):
                 continue
             self.report(site.node, self.LOCAL_EXIT_MESSAGE.format(
                 call=model.text_of(root, site.node), test=model.text_of(root, inside[-1].test)), module=root)
@@ -544,9 +547,16 @@ class RankLocalBreak(Rule):
                 classes = graph.mro(cls_module, info)
                 scopes = [(m, m.function_scopes[q]) for m, c in classes for q in c.methods.values()
                           if q in m.function_scopes]
-                # (A method that makes a collective may hand rank 0's answer to the others.)
+                # (A method that makes a collective and sets the member on every rank may hand
+                # rank 0's answer to the others: `self.early_stop = bool(flag.item())` after a
+                # broadcast.)
                 if any(self.model.facts.does(c, "collective") for m, method_scope in scopes
-                       for c in m.calls if c.scope is method_scope):
+                       for c in m.calls if c.scope is method_scope) and any(
+                        not _literal(binding) and not any(paths.kind(m, g, method_scope) in ("main", "other")
+                                                          for g in point.guards)
+                        for m, method_scope in scopes
+                        for binding, point in zip(method_scope.assignments.get(name, []),
+                                                  method_scope.points.get(name, []))):
                     continue
                 if any(name in method_scope.assignments
                        and paths.set_by_rank(m, method_scope, name, flags=False) is not None
@@ -580,6 +590,9 @@ class RankLocalBreak(Rule):
         are not followed: a skip on them is usually a step count every rank shares."""
         if self._local(root, scope, test, 0):
             return True
+        if any(isinstance(node, cst.Attribute) and self._member_ranked(root, scope, node)
+               for node in subexpressions(test)):
+            return True  # `if solver.stop:` where the solver sets `stop` on rank 0 only
         # (A method called on the name, `mask.sum()`, computes from its value: that name is followed.)
         called = {id(sub.func) for sub in subexpressions(test) if isinstance(sub, cst.Call)}
         inner = {id(sub.value) for sub in subexpressions(test)
@@ -876,3 +889,10 @@ def _exits(root: ModuleModel, loop: LoopSite) -> Iterator[tuple[cst.Break | cst.
 
 def _early_exit(guard: Guard) -> bool:
     return guard.negated and isinstance(guard.node, cst.If) and guard.node.orelse is None
+
+
+def _literal(binding: object) -> bool:
+    """A constant set (`self.stop = False` when the object is set up): it resets the member, it
+    carries no answer."""
+    return isinstance(binding, (cst.Integer, cst.Float, cst.SimpleString)) or \
+        isinstance(binding, cst.Name) and binding.value in ("True", "False", "None")
