@@ -553,7 +553,7 @@ class RankLocalBreak(Rule):
                 if any(self.model.facts.does(c, "collective") for m, method_scope in scopes
                        for c in m.calls if c.scope is method_scope) and any(
                         not _literal(binding) and not any(paths.kind(m, g, method_scope) in ("main", "other")
-                                                          for g in point.guards)
+                                                          for g in (point.guards if point else ()))
                         for m, method_scope in scopes
                         for binding, point in zip(method_scope.assignments.get(name, []),
                                                   method_scope.points.get(name, []))):
