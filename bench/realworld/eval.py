@@ -255,6 +255,12 @@ def lint(tree: Path, paths: Sequence[str]) -> list[Finding]:
     except ValueError:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"ddpcheck lint exited {done.returncode}: {tail}") from None
+    # A file ddpcheck could not check (an internal error) would otherwise look like a script
+    # with nothing to find: every label of it would count as a miss, silently.
+    errors = report.get("errors") or []
+    if errors:
+        first = errors[0]
+        raise RuntimeError(f"ddpcheck could not check {first.get('path')}: {first.get('message')}")
     findings = []
     for f in report.get("findings", []):
         path = Path(f["path"])

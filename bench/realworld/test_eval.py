@@ -271,3 +271,25 @@ def test_a_finding_at_another_labelled_location_of_a_found_instance_is_a_duplica
     ]
     table = ev.tally([ev.ScriptResult(entry, ev.score_entry(entry, findings))], ev.CODES)
     assert (table["DDP011"].tp, table["DDP011"].fp, table["DDP011"].fn) == (1, 1, 0)
+
+
+def test_a_file_ddpcheck_could_not_check_is_an_error_not_a_clean_script(tmp_path: Path) -> None:
+    # Without the error line, every label of the script would silently count as a miss.
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    (repo / "train.py").write_text(TRAIN)
+    (repo / "helper.py").write_bytes(b'NAME = "\xff\xfe"\n')  # not UTF-8: ddpcheck cannot read it
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one")
+    commit = _git(repo, "rev-parse", "HEAD")
+    labels = [{"repo": "someone/proj", "commit": commit, "path": "train.py", "helpers": ["helper.py"],
+               "kind": "personal", "prefix_fix": None, "labels": _labels()}]
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    (tmp_path / "mirrors.json").write_text(json.dumps({"someone/proj": str(repo / ".git")}))
+    done = subprocess.run([sys.executable, str(EVAL), str(tmp_path / "mirrors.json"),
+                           "--labels", str(tmp_path / "labels.json"), "--json"],
+                          capture_output=True, text=True, env=cli_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    error = json.loads(done.stdout)["per_script"][0]["error"]
+    assert error.startswith("ddpcheck could not check helper.py: cannot read: not valid utf-8"), error
