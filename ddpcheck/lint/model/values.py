@@ -497,9 +497,12 @@ class Values:
             inherited = self._inherited(module, scope, name)
             if inherited:
                 for base_module, base_scope in inherited:
-                    for binding in base_scope.assignments[name]:
+                    pairs = _left_by_methods(name, [(b, None) for b in base_scope.assignments[name]])
+                    for binding, _ in pairs:
                         yield from self._eval(base_module, binding, base_scope, None, depth - 1, seen, None)
                 return
+        if bindings and owner.kind == "class":
+            bindings = _left_by_methods(name, bindings)
         if bindings and owner.kind == "class":
             # `trainer.model = DDP(trainer.model)` then `trainer.train()`: in the method,
             # `self.model` is what the caller set on the instance before the call.
@@ -1598,3 +1601,30 @@ def _plain_test(test: cst.BaseExpression) -> bool:
         if isinstance(node, (cst.Call, cst.Subscript, cst.Lambda, cst.NamedExpr)):
             return False
     return True
+
+
+# A point after everything a function does, outside its loops and branches.
+_END = Point(1 << 60)
+
+
+def _left_by_methods(name: str, bindings: list[tuple[Binding, Point | None]]
+                     ) -> list[tuple[Binding, Point | None]]:
+    """The bindings of the attribute `name` (`self.model`) a method leaves when it returns:
+    `self.model = DDP(self.model)` then `self.model = self.model.module` in `__init__` leaves the
+    inner model for the other methods to read, not the wrapper (what the method itself reads
+    between the two is read in its own scope)."""
+    kept = []
+    for binding, point in bindings:
+        if isinstance(binding, Shared) and binding.scope.kind == "function":
+            method = binding.scope
+            if not any(binding.value is left for left in method.reaching(name, _END)):
+                continue
+            # (Set again later in the same block — the same branch of the same `if`s — the value
+            # is replaced before the method returns.)
+            own = binding.point
+            if own is not None and any(
+                    other is not None and other.tick > own.tick and other.guards == own.guards
+                    and other.loops == own.loops for other in method.points.get(name, [])):
+                continue
+        kept.append((binding, point))
+    return kept or bindings

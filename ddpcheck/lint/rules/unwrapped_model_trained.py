@@ -233,6 +233,11 @@ class UnwrappedModelTrained(Rule):
             outer = f"`{ran.outer[0]}(...)`" if ran.outer else "the DDP wrapper"
             if handed is None and self._step_calls_wrapper(site, ran):
                 advice = f"back-propagate it in one backward with the loss of {outer}"
+            elif ran.outer and f"`{ran.outer[0]}(...)`" == f"`{name}(...)`":
+                # (`self.model = DDP(self.model)` then `self.model = self.model.module`: the same
+                # name held the wrapper and now holds what it wraps.)
+                advice = f"keep the DDP wrapper in `{name}` (do not replace it by its `.module`) and call it " \
+                         "in the training step"
             else:
                 advice = f"call {outer} in the training step"
             what = f"`{name}(...)` is handed the module inside DDP and runs it" if handed is not None \
