@@ -300,18 +300,21 @@ class Values:
         written the same way in the same module and reading no call (`if WITH_DDP and SIZE > 1:
         self.model = DDP(self.model)` in the trainer, then `trainer.model.state_dict()` under the
         `else:` of `if WITH_DDP and SIZE > 1:` in `main`: the plain model)."""
-        taken = {(module.code(g.test), g.negated) for g in at.guards if _plain_test(g.test)}
-        if not taken:
-            return values
-        kept = []
+        made: list[tuple[Value, CallSite]] = []
         for value in values:
             site = module.call_at(value.call) if value.module is module and value.call is not None else None
-            if site is not None and any((module.code(g.test), not g.negated) in taken
-                                        for g in site.guards if _plain_test(g.test)) \
-                    and self.model.api_of(value) in (api.DDP, api.DATA_PARALLEL):
-                continue
-            kept.append(value)
-        return kept
+            if site is not None and site.guards:
+                made.append((value, site))
+        if not made:
+            return values
+        taken = {(_test_text(module, g.test), g.negated) for g in at.guards if _plain_test(g.test)}
+        if not taken:
+            return values
+        dropped = {id(value) for value, site in made
+                   if any((_test_text(module, g.test), not g.negated) in taken
+                          for g in site.guards if _plain_test(g.test))
+                   and self.model.api_of(value) in (api.DDP, api.DATA_PARALLEL)}
+        return [value for value in values if id(value) not in dropped] if dropped else values
 
     # --- the evaluator -----------------------------------------------------------------------
     def _eval(self, module: ModuleModel, node: Leaf, scope: Scope, frame: Frame | None, depth: int,
@@ -1628,3 +1631,13 @@ def _left_by_methods(name: str, bindings: list[tuple[Binding, Point | None]]
                 continue
         kept.append((binding, point))
     return kept or bindings
+
+
+def _test_text(module: ModuleModel, test: cst.BaseExpression) -> str:
+    """A test's code, generated once per test."""
+    texts = module.memo.setdefault("test_text", {})
+    assert isinstance(texts, dict)
+    found = texts.get(id(test))
+    if found is None:
+        found = texts[id(test)] = module.code(test)
+    return str(found)
