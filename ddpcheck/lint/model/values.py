@@ -268,6 +268,8 @@ class Values:
         self.model = model
         self.budget = STEPS_PER_RULE
         self._parting = False
+        self._inherited_memo: dict[tuple[int, str], list[tuple[ModuleModel, Scope]]] = {}
+        self._left_memo: dict[tuple[int, str], set[int]] = {}  # (method scope, attribute) → bindings it leaves
         self._expanding: set[tuple[int, str]] = set()  # dicts whose later entries are being read
         self._testing = 0  # nested `outcome` evaluations (a test read while reading a test)
         self._outcomes: dict[tuple[int, int], bool | None] = {}
@@ -500,12 +502,13 @@ class Values:
             inherited = self._inherited(module, scope, name)
             if inherited:
                 for base_module, base_scope in inherited:
-                    pairs = _left_by_methods(name, [(b, None) for b in base_scope.assignments[name]])
+                    pairs = _left_by_methods(name, [(b, None) for b in base_scope.assignments[name]],
+                                             self._left_memo)
                     for binding, _ in pairs:
                         yield from self._eval(base_module, binding, base_scope, None, depth - 1, seen, None)
                 return
         if bindings and owner.kind == "class":
-            bindings = _left_by_methods(name, bindings)
+            bindings = _left_by_methods(name, bindings, self._left_memo)
         if bindings and owner.kind == "class":
             # `trainer.model = DDP(trainer.model)` then `trainer.train()`: in the method,
             # `self.model` is what the caller set on the instance before the call.
@@ -562,13 +565,18 @@ class Values:
         body: Scope | None = scope
         while body is not None and body.kind != "class":
             body = body.parent
-        info = next((c for c in module.classes.values() if c.scope is body), None) if body is not None else None
-        if info is None:
+        if body is None:
             return []
-        for base_module, base in self.model.graph.mro(module, info)[1:]:
-            if name in base.scope.assignments:
-                return [(base_module, base.scope)]
-        return []
+        key = (id(body), name)
+        memo = self._inherited_memo
+        if key not in memo:
+            memo[key] = []
+            info = next((c for c in module.classes.values() if c.scope is body), None)
+            for base_module, base in self.model.graph.mro(module, info)[1:] if info is not None else ():
+                if name in base.scope.assignments:
+                    memo[key] = [(base_module, base.scope)]
+                    break
+        return memo[key]
 
     def _set_by_callers(self, module: ModuleModel, name: str, scope: Scope, frame: Frame | None, depth: int
                         ) -> tuple[list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]], bool]:
@@ -1610,17 +1618,22 @@ def _plain_test(test: cst.BaseExpression) -> bool:
 _END = Point(1 << 60)
 
 
-def _left_by_methods(name: str, bindings: list[tuple[Binding, Point | None]]
-                     ) -> list[tuple[Binding, Point | None]]:
+def _left_by_methods(name: str, bindings: list[tuple[Binding, Point | None]],
+                     memo: dict[tuple[int, str], set[int]]) -> list[tuple[Binding, Point | None]]:
     """The bindings of the attribute `name` (`self.model`) a method leaves when it returns:
     `self.model = DDP(self.model)` then `self.model = self.model.module` in `__init__` leaves the
     inner model for the other methods to read, not the wrapper (what the method itself reads
     between the two is read in its own scope)."""
+    if len(bindings) < 2:
+        return bindings
     kept = []
     for binding, point in bindings:
         if isinstance(binding, Shared) and binding.scope.kind == "function":
             method = binding.scope
-            if not any(binding.value is left for left in method.reaching(name, _END)):
+            left = memo.get((id(method), name))
+            if left is None:
+                left = memo[(id(method), name)] = {id(b) for b in method.reaching(name, _END)}
+            if id(binding.value) not in left:
                 continue
             # (Set again later in the same block — the same branch of the same `if`s — the value
             # is replaced before the method returns.)

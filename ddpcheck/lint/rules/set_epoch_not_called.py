@@ -450,6 +450,8 @@ class SetEpochNotCalled(Rule):
 
     def finish(self) -> None:
         model = self.model
+        self._trainers: dict[int, set[int]] = {}
+        self._backprop: bool | None = None
         feeds: list[Feed] = []
         seen: set[int] = set()
         for site in model.paths.sites():
@@ -810,18 +812,29 @@ class SetEpochNotCalled(Rule):
             return True
         # (A generator hands the batches on to a caller that may train on them.)
         return not self.model.facts.does(call, "backward") \
-            and not any(_yields(function.node) for function, _ in targets) \
-            and any(c.method == "backward" for c in self.model.paths.sites())
+            and not any("yield" in function.module.source and _yields(function.node) for function, _ in targets) \
+            and self._run_back_propagates()
 
     def _trains(self, module: ModuleModel, scope: Scope) -> bool:
         """A loop over the loader in a function that back-propagates (itself or through what it
         calls), where the run back-propagates somewhere; a module-level loop is taken to."""
-        if scope.kind != "function" or _yields(scope.node):
+        if scope.kind != "function" or "yield" in module.source and _yields(scope.node):
             return True  # (a generator hands the batches on)
-        if any(c.scope is scope and (c.method == "backward" or self.model.facts.does(c, "backward"))
-               for c in module.calls):
-            return True
-        return not any(c.method == "backward" for c in self.model.paths.sites())
+        trains = self._training_scopes(module)
+        return id(scope) in trains or not self._run_back_propagates()
+
+    def _training_scopes(self, module: ModuleModel) -> set[int]:
+        """The scopes of `module` that back-propagate, themselves or through what they call."""
+        found = self._trainers.get(id(module))
+        if found is None:
+            found = self._trainers[id(module)] = {
+                id(c.scope) for c in module.calls if c.method == "backward" or self.model.facts.does(c, "backward")}
+        return found
+
+    def _run_back_propagates(self) -> bool:
+        if self._backprop is None:
+            self._backprop = any(c.method == "backward" for c in self.model.paths.sites())
+        return self._backprop
 
     def _looping_caller(self, module: ModuleModel, scope: Scope) -> CallSite | None:
         function = scope.function
@@ -939,8 +952,22 @@ class SetEpochNotCalled(Rule):
         return f"{loader}.batch_sampler.sampler" if found.via_batch_sampler else f"{loader}.sampler"
 
 
+_GENERATORS: dict[int, tuple[cst.CSTNode, bool]] = {}
+
+
 def _yields(function: cst.CSTNode) -> bool:
     """The function is a generator (a `yield` in its own body, not in a nested function)."""
+    known = _GENERATORS.get(id(function))
+    if known is not None and known[0] is function:
+        return known[1]
+    found = _has_yield(function)
+    if len(_GENERATORS) > 4096:
+        _GENERATORS.clear()
+    _GENERATORS[id(function)] = (function, found)
+    return found
+
+
+def _has_yield(function: cst.CSTNode) -> bool:
     stack = list(children(function))
     while stack:
         node = stack.pop()

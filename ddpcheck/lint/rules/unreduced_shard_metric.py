@@ -275,8 +275,9 @@ class UnreducedShardMetric(Rule):
             if backwards:
                 # A training loop: one rank's training loss is not an evaluation metric. (Unless a
                 # caller's arguments leave its backward out: `run_one_epoch("val", ...)` under
-                # `if phase == "train": loss.backward()`.)
-                self._returned(root, loop, counters, backwards)
+                # `if phase == "train": loss.backward()`, which needs an `if` around each backward.)
+                if all(len(b.guards) > len(loop.guards) for b in backwards):
+                    self._returned(root, loop, counters, backwards)
                 continue
             function = loop.scope.function
             last = max((c.tick for c in root.calls if loop.node in c.loops), default=loop.tick)
