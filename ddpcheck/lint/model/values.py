@@ -508,8 +508,8 @@ class Values:
                         yield from self._eval(base_module, binding, base_scope, None, depth - 1, seen, None)
                 return
         if bindings and owner.kind == "class":
+            # What each method that sets the attribute leaves when it returns.
             bindings = _left_by_methods(name, bindings, self._left_memo)
-        if bindings and owner.kind == "class":
             # `trainer.model = DDP(trainer.model)` then `trainer.train()`: in the method,
             # `self.model` is what the caller set on the instance before the call.
             outside, covered = self._set_by_callers(module, name, scope, frame, 3)

@@ -527,9 +527,9 @@ class RankLocalBreak(Rule):
         return False
 
     def _kept_by_one(self, root: ModuleModel, loop: LoopSite, test: cst.BaseExpression) -> bool:
-        """The test reads a member of an object whose methods set it on some ranks only (and make
-        no collective), and the loop never writes that member: a collective elsewhere in the
-        loop cannot have carried the decision into it."""
+        """The test reads a member of an object whose methods set it on some ranks only (and
+        never on every rank from a collective's answer), and the loop never writes that member:
+        a collective elsewhere in the loop cannot have carried the decision into it."""
         written = {name for name in loop.scope.assignments if "." in name}
         return any(isinstance(node, cst.Attribute) and dotted(node) not in written
                    and self._member_ranked(root, loop.scope, node) for node in subexpressions(test))
@@ -537,7 +537,8 @@ class RankLocalBreak(Rule):
     def _member_ranked(self, root: ModuleModel, scope: Scope, node: cst.Attribute) -> bool:
         """`stopper.early_stop` read from an instance of a project class whose methods set that
         attribute only under a rank condition (`if self.rank != 0: return` before `self.early_stop
-        = True`, an early-stopping object kept by rank 0): each rank reads its own value."""
+        = True`, an early-stopping object kept by rank 0) and, where they make a collective, never
+        set it on every rank from anything but a constant: each rank reads its own value."""
         if not isinstance(node.value, cst.Name) or node.value.value == "self":
             return False
         name = f"self.{node.attr.value}"
