@@ -131,6 +131,15 @@ if __name__ == "__main__":
 '''
 
 
+def _evaluate(tmp_path: Path, labels: list[dict[str, Any]], repo: Path) -> subprocess.CompletedProcess[str]:
+    """`eval.py --json` over `labels`, with someone/proj's mirror at `repo`."""
+    (tmp_path / "labels.json").write_text(json.dumps(labels))
+    (tmp_path / "mirrors.json").write_text(json.dumps({"someone/proj": str(repo / ".git")}))
+    return subprocess.run([sys.executable, str(EVAL), str(tmp_path / "mirrors.json"),
+                           "--labels", str(tmp_path / "labels.json"), "--json"],
+                          capture_output=True, text=True, env=cli_env(), timeout=300)
+
+
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
                           env={**cli_env(), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
@@ -159,11 +168,7 @@ def test_exports_the_labelled_commit_lints_and_scores(tmp_path: Path) -> None:
         {"repo": "someone/absent", "commit": "b" * 40, "path": "train.py", "helpers": [], "kind": "personal",
          "prefix_fix": None, "labels": _labels()},
     ]
-    (tmp_path / "labels.json").write_text(json.dumps(labels))
-    (tmp_path / "mirrors.json").write_text(json.dumps({"someone/proj": str(repo / ".git")}))
-    done = subprocess.run([sys.executable, str(EVAL), str(tmp_path / "mirrors.json"),
-                           "--labels", str(tmp_path / "labels.json"), "--json"],
-                          capture_output=True, text=True, env=cli_env(), timeout=300)
+    done = _evaluate(tmp_path, labels, repo)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["scripts"] == 1 and report["skipped"] == ["someone/absent"]
@@ -242,11 +247,7 @@ def test_newer_codes_are_scored_with_off_by_default_rules_and_kept_out_of_the_he
                "labels": _labels(DDP029={"status": "PRESENT", "reason": "same seed on every rank",
                                          "lines": [{"path": "train.py", "line": line}]},
                                  DDP005={"status": "ABSENT", "reason": "destroyed at the end"})}]
-    (tmp_path / "labels.json").write_text(json.dumps(labels))
-    (tmp_path / "mirrors.json").write_text(json.dumps({"someone/proj": str(repo / ".git")}))
-    done = subprocess.run([sys.executable, str(EVAL), str(tmp_path / "mirrors.json"),
-                           "--labels", str(tmp_path / "labels.json"), "--json"],
-                          capture_output=True, text=True, env=cli_env(), timeout=300)
+    done = _evaluate(tmp_path, labels, repo)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     ddp029 = report["codes"]["DDP029"]
@@ -285,11 +286,7 @@ def test_a_file_ddpcheck_could_not_check_is_an_error_not_a_clean_script(tmp_path
     commit = _git(repo, "rev-parse", "HEAD")
     labels = [{"repo": "someone/proj", "commit": commit, "path": "train.py", "helpers": ["helper.py"],
                "kind": "personal", "prefix_fix": None, "labels": _labels()}]
-    (tmp_path / "labels.json").write_text(json.dumps(labels))
-    (tmp_path / "mirrors.json").write_text(json.dumps({"someone/proj": str(repo / ".git")}))
-    done = subprocess.run([sys.executable, str(EVAL), str(tmp_path / "mirrors.json"),
-                           "--labels", str(tmp_path / "labels.json"), "--json"],
-                          capture_output=True, text=True, env=cli_env(), timeout=300)
+    done = _evaluate(tmp_path, labels, repo)
     assert done.returncode == 0, done.stderr
     error = json.loads(done.stdout)["per_script"][0]["error"]
     assert error.startswith("ddpcheck could not check helper.py: cannot read: not valid utf-8"), error

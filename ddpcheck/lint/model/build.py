@@ -172,6 +172,11 @@ class Walker(cst.CSTVisitor):
     def _exit(self, node: cst.Break | cst.Continue) -> None:
         self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
 
+    def _yield(self, node: cst.Yield) -> None:
+        function = self.scope.function
+        if function is not None:
+            self.module.generators.add(function.qualname)
+
     def _return(self, node: cst.Return) -> None:
         self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
         if node.value is not None:
@@ -404,6 +409,7 @@ _OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.ClassDef, Walker._enter_class),
     _own(cst.Call, Walker._call),
     _own(cst.Return, Walker._return),
+    _own(cst.Yield, Walker._yield),
     _own(cst.Break, Walker._exit),
     _own(cst.Continue, Walker._exit),
     _own(cst.Attribute, Walker._attribute),

@@ -418,6 +418,7 @@ class ModuleModel:
         self.function_scopes: dict[str, Scope] = {}
         self.classes: dict[str, ClassInfo] = {}
         self.returns: dict[str, list[cst.BaseExpression]] = {}  # function → returned values
+        self.generators: set[str] = set()  # functions with a `yield` of their own
         self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
         self.fors: list[ForSite] = []
         self.whiles: list[WhileSite] = []  # `while` statements

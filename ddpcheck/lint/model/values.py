@@ -1602,16 +1602,13 @@ def _guard_key(value: Value, guard: Guard) -> object:
     test = guard.test
     if any(isinstance(n, _IMPURE) for n in subexpressions(test)):
         return id(guard.node)
-    return (id(value.module), id(value.scope), " ".join(value.module.code(test).split()))
+    return (id(value.module), id(value.scope), _test_text(value.module, test))
 
 
 def _plain_test(test: cst.BaseExpression) -> bool:
     """A test of names, attributes and literals only (`WITH_DDP and SIZE > 1`): written the same
     way twice, it reads the same values (no call made again, no item looked up again)."""
-    for node in subexpressions(test):
-        if isinstance(node, (cst.Call, cst.Subscript, cst.Lambda, cst.NamedExpr)):
-            return False
-    return True
+    return not any(isinstance(node, (*_IMPURE, cst.Subscript)) for node in subexpressions(test))
 
 
 # A point after everything a function does, outside its loops and branches.
@@ -1647,10 +1644,10 @@ def _left_by_methods(name: str, bindings: list[tuple[Binding, Point | None]],
 
 
 def _test_text(module: ModuleModel, test: cst.BaseExpression) -> str:
-    """A test's code, generated once per test."""
+    """A test's code with its spacing made plain (`n > 1` however it is wrapped), generated
+    once per test."""
     texts = module.memo.setdefault("test_text", {})
-    assert isinstance(texts, dict)
     found = texts.get(id(test))
     if found is None:
-        found = texts[id(test)] = module.code(test)
+        found = texts[id(test)] = " ".join(module.code(test).split())
     return str(found)

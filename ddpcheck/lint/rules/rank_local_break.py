@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import Augmented, CallSite, Item, LoopSite, Guard, ModuleModel, Scope
-from ddpcheck.lint.model.syntax import children, dotted, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, is_false, is_none, is_true, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
@@ -895,5 +895,5 @@ def _early_exit(guard: Guard) -> bool:
 def _literal(binding: object) -> bool:
     """A constant set (`self.stop = False` when the object is set up): it resets the member, it
     carries no answer."""
-    return isinstance(binding, (cst.Integer, cst.Float, cst.SimpleString)) or \
-        isinstance(binding, cst.Name) and binding.value in ("True", "False", "None")
+    return isinstance(binding, (cst.Integer, cst.Float, cst.SimpleString)) \
+        or is_true(binding) or is_false(binding) or is_none(binding)

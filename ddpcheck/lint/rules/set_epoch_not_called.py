@@ -812,13 +812,13 @@ class SetEpochNotCalled(Rule):
             return True
         # (A generator hands the batches on to a caller that may train on them.)
         return not self.model.facts.does(call, "backward") \
-            and not any("yield" in function.module.source and _yields(function.node) for function, _ in targets) \
+            and not any(function.qualname in function.module.generators for function, _ in targets) \
             and self._run_back_propagates()
 
     def _trains(self, module: ModuleModel, scope: Scope) -> bool:
         """A loop over the loader in a function that back-propagates (itself or through what it
         calls), where the run back-propagates somewhere; a module-level loop is taken to."""
-        if scope.kind != "function" or "yield" in module.source and _yields(scope.node):
+        if scope.kind != "function" or scope.qualname in module.generators:
             return True  # (a generator hands the batches on)
         trains = self._training_scopes(module)
         return id(scope) in trains or not self._run_back_propagates()
@@ -950,29 +950,3 @@ class SetEpochNotCalled(Rule):
                 if scope.lookup(name) or scope.lookup(name.split(".", 1)[0]):
                     return name
         return f"{loader}.batch_sampler.sampler" if found.via_batch_sampler else f"{loader}.sampler"
-
-
-_GENERATORS: dict[int, tuple[cst.CSTNode, bool]] = {}
-
-
-def _yields(function: cst.CSTNode) -> bool:
-    """The function is a generator (a `yield` in its own body, not in a nested function)."""
-    known = _GENERATORS.get(id(function))
-    if known is not None and known[0] is function:
-        return known[1]
-    found = _has_yield(function)
-    if len(_GENERATORS) > 4096:
-        _GENERATORS.clear()
-    _GENERATORS[id(function)] = (function, found)
-    return found
-
-
-def _has_yield(function: cst.CSTNode) -> bool:
-    stack = list(children(function))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, cst.Yield):
-            return True
-        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            stack.extend(children(node))
-    return False
