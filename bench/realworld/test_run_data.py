@@ -51,3 +51,19 @@ def test_an_entry_pinned_to_another_version_of_an_installed_package_is_skipped_n
     assert harness.missing_modules({"requires": [f"pytest=={installed}"]}) == []
     assert harness.missing_modules({"requires": ["pytest==0.0.1"]}) == [f"pytest==0.0.1 (installed {installed})"]
     assert harness.missing_modules({"requires": ["no_such_module_here"]}) == ["no_such_module_here"]
+
+
+def test_a_racy_script_may_crash_at_either_place_the_race_decides_between() -> None:
+    harness = _harness()
+    expect = {"exit": 1, "findings": ["DDP120"], "may": ["DDP128"],
+              "locations": {"DDP120": ["data.py:110", "data.py:96"]}}
+
+    def outcome(findings: list[str], where: str) -> object:
+        return harness.Outcome(1, findings, {}, {"DDP120": where}, 1.0)
+
+    assert harness.compare(expect, outcome(["DDP120"], "data.py:110")) == []
+    assert harness.compare(expect, outcome(["DDP120", "DDP128"], "data.py:96")) == []
+    assert harness.compare(expect, outcome(["DDP120"], "data.py:12")) == [
+        "DDP120 at data.py:12, expected data.py:110 or data.py:96"]
+    assert harness.compare({"locations": {"DDP120": "data.py:110"}}, outcome(["DDP120"], "data.py:96")) == [
+        "DDP120 at data.py:96, expected data.py:110"]
