@@ -360,6 +360,8 @@ def is_cuda_value(model: Model, site: CallSite, expr: cst.BaseExpression) -> boo
     """A device expression that is (or may be) CUDA: `"cuda:0"`, `f"cuda:{rank}"`, a variable
     holding one on some path (`device = "cuda" if ... else "cpu"`), `torch.device("cuda", i)`."""
     for value in model.values.at_call(site, expr):
+        if any(model.paths.kind(value.module, g, value.scope) == "single" for g in value.conditions):
+            continue  # (`device = "cuda"` under `if args.local_rank == -1:`: not the DDP run's device)
         node = value.node
         text = string_text(node) if isinstance(node, cst.BaseExpression) else None
         if text is not None and text.startswith("cuda"):
@@ -373,6 +375,10 @@ def is_cuda_value(model: Model, site: CallSite, expr: cst.BaseExpression) -> boo
 
 
 def uses_cuda(model: Model, site: CallSite) -> bool:
+    """Whether the call puts the distributed run on CUDA: a call (or a device value) only on the
+    path that runs without a process group does not."""
+    if any(model.paths.kind(site.module, g, site.scope) == "single" for g in site.guards):
+        return False
     name = model.api(site)
     if name == api.INIT_PROCESS_GROUP:
         backend = site.arg("backend", 0)

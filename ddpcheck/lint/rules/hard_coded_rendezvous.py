@@ -140,7 +140,9 @@ class HardCodedRendezvous(Rule):
 
     Not reported: `init_method="env://"`, values read from flags or the environment (`int(os.
     environ.get("WORLD_SIZE", torch.cuda.device_count()))`), writes on the single-process path
-    (the else of the `if` that sets up the process group),
+    (the else of the `if` that sets up the process group), and a one-process group's own
+    `init_method="tcp://127.0.0.1:29500"` there (`is_ddp = world_size > 1`, then
+    `if is_ddp: init_process_group("nccl")` / `else: init_process_group("gloo", init_method=...)`),
     `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
     tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
     another way of starting; but the `else` of `if "SLURM_NODELIST" in os.environ:` is the path
@@ -402,6 +404,8 @@ class HardCodedRendezvous(Rule):
             method = call.arg("init_method")
             url = self._literal_url(call, method) if method is not None else None
             if torchrun:
+                if any(model.paths.kind(root, g, call.scope) == "single" for g in call.guards):
+                    continue  # a one-process group on the path without a launcher: its own rendezvous
                 problems = ["init_method"] if url is not None else []
                 for keyword in ("rank", "world_size"):
                     value = call.arg(keyword)

@@ -34,7 +34,9 @@ class MissingSetDevice(Rule):
     GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none;
     nor does a read of the variable, such as a log line that names the GPU, or a line left
     commented out). A device held
-    in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. Also reported, at the same
+    in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. CUDA used only on the path that runs
+    without a process group (`device = "cuda"` under `if args.local_rank == -1:`, beside a gloo
+    group on the CPU in the `else`) is not the distributed run's. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
     guard, no work at module level) are not reported: the script that calls them may set the

@@ -584,14 +584,18 @@ class PaddedEvalSampler(Rule):
         """On the run of `caller`'s call of the builder, a loader of the builder takes the
         sampler: a builder that makes one for every set but hands it to the training loader only
         (`if tag == "train": DataLoader(ds, sampler=s)` / `else: DataLoader(ds)`) gives the
-        evaluation caller no padded sampler. True when the loaders taking it cannot be found."""
+        evaluation caller no padded sampler, nor does a sampler made only on the other branch
+        (`if is_train:` called with `is_train=False`). True when the loaders taking it cannot be
+        found."""
+        frame = Frame(function, caller, None, bound)
+        if self.model.paths.never(sampler, frame) is not None:
+            return False  # (`if is_train: sampler = DistributedSampler(ds, shuffle=True)`, called with False)
         names = set(sampler.module.assigned_names(sampler.node))
         takers = [c for c in sampler.module.calls_in(sampler.scope.qualname)
                   if self.model.makes(c, api.DATALOADER) and (given := c.arg("sampler", 3)) is not None
                   and (given is sampler.node or dotted(given) in names)]
         if not takers:
             return True
-        frame = Frame(function, caller, None, bound)
         return any(self.model.paths.never(c, frame) is None for c in takers)
 
     def _picks_the_set(self, site: CallSite) -> bool:

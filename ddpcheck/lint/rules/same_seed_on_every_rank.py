@@ -77,7 +77,8 @@ class SameSeedOnEveryRank(Rule):
     (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
     as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
-    same function or `__main__` block (spawned workers start a fresh interpreter that skips that
+    same function or `__main__` block, or before a project function there that spawns
+    (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start) (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
     worker and is reported); a seed that, on every path, is set again later with the rank in it
     (`torch.manual_seed(args.seed + rank)` at the top of the training function called next).
@@ -512,7 +513,9 @@ class SameSeedOnEveryRank(Rule):
         process is the launcher, not a rank. Spawned workers import the script afresh without
         running its `__main__` block, so the seed never reaches them (code at module level
         outside that block runs in every worker, and is reported; a spawn only on one arm of an
-        `if` leaves the other arm, a torchrun path, seeding its ranks)."""
+        `if` leaves the other arm, a torchrun path, seeding its ranks). The spawn may sit in a
+        project function called later (`Trainer(cfg).run()`), in a file no outside launcher can
+        start."""
         model = self.model
         scope = site.scope
         if scope is site.module.module_scope:
@@ -520,8 +523,16 @@ class SameSeedOnEveryRank(Rule):
             if not any(id(g.node) in mains for g in site.guards):
                 return False
         held = {(id(g.node), g.negated) for g in site.guards}
-        return any(other.index > site.index and model.api(other) in _SPAWNERS and not site.loops
-                   and {(id(g.node), g.negated) for g in other.guards} <= held
+        if site.loops:
+            return False
+        # A project function that spawns (`Trainer(cfg).run()` calling `mp.spawn(self._train)`)
+        # starts the workers too, when no outside launcher can start the file: no torchrun path
+        # it could take instead.
+        spawns_below = not model.torchrun_path
+        return any(other.index > site.index and {(id(g.node), g.negated) for g in other.guards} <= held
+                   and (model.api(other) in _SPAWNERS
+                        or spawns_below and (other.target is None or other.target.external is None)
+                        and "spawn" in model.facts.of_call(other))
                    for other in site.module.calls_in(scope.qualname))
 
     def _workers_seeded_per_rank(self) -> bool:

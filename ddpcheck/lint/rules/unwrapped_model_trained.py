@@ -47,7 +47,8 @@ class UnwrappedModelTrained(Rule):
     calls the network), a method of a part of the inner module whose
     result gets a backward of its own (`aux = net.module.entropy.aux_loss(); aux.backward()`
     after the main loss's backward: that backward runs after DDP's reducer has finished, so
-    its gradients stay local). Not reported: a method of the inner module called in
+    its gradients stay local). Several such calls on one path of a step (`encode`, then `decode`,
+    then `project`) are one finding at the first, naming the others: one fix covers them. Not reported: a method of the inner module called in
     a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
     `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
@@ -215,6 +216,9 @@ class UnwrappedModelTrained(Rule):
         if not backwards:
             return
         self._steps: dict[tuple[int, str, int], bool] = {}
+        # One finding per step function and wrapper: `model.module.encode(x)`, `.decode(...)` and
+        # `.project(...)` in one step are one mistake with one fix (call the wrapper).
+        found: dict[tuple[object, ...], list[tuple[CallSite, str]]] = {}
         for site in sites:
             if not _unresolved_callee(site):
                 continue
@@ -242,12 +246,19 @@ class UnwrappedModelTrained(Rule):
                 advice = f"call {outer} in the training step"
             what = f"`{name}(...)` is handed the module inside DDP and runs it" if handed is not None \
                 else f"`{name}(...)` runs the module inside DDP"
-            self.report(
-                at.node,
-                f"{what}, so its gradients are never "
-                f"all-reduced and the replicas drift apart; {advice}",
-                module=at.module, related=model.paths.chain(at),
-            )
+            # (Calls under different tests are phases of their own: `if train_encoder:` runs
+            # `.encoder(x)`, `if train_decoder:` runs `.decoder(z)`, each reported.)
+            key = (id(at.module), at.scope.qualname, id(ran.site.node),
+                   tuple((id(g.node), g.negated) for g in at.guards))
+            found.setdefault(key, []).append((at, f"{what}, so its gradients are never all-reduced and the "
+                                                  f"replicas drift apart; {advice}"))
+        for calls in found.values():
+            at, message = calls[0]
+            named = [f"`{' '.join(o.module.code(o.node.func).split())}(...)`" for o, _ in calls]
+            others = [n for n in dict.fromkeys(named[1:]) if n != named[0]]
+            if others:
+                message += f" (this step also runs it through {', '.join(others)})"
+            self.report(at.node, message, module=at.module, related=model.paths.chain(at))
 
     def _runs_inner(self, site: CallSite, inner: dict[int, list[tuple[Value, Wrap]]]) -> Wrap | None:
         """The wrap whose inner module `site` runs: a call of it (`model(x)`, `ddp.module(x)`,
