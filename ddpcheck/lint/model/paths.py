@@ -40,7 +40,7 @@ from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value, Values, literal_test
-from ddpcheck.lint.model.syntax import argument, children, dotted, is_none, last_name, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, is_none, last_name, string_text, subexpressions
 from ddpcheck.lint.traverse import NO_STATEMENTS, TOKEN_NODES
 
 
@@ -371,6 +371,7 @@ class Paths:
         if memo is None:
             module.memo["init_arms"] = {}  # (asked again while it is filled: not known)
             memo = {}
+            picks: dict[str, set[str]] = {}  # `args.device == "cpu"` around the set-up: "args.device" → {"cpu"}
             mains = {id(n) for n in module.main_guards}
             for site in module.calls:
                 if site.guards and (site.qualname == api.INIT_PROCESS_GROUP or (
@@ -379,9 +380,22 @@ class Paths:
                         if id(g.node) in mains or isinstance(g.node, cst.If) and g.negated and g.node.orelse is None:
                             continue  # `if __name__ == "__main__":`, an early exit (`if args.eval: return`)
                         memo.setdefault(id(g.node), set()).add(not g.negated)
+                        picked = _picked_constant(g.test)
+                        if picked is not None and not g.negated:
+                            picks.setdefault(picked[0], set()).add(picked[1])
             module.memo["init_arms"] = memo
+            module.memo["init_picks"] = picks
         arms = memo.get(id(node))
-        if arms is None or len(arms) != 1:
+        if arms is None:
+            # Another test of the same setting for another value (`if args.device == "cuda":`
+            # where the group is set up only under `if args.device == "cpu":`): its branch runs
+            # without one.
+            picked = _picked_constant(node.test) if isinstance(node, cst.If) else None
+            chosen = module.memo.get("init_picks", {}).get(picked[0]) if picked is not None else None
+            if chosen and picked is not None and picked[1] not in chosen:
+                return False
+            return None
+        if len(arms) != 1:
             return None
         return next(iter(arms))
 
@@ -988,3 +1002,15 @@ def handler_calls(module: ModuleModel, errors_only: bool = False) -> set[int]:
     module.memo["handler_calls"] = every
     module.memo["error_handler_calls"] = errors
     return errors if errors_only else every
+
+
+def _picked_constant(test: cst.BaseExpression) -> tuple[str, str] | None:
+    """`args.device == "cpu"` → ("args.device", "cpu"): a setting compared to one string."""
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 \
+            and isinstance(test.comparisons[0].operator, cst.Equal):
+        left, right = test.left, test.comparisons[0].comparator
+        name = dotted(left)
+        text = string_text(right) if isinstance(right, cst.SimpleString) else None
+        if name and text is not None:
+            return name, text
+    return None

@@ -16,7 +16,7 @@ from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, P
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.syntax import children, dotted, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, is_none, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -406,19 +406,29 @@ class MissingDistributedSampler(Rule):
         return True
 
     def _known_names(self, site: CallSite) -> set[str]:
-        """The names a loader goes by: those it is assigned to, the dict it is an entry of
-        (`loaders = {"query": DataLoader(...)}`, `loaders["train"] = DataLoader(...)`), and, two
+        """The names a loader goes by: those it is assigned to, the dict it is an entry of and the
+        entry's key (`loaders = {"query": DataLoader(...)}`, `loaders["train"] = DataLoader(...)`), and, two
         calls deep, the parameters those are passed to and the names a caller binds them to when
         a function returns them (`train, test = self.build_dataset()`)."""
         module, scope = site.module, site.scope
         names = set(module.assigned_names(site.node))
         for name, values in scope.assignments.items():
-            if any(isinstance(v, cst.Dict) and any(isinstance(e, cst.DictElement) and e.value is site.node
-                                                   for e in v.elements) for v in values):
-                names.add(name)
+            for v in values:
+                if not isinstance(v, cst.Dict):
+                    continue
+                for e in v.elements:
+                    if isinstance(e, cst.DictElement) and e.value is site.node:
+                        names.add(name)
+                        # The entry's key names the set too (`{"train": ..., "val": DataLoader(...)}`).
+                        key = string_text(e.key)
+                        if key:
+                            names.add(key)
         for name, entries in scope.updates.items():
-            if any(value is site.node for _, value, _, _ in entries):
-                names.add(name)
+            for key, value, _, _ in entries:
+                if value is site.node:
+                    names.add(name)
+                    if key:
+                        names.add(key)
         names |= self._returned_to(site)
         found = set(names)
         seen: set[tuple[int, str]] = set()

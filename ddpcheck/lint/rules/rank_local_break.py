@@ -85,7 +85,9 @@ class RankLocalBreak(Rule):
     loop whose every backward sits under an `if` on the rank's own values, with none in the
     `else:` (`valid, err = check_loss(loss, loss.item())`, then `if valid: loss.backward()`: a
     project function handed such a value, making no collective, answers on it alone). A non-zero
-    status or a re-raise is not reported.
+    status or a re-raise is not reported, nor is a `break` out of a loop only one rank runs
+    (`if rank == 0:` around an evaluation loop that stops on a NaN output): no peer
+    is waiting in it.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -273,6 +275,8 @@ class RankLocalBreak(Rule):
             if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
                     and not self._forwards(body_calls):
                 continue
+            if any(model.paths.kind(root, g, loop.scope) in ("main", "other") for g in loop.guards):
+                continue  # a loop one rank runs alone (rank 0's evaluation): leaving it early strands no peer
             ranked = self._ranked_exits(root, loop)
             for left, guard in ranked:
                 keyword = "break" if isinstance(left, cst.Break) else "return"

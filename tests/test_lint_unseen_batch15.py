@@ -1,0 +1,139 @@
+"""Mechanisms seen on batch 15's development half (after its first run): each through
+`ddpcheck lint` on a small project written in the style of the scripts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+PHASE_DICT = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def train_model(model, dataloaders, optimizer, epochs):
+        for epoch in range(epochs):
+            for phase in ["train", "val"]:
+                model.train(phase == "train")
+                for x, y in dataloaders[phase]:
+                    optimizer.zero_grad()
+                    with torch.set_grad_enabled(phase == "train"):
+                        loss = torch.nn.functional.cross_entropy(model(x), y)
+                        if phase == "train":
+                            loss.backward()
+                            optimizer.step()
+
+
+    def main(datasets):
+        dist.init_process_group("nccl")
+        model = DDP(torch.nn.Linear(8, 2).cuda())
+        dataloaders = {{
+            "train": DataLoader(datasets["train"], batch_size=32, {train_loader}),
+            "val": DataLoader(datasets["val"], batch_size=32),
+        }}
+        train_model(model, dataloaders, torch.optim.SGD(model.parameters(), lr=0.1), 10)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(load())
+"""
+
+
+def test_the_val_entry_of_a_loader_dict_is_an_evaluation_loader(tmp_path: Path) -> None:
+    text = PHASE_DICT.format(train_loader='sampler=DistributedSampler(datasets["train"])')
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP001") == []
+
+
+def test_the_train_entry_of_a_loader_dict_without_a_sampler_is_reported(tmp_path: Path) -> None:
+    text = PHASE_DICT.format(train_loader="shuffle=True")
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP001")] == [25]
+
+
+BY_DEVICE = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(args, model, loader, optimizer):
+        if args.device == "cuda":
+            model = torch.nn.DataParallel(model.cuda())
+        else:
+            model = DDP(model)
+        for epoch in range(args.epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            if args.device == {saving_device}:
+                torch.save(model.state_dict(), f"ckpt_{{epoch}}.pt")
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+        parser.add_argument("--epochs", type=int, default=10)
+        args = parser.parse_args()
+        if args.device == "cpu":
+            dist.init_process_group(backend="gloo")
+        train(args, build_model(), build_loader(), build_optimizer())
+        if args.device == "cpu":
+            dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_save_on_the_setting_that_never_sets_up_a_process_group_is_one_process(tmp_path: Path) -> None:
+    text = BY_DEVICE.format(saving_device='"cuda"')
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP010") == []
+
+
+def test_a_save_on_the_setting_that_sets_up_the_process_group_runs_on_every_rank(tmp_path: Path) -> None:
+    text = BY_DEVICE.format(saving_device='"cpu"')
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP010")] == [19]
+
+
+RANK0_PREVIEW = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(rank, loader, val_loader, max_val_steps):
+        dist.init_process_group("nccl")
+        net = DDP(torch.nn.Linear(8, 8).to(rank), device_ids=[rank])
+        optimizer = torch.optim.Adam(net.parameters())
+        for step, (x, y) in enumerate(loader):
+            optimizer.zero_grad()
+            torch.nn.functional.l1_loss(net(x.to(rank)), y.to(rank)).backward()
+            optimizer.step()
+            {guard}
+                for vx, vy in val_loader:
+                    out = net(vx.to(rank))
+                    if torch.isnan(out).any():
+                        break
+        dist.destroy_process_group()
+"""
+
+
+def test_a_break_out_of_a_loop_only_rank_0_runs_strands_nobody(tmp_path: Path) -> None:
+    text = RANK0_PREVIEW.format(guard="if rank == 0 and step % 100 == 0:")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP035") == []
+
+
+def test_the_same_break_in_a_loop_every_rank_runs_is_reported(tmp_path: Path) -> None:
+    text = RANK0_PREVIEW.format(guard="if step % 100 == 0:")
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP035")] == [18]
