@@ -137,3 +137,64 @@ def test_the_same_break_in_a_loop_every_rank_runs_is_reported(tmp_path: Path) ->
     text = RANK0_PREVIEW.format(guard="if step % 100 == 0:")
     assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
                                                         select="DDP035")] == [18]
+
+
+PROBE_TRAINER = """\
+    import torch
+
+
+    def encode(loader, net):
+        feats = []
+        with torch.no_grad():
+            for x, y in enumerate(loader):
+                feats.append((net(x), y))
+        return feats
+
+
+    class Trainer:
+        def __init__(self, net, optimizer, trainloader, probeloader):
+            self.net = net
+            self.optimizer = optimizer
+            self.trainloader = trainloader
+            self.probeloader = probeloader
+
+        def train(self):
+            for x, _ in self.trainloader:
+                self.optimizer.zero_grad()
+                self.net(x).pow(2).mean().backward()
+                self.optimizer.step()
+
+        def probe(self):
+            return encode(self.probeloader, self.net)
+"""
+
+PROBE_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+    from trainer import Trainer
+
+
+    def main(trainset, probeset):
+        dist.init_process_group("nccl")
+        net = DDP(torch.nn.Linear(8, 8).cuda())
+        trainloader = DataLoader(trainset, batch_size=32, {train_loader})
+        probetrainloader = DataLoader(probeset, batch_size=32, shuffle=False)
+        trainer = Trainer(net, torch.optim.Adam(net.parameters()), trainloader, probetrainloader)
+        for epoch in range(10):
+            trainer.train()
+            trainer.probe()
+        dist.destroy_process_group()
+"""
+
+
+def test_a_loader_only_read_to_encode_features_without_backward_is_not_a_training_loader(tmp_path: Path) -> None:
+    files = {"trainer.py": PROBE_TRAINER,
+             "train.py": PROBE_SCRIPT.format(train_loader="sampler=DistributedSampler(trainset)")}
+    assert lint_project(tmp_path, files, "train.py", select="DDP001") == []
+
+
+def test_the_loader_the_training_loop_reads_without_a_sampler_is_reported(tmp_path: Path) -> None:
+    files = {"trainer.py": PROBE_TRAINER, "train.py": PROBE_SCRIPT.format(train_loader="shuffle=True")}
+    assert [f["location"]["line"] for f in lint_project(tmp_path, files, "train.py", select="DDP001")] == [11]

@@ -383,7 +383,48 @@ class MissingDistributedSampler(Rule):
             return False
         if model.paths.never(site) is not None or model.paths.dead(site):
             return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)
+        if self._read_only_to_evaluate(site):
+            return False
         return True
+
+    def _read_only_to_evaluate(self, site: CallSite) -> bool:
+        """Every loop the run iterates the loader in sits in a function that never
+        back-propagates (itself or through what it calls), in a run that back-propagates
+        elsewhere: the loader feeds an evaluation (`encode_train_set(self.clftrainloader, net)`
+        building a linear probe's features), where every rank reading the whole set repeats work
+        but trains nothing. A loader read in no loop the model sees is still reported."""
+        model = self.model
+        if not any(c.method == "backward" for c in model.paths.sites()):
+            return False
+        found = False
+        for module in model.paths.modules():
+            trains = {id(c.scope) for c in module.calls if c.method == "backward" or model.facts.does(c, "backward")}
+            for loop in module.fors:
+                if not self._iterates(module, loop.node.iter, loop.scope, site.node, loop.point):
+                    continue
+                if loop.scope.kind != "function" or loop.scope.qualname in module.generators \
+                        or id(loop.scope) in trains:
+                    return False  # (a generator hands the batches on to what may train on them)
+                found = True
+            for call in module.calls:
+                if call.dotted in ("iter", "next") and call.node.args and self._iterates(
+                        module, call.node.args[0].value, call.scope, site.node, call.point):
+                    return False  # drawn batch by batch: followed no further
+        return found
+
+    def _iterates(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
+                  at: object, depth: int = 3) -> bool:
+        """`expr` holds the loader, or a call handed it (`enumerate(loader)`, `t = tqdm(enumerate(
+        loader))`)."""
+        values = self.model.values.of(module, expr, scope, at=at)
+        if any(v.node is loader for v in values):
+            return True
+        if depth <= 0:
+            return False
+        calls = [(module, expr, scope, at)] if isinstance(expr, cst.Call) else [
+            (v.module, v.node, v.scope, v.at) for v in values if isinstance(v.node, cst.Call)]
+        return any(self._iterates(m, a.value, sc, loader, point, depth - 1)
+                   for m, call, sc, point in calls for a in call.args)
 
     def _built_for_evaluation_only(self, site: CallSite) -> bool:
         """The loader is made in a builder that its training call never lets reach it: every call
