@@ -523,7 +523,11 @@ def test_a_loader_over_the_evaluation_set_is_no_unsharded_training_loader(tmp_pa
 
 
 def test_a_loader_over_the_training_set_without_a_sampler_is_still_reported(tmp_path):
-    source = CALIBRATION.replace("DATASET", "dataset_train")
+    # (Read with back-propagation: a loader read only under no_grad feeds an evaluation.)
+    source = CALIBRATION.replace("DATASET", "dataset_train").replace(
+        "        with torch.no_grad():\n            for x, _ in loader:\n                model(x.cuda())\n",
+        "        for x, _ in loader:\n            model(x.cuda()).sum().backward()\n")
+    assert "backward()\n" in source
     found = lint_project(tmp_path, {"train.py": source}, "train.py", select="DDP001")
     assert [(f["code"], f["location"]["line"]) for f in found] == [("DDP001", 15)]
 
