@@ -198,3 +198,143 @@ def test_a_loader_only_read_to_encode_features_without_backward_is_not_a_trainin
 def test_the_loader_the_training_loop_reads_without_a_sampler_is_reported(tmp_path: Path) -> None:
     files = {"trainer.py": PROBE_TRAINER, "train.py": PROBE_SCRIPT.format(train_loader="shuffle=True")}
     assert [f["location"]["line"] for f in lint_project(tmp_path, files, "train.py", select="DDP001")] == [11]
+
+
+OPTIONAL_CAP = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def average_loss(loader, model, num_batches=None):
+        total, seen = 0.0, 0
+        {bound}
+        with torch.no_grad():
+            for i, (x, y) in enumerate(loader):
+                if i >= limit:
+                    break
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                dist.all_reduce(loss)
+                total += loss.item() / dist.get_world_size()
+                seen += 1
+        return total / seen
+
+
+    def main(train_set, val_set):
+        dist.init_process_group("nccl")
+        model = DDP(torch.nn.Linear(8, 8).cuda())
+        optimizer = torch.optim.AdamW(model.parameters())
+        train_loader = DataLoader(train_set, batch_size=8, sampler=DistributedSampler(train_set, drop_last=True))
+        val_loader = DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set, shuffle=False))
+        for epoch in range(3):
+            train_loader.sampler.set_epoch(epoch)
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+            print(average_loss(val_loader, model))
+        dist.destroy_process_group()
+"""
+
+
+def test_an_evaluation_capped_only_when_asked_runs_over_the_padded_shard(tmp_path: Path) -> None:
+    # The validation call passes no cap: the loop runs over the whole padded shard.
+    text = OPTIONAL_CAP.format(bound="limit = len(loader)\n        if num_batches is not None:\n"
+                                     "            limit = min(num_batches, len(loader))")
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP018")] == [28]
+
+
+def test_an_evaluation_always_capped_to_a_few_batches_is_an_estimate(tmp_path: Path) -> None:
+    text = OPTIONAL_CAP.format(bound="limit = num_batches or 20")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP018") == []
+
+
+SHORT_NAMES = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def run(rank, world_size, tr_dataset, te_dataset):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        tr_sampler = DistributedSampler(tr_dataset, num_replicas=world_size, rank=rank, shuffle=True)
+        te_sampler = DistributedSampler(te_dataset, num_replicas=world_size, rank=rank, shuffle=True)
+        tr_loader = DataLoader(tr_dataset, batch_size=64, sampler=tr_sampler)
+        te_loader = DataLoader(te_dataset, batch_size=64, sampler=te_sampler)
+        model = DDP(torch.nn.Linear(8, 4).to(rank), device_ids=[rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            tr_sampler.set_epoch(epoch)
+            for x, y in tr_loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x.to(rank)), y.to(rank)).backward()
+                optimizer.step()
+            correct, total = 0, 0
+            {evaluation}
+                for x, y in te_loader:
+                    correct += (model(x.to(rank)).argmax(1) == y.to(rank)).sum().item()
+                    total += y.size(0)
+            acc = torch.tensor(correct / total, device=rank)
+            dist.all_reduce(acc)
+            print(acc.item() / world_size)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_sampler_whose_loader_is_read_only_without_gradients_is_an_evaluation_sampler(tmp_path: Path) -> None:
+    text = SHORT_NAMES.format(evaluation="with torch.no_grad():")
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP018")] == [10]
+
+
+def test_a_sampler_whose_loader_is_read_with_gradients_on_is_not_judged_an_evaluation(tmp_path: Path) -> None:
+    text = SHORT_NAMES.format(evaluation="if True:")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP018") == []
+
+
+DROP_FLAG = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--drop-last", action="store_true"{default})
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        train_set, val_set = load()
+        train_loader = DataLoader(train_set, batch_size=8, sampler=DistributedSampler(train_set))
+        val_loader = DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set, shuffle=False,
+                                                                                   drop_last=args.drop_last))
+        model = DDP(torch.nn.Linear(8, 2).cuda())
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(5):
+            train_loader.sampler.set_epoch(epoch)
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x), y).backward()
+                optimizer.step()
+            with torch.no_grad():
+                acc = torch.stack([(model(x).argmax(1) == y).float().mean() for x, y in val_loader]).mean()
+            dist.all_reduce(acc)
+            print(acc.item() / dist.get_world_size())
+        dist.destroy_process_group()
+"""
+
+
+def test_drop_last_from_a_flag_left_off_by_default_pads(tmp_path: Path) -> None:
+    text = DROP_FLAG.format(default="")
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP018")] == [16]
+
+
+def test_drop_last_from_a_flag_on_by_default_does_not_pad(tmp_path: Path) -> None:
+    text = DROP_FLAG.format(default=", default=True")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP018") == []

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Scope
+from ddpcheck.lint.model.module import CallSite, ForSite, ModuleModel, Param, Scope
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
-from ddpcheck.lint.model.options import option_default
+from ddpcheck.lint.model.options import default_takes, option_default
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, is_true, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Unknown, Value
@@ -259,7 +259,8 @@ def pads(model: Model, site: CallSite) -> bool:
     project sampler written like it (see Model.shards_like_distributed_sampler)."""
     if model.makes(site, api.DISTRIBUTED_SAMPLER):
         drop = sampler_option(model, site, "drop_last", 5)
-        if drop is None or not all(isinstance(v.node, cst.BaseExpression) and is_false(v.node) for v in drop):
+        if drop is None or not all(isinstance(v.node, cst.BaseExpression) and is_false(v.node)
+                                   or off_by_default(model, v) for v in drop):
             return False
         switch = api.UNPADDED_WHEN_FALSE.get(model.api(site) or "")
         if switch is not None:
@@ -322,6 +323,20 @@ def option_values(model: Model, value: Value) -> list[Value]:
             if found:
                 return found
     return []
+
+
+def off_by_default(model: Model, value: Value) -> bool:
+    """A leaf that reads an on/off option the command line leaves off unless asked
+    (`drop_last=args.drop_last` of `add_argument("--drop-last", action="store_true")`), declared
+    in the leaf's module or in the one whose parser made the namespace."""
+    node = value.node
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return False
+    if default_takes(value.module, node, False) is False:
+        return True
+    return any(base.call is not None and base.module is not value.module
+               and default_takes(base.module, node, False) is False
+               for base in model.values.of(value.module, node.value, value.scope, value.frame, at=value.at))
 
 
 def _declared_default(model: Model, module: ModuleModel, node: cst.Attribute) -> list[Value]:
@@ -495,6 +510,48 @@ def _env_key(model: Model, value: Value, key: cst.BaseExpression | None) -> str 
 
 # `dev` as a word of its own (`dev_loader`, `self.dev_set`), not the start of `device`.
 _EVAL_WORDS = re.compile(r"val|test|eval|(?:^|[._])dev(?:_|set|$)", re.I)
+
+
+def loops_over(model: Model, loader: cst.Call) -> list[tuple[ModuleModel, ForSite]]:
+    """The `for` loops of the run that iterate what the DataLoader call `loader` makes: `for b
+    in loader`, through `enumerate(...)`, `tqdm(...)`, and a name that holds such a call (`t =
+    tqdm(enumerate(loader))`), in the script or the project functions it hands the loader to."""
+    return [(module, loop) for module in model.paths.modules() for loop in module.fors
+            if iterates(model, module, loop.node.iter, loop.scope, loader, loop.point)]
+
+
+def read_without_grad(model: Model, loader: cst.Call) -> bool:
+    """Every loop the run iterates the loader in runs under `torch.no_grad()` (or in a function
+    decorated so) and back-propagates nothing: an evaluation's loader. False when no loop over
+    it is seen."""
+    from ddpcheck.lint.model.paths import is_no_grad
+
+    loops = loops_over(model, loader)
+    if not loops:
+        return False
+    for module, loop in loops:
+        function = loop.scope.function
+        if not is_no_grad(model, module, loop.withs, function.qualname if function is not None else None):
+            return False
+        if any(c.method == "backward" or model.facts.does(c, "backward")
+               for c in module.calls if loop.node in c.loops):
+            return False
+    return True
+
+
+def iterates(model: Model, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
+              at: object, depth: int = 3) -> bool:
+    """`expr` holds the loader, or a call handed it (`enumerate(loader)`, `t = tqdm(enumerate(
+    loader))`)."""
+    values = model.values.of(module, expr, scope, at=at)
+    if any(v.node is loader for v in values):
+        return True
+    if depth <= 0:
+        return False
+    calls = [(module, expr, scope, at)] if isinstance(expr, cst.Call) else [
+        (v.module, v.node, v.scope, v.at) for v in values if isinstance(v.node, cst.Call)]
+    return any(iterates(model, m, a.value, sc, loader, point, depth - 1)
+               for m, call, sc, point in calls for a in call.args)
 
 
 def is_eval_name(name: str | None) -> bool:

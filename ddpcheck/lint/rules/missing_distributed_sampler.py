@@ -9,7 +9,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import (
-    global_rank_source, is_eval_name, is_local_rank, plainly_local, sampler_option, sampler_values,
+    global_rank_source, is_eval_name, is_local_rank, iterates, loops_over, plainly_local, sampler_option, sampler_values,
     splits_by_rank,
 )
 from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Param, Scope, Shared
@@ -396,35 +396,17 @@ class MissingDistributedSampler(Rule):
         model = self.model
         if not any(c.method == "backward" for c in model.paths.sites()):
             return False
-        found = False
-        for module in model.paths.modules():
+        loops = loops_over(model, site.node)
+        for module, loop in loops:
             trains = {id(c.scope) for c in module.calls if c.method == "backward" or model.facts.does(c, "backward")}
-            for loop in module.fors:
-                if not self._iterates(module, loop.node.iter, loop.scope, site.node, loop.point):
-                    continue
-                if loop.scope.kind != "function" or loop.scope.qualname in module.generators \
-                        or id(loop.scope) in trains:
-                    return False  # (a generator hands the batches on to what may train on them)
-                found = True
+            if loop.scope.kind != "function" or loop.scope.qualname in module.generators or id(loop.scope) in trains:
+                return False  # (a generator hands the batches on to what may train on them)
+        for module in model.paths.modules():
             for call in module.calls:
-                if call.dotted in ("iter", "next") and call.node.args and self._iterates(
-                        module, call.node.args[0].value, call.scope, site.node, call.point):
+                if call.dotted in ("iter", "next") and call.node.args \
+                        and iterates(model, module, call.node.args[0].value, call.scope, site.node, call.point):
                     return False  # drawn batch by batch: followed no further
-        return found
-
-    def _iterates(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
-                  at: object, depth: int = 3) -> bool:
-        """`expr` holds the loader, or a call handed it (`enumerate(loader)`, `t = tqdm(enumerate(
-        loader))`)."""
-        values = self.model.values.of(module, expr, scope, at=at)
-        if any(v.node is loader for v in values):
-            return True
-        if depth <= 0:
-            return False
-        calls = [(module, expr, scope, at)] if isinstance(expr, cst.Call) else [
-            (v.module, v.node, v.scope, v.at) for v in values if isinstance(v.node, cst.Call)]
-        return any(self._iterates(m, a.value, sc, loader, point, depth - 1)
-                   for m, call, sc, point in calls for a in call.args)
+        return bool(loops)
 
     def _built_for_evaluation_only(self, site: CallSite) -> bool:
         """The loader is made in a builder that its training call never lets reach it: every call

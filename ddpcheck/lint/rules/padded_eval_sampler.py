@@ -7,7 +7,9 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import bypassed_sampler, is_eval_name, pads, strip_moves, unread_loader
+from ddpcheck.lint.model.ddp import (
+    bypassed_sampler, is_eval_name, pads, read_without_grad, sampler_values, strip_moves, unread_loader,
+)
 from ddpcheck.lint.model.module import CallSite, Item
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
@@ -120,7 +122,8 @@ def _evaluation_loop(function: cst.FunctionDef) -> bool:
 
 def _capped_loop(scope: cst.CSTNode) -> bool:
     """`scope` holds an evaluation loop (no `backward()`) over `enumerate(...)` that breaks once
-    its counter reaches a bound: `for k, batch in enumerate(loader): if k >= n: break`; or one
+    its counter reaches a bound: `for k, batch in enumerate(loader): if k >= n: break` (not a
+    bound set to the loader's length on some path: `n = len(loader)` when no cap is given); or one
     that counts a fixed number of steps and draws a batch from an iterator on each (`for _ in
     range(eval_iters): batch = next(it)`)."""
     for loop in subexpressions(scope):
@@ -139,12 +142,24 @@ def _capped_loop(scope: cst.CSTNode) -> bool:
         if any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "backward"
                for n in inside):
             continue
+        whole = _set_to_a_length(scope)
         for node in inside:
             if isinstance(node, cst.If) and isinstance(node.test, cst.Comparison) \
                     and any(isinstance(n, cst.Name) and n.value == counter for n in subexpressions(node.test)) \
-                    and any(isinstance(n, cst.Break) for n in subexpressions(node.body)):
+                    and any(isinstance(n, cst.Break) for n in subexpressions(node.body)) \
+                    and not any(isinstance(n, cst.Name) and n.value in whole for n in subexpressions(node.test)):
                 return True
     return False
+
+
+def _set_to_a_length(scope: cst.CSTNode) -> set[str]:
+    """Names `scope` sets to a length on some path (`n = len(loader)` when no cap is given): a
+    bound that lets the loop run over the whole loader."""
+    found: set[str] = set()
+    for node in subexpressions(scope):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Call) and dotted(node.value.func) == "len":
+            found |= {t.target.value for t in node.targets if isinstance(t.target, cst.Name)}
+    return found
 
 
 def _counts_steps(expr: cst.BaseExpression) -> bool:
@@ -262,7 +277,8 @@ class PaddedEvalSampler(Rule):
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
-    the padding skews no more than the sampling; an all-reduce in a training loop (one that
+    the padding skews no more than the sampling (a bound set to the loader's length when no cap
+    is asked for, `limit = len(loader)`, reads the whole padded shard: reported); an all-reduce in a training loop (one that
     calls `backward()`, or steps the optimizer after a project call does) is no metric. A
     sampler class handed to the builder (`build(cfg, DistributedSampler)`, then `sampler(
     val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
@@ -578,7 +594,18 @@ class PaddedEvalSampler(Rule):
             if "train" in (dataset_name or "").lower() or function is None or self._picks_the_set(site):
                 return False
             return self._built_for_evaluation(function, 2, strict=True, sampler=site)
-        return function is not None and self._built_for_evaluation(function, 2, sampler=site)
+        if function is not None and self._built_for_evaluation(function, 2, sampler=site):
+            return True
+        return self._feeds_only_evaluation(site)
+
+    def _feeds_only_evaluation(self, site: CallSite) -> bool:
+        """The loaders the sampler feeds are read only under `torch.no_grad()`, back-propagating
+        nothing (`with torch.no_grad(): for data, target in te_loader:`): whatever their names,
+        they serve an evaluation."""
+        model = self.model
+        loaders = [c for c in model.paths.sites() if model.makes(c, api.DATALOADER)
+                   and any(v.node is site.node for v in sampler_values(model, c)[0])]
+        return bool(loaders) and all(read_without_grad(model, c.node) for c in loaders)
 
     def _handed_to_a_loader(self, sampler: CallSite, function: Function, caller: CallSite, bound: str) -> bool:
         """On the run of `caller`'s call of the builder, a loader of the builder takes the
