@@ -338,3 +338,51 @@ def test_drop_last_from_a_flag_left_off_by_default_pads(tmp_path: Path) -> None:
 def test_drop_last_from_a_flag_on_by_default_does_not_pad(tmp_path: Path) -> None:
     text = DROP_FLAG.format(default=", default=True")
     assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP018") == []
+
+
+LATE_DEVICE = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    def learning(ddp_model, device, loader, epochs):
+        torch.cuda.set_device(device)
+        optimizer = torch.optim.SGD(ddp_model.parameters(), lr=0.1)
+        for epoch in range(epochs):
+            for x, y in loader:
+                optimizer.zero_grad()
+                nn.functional.cross_entropy(ddp_model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        device_id = int(os.environ["LOCAL_RANK"])
+        criterion = nn.CrossEntropyLoss().cuda()
+        {early}
+        model = nn.Linear(8, 2).cuda(device_id)
+        ddp_model = DistributedDataParallel(model, device_ids=[device_id])
+        learning(ddp_model, device_id, build_loader(), 10)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_set_device_only_after_the_model_went_to_the_gpu_is_too_late(tmp_path: Path) -> None:
+    text = LATE_DEVICE.format(early="")
+    found = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP003")
+    assert [f["location"]["line"] for f in found] == [20]
+    assert "runs only after CUDA work (`nn.Linear(8, 2).cuda(device_id)`)" in found[0]["message"]
+
+
+def test_set_device_before_the_first_cuda_work_is_in_time(tmp_path: Path) -> None:
+    # (The loss module moved first holds no tensor: moving it is no CUDA work.)
+    text = LATE_DEVICE.format(early="torch.cuda.set_device(device_id)")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP003") == []

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -12,6 +13,9 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.syntax import string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 
 class MissingSetDevice(Rule):
@@ -36,7 +40,10 @@ class MissingSetDevice(Rule):
     commented out). A device held
     in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. CUDA used only on the path that runs
     without a process group (`device = "cuda"` under `if args.local_rank == -1:`, beside a gloo
-    group on the CPU in the `else`) is not the distributed run's. Also reported, at the same
+    group on the CPU in the `else`) is not the distributed run's. Also reported, at the same call: a device set only after CUDA
+    work that runs whenever the setter does (`model.cuda(gpu)` and the DDP wrap, then a
+    `learning(...)` that calls `torch.cuda.set_device`); moving a loss module that holds no
+    tensor (`nn.CrossEntropyLoss().cuda()`) or handing a device to a project object is no work. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
     guard, no work at module level) are not reported: the script that calls them may set the
@@ -149,6 +156,12 @@ class MissingSetDevice(Rule):
         "rank starts on GPU 0 there; set the device on every path (`torch.cuda.set_device(local_rank)`)"
     )
 
+    LATE_MESSAGE = (
+        "`torch.cuda.set_device` runs only after CUDA work (`{work}`): until it runs every rank's "
+        "current device is GPU 0, where CUDA's defaults land (`.cuda()`, contexts, NCCL communicators); "
+        "call `torch.cuda.set_device(local_rank)` before any CUDA work"
+    )
+
     def finish(self) -> None:
         model = self.model
         sites = model.init_sites()
@@ -178,10 +191,16 @@ class MissingSetDevice(Rule):
         direct = [c for c in root.calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS]
         if direct:
             # Every CUDA use of the file is listed only when a setter sits in a branch.
+            before = len(self.reported)
             self._on_one_branch(direct, lambda: [c for c in root.calls if uses_cuda(model, c)])
+            if len(self.reported) == before:
+                self._set_too_late(direct)
             return
         # Last, as it follows the project's functions: one of them sets the device.
-        if any("set_device" in model.facts.of_call(c) for c in root.calls if c.qualname is None or c.target is not None):
+        setters = [c for c in root.calls if (c.qualname is None or c.target is not None)
+                   and "set_device" in model.facts.of_call(c)]
+        if setters:
+            self._set_too_late(setters)
             return
         init = sites[0]
         self.report(init.node, module=init.module, related=model.paths.chain(init))
@@ -214,6 +233,49 @@ class MissingSetDevice(Rule):
                                 self.BRANCH_MESSAGE.format(set_device=setter.dotted or "set_device", test=test),
                                 module=where.module, related=[*self.model.paths.chain(where), setter, use])
                     return
+
+    def _set_too_late(self, setters: list[CallSite]) -> None:
+        """Every call that sets the device (itself, or a project function that does) comes after
+        CUDA work of its own function that runs whenever it does (`model.cuda(gpu)`, the DDP
+        wrap, then `learning(...)` calling `torch.cuda.set_device`): that work, and the CUDA
+        context it creates, has already landed on GPU 0."""
+        model = self.model
+        root = model.root
+        first: CallSite | None = None
+        for setter in setters:
+            work = self._work_before(setter, 2)
+            if work is None:
+                return  # this one sets the device in time
+            first = work if first is None or work.tick < first.tick else first
+        assert first is not None
+        inits = model.init_sites()
+        where = inits[0] if inits else setters[0]
+        work = " ".join(root.code(first.node).split())
+        if len(work) > 60:
+            work = work[:57] + "..."
+        self.report(where.node, self.LATE_MESSAGE.format(work=work), module=where.module,
+                    related=[*model.paths.chain(where), first, setters[0]])
+
+    def _work_before(self, site: CallSite, depth: int) -> CallSite | None:
+        """CUDA work of the file that runs before `site` whenever `site` runs: earlier in its
+        function under the same conditions, or, when there is none, before every call of that
+        function (`depth` callers up). None when some way to `site` does none first."""
+        model = self.model
+        held = {(id(g.node), g.negated) for g in site.guards}
+        earlier = [c for c in model.root.calls if c.scope is site.scope and c.tick < site.tick
+                   and {(id(g.node), g.negated) for g in c.guards} <= held and _cuda_work(model, c)]
+        if earlier:
+            return earlier[0]
+        function = model.paths.function_of(site)
+        if depth <= 0 or function is None:
+            return None
+        callers = [c for c, _ in model.graph.callers(function)]
+        if not callers or any(c.module is not model.root for c in callers):
+            return None
+        found = [self._work_before(c, depth - 1) for c in callers]
+        if any(w is None for w in found):
+            return None
+        return found[0]
 
     def _about_none(self, site: CallSite, guard: Guard) -> bool:
         """`x is not None` / `x is None` where `x` is known never to be None."""
@@ -264,3 +326,35 @@ def _several_devices(target: cst.Subscript, module: ModuleModel) -> bool:
 _ENVIRONMENT = re.compile(r"environ|getenv")
 _DEVICE_LIST = re.compile(r"(?:device_ids|devices|gpus|gpu_ids|visible_devices)\b", re.I)
 _PER_PROCESS = re.compile(r"rank|local|\bgpu\b|\bdevice_id\b|\bidx\b|\bindex\b|\bi\b|\[\s*\w+\s*\]\s*\)?$", re.I)
+
+
+def _cuda_work(model: Model, site: CallSite) -> bool:
+    """A call that does work on the GPU: a move there (`.cuda()`, `.to("cuda:1")`), the DDP wrap
+    of a model there, or torch making a tensor there (`torch.zeros(2, device="cuda")`). Not the
+    process group's set-up, a `torch.device` object, nor a project object handed a device."""
+    name = model.api(site) or ""
+    if name in (api.INIT_PROCESS_GROUP, api.TORCH_DEVICE):
+        return False
+    if site.method not in ("cuda", "to") and name != api.DDP and not name.startswith("torch."):
+        return False
+    if site.method in ("cuda", "to") and site.receiver is not None and _tensorless_loss(model, site):
+        return False  # (`nn.CrossEntropyLoss().cuda()` moves nothing: the module holds no tensor)
+    return uses_cuda(model, site)
+
+
+def _tensorless_loss(model: Model, site: CallSite) -> bool:
+    """The receiver is a torch loss module made without a weight tensor."""
+    assert site.receiver is not None
+    values = model.values.at_call(site, site.receiver)
+    if not values:
+        return False
+    for value in values:
+        made = value.node
+        if not isinstance(made, cst.Call):
+            return False
+        name = model.qualname(value.module, made.func, value.scope) or ""
+        if not (name.startswith("torch.nn.") and name.endswith("Loss")) \
+                or any(a.keyword is not None and "weight" in a.keyword.value for a in made.args) \
+                or any(a.keyword is None for a in made.args):
+            return False
+    return True
