@@ -386,3 +386,114 @@ def test_set_device_before_the_first_cuda_work_is_in_time(tmp_path: Path) -> Non
     # (The loss module moved first holds no tensor: moving it is no CUDA work.)
     text = LATE_DEVICE.format(early="torch.cuda.set_device(device_id)")
     assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP003") == []
+
+
+BOTH_ARMS = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def worker(gpu, ngpus):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", world_size=ngpus, rank=gpu)
+        torch.cuda.set_device(gpu)
+        model = DDP(torch.nn.Linear(8, 8).cuda(gpu), device_ids=[gpu])
+        train(model)
+        if gpu == 0:
+            inner = model.module
+            dist.destroy_process_group()
+            validate(inner)
+        {other_arm}
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, nprocs=torch.cuda.device_count(), args=(torch.cuda.device_count(),))
+"""
+
+
+def test_a_teardown_under_each_arm_of_a_rank_test_runs_on_every_rank(tmp_path: Path) -> None:
+    text = BOTH_ARMS.format(other_arm="else:\n            dist.destroy_process_group()")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP005") == []
+
+
+def test_a_teardown_on_rank_0_alone_is_still_reported(tmp_path: Path) -> None:
+    text = BOTH_ARMS.format(other_arm="")
+    assert [f["location"]["line"] for f in lint_project(tmp_path, {"train.py": text}, "train.py",
+                                                        select="DDP005")] == [8]
+
+
+THREE_WAYS = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    try:
+        import deepspeed
+    except ImportError:
+        deepspeed = None
+
+
+    def train_deepspeed(args, dataset):
+        deepspeed.init_distributed()
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+        engine, _, _, _ = deepspeed.initialize(args=args, model=build(), model_parameters=build().parameters())
+        for step, x in enumerate(loader):
+            loss = engine(x).mean()
+            engine.backward(loss)
+            if (step + 1) % 4 == 0:
+                engine.step()
+
+
+    def train_ddp(rank, world_size, dataset):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:29500", rank=rank, world_size=world_size)
+        torch.cuda.set_device(rank)
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+        model = DDP(build().cuda(rank), device_ids=[rank])
+        optimizer = torch.optim.Adam(model.parameters())
+        for epoch in range(5):
+            sampler.set_epoch(epoch)
+            for x in loader:
+                optimizer.zero_grad()
+                model(x.cuda(rank)).mean().backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--deepspeed", action="store_true")
+        parser.add_argument("--ddp", action="store_true")
+        args = parser.parse_args()
+        dataset = load()
+        if args.deepspeed:
+            train_deepspeed(args, dataset)
+            return
+        if args.ddp:
+            world_size = torch.cuda.device_count()
+            if world_size > 1:
+                mp.spawn(train_ddp, args=(world_size, dataset), nprocs=world_size)
+                return
+        loader = DataLoader(dataset, batch_size=32, shuffle=True)
+        single(loader)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_loaders_of_another_engine_and_of_the_spawning_process_are_not_ddp_loaders(tmp_path: Path) -> None:
+    found = lint_project(tmp_path, {"train.py": THREE_WAYS}, "train.py", select="DDP001,DDP016")
+    assert found == []
+
+
+def test_the_ddp_workers_loader_without_a_sampler_is_still_reported(tmp_path: Path) -> None:
+    text = THREE_WAYS.replace("batch_size=32, sampler=sampler)", "batch_size=32, shuffle=True)")
+    found = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP001,DDP016")
+    assert [(f["code"], f["location"]["line"]) for f in found] == [("DDP001", 30)]

@@ -121,6 +121,9 @@ CONSUME_PREFIX = "torch.nn.modules.utils.consume_prefix_in_state_dict_if_present
 
 # --- processes and launchers ---------------------------------------------------------------------
 SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes"})
+# Builders of another training engine: the loader, backward and steps of a function that hands its
+# model to one are that engine's (its own sampler, accumulation and all-reduce), not DDP's.
+ENGINE_BUILDERS = frozenset({"deepspeed.initialize"})
 PROCESS_STARTERS = SPAWN | frozenset({
     "torch.multiprocessing.spawn.spawn", "multiprocessing.Process", "torch.multiprocessing.Process",
 })

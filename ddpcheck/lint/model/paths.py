@@ -411,6 +411,12 @@ class Paths:
                 return guard
         return None
 
+    def engine_run(self, site: CallSite) -> bool:
+        """`site` is in a function that hands its training to another engine
+        (`model_engine, optimizer, loader, _ = deepspeed.initialize(...)`): the loaders, backward
+        passes and steps there are that engine's, not DDP's."""
+        return any(self.model.api(c) in api.ENGINE_BUILDERS for c in site.module.calls_in(site.scope.qualname))
+
     def on_error_only(self, site: CallSite, depth: int = 3) -> bool:
         """`site` runs only when something failed: it sits in an `except` handler, or in a
         project function that every call of the run that reaches it makes from one (`except

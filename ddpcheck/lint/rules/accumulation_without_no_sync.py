@@ -33,7 +33,9 @@ class AccumulationWithoutNoSync(Rule):
     method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
     then `self.apply_gradients()`).
 
-    Not reported: files whose code mentions `no_sync` or `require_backward_grad_sync` anywhere
+    Not reported: backward passes of a function that hands its training to another engine
+    (`model_engine.backward(loss)` after `deepspeed.initialize(...)`, which accumulates itself);
+    files whose code mentions `no_sync` or `require_backward_grad_sync` anywhere
     (they handle it, perhaps through a helper or a `contextlib` switch; a comment, such as a
     `# with model.no_sync():` left commented out, does not count), and loops whose step runs
     after every backward.
@@ -139,6 +141,8 @@ class AccumulationWithoutNoSync(Rule):
         # A backward, or a call of a project function that does one (`backward(loss, scaler)`)
         # but no optimizer step of its own.
         # (`self._run_batch(batch)` too: a method of the project, which the graph resolves.)
+        # (`model_engine.backward(loss)` after `deepspeed.initialize`: the engine accumulates.)
+        sites = [c for c in sites if not model.paths.engine_run(c)]
         backwards = [c for c in sites if c.method == "backward" or (
             c.loops and (c.target is not None and c.target.external is None or self._runs_here(c))
             and {"backward"} <= model.facts.of_call(c) and not any(c is s for s in steps)

@@ -35,7 +35,9 @@ class MissingDestroyProcessGroup(Rule):
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
     it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with
     the call as a related location) when every `destroy_process_group()` sits under a rank condition (in the `else:` of
-    `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down. A
+    `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down (one
+    under each arm of the same rank test, `if gpu == 0: ... destroy()` / `else: destroy()`,
+    tears down every rank). A
     teardown that runs only in an `except` handler (or in a helper called only from one), only
     in a signal handler (`signal.signal(signal.SIGTERM, handler)` and no other call of it), only
     in the process that starts the workers (`mp.spawn(main, ...)` then `cleanup()` in the
@@ -259,7 +261,13 @@ class MissingDestroyProcessGroup(Rule):
                     and not model.paths.launcher_only(c)]
         if destroys:
             guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
-            if all(g is not None for _, g in guarded):
+            # One under each arm of the same rank test (`if rank == 0: ... destroy()` / `else:
+            # destroy()`): every rank tears down.
+            arms: dict[int, set[bool]] = {}
+            for _, g in guarded:
+                if g is not None:
+                    arms.setdefault(id(g.node), set()).add(g.negated)
+            if all(g is not None for _, g in guarded) and not any(len(a) == 2 for a in arms.values()):
                 site, guard = guarded[0]
                 assert guard is not None
                 # Reported at the init call, like a missing teardown; the guarded call is related.

@@ -151,7 +151,9 @@ class MissingDistributedSampler(Rule):
     it counts the nodes of a graph.
 
     Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
-    every caller hands `source="web"`), loaders built only on rank 0 (e.g. for evaluation on the
+    every caller hands `source="web"`), loaders of a function that hands its training to another
+    engine (`deepspeed.initialize(...)` shards its own), loaders made in the process that starts
+    the workers (beside `mp.spawn`: its single-GPU fallback), loaders built only on rank 0 (e.g. for evaluation on the
     main process) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
     where it is not), loaders
@@ -381,6 +383,8 @@ class MissingDistributedSampler(Rule):
             return False
         if model.paths.main_only(site) or model.paths.single_only(site):
             return False
+        if model.paths.engine_run(site) or model.paths.launcher_only(site):
+            return False  # another engine's loader, or one in the process that starts the workers
         if model.paths.never(site) is not None or model.paths.dead(site):
             return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)
         if self._read_only_to_evaluate(site):
