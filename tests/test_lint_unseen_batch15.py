@@ -497,3 +497,53 @@ def test_the_ddp_workers_loader_without_a_sampler_is_still_reported(tmp_path: Pa
     text = THREE_WAYS.replace("batch_size=32, sampler=sampler)", "batch_size=32, shuffle=True)")
     found = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP001,DDP016")
     assert [(f["code"], f["location"]["line"]) for f in found] == [("DDP001", 30)]
+
+
+
+NESTED_SETTER = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def set_model(gpu):
+        torch.cuda.set_device(gpu)
+        return torch.nn.Linear(8, 8).cuda(gpu)
+
+
+    def single():
+        model = set_model(0)
+        train(model)
+
+
+    def worker(gpu, ngpus):
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", world_size=ngpus, rank=gpu)
+        dist.barrier()
+        {early}
+        model = DDP(set_model(gpu), device_ids=[gpu])
+        train(model)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        n = torch.cuda.device_count()
+        if n <= 1:
+            single()
+        else:
+            mp.spawn(worker, nprocs=n, args=(n,))
+"""
+
+
+def test_a_barrier_and_the_wrap_of_what_the_setter_returns_come_before_no_cuda_work(tmp_path: Path) -> None:
+    # NCCL runs a barrier before any device is used on `rank % device_count`: the right GPU on
+    # one machine. The DDP wrap runs after the `set_model(gpu)` it is handed.
+    text = NESTED_SETTER.format(early="")
+    assert lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP003") == []
+
+
+def test_a_tensor_made_on_the_gpu_before_the_setter_in_a_worker_is_reported(tmp_path: Path) -> None:
+    # (`single()` calls the setter too, on the path with no process group: it does not count.)
+    text = NESTED_SETTER.format(early='warm = torch.zeros(1, device="cuda")')
+    found = lint_project(tmp_path, {"train.py": text}, "train.py", select="DDP003")
+    assert [f["location"]["line"] for f in found] == [18]

@@ -242,6 +242,9 @@ class MissingSetDevice(Rule):
         model = self.model
         root = model.root
         first: CallSite | None = None
+        setters = [s for s in setters if not self._without_group(s, 2)]
+        if not setters:
+            return
         for setter in setters:
             work = self._work_before(setter, 2)
             if work is None:
@@ -256,6 +259,19 @@ class MissingSetDevice(Rule):
         self.report(where.node, self.LATE_MESSAGE.format(work=work), module=where.module,
                     related=[*model.paths.chain(where), first, setters[0]])
 
+    def _without_group(self, site: CallSite, depth: int) -> bool:
+        """`site` runs only where no process group is set up: on the single-process path itself,
+        or in a function every call of which is (`main_single_gpu(...)` under `if device_count
+        <= 1:`), `depth` callers up."""
+        model = self.model
+        if model.paths.restricted(site) == "single":
+            return True
+        function = model.paths.function_of(site)
+        if depth <= 0 or function is None:
+            return False
+        callers = [c for c, _ in model.graph.callers(function)]
+        return bool(callers) and all(self._without_group(c, depth - 1) for c in callers)
+
     def _work_before(self, site: CallSite, depth: int) -> CallSite | None:
         """CUDA work of the file that runs before `site` whenever `site` runs: earlier in its
         function under the same conditions, or, when there is none, before every call of that
@@ -263,13 +279,15 @@ class MissingSetDevice(Rule):
         model = self.model
         held = {(id(g.node), g.negated) for g in site.guards}
         earlier = [c for c in model.root.calls if c.scope is site.scope and c.tick < site.tick
-                   and {(id(g.node), g.negated) for g in c.guards} <= held and _cuda_work(model, c)]
+                   and {(id(g.node), g.negated) for g in c.guards} <= held and _cuda_work(model, c)
+                   and not any(n is site.node for n in subexpressions(c.node))]  # (`DDP(set_model(gpu))`)
         if earlier:
             return earlier[0]
         function = model.paths.function_of(site)
         if depth <= 0 or function is None:
             return None
-        callers = [c for c, _ in model.graph.callers(function)]
+        # (A caller on the single-process path sets up no group: its order does not matter.)
+        callers = [c for c, _ in model.graph.callers(function) if not self._without_group(c, 2)]
         if not callers or any(c.module is not model.root for c in callers):
             return None
         found = [self._work_before(c, depth - 1) for c in callers]
@@ -330,7 +348,9 @@ _PER_PROCESS = re.compile(r"rank|local|\bgpu\b|\bdevice_id\b|\bidx\b|\bindex\b|\
 
 def _cuda_work(model: Model, site: CallSite) -> bool:
     """A call that does work on the GPU: a move there (`.cuda()`, `.to("cuda:1")`), the DDP wrap
-    of a model there, or torch making a tensor there (`torch.zeros(2, device="cuda")`). Not the
+    of a model there, or torch making a tensor there (`torch.zeros(2, device="cuda")`). Not a
+    collective (for one before any device is used, NCCL takes `rank % device_count`, the right
+    GPU on one machine), not the
     process group's set-up, a `torch.device` object, nor a project object handed a device."""
     name = model.api(site) or ""
     if name in (api.INIT_PROCESS_GROUP, api.TORCH_DEVICE):
