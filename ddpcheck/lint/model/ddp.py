@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ForSite, ModuleModel, Param, Scope
+from ddpcheck.lint.model.module import CallSite, ForSite, ModuleModel, Param, Point, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.options import default_takes, option_default
 from ddpcheck.lint.model.symbols import Function
@@ -524,8 +525,6 @@ def read_without_grad(model: Model, loader: cst.Call) -> bool:
     """Every loop the run iterates the loader in runs under `torch.no_grad()` (or in a function
     decorated so) and back-propagates nothing: an evaluation's loader. False when no loop over
     it is seen."""
-    from ddpcheck.lint.model.paths import is_no_grad
-
     loops = loops_over(model, loader)
     if not loops:
         return False
@@ -540,7 +539,7 @@ def read_without_grad(model: Model, loader: cst.Call) -> bool:
 
 
 def iterates(model: Model, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
-              at: object, depth: int = 3) -> bool:
+              at: Point | None, depth: int = 3) -> bool:
     """`expr` holds the loader, or a call handed it (`enumerate(loader)`, `t = tqdm(enumerate(
     loader))`)."""
     values = model.values.of(module, expr, scope, at=at)

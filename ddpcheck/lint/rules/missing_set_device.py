@@ -253,10 +253,10 @@ class MissingSetDevice(Rule):
         assert first is not None
         inits = model.init_sites()
         where = inits[0] if inits else setters[0]
-        work = " ".join(root.code(first.node).split())
-        if len(work) > 60:
-            work = work[:57] + "..."
-        self.report(where.node, self.LATE_MESSAGE.format(work=work), module=where.module,
+        shown = " ".join(root.code(first.node).split())
+        if len(shown) > 60:
+            shown = shown[:57] + "..."
+        self.report(where.node, self.LATE_MESSAGE.format(work=shown), module=where.module,
                     related=[*model.paths.chain(where), first, setters[0]])
 
     def _without_group(self, site: CallSite, depth: int) -> bool:
