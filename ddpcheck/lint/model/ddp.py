@@ -513,6 +513,15 @@ def _env_key(model: Model, value: Value, key: cst.BaseExpression | None) -> str 
 _EVAL_WORDS = re.compile(r"val|test|eval|(?:^|[._])dev(?:_|set|$)", re.I)
 
 
+def training_scopes(model: Model, module: ModuleModel) -> set[int]:
+    """The scopes of `module` that back-propagate, themselves or through what they call (ids)."""
+    found: set[int] | None = module.memo.get("training_scopes")
+    if found is None:
+        found = module.memo["training_scopes"] = {
+            id(c.scope) for c in module.calls if c.method == "backward" or model.facts.does(c, "backward")}
+    return found
+
+
 def loops_over(model: Model, loader: cst.Call) -> list[tuple[ModuleModel, ForSite]]:
     """The `for` loops of the run that iterate what the DataLoader call `loader` makes: `for b
     in loader`, through `enumerate(...)`, `tqdm(...)`, and a name that holds such a call (`t =

@@ -10,7 +10,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import (
     global_rank_source, is_eval_name, is_local_rank, iterates, loops_over, plainly_local, sampler_option, sampler_values,
-    splits_by_rank,
+    splits_by_rank, training_scopes,
 )
 from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Param, Scope, Shared
 from ddpcheck.lint.model.symbols import Function
@@ -402,8 +402,8 @@ class MissingDistributedSampler(Rule):
             return False
         loops = loops_over(model, site.node)
         for module, loop in loops:
-            trains = {id(c.scope) for c in module.calls if c.method == "backward" or model.facts.does(c, "backward")}
-            if loop.scope.kind != "function" or loop.scope.qualname in module.generators or id(loop.scope) in trains:
+            if loop.scope.kind != "function" or loop.scope.qualname in module.generators \
+                    or id(loop.scope) in training_scopes(model, module):
                 return False  # (a generator hands the batches on to what may train on them)
         for module in model.paths.modules():
             for call in module.calls:

@@ -191,9 +191,7 @@ class MissingSetDevice(Rule):
         direct = [c for c in root.calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS]
         if direct:
             # Every CUDA use of the file is listed only when a setter sits in a branch.
-            before = len(self.reported)
-            self._on_one_branch(direct, lambda: [c for c in root.calls if uses_cuda(model, c)])
-            if len(self.reported) == before:
+            if not self._on_one_branch(direct, lambda: [c for c in root.calls if uses_cuda(model, c)]):
                 self._set_too_late(direct)
             return
         # Last, as it follows the project's functions: one of them sets the device.
@@ -205,13 +203,13 @@ class MissingSetDevice(Rule):
         init = sites[0]
         self.report(init.node, module=init.module, related=model.paths.chain(init))
 
-    def _on_one_branch(self, setters: list[CallSite], cuda_uses: Callable[[], list[CallSite]]) -> None:
+    def _on_one_branch(self, setters: list[CallSite], cuda_uses: Callable[[], list[CallSite]]) -> bool:
         """`if args.gpu is not None: torch.cuda.set_device(args.gpu) ... else: model.cuda()`: the
-        device is set on one path only, and the other path uses CUDA."""
+        device is set on one path only, and the other path uses CUDA. True when reported."""
         for setter in setters:
             guard = self._branch(setter)
             if guard is None:
-                return  # set on every path of its function
+                return False  # set on every path of its function
         inits = self.model.init_sites()
         cuda = cuda_uses()
         for setter in setters:
@@ -232,7 +230,8 @@ class MissingSetDevice(Rule):
                     self.report(where.node,
                                 self.BRANCH_MESSAGE.format(set_device=setter.dotted or "set_device", test=test),
                                 module=where.module, related=[*self.model.paths.chain(where), setter, use])
-                    return
+                    return True
+        return False
 
     def _set_too_late(self, setters: list[CallSite]) -> None:
         """Every call that sets the device (itself, or a project function that does) comes after

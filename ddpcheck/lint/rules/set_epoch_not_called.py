@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values
+from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values, training_scopes
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
@@ -450,7 +450,6 @@ class SetEpochNotCalled(Rule):
 
     def finish(self) -> None:
         model = self.model
-        self._trainers: dict[int, set[int]] = {}
         self._backprop: bool | None = None
         feeds: list[Feed] = []
         seen: set[int] = set()
@@ -820,16 +819,8 @@ class SetEpochNotCalled(Rule):
         calls), where the run back-propagates somewhere; a module-level loop is taken to."""
         if scope.kind != "function" or scope.qualname in module.generators:
             return True  # (a generator hands the batches on)
-        trains = self._training_scopes(module)
+        trains = training_scopes(self.model, module)
         return id(scope) in trains or not self._run_back_propagates()
-
-    def _training_scopes(self, module: ModuleModel) -> set[int]:
-        """The scopes of `module` that back-propagate, themselves or through what they call."""
-        found = self._trainers.get(id(module))
-        if found is None:
-            found = self._trainers[id(module)] = {
-                id(c.scope) for c in module.calls if c.method == "backward" or self.model.facts.does(c, "backward")}
-        return found
 
     def _run_back_propagates(self) -> bool:
         if self._backprop is None:
