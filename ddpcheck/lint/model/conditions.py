@@ -306,6 +306,8 @@ def _may_grow(test: cst.BaseExpression, resolve: Resolve, as_is: bool) -> bool:
         return False
     conjunction = isinstance(test.operator, cst.And)
     if conjunction != as_is:  # `a and x` negated, `a or x` as is: a free x lets it hold anywhere
+        if conjunction and _two_modes(test, resolve):
+            return True
         for side in (test.left, test.right):
             if selects_main_rank(side, resolve) is None and is_distributed_test(side, resolve) is None \
                     and not _is_not_distributed(side, resolve) and not _rank_given(side, resolve):
@@ -314,6 +316,24 @@ def _may_grow(test: cst.BaseExpression, resolve: Resolve, as_is: bool) -> bool:
     # the other operand only narrows it further).
     return any(_may_grow(side, resolve, as_is) for side in (test.left, test.right)
                if selects_main_rank(side, resolve) is not None)
+
+
+def _two_modes(test: cst.BooleanOperation, resolve: Resolve) -> bool:
+    """`ddp_enabled and not use_ddp_train and rank != 0`: one operand asks for a distributed run
+    and another for the opposite of a second switch. They cannot both be the run's mode (the
+    test would never hold), so the second is a setting of its own, free of the rank."""
+    operands: list[cst.BaseExpression] = []
+    pending: list[cst.BaseExpression] = [test]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.BooleanOperation) and isinstance(node.operator, cst.And):
+            pending += [node.left, node.right]
+        elif selects_main_rank(node, resolve) is None:
+            operands.append(node)
+    modes = {is_distributed_test(node, resolve) is True or not _is_not_distributed(node, resolve)
+             for node in operands if is_distributed_test(node, resolve) is not None
+             or _is_not_distributed(node, resolve)}
+    return modes == {True, False}
 
 
 def _rank_given(test: cst.BaseExpression, resolve: Resolve) -> bool:

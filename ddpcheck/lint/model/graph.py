@@ -335,6 +335,20 @@ class CallGraph:
             out = self._class_attribute(module, info, made, attr)
         return out
 
+    def class_read(self, named: Value, attr: str) -> list[Value]:
+        """`Config.lr` read on the class itself (`class Config: lr = 1e-3`): the value its body
+        assigns, read as on an instance; unknown where the project assigns `Config.lr = ...`."""
+        name = dotted(named.node) if isinstance(named.node, cst.BaseExpression) else None
+        target = self.model.resolver.name(named.module, name, named.scope) if name else None
+        found = self.class_at(target) if target is not None else None
+        if found is None:
+            return []
+        module, info = found
+        written = re.compile(rf"\b{re.escape(info.node.name.value)}\.{re.escape(attr)}\s*(?:[-+*/]?=)(?!=)")
+        if any(written.search(m.source) for m in {id(named.module): named.module, id(module): module}.values()):
+            return []
+        return self._class_attribute(module, info, named, attr)
+
     def _class_attribute(self, module: ModuleModel, info: ClassInfo, made: Value, attr: str) -> list[Value]:
         """`cfg.lr` on an instance of a plain settings class (`class TrainConfig: lr = 5e-5`, then
         `cfg = TrainConfig()`): the value its class body (or a project base's) assigns. Unknown

@@ -58,6 +58,7 @@ class _Graph(Protocol):
     def instances_of(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]: ...
     def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int
                       ) -> list[Value]: ...
+    def class_read(self, named: Value, attr: str) -> list[Value]: ...
     def import_closure(self, module: ModuleModel) -> list[str]: ...
 
 
@@ -682,6 +683,12 @@ class Values:
                 if passed:
                     yield from passed
                     return
+        if call is None and isinstance(base.node, (cst.Name, cst.Attribute)):
+            on_class = self.model.graph.class_read(base, attr)  # `Config.lr` of `class Config: lr = 1e-3`
+            for read in on_class:
+                yield from self._eval(read.module, read.node, read.scope, read.frame, depth - 1, seen, read.at)
+            if on_class:
+                return
         if call is not None or isinstance(base.node, Param):
             instance = self.model.graph.instance_of(base)
             if instance is not None:
