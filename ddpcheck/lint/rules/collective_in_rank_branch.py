@@ -62,12 +62,14 @@ class CollectiveInRankBranch(Rule):
     Not reported:
     balanced code, where the same collective also runs on the other side (the `else` branch, or
     a complementary condition in the same function, as in the `torch_distributed_zero_first`
-    context manager); guards that only ask whether the run is distributed (`if ddp:`,
+    context manager, or the same call later in the function on the ranks that stayed: `if not
+    use_ddp and rank != 0: dist.barrier(); return`, then `dist.barrier()` at the end); guards that only ask whether the run is distributed (`if ddp:`,
     `if world_size > 1`, `if dist.is_initialized()`), which every rank answers alike; a DDP
     forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
     whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
     forward of a project network with no buffers to broadcast (no norm layer with running
-    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none —
+    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none, nor
+    do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
     for the encoder); a
@@ -380,6 +382,8 @@ class CollectiveInRankBranch(Rule):
                 for o in found
             ):
                 continue  # balanced: the other ranks make the same call
+            if self._met_after_exit(c, found):
+                continue
             guard = c.guard
             index = _statement_index(guard, c.call.node)
             if index is not None:
@@ -391,6 +395,21 @@ class CollectiveInRankBranch(Rule):
             self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
                         module=c.call.module, related=model.paths.chain(c.call))
         self._rank_counted_loops()
+
+    def _met_after_exit(self, c: _Candidate, found: list[_Candidate]) -> bool:
+        """`if not use_ddp and rank != 0: dist.barrier(); return`, and `dist.barrier()` later in
+        the function on every rank: the ranks that leave early meet the others' later call."""
+        guard = c.guard
+        if guard.negated or not isinstance(guard.node, cst.If) or not c.call.guards \
+                or c.call.guards[-1] is not guard:
+            return False
+        guarded = {id(o.call.node) for o in found}
+        for site in self.model.paths.sites():
+            if site.scope is c.call.scope and id(site.node) not in guarded \
+                    and any(g.node is guard.node and g.negated for g in site.guards) \
+                    and (self.model.api(site) or site.dotted or "") == c.key:
+                return True
+        return False
 
     def _rank_counted_loops(self) -> None:
         """`for i in range(n):` around a collective, where `n` is set on rank 0 only (`n = 0`,
@@ -566,10 +585,12 @@ class CollectiveInRankBranch(Rule):
 # torchvision only its networks count (`torchvision.models`, `from torchvision import models`), not
 # a module that uses its transforms or image helpers. InstanceNorm keeps running statistics only
 # when asked to (`track_running_stats=True`; its default registers them as None, which DDP does
-# not broadcast).
+# not broadcast). Named networks count by their numbered names (`resnet50`), not by words
+# such as `resnet_block` that a project's own layers are called.
 _BUFFERS = re.compile(r"register_buffer|BatchNorm|track_running_stats\s*=\s*True|running_mean|Buffer\("
                       r"|torchvision\.models"
-                      r"|from\s+torchvision\s+import[^\n]*\bmodels\b|timm|resnet|efficientnet|densenet|mobilenet|_bn\b")
+                      r"|from\s+torchvision\s+import[^\n]*\bmodels\b|timm|\bres_?net\d|\bresnext\d|efficientnet|densenet"
+                      r"|mobilenet|_bn\b")
 
 # timm's small helpers, which hold no buffers: importing them (`from timm.models.layers import
 # DropPath, trunc_normal_`, as vision transformers do) says nothing about a network's buffers.

@@ -29,9 +29,11 @@ _HANDED_TO_ENV = re.compile(r"""environ\s*\[\s*['"]LOCAL_RANK['"]\s*\]\s*=(?!=)[
 # The parsed namespace turned into a dict or its attributes copied over: any of them may be read.
 _WHOLE_NAMESPACE = re.compile(r"\bvars\s*\(|__dict__|\bsetattr\s*\(|\bupdate\s*\(\s*vars")
 # The namespace kept whole as a record, not read by entry: a dict's value (`{"args": vars(args)}`
-# saved with a checkpoint), printed, or dumped to a file.
+# saved with a checkpoint), printed, dumped to a file, or walked to list the options
+# (`for arg, value in sorted(vars(args).items()): logger.info(...)`).
 _RECORDED_NAMESPACE = re.compile(
-    r"""['"]\w+['"]\s*:\s*vars\s*\(\s*\w+\s*\)|\b(?:print|pprint|json\.dumps?|yaml\.(?:safe_)?dump)\s*\(\s*vars\s*\(\s*\w+\s*\)""")
+    r"""['"]\w+['"]\s*:\s*vars\s*\(\s*\w+\s*\)|\b(?:print|pprint|json\.dumps?|yaml\.(?:safe_)?dump)\s*\(\s*vars\s*\(\s*\w+\s*\)"""
+    r"""|\bfor\s+\w+\s*,\s*\w+\s+in\s+(?:sorted\s*\(\s*)?vars\s*\(\s*\w+\s*\)\s*\.\s*items\s*\(\s*\)""")
 # A statement that only shows values (`print("Local Rank: {}".format(args.local_rank))`, a log
 # line): what it mentions is displayed, not used.
 _SHOWN = re.compile(r"^[ \t]*(?:print|(?:self\.)?(?:logger|logging|log)\.(?:info|debug|warning))\s*\(.*\)[ \t]*$",
@@ -77,7 +79,8 @@ class DeprecatedLauncher(Rule):
     (`default=int(os.environ.get("LOCAL_RANK", 0))`) are not reported, nor prose that only
     names the launcher ("formerly started with torch.distributed.launch"), nor a flag nothing
     reads (the ranks come from elsewhere, such as a cluster helper; the namespace kept whole as a
-    record, `{"args": vars(args)}` in a checkpoint or `json.dump(vars(args), f)`, reads no
+    record, `{"args": vars(args)}` in a checkpoint or `json.dump(vars(args), f)`, or walked to
+    list the options, `for k, v in sorted(vars(args).items()): print(k, v)`, reads no
     entry; nor does a print or log line that only shows it, `print("Local Rank:",
     args.local_rank)`), nor one whose entry is set from the process group or the environment
     right after the parse, before anything reads it (`opt.local_rank = dist.get_rank()`). The

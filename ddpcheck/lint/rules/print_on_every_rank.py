@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import LAUNCH_FLAG, is_rank_value, selects_main_rank
+from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.paths import handler_calls
@@ -76,8 +76,10 @@ class PrintOnEveryRank(Rule):
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
-    `level = WARNING` under `if rank != 0:` —, a logger factory that gives the other ranks no
-    handler, a logger whose methods are swapped for a project wrapper with
+    `level = WARNING` under `if rank != 0:` —, or from a test that reads the rank among other
+    things, `CRITICAL if local_rank != 0 or args.silent else INFO` —, a logger factory that gives the other ranks no
+    handler, a project function that sets logging up and is called on some ranks only
+    (`logger = create_logger(dir)` under `if rank == 0:`, `else: logger = dummy_logger()`), a logger whose methods are swapped for a project wrapper with
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
@@ -102,7 +104,10 @@ class PrintOnEveryRank(Rule):
     project check that returns a rank-0 test when an option asks for it (`if self.only_main:
     return is_main_process()`); `print` in a script that a launcher of the project starts with
     stdout sent to the null device on all processes but one (`stdout=None if i == 0 else
-    open(os.devnull, "w")`), when torchrun cannot start it.
+    open(os.devnull, "w")`), when torchrun cannot start it; prints (and, with `sys.stderr`,
+    progress bars) of a script that points `sys.stdout` elsewhere on the ranks but rank 0 (`if
+    local_rank != 0: sys.stdout = open(os.devnull, "w")`); output in the function that calls
+    `mp.spawn` (the one process that starts the workers) when torchrun cannot start the script.
 
     ## How to fix
     Guard output with `if rank == 0:` (or a helper such as `is_main_process()`), pass
@@ -439,6 +444,7 @@ class PrintOnEveryRank(Rule):
         self.loops = Loops(model)
         self._silenced_logging: bool | None = None
         self._tagged_logging: bool | None = None
+        self._moved: dict[str, bool] = {}
         print_silenced = self._print_silenced()
         reported: set[int] = set()
         for site in model.paths.sites():
@@ -449,14 +455,18 @@ class PrintOnEveryRank(Rule):
                 continue
             if self._guarded(site):
                 continue
+            if not model.torchrun_path and model.paths.launcher_only(site):
+                continue  # the one process that starts the workers (`mp.spawn(...)` beside it)
             if self._rank_tagged(site, kind):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
             if kind != "tqdm" and id(site.node) in handler_calls(site.module, errors_only=True):
                 continue  # `except Exception as e: print(e)`: a rank reporting its own failure
-            if kind == "print" and print_silenced:
+            if kind == "print" and (print_silenced or self._console_moved("sys.stdout")):
                 continue
+            if kind == "tqdm" and self._console_moved("sys.stderr"):
+                continue  # (a progress bar writes to `sys.stderr`)
             if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
                                       or not self._logger_visible(site) or self._logger_tagged(site)):
                 continue
@@ -735,6 +745,23 @@ class PrintOnEveryRank(Rule):
             return True
         return not all(any(_needs_launch_flag(g) for g in guards) for guards in conditions)
 
+    def _console_moved(self, stream: str) -> bool:
+        """The script points `stream` elsewhere on the ranks but rank 0 (`if local_rank != 0:
+        sys.stdout = open(os.devnull, "w")`, also in a function the run reaches): what those
+        ranks write to it never reaches the console."""
+        if stream not in self._moved:
+            paths = self.model.paths
+            root = self.model.root
+            scopes = [(root, root.module_scope), *((root, s) for s in root.function_scopes.values()),
+                      *((f.module, f.scope) for f in paths.reached())]
+            self._moved[stream] = any(
+                (module.names.origin(name) or name) == stream and point is not None
+                and any(paths.kind(module, g, scope) == "other" for g in point.guards)
+                for module, scope in scopes
+                for name, points in scope.points.items()
+                for point in points)
+        return self._moved[stream]
+
     def _launcher_hides_stdout(self) -> bool:
         """Another file of the project starts processes (`subprocess.Popen([...], stdout=out)`)
         with `out = None if i == 0 else open(os.devnull, "w")` — stdout silenced on all but
@@ -888,16 +915,44 @@ class PrintOnEveryRank(Rule):
         if site.method not in _LOG_SETUP_METHODS and self.model.api(site) not in _LOG_SETUP_APIS:
             return False
         paths = self.model.paths
-        if paths.rank_guard(site) or paths.main_only(site):
+        if paths.rank_guard(site) or paths.main_only(site) or self._set_up_by_rank(site, 2):
             return True
         resolve = self.model.resolver_for(site.module, site.scope)
         for arg in site.node.args:
             for sub in subexpressions(arg.value):
-                if isinstance(sub, cst.IfExp) and selects_main_rank(sub.test, resolve) is not None:
+                if isinstance(sub, cst.IfExp) and _reads_rank(sub.test, resolve):
                     return True
                 if isinstance(sub, cst.Name) and self._bound_by_rank(site, sub.value):
                     return True
         return False
+
+    def _set_up_by_rank(self, site: CallSite, depth: int) -> bool:
+        """Every call of the function (not a method) that configures logging is made on some
+        ranks only (`logger = create_logger(dir)` under `if rank == 0:`, `else: logger =
+        dummy_logger()`): the ranks configure logging differently."""
+        function = self.model.paths.function_of(site)
+        if function is None or function.owner is not None:
+            return False  # (a method: its object may be a stand-in on the other ranks, read as such)
+        return self._setting_up_ranks(site, depth) in ({"main"}, {"other"})
+
+    def _setting_up_ranks(self, site: CallSite, depth: int) -> set[str] | None:
+        """The sides ("main", "other") whose calls reach `site` when every call does from some
+        ranks only; None when a call is made on every rank or is not known."""
+        function = self.model.paths.function_of(site)
+        callers = self.model.graph.callers(function) if function is not None and depth > 0 else []
+        sides: set[str] = set()
+        for call, _ in callers:
+            own = self.model.paths.restricted(call)
+            if own in ("main", "node"):
+                sides.add("main")
+            elif own == "other":
+                sides.add("other")
+            else:
+                above = self._setting_up_ranks(call, depth - 1)
+                if above is None:
+                    return None
+                sides |= above
+        return sides if callers else None
 
     @staticmethod
     def _log_method_replaced(site: CallSite) -> bool:
@@ -1226,3 +1281,13 @@ def _makes_missing_file(guard: Guard) -> bool:
     func = test.func
     name = func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else ""
     return name in _EXISTS_TESTS
+
+
+def _reads_rank(test: cst.BaseExpression, resolve: Resolve) -> bool:
+    """A level chosen by a test with a rank in it (`CRITICAL if local_rank != 0 or args.silent
+    else INFO`): whatever else it asks, the rank's side of it sets some ranks' level apart."""
+    if selects_main_rank(test, resolve) is not None:
+        return True
+    if isinstance(test, cst.BooleanOperation):
+        return _reads_rank(test.left, resolve) or _reads_rank(test.right, resolve)
+    return False

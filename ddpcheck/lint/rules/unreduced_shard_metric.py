@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import libcst as cst
@@ -33,7 +34,8 @@ class UnreducedShardMetric(Rule):
     `totals[k] += v.item()`), and running-average objects it feeds
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
     adds to its own attributes), and lists it appends the batch's values to (`losses.append(
-    loss.item())`, then `statistics.mean(losses)`), hold that rank's shard only until they are all-reduced (or
+    loss.item())`, then `statistics.mean(losses)`, or turned into a tensor after the loop,
+    `top1 = torch.Tensor(top1)`, then `top1.mean()`), hold that rank's shard only until they are all-reduced (or
     gathered).
 
     ## Why it matters
@@ -56,7 +58,8 @@ class UnreducedShardMetric(Rule):
     unreduced, a barrier reduces nothing, and a project function that makes collectives
     without being handed anything (`sync_all()`) is taken to reduce everything. A value added
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
-    loss.item()`, or in place: `dist.all_reduce(loss)` then `test_loss += loss`) is every
+    loss.item()`, in place: `dist.all_reduce(loss)` then `test_loss += loss`, or entry by
+    entry: `losses[k] = reduce_tensor(losses[k])` then `totals[k] += losses[k]`) is every
     rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
     the result (`dev = eval_dev(...)`) and reports it before any collective, or loops over it
@@ -303,7 +306,8 @@ class UnreducedShardMetric(Rule):
                 used = _derived(loop, counters, _names_in(site.node))
                 if used:
                     # (Handed to a helper: name what it is handed, not what it gives back.)
-                    metric = (sorted(used & counters) if site in handed else sorted(used - counters)) or sorted(used)
+                    metric = (sorted(used & counters, key=_named_first) if site in handed
+                              else sorted(used - counters, key=_named_first)) or sorted(used, key=_named_first)
                     self.report(site.node, self.MESSAGE.format(
                         metric=metric[0], counters=", ".join(sorted(counters))), module=root)
                     break
@@ -365,11 +369,19 @@ class UnreducedShardMetric(Rule):
             if site.method not in ("append", "extend") or not isinstance(receiver, cst.Name) \
                     or not site.node.args or isinstance(site.node.args[0].value, (cst.Integer, cst.Float)):
                 continue
-            bindings = scope.assignments.get(receiver.value, [])
-            points = scope.points.get(receiver.value, [])
-            if bindings and len(points) == len(bindings) and all(
-                    p is not None and loop.node not in p.loops and _empty_list(b) for b, p in zip(bindings, points)):
-                out.add(receiver.value)
+            name = receiver.value
+            bindings = scope.assignments.get(name, [])
+            points = scope.points.get(name, [])
+            if len(points) != len(bindings):
+                continue
+            made = [(b, p) for b, p in zip(bindings, points) if p is not None and p.tick < loop.tick]
+            # (After the loop the list may be turned into the value it reports: `top1 =
+            # torch.Tensor(top1)`, then `top1.mean()`.)
+            kept = [(b, p) for b, p in zip(bindings, points) if p is not None and p.tick > site.tick
+                    and loop.node not in p.loops and isinstance(b, cst.BaseExpression) and name in _names_in(b)]
+            if made and len(made) + len(kept) == len(bindings) and all(
+                    loop.node not in p.loops and _empty_list(b) for b, p in made):
+                out.add(name)
         return out
 
     def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None) -> bool:
@@ -386,6 +398,8 @@ class UnreducedShardMetric(Rule):
                        and isinstance(c.arg("tensor", 0), cst.Name)
                        and getattr(c.arg("tensor", 0), "value", None) == sub.value for c in root.calls):
                     return True
+                if any(self._reduces(root, value) for value in _entries_set(loop.node, sub.value)):
+                    return True  # (`losses[k] = reduce_tensor(losses[k])`, then `total[k] += losses[k]`)
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
                     if isinstance(value, cst.BaseExpression) and point is not None and loop.node in point.loops \
@@ -601,6 +615,27 @@ class UnreducedShardMetric(Rule):
         name = self.model.api(site) or dotted(site.node.func) or ""
         return name in _REPORTERS or (site.method in _REPORT_METHODS and name != "print") \
             or name.startswith("wandb.log") or name == "wandb.log"
+
+
+def _entries_set(loop: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
+    """What the loop body stores into entries of `name` (`losses[key] = ...`)."""
+    out: list[cst.BaseExpression] = []
+    stack: list[cst.CSTNode] = [loop]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        if isinstance(node, cst.Assign) and any(
+                isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name)
+                and t.target.value.value == name for t in node.targets):
+            out.append(node.value)
+        stack.extend(children(node))
+    return out
+
+
+def _named_first(name: str) -> tuple[bool, str]:
+    """Names a metric before a timing kept beside it (`top1` before `batch_time`)."""
+    return bool(re.search(r"time|speed|elapsed", name, re.I)), name
 
 
 def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3) -> set[str]:

@@ -58,7 +58,8 @@ class UnscaledLearningRate(Rule):
     Reported only where the value is visibly a constant — a number literal, a name assigned
     only from number literals, an entry the script itself sets to one (`cfg["lr"] = 1e-3`
     after `cfg = load_config()`), or an attribute of a plain settings class of the script
-    (`class TrainConfig: lr = 5e-5`, `cfg = TrainConfig()`; not a dataclass, whose defaults a
+    (`class TrainConfig: lr = 5e-5`, `cfg = TrainConfig()`, or read on the class itself,
+    `TrainConfig.lr`, where nothing assigns it; not a dataclass, whose defaults a
     command-line binder may fill, nor one whose attributes the script sets by name) or of an
     attribute dict the script fills with literals (`cfg = EasyDict({"emb_size": 768})`,
     `SimpleNamespace(lr=1e-3)`), also inside arithmetic (`cfg.emb_size ** -0.5`, a Noam rate) — and nothing in it or in the names it comes from mentions the
@@ -85,7 +86,9 @@ defines no function or class, only values),
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
     where it is written. A schedule that sets the rate from a peak of its own
     (`OneCycleLR(optimizer, max_lr=5e-4)`, `CyclicLR`'s `max_lr`) overrides what the optimizer
-    was given: a constant peak is reported at the peak, read the same way (once per optimizer).
+    was given: a constant peak is reported at the peak, read the same way (once per optimizer:
+    at the optimizer when its own rate is a constant too), and under a peak that is not a
+    constant (`max_lr=args.max_lr`) the optimizer's own rate is not reported.
     A schedule handed the optimizer with a count of steps (`total_steps=...`, a name such as
     `total_steps`, or a number computed from `len(loader)`) does not scale the rate, even when
     that count depends on the world size through the loader's sampler.
@@ -233,7 +236,7 @@ defines no function or class, only values),
                 continue  # a placeholder the schedule overwrites every step
             if all(_is_one(v.node) for v in values) and self._rate_from_lambda(site, sites):
                 continue  # `lr=1.0` under a LambdaLR: the lambda's return is the rate
-            if self._scaled_by_another_call(site, sites):
+            if self._scaled_by_another_call(site, sites) or self._peak_set_by_schedule(site, sites):
                 continue
             passed = [v for v in values if lr is not None and self._through_parameter(site, lr)
                       or model.values.default_in_use(v)]
@@ -249,6 +252,23 @@ defines no function or class, only values),
             else:
                 self.report(where, module=site.module, related=model.paths.chain(site))
         self._cycle_rates(sites, reported)
+
+    def _peak_set_by_schedule(self, optimizer: CallSite, sites: list[CallSite]) -> bool:
+        """The optimizer is handed to a schedule that sets the rate from a peak of its own that
+        is not a constant (`OneCycleLR(optimizer, max_lr=args.max_lr)`): the rate it was built
+        with is not the one it trains with. (Under a constant peak the one finding stays at
+        the optimizer.)"""
+        model = self.model
+        for site in sites:
+            position = _CYCLE_PEAK.get(model.api(site) or "")
+            held = site.arg("optimizer", 0) if position is not None else None
+            if held is None or not any(v.node is optimizer.node for v in model.values.at_call(site, held)):
+                continue
+            peak = site.arg("max_lr", position)
+            values = model.values.at_call(site, peak) if peak is not None else []
+            if not values or not all(self._constant(v, _DEPTH) for v in values):
+                return True
+        return False
 
     def _cycle_rates(self, sites: list[CallSite], reported: set[int]) -> None:
         """A schedule that sets the rate itself from its own peak (`OneCycleLR(opt, max_lr=5e-4)`,
