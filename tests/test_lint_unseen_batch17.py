@@ -487,3 +487,219 @@ def test_losses_reduced_entry_by_entry_before_they_are_summed_are_every_rank(tmp
 def test_losses_only_detached_entry_by_entry_are_one_shard(tmp_path: Path) -> None:
     text = EVAL_DICT.format(reduced="losses[key].detach()")
     assert lines(tmp_path, {"evaluate.py": text}, "DDP036", "evaluate.py") == [24]
+
+
+SPAWN_THEN_SAVE = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def worker(rank, world_size, model):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "29500"
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        net = DDP(model)
+        optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+        for step in range(100):
+            net(torch.randn(4, 8)).sum().backward()
+            optimizer.step()
+        {worker_save}
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        model = torch.nn.Linear(8, 1)
+        mp.spawn(worker, args=(2, model), nprocs=2, join=True)
+        torch.save(model.state_dict(), "model.pt")
+"""
+
+
+def test_a_save_after_the_spawn_returns_is_made_once_by_the_launching_process(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": SPAWN_THEN_SAVE.format(worker_save="pass")}, "DDP010") == []
+
+
+def test_a_save_in_the_spawned_workers_is_made_by_every_rank(tmp_path: Path) -> None:
+    text = SPAWN_THEN_SAVE.format(worker_save='torch.save(net.module.state_dict(), "model.pt")')
+    assert lines(tmp_path, {"train.py": text}, "DDP010") == [18]
+
+
+GPU_FROM_RANK = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(loader):
+        dist.init_process_group("nccl")
+        {name} = dist.get_rank()
+        model = DDP(torch.nn.Linear(8, 1).to({name}), device_ids=[{name}])
+        optimizer = torch.optim.Adam(model.parameters(), lr=float(input()))
+        for x in loader:
+            model(x.to({name})).sum().backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        train(make_loader())
+"""
+
+
+def test_a_rank_read_into_a_name_for_a_gpu_is_reported_where_it_is_read(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": GPU_FROM_RANK.format(name="gpu_id")}, "DDP007") == [8]
+
+
+def test_a_rank_kept_as_the_rank_is_reported_where_it_becomes_a_device(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": GPU_FROM_RANK.format(name="rank")}, "DDP007") == [9]
+
+
+TRAINING_LOSS_REDUCED = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def reduce_loss(tensor, rank):
+        with torch.no_grad():
+            dist.reduce(tensor, dst=0)
+
+
+    def evaluate(net, loader):
+        correct = total = 0
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (net(x).argmax(1) == y).sum().item()
+                total += len(y)
+        {reduce_eval}
+        return correct / total
+
+
+    def main(train_set, val_set, rank):
+        dist.init_process_group("gloo")
+        net = DDP(torch.nn.Linear(8, 2))
+        opt = torch.optim.Adam(net.parameters(), lr=float(input()))
+        train_loader = DataLoader(train_set, batch_size=8, sampler=DistributedSampler(train_set))
+        val_loader = DataLoader(val_set, batch_size=8, sampler=DistributedSampler(val_set))
+        for epoch in range(3):
+            for x, y in train_loader:
+                loss = torch.nn.functional.cross_entropy(net(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                reduce_loss(loss, rank)
+            accuracy = evaluate(net, val_loader)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_loss_reduced_by_a_helper_only_the_training_loop_calls_reduces_no_metric(tmp_path: Path) -> None:
+    text = TRAINING_LOSS_REDUCED.format(reduce_eval="pass")
+    assert lines(tmp_path, {"train.py": text}, "DDP018") == []
+
+
+def test_an_evaluation_that_all_reduces_its_counts_over_a_padding_sampler_is_reported(tmp_path: Path) -> None:
+    text = TRAINING_LOSS_REDUCED.format(
+        reduce_eval="counts = torch.tensor([correct, total])\n        dist.all_reduce(counts)\n"
+                    "        correct, total = counts.tolist()")
+    assert lines(tmp_path, {"train.py": text}, "DDP018") == [30]
+
+
+PARAMS_FILLED_BY_A_METHOD = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    class Workbench:
+        def __init__(self, dataset, ddp):
+            self.ddp = ddp
+            self.dataset = dataset
+
+        def {helper}(self, dataset, params):
+            sampler = DistributedSampler(dataset)
+            params["{key}"] = sampler
+
+        def run(self):
+            dist.init_process_group("gloo")
+            model = DDP(torch.nn.Linear(8, 1))
+            optimizer = torch.optim.SGD(model.parameters(), lr=float(input()))
+            params = {{"batch_size": 8, "shuffle": True}}
+            if self.ddp:
+                self.{helper}(self.dataset, params)
+            loader = DataLoader(self.dataset, **params)
+            for epoch in range(10):
+                for x in loader:
+                    model(x).sum().backward()
+                    optimizer.step()
+
+
+    if __name__ == "__main__":
+        Workbench(load(), True).run()
+"""
+
+
+def test_a_sampler_a_method_writes_into_the_loader_options_is_the_loaders(tmp_path: Path) -> None:
+    text = PARAMS_FILLED_BY_A_METHOD.format(helper="get_sampler", key="sampler")
+    assert lines(tmp_path, {"train.py": text}, "DDP001") == []
+
+
+def test_options_a_method_fills_without_a_sampler_leave_the_loader_unsharded(tmp_path: Path) -> None:
+    text = PARAMS_FILLED_BY_A_METHOD.format(helper="log_sampler", key="note")
+    assert lines(tmp_path, {"train.py": text}, "DDP001") == [24]
+
+
+def test_a_logger_set_up_differently_on_rank_0_and_the_others_is_configured_by_rank(tmp_path: Path) -> None:
+    choose = ("if rank == 0:\n            logger = create_logger(args.out)\n        else:\n"
+              "            logger = create_logger(f\"{args.out}/rank{rank}\")")
+    files = {"utils.py": LOGGER_FACTORY, "train.py": LOGGER_USER.format(choose=choose)}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+def test_a_logger_set_up_alike_in_both_arms_of_a_rank_test_prints_on_every_rank(tmp_path: Path) -> None:
+    choose = ("if rank == 0:\n            logger = create_logger(args.out)\n        else:\n"
+              "            logger = create_logger(args.out)")
+    files = {"utils.py": LOGGER_FACTORY, "train.py": LOGGER_USER.format(choose=choose)}
+    assert lines(tmp_path, files, "DDP020") == [21]
+
+
+APPLIED = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def weights_init(m):
+        if isinstance(m, torch.nn.Linear):
+            torch.nn.init.normal_(m.weight, 0.0, 0.02)
+
+
+    def main(loader):
+        dist.init_process_group("nccl")
+        gpu = int(os.environ["LOCAL_RANK"])
+        net = {build}
+        opt = torch.optim.Adam(net.parameters(), lr=float(input()))
+        for x in loader:
+            net(x.to(gpu)).mean().backward()
+            opt.step()
+        if dist.get_rank() == 0:
+            torch.save(net.state_dict(), "final.pth")
+        dist.destroy_process_group()
+"""
+
+
+def test_a_wrapper_handed_back_by_module_apply_is_the_wrapper(tmp_path: Path) -> None:
+    text = APPLIED.format(build="DDP(torch.nn.Linear(8, 1).to(gpu), [gpu]).apply(weights_init)")
+    assert lines(tmp_path, {"train.py": text}, "DDP019") == [20]
+
+
+def test_a_module_initialised_by_apply_before_the_wrap_saves_its_own_keys(tmp_path: Path) -> None:
+    text = APPLIED.format(build="torch.nn.Linear(8, 1).to(gpu).apply(weights_init)")
+    assert lines(tmp_path, {"train.py": text}, "DDP019") == []

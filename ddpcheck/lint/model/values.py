@@ -899,6 +899,13 @@ class Values:
             # `model.to(device)` is `model` (moved); `DDP(model).cuda()` is the DDP wrapper.
             yield from self._eval(module, func.value, scope, frame, depth - 1, seen, here)
             return
+        if isinstance(func, cst.Attribute) and func.attr.value == "apply" and len(node.args) == 1:
+            # `DDP(net).apply(weights_init)`: `Module.apply` hands back the module (not so a
+            # DataFrame's `apply`, hence only for the DDP wrapper).
+            held = list(self._eval(module, func.value, scope, frame, depth - 1, seen, here))
+            if held and all(self.model.api_of(v) == api.DDP for v in held):
+                yield from held
+                return
         if site is not None and not (site.target is not None and site.target.kind == "class"):
             # (A constructor's value is the new instance, the call itself: its class need not be read.)
             followed = False
@@ -1048,6 +1055,11 @@ class Values:
         entries added to a named dict later, under any condition); None when a part is unknown."""
         keys: set[str] = set()
         name = dotted(expr)
+        if isinstance(expr, cst.Name):
+            for _, _, entry_key, _ in self._callee_updates(module, scope, expr.value, at):
+                if not entry_key:
+                    return None  # (a key not written as a literal, or an `update`)
+                keys.add(entry_key)
         if name is not None:
             for s in scope.chain():
                 for entry_key, value, _, _ in s.updates.get(name, ()):
@@ -1331,8 +1343,39 @@ class Values:
         name = dotted(expr)
         if name is not None:
             out += self._updated(call.module, call.scope, name, key, call.point)
+            if isinstance(expr, cst.Name):
+                out += self._written_by_callees(call, expr.value, key)
         out += self._entries(call.module, expr, call.scope, key, call.point, frame)
         return out
+
+    def _written_by_callees(self, call: CallSite, name: str, key: str) -> list[Value]:
+        """What a project function handed the dict `name` before `call` (in the same function,
+        on a path `call` is on) writes under `key` into its parameter: `self.get_sampler(ds,
+        params)` whose body does `params["sampler"] = sampler`, then `DataLoader(ds, **params)`."""
+        out: list[Value] = []
+        for earlier, function, entry_key, value in self._callee_updates(call.module, call.scope, name, call.point):
+            if entry_key == key and earlier.loops == call.loops and all(g in call.guards for g in earlier.guards):
+                out += self.of(function.module, value, function.scope)
+        return out
+
+    def _callee_updates(self, module: ModuleModel, scope: Scope, name: str, at: Point | None
+                        ) -> Iterator[tuple[CallSite, Function, str | None, cst.BaseExpression]]:
+        """The entries project functions write into the dict `name` of `scope` when it is handed
+        to them before `at` (`fill(params)` whose body does `params["k"] = v`): the call, the
+        function, the key ("" when not a literal, None for an `update`) and the value, written on
+        every path through the function."""
+        for earlier in module.calls:
+            if earlier.scope is not scope or (at is not None and earlier.tick >= at.tick):
+                continue
+            if not any(isinstance(a.value, cst.Name) and a.value.value == name for a in earlier.node.args):
+                continue
+            for function, bound in self.model.graph.targets(earlier):
+                for param in function.params():
+                    passed = self.model.graph.argument_for(earlier, function, param, bound)
+                    if isinstance(passed, cst.Name) and passed.value == name:
+                        for entry_key, value, guards, _ in function.scope.updates.get(param.name, ()):
+                            if not guards:
+                                yield earlier, function, entry_key, value
 
     def _updated(self, module: ModuleModel, scope: Scope, name: str, key: str, at: Point | None) -> list[Value]:
         """What the entries added to the dict `name` later (`kw.update(...)`, `kw["k"] = v`) put

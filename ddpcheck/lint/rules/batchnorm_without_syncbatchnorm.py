@@ -91,7 +91,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
     module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
 
-    Each model wrapped is reported once (a teacher and its student both); a second model only
+    Each model wrapped is reported once in each function that wraps it (a teacher and its
+    student both; the same model wrapped in two branches of one function once); a second model only
     when it is itself known to hold BatchNorm, not because the script builds BatchNorm somewhere.
 
     ## How to fix
@@ -246,8 +247,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         for wrap in wraps:
             inner = wrap.arg("module", 0)
             key = " ".join(wrap.module.code(inner).split()) if inner is not None else ""
+            key = f"{wrap.module.path}:{wrap.scope.qualname}:{key}"
             if key in reported:
-                continue  # the same model wrapped in another branch
+                continue  # the same model wrapped in another branch of the same function
             # A second model (a teacher beside its student) is reported when it is itself known
             # to hold BatchNorm; BatchNorm built somewhere in the script says nothing about it.
             loose = not reported and root_builds and wrap.module is model.root

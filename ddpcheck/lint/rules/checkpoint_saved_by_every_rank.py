@@ -40,8 +40,9 @@ class CheckpointSavedByEveryRank(Rule):
     the `mp.spawn` path: in a script torchrun can start (it reads `RANK`/`WORLD_SIZE`), it is true
     on every rank. Not reported: saves in a branch only a non-distributed run takes
     (`if not args.distributed:`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
-    file per rank on purpose), saves into memory (`io.BytesIO`), and functions nobody calls
-    on every rank. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
+    file per rank on purpose), saves into memory (`io.BytesIO`), functions nobody calls
+    on every rank, and a save beside the `mp.spawn(...)` that starts the workers (after it
+    returns, in the one process that launched them) in a script torchrun cannot start. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
     are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
     (`model.module.save_pretrained(out)` for a Hugging Face or PEFT model: its weights and config
     files, all ranks writing one directory).
@@ -259,6 +260,8 @@ class CheckpointSavedByEveryRank(Rule):
                 continue
             if model.paths.ranks(site) != "every":
                 continue
+            if not model.torchrun_path and model.paths.launcher_only(site):
+                continue  # the one process that starts the workers (`mp.spawn(...)` beside it)
             chain = model.paths.every_rank(site)
             if chain is None:
                 continue

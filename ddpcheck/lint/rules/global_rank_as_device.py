@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -18,6 +19,9 @@ _MACHINE_COUNT = re.compile(
     r"^(n_?gpus?|num_gpus?|gpus|(n_?)?(gpus?|procs?|processes|devices)_per_(node|machine|host)"
     r"|nproc_per_node|local_world_size|local_size)$", re.I)
 
+
+# A name that says it holds a device (`gpu_id`, `device`, `cuda_idx`), not a rank.
+_DEVICE_NAME = re.compile(r"gpu|device|cuda|^dev", re.I)
 
 class GlobalRankAsDevice(Rule):
     """The GPU index comes from the global rank instead of the local rank: wrong on every node after the first.
@@ -57,7 +61,9 @@ class GlobalRankAsDevice(Rule):
     project function it calls to set up the process group (`setup(world_size)` in utils.py).
 
     One finding per value of the rank, however many places use it as the device: it sits at the
-    first device use (in the function that reads the rank), and the message counts the others.
+    first device use (in the function that reads the rank) — or where the rank is read into a
+    name that says it holds a device (`gpu_id = dist.get_rank()`): there the rank becomes the
+    device —, and the message counts the others.
     The fix is one — the local rank for that variable — and twenty `.cuda(rank)` calls would
     otherwise bury the report.
 
@@ -163,7 +169,7 @@ class GlobalRankAsDevice(Rule):
             gpu = os.environ["RANK"]
             state = torch.load("ckpt.pt", map_location="cuda:%s" % gpu)
             """,
-            lines=(4,),
+            lines=(3,),  # (where the rank is read into a name for a GPU)
         ),
     ]
 
@@ -193,7 +199,11 @@ class GlobalRankAsDevice(Rule):
             more = len({id(i) for _, i, _, _ in group[1:]} - {id(index)})
             if more:
                 message += f" (the same value is the device in {more} more place{'s' if more > 1 else ''})"
-            self.report(index, message, module=site.module, related=model.paths.chain(site))
+            where, module = index, site.module
+            if isinstance(expr, cst.Name) and _DEVICE_NAME.search(expr.value) and isinstance(origin.node, cst.CSTNode):
+                # `gpu_id = dist.get_rank()`: the rank becomes a device where the name is bound.
+                where, module = origin.node, origin.module
+            self.report(where, message, module=module, related=model.paths.chain(site))
 
     def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value] | None:
         for value in self.model.values.at_call(site, expr):

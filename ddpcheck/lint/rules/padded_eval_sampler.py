@@ -279,7 +279,8 @@ class PaddedEvalSampler(Rule):
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
     the padding skews no more than the sampling (a bound set to the loader's length when no cap
     is asked for, `limit = len(loader)`, reads the whole padded shard: reported); an all-reduce in a training loop (one that
-    calls `backward()`, or steps the optimizer after a project call does) is no metric. A
+    calls `backward()`, or steps the optimizer after a project call does; also in a helper that
+    only such loops call, `reduce_loss(loss)` after each step) is no metric. A
     sampler class handed to the builder (`build(cfg, DistributedSampler)`, then `sampler(
     val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
@@ -468,6 +469,8 @@ class PaddedEvalSampler(Rule):
         skew any more than the sampling. Past `depth` project calls, any all-reduce counts."""
         if "all_reduce" not in self.model.facts.of_call(site) or self._in_training_loop(site):
             return False
+        if self._called_only_in_training(site):
+            return False  # (`reduce_loss(loss)` after each `backward()`: a training loss)
         if "all_reduce" in self.model.facts.direct(site):
             return not _capped_loop(site.scope.node)
         if depth <= 0:
@@ -478,6 +481,13 @@ class PaddedEvalSampler(Rule):
         return any(self._reduces_outside_backward(inner, depth - 1, seen)
                    for callee, _ in self.model.graph.targets(site)
                    for inner in callee.module.calls_in(callee.qualname))
+
+    def _called_only_in_training(self, site: CallSite) -> bool:
+        """Every call of `site`'s function is made in a training loop itself (not through an
+        evaluation that a training loop calls now and then)."""
+        function = self.model.paths.function_of(site)
+        callers = self.model.graph.callers(function) if function is not None else []
+        return bool(callers) and all(self._in_training_loop(call) for call, _ in callers)
 
     def _synced_metric(self, site: CallSite) -> bool:
         """`metric.compute()` of a torchmetrics metric object (`val_loss = MeanMetric().cuda()`)

@@ -78,8 +78,9 @@ class PrintOnEveryRank(Rule):
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
     `level = WARNING` under `if rank != 0:` —, or from a test that reads the rank among other
     things, `CRITICAL if local_rank != 0 or args.silent else INFO` —, a logger factory that gives the other ranks no
-    handler, a project function that sets logging up and is called on some ranks only
-    (`logger = create_logger(dir)` under `if rank == 0:`, `else: logger = dummy_logger()`), a logger whose methods are swapped for a project wrapper with
+    handler, a project function (not a method) that sets logging up and is called on some ranks
+    only, or with other arguments on the other ranks (`logger = create_logger(dir)` under `if
+    rank == 0:`, `else: logger = dummy_logger()` or `get_logger(dir, verbose=False)`), a logger whose methods are swapped for a project wrapper with
     `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
@@ -928,31 +929,36 @@ class PrintOnEveryRank(Rule):
 
     def _set_up_by_rank(self, site: CallSite, depth: int) -> bool:
         """Every call of the function (not a method) that configures logging is made on some
-        ranks only (`logger = create_logger(dir)` under `if rank == 0:`, `else: logger =
-        dummy_logger()`): the ranks configure logging differently."""
+        ranks only, or differently on rank 0 and the others (`logger = create_logger(dir)` under
+        `if rank == 0:`, `else: logger = dummy_logger()` or `get_logger(dir, verbose=False)`):
+        the ranks configure logging differently."""
         function = self.model.paths.function_of(site)
         if function is None or function.owner is not None:
             return False  # (a method: its object may be a stand-in on the other ranks, read as such)
-        return self._setting_up_ranks(site, depth) in ({"main"}, {"other"})
+        calls = self._setting_up_calls(site, depth)
+        if calls is None:
+            return False
+        sides = {side: {text for s, text in calls if s == side} for side, _ in calls}
+        return len(sides) == 1 or sides.get("main") != sides.get("other")
 
-    def _setting_up_ranks(self, site: CallSite, depth: int) -> set[str] | None:
-        """The sides ("main", "other") whose calls reach `site` when every call does from some
-        ranks only; None when a call is made on every rank or is not known."""
+    def _setting_up_calls(self, site: CallSite, depth: int) -> list[tuple[str, str]] | None:
+        """(side, the call's arguments as written) of the calls made on some ranks only
+        ("main" or "other") that reach `site`; None when a call is made on every rank or is
+        not known."""
         function = self.model.paths.function_of(site)
         callers = self.model.graph.callers(function) if function is not None and depth > 0 else []
-        sides: set[str] = set()
+        found: list[tuple[str, str]] = []
         for call, _ in callers:
             own = self.model.paths.restricted(call)
-            if own in ("main", "node"):
-                sides.add("main")
-            elif own == "other":
-                sides.add("other")
+            if own in ("main", "node", "other"):
+                text = " ".join(call.module.code(a) for a in call.node.args)
+                found.append(("other" if own == "other" else "main", text))
             else:
-                above = self._setting_up_ranks(call, depth - 1)
+                above = self._setting_up_calls(call, depth - 1)
                 if above is None:
                     return None
-                sides |= above
-        return sides if callers else None
+                found += above
+        return found if callers else None
 
     @staticmethod
     def _log_method_replaced(site: CallSite) -> bool:
