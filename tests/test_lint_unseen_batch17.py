@@ -703,3 +703,157 @@ def test_a_wrapper_handed_back_by_module_apply_is_the_wrapper(tmp_path: Path) ->
 def test_a_module_initialised_by_apply_before_the_wrap_saves_its_own_keys(tmp_path: Path) -> None:
     text = APPLIED.format(build="torch.nn.Linear(8, 1).to(gpu).apply(weights_init)")
     assert lines(tmp_path, {"train.py": text}, "DDP019") == []
+
+
+GAN_STEP = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(loader, make_g, make_d):
+        dist.init_process_group("gloo")
+        raw_netD = make_d()
+        netG = DDP(make_g())
+        netD = DDP(raw_netD)
+        opt_g = torch.optim.Adam(netG.parameters(), lr=float(input()))
+        opt_d = torch.optim.Adam(netD.parameters(), lr=float(input()))
+        for real, noise in loader:
+            for p in raw_netD.parameters():
+                p.requires_grad = True
+            fake = netG(noise)
+            loss_d = netD(real).mean() - netD(fake.detach()).mean()
+            loss_d.backward()
+            opt_d.step()
+            for p in raw_netD.parameters():
+                p.requires_grad = {frozen}
+            loss_g = -raw_netD(fake).mean()
+            loss_g.backward()
+            opt_g.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        train(make_loader(), Generator, Discriminator)
+"""
+
+
+def test_a_discriminator_frozen_for_the_generator_step_may_run_outside_its_wrapper(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": GAN_STEP.format(frozen="False")}, "DDP013") == []
+
+
+def test_a_discriminator_left_trainable_outside_its_wrapper_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": GAN_STEP.format(frozen="True")}, "DDP013") == [22]
+
+
+SYNTHETIC = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def main():
+        dist.init_process_group("gloo")
+        torch.manual_seed(0)
+        model = DDP({net})
+        dataset = TensorDataset(torch.randn(1000, 10), torch.randn(1000, 1))
+        loader = DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset, shuffle=True))
+        optimizer = torch.optim.SGD(model.parameters(), lr=float(os.environ["LR"]))
+        for epoch in range(10):
+            for x, y in loader:
+                optimizer.zero_grad()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_a_synthetic_set_drawn_once_with_the_same_seed_is_the_same_set_on_every_rank(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": SYNTHETIC.format(net="torch.nn.Linear(10, 1)")}, "DDP029") == []
+
+
+def test_the_same_seed_with_dropout_in_training_is_reported(tmp_path: Path) -> None:
+    net = "torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Dropout(0.1), torch.nn.Linear(10, 1))"
+    assert lines(tmp_path, {"train.py": SYNTHETIC.format(net=net)}, "DDP029") == [11]
+
+
+RESUMED_COUNTER = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    init_from = os.environ.get("INIT_FROM", "scratch")
+    max_iters = 1000
+    dist.init_process_group("gloo")
+    master_process = dist.get_rank() == 0
+    iter_num = 0
+    best_val_loss = 1e9
+    if init_from == "resume":
+        checkpoint = torch.load("ckpt.pt", map_location="cpu")
+        iter_num = checkpoint["iter_num"]
+    model = DDP(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ["LR"]))
+    while True:
+        if iter_num % 100 == 0 and master_process:
+            val_loss = model.module(torch.randn(4, 8)).pow(2).mean().item()
+            if val_loss < best_val_loss:
+                best_val_loss = val_loss
+                checkpoint = {{"model": model.module.state_dict(), "iter_num": iter_num}}
+                torch.save(checkpoint, "ckpt.pt")
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+        iter_num += 1
+        if {stop}:
+            break
+    dist.destroy_process_group()
+"""
+
+
+def test_a_step_count_resumed_from_a_checkpoint_is_the_same_on_every_rank(tmp_path: Path) -> None:
+    # (`checkpoint` is bound again later on rank 0 only, to save: not the one the count came from.)
+    assert lines(tmp_path, {"train.py": RESUMED_COUNTER.format(stop="iter_num > max_iters")}, "DDP035") == []
+
+
+def test_a_stop_on_rank_0s_best_validation_loss_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": RESUMED_COUNTER.format(stop="best_val_loss < 0.01")}, "DDP035") == [29]
+
+
+SHIPPED_SWITCH = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    dist.init_process_group("gloo")
+    model = torch.nn.Linear(8, 1)
+    use_compile = {value}
+    if use_compile:
+        model = torch.compile(model)
+    model = DDP(model)
+    raw_model = model.module
+    optimizer = torch.optim.AdamW(model.parameters(), lr=float(os.environ["LR"]))
+    for step in range(100):
+        model(torch.randn(4, 8)).sum().backward()
+        optimizer.step()
+    if dist.get_rank() == 0:
+        torch.save({{"model": raw_model.state_dict()}}, "ckpt.pt")
+    dist.destroy_process_group()
+"""
+
+
+def test_a_module_switch_shipped_off_never_compiles(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": SHIPPED_SWITCH.format(value="False")}, "DDP024") == []
+
+
+def test_a_module_switch_shipped_on_compiles(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": SHIPPED_SWITCH.format(value="True")}, "DDP024") == [19]

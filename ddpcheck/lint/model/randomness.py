@@ -1,7 +1,8 @@
 """Whether a job draws random numbers while it trains: dropout, random augmentation, random
 tensors, Python's or NumPy's random draws, a shuffling DataLoader. Read from the code (comments
 and docstrings left out) of the linted file and the project modules it imports (a model class in `models/net.py` that holds
-`nn.Dropout` counts). Seeding calls (`random.seed`, `np.random.seed`) are not draws."""
+`nn.Dropout` counts). Seeding calls (`random.seed`, `np.random.seed`) are not draws, nor is a
+synthetic set drawn inside `TensorDataset(...)`."""
 
 from __future__ import annotations
 
@@ -48,13 +49,16 @@ _OWN_GENERATOR = re.compile(
     rf"|\btorch\.(?:rand|randn|randint|randperm|bernoulli|multinomial|normal)\s*"
     r"\((?:[^()]|\([^()]*\))*\bgenerator\s*=(?:[^()]|\([^()]*\))*\)"
 )
+# A synthetic set drawn once to build the data (`TensorDataset(torch.randn(n, d), ...)`): with
+# the same seed every rank builds the same set, which the sampler then shards, as it should.
+_SYNTHETIC_SET = re.compile(rf"\bTensorDataset\s*{_ARGS}")
 # `self.drop = nn.Dropout(p)` that no code calls (`self.drop(`): a layer that never draws.
 _DROPOUT_LAYER = re.compile(r"self\.(\w+)\s*=\s*(?:nn\.|torch\.nn\.)?Dropout\d?d?\s*" + _ARGS)
 
 
 def _drawing_text(text: str) -> str:
     """`text` without the draws that leave torch's global generator alone."""
-    text = _OWN_GENERATOR.sub("", text)
+    text = _SYNTHETIC_SET.sub("", _OWN_GENERATOR.sub("", text))
     return _DROPOUT_LAYER.sub(lambda m: m.group(0) if f"self.{m.group(1)}(" in text else "", text)
 
 

@@ -35,6 +35,7 @@ from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_wrap
 from ddpcheck.lint.model.module import (
     Augmented, Binding, CallSite, ClassInfo, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared,
 )
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
@@ -252,6 +253,25 @@ def _names_a_definition(module: ModuleModel, scope: Scope, name: str) -> bool:
 
 # Asked for the same attribute names of the same texts for every linted file that reaches them.
 @lru_cache(maxsize=4096)
+def _module_switch(module: ModuleModel, test: cst.BaseExpression) -> bool | None:
+    """`use_compile` (or `not use_compile`) of a module-level `use_compile = False` that nothing
+    binds again (no other assignment, no `global` statement, no `exec`/`globals()` that may
+    rewrite it, as nanoGPT's configurator does): the switch the file ships with. None otherwise."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _module_switch(module, test.expression)
+        return None if inner is None else not inner
+    if not isinstance(test, cst.Name):
+        return None
+    bound = module.module_scope.assignments.get(test.value, [])
+    if len(bound) != 1 or not (isinstance(bound[0], cst.Name) and bound[0].value in ("True", "False")):
+        return None
+    if any(test.value in s.assignments for s in module.function_scopes.values()):
+        return None  # (a local of the same name, or a `global` rebinding)
+    if re.search(r"\bexec\s*\(|\bglobals\s*\(\s*\)|^[ \t]*global[ \t]", code_only(module.source), re.M):
+        return None
+    return bound[0].value == "True"
+
+
 def _only_read(name: str, text: str) -> bool:
     """`text` names the attribute `name` only in `getattr`/`hasattr` reads and in reads of it
     as an attribute (see Values._never_set)."""
@@ -1105,6 +1125,8 @@ class Values:
         `not`/`and`/`or` of such). `parameters_only=False` reads any name or `self.x` the same
         way. None when not known."""
         fixed = constant_flag(module, test)
+        if fixed is None:
+            fixed = _module_switch(module, test)
         if fixed is not None:
             return fixed
         if self._testing >= 2 or self.budget <= 0:

@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp
-from ddpcheck.lint.model.module import Augmented, CallSite, Item, LoopSite, Guard, ModuleModel, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, Item, LoopSite, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.syntax import children, dotted, is_false, is_none, is_true, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
@@ -631,7 +631,9 @@ class RankLocalBreak(Rule):
         return False
 
     def _local(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression, depth: int = 2,
-               seen: set[str] | None = None) -> bool:
+               seen: set[str] | None = None, at: Point | None = None) -> bool:
+        """Whether `test` reads a value each rank computes on its own. `at`: where `test` is
+        evaluated, when it is a binding's value (the bindings of its names that reach there)."""
         seen = set() if seen is None else seen
         for node in subexpressions(test):
             if isinstance(node, cst.Call):
@@ -649,14 +651,18 @@ class RankLocalBreak(Rule):
                 # Updated under a rank condition (`if rank == 0: stale_epochs += 1`): each rank
                 # holds its own value.
                 # (Set again to the value every rank has is not a rank's own value.)
-                if self.model.paths.set_by_rank(root, scope, node.value, flags=False) is not None:
-                    return True
+                if self.model.paths.set_by_rank(root, scope, node.value, at=at, flags=False) is not None:
+                    return True  # (`iter_num = checkpoint["iter_num"]` on resume: not rank 0's later `checkpoint`)
                 if node.value in seen:
                     continue
                 seen.add(node.value)
-                points = scope.points.get(node.value, [])
-                for i, value in enumerate(scope.assignments.get(node.value, [])):
-                    point = points[i] if i < len(points) else None
+                pairs = self.model.values.reaching(scope, node.value, at) if at is not None else []
+                if not pairs or any(isinstance(value, Augmented) for value, _ in pairs):
+                    # (An augmented binding adds to the ones before it: all of them count.)
+                    points = scope.points.get(node.value, [])
+                    pairs = [(value, points[i] if i < len(points) else None)
+                             for i, value in enumerate(scope.assignments.get(node.value, []))]
+                for value, point in pairs:
                     # Inside the training loop itself (not resume code before it), a sum of the
                     # rank's own values (`val_loss += loss.item()`) and a count updated under a
                     # test of them (`if not improved: stale += 1`, `improved` set under `if
@@ -667,7 +673,8 @@ class RankLocalBreak(Rule):
                         if not inside:
                             continue
                         value = value.node.value
-                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1, seen):
+                    if isinstance(value, cst.BaseExpression) and self._local(root, scope, value, depth - 1, seen,
+                                                                             point):
                         return True
                     # (Not through an early exit, `if loss is None: continue`: that skip is the
                     # finding, reported at the `continue`.)

@@ -45,7 +45,8 @@ class SameSeedOnEveryRank(Rule):
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
-    sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors or
+    sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors — not a
+    synthetic set drawn once inside `TensorDataset(torch.randn(n, d), ...)` — or
     Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout, not a tokenizer's or a
     configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank

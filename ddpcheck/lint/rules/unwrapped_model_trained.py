@@ -9,7 +9,7 @@ from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_ddp, holds_p
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import children, dotted
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -48,7 +48,11 @@ class UnwrappedModelTrained(Rule):
     result gets a backward of its own (`aux = net.module.entropy.aux_loss(); aux.backward()`
     after the main loss's backward: that backward runs after DDP's reducer has finished, so
     its gradients stay local). Several such calls on one path of a step (`encode`, then `decode`,
-    then `project`) are one finding at the first, naming the others: one fix covers them. Not reported: a method of the inner module called in
+    then `project`) are one finding at the first, naming the others: one fix covers them. Not
+    reported: the inner module called after its parameters were frozen in the same function (`for
+    p in raw_netD.parameters(): p.requires_grad = False`, `requires_grad_(False)`, a helper's
+    `requires_grad(raw_netD, False)`) and not thawed before the call — a GAN's generator step
+    through the discriminator, which takes no gradient there; a method of the inner module called in
     a step whose forward goes through the DDP wrapper (`model(x)` or `model.forward(x)`;
     `model.module.reset()` each epoch,
     `model.module.update_memory(batch)` before `loss = model(batch)`: upkeep beside a
@@ -229,7 +233,7 @@ class UnwrappedModelTrained(Rule):
             if not self._in_training_step(site, backwards, 2):
                 continue
             ran = self._runs_inner(site, inner)
-            if ran is None:
+            if ran is None or _frozen_before(site):
                 continue
             handed = self._handed_inner(site, inner)
             at = handed or site
@@ -622,3 +626,55 @@ def _walk(node: cst.CSTNode) -> list[cst.CSTNode]:
 def _on_self(func: cst.Attribute) -> bool:
     """`self.encode(x)`: a module calling its own method, inside whatever called it."""
     return isinstance(func.value, cst.Name) and func.value.value == "self"
+
+
+def _frozen_before(site: CallSite) -> bool:
+    """The module `site` calls had its parameters frozen just before, in the same function
+    (`for p in raw_netD.parameters(): p.requires_grad = False`, `raw_netD.requires_grad_(False)`,
+    a helper `requires_grad(raw_netD, False)`), and not thawed again before the call: it takes
+    no gradient there (a GAN's generator step through the discriminator), so none is lost."""
+    func = site.node.func
+    target = " ".join(site.module.code(func).split())
+    last: bool | None = None  # the latest setting before the call: True frozen, False thawed
+    for call in site.module.calls:
+        if call.scope is not site.scope or call.tick >= site.tick:
+            continue
+        args = [a.value for a in call.node.args]
+        setting: bool | None = None
+        if call.method == "requires_grad_" and isinstance(call.node.func, cst.Attribute) \
+                and " ".join(site.module.code(call.node.func.value).split()) == target and args:
+            setting = _false(args[0])
+        elif "requires_grad" in (call.dotted or "") and len(args) == 2 \
+                and " ".join(site.module.code(args[0]).split()) == target:
+            setting = _false(args[1])
+        elif call.method == "parameters" and isinstance(call.node.func, cst.Attribute) \
+                and " ".join(site.module.code(call.node.func.value).split()) == target:
+            setting = _loop_sets_requires_grad(site.scope.node, call.node)
+        if setting is not None:
+            last = setting
+    return last is True
+
+
+def _false(expr: cst.BaseExpression) -> bool | None:
+    """True for the literal False, False for True, None otherwise."""
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return expr.value == "False"
+    return None
+
+
+def _loop_sets_requires_grad(root: cst.CSTNode, parameters: cst.Call) -> bool | None:
+    """For the loop `for p in m.parameters(): p.requires_grad = X` over the call `parameters`:
+    True when X is False, False when it is True, None when there is no such loop."""
+    stack: list[cst.CSTNode] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.For) and node.iter is parameters:
+            for inner in children(node.body):
+                for line in (inner.body if isinstance(inner, cst.SimpleStatementLine) else ()):
+                    if isinstance(line, cst.Assign) and any(
+                            isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                            for t in line.targets):
+                        return _false(line.value)
+            return None
+        stack.extend(children(node))
+    return None
