@@ -857,3 +857,46 @@ def test_a_module_switch_shipped_off_never_compiles(tmp_path: Path) -> None:
 
 def test_a_module_switch_shipped_on_compiles(tmp_path: Path) -> None:
     assert lines(tmp_path, {"train.py": SHIPPED_SWITCH.format(value="True")}, "DDP024") == [19]
+
+
+SETTINGS_SCHEDULE = """\
+    import argparse
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--max_lr", type=float, default=1e-3)
+    args = parser.parse_args()
+
+
+    class TrainGlobalConfig:
+        lr = 0.0002
+        SchedulerClass = torch.optim.lr_scheduler.OneCycleLR
+        scheduler_params = dict(max_lr={peak}, epochs=10, steps_per_epoch=100)
+
+
+    class Fitter:
+        def __init__(self, model, config):
+            self.model = model
+            self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.lr)
+            self.scheduler = config.SchedulerClass(self.optimizer, **config.scheduler_params)
+
+
+    if __name__ == "__main__":
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        fitter = Fitter(DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[local_rank]), TrainGlobalConfig)
+        dist.destroy_process_group()
+"""
+
+
+def test_a_schedule_a_settings_class_holds_sets_the_peak_from_the_command_line(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": SETTINGS_SCHEDULE.format(peak="args.max_lr")}, "DDP004") == []
+
+
+def test_a_settings_class_rate_without_a_peak_from_the_command_line_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": SETTINGS_SCHEDULE.format(peak="3e-4")}, "DDP004") == [22]

@@ -260,15 +260,25 @@ defines no function or class, only values),
         the optimizer.)"""
         model = self.model
         for site in sites:
-            position = _CYCLE_PEAK.get(model.api(site) or "")
+            position = _CYCLE_PEAK.get(self._schedule(site) or "")
             held = site.arg("optimizer", 0) if position is not None else None
             if held is None or not any(v.node is optimizer.node for v in model.values.at_call(site, held)):
                 continue
-            peak = site.arg("max_lr", position)
-            values = model.values.at_call(site, peak) if peak is not None else []
+            values = model.values.keyword(site, "max_lr", position)
             if not values or not all(self._constant(v, _DEPTH) for v in values):
                 return True
         return False
+
+    def _schedule(self, site: CallSite) -> str | None:
+        """The API a call makes, also through a class a settings object holds
+        (`config.SchedulerClass(optimizer, **config.scheduler_params)` with `SchedulerClass =
+        torch.optim.lr_scheduler.OneCycleLR` in the class body)."""
+        name = self.model.api(site)
+        if name is not None or not isinstance(site.node.func, cst.Attribute):
+            return name
+        held = {self.model.qualname(v.module, v.node, v.scope) for v in self.model.values.at_call(site, site.node.func)
+                if isinstance(v.node, (cst.Name, cst.Attribute))}
+        return held.pop() if len(held) == 1 else None
 
     def _cycle_rates(self, sites: list[CallSite], reported: set[int]) -> None:
         """A schedule that sets the rate itself from its own peak (`OneCycleLR(opt, max_lr=5e-4)`,
