@@ -90,6 +90,7 @@ class CallGraph:
         self._targets: dict[int, list[Callee]] = {}
         self._callers: dict[tuple[int, str], list[tuple[CallSite, str]]] = {}
         self._classes: dict[tuple[str, str], tuple[ModuleModel, ClassInfo] | None] = {}
+        self._class_reads: dict[tuple[int, int, str], bool] = {}  # (module, class, attribute) -> not assigned by name
         self._in_progress: set[int] = set()
         self._methods: dict[str, frozenset[str]] = {}
         self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
@@ -344,10 +345,12 @@ class CallGraph:
         if found is None:
             return []
         module, info = found
-        written = re.compile(rf"\b{re.escape(info.node.name.value)}\.{re.escape(attr)}\s*(?:[-+*/]?=)(?!=)")
-        if any(written.search(m.source) for m in {id(named.module): named.module, id(module): module}.values()):
-            return []
-        return self._class_attribute(module, info, named, attr)
+        key = (id(named.module), id(info), attr)
+        if key not in self._class_reads:
+            written = re.compile(rf"\b{re.escape(info.node.name.value)}\.{re.escape(attr)}\s*(?:[-+*/]?=)(?!=)")
+            self._class_reads[key] = not any(written.search(m.source) for m in
+                                             {id(named.module): named.module, id(module): module}.values())
+        return self._class_attribute(module, info, named, attr) if self._class_reads[key] else []
 
     def _class_attribute(self, module: ModuleModel, info: ClassInfo, made: Value, attr: str) -> list[Value]:
         """`cfg.lr` on an instance of a plain settings class (`class TrainConfig: lr = 5e-5`, then

@@ -39,7 +39,7 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_none, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_none, last_name, subexpressions
 
 
 class _Graph(Protocol):
@@ -262,14 +262,23 @@ def _module_switch(module: ModuleModel, test: cst.BaseExpression) -> bool | None
         return None if inner is None else not inner
     if not isinstance(test, cst.Name):
         return None
-    bound = module.module_scope.assignments.get(test.value, [])
-    if len(bound) != 1 or not (isinstance(bound[0], cst.Name) and bound[0].value in ("True", "False")):
-        return None
-    if any(test.value in s.assignments for s in module.function_scopes.values()):
-        return None  # (a local of the same name, or a `global` rebinding)
+    switches = module.memo.get("module_switches")
+    if switches is None:
+        switches = module.memo["module_switches"] = _module_switches(module)
+    return switches.get(test.value)
+
+
+def _module_switches(module: ModuleModel) -> dict[str, bool]:
+    """The module-level names `_module_switch` reads as fixed, with their values."""
     if re.search(r"\bexec\s*\(|\bglobals\s*\(\s*\)|^[ \t]*global[ \t]", code_only(module.source), re.M):
-        return None
-    return bound[0].value == "True"
+        return {}
+    local = {name for s in module.function_scopes.values() for name in s.assignments}
+    out: dict[str, bool] = {}
+    for name, bound in module.module_scope.assignments.items():
+        if len(bound) == 1 and isinstance(bound[0], cst.Name) and bound[0].value in ("True", "False") \
+                and name not in local:
+            out[name] = bound[0].value == "True"
+    return out
 
 
 def _only_read(name: str, text: str) -> bool:
@@ -703,7 +712,8 @@ class Values:
                 if passed:
                     yield from passed
                     return
-        if call is None and isinstance(base.node, (cst.Name, cst.Attribute)):
+        if call is None and isinstance(base.node, (cst.Name, cst.Attribute)) \
+                and (last_name(base.node) or "")[:1].isupper():  # (a class is named in CapWords)
             on_class = self.model.graph.class_read(base, attr)  # `Config.lr` of `class Config: lr = 1e-3`
             for read in on_class:
                 yield from self._eval(read.module, read.node, read.scope, read.frame, depth - 1, seen, read.at)
@@ -1386,10 +1396,16 @@ class Values:
         to them before `at` (`fill(params)` whose body does `params["k"] = v`): the call, the
         function, the key ("" when not a literal, None for an `update`) and the value, written on
         every path through the function."""
-        for earlier in module.calls:
-            if earlier.scope is not scope or (at is not None and earlier.tick >= at.tick):
-                continue
-            if not any(isinstance(a.value, cst.Name) and a.value.value == name for a in earlier.node.args):
+        handed = module.memo.get("names_handed")
+        if handed is None:
+            # (scope, name) -> the calls that pass the name itself as an argument, built once.
+            handed = module.memo["names_handed"] = {}
+            for call in module.calls:
+                for a in call.node.args:
+                    if isinstance(a.value, cst.Name):
+                        handed.setdefault((id(call.scope), a.value.value), []).append(call)
+        for earlier in handed.get((id(scope), name), ()):
+            if at is not None and earlier.tick >= at.tick:
                 continue
             for function, bound in self.model.graph.targets(earlier):
                 for param in function.params():

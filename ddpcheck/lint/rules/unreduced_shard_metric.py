@@ -260,6 +260,7 @@ class UnreducedShardMetric(Rule):
     ]
 
     def finish(self) -> None:
+        self._stored: dict[int, dict[str, list[cst.BaseExpression]]] = {}  # loop -> name -> values stored in entries
         for module in self.model.paths.modules():
             self._module(module)
 
@@ -398,7 +399,10 @@ class UnreducedShardMetric(Rule):
                        and isinstance(c.arg("tensor", 0), cst.Name)
                        and getattr(c.arg("tensor", 0), "value", None) == sub.value for c in root.calls):
                     return True
-                if any(self._reduces(root, value) for value in _entries_set(loop.node, sub.value)):
+                stored = self._stored.get(id(loop.node))
+                if stored is None:
+                    stored = self._stored[id(loop.node)] = _entries_set(loop.node)
+                if any(self._reduces(root, value) for value in stored.get(sub.value, ())):
                     return True  # (`losses[k] = reduce_tensor(losses[k])`, then `total[k] += losses[k]`)
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
@@ -617,19 +621,20 @@ class UnreducedShardMetric(Rule):
             or name.startswith("wandb.log") or name == "wandb.log"
 
 
-def _entries_set(loop: cst.CSTNode, name: str) -> list[cst.BaseExpression]:
-    """What the loop body stores into entries of `name` (`losses[key] = ...`)."""
-    out: list[cst.BaseExpression] = []
+def _entries_set(loop: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
+    """What the loop body stores into entries of each name (`losses[key] = ...`)."""
+    out: dict[str, list[cst.BaseExpression]] = {}
     stack: list[cst.CSTNode] = [loop]
     while stack:
         node = stack.pop()
         if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             continue
-        if isinstance(node, cst.Assign) and any(
-                isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name)
-                and t.target.value.value == name for t in node.targets):
-            out.append(node.value)
-        stack.extend(children(node))
+        if isinstance(node, cst.Assign):
+            for t in node.targets:
+                if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
+                    out.setdefault(t.target.value.value, []).append(node.value)
+        if type(node) not in NO_STATEMENTS_BELOW:
+            stack.extend(children(node))
     return out
 
 
