@@ -514,7 +514,7 @@ class CallGraph:
             return []
         attr = node.attr.value
         out: list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]] = []
-        for call in self._passing(module, scope).get(base.value, ()):
+        for call in self.passing(module, scope).get(base.value, ()):
             if at is not None and call.tick >= at.tick and not set(call.loops) & set(at.loops):
                 continue
             for function, bound in self.targets(call):
@@ -560,7 +560,7 @@ class CallGraph:
                                              caller, call.point, depth - 1)
         return out
 
-    def _passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]:
+    def passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]:
         """name → the calls of project functions made directly in `scope` that pass it as an
         argument (read once per scope)."""
         key = (id(module), scope.qualname)

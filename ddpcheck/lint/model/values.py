@@ -60,6 +60,7 @@ class _Graph(Protocol):
     def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int
                       ) -> list[Value]: ...
     def class_read(self, named: Value, attr: str) -> list[Value]: ...
+    def passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]: ...
     def import_closure(self, module: ModuleModel) -> list[str]: ...
 
 
@@ -1396,15 +1397,7 @@ class Values:
         to them before `at` (`fill(params)` whose body does `params["k"] = v`): the call, the
         function, the key ("" when not a literal, None for an `update`) and the value, written on
         every path through the function."""
-        handed = module.memo.get("names_handed")
-        if handed is None:
-            # (scope, name) -> the calls that pass the name itself as an argument, built once.
-            handed = module.memo["names_handed"] = {}
-            for call in module.calls:
-                for a in call.node.args:
-                    if isinstance(a.value, cst.Name):
-                        handed.setdefault((id(call.scope), a.value.value), []).append(call)
-        for earlier in handed.get((id(scope), name), ()):
+        for earlier in self.model.graph.passing(module, scope).get(name, ()):
             if at is not None and earlier.tick >= at.tick:
                 continue
             for function, bound in self.model.graph.targets(earlier):
