@@ -252,8 +252,6 @@ def _names_a_definition(module: ModuleModel, scope: Scope, name: str) -> bool:
     return name not in module.names.aliases
 
 
-# Asked for the same attribute names of the same texts for every linted file that reaches them.
-@lru_cache(maxsize=4096)
 def _module_switch(module: ModuleModel, test: cst.BaseExpression) -> bool | None:
     """`use_compile` (or `not use_compile`) of a module-level `use_compile = False` that nothing
     binds again (no other assignment, no `global` statement, no `exec`/`globals()` that may
@@ -282,6 +280,8 @@ def _module_switches(module: ModuleModel) -> dict[str, bool]:
     return out
 
 
+# Asked for the same attribute names of the same texts for every linted file that reaches them.
+@lru_cache(maxsize=4096)
 def _only_read(name: str, text: str) -> bool:
     """`text` names the attribute `name` only in `getattr`/`hasattr` reads and in reads of it
     as an attribute (see Values._never_set)."""
