@@ -330,9 +330,12 @@ def _two_modes(test: cst.BooleanOperation, resolve: Resolve) -> bool:
             pending += [node.left, node.right]
         elif selects_main_rank(node, resolve) is None:
             operands.append(node)
-    modes = {is_distributed_test(node, resolve) is True or not _is_not_distributed(node, resolve)
-             for node in operands if is_distributed_test(node, resolve) is not None
-             or _is_not_distributed(node, resolve)}
+    modes: set[bool] = set()
+    for node in operands:
+        if is_distributed_test(node, resolve) is True:
+            modes.add(True)
+        elif _is_not_distributed(node, resolve):
+            modes.add(False)
     return modes == {True, False}
 
 

@@ -260,7 +260,6 @@ class UnreducedShardMetric(Rule):
     ]
 
     def finish(self) -> None:
-        self._stored: dict[int, dict[str, list[cst.BaseExpression]]] = {}  # loop -> name -> values stored in entries
         for module in self.model.paths.modules():
             self._module(module)
 
@@ -399,10 +398,8 @@ class UnreducedShardMetric(Rule):
                        and isinstance(c.arg("tensor", 0), cst.Name)
                        and getattr(c.arg("tensor", 0), "value", None) == sub.value for c in root.calls):
                     return True
-                stored = self._stored.get(id(loop.node))
-                if stored is None:
-                    stored = self._stored[id(loop.node)] = _entries_set(loop.node)
-                if any(self._reduces(root, value) for value in stored.get(sub.value, ())):
+                if any(key is not None and loop.node in point.loops and self._reduces(root, value)
+                       for key, value, _, point in loop.scope.updates.get(sub.value, ())):
                     return True  # (`losses[k] = reduce_tensor(losses[k])`, then `total[k] += losses[k]`)
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
@@ -619,23 +616,6 @@ class UnreducedShardMetric(Rule):
         name = self.model.api(site) or dotted(site.node.func) or ""
         return name in _REPORTERS or (site.method in _REPORT_METHODS and name != "print") \
             or name.startswith("wandb.log") or name == "wandb.log"
-
-
-def _entries_set(loop: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
-    """What the loop body stores into entries of each name (`losses[key] = ...`)."""
-    out: dict[str, list[cst.BaseExpression]] = {}
-    stack: list[cst.CSTNode] = [loop]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
-            continue
-        if isinstance(node, cst.Assign):
-            for t in node.targets:
-                if isinstance(t.target, cst.Subscript) and isinstance(t.target.value, cst.Name):
-                    out.setdefault(t.target.value.value, []).append(node.value)
-        if type(node) not in NO_STATEMENTS_BELOW:
-            stack.extend(children(node))
-    return out
 
 
 def _named_first(name: str) -> tuple[bool, str]:

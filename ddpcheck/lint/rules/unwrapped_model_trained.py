@@ -9,7 +9,7 @@ from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_ddp, holds_p
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted
+from ddpcheck.lint.model.syntax import children, dotted, is_false, is_true
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -636,7 +636,7 @@ def _frozen_before(site: CallSite) -> bool:
     func = site.node.func
     target = " ".join(site.module.code(func).split())
     last: bool | None = None  # the latest setting before the call: True frozen, False thawed
-    for call in site.module.calls:
+    for call in site.module.calls_in(site.scope.qualname):
         if call.scope is not site.scope or call.tick >= site.tick:
             continue
         args = [a.value for a in call.node.args]
@@ -657,9 +657,7 @@ def _frozen_before(site: CallSite) -> bool:
 
 def _false(expr: cst.BaseExpression) -> bool | None:
     """True for the literal False, False for True, None otherwise."""
-    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
-        return expr.value == "False"
-    return None
+    return True if is_false(expr) else False if is_true(expr) else None
 
 
 def _loop_sets_requires_grad(root: cst.CSTNode, parameters: cst.Call) -> bool | None:
