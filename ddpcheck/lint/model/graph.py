@@ -21,6 +21,7 @@ from typing import Protocol
 import libcst as cst
 
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.imported_code import code_reached
 from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
@@ -903,6 +904,48 @@ class CallGraph:
                 if text is not None:
                     texts.append(text)
                     todo.append(where[0])
+        return texts
+
+    def reached_code(self, module: ModuleModel) -> list[str]:
+        """Like `import_closure`, but a project module imported only by name (`from hellaswag
+        import iterate_examples`) gives the code those names reach (imported_code.py), not its
+        whole text; one imported whole anywhere (`import utils`, `from pkg import module`, `*`)
+        gives all of it."""
+        key = f"reached_code:{self.model.root.path}"
+        found = module.memo.get(key)
+        if found is not None:
+            return list(found)
+        start = [p for p in (resolved_path(module.path), resolved_path(self.model.root.path)) if p is not None]
+        # None: the module counts whole; a set: the names imported from it.
+        wanted: dict[Path, set[str] | None] = {p: None for p in start}
+        todo = list(start)
+        while todo and len(wanted) < 200:
+            path = todo.pop()
+            index = self.model.project.index(path)
+            if index is None:
+                continue
+            origins = [(origin, False) for origin in index.aliases.values()] + [(s, True) for s in index.stars]
+            for origin, star in origins:
+                where = locate(path, origin)
+                if where is None:
+                    continue
+                file, rest = where
+                name = rest.split(".", 1)[0] if rest and not star else None
+                before = wanted.get(file, set())
+                if file not in wanted:
+                    todo.append(file)
+                if name is None:
+                    wanted[file] = None
+                elif before is not None:
+                    wanted[file] = before | {name}
+        texts = [module.source, self.model.root.source]
+        for file, names in wanted.items():
+            if file in start:
+                continue
+            text = self.model.project.text(file)
+            if text is not None:
+                texts.append(text if names is None else code_reached(text, frozenset(names)))
+        module.memo[key] = tuple(texts)
         return texts
 
     def _methods_of(self, text: str) -> frozenset[str]:

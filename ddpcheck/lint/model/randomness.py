@@ -1,8 +1,8 @@
 """Whether a job draws random numbers while it trains: dropout, random augmentation, random
 tensors, Python's or NumPy's random draws, a shuffling DataLoader. Read from the code (comments
-and docstrings left out) of the linted file and the project modules it imports (a model class in `models/net.py` that holds
-`nn.Dropout` counts). Seeding calls (`random.seed`, `np.random.seed`) are not draws, nor is a
-synthetic set drawn inside `TensorDataset(...)`."""
+and docstrings left out) of the linted file and the project code it imports (a model class in `models/net.py` that holds
+`nn.Dropout` counts; of a module imported by name, what the names reach: graph.reached_code). Seeding calls (`random.seed`, `np.random.seed`) are not draws, nor is a
+synthetic set drawn inside `TensorDataset(...)`, nor the initialisation of parameters."""
 
 from __future__ import annotations
 
@@ -52,13 +52,31 @@ _OWN_GENERATOR = re.compile(
 # A synthetic set drawn once to build the data (`TensorDataset(torch.randn(n, d), ...)`): with
 # the same seed every rank builds the same set, which the sampler then shards, as it should.
 _SYNTHETIC_SET = re.compile(rf"\bTensorDataset\s*{_ARGS}")
+# Initialising parameters (`nn.init.normal_(module.weight, std=0.02)`,
+# `self.weight.data.uniform_(-r, r)`, `nn.Parameter(torch.randn(1, n, d))`) draws once, before
+# training; DDP then broadcasts rank 0's values: not a draw the ranks repeat alike while training.
+_INITIALISATION = re.compile(
+    rf"\b(?:torch\.)?(?:nn\.)?init\.\w+\s*{_ARGS}"
+    rf"|\.(?:weight|bias)(?:\.data)?\.(?:normal_|uniform_|bernoulli_|random_)\s*{_ARGS}"
+    rf"|\b(?:nn\.)?Parameter\s*{_ARGS}"
+)
 # `self.drop = nn.Dropout(p)` that no code calls (`self.drop(`): a layer that never draws.
 _DROPOUT_LAYER = re.compile(r"self\.(\w+)\s*=\s*(?:nn\.|torch\.nn\.)?Dropout\d?d?\s*" + _ARGS)
 
 
+_LIBRARY_NETWORK = re.compile(_LIBRARY_NETWORK_PATTERN)
+
+
+# A project network with a `from_pretrained` of its own copies a library network's weights into
+# itself: the network that trains is the project's.
+_OWN_FROM_PRETRAINED = re.compile(r"\bdef\s+from_pretrained\b")
+
+
 def _drawing_text(text: str) -> str:
     """`text` without the draws that leave torch's global generator alone."""
-    text = _SYNTHETIC_SET.sub("", _OWN_GENERATOR.sub("", text))
+    text = _INITIALISATION.sub("", _SYNTHETIC_SET.sub("", _OWN_GENERATOR.sub("", text)))
+    if _OWN_FROM_PRETRAINED.search(text):
+        text = _LIBRARY_NETWORK.sub("", text)
     return _DROPOUT_LAYER.sub(lambda m: m.group(0) if f"self.{m.group(1)}(" in text else "", text)
 
 
@@ -69,7 +87,7 @@ def draws_random(model: Model) -> bool:
     if found is None:
         # Comments and docstrings draw nothing (a commented-out smoke test's `torch.randn(...)`).
         found = any(_DRAWS.search(_drawing_text(code_only(text))) is not None
-                    for text in model.graph.import_closure(root))
+                    for text in model.graph.reached_code(root))
         root.memo["draws_random"] = found
     return bool(found)
 
@@ -82,17 +100,9 @@ def model_draws_random(model: Model) -> bool:
     found = root.memo.get("model_draws_random")
     if found is None:
         found = any(_MODEL_DRAWS.search(_drawing_text(code_only(text))) is not None
-                    for text in model.graph.import_closure(root))
+                    for text in model.graph.reached_code(root))
         root.memo["model_draws_random"] = found
     return bool(found)
-
-
-_LIBRARY_NETWORK = re.compile(_LIBRARY_NETWORK_PATTERN)
-
-
-# A project network with a `from_pretrained` of its own copies a library network's weights into
-# itself: the network that trains is the project's.
-_OWN_FROM_PRETRAINED = re.compile(r"\bdef\s+from_pretrained\b")
 
 
 def model_drops_out(model: Model) -> bool:
@@ -103,7 +113,6 @@ def model_drops_out(model: Model) -> bool:
     found = root.memo.get("model_drops_out")
     if found is None:
         found = any(_DROPOUT.search(text) is not None or _LIBRARY_NETWORK.search(text) is not None
-                    and _OWN_FROM_PRETRAINED.search(text) is None
-                    for text in (_drawing_text(code_only(t)) for t in model.graph.import_closure(root)))
+                    for text in (_drawing_text(code_only(t)) for t in model.graph.reached_code(root)))
         root.memo["model_drops_out"] = found
     return bool(found)
