@@ -137,3 +137,44 @@ REGISTRY_SCRIPT = """\
 def test_a_definition_put_in_a_registry_is_reached_from_a_configured_name(tmp_path: Path) -> None:
     # Only the registry's lookup is imported; the network the command line names drops out.
     assert lines(tmp_path, {"train.py": REGISTRY_SCRIPT, "registry.py": REGISTRY}, "DDP029") == [11]
+
+
+VIT_TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from model import Classifier
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = DDP(Classifier())
+    if rank == 0:
+        with torch.no_grad():
+            print(model(torch.randn(2, 3, 224, 224)).shape)
+"""
+
+VIT_MODEL = """\
+    import timm
+    from torch import nn
+
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone = timm.create_model({name!r}, num_classes=0, pretrained=True)
+            self.head = nn.Linear(384, 10)
+
+        def forward(self, x):
+            return self.head(self.backbone(x))
+"""
+
+
+def test_a_rank_0_forward_of_a_timm_vision_transformer_broadcasts_nothing(tmp_path: Path) -> None:
+    # DDP's forward syncs buffers only where the module has some; a ViT holds none.
+    files = {"train.py": VIT_TRAINER, "model.py": VIT_MODEL.format(name="vit_small_patch16_224.augreg_in21k")}
+    assert lines(tmp_path, files, "DDP009") == []
+
+
+def test_a_rank_0_forward_of_a_timm_resnet_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": VIT_TRAINER, "model.py": VIT_MODEL.format(name="resnet50")}
+    assert lines(tmp_path, files, "DDP009") == [11]

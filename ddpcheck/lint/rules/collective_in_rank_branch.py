@@ -69,6 +69,7 @@ class CollectiveInRankBranch(Rule):
     whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
     forward of a project network with no buffers to broadcast (no norm layer with running
     statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none, nor
+    does a timm vision transformer it builds, `timm.create_model("vit_small_patch16_224")`, nor
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
@@ -589,7 +590,7 @@ class CollectiveInRankBranch(Rule):
 # such as `resnet_block` that a project's own layers are called.
 _BUFFERS = re.compile(r"register_buffer|BatchNorm|track_running_stats\s*=\s*True|running_mean|Buffer\("
                       r"|torchvision\.models"
-                      r"|from\s+torchvision\s+import[^\n]*\bmodels\b|timm|\bres_?net\d|\bresnext\d|efficientnet|densenet"
+                      r"|from\s+torchvision\s+import[^\n]*\bmodels\b|\btimm\b|\bres_?net\d|\bresnext\d|efficientnet|densenet"
                       r"|mobilenet|_bn\b")
 
 # timm's small helpers, which hold no buffers: importing them (`from timm.models.layers import
@@ -638,6 +639,18 @@ def _class_source(module: ModuleModel, info: ClassInfo) -> str:
     return source
 
 
+# timm's vision transformer (`timm.create_model("vit_small_patch16_224")`, `deit_…`, `from
+# timm.models.vision_transformer import VisionTransformer`): LayerNorm, parameters and no
+# registered buffer, so nothing for DDP to broadcast.
+_TIMM_VIT = re.compile(r"""\btimm\.create_model\(\s*['"](?:vit|deit)_[\w.]*['"](?:[^()]|\([^()]*\))*\)"""
+                       r"|^[ \t]*from[ \t]+timm\.models\.vision_transformer[ \t]+import[^\n]*$", re.M)
+_IMPORT_TIMM = re.compile(r"^[ \t]*import[ \t]+timm[ \t]*$", re.M)
+
+
 def _holds_buffers(source: str) -> bool:
     """Whether a module's code may give a network buffers (see `_BUFFERS`)."""
-    return _BUFFERS.search(_TIMM_HELPERS.sub("", code_only(source))) is not None
+    code = _TIMM_HELPERS.sub("", code_only(source))
+    vits = _TIMM_VIT.sub("", code)
+    if vits != code and not re.search(r"\btimm\.", vits):
+        code = _IMPORT_TIMM.sub("", vits)
+    return _BUFFERS.search(code) is not None
