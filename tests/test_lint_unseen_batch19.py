@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import lint_project
+from tests.helpers import finding_set, lint_project, write_project
 
 
 def lines(tmp_path: Path, files: dict[str, str], select: str, target: str = "train.py") -> list[int]:
@@ -178,3 +178,76 @@ def test_a_rank_0_forward_of_a_timm_vision_transformer_broadcasts_nothing(tmp_pa
 def test_a_rank_0_forward_of_a_timm_resnet_is_reported(tmp_path: Path) -> None:
     files = {"train.py": VIT_TRAINER, "model.py": VIT_MODEL.format(name="resnet50")}
     assert lines(tmp_path, files, "DDP009") == [11]
+
+
+TRAIN_LOOP = """\
+    def train_model(model, optimizer, dataloader, epochs=1, verbose=False):
+        model.train()
+        for epoch in range(epochs):
+            for x in dataloader:
+                optimizer.zero_grad()
+                model(x).sum().backward()
+                optimizer.step()
+"""
+
+KWARGS_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    from trainer import train_model
+
+
+    def main(rank, world_size):
+        dist.init_process_group("gloo", rank=rank, world_size=world_size)
+        dataset = list(range(100))
+        dataloader = DataLoader(dataset, batch_size=4, sampler=DistributedSampler(dataset{shuffle}))
+        model = DDP(torch.nn.Linear(1, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_kwargs = dict(model=model, dataloader=dataloader, optimizer=optimizer, epochs=20000)
+        if rank == 0:
+            train_kwargs.update(dict(verbose=True))
+        train_model(**train_kwargs)
+"""
+
+
+def test_a_loader_handed_on_through_a_dict_of_keyword_arguments_is_followed(tmp_path: Path) -> None:
+    files = {"train.py": KWARGS_SCRIPT.format(shuffle=""), "trainer.py": TRAIN_LOOP}
+    write_project(tmp_path, files)
+    assert finding_set(tmp_path, "train.py", select="DDP002") == {("trainer.py", 3, "DDP002")}
+
+
+def test_a_loader_handed_on_through_a_dict_that_does_not_shuffle_stays_clean(tmp_path: Path) -> None:
+    files = {"train.py": KWARGS_SCRIPT.format(shuffle=", shuffle=False"), "trainer.py": TRAIN_LOOP}
+    assert lines(tmp_path, files, "DDP002") == []
+
+
+SCHEDULERS = """\
+    import torch
+
+
+    class Warmup:
+        def __init__(self, optimizer, warmup_epochs, kind="step", **kwargs):
+            self.inner = make_scheduler(optimizer, kind, **kwargs)
+
+
+    def make_scheduler(optimizer, kind="step", **kwargs):
+        warmup_epochs = kwargs.pop("warmup_epochs", 0)
+        if warmup_epochs > 0:
+            return Warmup(optimizer, warmup_epochs, kind, **kwargs)
+        return torch.optim.lr_scheduler.StepLR(optimizer, step_size=kwargs.get("step_size", 10))
+"""
+
+
+def test_keyword_arguments_handed_back_and_forth_are_read_once(tmp_path: Path) -> None:
+    # A constructor and a builder forward `**kwargs` to each other: reading a parameter through
+    # the unpacked dicts must end, and the rest of the file is still checked.
+    script = KWARGS_SCRIPT.format(shuffle="").replace(
+        "        train_model(**train_kwargs)",
+        "        scheduler = make_scheduler(optimizer, warmup_epochs=5, step_size=3)\n"
+        "        train_model(**train_kwargs)").replace(
+        "from trainer import train_model", "from trainer import train_model\n    from schedulers import make_scheduler")
+    files = {"train.py": script, "trainer.py": TRAIN_LOOP, "schedulers.py": SCHEDULERS}
+    write_project(tmp_path, files)
+    assert finding_set(tmp_path, "train.py", select="ALL") >= {("trainer.py", 3, "DDP002")}

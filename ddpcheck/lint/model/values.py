@@ -302,6 +302,7 @@ class Values:
         self._inherited_memo: dict[tuple[int, str], list[tuple[ModuleModel, Scope]]] = {}
         self._left_memo: dict[tuple[int, str], set[int]] = {}  # (method scope, attribute) → bindings it leaves
         self._expanding: set[tuple[int, str]] = set()  # dicts whose later entries are being read
+        self._unpacking: set[tuple[int, str]] = set()  # (call, keyword) of `**kwargs` entries being read
         self._testing = 0  # nested `outcome` evaluations (a test read while reading a test)
         self._outcomes: dict[tuple[int, int], bool | None] = {}
 
@@ -750,6 +751,8 @@ class Values:
                                       frame.call.point)
                 return
             forwarded = list(self._forwarded(frame.call, param, frame.caller, depth - 1, seen))
+            if not forwarded and frame.call.has_star_kwargs:
+                forwarded = self._unpacked_keyword(frame.call, param.name, frame.caller)
             if forwarded:
                 yield from forwarded
                 return
@@ -767,6 +770,8 @@ class Values:
             passed = self.model.graph.argument_for(call, function, param, bound)
             if passed is None or isinstance(passed, CallSite):
                 forwarded = list(self._forwarded(call, param, None, depth - 1, seen))
+                if not forwarded and passed is None and call.has_star_kwargs:
+                    forwarded = self._unpacked_keyword(call, param.name, None)
                 if forwarded:
                     found = True
                     yield from forwarded
@@ -784,6 +789,19 @@ class Values:
             yield from self._eval(module, param.default, scope, None, depth - 1, seen, None)
         if not found:
             yield Value(module, param, scope, frame, at)
+
+    def _unpacked_keyword(self, call: CallSite, name: str, frame: Frame | None) -> list[Value]:
+        """The entry `name` of the dict `call` unpacks (`train(**kwargs)` after `kwargs =
+        dict(loader=loader, ...)`), read once per call and name: a function that hands its own
+        `**kwargs` back to itself would ask again for ever."""
+        marker = (id(call.node), name)
+        if marker in self._unpacking:
+            return []
+        self._unpacking.add(marker)
+        try:
+            return self.keyword(call, name, frame=frame)
+        finally:
+            self._unpacking.discard(marker)
 
     def cli_bound(self, function: Function) -> bool:
         """The function is handed whole to a command-line binder of its module (`fire.Fire(main)`,
