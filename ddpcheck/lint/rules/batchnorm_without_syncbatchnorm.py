@@ -10,7 +10,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import option_values
-from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Target
 from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
@@ -61,7 +61,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
     and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`; only the classes
-    the key may name, when they are all known, else the whole module) are looked into, and so is the model apex's
+    and builder functions the key may name, `def ResNet18(): return ResNet(...)`, when they are all
+    known — also through a package's `from .resnet import *` —, else the whole module, with the
+    modules a package's `__init__` re-exports whole) are looked into, and so is the model apex's
     `amp.initialize(model, optimizer)` hands back (the same network, patched in place), and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
@@ -618,15 +620,58 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             name = dotted(chosen[0])
             target = self.model.resolver.name(made.module, name, made.scope) if name else None
             if target is not None and target.kind == "module" and target.path is not None:
-                # The classes the key may name, when every one is known and defined there:
+                # The classes and builder functions the key may name, when every one is known:
                 # only those are built (`--arch TinyMLP` of a module that also holds a ResNet).
-                held = self.model.project_model(Path(target.path))
+                # A package's networks are usually re-exported (`from .resnet import *` in its
+                # `__init__`): the name is looked up as the package's attribute.
                 names = self._names_of(made, chosen[1])
-                if held is not None and names and all(n in held.classes for n in names):
-                    return [t for n in names for t in self._instance_texts((held, held.classes[n]))]
-                text = self.model.project.text(target.path)
-                return [text] if text is not None else []
+                found = [self.model.resolver.in_module(Path(target.path), n) for n in names if n.isidentifier()]
+                known = [self._definition_texts(t) for t in found if t is not None]
+                if names and len(known) == len(names) and all(k is not None for k in known):
+                    return [t for k in known if k is not None for t in k]
+                return self._module_texts(Path(target.path))
         return []
+
+    def _module_texts(self, path: Path) -> list[str]:
+        """The code of the project module at `path` and of the project modules it re-exports
+        whole (`from .resnet import *` in a package's `__init__`): what its attributes may be."""
+        out: list[str] = []
+        todo: list[Path] = [path]
+        seen: set[Path] = set()
+        while todo and len(seen) < 32:
+            here = todo.pop()
+            if here in seen:
+                continue
+            seen.add(here)
+            text = self.model.project.text(here)
+            if text is not None:
+                out.append(text)
+            index = self.model.project.index(here)
+            for star in index.stars if index is not None else ():
+                where = locate(here, star)
+                if where is not None and not where[1]:
+                    todo.append(where[0])
+        return out
+
+    def _definition_texts(self, target: Target) -> list[str] | None:
+        """The code of the project class or builder function `target` names (`_instance_texts`;
+        for a function, what it reaches in its module and what that imports from the project,
+        as for a class), or None where it names neither."""
+        found = self.model.graph.class_at(target)
+        if found is not None:
+            return self._instance_texts(found)
+        if target.kind != "function" or target.path is None:
+            return None
+        module = self.model.project_model(target.path)
+        function = _top_level_defs(module).get(target.name) if module is not None else None
+        if module is None or not isinstance(function, cst.FunctionDef):
+            return None
+        parts = [_reachable_from(module, function, ())]
+        parts += self._imported_parts(module, _names_used(module, [t for t, _ in parts]))
+        texts = [text for text, _ in parts]
+        if any(off for _, off in parts) and not any(_BUILDS.search(code_only(t)) for t in texts):
+            texts = [_TYPE_TEST.sub("", t) for t in texts]
+        return texts
 
     def _instance_texts(self, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
         """The code of a project network class: its class and bases (`_reachable_code`) and what
