@@ -156,3 +156,81 @@ def test_a_name_that_picks_no_network_reads_every_module_the_package_re_exports(
 
 def test_a_package_whose_re_exported_modules_build_no_batchnorm_stays_clean(tmp_path: Path) -> None:
     assert lines(tmp_path, trainer("resnet", init="from .mlp import *\n")) == []
+
+
+# The architecture option is declared by a library's parser (`init_config(parser=parser)`), so
+# no default is in sight; the script's docstring documents the commands that run it, and the
+# network is built by evaluating a string that calls the library's constructor.
+DOCUMENTED = '''\
+    """
+    Trains a torchvision model on ImageNet with DDP when started by torchrun.
+
+    Example:
+
+        python train_ddp.py -d imagenet --arch {arch} --name scratch -e 90 -b 128
+
+        torchrun --standalone --nproc_per_node=4 train_ddp.py -d imagenet \\
+        {second} --name scratch-ddp -e 50 -b 512
+    """
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    import torchvision
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ppuda.config import init_config
+
+
+    def main():
+        parser = argparse.ArgumentParser(description="ImageNet training")
+        parser.add_argument("--bce", action="store_true")
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        args = init_config(mode="train_net", parser=parser)
+        model = eval(f"torchvision.models.{{args.arch}}()")
+        model = DDP(model.to(rank), device_ids=[rank])
+        return model
+
+
+    if __name__ == "__main__":
+        main()
+'''
+
+
+def documented(arch: str, second: str | None = None) -> dict[str, str]:
+    return {"train_ddp.py": DOCUMENTED.format(arch=arch, second=f"--arch {arch}" if second is None else second)}
+
+
+def test_an_option_declared_out_of_sight_takes_the_value_every_documented_command_gives(tmp_path: Path) -> None:
+    assert lines(tmp_path, documented("resnet50"), "train_ddp.py") == [("train_ddp.py", 27)]
+
+
+def test_a_documented_network_without_batchnorm_stays_clean(tmp_path: Path) -> None:
+    assert lines(tmp_path, documented("vit_b_16"), "train_ddp.py") == []
+
+
+def test_a_documented_command_without_the_option_leaves_the_network_unknown(tmp_path: Path) -> None:
+    # That command runs with the library's default, which nothing here shows.
+    assert lines(tmp_path, documented("resnet50", second="--amp"), "train_ddp.py") == []
+
+
+EVALUATED = """\
+    import argparse
+    import torch.distributed as dist
+    import torchvision
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", default="{arch}")
+    args = parser.parse_args()
+    dist.init_process_group("nccl")
+    model = DDP(eval(f"torchvision.models.{{args.arch}}(num_classes=100)").cuda())
+"""
+
+
+def test_a_string_that_calls_the_library_constructor_builds_the_network_it_names(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": EVALUATED.format(arch="resnet18")}) == [("train.py", 10)]
+
+
+def test_a_string_that_calls_a_network_without_batchnorm_stays_clean(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": EVALUATED.format(arch="swin_t")}) == []

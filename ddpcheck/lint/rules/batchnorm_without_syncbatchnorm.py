@@ -9,7 +9,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.ddp import option_values
+from ddpcheck.lint.model.ddp import documented_values, option_values
 from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Target
 from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
@@ -35,6 +35,8 @@ _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*\.|convert_sync_batchnorm|\bsync_?
 # layers that other modules of the network build are not (a backbone with SyncBatchNorm beside a
 # decoder with BatchNorm2d).
 _SYNC_LAYER = re.compile(r"SyncBatchNorm[ \t]*\(")
+# The text of a call with plain keyword arguments: `()`, `(pretrained=True, num_classes=10)`.
+_PLAIN_CALL = re.compile(r"\((?:\s*\w+\s*=\s*[\w.]+\s*,?)*\s*\)")
 # Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
 # help=...)`): its option strings and help text. A flag nothing reads converts nothing.
 _DECLARATION = re.compile(r"""(["'])-{1,2}[\w-]+\1|\bhelp[ \t]*=[ \t]*(["'])(?:(?!\2).)*\2""")
@@ -89,7 +91,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
     `--sync-bn` option that is declared but never read converts nothing. A library network named
     by a string (`eval("torchvision.models." + args.model)` with `--model` defaulting to
-    `resnet18`) is read by the names the string may hold. Code that builds
+    `resnet18`, or `eval(f"torchvision.models.{args.arch}()")` that also calls it) is read by the
+    names the string may hold. An option that a library's parser declares (no default in sight)
+    holds what every usage command of the script's docstring passes to it (`python train.py
+    --arch resnet50`); where one command leaves it out, the network is unknown. Code that builds
     `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
     module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
 
@@ -500,6 +505,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         call = made.call
         assert call is not None
         func = call.func
+        if dotted(func) == "eval" and len(call.args) == 1 and not made.scope.lookup("eval"):
+            # `eval(f"torchvision.models.{args.arch}()")`: the string builds the network itself.
+            return self._library_network_by_name(made, call.args[0].value, built=True)
         if not (isinstance(func, cst.Call) and dotted(func.func) == "eval" and len(func.args) == 1) \
                 or made.scope.lookup("eval"):
             return False
@@ -532,18 +540,24 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             found += 1
         return found > 0
 
-    def _library_network_by_name(self, made: Value, text: cst.BaseExpression) -> bool:
+    def _library_network_by_name(self, made: Value, text: cst.BaseExpression, built: bool = False) -> bool:
         """`eval("torchvision.models." + args.model)(pretrained=True)`: a library's network
         named by a prefix and a value whose strings are known (literals, an option's default);
-        True when every name it may hold is a network made of BatchNorm layers."""
+        True when every name it may hold is a network made of BatchNorm layers. `built`: the
+        string also calls it, `f"torchvision.models.{args.arch}()"` (plain arguments only)."""
         prefix: str | None = None
         named: cst.BaseExpression | None = None
-        if isinstance(text, cst.BinaryOperation) and isinstance(text.operator, cst.Add):
+        parts = list(text.parts) if isinstance(text, cst.FormattedString) else []
+        if built:
+            # The call's text at the end: `()`, `(pretrained=True)`, `(num_classes=10)`.
+            tail = parts.pop() if len(parts) == 3 else None
+            if not isinstance(tail, cst.FormattedStringText) or not _PLAIN_CALL.fullmatch(tail.value):
+                return False
+        if isinstance(text, cst.BinaryOperation) and isinstance(text.operator, cst.Add) and not built:
             prefix, named = string_text(text.left), text.right
-        elif isinstance(text, cst.FormattedString) and len(text.parts) == 2 \
-                and isinstance(text.parts[0], cst.FormattedStringText) \
-                and isinstance(text.parts[1], cst.FormattedStringExpression):
-            prefix, named = text.parts[0].value, text.parts[1].expression
+        elif len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) \
+                and isinstance(parts[1], cst.FormattedStringExpression):
+            prefix, named = parts[0].value, parts[1].expression
         if prefix is None or named is None or not prefix.endswith(".") or string_text(named) is not None:
             return False
         target = self.model.resolver.name(made.module, prefix[:-1], made.scope)
@@ -553,11 +567,17 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return bool(names) and all(n.isidentifier() and _builds_batchnorm(f"{target.external}.{n}") for n in names)
 
     def _names_of(self, made: Value, expr: cst.BaseExpression) -> list[str]:
-        """The strings `expr` may hold: literals, or the default of the command-line option it reads."""
+        """The strings `expr` may hold: literals, or the default of the command-line option it
+        reads, or what the script's documented commands pass to an option declared out of sight."""
         names = []
         for value in self.model.values.of(made.module, expr, made.scope, made.frame, at=made.at):
-            for held in option_values(self.model, value) or [value]:
-                text = string_text(held.node) if isinstance(held.node, cst.BaseExpression) else None
+            held = option_values(self.model, value)
+            if not held:
+                # An option a library's parser declares: the values the script's documented
+                # commands give it.
+                names += documented_values(self.model, value)
+            for one in held or [value]:
+                text = string_text(one.node) if isinstance(one.node, cst.BaseExpression) else None
                 if text is not None:
                     names.append(text)
         return names
