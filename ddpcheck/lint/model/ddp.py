@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -14,7 +15,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, ForSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
-from ddpcheck.lint.model.options import default_takes, option_default
+from ddpcheck.lint.model.options import default_takes, option_default, option_defaults
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, is_true, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Unknown, Value
@@ -324,6 +325,41 @@ def option_values(model: Model, value: Value) -> list[Value]:
             if found:
                 return found
     return []
+
+
+def documented_values(model: Model, value: Value) -> list[str]:
+    """The values the usage examples of the linted script's docstring pass to the option a leaf
+    reads (`args.arch` and `python train.py --arch resnet50`, `torchrun ... train.py --arch
+    resnet50`), for an option no module the model reads declares (a parser built by a library,
+    `init_config(parser=parser)`). [] unless every documented command of the script passes it:
+    a command without it runs with a default nobody knows."""
+    node = value.node
+    if not isinstance(node, cst.Attribute) or not isinstance(node.value, cst.Name):
+        return []
+    dest = node.attr.value
+    root = model.root
+    if dest in option_defaults(root) or (value.module is not root and dest in option_defaults(value.module)):
+        return []
+    doc = root.tree.get_docstring(clean=False)
+    script = Path(str(root.path)).name
+    if not doc or not script.endswith(".py"):
+        return []
+    text = re.sub(r"\\[ \t]*\n", " ", doc)
+    runs = re.compile(rf"(?:\bpython[\d.]*|\btorchrun\b|torch\.distributed\.(?:launch|run))[^\n]*?"
+                      rf"(?<![\w.-]){re.escape(script)}\b([^\n]*)")
+    flags = {f"--{dest}", f"--{dest.replace('_', '-')}"}
+    found: list[str] = []
+    for command in runs.finditer(text):
+        words = command.group(1).split()
+        given = None
+        for i, word in enumerate(words):
+            flag, eq, rest = word.partition("=")
+            if flag in flags:
+                given = rest if eq else (words[i + 1] if i + 1 < len(words) else None)
+        if given is None or not re.fullmatch(r"[\w.-]+", given):
+            return []
+        found.append(given)
+    return sorted(set(found))
 
 
 def off_by_default(model: Model, value: Value) -> bool:

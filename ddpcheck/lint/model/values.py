@@ -530,6 +530,11 @@ class Values:
                 yield from self._attribute(base, node, module, scope, frame, depth - 1, seen, at)
             return
         owner, bindings = self._bindings(scope, name, at)
+        if not bindings and owner is scope and at is not None and name.startswith("self."):
+            # `self.model = DDP(self.model)` in a method: before the method's own first
+            # assignment, `self.model` is what the instance held when the method was called (the
+            # other methods' assignments, as read from any method that does not assign it).
+            owner, bindings = self._held_on_entry(scope, name)
         if not bindings and name.startswith("self."):
             inherited = self._inherited(module, scope, name)
             if inherited:
@@ -589,6 +594,20 @@ class Values:
                         yield from self._eval(other, binding, other.module_scope, None, depth - 1, seen, None)
                     return
         yield Value(module, node, scope, frame, at)
+
+    def _held_on_entry(self, scope: Scope, name: str) -> tuple[Scope, list[tuple[Binding, Point | None]]]:
+        """The class's bindings of `self.attr` (`name`) made in its other methods, for a read in
+        the method `scope` that comes before any assignment of its own; (scope, []) where the
+        method is not a method of a class or no other method sets it."""
+        parent = scope.parent
+        if scope.kind != "function" or parent is None or parent.kind != "class" or name not in parent.assignments:
+            return scope, []
+        values = parent.assignments[name]
+        points = parent.points.get(name, [])
+        if len(points) != len(values):
+            points = [None] * len(values)
+        kept = [(v, p) for v, p in zip(values, points) if not (isinstance(v, Shared) and v.scope is scope)]
+        return (parent, kept) if kept else (scope, [])
 
     def _inherited(self, module: ModuleModel, scope: Scope, name: str) -> list[tuple[ModuleModel, Scope]]:
         """`self.device` read in a subclass's method and set only by a project base class

@@ -9,8 +9,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.ddp import option_values
-from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel
+from ddpcheck.lint.model.ddp import documented_values, option_values
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Target
 from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
@@ -35,6 +35,8 @@ _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*\.|convert_sync_batchnorm|\bsync_?
 # layers that other modules of the network build are not (a backbone with SyncBatchNorm beside a
 # decoder with BatchNorm2d).
 _SYNC_LAYER = re.compile(r"SyncBatchNorm[ \t]*\(")
+# The text of a call with plain keyword arguments: `()`, `(pretrained=True, num_classes=10)`.
+_PLAIN_CALL = re.compile(r"\((?:\s*\w+\s*=\s*[\w.]+\s*,?)*\s*\)")
 # Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
 # help=...)`): its option strings and help text. A flag nothing reads converts nothing.
 _DECLARATION = re.compile(r"""(["'])-{1,2}[\w-]+\1|\bhelp[ \t]*=[ \t]*(["'])(?:(?!\2).)*\2""")
@@ -61,7 +63,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
     and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`; only the classes
-    the key may name, when they are all known, else the whole module) are looked into, and so is the model apex's
+    and builder functions the key may name, `def ResNet18(): return ResNet(...)`, when they are all
+    known — also through a package's `from .resnet import *` —, else the whole module, with the
+    modules a package's `__init__` re-exports whole) are looked into, and so is the model apex's
     `amp.initialize(model, optimizer)` hands back (the same network, patched in place), and so are the submodules a builder
     function attaches after constructing it, `model.encoder = Encoder(...)`, and the constructor a
     network class is given and calls, `SimCLR(models.__dict__[args.arch])`; PyTorch Geometric's
@@ -87,7 +91,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
     `--sync-bn` option that is declared but never read converts nothing. A library network named
     by a string (`eval("torchvision.models." + args.model)` with `--model` defaulting to
-    `resnet18`) is read by the names the string may hold. Code that builds
+    `resnet18`, or `eval(f"torchvision.models.{args.arch}()")` that also calls it) is read by the
+    names the string may hold. An option that a library's parser declares (no default in sight)
+    holds what every usage command of the script's docstring passes to it (`python train.py
+    --arch resnet50`); where one command leaves it out, the network is unknown. Code that builds
     `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
     module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
 
@@ -498,6 +505,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         call = made.call
         assert call is not None
         func = call.func
+        if dotted(func) == "eval" and len(call.args) == 1 and not made.scope.lookup("eval"):
+            # `eval(f"torchvision.models.{args.arch}()")`: the string builds the network itself.
+            return self._library_network_by_name(made, call.args[0].value, built=True)
         if not (isinstance(func, cst.Call) and dotted(func.func) == "eval" and len(func.args) == 1) \
                 or made.scope.lookup("eval"):
             return False
@@ -530,18 +540,24 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             found += 1
         return found > 0
 
-    def _library_network_by_name(self, made: Value, text: cst.BaseExpression) -> bool:
+    def _library_network_by_name(self, made: Value, text: cst.BaseExpression, built: bool = False) -> bool:
         """`eval("torchvision.models." + args.model)(pretrained=True)`: a library's network
         named by a prefix and a value whose strings are known (literals, an option's default);
-        True when every name it may hold is a network made of BatchNorm layers."""
+        True when every name it may hold is a network made of BatchNorm layers. `built`: the
+        string also calls it, `f"torchvision.models.{args.arch}()"` (plain arguments only)."""
         prefix: str | None = None
         named: cst.BaseExpression | None = None
-        if isinstance(text, cst.BinaryOperation) and isinstance(text.operator, cst.Add):
+        parts = list(text.parts) if isinstance(text, cst.FormattedString) else []
+        if built:
+            # The call's text at the end: `()`, `(pretrained=True)`, `(num_classes=10)`.
+            tail = parts.pop() if len(parts) == 3 else None
+            if not isinstance(tail, cst.FormattedStringText) or not _PLAIN_CALL.fullmatch(tail.value):
+                return False
+        if isinstance(text, cst.BinaryOperation) and isinstance(text.operator, cst.Add) and not built:
             prefix, named = string_text(text.left), text.right
-        elif isinstance(text, cst.FormattedString) and len(text.parts) == 2 \
-                and isinstance(text.parts[0], cst.FormattedStringText) \
-                and isinstance(text.parts[1], cst.FormattedStringExpression):
-            prefix, named = text.parts[0].value, text.parts[1].expression
+        elif len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) \
+                and isinstance(parts[1], cst.FormattedStringExpression):
+            prefix, named = parts[0].value, parts[1].expression
         if prefix is None or named is None or not prefix.endswith(".") or string_text(named) is not None:
             return False
         target = self.model.resolver.name(made.module, prefix[:-1], made.scope)
@@ -551,11 +567,17 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         return bool(names) and all(n.isidentifier() and _builds_batchnorm(f"{target.external}.{n}") for n in names)
 
     def _names_of(self, made: Value, expr: cst.BaseExpression) -> list[str]:
-        """The strings `expr` may hold: literals, or the default of the command-line option it reads."""
+        """The strings `expr` may hold: literals, or the default of the command-line option it
+        reads, or what the script's documented commands pass to an option declared out of sight."""
         names = []
         for value in self.model.values.of(made.module, expr, made.scope, made.frame, at=made.at):
-            for held in option_values(self.model, value) or [value]:
-                text = string_text(held.node) if isinstance(held.node, cst.BaseExpression) else None
+            held = option_values(self.model, value)
+            if not held:
+                # An option a library's parser declares: the values the script's documented
+                # commands give it.
+                names += documented_values(self.model, value)
+            for one in held or [value]:
+                text = string_text(one.node) if isinstance(one.node, cst.BaseExpression) else None
                 if text is not None:
                     names.append(text)
         return names
@@ -618,15 +640,58 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             name = dotted(chosen[0])
             target = self.model.resolver.name(made.module, name, made.scope) if name else None
             if target is not None and target.kind == "module" and target.path is not None:
-                # The classes the key may name, when every one is known and defined there:
+                # The classes and builder functions the key may name, when every one is known:
                 # only those are built (`--arch TinyMLP` of a module that also holds a ResNet).
-                held = self.model.project_model(Path(target.path))
+                # A package's networks are usually re-exported (`from .resnet import *` in its
+                # `__init__`): the name is looked up as the package's attribute.
                 names = self._names_of(made, chosen[1])
-                if held is not None and names and all(n in held.classes for n in names):
-                    return [t for n in names for t in self._instance_texts((held, held.classes[n]))]
-                text = self.model.project.text(target.path)
-                return [text] if text is not None else []
+                found = [self.model.resolver.in_module(Path(target.path), n) for n in names if n.isidentifier()]
+                known = [self._definition_texts(t) for t in found if t is not None]
+                if names and len(known) == len(names) and all(k is not None for k in known):
+                    return [t for k in known if k is not None for t in k]
+                return self._module_texts(Path(target.path))
         return []
+
+    def _module_texts(self, path: Path) -> list[str]:
+        """The code of the project module at `path` and of the project modules it re-exports
+        whole (`from .resnet import *` in a package's `__init__`): what its attributes may be."""
+        out: list[str] = []
+        todo: list[Path] = [path]
+        seen: set[Path] = set()
+        while todo and len(seen) < 32:
+            here = todo.pop()
+            if here in seen:
+                continue
+            seen.add(here)
+            text = self.model.project.text(here)
+            if text is not None:
+                out.append(text)
+            index = self.model.project.index(here)
+            for star in index.stars if index is not None else ():
+                where = locate(here, star)
+                if where is not None and not where[1]:
+                    todo.append(where[0])
+        return out
+
+    def _definition_texts(self, target: Target) -> list[str] | None:
+        """The code of the project class or builder function `target` names (`_instance_texts`;
+        for a function, what it reaches in its module and what that imports from the project,
+        as for a class), or None where it names neither."""
+        found = self.model.graph.class_at(target)
+        if found is not None:
+            return self._instance_texts(found)
+        if target.kind != "function" or target.path is None:
+            return None
+        module = self.model.project_model(target.path)
+        function = _top_level_defs(module).get(target.name) if module is not None else None
+        if module is None or not isinstance(function, cst.FunctionDef):
+            return None
+        parts = [_reachable_from(module, function, ())]
+        parts += self._imported_parts(module, _names_used(module, [t for t, _ in parts]))
+        texts = [text for text, _ in parts]
+        if any(off for _, off in parts) and not any(_BUILDS.search(code_only(t)) for t in texts):
+            texts = [_TYPE_TEST.sub("", t) for t in texts]
+        return texts
 
     def _instance_texts(self, instance: tuple[ModuleModel, ClassInfo]) -> list[str]:
         """The code of a project network class: its class and bases (`_reachable_code`) and what
