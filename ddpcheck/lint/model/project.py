@@ -6,7 +6,9 @@ the topmost `__init__.py`), the project root (nearest folder with pyproject.toml
 setup.cfg or .git, at most 6 levels up) and its `src/`; then, for a name none of them has, the
 folder above the importing file's own top package of that name (a module in `libs/training/`
 importing `libs.support.utils` runs only with the folder above `libs/` on the path), then the
-folders the project adds to `sys.path` itself (model/syspath.py). Never site-packages: ddpcheck
+folders the project adds to `sys.path` itself (model/syspath.py), then the folder one or two
+levels up whose script imports the file's folder as a package (`exp/exp_main.py`, imported as
+`exp.exp_main` by `run.py` beside `exp/`, reads `from utils.tools import ...` from there). Never site-packages: ddpcheck
 learns what *the project's* modules do, and reads them as text (it never imports them). A name
 resolves to the project's file whenever one exists — `datasets`, `utils`, or a package named like
 a published library when linting inside that library — and to an outside library only when none
@@ -16,6 +18,7 @@ does.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -130,7 +133,63 @@ def _locate_absolute(folder: Path, dotted: str) -> tuple[Path, str] | None:
                       if a.name == head and a.parent != a and _outside_packages(a))
     if not roots:  # not on the ordinary path: perhaps in a folder the project adds to sys.path
         roots = tuple(r for r in _added_roots(folder) if head in _top_names(r))
+    if not roots:
+        roots = tuple(r for r, package in _folders_above(folder)
+                      if head in _top_names(r) and _imports_package(r, package))
     return _split(dotted, roots) if roots else None
+
+
+@lru_cache(maxsize=1024)
+def _folders_above(folder: Path) -> tuple[tuple[Path, str], ...]:
+    """The folders a script that imports the modules of `folder` may start from, each with the
+    package name it would import them under: a module in a plain folder (`exp/exp_main.py`, no
+    `__init__.py`) that a script in the folder above imports as `exp.exp_main` runs with that
+    folder on `sys.path`, so the module's own `from utils.tools import ...` reads that folder's
+    `utils/`. One or two levels above the top of `folder`'s package, never above the project's
+    root. A folder counts only where one of its modules imports that package (`_imports_package`:
+    a script of `examples/` run by itself does not see the folder above)."""
+    top = folder
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    project = _project_root(folder)
+    found: list[tuple[Path, str]] = []
+    package = top.name
+    ancestor = top
+    for _ in range(2):
+        if ancestor.parent == ancestor:
+            break
+        below, ancestor = ancestor, ancestor.parent
+        if (project is not None and not ancestor.is_relative_to(project)) or not _outside_packages(ancestor):
+            break
+        if below is not top:
+            package = f"{below.name}.{package}"
+        found.append((ancestor, package))
+    return tuple(found)
+
+
+_FILES_READ = 64  # modules read per folder for the imports of a package below it
+_BYTES_READ = 200_000
+
+
+@lru_cache(maxsize=1024)
+def _imports_package(folder: Path, package: str) -> bool:
+    """A module directly in `folder` imports `package` (`from exp.exp_main import Exp`,
+    `import exp.exp_main`)."""
+    pattern = re.compile(rb"^\s*(?:from|import)\s+" + re.escape(package.encode()) + rb"[.\s]", re.M)
+    try:
+        with os.scandir(folder) as entries:
+            files = sorted(e.path for e in entries if e.name.endswith(".py") and e.is_file())
+    except OSError:
+        return False
+    for name in files[:_FILES_READ]:
+        try:
+            with open(name, "rb") as handle:
+                raw = handle.read(_BYTES_READ)
+        except OSError:
+            continue
+        if pattern.search(raw):
+            return True
+    return False
 
 
 @lru_cache(maxsize=1024)

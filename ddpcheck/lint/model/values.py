@@ -1365,13 +1365,16 @@ class Values:
     @staticmethod
     def compatible(*values: Value) -> bool:
         """Whether leaves can be chosen together in one run: not when two of them are chosen in
-        opposite arms of one `if` (or `a if c else b`)."""
+        opposite arms of one `if` (or `a if c else b`). A test held true that is an `and` holds
+        each of its parts too, and one held false that is an `or` fails each of its parts: the
+        arm of `if ddp and split != "test":` meets `... if ddp else ...` only on `ddp`'s true arm."""
         taken: dict[object, bool] = {}
         for value in values:
             for guard in value.conditions:
-                side = taken.setdefault(_guard_key(value, guard), guard.negated)
-                if side != guard.negated:
-                    return False
+                for key, negated in _held_parts(value, guard.test, guard.negated, _guard_key(value, guard)):
+                    side = taken.setdefault(key, negated)
+                    if side != negated:
+                        return False
         return True
 
     # --- keyword arguments through dicts -------------------------------------------------------
@@ -1444,6 +1447,27 @@ class Values:
                         for entry_key, value, guards, _ in function.scope.updates.get(param.name, ()):
                             if not guards:
                                 yield earlier, function, entry_key, value
+
+    def written_into(self, site: CallSite, expr: cst.BaseExpression) -> list[Value]:
+        """What the entries written into the dict `expr` (a name of `site`'s own scope) before
+        `site` may hold, whatever their keys: `d["k"] = v` and `d.update(k=v)` give `v`,
+        `d.update(other)` gives `other` whole. Only writes on a path to `site` count, and none
+        that `expr` is bound again after."""
+        name = dotted(expr)
+        if name is None:
+            return []
+        scope, at = site.scope, site.point
+        out: list[Value] = []
+        arms = {(id(g.node), g.negated) for g in at.guards}
+        for _, value, guards, point in scope.updates.get(name, ()):
+            # Earlier in the same pass, not in the other arm of an `if` around the site (a loop
+            # that brings a write round to the next pass meets the `d = {}` that starts it).
+            if point.tick >= at.tick or any((id(g.node), not g.negated) in arms for g in guards):
+                continue
+            if any(p is not None and p.tick > point.tick and p.reaches(at) for p in scope.points.get(name, ())):
+                continue  # (bound to another dict after this write)
+            out += self.of(site.module, value, scope, at=point)
+        return out
 
     def _updated(self, module: ModuleModel, scope: Scope, name: str, key: str, at: Point | None) -> list[Value]:
         """What the entries added to the dict `name` later (`kw.update(...)`, `kw["k"] = v`) put
@@ -1721,6 +1745,26 @@ def _guard_key(value: Value, guard: Guard) -> object:
     if any(isinstance(n, _IMPURE) for n in subexpressions(test)):
         return id(guard.node)
     return (id(value.module), id(value.scope), _test_text(value.module, test))
+
+
+def _held_parts(value: Value, test: cst.BaseExpression, negated: bool, key: object) -> Iterator[tuple[object, bool]]:
+    """(key, negated) for a test held `negated` and for the parts of it that then hold as well:
+    the operands of an `and` held true, of an `or` held false, the operand of a `not` (a part
+    that calls something is keyed by its node: read again, it may differ)."""
+    yield key, negated
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        yield from _held_parts(value, test.expression, not negated, _part_key(value, test.expression))
+        return
+    if not isinstance(test, cst.BooleanOperation) or isinstance(test.operator, cst.And) == negated:
+        return
+    for part in (test.left, test.right):
+        yield from _held_parts(value, part, negated, _part_key(value, part))
+
+
+def _part_key(value: Value, part: cst.BaseExpression) -> object:
+    if any(isinstance(n, _IMPURE) for n in subexpressions(part)):
+        return id(part)
+    return (id(value.module), id(value.scope), _test_text(value.module, part))
 
 
 def _plain_test(test: cst.BaseExpression) -> bool:

@@ -11,12 +11,13 @@ from pathlib import Path
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Target
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope, Target
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.semantic import Model
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
+from ddpcheck.lint.model.values import Frame
 
 Strips = Callable[[str], bool]  # whether a piece of code removes the prefix from state-dict keys
 
@@ -215,6 +216,35 @@ def saved_file_names(model: Model, saves: list[CallSite]) -> frozenset[str]:
             if isinstance(value.node, cst.CSTNode):
                 found |= _file_names(value.module.code(value.node))
     return frozenset(found)
+
+
+def spelled_files(model: Model, module: ModuleModel, path: cst.BaseExpression | None, scope: Scope,
+                  frame: Frame | None = None, at: Point | None = None) -> frozenset[str] | None:
+    """The file names the path `path` ends with (`os.path.join(out, "best.pth")`, `"ckpt_{}.pt"
+    .format(epoch)`), when every value it may hold spells one as a literal; None when one does
+    not (`args.resume`: any file)."""
+    if path is None:
+        return None
+    values = model.values.of(module, path, scope, frame, at=at)
+    found: set[str] = set()
+    for held in values:
+        if not isinstance(held.node, cst.CSTNode):
+            return None
+        names = _file_names(held.module.code(held.node))
+        if not names:
+            return None
+        found |= names
+    return frozenset(found) if values else None
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether two spelled file names may name one file: a replacement field (`{}`, `{epoch}`)
+    stands for any text."""
+    return _name_pattern(a).fullmatch(b) is not None or _name_pattern(b).fullmatch(a) is not None
+
+
+def _name_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in re.split(r"\{[^{}]*\}", name)))
 
 
 # A file that starts a distributed run of its own (its checkpoints are its own business).

@@ -122,7 +122,9 @@ def saved_state_dicts(model: Model) -> Iterator[tuple[CallSite, Value, cst.Call,
 
 def _state_dicts_in(model: Model, save: CallSite, obj: cst.BaseExpression
                     ) -> Iterator[tuple[CallSite, Value, cst.Call, CallSite]]:
-    for value in model.values.at_call(save, obj):
+    # A dict filled entry by entry before the save (`ckpt = {}; ckpt["G"] = G.state_dict()`)
+    # holds what those writes put in it.
+    for value in [*model.values.at_call(save, obj), *model.values.written_into(save, obj)]:
         node = value.node
         if not isinstance(node, cst.CSTNode):
             continue

@@ -6,13 +6,15 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import before, is_ddp
+from ddpcheck.lint.model.ddp import before, holds_ddp
 from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import subexpressions
+from ddpcheck.lint.model.syntax import argument, subexpressions
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
-    loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, saved_file_names,
+    loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
+    saved_file_names, spelled_files,
 )
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
@@ -30,19 +32,24 @@ class DdpStateDictPrefix(Rule):
     nothing and evaluates a randomly initialised model.
 
     Reported at the `state_dict()` call whose result `torch.save` writes, directly, inside the
-    object it saves, or through a project save helper: one that takes the object as a parameter,
+    object it saves (also a dict filled entry by entry before the save: `ckpt = {}; ckpt["G"] =
+    G.state_dict()`), or through a project save helper: one that takes the object as a parameter,
     or forwards its `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`
     called as `save_on_master(model.state_dict(), path)`; a caller that passes a `*` of its own
-    is not read).
+    is not read). The DDP model compiled afterwards (`torch.compile(DDP(model))`, keys
+    `_orig_mod.module.`; DDP024 reports the compile's part) counts as the DDP model.
 
     Informational, since a project may always load into a DDP model. Not reported when the file
     loads checkpoints into the DDP model itself (also by handing it to a project function that
     loads a state dict read from a file in its own body, or through a call that passes the model
     on; not a training function that only builds a loss network loading its own pretrained
     weights) (unless a plain-model script beside it — a
-    single-GPU twin of the training script — reads them through the same project loader),
-    strips the prefix (`"module."` appears in the file, or `consume_prefix_in_state_dict_if_present`
-    is used), loads through a project function that strips it (`load_state_dict(fix_keys(
+    single-GPU twin of the training script — reads them through the same project loader; and
+    only for the files those loads read: where every such load spells its file name and a save
+    spells another, `best_model.prm` beside the `checkpoint.pth` a resume reads, that save is
+    still reported; `{}` in a name matches any text),
+    strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
+    `consume_prefix_in_state_dict_if_present` is used), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
     strips it (an inference or export script the run never imports; not a network's constructor
     that renames the keys of pretrained weights it loads into one of its parts, `self.backbone.
@@ -191,8 +198,14 @@ class DdpStateDictPrefix(Rule):
                 or project_reads_into_ddp(model):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
-        if self._loads_into_ddp(loaders) and not plain_readers(model, loaders):
-            return  # checkpoints are loaded into the DDP model: the prefix round-trips
+        read: list[frozenset[str] | None] = []
+        if self._loads_into_ddp(loaders, read) and not plain_readers(model, loaders):
+            # Checkpoints are loaded into the DDP model: the prefix round-trips — for the files
+            # those loads read. A save to a file none of them reads (`best_model.pth` beside
+            # the `checkpoint.pth` a resume reads) is not read back that way.
+            found = self._not_read_back(found, read)
+            if not found:
+                return
         for site, value, sd in found:
             assert isinstance(sd.func, cst.Attribute)
             receiver = " ".join(value.module.code(sd.func.value).split())
@@ -221,14 +234,30 @@ class DdpStateDictPrefix(Rule):
             # model whenever it takes the model to be wrapped; which runs take the other arm
             # depends on how `cond` and the wrap agree, which this does not follow.
             return False
-        return any(is_ddp(self.model, v) and before(v, site) for v in values)
+        return any(holds_ddp(self.model, v) and before(v, site) for v in values)
 
-    def _loads_into_ddp(self, loaders: list[Function]) -> bool:
+    def _not_read_back(self, found: list[tuple[CallSite, Value, cst.Call]], read: list[frozenset[str] | None]
+                       ) -> list[tuple[CallSite, Value, cst.Call]]:
+        """The saves of `found` whose file no load into the DDP model reads: both the file the
+        save writes and every file those loads read are spelled (`read`: the file names of each
+        load, None where a load's path is not spelled, such as `args.resume`), and they differ."""
+        if not read or any(files is None for files in read):
+            return []
+        names = {name for files in read if files is not None for name in files}
+        kept = []
+        for save, value, sd in found:
+            written = spelled_files(self.model, save.module, save.arg("f", 1), save.scope, at=save.point)
+            if written is not None and not any(same_file(a, b) for a in written for b in names):
+                kept.append((save, value, sd))
+        return kept
+
+    def _loads_into_ddp(self, loaders: list[Function], read: list[frozenset[str] | None]) -> bool:
         """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
         or the DDP model handed to a function of the project that reads a file and loads a state
         dict into what it gets (`restart_from_checkpoint(path, state_dict=model)`; such functions
         are added to `loaders`). A state dict the run builds itself (buffers averaged across
-        ranks and loaded back) is no checkpoint."""
+        ranks and loaded back) is no checkpoint. The file names each such load reads go to
+        `read` (None where they are not spelled)."""
         model = self.model
         found = False
         for site in model.paths.sites():
@@ -237,12 +266,13 @@ class DdpStateDictPrefix(Rule):
                 assert receiver is not None
                 loaded = site.arg("state_dict", 0)
                 if loaded is not None and self._read_from_file(site, loaded) and any(
-                    is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)
+                    holds_ddp(model, v) and before(v, site) for v in model.values.at_call(site, receiver)
                 ):
                     found = True
+                    read.append(self._files_read(site, loaded))
             elif site.target is not None and site.target.external is None:
                 passed = [a for a in site.node.args
-                          if any(is_ddp(model, v) for v in model.values.at_call(site, a.value))]
+                          if any(holds_ddp(model, v) for v in model.values.at_call(site, a.value))]
                 if not passed or not {"load_state_dict", "load"} <= model.facts.of_call(site):
                     continue
                 targets = [(f, b) for f, b in model.graph.targets(site)
@@ -250,6 +280,7 @@ class DdpStateDictPrefix(Rule):
                 if targets:
                     found = True
                     loaders += [f for f, _ in targets]
+                    read += [self._function_reads(f) for f, _ in targets]
         return found
 
     def _loads_into(self, function: Function, names: set[str] | None, depth: int) -> bool:
@@ -308,6 +339,44 @@ class DdpStateDictPrefix(Rule):
         return False
 
 
+    def _files_read(self, site: CallSite, expr: cst.BaseExpression) -> frozenset[str] | None:
+        """The file names the `torch.load` that `expr` comes from reads (see `_read_from_file`),
+        None where its path is not spelled."""
+        model = self.model
+        names: set[str] = set()
+        loads = 0
+        for value in model.values.at_call(site, expr):
+            node = value.node
+            if not isinstance(node, cst.CSTNode):
+                continue
+            for sub in subexpressions(node):
+                reads: list[tuple[Value, cst.Call]] = []
+                if isinstance(sub, cst.Call) and model.qualname(value.module, sub.func, value.scope) == api.LOAD:
+                    reads.append((value, sub))
+                elif isinstance(sub, cst.Name) and sub is not node:
+                    reads += [(v, v.call) for v in model.values.of(value.module, sub, value.scope, value.frame, at=value.at)
+                              if v.call is not None and model.api_of(v) == api.LOAD]
+                for where, call in reads:
+                    files = spelled_files(model, where.module, argument(call, "f", 0), where.scope, where.frame, where.at)
+                    if files is None:
+                        return None
+                    names |= files
+                    loads += 1
+        return frozenset(names) if loads else None
+
+    def _function_reads(self, function: Function) -> frozenset[str] | None:
+        """The file names the `torch.load` calls in `function`'s own body read; None where one
+        is not spelled or the load happens further down."""
+        names: set[str] = set()
+        loads = [c for c in function.module.calls_in(function.qualname) if self.model.api(c) == api.LOAD]
+        for call in loads:
+            files = spelled_files(self.model, call.module, call.arg("f", 0), call.scope, at=call.point)
+            if files is None:
+                return None
+            names |= files
+        return frozenset(names) if loads else None
+
+
 def _inner_module(node: object) -> bool:
     """`x.module`: the model a wrapper holds."""
     return isinstance(node, cst.Attribute) and node.attr.value == "module"
@@ -342,10 +411,10 @@ def _strips_prefix(source: str) -> bool:
     helper that removes it."""
     # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
     # `in` rules them out faster than the pattern's scan with its look-behind at every character.
-    if "'module." in source or '"module.' in source:
+    if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
         if _PREFIX.search(source):
             return True
     return "consume_prefix_in_state_dict" in source
 
 
-_PREFIX = re.compile(r"""(?<![\w.])['"]module\.""")
+_PREFIX = re.compile(r"""(?<![\w.])['"](?:_orig_mod\.)?module\.""")

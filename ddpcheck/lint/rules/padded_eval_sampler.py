@@ -220,6 +220,36 @@ def _trims(scope: cst.CSTNode) -> bool:
     return False
 
 
+def _selects_training(test: cst.BaseExpression, negated: bool) -> bool:
+    """A test that, held true (`negated` False) or false, picks the training set: `flag ==
+    "train"` or `flag in ("train",)` held true, `flag != "train"` held false, `is_train` /
+    `self.training` held true (and the same under `not`)."""
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, negated = test.expression, not negated
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        name = (dotted(test) or "").rsplit(".", 1)[-1].lower()
+        return not negated and name in _TRAINING_FLAGS
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    literals = [test.left, target.comparator]
+    if isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)):
+        literals = [e.value for e in target.comparator.elements]
+    texts = [string_text(e) for e in literals]
+    if not any(t is not None for t in texts) or not all(t is None or t.lower() == "train" for t in texts):
+        return False
+    operator = target.operator
+    if isinstance(operator, (cst.Equal, cst.In)):
+        return not negated
+    if isinstance(operator, (cst.NotEqual, cst.NotIn)):
+        return negated
+    return False
+
+
+# Flags that hold on the training arm of a builder.
+_TRAINING_FLAGS = frozenset({"train", "training", "is_train", "is_training", "for_train", "train_mode"})
+
+
 def _split_key(expr: cst.BaseExpression) -> str | None:
     """The string key of a split taken from a dict of them (`datasets["test"]` → "test")."""
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
@@ -273,7 +303,9 @@ class PaddedEvalSampler(Rule):
     "train":`) or the caller also takes a training loader from the same call (the names a call
     is unpacked to count: `val_sampler, val_loader = make_loader(args, ds)`), or the caller's
     arguments rule out every loader of the builder that takes the sampler (`make_loader(100,
-    "val")` with `DataLoader(ds, sampler=sampler)` only under `if tag == "train":`). A helper that
+    "val")` with `DataLoader(ds, sampler=sampler)` only under `if tag == "train":`). A sampler
+    made under a test that picks the training set (`if flag == "train":`, `if is_train:`, the
+    else of `if flag != "train":`) is the training loader's, whoever calls the builder. A helper that
     gathers the per-rank values and returns their sum or mean (`torch.cat(parts).sum() / n`)
     reduces them like an all-reduce. An evaluation that reads a fixed number of batches (`for _
     in range(eval_iters): batch = next(it)`, or breaks after one) estimates from a sample, which
@@ -595,6 +627,8 @@ class PaddedEvalSampler(Rule):
         named_train = any("train" in n.lower() for n in names) or "train" in (dataset_name or "").lower()
         if is_false(shuffle) and not named_train:
             return True
+        if not named_train and any(_selects_training(g.test, g.negated) for g in site.guards):
+            return False  # the builder's training arm (`if flag == "train":`), whoever calls it
         function = self.model.paths.function_of(site)
         if named_train:
             # A builder that serves every set may name its one sampler after training

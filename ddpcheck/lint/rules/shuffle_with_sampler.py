@@ -32,8 +32,8 @@ class ShuffleWithSampler(Rule):
     builds the loader (`build(ds, sampler=s, shuffle=False)` and `build(ds)` are two loaders,
     neither wrong), and values set in opposite arms of one `if` (`sampler = DistributedSampler(ds);
     shuffle = False` / `else: sampler = None; shuffle = True`), or of one name-only test written
-    twice (`... if n_gpus > 1 else None` and `shuffle=False if n_gpus > 1 else True`), never
-    meet. `shuffle=True if sampler is None else False` with that same sampler passed is True
+    twice (`... if n_gpus > 1 else None` and `shuffle=False if n_gpus > 1 else True`; the arm of
+    `if ddp and split != "test":` holds `ddp` too), never meet. `shuffle=True if sampler is None else False` with that same sampler passed is True
     only where there is no sampler: not reported (and where every binding of `sampler` builds
     one, the True arm is not a value at all). `shuffle=(sampler is None)` and other computed
     values (`shuffle=is_train and sampler is None`) are not reported.
