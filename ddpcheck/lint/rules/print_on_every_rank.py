@@ -638,7 +638,7 @@ class PrintOnEveryRank(Rule):
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
         or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
         paths = self.model.paths
-        return paths.restricted(site) in ("never", "main", "node", "other") or paths.callee_only_on_main(site) \
+        return paths.restricted(site) in ("never", "main", "node", "other", "some") or paths.callee_only_on_main(site) \
             or self._checked_by_rank_helper(site)
 
     def _checked_by_rank_helper(self, site: CallSite) -> bool:
