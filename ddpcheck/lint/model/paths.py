@@ -34,7 +34,7 @@ from ddpcheck.lint.model.conditions import (
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.scripts import project_files
@@ -114,9 +114,11 @@ class Paths:
                     continue
                 for callee, bound in self.model.graph.targets(site):
                     if callee.module is root:
-                        if bound == "method" and module is not root:
+                        if module is not root and (bound == "method" or _calls_parameter(site)):
                             # A base class elsewhere calling `self.m()` that a class of the
-                            # linted file overrides: a caller of the override.
+                            # linted file overrides, or a helper calling the function the file
+                            # handed it (`multi_proc_run(n, fun=train)`, then `fun(*args)` in the
+                            # spawned worker): a caller of the file's function.
                             self._edges.setdefault(callee, []).append((site, bound))
                         continue
                     self._edges.setdefault(callee, []).append((site, bound))
@@ -955,6 +957,13 @@ def is_no_grad(model: PathsModel, module: ModuleModel, withs: tuple[cst.With, ..
             if model.qualname(module, expr) in api.NO_GRAD:
                 return True
     return False
+
+
+def _calls_parameter(site: CallSite) -> bool:
+    """`fun(*args)` where `fun` is a parameter of the calling function: a callback."""
+    func = site.node.func
+    return isinstance(func, cst.Name) and site.scope.kind == "function" and any(
+        isinstance(b, Param) for b in site.scope.assignments.get(func.value, []))
 
 
 def _reads_names(site: CallSite) -> bool:
