@@ -85,6 +85,9 @@ GATHERS = frozenset({
     "torch.distributed.all_gather_into_tensor", "torch.distributed.gather",
     "torch.distributed.gather_object",
 })
+# Collectives that hand each rank its own piece of the source rank's data.
+SCATTER_OBJECT_LIST = "torch.distributed.scatter_object_list"
+SCATTERS = frozenset({"torch.distributed.scatter", SCATTER_OBJECT_LIST})
 
 # mpi4py: `MPI.COMM_WORLD.bcast(...)` blocks until every rank of the communicator joins.
 MPI_COMM_WORLD = "mpi4py.MPI.COMM_WORLD"

@@ -251,6 +251,31 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
     return None
 
 
+def bounded_rank(test: cst.BaseExpression, resolve: Resolve) -> bool | None:
+    """A rank compared with an order operator to a configured bound (`local_rank < args.num_gpus`,
+    `rank >= N_WORKERS`): True when the test holds on ranks from the bound up (never rank 0),
+    False when it holds on the ranks below it (rank 0 among them, perhaps all); None for any
+    other test."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    comp = test.comparisons[0]
+    op = comp.operator
+    if not isinstance(op, (cst.LessThan, cst.LessThanEqual, cst.GreaterThan, cst.GreaterThanEqual)):
+        return None
+    left, right = test.left, comp.comparator
+    if is_rank_value(left, resolve) and _configured_bound(right):
+        return isinstance(op, (cst.GreaterThan, cst.GreaterThanEqual))  # `rank >= K`
+    if is_rank_value(right, resolve) and _configured_bound(left):
+        return isinstance(op, (cst.LessThan, cst.LessThanEqual))  # `K <= rank`
+    return None
+
+
+def _configured_bound(expr: cst.BaseExpression) -> bool:
+    """A bound that is an option or an upper-case constant (not a literal: `rank > 0`, `rank <
+    1` are rank tests of their own, read by `selects_main_rank`)."""
+    return not isinstance(expr, cst.Integer) and _configured_rank(expr)
+
+
 def _configured_rank(expr: cst.BaseExpression) -> bool:
     """A value a rank is compared to that names one configured rank: an option (`args.main_rank`),
     a constant (`LOGGING_RANK`, `OFFSET + HOST_RANK`: upper-case names by convention), a positive

@@ -8,7 +8,7 @@
   object only rank 0 makes (`if self.writer is not None:`), a rank-0 decorator of the function
   (`@rank_zero_only`, or a project decorator whose wrapper tests the rank), an `if` whose one
   branch sets up the process group (the other is a single-process run).
-- The one question: `ranks(site)` — "never", "single", "main", "node", "other", "every" or
+- The one question: `ranks(site)` — "never", "single", "main", "node", "other", "some", "every" or
   "unknown" — answers for every rule where a call runs; `restricted(site)` is the part its own
   guards decide. A caller whose arguments make a guard of the code false never reaches it.
 - Every rank: a call runs on every rank when no such guard is around it, and its function is an
@@ -29,12 +29,12 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    Resolve, is_distributed_test, selects_main_rank, vacuous_without_flag, widened,
+    Resolve, bounded_rank, is_distributed_test, selects_main_rank, vacuous_without_flag, widened,
 )
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.scripts import project_files
@@ -114,9 +114,11 @@ class Paths:
                     continue
                 for callee, bound in self.model.graph.targets(site):
                     if callee.module is root:
-                        if bound == "method" and module is not root:
+                        if module is not root and (bound == "method" or _calls_parameter(site)):
                             # A base class elsewhere calling `self.m()` that a class of the
-                            # linted file overrides: a caller of the override.
+                            # linted file overrides, or a helper calling the function the file
+                            # handed it (`multi_proc_run(n, fun=train)`, then `fun(*args)` in the
+                            # spawned worker): a caller of the file's function.
                             self._edges.setdefault(callee, []).append((site, bound))
                         continue
                     self._edges.setdefault(callee, []).append((site, bound))
@@ -216,7 +218,8 @@ class Paths:
 
     # --- guards ------------------------------------------------------------------------------
     def kind(self, module: ModuleModel, guard: Guard, scope: Scope | None = None) -> str | None:
-        """What the guard's test selects: "main" (rank 0), "other" (the ranks but 0), "single"
+        """What the guard's test selects: "main" (rank 0), "other" (the ranks but 0), "some" (a
+        part of the ranks not named: `_some_ranks`), "single"
         (a non-distributed run only), "distributed", or None — with its branch (negated) taken
         into account. "main" on the mp.spawn path only is "flag". Rank tests are read as people
         write them (conditions.py), through flags that hold one (`is_master = rank == 0` passed
@@ -257,7 +260,33 @@ class Paths:
                 distributed = self._mode_flag(module, guard.test, scope)
             if distributed is not None:
                 kind = "distributed" if distributed != guard.negated else "single"
+            elif self._some_ranks(module, guard, scope, resolve):
+                kind = "some"
         return kind
+
+    def _some_ranks(self, module: ModuleModel, guard: Guard, scope: Scope | None, resolve: Resolve) -> bool:
+        """The branch runs on a part of the ranks that no test here names as rank 0 or as the
+        others: the ranks from a configured bound up (`if rank >= args.num_gpus:`, the `else` of
+        `if local_rank < args.num_gpus:` in a job that runs one extra host process), or the
+        ranks whose piece of a scatter passes a test (`dist.scatter_object_list(mine, states,
+        src=n)`, then `if mine[0] == 2:`: each rank received its own value). Not every rank, and
+        not known which: unknown. (The other branch of a bound, `rank < args.num_gpus`, holds on
+        rank 0 and may hold on every rank: not a restriction.)"""
+        side = bounded_rank(guard.test, resolve)
+        if side is not None:
+            return side != guard.negated
+        if scope is None:
+            return False
+        names = {n.value for n in subexpressions(guard.test) if isinstance(n, cst.Name)}
+        if not names:
+            return False
+        for call in module.calls_in(scope.qualname):
+            if self.model.api(call) in api.SCATTERS:
+                out = call.arg("scatter_object_output_list", 0) if self.model.api(call) == api.SCATTER_OBJECT_LIST \
+                    else call.arg("tensor", 0)
+                if isinstance(out, cst.Name) and out.value in names:
+                    return True
+        return False
 
     def _presence_side(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope,
                        own: cst.CSTNode | None = None) -> bool | None:
@@ -571,6 +600,8 @@ class Paths:
         - "main": rank 0 only (`if rank == 0:`, a rank-0 decorator, an object only rank 0 has);
           "node": the local rank 0 of each node (`if args.local_rank == 0:`);
         - "other": every rank but rank 0;
+        - "some": a part of the ranks that no test names (the ranks from a configured bound up,
+          `if local_rank >= args.num_gpus:`; the ranks whose scattered value passes a test);
         - "every": every rank, along a chain of calls from an entry point (`every_rank`);
         - "unknown": none of these is known (a function nobody known calls).
 
@@ -590,7 +621,7 @@ class Paths:
 
     def restricted(self, site: CallSite) -> str | None:
         """What the code around `site` itself (its guards, its function's decorators, its
-        receiver) restricts it to: "never", "single", "main", "node", "other" (see `ranks`), or
+        receiver) restricts it to: "never", "single", "main", "node", "other", "some" (see `ranks`), or
         None when nothing there does (its callers may)."""
         if self.never(site) is not None or self.dead(site):
             return "never"
@@ -603,6 +634,16 @@ class Paths:
         guard = self.rank_guard(site, False)
         if guard is not None:
             return "main" if self.kind(site.module, guard, site.scope) in ("main", "flag") else "other"
+        if self.some_only(site) is not None:
+            return "some"
+        return None
+
+    def some_only(self, site: CallSite) -> Guard | None:
+        """The innermost guard that keeps `site` to a part of the ranks not named (`kind` "some":
+        the ranks from a configured bound up, the ranks whose scattered value passes a test)."""
+        for guard in reversed(site.guards):
+            if self.kind(site.module, guard, site.scope) == "some":
+                return guard
         return None
 
     def set_by_rank(self, module: ModuleModel, scope: Scope, name: str, at: Point | None = None,
@@ -690,7 +731,8 @@ class Paths:
     def every_rank(self, site: CallSite) -> list[CallSite] | None:
         """A chain of calls (outermost first) along which `site` runs on every rank of a
         distributed job; None when every path to it is guarded, or nothing is known."""
-        if self.main_only(site) is not None or self.single_only(site) is not None or self.rank_guard(site, False):
+        if self.main_only(site) is not None or self.single_only(site) is not None or self.rank_guard(site, False) \
+                or self.some_only(site) is not None:
             return None
         if self.never(site) is not None or self.dead(site) or self.receiver_only_on_main(site):
             return None
@@ -800,7 +842,7 @@ class Paths:
         callers = self.model.graph.callers(function)
         for call, bound in callers:
             if self.main_only(call) or self.single_only(call) or self.rank_guard(call, False) or self.never(call) \
-                    or self.dead(call) or self.receiver_only_on_main(call):
+                    or self.dead(call) or self.receiver_only_on_main(call) or self.some_only(call):
                 continue
             if inner is not None and self._dead_from(inner, function, call, bound):
                 continue
@@ -915,6 +957,13 @@ def is_no_grad(model: PathsModel, module: ModuleModel, withs: tuple[cst.With, ..
             if model.qualname(module, expr) in api.NO_GRAD:
                 return True
     return False
+
+
+def _calls_parameter(site: CallSite) -> bool:
+    """`fun(*args)` where `fun` is a parameter of the calling function: a callback."""
+    func = site.node.func
+    return isinstance(func, cst.Name) and site.scope.kind == "function" and any(
+        isinstance(b, Param) for b in site.scope.assignments.get(func.value, []))
 
 
 def _reads_names(site: CallSite) -> bool:

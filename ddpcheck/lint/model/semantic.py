@@ -6,7 +6,7 @@
     model.values.of(m, e, s)    what an expression may hold (values.py)
     model.graph.targets(call)   the project functions a call runs (graph.py)
     model.facts.of_call(call)   what a call does, through the functions it runs (facts.py)
-    model.paths.ranks(c)        which ranks run a call: never/single/main/node/other/every/unknown
+    model.paths.ranks(c)        which ranks run a call: never/single/main/node/other/some/every/unknown
     model.paths.every_rank(c)   whether a call runs on every rank, and along which calls (paths.py)
     model.paths.sites()         the file's calls and those of the functions it reaches elsewhere
     model.uses_ddp              whether the file takes part in DDP training

@@ -29,6 +29,8 @@ Loop = cst.CSTNode  # a For or While node, as recorded in CallSite.loops
 # Facts (model/facts.py) that make a loop body a step of the job.
 _STEP_FACTS = frozenset({"backward", "collective"})
 MAX_DEPTH = 3  # project functions followed below a loop
+# Assignments followed from a loop's items to the names derived from them in its body.
+_DERIVED_STEPS = 4
 
 
 def _names(node: cst.CSTNode) -> list[cst.Name]:
@@ -108,12 +110,18 @@ class Loops:
     def _forwards_items(self, loop: Loop, body: list[CallSite], scope: Scope | None = None) -> bool:
         """Whether the body calls an object that is neither a known API nor a function (of the
         project or imported) with the loop's items (`for x, y in loader: model(x)`, also through
-        names the body unpacks from them: `images, targets = batch`): a model's forward."""
+        names the body unpacks or derives from them, a few steps deep: `images, targets = batch`;
+        `for path in paths: name = basename(path); lq = load(join(folder, name)); model(lq)`):
+        a model's forward."""
         if not isinstance(loop, cst.For):
             return False
         items = {n.value for n in _names(loop.target)}
         if scope is not None:
-            items |= _unpacked(scope, loop, items)
+            for _ in range(_DERIVED_STEPS):
+                more = _unpacked(scope, loop, items) - items
+                if not more:
+                    break
+                items |= more
         for call in body:
             if not isinstance(call.node.func, cst.Name) or hasattr(builtins, call.node.func.value) \
                     or self.model.api(call) is not None \

@@ -9,7 +9,9 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import per_rank_or_memory, wraps
 from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.syntax import subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._loops import Loops
 
 
 
@@ -39,8 +41,11 @@ class CheckpointSavedByEveryRank(Rule):
     `if not args.multiprocessing_distributed or args.rank % ngpus_per_node == 0:` guards only
     the `mp.spawn` path: in a script torchrun can start (it reads `RANK`/`WORLD_SIZE`), it is true
     on every rank. Not reported: saves in a branch only a non-distributed run takes
-    (`if not args.distributed:`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
-    file per rank on purpose), saves into memory (`io.BytesIO`), functions nobody calls
+    (`if not args.distributed:`) or only a part of the ranks takes (`if rank >= args.num_gpus:`;
+    `if my_state[0] == 2:` on the value each rank received from `scatter_object_list`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
+    file per rank on purpose), a path named after the batch of a loop over a DataLoader (`for
+    scan_id, x in loader:` then `torch.save(out, f"{scan_id[0]}.pt")`: one file per sample, each
+    rank writing its own shard's), saves into memory (`io.BytesIO`), functions nobody calls
     on every rank, and a save beside the `mp.spawn(...)` that starts the workers (after it
     returns, in the one process that launched them) in a script torchrun cannot start. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
     are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
@@ -249,6 +254,7 @@ class CheckpointSavedByEveryRank(Rule):
     ]
 
     _inner: set[int] | None = None  # see _wrapped
+    _loops: Loops | None = None  # see _named_by_sample
 
     def finish(self) -> None:
         model = self.model
@@ -257,6 +263,8 @@ class CheckpointSavedByEveryRank(Rule):
         for site in model.paths.sites():
             target = self._file(site)
             if target is False or per_rank_or_memory(model, site, target or None):
+                continue
+            if target is not None and self._named_by_sample(site, target):
                 continue
             if model.paths.ranks(site) != "every":
                 continue
@@ -268,6 +276,25 @@ class CheckpointSavedByEveryRank(Rule):
             fix = remedies.guard_on_rank_zero(model.root, site.node) if site.module is model.root else None
             message = self.PRETRAINED_MESSAGE if site.method == "save_pretrained" else None
             self.report(site.node, message, module=site.module, related=chain, fix=fix)
+
+    def _named_by_sample(self, site: CallSite, target: cst.BaseExpression) -> bool:
+        """The file is named after an item of a loop over a DataLoader's batches (`for scan_id,
+        x in loader:` then `torch.save(noise, f"{scan_id[0]}noise.pt")`, also through a dict
+        entry a project function is handed): one file per sample, and each rank holds its own
+        shard of the samples — not one checkpoint all ranks write."""
+        if self._loops is None:
+            self._loops = Loops(self.model)
+        for value in self.model.values.at_call(site, target):
+            if value.at is None or not value.at.loops or not isinstance(value.node, cst.CSTNode):
+                continue
+            named = {n.value for n in subexpressions(value.node) if isinstance(n, cst.Name)}
+            for loop in value.module.fors:
+                if loop.node not in value.at.loops or loop.scope is not value.scope:
+                    continue
+                items = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
+                if items & named and self._loops.iterates_batches(value.module, loop.node.iter, loop.scope, loop.point):
+                    return True
+        return False
 
     def _file(self, site: CallSite) -> cst.BaseExpression | None | Literal[False]:
         """The file a save writes to (None when not given), or False when `site` is no save:

@@ -57,7 +57,10 @@ class PrintOnEveryRank(Rule):
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
-    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there.
+    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there. One
+    that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
+    checkpoint and says so — is reported at its output: a guard around its call would change
+    what the other ranks do.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -66,7 +69,10 @@ class PrintOnEveryRank(Rule):
     `is_main = True if local_rank == 0 else False` passed to a project logger that prints `if
     self.enable:`, `MAIN = rank is None or rank == 0`,
     `if writer is not None:` where only rank 0 makes the writer, a function under a rank-0
-    decorator such as `@rank_zero_only`), calls of a logger only rank 0 has (the other ranks
+    decorator such as `@rank_zero_only`; a branch that only a part of the ranks takes, not
+    named: the ranks from a configured bound up — the `else:` of `if local_rank <
+    args.num_gpus:` in a job with one host process past the GPU workers —, or a test on the
+    value a rank received from a scatter, `if my_state[0] == 2:`), calls of a logger only rank 0 has (the other ranks
     get None or a do-nothing stand-in: `else: self.logger = NoOp()`, a class whose
     `__getattr__` hands back a function that does nothing),
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
@@ -525,7 +531,28 @@ class PrintOnEveryRank(Rule):
             if not self._guarded(caller) and not self._once(caller) \
                     and not self._tags_through(caller, function, bound, site):
                 out += self._places(caller, None, depth + 1)
+        if out and self._changes_state(function):
+            # `half_learning_rate(optimizer, ...)` sets the rate and prints it: a guard around
+            # the call would leave the other ranks' rate unset, so the guard goes on the output.
+            return [site]
         return out
+
+    def _changes_state(self, function: Function) -> bool:
+        """The function does more than write to the console: it saves a file with `torch.save`
+        (itself or through a call), or writes entries of an object it did not make (`for group
+        in optimizer.param_groups: group["lr"] = lr`). Not a printer (`display()`), which only
+        formats and prints."""
+        module, scope = function.module, function.scope
+        facts = self.model.facts
+        if any("save" in facts.of_call(call) for call in module.calls_in(function.qualname)):
+            return True
+        for name in scope.updates:
+            if "." in name:
+                continue
+            made = scope.assignments.get(name, [])
+            if not made or not all(_fresh_container(b) for b in made):
+                return True
+        return False
 
     def _unreached_from(self, site: CallSite, frame: Frame) -> bool:
         """A guard of `site` that the arguments of this call make false."""
@@ -638,7 +665,7 @@ class PrintOnEveryRank(Rule):
         """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
         or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
         paths = self.model.paths
-        return paths.restricted(site) in ("never", "main", "node", "other") or paths.callee_only_on_main(site) \
+        return paths.restricted(site) in ("never", "main", "node", "other", "some") or paths.callee_only_on_main(site) \
             or self._checked_by_rank_helper(site)
 
     def _checked_by_rank_helper(self, site: CallSite) -> bool:
@@ -1073,6 +1100,15 @@ class PrintOnEveryRank(Rule):
             return True  # made in this module
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
+
+
+def _fresh_container(binding: object) -> bool:
+    """A dict or list the function makes itself (`row = {}`, `stats = dict()`): what it writes
+    into it stays in the function unless it is returned."""
+    if isinstance(binding, (cst.Dict, cst.List, cst.DictComp, cst.ListComp)):
+        return True
+    return isinstance(binding, cst.Call) and dotted(binding.func) in ("dict", "list", "OrderedDict",
+                                                                      "collections.OrderedDict", "defaultdict")
 
 
 def _names_rank(site: CallSite, node: cst.CSTNode) -> bool:
