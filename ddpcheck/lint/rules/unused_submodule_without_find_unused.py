@@ -45,7 +45,9 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
     `requires_grad = False` for some of them (`for n, p in model.named_parameters():` with
     `p.requires_grad = False` outside the head): DDP built its list of parameters that need a
     gradient when it was constructed, and waits for those too (when a training step follows;
-    freezing everything for a final evaluation waits for nothing).
+    freezing everything for a final evaluation waits for nothing, and so does a loop that freezes
+    every parameter of the DDP model itself, `for p in teacher.parameters(): p.requires_grad =
+    False` with no condition: no parameter of it gets a gradient, so its reducer waits for none).
 
     ## How to fix
     Delete the layer, or freeze it (`self.x.requires_grad_(False)`), or pass
@@ -188,6 +190,10 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                     continue
                 if any(_rebound(site, n, loop.tick) for n in watched):
                     continue  # another module under that name by the loop
+                if receiver in watched and _freezes_every_item(loop.node):
+                    # The whole model frozen (a teacher, an EMA copy): no parameter of it gets a
+                    # gradient, so the reducer marks none ready and never waits for one.
+                    continue
                 if _freezes(loop.node) and self._trains_after(loop):
                     self.report(loop.node, self.FROZEN_MESSAGE)
                     break
@@ -222,6 +228,33 @@ def _freezes(loop: cst.For) -> bool:
                 and node.func.attr.value == "requires_grad_" and dotted(node.func.value) == name \
                 and node.args and is_false(node.args[0].value):
             return True
+    return False
+
+
+def _freezes_every_item(loop: cst.For) -> bool:
+    """The loop's body freezes every item it iterates: `p.requires_grad = False` (or
+    `p.requires_grad_(False)`) as a statement of the body itself, under no `if`, with nothing
+    that leaves the iteration early."""
+    target = loop.target.elements[-1].value if isinstance(loop.target, cst.Tuple) else loop.target
+    if not isinstance(target, cst.Name) or not isinstance(loop.body, cst.IndentedBlock):
+        return False
+    name = target.value
+    if any(isinstance(node, (cst.Continue, cst.Break)) for node in subexpressions(loop.body)):
+        return False
+    for statement in loop.body.body:
+        if not isinstance(statement, cst.SimpleStatementLine):
+            continue
+        for small in statement.body:
+            if isinstance(small, cst.Assign) and is_false(small.value) and any(
+                    isinstance(t.target, cst.Attribute) and t.target.attr.value == "requires_grad"
+                    and dotted(t.target.value) == name for t in small.targets):
+                return True
+            if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
+                    and isinstance(small.value.func, cst.Attribute) \
+                    and small.value.func.attr.value == "requires_grad_" \
+                    and dotted(small.value.func.value) == name and small.value.args \
+                    and is_false(small.value.args[0].value):
+                return True
     return False
 
 
