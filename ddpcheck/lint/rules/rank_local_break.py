@@ -42,7 +42,10 @@ class RankLocalBreak(Rule):
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
     assigned from one in the function), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
-    (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`), or the
+    (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`, also where
+    `val_loss = self.validate(loader)` is the answer of a project function that makes no
+    collective and returns a sum it adds the rank's own values to in a loop, `total_loss +=
+    loss.item()`), or the
     answer of a project method that returns an attribute of its object it updates only under a
     rank condition (`stop = trainer.save_models(dir)`, whose `self.stale += 1` sits under `if
     self.rank == 0:`), and the loop makes no collective call that could agree on the decision (a
@@ -530,6 +533,29 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
+    def _returns_own_sum(self, site: CallSite) -> bool:
+        """A project function, making no collective, that returns a sum it adds the rank's own
+        values to in a loop of its own (`total_loss += loss.item()` over its loader, then `return
+        total_loss / num_batches`): each rank gets its own answer (`val_loss =
+        self.validate(val_loader)`)."""
+        if self.model.facts.does(site, "collective"):
+            return False
+        for callee, _ in self.model.graph.targets(site):
+            module = callee.module
+            scope = module.function_scopes.get(callee.qualname)
+            if scope is None:
+                continue
+            for value in module.returns.get(callee.qualname, ()):
+                for node in subexpressions(value):
+                    if not isinstance(node, cst.Name):
+                        continue
+                    points = scope.points.get(node.value, [])
+                    for binding, point in zip(scope.assignments.get(node.value, []), points):
+                        if isinstance(binding, Augmented) and point is not None and point.loops \
+                                and self._local(module, scope, binding.node.value, 0):
+                            return True
+        return False
+
     def _kept_by_one(self, root: ModuleModel, loop: LoopSite, test: cst.BaseExpression) -> bool:
         """The test reads a member of an object whose methods set it on some ranks only (and
         never on every rank from a collective's answer), and the loop never writes that member:
@@ -643,7 +669,7 @@ class RankLocalBreak(Rule):
                     return True
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
                     return True
-                if site is not None and depth > 0 and self._returns_ranked(site):
+                if site is not None and depth > 0 and (self._returns_ranked(site) or self._returns_own_sum(site)):
                     return True
             elif isinstance(node, cst.Attribute) and depth > 0 and self._member_ranked(root, scope, node):
                 return True
@@ -653,9 +679,11 @@ class RankLocalBreak(Rule):
                 # (Set again to the value every rank has is not a rank's own value.)
                 if self.model.paths.set_by_rank(root, scope, node.value, at=at, flags=False) is not None:
                     return True  # (`iter_num = checkpoint["iter_num"]` on resume: not rank 0's later `checkpoint`)
-                if node.value in seen:
+                # (Followed once per depth: a name met first deeper down, `best = val_loss`
+                # read before `val_loss < best`'s own `val_loss`, is followed again higher up.)
+                if any(f"{node.value}:{d}" in seen for d in range(depth, depth + 3)):
                     continue
-                seen.add(node.value)
+                seen.add(f"{node.value}:{depth}")
                 pairs = self.model.values.reaching(scope, node.value, at) if at is not None else []
                 if not pairs or any(isinstance(value, Augmented) for value, _ in pairs):
                     # (An augmented binding adds to the ones before it: all of them count.)
