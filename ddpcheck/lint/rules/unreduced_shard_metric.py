@@ -31,7 +31,9 @@ class UnreducedShardMetric(Rule):
 
     With a DistributedSampler each rank evaluates 1/N of the set. Counters summed in the loop
     (`correct += ...`, `total += ...`, `loss_sum += ...`, also entries of a dict of sums:
-    `totals[k] += v.item()`), and running-average objects it feeds
+    `totals[k] += v.item()`, in the loop or in a project function the loop hands the dict to
+    that adds to its entries and makes no collective: `self.aggregate_metrics(epoch_metrics,
+    outputs, batch)`), and running-average objects it feeds
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
     adds to its own attributes), and lists it appends the batch's values to (`losses.append(
     loss.item())`, then `statistics.mean(losses)`, or turned into a tensor after the loop,
@@ -62,7 +64,9 @@ class UnreducedShardMetric(Rule):
     entry: `losses[k] = reduce_tensor(losses[k])` then `totals[k] += losses[k]`) is every
     rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
-    the result (`dev = eval_dev(...)`) and reports it before any collective, or loops over it
+    the result (`dev = eval_dev(...)`) and reports it before any collective (itself, or by
+    handing it to a project function that only reports: `self.print_metrics(val_metrics)`
+    printing each entry and returning nothing), or loops over it
     (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), is reported
     there — unless the loop trains, or a collective in the loop may reduce the counters: one
     handed them or a value made from them, or a project function handed nothing (gathering the
@@ -352,7 +356,26 @@ class UnreducedShardMetric(Rule):
                 held.add(current.target.value.value)
             if type(current) not in NO_STATEMENTS_BELOW:  # (an augmented assignment is a statement)
                 stack.extend(children(current))
-        return out | (plain - reduced)
+        return out | (plain - reduced) | self._added_by_helper(root, loop)
+
+    def _added_by_helper(self, root: ModuleModel, loop: ForSite) -> set[str]:
+        """Dicts of sums the loop hands to a project function that adds to their entries
+        (`minibatch, epoch_metrics = self.aggregate_metrics(epoch_metrics, outputs, batch)`, whose
+        body makes `epoch_metrics[name] += value`) and makes no collective: the sums are this
+        rank's, as if the loop added them itself."""
+        model = self.model
+        scope = loop.scope
+        out: set[str] = set()
+        for site in root.calls:
+            if loop.node not in site.loops or site.scope is not scope or model.facts.does(site, "collective"):
+                continue
+            for function, bound in model.graph.targets(site):
+                for param in function.params():
+                    passed = model.graph.argument_for(site, function, param, bound)
+                    if isinstance(passed, cst.Name) and passed.value in scope.assignments \
+                            and _adds_to_entries(function.node, param.name):
+                        out.add(passed.value)
+        return out
 
     def _collected(self, root: ModuleModel, loop: ForSite) -> set[str]:
         """Lists the loop appends the batch's values to (`losses.append(loss.item())`, then
@@ -545,7 +568,10 @@ class UnreducedShardMetric(Rule):
                                key=lambda s: s.tick):
                 if model.facts.does(site, "collective"):
                     break
-                if self._reports(site) and names & _names_in(site.node):
+                # (Or handed to a project function that only reports: `self.print_metrics(
+                # val_metrics, loader)` printing each entry.)
+                if (self._reports(site) or model.graph.targets(site) and self._logs_only(site)) \
+                        and names & _names_in(site.node):
                     self.report(site.node, self.MESSAGE.format(
                         metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
                         module=root)
@@ -667,6 +693,21 @@ def _adds_to_self(function: cst.FunctionDef) -> bool:
         node = stack.pop()
         if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
                 and (dotted(node.target) or "").startswith("self."):
+            return True
+        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(node))
+    return False
+
+
+def _adds_to_entries(function: cst.FunctionDef, param: str) -> bool:
+    """The function adds something other than a number to an entry of its parameter `param`
+    (`epoch_metrics[name] += value`), not in a function nested in it."""
+    stack: list[cst.CSTNode] = [function.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.AugAssign) and isinstance(node.operator, cst.AddAssign) \
+                and isinstance(node.target, cst.Subscript) and isinstance(node.target.value, cst.Name) \
+                and node.target.value.value == param and not isinstance(node.value, (cst.Integer, cst.Float)):
             return True
         if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             stack.extend(children(node))
