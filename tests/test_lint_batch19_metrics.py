@@ -278,3 +278,94 @@ def test_ddp036_sums_a_helper_method_adds_after_reducing_are_clean(tmp_path: Pat
         return t.item() / dist.get_world_size()
 """}
     assert lines(tmp_path, files, "DDP036") == []
+
+
+# DDP036: the script hands each rank its slice of the arrays by hand; the model's `fit` walks
+# them in batches by hand and prints the loss and AUC `eval_by_batch` computes over them.
+SLICED_MAIN = """\
+    import os
+
+    import numpy as np
+    import torch
+
+    from model import DeepFMs
+
+    world_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", 1))
+    rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+    torch.distributed.init_process_group(backend="nccl", world_size=world_size, rank=rank)
+    Xi_all = np.load("Xi_train.npy")
+    y_all = np.load("y_train.npy")
+    Xi_valid = np.load("Xi_valid.npy")
+    y_valid = np.load("y_valid.npy")
+    local_num = int(len(Xi_all) / world_size)
+    model = DeepFMs.DeepFMs(field_size=39).cuda()
+    model.fit({xi}, {y}, Xi_valid, y_valid, rank=rank)
+"""
+
+DEEPFMS = """\
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from sklearn.metrics import roc_auc_score
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class DeepFMs(torch.nn.Module):
+        def __init__(self, field_size, batch_size=2048):
+            super().__init__()
+            self.batch_size = batch_size
+            self.linear = torch.nn.Linear(field_size, 1)
+
+        def forward(self, xi):
+            return self.linear(xi).squeeze(1)
+
+        def fit(self, Xi_train, y_train, Xi_valid, y_valid, rank=0):
+            Xi_train = Xi_train.reshape((-1, 39))
+            x_size = Xi_train.shape[0]
+            model = DDP(self.train())
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.01)
+            for epoch in range(10):
+                for i in range(x_size // self.batch_size):
+                    offset = i * self.batch_size
+                    outputs = model(torch.FloatTensor(Xi_train[offset:offset + self.batch_size]).cuda())
+                    loss = F.binary_cross_entropy_with_logits(
+                        outputs, torch.FloatTensor(y_train[offset:offset + self.batch_size]).cuda())
+                    optimizer.zero_grad()
+                    loss.backward()
+                    optimizer.step()
+                train_loss, train_eval = self.eval_by_batch(Xi_train, y_train, x_size)
+                print("Training [%d] loss: %.6f metric: %.6f" % (epoch + 1, train_loss, train_eval))
+                valid_loss, valid_eval = self.eval_by_batch(Xi_valid, y_valid, len(Xi_valid))
+                print("Validation [%d] loss: %.6f metric: %.6f" % (epoch + 1, valid_loss, valid_eval))
+                permute_idx = np.random.permutation(x_size)
+                Xi_train = Xi_train[permute_idx]
+                y_train = y_train[permute_idx]
+
+        def eval_by_batch(self, Xi, y, x_size):
+            total_loss = 0.0
+            y_pred = []
+            batch_size = 8192
+            model = self.eval()
+            for i in range(x_size // batch_size + 1):
+                offset = i * batch_size
+                end = min(x_size, offset + batch_size)
+                outputs = model(torch.FloatTensor(Xi[offset:end]).cuda())
+                y_pred.extend(torch.sigmoid(outputs).cpu().data.numpy())
+                loss = F.binary_cross_entropy_with_logits(outputs, torch.FloatTensor(y[offset:end]).cuda())
+                total_loss += loss.data.item() * (end - offset)
+            return total_loss / x_size, roc_auc_score(y, y_pred)
+"""
+
+
+def test_ddp036_arrays_sliced_by_rank_and_walked_by_hand_in_batches(tmp_path: Path) -> None:
+    files = {"main.py": SLICED_MAIN.format(xi="Xi_all[rank * local_num:(rank + 1) * local_num]",
+                                           y="y_all[rank * local_num:(rank + 1) * local_num]"),
+             "model/DeepFMs.py": DEEPFMS}
+    found = [(Path(f["path"]).name, f["location"]["line"])
+             for f in lint_project(tmp_path, files, "main.py", select="DDP036")]
+    assert found == [("DeepFMs.py", 32)]
+
+
+def test_ddp036_whole_arrays_walked_by_hand_in_batches_are_clean(tmp_path: Path) -> None:
+    files = {"main.py": SLICED_MAIN.format(xi="Xi_all", y="y_all"), "model/DeepFMs.py": DEEPFMS}
+    assert lines(tmp_path, files, "DDP036", "main.py") == []

@@ -12,7 +12,7 @@ from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.values import Frame
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import children, dotted, expressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
@@ -23,6 +23,8 @@ _WORLD_PARAMS = frozenset({"world_size", "num_replicas", "num_shards"})
 
 # Where a metric ends up in front of a person.
 _REPORTERS = frozenset({"print", "logging.info", "logging.warning"})
+# Methods that give the same rows of an array in another shape, type or place.
+_SAME_ROWS = frozenset({"reshape", "view", "astype", "copy", "to", "cuda", "float", "long"})
 _REPORT_METHODS = frozenset({"info", "log", "add_scalar", "add_scalars", "log_metrics", "write"})
 
 
@@ -76,7 +78,10 @@ class UnreducedShardMetric(Rule):
     world_size=world_size)`), or a loader whose sampler or batch sampler is a project one built
     with the rank and the number of ranks (`RankBucketBatchSampler(buckets, bs, world_size,
     rank)`, by keyword or by the parameter names of its class), is a shard as a
-    DistributedSampler's loader is. A loop that
+    DistributedSampler's loader is; so is an array a loop over `range(...)` walks by hand in
+    batches (`xb = Xi[offset:end]`, `Xi` a parameter of its function) where a caller hands the
+    function a rank's slice (`Xi[rank * n:(rank + 1) * n]`, also reshaped or permuted on the
+    way): its metrics are reported at that caller, not at one that hands it the whole set. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
     not an evaluation metric.
 
@@ -482,6 +487,8 @@ class UnreducedShardMetric(Rule):
         """The loop iterates a DataLoader fed by a DistributedSampler (the loader may be a
         parameter whose callers pass one)."""
         model = self.model
+        if self._hand_batched_share(root, loop):
+            return True
         loader = _iterated(loop.node.iter)
         if loader is None:
             return False
@@ -497,6 +504,41 @@ class UnreducedShardMetric(Rule):
             if site is not None and model.makes(site, api.DATALOADER) and self._sampler_for_rank(site):
                 return True
         return False
+
+    def _hand_batched_share(self, root: ModuleModel, loop: ForSite) -> bool:
+        """The loop walks a parameter of its function in batches by hand (`for i in
+        range(n_batches): xb = Xi[offset:end]`) and some caller hands it a rank's share of the
+        data (`Xi[rank * n:(rank + 1) * n]`, also reshaped or permuted on the way)."""
+        model = self.model
+        for name in _hand_batched(loop):
+            if any(self._rank_share(v) for v in model.values.of(root, cst.Name(name), loop.scope, at=loop.point)):
+                return True
+        return False
+
+    def _rank_share(self, value: Value, depth: int = 3) -> bool:
+        """`value` is this rank's slice of an array: `x[rank * n:(rank + 1) * n]`,
+        `x[rank::world_size]`, or such a slice reshaped (`x.reshape(...)`) or permuted
+        (`x[perm]`) on the way."""
+        node = value.node
+        if not isinstance(node, cst.BaseExpression):
+            return False
+        resolve = self.model.resolver_for(value.module, value.scope)
+        if isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
+            piece = node.slice[0].slice
+            bounds = [b for b in (piece.lower, piece.upper) if b is not None]
+            if bounds and any(is_rank_value(sub, resolve) for b in bounds for sub in expressions(b)
+                              if isinstance(sub, cst.BaseExpression)):
+                return True
+        if depth == 0:
+            return False
+        # (`Xi_train.reshape(...)`, `Xi_train[permute_idx]`: the same rows, in another shape or order.)
+        inner = node.func.value if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+            and node.func.attr.value in _SAME_ROWS else node.value if isinstance(node, cst.Subscript) \
+            and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Index) else None
+        if not isinstance(inner, cst.Name):
+            return False
+        return any(self._rank_share(v, depth - 1)
+                   for v in self.model.values.of(value.module, inner, value.scope, at=value.at))
 
     def _sampler_for_rank(self, loader: CallSite) -> bool:
         """The loader's sampler (or batch sampler) is a project one built for one rank
@@ -591,6 +633,16 @@ class UnreducedShardMetric(Rule):
         """Whether `call` hands the function a sharded loader when the loop iterates one of its
         parameters (`evaluate(model, val_loader)` where this caller's `val_loader` has no
         DistributedSampler: the whole set). True when the loop does not read a parameter."""
+        batched = _hand_batched(loop)
+        if batched:
+            # Walked by hand in batches: this caller's share decides (`eval_by_batch(Xi_train, ...)`
+            # with the rank's slice, not `eval_by_batch(Xi_valid, ...)` with the whole set).
+            for param in function.params():
+                passed = self.model.graph.argument_for(call, function, param, bound)
+                if param.name in batched and isinstance(passed, cst.BaseExpression) \
+                        and any(self._rank_share(v) for v in self.model.values.at_call(call, passed)):
+                    return True
+            return False
         loader = _iterated(loop.node.iter)
         if not isinstance(loader, cst.Name):
             return True
@@ -664,6 +716,27 @@ def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3)
                     values.append(value)
             if any(_derived(loop, counters, _names_in(v), depth - 1) for v in values):
                 out.add(name)
+    return out
+
+
+def _hand_batched(loop: ForSite) -> set[str]:
+    """Parameters of the loop's function that a loop over `range(...)` slices in its body
+    (`Xi[offset:end]`): a batch source walked by hand."""
+    function = loop.scope.function
+    iterable = loop.node.iter
+    if function is None or not isinstance(function.node, cst.FunctionDef) \
+            or not (isinstance(iterable, cst.Call) and dotted(iterable.func) == "range"):
+        return set()
+    params = {p.name.value for p in function.node.params.params}
+    out: set[str] = set()
+    stack: list[cst.CSTNode] = [loop.node.body]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Name) and node.value.value in params \
+                and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice):
+            out.add(node.value.value)
+        if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            stack.extend(children(node))
     return out
 
 
