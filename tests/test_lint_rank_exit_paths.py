@@ -175,10 +175,21 @@ def test_base_trainer_loop_reached_from_script(tmp_path: Path) -> None:
 
 def test_base_trainer_stop_on_every_rank_clean(tmp_path: Path) -> None:
     every_rank = BASE_TRAINER.replace("                if self.rank == 0:\n", "                if True:\n")
+    # (The epoch's loss all-reduced: a sum of the rank's own `loss.item()` returned as it is
+    # would differ from rank to rank, and so would the decision.)
+    reduced = SEG_TRAINER.replace("import torch\n", "import torch\n    import torch.distributed as dist\n", 1).replace(
+        "            return total / len(self.loader)",
+        "            t = torch.tensor(total)\n            dist.all_reduce(t)\n"
+        "            return t.item() / dist.get_world_size() / len(self.loader)")
     found = _findings(tmp_path, {"train_seg.py": SEG_SCRIPT, "base/__init__.py": "",
                                  "base/base_trainer.py": every_rank, "trainer/__init__.py": "",
-                                 "trainer/seg_trainer.py": SEG_TRAINER})
+                                 "trainer/seg_trainer.py": reduced})
     assert not found
+    # The same loss unreduced: each rank stops on its own figure.
+    found = _findings(tmp_path / "own", {"train_seg.py": SEG_SCRIPT, "base/__init__.py": "",
+                                         "base/base_trainer.py": every_rank, "trainer/__init__.py": "",
+                                         "trainer/seg_trainer.py": SEG_TRAINER})
+    assert found == {("base_trainer.py", 26)}
 
 
 EARLY_STOP_METHOD = """\
