@@ -50,3 +50,57 @@ def test_optimizer_never_stepped_has_no_rate_to_scale(tmp_path: Path) -> None:
 def test_optimizer_stepped_keeps_its_finding(tmp_path: Path) -> None:
     code = TIMED_BACKWARD.format(step="\n            optimizer.step()")
     assert lines(tmp_path, {"train.py": code}, "DDP004") == [11]
+
+
+# A torchrun script that keeps an old `--local_rank` flag: the device comes from the rank, the
+# flag is only reset before a copy of the namespace goes to the test run.
+UNUSED_LOCAL_RANK_FLAG = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from exp import Exp
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--local_rank", type=int, default=-1, help="local rank passed from distributed launcher")
+
+    if __name__ == "__main__":
+        args = parser.parse_args()
+        dist.init_process_group(backend="nccl")
+        rank = dist.get_rank()
+        torch.cuda.set_device({device})
+        exp = Exp(args)
+        exp.train()
+        dist.destroy_process_group()
+        if rank == 0:
+            args_test = argparse.Namespace(**vars(args))
+            args_test.local_rank = -1
+            args.local_rank = -1
+            Exp(args_test).test()
+"""
+
+EXP = """\
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Exp:
+        def __init__(self, args):
+            self.args = args
+            self.model = DDP(torch.nn.Linear(4, 4).cuda())
+
+        def train(self):
+            opt = torch.optim.Adam(self.model.parameters(), lr=self.args.lr)
+
+        def test(self):
+            pass
+"""
+
+
+def test_local_rank_flag_only_reset_and_copied_is_not_read(tmp_path: Path) -> None:
+    files = {"train.py": UNUSED_LOCAL_RANK_FLAG.format(device="rank % torch.cuda.device_count()"), "exp.py": EXP}
+    assert lines(tmp_path, files, "DDP008") == []
+
+
+def test_local_rank_flag_read_for_the_device_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": UNUSED_LOCAL_RANK_FLAG.format(device="args.local_rank"), "exp.py": EXP}
+    assert lines(tmp_path, files, "DDP008") == [8]
