@@ -104,3 +104,49 @@ def test_local_rank_flag_only_reset_and_copied_is_not_read(tmp_path: Path) -> No
 def test_local_rank_flag_read_for_the_device_is_reported(tmp_path: Path) -> None:
     files = {"train.py": UNUSED_LOCAL_RANK_FLAG.format(device="args.local_rank"), "exp.py": EXP}
     assert lines(tmp_path, files, "DDP008") == [8]
+
+
+# A trainer class that picks the GPU from the rank it is given and hands DDP a list kept in a
+# local name; the script started by torchrun passes it the global rank.
+RANKED_TRAINER = """\
+    import os
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    class Trainer:
+        def __init__(self, config, rank=0, world_size=1):
+            self.rank = rank
+            local_rank = int(os.environ.get("LOCAL_RANK", rank)) % torch.cuda.device_count()
+            torch.cuda.set_device(local_rank)
+            self.model = torch.nn.Linear(4, 4).to(f"cuda:{local_rank}")
+            if world_size > 1:
+                device_ids = [rank] if torch.cuda.is_available() else None
+                self.model = DDP(self.model, device_ids=device_ids)
+"""
+
+RANKED_SCRIPT = """\
+    import os
+    import torch.distributed as dist
+    from trainer import Trainer
+
+    def main():
+        rank = int(os.environ["{variable}"])
+        world_size = int(os.environ["WORLD_SIZE"])
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        trainer = Trainer({{}}, rank=rank, world_size=world_size)
+        dist.destroy_process_group()
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_device_ids_list_in_a_local_name_from_the_global_rank(tmp_path: Path) -> None:
+    files = {"train.py": RANKED_SCRIPT.format(variable="RANK"), "trainer.py": RANKED_TRAINER}
+    found = lint_project(tmp_path, files, "train.py", select="DDP007")
+    assert [(Path(f["path"]).name, f["location"]["line"]) for f in found] == [("trainer.py", 12)]
+
+
+def test_device_ids_list_in_a_local_name_from_the_local_rank(tmp_path: Path) -> None:
+    files = {"train.py": RANKED_SCRIPT.format(variable="LOCAL_RANK"), "trainer.py": RANKED_TRAINER}
+    assert lines(tmp_path, files, "DDP007") == []
