@@ -150,3 +150,47 @@ def test_device_ids_list_in_a_local_name_from_the_global_rank(tmp_path: Path) ->
 def test_device_ids_list_in_a_local_name_from_the_local_rank(tmp_path: Path) -> None:
     files = {"train.py": RANKED_SCRIPT.format(variable="LOCAL_RANK"), "trainer.py": RANKED_TRAINER}
     assert lines(tmp_path, files, "DDP007") == []
+
+
+# An mp.spawn script that leaves a one-GPU setting at the top and numbers its GPUs by rank.
+SPAWNED_GAN = """\
+    import os
+    os.environ["CUDA_VISIBLE_DEVICES"] = "1"
+
+    import torch
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def setup(rank, world_size):
+        torch.distributed.init_process_group("nccl", rank=rank, world_size=world_size,
+                                             init_method="tcp://127.0.0.1:12355")
+
+    def main_worker(rank, world_size):
+        setup(rank, world_size)
+        generator = {move}
+        generator = DDP(generator{ids})
+        Tensor = torch.cuda.FloatTensor
+        torch.distributed.destroy_process_group()
+
+    if __name__ == "__main__":
+        world_size = torch.cuda.device_count()
+        mp.spawn(main_worker, nprocs=world_size, args=(world_size,), join=True)
+"""
+
+
+def test_one_literal_gpu_does_not_pin_a_script_numbering_gpus_by_rank(tmp_path: Path) -> None:
+    code = SPAWNED_GAN.format(move="torch.nn.Linear(4, 4).to(rank)", ids=", device_ids=[rank]")
+    assert lines(tmp_path, {"train.py": code}, "DDP003") == [9]
+
+
+def test_one_literal_gpu_pins_a_script_that_uses_the_current_device(tmp_path: Path) -> None:
+    code = SPAWNED_GAN.format(move="torch.nn.Linear(4, 4).cuda()", ids="")
+    assert lines(tmp_path, {"train.py": code}, "DDP003") == []
+
+
+def test_per_process_visible_devices_still_pins(tmp_path: Path) -> None:
+    code = SPAWNED_GAN.format(move="torch.nn.Linear(4, 4).to(rank)", ids=", device_ids=[rank]").replace(
+        'os.environ["CUDA_VISIBLE_DEVICES"] = "1"', "import sys").replace(
+        "        setup(rank, world_size)\n", '        os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)\n'
+                                             "        setup(rank, world_size)\n")
+    assert lines(tmp_path, {"train.py": code}, "DDP003") == []
