@@ -82,8 +82,9 @@ defines no function or class, only values),
     it, passed by a keyword or to a parameter named for steps or under such a name
     (`cosine_lr(optimizer, lr, warmup, total_steps)` with `total_steps = len(loader) * epochs`),
     is a schedule's length and scales nothing —,
-    nor an optimizer bound to a local name that nothing reads (`optimizer = SGD(model.parameters(),
-    lr=0.1)` in a benchmark that only times `backward()`): it is never stepped, so no rate is applied,
+    nor an optimizer bound to a local name that nothing reads in a function that runs backward
+    passes (`optimizer = SGD(model.parameters(), lr=0.1)` in a benchmark that only times
+    `loss.backward()`): it is never stepped, so no rate is applied,
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
@@ -220,8 +221,9 @@ defines no function or class, only values),
                 lr = site.arg("lr", 1)
             else:
                 continue
-            if unread_result(site):
-                continue  # built and never used (never stepped): its rate is applied to nothing
+            if unread_result(site) and any(c.scope is site.scope and c.method == "backward"
+                                           for c in site.module.calls_in(site.scope.qualname)):
+                continue  # the function trains without it (never stepped): its rate is applied to nothing
             if self._group_rates(site, sites):
                 continue  # one finding per optimizer: its rates share the one cause
             if lr is not None:
