@@ -753,6 +753,21 @@ def _bound_here(node: cst.Name, parents: tuple[cst.CSTNode, ...]) -> bool:
     return False
 
 
+def unread_result(site: CallSite) -> bool:
+    """What the call at `site` returns is bound to one local name of its function that nothing
+    reads (`optimizer = SGD(...)` in a benchmark that only times `backward()`): the object is
+    built and never used. False whenever a use cannot be ruled out (module level, an attribute
+    or container target, `locals()`, a `global` declaration)."""
+    scope = site.scope
+    if scope.kind != "function":
+        return False
+    names = site.module.assigned_names(site.node)
+    if len(names) != 1 or "." in names[0]:
+        return False
+    reads = _reads_of(scope.node, names[0])
+    return reads is not None and not reads
+
+
 def unread_loader(model: Model, site: CallSite) -> bool:
     """The DistributedSampler made at `site` feeds no loader that is used: it is bound to a
     local name of its function, and every read of that name hands it to a DataLoader whose
@@ -775,10 +790,6 @@ def unread_loader(model: Model, site: CallSite) -> bool:
         loader = site.module.call_at(parents[-2])
         if loader is None or loader.scope is not scope or model.api(loader) != api.DATALOADER:
             return False
-        held = site.module.assigned_names(loader.node)
-        if len(held) != 1 or "." in held[0]:
-            return False
-        used = _reads_of(scope.node, held[0])
-        if used is None or used:
+        if not unread_result(loader):
             return False
     return True

@@ -22,6 +22,8 @@ _NOT_A_LAUNCH_SOURCE = re.compile(
     r"""\s*(?:-?\d+|int\(\s*os\.environ\s*\[\s*['"]SLURM_\w+['"]\s*\]\s*\))\s*(?:#.*)?$""")
 # Where a rank comes from once the process group is up, or from the launcher's environment.
 _RANK_SOURCE = re.compile(r"\bget_rank\s*\(|\bget_local_rank\s*\(|\benviron\b")
+# What follows an attribute that is assigned, not read: `=` that is no comparison.
+_ASSIGNED = re.compile(r"[ \t]*=(?!=)")
 _READS_LOCAL_RANK_ENV = re.compile(r"""['"]LOCAL_RANK['"]""")
 _LOCAL_RANK_FLAGS = {"--local_rank", "--local-rank"}
 _ABSL_LOCAL_RANK = {"local_rank", "local-rank"}
@@ -34,6 +36,9 @@ _WHOLE_NAMESPACE = re.compile(r"\bvars\s*\(|__dict__|\bsetattr\s*\(|\bupdate\s*\
 _RECORDED_NAMESPACE = re.compile(
     r"""['"]\w+['"]\s*:\s*vars\s*\(\s*\w+\s*\)|\b(?:print|pprint|json\.dumps?|yaml\.(?:safe_)?dump)\s*\(\s*vars\s*\(\s*\w+\s*\)"""
     r"""|\bfor\s+\w+\s*,\s*\w+\s+in\s+(?:sorted\s*\(\s*)?vars\s*\(\s*\w+\s*\)\s*\.\s*items\s*\(\s*\)""")
+# The namespace copied into another namespace (`args_test = argparse.Namespace(**vars(args))`):
+# the copy's entries are read by attribute like the original's, and those reads are looked for.
+_COPIED_NAMESPACE = re.compile(r"\b(?:argparse\s*\.\s*)?Namespace\s*\(\s*\*\*\s*vars\s*\(\s*[\w.]+\s*\)\s*\)")
 # A statement that only shows values (`print("Local Rank: {}".format(args.local_rank))`, a log
 # line): what it mentions is displayed, not used.
 _SHOWN = re.compile(r"^[ \t]*(?:print|(?:self\.)?(?:logger|logging|log)\.(?:info|debug|warning))\s*\(.*\)[ \t]*$",
@@ -82,7 +87,9 @@ class DeprecatedLauncher(Rule):
     record, `{"args": vars(args)}` in a checkpoint or `json.dump(vars(args), f)`, or walked to
     list the options, `for k, v in sorted(vars(args).items()): print(k, v)`, reads no
     entry; nor does a print or log line that only shows it, `print("Local Rank:",
-    args.local_rank)`), nor one whose entry is set from the process group or the environment
+    args.local_rank)`, nor a write to it, `args.local_rank = -1` before the namespace is handed
+    to the test run, nor a copy of the namespace, `argparse.Namespace(**vars(args))`, whose
+    entries are read by attribute like the original's), nor one whose entry is set from the process group or the environment
     right after the parse, before anything reads it (`opt.local_rank = dist.get_rank()`). The
     two spellings the launcher has passed, `--local-rank` beside `--local_rank` for one entry,
     are one finding, at the first.
@@ -386,10 +393,13 @@ class DeprecatedLauncher(Rule):
             # Handing the flag on to the variable (`os.environ["LOCAL_RANK"] =
             # str(args.local_rank)`, where it is not set yet) is the fallback torchrun skips.
             text = _RECORDED_NAMESPACE.sub("", _HANDED_TO_ENV.sub("", code_only(other.source)))
+            text = _COPIED_NAMESPACE.sub("", text)
             text = _SHOWN.sub("", text)
             if _WHOLE_NAMESPACE.search(text) and not named or quoted.search(text):
                 return True
             for m in attribute.finditer(text):
+                if _ASSIGNED.match(text, m.end()):
+                    continue  # `args.local_rank = -1` before the namespace is handed on: a write
                 if other.names.origin(m.group(1).split(".")[0]) is None:
                     return True
         return False

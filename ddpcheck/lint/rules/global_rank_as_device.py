@@ -34,7 +34,8 @@ class GlobalRankAsDevice(Rule):
     GPUs than ranks per node, several processes silently sharing one GPU.
 
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
-    `device_ids=[x]`, `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
+    `device_ids=[x]` (also a list held in a local name, `device_ids = [rank] if
+    torch.cuda.is_available() else None`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
     or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, an MPI
     job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
     set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
@@ -342,6 +343,14 @@ class GlobalRankAsDevice(Rule):
             ids = site.arg("device_ids", 1)
             if isinstance(ids, (cst.List, cst.Tuple)):
                 found += [e.value for e in ids.elements]
+            elif isinstance(ids, cst.Name):
+                # `device_ids = [rank] if torch.cuda.is_available() else None`, then
+                # `DDP(model, device_ids=device_ids)`: the lists the local name holds, read where
+                # they are made (in the same function, so their names are read at the call).
+                for held in self.model.values.at_call(site, ids):
+                    if isinstance(held.node, (cst.List, cst.Tuple)) and held.module is site.module \
+                            and held.scope is site.scope:
+                        found += [e.value for e in held.node.elements]
         elif site.method in ("cuda", "to") and site.qualname is None and site.node.args and site.node.args[0].keyword is None:
             found.append(site.node.args[0].value)
         for keyword in _DEVICE_KEYWORDS:

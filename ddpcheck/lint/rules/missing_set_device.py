@@ -10,7 +10,8 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import uses_cuda
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.module import CallSite, EnvAccess, Guard, ModuleModel
 from ddpcheck.lint.model.syntax import string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -35,7 +36,10 @@ class MissingSetDevice(Rule):
     as a worker it spawns from another module), and nowhere calls `torch.cuda.set_device(...)`, enters
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
     with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too; a list of
-    GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none;
+    GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none,
+    nor does one GPU named by a literal at import, `"1"`, in a script that numbers its GPUs by
+    rank, `.to(rank)` or `device_ids=[rank]`: written for one visible GPU per process, which the
+    literal, a one-GPU setting the same in every process, does not give;
     nor does a read of the variable, such as a log line that names the GPU, or a line left
     commented out). A device held
     in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. CUDA used only on the path that runs
@@ -173,7 +177,17 @@ class MissingSetDevice(Rule):
         visible = [a for a in root.env if a.written and a.key == "CUDA_VISIBLE_DEVICES"]
         # A list of several GPUs (`",".join(gpus)`, `"0,1,2,3"`) set for the processes to share
         # pins none of them: each still starts on the first.
-        shared = [a for a in visible if _several_devices(a.node, root)]
+        # So does one GPU named by a literal for every process alike (`"1"` at import) in a script
+        # that numbers its GPUs by rank (`.to(rank)`, `device_ids=[rank]`): written for several
+        # visible GPUs, one per process, which the literal (a one-GPU setting) does not give.
+        ranked: list[bool] = []
+
+        def by_rank() -> bool:
+            if not ranked:
+                ranked.append(any(self._device_by_rank(c) for c in model.paths.sites()))
+            return ranked[0]
+        shared = [a for a in visible if _several_devices(a.node, root)
+                  or _one_gpu_for_all(a, root) and by_rank()]
         if len(shared) < len(visible):
             return
         # Other mentions may set it another way (`env={"CUDA_VISIBLE_DEVICES": ...}`); a comment,
@@ -202,6 +216,21 @@ class MissingSetDevice(Rule):
             return
         init = sites[0]
         self.report(init.node, module=init.module, related=model.paths.chain(init))
+
+    def _device_by_rank(self, site: CallSite) -> bool:
+        """A move to, or a DDP wrap on, a GPU numbered by a rank (`.to(rank)`, `.cuda(gpu)`,
+        `device_ids=[local_rank]`)."""
+        model = self.model
+        indices: list[cst.BaseExpression] = []
+        if model.api(site) == api.DDP:
+            ids = site.arg("device_ids", 1)
+            if isinstance(ids, (cst.List, cst.Tuple)):
+                indices += [e.value for e in ids.elements]
+        elif site.method in ("cuda", "to") and site.qualname is None and site.node.args \
+                and site.node.args[0].keyword is None:
+            indices.append(site.node.args[0].value)
+        resolve = model.resolver_for(site.module, site.scope)
+        return any(is_rank_value(i, resolve) for i in indices)
 
     def _on_one_branch(self, setters: list[CallSite], cuda_uses: Callable[[], list[CallSite]]) -> bool:
         """`if args.gpu is not None: torch.cuda.set_device(args.gpu) ... else: model.cuda()`: the
@@ -318,6 +347,19 @@ class MissingSetDevice(Rule):
                 continue  # `if args.gpu is not None:` where it is never None: every run takes it
             return guard
         return None
+
+
+def _one_gpu_for_all(access: EnvAccess, module: ModuleModel) -> bool:
+    """`os.environ["CUDA_VISIBLE_DEVICES"] = "1"` at module level under no condition: a literal
+    naming one GPU, the same in every process (each spawned worker imports the module again)."""
+    if access.guards or access.scope.kind != "module":
+        return False
+    for node in module.tree.body:
+        for line in node.body if isinstance(node, cst.SimpleStatementLine) else ():
+            if isinstance(line, cst.Assign) and any(t.target is access.node for t in line.targets):
+                text = string_text(line.value) if isinstance(line.value, cst.SimpleString) else None
+                return text is not None and text.strip().isdigit()
+    return False
 
 
 def _several_devices(target: cst.Subscript, module: ModuleModel) -> bool:

@@ -10,6 +10,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.alternatives import one_per_value
 from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.ddp import unread_result
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.syntax import dotted, expressions, inner_children, subexpressions
@@ -81,6 +82,9 @@ defines no function or class, only values),
     it, passed by a keyword or to a parameter named for steps or under such a name
     (`cosine_lr(optimizer, lr, warmup, total_steps)` with `total_steps = len(loader) * epochs`),
     is a schedule's length and scales nothing —,
+    nor an optimizer bound to a local name that nothing reads in a function that runs backward
+    passes (`optimizer = SGD(model.parameters(), lr=0.1)` in a benchmark that only times
+    `loss.backward()`): it is never stepped, so no rate is applied,
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
@@ -217,6 +221,9 @@ defines no function or class, only values),
                 lr = site.arg("lr", 1)
             else:
                 continue
+            if unread_result(site) and any(c.scope is site.scope and c.method == "backward"
+                                           for c in site.module.calls_in(site.scope.qualname)):
+                continue  # the function trains without it (never stepped): its rate is applied to nothing
             if self._group_rates(site, sites):
                 continue  # one finding per optimizer: its rates share the one cause
             if lr is not None:
