@@ -229,6 +229,27 @@ def test_a_file_name_with_a_replacement_field_matches_the_one_it_may_spell(tmp_p
     assert found(tmp_path, {"train.py": script}, "DDP019") == []
 
 
+def test_a_checkpoint_also_copied_to_a_best_file_is_read_back_through_the_file_the_resume_reads(
+        tmp_path: Path) -> None:
+    # One checkpoint, saved as latest.pth (which the resume reads into the wrapper) and as
+    # best.pth: the state dict round-trips.
+    script = """\
+        import os
+        import torch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(net)
+        if os.path.exists(os.path.join(save_path, "latest.pth")):
+            model.load_state_dict(torch.load(os.path.join(save_path, "latest.pth"))["model"])
+        for epoch in range(10):
+            miou = train_and_evaluate(model)
+            checkpoint = {"model": model.state_dict(), "epoch": epoch}
+            torch.save(checkpoint, os.path.join(save_path, "latest.pth"))
+            if miou > best:
+                torch.save(checkpoint, os.path.join(save_path, "best.pth"))
+    """
+    assert found(tmp_path, {"train.py": script}, "DDP019") == []
+
+
 # --- DDP010 / DDP018: a module of a plain folder imported by the script above it -------------
 
 RUN_LONG = """\

@@ -306,3 +306,25 @@ def test_a_fixed_file_saved_in_the_same_loop_is_still_reported(tmp_path: Path) -
                  'f"out/{scan_id[0]}.pt"', '"out/last.pt"')}
     found = lint_project(tmp_path, files, "train.py", "lib/distributed.py", select="DDP010")
     assert [(Path(f["path"]).name, f["location"]["line"]) for f in found] == [("train.py", 12)]
+
+
+def test_a_checkpoint_named_after_the_step_counter_of_the_loader_loop_is_shared(tmp_path: Path) -> None:
+    # `enumerate`'s counter numbers the steps, the same on every rank: each rank writes the same
+    # `model{epoch}_{step}.bin`.
+    source = """\
+        import os
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 4))
+        loader = DataLoader(dataset, batch_size=8, sampler=DistributedSampler(dataset))
+        for epoch in range(3):
+            for step, batch in enumerate(loader):
+                model(batch).sum().backward()
+                if step % 100 == 0:
+                    torch.save(model.module.state_dict(), os.path.join(out, f"model{epoch}_{step}.bin"))
+    """
+    assert lines(tmp_path, {"train.py": source}, "DDP010") == [14]

@@ -291,7 +291,7 @@ class CheckpointSavedByEveryRank(Rule):
             for loop in value.module.fors:
                 if loop.node not in value.at.loops or loop.scope is not value.scope:
                     continue
-                items = {n.value for n in subexpressions(loop.node.target) if isinstance(n, cst.Name)}
+                items = {n.value for n in subexpressions(_items(loop.node)) if isinstance(n, cst.Name)}
                 if items & named and self._loops.iterates_batches(value.module, loop.node.iter, loop.scope, loop.point):
                     return True
         return False
@@ -329,3 +329,14 @@ class CheckpointSavedByEveryRank(Rule):
                         self._inner |= {id(v.node) for v in model.values.of(
                             module, wrap.inner, wrap.site.scope, at=wrap.site.point)}
         return self._inner
+
+
+def _items(loop: cst.For) -> cst.BaseExpression:
+    """The part of a loop's target bound to the items: less `enumerate`'s counter (`for step,
+    batch in enumerate(loader)`: `f"model{epoch}_{step}.bin"` is one checkpoint per step, which
+    every rank writes)."""
+    target, iterable = loop.target, loop.iter
+    if isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Name) and iterable.func.value == "enumerate" \
+            and isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2:
+        return target.elements[1].value
+    return target

@@ -45,9 +45,10 @@ class DdpStateDictPrefix(Rule):
     on; not a training function that only builds a loss network loading its own pretrained
     weights) (unless a plain-model script beside it — a
     single-GPU twin of the training script — reads them through the same project loader; and
-    only for the files those loads read: where every such load spells its file name and a save
-    spells another, `best_model.prm` beside the `checkpoint.pth` a resume reads, that save is
-    still reported; `{}` in a name matches any text),
+    only for the files those loads read: where every such load spells its file name and a state
+    dict is saved only under other names, `best_model.prm` beside the `checkpoint.pth` a resume
+    reads, that save is still reported, not one whose checkpoint is also saved as the file the
+    resume reads; `{}` in a name matches any text),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
     `consume_prefix_in_state_dict_if_present` is used), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
@@ -238,18 +239,21 @@ class DdpStateDictPrefix(Rule):
 
     def _not_read_back(self, found: list[tuple[CallSite, Value, cst.Call]], read: list[frozenset[str] | None]
                        ) -> list[tuple[CallSite, Value, cst.Call]]:
-        """The saves of `found` whose file no load into the DDP model reads: both the file the
-        save writes and every file those loads read are spelled (`read`: the file names of each
-        load, None where a load's path is not spelled, such as `args.resume`), and they differ."""
+        """The saves of `found` whose state dict no load into the DDP model reads back: every file
+        those loads read is spelled (`read`: the file names of each load, None where a load's path
+        is not spelled, such as `args.resume`), and each file the state dict is saved to is
+        spelled and differs from them."""
         if not read or any(files is None for files in read):
             return []
         names = {name for files in read if files is not None for name in files}
-        kept = []
+        # One state dict saved to the file a resume reads and to another (`latest.pth` and
+        # `best.pth` of the same checkpoint): that checkpoint is read back into the wrapper.
+        read_back: set[int] = set()
         for save, value, sd in found:
             written = spelled_files(self.model, save.module, save.arg("f", 1), save.scope, at=save.point)
-            if written is not None and not any(same_file(a, b) for a in written for b in names):
-                kept.append((save, value, sd))
-        return kept
+            if written is None or any(same_file(a, b) for a in written for b in names):
+                read_back.add(id(sd))
+        return [(save, value, sd) for save, value, sd in found if id(sd) not in read_back]
 
     def _loads_into_ddp(self, loaders: list[Function], read: list[frozenset[str] | None]) -> bool:
         """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
