@@ -144,6 +144,24 @@ def test_a_loader_that_strips_the_compiled_wrappers_prefix_is_silent(tmp_path: P
     assert found(tmp_path, files, "DDP019") == []
 
 
+def test_a_tool_that_strips_the_prefix_through_a_helper_of_another_module_is_silent(tmp_path: Path) -> None:
+    # The inference script names no prefix itself: the helper it calls from util.py does.
+    files = {"train.py": COMPILED_MAIN, "trainer.py": COMPILED_TRAINER.replace("{inner}", ""),
+             "util.py": """\
+        def strip_state_prefix(state_dict, prefix="_orig_mod.module."):
+            return {(k[len(prefix):] if k.startswith(prefix) else k): v for k, v in state_dict.items()}
+    """, "infer.py": """\
+        import sys
+        import torch
+        from util import strip_state_prefix
+        net = torch.nn.Linear(4, 4)
+        net.load_state_dict(strip_state_prefix(torch.load(sys.argv[1], map_location="cpu")))
+    """}
+    assert found(tmp_path, files, "DDP019") == []
+    files["util.py"] = files["util.py"].replace("_orig_mod.module.", "layer.")
+    assert found(tmp_path, files, "DDP019") == [("trainer.py", 20)]
+
+
 # --- DDP019: a resume into the wrapper reads one file; another file is never read back ------
 
 RESUMING_SCRIPT = """\

@@ -100,8 +100,10 @@ def _loads_state_dicts(text: str) -> bool:
 def project_strips(model: Model, strips: Strips) -> bool:
     """A file of the project — the run's or another script, an inference or export tool the run
     never imports — loads checkpoints in code that strips the prefix: the project knows its
-    checkpoints carry it and reads them back without it."""
-    for module in _readers(model, strips):
+    checkpoints carry it and reads them back without it (also through a project function that
+    strips it: `model.load_state_dict(strip_state_prefix(state_dict))`, the function in another
+    module)."""
+    for module in _readers(model, lambda text: strips(text) or "load_state_dict(" in text):
         for site in module.calls:
             if _is_load(model, site) and not _loads_a_part(model, module, site) and (strips(_loading_code(module, site)) or (
                     site.method == "load_state_dict" and _through_stripper(model, site, strips))):
