@@ -758,14 +758,19 @@ def unread_result(site: CallSite) -> bool:
     reads (`optimizer = SGD(...)` in a benchmark that only times `backward()`): the object is
     built and never used. False whenever a use cannot be ruled out (module level, an attribute
     or container target, `locals()`, a `global` declaration)."""
-    scope = site.scope
-    if scope.kind != "function":
-        return False
+    reads = _local_reads(site)
+    return reads is not None and not reads
+
+
+def _local_reads(site: CallSite) -> list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] | None:
+    """The reads of the one local name of its function that the call at `site` is bound to; None
+    when there is no such name or its reads cannot be told (see `_reads_of`)."""
+    if site.scope.kind != "function":
+        return None
     names = site.module.assigned_names(site.node)
     if len(names) != 1 or "." in names[0]:
-        return False
-    reads = _reads_of(scope.node, names[0])
-    return reads is not None and not reads
+        return None
+    return _reads_of(site.scope.node, names[0])
 
 
 def unread_loader(model: Model, site: CallSite) -> bool:
@@ -776,12 +781,7 @@ def unread_loader(model: Model, site: CallSite) -> bool:
     nothing that is iterated. False whenever a use cannot be followed (attributes, containers,
     returns, `locals()`)."""
     scope = site.scope
-    if scope.kind != "function":
-        return False
-    names = site.module.assigned_names(site.node)
-    if len(names) != 1 or "." in names[0]:
-        return False
-    reads = _reads_of(scope.node, names[0])
+    reads = _local_reads(site)
     if reads is None:
         return False
     for _, parents in reads:

@@ -888,35 +888,20 @@ class CallGraph:
 
     def _import_closure(self, module: ModuleModel) -> list[str]:
         texts = [module.source, self.model.root.source]
-        todo = [p for p in (resolved_path(module.path), resolved_path(self.model.root.path)) if p is not None]
-        seen = set(todo)
-        while todo and len(seen) < 200:
-            path = todo.pop()
-            index = self.model.project.index(path)
-            if index is None:
-                continue
-            for origin in (*index.aliases.values(), *index.stars):
-                where = locate(path, origin)
-                if where is None or where[0] in seen:
-                    continue
-                seen.add(where[0])
-                text = self.model.project.text(where[0])
-                if text is not None:
-                    texts.append(text)
-                    todo.append(where[0])
+        start = self._start(module)
+        for file in self._imported(start):
+            text = self.model.project.text(file) if file not in start else None
+            if text is not None:
+                texts.append(text)
         return texts
 
-    def reached_code(self, module: ModuleModel) -> list[str]:
-        """Like `import_closure`, but a project module imported only by name (`from hellaswag
-        import iterate_examples`) gives the code those names reach (imported_code.py), not its
-        whole text; one imported whole anywhere (`import utils`, `from pkg import module`, `*`)
-        gives all of it."""
-        key = f"reached_code:{self.model.root.path}"
-        found = module.memo.get(key)
-        if found is not None:
-            return list(found)
-        start = [p for p in (resolved_path(module.path), resolved_path(self.model.root.path)) if p is not None]
-        # None: the module counts whole; a set: the names imported from it.
+    def _start(self, module: ModuleModel) -> list[Path]:
+        return [p for p in (resolved_path(module.path), resolved_path(self.model.root.path)) if p is not None]
+
+    def _imported(self, start: list[Path]) -> dict[Path, set[str] | None]:
+        """The project files `start` imports, transitively (at most 200), each with the names
+        imported from it, or None where a module takes it whole (`import utils`, `from pkg import
+        module`, `*`); the files of `start` count whole."""
         wanted: dict[Path, set[str] | None] = {p: None for p in start}
         todo = list(start)
         while todo and len(wanted) < 200:
@@ -938,6 +923,19 @@ class CallGraph:
                     wanted[file] = None
                 elif before is not None:
                     wanted[file] = before | {name}
+        return wanted
+
+    def reached_code(self, module: ModuleModel) -> list[str]:
+        """Like `import_closure`, but a project module imported only by name (`from hellaswag
+        import iterate_examples`) gives the code those names reach (imported_code.py), not its
+        whole text; one imported whole anywhere (`import utils`, `from pkg import module`, `*`)
+        gives all of it."""
+        key = f"reached_code:{self.model.root.path}"
+        found = module.memo.get(key)
+        if found is not None:
+            return list(found)
+        start = self._start(module)
+        wanted = self._imported(start)
         texts = [module.source, self.model.root.source]
         for file, names in wanted.items():
             if file in start:
