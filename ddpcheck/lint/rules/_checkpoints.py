@@ -5,6 +5,7 @@ the run's own loader into a model no wrapper holds."""
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,12 +104,47 @@ def project_strips(model: Model, strips: Strips) -> bool:
     checkpoints carry it and reads them back without it (also through a project function that
     strips it: `model.load_state_dict(strip_state_prefix(state_dict))`, the function in another
     module)."""
-    for module in _readers(model, lambda text: strips(text) or "load_state_dict(" in text):
+    for module in _readers(model, _strips_or_calls(strips, _stripping_functions(model, strips))):
         for site in module.calls:
             if _is_load(model, site) and not _loads_a_part(model, module, site) and (strips(_loading_code(module, site)) or (
                     site.method == "load_state_dict" and _through_stripper(model, site, strips))):
                 return True
     return False
+
+
+def _stripping_functions(model: Model, strips: Strips) -> frozenset[str]:
+    """Names of the project's functions whose code strips the prefix (`def strip_state_prefix(
+    sd): ... k[len("_orig_mod.module."):]`), read from the texts of the files that do."""
+    key = f"stripping_functions:{id(strips)}"
+    found = model.root.memo.get(key)
+    if found is None:
+        names: set[str] = set()
+        for path in project_files(model.root.path):
+            if not model.project.passes(path, strips):
+                continue
+            text = model.project.text(path) or ""
+            starts = [m for m in _DEF.finditer(text)]
+            for i, m in enumerate(starts):
+                end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+                if strips(text[m.start():end]):
+                    names.add(m.group(1))
+        found = frozenset(names)
+        model.root.memo[key] = found
+    return found
+
+
+_DEF = re.compile(r"^[ \t]*def[ \t]+(\w+)[ \t]*\(", re.M)
+
+
+@lru_cache(maxsize=64)
+def _strips_or_calls(strips: Strips, names: frozenset[str]) -> Strips:
+    """A text test: the code strips the prefix, or loads state dicts and calls one of `names`
+    (one function per pair, so the project's per-file cache of text tests keeps its answers)."""
+    calls = re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\s*\(") if names else None
+
+    def test(text: str) -> bool:
+        return strips(text) or (calls is not None and "load_state_dict(" in text and calls.search(text) is not None)
+    return test
 
 
 def _loads_a_part(model: Model, module: ModuleModel, site: CallSite) -> bool:
