@@ -770,7 +770,12 @@ def _local_reads(site: CallSite) -> list[tuple[cst.Name, tuple[cst.CSTNode, ...]
     names = site.module.assigned_names(site.node)
     if len(names) != 1 or "." in names[0]:
         return None
-    return _reads_of(site.scope.node, names[0])
+    # Asked by several rules of the same optimizers and loaders: walk each function once per name.
+    key = f"local_reads:{id(site.scope.node)}:{names[0]}"
+    if key not in site.module.memo:
+        site.module.memo[key] = _reads_of(site.scope.node, names[0])
+    found: list[tuple[cst.Name, tuple[cst.CSTNode, ...]]] | None = site.module.memo[key]
+    return found
 
 
 def unread_loader(model: Model, site: CallSite) -> bool:

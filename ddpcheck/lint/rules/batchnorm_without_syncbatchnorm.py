@@ -795,7 +795,7 @@ def _top_level_defs(module: ModuleModel) -> dict[str, cst.FunctionDef | cst.Clas
 def _imported_code(module: ModuleModel, name: str, importer: ModuleModel, local: str) -> tuple[str, bool]:
     """`_reachable_from` for the definition `name` of `module` that `importer` imports as
     `local`: the importer's calls of it count as calls of the function."""
-    calls = tuple(c for c in _calls_in(importer.tree) if isinstance(c.func, cst.Name) and c.func.value == local)
+    calls = tuple(c.node for c in importer.calls if isinstance(c.node.func, cst.Name) and c.node.func.value == local)
     return _reachable_from(module, _top_level_defs(module)[name], calls)
 
 
@@ -846,7 +846,7 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
 def _switched_off_branches(module: ModuleModel) -> list[cst.If]:
     """The branches of the module's top-level functions behind a switch every call of the
     function in the module leaves off (see `_switched_off`)."""
-    calls = _calls_in(module.tree)
+    calls = [site.node for site in module.calls]  # the model's index of every call in the module
     out: list[cst.If] = []
     for stmt in module.tree.body:
         if isinstance(stmt, cst.FunctionDef):

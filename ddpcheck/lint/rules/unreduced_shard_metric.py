@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Sequence
 
 import libcst as cst
@@ -378,6 +379,7 @@ class UnreducedShardMetric(Rule):
                 for param in function.params():
                     passed = model.graph.argument_for(site, function, param, bound)
                     if isinstance(passed, cst.Name) and passed.value in scope.assignments \
+                            and _text_adds_to_entries(function.module.source, param.name) \
                             and _adds_to_entries(function.node, param.name):
                         out.add(passed.value)
         return out
@@ -770,6 +772,12 @@ def _adds_to_self(function: cst.FunctionDef) -> bool:
         if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             stack.extend(children(node))
     return False
+
+
+@lru_cache(maxsize=4096)
+def _text_adds_to_entries(source: str, param: str) -> bool:
+    """The module's text holds `param[...] +=` somewhere: a cheap test before the walk."""
+    return re.search(rf"\b{re.escape(param)}\[[^\n]*\]\s*\+=", source) is not None
 
 
 def _adds_to_entries(function: cst.FunctionDef, param: str) -> bool:

@@ -221,8 +221,8 @@ defines no function or class, only values),
                 lr = site.arg("lr", 1)
             else:
                 continue
-            if unread_result(site) and any(c.scope is site.scope and c.method == "backward"
-                                           for c in site.module.calls_in(site.scope.qualname)):
+            if any(c.scope is site.scope and c.method == "backward"
+                   for c in site.module.calls_in(site.scope.qualname)) and unread_result(site):
                 continue  # the function trains without it (never stepped): its rate is applied to nothing
             if self._group_rates(site, sites):
                 continue  # one finding per optimizer: its rates share the one cause
