@@ -3,11 +3,13 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import Augmented, CallSite, Param
+from ddpcheck.lint.model.module import Augmented, CallSite, Element, Param, Scope
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted
+from ddpcheck.lint.model.syntax import argument, dotted, int_value
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -38,7 +40,10 @@ class AccumulationWithoutNoSync(Rule):
     files whose code mentions `no_sync` or `require_backward_grad_sync` anywhere
     (they handle it, perhaps through a helper or a `contextlib` switch; a comment, such as a
     `# with model.no_sync():` left commented out, does not count), and loops whose step runs
-    after every backward.
+    after every backward — also a sub-batch loop that runs once per batch: `for i in range(0,
+    len(data), args.batch_size):` over the batches of a DataLoader built with that same
+    `batch_size=args.batch_size` (Horovod's example, whose loader batch is `batch_size *
+    batches_per_allreduce`, is still reported).
 
     ## How to fix
     Wrap the forward and backward of the non-final micro-batches in `with model.no_sync():`
@@ -170,6 +175,8 @@ class AccumulationWithoutNoSync(Rule):
     def _accumulates(self, b: CallSite, s: CallSite) -> bool:
         n = len(s.loops)
         if n < len(b.loops) and b.loops[:n] == s.loops:
+            if all(self._one_pass(b, loop) for loop in b.loops[n:]):
+                return False  # sub-batches as large as the loader's batches: one backward per step
             return s.index > b.index  # backward in an inner micro-batch loop, step after it
         if s.loops != b.loops:
             return False
@@ -189,6 +196,57 @@ class AccumulationWithoutNoSync(Rule):
             if self._counter_expr(s, guard.test):
                 return True
         return False
+
+    def _one_pass(self, b: CallSite, loop: cst.CSTNode) -> bool:
+        """`for i in range(0, len(data), args.batch_size):` over a batch `data` of a DataLoader
+        built with that same `batch_size=args.batch_size` (the same setting of the same object):
+        a batch is never longer than the step, so the loop runs once per batch and its backward
+        is followed by the step each time. A step or a loader the analysis cannot read is not
+        one pass."""
+        if not isinstance(loop, cst.For) or not isinstance(loop.iter, cst.Call) or dotted(loop.iter.func) != "range":
+            return False
+        args = loop.iter.args
+        if len(args) != 3 or any(a.keyword is not None or a.star for a in args) \
+                or int_value(args[0].value) != 0:
+            return False
+        batch, step = _length_of(args[1].value), args[2].value
+        name = dotted(step)
+        if batch is None or name is None:
+            return False
+        model = self.model
+        values = model.values.of(b.module, batch, b.scope, None, at=b.point)
+        if not values:
+            return False
+        for value in values:
+            element = value.node
+            if not isinstance(element, Element) or element.via_with:
+                return False
+            if not self._loader_batched_by(value, element.iterable, name, b.scope):
+                return False
+        return True
+
+    def _loader_batched_by(self, value: Value, iterable: cst.BaseExpression, name: str, scope: Scope) -> bool:
+        """The loop iterates DataLoaders all built with `batch_size=<name>`, the name read from
+        the same binding as in `scope` (a module-level `args`, not two locals that share a name)."""
+        while isinstance(iterable, cst.Call) and dotted(iterable.func) in ("enumerate", "tqdm", "tqdm.tqdm") \
+                and iterable.args:
+            iterable = iterable.args[0].value
+        model = self.model
+        root = name.split(".", 1)[0]
+        owner = scope.owner_of(root)
+        if owner is None or owner.kind != "module":
+            return False
+        loaders = model.values.of(value.module, iterable, value.scope, value.frame, at=value.at)
+        if not loaders:
+            return False
+        for loader in loaders:
+            call = loader.call
+            if call is None or model.api_of(loader) != api.DATALOADER:
+                return False
+            size = argument(call, "batch_size", 1)
+            if size is None or dotted(size) != name or loader.scope.owner_of(root) is not owner:
+                return False
+        return True
 
     def _runs_here(self, call: CallSite) -> bool:
         """`call` runs a project function in this process (a method, a function passed in): not
@@ -288,6 +346,20 @@ class AccumulationWithoutNoSync(Rule):
                     if isinstance(binding, Param) and binding.function == function.qualname:
                         return binding
         return None
+
+
+def _length_of(expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`x` in `len(x)`, `x.size(0)`, `x.shape[0]`: the length of a batch along its first dimension."""
+    if isinstance(expr, cst.Call) and len(expr.args) == 1 and expr.args[0].keyword is None:
+        if dotted(expr.func) == "len":
+            return expr.args[0].value
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "size" and int_value(expr.args[0].value) == 0:
+            return expr.func.value
+    if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Attribute) and expr.value.attr.value == "shape" \
+            and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index) \
+            and int_value(expr.slice[0].slice.value) == 0:
+        return expr.value.value
+    return None
 
 
 def _skips_sync(source: str) -> bool:

@@ -60,6 +60,12 @@ class GlobalRankAsDevice(Rule):
     (`MASTER_ADDR = "localhost"`), where the global rank is the local GPU; or started by a
     launcher and overwriting that address with a loopback one on every path, itself or in the
     project function it calls to set up the process group (`setup(world_size)` in utils.py).
+    Nor the `RANK` variable read only where `LOCAL_RANK` is absent (`if "LOCAL_RANK" in
+    os.environ: rank = int(os.environ["LOCAL_RANK"])` / `elif "RANK" in os.environ: rank =
+    int(os.environ["RANK"])`; likewise `SLURM_PROCID` without `SLURM_LOCALID`, Open MPI's ranks):
+    a launcher that sets the global rank for a job on several machines sets that local rank
+    beside it, so the fallback runs on one machine only. Another launcher's rank read there
+    (`SLURM_PROCID` where `LOCAL_RANK` is absent) is still reported.
 
     One finding per value of the rank, however many places use it as the device: it sits at the
     first device use (in the function that reads the rank) — or where the rank is read into a
@@ -210,6 +216,8 @@ class GlobalRankAsDevice(Rule):
         for value in self.model.values.at_call(site, expr):
             found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
                 or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value)
+            if found and _fallback_without_local_rank(value, found[0]):
+                continue  # read only where the launcher gave no local rank (see below)
             if found:
                 return found
         return None
@@ -356,6 +364,33 @@ class GlobalRankAsDevice(Rule):
         for keyword in _DEVICE_KEYWORDS:
             found.append(site.arg(keyword))
         return [e for e in found if e is not None]
+
+
+# The global rank a launcher sets beside each local-rank variable.
+_PAIRED_RANK = {"LOCAL_RANK": "RANK", "SLURM_LOCALID": "SLURM_PROCID",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "OMPI_COMM_WORLD_RANK"}
+
+
+def _fallback_without_local_rank(value: Value, source: str) -> bool:
+    """The environment's global rank read only where that launcher's local rank is absent: the
+    `elif "RANK" in os.environ:` (or `else`) of `if "LOCAL_RANK" in os.environ:`. A launcher
+    that sets RANK for a job on several machines (torchrun, `torch.distributed.launch`) sets
+    LOCAL_RANK beside it, so the first arm is taken wherever the two could differ; the fallback
+    runs only in a launch that gives a global rank alone, one machine's. Only the variable of
+    the same launcher counts (`SLURM_PROCID` read where `LOCAL_RANK` is absent is the rank of
+    an `srun` job, which may span machines)."""
+    for guard in value.conditions:
+        test = guard.test
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        comp = test.comparisons[0]
+        local = string_text(test.left)
+        if not isinstance(comp.operator, (cst.In, cst.NotIn)) or local not in _PAIRED_RANK \
+                or (dotted(comp.comparator) or "").rsplit(".", 1)[-1] != "environ":
+            continue
+        if guard.negated == isinstance(comp.operator, cst.In) and source == f'os.environ["{_PAIRED_RANK[local]}"]':
+            return True
+    return False
 
 
 def _per_machine_processes(value: Value) -> bool:
