@@ -129,3 +129,94 @@ def test_torchvision_resnet_with_a_torch_head_is_reported(tmp_path: Path) -> Non
     code = TORCHVISION_BENCHMARK.format(arch="resnet50").replace(
         "        model.cuda()\n", "        model.fc = torch.nn.Linear(2048, 10)\n        model.cuda()\n")
     assert lines(tmp_path, {"train.py": code}, "DDP027") == [17]
+
+
+# A self-supervised recipe that offsets its seed by the rank in `main()`, before the worker it
+# calls sets up the process group: the helper returns 0 there on every rank.
+DIST_UTILS = """\
+    import torch.distributed as dist
+
+
+    def is_dist_avail_and_initialized():
+        if not dist.is_available():
+            return False
+        if not dist.is_initialized():
+            return False
+        return True
+
+
+    def get_rank():
+        if not is_dist_avail_and_initialized():
+            return 0
+        return dist.get_rank()
+"""
+
+SEED_BEFORE_INIT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    from torchvision import datasets, transforms, models
+
+    from utils import dist_utils
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--multiprocessing-distributed", action="store_true")
+    parser.add_argument("--gpu", type=int, default=None)
+
+
+    def main():
+        args = parser.parse_args(){early}
+        if args.seed is not None:
+            seed = args.seed + dist_utils.get_rank()
+            torch.manual_seed(seed)
+        ngpus_per_node = torch.cuda.device_count()
+        if args.multiprocessing_distributed:
+            mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))
+        else:
+            main_worker(args.gpu, ngpus_per_node, args)
+
+
+    def main_worker(gpu, ngpus_per_node, args):
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl", init_method="env://")
+        model = DDP(models.resnet18().cuda(gpu), device_ids=[gpu])
+        train_set = datasets.ImageFolder("train", transforms.Compose([
+            transforms.RandomResizedCrop(224), transforms.RandomHorizontalFlip(), transforms.ToTensor()]))
+        sampler = DistributedSampler(train_set)
+        loader = DataLoader(train_set, batch_size=32, sampler=sampler, num_workers=8)
+        for images, target in loader:
+            model(images.cuda(gpu)).sum().backward()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _seed_project(early: str = "", utils: str = DIST_UTILS) -> dict[str, str]:
+    return {"train.py": SEED_BEFORE_INIT.format(early=early), "utils/__init__.py": "", "utils/dist_utils.py": utils}
+
+
+def test_rank_read_before_the_group_exists_is_the_same_seed(tmp_path: Path) -> None:
+    assert lines(tmp_path, _seed_project(), "DDP029") == [22]
+
+
+def test_rank_read_after_the_group_is_set_up_stays_clean(tmp_path: Path) -> None:
+    early = '\n        dist.init_process_group(backend="nccl", init_method="env://")'
+    assert lines(tmp_path, _seed_project(early), "DDP029") == []
+
+
+def test_rank_helper_reading_the_environment_stays_clean(tmp_path: Path) -> None:
+    utils = """\
+        import os
+
+
+        def get_rank():
+            return int(os.environ.get("RANK", 0))
+    """
+    assert lines(tmp_path, _seed_project(utils=utils), "DDP029") == []
