@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.ddp import wraps
-from ddpcheck.lint.model.module import ClassInfo, ModuleModel
+from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.model.syntax import children, dotted, is_true
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
@@ -33,15 +35,20 @@ class FindUnusedParametersUnneeded(Rule):
     on a real job. Off by default and informational: it is a cost, not a bug, and static analysis
     cannot see a loss that ignores part of the output.
 
-    Reported at the flag when the model class and every project class it builds are known, every
+    Reported at the flag (written at the call, or as the entry of a `kwargs` dict handed over as
+    `**kwargs` in the same file) when the model class and every project class it builds are known, every
     layer they assign is read in their `forward`, each `forward` is straight-line code (no `if`,
     no early `return`, no `try`; `if self.bn is not None: x = self.bn(x)` for a layer built only
-    in some configurations does not count as a branch) and returns one value (not a tuple, list or dict, whose parts a
+    in some configurations does not count as a branch, nor does an `if` that uses no layer,
+    such as `if self.config.pooling: x = F.max_pool2d(x, 2)`) and returns one value (not a tuple, list or dict, whose parts a
     loss might leave out), and nothing reaches members dynamically or changes `requires_grad`. A
     forward that keeps part of a library model member's output (`self.bert(ids)[0]`,
     `.last_hidden_state`) is not reported: the pooler of a pretrained transformer makes the
     output left out, so its parameters get no gradient and the flag is needed (torch.nn layers,
-    such as an LSTM's `[0]`, use every parameter for each output).
+    such as an LSTM's `[0]`, use every parameter for each output). A torchvision classifier
+    (`models.resnet50()`, VGG, DenseNet, MobileNet, EfficientNet, RegNet, ConvNeXt and the like)
+    is reported too: its forward runs every layer; Inception and GoogLeNet, whose auxiliary
+    heads add outputs in training, are not.
 
     ## How to fix
     Remove `find_unused_parameters=True`. If some iterations do skip layers, keep it, or use
@@ -139,16 +146,68 @@ class FindUnusedParametersUnneeded(Rule):
             return
         for wrap in wraps(model, model.root):
             site = wrap.site
-            flag = site.arg("find_unused_parameters")
-            if flag is None or not is_true(flag) or is_true(site.arg("static_graph")) or wrap.inner is None:
+            flag = self._flag(site)
+            if flag is None or is_true(site.arg("static_graph")) or wrap.inner is None:
                 continue
-            roots = classes_of(model, model.values.at_call(site, wrap.inner))
+            inner = model.values.at_call(site, wrap.inner)
+            library = self._library_classifier(inner)
+            if library is not None and self._torch_layers_only(site, wrap.inner):
+                self.report(flag, self.MESSAGE.format(cls=library))
+                continue
+            roots = classes_of(model, inner)
             if len(roots) != 1:
                 continue
             closure = class_closure(model, roots)
             if closure and all(self._uses_everything(module, info) and not self._part_of_library_output(module, info)
                                for module, info in closure):
                 self.report(flag, self.MESSAGE.format(cls=roots[0][1].qualname))
+
+    def _flag(self, site: CallSite) -> cst.CSTNode | None:
+        """The `True` given to `find_unused_parameters`: written at the call, or an entry of the
+        `**kwargs` dict it is given (`kwargs = {"find_unused_parameters": True}; DDP(model,
+        **kwargs)`) in this file. None when any value it may take is not the literal True."""
+        direct = site.arg("find_unused_parameters")
+        if direct is not None:
+            return direct if is_true(direct) else None
+        values = self.model.values.keyword(site, "find_unused_parameters")
+        nodes = [v.node for v in values if v.module is self.model.root]
+        if not values or len(nodes) != len(values) or not all(is_true(n) for n in nodes):
+            return None
+        first = nodes[0]
+        return first if is_true(first) else None
+
+    def _torch_layers_only(self, site: CallSite, inner: cst.BaseExpression) -> bool:
+        """Every member the script assigns on the wrapped model (`model.fc = nn.Linear(2048, 10)`)
+        is a torch.nn layer: a head of the project's own could leave parameters unused."""
+        name = dotted(inner)
+        if name is None:
+            return False
+        for key, bindings in site.scope.assignments.items():
+            if not key.startswith(name + "."):
+                continue
+            for binding in bindings:
+                value = getattr(binding, "value", binding)
+                call = site.module.call_at(value) if isinstance(value, cst.Call) else None
+                if call is None or not (self.model.api(call) or "").startswith("torch.nn."):
+                    return False
+        return True
+
+    def _library_classifier(self, values: list[Value]) -> str | None:
+        """The torchvision classifier (`models.resnet50()`) every value is, when it is one whose
+        forward runs every layer and returns one tensor; None otherwise. Inception and GoogLeNet
+        are left out: their auxiliary heads return extra outputs in training."""
+        names: set[str] = set()
+        for value in values:
+            call = value.call
+            site = value.module.call_at(call) if call is not None else None
+            name = self.model.api(site) if site is not None else None
+            if name is None or not name.startswith("torchvision.models."):
+                return None
+            short = name.rsplit(".", 1)[1]
+            if not _FULL_CLASSIFIER.match(short):
+                return None
+            names.add(short)
+        return names.pop() if len(names) == 1 else None
 
     @staticmethod
     def _uses_everything(module: ModuleModel, info: ClassInfo) -> bool:
@@ -159,11 +218,13 @@ class FindUnusedParametersUnneeded(Rule):
         if forward_name is None:
             return not members  # a base class or a holder without layers of its own
         forward = module.functions[forward_name]
-        if not _straight_line(forward):
+        layers = {attr for attr in members
+                  if any(isinstance(getattr(v, "value", v), cst.Call)
+                         for v in info.scope.assignments[f"self.{attr}"])}
+        if not _straight_line(forward, layers):
             return False
         for attr in members:
-            values = info.scope.assignments[f"self.{attr}"]
-            if not any(isinstance(getattr(v, "value", v), cst.Call) for v in values):
+            if attr not in layers:
                 continue  # a plain attribute (a size, a flag), not a layer
             if not any(method == "forward" for method, _ in self_references(module, info, attr)):
                 return False
@@ -201,6 +262,14 @@ class FindUnusedParametersUnneeded(Rule):
         return False
 
 
+_FULL_CLASSIFIER = re.compile(
+    r"(resnet(18|34|50|101|152)|resnext\d+_\d+x\d+d|wide_resnet(50|101)_2|vgg(11|13|16|19)(_bn)?|alexnet"
+    r"|densenet(121|161|169|201)|mobilenet_v2|mobilenet_v3_(large|small)|efficientnet_b[0-7]"
+    r"|efficientnet_v2_[sml]|regnet_[xy]_\d+(gf|mf)|shufflenet_v2_x\d_\d|squeezenet1_[01]"
+    r"|mnasnet\d_\d+|convnext_(tiny|small|base|large))$"
+)
+
+
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
     stack: list[cst.CSTNode] = [node]
     while stack:
@@ -210,7 +279,7 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
             stack.extend(children(current))
 
 
-def _straight_line(function: cst.FunctionDef) -> bool:
+def _straight_line(function: cst.FunctionDef, layers: set[str]) -> bool:
     body = function.body.body
     stack: list[cst.CSTNode] = list(body)
     while stack:
@@ -218,6 +287,8 @@ def _straight_line(function: cst.FunctionDef) -> bool:
         if isinstance(node, cst.If) and _optional_layer(node):
             stack.extend(children(node.body))  # runs exactly when the layer exists
             continue
+        if isinstance(node, cst.If) and _without_layers(node, layers):
+            continue  # `if pooling: x = F.max_pool2d(x, 2)`: the same layers run either way
         if isinstance(node, (cst.If, cst.IfExp, cst.Try, cst.While, cst.Break, cst.Continue, cst.Raise)):
             return False
         if isinstance(node, (cst.FunctionDef, cst.Lambda)):
@@ -227,6 +298,36 @@ def _straight_line(function: cst.FunctionDef) -> bool:
     if len(returns) != 1 or returns[0].value is None:
         return False
     return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
+
+
+def _without_layers(node: cst.If, layers: set[str]) -> bool:
+    """An `if` whose arms touch no layer of `self` (nor `self` itself, nor a member of a
+    member: only plain attributes such as `self.config.pooling` are read), call no
+    function of the project and leave the forward nowhere early: `F.max_pool2d` under a
+    configuration flag changes no parameter's part in the graph. Its test is evaluated
+    either way."""
+    arms: list[cst.CSTNode] = [node.body]
+    if node.orelse is not None:
+        arms.append(node.orelse)
+    stack = arms
+    while stack:
+        current = stack.pop()
+        if isinstance(current, (cst.Return, cst.Raise, cst.Break, cst.Continue, cst.Yield, cst.FunctionDef,
+                                cst.Lambda, cst.Try, cst.While, cst.For)):
+            return False
+        if isinstance(current, cst.Attribute) and isinstance(current.value, cst.Name) \
+                and current.value.value == "self":
+            if current.attr.value in layers:
+                return False
+            continue  # a plain attribute: nothing below it is `self` alone
+        if isinstance(current, cst.Name) and current.value == "self":
+            return False
+        if isinstance(current, cst.Call):
+            name = dotted(current.func)
+            if name is None or not name.startswith(("F.", "torch.", "nn.functional.")):
+                return False
+        stack.extend(children(current))
+    return True
 
 
 def _optional_layer(node: cst.If) -> bool:

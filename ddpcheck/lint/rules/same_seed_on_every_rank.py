@@ -57,7 +57,10 @@ class SameSeedOnEveryRank(Rule):
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
     declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
-    and nothing in it comes from the rank. A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
+    and nothing in it comes from the rank (a project rank helper that returns a literal until the
+    process group is set up, `if not is_dist_avail_and_initialized(): return 0`, called before
+    the run sets the group up, in `main()` ahead of the worker that initialises, gives that
+    literal on every rank: `args.seed + get_rank()` there is the same seed). A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
     whose body seeds torch with that parameter or its `.seed`, also through a local, `seed =
     config.SEED`) is judged by what it passes, and by its parameter's literal default when the
     call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A seed set in a project
@@ -556,10 +559,57 @@ class SameSeedOnEveryRank(Rule):
                 return False
         return True
 
+    def _unset_ranks(self, module: ModuleModel, expr: cst.CSTNode) -> frozenset[int]:
+        """The calls in `expr` of a project rank helper that returns a literal until the process
+        group is set up (`dist_utils.get_rank()` with `if not is_dist_avail_and_initialized():
+        return 0`), made before any set-up of the group on the run: in a function of the linted
+        file that sets nothing up before the call, called only from the file's top level or
+        `__main__` block before anything there sets the group up (`seed = args.seed +
+        get_rank()` in `main()`, which calls the worker that initialises). On every rank the
+        call returns the same literal."""
+        out: set[int] = set()
+        stack: list[cst.CSTNode] = [expr]
+        while stack:
+            node = stack.pop()
+            stack.extend(children(node))
+            if not isinstance(node, cst.Call):
+                continue
+            site = module.call_at(node)
+            if site is None or module is not self.model.root:
+                continue
+            targets = self.model.graph.targets(site)
+            if not targets or not all(_zero_until_initialized(f) for f, _ in targets):
+                continue
+            if self._before_any_init(site):
+                out.add(id(node))
+        return frozenset(out)
+
+    def _before_any_init(self, site: CallSite) -> bool:
+        model = self.model
+        function = model.paths.function_of(site)
+        if function is None:
+            return False
+        if any(other.scope is site.scope and other.tick < site.tick and self._initialises(other)
+               for other in site.module.calls):
+            return False
+        callers = model.graph.callers(function)
+        if not callers:
+            return False
+        for caller, _ in callers:
+            if caller.module is not model.root or model.paths.function_of(caller) is not None:
+                return False
+            if any(other.scope is caller.scope and other.tick < caller.tick and self._initialises(other)
+                   for other in caller.module.calls):
+                return False
+        return True
+
+    def _initialises(self, site: CallSite) -> bool:
+        return site.qualname == api.INIT_PROCESS_GROUP or "init_process_group" in self.model.facts.of_call(site)
+
     def _same_everywhere(self, site: CallSite, seed: cst.BaseExpression, resolve: Resolve) -> bool:
         """Whether `seed`, passed at `site`, is the same on every rank: a literal, or a command-line
         option (every rank is started with the same command line), with nothing from the rank."""
-        if _mentions_rank(seed, resolve):
+        if _mentions_rank(seed, resolve, self._unset_ranks(site.module, seed)):
             return False
         values = self.model.values.at_call(site, seed)
         return bool(values) and all(self._constant(v, resolve) for v in values)
@@ -578,7 +628,7 @@ class SameSeedOnEveryRank(Rule):
         if depth > 0 and isinstance(node, (cst.BinaryOperation, cst.UnaryOperation)):
             # `(ix + 1) * 42`, `args.seed + 1`: arithmetic on values that are the same everywhere.
             operands = [node.left, node.right] if isinstance(node, cst.BinaryOperation) else [node.expression]
-            if _mentions_rank(node, resolve):
+            if _mentions_rank(node, resolve, self._unset_ranks(value.module, node)):
                 return False
             return all(self._constant_expr(value, o, resolve, depth - 1) for o in operands)
         if isinstance(node, cst.Call) and dotted(node.func) in ("int", "float", "str") and len(node.args) == 1 \
@@ -603,6 +653,8 @@ class SameSeedOnEveryRank(Rule):
         """Whether `expr`, read where `where` was made, holds the same value on every rank."""
         if depth < 0:
             return False
+        if isinstance(expr, cst.Call) and id(expr) in self._unset_ranks(where.module, expr):
+            return True  # the rank read before the process group exists: the helper's literal
         inner = self.model.values.of(where.module, expr, where.scope, where.frame, at=where.at)
         return bool(inner) and all(self._constant(v, resolve, depth) for v in inner)
 
@@ -838,7 +890,30 @@ def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | No
     return None
 
 
-def _mentions_rank(expr: cst.CSTNode, resolve: Resolve) -> bool:
+def _mentions_rank(expr: cst.CSTNode, resolve: Resolve, unset: frozenset[int] = frozenset()) -> bool:
+    """`unset`: calls that read the rank before the process group exists (see `_unset_ranks`)."""
+    if id(expr) in unset:
+        return False
     if isinstance(expr, cst.BaseExpression) and is_rank_value(expr, resolve):
         return True
-    return any(_mentions_rank(child, resolve) for child in children(expr))
+    return any(_mentions_rank(child, resolve, unset) for child in children(expr))
+
+
+def _zero_until_initialized(function: Function) -> bool:
+    """`def get_rank(): if not is_dist_avail_and_initialized(): return 0; return dist.get_rank()`:
+    a rank helper that returns a literal until the process group is set up."""
+    body = function.node.body.body
+    if not body or not isinstance(body[0], cst.If):
+        return False
+    first = body[0]
+    test = first.test
+    if not (isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)):
+        return False
+    if re.search(r"initiali[sz]ed", function.module.code(test.expression)) is None or first.orelse is not None:
+        return False
+    inner = first.body.body if isinstance(first.body, cst.IndentedBlock) else ()
+    if len(inner) != 1 or not isinstance(inner[0], cst.SimpleStatementLine):
+        return False
+    statement = inner[0].body[0]
+    return isinstance(statement, cst.Return) and statement.value is not None \
+        and int_value(statement.value) is not None
