@@ -10,7 +10,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import documented_values, option_values
-from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Target
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Scope, Target
 from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
@@ -26,8 +26,11 @@ _BATCHNORM_TEXT = re.compile(r"\bBatchNorm[123]d\b|\bnn\.BatchNorm|norm_layer\s*
 _REBOUND_BATCHNORM = re.compile(
     r"^[ \t]*from[ \t]+(?!torch\b)[\w.]+[ \t]+import[^\n]*?\bas[ \t]+(BatchNorm[123]d)\b"
     r"|^[ \t]*(BatchNorm[123]d)[ \t]*=[ \t]*(?!(?:torch\.)?nn\.BatchNorm)", re.MULTILINE)
-# `isinstance(m, nn.BatchNorm2d)`, `issubclass(cls, (nn.BatchNorm1d, nn.BatchNorm2d))`.
-_TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)")
+# `isinstance(m, nn.BatchNorm2d)`, `issubclass(cls, (nn.BatchNorm1d, nn.BatchNorm2d))`, and the
+# tests of a class's name, `classname.find('BatchNorm2d') != -1`, `"BatchNorm" in classname`.
+_TYPE_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*(?:\([^()]*\)|[\w.]+)\s*\)"
+                        r"|\.(?:find|index|startswith|endswith)\s*\(\s*(?P<q>[\"'])[^\"'\n]*BatchNorm[^\"'\n]*(?P=q)\s*\)"
+                        r"|(?P<r>[\"'])[^\"'\n]*BatchNorm[^\"'\n]*(?P=r)\s+in\s+[\w.]+")
 _BUILDS = re.compile(r"\bBatchNorm[123]d\s*\(")
 _OTHER_NORM_BUILT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm)\s*\(")
 _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*\.|convert_sync_batchnorm|\bsync_?bn\b|\bsync_batch_?norm\b", re.I)
@@ -82,11 +85,14 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's; BatchNorm that a layer builder of the module makes only behind a switch every
     call of it leaves at its default, `make_layers(cfg)` of `def make_layers(cfg,
-    batch_norm=False)` or `if batch_norm == True:`, is not built — also where the network's module
+    batch_norm=False)` or `if batch_norm == True:`, or a norm factory's `if norm_type.lower() ==
+    "batch":` where every call gives another string — a literal, the default, or the caller's own
+    parameter by its default, `get_norm_layer(ch, norm)` in `def __init__(self, ch,
+    norm="instance")` —, is not built — also where the network's module
     imports the builder from another project module, `from layers import make_mlp`, whose other
     code (another network of that module) then does not count either —, and then neither do the
     `isinstance(m, nn.BatchNorm2d)` tests of a weight-init loop, in the class or its bases,
-    count), and no code the run reaches converts
+    count, nor do the tests of class names, `classname.find("BatchNorm2d")`), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
     `--sync-bn` option that is declared but never read converts nothing. A library network named
@@ -795,12 +801,12 @@ def _top_level_defs(module: ModuleModel) -> dict[str, cst.FunctionDef | cst.Clas
 def _imported_code(module: ModuleModel, name: str, importer: ModuleModel, local: str) -> tuple[str, bool]:
     """`_reachable_from` for the definition `name` of `module` that `importer` imports as
     `local`: the importer's calls of it count as calls of the function."""
-    calls = tuple(c.node for c in importer.calls if isinstance(c.node.func, cst.Name) and c.node.func.value == local)
+    calls = tuple(c for c in _scoped_calls_of(importer) if isinstance(c[0].func, cst.Name) and c[0].func.value == local)
     return _reachable_from(module, _top_level_defs(module)[name], calls)
 
 
 def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
-                    external: tuple[cst.Call, ...]) -> tuple[str, bool]:
+                    external: tuple[_Scoped, ...]) -> tuple[str, bool]:
     """The code of the definition `root` and of what it can reach in its module: the module-level
     statements other than definitions, and the top-level functions and classes its code names,
     followed on. A module of many networks (a model zoo in one file) builds BatchNorm in some of
@@ -822,12 +828,12 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
             if name in defs and name not in seen:
                 seen.add(name)
                 todo.append(defs[name])
-    calls = [c for node in followed for c in _calls_in(node)]
+    calls = [c for node in followed for c in _scoped_calls(node)]
     parts = []
     switched_off = False
     for node in followed:
         if isinstance(node, cst.FunctionDef):
-            callers = [c for c in calls if isinstance(c.func, cst.Name) and c.func.value == node.name.value]
+            callers = [c for c in calls if isinstance(c[0].func, cst.Name) and c[0].func.value == node.name.value]
             off = _switched_off(node, callers + list(external) if node is root else callers)
             if off:
                 kept = node.visit(_DropBranches(off))
@@ -846,49 +852,139 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
 def _switched_off_branches(module: ModuleModel) -> list[cst.If]:
     """The branches of the module's top-level functions behind a switch every call of the
     function in the module leaves off (see `_switched_off`)."""
-    calls = [site.node for site in module.calls]  # the model's index of every call in the module
+    calls = _scoped_calls_of(module)
     out: list[cst.If] = []
     for stmt in module.tree.body:
         if isinstance(stmt, cst.FunctionDef):
             name = stmt.name.value
-            out += _switched_off(stmt, [c for c in calls if isinstance(c.func, cst.Name) and c.func.value == name])
+            out += _switched_off(stmt, [c for c in calls if isinstance(c[0].func, cst.Name) and c[0].func.value == name])
     return out
 
 
-def _calls_in(node: cst.CSTNode) -> list[cst.Call]:
-    found: list[cst.Call] = []
+# A call and the function it is written in (None at module level).
+_Scoped = tuple[cst.Call, cst.FunctionDef | None]
+
+
+def _scoped_calls_of(module: ModuleModel) -> list[_Scoped]:
+    """`_scoped_calls` of a whole module, from the model's index of its calls (no second visit
+    of the tree)."""
+    found: list[_Scoped] = []
+    for site in module.calls:
+        scope: Scope | None = site.scope
+        while scope is not None and scope.kind != "function":
+            scope = scope.parent
+        node = scope.node if scope is not None else None
+        found.append((site.node, node if isinstance(node, cst.FunctionDef) else None))
+    return found
+
+
+def _scoped_calls(node: cst.CSTNode) -> list[_Scoped]:
+    """The calls in `node`, each with the innermost function it is written in."""
+    found: list[_Scoped] = []
+    scopes: list[cst.FunctionDef] = []
 
     class _Calls(cst.CSTVisitor):
+        def visit_FunctionDef(self, function: cst.FunctionDef) -> None:
+            scopes.append(function)
+
+        def leave_FunctionDef(self, original: cst.FunctionDef) -> None:
+            scopes.pop()
+
         def visit_Call(self, call: cst.Call) -> None:
-            found.append(call)
+            found.append((call, scopes[-1] if scopes else None))
 
     node.visit(_Calls())
     return found
 
 
-def _switched_off(function: cst.FunctionDef, calls: list[cst.Call]) -> list[cst.If]:
+def _switched_off(function: cst.FunctionDef, calls: list[_Scoped]) -> list[cst.If]:
     """The `if flag:` blocks of `function` (`if flag == True:`; their `else` stays) testing a parameter whose default is
     False or None, where every one of `calls` (at least one) leaves it at that default or
-    passes False/None. A call passing `*args`/`**kwargs` may give anything."""
-    if not calls or any(a.star for c in calls for a in c.args):
+    passes False/None; and the blocks that test a parameter against strings (`if norm ==
+    "batch":`, `elif norm.lower() in ("bn", "batch"):`) where every call gives it another string:
+    a literal, the parameter's default, or a parameter of the function the call is written in
+    that its body does not rebind, by that parameter's default (`get_norm(ch, norm)` in `def
+    __init__(self, ch, norm="instance")`). A call passing `*args`/`**kwargs` may give anything."""
+    if not calls or any(a.star for c, _ in calls for a in c.args):
         return []
     ordered = [*function.params.posonly_params, *function.params.params]
     off: list[cst.If] = []
     for stmt in _statements(function.body):
         if not isinstance(stmt, cst.If):
             continue
-        name = _flag_tested(stmt.test)
+        selector = _selector_tested(stmt.test)
+        name = _flag_tested(stmt.test) if selector is None else selector[0]
         if name is None:
             continue
         index = next((i for i, p in enumerate(ordered) if p.name.value == name), None)
         default = ordered[index].default if index is not None else None
-        if index is None or default is None or not (is_false(default) or _is_none(default)):
-            continue
-        if _rebinds(function, name):
+        if index is None or _rebinds(function, name):
             continue  # (`batch_norm = cfg.bn` in the body: the default is not what is tested)
-        if all(_leaves_off(c, name, index) for c in calls):
+        if selector is not None:
+            if all(_selects_other(c, scope, name, index, default, selector[1], selector[2]) for c, scope in calls):
+                off.append(stmt)
+            continue
+        if default is None or not (is_false(default) or _is_none(default)):
+            continue
+        if all(_leaves_off(c, name, index) for c, _ in calls):
             off.append(stmt)
     return off
+
+
+def _selector_tested(test: cst.BaseExpression) -> tuple[str, frozenset[str], bool] | None:
+    """The parameter an `if` compares with strings, the strings that take its block, and
+    whether the comparison ignores case: `if norm == "batch":`, `if norm.lower() == "bn":`,
+    `if norm in ("bn", "batch"):`."""
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return None
+    left, target = test.left, test.comparisons[0]
+    folded = False
+    if isinstance(left, cst.Call) and not left.args and isinstance(left.func, cst.Attribute) \
+            and left.func.attr.value in ("lower", "upper", "casefold"):
+        left, folded = left.func.value, True
+    if not isinstance(left, cst.Name):
+        return None
+    if isinstance(target.operator, cst.Equal):
+        options: list[cst.BaseExpression] = [target.comparator]
+    elif isinstance(target.operator, cst.In) and isinstance(target.comparator, (cst.Tuple, cst.List, cst.Set)):
+        options = [e.value for e in target.comparator.elements]
+    else:
+        return None
+    texts = [_literal(o) for o in options]
+    if not texts or any(t is None for t in texts):
+        return None
+    return left.value, frozenset(t.lower() if folded else t for t in texts if t is not None), folded
+
+
+def _literal(expr: cst.BaseExpression | None) -> str | None:
+    """The text of a plain string literal (not an f-string)."""
+    return string_text(expr) if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)) else None
+
+
+def _selects_other(call: cst.Call, scope: cst.FunctionDef | None, name: str, index: int,
+                   default: cst.BaseExpression | None, taken: frozenset[str], folded: bool) -> bool:
+    """Whether `call` surely gives parameter `name` a value other than the strings in `taken`
+    (see `_switched_off`); None counts as another value."""
+    positional = [a for a in call.args if a.keyword is None]
+    given = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    if given is None and index < len(positional):
+        given = positional[index].value
+    if given is None:
+        given = default
+    if isinstance(given, cst.Name) and given.value != "None":
+        if scope is None or _assigns(scope, given.value):
+            return False
+        params = [*scope.params.posonly_params, *scope.params.params, *scope.params.kwonly_params]
+        outer = next((p for p in params if p.name.value == given.value), None)
+        given = outer.default if outer is not None else None
+    if given is None:
+        return False
+    if _is_none(given):
+        return True
+    text = _literal(given)
+    if text is None:
+        return False
+    return (text.lower() if folded else text) not in taken
 
 
 def _flag_tested(test: cst.BaseExpression) -> str | None:
@@ -907,9 +1003,59 @@ def _flag_tested(test: cst.BaseExpression) -> str | None:
 def _rebinds(function: cst.FunctionDef, name: str) -> bool:
     """The body gives `name` another value (`batch_norm = cfg.bn`, `a, batch_norm = ...`,
     `batch_norm |= x`); a keyword argument of that name (`f(batch_norm=True)`) also counts."""
-    code = cst.Module(body=[]).code_for_node(function.body)
-    return bool(re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/|&]|:[^=\n]*)?=(?!=)", code)
-                or re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:,[^=\n]*)?=(?!=)", code))
+    code = code_only(cst.Module(body=[]).code_for_node(function.body))  # not the docstring's `norm => act`
+    return bool(re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:[-+*/|&]|:[^=\n]*)?=(?![=>])", code)
+                or re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:,[^=\n]*)?=(?![=>])", code))
+
+
+def _assigns(function: cst.FunctionDef, name: str) -> bool:
+    """Whether a statement of `function` binds `name` (`=`, `+=`, `for`, `with ... as`, `:=`,
+    `global`); unlike `_rebinds`, a keyword argument of that name (`f(norm=norm)`) does not."""
+    found = False
+
+    class _Targets(cst.CSTVisitor):
+        def _check(self, target: cst.CSTNode | None) -> None:
+            nonlocal found
+            if target is not None and any(isinstance(n, cst.Name) and n.value == name for n in _names_in(target)):
+                found = True
+
+        def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+            self._check(node.target)
+
+        def visit_AugAssign(self, node: cst.AugAssign) -> None:
+            self._check(node.target)
+
+        def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+            self._check(node.target)
+
+        def visit_For(self, node: cst.For) -> None:
+            self._check(node.target)
+
+        def visit_AsName(self, node: cst.AsName) -> None:
+            self._check(node.name)
+
+        def visit_NamedExpr(self, node: cst.NamedExpr) -> None:
+            self._check(node.target)
+
+        def visit_Global(self, node: cst.Global) -> None:
+            self._check(cst.Tuple([cst.Element(n.name) for n in node.names]))
+
+        def visit_Nonlocal(self, node: cst.Nonlocal) -> None:
+            self._check(cst.Tuple([cst.Element(n.name) for n in node.names]))
+
+    function.body.visit(_Targets())
+    return found
+
+
+def _names_in(target: cst.CSTNode) -> list[cst.CSTNode]:
+    """The bare names a binding target binds (`a`, `a, (b, *c)`; not `self.a` or `a[0]`)."""
+    if isinstance(target, cst.Name):
+        return [target]
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return [n for e in target.elements for n in _names_in(e.value)]
+    if isinstance(target, cst.StarredElement):
+        return _names_in(target.value)
+    return []
 
 
 def _statements(block: cst.BaseSuite) -> list[cst.CSTNode]:

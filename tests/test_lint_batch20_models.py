@@ -1,0 +1,117 @@
+"""DDP012, DDP013 and DDP009 on the ways batch 20's scripts build, wrap and evaluate their
+networks. Each through `ddpcheck lint` on a small project written in the style of the scripts,
+with a variant that must stay clean (or must be reported)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def lines(tmp_path: Path, files: dict[str, str], code: str, target: str = "train.py") -> list[tuple[str, int]]:
+    """(file name, line) of each `code` finding when `target` is linted."""
+    return [(Path(f["path"]).name, f["location"]["line"]) for f in lint_project(tmp_path, files, target, select=code)]
+
+
+# An inpainting GAN: a norm-layer factory that picks its layer by a string (`norm_type.lower() ==
+# 'batch'`), blocks that pass their own `norm` parameter on, and networks that pass theirs; every
+# default is 'instance'. A weight-init helper tests class names by string.
+INIT = """\
+    import torch.nn as nn
+
+
+    def weights_init(init_type="gaussian", gain=0.02):
+        def init_func(m):
+            classname = m.__class__.__name__
+            if hasattr(m, "weight") and classname.find("Conv") != -1:
+                nn.init.xavier_normal_(m.weight.data, gain=gain)
+            elif classname.find('BatchNorm2d') != -1:
+                nn.init.normal_(m.weight.data, 1.0, gain)
+                nn.init.constant_(m.bias.data, 0.0)
+        return init_func
+"""
+
+GENERATOR = """\
+    import torch.nn as nn
+    from models.weights_init import weights_init
+
+
+    def get_norm_layer(channels, norm_type="instance"):
+        \"\"\"norm_type -- batch | instance | none\"\"\"
+        if norm_type == None:
+            norm_layer = nn.Sequential()
+        elif norm_type.lower() == "batch":
+            norm_layer = nn.BatchNorm2d(channels, affine=True, track_running_stats=True)
+        elif norm_type.lower() == "instance":
+            norm_layer = nn.InstanceNorm2d(channels, affine=True)
+        else:
+            raise NotImplementedError(norm_type)
+        return norm_layer
+
+
+    class ConvNormActiv(nn.Module):
+        def __init__(self, in_channels, out_channels, norm="{default}"):
+            \"\"\"(conv => norm => activ)\"\"\"
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, out_channels, 3, padding=1)
+            self.norm = get_norm_layer(out_channels, norm)
+
+        def forward(self, x):
+            return self.norm(self.conv(x)).relu()
+
+
+    class Generator(nn.Module):
+        def __init__(self, base_channels=64, norm_type="instance"):
+            super().__init__()
+            self.enc = ConvNormActiv(4, base_channels, norm=norm_type)
+            self.dec = ConvNormActiv(base_channels, 3, norm=norm_type)
+            self.apply(weights_init(init_type="xavier"))
+
+        def forward(self, x):
+            return self.dec(self.enc(x))
+
+
+    class PatchGAN(nn.Module):
+        def __init__(self, in_channels=4, norm_type="instance"):
+            super().__init__()
+            self.conv = nn.Conv2d(in_channels, 64, 5, stride=2, padding=2)
+            self.norm = get_norm_layer(channels=64, norm_type=norm_type)
+            self.apply(weights_init(init_type="xavier"))
+
+        def forward(self, x):
+            return self.norm(self.conv(x))
+"""
+
+GAN_TRAIN = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from models.generator import Generator, PatchGAN
+
+
+    def main(local_rank):
+        dist.init_process_group(backend="nccl")
+        generator = Generator(base_channels=64, norm_type="instance").to(local_rank)
+        discriminator = PatchGAN(in_channels=4, norm_type="instance").to(local_rank)
+        generator = DDP(generator, device_ids=[local_rank])
+        discriminator = DDP(discriminator, device_ids=[local_rank])
+        dist.destroy_process_group()
+"""
+
+
+def gan_project(default: str) -> dict[str, str]:
+    return {"models/__init__.py": "", "models/weights_init.py": INIT,
+            "models/generator.py": GENERATOR.replace("{default}", default), "train.py": GAN_TRAIN}
+
+
+def test_ddp012_norm_chosen_by_string_every_call_leaves_instance(tmp_path: Path) -> None:
+    # Every call gives the factory 'instance' (its own parameter's default, passed on): no
+    # BatchNorm is built, and the weight-init test of class names builds none either.
+    assert lines(tmp_path, gan_project("instance"), "DDP012") == []
+
+
+def test_ddp012_norm_chosen_by_string_a_block_defaults_to_batch(tmp_path: Path) -> None:
+    # The block's own default is 'batch': the generator builds BatchNorm; the discriminator,
+    # whose every call gives 'instance', does not.
+    assert lines(tmp_path, gan_project("batch"), "DDP012") == [("train.py", 11)]
