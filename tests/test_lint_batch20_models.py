@@ -115,3 +115,144 @@ def test_ddp012_norm_chosen_by_string_a_block_defaults_to_batch(tmp_path: Path) 
     # The block's own default is 'batch': the generator builds BatchNorm; the discriminator,
     # whose every call gives 'instance', does not.
     assert lines(tmp_path, gan_project("batch"), "DDP012") == [("train.py", 11)]
+
+
+# A workshop demo: the timm network's name comes from a YAML config the analysis cannot read.
+# Unknown is not a finding: a replaced `fc` head suggests a ResNet but does not say which
+# (`resnet50_gn` has no BatchNorm).
+TIMM_TRAIN = """\
+    import timm
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(local_rank, params):
+        model_name = params["model_name"]
+        model = timm.create_model(model_name, pretrained=False)
+        model.conv1 = torch.nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        model.{head} = torch.nn.Linear(model.{head}.in_features, 14)
+        model.to(f"cuda:{{local_rank}}")
+        model = DDP(model, device_ids=[local_rank])
+        return model
+"""
+
+
+def test_ddp012_timm_network_by_a_name_it_cannot_read_is_unknown(tmp_path: Path) -> None:
+    for head in ("fc", "head"):
+        assert lines(tmp_path / head, {"train.py": TIMM_TRAIN.format(head=head)}, "DDP012") == []
+
+
+# A layout generator: a DDP subclass whose `__getattr__` hands what it lacks to the inner module,
+# so `models["gen"].train_loss(...)` runs the inner module's method, outside DDP's forward.
+WRAPPER = """\
+    import torch
+
+
+    class DDPWrapper(torch.nn.parallel.DistributedDataParallel):
+        \"\"\"Very shallow wrapper to access attributes of a model\"\"\"
+
+        def __getattr__(self, name):
+            try:
+                return super().__getattr__(name)
+            except AttributeError:
+                return getattr(self.module, name)
+"""
+
+GEN_MODEL = """\
+    import torch.nn as nn
+
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Linear(8, 8)
+
+        def forward(self, inputs):
+            return self.net(inputs)
+
+        def train_loss(self, inputs, targets):
+            outputs = self(inputs)
+            return outputs, {"l1": (outputs - targets).abs().mean()}
+"""
+
+GEN_TRAIN = """\
+    import torch
+    from helpers.distributed import DDPWrapper
+    from models.generator import Generator
+
+
+    def train(rank, cfg, loader):
+        models = {}
+        models["gen"] = Generator()
+        if cfg.use_ddp:
+            models["gen"] = DDPWrapper(models["gen"].to(rank), device_ids=[rank])
+        else:
+            models["gen"] = models["gen"].to(rank)
+        optimizer = torch.optim.Adam(models["gen"].parameters())
+        for epoch in range(cfg.epochs):
+            for inputs, targets in loader:
+                models["gen"].zero_grad()
+                {step}
+                loss = sum(losses.values())
+                loss.backward()
+                optimizer.step()
+"""
+
+
+def gen_project(step: str) -> dict[str, str]:
+    return {"helpers/__init__.py": "", "helpers/distributed.py": WRAPPER, "models/__init__.py": "",
+            "models/generator.py": GEN_MODEL, "train.py": GEN_TRAIN.replace("{step}", step)}
+
+
+def test_ddp013_method_read_through_wrapper_getattr(tmp_path: Path) -> None:
+    files = gen_project('outputs, losses = models["gen"].train_loss(inputs, targets)')
+    assert lines(tmp_path, files, "DDP013") == [("train.py", 17)]
+
+
+def test_ddp013_forward_through_wrapper_with_getattr(tmp_path: Path) -> None:
+    files = gen_project('outputs = models["gen"](inputs); losses = {"l1": (outputs - targets).abs().mean()}')
+    assert lines(tmp_path, files, "DDP013") == []
+
+
+# The same, the models handed to an epoch function in their dict (`train(models=models, ...)`).
+GEN_TRAIN_EPOCH = """\
+    import torch
+    from helpers.distributed import DDPWrapper
+    from models.generator import Generator
+
+
+    def main_worker(rank, cfg, loader):
+        models = {}
+        models["gen"] = Generator()
+        if cfg.use_ddp:
+            models["gen"] = DDPWrapper(models["gen"].to(rank), device_ids=[rank])
+        else:
+            models["gen"] = models["gen"].to(rank)
+        optimizers = {"gen": torch.optim.Adam(models["gen"].parameters())}
+        for epoch in range(cfg.epochs):
+            train(models=models, loader=loader, optimizers=optimizers)
+
+
+    def train(models, loader, optimizers):
+        for key in models:
+            models[key].train()
+        for inputs, targets in loader:
+            models["gen"].zero_grad()
+            {step}
+            loss = sum(losses.values())
+            loss.backward()
+            optimizers["gen"].step()
+"""
+
+
+def test_ddp013_method_read_through_wrapper_getattr_in_epoch_function(tmp_path: Path) -> None:
+    files = gen_project("")
+    files["train.py"] = GEN_TRAIN_EPOCH.replace("{step}", 'outputs, losses = models["gen"].train_loss(inputs, targets)')
+    assert lines(tmp_path, files, "DDP013") == [("train.py", 23)]
+
+
+def test_ddp013_forward_through_wrapper_with_getattr_in_epoch_function(tmp_path: Path) -> None:
+    files = gen_project("")
+    files["train.py"] = GEN_TRAIN_EPOCH.replace(
+        "{step}", 'outputs = models["gen"](inputs); losses = {"l1": (outputs - targets).abs().mean()}')
+    assert lines(tmp_path, files, "DDP013") == []

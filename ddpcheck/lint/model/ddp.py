@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ForSite, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
@@ -93,6 +94,29 @@ def _wrapped_by_subclass(model: Model, site: CallSite) -> cst.BaseExpression | N
 def is_ddp(model: Model, value: Value) -> bool:
     """A leaf that builds a DDP wrapper: torch's class or a project subclass of it."""
     return model.api_of(value) == api.DDP or (value.call is not None and model.constructs(value, api.DDP))
+
+
+# What DDP itself answers besides nn.Module's API: a subclass's `__getattr__` never sees these.
+_DDP_OWN = frozenset({"join", "join_hook", "register_comm_hook", "device_ids", "process_group",
+                      "broadcast_buffers", "find_unused_parameters", "reducer", "logger"})
+
+
+def forwards_to_module(model: Model, value: Value, attr: str) -> bool:
+    """`value` builds a project subclass of DDP whose `__getattr__` hands attributes it lacks on
+    to the module it wraps (`except AttributeError: return getattr(self.module, name)`), and
+    `attr` is none of the wrapper's own (nn.Module's API, DDP's): reading `attr` on the wrapper
+    reads the inner module's (`ddp.train_loss(x)` runs the inner module's `train_loss`)."""
+    if attr in MODULE_API or attr in _DDP_OWN or attr.startswith("_") or value.call is None \
+            or model.api_of(value) == api.DDP or not model.constructs(value, api.DDP):
+        return False
+    instance = model.graph.instance_of(value)
+    if instance is None:
+        return False
+    hook = model.graph.method(*instance, "__getattr__")
+    if hook is None:
+        return False
+    code = code_only(hook.module.code(hook.node))
+    return bool(re.search(r"getattr\(\s*self\.module\s*,", code))
 
 
 def holds_ddp(model: Model, value: Value, depth: int = 2) -> bool:

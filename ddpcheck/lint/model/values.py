@@ -16,7 +16,9 @@ bindings of the arms a leaf was chosen in hide earlier ones), and a call's argum
 once per caller (`frames`). Arms and guarded bindings whose test the values decide are dropped
 (`outcome`: `if save:` with `save=False` by default, `mode == "eval"`, `model is not None`).
 Dicts are followed through literals, `dict(...)`, merges (`{**a, **b}`, `dict(a, **b)`, `a | b`)
-and later `update`s (`keyword`, `mapping_keys`); `same_value` tells two bindings that give the
+and later `update`s (`keyword`, `mapping_keys`), and through the entries written in the arms
+of an `if` (`models["gen"] = DDP(...)` / `else: models["gen"] = ...`), also where an empty dict
+filled that way is handed to a function that reads it; `same_value` tells two bindings that give the
 same value apart from ones that do not.
 """
 
@@ -565,6 +567,11 @@ class Values:
                 guards = (*point.guards, *passed) if point is not None else tuple(passed)
                 if guards and any(self._never(module, g, owner, inner_frame) for g in guards):
                     continue  # `else:` of `if args.use_ema:` where that flag is always on
+                if isinstance(binding, cst.Dict) and not binding.elements and owner is scope and at is not None \
+                        and point is not None and point.tick < at.tick:
+                    # An empty dict filled by `d[key] = value` later on: it is read where the
+                    # name is (`train(models=models)`), so its entries are the writes before that.
+                    point = at
                 values = self._eval(module, binding, owner, inner_frame, depth - 1, seen, point)
                 if guards:
                     values = self._unwrapped(values, module, guards)
@@ -1019,13 +1026,43 @@ class Values:
                 # `cfg["lr"] = 1e-3` after `cfg = load_config()`: the entry as the script last set it.
                 yield from self._eval(module, written, scope, frame, depth - 1, seen, at)
                 return
+            arms = self._written_arms(module, node.value, text, scope, at) if isinstance(text, str) else None
+            if arms is not None:
+                # `if cfg.use_ddp: models["gen"] = DDP(...)` / `else: models["gen"] = ...to(rank)`:
+                # the entry as either arm (or the one write before them) left it.
+                for value in arms:
+                    yield from self._eval(module, value, scope, frame, depth - 1, seen, at)
+                return
             for base in bases:
+                later = self._written_later(base, text) if isinstance(text, str) else None
+                if later is not None:
+                    # `models = {}; models["gen"] = DDP(...)`, then `train(models=models)` reads
+                    # `models["gen"]`: the entry as the writes before that call left it.
+                    for value in later:
+                        found = True
+                        yield from self._eval(base.module, value, base.scope, base.frame, depth - 1, seen, base.at)
+                    continue
                 for entry in self._entry_values(base, text if isinstance(text, str) else None, number, depth - 1, seen):
                     found = True
                     yield entry
             if found:
                 return
         yield Value(module, node, scope, frame, at)
+
+    def _written_later(self, base: Value, key: str) -> list[cst.BaseExpression] | None:
+        """For a dict literal reached from another scope (`models = {}` in the caller that passes
+        `models` to the function reading `models["gen"]`), the values that the writes of `key`
+        in its own scope, before the point it was reached at, leave there (see `_written_entry`,
+        `_written_arms`); None when those do not decide."""
+        node = base.node
+        if not isinstance(node, cst.Dict) or node.elements or base.at is None:
+            return None
+        names = [n for n in base.module.assigned_names(node) if "." not in n]
+        if len(names) != 1 or not any(b is node for b in base.scope.assignments.get(names[0], ())):
+            return None
+        target = cst.Name(names[0])
+        one = self._written_entry(base.module, target, key, base.scope, base.at)
+        return [one] if one is not None else self._written_arms(base.module, target, key, base.scope, base.at)
 
     @staticmethod
     def _written_entry(module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
@@ -1046,6 +1083,33 @@ class Values:
             if any(p is not None and p.tick > point.tick and p.reaches(at) for p in scope.points.get(name, ())):
                 return None
             return value
+        return None
+
+    @staticmethod
+    def _written_arms(module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
+                      at: Point | None) -> list[cst.BaseExpression] | None:
+        """The values the writes `name[key] = value` in `scope` that may reach `at` put there,
+        when no single one decides (`_written_entry`) but a write that always runs before `at`
+        ends the search (`models["gen"] = build()`, then `models["gen"] = DDP(...)` in one arm of
+        an `if` and `models["gen"] = ...to(rank)` in the other): each may be what `at` reads.
+        None when the entry may hold what no write there gives (no such write, an `update`, a
+        key not written as a literal, `name` bound again after it)."""
+        name = dotted(base)
+        if name is None or at is None:
+            return None
+        found: list[cst.BaseExpression] = []
+        for entry_key, value, _, point in reversed(scope.updates.get(name, ())):
+            if not point.reaches(at):
+                continue
+            if entry_key is not None and entry_key != "" and entry_key != key:
+                continue  # another entry
+            if entry_key != key:
+                return None
+            if any(p is not None and p.tick > point.tick and p.reaches(at) for p in scope.points.get(name, ())):
+                return None
+            found.append(value)
+            if point.dominates(at):
+                return found if len(found) > 1 else None
         return None
 
     @staticmethod

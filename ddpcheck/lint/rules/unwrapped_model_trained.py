@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, holds_ddp, holds_parameters, is_ddp, runs_layers, wraps
+from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, forwards_to_module, holds_ddp, holds_parameters, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
@@ -41,7 +41,11 @@ class UnwrappedModelTrained(Rule):
     a step function that returns
     the loss to a loop that calls backward, a method of the inner module kept on the wrapper
     under its own name (`model.log_prob = model.module.log_prob`, then `model.log_prob(x)` in
-    the loop), a function of the project that the step hands the inner module to
+    the loop), a method of the inner module read through a project subclass of DDP whose
+    `__getattr__` hands what the wrapper lacks to `self.module` (`models["gen"].train_loss(x)` on
+    `DDPWrapper(gen)`: the wrapper's own forward never runs; the model may be kept in a dict,
+    `models["gen"] = DDPWrapper(...)` in one arm of an `if`, and handed to the epoch function in
+    it), a function of the project that the step hands the inner module to
     (`forward_step(self.model.module, batch)` in a step function the loop calls; reported at
     that call), a forward two calls below the loop (a step function calling a helper that
     calls the network), a method of a part of the inner module whose
@@ -208,8 +212,10 @@ class UnwrappedModelTrained(Rule):
         sites = list(model.paths.sites())
         modules = list({id(s.module): s.module for s in sites}.values())
         inner: dict[int, list[tuple[Value, Wrap]]] = {}
+        self._wraps: dict[int, list[Wrap]] = {}
         for module in modules:
             for wrap in wraps(model, module):
+                self._wraps.setdefault(id(wrap.site.node), []).append(wrap)
                 if wrap.inner is None:
                     continue
                 for value in model.values.of(module, wrap.inner, wrap.site.scope, at=wrap.site.point):
@@ -285,9 +291,15 @@ class UnwrappedModelTrained(Rule):
             # (`self._get_model().compute_loss(batch)`): a one-off call
             # (`configure_optimizers()`) is set-up, not a training step.
             values = self.model.values.at_call(site, func.value)
-            if any(holds_ddp(self.model, v) and before(v, site) for v in values):
+            held = [v for v in values if holds_ddp(self.model, v) and before(v, site)]
+            if held and all(forwards_to_module(self.model, v, func.attr.value) for v in held):
+                # `ddp.train_loss(x)` on a DDP subclass whose `__getattr__` hands what it lacks
+                # to `self.module`: the inner module's method runs, as `ddp.module.train_loss(x)`.
+                found = next((w for v in held for w in self._wraps.get(id(v.call), ())), None)
+            elif held:
                 return None
-            found = self._match(site, values, inner)
+            else:
+                found = self._match(site, values, inner)
             if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
                 return None  # the step's forward goes through DDP; this is side work (memory, reset)
         elif found is None and isinstance(func, cst.Attribute) and func.attr.value not in MODULE_API \
