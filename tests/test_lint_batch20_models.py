@@ -256,3 +256,77 @@ def test_ddp013_forward_through_wrapper_with_getattr_in_epoch_function(tmp_path:
     files["train.py"] = GEN_TRAIN_EPOCH.replace(
         "{step}", 'outputs = models["gen"](inputs); losses = {"l1": (outputs - targets).abs().mean()}')
     assert lines(tmp_path, files, "DDP013") == []
+
+
+# Self-supervised pre-training: a kNN evaluator exists on local rank 0 only (None elsewhere), and
+# the epoch loop runs it on the DDP-wrapped network when it exists, tested with `&`.
+KNN = """\
+    import torch
+    import torch.nn.functional as F
+
+
+    class KNNEvaluator(object):
+        def __init__(self, num_neighbors, num_classes):
+            self.num_neighbors = num_neighbors
+            self.num_classes = num_classes
+
+        @torch.no_grad()
+        def evaluate(self, net, memory_loader, test_loader):
+            net.eval()
+            feats = [F.normalize(net(batch["x"]), dim=1) for batch in memory_loader]
+            return {"knn@5": float(len(feats))}
+"""
+
+BYOL = """\
+    import torch
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel
+    from utils.knn import KNNEvaluator
+
+
+    class BYOL(object):
+        def __init__(self, backbone, local_rank, distributed):
+            self.local_rank = local_rank
+            self.online_net = backbone
+            if distributed:
+                self.online_net = DistributedDataParallel(
+                    module=nn.SyncBatchNorm.convert_sync_batchnorm(self.online_net).to(local_rank),
+                    device_ids=[local_rank])
+
+        def train(self, data_loader):
+            for batch in data_loader:
+                loss = self.online_net(batch["x"]).mean()
+                loss.backward()
+            return {}
+
+        def run(self, data_loader, finetune_set, test_set, epochs, eval_every):
+            if self.local_rank == 0:
+                finetune_loader = torch.utils.data.DataLoader(finetune_set)
+                test_loader = torch.utils.data.DataLoader(test_set)
+                knn_evaluator = KNNEvaluator(num_neighbors=[5, 200], num_classes=10)
+            else:
+                finetune_loader = None
+                test_loader = None
+                knn_evaluator = None
+            for epoch in range(1, epochs + 1):
+                history = self.train(data_loader)
+                if (knn_evaluator is not None) & (epoch % eval_every == 0):
+                    knn_scores = knn_evaluator.evaluate({net}, finetune_loader, test_loader)
+"""
+
+
+def test_ddp009_evaluator_built_on_rank_zero_only_runs_ddp_forward(tmp_path: Path) -> None:
+    files = {"utils/__init__.py": "", "utils/knn.py": KNN, "run.py": BYOL.replace("{net}", "self.online_net")}
+    assert lines(tmp_path, files, "DDP009", "run.py") == [("run.py", 34)]
+
+
+def test_ddp009_evaluator_built_on_rank_zero_only_runs_inner_module(tmp_path: Path) -> None:
+    files = {"utils/__init__.py": "", "utils/knn.py": KNN, "run.py": BYOL.replace("{net}", "self.online_net.module")}
+    assert lines(tmp_path, files, "DDP009", "run.py") == []
+
+
+def test_ddp009_evaluator_built_on_every_rank(tmp_path: Path) -> None:
+    # Built on every rank (the test asks about the configuration): every rank evaluates.
+    run = BYOL.replace("{net}", "self.online_net").replace("if self.local_rank == 0:", "if eval_every > 0:")
+    files = {"utils/__init__.py": "", "utils/knn.py": KNN, "run.py": run}
+    assert lines(tmp_path, files, "DDP009", "run.py") == []

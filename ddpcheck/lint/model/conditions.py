@@ -15,7 +15,7 @@ from typing import Callable
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import Guard
-from ddpcheck.lint.model.syntax import dotted, int_value, last_name
+from ddpcheck.lint.model.syntax import dotted, int_value, is_none, last_name
 
 Resolve = Callable[[cst.BaseExpression], "str | None"]
 
@@ -174,6 +174,10 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         if inner is not None and not whole_rank_test(test.expression, resolve):
             return None  # `not (rank == 0 and args.save)` holds on rank 0 too
         return None if inner is None else not inner
+    if isinstance(test, cst.BinaryOperation) and isinstance(test.operator, cst.BitAnd) \
+            and all(_is_boolean_test(side) for side in (test.left, test.right)):
+        # `(evaluator is not None) & (epoch % k == 0)`: `&` of two tests is their `and`.
+        test = cst.BooleanOperation(left=test.left, operator=cst.And(), right=test.right)
     if isinstance(test, cst.BooleanOperation):
         left_main = selects_main_rank(test.left, resolve, _depth)
         right_main = selects_main_rank(test.right, resolve, _depth)
@@ -221,6 +225,14 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                     return True
                 if isinstance(op, cst.NotEqual):
                     return False
+        if isinstance(op, (cst.Is, cst.IsNot)) and is_none(right) and isinstance(left, (cst.Name, cst.Attribute)) \
+                and _depth < 3:
+            # `evaluator = KNN(...)` under `if local_rank == 0:` and `evaluator = None` in its
+            # `else`: `evaluator is not None` holds on rank 0 only.
+            set_sides = getattr(resolve, "set_sides", None)
+            side = set_sides(left, _depth + 1) if set_sides is not None else None
+            if side is not None:
+                return side if isinstance(op, cst.IsNot) else not side
         # `args.rank % ngpus == 0`
         if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
             if is_rank_value(left.left, resolve) and isinstance(op, cst.Equal) and _is_zero_or_minus_one(right):
@@ -249,6 +261,13 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         if len(sides) == 1:
             return sides.pop()
     return None
+
+
+def _is_boolean_test(expr: cst.BaseExpression) -> bool:
+    """An expression that is a test (true or false), which `&` combines as `and` does: a
+    comparison, `a and b`, `not x`."""
+    return isinstance(expr, (cst.Comparison, cst.BooleanOperation)) \
+        or isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not)
 
 
 def bounded_rank(test: cst.BaseExpression, resolve: Resolve) -> bool | None:

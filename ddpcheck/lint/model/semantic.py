@@ -490,6 +490,42 @@ class Names:
         finally:
             self._holding.discard(name)
 
+    def set_sides(self, expr: cst.BaseExpression, depth: int) -> bool | None:
+        """Where a name holds something other than None: True when every value it may hold
+        other than None is given under a rank-0 test (`if local_rank == 0: evaluator = KNN()`)
+        and every None under its negation (`else: evaluator = None`), so that `evaluator is not
+        None` holds on rank 0 only; False for the reverse; None otherwise (an unguarded value, a
+        test that is not a whole rank test)."""
+        from ddpcheck.lint.model.conditions import selects_main_rank, whole_rank_test
+
+        name = dotted(expr)
+        if self.scope is None or name is None or name in self._holding:
+            return None
+        self._holding.add(name)
+        try:
+            values = self.model.values.of(self.module, expr, self.scope, depth=8)
+            sides: set[bool | None] = set()
+            kinds: set[bool] = set()  # None given, something else given
+            for value in values:
+                if value.node is expr:
+                    return None
+                resolve = self.model.resolver_for(value.module, value.scope)
+                where: bool | None = None
+                for guard in value.conditions:
+                    side = selects_main_rank(guard.test, resolve, depth)
+                    if side is None or guard.negated and not whole_rank_test(guard.test, resolve):
+                        continue
+                    where = side != guard.negated
+                if where is None:
+                    return None
+                node = value.node
+                empty = isinstance(node, cst.Name) and node.value == "None"
+                kinds.add(empty)
+                sides.add(not where if empty else where)
+            return sides.pop() if len(sides) == 1 and len(kinds) == 2 else None
+        finally:
+            self._holding.discard(name)
+
     def _literal_flag_side(self, values: list[Value]) -> bool | None:
         """A flag given only `True` / `False` literals, some under a rank guard: `verbose = True`
         then `if rank != 0: verbose = False` (or `quiet = False` then `if rank != 0: quiet =

@@ -48,7 +48,9 @@ class CollectiveInRankBranch(Rule):
     — and of Horovod), for a call of the DDP-wrapped model, and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
-    `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`...). Also reported:
+    `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
+    None` where the evaluator is built under `if local_rank == 0:` and set to None in its `else`,
+    also combined with `&`: `(evaluator is not None) & (epoch % k == 0)`...). Also reported:
     a loop around a collective whose count is set only on rank 0 (`n = 0`, then `if rank == 0:
     n = len(keys)`, then `for i in range(n): dist.broadcast(...)`), so rank 0 runs the collective
     a different number of times than the others; the count read back from a broadcast is fine,
