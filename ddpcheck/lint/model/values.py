@@ -794,6 +794,11 @@ class Values:
                 if forwarded:
                     found = True
                     yield from forwarded
+                elif passed is None and bound == "spawn" and param.index == 0:
+                    # The process index `mp.spawn` hands its worker: not known here, and not the
+                    # `0` another caller passes on the single-process path (`else: train(0, 1, cfg)`).
+                    found = True
+                    yield Value(module, param, scope, frame, at)
                 elif passed is None:
                     omitted = True
                 continue
