@@ -7,8 +7,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, holds_ddp
-from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import argument, subexpressions
+from ddpcheck.lint.model.module import CallSite, Point, Scope
+from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
@@ -37,7 +37,10 @@ class DdpStateDictPrefix(Rule):
     or forwards its `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`
     called as `save_on_master(model.state_dict(), path)`; a caller that passes a `*` of its own
     is not read). The DDP model compiled afterwards (`torch.compile(DDP(model))`, keys
-    `_orig_mod.module.`; DDP024 reports the compile's part) counts as the DDP model.
+    `_orig_mod.module.`; DDP024 reports the compile's part) counts as the DDP model. Not a name
+    bound to the inner model where the model is wrapped and to the model itself where it is not,
+    under the same test (`if cfg.distributed: self.g = self.G.module`, `else: self.g = self.G`,
+    with `self.G = DDP(self.G)` only under `if cfg.distributed:`): it never holds the wrapper.
 
     Informational, since a project may always load into a DDP model. Not reported when the file
     loads checkpoints into the DDP model itself (also by handing it to a project function that
@@ -229,6 +232,8 @@ class DdpStateDictPrefix(Rule):
         receiver = state_dict.receiver
         assert receiver is not None
         site = save if state_dict.scope is save.scope else state_dict
+        if self._inner_on_every_arm(state_dict, receiver):
+            return False
         values = self.model.values.at_call(state_dict, receiver)
         if any(_inner_module(v.node) for v in values):
             # `(m.module if cond else m)`, `if cond: m = m.module`: the code saves the inner
@@ -236,6 +241,49 @@ class DdpStateDictPrefix(Rule):
             # depends on how `cond` and the wrap agree, which this does not follow.
             return False
         return any(holds_ddp(self.model, v) and before(v, site) for v in values)
+
+    def _inner_on_every_arm(self, site: CallSite, receiver: cst.BaseExpression) -> bool:
+        """The receiver is bound to the inner model where the model is wrapped and to the model
+        itself where it is not, under the same test (`if cfg.distributed: self.g = self.G.module`,
+        `else: self.g = self.G`, with `self.G = DDP(...)` only under `if cfg.distributed:`): it
+        never holds the wrapper. The test is matched by its text, in the scopes that bind the
+        receiver (for `self.x`, the methods of the class)."""
+        name = dotted(receiver)
+        if not name:
+            return False
+        module = site.module
+        scopes: list[Scope] = [site.scope]
+        if name.startswith("self.") and "." in site.scope.qualname:
+            owner = site.scope.qualname.rsplit(".", 1)[0] + "."
+            scopes = [s for q, s in module.function_scopes.items() if q.startswith(owner)]
+
+        def bindings(held: str) -> list[tuple[cst.BaseExpression, Point]]:
+            found: list[tuple[cst.BaseExpression, Point]] = []
+            for scope in scopes:
+                for bound, point in zip(scope.assignments.get(held, []), scope.points.get(held, [])):
+                    if not isinstance(bound, cst.BaseExpression) or point is None:
+                        return []
+                    found.append((bound, point))
+            return found
+
+        def arms(point: Point) -> set[tuple[str, bool]]:
+            return {(" ".join(module.code(g.test).split()), g.negated) for g in point.guards}
+
+        own = bindings(name)
+        if not own or not any(_inner_module(b) for b, _ in own):
+            return False
+        for bound, point in own:
+            if _inner_module(bound):
+                continue
+            held = dotted(bound)
+            wraps = [p for b, p in bindings(held) if isinstance(b, cst.Call)
+                     and self.model.qualname(module, b.func, site.scope) == api.DDP] if held else []
+            if not wraps:
+                return False
+            mine = arms(point)
+            if not all(any((test, not negated) in mine for test, negated in arms(p)) for p in wraps):
+                return False
+        return True
 
     def _not_read_back(self, found: list[tuple[CallSite, Value, cst.Call]], read: list[frozenset[str] | None]
                        ) -> list[tuple[CallSite, Value, cst.Call]]:
