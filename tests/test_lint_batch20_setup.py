@@ -261,3 +261,109 @@ def test_wrapper_kept_on_the_wrapped_arm_is_still_reported(tmp_path: Path) -> No
     files = {"train.py": TRAINER_SCRIPT.format(plain="self.generator", save=GUARDED_SAVE)
              .replace("self.g_module = self.generator.module", "self.g_module = self.generator")}
     assert lines(tmp_path, files, "DDP019") == [("train.py", 20)]
+
+
+# The training script resumes from `--ckpt` into the plain model before it wraps it, reading the
+# key its DDP model's state dict is saved under; a linear-probe script beside it strips the prefix
+# for its own use, which does not help the training script read its checkpoints back.
+SUPCON_UTIL = """\
+    import torch
+
+
+    def save_model(model, optimizer, opt, epoch, save_file):
+        state = {
+            "opt": opt,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+        }
+        torch.save(state, save_file)
+"""
+
+SUPCON_SCRIPT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from util import save_model
+    from networks import SupConResNet
+
+
+    def set_model(opt):
+        model = SupConResNet()
+        if opt.ckpt != "":
+            ckpt = torch.load(opt.ckpt, map_location="cpu")
+            state_dict = ckpt[{key!r}]
+            model.load_state_dict(state_dict)
+        model = model.to(opt.local_rank)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[opt.local_rank])
+        return model
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        parser.add_argument("--ckpt", type=str, default="")
+        opt = parser.parse_args()
+        torch.cuda.set_device(opt.local_rank)
+        dist.init_process_group(backend="nccl")
+        model = set_model(opt)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(10):
+            loss = model(torch.randn(4, 3)).sum()
+            loss.backward()
+            optimizer.step()
+            if opt.local_rank == 0:
+                save_model(model, optimizer, opt, epoch, f"ckpt_epoch_{{epoch}}.pth")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+SUPCON_LINEAR = """\
+    import torch
+    from networks import SupConResNet
+
+
+    def set_model(opt):
+        model = SupConResNet()
+        state_dict = torch.load(opt.ckpt, map_location="cpu")["model"]
+        new_state_dict = {}
+        for k, v in state_dict.items():
+            new_state_dict[k.replace("module.", "")] = v
+        model.load_state_dict(new_state_dict)
+        return model
+
+
+    if __name__ == "__main__":
+        set_model(parse())
+"""
+
+SUPCON_NETWORKS = """\
+    import torch.nn as nn
+
+
+    class SupConResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = nn.Linear(3, 8)
+
+        def forward(self, x):
+            return self.encoder(x)
+"""
+
+
+def _supcon(key: str) -> dict[str, str]:
+    return {"util.py": SUPCON_UTIL, "networks.py": SUPCON_NETWORKS, "main_linear.py": SUPCON_LINEAR,
+            "main_supcon.py": SUPCON_SCRIPT.format(key=key)}
+
+
+def test_resume_into_the_plain_model_is_not_helped_by_a_stripping_script_beside_it(tmp_path: Path) -> None:
+    assert lines(tmp_path, _supcon("model"), "DDP019", "main_supcon.py") == [("util.py", 7)]
+
+
+def test_pretrained_weights_under_another_key_leave_the_stripping_script_in_charge(tmp_path: Path) -> None:
+    # `ckpt["encoder"]` is not what the run saves: its checkpoints are read only by main_linear,
+    # which strips the prefix.
+    assert lines(tmp_path, _supcon("encoder"), "DDP019", "main_supcon.py") == []
