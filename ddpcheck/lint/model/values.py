@@ -1288,6 +1288,9 @@ class Values:
         node = value.node
         if isinstance(node, (cst.BinaryOperation, cst.ConcatenatedString)):
             return True
+        if isinstance(node, Param) and node.index == 0 and any(
+                bound == "spawn" for _, bound in self.model.graph.callers(Function(value.module, node.function))):
+            return True  # the process index `mp.spawn` hands its worker: an int
         if isinstance(node, cst.Call):
             func = node.func
             if isinstance(func, cst.Name) and func.value in ("str", "int", "float", "len", "bool"):
