@@ -7,12 +7,13 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, holds_ddp
-from ddpcheck.lint.model.module import CallSite
-from ddpcheck.lint.model.syntax import argument, subexpressions
+from ddpcheck.lint.model.module import CallSite, Point, Scope
+from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
+    _loading_code,
     loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
     saved_file_names, spelled_files,
 )
@@ -37,7 +38,10 @@ class DdpStateDictPrefix(Rule):
     or forwards its `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`
     called as `save_on_master(model.state_dict(), path)`; a caller that passes a `*` of its own
     is not read). The DDP model compiled afterwards (`torch.compile(DDP(model))`, keys
-    `_orig_mod.module.`; DDP024 reports the compile's part) counts as the DDP model.
+    `_orig_mod.module.`; DDP024 reports the compile's part) counts as the DDP model. Not a name
+    bound to the inner model where the model is wrapped and to the model itself where it is not,
+    under the same test (`if cfg.distributed: self.g = self.G.module`, `else: self.g = self.G`,
+    with `self.G = DDP(self.G)` only under `if cfg.distributed:`): it never holds the wrapper.
 
     Informational, since a project may always load into a DDP model. Not reported when the file
     loads checkpoints into the DDP model itself (also by handing it to a project function that
@@ -55,7 +59,10 @@ class DdpStateDictPrefix(Rule):
     strips it (an inference or export script the run never imports; not a network's constructor
     that renames the keys of pretrained weights it loads into one of its parts, `self.backbone.
     load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes
-    defined in that module) or, saving nothing and
+    defined in that module; these project-wide strippers do not count where the run itself
+    reads a checkpoint, under the key its DDP state dict is saved under, into the model before
+    it wraps it, with no stripping there: `model.load_state_dict(torch.load(opt.ckpt)["model"])`
+    then `model = DDP(model)`) or, saving nothing and
     running no distributed job itself, loads them into a model a `DataParallel` wrapper holds, or,
     saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script)
     (its keys carry the same prefix; a script that saves too counts where the code around its
@@ -193,7 +200,9 @@ class DdpStateDictPrefix(Rule):
         if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
                 or _strips_prefix(model.root.source):
             return
-        if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
+        if self._resumes_into_plain(found):
+            pass  # the run reads its own checkpoints back into the plain model: other scripts do not help it
+        elif self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
                 or project_strips(model, _strips_prefix) \
                 or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])) \
                 or project_reads_into_ddp(model):
@@ -229,6 +238,8 @@ class DdpStateDictPrefix(Rule):
         receiver = state_dict.receiver
         assert receiver is not None
         site = save if state_dict.scope is save.scope else state_dict
+        if self._inner_on_every_arm(state_dict, receiver):
+            return False
         values = self.model.values.at_call(state_dict, receiver)
         if any(_inner_module(v.node) for v in values):
             # `(m.module if cond else m)`, `if cond: m = m.module`: the code saves the inner
@@ -236,6 +247,79 @@ class DdpStateDictPrefix(Rule):
             # depends on how `cond` and the wrap agree, which this does not follow.
             return False
         return any(holds_ddp(self.model, v) and before(v, site) for v in values)
+
+    def _resumes_into_plain(self, found: list[tuple[CallSite, Value, cst.Call]]) -> bool:
+        """The run itself loads a checkpoint into the model before it wraps that model in DDP
+        (`model.load_state_dict(torch.load(opt.ckpt)["model"])`, then `model = DDP(model)` in the
+        same function), reads it under the key the wrapper's state dict is saved under
+        (`{"model": model.state_dict()}`), and strips nothing in that function: its own
+        checkpoints do not load back into it, whatever other scripts of the project do."""
+        keys: set[str] = set()
+        for _, value, sd in found:
+            for node in subexpressions(value.module.tree):
+                if isinstance(node, cst.DictElement) and node.value is sd \
+                        and isinstance(node.key, cst.SimpleString) and isinstance(node.key.evaluated_value, str):
+                    keys.add(node.key.evaluated_value)
+        if not keys:
+            return False
+        model = self.model
+        for site in model.paths.sites():
+            loaded = site.arg("state_dict", 0)
+            name = dotted(site.receiver) if site.receiver is not None else None
+            if site.method != "load_state_dict" or loaded is None or not name or "." in name \
+                    or not self._read_from_file(site, loaded):
+                continue
+            code = _loading_code(site.module, site)
+            if _strips_prefix(code) or not any(
+                    re.search(r"\[\s*['\"]" + re.escape(k) + r"['\"]\s*\]", code) for k in keys):
+                continue
+            if any(c.scope is site.scope and c.tick > site.tick and model.api(c) == api.DDP and c.node.args
+                   and dotted(c.node.args[0].value) == name for c in site.module.calls):
+                return True
+        return False
+
+    def _inner_on_every_arm(self, site: CallSite, receiver: cst.BaseExpression) -> bool:
+        """The receiver is bound to the inner model where the model is wrapped and to the model
+        itself where it is not, under the same test (`if cfg.distributed: self.g = self.G.module`,
+        `else: self.g = self.G`, with `self.G = DDP(...)` only under `if cfg.distributed:`): it
+        never holds the wrapper. The test is matched by its text, in the scopes that bind the
+        receiver (for `self.x`, the methods of the class)."""
+        name = dotted(receiver)
+        if not name:
+            return False
+        module = site.module
+        scopes: list[Scope] = [site.scope]
+        if name.startswith("self.") and "." in site.scope.qualname:
+            owner = site.scope.qualname.rsplit(".", 1)[0] + "."
+            scopes = [s for q, s in module.function_scopes.items() if q.startswith(owner)]
+
+        def bindings(held: str) -> list[tuple[cst.BaseExpression, Point]]:
+            found: list[tuple[cst.BaseExpression, Point]] = []
+            for scope in scopes:
+                for bound, point in zip(scope.assignments.get(held, []), scope.points.get(held, [])):
+                    if not isinstance(bound, cst.BaseExpression) or point is None:
+                        return []
+                    found.append((bound, point))
+            return found
+
+        def arms(point: Point) -> set[tuple[str, bool]]:
+            return {(" ".join(module.code(g.test).split()), g.negated) for g in point.guards}
+
+        own = bindings(name)
+        if not own or not any(_inner_module(b) for b, _ in own):
+            return False
+        for bound, point in own:
+            if _inner_module(bound):
+                continue
+            held = dotted(bound)
+            wraps = [p for b, p in bindings(held) if isinstance(b, cst.Call)
+                     and self.model.qualname(module, b.func, site.scope) == api.DDP] if held else []
+            if not wraps:
+                return False
+            mine = arms(point)
+            if not all(any((test, not negated) in mine for test, negated in arms(p)) for p in wraps):
+                return False
+        return True
 
     def _not_read_back(self, found: list[tuple[CallSite, Value, cst.Call]], read: list[frozenset[str] | None]
                        ) -> list[tuple[CallSite, Value, cst.Call]]:

@@ -33,6 +33,10 @@ _BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description
                         "set_postfix_str"})
 _BAR_LABELS = frozenset({"set_description", "set_description_str", "set_postfix", "set_postfix_str"})
 _MAX_HOPS = 3
+# Logging handlers by what they write to: a file (`logging.FileHandler`, the rotating ones of
+# `logging.handlers`) or the console (`logging.StreamHandler`, `colorlog.StreamHandler`, rich's).
+_FILE_HANDLER = re.compile(r"(?:^|\.)\w*FileHandler$")
+_CONSOLE_HANDLER = re.compile(r"(?:^|\.)(?:StreamHandler|RichHandler|TqdmLoggingHandler)$")
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
 # A message that names the process rank: not a retrieval metric's rank (`"CMC curve, Rank-{:<3}"`,
@@ -87,7 +91,9 @@ class PrintOnEveryRank(Rule):
     handler, a project function (not a method) that sets logging up and is called on some ranks
     only, or with other arguments on the other ranks (`logger = create_logger(dir)` under `if
     rank == 0:`, `else: logger = dummy_logger()` or `get_logger(dir, verbose=False)`), a logger whose methods are swapped for a project wrapper with
-    `setattr`/`__setattr__`); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
+    `setattr`/`__setattr__`; not where the only set-up by rank is a file handler's, `if rank ==
+    0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
+    colorlog's, rich's — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
@@ -844,8 +850,47 @@ class PrintOnEveryRank(Rule):
         a rank guard (`if rank != 0: logger.setLevel("ERROR")`, a logger factory that adds
         handlers on rank 0 only) or from a rank test (`setLevel(INFO if is_master else WARN)`)."""
         if self._silenced_logging is None:
-            self._silenced_logging = any(self._ranked_log_setup(c) for c in self.model.paths.sites())
+            sites = self.model.paths.sites()
+            ranked = [c for c in sites if self._ranked_log_setup(c)]
+            # A file handler added on rank 0 only (`if rank == 0: set_file_logger(dir)`) leaves the
+            # console as it was: where a console handler is added on every rank, each rank still
+            # prints every record.
+            self._silenced_logging = bool(ranked) and not (
+                all(self._file_handler_setup(c) for c in ranked)
+                and any(self._console_handler_added(c) for c in sites if c not in ranked))
         return self._silenced_logging
+
+    def _handler_made(self, site: CallSite, expr: cst.BaseExpression | None, pattern: re.Pattern[str]) -> bool:
+        """Every value `expr` may hold at `site` is a handler made by a call whose name matches
+        `pattern` (`fh = logging.FileHandler(path)`, `colorlog.StreamHandler()`)."""
+        if expr is None:
+            return False
+        values = self.model.values.at_call(site, expr)
+        if not values:
+            return False
+        for value in values:
+            made = value.node
+            if not isinstance(made, cst.Call):
+                return False
+            name = self.model.qualname(value.module, made.func, value.scope) or dotted(made.func) or ""
+            if not pattern.search(name):
+                return False
+        return True
+
+    def _file_handler_setup(self, site: CallSite) -> bool:
+        """A set-up call about a handler that writes to a file: `logger.addHandler(fh)`,
+        `fh.setLevel(...)` with `fh = logging.FileHandler(...)`."""
+        if site.method == "setLevel":
+            return self._handler_made(site, site.receiver, _FILE_HANDLER)
+        if site.method in ("addHandler", "removeHandler"):
+            return self._handler_made(site, site.arg("hdlr", 0), _FILE_HANDLER)
+        return False
+
+    def _console_handler_added(self, site: CallSite) -> bool:
+        """A handler that writes to the console is added (`logging.root.addHandler(sh)` with `sh =
+        colorlog.StreamHandler()`), under no condition on the rank."""
+        return site.method == "addHandler" and not self._ranked_log_setup(site) \
+            and self._handler_made(site, site.arg("hdlr", 0), _CONSOLE_HANDLER)
 
     def _rank_tagged(self, site: CallSite, kind: str | None = None) -> bool:
         """The message names the rank, in the call or in the variable it is built in
