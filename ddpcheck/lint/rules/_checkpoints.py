@@ -34,7 +34,7 @@ def _is_load(model: Model, site: CallSite) -> bool:
     return site.method == "load_state_dict" or model.api(site) == api.LOAD
 
 
-def _loading_code(module: ModuleModel, site: CallSite) -> str:
+def loading_code(module: ModuleModel, site: CallSite) -> str:
     """The code around a load: its function's, or for module-level code the module's own
     statements (a network's constructor that renames a backbone's keys is not the code of a
     self-test at the foot of its module)."""
@@ -106,7 +106,7 @@ def project_strips(model: Model, strips: Strips) -> bool:
     module)."""
     for module in _readers(model, _strips_or_calls(strips, _stripping_functions(model, strips))):
         for site in module.calls:
-            if _is_load(model, site) and not _loads_a_part(model, module, site) and (strips(_loading_code(module, site)) or (
+            if _is_load(model, site) and not _loads_a_part(model, module, site) and (strips(loading_code(module, site)) or (
                     site.method == "load_state_dict" and _through_stripper(model, site, strips))):
                 return True
     return False

@@ -13,7 +13,7 @@ from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
-    _loading_code,
+    loading_code,
     loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
     saved_file_names, spelled_files,
 )
@@ -269,7 +269,7 @@ class DdpStateDictPrefix(Rule):
             if site.method != "load_state_dict" or loaded is None or not name or "." in name \
                     or not self._read_from_file(site, loaded):
                 continue
-            code = _loading_code(site.module, site)
+            code = loading_code(site.module, site)
             if _strips_prefix(code) or not any(
                     re.search(r"\[\s*['\"]" + re.escape(k) + r"['\"]\s*\]", code) for k in keys):
                 continue
