@@ -270,7 +270,7 @@ class RankLocalBreak(Rule):
         said: set[tuple[int, str]] = set()  # (scope, test) of the breaks reported, for loops first
         loops: list[LoopSite] = [*root.fors, *root.whiles]
         for loop in loops:
-            exits = list(_exits(root, loop))
+            exits = [(node, test) for node, test in _exits(root, loop) if not self._single(root, loop, node)]
             if not exits:
                 continue
             body_calls = [c for c in root.calls if loop.node in c.loops]
@@ -412,6 +412,11 @@ class RankLocalBreak(Rule):
         elif any(order.get(id(c.node), -1) > here for c in agreeing):
             self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text), module=root)
 
+    def _single(self, root: ModuleModel, loop: LoopSite, node: cst.CSTNode) -> bool:
+        """The exit sits under a test that holds only in a run that is not distributed."""
+        exit = next((e for e in root.exits if e.node is node), None)
+        return exit is not None and any(self.model.paths.kind(root, g, loop.scope) == "single" for g in exit.guards)
+
     def _ranked_exits(self, root: ModuleModel, loop: LoopSite) -> list[tuple[cst.Break | cst.Return, Guard]]:
         """The `break`s (and `return`s) of `loop` made inside it under a rank test (`if rank ==
         0: ... if early_stopping.early_stop: break`): only the ranks the test picks leave, whatever
@@ -424,8 +429,10 @@ class RankLocalBreak(Rule):
                 continue
             if isinstance(exit.node, cst.Break) and exit.loops[-1] is not loop.node:
                 continue
-            guard = next((g for g in exit.guards[outer:]
-                          if paths.kind(root, g, loop.scope) in ("main", "other")), None)
+            kinds = [(g, paths.kind(root, g, loop.scope)) for g in exit.guards]
+            if any(k == "single" for _, k in kinds):
+                continue  # a debug exit of a run that is never distributed (`if cfg.debug: break`)
+            guard = next((g for g, k in kinds[outer:] if k in ("main", "other")), None)
             if guard is not None:
                 found.append((exit.node, guard))
         return found

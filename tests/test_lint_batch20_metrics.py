@@ -1,0 +1,82 @@
+"""DDP035 and DDP036 on the ways batch 20's scripts leave their loops and report their metrics: a
+debug exit in a run whose launch requires the debug flag off. Each through `ddpcheck lint` on a
+small project written in the style of the scripts, with a variant that keeps the finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def lines(tmp_path: Path, files: dict[str, str], code: str, target: str = "train.py") -> list[tuple[str, int]]:
+    """(file name, line) of each `code` finding when `target` is linted."""
+    return [(Path(f["path"]).name, f["location"]["line"]) for f in lint_project(tmp_path, files, target, select=code)]
+
+
+# A layout generator's trainer: the workers are spawned only when the debug flag is off, and the
+# epoch's step loop leaves after one step under `if rank == 0:` ... `if cfg.debug: break`.
+DEBUG_EXIT = """\
+    import torch
+    import torch.multiprocessing as mp
+    from torch.distributed import destroy_process_group, init_process_group
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def main(cfg):
+        world_size = torch.cuda.device_count()
+        if world_size > 1 and LAUNCH:
+            cfg.use_ddp = True
+            mp.spawn(main_worker, nprocs=world_size, args=(world_size, cfg))
+        else:
+            cfg.use_ddp = False
+            main_worker(0, world_size, cfg)
+
+
+    def main_worker(rank, world_size, cfg):
+        if cfg.use_ddp:
+            init_process_group("nccl", rank=rank, world_size=world_size)
+        model = torch.nn.Linear(4, 2).to(rank)
+        if cfg.use_ddp:
+            model = DDP(model, device_ids=[rank])
+        dataset = torch.utils.data.TensorDataset(torch.randn(64, 4))
+        sampler = DistributedSampler(dataset) if cfg.use_ddp else None
+        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(cfg.epochs):
+            if sampler is not None:
+                sampler.set_epoch(epoch)
+            train(model, loader, optimizer, cfg, rank)
+        if cfg.use_ddp:
+            destroy_process_group()
+
+
+    def train(model, loader, optimizer, cfg, rank):
+        steps = 0
+        for (x,) in loader:
+            optimizer.zero_grad()
+            loss = model(x.to(rank)).sum()
+            loss.backward()
+            optimizer.step()
+            steps += 1
+            if rank == 0:
+                print(steps)
+                if cfg.debug:
+                    break
+
+
+    if __name__ == "__main__":
+        main(None)
+"""
+
+
+def test_debug_exit_of_a_launch_that_requires_debug_off_is_not_reported(tmp_path: Path) -> None:
+    script = DEBUG_EXIT.replace("LAUNCH", "not cfg.debug")
+    assert lines(tmp_path, {"train.py": script}, "DDP035") == []
+
+
+def test_debug_exit_of_a_launch_that_ignores_the_flag_is_reported(tmp_path: Path) -> None:
+    script = DEBUG_EXIT.replace("LAUNCH", "cfg.spawn")
+    assert lines(tmp_path, {"train.py": script}, "DDP035") == [("train.py", 48)]
