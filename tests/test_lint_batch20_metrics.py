@@ -140,3 +140,83 @@ def test_start_epoch_broadcast_before_the_loop_is_not_reported(tmp_path: Path) -
         "        dataset = torch.utils.data", "        t = torch.tensor([start_epoch]).cuda()\n"
         "        dist.broadcast(t, src=0)\n        start_epoch = int(t.item())\n        dataset = torch.utils.data")
     assert lines(tmp_path, {"train.py": script}, "DDP035") == []
+
+
+# A flow-matching trainer: one loader builder serves training and the FID's reference images
+# (`is_for_fid=True`), and the evaluation's torchmetrics FID syncs its states over the ranks.
+FID_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torchvision import datasets
+
+    from training.eval_loop import eval_model
+
+
+    def get_data_loader(args, is_for_fid):
+        dataset = datasets.CIFAR10(root=args.data_path, train=True, download=True)
+        sampler = torch.utils.data.DistributedSampler(
+            dataset, num_replicas=dist.get_world_size(), rank=dist.get_rank(), shuffle=True
+        )
+        return torch.utils.data.DataLoader(
+            dataset, sampler=sampler, batch_size=args.batch_size, drop_last=not is_for_fid,
+        )
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count())
+        data_loader_train = get_data_loader(args, is_for_fid=False)
+        LOADER = get_data_loader(args, is_for_fid=FLAG)
+        model = DDP(torch.nn.Linear(4, 4).to(device), device_ids=[device.index])
+        optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+        for epoch in range(args.epochs):
+            data_loader_train.sampler.set_epoch(epoch)
+            for samples, _ in data_loader_train:
+                optimizer.zero_grad()
+                model(samples.to(device)).sum().backward()
+                optimizer.step()
+            stats = eval_model(model, LOADER, device)
+            if dist.get_rank() == 0:
+                print(stats["fid"])
+        dist.destroy_process_group()
+"""
+
+FID_EVAL = """\
+    import torch
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
+
+    def eval_model(model, data_loader, device):
+        fid_metric = FrechetInceptionDistance(normalize=True).to(device)
+        with torch.no_grad():
+            for samples, _ in data_loader:
+                fid_metric.update(samples.to(device), real=True)
+                fid_metric.update(model(samples.to(device)), real=False)
+        return {"fid": float(fid_metric.compute())}
+"""
+
+
+def test_loader_built_with_the_fid_switch_on_is_an_evaluation_loader(tmp_path: Path) -> None:
+    files = {"train.py": FID_SCRIPT.replace("LOADER", "loader").replace("FLAG", "True"),
+             "training/__init__.py": "", "training/eval_loop.py": FID_EVAL}
+    assert lines(tmp_path, files, "DDP018") == [("train.py", 11)]
+
+
+def test_loader_named_for_the_fid_is_an_evaluation_loader(tmp_path: Path) -> None:
+    files = {"train.py": FID_SCRIPT.replace("LOADER", "data_loader_fid").replace("FLAG", "args.real"),
+             "training/__init__.py": "", "training/eval_loop.py": FID_EVAL}
+    assert lines(tmp_path, files, "DDP018") == [("train.py", 11)]
+
+
+def test_builder_used_for_training_alone_is_not_reported(tmp_path: Path) -> None:
+    files = {"train.py": FID_SCRIPT.replace("LOADER", "loader").replace("FLAG", "False"),
+             "training/__init__.py": "", "training/eval_loop.py": FID_EVAL}
+    assert lines(tmp_path, files, "DDP018") == []
+
+
+def test_confidence_is_no_fid(tmp_path: Path) -> None:
+    script = FID_SCRIPT.replace("LOADER", "confidence_loader").replace("FLAG", "args.real")
+    files = {"train.py": script.replace("is_for_fid", "is_for_confidence"),
+             "training/__init__.py": "", "training/eval_loop.py": FID_EVAL}
+    assert lines(tmp_path, files, "DDP018") == []
