@@ -1,6 +1,7 @@
 """DDP035 and DDP036 on the ways batch 20's scripts leave their loops and report their metrics: a
 debug exit in a run whose launch requires the debug flag off, an epoch range that starts
-where rank 0 alone read the checkpoint. Each through `ddpcheck lint` on a
+where rank 0 alone read the checkpoint, an FID loader from a shared builder, a validation loss
+taken from a dict of split loaders and a dict of per-term lists. Each through `ddpcheck lint` on a
 small project written in the style of the scripts, with a variant that keeps the finding."""
 
 from __future__ import annotations
@@ -220,3 +221,65 @@ def test_confidence_is_no_fid(tmp_path: Path) -> None:
     files = {"train.py": script.replace("is_for_fid", "is_for_confidence"),
              "training/__init__.py": "", "training/eval_loop.py": FID_EVAL}
     assert lines(tmp_path, files, "DDP018") == []
+
+
+# A layout generator: one loader per split kept in a dict filled in a loop, an evaluation that
+# appends each loss term to a `defaultdict(list)` and returns the means, and the epoch loop that
+# takes the total from the returned dict and logs it on rank 0.
+SPLIT_LOSSES = """\
+    from collections import defaultdict
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def main_worker(rank, world_size, cfg):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        dataset = {"train": torch.randn(64, 4), "val": torch.randn(16, 4)}
+        loaders = {}
+        for split in ["train", "val"]:
+            sampler = DistributedSampler(dataset[split], num_replicas=world_size, rank=rank)
+            loaders[split] = DataLoader(dataset[split], batch_size=8, sampler=sampler)
+        model = DDP(torch.nn.Linear(4, 2).to(rank), device_ids=[rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(cfg.epochs):
+            loaders["train"].sampler.set_epoch(epoch)
+            for x in loaders["train"]:
+                optimizer.zero_grad()
+                model(x.to(rank)).sum().backward()
+                optimizer.step()
+            val_loss_dict = evaluate(model, loaders["val"], rank)
+            val_loss = val_loss_dict["total"]
+            REDUCE
+            if rank == 0:
+                print("epoch %d: val_loss = %.4f" % (epoch, val_loss))
+        dist.destroy_process_group()
+
+
+    @torch.no_grad()
+    def evaluate(model, data_loader, rank):
+        log_losses = defaultdict(list)
+        for x in data_loader:
+            out = model(x.to(rank))
+            losses = {"l1": out.abs().mean(), "l2": out.pow(2).mean()}
+            for k, v in losses.items():
+                log_losses[k].append(v.cpu().item())
+        for k, v in log_losses.items():
+            log_losses[k] = sum(v) / len(v)
+        log_losses["total"] = sum(log_losses.values())
+        return log_losses
+"""
+
+
+def test_loss_of_a_split_loader_from_a_dict_is_reported_where_rank_zero_logs_it(tmp_path: Path) -> None:
+    script = SPLIT_LOSSES.replace("REDUCE", "pass")
+    assert lines(tmp_path, {"train.py": script}, "DDP036") == [("train.py", 29)]
+
+
+def test_loss_all_reduced_before_the_log_is_not_reported(tmp_path: Path) -> None:
+    script = SPLIT_LOSSES.replace("REDUCE", "t = torch.tensor([val_loss], device=rank)\n"
+                                  "            dist.all_reduce(t)\n            val_loss = t.item() / world_size")
+    assert lines(tmp_path, {"train.py": script}, "DDP036") == []
