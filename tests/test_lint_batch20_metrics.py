@@ -2,7 +2,7 @@
 debug exit in a run whose launch requires the debug flag off, an epoch range that starts
 where rank 0 alone read the checkpoint, an FID loader from a shared builder, a validation loss
 taken from a dict of split loaders and a dict of per-term lists. Each through `ddpcheck lint` on a
-small project written in the style of the scripts, with a variant that keeps the finding."""
+small project written in the style of the scripts, with a variant that must stay as it is."""
 
 from __future__ import annotations
 
