@@ -258,6 +258,8 @@ class Paths:
                 distributed = self._initialises_on(module, guard.node)
             if distributed is None and scope is not None:
                 distributed = self._mode_flag(module, guard.test, scope)
+            if distributed is None and not guard.negated and self._launch_off(module, guard.test):
+                distributed = False
             if distributed is not None:
                 kind = "distributed" if distributed != guard.negated else "single"
             elif self._some_ranks(module, guard, scope, resolve):
@@ -390,6 +392,43 @@ class Paths:
             if any(later.tick <= at.tick for later in guarded) or held == side:
                 return None
         return side
+
+    def _launch_off(self, module: ModuleModel, test: cst.BaseExpression) -> bool:
+        """`test` is a flag the file's launch requires to be off (`cfg.debug` where the workers
+        start only under `if world_size > 1 and not cfg.debug: mp.spawn(...)`, or the process
+        group is set up only under `if args.distributed and not args.debug:`): where it holds,
+        the run is a single process. A flag also tested true around a launch, or a spawn in a
+        file torchrun can start as well (it bypasses the spawn's test), says nothing."""
+        name = dotted(test) if isinstance(test, (cst.Name, cst.Attribute)) else None
+        if name is None:
+            return False
+        flags: tuple[set[str], set[str]] | None = module.memo.get("launch_off")
+        if flags is None:
+            off: set[str] = set()
+            on: set[str] = set()
+            mains = {id(n) for n in module.main_guards}
+            for site in module.calls:
+                spawn = site.qualname in api.SPAWN
+                if not (spawn or site.qualname == api.INIT_PROCESS_GROUP):
+                    continue
+                if spawn and self.model.torchrun_path:
+                    on.add("*")
+                for g in site.guards:
+                    if id(g.node) in mains:
+                        continue
+                    for part in _conjuncts(g.test) if not g.negated else [g.test]:
+                        if isinstance(part, cst.UnaryOperation) and isinstance(part.operator, cst.Not):
+                            flag = dotted(part.expression)
+                            if flag is not None:
+                                (on if g.negated else off).add(flag)
+                        else:
+                            flag = dotted(part)
+                            if flag is not None:
+                                (off if g.negated else on).add(flag)
+            flags = (off, on)
+            module.memo["launch_off"] = flags
+        off, on = flags
+        return name in off and name not in on and "*" not in on
 
     def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
         """Whether the `if` `node` is the "are we distributed?" test of its code: True when its
@@ -1057,6 +1096,13 @@ def handler_calls(module: ModuleModel, errors_only: bool = False) -> set[int]:
     module.memo["handler_calls"] = every
     module.memo["error_handler_calls"] = errors
     return errors if errors_only else every
+
+
+def _conjuncts(test: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The parts of `a and b and c`; `test` itself when it is no conjunction."""
+    if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+        return _conjuncts(test.left) + _conjuncts(test.right)
+    return [test]
 
 
 def _picked_constant(test: cst.BaseExpression) -> tuple[str, str] | None:

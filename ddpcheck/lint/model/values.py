@@ -1038,6 +1038,13 @@ class Values:
                 for value in arms:
                     yield from self._eval(module, value, scope, frame, depth - 1, seen, at)
                 return
+            filled = self._filled_by_key(module, node.value, text, scope, at) if isinstance(text, str) else None
+            if filled:
+                # `loaders = {}`, then `for split in splits: loaders[split] = DataLoader(...)`:
+                # `loaders["val"]` is one of the values written under a key known at run time.
+                for value in filled:
+                    yield from self._eval(module, value, scope, frame, depth - 1, seen, at)
+                return
             for base in bases:
                 later = self._written_later(base, text) if isinstance(text, str) else None
                 if later is not None:
@@ -1089,6 +1096,25 @@ class Values:
                 return None
             return value
         return None
+
+    def _filled_by_key(self, module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
+                       at: Point | None) -> list[cst.BaseExpression] | None:
+        """The values a dict bound once to an empty literal (`loaders = {}`) in `scope` is filled
+        with before `at`, when every write that may reach `at` puts them under a key known only
+        at run time (`loaders[split] = ...`) or under `key` itself, and the dict is handed to no
+        project function that writes entries; else None."""
+        name = dotted(base)
+        if name is None or at is None or not isinstance(base, cst.Name):
+            return None
+        bound = scope.assignments.get(name, [])
+        if len(bound) != 1 or not isinstance(bound[0], cst.Dict) or bound[0].elements:
+            return None
+        if self._handed_to_writer(module, bound[0]):
+            return None
+        writes = [(k, v) for k, v, _, point in scope.updates.get(name, ()) if point.reaches(at)]
+        if not writes or any(k != "" and k != key for k, _ in writes) or all(k == key for k, _ in writes):
+            return None
+        return [v for _, v in writes]
 
     @staticmethod
     def _written_arms(module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,

@@ -297,7 +297,9 @@ class PaddedEvalSampler(Rule):
     do project subclasses of it: `drop_last` is read from what their constructor hands
     `super().__init__`, and one with its own `__iter__` counts only when that pads to
     `total_size`. A sampler made by a builder that serves both sets counts when a caller uses
-    it for evaluation (`val_loader = build_loader(val_set, is_train=False)`), even when the
+    it for evaluation (`val_loader = build_loader(val_set, is_train=False)`, or an evaluation
+    switch turned on: `data_loader_fid = get_data_loader(args, is_for_fid=True)`, the FID's
+    reference images being an evaluation set), even when the
     builder names its one sampler after training (`train_sampler = DistributedSampler(data_set)`
     in `data_provider(args, flag)`), unless a test around it picks the split (`if flag ==
     "train":`) or the caller also takes a training loader from the same call (the names a call
@@ -698,9 +700,11 @@ class PaddedEvalSampler(Rule):
             if any(is_eval_name(dotted(a.value)) or is_eval_name(string_text(a.value)) for a in caller.node.args):
                 return True
             for param in function.params():
-                if param.name in _TRAINING_SWITCHES \
-                        and is_false(self.model.graph.argument_for(caller, function, param, bound)):
+                given = self.model.graph.argument_for(caller, function, param, bound)
+                if param.name in _TRAINING_SWITCHES and is_false(given):
                     return True
+                if not strict and is_eval_name(param.name) and is_true(given):
+                    return True  # an evaluation switch turned on: `get_data_loader(args, is_for_fid=True)`
             outer = self.model.paths.function_of(caller)
             if depth > 1 and outer is not None and outer != function \
                     and not any("train" in n.lower() for n in names) \

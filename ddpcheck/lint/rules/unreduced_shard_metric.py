@@ -40,7 +40,8 @@ class UnreducedShardMetric(Rule):
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
     adds to its own attributes), and lists it appends the batch's values to (`losses.append(
     loss.item())`, then `statistics.mean(losses)`, or turned into a tensor after the loop,
-    `top1 = torch.Tensor(top1)`, then `top1.mean()`), hold that rank's shard only until they are all-reduced (or
+    `top1 = torch.Tensor(top1)`, then `top1.mean()`; also the lists of a `defaultdict(list)`,
+    one per loss term: `log_losses[k].append(v.item())`), hold that rank's shard only until they are all-reduced (or
     gathered).
 
     ## Why it matters
@@ -51,7 +52,9 @@ class UnreducedShardMetric(Rule):
 
     Reported at the print / log call (`print`, `logger.info`, `writer.add_scalar`, `wandb.log`,
     ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
-    module the run reaches; loaders derived from torch's, such as PyG's, count), when what it reports is
+    module the run reaches; loaders derived from torch's, such as PyG's, count, and so does one
+    taken from a dict of loaders filled in a loop: `loaders[split] = DataLoader(...)`, then
+    `evaluate(model, loaders["val"])`), when what it reports is
     computed from counters the loop accumulated and no collective after the loop may reduce them
     (nor are they handed to a project function — reading a running-metric object's figures
     back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
@@ -70,7 +73,8 @@ class UnreducedShardMetric(Rule):
     the result (`dev = eval_dev(...)`) and reports it before any collective (itself, or by
     handing it to a project function that only reports: `self.print_metrics(val_metrics)`
     printing each entry and returning nothing), or loops over it
-    (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), is reported
+    (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), or takes a
+    figure from it (`val_loss = val_loss_dict["total"]`), is reported
     there — unless the loop trains, or a collective in the loop may reduce the counters: one
     handed them or a value made from them, or a project function handed nothing (gathering the
     predictions in the loop, `preds = gather(preds)`, leaves the loss summed beside them one
@@ -396,6 +400,10 @@ class UnreducedShardMetric(Rule):
             return out
         for site in sites:
             receiver = site.receiver
+            # (`log_losses[k].append(v.item())`: an entry of a dict of lists, `defaultdict(list)`.)
+            entry = isinstance(receiver, cst.Subscript) and isinstance(receiver.value, cst.Name)
+            if entry and isinstance(receiver, cst.Subscript):
+                receiver = receiver.value
             if site.method not in ("append", "extend") or not isinstance(receiver, cst.Name) \
                     or not site.node.args or isinstance(site.node.args[0].value, (cst.Integer, cst.Float)):
                 continue
@@ -405,6 +413,12 @@ class UnreducedShardMetric(Rule):
             if len(points) != len(bindings):
                 continue
             made = [(b, p) for b, p in zip(bindings, points) if p is not None and p.tick < loop.tick]
+            if entry:
+                if len(made) == len(bindings) == 1 and loop.node not in made[0][1].loops \
+                        and _list_table(made[0][0], model.qualname(root, made[0][0].func, scope)
+                                        if isinstance(made[0][0], cst.Call) else None):
+                    out.add(name)
+                continue
             # (After the loop the list may be turned into the value it reports: `top1 =
             # torch.Tensor(top1)`, then `top1.mean()`.)
             kept = [(b, p) for b, p in zip(bindings, points) if p is not None and p.tick > site.tick
@@ -608,6 +622,16 @@ class UnreducedShardMetric(Rule):
             # variables hold the returned figures.
             names |= {n for f in root.fors if f.scope is call.scope and f.tick > call.tick
                       and _names_in(f.node.iter) & names for n in _names_in(_values_target(f.node))}
+            # `val_loss = val_loss_dict["total"]`: a figure taken from what it returned (a
+            # collective on the way ends the search below, in the order of the code).
+            for _ in range(3):
+                more = {name for name, values in call.scope.assignments.items() if name not in names
+                        for value, point in zip(values, call.scope.points.get(name, ()))
+                        if point is not None and point.tick > call.tick and isinstance(value, cst.BaseExpression)
+                        and names & _names_in(value)}
+                if not more:
+                    break
+                names |= more
             for site in sorted((s for s in root.calls if s.scope is call.scope and s.tick > call.tick),
                                key=lambda s: s.tick):
                 if model.facts.does(site, "collective"):
@@ -759,6 +783,12 @@ def _empty_list(binding: object) -> bool:
     if isinstance(binding, cst.List):
         return not binding.elements
     return isinstance(binding, cst.Call) and dotted(binding.func) == "list" and not binding.args
+
+
+def _list_table(binding: object, qualname: str | None) -> bool:
+    """`x = defaultdict(list)`: a table of lists, one per key."""
+    return isinstance(binding, cst.Call) and qualname == "collections.defaultdict" and len(binding.args) == 1 \
+        and isinstance(binding.args[0].value, cst.Name) and binding.args[0].value.value == "list"
 
 
 def _adds_to_self(function: cst.FunctionDef) -> bool:
