@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, holds_ddp
-from ddpcheck.lint.model.module import CallSite, Point, Scope
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
@@ -254,12 +254,7 @@ class DdpStateDictPrefix(Rule):
         same function), reads it under the key the wrapper's state dict is saved under
         (`{"model": model.state_dict()}`), and strips nothing in that function: its own
         checkpoints do not load back into it, whatever other scripts of the project do."""
-        keys: set[str] = set()
-        for _, value, sd in found:
-            for node in subexpressions(value.module.tree):
-                if isinstance(node, cst.DictElement) and node.value is sd \
-                        and isinstance(node.key, cst.SimpleString) and isinstance(node.key.evaluated_value, str):
-                    keys.add(node.key.evaluated_value)
+        keys = {key for _, value, sd in found for key in _dict_keys(value.module).get(id(sd), ())}
         if not keys:
             return False
         model = self.model
@@ -492,6 +487,20 @@ def _receiving(site: CallSite, function: Function, bound: str, passed: list[cst.
             names.add(params[positional + shift].name.value)
         positional += 1
     return names
+
+
+def _dict_keys(module: ModuleModel) -> dict[int, list[str]]:
+    """The literal string keys the module's dict displays store each value under (`{"model":
+    model.state_dict()}`), by the value node: read once per module."""
+    found = module.memo.get("dict_keys")
+    if found is None:
+        found = {}
+        for node in subexpressions(module.tree):
+            if isinstance(node, cst.DictElement) and isinstance(node.key, cst.SimpleString) \
+                    and isinstance(node.key.evaluated_value, str):
+                found.setdefault(id(node.value), []).append(node.key.evaluated_value)
+        module.memo["dict_keys"] = found
+    return found
 
 
 def _strips_prefix(source: str) -> bool:
