@@ -1,6 +1,5 @@
 """DDP035 and DDP036 on the ways batch 20's scripts leave their loops and report their metrics: a
-debug exit in a run whose launch requires the debug flag off, an epoch range that starts
-where rank 0 alone read the checkpoint, an FID loader from a shared builder, a validation loss
+debug exit in a run whose launch requires the debug flag off, an FID loader from a shared builder, a validation loss
 taken from a dict of split loaders and a dict of per-term lists. Each through `ddpcheck lint` on a
 small project written in the style of the scripts, with a variant that must stay as it is."""
 
@@ -82,65 +81,6 @@ def test_debug_exit_of_a_launch_that_requires_debug_off_is_not_reported(tmp_path
 def test_debug_exit_of_a_launch_that_ignores_the_flag_is_reported(tmp_path: Path) -> None:
     script = DEBUG_EXIT.replace("LAUNCH", "cfg.spawn")
     assert lines(tmp_path, {"train.py": script}, "DDP035") == [("train.py", 48)]
-
-
-# An inpainting GAN: the checkpoint is loaded, and the epoch to start from read, on rank 0 only;
-# the other ranks start from epoch 0 and run more epochs of DDP backward passes.
-RESUME = """\
-    import os
-
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    from torch.utils.data import DataLoader
-    from torch.utils.data.distributed import DistributedSampler
-
-
-    def load_pretrained_model(generator, args):
-        generator = generator.to(args.local_rank)
-        path = os.path.join("./checkpoints/", args.pretrained_model)
-        if WHO and os.path.exists(path):
-            generator.load_state_dict(torch.load(path, map_location="cpu")["generator"])
-            start_epoch = torch.load(path, map_location="cpu")["epoch"]
-        else:
-            start_epoch = 0
-        generator = DDP(generator, device_ids=[args.local_rank])
-        return generator, start_epoch
-
-
-    def main(args):
-        dist.init_process_group("nccl")
-        torch.cuda.set_device(args.local_rank)
-        generator, start_epoch = load_pretrained_model(torch.nn.Linear(4, 4), args)
-        dataset = torch.utils.data.TensorDataset(torch.randn(64, 4))
-        sampler = DistributedSampler(dataset)
-        loader = DataLoader(dataset, batch_size=8, sampler=sampler)
-        optimizer = torch.optim.Adam(generator.parameters(), lr=args.lr)
-        for epoch in range(start_epoch, args.epochs):
-            sampler.set_epoch(epoch)
-            for (x,) in loader:
-                optimizer.zero_grad()
-                generator(x.to(args.local_rank)).sum().backward()
-                optimizer.step()
-        dist.destroy_process_group()
-"""
-
-
-def test_start_epoch_read_on_rank_zero_only_is_reported_at_the_rank_test(tmp_path: Path) -> None:
-    script = RESUME.replace("WHO", "dist.get_rank() == 0")
-    assert lines(tmp_path, {"train.py": script}, "DDP035") == [("train.py", 13)]
-
-
-def test_start_epoch_read_on_every_rank_is_not_reported(tmp_path: Path) -> None:
-    script = RESUME.replace("WHO", "args.resume")
-    assert lines(tmp_path, {"train.py": script}, "DDP035") == []
-
-
-def test_start_epoch_broadcast_before_the_loop_is_not_reported(tmp_path: Path) -> None:
-    script = RESUME.replace("WHO", "dist.get_rank() == 0").replace(
-        "        dataset = torch.utils.data", "        t = torch.tensor([start_epoch]).cuda()\n"
-        "        dist.broadcast(t, src=0)\n        start_epoch = int(t.item())\n        dataset = torch.utils.data")
-    assert lines(tmp_path, {"train.py": script}, "DDP035") == []
 
 
 # A flow-matching trainer: one loader builder serves training and the FID's reference images

@@ -359,10 +359,6 @@ def _supcon(key: str) -> dict[str, str]:
             "main_supcon.py": SUPCON_SCRIPT.format(key=key)}
 
 
-def test_resume_into_the_plain_model_is_not_helped_by_a_stripping_script_beside_it(tmp_path: Path) -> None:
-    assert lines(tmp_path, _supcon("model"), "DDP019", "main_supcon.py") == [("util.py", 7)]
-
-
 def test_pretrained_weights_under_another_key_leave_the_stripping_script_in_charge(tmp_path: Path) -> None:
     # `ckpt["encoder"]` is not what the run saves: its checkpoints are read only by main_linear,
     # which strips the prefix.

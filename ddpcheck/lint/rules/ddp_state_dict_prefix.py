@@ -7,13 +7,12 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import before, holds_ddp
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, Point, Scope
 from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
-    loading_code,
     loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
     saved_file_names, spelled_files,
 )
@@ -59,10 +58,7 @@ class DdpStateDictPrefix(Rule):
     strips it (an inference or export script the run never imports; not a network's constructor
     that renames the keys of pretrained weights it loads into one of its parts, `self.backbone.
     load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes
-    defined in that module; these project-wide strippers do not count where the run itself
-    reads a checkpoint, under the key its DDP state dict is saved under, into the model before
-    it wraps it, with no stripping there: `model.load_state_dict(torch.load(opt.ckpt)["model"])`
-    then `model = DDP(model)`) or, saving nothing and
+    defined in that module) or, saving nothing and
     running no distributed job itself, loads them into a model a `DataParallel` wrapper holds, or,
     saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script)
     (its keys carry the same prefix; a script that saves too counts where the code around its
@@ -200,9 +196,7 @@ class DdpStateDictPrefix(Rule):
         if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
                 or _strips_prefix(model.root.source):
             return
-        if self._resumes_into_plain(found):
-            pass  # the run reads its own checkpoints back into the plain model: other scripts do not help it
-        elif self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
+        if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
                 or project_strips(model, _strips_prefix) \
                 or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])) \
                 or project_reads_into_ddp(model):
@@ -247,31 +241,6 @@ class DdpStateDictPrefix(Rule):
             # depends on how `cond` and the wrap agree, which this does not follow.
             return False
         return any(holds_ddp(self.model, v) and before(v, site) for v in values)
-
-    def _resumes_into_plain(self, found: list[tuple[CallSite, Value, cst.Call]]) -> bool:
-        """The run itself loads a checkpoint into the model before it wraps that model in DDP
-        (`model.load_state_dict(torch.load(opt.ckpt)["model"])`, then `model = DDP(model)` in the
-        same function), reads it under the key the wrapper's state dict is saved under
-        (`{"model": model.state_dict()}`), and strips nothing in that function: its own
-        checkpoints do not load back into it, whatever other scripts of the project do."""
-        keys = {key for _, value, sd in found for key in _dict_keys(value.module).get(id(sd), ())}
-        if not keys:
-            return False
-        model = self.model
-        for site in model.paths.sites():
-            loaded = site.arg("state_dict", 0)
-            name = dotted(site.receiver) if site.receiver is not None else None
-            if site.method != "load_state_dict" or loaded is None or not name or "." in name \
-                    or not self._read_from_file(site, loaded):
-                continue
-            code = loading_code(site.module, site)
-            if _strips_prefix(code) or not any(
-                    re.search(r"\[\s*['\"]" + re.escape(k) + r"['\"]\s*\]", code) for k in keys):
-                continue
-            if any(c.scope is site.scope and c.tick > site.tick and model.api(c) == api.DDP and c.node.args
-                   and dotted(c.node.args[0].value) == name for c in site.module.calls):
-                return True
-        return False
 
     def _inner_on_every_arm(self, site: CallSite, receiver: cst.BaseExpression) -> bool:
         """The receiver is bound to the inner model where the model is wrapped and to the model
@@ -487,20 +456,6 @@ def _receiving(site: CallSite, function: Function, bound: str, passed: list[cst.
             names.add(params[positional + shift].name.value)
         positional += 1
     return names
-
-
-def _dict_keys(module: ModuleModel) -> dict[int, list[str]]:
-    """The literal string keys the module's dict displays store each value under (`{"model":
-    model.state_dict()}`), by the value node: read once per module."""
-    found = module.memo.get("dict_keys")
-    if found is None:
-        found = {}
-        for node in subexpressions(module.tree):
-            if isinstance(node, cst.DictElement) and isinstance(node.key, cst.SimpleString) \
-                    and isinstance(node.key.evaluated_value, str):
-                found.setdefault(id(node.value), []).append(node.key.evaluated_value)
-        module.memo["dict_keys"] = found
-    return found
 
 
 def _strips_prefix(source: str) -> bool:

@@ -90,14 +90,7 @@ class RankLocalBreak(Rule):
     project function handed such a value, making no collective, answers on it alone). A non-zero
     status or a re-raise is not reported, nor is a `break` out of a loop only one rank runs
     (`if rank == 0:` around an evaluation loop that stops on a NaN output): no peer
-    is waiting in it, nor an exit under a flag the file's launch requires off (`if cfg.debug:
-    break` where the workers are spawned only under `if world_size > 1 and not cfg.debug:`):
-    that run is a single process. Also reported, at the rank test: a training loop `for epoch
-    in range(start_epoch, epochs):` whose bound is set under a rank test only, in its function
-    or in the project function whose answer (or tuple element) it is (`if dist.get_rank() == 0
-    and os.path.exists(ckpt): start_epoch = torch.load(ckpt)["epoch"]` / `else: start_epoch =
-    0`), with no broadcast or all-reduce before the loop: the other ranks start from 0 and run
-    more epochs of backward passes (a loop that makes a collective of its own is DDP009's).
+    is waiting in it.
 
     ## How to fix
     Decide on every rank together: put the flag in a tensor and `dist.all_reduce(flag,
@@ -139,11 +132,6 @@ class RankLocalBreak(Rule):
         "`{exit}` in this {caught} lets a rank that meets an error on its own (in its batch, its "
         "step) {what}, while the other ranks go on to their next all-reduce and wait there until "
         "the timeout; let the error stop the job, or agree on the skip across ranks"
-    )
-    RANGE_MESSAGE = (
-        "`{name}` is set under `{guard}` only, and `for ... in {range}` starts or ends on it: the ranks run "
-        "different numbers of epochs and those that run more wait in an all-reduce until the timeout; "
-        "set it on every rank (load the checkpoint on every rank, or broadcast the value)"
     )
     WHILE_MESSAGE = (
         "`{name}` is set here under `{guard}` only, and `while {test}` reads it: that rank leaves the "
@@ -270,7 +258,6 @@ class RankLocalBreak(Rule):
     def _module(self, root: ModuleModel) -> None:
         model = self.model
         self._while_conditions(root)
-        self._range_bounds(root)
         self._skips_on_error(root)
         every: list[LoopSite] = [*root.fors, *root.whiles]
         for each in every:
@@ -483,86 +470,6 @@ class RankLocalBreak(Rule):
                             name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)),
                             module=root)
                         break
-
-    def _range_bounds(self, root: ModuleModel) -> None:
-        """`for epoch in range(start_epoch, epochs):` over a training loop, where `start_epoch`
-        is set under a rank test only (`if rank == 0 and os.path.exists(ckpt): start_epoch =
-        torch.load(ckpt)["epoch"]` / `else: start_epoch = 0`), in the loop's function or in the
-        project function whose answer it unpacks, and no collective between could carry it:
-        the ranks run different numbers of iterations."""
-        model = self.model
-        for loop in root.fors:
-            node = loop.node
-            if not isinstance(node.iter, cst.Call) or dotted(node.iter.func) != "range" \
-                    or model.qualname(root, node.iter.func, loop.scope) not in (None, "range", "builtins.range"):
-                continue
-            body_calls = [c for c in root.calls if node in c.loops]
-            if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls):
-                continue
-            if any(model.facts.does(c, "data_collective") for c in body_calls):
-                continue  # a collective in a loop that runs a rank's own count of times is DDP009's
-            if any(model.paths.kind(root, g, loop.scope) in ("main", "other") for g in loop.guards):
-                continue
-            before = [c for c in root.calls if c.scope is loop.scope and c.index < min(
-                (b.index for b in body_calls), default=len(root.calls))]
-            for arg in node.iter.args:
-                if not isinstance(arg.value, cst.Name):
-                    continue
-                found = self._ranked_source(root, loop, arg.value.value, before)
-                if found is not None:
-                    module, guard = found
-                    self.report(guard.node, self.RANGE_MESSAGE.format(
-                        name=arg.value.value, guard=model.text_of(module, guard.test),
-                        range=model.text_of(root, node.iter)), module=module)
-                    break
-
-    def _ranked_source(self, root: ModuleModel, loop: LoopSite, name: str,
-                       before: list[CallSite]) -> tuple[ModuleModel, Guard] | None:
-        """The rank guard under which `name` (as the loop sees it) is set on some ranks only: in
-        the loop's own function, or in the project function whose returned value (or tuple
-        element) it is. None where a collective before the loop may carry it."""
-        model = self.model
-        paths = model.paths
-        if any(model.facts.does(c, "data_collective") for c in before):
-            return None  # a broadcast or all-reduce before the loop may carry the value
-        pairs = model.values.reaching(loop.scope, name, loop.point)
-        if not pairs:
-            return None
-        ranked = paths.set_by_rank(root, loop.scope, name, at=loop.point, flags=False)
-        if ranked is not None and ranked[1] and isinstance(ranked[0].node, cst.If):
-            return root, ranked[0]
-        if len(pairs) != 1:
-            return None
-        bound = pairs[0][0]
-        index: int | None = None
-        call = bound.value if isinstance(bound, Item) else bound
-        if isinstance(bound, Item):
-            index = bound.index
-        if not isinstance(call, cst.Call):
-            return None
-        site = next((c for c in root.calls if c.node is call), None)
-        if site is None or model.facts.does(site, "data_collective"):
-            return None
-        targets = model.graph.targets(site)
-        if len(targets) != 1:
-            return None
-        callee = targets[0][0]
-        module = callee.module
-        scope = module.function_scopes.get(callee.qualname)
-        if scope is None:
-            return None
-        for value in module.returns.get(callee.qualname, ()):
-            if index is not None:
-                if not isinstance(value, cst.Tuple) or index >= len(value.elements) \
-                        or any(isinstance(e, cst.StarredElement) for e in value.elements):
-                    return None
-                value = value.elements[index].value
-            if not isinstance(value, cst.Name):
-                return None
-            found = paths.set_by_rank(module, scope, value.value, flags=False)
-            if found is not None and found[1] and isinstance(found[0].node, cst.If):
-                return module, found[0]
-        return None
 
     def _skips_on_error(self, root: ModuleModel) -> None:
         """`except RuntimeError as e: if "out of memory" in str(e): return False` before the
