@@ -1,5 +1,5 @@
-"""Logging set up by rank (DDP020), a package installed from a subfolder of the repository
-(DDP005), on mechanisms seen on public scripts of batch 20: each through `ddpcheck lint` on a
+"""Logging set up by rank (DDP020) and the inner model chosen on the same test as the wrap
+(DDP019), on mechanisms seen on public scripts of batch 20: each through `ddpcheck lint` on a
 small project written in the style of the scripts, with a clean variant."""
 
 from __future__ import annotations
@@ -117,75 +117,6 @@ def test_rank_zero_level_beside_a_console_handler_is_clean(tmp_path: Path) -> No
     assert lines(tmp_path, files, "DDP020") == []
 
 
-# The package lives in a folder of the repository with its own packaging (`pip install -e
-# COIGAN/`): `COIGAN/setup.py` beside the package `COIGAN/COIGAN/`, imported by `scripts/train.py`.
-INSTALLED_SETUP = """\
-    from setuptools import setup, find_namespace_packages
-
-    setup(name="COIGAN", packages=find_namespace_packages())
-"""
-
-INSTALLED_DDP_UTILS = """\
-    import os
-    import torch.distributed as dist
-
-
-    def synchronize():
-        if dist.get_world_size() > 1:
-            dist.barrier()
-
-
-    def ddp_setup(rank, world_size):
-        os.environ["MASTER_ADDR"] = "localhost"
-        os.environ["MASTER_PORT"] = "12355"
-        dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
-        synchronize()
-"""
-
-INSTALLED_SCRIPT = """\
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
-    from COIGAN.utils.ddp_utils import ddp_setup
-
-
-    def main(config):
-        if config.distributed:
-            world_size = torch.cuda.device_count()
-            mp.spawn(train, args=(world_size, config), nprocs=world_size)
-        else:
-            train(0, 1, config)
-
-
-    def train(rank, world_size, config):
-        torch.cuda.set_device(rank)
-        if config.distributed:
-            ddp_setup(rank, world_size)
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2).to(rank), device_ids=[rank])
-        {teardown}
-
-
-    if __name__ == "__main__":
-        main(load_config())
-"""
-
-
-def _installed(teardown: str) -> dict[str, str]:
-    return {"COIGAN/setup.py": INSTALLED_SETUP,
-            "COIGAN/COIGAN/utils/ddp_utils.py": INSTALLED_DDP_UTILS,
-            "scripts/train.py": INSTALLED_SCRIPT.format(teardown=teardown)}
-
-
-def test_setup_helper_of_a_package_installed_from_a_folder_of_the_repository(tmp_path: Path) -> None:
-    assert lines(tmp_path, _installed("model.train()"), "DDP005", "scripts/train.py") == [("ddp_utils.py", 13)]
-
-
-def test_package_installed_from_a_folder_of_the_repository_torn_down_is_clean(tmp_path: Path) -> None:
-    files = _installed("if config.distributed:\n            dist.destroy_process_group()")
-    assert lines(tmp_path, files, "DDP005", "scripts/train.py") == []
-
-
 # A trainer that keeps the rank as `self.device`, built by a worker that `mp.spawn` starts and
 # that the same script calls as `train(0, 1, config)` when it is not distributed: `self.device`
 # is the process index there, not only the `0` of the single-process call.
@@ -239,16 +170,6 @@ TRAINER_SCRIPT = """\
 """
 
 GUARDED_SAVE = "if self.device == 0:\n                    self.save_checkpoint(i)"
-
-
-def test_rank_kept_by_a_worker_also_called_with_zero_guards_the_save(tmp_path: Path) -> None:
-    files = {"train.py": TRAINER_SCRIPT.format(plain="self.generator", save=GUARDED_SAVE)}
-    assert lines(tmp_path, files, "DDP010") == []
-
-
-def test_save_without_the_rank_guard_is_still_reported(tmp_path: Path) -> None:
-    files = {"train.py": TRAINER_SCRIPT.format(plain="self.generator", save="self.save_checkpoint(i)")}
-    assert lines(tmp_path, files, "DDP010") == [("train.py", 20)]
 
 
 def test_inner_model_where_wrapped_and_the_model_where_not_saves_no_prefix(tmp_path: Path) -> None:

@@ -136,46 +136,7 @@ def _locate_absolute(folder: Path, dotted: str) -> tuple[Path, str] | None:
     if not roots:
         roots = tuple(r for r, package in _folders_above(folder)
                       if head in _top_names(r) and _imports_package(r, package))
-    found = _split(dotted, roots) if roots else None
-    if found is None:
-        # A package the project installs from a folder of its own (`pip install -e COIGAN/`),
-        # also where the folder's name is the package's (`COIGAN/COIGAN/`), so the folder
-        # itself answered the name above but holds none of its modules.
-        installed = tuple(r for r in _installed_roots(folder) if head in _top_names(r) and r not in roots)
-        found = _split(dotted, installed) if installed else None
-    return found
-
-
-_PACKAGING = ("setup.py", "setup.cfg", "pyproject.toml")
-
-
-@lru_cache(maxsize=1024)
-def _installed_roots(folder: Path) -> tuple[Path, ...]:
-    """Folders of the repository from which the project installs a package of its own: a
-    folder with packaging (`COIGAN/setup.py` beside the package `COIGAN/COIGAN/`, or a `src/`
-    layout below it), directly in the top of `folder`'s package or in the folder above it (never
-    above the project's root). A script in `scripts/` that imports `COIGAN.utils` runs with that
-    package installed (`pip install -e COIGAN/`), so it reads the repository's copy."""
-    top = folder
-    while (top / "__init__.py").is_file() and top.parent != top:
-        top = top.parent
-    project = _project_root(folder)
-    bases = [top]
-    if top.parent != top and (project is None or top.parent.is_relative_to(project)):
-        bases.append(top.parent)
-    found: list[Path] = []
-    for base in bases:
-        if not _outside_packages(base):
-            continue
-        try:
-            with os.scandir(base) as entries:
-                folders = sorted(Path(e.path) for e in entries if e.is_dir() and not e.name.startswith("."))
-        except OSError:
-            continue
-        for sub in folders:
-            if any((sub / m).is_file() for m in _PACKAGING):
-                found += [r for r in (sub, sub / "src") if r.is_dir() and r not in found]
-    return tuple(found)
+    return _split(dotted, roots) if roots else None
 
 
 @lru_cache(maxsize=1024)

@@ -801,11 +801,6 @@ class Values:
                 if forwarded:
                     found = True
                     yield from forwarded
-                elif passed is None and bound == "spawn" and param.index == 0:
-                    # The process index `mp.spawn` hands its worker: not known here, and not the
-                    # `0` another caller passes on the single-process path (`else: train(0, 1, cfg)`).
-                    found = True
-                    yield Value(module, param, scope, frame, at)
                 elif passed is None:
                     omitted = True
                 continue
@@ -1378,9 +1373,6 @@ class Values:
         node = value.node
         if isinstance(node, (cst.BinaryOperation, cst.ConcatenatedString)):
             return True
-        if isinstance(node, Param) and node.index == 0 and any(
-                bound == "spawn" for _, bound in self.model.graph.callers(Function(value.module, node.function))):
-            return True  # the process index `mp.spawn` hands its worker: an int
         if isinstance(node, cst.Call):
             func = node.func
             if isinstance(func, cst.Name) and func.value in ("str", "int", "float", "len", "bool"):
