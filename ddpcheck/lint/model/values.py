@@ -1261,7 +1261,8 @@ class Values:
         followed, or of every known caller, and the default) makes it come out the same (`if
         save:` with `save=False` passed or by default, `mode == "eval"`, `model is not None`, and
         `not`/`and`/`or` of such). `parameters_only=False` reads any name or `self.x` the same
-        way. None when not known."""
+        way, and a None test of an attribute of a name every value of which is known never to be
+        None (`args.gpu is None` after `args.gpu = dist.get_rank()`). None when not known."""
         fixed = constant_flag(module, test)
         if fixed is None:
             fixed = _module_switch(module, test)
@@ -1302,6 +1303,8 @@ class Values:
             return True  # `if not evaluate:` of a function defined here: a function object is always true
         reading = literal_test(test)
         if reading is None:
+            if not parameters_only:
+                return self._attribute_none_test(module, test, scope, frame, at)
             return None
         name, judge = reading
         if parameters_only and not (isinstance(name, cst.Name) and _only_a_parameter(scope, name.value)):
@@ -1311,6 +1314,27 @@ class Values:
             return None
         truths = {judge(self._literal(v)) for v in values}
         return truths.pop() if len(truths) == 1 else None
+
+    def _attribute_none_test(self, module: ModuleModel, test: cst.BaseExpression, scope: Scope,
+                             frame: Frame | None, at: Point | None) -> bool | None:
+        """`args.gpu is None` / `args.gpu is not None` on an attribute of a plain name whose every
+        value the flow finds is known never to be None (`args.gpu = dist.get_rank()` in the caller
+        before `main_worker(args)`): False / True. Only that way round: an attribute the flow
+        cannot follow everywhere stays an unknown leaf, and a None it finds may be replaced by
+        whatever fills a config object, so a None value decides nothing."""
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            return None
+        comp = test.comparisons[0]
+        if not isinstance(comp.operator, (cst.Is, cst.IsNot)) or not is_none(comp.comparator):
+            return None
+        name = test.left
+        if not isinstance(name, cst.Attribute) or not isinstance(name.value, cst.Name) \
+                or name.value.value in ("self", "cls"):
+            return None
+        values = self.of(module, name, scope, frame, depth=8, at=at)
+        if not values or not all(self._not_none(v) for v in values):
+            return None
+        return isinstance(comp.operator, cst.IsNot)
 
     def _never_set(self, module: ModuleModel, test: cst.Call, scope: Scope, frame: Frame | None,
                    at: Point | None) -> bool | None:

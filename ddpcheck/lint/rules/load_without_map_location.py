@@ -48,7 +48,8 @@ class LoadWithoutMapLocation(Rule):
     `load_state_dict`: preprocessed data, not a checkpoint. Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
     `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
-    run takes, a load in a method of a plain class of the script that nothing calls (its only
+    run takes (the ImageNet example's `if args.gpu is None:` resume where the caller always sets
+    `args.gpu = dist.get_rank()` before `main_worker(args)`), a load in a method of a plain class of the script that nothing calls (its only
     call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
     class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
     outside launcher starts), and runs that pin each process to one GPU with
