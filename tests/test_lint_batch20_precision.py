@@ -12,7 +12,7 @@ def found(tmp_path: Path, files: dict[str, str], select: str, target: str = "tra
     return sorted((Path(f["path"]).name, f["location"]["line"]) for f in lint_project(tmp_path, files, target, select=select))
 
 
-# --- DDP011: the ImageNet example's `if args.gpu is None:` resume where args.gpu may stay None --
+# --- DDP011: the ImageNet example's `if args.gpu is None:` resume, with args.gpu always set or not -
 
 RESUME_SCRIPT = """\
     import argparse
@@ -53,6 +53,12 @@ RESUME_SCRIPT = """\
     if __name__ == "__main__":
         main()
 """
+
+
+def test_a_load_under_args_gpu_is_none_is_silent_when_the_caller_always_sets_it(tmp_path: Path) -> None:
+    # `args.gpu = global_rank` before `main_worker(args)`: the `is None` arm never runs.
+    files = {"train.py": RESUME_SCRIPT.replace("{set_gpu}", "args.gpu = global_rank")}
+    assert found(tmp_path, files, "DDP011") == []
 
 
 def test_a_load_under_args_gpu_is_none_is_reported_when_the_option_may_stay_unset(tmp_path: Path) -> None:
