@@ -173,6 +173,21 @@ class Model:
             return self.api(site)
         return self.qualname(value.module, call.func, value.scope)
 
+    def made_by(self, site: CallSite, expr: cst.BaseExpression) -> list[tuple[cst.Call, str | None]] | None:
+        """The calls that make every value `expr` may hold at `site` (`fh = logging.FileHandler(
+        path)`, `nn.CrossEntropyLoss()`), each with the qualified name of what it calls; None
+        when no value is known or one is not made by a call."""
+        values = self.values.at_call(site, expr)
+        if not values:
+            return None
+        made: list[tuple[cst.Call, str | None]] = []
+        for value in values:
+            node = value.node
+            if not isinstance(node, cst.Call):
+                return None
+            made.append((node, self.qualname(value.module, node.func, value.scope)))
+        return made
+
     def makes(self, site: CallSite, api_class: str) -> bool:
         """Whether a call builds an instance of the outside class `api_class` or of a project
         class derived from it (`torch_geometric.loader.DataLoader` inside that library)."""

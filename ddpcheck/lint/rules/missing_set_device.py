@@ -406,16 +406,9 @@ def _cuda_work(model: Model, site: CallSite) -> bool:
 def _tensorless_loss(model: Model, site: CallSite) -> bool:
     """The receiver is a torch loss module made without a weight tensor."""
     assert site.receiver is not None
-    values = model.values.at_call(site, site.receiver)
-    if not values:
-        return False
-    for value in values:
-        made = value.node
-        if not isinstance(made, cst.Call):
-            return False
-        name = model.qualname(value.module, made.func, value.scope) or ""
-        if not (name.startswith("torch.nn.") and name.endswith("Loss")) \
-                or any(a.keyword is not None and "weight" in a.keyword.value for a in made.args) \
-                or any(a.keyword is None for a in made.args):
-            return False
-    return True
+    made = model.made_by(site, site.receiver)
+    return made is not None and all(
+        (name or "").startswith("torch.nn.") and (name or "").endswith("Loss")
+        and not any(a.keyword is not None and "weight" in a.keyword.value for a in call.args)
+        and not any(a.keyword is None for a in call.args)
+        for call, name in made)

@@ -863,19 +863,8 @@ class PrintOnEveryRank(Rule):
     def _handler_made(self, site: CallSite, expr: cst.BaseExpression | None, pattern: re.Pattern[str]) -> bool:
         """Every value `expr` may hold at `site` is a handler made by a call whose name matches
         `pattern` (`fh = logging.FileHandler(path)`, `colorlog.StreamHandler()`)."""
-        if expr is None:
-            return False
-        values = self.model.values.at_call(site, expr)
-        if not values:
-            return False
-        for value in values:
-            made = value.node
-            if not isinstance(made, cst.Call):
-                return False
-            name = self.model.qualname(value.module, made.func, value.scope) or dotted(made.func) or ""
-            if not pattern.search(name):
-                return False
-        return True
+        made = self.model.made_by(site, expr) if expr is not None else None
+        return made is not None and all(pattern.search(name or dotted(call.func) or "") for call, name in made)
 
     def _file_handler_setup(self, site: CallSite) -> bool:
         """A set-up call about a handler that writes to a file: `logger.addHandler(fh)`,
