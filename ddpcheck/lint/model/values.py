@@ -1023,14 +1023,10 @@ class Values:
                     return
             written = self._written_entry(module, node.value, text, scope, at) if isinstance(text, str) else None
             if written is not None:
-                # `cfg["lr"] = 1e-3` after `cfg = load_config()`: the entry as the script last set it.
-                yield from self._eval(module, written, scope, frame, depth - 1, seen, at)
-                return
-            arms = self._written_arms(module, node.value, text, scope, at) if isinstance(text, str) else None
-            if arms is not None:
-                # `if cfg.use_ddp: models["gen"] = DDP(...)` / `else: models["gen"] = ...to(rank)`:
-                # the entry as either arm (or the one write before them) left it.
-                for value in arms:
+                # `cfg["lr"] = 1e-3` after `cfg = load_config()`: the entry as the script last set
+                # it; `if cfg.use_ddp: models["gen"] = DDP(...)` / `else: models["gen"] = ...`:
+                # as either arm (or the one write before them) left it.
+                for value in written:
                     yield from self._eval(module, value, scope, frame, depth - 1, seen, at)
                 return
             filled = self._filled_by_key(module, node.value, text, scope, at) if isinstance(text, str) else None
@@ -1059,8 +1055,8 @@ class Values:
     def _written_later(self, base: Value, key: str) -> list[cst.BaseExpression] | None:
         """For a dict literal reached from another scope (`models = {}` in the caller that passes
         `models` to the function reading `models["gen"]`), the values that the writes of `key`
-        in its own scope, before the point it was reached at, leave there (see `_written_entry`,
-        `_written_arms`); None when those do not decide."""
+        in its own scope, before the point it was reached at, leave there (see `_written_entry`);
+        None when those do not decide."""
         node = base.node
         if not isinstance(node, cst.Dict) or node.elements or base.at is None:
             return None
@@ -1068,28 +1064,34 @@ class Values:
         if len(names) != 1 or not any(b is node for b in base.scope.assignments.get(names[0], ())):
             return None
         target = cst.Name(names[0])
-        one = self._written_entry(base.module, target, key, base.scope, base.at)
-        return [one] if one is not None else self._written_arms(base.module, target, key, base.scope, base.at)
+        return self._written_entry(base.module, target, key, base.scope, base.at)
 
     @staticmethod
     def _written_entry(module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
-                       at: Point | None) -> cst.BaseExpression | None:
-        """The value the last `name[key] = value` in `scope` that always runs before `at` puts
-        there, when nothing after it may change the entry (another write of that key, an
-        `update`, a key not written as a literal, `name` bound again) before `at`; else None."""
+                       at: Point | None) -> list[cst.BaseExpression] | None:
+        """The values the writes `name[key] = value` in `scope` that may reach `at` put there,
+        back to the first that always runs before `at`: one value when that is the last write
+        (`cfg["lr"] = 1e-3` after `cfg = load_config()`), several where the writes after it sit in
+        the arms of an `if` (`models["gen"] = build()`, then `models["gen"] = DDP(...)` in one arm
+        and `models["gen"] = ...to(rank)` in the other). None when the entry may hold what no
+        write there gives (no such write, an `update`, a key not written as a literal, `name`
+        bound again after it)."""
         name = dotted(base)
         if name is None or at is None:
             return None
+        found: list[cst.BaseExpression] = []
         for entry_key, value, _, point in reversed(scope.updates.get(name, ())):
             if not point.reaches(at):
                 continue
             if entry_key is not None and entry_key != "" and entry_key != key:
                 continue  # another entry
-            if entry_key != key or not point.dominates(at):
+            if entry_key != key:
                 return None
             if any(p is not None and p.tick > point.tick and p.reaches(at) for p in scope.points.get(name, ())):
                 return None
-            return value
+            found.append(value)
+            if point.dominates(at):
+                return found
         return None
 
     def _filled_by_key(self, module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
@@ -1110,33 +1112,6 @@ class Values:
         if not writes or any(k != "" and k != key for k, _ in writes) or all(k == key for k, _ in writes):
             return None
         return [v for _, v in writes]
-
-    @staticmethod
-    def _written_arms(module: ModuleModel, base: cst.BaseExpression, key: str, scope: Scope,
-                      at: Point | None) -> list[cst.BaseExpression] | None:
-        """The values the writes `name[key] = value` in `scope` that may reach `at` put there,
-        when no single one decides (`_written_entry`) but a write that always runs before `at`
-        ends the search (`models["gen"] = build()`, then `models["gen"] = DDP(...)` in one arm of
-        an `if` and `models["gen"] = ...to(rank)` in the other): each may be what `at` reads.
-        None when the entry may hold what no write there gives (no such write, an `update`, a
-        key not written as a literal, `name` bound again after it)."""
-        name = dotted(base)
-        if name is None or at is None:
-            return None
-        found: list[cst.BaseExpression] = []
-        for entry_key, value, _, point in reversed(scope.updates.get(name, ())):
-            if not point.reaches(at):
-                continue
-            if entry_key is not None and entry_key != "" and entry_key != key:
-                continue  # another entry
-            if entry_key != key:
-                return None
-            if any(p is not None and p.tick > point.tick and p.reaches(at) for p in scope.points.get(name, ())):
-                return None
-            found.append(value)
-            if point.dominates(at):
-                return found if len(found) > 1 else None
-        return None
 
     @staticmethod
     def _table_entries(base: Value) -> list[cst.BaseExpression] | None:
