@@ -34,7 +34,10 @@ class AccumulationSyncOffByOne(Rule):
     synchronisation. Conditions of any other shape are not judged. Also reported: nanoGPT's
     switch set in the micro-step loop after that step's forward of the same DDP model (and before
     the backward): DDP reads the flag when the forward runs, so each micro-step takes the value the
-    previous one set.
+    previous one set. And an optimizer step in a loop whose every backward runs inside
+    `with model.no_sync():` (or a project helper returning `model.no_sync()` for a DDP model,
+    passed nothing from the counter) that the step is outside of, with no collective and no
+    `require_backward_grad_sync` in the loop: the last micro-batch does not synchronise either.
 
     ## How to fix
     Use one expression for both decisions, e.g.

@@ -40,7 +40,9 @@ class AllReduceSumAsMean(Rule):
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
     (`total`, `correct`, `num_samples`, confusion matrices), tensors made from names that hold
     counts (`iou_acc_tensor = torch.tensor(iou_acc)` where `iou_acc += fast_hist(...)`, a
-    histogram, bincount or confusion matrix), and functions that mention the world
+    histogram, bincount or confusion matrix), tensors each rank fills only at its own entries
+    (`scores[start + i, idx] = s` with `start = rank * step`, in the reducing function or a
+    project function that returns the tensor: the SUM gathers the parts), and functions that mention the world
     size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
     the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
     divides it by a count). Nor is a local of a function that nothing reads after the reduce

@@ -54,7 +54,9 @@ class SameSeedOnEveryRank(Rule):
     gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
+    clock, random draws, or a project configuration class whose constructor reads the file and
+    whose class mentions none of them, `Config(args.config)`; `wandb.config` filled from the
+    command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
     declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
@@ -64,7 +66,9 @@ class SameSeedOnEveryRank(Rule):
     literal on every rank: `args.seed + get_rank()` there is the same seed). A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
     whose body seeds torch with that parameter or its `.seed`, also through a local, `seed =
     config.SEED`) is judged by what it passes, and by its parameter's literal default when the
-    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A seed set in a project
+    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`); a helper that draws a
+    seed of its own when given none (`if opt.seed is None: opt.seed = random.randint(...)`)
+    counts only where the option it is given has a number for its default. A seed set in a project
     function the run reaches (`train(cfg)` of a trainer module, called by the script with Hydra's
     `cfg`) is judged with the values the script passes and reported where it is set. A project function of
     another module that seeds torch with a literal whenever it runs (`setup_env()` calling
@@ -75,7 +79,8 @@ class SameSeedOnEveryRank(Rule):
     written, when its module is linted). Where only the GPU generators are seeded alike
     (`torch.cuda.manual_seed(args.seed)`, torch's own generator never seeded), the workers'
     seeds still differ, so the call is reported only when the model drops out (dropout on the
-    GPU draws from that generator). A library network loaded with its weights
+    GPU draws from that generator; where the data is sharded, a library network built from its
+    configuration counts too: `GPT2LMHeadModel(config)`, as `from_config`). A library network loaded with its weights
     (`AutoModel.from_pretrained(...)`, `timm.create_model(...)`, not a tokenizer's or a
     configuration's `from_pretrained`, nor one whose weights a project network with its own
     `from_pretrained` copies) counts as dropout; one built from its configuration
