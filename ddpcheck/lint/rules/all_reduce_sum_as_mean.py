@@ -316,7 +316,7 @@ class AllReduceSumAsMean(Rule):
             return None
         if self._made_from_counts(site, written):
             return None
-        if self._filled_per_rank(site, tensor):
+        if tensor is not None and self._filled_per_rank(site, tensor):
             return None
         if "." not in written and site.scope.kind == "function" and not self._read_after(site, written):
             return None  # a local sum nobody reads afterwards misleads no one
