@@ -28,6 +28,9 @@ _MODEL_DRAWS = re.compile(
     # from a configuration (`AutoModelForCausalLM.from_config(config)`) may: a draw where the data
     # is sharded, not the dropout that alone reports a run with no sharding (`model_drops_out`).
     + "|" + _LIBRARY_NETWORK_PATTERN + r"|\b\w*Model\w*\.from_config\s*\("
+    # The same built by calling a library head class on its configuration
+    # (`GPT2LMHeadModel(config)`); not where a project defines such a class.
+    r"|(?<!class )\b\w+(?:LMHeadModel|ForCausalLM|ForMaskedLM|ForConditionalGeneration)\s*\(\s*\w*config\b"
 )
 _DRAWS = re.compile(
     _MODEL_DRAWS.pattern

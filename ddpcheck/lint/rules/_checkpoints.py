@@ -109,7 +109,46 @@ def project_strips(model: Model, strips: Strips) -> bool:
             if _is_load(model, site) and not _loads_a_part(model, module, site) and (strips(loading_code(module, site)) or (
                     site.method == "load_state_dict" and _through_stripper(model, site, strips))):
                 return True
+    return _scripts_call_stripping_loader(model, strips)
+
+
+def _scripts_call_stripping_loader(model: Model, strips: Strips) -> bool:
+    """A script beside the run (an inference tool) hands a model to a project loader defined
+    anywhere in the project that reads a checkpoint into it and strips the prefix on the way
+    (`load_weights(model, cfg.test.model_path)` of `utils/model_utils.py`, whose body drops a
+    leading `module.`): the project reads its checkpoints back without the prefix."""
+    for path in project_files(model.root.path):
+        if not model.project.passes(path, _calls_a_loader):
+            continue
+        module = model.project_model(path)
+        if module is None:
+            continue
+        for site in module.calls:
+            if site.scope.class_scope is not None or not site.node.args:
+                continue  # a network's own code loading pretrained parts
+            for function, bound in model.graph.targets(site):
+                if bound == "" and function.module is not module and _strips_into_parameter(function, strips):
+                    return True
     return False
+
+
+# A call of a project function named for loading (`load_weights(`, `load_checkpoint(`).
+_LOADER_CALL = re.compile(r"\bload_?\w*\s*\((?!\s*\))")
+
+
+def _calls_a_loader(text: str) -> bool:
+    return _LOADER_CALL.search(text) is not None
+
+
+def _strips_into_parameter(function: Function, strips: Strips) -> bool:
+    """`function` strips the prefix and loads a state dict into one of its own parameters
+    (`def load_weights(model, path): ... model.load_state_dict(...)`)."""
+    code = function.module.code(function.node)
+    if "load_state_dict" not in code or not strips(code):
+        return False
+    params = {p.name for p in function.params() if not p.star}
+    return any(site.method == "load_state_dict" and site.receiver_name in params
+               for site in function.module.calls_in(function.qualname))
 
 
 def _stripping_functions(model: Model, strips: Strips) -> frozenset[str]:

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp, is_optimizer_step
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
-from ddpcheck.lint.model.syntax import children, dotted, int_value
+from ddpcheck.lint.model.syntax import children, dotted, int_value, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -33,7 +34,10 @@ class AccumulationSyncOffByOne(Rule):
     synchronisation. Conditions of any other shape are not judged. Also reported: nanoGPT's
     switch set in the micro-step loop after that step's forward of the same DDP model (and before
     the backward): DDP reads the flag when the forward runs, so each micro-step takes the value the
-    previous one set.
+    previous one set. And an optimizer step in a loop whose every backward runs inside
+    `with model.no_sync():` (or a project helper returning `model.no_sync()` for a DDP model,
+    passed nothing from the counter) that the step is outside of, with no collective and no
+    `require_backward_grad_sync` in the loop: the last micro-batch does not synchronise either.
 
     ## How to fix
     Use one expression for both decisions, e.g.
@@ -53,6 +57,11 @@ class AccumulationSyncOffByOne(Rule):
         "the optimizer steps after a micro-batch whose backward ran without synchronising "
         "(`{no_sync}` and `{step}` disagree): ranks step on their own gradients; decide both "
         "from one `is_last_micro_batch` value"
+    )
+    ALWAYS_MESSAGE = (
+        "the optimizer steps after micro-batches that all ran under `{no_sync}`, the last one "
+        "included: no backward all-reduces the gradients, so every rank steps on its own; leave "
+        "the last micro-batch before the step outside `no_sync`"
     )
     LATE_MESSAGE = (
         "`{switch}` is set after this micro-step's forward: DDP reads the flag when the forward "
@@ -157,6 +166,60 @@ class AccumulationSyncOffByOne(Rule):
                                                         step=module.code(step.node)))
             for value, name in self._late_switches(module):
                 self.report(value, self.LATE_MESSAGE.format(switch=f"{name} = {module.code(value).strip()}"))
+            for step, with_node in self._never_synced(module, steps):
+                self.report(step.node, self.ALWAYS_MESSAGE.format(
+                    no_sync=" ".join(module.code(with_node.items[0].item).split())))
+
+    # --- no_sync around every micro-batch -------------------------------------------------------
+    def _never_synced(self, module: ModuleModel, steps: list[CallSite]) -> Iterator[tuple[CallSite, cst.With]]:
+        """An optimizer step in a loop whose every backward before it, on every pass, runs
+        inside a `with` of `no_sync` (directly, or a project helper that returns `model.no_sync()`
+        for a DDP model) that the step is outside of: the micro-batch the step follows did not
+        synchronise either, so no gradient is ever all-reduced. Not where the loop reduces
+        anything itself (gradients all-reduced by hand) or switches `require_backward_grad_sync`."""
+        for step in steps:
+            loop = step.loops[-1]
+            inside = [c for c in module.calls if c.scope is step.scope and loop in c.loops]
+            if any(api.is_collective(self.model.api(c)) for c in inside) \
+                    or "require_backward_grad_sync" in module.code(loop):
+                continue
+            backwards = [c for c in inside if c.method == "backward" and c.tick < step.tick]
+            if not backwards:
+                continue
+            if any(c.method != "backward" and self._backward_inside(c) for c in inside):
+                continue  # a project function of the loop runs a backward the loop does not show
+            found: cst.With | None = None
+            for backward in backwards:
+                around = next((w for w in backward.withs if _contains(loop, w) and not _contains(w, step.node)
+                               and any(self._no_sync_item(module, step, i.item) for i in w.items)), None)
+                if around is None:
+                    found = None
+                    break
+                found = found or around
+            if found is not None:
+                yield step, found
+
+    def _backward_inside(self, site: CallSite) -> bool:
+        return any("backward" in function.module.code(function.node) for function, _ in self.model.graph.targets(site))
+
+    def _no_sync_item(self, module: ModuleModel, step: CallSite, item: cst.BaseExpression) -> bool:
+        """`model.no_sync()`, or `ctx(model)` of a project function one of whose returns is a
+        `.no_sync()` call (`return model.no_sync() if isinstance(model, DDP) else nullcontext()`),
+        passed only names (nothing from the micro-batch counter)."""
+        if not isinstance(item, cst.Call):
+            return False
+        if isinstance(item.func, cst.Attribute) and item.func.attr.value == "no_sync":
+            return True
+        if any(not isinstance(a.value, (cst.Name, cst.Attribute)) or a.keyword is not None for a in item.args):
+            return False
+        site = module.call_at(item)
+        if site is None:
+            return False
+        targets = self.model.graph.targets(site)
+        return bool(targets) and all(
+            any(isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute) and sub.func.attr.value == "no_sync"
+                for returned in function.module.returns.get(function.qualname, ()) for sub in subexpressions(returned))
+            for function, _bound in targets)
 
     # --- no_sync under a modular condition ------------------------------------------------------
     def _no_sync_predicates(self, module: ModuleModel) -> Iterator[tuple[CallSite, _Pred, str]]:

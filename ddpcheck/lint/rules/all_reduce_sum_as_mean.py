@@ -6,7 +6,8 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.module import Augmented, CallSite, Scope
+from ddpcheck.lint.model.conditions import Resolve, is_rank_value
+from ddpcheck.lint.model.module import Augmented, CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -39,7 +40,9 @@ class AllReduceSumAsMean(Rule):
     Not reported: `op=` other than SUM (`AVG`, `MAX`, ...), tensors named as sums or counts
     (`total`, `correct`, `num_samples`, confusion matrices), tensors made from names that hold
     counts (`iou_acc_tensor = torch.tensor(iou_acc)` where `iou_acc += fast_hist(...)`, a
-    histogram, bincount or confusion matrix), and functions that mention the world
+    histogram, bincount or confusion matrix), tensors each rank fills only at its own entries
+    (`scores[start + i, idx] = s` with `start = rank * step`, in the reducing function or a
+    project function that returns the tensor: the SUM gathers the parts), and functions that mention the world
     size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
     the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
     divides it by a count). Nor is a local of a function that nothing reads after the reduce
@@ -313,6 +316,8 @@ class AllReduceSumAsMean(Rule):
             return None
         if self._made_from_counts(site, written):
             return None
+        if tensor is not None and self._filled_per_rank(site, tensor):
+            return None
         if "." not in written and site.scope.kind == "function" and not self._read_after(site, written):
             return None  # a local sum nobody reads afterwards misleads no one
         function = site.scope.function
@@ -329,6 +334,59 @@ class AllReduceSumAsMean(Rule):
             return None
         return written
 
+
+    def _filled_per_rank(self, site: CallSite, tensor: cst.BaseExpression) -> bool:
+        """The tensor is made where each rank fills only its own entries of a shared shape
+        (`scores = torch.full((n, m), -100.0)`, then `scores[start + i, idx] = s` with `start =
+        rank * step`), in the reducing function or a project function that returns it: the SUM
+        puts the ranks' parts together, a gather, not a mean."""
+        values = self.model.values.at_call(site, tensor)
+        return bool(values) and all(
+            isinstance(v.node, cst.BaseExpression) and self._indexed_by_rank(v.module, v.scope, v.node)
+            for v in values)
+
+    def _indexed_by_rank(self, module: ModuleModel, scope: Scope, made: cst.BaseExpression) -> bool:
+        # The name bound to it (`scores = torch.full(...).to(device)`: the value is followed
+        # through `.to(...)` to the tensor it copies).
+        names = [name for name, bound in scope.assignments.items()
+                 if any(isinstance(b, cst.CSTNode) and any(sub is made for sub in subexpressions(b)) for b in bound)]
+        if len(names) != 1:
+            return False
+        name = names[0]
+        resolve = self.model.resolver_for(module, scope)
+        for node in subexpressions(scope.node):
+            if not isinstance(node, cst.Subscript) or dotted(node.value) != name:
+                continue
+            if any(_rank_index(element.slice, scope, resolve, 2) for element in node.slice):
+                return _written(scope.node, node)
+        return False
+
+
+def _written(root: cst.CSTNode, target: cst.Subscript) -> bool:
+    """`target` is what an assignment writes (`t[i] = v`, `t[i] += v`)."""
+    stack: list[cst.CSTNode] = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Assign) and any(t.target is target for t in node.targets):
+            return True
+        if isinstance(node, cst.AugAssign) and node.target is target:
+            return True
+        stack.extend(children(node))
+    return False
+
+
+def _rank_index(node: cst.CSTNode, scope: Scope, resolve: Resolve, depth: int) -> bool:
+    """An index that depends on the rank: it reads the rank, or a local made from it (`start =
+    rank * step`)."""
+    for sub in subexpressions(node):
+        if isinstance(sub, cst.BaseExpression) and is_rank_value(sub, resolve):
+            return True
+        if depth > 0 and isinstance(sub, cst.Name):
+            bound = scope.assignments.get(sub.value, [])
+            if bound and all(isinstance(b, cst.BaseExpression) for b in bound) and any(
+                    _rank_index(b, scope, resolve, depth - 1) for b in bound if isinstance(b, cst.BaseExpression)):
+                return True
+    return False
 
 
 def _counts(scope: Scope, name: str, tensor: str) -> bool:

@@ -54,7 +54,9 @@ class DdpStateDictPrefix(Rule):
     resume reads; `{}` in a name matches any text),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
     `consume_prefix_in_state_dict_if_present` is used), loads through a project function that strips it (`load_state_dict(fix_keys(
-    torch.load(path)))`), has a script beside it or below its folder that loads checkpoints and
+    torch.load(path)))`), has a script beside it or below its folder that hands a model to a
+    project loader, defined anywhere in the project, that loads a checkpoint into it and strips
+    the prefix (`load_weights(net, cfg.test.model_path)`), or that loads checkpoints and
     strips it (an inference or export script the run never imports; not a network's constructor
     that renames the keys of pretrained weights it loads into one of its parts, `self.backbone.
     load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes

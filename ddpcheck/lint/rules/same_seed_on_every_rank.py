@@ -10,6 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.module import CallSite, Element, ModuleModel, Param
+from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value
@@ -53,7 +54,9 @@ class SameSeedOnEveryRank(Rule):
     gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
+    clock, random draws, or a project configuration class whose constructor reads the file and
+    whose class mentions none of them, `Config(args.config)`; `wandb.config` filled from the
+    command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
     declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
@@ -63,7 +66,9 @@ class SameSeedOnEveryRank(Rule):
     literal on every rank: `args.seed + get_rank()` there is the same seed). A call of a project seeding helper (`fix_random_seeds(args.seed)`, `set_seed(args)`
     whose body seeds torch with that parameter or its `.seed`, also through a local, `seed =
     config.SEED`) is judged by what it passes, and by its parameter's literal default when the
-    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`). A seed set in a project
+    call passes nothing (`seed_torch()` of `def seed_torch(seed=1029)`); a helper that draws a
+    seed of its own when given none (`if opt.seed is None: opt.seed = random.randint(...)`)
+    counts only where the option it is given has a number for its default. A seed set in a project
     function the run reaches (`train(cfg)` of a trainer module, called by the script with Hydra's
     `cfg`) is judged with the values the script passes and reported where it is set. A project function of
     another module that seeds torch with a literal whenever it runs (`setup_env()` calling
@@ -74,7 +79,8 @@ class SameSeedOnEveryRank(Rule):
     written, when its module is linted). Where only the GPU generators are seeded alike
     (`torch.cuda.manual_seed(args.seed)`, torch's own generator never seeded), the workers'
     seeds still differ, so the call is reported only when the model drops out (dropout on the
-    GPU draws from that generator). A library network loaded with its weights
+    GPU draws from that generator; where the data is sharded, a library network built from its
+    configuration counts too: `GPT2LMHeadModel(config)`, as `from_config`). A library network loaded with its weights
     (`AutoModel.from_pretrained(...)`, `timm.create_model(...)`, not a tokenizer's or a
     configuration's `from_pretrained`, nor one whose weights a project network with its own
     `from_pretrained` copies) counts as dropout; one built from its configuration
@@ -355,9 +361,10 @@ class SameSeedOnEveryRank(Rule):
         # DDP itself or through the project with no sharding in sight (every rank reads the same
         # data). There only the model's dropout counts as a draw: the other draws the text shows
         # are too often initialisation or generation code to stand alone.
-        if not any(model.api(s) == api.DATALOADER and feed(model, s) is not None
-                   or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
-                and not split_by_rank(model):
+        sharded = any(model.api(s) == api.DATALOADER and feed(model, s) is not None
+                      or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
+            or split_by_rank(model)
+        if not sharded:
             if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
                 return
             if not model_drops_out(model):
@@ -423,6 +430,12 @@ class SameSeedOnEveryRank(Rule):
                     same = isinstance(passed, cst.Name) and not _reassigned(site.module, attr) and (
                         _option(site.module, attr) or self._loaded_alike(site, passed, attr))
                     shown = f"{model.text_of(site.module, passed)}.{attr}"
+                if same and isinstance(passed, cst.BaseExpression) and _draws_when_unset(function):
+                    # Given no seed, every rank draws its own: the same only where the option
+                    # that fills it has a number for its default.
+                    default = option_default(site.module, passed) if attr is None \
+                        else option_defaults(site.module).get(attr)
+                    same = default is not None and int_value(default) is not None
                 if same:
                     self.report(site.node, self.MESSAGE.format(seed=shown), module=site.module,
                                 related=model.paths.chain(site))
@@ -438,8 +451,10 @@ class SameSeedOnEveryRank(Rule):
                                 related=model.paths.chain(site))
         # Only the GPU generators seeded (`torch.cuda.manual_seed(args.seed)`, torch's own generator
         # left alone): the workers' seeds differ, but dropout on the GPU draws from the seeded
-        # generator, alike on every rank.
-        if not seeds_cpu and model_drops_out(model):
+        # generator, alike on every rank. A library network built from its configuration
+        # (`GPT2LMHeadModel(config)`) drops out as the configuration says: counted where the
+        # data is sharded, as for the CPU generator.
+        if not seeds_cpu and (model_drops_out(model) or sharded and model_draws_random(model)):
             for site in gpu_only:
                 seed = site.arg("seed", 0)
                 if seed is not None and self._same_everywhere(site, seed, model.resolver_for(site.module)):
@@ -695,7 +710,17 @@ class SameSeedOnEveryRank(Rule):
         if site is None:
             return False
         targets = self.model.graph.targets(site)
-        return bool(targets) and all(bound == "" and self._loader(function) for function, bound in targets)
+        # A loader function, or a project configuration class whose constructor reads the file
+        # (`Config(args.config)` with `self.__dict__ = json.load(file)` in `__init__`).
+        return bool(targets) and all(
+            (bound == "" or bound == "constructor" and self._class_rank_free(function))
+            and self._loader(function) for function, bound in targets)
+
+    def _class_rank_free(self, function: Function) -> bool:
+        """Whether the class a constructor belongs to mentions nothing that differs between ranks
+        in any of its methods (a `self.seed += rank` in another method would make it differ)."""
+        owner = function.owner
+        return owner is not None and _PER_RANK.search(function.module.code(owner.node)) is None
 
     def _loader(self, function: Function) -> bool:
         return _LOADS.search(function.module.code(function.node)) is not None and self._rank_free(function, 3)
@@ -724,8 +749,12 @@ class SameSeedOnEveryRank(Rule):
         if _parsed_arguments(value) or self._config(value) or self._composed(value) \
                 or self._config_node(value, field) or _namespace_param(self.model, value):
             return True
-        # `args = vars(args)`: the dict of a namespace every rank holds alike.
         node = value.node
+        # `wandb.config.update(args); args = wandb.config`: the run's configuration, filled from
+        # the command line (or the sweep's settings), not from anything per rank.
+        if isinstance(node, cst.Attribute) and self.model.qualname(value.module, node, value.scope) in _RUN_CONFIGS:
+            return True
+        # `args = vars(args)`: the dict of a namespace every rank holds alike.
         if depth > 0 and isinstance(node, cst.Call) and dotted(node.func) == "vars" and len(node.args) == 1:
             inner = self.model.values.of(value.module, node.args[0].value, value.scope, value.frame, at=value.at)
             return bool(inner) and all(self._alike(v, field, depth - 1) for v in inner)
@@ -768,6 +797,8 @@ _FILE_LOADS = frozenset({
     "json.load", "json.loads", "yaml.safe_load", "yaml.load", "yaml.full_load", "toml.load", "tomllib.load",
     "omegaconf.OmegaConf.load",
 })
+# The configuration of an experiment-tracking run: what the command line or the sweep put there.
+_RUN_CONFIGS = frozenset({"wandb.config"})
 # Counters every rank walks alike when their bounds are alike.
 _RANGES = frozenset({"range", "numpy.arange", "np.arange", "torch.arange"})
 # Library helpers that seed torch's generator (with random and numpy) from their first argument.
@@ -864,9 +895,10 @@ def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | No
     (attr "seed"); None when it seeds with anything else or not at all."""
     params = {p.name: p for p in function.params() if not p.star}
     calls = function.module.calls_in(function.qualname)
-    # Only a dedicated helper (every call in it seeds something): in a worker such as
-    # `main(gpu, args)` the seeding call itself is where the rank is known and the fix goes.
-    if not calls or not all(_seeding_or_bookkeeping(c) for c in calls):
+    # Only a dedicated helper (every call in it seeds something, or draws a seed when none is
+    # given): in a worker such as `main(gpu, args)` the seeding call itself is where the rank is
+    # known and the fix goes.
+    if not calls or not all(_seeding_or_bookkeeping(c) or _when_unset(c, params) for c in calls):
         return None
     for site in calls:
         if model.api(site) not in _SEEDERS or model.paths.rank_guard(site) is not None:
@@ -888,6 +920,31 @@ def _seeded_parameter(model: Model, function: Function) -> tuple[Param, str | No
             continue  # reassigned in the helper (`seed = seed + rank`)
         return params[base.value], attr
     return None
+
+
+def _when_unset(site: CallSite, params: dict[str, Param]) -> bool:
+    """Whether `site` runs only when the helper is given no seed: under `if seed is None:` (or
+    `if args.seed is None:`) on a parameter of the helper (`seed = random.randint(1, 10000)`)."""
+    for guard in site.guards:
+        test = guard.test
+        if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        target = test.comparisons[0]
+        if not isinstance(target.operator, cst.Is) or dotted(target.comparator) != "None":
+            continue
+        left = test.left
+        root = left.value if isinstance(left, cst.Attribute) else left
+        if isinstance(root, cst.Name) and root.value in params:
+            return True
+    return False
+
+
+def _draws_when_unset(function: Function) -> bool:
+    """Whether a seeding helper draws a seed of its own when it is given none: then ranks given
+    no seed each draw their own, and only a seed given alike is the same everywhere."""
+    params = {p.name: p for p in function.params() if not p.star}
+    return any(not _seeding_or_bookkeeping(c) and _when_unset(c, params)
+               for c in function.module.calls_in(function.qualname))
 
 
 def _mentions_rank(expr: cst.CSTNode, resolve: Resolve, unset: frozenset[int] = frozenset()) -> bool:
