@@ -70,3 +70,80 @@ def test_epoch_attribute_never_advanced_is_reported(tmp_path: Path) -> None:
     # The loop counts with its own name; `self.epoch` stays 0: the same order every epoch.
     files = {"train.py": TRAINER.format(loop="for epoch in range(self.max_epochs):")}
     assert lines(tmp_path, files, "DDP002") == [("train.py", 24)]
+
+
+# A loader builder for both splits and a script that reduces the evaluation's loss sums to rank 0,
+# with torch.distributed or HFAI's drop-in replacement for it.
+BUILDER = """\
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def get_dataloader(name, batch_size, mode="train"):
+        data = SeriesSet(name, split=mode)
+        datasampler = DistributedSampler(data, shuffle=True{drop})
+        return DataLoader(data, batch_size=batch_size, sampler=datasampler)
+"""
+
+REDUCING_SCRIPT = """\
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+    import {dist} as dist
+    from data import get_dataloader
+
+
+    def evaluate(model, criterion, eval_loader):
+        loss, total = torch.zeros(2).cuda()
+        model.eval()
+        with torch.no_grad():
+            for x, y in eval_loader:
+                loss += criterion(model(x.cuda()), y.cuda())
+                total += y.size(0)
+        for t in [loss, total]:
+            dist.reduce(t, 0)
+        return loss.item() / total.item()
+
+
+    def main(local_rank, world_size):
+        dist.init_process_group(backend="nccl", init_method="env://", world_size=world_size, rank=local_rank)
+        torch.cuda.set_device(local_rank)
+        train_loader = get_dataloader("ETTh1", 32, mode="train")
+        val_loader = get_dataloader("ETTh1", 32, mode="val")
+        model = DistributedDataParallel(Net().cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+        criterion = torch.nn.MSELoss()
+        for epoch in range(10):
+            train_loader.sampler.set_epoch(epoch)
+            model.train()
+            for x, y in train_loader:
+                optimizer.zero_grad()
+                criterion(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+            print(evaluate(model, criterion, val_loader))
+
+
+    if __name__ == "__main__":
+        torch.multiprocessing.spawn(main, args=(torch.cuda.device_count(),), nprocs=torch.cuda.device_count())
+"""
+
+
+def test_stand_in_distributed_module_reduces_a_padded_evaluation(tmp_path: Path) -> None:
+    files = {"data.py": BUILDER.format(drop=""), "train.py": REDUCING_SCRIPT.format(dist="hfai.nccl.distributed")}
+    assert lines(tmp_path, files, "DDP018") == [("data.py", 7)]
+
+
+def test_stand_in_distributed_module_init_without_destroy(tmp_path: Path) -> None:
+    files = {"data.py": BUILDER.format(drop=""), "train.py": REDUCING_SCRIPT.format(dist="hfai.nccl.distributed")}
+    assert lines(tmp_path, files, "DDP005") == [("train.py", 20)]
+
+
+def test_stand_in_distributed_module_dropping_sampler_is_clean(tmp_path: Path) -> None:
+    files = {"data.py": BUILDER.format(drop=", drop_last=True"),
+             "train.py": REDUCING_SCRIPT.format(dist="hfai.nccl.distributed")}
+    assert lines(tmp_path, files, "DDP018") == []
+
+
+def test_unknown_distributed_module_is_not_read_as_torch(tmp_path: Path) -> None:
+    # A module the model does not know stays unknown: nothing is claimed from its calls.
+    files = {"data.py": BUILDER.format(drop=""), "train.py": REDUCING_SCRIPT.format(dist="mycluster.comm")}
+    assert lines(tmp_path, files, "DDP018,DDP005") == []
