@@ -813,6 +813,11 @@ class Values:
                 yield Value(module, param, scope, frame, at)  # (or what the command line gives)
             found = True
             yield from self._eval(module, param.default, scope, None, depth - 1, seen, None)
+        elif omitted and found:
+            # A caller that passes nothing the model can read and leaves no default to apply
+            # (`mp.spawn(worker, ...)` hands the worker its process index) gives a value not
+            # known here: the other callers' literals (`worker(-1, ...)`) are not all it holds.
+            yield Value(module, param, scope, frame, at)
         if not found:
             yield Value(module, param, scope, frame, at)
 
