@@ -230,6 +230,9 @@ _CANONICAL_PREFIXES = (
     ("torch.cuda.amp.", "torch.amp."),
     ("torch.multiprocessing.spawn.", "torch.multiprocessing."),
     ("torch.amp.grad_scaler.", "torch.amp."),
+    # HFAI's NCCL module is a drop-in torch.distributed (the same functions, same signatures),
+    # imported in its place: `import hfai.nccl.distributed as dist`.
+    ("hfai.nccl.distributed.", "torch.distributed."),
 )
 _CANONICAL_NAMES = {
     "torch.nn.DataParallel": DATA_PARALLEL,

@@ -282,7 +282,10 @@ def pads(model: Model, site: CallSite) -> bool:
     """A sampler built at `site` pads its shards to equal length by repeating samples: torch's
     DistributedSampler or a project subclass with `drop_last` false (or left at its default)
     — a subclass with its own `__iter__` only when that code pads to a `total_size` — or a
-    project sampler written like it (see Model.shards_like_distributed_sampler)."""
+    project sampler written like it (see Model.shards_like_distributed_sampler); not one whose
+    total is the dataset's own length (see evens_nothing)."""
+    if evens_nothing(model, site):
+        return False
     if model.makes(site, api.DISTRIBUTED_SAMPLER):
         drop = sampler_option(model, site, "drop_last", 5)
         if drop is None or not all(isinstance(v.node, cst.BaseExpression) and is_false(v.node)
@@ -309,6 +312,26 @@ def pads(model: Model, site: CallSite) -> bool:
         return not site.has_star_kwargs and (dropping is None or is_false(dropping))
     return model.shards_like_distributed_sampler(site) and not site.has_keyword("drop_last") \
         and not site.has_star_kwargs
+
+
+# `self.total_size = len(self.dataset)`: the shards add up to the dataset itself.
+_WHOLE_TOTAL = re.compile(r"self\.total_size\s*=\s*len\(\s*(self\.)?dataset\s*\)")
+
+
+def evens_nothing(model: Model, site: CallSite) -> bool:
+    """The sampler built at `site` is a project sampler written like DistributedSampler (a
+    subclass of it, or a `Sampler` that splits by `num_replicas`) that sets its `total_size` to
+    the dataset's own length (`self.total_size = len(self.dataset)`, the "DistributedEvalSampler"
+    copied between projects): no padding and no dropping, so the first `len % world_size` ranks
+    get one sample more than the others."""
+    target = site.target
+    if target is None or target.kind != "class" or model.api(site) == api.DISTRIBUTED_SAMPLER:
+        return False
+    found = model.graph.class_at(target)
+    if found is None or not (model.graph.is_subclass(target, api.DISTRIBUTED_SAMPLER)
+                             or model.shards_like_distributed_sampler(site)):
+        return False
+    return any(_WHOLE_TOTAL.search(code_only(module.code(info.node))) for module, info in model.graph.mro(*found))
 
 
 def _chosen_distributed_sampler(model: Model, site: CallSite) -> bool:

@@ -296,7 +296,8 @@ class PaddedEvalSampler(Rule):
     `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too, and so
     do project subclasses of it: `drop_last` is read from what their constructor hands
     `super().__init__`, and one with its own `__iter__` counts only when that pads to
-    `total_size`. A sampler made by a builder that serves both sets counts when a caller uses
+    `total_size`; one that sets `self.total_size = len(self.dataset)` repeats nothing (its
+    uneven shares are DDP034's). A sampler made by a builder that serves both sets counts when a caller uses
     it for evaluation (`val_loader = build_loader(val_set, is_train=False)`, or an evaluation
     switch turned on: `data_loader_fid = get_data_loader(args, is_for_fid=True)`, the FID's
     reference images being an evaluation set), even when the

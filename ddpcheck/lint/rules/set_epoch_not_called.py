@@ -649,7 +649,10 @@ class SetEpochNotCalled(Rule):
         epoch = argument(site.node, "epoch", 0)
         if not isinstance(epoch, cst.Attribute) or dotted(epoch.value) != "self" or site.scope.class_scope is None:
             return False
-        writes = re.compile(rf"\.{re.escape(epoch.attr.value)}\s*(\+|-)?=(?!=)|setattr\(")
+        attr = re.escape(epoch.attr.value)
+        # (a loop that binds the attribute itself, `for self.epoch in range(...)`, advances it too)
+        writes = re.compile(rf"\.{attr}\s*(\+|-)?=(?!=)|setattr\("
+                            rf"|\bfor\s+(?:(?!\bin\b)[\w\s,.()\[\]])*?\.{attr}\b(?:(?!\bin\b)[\w\s,.()\[\]])*\bin\b")
         found = False
         for module in self.model.paths.modules():
             text = code_only(module.code(module.tree))

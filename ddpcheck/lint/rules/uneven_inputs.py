@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
-from ddpcheck.lint.model.ddp import is_ddp, is_eval_name
+from ddpcheck.lint.model.ddp import evens_nothing, is_ddp, is_eval_name, loops_over, sampler_values
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, expressions, is_none, subexpressions
@@ -62,7 +62,11 @@ class UnevenInputs(Rule):
     remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even. A training
     loader's project sampler whose `__iter__` keeps its rank's indices (`if idx % self.world_size
     != self.rank: continue`) and that never pads to a total size or counts samples per rank (nor
-    loops forever) is reported where the sampler is made.
+    loops forever) is reported where the sampler is made. So is a sampler written like
+    DistributedSampler that sets its total to the dataset's own length (`self.total_size =
+    len(self.dataset)`, an "evaluation sampler" that neither pads nor drops) when a loop over its
+    loader, training or evaluation, back-propagates or makes a collective on every batch
+    (`meter.update(loss).all_reduce()`).
 
     ## How to fix
     Use `DistributedSampler` for map-style data; for a hand split, truncate first
@@ -182,8 +186,11 @@ class UnevenInputs(Rule):
         model = self.model
         root = model.root
         source = root.source
-        if self._joins() or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
-            return  # DDP's join, or a truncation to a multiple of the world size
+        if self._joins():
+            return  # DDP's join evens the inputs out
+        self._samplers_evening_nothing()
+        if "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+            return  # a truncation to a multiple of the world size
         if not any(c.method == "backward" for c in root.calls):
             return
         resolve = model.resolver_for(root)
@@ -279,6 +286,27 @@ class UnevenInputs(Rule):
                                 and "while True" not in text and not any(w in whole for w in _EVENS):
                             self.report(value.call, self.MESSAGE.format(split=f"{info.qualname}.__iter__"),
                                         module=root)
+
+    def _samplers_evening_nothing(self) -> None:
+        """A loader whose sampler neither pads nor drops (a DistributedSampler subclass that sets
+        `self.total_size = len(self.dataset)`), iterated by a loop that back-propagates or makes
+        a collective on every batch (`meter.update(loss).all_reduce()` in a validation loop):
+        the ranks with one batch fewer leave the loop while the others wait in the collective.
+        Reported where the sampler is made."""
+        model = self.model
+        reported: set[int] = set()
+        for site in model.paths.sites():
+            if not model.makes(site, api.DATALOADER) or model.paths.never(site) is not None:
+                continue
+            values, _ = sampler_values(model, site)
+            for value in values:
+                made = value.module.call_at(value.call) if value.call is not None else None
+                if made is None or id(made.node) in reported or not evens_nothing(model, made):
+                    continue
+                if any(self._works_in(module, loop.node) for module, loop in loops_over(model, site.node)):
+                    reported.add(id(made.node))
+                    self.report(made.node, self.MESSAGE.format(split=model.text_of(made.module, made.node)),
+                                module=made.module)
 
     def _whole_batch(self, module: ModuleModel, scope: Scope, node: cst.BaseExpression) -> bool:
         """The rank's piece is bound to local names only, none of which (nor anything built from
