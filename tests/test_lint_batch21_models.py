@@ -1,0 +1,245 @@
+"""The model inside DDP trained in one arm of a stage switch (DDP013), reached through a wrapper
+subclass that forwards attribute reads with `__getattribute__` (DDP013), and converted to
+SyncBatchNorm after the wrap (DDP014), on mechanisms seen on public scripts of batch 21: each
+through `ddpcheck lint` on a small project written in the style of the scripts, with a clean
+variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def lines(tmp_path: Path, files: dict[str, str], select: str, target: str = "train.py") -> list[tuple[str, int]]:
+    """(file name, line) of each finding of `select` when `target` is linted."""
+    return sorted((Path(f["path"]).name, f["location"]["line"])
+                  for f in lint_project(tmp_path, files, target, select=select))
+
+
+CAPTION_NET = """\
+    import torch
+    import torch.nn as nn
+
+
+    class CaptionNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(100, 16)
+            self.logit = nn.Linear(16, 100)
+
+        def forward(self, seq):
+            return self.logit(self.embed(seq))
+
+        def sample(self, seq, greedy=True):
+            out = self.logit(self.embed(seq[:, 0])).log_softmax(-1)
+            word = out.argmax(-1) if greedy else torch.multinomial(out.exp(), 1).squeeze(1)
+            return word, out.gather(1, word[:, None])
+"""
+
+# Teacher forcing through the wrapper in the first stage, self-critical sampling in the second:
+# the sampled log-probabilities that the second stage back-propagates come from the inner module.
+CAPTION_TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from net import CaptionNet
+
+
+    class Trainer:
+        def __init__(self, local_rank):
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group(backend="nccl")
+            self.rl_stage = False
+            self.model = DistributedDataParallel(CaptionNet().cuda(), device_ids=[local_rank])
+            self.optim = torch.optim.Adam(self.model.parameters(), lr=1e-4)
+
+        def forward(self, batch):
+            if not self.rl_stage:
+                loss = self.model(batch).mean()
+            else:
+                self.model.eval()
+                with torch.no_grad():
+                    greedy, _ = self.model.module.sample(batch, greedy=True)
+                self.model.train()
+                sampled, logp = {sampler}(batch, greedy=False)
+                loss = -(logp.squeeze(1) * (sampled - greedy).float()).mean()
+            return loss
+
+        def train(self, loader, epochs, rl_start):
+            for epoch in range(epochs):
+                if epoch == rl_start:
+                    self.rl_stage = True
+                for batch in loader:
+                    loss = self.forward(batch.cuda())
+                    loss.backward()
+                    self.optim.step()
+                    self.optim.zero_grad()
+            dist.destroy_process_group()
+"""
+
+
+def test_inner_module_trained_in_the_other_arm_of_a_stage_switch(tmp_path: Path) -> None:
+    files = {"net.py": CAPTION_NET, "train.py": CAPTION_TRAINER.format(sampler="self.model.module.sample")}
+    assert lines(tmp_path, files, "DDP013") == [("train.py", 23)]
+
+
+def test_sampling_through_the_wrapper_in_the_second_stage_is_clean(tmp_path: Path) -> None:
+    files = {"net.py": CAPTION_NET, "train.py": CAPTION_TRAINER.format(sampler="self.model")}
+    assert lines(tmp_path, files, "DDP013") == []
+
+
+# A project subclass of DDP that hands the attributes it lacks to the inner module through
+# `__getattribute__`: `model.retrieval_loss(batch)` runs the inner module's method.
+PARALLEL = """\
+    import torch.nn as nn
+
+
+    class DistributedDataParallel(nn.parallel.DistributedDataParallel):
+        {getattr_def}
+
+        def state_dict(self, *args, **kwargs):
+            return self.module.state_dict(*args, **kwargs)
+"""
+
+GETATTRIBUTE = """def __getattr__(self, key):
+            try:
+                return super(DistributedDataParallel, self).__getattr__(key)
+            except AttributeError:
+                return self.module.__getattribute__(key)"""
+
+RETRIEVAL_NET = """\
+    import torch.nn as nn
+
+
+    class Retrieval(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.img_enc = nn.Linear(32, 16)
+            self.txt_enc = nn.GRU(8, 16, batch_first=True)
+
+        def forward(self, images, captions):
+            return self.img_enc(images), self.txt_enc(captions)[1][-1]
+
+        def retrieval_loss(self, batch):
+            img, txt = self(*batch)
+            return (img - txt).pow(2).mean()
+"""
+
+RETRIEVAL_SCRIPT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from parallel import DistributedDataParallel
+    from net import Retrieval
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        args = parser.parse_args()
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl")
+        model = DistributedDataParallel(Retrieval().cuda(), device_ids=[args.local_rank])
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        loader = torch.utils.data.DataLoader(list(range(8)), batch_size=2)
+        for epoch in range(10):
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = {step}
+                loss.backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_method_of_the_inner_module_read_through_getattribute_forwarding(tmp_path: Path) -> None:
+    files = {"parallel.py": PARALLEL.format(getattr_def=GETATTRIBUTE), "net.py": RETRIEVAL_NET,
+             "train.py": RETRIEVAL_SCRIPT.format(step="model.retrieval_loss(batch)")}
+    assert lines(tmp_path, files, "DDP013") == [("train.py", 20)]
+
+
+def test_forward_through_the_forwarding_wrapper_is_clean(tmp_path: Path) -> None:
+    files = {"parallel.py": PARALLEL.format(getattr_def=GETATTRIBUTE), "net.py": RETRIEVAL_NET,
+             "train.py": RETRIEVAL_SCRIPT.format(step="(lambda o: (o[0] - o[1]).pow(2).mean())(model(*batch))")}
+    assert lines(tmp_path, files, "DDP013") == []
+
+
+def test_wrapper_subclass_without_forwarding_is_clean(tmp_path: Path) -> None:
+    # No `__getattr__`: the method is not found on the wrapper (an AttributeError), no silent bypass.
+    files = {"parallel.py": PARALLEL.format(getattr_def="find_unused = False"), "net.py": RETRIEVAL_NET,
+             "train.py": RETRIEVAL_SCRIPT.format(step="model.retrieval_loss(batch)")}
+    assert lines(tmp_path, files, "DDP013") == []
+
+
+# A method base class that builds the model, wraps it, then converts its BatchNorm layers.
+BASE_METHOD = """\
+    import torch
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class BaseMethod:
+        def __init__(self, config, local_rank, distributed):
+            self.config = config
+            self.local_rank = local_rank
+            self.distributed = distributed
+            self.backbone = self._distribute_model(self._create_model())
+
+        def _create_model(self):
+            return nn.Sequential(nn.Conv3d(1, 8, 3), nn.BatchNorm3d(8), nn.ReLU())
+
+        def _distribute_model(self, model):
+            if self.distributed:
+                {body}
+            else:
+                model = model.to("cuda")
+            return model
+"""
+
+CONVERT_AFTER = """model = model.to(self.local_rank)
+                model = DDP(model, device_ids=[self.local_rank])
+                model = nn.SyncBatchNorm.convert_sync_batchnorm(model)"""
+
+CONVERT_BEFORE = """model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+                model = model.to(self.local_rank)
+                model = DDP(model, device_ids=[self.local_rank])"""
+
+SSL_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from basemethod import BaseMethod
+
+
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend="nccl")
+        method = BaseMethod({"lr": 0.05}, local_rank, True)
+        optimizer = torch.optim.SGD(method.backbone.parameters(), lr=0.05)
+        for step in range(100):
+            loss = method.backbone(torch.randn(2, 1, 8, 8, 8).cuda()).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_sync_batchnorm_conversion_of_the_wrapper_in_a_helper(tmp_path: Path) -> None:
+    files = {"basemethod.py": BASE_METHOD.format(body=CONVERT_AFTER), "train.py": SSL_SCRIPT}
+    assert lines(tmp_path, files, "DDP014") == [("basemethod.py", 20)]
+
+
+def test_sync_batchnorm_conversion_before_the_wrap_is_clean(tmp_path: Path) -> None:
+    files = {"basemethod.py": BASE_METHOD.format(body=CONVERT_BEFORE), "train.py": SSL_SCRIPT}
+    assert lines(tmp_path, files, "DDP014") == []
