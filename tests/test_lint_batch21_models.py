@@ -243,3 +243,143 @@ def test_sync_batchnorm_conversion_of_the_wrapper_in_a_helper(tmp_path: Path) ->
 def test_sync_batchnorm_conversion_before_the_wrap_is_clean(tmp_path: Path) -> None:
     files = {"basemethod.py": BASE_METHOD.format(body=CONVERT_BEFORE), "train.py": SSL_SCRIPT}
     assert lines(tmp_path, files, "DDP014") == []
+
+
+# A model registry of the project whose entries pair a builder function with a checkpoint path,
+# and a registry of distiller classes that are handed the networks they train.
+CIFAR_MODELS = """\
+    import torch.nn as nn
+
+
+    class ResNet(nn.Module):
+        def __init__(self, widths, num_classes=100):
+            super().__init__()
+            self.conv = nn.Conv2d(3, widths[0], 3, padding=1)
+            self.bn = nn.BatchNorm2d(widths[0])
+            self.fc = nn.Linear(widths[0], num_classes)
+
+        def forward(self, x):
+            return self.fc(self.bn(self.conv(x)).mean((2, 3)))
+
+
+    class MLP(nn.Module):
+        def __init__(self, num_classes=100):
+            super().__init__()
+            self.fc = nn.Linear(3 * 32 * 32, num_classes)
+
+        def forward(self, x):
+            return self.fc(x.flatten(1))
+
+
+    def resnet8(**kwargs):
+        return ResNet([16, 32], **kwargs)
+
+
+    def resnet32x4(**kwargs):
+        return ResNet([64, 128], **kwargs)
+
+
+    def mlp(**kwargs):
+        return MLP(**kwargs)
+"""
+
+REGISTRY = """\
+    from cifar import resnet8, resnet32x4, mlp
+
+    cifar_model_dict = {{
+        "resnet32x4": (resnet32x4, "ckpts/resnet32x4.pth"),
+        "resnet8": (resnet8, None),
+        {extra}
+    }}
+"""
+
+DISTILLERS = """\
+    import torch.nn as nn
+
+
+    class Vanilla(nn.Module):
+        def __init__(self, student):
+            super().__init__()
+            self.student = student
+
+        def forward(self, image):
+            return self.student(image)
+
+
+    class KD(nn.Module):
+        def __init__(self, student, teacher):
+            super().__init__()
+            self.student = student
+            self.teacher = teacher
+
+        def forward(self, image):
+            return self.student(image) - self.teacher(image).detach()
+
+
+    distiller_dict = {"NONE": Vanilla, "KD": KD}
+"""
+
+DISTILL_SCRIPT = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from registry import cifar_model_dict
+    from distillers import distiller_dict
+
+
+    def main(args):
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        dist.init_process_group(backend="nccl")
+        student = {student}
+        distiller = {distiller}
+        distiller = DistributedDataParallel(distiller.cuda(), device_ids=[rank])
+        optimizer = torch.optim.SGD(distiller.parameters(), lr=0.05)
+        for step in range(100):
+            loss = distiller(torch.randn(8, 3, 32, 32).cuda()).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--student", default="resnet8")
+        parser.add_argument("--distiller", default="NONE")
+        main(parser.parse_args())
+"""
+
+FROM_TABLE = "cifar_model_dict[args.student][0](num_classes=100)"
+
+
+def test_network_from_a_registry_of_builder_and_checkpoint_pairs(tmp_path: Path) -> None:
+    files = {"cifar.py": CIFAR_MODELS, "registry.py": REGISTRY.format(extra=""), "distillers.py": DISTILLERS,
+             "train.py": DISTILL_SCRIPT.format(student=FROM_TABLE, distiller="student")}
+    assert lines(tmp_path, files, "DDP012") == [("train.py", 16)]
+
+
+def test_registry_with_a_network_without_batchnorm_is_clean(tmp_path: Path) -> None:
+    # `--student mlp` picks a network with no BatchNorm: which one runs is unknown.
+    files = {"cifar.py": CIFAR_MODELS, "registry.py": REGISTRY.format(extra='"mlp": (mlp, None),'),
+             "distillers.py": DISTILLERS,
+             "train.py": DISTILL_SCRIPT.format(student=FROM_TABLE, distiller="student")}
+    assert lines(tmp_path, files, "DDP012") == []
+
+
+def test_distiller_class_picked_by_key_is_handed_a_batchnorm_network(tmp_path: Path) -> None:
+    files = {"cifar.py": CIFAR_MODELS, "registry.py": REGISTRY.format(extra=""), "distillers.py": DISTILLERS,
+             "train.py": DISTILL_SCRIPT.format(student="resnet8(num_classes=100)",
+                                               distiller="distiller_dict[args.distiller](student)")}
+    files["train.py"] = files["train.py"].replace("from registry import cifar_model_dict", "from cifar import resnet8")
+    assert lines(tmp_path, files, "DDP012") == [("train.py", 16)]
+
+
+def test_distiller_class_picked_by_key_handed_a_network_without_batchnorm_is_clean(tmp_path: Path) -> None:
+    files = {"cifar.py": CIFAR_MODELS, "registry.py": REGISTRY.format(extra=""), "distillers.py": DISTILLERS,
+             "train.py": DISTILL_SCRIPT.format(student="mlp(num_classes=100)",
+                                               distiller="distiller_dict[args.distiller](student)")}
+    files["train.py"] = files["train.py"].replace("from registry import cifar_model_dict", "from cifar import mlp")
+    assert lines(tmp_path, files, "DDP012") == []
