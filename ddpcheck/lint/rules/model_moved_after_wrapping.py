@@ -50,10 +50,7 @@ class ModelMovedAfterWrapping(Rule):
     stage), where the move comes before the wrap used from then on. Also reported: apex's
     `amp.initialize(model, optimizer, opt_level=...)` handed the DDP wrapper (alone or in a list
     of models), which apex refuses with a RuntimeError at every opt level: it casts the models it
-    is given, so it must run before the wrap. And `nn.SyncBatchNorm.convert_sync_batchnorm`
-    handed the DDP wrapper (`model = DDP(model, ...)`, then `model =
-    nn.SyncBatchNorm.convert_sync_batchnorm(model)`): the BatchNorm layers are replaced inside a
-    wrapper built around the old ones.
+    is given, so it must run before the wrap.
 
     ## How to fix
     Move (and cast) first, wrap last: `model = Net().to(device); model = DDP(model,
@@ -199,27 +196,6 @@ class ModelMovedAfterWrapping(Rule):
         self._returned_wraps()
         self._moved_held_wraps()
         self._amp_initialized_wraps()
-        self._converted_wraps()
-
-    def _converted_wraps(self) -> None:
-        """`nn.SyncBatchNorm.convert_sync_batchnorm(model)` handed the DDP wrapper (`model =
-        DDP(model, ...)` then the conversion, in a project helper or the script): the BatchNorm
-        layers are swapped for new modules inside a wrapper that was built around the old ones."""
-        model = self.model
-        for site in model.paths.sites():
-            if model.api(site) != api.CONVERT_SYNC_BATCHNORM:
-                continue
-            converted = site.arg("module", 0)
-            if converted is None:
-                continue
-            if any(is_ddp(model, v) and before(v, site) for v in model.values.at_call(site, converted)):
-                self.report(
-                    site.node,
-                    "SyncBatchNorm conversion is applied to the model after DDP wrapped it: the wrapper was "
-                    "built around the old BatchNorm layers; convert first "
-                    "(`model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`), then wrap the result in DDP",
-                    module=site.module, related=model.paths.chain(site),
-                )
 
     def _amp_initialized_wraps(self) -> None:
         """apex's `amp.initialize(models, optimizer, opt_level=...)` handed the DDP wrapper (alone
