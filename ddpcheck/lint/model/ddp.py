@@ -103,7 +103,8 @@ _DDP_OWN = frozenset({"join", "join_hook", "register_comm_hook", "device_ids", "
 
 def forwards_to_module(model: Model, value: Value, attr: str) -> bool:
     """`value` builds a project subclass of DDP whose `__getattr__` hands attributes it lacks on
-    to the module it wraps (`except AttributeError: return getattr(self.module, name)`), and
+    to the module it wraps (`except AttributeError: return getattr(self.module, name)`, or
+    `self.module.__getattribute__(name)`), and
     `attr` is none of the wrapper's own (nn.Module's API, DDP's): reading `attr` on the wrapper
     reads the inner module's (`ddp.train_loss(x)` runs the inner module's `train_loss`)."""
     if attr in MODULE_API or attr in _DDP_OWN or attr.startswith("_") or value.call is None \
@@ -116,7 +117,9 @@ def forwards_to_module(model: Model, value: Value, attr: str) -> bool:
     if hook is None:
         return False
     code = code_only(hook.module.code(hook.node))
-    return bool(re.search(r"getattr\(\s*self\.module\s*,", code))
+    # (`getattr(self.module, name)`, or the lookup spelled as a method of the inner module:
+    # `self.module.__getattribute__(name)`, `self.module.__getattr__(name)`.)
+    return bool(re.search(r"getattr\(\s*self\.module\s*,|self\.module\.__getattr(?:ibute)?__\(", code))
 
 
 def holds_ddp(model: Model, value: Value, depth: int = 2) -> bool:

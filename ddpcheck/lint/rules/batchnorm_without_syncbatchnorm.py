@@ -80,8 +80,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
     where every module of that project package whose builder fits the call builds BatchNorm, or
     picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`
-    or `factory = MODEL_DICT[name]; factory(**opts)` in a builder, whose every entry is a project
-    network that builds BatchNorm (a
+    or `factory = MODEL_DICT[name]; factory(**opts)` in a builder, or `MODEL_DICT[name][0](...)`
+    over entries `(resnet8, ckpt_path)`, whose every entry is a project network class or builder
+    function that builds BatchNorm, or wraps a network whose class is picked that way from a table of
+    project classes only, `distiller_dict[cfg.TYPE](student, teacher)`, and the networks it is
+    given build BatchNorm (a
     module's `BatchNorm2d` imported from elsewhere, such as `InPlaceABNSync as BatchNorm2d`, is
     not torch's; BatchNorm that a layer builder of the module makes only behind a switch every
     call of it leaves at its default, `make_layers(cfg)` of `def make_layers(cfg,
@@ -340,6 +343,12 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if texts and any(_unsynced_batchnorm(t) for t in texts):
                 return True
             instance = graph.instance_of(made)
+            if instance is None and depth > 0 and call.args and self._picked_classes(made):
+                # `distiller_dict[cfg.TYPE](student, teacher, cfg)`: the class is one of the
+                # project's, not known which; the networks it is given are its parts.
+                parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
+                if self._has_batchnorm(parts, depth - 1):
+                    return True
             if instance is not None and depth > 0:
                 # The networks it is given (`YOLOX(backbone, head)`) and those it builds.
                 parts = [v for a in call.args for v in self.model.values.of(value.module, a.value, value.scope, at=value.at)]
@@ -354,38 +363,82 @@ class BatchnormWithoutSyncbatchnorm(Rule):
 
     def _registry_builds_batchnorm(self, made: Value) -> bool:
         """`{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`, or `factory =
-        MODEL_DICT[name]; factory(**opts)`: a network class picked by key from a literal table.
-        True when every class the callee may be is a project class that builds BatchNorm; an
-        entry the model cannot read leaves the choice unknown."""
-        call = made.call
-        assert call is not None
-        func = call.func
-        if not isinstance(func, (cst.Subscript, cst.Name)):
+        MODEL_DICT[name]; factory(**opts)`, or `MODEL_DICT[name][0](num_classes=n)` over entries
+        `(resnet8, ckpt_path)`: a network class or builder function picked by key from a literal
+        table. True when every one the callee may be is a project class or builder function
+        that builds BatchNorm; an entry the model cannot read leaves the choice unknown."""
+        picked = self._registry_picks(made)
+        if picked is None:
             return False
-        picked: list[Value] = []
-        for value in self.model.values.of(made.module, func, made.scope, made.frame, at=made.at):
-            node = value.node
-            if isinstance(node, cst.Subscript):
-                tables = self.model.values.of(value.module, node.value, value.scope, value.frame, at=value.at)
-                for table in tables:
-                    if not isinstance(table.node, cst.Dict) or not table.node.elements:
-                        return False
-                    for element in table.node.elements:
-                        if not isinstance(element, cst.DictElement):
-                            return False
-                        picked.append(Value(table.module, element.value, table.scope, table.frame, table.at))
-                if not tables:
-                    return False
-            else:
-                picked.append(value)
-        if len(picked) < 2 or any(v.node is func for v in picked):
-            return False  # one class is followed as any construction is; the name itself: unknown
         for value in picked:
             node = value.node
             name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
             target = self.model.resolver.name(value.module, name, value.scope) if name else None
             found = self.model.graph.class_at(target) if target is not None else None
-            if found is None or not self._instance_builds_batchnorm(found):
+            if found is not None:
+                if not self._instance_builds_batchnorm(found):
+                    return False
+                continue
+            # A builder function of the project (`def resnet8(**kw): return ResNet(8, ...)`).
+            texts = self._definition_texts(target) if target is not None and target.kind == "function" else None
+            code = [code_only(t) for t in texts or ()]
+            if not code or any(_converts(t) for t in code) or not any(_unsynced_batchnorm(t) for t in code):
+                return False
+        return True
+
+    def _registry_picks(self, made: Value) -> list[Value] | None:
+        """The entries of the literal table(s) the callee of `made` is picked from by key (see
+        `_registry_builds_batchnorm`); None where the callee is no such pick, or an entry or a
+        table cannot be read. An integer index after the key (`TABLE[key][0]`) takes that
+        element of each entry (a tuple or list)."""
+        call = made.call
+        assert call is not None
+        func = call.func
+        if not isinstance(func, (cst.Subscript, cst.Name)):
+            return None
+        picked: list[Value] = []
+        for value in self.model.values.of(made.module, func, made.scope, made.frame, at=made.at):
+            node = value.node
+            if isinstance(node, cst.Subscript):
+                table_expr: cst.BaseExpression = node.value
+                index = _element_index(node) if isinstance(node.value, cst.Subscript) else None
+                if index is not None:
+                    assert isinstance(node.value, cst.Subscript)
+                    table_expr = node.value.value
+                tables = self.model.values.of(value.module, table_expr, value.scope, value.frame, at=value.at)
+                for table in tables:
+                    if not isinstance(table.node, cst.Dict) or not table.node.elements:
+                        return None
+                    for element in table.node.elements:
+                        if not isinstance(element, cst.DictElement):
+                            return None
+                        entry = element.value
+                        if index is not None:
+                            if not isinstance(entry, (cst.Tuple, cst.List)) or len(entry.elements) <= index \
+                                    or isinstance(entry.elements[index], cst.StarredElement):
+                                return None
+                            entry = entry.elements[index].value
+                        picked.append(Value(table.module, entry, table.scope, table.frame, table.at))
+                if not tables:
+                    return None
+            else:
+                picked.append(value)
+        if len(picked) < 2 or any(v.node is func for v in picked):
+            return None  # one class is followed as any construction is; the name itself: unknown
+        return picked
+
+    def _picked_classes(self, made: Value) -> bool:
+        """The callee of `made` is picked by key from a literal table whose every entry is a
+        project class (`distiller_dict[cfg.TYPE](student, teacher, cfg)`): a network of the
+        project, whatever the key, so the networks it is handed are its parts."""
+        picked = self._registry_picks(made)
+        if picked is None:
+            return False
+        for value in picked:
+            node = value.node
+            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+            target = self.model.resolver.name(value.module, name, value.scope) if name else None
+            if target is None or self.model.graph.class_at(target) is None:
                 return False
         return True
 
@@ -758,6 +811,17 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if text is not None:
                     out.append(text)
         return out
+
+
+def _element_index(node: cst.Subscript) -> int | None:
+    """The non-negative integer literal of `x[0]`, else None."""
+    if len(node.slice) != 1:
+        return None
+    index = node.slice[0].slice
+    if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+        number = index.value.evaluated_value
+        return number if isinstance(number, int) else None
+    return None
 
 
 def _looked_up_by_name(func: cst.BaseExpression) -> tuple[cst.BaseExpression, cst.BaseExpression] | None:

@@ -406,6 +406,8 @@ class UnwrappedModelTrained(Rule):
         for other in site.module.calls_in(site.scope.qualname):
             if other is site or (loop is not None and loop not in other.loops):
                 continue
+            if exclusive_arms(other.guards, site.guards):
+                continue  # the other arm of a stage switch (`if not rl_stage: model(x) else: ...`)
             func = other.node.func
             if other.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute)):
                 continue
