@@ -249,7 +249,7 @@ class MissingSetDevice(Rule):
             for use in cuda:
                 if use.scope is setter.scope and any(
                     g.node is guard.node and g.negated != guard.negated for g in use.guards
-                ):
+                ) and not any(self._covers(other, use) for other in setters if other is not setter):
                     test = " ".join(self.model.root.code(guard.test).split())
                     if guard.negated:
                         test = f"not ({test})"
@@ -261,6 +261,15 @@ class MissingSetDevice(Rule):
                                 module=where.module, related=[*self.model.paths.chain(where), setter, use])
                     return True
         return False
+
+    @staticmethod
+    def _covers(setter: CallSite, use: CallSite) -> bool:
+        """`setter` runs whenever `use` does: the other branch sets the device itself (`if gpus
+        == 1: device = torch.device("cuda:0"); torch.cuda.set_device(0) ... else: ...`). Whether
+        it does so in time is the late-setter check's question, not this one's."""
+        held = {(id(g.node), g.negated) for g in use.guards}
+        return setter.scope is use.scope \
+            and all((id(g.node), g.negated) in held for g in setter.guards)
 
     def _set_too_late(self, setters: list[CallSite]) -> None:
         """Every call that sets the device (itself, or a project function that does) comes after

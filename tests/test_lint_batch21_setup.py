@@ -1,0 +1,96 @@
+"""Set-up rules (DDP003 device, DDP004 learning rate, DDP005 destroy, DDP008 launcher) on
+mechanisms seen on public scripts of batch 21: each through `ddpcheck lint` on a small project
+written in the style of the scripts, with a variant that must keep (or must not give) the finding."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def lines(tmp_path: Path, files: dict[str, str], select: str, target: str = "train.py") -> list[tuple[str, int]]:
+    """(file name, line) of each finding of `select` when `target` is linted."""
+    return sorted((Path(f["path"]).name, f["location"]["line"])
+                  for f in lint_project(tmp_path, files, target, select=select))
+
+
+# One visible GPU shared through gloo, or one GPU per process through nccl: each arm sets its own
+# device, so no arm runs without one.
+BOTH_ARMS = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        gpus = torch.cuda.device_count()
+        if gpus == 1:
+            backend = "gloo"
+            device = torch.device("cuda:0")
+            {single}
+        else:
+            backend = "nccl"
+            device = torch.device(f"cuda:{{local_rank}}")
+            torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend=backend)
+        model = DDP(torch.nn.Linear(4, 4).to(device))
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_device_set_on_each_arm_is_not_one_branch_only(tmp_path: Path) -> None:
+    files = {"train.py": BOTH_ARMS.format(single="torch.cuda.set_device(0)")}
+    assert lines(tmp_path, files, "DDP003") == []
+
+
+def test_device_set_on_one_arm_only_still_reported(tmp_path: Path) -> None:
+    files = {"train.py": BOTH_ARMS.format(single="pass")}
+    assert lines(tmp_path, files, "DDP003") == [("train.py", 18)]
+
+
+# The DDP arm sets the device; the arm for one chosen GPU without a group sets its own before
+# moving the model there.
+THIRD_ARM = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+
+
+    def train(gpu, opt):
+        dist.init_process_group("nccl", init_method=opt.url, world_size=opt.ws, rank=gpu)
+        model = nn.Linear(3, 3)
+        if opt.dist_type == "multi":
+            torch.cuda.set_device(gpu)
+            model.cuda(gpu)
+            model = nn.parallel.DistributedDataParallel(model, device_ids=[gpu])
+        elif gpu is not None:
+            {other}
+            model = model.cuda(gpu)
+        return model
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--dist_type", default="multi")
+        opt = parser.parse_args()
+        train(0, opt)
+        dist.destroy_process_group()
+"""
+
+
+def test_every_arm_that_uses_cuda_sets_its_device(tmp_path: Path) -> None:
+    files = {"train.py": THIRD_ARM.format(other="torch.cuda.set_device(gpu)")}
+    assert lines(tmp_path, files, "DDP003") == []
+
+
+def test_arm_without_its_own_setter_still_reported(tmp_path: Path) -> None:
+    files = {"train.py": THIRD_ARM.format(other="pass")}
+    assert lines(tmp_path, files, "DDP003") == [("train.py", 8)]
