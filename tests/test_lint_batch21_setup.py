@@ -94,3 +94,112 @@ def test_every_arm_that_uses_cuda_sets_its_device(tmp_path: Path) -> None:
 def test_arm_without_its_own_setter_still_reported(tmp_path: Path) -> None:
     files = {"train.py": THIRD_ARM.format(other="pass")}
     assert lines(tmp_path, files, "DDP003") == [("train.py", 8)]
+
+
+# A trainer that tears the group down in a helper method, called only on rank 0 at the end.
+RANK0_CLEANUP = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    class Trainer:
+        def __init__(self, cfg):
+            self.cfg = cfg
+            self._init_process()
+
+        def _init_process(self):
+            dist.init_process_group(backend="nccl", init_method=self.cfg.url,
+                                    world_size=self.cfg.world_size, rank=self.cfg.local_rank)
+
+        def _clean_up(self):
+            dist.destroy_process_group()
+
+        def run(self, epochs):
+            for epoch in range(epochs):
+                pass
+            {teardown}
+
+
+    def main_worker(local_rank, cfg):
+        cfg.local_rank = local_rank
+        Trainer(cfg).run(cfg.epochs)
+
+
+    if __name__ == "__main__":
+        cfg = object()
+        mp.spawn(main_worker, nprocs=2, args=(cfg,))
+"""
+
+
+def test_teardown_helper_called_only_on_rank_zero(tmp_path: Path) -> None:
+    files = {"train.py": RANK0_CLEANUP.format(
+        teardown="if self.cfg.local_rank in [0, -1]:\n                torch.save({}, 'final.pth')\n                self._clean_up()")}
+    assert lines(tmp_path, files, "DDP005") == [("train.py", 12)]
+
+
+def test_teardown_helper_called_on_every_rank(tmp_path: Path) -> None:
+    files = {"train.py": RANK0_CLEANUP.format(
+        teardown="if self.cfg.local_rank in [0, -1]:\n                torch.save({}, 'final.pth')\n            self._clean_up()")}
+    assert lines(tmp_path, files, "DDP005") == []
+
+
+# A library with one spawned worker per model; the script runs two of them.
+LIB_TRAINER = """\
+    import os
+    import torch.distributed as dist
+
+
+    def ddp_setup(rank, world_size):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
+"""
+
+LIB_RUN = """\
+    import torch.multiprocessing as mp
+    from torch.distributed import destroy_process_group
+    from lib.trainer import ddp_setup
+
+
+    class Bert:
+        def bert_worker(self, rank, world_size, epochs):
+            ddp_setup(rank=rank, world_size=world_size)
+            for _ in range(epochs):
+                pass
+            {bert_end}
+
+        def run_bert(self, world_size, epochs):
+            mp.spawn(self.bert_worker, args=(world_size, epochs), nprocs=world_size)
+
+
+    class Gpt:
+        def gpt_worker(self, rank, world_size, epochs):
+            ddp_setup(rank=rank, world_size=world_size)
+            for _ in range(epochs):
+                pass
+            destroy_process_group()
+
+        def run_gpt(self, world_size, epochs):
+            mp.spawn(self.gpt_worker, args=(world_size, epochs), nprocs=world_size)
+"""
+
+LIB_SCRIPT = """\
+    from lib.run import Bert, Gpt
+
+    if __name__ == "__main__":
+        Bert().run_bert(world_size=2, epochs=1)
+        Gpt().run_gpt(world_size=2, epochs=1)
+"""
+
+
+def test_spawned_worker_without_teardown_beside_one_with(tmp_path: Path) -> None:
+    files = {"lib/__init__.py": "", "lib/trainer.py": LIB_TRAINER,
+             "lib/run.py": LIB_RUN.format(bert_end="return None"), "train.py": LIB_SCRIPT}
+    assert lines(tmp_path, files, "DDP005") == [("trainer.py", 8)]
+
+
+def test_every_spawned_worker_tears_down(tmp_path: Path) -> None:
+    files = {"lib/__init__.py": "", "lib/trainer.py": LIB_TRAINER,
+             "lib/run.py": LIB_RUN.format(bert_end="destroy_process_group()"), "train.py": LIB_SCRIPT}
+    assert lines(tmp_path, files, "DDP005") == []
