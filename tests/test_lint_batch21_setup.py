@@ -203,3 +203,55 @@ def test_every_spawned_worker_tears_down(tmp_path: Path) -> None:
     files = {"lib/__init__.py": "", "lib/trainer.py": LIB_TRAINER,
              "lib/run.py": LIB_RUN.format(bert_end="destroy_process_group()"), "train.py": LIB_SCRIPT}
     assert lines(tmp_path, files, "DDP005") == []
+
+
+# A singleton options object that parses the command line when it is first built, in `__new__`.
+OPTIONS_NEW = """\
+    import argparse
+    import os
+
+
+    class Options(object):
+        __instance = None
+
+        def __new__(cls, run_parser=True):
+            if Options.__instance is None:
+                Options.__instance = object.__new__(cls)
+                if run_parser:
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("-o", "--options", type=str, required=True)
+                    parser.add_argument("--local_rank", type=int, default={default})
+                    Options.__instance.options = parser.parse_args()
+            return Options.__instance
+"""
+
+OPTIONS_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def init_distributed_mode(opt):
+        torch.cuda.set_device(opt.local_rank)
+        dist.init_process_group(backend="nccl", init_method="env://")
+
+
+    if __name__ == "__main__":
+        from lavish.options import Options
+        opt = Options().options
+        init_distributed_mode(opt)
+        model = torch.nn.parallel.DistributedDataParallel(
+            torch.nn.Linear(2, 2).cuda(opt.local_rank), device_ids=[opt.local_rank])
+        dist.destroy_process_group()
+"""
+
+
+def test_local_rank_flag_parsed_in_a_singletons_new(tmp_path: Path) -> None:
+    files = {"lavish/__init__.py": "", "lavish/options.py": OPTIONS_NEW.format(default="0"),
+             "train.py": OPTIONS_SCRIPT}
+    assert lines(tmp_path, files, "DDP008") == [("options.py", 14)]
+
+
+def test_local_rank_flag_in_new_falling_back_to_the_environment(tmp_path: Path) -> None:
+    files = {"lavish/__init__.py": "", "lavish/options.py": OPTIONS_NEW.format(
+        default='int(os.environ.get("LOCAL_RANK", 0))'), "train.py": OPTIONS_SCRIPT}
+    assert lines(tmp_path, files, "DDP008") == []
