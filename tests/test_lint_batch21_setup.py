@@ -255,3 +255,95 @@ def test_local_rank_flag_in_new_falling_back_to_the_environment(tmp_path: Path) 
     files = {"lavish/__init__.py": "", "lavish/options.py": OPTIONS_NEW.format(
         default='int(os.environ.get("LOCAL_RANK", 0))'), "train.py": OPTIONS_SCRIPT}
     assert lines(tmp_path, files, "DDP008") == []
+
+
+# Hugging Face's AdamW given the rate from a parameter's default that the one caller leaves out.
+HF_ADAMW = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+    from transformers import AdamW
+
+
+    def train_decoder(dataset, args, lr: float = 1e-5, output_dir: str = "."):
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl", init_method="env://")
+        model = DDP(torch.nn.Linear(8, 8).cuda(), device_ids=[args.local_rank])
+        optimizer = AdamW(model.parameters(), lr=lr)
+        loader = DataLoader(dataset, sampler=DistributedSampler(dataset), batch_size=args.bs)
+        for x in loader:
+            model(x).sum().backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        parser.add_argument("--bs", type=int, default=64)
+        {more}
+        args = parser.parse_args()
+        train_decoder([], args, {passed}output_dir="out")
+"""
+
+
+def test_library_adamw_with_a_default_rate_nobody_passes(tmp_path: Path) -> None:
+    files = {"train.py": HF_ADAMW.format(more="", passed="")}
+    assert lines(tmp_path, files, "DDP004") == [("train.py", 9)]
+
+
+def test_library_adamw_with_the_rate_from_a_flag(tmp_path: Path) -> None:
+    files = {"train.py": HF_ADAMW.format(more='parser.add_argument("--lr", type=float, default=1e-5)',
+                                         passed="lr=args.lr, ")}
+    assert lines(tmp_path, files, "DDP004") == []
+
+
+# The per-process batch is split over the GPUs of one node, in a script whose world is several
+# nodes of them.
+PER_NODE = """\
+    import os
+    from argparse import ArgumentParser
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+
+    def train(gpu, args):
+        rank = int(os.environ.get("SLURM_NODEID")) * args.ngpus + gpu
+        dist.init_process_group(backend="nccl", init_method="env://", world_size=args.world_size, rank=rank)
+        torch.cuda.set_device(gpu)
+        dataset = torch.utils.data.TensorDataset(torch.randn(64, 4))
+        sampler = torch.utils.data.distributed.DistributedSampler(dataset, num_replicas=args.world_size, rank=rank)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=int(128 / {divisor}), sampler=sampler)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4).cuda(gpu), device_ids=[gpu])
+        optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+        for epoch in range(args.epochs):
+            sampler.set_epoch(epoch)
+            for (x,) in loader:
+                optimizer.zero_grad()
+                model(x.cuda(gpu)).sum().backward()
+                optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        parser = ArgumentParser()
+        parser.add_argument("--nodes", default=1, type=int)
+        parser.add_argument("--ngpus", default=1, type=int)
+        parser.add_argument("--epochs", default=2, type=int)
+        args = parser.parse_args()
+        args.world_size = args.ngpus * args.nodes
+        mp.spawn(train, nprocs=args.ngpus, args=(args,))
+"""
+
+
+def test_batch_split_over_one_nodes_gpus_of_several_nodes(tmp_path: Path) -> None:
+    files = {"train.py": PER_NODE.format(divisor="args.ngpus")}
+    assert lines(tmp_path, files, "DDP004") == [("train.py", 16)]
+
+
+def test_batch_split_over_the_whole_world(tmp_path: Path) -> None:
+    files = {"train.py": PER_NODE.format(divisor="args.world_size")}
+    assert lines(tmp_path, files, "DDP004") == []
