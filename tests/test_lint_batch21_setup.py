@@ -347,3 +347,92 @@ def test_batch_split_over_one_nodes_gpus_of_several_nodes(tmp_path: Path) -> Non
 def test_batch_split_over_the_whole_world(tmp_path: Path) -> None:
     files = {"train.py": PER_NODE.format(divisor="args.world_size")}
     assert lines(tmp_path, files, "DDP004") == []
+
+
+# A trainer whose base constructor moves the model to `self.local_rank` and wraps it; the
+# subclass sets the device only after calling it.
+LATE_BASE = """\
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class BaseMethod:
+        def __init__(self, config, rank=0, local_rank=0):
+            self.config = config
+            self.rank = rank
+            self.local_rank = local_rank
+            self.distributed = config.distributed
+            self.backbone = self._distribute_model(torch.nn.Linear(4, 4))
+
+        def _distribute_model(self, model):
+            if self.distributed:
+                model = model.to(self.local_rank)
+                model = DDP(model, device_ids=[self.local_rank])
+            return model
+"""
+
+LATE_TRAINER = """\
+    import torch
+    from lab.base import BaseMethod
+
+
+    class SimTraining(BaseMethod):
+        def __init__(self, config, rank=0, local_rank=0):
+            {early}
+            super().__init__(config, rank, local_rank)
+            {late}
+            self.head = self._distribute_model(torch.nn.Linear(4, 2))
+
+        def fit(self, loader):
+            for x in loader:
+                self.head(self.backbone(x)).sum().backward()
+"""
+
+LATE_SETUP = """\
+    import os
+    import torch.distributed as dist
+
+
+    def setup(rank, world_size, host):
+        os.environ["MASTER_ADDR"] = host
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group("nccl", init_method=f"tcp://{host}:12355", rank=rank, world_size=world_size)
+
+
+    def cleanup():
+        dist.destroy_process_group()
+"""
+
+LATE_SCRIPT = """\
+    import os
+    from lab.setup import setup, cleanup
+    from lab.trainer import SimTraining
+
+
+    def main(rank, local_rank, world_size, config):
+        setup(rank, world_size, host="node0")
+        trainer = SimTraining(config, rank=rank, local_rank=local_rank)
+        trainer.fit([])
+        cleanup()
+
+
+    if __name__ == "__main__":
+        config = object()
+        main(int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_LOCALID"]),
+             int(os.environ["SLURM_NTASKS"]), config)
+"""
+
+
+def _late_files(early: str, late: str) -> dict[str, str]:
+    return {"lab/__init__.py": "", "lab/base.py": LATE_BASE, "lab/setup.py": LATE_SETUP,
+            "lab/trainer.py": LATE_TRAINER.format(early=early, late=late), "train.py": LATE_SCRIPT}
+
+
+def test_device_set_in_a_constructor_after_its_base_moved_the_model(tmp_path: Path) -> None:
+    files = _late_files("pass", "if self.distributed:\n                torch.cuda.set_device(self.local_rank)")
+    assert lines(tmp_path, files, "DDP003") == [("setup.py", 8)]
+
+
+def test_device_set_in_a_constructor_before_its_base_runs(tmp_path: Path) -> None:
+    files = _late_files("if config.distributed:\n                torch.cuda.set_device(local_rank)", "pass")
+    assert lines(tmp_path, files, "DDP003") == []
