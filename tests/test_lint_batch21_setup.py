@@ -436,3 +436,53 @@ def test_device_set_in_a_constructor_after_its_base_moved_the_model(tmp_path: Pa
 def test_device_set_in_a_constructor_before_its_base_runs(tmp_path: Path) -> None:
     files = _late_files("if config.distributed:\n                torch.cuda.set_device(local_rank)", "pass")
     assert lines(tmp_path, files, "DDP003") == []
+
+
+# A repository whose package is installed from a folder of its own (`coig/setup.py` installs
+# `coig/coig/`); the training script at `scripts/` imports it by the package's name.
+NESTED_DDP_UTILS = """\
+    import os
+    import torch.distributed as dist
+
+
+    def ddp_setup(rank, world_size):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group(backend="nccl", rank=rank, world_size=world_size)
+
+
+    def cleanup():
+        dist.destroy_process_group()
+"""
+
+NESTED_SCRIPT = """\
+    import torch
+    import torch.multiprocessing as mp
+    from coig.utils.ddp_utils import ddp_setup, cleanup
+
+
+    def train(rank, world_size):
+        torch.cuda.set_device(rank)
+        ddp_setup(rank, world_size)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2).cuda(), device_ids=[rank])
+        {end}
+
+
+    if __name__ == "__main__":
+        world_size = torch.cuda.device_count()
+        mp.spawn(train, args=(world_size,), nprocs=world_size)
+"""
+
+
+def _nested(end: str) -> dict[str, str]:
+    return {".git/HEAD": "ref: refs/heads/main\n", "coig/setup.py": "from setuptools import setup\nsetup(name='coig')\n",
+            "coig/coig/__init__.py": "", "coig/coig/utils/__init__.py": "",
+            "coig/coig/utils/ddp_utils.py": NESTED_DDP_UTILS, "scripts/train.py": NESTED_SCRIPT.format(end=end)}
+
+
+def test_helper_of_a_package_installed_from_a_subfolder(tmp_path: Path) -> None:
+    assert lines(tmp_path, _nested("pass"), "DDP005", target="scripts/train.py") == [("ddp_utils.py", 8)]
+
+
+def test_helper_of_a_package_installed_from_a_subfolder_torn_down(tmp_path: Path) -> None:
+    assert lines(tmp_path, _nested("cleanup()"), "DDP005", target="scripts/train.py") == []
