@@ -47,8 +47,9 @@ class MissingSetDevice(Rule):
     group on the CPU in the `else`) is not the distributed run's. Also reported, at the same call: a device set only after CUDA
     work that runs whenever the setter does (`model.cuda(gpu)` and the DDP wrap, then a
     `learning(...)` that calls `torch.cuda.set_device`, or a trainer's constructor that sets it
-    only after `super().__init__()` has moved a model to `self.local_rank` and wrapped it, the
-    base's work under the same test, `if self.distributed:`, as the setter's); moving a loss module that holds no
+    only after `super().__init__()` has wrapped a model in DDP, whose constructor broadcasts on
+    the current device, the base's work under the same test, `if self.distributed:`, as the
+    setter's; a move to a device named explicitly inside such a call is no such work); moving a loss module that holds no
     tensor (`nn.CrossEntropyLoss().cuda()`) or handing a device to a project object is no work. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
@@ -316,7 +317,7 @@ class MissingSetDevice(Rule):
             setter = min(setters, key=lambda c: c.tick)
             held = setter.guards
             work = next((c for c in calls if c.tick < setter.tick and _within(c.guards, held)
-                         and (_cuda_work(model, c) or self._work_below(c, held, 2))), None)
+                         and (_current_device_work(model, c) or self._work_below(c, held, 2))), None)
             if work is None and depth > 0 and model.api(setter) not in api.SET_DEVICE | api.DEVICE_CONTEXTS:
                 work = self._work_inside(setter, depth - 1)
             if work is None:
@@ -334,7 +335,7 @@ class MissingSetDevice(Rule):
             for c in callee.module.calls_in(callee.qualname):
                 if c.scope.qualname != callee.qualname or not _within(c.guards, held):
                     continue
-                if _cuda_work(model, c) or depth > 0 and self._work_below(c, held, depth - 1):
+                if _current_device_work(model, c) or depth > 0 and self._work_below(c, held, depth - 1):
                     return True
         return False
 
@@ -459,6 +460,15 @@ def _cuda_work(model: Model, site: CallSite) -> bool:
     if site.method in ("cuda", "to") and site.receiver is not None and _tensorless_loss(model, site):
         return False  # (`nn.CrossEntropyLoss().cuda()` moves nothing: the module holds no tensor)
     return uses_cuda(model, site)
+
+
+def _current_device_work(model: Model, site: CallSite) -> bool:
+    """Work that lands on the current device whatever it names: the DDP wrap of a model on CUDA
+    (its constructor broadcasts over NCCL, on the current device), or `.cuda()` with no index.
+    A move to a device named explicitly (`.to(device)`) inside a project function is not."""
+    if model.api(site) == api.DDP:
+        return uses_cuda(model, site)
+    return site.method == "cuda" and site.qualname is None and not site.node.args
 
 
 def _tensorless_loss(model: Model, site: CallSite) -> bool:
