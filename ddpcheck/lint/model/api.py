@@ -263,11 +263,21 @@ def canonical(name: str) -> str:
     return _CANONICAL_NAMES.get(name, name)
 
 
+# Optimizer classes of other libraries built like torch's (`Opt(params, lr=...)`, stepped with
+# `.step()`): Hugging Face's AdamW, bitsandbytes' 8-bit Adam, apex's fused optimizers.
+LIBRARY_OPTIMIZERS = frozenset({
+    "transformers.AdamW", "transformers.optimization.AdamW",
+    "bitsandbytes.optim.Adam8bit", "bitsandbytes.optim.AdamW8bit", "bitsandbytes.optim.PagedAdamW8bit",
+    "apex.optimizers.FusedAdam", "apex.optimizers.FusedSGD", "apex.optimizers.FusedLAMB",
+})
+
+
 def is_optimizer(qualname: str | None) -> bool:
-    """A torch optimizer class (`torch.optim.SGD`, `torch.optim.AdamW`, ZeRO)."""
+    """A torch optimizer class (`torch.optim.SGD`, `torch.optim.AdamW`, ZeRO), or one of another
+    library built the same way (LIBRARY_OPTIMIZERS)."""
     if qualname is None:
         return False
-    if qualname == ZERO_OPTIMIZER:
+    if qualname == ZERO_OPTIMIZER or qualname in LIBRARY_OPTIMIZERS:
         return True
     return (
         qualname.startswith("torch.optim.") and qualname.count(".") == 2

@@ -697,10 +697,16 @@ class CallGraph:
         for module, info in self.chosen_classes(site):
             if self.is_subclass(self._target_of(module, info), api.MODULE_BASE):
                 return []
-            init = self.method(module, info, "__init__")
-            if init is not None and all(init != f for f, _ in out):
-                out.append((init, "constructor"))
+            for made in self._built_by(module, info):
+                if all(made != f for f, _ in out):
+                    out.append((made, "constructor"))
         return out
+
+    def _built_by(self, module: ModuleModel, info: ClassInfo) -> list[Function]:
+        """What calling the class runs: its `__new__` where the project defines one (a
+        singleton `Options()` that parses the command line there), then its `__init__`."""
+        found = [self.method(module, info, "__new__"), self.method(module, info, "__init__")]
+        return [f for f in found if f is not None]
 
     def overrides(self, module: ModuleModel, info: ClassInfo, name: str) -> list[Function]:
         """What `self.name()` inside the class may run besides its own method: the overrides in
@@ -825,8 +831,7 @@ class CallGraph:
         if target.kind == "class":
             found = self.class_at(target)
             if found is not None:
-                init = self.method(*found, "__init__")
-                return [(init, "constructor")] if init is not None else []
+                return [(made, "constructor") for made in self._built_by(*found)]
             return []
         if target.kind == "member":
             head, _, rest = target.name.rpartition(".")
@@ -1088,7 +1093,7 @@ class CallGraph:
 
     def _candidates(self, module: ModuleModel, function: Function) -> list[CallSite]:
         name = function.name
-        if name == "__init__":
+        if name in ("__init__", "__new__"):
             owner = function.owner
             wanted = owner.qualname.rsplit(".", 1)[-1] if owner is not None else None
             return [c for c in module.calls if c.dotted is not None and (

@@ -478,6 +478,17 @@ class ModuleModel:
         return f"<ModuleModel {self.path}>"
 
 
+def same_test(a: Guard, b: Guard) -> bool:
+    """The same arm of the same question: one `if`, or two whose tests are equal and built only
+    from names, attributes, literals and comparisons (`if self.distributed:` in two methods of
+    one class). Whether what the tests read is rebound in between is the caller's to ask."""
+    if a.negated != b.negated:
+        return False
+    if a.node is b.node:
+        return True
+    return _stable_test_names(a.test) is not None and a.test.deep_equals(b.test)
+
+
 def _stable_test_names(test: cst.BaseExpression) -> set[str] | None:
     """The names and attribute chains a test reads when it is built only from them, literals,
     comparisons and `and`/`or`/`not` (a test that asks the same each time it is evaluated while

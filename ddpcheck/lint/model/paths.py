@@ -479,6 +479,29 @@ class Paths:
                 return guard
         return None
 
+    def rank_guards_up(self, site: CallSite, depth: int = 2) -> list[tuple[CallSite, Guard]] | None:
+        """The rank guards that keep `site` off some ranks, each with the call it guards: its own
+        innermost one, or, where it has none, those of every call of the run that reaches its
+        function (`if rank == 0: self._clean_up()` around a bare teardown), followed `depth`
+        calls up. None when some way there is open to every rank, or the function has no known
+        caller."""
+        guard = self.rank_guard(site)
+        if guard is not None:
+            return [(site, guard)]
+        function = self.function_of(site)
+        if function is None or depth <= 0:
+            return None
+        callers = self._run_callers(function)
+        if not callers:
+            return None
+        found: list[tuple[CallSite, Guard]] = []
+        for caller in callers:
+            above = self.rank_guards_up(caller, depth - 1)
+            if above is None:
+                return None
+            found += above
+        return found
+
     def engine_run(self, site: CallSite) -> bool:
         """`site` is in a function that hands its training to another engine
         (`model_engine, optimizer, loader, _ = deepspeed.initialize(...)`): the loaders, backward

@@ -8,7 +8,9 @@ folder above the importing file's own top package of that name (a module in `lib
 importing `libs.support.utils` runs only with the folder above `libs/` on the path), then the
 folders the project adds to `sys.path` itself (model/syspath.py), then the folder one or two
 levels up whose script imports the file's folder as a package (`exp/exp_main.py`, imported as
-`exp.exp_main` by `run.py` beside `exp/`, reads `from utils.tools import ...` from there). Never site-packages: ddpcheck
+`exp.exp_main` by `run.py` beside `exp/`, reads `from utils.tools import ...` from there); last,
+for a name still not found, the projects of their own just below the project root
+(`COIGAN/setup.py` installs `COIGAN/COIGAN/`, which `scripts/train.py` imports). Never site-packages: ddpcheck
 learns what *the project's* modules do, and reads them as text (it never imports them). A name
 resolves to the project's file whenever one exists — `datasets`, `utils`, or a package named like
 a published library when linting inside that library — and to an outside library only when none
@@ -136,7 +138,33 @@ def _locate_absolute(folder: Path, dotted: str) -> tuple[Path, str] | None:
     if not roots:
         roots = tuple(r for r, package in _folders_above(folder)
                       if head in _top_names(r) and _imports_package(r, package))
-    return _split(dotted, roots) if roots else None
+    found = _split(dotted, roots) if roots else None
+    if found is None:
+        # `COIGAN/setup.py` installs the package `COIGAN/COIGAN/`: a script of the repository
+        # imports `COIGAN.utils` from there, not from the folder `COIGAN/` at the top.
+        nested = tuple(r for r in _nested_projects(folder) if head in _top_names(r))
+        found = _split(dotted, nested) if nested else None
+    return found
+
+
+@lru_cache(maxsize=1024)
+def _nested_projects(folder: Path) -> tuple[Path, ...]:
+    """The folders just below the project's root that are projects of their own (a setup.py,
+    setup.cfg or pyproject.toml of their own), and their `src/`: the packages installed from
+    them are importable by the repository's scripts."""
+    project = _project_root(folder)
+    if project is None or not _outside_packages(project):
+        return ()
+    found: list[Path] = []
+    try:
+        with os.scandir(project) as entries:
+            folders = sorted(Path(e.path) for e in entries if e.is_dir() and not e.name.startswith("."))
+    except OSError:
+        return ()
+    for sub in folders:
+        if any((sub / m).is_file() for m in _MARKERS[:3]):
+            found += [p for p in (sub, sub / "src") if p.is_dir()]
+    return tuple(found)
 
 
 @lru_cache(maxsize=1024)

@@ -37,7 +37,11 @@ class MissingDestroyProcessGroup(Rule):
     the call as a related location) when every `destroy_process_group()` sits under a rank condition (in the `else:` of
     `if rank in (-1, 0):`, or under `if rank == 0:`): the other ranks never tear down (one
     under each arm of the same rank test, `if gpu == 0: ... destroy()` / `else: destroy()`,
-    tears down every rank). A
+    tears down every rank; a helper that tears down counts under the rank conditions of the
+    calls that reach it, `if local_rank in [0, -1]: self._clean_up()`). Also reported, at the
+    `init_process_group` a worker reaches, when the run spawns several workers
+    (`mp.spawn(self.bert_worker, ...)`, `mp.spawn(self.gpt_worker, ...)`) and one of them sets up
+    its group and never tears it down while another does. A
     teardown that runs only in an `except` handler (or in a helper called only from one), only
     in a signal handler (`signal.signal(signal.SIGTERM, handler)` and no other call of it), only
     in the process that starts the workers (`mp.spawn(main, ...)` then `cleanup()` in the
@@ -240,6 +244,12 @@ class MissingDestroyProcessGroup(Rule):
         "tear their process group down; call it on every rank when training ends"
     )
 
+    WORKER_MESSAGE = (
+        "the spawned worker `{worker}` sets up a process group here and returns without "
+        "`destroy_process_group()` (another worker of the run tears its group down): its processes "
+        "exit with the group live; call `torch.distributed.destroy_process_group()` at the end of `{worker}`"
+    )
+
     def finish(self) -> None:
         model = self.model
         sites = model.init_sites()
@@ -260,20 +270,23 @@ class MissingDestroyProcessGroup(Rule):
         destroys = [c for c in destroys if not model.paths.on_error_only(c) and not model.paths.uncalled(c)
                     and not model.paths.launcher_only(c)]
         if destroys:
-            guarded = [(c, model.paths.rank_guard(c)) for c in destroys]
+            # A teardown in a helper counts under the rank guards of the calls that reach it
+            # (`if local_rank in [0, -1]: self._clean_up()`).
+            ups = [model.paths.rank_guards_up(c) for c in destroys]
+            guarded = [pair for up in ups if up is not None for pair in up]
             # One under each arm of the same rank test (`if rank == 0: ... destroy()` / `else:
             # destroy()`): every rank tears down.
             arms: dict[int, set[bool]] = {}
             for _, g in guarded:
-                if g is not None:
-                    arms.setdefault(id(g.node), set()).add(g.negated)
-            if all(g is not None for _, g in guarded) and not any(len(a) == 2 for a in arms.values()):
+                arms.setdefault(id(g.node), set()).add(g.negated)
+            if all(up is not None for up in ups) and not any(len(a) == 2 for a in arms.values()):
                 site, guard = guarded[0]
-                assert guard is not None
                 # Reported at the init call, like a missing teardown; the guarded call is related.
                 init = sites[0]
                 self.report(init.node, self.GUARDED_MESSAGE.format(cond=_describe(site.module, guard)),
                             module=init.module, related=[*model.paths.chain(init), site])
+                return
+            self._leaking_workers()
             return
         # A reference handed on: atexit.register(dist.destroy_process_group).
         if _REFERENCED.search(_without_comments(root.source)):
@@ -284,6 +297,46 @@ class MissingDestroyProcessGroup(Rule):
         for init in sites if sites[0].module is not root else sites[:1]:
             fix = self._fix(init) if init.module is model.root else None
             self.report(init.node, module=init.module, related=model.paths.chain(init), fix=fix)
+
+    def _leaking_workers(self) -> None:
+        """A worker the run spawns (`mp.spawn(self.bert_worker, ...)`) that sets up its group
+        and returns without tearing it down, while another worker of the same run does: each
+        spawned process holds its own group, so that worker's processes exit with theirs live."""
+        model = self.model
+        facts = model.facts
+        reported: set[int] = set()
+        for spawn in model.paths.sites():
+            if model.api(spawn) not in api.SPAWN or model.paths.on_error_only(spawn):
+                continue
+            for worker, _ in model.graph.targets(spawn):
+                done = facts.of_scope(worker.module, worker.qualname)
+                if "init_process_group" not in done or "destroy_process_group" in done \
+                        or _REFERENCED.search(_without_comments(worker.module.code(worker.node))):
+                    continue
+                init = self._init_below(worker.module, worker.qualname, 3)
+                if init is None or id(init.node) in reported:
+                    continue
+                reported.add(id(init.node))
+                self.report(init.node, self.WORKER_MESSAGE.format(worker=worker.name), module=init.module,
+                            related=[*model.paths.chain(spawn), spawn])
+
+    def _init_below(self, module: ModuleModel, qualname: str, depth: int) -> CallSite | None:
+        """The `init_process_group` call that the function `qualname` makes, itself or through
+        the project functions it calls, `depth` calls down."""
+        model = self.model
+        for call in module.calls_in(qualname):
+            if model.api(call) == api.INIT_PROCESS_GROUP:
+                return call
+        if depth <= 0:
+            return None
+        for call in module.calls_in(qualname):
+            if "init_process_group" not in model.facts.of_call(call):
+                continue
+            for callee, _ in model.graph.targets(call):
+                found = self._init_below(callee.module, callee.qualname, depth - 1)
+                if found is not None:
+                    return found
+        return None
 
     def _fix(self, site: CallSite) -> Replace | None:
         """Where training ends: the end of the function that makes `site` and trains, else of the

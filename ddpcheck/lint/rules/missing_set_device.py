@@ -11,7 +11,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import uses_cuda
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.conditions import is_rank_value
-from ddpcheck.lint.model.module import CallSite, EnvAccess, Guard, ModuleModel
+from ddpcheck.lint.model.module import CallSite, EnvAccess, Guard, ModuleModel, same_test
 from ddpcheck.lint.model.syntax import string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -46,7 +46,10 @@ class MissingSetDevice(Rule):
     without a process group (`device = "cuda"` under `if args.local_rank == -1:`, beside a gloo
     group on the CPU in the `else`) is not the distributed run's. Also reported, at the same call: a device set only after CUDA
     work that runs whenever the setter does (`model.cuda(gpu)` and the DDP wrap, then a
-    `learning(...)` that calls `torch.cuda.set_device`); moving a loss module that holds no
+    `learning(...)` that calls `torch.cuda.set_device`, or a trainer's constructor that sets it
+    only after `super().__init__()` has wrapped a model in DDP, whose constructor broadcasts on
+    the current device, the base's work under the same test, `if self.distributed:`, as the
+    setter's; a move to a device named explicitly inside such a call is no such work); moving a loss module that holds no
     tensor (`nn.CrossEntropyLoss().cuda()`) or handing a device to a project object is no work. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
     branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
@@ -249,7 +252,7 @@ class MissingSetDevice(Rule):
             for use in cuda:
                 if use.scope is setter.scope and any(
                     g.node is guard.node and g.negated != guard.negated for g in use.guards
-                ):
+                ) and not any(self._covers(other, use) for other in setters if other is not setter):
                     test = " ".join(self.model.root.code(guard.test).split())
                     if guard.negated:
                         test = f"not ({test})"
@@ -261,6 +264,15 @@ class MissingSetDevice(Rule):
                                 module=where.module, related=[*self.model.paths.chain(where), setter, use])
                     return True
         return False
+
+    @staticmethod
+    def _covers(setter: CallSite, use: CallSite) -> bool:
+        """`setter` runs whenever `use` does: the other branch sets the device itself (`if gpus
+        == 1: device = torch.device("cuda:0"); torch.cuda.set_device(0) ... else: ...`). Whether
+        it does so in time is the late-setter check's question, not this one's."""
+        held = {(id(g.node), g.negated) for g in use.guards}
+        return setter.scope is use.scope \
+            and all((id(g.node), g.negated) in held for g in setter.guards)
 
     def _set_too_late(self, setters: list[CallSite]) -> None:
         """Every call that sets the device (itself, or a project function that does) comes after
@@ -275,17 +287,57 @@ class MissingSetDevice(Rule):
             return
         for setter in setters:
             work = self._work_before(setter, 2)
+            if work is None and model.api(setter) not in api.SET_DEVICE | api.DEVICE_CONTEXTS:
+                work = self._work_inside(setter, 2)
             if work is None:
                 return  # this one sets the device in time
-            first = work if first is None or work.tick < first.tick else first
+            first = work if first is None or work.module is first.module and work.tick < first.tick else first
         assert first is not None
         inits = model.init_sites()
         where = inits[0] if inits else setters[0]
-        shown = " ".join(root.code(first.node).split())
+        shown = " ".join(first.module.code(first.node).split())
         if len(shown) > 60:
             shown = shown[:57] + "..."
         self.report(where.node, self.LATE_MESSAGE.format(work=shown), module=where.module,
                     related=[*model.paths.chain(where), first, setters[0]])
+
+    def _work_inside(self, call: CallSite, depth: int) -> CallSite | None:
+        """`call` runs a project function that sets the device only after CUDA work of its own
+        (`SimSiamTraining(...)`, whose constructor first runs `super().__init__()`, which moves a
+        model to `self.local_rank` and wraps it, then calls `torch.cuda.set_device`): that work,
+        the setter followed `depth` calls down (and the work two calls below each). None when every function it may run sets the device first."""
+        model = self.model
+        found: CallSite | None = None
+        for callee, _ in model.graph.targets(call):
+            calls = [c for c in callee.module.calls_in(callee.qualname) if c.scope.qualname == callee.qualname]
+            setters = [c for c in calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS
+                       or c.target is not None and "set_device" in model.facts.of_call(c)]
+            if not setters:
+                continue
+            setter = min(setters, key=lambda c: c.tick)
+            held = setter.guards
+            work = next((c for c in calls if c.tick < setter.tick and _within(c.guards, held)
+                         and (_current_device_work(model, c) or self._work_below(c, held, 2))), None)
+            if work is None and depth > 0 and model.api(setter) not in api.SET_DEVICE | api.DEVICE_CONTEXTS:
+                work = self._work_inside(setter, depth - 1)
+            if work is None:
+                return None  # this function sets the device in time
+            found = found or work
+        return found
+
+    def _work_below(self, call: CallSite, held: tuple[Guard, ...], depth: int) -> bool:
+        """A project function `call` runs does CUDA work whenever the guards `held` hold
+        (under no test of its own, or under the same tests: `if self.distributed:` in a method
+        called from a constructor that sets the device under `if self.distributed:`), `depth`
+        calls down."""
+        model = self.model
+        for callee, _ in model.graph.targets(call):
+            for c in callee.module.calls_in(callee.qualname):
+                if c.scope.qualname != callee.qualname or not _within(c.guards, held):
+                    continue
+                if _current_device_work(model, c) or depth > 0 and self._work_below(c, held, depth - 1):
+                    return True
+        return False
 
     def _without_group(self, site: CallSite, depth: int) -> bool:
         """`site` runs only where no process group is set up: on the single-process path itself,
@@ -349,6 +401,13 @@ class MissingSetDevice(Rule):
         return None
 
 
+def _within(guards: tuple[Guard, ...], held: tuple[Guard, ...]) -> bool:
+    """Every one of `guards` is one of `held`, or asks the same as one of them (an equal test
+    built only from names and literals, on the same arm): code under `guards` runs whenever
+    code under `held` does."""
+    return all(any(same_test(g, h) for h in held) for g in guards)
+
+
 def _one_gpu_for_all(access: EnvAccess, module: ModuleModel) -> bool:
     """`os.environ["CUDA_VISIBLE_DEVICES"] = "1"` at module level under no condition: a literal
     naming one GPU, the same in every process (each spawned worker imports the module again)."""
@@ -401,6 +460,15 @@ def _cuda_work(model: Model, site: CallSite) -> bool:
     if site.method in ("cuda", "to") and site.receiver is not None and _tensorless_loss(model, site):
         return False  # (`nn.CrossEntropyLoss().cuda()` moves nothing: the module holds no tensor)
     return uses_cuda(model, site)
+
+
+def _current_device_work(model: Model, site: CallSite) -> bool:
+    """Work that lands on the current device whatever it names: the DDP wrap of a model on CUDA
+    (its constructor broadcasts over NCCL, on the current device), or `.cuda()` with no index.
+    A move to a device named explicitly (`.to(device)`) inside a project function is not."""
+    if model.api(site) == api.DDP:
+        return uses_cuda(model, site)
+    return site.method == "cuda" and site.qualname is None and not site.node.args
 
 
 def _tensorless_loss(model: Model, site: CallSite) -> bool:

@@ -65,7 +65,8 @@ class UnscaledLearningRate(Rule):
     attribute dict the script fills with literals (`cfg = EasyDict({"emb_size": 768})`,
     `SimpleNamespace(lr=1e-3)`), also inside arithmetic (`cfg.emb_size ** -0.5`, a Noam rate) — and nothing in it or in the names it comes from mentions the
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
-    The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
+    Optimizers of other libraries built the same way (Hugging Face's `AdamW`, bitsandbytes'
+    8-bit Adam, apex's fused optimizers) are read like torch's. The `lr` of each parameter group (`[{"params": head, "lr": 1e-4}, ...]`) is a rate of its
     own and is read the same way. A learning rate read from the command line, a config file
 (also a project settings module: `from config import *`, `configs/train_cfg.py`, a module that
 defines no function or class, only values),
@@ -73,7 +74,9 @@ defines no function or class, only values),
     entry of a defaults dict that the script hands to a project function writing the entries of
     that parameter (`update_args(args, cmd_args)` copying the parsed options in) —; neither is an optimizer left at its
     default `lr`, nor a script that holds the global batch fixed by dividing by the world size
-    (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style),
+    (`grad_accum_steps //= world_size`, `batch_size // dist.get_world_size()`, nanoGPT-style;
+    not a batch split over the GPUs of one node, `128 / args.ngpus`, in a script whose world
+    is several nodes of them, `args.world_size = args.ngpus * args.nodes`),
     — also a batch divided by a product that holds the world size (`total // (batch * seq_len *
     world_size)`) or an options entry divided by the GPUs (`opts["batch_size"] // n_gpus`) —
     nor a default of a function whose parameters a config file binds (`@gin.configurable`),
@@ -541,9 +544,24 @@ def _divides_batch_by_world(text: str) -> bool:
     (`len(data) / self.batch_size / self.num_replicas` counts batches per rank)."""
     for m in _world_divisions(text):
         before = re.sub(r"[\w.]*$", "", text[:m.start()]).rstrip()
-        if not before.endswith("/"):
+        if not before.endswith("/") and not _per_node(text, m.group(0)):
             return True
     return False
+
+
+_PER_NODE_COUNT = re.compile(r"(?:ngpus_per_node|gpus_per_node|n_?gpus?|num_gpus|nprocs)$", re.I)
+_NODE_COUNT = r"[\w.]*(?:nodes|world_size)\b"
+
+
+def _per_node(text: str, division: str) -> bool:
+    """The batch is divided by the GPUs of one node (`128 / args.ngpus`) in a script that
+    makes the world size a multiple of it (`args.world_size = args.ngpus * args.nodes`): the
+    global batch still grows with the nodes."""
+    divisor = re.search(r"[\w.]+$", division)
+    if divisor is None or not _PER_NODE_COUNT.search(divisor.group(0)):
+        return False
+    name = re.escape(divisor.group(0))
+    return re.search(rf"(?<![\w.]){name}\s*\*\s*{_NODE_COUNT}|{_NODE_COUNT}\s*\*\s*{name}\b", text) is not None
 
 
 def _world_divisions(text: str) -> Iterator[re.Match[str]]:
