@@ -668,10 +668,11 @@ class PrintOnEveryRank(Rule):
                    if m is not site.module and m is not self.model.root)
 
     def _guarded(self, site: CallSite) -> bool:
-        """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
-        or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
+        """Kept off some ranks (on the torchrun path too), to runs without a process group (the
+        `else` of `if dist.is_initialized():`), or under a condition no run takes; or a printer
+        chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
         paths = self.model.paths
-        return paths.restricted(site) in ("never", "main", "node", "other", "some") or paths.callee_only_on_main(site) \
+        return paths.restricted(site) in ("never", "single", "main", "node", "other", "some") or paths.callee_only_on_main(site) \
             or self._checked_by_rank_helper(site)
 
     def _checked_by_rank_helper(self, site: CallSite) -> bool:
