@@ -195,3 +195,117 @@ def test_dict_with_the_model_state_saved_by_every_rank_is_reported(tmp_path: Pat
 def test_value_saved_by_every_rank_that_is_not_a_container_is_reported(tmp_path: Path) -> None:
     files = {"train.py": RESULTS_SCRIPT.format(saved="model.module.state_dict()")}
     assert lines(tmp_path, files, "DDP010") == [("train.py", 33)]
+
+
+# A logging helper that prints on the ranks its caller lists.
+LOG_DIST_UTIL = """\
+    import torch.distributed as dist
+
+
+    def log_dist(msg, ranks=[]):
+        assert dist.is_initialized()
+        if dist.get_rank() in ranks:
+            print(msg)
+
+
+    def report_params(net):
+        count = sum(p.numel() for p in net.parameters())
+        log_dist(f"params on this rank: {{count}}", {report_ranks})
+"""
+
+LOG_DIST_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from utils import log_dist, report_params
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(16, 4).cuda(), device_ids=[local_rank])
+        report_params(net)
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        loader = torch.utils.data.DataLoader(list(range(64)), batch_size=8)
+        for epoch in range(5):
+            for i, batch in enumerate(loader):
+                optimizer.zero_grad()
+                loss = net(torch.randn(8, 16).cuda()).sum()
+                loss.backward()
+                optimizer.step()
+                if i % 10 == 0:
+                    log_dist(f"epoch {{epoch}} iter {{i}} loss {{loss.item():.3f}}", {loop_ranks})
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_helper_printing_on_the_ranks_listed_with_rank_zero_listed_is_clean(tmp_path: Path) -> None:
+    files = {"utils.py": LOG_DIST_UTIL.format(report_ranks="[0]"),
+             "train.py": LOG_DIST_SCRIPT.format(loop_ranks="[0]")}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+def test_loop_call_listing_rank_zero_beside_a_call_listing_every_rank_is_clean(tmp_path: Path) -> None:
+    # The once-only report lists every rank; the per-step log lists rank 0.
+    files = {"utils.py": LOG_DIST_UTIL.format(report_ranks="list(range(dist.get_world_size()))"),
+             "train.py": LOG_DIST_SCRIPT.format(loop_ranks="[0]")}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+def test_loop_call_listing_every_rank_is_reported(tmp_path: Path) -> None:
+    files = {"utils.py": LOG_DIST_UTIL.format(report_ranks="[0]"),
+             "train.py": LOG_DIST_SCRIPT.format(loop_ranks="list(range(dist.get_world_size()))")}
+    assert lines(tmp_path, files, "DDP020") == [("train.py", 23)]
+
+
+SAVE_RANKS_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    SAVE_RANKS = {ranks}
+
+
+    def save_on(state, path, ranks):
+        if dist.get_rank() in ranks:
+            torch.save(state, path)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        net = DDP(torch.nn.Linear(16, 4).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.Adam(net.parameters(), lr=1e-3)
+        for epoch in range(5):
+            optimizer.zero_grad()
+            net(torch.randn(8, 16).cuda()).sum().backward()
+            optimizer.step()
+            save_on(net.module.state_dict(), f"epoch{{epoch}}.pt", SAVE_RANKS)
+            if dist.get_rank() in SAVE_RANKS:
+                torch.save(net.module.state_dict(), "last.pt")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_save_on_the_ranks_of_a_list_naming_rank_zero_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": SAVE_RANKS_SCRIPT.format(ranks="[0]")}
+    assert lines(tmp_path, files, "DDP010") == []
+
+
+def test_save_on_the_ranks_of_a_list_naming_others_is_not_read_as_rank_zero(tmp_path: Path) -> None:
+    # `[0, 1]` names a rank besides the main one: two ranks still write the same file.
+    files = {"train.py": SAVE_RANKS_SCRIPT.format(ranks="[0, 1]")}
+    found = lint_project(tmp_path, files, "train.py", select="DDP010")
+    assert sorted(f["location"]["line"] for f in found) == [11, 26]

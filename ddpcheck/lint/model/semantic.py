@@ -505,6 +505,31 @@ class Names:
         finally:
             self._holding.discard(name)
 
+    def main_rank_set(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Whether every value a name may hold is a literal set of ranks that names rank 0 and
+        no other (`[0]`, `(0, -1)`), or an empty one (no rank): `rank in ranks` then holds on
+        rank 0 only. A value not read (`list(range(world_size))`, a caller's unknown) says no."""
+        from ddpcheck.lint.model.conditions import main_rank_literal
+
+        name = dotted(expr)
+        if self.scope is None or name is None or name in self._holding:
+            return False
+        self._holding.add(name)
+        try:
+            found = False
+            for value in self.model.values.of(self.module, expr, self.scope, depth=8):
+                node = value.node
+                if not isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+                    return False
+                if not node.elements:
+                    continue
+                if not main_rank_literal(node):
+                    return False
+                found = True
+            return found
+        finally:
+            self._holding.discard(name)
+
     def set_sides(self, expr: cst.BaseExpression, depth: int) -> bool | None:
         """Where a name holds something other than None: True when every value it may hold
         other than None is given under a rank-0 test (`if local_rank == 0: evaluator = KNN()`)
