@@ -309,10 +309,3 @@ def test_save_on_the_ranks_of_a_list_naming_others_is_not_read_as_rank_zero(tmp_
     files = {"train.py": SAVE_RANKS_SCRIPT.format(ranks="[0, 1]")}
     found = lint_project(tmp_path, files, "train.py", select="DDP010")
     assert sorted(f["location"]["line"] for f in found) == [11, 26]
-
-
-def test_container_saved_to_a_checkpoint_file_by_every_rank_is_reported(tmp_path: Path) -> None:
-    # The file says it is a checkpoint: what the container holds is not read further.
-    files = {"train.py": RESULTS_SCRIPT.format(saved='{"scores": scores.tolist(), **metrics}')
-             .replace('torch.save(result, config["output_path"])', 'torch.save(result, "checkpoint_last.pth")')}
-    assert lines(tmp_path, files, "DDP010") == [("train.py", 33)]
