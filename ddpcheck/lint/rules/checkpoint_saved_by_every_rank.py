@@ -47,9 +47,8 @@ class CheckpointSavedByEveryRank(Rule):
     file per rank on purpose), a path named after the batch of a loop over a DataLoader (`for
     scan_id, x in loader:` then `torch.save(out, f"{scan_id[0]}.pt")`: one file per sample, each
     rank writing its own shard's), a container of results whose keys and items name no model,
-    weights, optimizer or training state, saved to a file and from a function that do not name
-    one either (`torch.save({"scores": scores.tolist(), **metrics}, out)`: not a checkpoint),
-    saves into memory (`io.BytesIO`), functions nobody calls
+    weights, optimizer or training state (`torch.save({"scores": scores.tolist(), **metrics},
+    out)`: not a checkpoint), saves into memory (`io.BytesIO`), functions nobody calls
     on every rank, and a save beside the `mp.spawn(...)` that starts the workers (after it
     returns, in the one process that launched them) in a script torchrun cannot start. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
     are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
@@ -270,7 +269,7 @@ class CheckpointSavedByEveryRank(Rule):
                 continue
             if target is not None and self._named_by_sample(site, target):
                 continue
-            if self._holds_no_model_state(site, target):
+            if self._holds_no_model_state(site):
                 continue
             if model.paths.ranks(site) != "every":
                 continue
@@ -302,24 +301,16 @@ class CheckpointSavedByEveryRank(Rule):
                     return True
         return False
 
-    def _holds_no_model_state(self, site: CallSite, target: cst.BaseExpression | None) -> bool:
+    def _holds_no_model_state(self, site: CallSite) -> bool:
         """`torch.save` of a container built in view whose keys and items name no model,
         weights, optimizer or training state (`torch.save({"image_to_text": i2t, **metrics},
         out)`): a results file, not a checkpoint. Anything not read as such a container (a
-        state dict, a name the values do not reach, a parameter) stays a checkpoint, and so
-        does a save that its file or its function names one (`save_checkpoint(state)`,
-        `"ckpt.pt"`)."""
+        state dict, a name the values do not reach, a parameter) stays a checkpoint."""
         if self.model.api(site) != api.SAVE:
             return False
         obj = site.arg("obj", 0)
-        if obj is None or target is None:
+        if obj is None:
             return False
-        function = self.model.paths.function_of(site)
-        if function is not None and _MODEL_STATE.search(function.qualname):
-            return False
-        for value in self.model.values.at_call(site, target):
-            if isinstance(value.node, cst.CSTNode) and _names_model_state(value.node):
-                return False
         values = self.model.values.at_call(site, obj)
         if not values:
             return False
@@ -327,10 +318,14 @@ class CheckpointSavedByEveryRank(Rule):
             node = value.node
             if not isinstance(node, (cst.Dict, cst.List, cst.Tuple)) or not node.elements:
                 return False
-            if _names_model_state(node) or any(
-                    isinstance(sub, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp))
-                    for sub in subexpressions(node)):
-                return False
+            for sub in subexpressions(node):
+                if isinstance(sub, cst.Name) and _MODEL_STATE.search(sub.value):
+                    return False
+                if isinstance(sub, cst.SimpleString) and isinstance(sub.evaluated_value, str) \
+                        and _MODEL_STATE.search(sub.evaluated_value):
+                    return False
+                if isinstance(sub, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
+                    return False
         return True
 
     def _file(self, site: CallSite) -> cst.BaseExpression | None | Literal[False]:
@@ -376,18 +371,6 @@ _MODEL_STATE = re.compile(
     r"|ema|generator|discriminator|critic|actor|policy|^[gdGD]$",
     re.I,
 )
-
-
-def _names_model_state(node: cst.CSTNode) -> bool:
-    """A name, attribute or string under `node` that names a model or training state."""
-    for sub in subexpressions(node):
-        if isinstance(sub, cst.Name) and _MODEL_STATE.search(sub.value):
-            return True
-        if isinstance(sub, (cst.SimpleString, cst.FormattedStringText)):
-            text = sub.evaluated_value if isinstance(sub, cst.SimpleString) else sub.value
-            if isinstance(text, str) and _MODEL_STATE.search(text):
-                return True
-    return False
 
 
 def _items(loop: cst.For) -> cst.BaseExpression:
