@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import libcst as cst
@@ -46,9 +45,7 @@ class CheckpointSavedByEveryRank(Rule):
     `if my_state[0] == 2:` on the value each rank received from `scatter_object_list`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
     file per rank on purpose), a path named after the batch of a loop over a DataLoader (`for
     scan_id, x in loader:` then `torch.save(out, f"{scan_id[0]}.pt")`: one file per sample, each
-    rank writing its own shard's), a container of results whose keys and items name no model,
-    weights, optimizer or training state (`torch.save({"scores": scores.tolist(), **metrics},
-    out)`: not a checkpoint), saves into memory (`io.BytesIO`), functions nobody calls
+    rank writing its own shard's), saves into memory (`io.BytesIO`), functions nobody calls
     on every rank, and a save beside the `mp.spawn(...)` that starts the workers (after it
     returns, in the one process that launched them) in a script torchrun cannot start. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
     are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
@@ -269,8 +266,6 @@ class CheckpointSavedByEveryRank(Rule):
                 continue
             if target is not None and self._named_by_sample(site, target):
                 continue
-            if self._holds_no_model_state(site):
-                continue
             if model.paths.ranks(site) != "every":
                 continue
             if not model.torchrun_path and model.paths.launcher_only(site):
@@ -300,33 +295,6 @@ class CheckpointSavedByEveryRank(Rule):
                 if items & named and self._loops.iterates_batches(value.module, loop.node.iter, loop.scope, loop.point):
                     return True
         return False
-
-    def _holds_no_model_state(self, site: CallSite) -> bool:
-        """`torch.save` of a container built in view whose keys and items name no model,
-        weights, optimizer or training state (`torch.save({"image_to_text": i2t, **metrics},
-        out)`): a results file, not a checkpoint. Anything not read as such a container (a
-        state dict, a name the values do not reach, a parameter) stays a checkpoint."""
-        if self.model.api(site) != api.SAVE:
-            return False
-        obj = site.arg("obj", 0)
-        if obj is None:
-            return False
-        values = self.model.values.at_call(site, obj)
-        if not values:
-            return False
-        for value in values:
-            node = value.node
-            if not isinstance(node, (cst.Dict, cst.List, cst.Tuple)) or not node.elements:
-                return False
-            for sub in subexpressions(node):
-                if isinstance(sub, cst.Name) and _MODEL_STATE.search(sub.value):
-                    return False
-                if isinstance(sub, cst.SimpleString) and isinstance(sub.evaluated_value, str) \
-                        and _MODEL_STATE.search(sub.evaluated_value):
-                    return False
-                if isinstance(sub, (cst.Lambda, cst.GeneratorExp, cst.ListComp, cst.DictComp)):
-                    return False
-        return True
 
     def _file(self, site: CallSite) -> cst.BaseExpression | None | Literal[False]:
         """The file a save writes to (None when not given), or False when `site` is no save:
@@ -361,16 +329,6 @@ class CheckpointSavedByEveryRank(Rule):
                         self._inner |= {id(v.node) for v in model.values.of(
                             module, wrap.inner, wrap.site.scope, at=wrap.site.point)}
         return self._inner
-
-
-# Words that name a model, its weights or the training state around it, in a saved container's
-# keys, names and attributes (`"model": net.state_dict()`, `"optimizer": opt.state_dict()`,
-# `"ema": ema.shadow`).
-_MODEL_STATE = re.compile(
-    r"model|net|module|state|weight|param|optim|ckpt|checkpoint|encoder|decoder|backbone|head|sched|scaler"
-    r"|ema|generator|discriminator|critic|actor|policy|^[gdGD]$",
-    re.I,
-)
 
 
 def _items(loop: cst.For) -> cst.BaseExpression:
