@@ -130,6 +130,11 @@ def _main_rank_set(expr: cst.Tuple | cst.List | cst.Set) -> bool:
     return bool(values) and all(_is_zero_or_minus_one(v) for v in values) and any(_is_zero(v) for v in values)
 
 
+def main_rank_literal(expr: object) -> bool:
+    """A literal set of ranks that names rank 0 and no other: `[0]`, `(0, -1)`."""
+    return isinstance(expr, (cst.Tuple, cst.List, cst.Set)) and _main_rank_set(expr)
+
+
 # Calls that count the processes (or the GPUs a multi-GPU script starts one process for).
 _COUNT_CALLS = frozenset({"get_world_size", "device_count"})
 _WORLD_NAME = re.compile(r"world_size$|^(n_?gpus?|num_gpus|nprocs|num_processes)$", re.I)
@@ -212,6 +217,13 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
             if isinstance(op, cst.NotIn) and isinstance(other, (cst.Tuple, cst.List, cst.Set)):
                 if _main_rank_set(other):
                     return False
+            if isinstance(op, (cst.In, cst.NotIn)) and isinstance(other, (cst.Name, cst.Attribute)) \
+                    and value is left and _depth < 3:
+                # `if dist.get_rank() in ranks:` in `def log_dist(msg, ranks)`, every caller
+                # passing `[0]`: the ranks named are the main one.
+                held_set = getattr(resolve, "main_rank_set", None)
+                if held_set is not None and held_set(other, _depth + 1):
+                    return isinstance(op, cst.In)
             if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
                 return False  # rank > 0
             if isinstance(op, cst.LessThanEqual) and _is_zero(other) and value is left:

@@ -27,7 +27,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import UNASKED, CallSite, Guard, ModuleModel, Param, Scope, Target
+from ddpcheck.lint.model.module import UNASKED, Binding, CallSite, Guard, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
@@ -505,6 +505,31 @@ class Names:
         finally:
             self._holding.discard(name)
 
+    def main_rank_set(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Whether every value a name may hold is a literal set of ranks that names rank 0 and
+        no other (`[0]`, `(0, -1)`), or an empty one (no rank): `rank in ranks` then holds on
+        rank 0 only. A value not read (`list(range(world_size))`, a caller's unknown) says no."""
+        from ddpcheck.lint.model.conditions import main_rank_literal
+
+        name = dotted(expr)
+        if self.scope is None or name is None or name in self._holding:
+            return False
+        self._holding.add(name)
+        try:
+            found = False
+            for value in self.model.values.of(self.module, expr, self.scope, depth=8):
+                node = value.node
+                if not isinstance(node, (cst.Tuple, cst.List, cst.Set)):
+                    return False
+                if not node.elements:
+                    continue
+                if not main_rank_literal(node):
+                    return False
+                found = True
+            return found
+        finally:
+            self._holding.discard(name)
+
     def set_sides(self, expr: cst.BaseExpression, depth: int) -> bool | None:
         """Where a name holds something other than None: True when every value it may hold
         other than None is given under a rank-0 test (`if local_rank == 0: evaluator = KNN()`)
@@ -651,7 +676,8 @@ class Names:
         if len(points) == len(bindings):
             # `val_cond = rank == 0 and due` when distributed, `val_cond = due` otherwise: the
             # single-process arm's value never holds in a distributed job.
-            kept = [b for b, p in zip(bindings, points) if p is None or on_single_process_only(p.guards, self) is None]
+            pairs = [(b, p) for b, p in zip(bindings, points) if p is None or on_single_process_only(p.guards, self) is None]
+            kept = [b for b, _ in _without_fallback_arm(pairs, self)]
             bindings = kept or bindings
         values = [v for v in bindings if isinstance(v, cst.BaseExpression)]
         if not values or len(values) != len(bindings):
@@ -704,6 +730,30 @@ def _single_process_only(node: cst.BaseExpression, resolve: Names) -> bool:
         if isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available":
             return True
     return is_distributed_test(node, resolve) is False
+
+
+def _without_fallback_arm(pairs: list[tuple[Binding, Point | None]], resolve: Names) -> list[tuple[Binding, Point | None]]:
+    """Drop a literal `True` given in one arm of an `if` whose other arm gives a rank-0 test
+    (`if opt.distribution_type == "multi": should_diag = gpu == 0` / `else: should_diag =
+    True`): a test the model cannot read that splits the rank test from a plain True is the
+    launch mode (or an opt-out of the guard); the rank test is what a distributed run holds.
+    Kept where the test is read as "distributed" and True is its distributed arm."""
+    from ddpcheck.lint.model.conditions import is_distributed_test, selects_main_rank
+
+    ranked = [p for b, p in pairs if p is not None and isinstance(b, cst.BaseExpression)
+              and selects_main_rank(b, resolve, 3) is True]
+    if not ranked:
+        return pairs
+    kept: list[tuple[Binding, Point | None]] = []
+    for binding, point in pairs:
+        if point is not None and isinstance(binding, cst.Name) and binding.value == "True" and any(
+                id(g.node) == id(h.node) and g.negated != h.negated
+                and selects_main_rank(g.test, resolve, 3) is None
+                and is_distributed_test(g.test, resolve) is None
+                for g in point.guards for r in ranked for h in r.guards):
+            continue
+        kept.append((binding, point))
+    return kept
 
 
 def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:

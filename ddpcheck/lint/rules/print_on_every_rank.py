@@ -7,7 +7,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, selects_main_rank
+from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.paths import handler_calls
@@ -532,8 +532,11 @@ class PrintOnEveryRank(Rule):
             return [site] if self._called_per_iteration(function, depth) else []
         out: list[CallSite] = []
         for caller, bound in self.model.graph.callers(function):
-            if self._unreached_from(site, Frame(function, caller, None, bound)):
+            frame = Frame(function, caller, None, bound)
+            if self._unreached_from(site, frame):
                 continue  # `else: logging.info(value)` of `if isinstance(msg, str):`, called with text
+            if self._main_ranks_named(site, frame):
+                continue  # `log_dist(msg, [0])` of a helper that prints `if dist.get_rank() in ranks:`
             if not self._guarded(caller) and not self._once(caller) \
                     and not self._tags_through(caller, function, bound, site):
                 out += self._places(caller, None, depth + 1)
@@ -542,6 +545,22 @@ class PrintOnEveryRank(Rule):
             # the call would leave the other ranks' rate unset, so the guard goes on the output.
             return [site]
         return out
+
+    def _main_ranks_named(self, site: CallSite, frame: Frame) -> bool:
+        """A guard `if rank in ranks:` of `site` whose `ranks`, in the call of `frame`, is a
+        literal naming rank 0 only (`log_dist(msg, [0])`, where other calls pass every rank)."""
+        resolve = self.model.resolver_for(site.module, site.scope)
+        for guard in site.guards:
+            test = guard.test
+            if guard.negated or not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+                continue
+            comp = test.comparisons[0]
+            if not isinstance(comp.operator, cst.In) or not is_rank_value(test.left, resolve):
+                continue
+            values = self.model.values.of(site.module, comp.comparator, site.scope, frame)
+            if values and all(main_rank_literal(v.node) for v in values):
+                return True
+        return False
 
     def _changes_state(self, function: Function) -> bool:
         """The function does more than write to the console: it saves a file with `torch.save`
@@ -668,10 +687,11 @@ class PrintOnEveryRank(Rule):
                    if m is not site.module and m is not self.model.root)
 
     def _guarded(self, site: CallSite) -> bool:
-        """Kept off some ranks (on the torchrun path too), or under a condition no run takes;
-        or a printer chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
+        """Kept off some ranks (on the torchrun path too), to runs without a process group (the
+        `else` of `if dist.is_initialized():`), or under a condition no run takes; or a printer
+        chosen by rank (`bar = tqdm if is_main else iter`; `bar(loader)`)."""
         paths = self.model.paths
-        return paths.restricted(site) in ("never", "main", "node", "other", "some") or paths.callee_only_on_main(site) \
+        return paths.restricted(site) in ("never", "single", "main", "node", "other", "some") or paths.callee_only_on_main(site) \
             or self._checked_by_rank_helper(site)
 
     def _checked_by_rank_helper(self, site: CallSite) -> bool:
