@@ -213,14 +213,6 @@ SPAWN_SCRIPT = """\
 """
 
 
-def test_spawn_index_beside_a_literal_caller_is_not_read_as_that_literal(tmp_path: Path) -> None:
-    # `main_worker(-1, ...)` is one caller; the spawned processes get their index: the sampler
-    # of the validation loader is made on the DDP path, and pads.
-    files = {"data.py": SPAWN_BUILDER, "train.py": SPAWN_SCRIPT}
-    assert lines(tmp_path, files, "DDP018") == [("data.py", 7)]
-    assert lines(tmp_path, files, "DDP001") == []
-
-
 def test_single_process_worker_only_called_with_minus_one_is_clean(tmp_path: Path) -> None:
     # Without the spawn, -1 is the only rank the worker is ever given: no sampler is made.
     files = {"data.py": SPAWN_BUILDER, "train.py": SPAWN_SCRIPT.replace(
@@ -331,52 +323,3 @@ def test_subclass_keeping_the_padded_total_still_pads(tmp_path: Path) -> None:
     assert "num_samples" not in files["sampler.py"]
     assert lines(tmp_path, files, "DDP034") == []
     assert lines(tmp_path, files, "DDP018") == [("data.py", 9)]
-
-
-# The ImageNet-example worker: `args.gpu = gpu` (the spawn index, or 0 when called directly) and
-# `set_device` under `if args.gpu is not None:`, which holds on every path.
-GPU_WORKER = """\
-    import torch
-    import torch.distributed as dist
-    import torch.multiprocessing as mp
-
-
-    def main():
-        args = parse_args()
-        ngpus_per_node = torch.cuda.device_count()
-        if args.multiprocessing_distributed:
-            args.world_size = ngpus_per_node * args.world_size
-            mp.spawn(main_worker, nprocs=ngpus_per_node, args=(ngpus_per_node, args))
-        else:
-            {direct}
-
-
-    def main_worker(gpu, ngpus_per_node, args):
-        args.gpu = gpu
-        if args.distributed:
-            args.rank = args.rank * ngpus_per_node + gpu
-            dist.init_process_group(backend="nccl", init_method=args.dist_url,
-                                    world_size=args.world_size, rank=args.rank)
-        model = Net().to(args.gpu)
-        if args.gpu is not None:
-            torch.cuda.set_device(args.gpu)
-            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
-        else:
-            model.cuda()
-            model = torch.nn.parallel.DistributedDataParallel(model)
-        train(model, args)
-
-
-    if __name__ == "__main__":
-        main()
-"""
-
-
-def test_spawn_index_is_never_none_beside_a_literal_caller(tmp_path: Path) -> None:
-    files = {"train.py": GPU_WORKER.format(direct="main_worker(0, ngpus_per_node, args)")}
-    assert lines(tmp_path, files, "DDP003") == []
-
-
-def test_spawn_index_is_never_none(tmp_path: Path) -> None:
-    files = {"train.py": GPU_WORKER.format(direct="raise SystemExit('use --multiprocessing-distributed')")}
-    assert lines(tmp_path, files, "DDP003") == []

@@ -813,11 +813,6 @@ class Values:
                 yield Value(module, param, scope, frame, at)  # (or what the command line gives)
             found = True
             yield from self._eval(module, param.default, scope, None, depth - 1, seen, None)
-        elif omitted and found:
-            # A caller that passes nothing the model can read and leaves no default to apply
-            # (`mp.spawn(worker, ...)` hands the worker its process index) gives a value not
-            # known here: the other callers' literals (`worker(-1, ...)`) are not all it holds.
-            yield Value(module, param, scope, frame, at)
         if not found:
             yield Value(module, param, scope, frame, at)
 
@@ -1375,8 +1370,6 @@ class Values:
         if _noneness(self._literal(value)) is False:
             return True
         node = value.node
-        if isinstance(node, Param):
-            return self._process_index(value.module, node)
         if isinstance(node, (cst.BinaryOperation, cst.ConcatenatedString)):
             return True
         if isinstance(node, cst.Call):
@@ -1386,14 +1379,6 @@ class Values:
             return isinstance(func, cst.Attribute) and isinstance(func.value, (cst.SimpleString, cst.FormattedString)) \
                 and func.attr.value in ("join", "format")
         return False
-
-    def _process_index(self, module: ModuleModel, param: Param) -> bool:
-        """`param` is the first parameter of a worker that `mp.spawn` starts (the process index,
-        an int), the `self` of a method aside."""
-        function = Function(module, param.function)
-        first = 1 if function.owner is not None and not function.is_static else 0
-        return param.index == first and any(
-            bound == "spawn" for _, bound in self.model.graph.callers(function)[:MAX_CALLERS])
 
     def _literal(self, value: Value) -> object:
         """A leaf as `literal_test`'s judges read it: the literal node, or NOT_NONE for an object
