@@ -371,9 +371,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if picked is None:
             return False
         for value in picked:
-            node = value.node
-            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-            target = self.model.resolver.name(value.module, name, value.scope) if name else None
+            target = self._entry_target(value)
             found = self.model.graph.class_at(target) if target is not None else None
             if found is not None:
                 if not self._instance_builds_batchnorm(found):
@@ -434,13 +432,14 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         picked = self._registry_picks(made)
         if picked is None:
             return False
-        for value in picked:
-            node = value.node
-            name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
-            target = self.model.resolver.name(value.module, name, value.scope) if name else None
-            if target is None or self.model.graph.class_at(target) is None:
-                return False
-        return True
+        targets = [self._entry_target(value) for value in picked]
+        return all(t is not None and self.model.graph.class_at(t) is not None for t in targets)
+
+    def _entry_target(self, value: Value) -> Target | None:
+        """What a table entry names (`AlgNet`, `models.VolNet`, `resnet8`), or None."""
+        node = value.node
+        name = dotted(node) if isinstance(node, (cst.Name, cst.Attribute)) else None
+        return self.model.resolver.name(value.module, name, value.scope) if name else None
 
     def _instance_builds_batchnorm(self, instance: tuple[ModuleModel, ClassInfo]) -> bool:
         texts = [code_only(t) for t in self._instance_texts(instance)]
