@@ -97,6 +97,7 @@ class CallGraph:
         self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
         self._chosen: dict[int, list[tuple[ModuleModel, ClassInfo]]] = {}
         self._overrides: dict[tuple[int, str], list[Function]] = {}
+        self._subclasses: dict[tuple[int, str], list[tuple[ModuleModel, ClassInfo]]] = {}
         self._script: list[tuple[ModuleModel, ClassInfo]] | None = None
 
     # --- classes -----------------------------------------------------------------------------
@@ -726,6 +727,27 @@ class CallGraph:
             if override is not None and override != own and override not in found:
                 found.append(override)
         self._overrides[key] = found
+        return found
+
+    def built_subclasses(self, module: ModuleModel, info: ClassInfo) -> list[tuple[ModuleModel, ClassInfo]]:
+        """The project subclasses of a class, defined beside it or named by the linted file, that
+        some known call builds (`TrainerDDP(...)` for `class TrainerDDP(TrainerSingle)` with its
+        own `__init__`): the classes a method of the base may run on besides the base itself."""
+        key = (id(info), "<built subclasses>")
+        found = self._subclasses.get(key)
+        if found is not None:
+            return found
+        found = []
+        beside = [(module, c) for c in module.classes.values() if "." not in c.qualname]
+        for sub_module, sub in beside + self._script_classes():
+            if sub is info or any(sub is c for _, c in found) \
+                    or not any(c[1] is info for c in self.mro(sub_module, sub)[1:]):
+                continue
+            init = sub.methods.get("__init__")
+            if init is not None and self.callers(Function(sub_module, init)):
+                found.append((sub_module, sub))
+        if self.model.reach_complete:
+            self._subclasses[key] = found
         return found
 
     def _script_classes(self) -> list[tuple[ModuleModel, ClassInfo]]:

@@ -58,6 +58,9 @@ class _Graph(Protocol):
                       frame: Frame | None = None) -> list[Value] | None: ...
     def instance_of(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None: ...
     def mro(self, module: ModuleModel, info: ClassInfo) -> list[tuple[ModuleModel, ClassInfo]]: ...
+    def method(self, module: ModuleModel, info: ClassInfo, name: str, after: ClassInfo | None = None
+               ) -> Function | None: ...
+    def built_subclasses(self, module: ModuleModel, info: ClassInfo) -> list[tuple[ModuleModel, ClassInfo]]: ...
     def instances_of(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]: ...
     def member_values(self, instance: tuple[ModuleModel, ClassInfo], made: Value, attr: str, depth: int
                       ) -> list[Value]: ...
@@ -560,6 +563,11 @@ class Values:
                             if not (isinstance(b, Shared) and b.scope.name == "__init__")]
                 if not bindings:
                     return
+            else:
+                # A base-class method run on an instance of a project subclass: `self.attr` is
+                # also what the subclass's own methods left there.
+                for where, binding, bound_in in self._set_by_subclasses(module, owner, scope, name):
+                    yield from self._eval(where, binding, bound_in, None, depth - 1, seen, None)
         if bindings:
             inner_frame = frame if owner is scope else self._frame_for(owner, frame)
             for binding, point in bindings:
@@ -635,6 +643,40 @@ class Values:
                     memo[key] = [(base_module, base.scope)]
                     break
         return memo[key]
+
+    def _set_by_subclasses(self, module: ModuleModel, owner: Scope, scope: Scope, name: str
+                           ) -> list[tuple[ModuleModel, Binding, Scope]]:
+        """What the project subclasses that some call builds assign to `self.attr` (`name`) in
+        their own methods, for a read in the method of the class `owner` around `scope` that
+        those subclasses inherit (`TrainerDDP.__init__` setting `self.valloader` after
+        `super().__init__(...)`, read in `TrainerSingle._run_epoch`). An assignment in the
+        subclass's `__init__` that a later `super().__init__(...)` may replace is left out."""
+        method = scope
+        while method.parent is not None and method.parent is not owner:
+            method = method.parent
+        if method.parent is not owner or method.kind != "function" or method.qualname.endswith(".__init__"):
+            return []  # (the base's constructor reads before the subclass's own assignments)
+        info = next((c for c in module.classes.values() if c.scope is owner), None)
+        if info is None:
+            return []
+        graph = self.model.graph
+        own = Function(module, method.qualname)
+        out: list[tuple[ModuleModel, Binding, Scope]] = []
+        for sub_module, sub in graph.built_subclasses(module, info):
+            if graph.method(sub_module, sub, own.name) != own:
+                continue  # the subclass runs its own override
+            chain = graph.mro(sub_module, sub)
+            below = next((i for i, c in enumerate(chain) if c[1] is info), 0)
+            for class_module, cls in chain[:below]:
+                assigned = cls.scope.assignments.get(name)
+                if not assigned:
+                    continue
+                for binding, _ in _left_by_methods(name, [(b, None) for b in assigned], self._left_memo):
+                    if isinstance(binding, Shared) and binding.scope.qualname.endswith(".__init__") \
+                            and _replaced_by_base_init(class_module, binding):
+                        continue
+                    out.append((class_module, binding, cls.scope))
+        return out
 
     def _set_by_callers(self, module: ModuleModel, name: str, scope: Scope, frame: Frame | None, depth: int
                         ) -> tuple[list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]], bool]:
@@ -1864,6 +1906,18 @@ def _plain_test(test: cst.BaseExpression) -> bool:
 
 # A point after everything a function does, outside its loops and branches.
 _END = Point(1 << 60)
+
+
+def _replaced_by_base_init(module: ModuleModel, binding: Shared) -> bool:
+    """`self.x = ...` in a constructor that may call the base's `__init__` after it (or at a
+    point not known): the base's own assignment may replace it."""
+    own = binding.point
+    for call in module.calls_in(binding.scope.qualname):
+        func = call.node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "__init__":
+            if own is None or call.point is None or call.point.tick > own.tick:
+                return True
+    return False
 
 
 def _left_by_methods(name: str, bindings: list[tuple[Binding, Point | None]],
