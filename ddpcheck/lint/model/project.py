@@ -23,6 +23,7 @@ import os
 import re
 from functools import lru_cache
 from pathlib import Path
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Callable
 
 import libcst as cst
@@ -282,6 +283,7 @@ class Project:
         self._models: dict[Path, tuple[Stamp, ModuleModel | None]] = {}
         self._linted: dict[Path, ModuleModel] = {}
         self._passes: dict[tuple[Path, Callable[[str], bool]], tuple[Stamp, bool]] = {}
+        self._answers: dict[Hashable, tuple[tuple[Stamp, ...], object]] = {}
         # While one file is linted (see hold): each module's size and mtime, read once. Rules
         # ask about every file of the project for each file they lint: a stat per question cost
         # more than the questions.
@@ -330,6 +332,18 @@ class Project:
     def text(self, path: Path) -> str | None:
         """The module's text (None if unreadable or not UTF-8)."""
         return self._text(path)[1]
+
+    def answer(self, key: Hashable, paths: Sequence[Path], compute: Callable[[], bool]) -> bool:
+        """`compute()`, asked once while the texts of `paths` stay as they are: a question about
+        a whole folder (the scripts beside the one linted) that each file linted there would ask
+        again."""
+        stamps = tuple(self._text(path)[0] for path in paths)
+        known = self._answers.get(key)
+        if known is not None and known[0] == stamps:
+            return bool(known[1])
+        result = compute()
+        self._answers[key] = (stamps, result)
+        return result
 
     def passes(self, path: Path, test: Callable[[str], bool]) -> bool:
         """`test(text)` of the module's text, asked once per run and text: rules search every

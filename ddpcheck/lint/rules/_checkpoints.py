@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import libcst as cst
 
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope, Target
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
@@ -116,9 +117,16 @@ def _scripts_call_stripping_loader(model: Model, strips: Strips) -> bool:
     """A script beside the run (an inference tool) hands a model to a project loader defined
     anywhere in the project that reads a checkpoint into it and strips the prefix on the way
     (`load_weights(model, cfg.test.model_path)` of `utils/model_utils.py`, whose body drops a
-    leading `module.`): the project reads its checkpoints back without the prefix."""
-    for path in project_files(model.root.path):
-        if not model.project.passes(path, _calls_a_loader):
+    leading `module.`): the project reads its checkpoints back without the prefix. Asked once
+    per folder of scripts (and prefix test) while their texts stay the same."""
+    files = project_files(model.root.path)
+    return model.project.answer(("scripts_call_stripping_loader", files, strips), files,
+                                lambda: _finds_script_calling_stripping_loader(model, files, strips))
+
+
+def _finds_script_calling_stripping_loader(model: Model, files: Sequence[Path], strips: Strips) -> bool:
+    for path in files:
+        if not model.project.passes(path, _calls_a_loader) or not _imports_a_loader(model, path):
             continue
         module = model.project_model(path)
         if module is None:
@@ -126,6 +134,8 @@ def _scripts_call_stripping_loader(model: Model, strips: Strips) -> bool:
         for site in module.calls:
             if site.scope.class_scope is not None or not site.node.args:
                 continue  # a network's own code loading pretrained parts
+            if not _LOADER_NAME.match((site.dotted or "").rpartition(".")[2]):
+                continue
             for function, bound in model.graph.targets(site):
                 if bound == "" and function.module is not module and _strips_into_parameter(function, strips):
                     return True
@@ -134,10 +144,28 @@ def _scripts_call_stripping_loader(model: Model, strips: Strips) -> bool:
 
 # A call of a project function named for loading (`load_weights(`, `load_checkpoint(`).
 _LOADER_CALL = re.compile(r"\bload_?\w*\s*\((?!\s*\))")
+_LOADER_NAME = re.compile(r"load_?\w*$")
 
 
 def _calls_a_loader(text: str) -> bool:
     return _LOADER_CALL.search(text) is not None
+
+
+# A loader called by its bare name (`load_weights(net, path)`), as `from utils import *` or
+# `from utils.weights import load_weights` brings it.
+_BARE_LOADER_CALL = re.compile(r"(?<![\w.])(load_?\w*)\s*\((?!\s*\))")
+
+
+def _imports_a_loader(model: Model, path: Path) -> bool:
+    """The script calls a loader by a name it imports rather than defines (read from its text
+    and index, before any model of it is built: most scripts beside the run define their own
+    or call none)."""
+    index = model.project.index(path)
+    text = model.project.text(path)
+    if index is None or text is None:
+        return False
+    called = {m.group(1) for m in _BARE_LOADER_CALL.finditer(code_only(text))} - index.functions
+    return bool(called) and (bool(index.stars) or any(name in index.aliases for name in called))
 
 
 def _strips_into_parameter(function: Function, strips: Strips) -> bool:
