@@ -126,7 +126,7 @@ def _scripts_call_stripping_loader(model: Model, strips: Strips) -> bool:
 
 def _finds_script_calling_stripping_loader(model: Model, files: Sequence[Path], strips: Strips) -> bool:
     for path in files:
-        if not model.project.passes(path, _calls_a_loader) or not _imports_a_loader(model, path):
+        if not _imports_a_loader(model, path):
             continue
         module = model.project_model(path)
         if module is None:
@@ -142,18 +142,12 @@ def _finds_script_calling_stripping_loader(model: Model, files: Sequence[Path], 
     return False
 
 
-# A call of a project function named for loading (`load_weights(`, `load_checkpoint(`).
-_LOADER_CALL = re.compile(r"\bload_?\w*\s*\((?!\s*\))")
-_LOADER_NAME = re.compile(r"load_?\w*$")
-
-
-def _calls_a_loader(text: str) -> bool:
-    return _LOADER_CALL.search(text) is not None
-
-
-# A loader called by its bare name (`load_weights(net, path)`), as `from utils import *` or
-# `from utils.weights import load_weights` brings it.
-_BARE_LOADER_CALL = re.compile(r"(?<![\w.])(load_?\w*)\s*\((?!\s*\))")
+# A project function named for loading (`load_weights`, `load_checkpoint`), and a call of one
+# by its bare name with arguments (`load_weights(net, path)`), as `from utils import *` or `from
+# utils.weights import load_weights` brings it.
+_LOADER = r"load_?\w*"
+_LOADER_NAME = re.compile(_LOADER + "$")
+_BARE_LOADER_CALL = re.compile(r"(?<![\w.])(" + _LOADER + r")\s*\((?!\s*\))")
 
 
 def _imports_a_loader(model: Model, path: Path) -> bool:
