@@ -87,7 +87,7 @@ def decode_source(data: bytes, name: str) -> str:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as err:
         # Python imports a module whose comments only are not UTF-8: so is it read here.
-        lenient = comments_only_undecodable(data) if encoding == "utf-8" else None
+        lenient = comments_only_undecodable(data) if encoding in ("utf-8", "utf-8-sig") else None
         if lenient is not None:
             return lenient
         where = f" (byte {data[err.start]:#04x} at offset {err.start})" if isinstance(err, UnicodeDecodeError) else ""
