@@ -70,7 +70,10 @@ class UnreadableFile(Described):
     notification, a JUnit `<error>`, a GitHub `::error` annotation), leaves "All checks passed!"
     out of the summary and exits with status 2 once the other files have been linted. Like a
     syntax error, it says the file is broken for Python too: the interpreter reads source the
-    same way (a PEP 263 `# -*- coding: ... -*-` declaration, else UTF-8).
+    same way (a PEP 263 `# -*- coding: ... -*-` declaration, else UTF-8). A module whose bytes
+    that are not UTF-8 all lie in comments (notes in a legacy code page, GBK or Latin-1) is read,
+    as `import` reads it; `--fix` and `--add-noqa` leave it as it is (writing it would replace
+    those bytes) and say so.
 
     It is not a finding: `--ignore` and `# noqa` do not hide it. A file that is not meant to be
     linted (generated, vendored, another encoding on purpose) is excluded with `--exclude` or

@@ -14,6 +14,7 @@ from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding, ToolError
 from ddpcheck.lint.files import discover
 from ddpcheck.lint.fixes import apply_fixes
+from ddpcheck.lint.source_text import strictly_decodable
 from ddpcheck.lint.runner import (
     LintResult,
     ReadError,
@@ -372,7 +373,13 @@ def _write_preserving(path: Path, text: str) -> None:
     import tokenize
 
     raw = path.read_bytes()
-    encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(raw).readline)
+    except SyntaxError:  # a first line that is not UTF-8, read as such below
+        encoding = "utf-8"
+    if not strictly_decodable(raw, "utf-8" if encoding == "utf-8-sig" else encoding):
+        # Read with the undecodable bytes of its comments replaced: writing would lose them.
+        raise OSError(f"its comments are not valid {encoding}; save the file as UTF-8 to let ddpcheck edit it")
     bom = raw.startswith(b"\xef\xbb\xbf")
     data = text.encode("utf-8" if encoding == "utf-8-sig" else encoding)
     if bom and not data.startswith(b"\xef\xbb\xbf"):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ddpcheck.config import Settings, SettingsResolver
 from ddpcheck.findings import Finding, ToolError
+from ddpcheck.lint.source_text import comments_only_undecodable
 from ddpcheck.tool_codes import InternalError, SyntaxErrorInFile, UnreadableFile, UnusedNoqa
 
 if TYPE_CHECKING:
@@ -85,6 +86,10 @@ def decode_source(data: bytes, name: str) -> str:
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as err:
+        # Python imports a module whose comments only are not UTF-8: so is it read here.
+        lenient = comments_only_undecodable(data) if encoding in ("utf-8", "utf-8-sig") else None
+        if lenient is not None:
+            return lenient
         where = f" (byte {data[err.start]:#04x} at offset {err.start})" if isinstance(err, UnicodeDecodeError) else ""
         raise ReadError(name, f"cannot read: not valid {encoding}{where}; save the file as UTF-8") from None
     return text[1:] if text.startswith("\ufeff") else text
