@@ -25,6 +25,8 @@ _WORLD = WORLD_NAMES
 _EVENS = ("total_size", "num_samples", "pad", "ceil", "[:")
 _MAX_HOPS = 2
 _RANGES = frozenset({"range", "np.arange", "numpy.arange", "torch.arange"})
+# Hugging Face `datasets`' split of a dataset into one share per rank.
+_SPLIT_BY_NODE = "datasets.distributed.split_dataset_by_node"
 
 
 class UnevenInputs(Rule):
@@ -58,7 +60,11 @@ class UnevenInputs(Rule):
     in a data module the script reaches counts when the script trains on the loader), and for a
     loop header `for i in range(rank, len(files), world_size):` whose body back-propagates or
     makes a collective. The world size is read by its value: `ws = dist.get_world_size()` or
-    `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Equal blocks that drop the
+    `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Hugging Face's
+    `split_dataset_by_node(ds, rank=rank, world_size=world_size)` is such a split too (contiguous
+    chunks one row apart in size, or, for a streaming set, whole files or every world-size-th
+    example per rank), reported where it is called, in the script or a project module it
+    reaches, when what it gives reaches a loop that back-propagates. Equal blocks that drop the
     remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even. A training
     loader's project sampler whose `__iter__` keeps its rank's indices (`if idx % self.world_size
     != self.rank: continue`) and that never pads to a total size or counts samples per rank (nor
@@ -196,6 +202,7 @@ class UnevenInputs(Rule):
         resolve = model.resolver_for(root)
         reported: set[int] = set()
         self._reached_strides(reported)
+        self._node_splits()
         for scope, node in _expressions(root):
             for sub in expressions(node):  # (subscripts and calls: the tokens are not read)
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
@@ -256,6 +263,28 @@ class UnevenInputs(Rule):
                             and self._feeds_training(module, scope, set(module.assigned_names(node)), 0):
                         reported.add(id(sub))
                         self.report(sub, self.MESSAGE.format(split=model.text_of(module, sub)), module=module)
+
+    def _node_splits(self) -> None:
+        """`ds = split_dataset_by_node(ds, rank=rank, world_size=world_size)` (Hugging Face
+        `datasets`), in the script or a project module it reaches, when what it gives reaches a
+        loop that back-propagates: a map-style set is cut into contiguous chunks whose sizes
+        differ by one, a streaming one gets whole files per rank (when their number divides by
+        the world size) or every world-size-th example, so the ranks run different numbers of
+        batches."""
+        model = self.model
+        for module in model.paths.modules():
+            source = module.source
+            if "split_dataset_by_node" not in source \
+                    or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+                continue  # a module that truncates evens its shares
+            for site in module.calls:
+                if model.api(site) != _SPLIT_BY_NODE or model.paths.never(site) is not None:
+                    continue
+                names = set(module.assigned_names(site.node))
+                if names and not any("." in n for n in names) \
+                        and self._feeds_training(module, site.scope, names, 0):
+                    self.report(site.node, self.MESSAGE.format(split=model.text_of(module, site.node)),
+                                module=module)
 
     def _rank_filtering_samplers(self) -> None:
         """A training loader whose sampler is a project Sampler that keeps the indices of its
