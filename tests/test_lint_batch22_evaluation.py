@@ -301,3 +301,14 @@ def test_split_dataset_by_node_under_join_is_clean(tmp_path: Path) -> None:
                  split="dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)"),
              "train.py": script}
     assert lines(tmp_path, files, "DDP034", "train.py") == []
+
+
+def test_split_dataset_by_node_with_a_step_cap_is_clean(tmp_path: Path) -> None:
+    # Every rank leaves after the same number of update steps, while the stream lasts.
+    script = STREAM_SCRIPT.replace(
+        "        for batch in loader:\n",
+        "        for step, batch in enumerate(loader):\n            if step >= 1000:\n                break\n")
+    files = {"data.py": STREAM_DATA.format(
+                 split="dataset = split_dataset_by_node(dataset, rank=rank, world_size=world_size)"),
+             "train.py": script}
+    assert lines(tmp_path, files, "DDP034", "train.py") == []

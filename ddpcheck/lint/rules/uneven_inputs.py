@@ -64,7 +64,9 @@ class UnevenInputs(Rule):
     `split_dataset_by_node(ds, rank=rank, world_size=world_size)` is such a split too (contiguous
     chunks one row apart in size, or, for a streaming set, whole files or every world-size-th
     example per rank), reported where it is called, in the script or a project module it
-    reaches, when what it gives reaches a loop that back-propagates. Equal blocks that drop the
+    reaches, when what it gives reaches a loop that back-propagates and that does not stop after
+    a number of steps (`if update_step > args.num_training_steps: break` stops every rank at the
+    same step while the stream lasts). Equal blocks that drop the
     remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even. A training
     loader's project sampler whose `__iter__` keeps its rank's indices (`if idx % self.world_size
     != self.rank: continue`) and that never pads to a total size or counts samples per rank (nor
@@ -282,7 +284,7 @@ class UnevenInputs(Rule):
                     continue
                 names = set(module.assigned_names(site.node))
                 if names and not any("." in n for n in names) \
-                        and self._feeds_training(module, site.scope, names, 0):
+                        and self._feeds_training(module, site.scope, names, 0, uncapped=True):
                     self.report(site.node, self.MESSAGE.format(split=model.text_of(module, site.node)),
                                 module=module)
 
@@ -399,10 +401,13 @@ class UnevenInputs(Rule):
                                         or facts.does(c, "collective"))
                    for c in module.calls)
 
-    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0) -> bool:
+    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0,
+                        uncapped: bool = False) -> bool:
         """Whether what `names` hold reaches a loop that back-propagates: iterated there, or
         through values built from them in `scope` (`df = df.iloc[idx]`, `loader = Loader(df)`),
-        or passed to a project function that does so with its parameter."""
+        or passed to a project function that does so with its parameter. With `uncapped`, a
+        loop that breaks on a count (`if update_step > args.num_training_steps: break`) does not
+        count: every rank stops after the same number of steps."""
         reached = set(names)
         grew = True
         while grew:
@@ -413,7 +418,8 @@ class UnevenInputs(Rule):
                     reached.add(name)
                     grew = True
         for loop in module.fors:
-            if loop.scope is scope and _mentions(loop.node.iter, reached) and self._works_in(module, loop.node):
+            if loop.scope is scope and _mentions(loop.node.iter, reached) and self._works_in(module, loop.node) \
+                    and not (uncapped and _breaks_on_count(loop.node)):
                 return True
         graph = self.model.graph
         for site in module.calls:
@@ -424,7 +430,7 @@ class UnevenInputs(Rule):
             for function, bound in graph.targets(site):
                 params = {p.name for p in function.params()
                           if _passes(graph.argument_for(site, function, p, bound), reached)}
-                if params and self._feeds_training(function.module, function.scope, params, depth + 1, ups):
+                if params and self._feeds_training(function.module, function.scope, params, depth + 1, ups, uncapped):
                     return True
         # Returned to the callers (`return DataLoader(ds, sampler=SubsetRandomSampler(idx))` from
         # a data module's builder): followed where each caller binds the result.
@@ -435,9 +441,24 @@ class UnevenInputs(Rule):
                 taken = set(call.module.assigned_names(call.node)) | {
                     name for name, values in call.scope.assignments.items()
                     if any(isinstance(v, Item) and v.value is call.node for v in values)}
-                if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1):
+                if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1, uncapped):
                     return True
         return False
+
+
+def _breaks_on_count(loop: cst.CSTNode) -> bool:
+    """The loop leaves under a comparison of its own (`if update_step > max_steps: break`), not
+    one of a loop nested in it: it stops after a number of steps, not when the data ends."""
+    stack: list[cst.CSTNode] = list(children(loop))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.If) and isinstance(node.test, cst.Comparison) and any(
+                isinstance(n, cst.Break) for n in subexpressions(node.body)):
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _rank_filter(module: ModuleModel, function: cst.FunctionDef) -> cst.BaseExpression | None:
