@@ -205,12 +205,12 @@ _TRIMS = frozenset({"unique", "narrow", "drop_duplicates", "set", "fromkeys"})
 
 def _trims(scope: cst.CSTNode) -> bool:
     """`scope` cuts rows to a length (`x[:n]`, `x[a:b]`; a cut along a later dimension, `y[:,
-    :n]`, keeps every row), drops repeats (`np.unique`, `set(ids)`) or keys rows by sample
+    :n]`, keeps every row; a literal bound, `str(t)[:2]`, is no set's length), drops repeats (`np.unique`, `set(ids)`) or keys rows by sample
     (`dict(zip(ids, preds))`)."""
     for node in subexpressions(scope):
         if isinstance(node, cst.Subscript) and node.slice and isinstance(node.slice[0].slice, cst.Slice) \
-                and node.slice[0].slice.upper is not None:
-            return True
+                and node.slice[0].slice.upper is not None and not _literal(node.slice[0].slice.upper):
+            return True  # (a literal bound, `text[:2]`, cuts to no set's length)
         if not isinstance(node, cst.Call):
             continue
         name = (dotted(node.func) or "").rsplit(".", 1)[-1]
@@ -286,7 +286,7 @@ class PaddedEvalSampler(Rule):
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
     passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
     `all_reduce` and the predictions it gathers (`all_gather*`, `gather*`) are cut to the set's
-    length (`preds[:len(dataset)]`) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
+    length (`preds[:len(dataset)]`; a literal bound, `f"{t:.3f}"[:4]`, is no set's length) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
     where they are gathered or where the gathering function's result is used, a helper that
     gathers included; gathered rows used whole (`accuracy_score(torch.cat(labels),
     torch.cat(preds))`) and gathered per-rank values that are then averaged

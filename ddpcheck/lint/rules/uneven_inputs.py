@@ -25,6 +25,8 @@ _WORLD = WORLD_NAMES
 _EVENS = ("total_size", "num_samples", "pad", "ceil", "[:")
 _MAX_HOPS = 2
 _RANGES = frozenset({"range", "np.arange", "numpy.arange", "torch.arange"})
+# Hugging Face `datasets`' split of a dataset into one share per rank.
+_SPLIT_BY_NODE = "datasets.distributed.split_dataset_by_node"
 
 
 class UnevenInputs(Rule):
@@ -58,7 +60,13 @@ class UnevenInputs(Rule):
     in a data module the script reaches counts when the script trains on the loader), and for a
     loop header `for i in range(rank, len(files), world_size):` whose body back-propagates or
     makes a collective. The world size is read by its value: `ws = dist.get_world_size()` or
-    `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Equal blocks that drop the
+    `world = int(os.environ["WORLD_SIZE"])` count, whatever the name. Hugging Face's
+    `split_dataset_by_node(ds, rank=rank, world_size=world_size)` is such a split too (contiguous
+    chunks one row apart in size, or, for a streaming set, whole files or every world-size-th
+    example per rank), reported where it is called, in the script or a project module it
+    reaches, when what it gives reaches a loop that back-propagates and that does not stop after
+    a number of steps (`if update_step > args.num_training_steps: break` stops every rank at the
+    same step while the stream lasts). Equal blocks that drop the
     remainder (`per = n // world_size; files[rank * per:(rank + 1) * per]`) are even. A training
     loader's project sampler whose `__iter__` keeps its rank's indices (`if idx % self.world_size
     != self.rank: continue`) and that never pads to a total size or counts samples per rank (nor
@@ -196,6 +204,7 @@ class UnevenInputs(Rule):
         resolve = model.resolver_for(root)
         reported: set[int] = set()
         self._reached_strides(reported)
+        self._node_splits()
         for scope, node in _expressions(root):
             for sub in expressions(node):  # (subscripts and calls: the tokens are not read)
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
@@ -256,6 +265,28 @@ class UnevenInputs(Rule):
                             and self._feeds_training(module, scope, set(module.assigned_names(node)), 0):
                         reported.add(id(sub))
                         self.report(sub, self.MESSAGE.format(split=model.text_of(module, sub)), module=module)
+
+    def _node_splits(self) -> None:
+        """`ds = split_dataset_by_node(ds, rank=rank, world_size=world_size)` (Hugging Face
+        `datasets`), in the script or a project module it reaches, when what it gives reaches a
+        loop that back-propagates: a map-style set is cut into contiguous chunks whose sizes
+        differ by one, a streaming one gets whole files per rank (when their number divides by
+        the world size) or every world-size-th example, so the ranks run different numbers of
+        batches."""
+        model = self.model
+        for module in model.paths.modules():
+            source = module.source
+            if "split_dataset_by_node" not in source \
+                    or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+                continue  # a module that truncates evens its shares
+            for site in module.calls:
+                if model.api(site) != _SPLIT_BY_NODE or model.paths.never(site) is not None:
+                    continue
+                names = set(module.assigned_names(site.node))
+                if names and not any("." in n for n in names) \
+                        and self._feeds_training(module, site.scope, names, 0, uncapped=True):
+                    self.report(site.node, self.MESSAGE.format(split=model.text_of(module, site.node)),
+                                module=module)
 
     def _rank_filtering_samplers(self) -> None:
         """A training loader whose sampler is a project Sampler that keeps the indices of its
@@ -370,10 +401,13 @@ class UnevenInputs(Rule):
                                         or facts.does(c, "collective"))
                    for c in module.calls)
 
-    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0) -> bool:
+    def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0,
+                        uncapped: bool = False) -> bool:
         """Whether what `names` hold reaches a loop that back-propagates: iterated there, or
         through values built from them in `scope` (`df = df.iloc[idx]`, `loader = Loader(df)`),
-        or passed to a project function that does so with its parameter."""
+        or passed to a project function that does so with its parameter. With `uncapped`, a
+        loop that breaks on a count (`if update_step > args.num_training_steps: break`) does not
+        count: every rank stops after the same number of steps."""
         reached = set(names)
         grew = True
         while grew:
@@ -384,7 +418,8 @@ class UnevenInputs(Rule):
                     reached.add(name)
                     grew = True
         for loop in module.fors:
-            if loop.scope is scope and _mentions(loop.node.iter, reached) and self._works_in(module, loop.node):
+            if loop.scope is scope and _mentions(loop.node.iter, reached) and self._works_in(module, loop.node) \
+                    and not (uncapped and _breaks_on_count(loop.node)):
                 return True
         graph = self.model.graph
         for site in module.calls:
@@ -395,7 +430,7 @@ class UnevenInputs(Rule):
             for function, bound in graph.targets(site):
                 params = {p.name for p in function.params()
                           if _passes(graph.argument_for(site, function, p, bound), reached)}
-                if params and self._feeds_training(function.module, function.scope, params, depth + 1, ups):
+                if params and self._feeds_training(function.module, function.scope, params, depth + 1, ups, uncapped):
                     return True
         # Returned to the callers (`return DataLoader(ds, sampler=SubsetRandomSampler(idx))` from
         # a data module's builder): followed where each caller binds the result.
@@ -406,9 +441,24 @@ class UnevenInputs(Rule):
                 taken = set(call.module.assigned_names(call.node)) | {
                     name for name, values in call.scope.assignments.items()
                     if any(isinstance(v, Item) and v.value is call.node for v in values)}
-                if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1):
+                if taken and self._feeds_training(call.module, call.scope, taken, depth, ups + 1, uncapped):
                     return True
         return False
+
+
+def _breaks_on_count(loop: cst.CSTNode) -> bool:
+    """The loop leaves under a comparison of its own (`if update_step > max_steps: break`), not
+    one of a loop nested in it: it stops after a number of steps, not when the data ends."""
+    stack: list[cst.CSTNode] = list(children(loop))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.For, cst.While, cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.If) and isinstance(node.test, cst.Comparison) and any(
+                isinstance(n, cst.Break) for n in subexpressions(node.body)):
+            return True
+        stack.extend(children(node))
+    return False
 
 
 def _rank_filter(module: ModuleModel, function: cst.FunctionDef) -> cst.BaseExpression | None:

@@ -60,7 +60,9 @@ class UnreducedShardMetric(Rule):
     back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
     method makes no collective —, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
-    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`). A
+    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`;
+    nor when it computes a value from them that is bound to a name, making no collective:
+    `loss_dict = aggregate_loss_dict(per_batch_dicts)` is followed like `acc = correct / total`). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
     counters clears them, an all-reduce of the loss alone leaves the accuracy counted beside it
     unreduced, a barrier reduces nothing, and a project function that makes collectives
@@ -309,6 +311,9 @@ class UnreducedShardMetric(Rule):
             # only reads its sums back.)
             handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)
                       and not (s.receiver_name in counters and not model.facts.does(s, "collective"))]
+            # (A helper that computes a value from them and reports nothing hands them on in
+            # what it returns: that is followed, not the call.)
+            handed = [s for s in handed if not self._transforms(root, s) or self._reports_handed(s, loop, counters)]
             # Counters handed to a project function may be reduced or kept there, unless it
             # reports what it is handed (`writer.test_logging(total_loss, step)` → add_scalar;
             # `best = log_and_save(model, writer, epoch, val_loss, best)`, which writes `val_loss`).
@@ -685,6 +690,18 @@ class UnreducedShardMetric(Rule):
             if self.model.makes(site, api.DATALOADER) and feed(self.model, site) is not None or self._hand_sharded(site):
                 return True
         return False
+
+    def _transforms(self, root: ModuleModel, site: CallSite) -> bool:
+        """`site` computes a value from what it is handed and binds it to a name (`loss_dict =
+        aggregate_loss_dict(agg_loss_dict)`, averaging a list of per-batch dicts): every project
+        function it may run returns a value and makes no collective, so the result is as much
+        one rank's as the counters it was made from (and is followed like `acc = correct /
+        total`)."""
+        targets = self.model.graph.targets(site)
+        if not targets or self.model.facts.does(site, "collective") or not root.assigned_names(site.node):
+            return False
+        return all(_returns(function.node) and all(r.value is not None for r in _returns(function.node))
+                   for function, _ in targets)
 
     def _logs_only(self, site: CallSite) -> bool:
         """Every project function `site` may run reports something and returns nothing."""
