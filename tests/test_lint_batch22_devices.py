@@ -199,14 +199,20 @@ WRAPPER = """\
 """
 
 
-def rank_in_local_rank(variable: str) -> dict[str, str]:
-    return {"train.py": RANK_IN_LOCAL_RANK.format(variable=variable), "nets/__init__.py": "",
-            "nets/wrapper.py": WRAPPER}
+def rank_in_local_rank(variable: str, script_device: str = "args.local_rank") -> dict[str, str]:
+    script = RANK_IN_LOCAL_RANK.format(variable=variable).replace("format(args.local_rank)", f"format({script_device})")
+    return {"train.py": script, "nets/__init__.py": "", "nets/wrapper.py": WRAPPER}
 
 
 def test_global_rank_in_local_rank_attribute(tmp_path: Path) -> None:
-    # One finding in each file that takes the device from it: each has its own fix.
-    assert lines(tmp_path, rank_in_local_rank("RANK"), "DDP007") == [("train.py", 22), ("wrapper.py", 8)]
+    # One finding for the value (its other uses as a device are counted in the message).
+    assert lines(tmp_path, rank_in_local_rank("RANK"), "DDP007") == [("train.py", 22)]
+
+
+def test_global_rank_in_local_rank_attribute_read_two_calls_down(tmp_path: Path) -> None:
+    # The script's own device is the local rank; the model class two calls below the set-up takes
+    # the global one from `args.local_rank`.
+    assert lines(tmp_path, rank_in_local_rank("RANK", "args.gpu"), "DDP007") == [("wrapper.py", 8)]
 
 
 def test_local_rank_in_local_rank_attribute(tmp_path: Path) -> None:

@@ -798,18 +798,6 @@ class Values:
                     yield from self._eval(value.module, value.node, value.scope, value.frame, depth - 1, seen, value.at)
                 if found:
                     return
-        holder = _holder(base) if depth > 0 else None
-        if holder is not None and not (isinstance(node.value, cst.Name) and node.value.value == holder
-                                       and base.scope is scope):
-            # `self.args = args` (or `config=self.args` handed on), then `self.args.local_rank`:
-            # the object is the one a name held where it was made, and a project function that
-            # name was passed to (`init_distributed_mode(args)`) set the attribute on it.
-            written = self.model.graph.attribute_writes(
-                base.module, cst.Attribute(cst.Name(holder), node.attr), base.scope, base.frame, None)
-            for where, binding, owner, inner_frame, point in written:
-                yield from self._eval(where, binding, owner, inner_frame, depth - 1, seen, point)
-            if any(point is not None and not point.guards and not point.loops for *_, point in written):
-                return  # set on every path through the callee
         yield Value(module, node, scope, frame, at)
 
     @staticmethod
@@ -1648,20 +1636,6 @@ class Values:
                 if len(out) >= MAX_LEAVES:
                     return out
         return out
-
-
-def _holder(value: Value) -> str | None:
-    """The plain name that `value` (an object made by a call, or a parameter) was bound to in its
-    own scope, where there is one: `args` of `args = parse_args()`."""
-    node = value.node
-    if isinstance(node, Param):
-        return node.name
-    if not isinstance(node, cst.Call):
-        return None
-    for name, bound in value.scope.assignments.items():
-        if "." not in name and any(b is node for b in bound):
-            return name
-    return None
 
 
 def _merged_parts(node: Leaf) -> list[tuple[cst.BaseExpression, str | None]] | None:

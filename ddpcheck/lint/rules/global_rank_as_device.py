@@ -186,21 +186,19 @@ class GlobalRankAsDevice(Rule):
         model = self.model
         if model.on_one_machine():
             return  # an mp.spawn job that meets on localhost: the global rank is the local one
-        # The read of the rank (a leaf node, unique across modules) and the module that uses it
-        # -> the leaf and its uses there, each with the device string the rank was built into
-        # in a variable first (`dev = f"cuda:{rank}"`), if any.
+        # The read of the rank (a leaf node, unique across modules) -> the leaf and its uses,
+        # each with the device string the rank was built into in a variable first (`dev =
+        # f"cuda:{rank}"`), if any.
         Use = tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str, "Value | None"]
-        uses: dict[tuple[int, int], tuple[Value, list[Use]]] = {}
+        uses: dict[int, tuple[Value, list[Use]]] = {}
         for site in model.paths.sites():
             for index in self._device_indices(site):
                 for expr in _index_values(index):
                     found = self._origin(site, expr)
                     if found:
                         source, origin, text = found
-                        key = (id(origin.node), id(site.module))
-                        uses.setdefault(key, (origin, []))[1].append((site, index, expr, source, text))
+                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source, text))
                         break
-        done: set[int] = set()
         for origin, group in uses.values():
             # Shown where the value is read and first used (its own function), not wherever the
             # walk met it first.
@@ -218,9 +216,6 @@ class GlobalRankAsDevice(Rule):
             elif isinstance(expr, cst.Name) and _DEVICE_NAME.search(expr.value) and isinstance(origin.node, cst.CSTNode):
                 # `gpu_id = dist.get_rank()`: the rank becomes a device where the name is bound.
                 where, module = origin.node, origin.module
-            if id(where) in done:
-                continue  # (another module's uses that lead back to the same place)
-            done.add(id(where))
             self.report(where, message, module=module, related=model.paths.chain(site))
 
     def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value, Value | None] | None:
