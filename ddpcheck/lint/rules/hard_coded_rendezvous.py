@@ -143,7 +143,9 @@ class HardCodedRendezvous(Rule):
     (the else of the `if` that sets up the process group), and a one-process group's own
     `init_method="tcp://127.0.0.1:29500"` there (`is_ddp = world_size > 1`, then
     `if is_ddp: init_process_group("nccl")` / `else: init_process_group("gloo", init_method=...)`),
-    `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
+    `os.environ.setdefault(...)` (it keeps what the launcher set), writes in a top-level function
+    of the script that nothing calls or names (`def run_local(rank, world_size):` left for an
+    `mp.spawn` the `__main__` block no longer makes; not a decorated command of a CLI framework), writes under an `if` that
     tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
     another way of starting; but the `else` of `if "SLURM_NODELIST" in os.environ:` is the path
     torchrun's runs take, and a literal there is reported), and scripts that start their own
