@@ -197,8 +197,8 @@ class GlobalRankAsDevice(Rule):
                 for expr in _index_values(index):
                     found = self._origin(site, expr)
                     if found:
-                        source, origin, text = found
-                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source, text))
+                        source, origin, built = found
+                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source, built))
                         break
         for origin, group in uses.values():
             # Shown where the value is read and first used (its own function), not wherever the
