@@ -502,7 +502,7 @@ class CallGraph:
 
     # --- attributes set on arguments ------------------------------------------------------------
     def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
-                         at: Point | None, depth: int = 2
+                         at: Point | None, depth: int = 3
                          ) -> list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]]:
         """What `name.attr` holds when a project function the name was passed to set it:
         `init_distributed_mode(args)` assigning `args.rank = int(os.environ["RANK"])`, then

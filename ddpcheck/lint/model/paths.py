@@ -79,6 +79,8 @@ _RANK_ZERO_DECORATOR = re.compile(
     r"^(rank_?(0|zero)_only|master_only|main_process_only|main_only|on_main_process|on_local_main_process"
     r"|on_rank_?(0|zero)|only_on_(main|master)(_process)?)$"
 )
+# Code that calls the file's functions by name: `fire.Fire()`, `globals()[args.func]`.
+_BY_NAME = re.compile(r"\bFire\(\s*\)|\b(globals|locals|vars)\(\s*\)\s*(\[|\.get\b)")
 _ENTRY_NAME = re.compile(r"^(main|main_worker|worker|run|train|fit|.*_main|main_.*|.*_worker)$")
 _MAX_LOOP_CALLERS = 8  # callers followed per function when looking for a loop around it
 
@@ -821,19 +823,43 @@ class Paths:
         block), that nothing calls or names (a helper left over, `def reduce_mean(t, n): ...`
         never used): it never runs. A file without a `__main__` block may be imported: unknown."""
         function = self.function_of(site)
-        if function is None or function.module is not self.model.root or not function.module.main_guards \
+        return function is not None and self.uncalled_function(function)
+
+    def uncalled_function(self, function: Function) -> bool:
+        """`function` is a top-level function of the linted script that nothing calls or names
+        (see `uncalled`). One that sets up the process group or wraps the model is still taken
+        to run where something outside the file's code may call it: it is decorated
+        (`@app.command()`), the file hands its functions out by name (`fire.Fire()`,
+        `globals()[name]`), or another project module imports the file. Otherwise it is a
+        set-up left beside the one the run uses (`def run_local(rank, world_size):` writing
+        MASTER_ADDR for an `mp.spawn` the `__main__` block no longer makes)."""
+        if function.module is not self.model.root or not function.module.main_guards \
                 or function.owner is not None or "." in function.qualname:
             return False
         # The same answer for every call in the function (once the reach is complete, as callers' is).
         key = (id(function.module), function.qualname)
         found = self._uncalled.get(key)
         if found is None:
-            found = not self._is_entry(function) and not self.model.graph.callers(function) and len(
+            found = not self._runs_unnamed(function) and not self.model.graph.callers(function) and len(
                 re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
             ) == 1  # its own `def` only
             if self.model.reach_complete:
                 self._uncalled[key] = found
         return found
+
+    def _runs_unnamed(self, function: Function) -> bool:
+        """`function`, named nowhere in the script's code, may still run (see uncalled_function)."""
+        if not self._is_entry(function):
+            return False
+        if _ENTRY_NAME.match(function.name) or function.module.decorators.get(function.qualname):
+            return True
+        code = code_only(function.module.source)
+        if _BY_NAME.search(code):
+            return True
+        facts = self.model.facts.of_scope(function.module, function.qualname)
+        if "init_process_group" not in facts and "ddp_wrap" not in facts:
+            return True  # (an entry for another reason: a spawn target)
+        return self._script_imported()
 
     def unused_method(self, function: Function) -> bool:
         """`function` is a method of a plain class of the linted script (`class Fitter:` with

@@ -304,12 +304,17 @@ class Model:
                         c.scope is function.scope and self.api(c) == api.INIT_PROCESS_GROUP
                         for c in function.module.calls):
                     places.append((function.module, function.node, function.scope))
+        # A function of the file that nothing calls or names (a `run_local` set-up left beside
+        # the launcher's path) never runs: neither its writes nor its process group count.
+        unrun = {id(a.node) for a in root.env if a.written and a.key == "MASTER_ADDR"
+                 and a.scope.function is not None and self.paths.uncalled_function(
+                     Function(root, a.scope.function.qualname))}
         if self.torchrun_path or not any(self.facts.does(c, "spawn") for c in root.calls):
             # Started by a launcher (torchrun, srun): one machine only where the file (or the
             # helper that sets up the group) overwrites the rendezvous address on every path
             # (`os.environ["MASTER_ADDR"] = "localhost"` with no condition), so ranks on a second
             # machine would never meet the first.
-            written = [[a for a in module.env if a.written and a.key == "MASTER_ADDR"
+            written = [[a for a in module.env if a.written and a.key == "MASTER_ADDR" and id(a.node) not in unrun
                         and (scope is None or a.scope is scope)] for module, _, scope in places]
             if any(a.guards for writes in written for a in writes):
                 return False
@@ -322,10 +327,11 @@ class Model:
                     target = node.targets[0].target
                     if isinstance(target, cst.Subscript) and (dotted(target.value) or "").endswith("environ") \
                             and len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) \
-                            and string_text(target.slice[0].slice.value) == "MASTER_ADDR":
+                            and string_text(target.slice[0].slice.value) == "MASTER_ADDR" \
+                            and id(target) not in unrun:
                         addresses.append(node.value)
         for site in [c for module, _, scope in places for c in module.calls
-                     if module is root or c.scope is scope]:
+                     if (module is root or c.scope is scope) and not (module is root and self.paths.uncalled(c))]:
             if self.api(site) == api.INIT_PROCESS_GROUP:
                 method = site.arg("init_method", 1)
                 if method is not None and not isinstance(method, cst.SimpleString):

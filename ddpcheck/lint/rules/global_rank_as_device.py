@@ -36,7 +36,8 @@ class GlobalRankAsDevice(Rule):
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
     `device_ids=[x]` (also a list held in a local name, `device_ids = [rank] if
     torch.cuda.is_available() else None`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
-    or a `f"cuda:{x}"` string — is `dist.get_rank()`, the `RANK` environment variable, an MPI
+    or a `f"cuda:{x}"` string (also one built in a variable first, `dev = f"cuda:{rank}"`, then
+    `torch.device(dev)`: reported where the string is built) — is `dist.get_rank()`, the `RANK` environment variable, an MPI
     job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
     set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
     `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`), a field of
@@ -186,40 +187,69 @@ class GlobalRankAsDevice(Rule):
         model = self.model
         if model.on_one_machine():
             return  # an mp.spawn job that meets on localhost: the global rank is the local one
-        # The read of the rank (a leaf node, unique across modules) -> the leaf and its uses.
-        uses: dict[int, tuple[Value, list[tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str]]]] = {}
+        # The read of the rank (a leaf node, unique across modules) -> the leaf and its uses,
+        # each with the device string the rank was built into in a variable first (`dev =
+        # f"cuda:{rank}"`), if any.
+        Use = tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str, "Value | None"]
+        uses: dict[int, tuple[Value, list[Use]]] = {}
         for site in model.paths.sites():
             for index in self._device_indices(site):
                 for expr in _index_values(index):
                     found = self._origin(site, expr)
                     if found:
-                        source, origin = found
-                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source))
+                        source, origin, built = found
+                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source, built))
                         break
         for origin, group in uses.values():
             # Shown where the value is read and first used (its own function), not wherever the
             # walk met it first.
             group.sort(key=lambda use: (use[0].module is not origin.module, use[0].scope is not origin.scope))
-            site, index, expr, source = group[0]
+            site, index, expr, source, text_value = group[0]
             text = " ".join(site.module.code(expr).split())
             message = (self.MODULO_MESSAGE if "%" in source else self.MESSAGE).format(index=text, source=source)
-            more = len({id(i) for _, i, _, _ in group[1:]} - {id(index)})
+            more = len({id(use[1]) for use in group[1:]} - {id(index)})
             if more:
                 message += f" (the same value is the device in {more} more place{'s' if more > 1 else ''})"
             where, module = index, site.module
-            if isinstance(expr, cst.Name) and _DEVICE_NAME.search(expr.value) and isinstance(origin.node, cst.CSTNode):
+            if text_value is not None and isinstance(text_value.node, cst.CSTNode):
+                # `dev = f"cuda:{rank}"`: the rank becomes a device where the string is built.
+                where, module = text_value.node, text_value.module
+            elif isinstance(expr, cst.Name) and _DEVICE_NAME.search(expr.value) and isinstance(origin.node, cst.CSTNode):
                 # `gpu_id = dist.get_rank()`: the rank becomes a device where the name is bound.
                 where, module = origin.node, origin.module
             self.report(where, message, module=module, related=model.paths.chain(site))
 
-    def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value] | None:
+    def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value, Value | None] | None:
         for value in self.model.values.at_call(site, expr):
-            found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
-                or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value)
-            if found and _fallback_without_local_rank(value, found[0]):
-                continue  # read only where the launcher gave no local rank (see below)
+            found = self._rank_in(value)
             if found:
-                return found
+                return found[0], found[1], None
+            found = self._in_device_text(value)
+            if found:
+                return found[0], found[1], value
+        return None
+
+    def _rank_in(self, value: Value) -> tuple[str, Value] | None:
+        found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
+            or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value)
+        if found and _fallback_without_local_rank(value, found[0]):
+            return None  # read only where the launcher gave no local rank (see below)
+        return found
+
+    def _in_device_text(self, value: Value) -> tuple[str, Value] | None:
+        """A device string built in a variable first (`dev = f"cuda:{rank}"`, then
+        `torch.device(dev)`): the GPU number inside it."""
+        node = value.node
+        if not isinstance(node, (cst.FormattedString, cst.BinaryOperation, cst.Call)):
+            return None
+        inner = _index_values(node)
+        if any(e is node for e in inner):
+            return None  # not a device string (`rank + offset` is read as any index is)
+        for expr in inner:
+            for held in self.model.values.of(value.module, expr, value.scope, value.frame, at=value.at):
+                found = self._rank_in(held)
+                if found:
+                    return found
         return None
 
     def _composed_rank(self, value: Value) -> tuple[str, Value] | None:

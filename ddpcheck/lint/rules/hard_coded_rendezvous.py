@@ -143,7 +143,9 @@ class HardCodedRendezvous(Rule):
     (the else of the `if` that sets up the process group), and a one-process group's own
     `init_method="tcp://127.0.0.1:29500"` there (`is_ddp = world_size > 1`, then
     `if is_ddp: init_process_group("nccl")` / `else: init_process_group("gloo", init_method=...)`),
-    `os.environ.setdefault(...)` (it keeps what the launcher set), writes under an `if` that
+    `os.environ.setdefault(...)` (it keeps what the launcher set), writes in a top-level function
+    of the script that nothing calls or names (`def run_local(rank, world_size):` left for an
+    `mp.spawn` the `__main__` block no longer makes; not a decorated command of a CLI framework), writes under an `if` that
     tests the environment or the launcher (`if args.launcher == "slurm":`, a fallback for
     another way of starting; but the `else` of `if "SLURM_NODELIST" in os.environ:` is the path
     torchrun's runs take, and a literal there is reported), and scripts that start their own
@@ -358,10 +360,15 @@ class HardCodedRendezvous(Rule):
     def _single_process_only(self, target: cst.Subscript) -> bool:
         """The write runs only where the run is not distributed (`else:` of the `if` that sets
         up the process group, under `if not args.distributed:`): no launcher's value is there
-        to override."""
+        to override. Nor does a write in a function of the script that nothing calls or names
+        (a `run_local()` left for an `mp.spawn` the `__main__` block no longer makes) override
+        anything: it never runs."""
         root = self.model.root
         for access in root.env:
             if access.node is target:
+                function = access.scope.function
+                if function is not None and self.model.paths.uncalled_function(Function(root, function.qualname)):
+                    return True
                 return any(self.model.paths.kind(root, g, access.scope) == "single" for g in access.guards)
         return False
 
@@ -399,7 +406,7 @@ class HardCodedRendezvous(Rule):
                 )
         entry = None
         for call in root.calls:
-            if model.api(call) != api.INIT_PROCESS_GROUP:
+            if model.api(call) != api.INIT_PROCESS_GROUP or model.paths.uncalled(call):
                 continue
             method = call.arg("init_method")
             url = self._literal_url(call, method) if method is not None else None
