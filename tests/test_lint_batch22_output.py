@@ -252,3 +252,47 @@ def test_same_fit_made_once_before_training_is_reported(tmp_path: Path) -> None:
     files = {"align.py": ALIGN,
              "train.py": ALIGN_SCRIPT.format(before="shift = align(data.cuda(), lr=0.01)", inside="pass")}
     assert lines(tmp_path, files, "DDP004") == [("train.py", 21)]
+
+
+LAZY_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Trainer:
+        def __init__(self, model, loader):
+            self.model = model
+            self.loader = loader
+            self.optimizer = None
+
+        def fit(self, epochs):
+            for epoch in range(epochs):
+                for x in self.loader:
+                    if self.optimizer is None:
+                        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+                    loss = self.model(x.cuda()).sum()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+
+
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(3, 3).cuda(), device_ids=[local_rank])
+        data = torch.randn(64, 3)
+        Trainer(model, DataLoader(data, batch_size=4, sampler=DistributedSampler(data))).fit(5)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_optimizer_made_at_the_first_step_and_kept_is_reported(tmp_path: Path) -> None:
+    # Built inside the loop over batches but kept on the trainer: made once, then trained with.
+    assert lines(tmp_path, {"train.py": LAZY_SCRIPT}, "DDP004") == [("train.py", 17)]

@@ -457,7 +457,17 @@ defines no function or class, only values),
         or in a project function called from such a loop, directly or through a few calls
         (`for batch in loader: scene.align(lr=0.01)` where `align` builds an Adam over the
         scene's own parameters and runs its steps). It fits something of that batch alone, a
-        step the other ranks never share, so the global batch says nothing about its rate."""
+        step the other ranks never share, so the global batch says nothing about its rate. Only
+        an optimizer bound to a local name of its function and not returned: one kept on an
+        object or handed back may be made once, at the first step, and trained with after."""
+        scope = site.scope
+        if scope.kind != "function":
+            return False
+        local = [n for n, bound in scope.assignments.items() if "." not in n and any(b is site.node for b in bound)]
+        returned = site.module.returns.get(scope.qualname, [])
+        if not local or any(isinstance(sub, cst.Name) and sub.value in local
+                            for r in returned for sub in subexpressions(r)):
+            return False  # kept or handed back (`self.optimizer = ...` made at the first step): made once
         graph, paths = self.model.graph, self.model.paths
         frontier = [site]
         seen: set[int] = set()
