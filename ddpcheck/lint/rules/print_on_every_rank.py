@@ -39,6 +39,8 @@ _FILE_HANDLER = re.compile(r"(?:^|\.)\w*FileHandler$")
 _CONSOLE_HANDLER = re.compile(r"(?:^|\.)(?:StreamHandler|RichHandler|TqdmLoggingHandler)$")
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
+# Calls that name the process a message comes from, which tells the ranks' lines apart as the rank does.
+_PROCESS_IDS = frozenset({"os.getpid", "multiprocessing.current_process", "torch.multiprocessing.current_process"})
 # A message that names the process rank: not a retrieval metric's rank (`"CMC curve, Rank-{:<3}"`,
 # `"Rank@1"`, `rank-5 accuracy`), which names a position in a result list.
 _RANK_NAMED = re.compile(r"rank(?!-?\s*[-@]\s*(?:\d|\{))", re.I)
@@ -63,8 +65,9 @@ class PrintOnEveryRank(Rule):
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there. One
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
-    checkpoint and says so — is reported at its output: a guard around its call would change
-    what the other ranks do.
+    checkpoint and says so, runs the evaluation it was handed and prints the score (an
+    epoch-end validation callback) — is reported at its output: a guard around its call would
+    change what the other ranks do.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -97,7 +100,8 @@ class PrintOnEveryRank(Rule):
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
     variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
-    result list, not the process —, or a value that is the rank under another name:
+    result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, or a value
+    that is the rank under another name:
     `template.format(self.gpu_id, loss)`; for output in a function called from the loop, the
     rank the caller passes counts only where it fills a parameter the output names, directly or
     through the value it prints: `evaluate(rank=rank, ...)` that prints `f"Evaluating {name}"`
@@ -105,8 +109,8 @@ class PrintOnEveryRank(Rule):
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
-    at one value of the loop variable (`if epoch == start_epoch:`, or an `and` that fixes every loop around the call:
-    `if epoch == start_epoch and i == 0:`) or of a step counter no loop resets (`if self.step == 0:`
+    at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
+    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
     os.path.exists(path): print("Downloading ...")`: the file is there the next time); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
@@ -564,12 +568,17 @@ class PrintOnEveryRank(Rule):
 
     def _changes_state(self, function: Function) -> bool:
         """The function does more than write to the console: it saves a file with `torch.save`
-        (itself or through a call), or writes entries of an object it did not make (`for group
-        in optimizer.param_groups: group["lr"] = lr`). Not a printer (`display()`), which only
-        formats and prints."""
+        (itself or through a call), writes entries of an object it did not make (`for group
+        in optimizer.param_groups: group["lr"] = lr`), or runs a project function that trains or
+        evaluates (an epoch-end validation callback that calls the evaluation it was given, then
+        prints the score). Not a printer (`display()`), which only formats and prints."""
         module, scope = function.module, function.scope
         facts = self.model.facts
-        if any("save" in facts.of_call(call) for call in module.calls_in(function.qualname)):
+        calls = module.calls_in(function.qualname)
+        if any("save" in facts.of_call(call) for call in calls):
+            return True
+        if any(bound not in ("spawn", "process") and self.loops.does_work(callee)
+               for call in calls for callee, bound in self.model.graph.targets(call)):
             return True
         for name in scope.updates:
             if "." in name:
@@ -733,7 +742,11 @@ class PrintOnEveryRank(Rule):
             return False
         if any(_makes_missing_file(g) for g in site.guards):
             return True
-        counters = {n for loop in site.loops if isinstance(loop, cst.For) for n in _names(loop.target)}
+        # Only the variables of training or evaluation loops count: one value of a loop over
+        # metric names (`for n, v in zip(names, values): if n == "Acc": print(...)`) is printed
+        # at every epoch all the same.
+        work = self.loops.work_loops(site)
+        counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)}
         if counters and any(_pins(g, counters) for g in site.guards):
             return True
         if any(_pins_counter(site, g) for g in site.guards):
@@ -741,8 +754,8 @@ class PrintOnEveryRank(Rule):
         # `if epoch == start_epoch and i == 0:` pins every loop around the call: one step in all.
         # (`if verbose and i == 0:` pins the step loop only: once per epoch, still repeated.)
         pinned = {n for g in site.guards if not g.negated for n in _pinned_in_and(g.test, counters)}
-        if pinned and site.loops and all(isinstance(loop, cst.For) and _names(loop.target) & pinned
-                                         for loop in site.loops):
+        if pinned and work and all(isinstance(loop, cst.For) and _names(loop.target) & pinned
+                                   for loop in work):
             return True
         guard = site.guards[-1]
         node = guard.node
@@ -918,8 +931,9 @@ class PrintOnEveryRank(Rule):
             if _RANK_NAMED.search(module.code(arg.value)):
                 return True
             if any(isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
+                   or isinstance(sub, cst.Call) and resolve(sub.func) in _PROCESS_IDS
                    for sub in subexpressions(arg.value)):
-                return True
+                return True  # (`f"[MEM-{os.getpid()}] ..."`: tagged with the process, as good as the rank)
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
                     node = bound.node.value if isinstance(bound, Augmented) else bound

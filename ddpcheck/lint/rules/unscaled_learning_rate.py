@@ -16,6 +16,7 @@ from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scop
 from ddpcheck.lint.model.syntax import dotted, expressions, inner_children, subexpressions
 from ddpcheck.lint.model.values import Frame, Leaf, Value
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._loops import Loops
 from ddpcheck.lint.traverse import NO_STATEMENTS
 
 # A batch size or accumulation count divided by the number of ranks (`grad_accum //= world_size`,
@@ -88,6 +89,10 @@ defines no function or class, only values),
     nor an optimizer bound to a local name that nothing reads in a function that runs backward
     passes (`optimizer = SGD(model.parameters(), lr=0.1)` in a benchmark that only times
     `loss.backward()`): it is never stepped, so no rate is applied,
+    nor an optimizer made anew for each batch of a DataLoader, in the loop over it or in a
+    project function called from there (`for batch in loader: scene.align(lr=0.01)` where
+    `align` fits the scene's own parameters with an Adam of its own): it fits that batch alone,
+    on one rank, and the global batch says nothing about its rate,
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
@@ -214,6 +219,7 @@ defines no function or class, only values),
             return
         if any(self._splits_steps_by_rank(m) for m in modules.values()):
             return
+        self._loops = Loops(model)
         reported: set[int] = set()  # the optimizers reported
         found: dict[CallSite, tuple[cst.CSTNode, list[Value]]] = {}
         for site in sites:
@@ -229,6 +235,8 @@ defines no function or class, only values),
                 continue  # the function trains without it (never stepped): its rate is applied to nothing
             if self._group_rates(site, sites):
                 continue  # one finding per optimizer: its rates share the one cause
+            if self._built_per_batch(site):
+                continue  # a fit of its own for each batch (a test-time or alignment optimizer)
             if lr is not None:
                 values = model.values.at_call(site, lr)
             else:  # `Opt(params, **optimizer_args)`: the rate, if any, is an entry of the dict
@@ -442,6 +450,43 @@ defines no function or class, only values),
             held = site.arg("optimizer", 0)
             if held is not None and any(v.node is optimizer.node for v in self.model.values.at_call(site, held)):
                 return True
+        return False
+
+    def _built_per_batch(self, site: CallSite) -> bool:
+        """The optimizer is made anew for each batch of a DataLoader: built in a loop over one,
+        or in a project function called from such a loop, directly or through a few calls
+        (`for batch in loader: scene.align(lr=0.01)` where `align` builds an Adam over the
+        scene's own parameters and runs its steps). It fits something of that batch alone, a
+        step the other ranks never share, so the global batch says nothing about its rate. Only
+        an optimizer bound to a local name of its function and not returned: one kept on an
+        object or handed back may be made once, at the first step, and trained with after."""
+        scope = site.scope
+        if scope.kind != "function":
+            return False
+        local = [n for n, bound in scope.assignments.items() if "." not in n and any(b is site.node for b in bound)]
+        returned = site.module.returns.get(scope.qualname, [])
+        if not local or any(isinstance(sub, cst.Name) and sub.value in local
+                            for r in returned for sub in subexpressions(r)):
+            return False  # kept or handed back (`self.optimizer = ...` made at the first step): made once
+        graph, paths = self.model.graph, self.model.paths
+        frontier = [site]
+        seen: set[int] = set()
+        for _ in range(_DEPTH):
+            above: list[CallSite] = []
+            for call in frontier:
+                if id(call.node) in seen:
+                    continue
+                seen.add(id(call.node))
+                for fs in call.module.fors:
+                    if fs.node in call.loops and fs.scope is call.scope and self._loops.iterates_batches(
+                            call.module, fs.node.iter, fs.scope, fs.point):
+                        return True
+                function = paths.function_of(call)
+                if function is not None:
+                    above += [caller for caller, _ in graph.callers(function)]
+            frontier = above
+            if not frontier:
+                break
         return False
 
     def _through_parameter(self, site: CallSite, lr: cst.BaseExpression) -> bool:
