@@ -30,8 +30,9 @@ class ReentrantCheckpointWithUnusedParameters(Rule):
 
     Reported at the checkpoint call, in the file or in the project classes the wrapped model is
     built from (its methods, the plain functions they call and the classes they construct), when
-    the model's DDP wrap passes `find_unused_parameters=True` and not `static_graph=True`. Non-reentrant checkpointing
-    (`use_reentrant=False`) is not reported: it works with DDP without limits.
+    the model's DDP wrap passes `find_unused_parameters=True` and not `static_graph=True`.
+    Non-reentrant checkpointing (`use_reentrant=False`) is not reported: it works with DDP without
+    limits.
 
     ## How to fix
     Pass `use_reentrant=False` to `checkpoint(...)` (PyTorch's recommendation; the fix does it
