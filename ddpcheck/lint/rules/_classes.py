@@ -76,6 +76,31 @@ def method_calls(model: Model, module: ModuleModel, info: ClassInfo) -> Iterator
         yield from module.calls_in(qualname)
 
 
+def reached_calls(model: Model, module: ModuleModel, info: ClassInfo, depth: int = 2
+                  ) -> Iterator[tuple[ModuleModel, CallSite]]:
+    """The calls of the class's methods (`method_calls`) and those of the plain project functions
+    they call, `depth` calls down (`def checkpoint_wrapper(use, fn, *a): return checkpoint(fn, *a)`
+    called from `forward`): (the module the call is in, the call). Methods of other classes are
+    not followed (`class_closure` reaches the classes the model builds)."""
+    seen: set[tuple[str, str]] = set()
+    todo: list[tuple[ModuleModel, list[str], int]] = [(module, [q for _, q in method_scopes(module, info)], depth)]
+    while todo:
+        where, scopes, left = todo.pop(0)
+        for qualname in scopes:
+            for site in where.calls_in(qualname):
+                yield where, site
+                if left <= 0:
+                    continue
+                for function, _ in model.graph.targets(site):
+                    key = (str(function.module.path), function.qualname)
+                    if function.owner is not None or key in seen:
+                        continue
+                    seen.add(key)
+                    nested = [q for q in function.module.function_scopes
+                              if q == function.qualname or q.startswith(function.qualname + ".")]
+                    todo.append((function.module, nested, left - 1))
+
+
 def methods(module: ModuleModel, info: ClassInfo) -> list[Function]:
     return [Function(module, q) for q in info.methods.values()]
 

@@ -7,7 +7,7 @@ from ddpcheck.lint.model.ddp import wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import is_false, is_true
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.rules._classes import class_closure, classes_of, method_calls
+from ddpcheck.lint.rules._classes import class_closure, classes_of, reached_calls
 
 
 class ReentrantCheckpointWithUnusedParameters(Rule):
@@ -29,9 +29,10 @@ class ReentrantCheckpointWithUnusedParameters(Rule):
     with `find_unused_parameters=True`; `static_graph=True` lifts them.
 
     Reported at the checkpoint call, in the file or in the project classes the wrapped model is
-    built from (its methods and the classes they construct), when the model's DDP wrap passes
-    `find_unused_parameters=True` and not `static_graph=True`. Non-reentrant checkpointing
-    (`use_reentrant=False`) is not reported: it works with DDP without limits.
+    built from (its methods, the plain functions they call and the classes they construct), when
+    the model's DDP wrap passes `find_unused_parameters=True` and not `static_graph=True`.
+    Non-reentrant checkpointing (`use_reentrant=False`) is not reported: it works with DDP without
+    limits.
 
     ## How to fix
     Pass `use_reentrant=False` to `checkpoint(...)` (PyTorch's recommendation; the fix does it
@@ -194,8 +195,8 @@ class ReentrantCheckpointWithUnusedParameters(Rule):
             if wrap.inner is None:
                 continue
             classes = class_closure(model, classes_of(model, model.values.at_call(site, wrap.inner)))
-            for module, info in classes:
-                for call in method_calls(model, module, info):
+            for owner_module, info in classes:
+                for module, call in reached_calls(model, owner_module, info):
                     if model.api(call) not in _CHECKPOINTS or id(call.node) in reported:
                         continue
                     flag = call.arg("use_reentrant")
