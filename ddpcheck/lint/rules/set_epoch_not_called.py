@@ -120,7 +120,9 @@ class SetEpochNotCalled(Rule):
     (`for stage in stages: loader = build_loader(stage)`, `DistributedSampler(ds, seed=epoch)`,
     also through a name assigned in the loop: `shard = load(files[i])`): each stage or task then
     has its own data, read once; but an epoch loop around that loop reads them all again in the
-    same order, and is reported. The fix is not offered there, since
+    same order, and is reported. So is an epoch loop around `for _, sampler, loader in
+    make_loaders(files):`, a generator of the project that builds a loader per file in its own
+    loop and yields it. The fix is not offered there, since
     the sampler does not exist yet at the top of the loop: call `set_epoch` after building it.
 
     ## How to fix
