@@ -176,6 +176,8 @@ class Walker(cst.CSTVisitor):
         function = self.scope.function
         if function is not None:
             self.module.generators.add(function.qualname)
+            if isinstance(node.value, cst.BaseExpression):  # (not `yield from`, nor a bare `yield`)
+                self.module.yields.setdefault(function.qualname, []).append(node.value)
 
     def _return(self, node: cst.Return) -> None:
         self.module.exits.append(ExitSite(node, self.scope, tuple(self.loops), tuple(self.guards)))
@@ -231,9 +233,19 @@ class Walker(cst.CSTVisitor):
         if isinstance(target, (cst.Tuple, cst.List)):
             for index, element in enumerate(target.elements):
                 if isinstance(element, cst.StarredElement):
-                    self._bind(element.value, Element(value) if not isinstance(value, (Item, Element)) else value)
+                    self._bind(element.value, Element(value) if not isinstance(value, (Item, Element)) else
+                               Element(value.iterable, index=-1) if isinstance(value, Element) and not value.via_with
+                               else value)
                     continue
-                inner = Item(value, index) if isinstance(value, cst.BaseExpression) else value
+                if isinstance(value, cst.BaseExpression):
+                    inner: cst.BaseExpression | Item | Element = Item(value, index)
+                elif isinstance(value, Element) and not value.via_with:
+                    # Element `index` of each item; a nested target's names (-1) are not followed.
+                    known = value.index is None and not any(
+                        isinstance(e, cst.StarredElement) for e in target.elements[:index])
+                    inner = Element(value.iterable, index=index if known else -1)
+                else:
+                    inner = value
                 self._bind(element.value, inner)
             # `train_loader, val_loader = DataLoader(a), DataLoader(b)`: each call is assigned
             # to its own name, as if written on two lines (rules read a call's name).

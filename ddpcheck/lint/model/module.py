@@ -116,6 +116,9 @@ class Element:
 
     iterable: cst.BaseExpression
     via_with: bool = False
+    # `for _, loader in pairs():`: the name is element `index` of each item (None: the item itself;
+    # -1: a place deeper in a nested target or a starred one, not followed).
+    index: int | None = None
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -419,6 +422,7 @@ class ModuleModel:
         self.classes: dict[str, ClassInfo] = {}
         self.returns: dict[str, list[cst.BaseExpression]] = {}  # function → returned values
         self.generators: set[str] = set()  # functions with a `yield` of their own
+        self.yields: dict[str, list[cst.BaseExpression]] = {}  # generator → the values it yields
         self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
         self.fors: list[ForSite] = []
         self.whiles: list[WhileSite] = []  # `while` statements

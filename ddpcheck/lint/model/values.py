@@ -401,7 +401,11 @@ class Values:
                 # `with io.BytesIO() as f:`: what the context manager gives, taken to be itself.
                 yield from self._eval(module, node.iterable, scope, frame, depth - 1, seen, at)
             else:
-                yield Value(module, node, scope, frame, at)
+                yielded = self._yielded(module, node, scope, frame, depth, seen, at)
+                if yielded is not None:
+                    yield from yielded
+                else:
+                    yield Value(module, node, scope, frame, at)
         elif branch == _IFEXP:
             assert isinstance(node, cst.IfExp)
             fixed = self.outcome(module, node.test, scope, frame, at)
@@ -962,6 +966,32 @@ class Values:
                     yield from self._eval(site.module, passed, site.scope, above, depth - 1, seen, site.point)
                 else:
                     yield from self._forwarded(site, param, above, depth - 1, seen)
+
+    def _yielded(self, module: ModuleModel, node: Element, scope: Scope, frame: Frame | None, depth: int,
+                 seen: set[tuple[int, int]], at: Point | None) -> list[Value] | None:
+        """`for _, _, loader in make_loaders(files):` where `make_loaders` is a generator of the
+        project: what its `yield`s hand out (element `index` of each); None when the iterable is
+        anything else (or a callee is not such a generator), and the element stays unknown."""
+        call = node.iterable
+        if node.index == -1 or not isinstance(call, cst.Call):
+            return None
+        site = module.call_at(call)
+        if site is None:
+            return None
+        targets = self.model.graph.targets(site)
+        if not targets or any(callee.qualname not in callee.module.generators
+                               or not callee.module.yields.get(callee.qualname) for callee, _ in targets):
+            return None
+        found: list[Value] = []
+        for callee, bound in targets:
+            inner = Frame(callee, site, frame, bound)
+            for value in callee.module.yields[callee.qualname]:
+                for whole in self._eval(callee.module, value, callee.scope, inner, depth - 1, seen, None):
+                    if node.index is None:
+                        found.append(whole)
+                    else:
+                        found.extend(self._item(whole, node.index, depth - 1, seen))
+        return found
 
     def _item(self, whole: Value, index: int, depth: int, seen: set[tuple[int, int]]) -> Iterator[Value]:
         node = whole.node

@@ -11,7 +11,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, ClassInfo, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, ModuleModel, Point, Scope
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
@@ -56,6 +56,12 @@ class CollectiveInRankBranch(Rule):
     a different number of times than the others; the count read back from a broadcast is fine,
     and so is a count set again under the rank guard to the value every rank already has
     (`epochs = opt.epochs`, then `if rank in (-1, 0): epochs = opt.epochs` on a resume path).
+    Also reported: a collective, or a project function that makes one, under an `if` on a
+    value each rank computes on its own, its unreduced training loss (`if avg_loss < best_loss:
+    save_checkpoint(state, path, rank)` whose helper waits in a barrier, with `avg_loss =
+    np.mean(epoch_losses)` of the `loss.item()` values appended in a loop that back-propagates
+    and makes no collective, or a `total += loss.item()` divided by a count): the ranks whose
+    loss did not improve skip the collective; the same call in the `else:` balances it.
     The same collective or helper called again in the next statement of one branch (`if rank
     == 0: a = reduce(x)`, then `b = reduce(y)`) is one action, reported once, at its first
     call; calls with other work between them (a barrier before and after a rank-0
@@ -118,6 +124,11 @@ class CollectiveInRankBranch(Rule):
         ),
     }
     MESSAGE = MESSAGES["collective"]
+    OWN_MESSAGE = (
+        "`{what}()` {how} only under `if {test}`, a test of this rank's own values (its unreduced "
+        "training loss): the ranks where it fails never join the collective and the job hangs; "
+        "reduce the value across ranks before testing it, or call it on every rank"
+    )
     LOOP_MESSAGE = (
         "this loop runs `{what}()` `{name}` times, and `{name}` is set only under `if {cond}`: the "
         "ranks run the collective a different number of times and the job hangs; give every rank "
@@ -398,6 +409,92 @@ class CollectiveInRankBranch(Rule):
             self.report(c.call.node, self.MESSAGES[c.kind].format(what=c.what, cond=self._describe(c)),
                         module=c.call.module, related=model.paths.chain(c.call))
         self._rank_counted_loops()
+        self._own_value_branches()
+
+    def _own_value_branches(self) -> None:
+        """`if avg_loss < best_loss: save_checkpoint(state, path, rank)` where `avg_loss` is the
+        mean of the rank's own training losses (`epoch_losses.append(loss.item())` in a loop that
+        back-propagates, no collective in it) and the helper makes a collective (a barrier around
+        rank 0's save): the ranks whose loss did not improve skip it."""
+        model = self.model
+        for site in model.paths.sites():
+            if not site.guards or model.paths.rank_guard(site) is not None:
+                continue
+            name = model.api(site)
+            if api.is_collective(name):
+                kind = "collective"
+            elif site.target is not None and self._performs_collective(model.facts.of_call(site)):
+                kind = "helper"
+            else:
+                continue
+            guard = next((g for g in reversed(site.guards) if not g.negated and isinstance(g.node, cst.If)
+                          and self._own_test(site, g.test)), None)
+            if guard is None:
+                continue
+            if model.paths.single_only(site) is not None or model.paths.never(site) is not None:
+                continue
+            key = name or site.dotted or ""
+            if any(o.scope is site.scope and (model.api(o) or o.dotted or "") == key
+                   and any(g.node is guard.node and g.negated for g in o.guards) for o in model.paths.sites()):
+                continue  # the same call in the `else:`: every rank makes it
+            self.report(site.node, self.OWN_MESSAGE.format(
+                what=site.dotted or name or "the collective", test=model.text_of(site.module, guard.test),
+                how="performs a collective and runs" if kind == "helper" else "runs"),
+                module=site.module, related=model.paths.chain(site))
+
+    def _own_test(self, site: CallSite, test: cst.BaseExpression) -> bool:
+        """`test` reads a name of the function whose every binding reaching `site` is an aggregate
+        of the rank's own training losses (see _own_aggregate)."""
+        for node in subexpressions(test):
+            if not isinstance(node, cst.Name):
+                continue
+            pairs = self.model.values.reaching(site.scope, node.value, site.point)
+            if pairs and all(isinstance(value, cst.BaseExpression) and self._own_aggregate(site, value)
+                             for value, _ in pairs):
+                return True
+        return False
+
+    def _own_aggregate(self, site: CallSite, value: cst.BaseExpression) -> bool:
+        """`np.mean(losses)`, `sum(losses) / len(losses)`, `total / steps`: a list the function
+        appends `x.item()` values to, or a total it adds them to, in a loop that back-propagates
+        and makes no collective that could have reduced them."""
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Divide):
+            left = value.left
+            if isinstance(left, cst.Name):
+                return self._own_total(site, left.value)
+            value = left
+        if not isinstance(value, cst.Call) or not value.args or not isinstance(value.args[0].value, cst.Name):
+            return False
+        if self.model.qualname(site.module, value.func, site.scope) not in _AGGREGATES:
+            return False
+        listed = value.args[0].value.value
+        appends = [c for c in site.module.calls if c.scope is site.scope and c.method == "append"
+                   and isinstance(c.node.func, cst.Attribute) and dotted(c.node.func.value) == listed]
+        return bool(appends) and all(len(c.node.args) == 1 and self._own_item(c.node.args[0].value)
+                                     and self._training_loop(site, c.loops) for c in appends)
+
+    def _own_total(self, site: CallSite, name: str) -> bool:
+        bindings = site.scope.assignments.get(name, [])
+        points = site.scope.points.get(name, [])
+        added = [(b, points[i] if i < len(points) else None) for i, b in enumerate(bindings)
+                 if isinstance(b, Augmented)]
+        return bool(added) and all(point is not None and self._own_item(binding.node.value)
+                                   and self._training_loop(site, point.loops) for binding, point in added)
+
+    @staticmethod
+    def _own_item(value: cst.BaseExpression) -> bool:
+        return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "item"
+                   and not n.args for n in subexpressions(value))
+
+    def _training_loop(self, site: CallSite, loops: tuple[cst.CSTNode, ...]) -> bool:
+        """The innermost of `loops` (in `site`'s function, not around `site`) back-propagates and
+        makes no collective of its own (a reduced loss would be the same on every rank)."""
+        if not loops or loops[-1] in site.loops:
+            return False
+        loop = loops[-1]
+        inside = [c for c in site.module.calls if c.scope is site.scope and loop in c.loops]
+        return any(c.method == "backward" or self.model.facts.does(c, "backward") for c in inside) \
+            and not any(self.model.facts.does(c, "data_collective") for c in inside)
 
     def _met_after_exit(self, c: _Candidate, found: list[_Candidate]) -> bool:
         """`if not use_ddp and rank != 0: dist.barrier(); return`, and `dist.barrier()` later in
@@ -602,6 +699,11 @@ _TIMM_HELPERS = re.compile(
     r"(?:(?:DropPath|drop_path|trunc_normal_|to_2tuple|to_ntuple|lecun_normal_|Mlp)[ \t]*,?[ \t]*)+$",
     re.M,
 )
+
+
+# Aggregates of a list of Python numbers.
+_AGGREGATES = frozenset({"numpy.mean", "numpy.average", "numpy.sum", "numpy.median", "statistics.mean",
+                         "statistics.fmean", "sum", "mean"})
 
 
 def _statement_index(guard: Guard, call: cst.Call) -> int | None:

@@ -120,7 +120,9 @@ class SetEpochNotCalled(Rule):
     (`for stage in stages: loader = build_loader(stage)`, `DistributedSampler(ds, seed=epoch)`,
     also through a name assigned in the loop: `shard = load(files[i])`): each stage or task then
     has its own data, read once; but an epoch loop around that loop reads them all again in the
-    same order, and is reported. The fix is not offered there, since
+    same order, and is reported. So is an epoch loop around `for _, sampler, loader in
+    make_loaders(files):`, a generator of the project that builds a loader per file in its own
+    loop and yields it. The fix is not offered there, since
     the sampler does not exist yet at the top of the loop: call `set_epoch` after building it.
 
     ## How to fix
@@ -848,6 +850,11 @@ class SetEpochNotCalled(Rule):
         made = sampler.module.call_at(sampler.call) if sampler.call is not None else None
         if made is None:
             return True
+        drawn = self._drawn_from_generator(loop, module, made)
+        if drawn is not None:
+            # `for _, loader in make_loaders(files):` where the generator makes the sampler in
+            # its own loop: each pass of this loop is a pass of that one, which decides.
+            return self._repeats(found, drawn, made.module, made.scope)
         top = self._made_within(loop, module, made, 4, set())
         if top is None:
             return True  # made once, before the loop
@@ -855,6 +862,20 @@ class SetEpochNotCalled(Rule):
         if not names:
             return True  # `while`: nothing of the pass tells the samplers apart
         return not any(self._from_pass(module, a.value, scope, top, names, 2, loop) for a in top.node.args)
+
+    def _drawn_from_generator(self, loop: cst.CSTNode, module: ModuleModel, made: CallSite) -> cst.CSTNode | None:
+        """The loop of a project generator that makes the sampler (`made`) on each of its passes,
+        when `loop` iterates a call of that generator (its iterable is evaluated once, before
+        the passes: the sampler is not made by this loop's own code)."""
+        if not isinstance(loop, cst.For) or not made.loops:
+            return None
+        function = self.model.paths.function_of(made)
+        if function is None or function.qualname not in made.module.generators:
+            return None
+        for caller, _ in self.model.graph.callers(function):
+            if caller.module is module and any(n is caller.node for n in subexpressions(loop.iter)):
+                return made.loops[-1]
+        return None
 
     def _runs_once(self, loop: cst.CSTNode, module: ModuleModel, scope: Scope) -> bool:
         """`for epoch in range(epochs)` where `epochs` is 1 (or 0) on every path the model sees
