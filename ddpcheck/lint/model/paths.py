@@ -893,15 +893,11 @@ class Paths:
         """Some other project module imports the linted file by its module name."""
         if self._imported is None:
             root = self.model.root
-            stem = re.escape(Path(root.path).stem)
-            pattern = re.compile(rf"^[ \t]*(?:from[ \t]+[\w.]*\b{stem}\b|import[ \t]+[^\n]*\b{stem}\b)", re.MULTILINE)
+            stem = Path(root.path).stem
             own = resolved_path(root.path)
-            self._imported = False
-            for path in project_files(root.path):
-                text = self.model.project.text(path) if path != own else None
-                if text is not None and pattern.search(text):
-                    self._imported = True
-                    break
+            project = self.model.project
+            self._imported = any(path != own and stem in project.import_words(path)
+                                 for path in project_files(root.path))
         return self._imported
 
     def imported_main(self, site: CallSite) -> bool:

@@ -31,6 +31,9 @@ import libcst as cst
 from ddpcheck.lint.model.index import ModuleIndex, read_index
 from ddpcheck.lint.model.syspath import added_roots
 
+# The module path of a `from` line, the rest of an `import` line.
+_IMPORT_LINE = re.compile(r"^[ \t]*(?:from[ \t]+([\w.]*)|import[ \t]+([^\n]*))", re.MULTILINE)
+
 if TYPE_CHECKING:
     from ddpcheck.lint.model.module import ModuleModel
 
@@ -283,6 +286,7 @@ class Project:
         self._models: dict[Path, tuple[Stamp, ModuleModel | None]] = {}
         self._linted: dict[Path, ModuleModel] = {}
         self._passes: dict[tuple[Path, Callable[[str], bool]], tuple[Stamp, bool]] = {}
+        self._import_words: dict[Path, tuple[Stamp, frozenset[str]]] = {}
         self._answers: dict[Hashable, tuple[tuple[Stamp, ...], object]] = {}
         # While one file is linted (see hold): each module's size and mtime, read once. Rules
         # ask about every file of the project for each file they lint: a stat per question cost
@@ -358,6 +362,21 @@ class Project:
         result = bool(test(text))
         self._passes[key] = (stamp, result)
         return result
+
+    def import_words(self, path: Path) -> frozenset[str]:
+        """The words of the module's import lines (`from a.b import c` gives a and b, `import
+        x, y as z` gives x, y, as and z), read once per run and text: each file linted in a
+        folder asks whether another module of the folder imports it."""
+        stamp, text = self._text(path)
+        known = self._import_words.get(path)
+        if known is not None and known[0] == stamp:
+            return known[1]
+        words: set[str] = set()
+        for match in _IMPORT_LINE.finditer(text or ""):
+            words.update(re.findall(r"\w+", match.group(1) or match.group(2) or ""))
+        found = frozenset(words)
+        self._import_words[path] = (stamp, found)
+        return found
 
     def index(self, path: Path) -> ModuleIndex | None:
         """The module's top-level names, from its text (no parse)."""
