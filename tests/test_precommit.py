@@ -22,8 +22,7 @@ import pytest
 from tests.conftest import ROOT
 
 # pre-commit builds the hook's environment (a pip install) the first time: up to 600 s by its own limit.
-# One xdist group: the module's hook environments are built once, on one worker (`--dist loadgroup`).
-pytestmark = [pytest.mark.timeout(1500), pytest.mark.xdist_group("precommit")]
+pytestmark = pytest.mark.timeout(1500)
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 

@@ -20,8 +20,7 @@ from ddpcheck import __version__
 from tests.conftest import ROOT
 
 # Builds a wheel and an sdist and installs them into fresh venvs: up to 600 s a step by its own limits.
-# One xdist group: the module's built wheel and venv are made once, on one worker (`--dist loadgroup`).
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500), pytest.mark.xdist_group("wheel")]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 BAD = textwrap.dedent(
     """\

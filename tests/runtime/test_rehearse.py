@@ -95,9 +95,7 @@ def _finding(job, code: str) -> dict:
     return next(f for f in job.report["findings"] if f["code"] == code)
 
 
-# The tests that read the shared job stay on one xdist worker (`--dist loadgroup`), so it runs once.
 @pytest.mark.slow
-@pytest.mark.xdist_group("rehearse-lr-and-stats")
 def test_a_learning_rate_scaled_without_a_cap_is_reported_with_its_factor(lr_and_stats):
     job, html = lr_and_stats
     finding = _finding(job, "DDP164")
@@ -111,7 +109,6 @@ def test_a_learning_rate_scaled_without_a_cap_is_reported_with_its_factor(lr_and
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("rehearse-lr-and-stats")
 def test_collectives_made_by_some_ranks_only_are_named_with_the_line(lr_and_stats):
     job, _ = lr_and_stats
     finding = _finding(job, "DDP161")
