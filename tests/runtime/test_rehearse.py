@@ -251,3 +251,36 @@ def test_rehearsed_ranks_at_once_are_bounded_by_cpus_and_memory(cpus, available_
     from ddpcheck.run.rehearse.rehearsal import parallel_ranks
 
     assert parallel_ranks(cpus, available_mb, rank_mb) == slots
+
+
+def test_a_rank_past_its_time_limit_beside_others_is_rehearsed_again_alone_and_that_result_counts():
+    import threading
+    import time
+
+    from ddpcheck.run.rehearse.rehearsal import in_order
+
+    lock = threading.Lock()
+    running, calls, beside = set(), [], {}
+
+    def rehearse(place):
+        with lock:
+            calls.append(place)
+            beside[len(calls)] = set(running)
+            running.add(place)
+        time.sleep(0.05)
+        with lock:
+            running.discard(place)
+        return (place, "blocked" if place == 3 and calls.count(3) == 1 else "stopped")
+
+    def run(slots):
+        calls.clear()
+        beside.clear()
+        return in_order(list(range(6)), rehearse, lambda done, p: None, lambda r: None, lambda baseline: slots,
+                        lambda: None, alone=lambda result: result[1] == "blocked")
+
+    assert run(3) == [(p, "stopped") for p in range(6)]
+    assert calls.count(3) == 2
+    again = [n for n, place in enumerate(calls, start=1) if place == 3][1]
+    assert beside[again] == set()  # nothing ran beside the second try
+    # One at a time, nothing slowed it down: its first result stands.
+    assert run(1)[3] == (3, "blocked") and calls.count(3) == 1

@@ -11,11 +11,13 @@ Rank 0 of a one-rank world runs first, as the baseline the learning rate is comp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -64,7 +66,8 @@ def run(launch: Any, argv: list[str]) -> int:
 
     runs: dict[int, list[runner.RankRun]] = {}
     try:
-        for result in in_order(places, rehearse, started, ended, _slots, live.stop):
+        for result in in_order(places, rehearse, started, ended, _slots, live.stop,
+                               alone=lambda result: result.status == "blocked"):
             runs.setdefault(result.world_size, []).append(result)
     finally:
         for world in worlds:
@@ -77,15 +80,19 @@ def run(launch: Any, argv: list[str]) -> int:
 
 
 def in_order(places: list[P], rehearse: Callable[[P], R], started: Callable[[int, P], None],
-             ended: Callable[[R], None], slots: Callable[[R], int], stop: Callable[[], None]) -> list[R]:
+             ended: Callable[[R], None], slots: Callable[[R], int], stop: Callable[[], None],
+             alone: Callable[[R], bool] = lambda result: False) -> list[R]:
     """Rehearse every place, and return the results in the order of `places`.
 
     The first place runs alone, before any other: it is the one-rank baseline, what it measures
     (`slots(first result)`) bounds how many of the others run at once, and whatever a script
     prepares once (a dataset it downloads outside the working directory) is there before the other
     ranks start, as when every rank ran after it. The others start in order, at most that many at a
-    time. Each rank's progress line and result line are printed in the order of `places`, as they
-    were when the ranks ran one after another; `stop` kills what runs when the rehearsal is stopped."""
+    time. A result that `alone` says must not depend on its neighbours (a rank past its time limit:
+    ranks beside it slowed it down) and that had any is rehearsed again with nothing beside it, and
+    that result counts. Each rank's progress line and result line are printed in the order of
+    `places`, as they were when the ranks ran one after another; `stop` kills what runs when the
+    rehearsal is stopped."""
     if not places:
         return []
     started(1, places[0])
@@ -94,21 +101,85 @@ def in_order(places: list[P], rehearse: Callable[[P], R], started: Callable[[int
     rest = places[1:]
     if not rest:
         return results
-    pool = ThreadPoolExecutor(max_workers=max(1, min(slots(results[0]), len(rest))),
-                              thread_name_prefix="ddpcheck-rehearse")
+    gate = _Gate(max(1, min(slots(results[0]), len(rest))))
+
+    def gated(index: int, place: P) -> R:
+        gate.enter(index)
+        try:
+            return rehearse(place)
+        finally:
+            gate.leave(index)
+
+    pool = ThreadPoolExecutor(max_workers=gate.slots, thread_name_prefix="ddpcheck-rehearse")
     try:
-        futures = [pool.submit(rehearse, place) for place in rest]  # started first in, first out
-        for done, (place, future) in enumerate(zip(rest, futures), start=2):
-            started(done, place)
-            results.append(future.result())
-            ended(results[-1])
+        futures = [pool.submit(gated, i, place) for i, place in enumerate(rest)]
+        for i, (place, future) in enumerate(zip(rest, futures)):
+            started(i + 2, place)
+            result = future.result()
+            if alone(result) and gate.had_neighbours(i):
+                with gate.alone():
+                    result = rehearse(place)
+            results.append(result)
+            ended(result)
     except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)
+        gate.stop()
         stop()
         raise
     finally:
         pool.shutdown(wait=True)
     return results
+
+
+class _Gate:
+    """Lets places start in their order, at most `slots` at a time, pauses every start while one
+    place runs alone, and remembers which places ran while another one was running."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._cond = threading.Condition()
+        self._running: set[int] = set()
+        self._next = 0
+        self._paused = False
+        self._stopped = False
+        self._neighbours: set[int] = set()
+
+    def enter(self, index: int) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._stopped or (index == self._next and not self._paused
+                                                         and len(self._running) < self.slots))
+            if self._stopped:
+                raise runner.Stopped()
+            self._next += 1
+            if self._running:
+                self._neighbours.update(self._running | {index})
+            self._running.add(index)
+
+    def leave(self, index: int) -> None:
+        with self._cond:
+            self._running.discard(index)
+            self._cond.notify_all()
+
+    def had_neighbours(self, index: int) -> bool:
+        with self._cond:
+            return index in self._neighbours
+
+    @contextlib.contextmanager
+    def alone(self) -> Iterator[None]:
+        with self._cond:
+            self._paused = True
+            self._cond.wait_for(lambda: not self._running)
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._paused = False
+                self._cond.notify_all()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
 
 
 RANK_MB_FLOOR = 512.0  # a rank that imports torch; the baseline's own peak when it is larger
