@@ -12,7 +12,7 @@ Two kinds of process run its code; the folders say which:
                 wires them), spawn-style start-up
     checks/     one module per probe: its checks' pages, its in-rank capture and its judge
                 (see registry.py for how a check is declared and found)
-    rehearse/   `run --rehearse`: representative ranks of large worlds, one at a time
+    rehearse/   `run --rehearse`: representative ranks of large worlds, each alone
 
 Shared by both, torch-free: run_options.py (the options of one `ddpcheck run`, what travels to
 the ranks), records.py (the per-rank record), registry.py (the checks), verdict.py (what a judge

@@ -187,3 +187,100 @@ def test_the_cli_does_not_import_torch_for_rehearse_help():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True, env=cli_env(), cwd=ROOT)
+
+
+def test_ranks_run_beside_each_other_are_reported_in_plan_order_with_the_baseline_alone_first():
+    import threading
+    import time
+
+    from ddpcheck.run.rehearse.rehearsal import in_order
+
+    lock = threading.Lock()
+    running, most, log = set(), [0], []
+
+    def rehearse(place):
+        with lock:
+            assert place == 0 or 0 not in running
+            running.add(place)
+            most[0] = max(most[0], len(running))
+            log.append(f"start {place}")
+        time.sleep(0.02 * (9 - place))  # the later a place, the sooner it ends
+        with lock:
+            running.discard(place)
+        return place * 10
+
+    results = in_order(list(range(9)), rehearse, lambda done, p: log.append(f"line {done} {p}"),
+                       lambda r: log.append(f"result {r}"), lambda baseline: 3, lambda: None)
+    assert results == [p * 10 for p in range(9)]
+    assert most[0] == 3  # bounded, and the bound is reached
+    assert log[:3] == ["line 1 0", "start 0", "result 0"]  # the baseline ran alone, first
+    lines = [entry for entry in log if not entry.startswith("start")]
+    assert lines == [x for p in range(9) for x in (f"line {p + 1} {p}", f"result {p * 10}")]
+    starts = [int(entry.split()[1]) for entry in log if entry.startswith("start")]
+    assert starts == sorted(starts)  # started in plan order
+
+
+def test_a_failing_rank_stops_the_others_and_starts_no_more():
+    import time
+
+    from ddpcheck.run.rehearse.rehearsal import in_order
+
+    ran, stopped = [], []
+
+    def rehearse(place):
+        ran.append(place)
+        if place == 1:
+            raise OSError("no such interpreter")
+        time.sleep(0.5 if place else 0)
+        return place
+
+    with pytest.raises(OSError):
+        in_order(list(range(6)), rehearse, lambda done, p: None, lambda r: None, lambda baseline: 1,
+                 lambda: stopped.append(True))
+    assert stopped == [True] and 1 in ran and len(ran) < 6
+
+
+@pytest.mark.parametrize(("cpus", "available_mb", "rank_mb", "slots"), [
+    (16, 64_000, 400, 16),   # one per CPU
+    (16, 2_000, 400, 3),     # as many as memory holds (a rank counts at least 512 MB)
+    (16, 8_000, 2_000, 4),   # the baseline's own peak when larger
+    (2, None, 400, 2),       # no memory figure: the CPUs
+    (4, 100, 400, 1),        # always one
+])
+def test_rehearsed_ranks_at_once_are_bounded_by_cpus_and_memory(cpus, available_mb, rank_mb, slots):
+    from ddpcheck.run.rehearse.rehearsal import parallel_ranks
+
+    assert parallel_ranks(cpus, available_mb, rank_mb) == slots
+
+
+def test_a_rank_past_its_time_limit_beside_others_is_rehearsed_again_alone_and_that_result_counts():
+    import threading
+    import time
+
+    from ddpcheck.run.rehearse.rehearsal import in_order
+
+    lock = threading.Lock()
+    running, calls, beside = set(), [], {}
+
+    def rehearse(place):
+        with lock:
+            calls.append(place)
+            beside[len(calls)] = set(running)
+            running.add(place)
+        time.sleep(0.05)
+        with lock:
+            running.discard(place)
+        return (place, "blocked" if place == 3 and calls.count(3) == 1 else "stopped")
+
+    def run(slots):
+        calls.clear()
+        beside.clear()
+        return in_order(list(range(6)), rehearse, lambda done, p: None, lambda r: None, lambda baseline: slots,
+                        lambda: None, alone=lambda result: result[1] == "blocked")
+
+    assert run(3) == [(p, "stopped") for p in range(6)]
+    assert calls.count(3) == 2
+    again = [n for n, place in enumerate(calls, start=1) if place == 3][1]
+    assert beside[again] == set()  # nothing ran beside the second try
+    # One at a time, nothing slowed it down: its first result stands.
+    assert run(1)[3] == (3, "blocked") and calls.count(3) == 1

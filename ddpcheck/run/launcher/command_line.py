@@ -109,7 +109,7 @@ def parse(argv: list[str], record_dir: str, nproc: int | None = None) -> Launch:
         flag = "--nproc" if ns.ddpcheck_nproc is not None else "--nproc-per-node"
         raise UserError(f"ddpcheck run: {flag} {ns.nproc_per_node}: expected 1 or more processes")
     if ns.ddpcheck_rehearse is not None and (ns.ddpcheck_scaling is not None or nnodes_max > 1):
-        raise UserError("ddpcheck run: --rehearse runs one rank at a time on this machine; drop --scaling/--nnodes")
+        raise UserError("ddpcheck run: --rehearse runs each rank alone on this machine; drop --scaling/--nnodes")
     if ns.ddpcheck_scaling is not None and nnodes_max > 1:
         raise UserError("ddpcheck run: --scaling runs on this node only; drop --nnodes")
     nodes = _nodes(ns, before)
@@ -235,7 +235,7 @@ def add_own_options(parser: argparse.ArgumentParser) -> None:
                        "and compare throughput, scaling efficiency and the learning rate used.")
     group.add_argument("--rehearse", dest="ddpcheck_rehearse", default=None, metavar="LIST",
                        help="Rehearse the job at these world sizes (e.g. 8,64,512) on this machine: a few "
-                       "representative ranks of each, one at a time, with collectives answered locally; "
+                       "representative ranks of each, each alone, with collectives answered locally; "
                        "--nproc is the GPUs per node (default 8).")
     group.add_argument("--spawn", dest="ddpcheck_spawn", action="store_true",
                        help="The script starts its own workers (mp.spawn): run it with the plain "

@@ -392,7 +392,7 @@ def _rehearse(block: dict[str, Any]) -> str:
                      f'<td>{fmt_seconds(size.get("seconds_per_rank"))}</td>'
                      f"<td>{float(size.get('peak_mb') or 0):.0f} MB</td></tr>")
     return ('<section id="rehearse"><h2>Rehearsal</h2><p class="lead">The job at each world size, '
-            f'{esc(block.get("gpus_per_node"))} GPUs per node: representative ranks run one at a time with '
+            f'{esc(block.get("gpus_per_node"))} GPUs per node: representative ranks, each run alone with '
             "every collective answered locally; data shards computed for every rank.</p>"
             f'<table class="data" id="rehearse-table"><thead><tr><th>finding</th>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table>'

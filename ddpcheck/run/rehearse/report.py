@@ -59,7 +59,7 @@ def print_table(verdict: Verdict, stream: IO[str] | None = None) -> None:
     out = stream or sys.stdout
     sizes = verdict.sizes
     nodes = ", ".join(f"{w} ({-(-w // verdict.nproc)} node{'s' if w > verdict.nproc else ''})" for w in sizes)
-    print(f"Rehearsal at {nodes}; {verdict.nproc} GPUs per node, representative ranks run one at a time",
+    print(f"Rehearsal at {nodes}; {verdict.nproc} GPUs per node, representative ranks each run alone",
           file=out)
     rows = sorted(verdict.problems, key=lambda p: (p.first, p.code))
     width = max([len(f"{p.code} ") for p in rows] + [6])

@@ -66,8 +66,40 @@ class RankRun:
         return data
 
 
+class Stopped(Exception):
+    """The rehearsal was stopped (Ctrl-C, an error) before this rank started."""
+
+
+class LiveRanks:
+    """The rank processes running now, so that a rehearsal that stops (Ctrl-C while several ranks
+    run beside each other on worker threads) kills every one of them, and starts no more."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._procs: set[subprocess.Popen[bytes]] = set()
+        self._stopped = False
+
+    def start(self, cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._stopped:
+                raise Stopped()
+            proc = subprocess.Popen(cmd, **kwargs)
+            self._procs.add(proc)
+            return proc
+
+    def ended(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            for proc in self._procs:
+                _kill(proc)
+
+
 def run_rank(target: Any, options: RunOptions, placement: Placement, gpus_per_node: int, record_dir: str,
-             limits: dict[str, Any] | None = None) -> RankRun:
+             limits: dict[str, Any] | None = None, live: LiveRanks | None = None) -> RankRun:
     limits = {**LIMITS, **(limits or {})}
     os.makedirs(record_dir, exist_ok=True)
     env = dict(os.environ)
@@ -90,8 +122,8 @@ def run_rank(target: Any, options: RunOptions, placement: Placement, gpus_per_no
     cwd = _fresh_view(os.getcwd(), os.path.join(record_dir, f"cwd-{placement.rank}"))
     env["PWD"] = cwd
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        live = live or LiveRanks()
+        proc = live.start(cmd, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         killer = threading.Timer(float(limits["time_limit"]) + GRACE_S, _kill, (proc,))
         killer.daemon = True
         killer.start()
@@ -102,6 +134,7 @@ def run_rank(target: Any, options: RunOptions, placement: Placement, gpus_per_no
             raise
         finally:
             killer.cancel()
+            live.ended(proc)
         proc.returncode = os.waitstatus_to_exitcode(status)
     result.seconds = time.monotonic() - started
     result.peak_mb = usage.ru_maxrss / 1024.0  # kilobytes on Linux
