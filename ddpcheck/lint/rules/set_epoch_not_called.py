@@ -468,10 +468,12 @@ class SetEpochNotCalled(Rule):
         if not feeds:
             return
         # A set_epoch that only some ranks call (in the rank-0 progress-bar branch) leaves the
-        # others repeating their order: it does not count.
-        set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch" and model.paths.rank_guard(s) is None]
+        # others repeating their order: it does not count, unless the same rank guard keeps the
+        # loader itself off those ranks (`if rank == 0: return` before both): every rank that
+        # draws from the sampler sets its epoch.
+        set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch"]
         for found in feeds:
-            setting = [s for s in set_epochs if self._may_set(found, s)]
+            setting = [s for s in set_epochs if self._every_drawing_rank(found, s) and self._may_set(found, s)]
             if setting:
                 # A set_epoch that runs once, in the epoch loop's own function outside any loop
                 # (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets one epoch:
@@ -614,6 +616,11 @@ class SetEpochNotCalled(Rule):
             if dataset is not None and dotted(dataset):
                 names.append(dotted(dataset) or "")
         return any(is_eval_name(n) for n in names)
+
+    def _every_drawing_rank(self, found: Feed, site: CallSite) -> bool:
+        guard = self.model.paths.rank_guard(site)
+        return guard is None or any(g.node is guard.node and g.negated == guard.negated
+                                    for g in self.model.paths.guards_of(found.loader))
 
     def _may_set(self, found: Feed, site: CallSite) -> bool:
         """Whether `site` (a `set_epoch` call) may be on this sampler: its receiver may hold it,
