@@ -747,7 +747,7 @@ class PrintOnEveryRank(Rule):
         # at every epoch all the same.
         work = self.loops.work_loops(site)
         counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)}
-        if counters and any(_pins(g, counters) for g in site.guards):
+        if counters and any(_pins(g, counters) for g in site.guards) and not self._outer_loop_repeats(site):
             return True
         if any(_pins_counter(site, g) for g in site.guards):
             return True
@@ -755,7 +755,7 @@ class PrintOnEveryRank(Rule):
         # (`if verbose and i == 0:` pins the step loop only: once per epoch, still repeated.)
         pinned = {n for g in site.guards if not g.negated for n in _pinned_in_and(g.test, counters)}
         if pinned and work and all(isinstance(loop, cst.For) and _names(loop.target) & pinned
-                                   for loop in work):
+                                   for loop in work) and not self._outer_loop_repeats(site):
             return True
         guard = site.guards[-1]
         node = guard.node
@@ -775,6 +775,14 @@ class PrintOnEveryRank(Rule):
         if _breaks(block) and any(self.loops.is_work(site.module, loop, site.scope) for loop in site.loops[:-1]):
             return False  # `break` out of the evaluation loop inside the epoch loop: once per epoch
         return True
+
+    def _outer_loop_repeats(self, site: CallSite) -> bool:
+        """The function `site` is in runs the loop it pins (`if itr == 0:` in the loop over
+        batches of `train_epoch()`) and is itself called at each pass of a training loop of a
+        caller (the epoch loop of `train()`): the message is printed once per epoch."""
+        function = self.model.paths.function_of(site)
+        return function is not None and self.loops.does_work(function) \
+            and self._called_per_iteration(function, 0)
 
     # --- silenced output -----------------------------------------------------------------------
     def _print_silenced(self) -> bool:
