@@ -105,7 +105,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     holds what every usage command of the script's docstring passes to it (`python train.py
     --arch resnet50`); where one command leaves it out, the network is unknown. Code that builds
     `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
-    module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
+    module that builds `nn.BatchNorm2d` beside such a backbone is still reported. A network
+    built with `nn.SyncBatchNorm` given as an argument (`get_model(name, norm_layer=norm)` with
+    `norm = nn.SyncBatchNorm if args.distributed else nn.BatchNorm2d`, also through builders that
+    pass `**kwargs` on) is not reported: the caller picks its norm layer.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only

@@ -110,7 +110,7 @@ class PrintOnEveryRank(Rule):
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
-    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch) or of a step counter no loop resets (`if self.step == 0:`
+    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
     os.path.exists(path): print("Downloading ...")`: the file is there the next time); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
