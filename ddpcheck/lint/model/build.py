@@ -340,6 +340,7 @@ class Walker(cst.CSTVisitor):
 
     def _visit_if(self, node: cst.If) -> None:
         self.module.ifs.append((node, self.scope))
+        self.module.if_ticks[id(node)] = self.tick
         if self.scope.parent is None and not self.guards and _is_main_test(node.test):
             self.module.main_guards.append(node)
 

@@ -424,6 +424,7 @@ class ModuleModel:
         self.generators: set[str] = set()  # functions with a `yield` of their own
         self.yields: dict[str, list[cst.BaseExpression]] = {}  # generator → the values it yields
         self.return_points: dict[int, Point] = {}  # id(returned value) → where it is returned
+        self.if_ticks: dict[int, int] = {}  # id(If) → the traversal's counter where the `if` is met
         self.fors: list[ForSite] = []
         self.whiles: list[WhileSite] = []  # `while` statements
         self.exits: list[ExitSite] = []  # every break, continue and return, in source order

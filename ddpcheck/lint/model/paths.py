@@ -639,8 +639,11 @@ class Paths:
         None:`)."""
         for i, guard in enumerate(site.guards):
             # The test is read where the `if` is: what its own branch assigns before `site`
-            # (`skip = True` then a print under `if not skip:` further out) has not happened yet.
-            at = Point(site.tick, site.loops, site.guards[:i])
+            # (`skip = True` then a print under `if not skip:` further out) has not happened yet,
+            # nor has what the code between an early exit and `site` assigns (`if GROUP is not
+            # None: raise` at the top of a worker, `GROUP = new_group(...)` further down).
+            tick = min(site.tick, site.module.if_ticks.get(id(guard.node), site.tick))
+            at = Point(tick, site.loops, site.guards[:i])
             fixed = self.model.values.outcome(site.module, guard.test, site.scope, frame, at, False)
             if fixed is not None and fixed == guard.negated:
                 return guard

@@ -10,11 +10,11 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import documented_values, option_values
-from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Scope, Target
+from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, Point, Scope, Target
 from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
@@ -105,7 +105,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     holds what every usage command of the script's docstring passes to it (`python train.py
     --arch resnet50`); where one command leaves it out, the network is unknown. Code that builds
     `nn.SyncBatchNorm(c)` layers itself synchronises those layers only: a decoder in another
-    module that builds `nn.BatchNorm2d` beside such a backbone is still reported.
+    module that builds `nn.BatchNorm2d` beside such a backbone is still reported. A network
+    built with `nn.SyncBatchNorm` given as an argument (`get_model(name, norm_layer=norm)` with
+    `norm = nn.SyncBatchNorm if args.distributed else nn.BatchNorm2d`, also through builders that
+    pass `**kwargs` on) is not reported: the caller picks its norm layer.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only
@@ -324,6 +327,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if call is None:
                 continue
             made = Value(value.module, call, value.scope, value.frame, value.at)
+            if self._given_sync_norm(made):
+                continue  # `build(norm_layer=nn.SyncBatchNorm if distributed else nn.BatchNorm2d)`
             name = self.model.api_of(made)
             if _builds_batchnorm(name):
                 return True
@@ -360,6 +365,39 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 if self._has_batchnorm(self._attached(made), depth - 1):
                     return True
         return False
+
+    def _given_sync_norm(self, made: Value) -> bool:
+        """The call that builds the network is given `nn.SyncBatchNorm` as an argument (or a name
+        that may hold it: `norm = nn.SyncBatchNorm if args.distributed else nn.BatchNorm2d`;
+        `resnet50(norm_layer=norm)`): the caller picks the norm layer its code builds, and picks
+        the synchronised one (in the runs that wrap it, where the choice follows a flag)."""
+        call = made.call
+        assert call is not None
+        return self._passes_sync_norm(made.module, call, made.scope, made.frame, made.at, 3)
+
+    def _passes_sync_norm(self, module: ModuleModel, call: cst.Call, scope: Scope, frame: Frame | None,
+                          at: Point | None, depth: int) -> bool:
+        """See `_given_sync_norm`. Arguments passed on whole (`return MODELS[name](**kwargs)` in a
+        builder being followed) are read at the caller's call."""
+        for arg in call.args:
+            if arg.star and frame is not None and depth > 0 and isinstance(arg.value, cst.Name) \
+                    and self._is_star_parameter(frame, arg.value.value):
+                site = frame.call
+                if self._passes_sync_norm(site.module, site.node, site.scope, frame.caller, site.point, depth - 1):
+                    return True
+                continue
+            for value in self.model.values.of(module, arg.value, scope, frame, at=at):
+                node = value.node
+                if isinstance(node, (cst.Name, cst.Attribute)) \
+                        and self.model.qualname(value.module, node, value.scope) == api.SYNC_BATCHNORM:
+                    return True
+        return False
+
+    @staticmethod
+    def _is_star_parameter(frame: Frame, name: str) -> bool:
+        """`name` is the `*args` or `**kwargs` parameter of the function `frame` follows."""
+        params = frame.function.node.params
+        return any(isinstance(p, cst.Param) and p.name.value == name for p in (params.star_arg, params.star_kwarg))
 
     def _registry_builds_batchnorm(self, made: Value) -> bool:
         """`{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`, or `factory =

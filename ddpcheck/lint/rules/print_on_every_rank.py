@@ -110,7 +110,7 @@ class PrintOnEveryRank(Rule):
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
-    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch) or of a step counter no loop resets (`if self.step == 0:`
+    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
     os.path.exists(path): print("Downloading ...")`: the file is there the next time); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
@@ -747,7 +747,7 @@ class PrintOnEveryRank(Rule):
         # at every epoch all the same.
         work = self.loops.work_loops(site)
         counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)}
-        if counters and any(_pins(g, counters) for g in site.guards):
+        if counters and any(_pins(g, counters) for g in site.guards) and not self._outer_loop_repeats(site):
             return True
         if any(_pins_counter(site, g) for g in site.guards):
             return True
@@ -755,7 +755,7 @@ class PrintOnEveryRank(Rule):
         # (`if verbose and i == 0:` pins the step loop only: once per epoch, still repeated.)
         pinned = {n for g in site.guards if not g.negated for n in _pinned_in_and(g.test, counters)}
         if pinned and work and all(isinstance(loop, cst.For) and _names(loop.target) & pinned
-                                   for loop in work):
+                                   for loop in work) and not self._outer_loop_repeats(site):
             return True
         guard = site.guards[-1]
         node = guard.node
@@ -775,6 +775,14 @@ class PrintOnEveryRank(Rule):
         if _breaks(block) and any(self.loops.is_work(site.module, loop, site.scope) for loop in site.loops[:-1]):
             return False  # `break` out of the evaluation loop inside the epoch loop: once per epoch
         return True
+
+    def _outer_loop_repeats(self, site: CallSite) -> bool:
+        """The function `site` is in runs the loop it pins (`if itr == 0:` in the loop over
+        batches of `train_epoch()`) and is itself called at each pass of a training loop of a
+        caller (the epoch loop of `train()`): the message is printed once per epoch."""
+        function = self.model.paths.function_of(site)
+        return function is not None and self.loops.does_work(function) \
+            and self._called_per_iteration(function, 0)
 
     # --- silenced output -----------------------------------------------------------------------
     def _print_silenced(self) -> bool:
