@@ -662,9 +662,31 @@ class CollectiveInRankBranch(Rule):
             instance = self.model.graph.instance_of(value)
             if instance is None:
                 return True  # an outside model: buffers unknown
-            if any(_holds_buffers(_class_source(module, info)) for module, info in self.model.graph.mro(*instance)) \
-                    or self._imports_buffers(instance[0]):
+            if self._instance_buffers(value, instance, 2):
                 return True
+        return False
+
+    def _instance_buffers(self, value: Value, instance: tuple[ModuleModel, ClassInfo], depth: int) -> bool:
+        """Whether an instance of a project class may hold buffers: its class's code (and its
+        project bases, and the modules its module imports) makes some, or a submodule handed to
+        its constructor does (`Render(encoder=PositionalEncoding(n), sampler=PointSampler(...))`,
+        whose parts register buffers that the assembling class's own code never names)."""
+        if any(_holds_buffers(_class_source(module, info)) for module, info in self.model.graph.mro(*instance)) \
+                or self._imports_buffers(instance[0]):
+            return True
+        call = value.call
+        if call is None or depth <= 0:
+            return False
+        for arg in call.args:
+            for part in self.model.values.of(value.module, arg.value, value.scope, value.frame, at=value.at):
+                # Only a part known to be a project network with buffers counts: a value the
+                # model cannot read (a number, an option, an outside object) says nothing, nor
+                # does a configuration object whose module happens to import a network.
+                if not self.model.graph.is_network(part):
+                    continue
+                inner = self.model.graph.instance_of(part)
+                if inner is not None and self._instance_buffers(part, inner, depth - 1):
+                    return True
         return False
 
     def _imports_buffers(self, module: ModuleModel) -> bool:

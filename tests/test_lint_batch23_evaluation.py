@@ -1,0 +1,130 @@
+"""Evaluation on some ranks only (DDP009), shard metrics (DDP036) and rank-local loop exits
+(DDP035), on mechanisms seen on public scripts of batch 23: each through `ddpcheck lint` on a
+small project written in the style of the scripts, with a clean variant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import lint_project
+
+
+def lines(tmp_path: Path, files: dict[str, str], select: str, target: str = "train.py") -> list[tuple[str, int]]:
+    """(file name, line) of each finding of `select` when `target` is linted."""
+    return sorted((Path(f["path"]).name, f["location"]["line"])
+                  for f in lint_project(tmp_path, files, target, select=select))
+
+
+# A renderer assembled from parts handed to its constructor: its own code makes no buffer, the
+# parts do (a frequency table and a fixed sampling grid registered as buffers).
+RENDERER = """\
+    import torch
+    import torch.nn as nn
+
+
+    class VolumeRenderer(nn.Module):
+        def __init__(self, encoder, sampler, field, chunk=1024):
+            super().__init__()
+            self.encoder = encoder
+            self.sampler = sampler
+            self.field = field
+            self.chunk = chunk
+
+        def forward(self, origins, directions):
+            points = self.sampler(origins, directions)
+            return self.field(self.encoder(points))
+"""
+
+PARTS = """\
+    import torch
+    import torch.nn as nn
+
+
+    class FourierFeatures(nn.Module):
+        def __init__(self, n_freqs):
+            super().__init__()
+            {encoder_state}
+
+        def forward(self, x):
+            return torch.cat([torch.sin(x[..., None] * self.freqs)], -1).flatten(-2)
+
+
+    class StratifiedSampler(nn.Module):
+        def __init__(self, n_samples, near, far):
+            super().__init__()
+            {sampler_state}
+
+        def forward(self, origins, directions):
+            return origins[:, None] + directions[:, None] * self.grid[None, :, None]
+
+
+    class RadianceField(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.net = nn.Sequential(nn.LazyLinear(width), nn.ReLU(), nn.Linear(width, 4))
+
+        def forward(self, x):
+            return self.net(x)
+"""
+
+NERF_SCRIPT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from render.volume import VolumeRenderer
+    from nets.parts import FourierFeatures, StratifiedSampler, RadianceField
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=-1)
+    parser.add_argument("--freqs", type=int, default=10)
+    args = parser.parse_args()
+
+
+    def main():
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group("nccl")
+        renderer = VolumeRenderer(
+            encoder=FourierFeatures(args.freqs) if args.freqs > 0 else None,
+            sampler=StratifiedSampler(64, 2.0, 6.0),
+            field=RadianceField(256),
+        ).to(args.local_rank)
+        renderer = torch.nn.parallel.DistributedDataParallel(renderer, device_ids=[args.local_rank])
+        optimizer = torch.optim.Adam(renderer.parameters(), 5e-4)
+        for step in range(1000):
+            origins, directions = torch.randn(1024, 3).cuda(), torch.randn(1024, 3).cuda()
+            loss = renderer(origins, directions).pow(2).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if args.local_rank <= 0 and step % 100 == 0:
+                with torch.no_grad():
+                    view = renderer(origins, directions)
+                print(step, view.mean().item())
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _nerf(encoder_state: str, sampler_state: str) -> dict[str, str]:
+    return {
+        "train.py": NERF_SCRIPT,
+        "render/__init__.py": "",
+        "render/volume.py": RENDERER,
+        "nets/__init__.py": "",
+        "nets/parts.py": PARTS.format(encoder_state=encoder_state, sampler_state=sampler_state),
+    }
+
+
+def test_rank0_forward_of_a_network_whose_parts_hold_buffers(tmp_path: Path) -> None:
+    files = _nerf('self.register_buffer("freqs", 2.0 ** torch.arange(n_freqs), False)',
+                  'self.register_buffer("grid", torch.linspace(near, far, n_samples))')
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 31)]
+
+
+def test_rank0_forward_of_a_network_whose_parts_hold_no_buffers_is_silent(tmp_path: Path) -> None:
+    files = _nerf("self.freqs = nn.Parameter(2.0 ** torch.arange(n_freqs), requires_grad=False)",
+                  "self.grid = nn.Parameter(torch.linspace(near, far, n_samples), requires_grad=False)")
+    assert lines(tmp_path, files, "DDP009") == []
