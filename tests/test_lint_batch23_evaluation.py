@@ -128,3 +128,60 @@ def test_rank0_forward_of_a_network_whose_parts_hold_no_buffers_is_silent(tmp_pa
     files = _nerf("self.freqs = nn.Parameter(2.0 ** torch.arange(n_freqs), requires_grad=False)",
                   "self.grid = nn.Parameter(torch.linspace(near, far, n_samples), requires_grad=False)")
     assert lines(tmp_path, files, "DDP009") == []
+
+
+# A model summary printed by the rank that logs: torchsummary runs a forward of the model it is
+# handed, here the DDP wrapper.
+SUMMARY_SCRIPT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    import torchvision.models as models
+    {summary_import}
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+
+
+    def main():
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group("nccl")
+        args.verbose = True if dist.get_rank() == 0 else False
+        model = models.resnet50().cuda()
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank])
+        if args.verbose:
+            {summary_call}
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1 * dist.get_world_size())
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_rank0_library_summary_of_the_ddp_model(tmp_path: Path) -> None:
+    files = {"train.py": SUMMARY_SCRIPT.format(summary_import="from torchsummary import summary",
+                                               summary_call="summary(model, (3, 32, 32))")}
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 19)]
+
+
+def test_rank0_flop_count_of_the_ddp_model(tmp_path: Path) -> None:
+    files = {"train.py": SUMMARY_SCRIPT.format(
+        summary_import="import thop",
+        summary_call="flops, params = thop.profile(model, inputs=(torch.randn(1, 3, 224, 224).cuda(),))")}
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 19)]
+
+
+def test_rank0_library_summary_of_the_inner_module_is_silent(tmp_path: Path) -> None:
+    files = {"train.py": SUMMARY_SCRIPT.format(summary_import="from torchsummary import summary",
+                                               summary_call="summary(model.module, (3, 32, 32))")}
+    assert lines(tmp_path, files, "DDP009") == []
+
+
+def test_rank0_summary_without_an_input_runs_no_forward(tmp_path: Path) -> None:
+    # torchinfo lists the layers without a forward when it is given no input.
+    files = {"train.py": SUMMARY_SCRIPT.format(summary_import="from torchinfo import summary",
+                                               summary_call="summary(model, depth=2)")}
+    assert lines(tmp_path, files, "DDP009") == []

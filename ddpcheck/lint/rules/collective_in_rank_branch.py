@@ -47,6 +47,9 @@ class CollectiveInRankBranch(Rule):
     Reported for such calls (and for the collectives of MPI communicators — `MPI.COMM_WORLD.bcast`
     — and of Horovod), for a call of the DDP-wrapped model, and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
+    (and for outside functions that run a forward of the DDP model they are handed: a model
+    summary, `torchsummary.summary(model, (3, 224, 224))`, or a FLOP count, `thop.profile(model,
+    inputs=(x,))`; torchinfo's `summary(model)` with no input runs none)
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
     None` where the evaluator is built under `if local_rank == 0:` and set to None in its `else`,
@@ -76,7 +79,8 @@ class CollectiveInRankBranch(Rule):
     forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
     whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
     forward of a project network with no buffers to broadcast (no norm layer with running
-    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none, nor
+    statistics, no `register_buffer`, in its own code or in the project submodules handed to its
+    constructor, `Renderer(encoder=PositionalEncoding(n))`; timm's `DropPath`/`trunc_normal_` helpers add none, nor
     does a timm vision transformer it builds, `timm.create_model("vit_small_patch16_224")`, nor
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
@@ -371,6 +375,8 @@ class CollectiveInRankBranch(Rule):
             what = site.dotted or name or ""
             if api.is_collective(name):
                 kind = "collective"
+            elif name is not None and self._library_forwards_ddp(site, name):
+                kind = "helper_forward"
             elif name is not None and site.target is None:
                 continue  # an outside API that is not a collective
             elif self._is_ddp_model(site):
@@ -591,6 +597,22 @@ class CollectiveInRankBranch(Rule):
             if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value):
                 return True
         return False
+
+    def _library_forwards_ddp(self, site: CallSite, name: str) -> bool:
+        """`summary(model, (3, 224, 224))` of torchsummary, `profile(model, inputs=(x,))` of thop:
+        an outside function that runs a forward of the module it is handed, here the DDP
+        wrapper (see api.FORWARDS_MODULE)."""
+        known = api.FORWARDS_MODULE.get(name)
+        if known is None:
+            return False
+        (keyword, position), inputs = known
+        if all(argument(site.node, k, p) is None for k, p in inputs):
+            return False
+        passed = argument(site.node, keyword, position)
+        if passed is None:
+            return False
+        return any(is_ddp(self.model, v) and before(v, site) and self._broadcasts(v)
+                   for v in self.model.values.at_call(site, passed))
 
     def _forwards_ddp_argument(self, site: CallSite) -> bool:
         """`evaluate(model, loader)` where `model` holds the DDP wrapper and the function of the
