@@ -45,11 +45,11 @@ class CollectiveInRankBranch(Rule):
     — even under `torch.no_grad()`.
 
     Reported for such calls (and for the collectives of MPI communicators — `MPI.COMM_WORLD.bcast`
-    — and of Horovod), for a call of the DDP-wrapped model, and for calls of functions and
+    — and of Horovod), for a call of the DDP-wrapped model (also through an outside function
+    that runs a forward of the module it is handed: a model summary, `torchsummary.summary(model,
+    (3, 224, 224))`, or a FLOP count, `thop.profile(model, inputs=(x,))`; torchinfo's
+    `summary(model)` with no input runs none), and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
-    (and for outside functions that run a forward of the DDP model they are handed: a model
-    summary, `torchsummary.summary(model, (3, 224, 224))`, or a FLOP count, `thop.profile(model,
-    inputs=(x,))`; torchinfo's `summary(model)` with no input runs none)
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
     None` where the evaluator is built under `if local_rank == 0:` and set to None in its `else`,
