@@ -121,7 +121,7 @@ def _nerf(encoder_state: str, sampler_state: str) -> dict[str, str]:
 def test_rank0_forward_of_a_network_whose_parts_hold_buffers(tmp_path: Path) -> None:
     files = _nerf('self.register_buffer("freqs", 2.0 ** torch.arange(n_freqs), False)',
                   'self.register_buffer("grid", torch.linspace(near, far, n_samples))')
-    assert lines(tmp_path, files, "DDP009") == [("train.py", 31)]
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 32)]
 
 
 def test_rank0_forward_of_a_network_whose_parts_hold_no_buffers_is_silent(tmp_path: Path) -> None:
@@ -184,4 +184,100 @@ def test_rank0_summary_without_an_input_runs_no_forward(tmp_path: Path) -> None:
     # torchinfo lists the layers without a forward when it is given no input.
     files = {"train.py": SUMMARY_SCRIPT.format(summary_import="from torchinfo import summary",
                                                summary_call="summary(model, depth=2)")}
+    assert lines(tmp_path, files, "DDP009") == []
+
+
+# A pipeline configuration chosen from a table of configuration classes; the chosen class's
+# static method builds the DDP model. Validation runs where the local rank read from the
+# environment is unset (no launcher) or 0.
+PIPELINE_DDP = """\
+    import os
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def get_local_rank():
+        local_rank = os.environ.get("LOCAL_RANK")
+        return int(local_rank) if local_rank is not None else None
+
+
+    def wrap_if_needed(model):
+        if get_local_rank() is not None:
+            gpu = get_local_rank()
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model.to(gpu))
+            return DDP(model, device_ids=[gpu])
+        return model
+"""
+
+PIPELINE_CONFIG = """\
+    import torchvision
+    from lab.parallel import wrap_if_needed
+
+
+    class ModelConfig:
+        Model = torchvision.models.resnet50
+
+        @staticmethod
+        def make_model():
+            return wrap_if_needed(ModelConfig.Model(num_classes={classes}))
+
+
+    class PipelineConfig(ModelConfig):
+        write_interval = 10
+"""
+
+PIPELINE_SCRIPT = """\
+    import torch
+    from torch.distributed import init_process_group
+    from lab.parallel import get_local_rank
+    import lab.configs as C
+
+    CONFIGS = {{
+        "small": C.Small,
+        "large": C.Large,
+    }}
+    Config = CONFIGS["large"]
+
+
+    def validate(model, loader, gpu_id):
+        model.eval()
+        with torch.no_grad():
+            for x, y in loader:
+                {forward}
+
+
+    def main(train_loader, val_loader):
+        init_process_group("nccl")
+        gpu_id = get_local_rank()
+        model = Config.make_model()
+        optimizer = torch.optim.Adam(model.parameters(), 1e-4)
+        for epoch in range(10):
+            for x, y in train_loader:
+                loss = torch.nn.functional.cross_entropy(model(x.to(gpu_id)), y.to(gpu_id))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            if gpu_id is None or gpu_id == 0:
+                validate(model, val_loader, gpu_id)
+"""
+
+
+def _pipeline(forward: str) -> dict[str, str]:
+    return {
+        "train.py": PIPELINE_SCRIPT.format(forward=forward),
+        "lab/__init__.py": "",
+        "lab/parallel.py": PIPELINE_DDP,
+        "lab/configs/__init__.py": "from .small import PipelineConfig as Small\nfrom .large import PipelineConfig as Large\n",
+        "lab/configs/small.py": PIPELINE_CONFIG.format(classes=10),
+        "lab/configs/large.py": PIPELINE_CONFIG.format(classes=1000),
+    }
+
+
+def test_rank0_validation_of_a_model_built_by_a_chosen_config_class(tmp_path: Path) -> None:
+    files = _pipeline("print(model(x.to(gpu_id)).argmax(1).eq(y.to(gpu_id)).float().mean())")
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 32)]
+
+
+def test_rank0_validation_through_the_inner_module_is_silent(tmp_path: Path) -> None:
+    files = _pipeline("print(model.module(x.to(gpu_id)).argmax(1).eq(y.to(gpu_id)).float().mean())")
     assert lines(tmp_path, files, "DDP009") == []
