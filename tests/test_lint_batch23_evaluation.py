@@ -121,7 +121,7 @@ def _nerf(encoder_state: str, sampler_state: str) -> dict[str, str]:
 def test_rank0_forward_of_a_network_whose_parts_hold_buffers(tmp_path: Path) -> None:
     files = _nerf('self.register_buffer("freqs", 2.0 ** torch.arange(n_freqs), False)',
                   'self.register_buffer("grid", torch.linspace(near, far, n_samples))')
-    assert lines(tmp_path, files, "DDP009") == [("train.py", 32)]
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 31)]
 
 
 def test_rank0_forward_of_a_network_whose_parts_hold_no_buffers_is_silent(tmp_path: Path) -> None:
