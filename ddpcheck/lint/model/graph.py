@@ -669,12 +669,12 @@ class CallGraph:
                 for found in self.methods(*instance, method):
                     if all(found != f for f, _ in out):
                         out.append((found, "" if found.is_static else "method"))
-            named = self._class_named(value)
-            if named is not None:
+            named_class = self._class_named(value)
+            if named_class is not None:
                 # `Config = CONFIGS[name]`, then `Config.make_model()`: the class itself, not an
                 # instance; its static methods (and class methods, which take the class as
                 # their first parameter) are what the call runs.
-                for found in self.methods(*named, method):
+                for found in self.methods(*named_class, method):
                     if found.is_static or "classmethod" in decorator_names(found.module, found.qualname):
                         if all(found != f for f, _ in out):
                             out.append((found, "" if found.is_static else "method"))
@@ -685,15 +685,6 @@ class CallGraph:
             # (`set_epoch` of a DistributedSampler subclass), not another class's of that name.
             return []
         return self._by_unique_name(site, method)
-
-    def _class_named(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None:
-        """The project class a leaf names as written (`C.Iust`, `Config`), not called."""
-        node = value.node
-        if not isinstance(node, (cst.Name, cst.Attribute)):
-            return None
-        name = dotted(node)
-        target = self.model.resolver.name(value.module, name, value.scope) if name else None
-        return self.class_at(target) if target is not None and target.kind == "class" else None
 
     def _started(self, site: CallSite, name: str) -> list[Callee]:
         """`mp.spawn(worker, args=(...))`, `start_processes(worker, ...)`,
