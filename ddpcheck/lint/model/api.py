@@ -211,6 +211,17 @@ MODULE_METHODS = frozenset({
     "type", "share_memory",
 })
 
+# Outside functions that run a forward pass of the module they are handed (a model summary, a
+# FLOP count): the module's parameter (name, position), and the input parameters of which one
+# must be given for the forward to run (torchinfo only prints the layers without one).
+FORWARDS_MODULE: dict[str, tuple[tuple[str, int], tuple[tuple[str, int], ...]]] = {
+    "torchsummary.summary": (("model", 0), (("input_size", 1),)),
+    "torchsummary.torchsummary.summary": (("model", 0), (("input_size", 1),)),
+    "torchinfo.summary": (("model", 0), (("input_size", 1), ("input_data", 2))),
+    "thop.profile": (("model", 0), (("inputs", 1),)),
+    "ptflops.get_model_complexity_info": (("model", 0), (("input_res", 1),)),
+}
+
 PRINT = "print"
 # Command-line binders that turn a function's parameters into options (`fire.Fire(main)`).
 CLI_BINDERS = frozenset({"fire.Fire", "typer.run", "jsonargparse.CLI", "jsonargparse.auto_cli", "defopt.run"})

@@ -491,10 +491,13 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         if isinstance(op, (cst.In, cst.NotIn)) and isinstance(left, cst.SimpleString) \
                 and left.evaluated_value in _LAUNCH_ENV and last_name(right) == "environ":
             return isinstance(op, cst.In)  # `"RANK" in os.environ`: launched distributed
-        if isinstance(right, cst.Name) and right.value == "None" and "rank" in (last_name(left) or "").lower() \
-                and is_rank_value(left, resolve):
-            # `local_rank is None`: the option a launcher fills in was left unset. (Not `args.gpu
-            # is None`, which in the ImageNet example's style is the torchrun path.)
+        if isinstance(right, cst.Name) and right.value == "None" and is_rank_value(left, resolve) and (
+            "rank" in (last_name(left) or "").lower() or _read_as_rank(left, resolve)
+        ):
+            # `local_rank is None`: the option a launcher fills in was left unset; `gpu_id is
+            # None` after `gpu_id = get_local_rank()`, a helper that reads LOCAL_RANK and gives
+            # None without it. (Not `args.gpu is None`, which in the ImageNet example's style is
+            # the torchrun path.)
             if isinstance(op, (cst.Equal, cst.Is)):
                 return False
             if isinstance(op, (cst.NotEqual, cst.IsNot)):
@@ -524,6 +527,13 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
     if flag and _DISTRIBUTED_FLAG.match(flag):
         return True
     return None
+
+
+def _read_as_rank(expr: cst.BaseExpression, resolve: Resolve) -> bool:
+    """A local variable the value flow binds to a rank read (`gpu_id = get_local_rank()`), not
+    an option or an attribute that may be set elsewhere."""
+    bound = getattr(resolve, "bound_to_rank", None)
+    return isinstance(expr, cst.Name) and bound is not None and bool(bound(expr))
 
 
 def _key(expr: cst.BaseExpression) -> str | None:

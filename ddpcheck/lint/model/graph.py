@@ -25,7 +25,7 @@ from ddpcheck.lint.model.imported_code import code_reached
 from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
-from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.symbols import Function, decorator_names
 from ddpcheck.lint.model.syntax import annotation_name, argument, dotted, has_star_kwargs, string_text
 
 from ddpcheck.lint.model.values import Frame, Value, Values
@@ -669,6 +669,15 @@ class CallGraph:
                 for found in self.methods(*instance, method):
                     if all(found != f for f, _ in out):
                         out.append((found, "" if found.is_static else "method"))
+            named_class = self._class_named(value)
+            if named_class is not None:
+                # `Config = CONFIGS[name]`, then `Config.make_model()`: the class itself, not an
+                # instance; its static methods (and class methods, which take the class as
+                # their first parameter) are what the call runs.
+                for found in self.methods(*named_class, method):
+                    if found.is_static or "classmethod" in decorator_names(found.module, found.qualname):
+                        if all(found != f for f, _ in out):
+                            out.append((found, "" if found.is_static else "method"))
         if out:
             return out
         if values and all(self.instances_of(v) for v in values):

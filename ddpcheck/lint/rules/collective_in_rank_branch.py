@@ -45,7 +45,10 @@ class CollectiveInRankBranch(Rule):
     — even under `torch.no_grad()`.
 
     Reported for such calls (and for the collectives of MPI communicators — `MPI.COMM_WORLD.bcast`
-    — and of Horovod), for a call of the DDP-wrapped model, and for calls of functions and
+    — and of Horovod), for a call of the DDP-wrapped model (also through an outside function
+    that runs a forward of the module it is handed: a model summary, `torchsummary.summary(model,
+    (3, 224, 224))`, or a FLOP count, `thop.profile(model, inputs=(x,))`; torchinfo's
+    `summary(model)` with no input runs none), and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
@@ -76,7 +79,8 @@ class CollectiveInRankBranch(Rule):
     forward in a helper's branch that the call's arguments rule out (`synthesize(model, text)`
     whose `if backend == "tf": model(x)` the default `backend="torch"` never takes); a rank-0
     forward of a project network with no buffers to broadcast (no norm layer with running
-    statistics, no `register_buffer`; timm's `DropPath`/`trunc_normal_` helpers add none, nor
+    statistics, no `register_buffer`, in its own code or in the project submodules handed to its
+    constructor, `Renderer(encoder=PositionalEncoding(n))`; timm's `DropPath`/`trunc_normal_` helpers add none, nor
     does a timm vision transformer it builds, `timm.create_model("vit_small_patch16_224")`, nor
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
@@ -371,6 +375,8 @@ class CollectiveInRankBranch(Rule):
             what = site.dotted or name or ""
             if api.is_collective(name):
                 kind = "collective"
+            elif name is not None and self._library_forwards_ddp(site, name):
+                kind = "helper_forward"
             elif name is not None and site.target is None:
                 continue  # an outside API that is not a collective
             elif self._is_ddp_model(site):
@@ -592,6 +598,22 @@ class CollectiveInRankBranch(Rule):
                 return True
         return False
 
+    def _library_forwards_ddp(self, site: CallSite, name: str) -> bool:
+        """`summary(model, (3, 224, 224))` of torchsummary, `profile(model, inputs=(x,))` of thop:
+        an outside function that runs a forward of the module it is handed, here the DDP
+        wrapper (see api.FORWARDS_MODULE)."""
+        known = api.FORWARDS_MODULE.get(name)
+        if known is None:
+            return False
+        (keyword, position), inputs = known
+        if all(argument(site.node, k, p) is None for k, p in inputs):
+            return False
+        passed = argument(site.node, keyword, position)
+        if passed is None:
+            return False
+        return any(is_ddp(self.model, v) and before(v, site) and self._broadcasts(v)
+                   for v in self.model.values.at_call(site, passed))
+
     def _forwards_ddp_argument(self, site: CallSite) -> bool:
         """`evaluate(model, loader)` where `model` holds the DDP wrapper and the function of the
         project runs its forward (`model(x)`), itself or in a function it hands it to. The
@@ -662,9 +684,31 @@ class CollectiveInRankBranch(Rule):
             instance = self.model.graph.instance_of(value)
             if instance is None:
                 return True  # an outside model: buffers unknown
-            if any(_holds_buffers(_class_source(module, info)) for module, info in self.model.graph.mro(*instance)) \
-                    or self._imports_buffers(instance[0]):
+            if self._instance_buffers(value, instance, 2):
                 return True
+        return False
+
+    def _instance_buffers(self, value: Value, instance: tuple[ModuleModel, ClassInfo], depth: int) -> bool:
+        """Whether an instance of a project class may hold buffers: its class's code (and its
+        project bases, and the modules its module imports) makes some, or a submodule handed to
+        its constructor does (`Render(encoder=PositionalEncoding(n), sampler=PointSampler(...))`,
+        whose parts register buffers that the assembling class's own code never names)."""
+        if any(_holds_buffers(_class_source(module, info)) for module, info in self.model.graph.mro(*instance)) \
+                or self._imports_buffers(instance[0]):
+            return True
+        call = value.call
+        if call is None or depth <= 0:
+            return False
+        for arg in call.args:
+            for part in self.model.values.of(value.module, arg.value, value.scope, value.frame, at=value.at):
+                # Only a part known to be a project network with buffers counts: a value the
+                # model cannot read (a number, an option, an outside object) says nothing, nor
+                # does a configuration object whose module happens to import a network.
+                if not self.model.graph.is_network(part):
+                    continue
+                inner = self.model.graph.instance_of(part)
+                if inner is not None and self._instance_buffers(part, inner, depth - 1):
+                    return True
         return False
 
     def _imports_buffers(self, module: ModuleModel) -> bool:
