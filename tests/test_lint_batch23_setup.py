@@ -68,3 +68,89 @@ def test_forward_through_a_ddp_wrap_in_the_elif_of_a_gpu_count_test_is_clean(tmp
 def test_inner_module_trained_beside_that_wrap_is_reported(tmp_path: Path) -> None:
     files = {"train.py": HF_TEMPLATE.format(keep="net = model.to(args.device)", forward="net")}
     assert lines(tmp_path, files, "DDP013") == [("train.py", 18)]
+
+
+# --- DDP007: the global rank shifted by a constant, or composed by hand -----------------------
+SHIFTED = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def evaluate_on_cpu():
+        print("rank 0 evaluates checkpoints on the CPU")
+
+
+    def train_on_gpu(rank, world_size):
+        store = dist.FileStore("/tmp/store", world_size)
+        dist.init_process_group(backend="gloo", store=store, rank=rank, world_size=world_size)
+        gpu_index = {index}
+        device = torch.device(f"cuda:{{gpu_index}}")
+        torch.cuda.set_device(device)
+        model = DDP(torch.nn.Linear(8, 2).to(device), device_ids=[device])
+        dist.destroy_process_group()
+
+
+    def main():
+        rank = int(os.environ["RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+        if rank == 0:
+            evaluate_on_cpu()
+        else:
+            train_on_gpu(rank=rank, world_size=world_size)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_global_rank_minus_one_as_the_gpu_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": SHIFTED.format(index="rank - 1")}
+    assert lines(tmp_path, files, "DDP007") == [("train.py", 14)]
+
+
+def test_local_rank_minus_one_as_the_gpu_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": SHIFTED.format(index='int(os.environ["LOCAL_RANK"]) - 1')}
+    assert lines(tmp_path, files, "DDP007") == []
+
+
+def test_global_rank_minus_the_node_offset_is_clean(tmp_path: Path) -> None:
+    # A local rank computed by hand: the shift is no constant.
+    files = {"train.py": SHIFTED.format(index='rank - int(os.environ["GROUP_RANK"]) * torch.cuda.device_count()')}
+    assert lines(tmp_path, files, "DDP007") == []
+
+
+COMPOSED = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def train(rank, world_size):
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+        device = torch.device(f"cuda:{{{device}}}")
+        torch.cuda.set_device(device)
+        model = DDP(torch.nn.Linear(8, 2).to(device), device_ids=[{device}])
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        gpus_per_node = torch.cuda.device_count()
+        node_rank = int(os.environ["NODE_RANK"])
+        world_size = int(os.environ["WORLD_SIZE"])
+        rank = node_rank * gpus_per_node + int(os.environ["LOCAL_RANK"])
+        train(rank, world_size)
+"""
+
+
+def test_rank_composed_from_the_node_and_local_rank_read_in_place_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": COMPOSED.format(device="rank")}
+    assert lines(tmp_path, files, "DDP007") == [("train.py", 9)]
+
+
+def test_local_rank_as_the_gpu_beside_a_composed_rank_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": COMPOSED.format(device='int(os.environ["LOCAL_RANK"])')}
+    assert lines(tmp_path, files, "DDP007") == []
