@@ -154,3 +154,91 @@ def test_rank_composed_from_the_node_and_local_rank_read_in_place_is_reported(tm
 def test_local_rank_as_the_gpu_beside_a_composed_rank_is_clean(tmp_path: Path) -> None:
     files = {"train.py": COMPOSED.format(device='int(os.environ["LOCAL_RANK"])')}
     assert lines(tmp_path, files, "DDP007") == []
+
+
+# --- DDP004: a rate a set-up helper writes on an `args` imported from another module ----------
+TEMPLATE = """\
+    import torch
+
+
+    def set_template(args):
+        torch.distributed.init_process_group(backend="nccl", init_method="env://")
+        args.local_rank = int(__import__("os").environ["LOCAL_RANK"])
+        torch.cuda.set_device(args.local_rank)
+        args.device = torch.device("cuda", args.local_rank)
+        args.train_batch_size = 4
+        {lr}
+        args.num_epochs = 20
+        return args
+"""
+
+ARGS_MODULE = """\
+    import argparse
+    from template import set_template
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--lr", type=float, default=0.001)
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    args = set_template(args)
+"""
+
+TRAINER = """\
+    import torch
+    from torch import nn
+
+
+    class Trainer:
+        def __init__(self, args, loader):
+            self.args = args
+            self.loader = loader
+            self.model = nn.Linear(8, 2).to(args.device)
+            self.model = nn.parallel.DistributedDataParallel(self.model, device_ids=[args.local_rank])
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=args.lr)
+
+        def train(self):
+            for epoch in range(self.args.num_epochs):
+                for x, y in self.loader:
+                    self.optimizer.zero_grad()
+                    loss = nn.functional.mse_loss(self.model(x), y)
+                    loss.backward()
+                    self.optimizer.step()
+"""
+
+MAIN = """\
+    from torch.utils.data import DataLoader, DistributedSampler
+    from setup_args import args
+    from trainer import Trainer
+
+
+    def train(args):
+        data = list(range(64))
+        loader = DataLoader(data, batch_size=args.train_batch_size, sampler=DistributedSampler(data))
+        Trainer(args, loader).train()
+
+
+    if __name__ == "__main__":
+        train(args)
+"""
+
+
+def test_rate_overwritten_by_a_literal_in_a_set_up_helper_of_an_imported_args_is_reported(tmp_path: Path) -> None:
+    files = {"template.py": TEMPLATE.format(lr="args.lr = 0.00001"), "setup_args.py": ARGS_MODULE,
+             "trainer.py": TRAINER, "train.py": MAIN}
+    assert lines(tmp_path, files, "DDP004") == [("trainer.py", 11)]
+
+
+def test_rate_left_to_the_flag_by_the_set_up_helper_is_clean(tmp_path: Path) -> None:
+    files = {"template.py": TEMPLATE.format(lr="pass"), "setup_args.py": ARGS_MODULE,
+             "trainer.py": TRAINER, "train.py": MAIN}
+    assert lines(tmp_path, files, "DDP004") == []
+
+
+def test_rate_read_in_a_function_from_an_imported_args_is_reported(tmp_path: Path) -> None:
+    # The function reads the module's imported global itself, not a parameter.
+    main = MAIN.replace("def train(args):", "def train():").replace("train(args)\n", "train()\n")
+    files = {"template.py": TEMPLATE.format(lr="args.lr = 0.00001"), "setup_args.py": ARGS_MODULE,
+             "trainer.py": TRAINER.replace("lr=args.lr", "lr=imported.lr").replace(
+                 "import torch\n", "import torch\n    from setup_args import args as imported\n", 1),
+             "train.py": main}
+    assert lines(tmp_path, files, "DDP004") == [("trainer.py", 12)]
