@@ -242,3 +242,85 @@ def test_rate_read_in_a_function_from_an_imported_args_is_reported(tmp_path: Pat
                  "import torch\n", "import torch\n    from setup_args import args as imported\n", 1),
              "train.py": main}
     assert lines(tmp_path, files, "DDP004") == [("trainer.py", 12)]
+
+
+# --- DDP001: a project sampler that splits by its `rank=`, given the local rank ----------------
+BATCHER = """\
+    import random
+    from torch.utils.data import Sampler
+
+
+    class DistTaskBatchSampler(Sampler):
+        def __init__(self, datasets, batch_size, rank=0, world_size=1):
+            self.rank = rank
+            self.world_size = world_size
+            self._batches = []
+            for dataset in datasets:
+                index = list(range(len(dataset)))
+                self._batches += [index[i:i + batch_size] for i in range(0, len(index), batch_size)]
+            random.shuffle(self._batches)
+
+        def __len__(self):
+            return len(self._batches)
+
+        def __iter__(self):
+            for batch in self._batches:
+                chunk = len(batch) // self.world_size
+                yield batch[self.rank * chunk:(self.rank + 1) * chunk]
+"""
+
+SAMPLER_SCRIPT = """\
+    import argparse
+    import os
+    import torch
+    from torch.utils.data import DataLoader, ConcatDataset
+    from batcher import DistTaskBatchSampler
+
+
+    def initialize_distributed(args):
+        args.rank = int(os.getenv("RANK", "0"))
+        args.world_size = int(os.getenv("WORLD_SIZE", "1"))
+        if os.getenv("OMPI_COMM_WORLD_LOCAL_RANK"):
+            args.local_rank = int(os.getenv("OMPI_COMM_WORLD_LOCAL_RANK"))
+            args.rank = int(os.getenv("NODE_ID", "0")) * int(os.getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) + args.local_rank
+        torch.cuda.set_device(args.local_rank)
+        torch.distributed.init_process_group(backend="nccl", world_size=args.world_size, rank=args.rank)
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=-1)
+        parser.add_argument("--num_nodes", type=int, default=1)
+        args = parser.parse_args()
+        initialize_distributed(args)
+        datasets = [list(range(100)), list(range(50))]
+        sampler = DistTaskBatchSampler(datasets, 8, rank={rank}, world_size=args.world_size)
+        loader = DataLoader(ConcatDataset(datasets), batch_sampler=sampler)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1).cuda(), device_ids=[args.local_rank])
+        for epoch in range(3):
+            for batch in loader:
+                model(batch.float().cuda()).sum().backward()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_project_sampler_splitting_by_a_local_rank_is_reported(tmp_path: Path) -> None:
+    files = {"batcher.py": BATCHER, "train.py": SAMPLER_SCRIPT.format(rank="args.local_rank")}
+    assert lines(tmp_path, files, "DDP001") == [("train.py", 25)]
+
+
+def test_project_sampler_splitting_by_the_global_rank_is_clean(tmp_path: Path) -> None:
+    files = {"batcher.py": BATCHER, "train.py": SAMPLER_SCRIPT.format(rank="args.rank")}
+    assert lines(tmp_path, files, "DDP001") == []
+
+
+def test_project_sampler_given_a_rank_it_does_not_split_by_is_clean(tmp_path: Path) -> None:
+    # The class takes `rank` only to seed its shuffle and keeps no `self.rank` to split by: a
+    # project batch sampler decides the shards, and no local rank picks one here.
+    batcher = BATCHER.replace("yield batch[self.rank * chunk:(self.rank + 1) * chunk]", "yield batch") \
+        .replace("self.rank = rank", "random.seed(rank)")
+    files = {"batcher.py": batcher, "train.py": SAMPLER_SCRIPT.format(rank="args.local_rank")}
+    assert lines(tmp_path, files, "DDP001") == []
