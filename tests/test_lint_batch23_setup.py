@@ -324,3 +324,37 @@ def test_project_sampler_given_a_rank_it_does_not_split_by_is_clean(tmp_path: Pa
         .replace("self.rank = rank", "random.seed(rank)")
     files = {"batcher.py": batcher, "train.py": SAMPLER_SCRIPT.format(rank="args.local_rank")}
     assert lines(tmp_path, files, "DDP001") == []
+
+
+# --- DDP015: a world size written as a number in code, passed through an attribute ------------
+WORLD_SCRIPT = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+
+
+    def main(args):
+        {world}
+        if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+            local_rank = int(os.environ["LOCAL_RANK"])
+            dist.init_process_group(backend="nccl", init_method="env://", world_size=args.world_size,
+                                    rank=int(os.environ["RANK"]))
+            torch.cuda.set_device(local_rank)
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--world_size", type=int, default=2)
+        main(parser.parse_args())
+"""
+
+
+def test_world_size_set_to_a_number_in_code_before_init_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": WORLD_SCRIPT.format(world="args.world_size = 4  # total GPUs")}
+    assert lines(tmp_path, files, "DDP015") == [("train.py", 11)]
+
+
+def test_world_size_left_to_the_flag_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": WORLD_SCRIPT.format(world="pass")}
+    assert lines(tmp_path, files, "DDP015") == []
