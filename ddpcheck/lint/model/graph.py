@@ -502,15 +502,18 @@ class CallGraph:
 
     # --- attributes set on arguments ------------------------------------------------------------
     def attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, frame: Frame | None,
-                         at: Point | None, depth: int = 3
+                         at: Point | None, depth: int = 3, imported: bool = True
                          ) -> list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]]:
         """What `name.attr` holds when a project function the name was passed to set it:
         `init_distributed_mode(args)` assigning `args.rank = int(os.environ["RANK"])`, then
         `args.rank` read here (or in a function `args` is passed on to). Calls made before `at`
         in `scope` count; a parameter is followed to the call that passed it (`frame`, or the
         known callers), where the caller's own assignment before that call counts too
-        (`args.local_rank = dist.get_rank()`, then `train(args)`). Each write: (module, value, the
-        scope that made it, its frame, where)."""
+        (`args.local_rank = dist.get_rank()`, then `train(args)`). A global imported from a
+        project module (`from params import args`, where params.py runs `args =
+        set_template(args)` or `args.lr = 1e-5` at import) is followed to that module's top level
+        (`imported`: one such step). Each write: (module, value, the scope that made it, its
+        frame, where)."""
         base = node.value
         if not isinstance(base, cst.Name) or base.value in ("self", "cls") or depth <= 0:
             return []
@@ -534,10 +537,17 @@ class CallGraph:
                     if not assigned:
                         out += self.attribute_writes(function.module, cst.Attribute(cst.Name(param.name), node.attr),
                                                      function.scope, inner, None, depth - 1)
-        if out or scope.kind != "function":
+        if out:
+            return out
+        if scope.kind == "module":
+            return self._imported_attribute_writes(module, node, scope, depth) if imported else out
+        if scope.kind != "function":
             return out
         # `def main(args): ... args.rank` after the caller ran `init_distributed_mode(args)`.
         bindings = scope.assignments.get(base.value, [])
+        if not bindings and imported:
+            # `args.lr` in a function of a module that imported `args` (`from params import args`).
+            return self._imported_attribute_writes(module, node, scope, depth)
         if len(bindings) != 1 or not isinstance(bindings[0], Param):
             return out
         param = bindings[0]
@@ -560,6 +570,32 @@ class CallGraph:
                                         points[i] if len(points) == len(assigned) else None))
                 out += self.attribute_writes(call.module, cst.Attribute(passed, node.attr), call.scope,
                                              caller, call.point, depth - 1)
+        return out
+
+    def _imported_attribute_writes(self, module: ModuleModel, node: cst.Attribute, scope: Scope, depth: int
+                                   ) -> list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]]:
+        """`name.attr` where `name` is a global this module imports from a project module (and
+        never binds itself): what that module's top level, run in full at import, set on it,
+        itself (`args.lr = 1e-5`) or through a function it handed the object to."""
+        base = node.value
+        assert isinstance(base, cst.Name)
+        if base.value in module.module_scope.assignments:
+            return []
+        target = self.model.resolver.name(module, base.value, scope)
+        if target is None or target.external is not None or target.kind != "value" or target.path is None:
+            return []
+        other = self.model.project_model(target.path)
+        if other is None or other is module or "." in target.name:
+            return []
+        top = other.module_scope
+        key = f"{target.name}.{node.attr.value}"
+        assigned = top.assignments.get(key, [])
+        points = top.points.get(key, [])
+        out: list[tuple[ModuleModel, Binding, Scope, Frame | None, Point | None]] = [
+            (other, binding, top, None, points[i] if len(points) == len(assigned) else None)
+            for i, binding in enumerate(assigned)]
+        out += self.attribute_writes(other, cst.Attribute(cst.Name(target.name), node.attr), top, None, None,
+                                     max(depth - 1, 1), imported=False)
         return out
 
     def passing(self, module: ModuleModel, scope: Scope) -> dict[str, list[CallSite]]:

@@ -453,14 +453,22 @@ class Values:
         (or `hasattr(m, "module")`) is false, and, where the run is not distributed
         (`else` of `if args.distributed:`), wraps made only in distributed runs."""
         resolve = self.model.resolver_for(module)
-        unwrapped = single = False
+        unwrapped = single = multi = False
         for guard in guards:
             wrapped = self.wrapped_test(module, guard.test)
             if wrapped is not None and wrapped == guard.negated:
                 unwrapped = True
             distributed = is_distributed_test(guard.test, resolve)
-            if distributed is not None and distributed == guard.negated:
-                single = True
+            if distributed is not None:
+                if distributed == guard.negated:
+                    single = True
+                else:
+                    multi = True
+        if single and multi:
+            # Guards read as both "not distributed" and "distributed" (`elif args.local_rank != -1:`
+            # after `if args.n_gpu > 1: DataParallel(...)`, where n_gpu counts a process's GPUs,
+            # not the ranks): one of the readings is wrong, so neither drops a wrapper.
+            single = False
         for value in values:
             if unwrapped and self.model.api_of(value) in (api.DDP, api.DATA_PARALLEL):
                 continue

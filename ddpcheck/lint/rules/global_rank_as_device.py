@@ -53,7 +53,9 @@ class GlobalRankAsDevice(Rule):
     dist.get_world_size()` the block stays within the machine and is not reported. Also the rank
     a multi-machine `mp.spawn` script composes for itself, `args.rank * ngpus_per_node + gpu`
     (a machine number times the GPUs of one machine — `torch.cuda.device_count()`, a literal, a
-    name such as `ngpus_per_node` or `args.gpus` — plus the index within it), and a bare number
+    name such as `ngpus_per_node` or `args.gpus` — plus the index within it, also one read in
+    place, `int(os.environ["LOCAL_RANK"])`), the global rank moved by a constant (`gpu_index =
+    rank - 1` where rank 0 does no GPU work: it still grows with the node), and a bare number
     in `torch.device(x)` (an index of the accelerator's devices). A parameter named `rank` (for
     instance in an `mp.spawn` worker, where the spawn index is the local GPU) is not reported,
     nor `rank % torch.cuda.device_count()`. Nor a script that cannot span machines: started only
@@ -231,7 +233,8 @@ class GlobalRankAsDevice(Rule):
 
     def _rank_in(self, value: Value) -> tuple[str, Value] | None:
         found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
-            or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value)
+            or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value) \
+            or self._shifted_rank(value)
         if found and _fallback_without_local_rank(value, found[0]):
             return None  # read only where the launcher gave no local rank (see below)
         return found
@@ -263,12 +266,33 @@ class GlobalRankAsDevice(Rule):
             return None
         for product, index in ((node.left, node.right), (node.right, node.left)):
             if not isinstance(product, cst.BinaryOperation) or not isinstance(product.operator, cst.Multiply) \
-                    or not isinstance(index, (cst.Name, cst.Attribute)):
+                    or not isinstance(index, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) \
+                    or int_value(index) is not None:
                 continue
             for machine, count in ((product.left, product.right), (product.right, product.left)):
                 if isinstance(machine, (cst.Name, cst.Attribute)) and self._machine_gpus(value, count):
                     text = " ".join(value.module.code(node).split())
                     return text, value
+        return None
+
+    def _shifted_rank(self, value: Value) -> tuple[str, Value] | None:
+        """`rank - 1` (or `rank + 1`) kept in a variable: the global rank moved by a fixed number
+        (`gpu_index = rank - 1` where rank 0 does no GPU work) still grows with the node's
+        number, so past the first node it names GPUs the machine does not have. Only a literal
+        shift counts: `rank - node_rank * gpus` is a local rank computed by hand."""
+        node = value.node
+        if not isinstance(node, cst.BinaryOperation) or not isinstance(node.operator, (cst.Subtract, cst.Add)):
+            return None
+        shift = int_value(node.right)
+        if shift is None:
+            return None
+        for inner in self.model.values.of(value.module, node.left, value.scope, value.frame, at=value.at):
+            found = global_rank_origin(self.model, inner)
+            if found:
+                # (The shifted value is the origin: `gpu_index = rank - 1` is where the rank
+                # becomes a device.)
+                sign = "-" if isinstance(node.operator, cst.Subtract) else "+"
+                return f"{found[0]} {sign} {shift}", value
         return None
 
     def _machine_gpus(self, value: Value, count: cst.BaseExpression) -> bool:

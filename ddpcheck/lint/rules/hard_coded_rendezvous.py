@@ -98,7 +98,8 @@ class HardCodedRendezvous(Rule):
     and `WORLD_SIZE` for every process. A literal `init_method="tcp://10.0.0.1:23456"` (or an
     f-string of names that each hold a literal: `f"tcp://{MASTER_ADDR}:{MASTER_PORT}"`),
     `os.environ["MASTER_PORT"] = "12355"`, or `rank=0` / `world_size=2` passed to
-    `init_process_group` overrides that. A script that takes the `--local_rank` flag
+    `init_process_group` (also a name or attribute every value of which is such a number written
+    in code, `args.world_size = 4` in `main`; not a flag's default) overrides that. A script that takes the `--local_rank` flag
     `torch.distributed.launch` passes, and whose process group meets through `env://` (the
     default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
     reported too, once, at the first of them (not when it reads a scheduler's variables,
@@ -416,7 +417,7 @@ class HardCodedRendezvous(Rule):
                 problems = ["init_method"] if url is not None else []
                 for keyword in ("rank", "world_size"):
                     value = call.arg(keyword)
-                    if value is not None and isinstance(value, cst.Integer):
+                    if value is not None and self._fixed_number(call, value):
                         problems.append(keyword)
                 if problems:
                     listed = ", ".join(f"`{p}=`" for p in problems)
@@ -446,6 +447,17 @@ class HardCodedRendezvous(Rule):
         "launcher's value and breaks multi-node runs and parallel jobs; delete it and pass the "
         "rendezvous to torchrun (`--rdzv-endpoint`/`--master-port`)"
     )
+
+    def _fixed_number(self, call: CallSite, value: cst.BaseExpression) -> bool:
+        """`world_size=2`, or a name or attribute every value of which is an integer literal
+        written in the script's code (`args.world_size = 4` in `main` before the call); a flag's
+        default or anything read from the environment is not."""
+        if isinstance(value, cst.Integer):
+            return True
+        if not isinstance(value, (cst.Name, cst.Attribute)):
+            return False
+        values = self.model.values.at_call(call, value)
+        return bool(values) and all(isinstance(v.node, cst.Integer) for v in values)
 
     def _always_literal(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> bool:
         """A literal, or a parameter (or name) every value of which is one: `os.environ[

@@ -148,7 +148,10 @@ class MissingDistributedSampler(Rule):
     on one, where the local rank is the rank, and is not reported; a node count or node index
     (`n_nodes`, `num_nodes`, `node_idx`) counts only in a module that sets the run up (starts the
     process group, reads the environment or the command line), since in a graph network's code
-    it counts the nodes of a graph.
+    it counts the nodes of a graph. The same holds for a project `Sampler` subclass that splits
+    among the processes by a `rank=` it keeps (its class reads `self.rank` and a `world_size` or
+    `num_replicas`, as `DistMultiTaskBatchSampler(datasets, bs, rank=args.local_rank,
+    world_size=args.world_size)` does).
 
     Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
     every caller hands `source="web"`), loaders of a function that hands its training to another
@@ -320,6 +323,12 @@ class MissingDistributedSampler(Rule):
         "the global rank (`dist.get_rank()`), or leave `rank=`/`num_replicas=` to the process group"
     )
 
+    PROJECT_LOCAL_RANK_MESSAGE = (
+        "this sampler splits among the processes by its `rank=` and is given the local rank: on more "
+        "than one node every node reads the shards of its first GPUs' ranks and the other shards are "
+        "never read; pass the global rank (`dist.get_rank()`)"
+    )
+
     def finish(self) -> None:
         # Decided at the end: whether the file uses DDP may only become clear after the loader.
         if not self.model.uses_ddp:
@@ -332,18 +341,44 @@ class MissingDistributedSampler(Rule):
             elif self.model.makes(site, api.DISTRIBUTED_SAMPLER) and self._local_rank_shard(site):
                 self.report(site.node, self.LOCAL_RANK_MESSAGE, module=site.module,
                             related=self.model.paths.chain(site))
+            elif self._shards_by_rank(site) and self._local_rank_shard(site, project=True):
+                self.report(site.node, self.PROJECT_LOCAL_RANK_MESSAGE, module=site.module,
+                            related=self.model.paths.chain(site))
 
-    def _local_rank_shard(self, site: CallSite) -> bool:
-        """A DistributedSampler whose `rank=` is, on every path, the process's index on its own
-        machine (LOCAL_RANK, `args.local_rank`, a worker's `local_rank` spawn index), in a job
-        that can span machines: the shards are numbered across the job, so the nodes all read
-        the same ones."""
+    def _shards_by_rank(self, site: CallSite) -> bool:
+        """A project `Sampler` subclass (not a DistributedSampler) built with `rank=` that keeps
+        it and splits among the processes by it (its class reads `self.rank` and a
+        `world_size`/`num_replicas`): a sampler written to shard as DistributedSampler does
+        (`DistMultiTaskBatchSampler(datasets, bs, rank=..., world_size=...)`)."""
+        target = site.target
+        if target is None or target.kind != "class" or not site.has_keyword("rank") \
+                or self.model.makes(site, api.DISTRIBUTED_SAMPLER) or not self.model.graph.is_subclass(target, api.SAMPLER):
+            return False
+        found = self.model.graph.class_at(target)
+        if found is None:
+            return False
+        code = code_only(found[0].code(found[1].node))
+        return "self.rank" in code and ("world_size" in code or "num_replicas" in code)
+
+    def _local_rank_shard(self, site: CallSite, project: bool = False) -> bool:
+        """A DistributedSampler (or, `project`, a project sampler that shards by its `rank=`)
+        whose `rank=` is, on every path, the process's index on its own machine (LOCAL_RANK,
+        `args.local_rank`, a worker's `local_rank` spawn index), in a job that can span
+        machines: the shards are numbered across the job, so the nodes all read the same ones."""
         model = self.model
-        rank = sampler_option(model, site, "rank", 2)
+        if project:
+            given = site.arg("rank")
+            rank = model.values.at_call(site, given) if given is not None else None
+        else:
+            rank = sampler_option(model, site, "rank", 2)
         if not rank or model.on_one_machine() or not _names_machines(model) \
                 or model.paths.never(site) is not None or model.paths.dead(site):
             return False
-        replicas = sampler_option(model, site, "num_replicas", 1)
+        if project:
+            counts = [site.arg(k) for k in ("num_replicas", "world_size")]
+            replicas = [v for c in counts if c is not None for v in model.values.at_call(site, c)]
+        else:
+            replicas = sampler_option(model, site, "num_replicas", 1) or []
         if replicas and all(isinstance(v.node, cst.Call) and not v.node.args
                             and (dotted(v.node.func) or "").endswith("device_count") for v in replicas):
             return False  # shards counted by this machine's GPUs: a job of one machine, numbered locally
@@ -355,7 +390,7 @@ class MissingDistributedSampler(Rule):
             return True
         # Passed under the name `local_rank` (a worker's parameter, `args.local_rank`): the
         # author's own word for it, unless some value it takes is a global rank after all.
-        passed = site.arg("rank", 2)
+        passed = site.arg("rank", None if project else 2)
         if passed is None or (dotted(passed) or "").rsplit(".", 1)[-1] != "local_rank":
             return False
         return not any(global_rank_source(model, v) is not None or _names_global_rank(v.node) for v in rank)
