@@ -180,3 +180,66 @@ def test_project_network_with_dropout_is_reported(tmp_path: Path) -> None:
         "self.proj = nn.Linear(width, width)", "self.proj = nn.Linear(width, width)\n            self.drop = nn.Dropout(0.1)")
     files = {"train.py": OWN_SCRIPT, "models/__init__.py": "", "models/caption.py": network}
     assert lines(tmp_path, files) == [("train.py", 7)]
+
+
+# A task object that loads its YAML configuration in the constructor and seeds torch from it in
+# a set-up method of another module.
+TASK = """\
+    import torch
+    import torch.distributed as dist
+    import yaml
+
+
+    def load_config(path):
+        with open(path) as ifs:
+            return yaml.safe_load(ifs)
+
+
+    class BaseTask:
+        def __init__(self, cfg_file):
+            self.cfg = load_config(cfg_file)
+
+        def init_env(self):
+            seed = self.cfg["SEED"]
+            torch.manual_seed(seed)
+            dist.init_process_group(backend="nccl")
+            self.rank = dist.get_rank()
+            self.cfg["RANK"] = self.rank
+"""
+
+TASK_SCRIPT = """\
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+    from torchvision import transforms
+
+    from task import BaseTask
+
+
+    class TrainTask(BaseTask):
+        def train(self):
+            augment = transforms.Compose([transforms.RandomHorizontalFlip(), transforms.ToTensor()])
+            data = load_faces(augment)
+            loader = DataLoader(data, sampler=DistributedSampler(data), batch_size=128, num_workers=4)
+            model = torch.nn.parallel.DistributedDataParallel(build_backbone().cuda())
+            for x, y in loader:
+                model(x.cuda()).sum().backward()
+
+
+    def main():
+        task = TrainTask("train_config.yaml")
+        task.init_env()
+        task.train()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_seed_from_configuration_held_by_the_task_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": TASK_SCRIPT, "task.py": TASK}) == [("task.py", 17)]
+
+
+def test_seed_offset_by_the_rank_in_the_configuration_is_silent(tmp_path: Path) -> None:
+    task = TASK.replace('self.cfg["RANK"] = self.rank', 'self.cfg["SEED"] = self.cfg["SEED"] + self.rank')
+    assert lines(tmp_path, {"train.py": TASK_SCRIPT, "task.py": task}) == []

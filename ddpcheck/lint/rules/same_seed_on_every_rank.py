@@ -60,7 +60,7 @@ class SameSeedOnEveryRank(Rule):
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
-    declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
+    declared `argparse.Namespace`; `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor; `vars(args)` of a parsed namespace),
     and nothing in it comes from the rank (a project rank helper that returns a literal until the
     process group is set up, `if not is_dist_avail_and_initialized(): return 0`, called before
     the run sets the group up, in `main()` ahead of the worker that initialises, gives that
@@ -665,7 +665,14 @@ class SameSeedOnEveryRank(Rule):
         if base is None or field is None or _reassigned(value.module, field):
             return False
         bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
-        return bool(bases) and all(self._alike(b, field) for b in bases)
+        if bases and all(self._alike(b, field) for b in bases):
+            return True
+        # `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor: the
+        # configuration the object holds, read through the attribute.
+        if isinstance(node, (cst.Subscript, cst.Attribute)) and isinstance(node.value, cst.Attribute):
+            held = self.model.values.of(value.module, node.value, value.scope, value.frame, at=value.at)
+            return bool(held) and all(self._alike(h, field) for h in held)
+        return False
 
     def _constant_expr(self, where: Value, expr: cst.BaseExpression, resolve: Resolve, depth: int) -> bool:
         """Whether `expr`, read where `where` was made, holds the same value on every rank."""
