@@ -243,3 +243,33 @@ def test_seed_from_configuration_held_by_the_task_is_reported(tmp_path: Path) ->
 def test_seed_offset_by_the_rank_in_the_configuration_is_silent(tmp_path: Path) -> None:
     task = TASK.replace('self.cfg["RANK"] = self.rank', 'self.cfg["SEED"] = self.cfg["SEED"] + self.rank')
     assert lines(tmp_path, {"train.py": TASK_SCRIPT, "task.py": task}) == []
+
+
+# A K-FAC style ImageNet example: the ResNet depth is chosen by option, the flag set out of habit.
+RESNET_CHOICE = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torchvision import models
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", default="resnet50")
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    dist.init_process_group(backend="nccl")
+    if args.model.lower() == "resnet50":
+        model = models.resnet50()
+    elif args.model.lower() == "resnet101":
+        model = models.{other}()
+    model.cuda()
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.local_rank],
+                                                      find_unused_parameters=True)
+"""
+
+
+def test_flag_on_one_of_several_torchvision_resnets_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": RESNET_CHOICE.format(other="resnet101")}, "DDP027") == [("train.py", 17)]
+
+
+def test_flag_where_one_choice_has_auxiliary_heads_is_silent(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": RESNET_CHOICE.format(other="googlenet")}, "DDP027") == []
