@@ -1,11 +1,12 @@
 """Whether a job draws random numbers while it trains: dropout, random augmentation, random
-tensors, Python's or NumPy's random draws, a shuffling DataLoader. Read from the code (comments
+tensors, Python's or NumPy's random draws, a shuffling DataLoader (not a sampler's order). Read from the code (comments
 and docstrings left out) of the linted file and the project code it imports (a model class in `models/net.py` that holds
 `nn.Dropout` counts; of a module imported by name, what the names reach: graph.reached_code). Seeding calls (`random.seed`, `np.random.seed`) are not draws, nor is a
 synthetic set drawn inside `TensorDataset(...)`, nor the initialisation of parameters."""
 
 from __future__ import annotations
 
+import ast
 import re
 from typing import TYPE_CHECKING
 
@@ -34,12 +35,16 @@ _MODEL_DRAWS = re.compile(
 )
 _DRAWS = re.compile(
     _MODEL_DRAWS.pattern
-    + r"|\bRandom[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
+    # A sampler's order (`RandomSampler`, a dataset's own `shuffle=True`) is no per-sample draw:
+    # the same seed gives the ranks the same order of their own shards, not the same augmentation.
+    + r"|\bRandom(?!\w*Sampler\b)[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
     r"|\btorch\.(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|multinomial|normal|poisson)\s*\("
     r"|\.(normal_|uniform_|bernoulli_|random_|exponential_|cauchy_|geometric_|log_normal_)\s*\("
     r"|\b(np|numpy)\.random\.(?!seed\b|get_state\b|set_state\b)\w+"
     r"|\brandom\.(random|choice|choices|shuffle|randint|uniform|sample|gauss|randrange|normalvariate|betavariate)\s*\("
-    r"|\bshuffle\s*=\s*True"
+    # A DataLoader that shuffles by itself (no sampler): with the same seed every rank reads
+    # the same batches.
+    r"|\bDataLoader\s*\((?:[^()]|\([^()]*\))*\bshuffle\s*=\s*True"
 )
 
 
@@ -75,12 +80,69 @@ _LIBRARY_NETWORK = re.compile(_LIBRARY_NETWORK_PATTERN)
 _OWN_FROM_PRETRAINED = re.compile(r"\bdef\s+from_pretrained\b")
 
 
+# Draws of random numbers (not augmentation classes, not dropout).
+_NUMBER_DRAWS = re.compile(
+    r"\btorch\.(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|multinomial|normal|poisson)\s*\("
+    r"|\b(np|numpy)\.random\.(?!seed\b|get_state\b|set_state\b)\w+"
+    r"|\brandom\.(random|choice|choices|shuffle|randint|uniform|sample|gauss|randrange|normalvariate|betavariate)\s*\("
+)
+
+
+def _without_dataset_construction(text: str) -> str:
+    """`text` without the number draws of a dataset's constructor (a class with `__getitem__`
+    whose `__init__` draws `self.X = torch.randn(n, d)`): the set is drawn once, the same on
+    every rank, which the sampler then shards; what `__getitem__` draws per sample stays."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return text
+    spans: list[tuple[int, int]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        methods = {m.name: m for m in node.body if isinstance(m, ast.FunctionDef)}
+        init = methods.get("__init__")
+        if "__getitem__" in methods and init is not None and init.end_lineno is not None:
+            spans.append((init.lineno, init.end_lineno))
+    if not spans:
+        return text
+    lines = text.split("\n")
+    for first, last in spans:
+        for i in range(first - 1, min(last, len(lines))):
+            lines[i] = _NUMBER_DRAWS.sub("", lines[i])
+    return "\n".join(lines)
+
+
 def _drawing_text(text: str) -> str:
     """`text` without the draws that leave torch's global generator alone."""
+    text = _without_dataset_construction(text)
     text = _INITIALISATION.sub("", _SYNTHETIC_SET.sub("", _OWN_GENERATOR.sub("", text)))
     if _OWN_FROM_PRETRAINED.search(text):
         text = _LIBRARY_NETWORK.sub("", text)
     return _DROPOUT_LAYER.sub(lambda m: m.group(0) if f"self.{m.group(1)}(" in text else "", text)
+
+
+_CLASS = re.compile(r"^\s*class\s+(\w+)", re.MULTILINE)
+
+
+def _drawing_texts(model: Model) -> list[str]:
+    """The code of the linted file and of the project modules it reaches, comments and
+    docstrings left out, without the draws that leave torch's global generator alone. A project
+    network loaded through its own `from_pretrained` (`VisionLanguageModel.from_pretrained(path)`,
+    the class and its loader in another module) copies weights into the project's network."""
+    root = model.root
+    found = root.memo.get("drawing_texts")
+    if found is None:
+        texts = [code_only(text) for text in model.graph.reached_code(root)]
+        own: set[str] = set()
+        if any(_OWN_FROM_PRETRAINED.search(text) for text in texts):
+            own = {name for text in texts for name in _CLASS.findall(text)}
+        if own:
+            loaded = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, own))) + r")\.from_pretrained\s*\(")
+            texts = [loaded.sub("", text) for text in texts]
+        found = [_drawing_text(text) for text in texts]
+        root.memo["drawing_texts"] = found
+    return list(found)
 
 
 def draws_random(model: Model) -> bool:
@@ -89,8 +151,7 @@ def draws_random(model: Model) -> bool:
     found = root.memo.get("draws_random")
     if found is None:
         # Comments and docstrings draw nothing (a commented-out smoke test's `torch.randn(...)`).
-        found = any(_DRAWS.search(_drawing_text(code_only(text))) is not None
-                    for text in model.graph.reached_code(root))
+        found = any(_DRAWS.search(text) is not None for text in _drawing_texts(model))
         root.memo["draws_random"] = found
     return bool(found)
 
@@ -102,8 +163,7 @@ def model_draws_random(model: Model) -> bool:
     root = model.root
     found = root.memo.get("model_draws_random")
     if found is None:
-        found = any(_MODEL_DRAWS.search(_drawing_text(code_only(text))) is not None
-                    for text in model.graph.reached_code(root))
+        found = any(_MODEL_DRAWS.search(text) is not None for text in _drawing_texts(model))
         root.memo["model_draws_random"] = found
     return bool(found)
 
@@ -116,6 +176,6 @@ def model_drops_out(model: Model) -> bool:
     found = root.memo.get("model_drops_out")
     if found is None:
         found = any(_DROPOUT.search(text) is not None or _LIBRARY_NETWORK.search(text) is not None
-                    for text in (_drawing_text(code_only(t)) for t in model.graph.reached_code(root)))
+                    for text in _drawing_texts(model))
         root.memo["model_drops_out"] = found
     return bool(found)

@@ -47,7 +47,7 @@ class FindUnusedParametersUnneeded(Rule):
     output left out, so its parameters get no gradient and the flag is needed (torch.nn layers,
     such as an LSTM's `[0]`, use every parameter for each output). A torchvision classifier
     (`models.resnet50()`, VGG, DenseNet, MobileNet, EfficientNet, RegNet, ConvNeXt and the like)
-    is reported too: its forward runs every layer; Inception and GoogLeNet, whose auxiliary
+    is reported too (also one of several chosen by option: `resnet50` or `resnet101`): its forward runs every layer; Inception and GoogLeNet, whose auxiliary
     heads add outputs in training, are not.
 
     ## How to fix
@@ -193,8 +193,9 @@ class FindUnusedParametersUnneeded(Rule):
         return True
 
     def _library_classifier(self, values: list[Value]) -> str | None:
-        """The torchvision classifier (`models.resnet50()`) every value is, when it is one whose
-        forward runs every layer and returns one tensor; None otherwise. Inception and GoogLeNet
+        """The torchvision classifiers (`models.resnet50()`, or one of several chosen by option)
+        the values are, when each is one whose forward runs every layer and returns one tensor;
+        None otherwise. Inception and GoogLeNet
         are left out: their auxiliary heads return extra outputs in training."""
         names: set[str] = set()
         for value in values:
@@ -207,7 +208,8 @@ class FindUnusedParametersUnneeded(Rule):
             if not _FULL_CLASSIFIER.match(short):
                 return None
             names.add(short)
-        return names.pop() if len(names) == 1 else None
+        # A depth chosen by option (`resnet50`, `resnet101`, `resnet152`): each runs every layer.
+        return " / ".join(sorted(names)) if names else None
 
     @staticmethod
     def _uses_everything(module: ModuleModel, info: ClassInfo) -> bool:

@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.module import CallSite, Element, ModuleModel, Param
+from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
@@ -48,7 +48,8 @@ class SameSeedOnEveryRank(Rule):
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
     sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors — not a
     synthetic set drawn once inside `TensorDataset(torch.randn(n, d), ...)` — or
-    Python/NumPy draws, a shuffling DataLoader, a library model with its own dropout, not a tokenizer's or a
+    Python/NumPy draws, a shuffling DataLoader, not a sampler's order (`RandomSampler`) nor a set a
+    dataset's constructor draws once (`self.x = torch.randn(n, d)`), a library model with its own dropout, not a tokenizer's or a
     configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
     gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
@@ -59,7 +60,7 @@ class SameSeedOnEveryRank(Rule):
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
-    declared `argparse.Namespace`; `vars(args)` of a parsed namespace),
+    declared `argparse.Namespace`; `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor; `vars(args)` of a parsed namespace),
     and nothing in it comes from the rank (a project rank helper that returns a literal until the
     process group is set up, `if not is_dist_avail_and_initialized(): return 0`, called before
     the run sets the group up, in `main()` ahead of the worker that initialises, gives that
@@ -87,7 +88,8 @@ class SameSeedOnEveryRank(Rule):
     (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
     as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
-    same function or `__main__` block, or before a project function there that spawns
+    same function or `__main__` block (also a spawn only when there are several GPUs,
+    `if torch.cuda.device_count() > 1:`, the other arm training in one process), or before a project function there that spawns
     (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start) (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
     worker and is reported); a seed that, on every path, is set again later with the rank in it
@@ -548,7 +550,8 @@ class SameSeedOnEveryRank(Rule):
         # starts the workers too, when no outside launcher can start the file: no torchrun path
         # it could take instead.
         spawns_below = not model.torchrun_path
-        return any(other.index > site.index and {(id(g.node), g.negated) for g in other.guards} <= held
+        return any(other.index > site.index
+                   and all((id(g.node), g.negated) in held or _several_devices(g) for g in other.guards)
                    and (model.api(other) in _SPAWNERS
                         or spawns_below and (other.target is None or other.target.external is None)
                         and "spawn" in model.facts.of_call(other))
@@ -662,7 +665,14 @@ class SameSeedOnEveryRank(Rule):
         if base is None or field is None or _reassigned(value.module, field):
             return False
         bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
-        return bool(bases) and all(self._alike(b, field) for b in bases)
+        if bases and all(self._alike(b, field) for b in bases):
+            return True
+        # `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor: the
+        # configuration the object holds, read through the attribute.
+        if isinstance(node, (cst.Subscript, cst.Attribute)) and isinstance(node.value, cst.Attribute):
+            held = self.model.values.of(value.module, node.value, value.scope, value.frame, at=value.at)
+            return bool(held) and all(self._alike(h, field) for h in held)
+        return False
 
     def _constant_expr(self, where: Value, expr: cst.BaseExpression, resolve: Resolve, depth: int) -> bool:
         """Whether `expr`, read where `where` was made, holds the same value on every rank."""
@@ -827,6 +837,23 @@ _LOADS = re.compile(r"\bparse_(known_)?args\(|\b(json|yaml|toml|tomllib|omegacon
 # Anything that may differ between ranks, in a loader's text.
 _PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|time|uuid|getpid|hostname|socket|device_count|dist\.",
                        re.IGNORECASE)
+
+
+def _several_devices(guard: Guard) -> bool:
+    """A guard that holds only with more than one process (`if torch.cuda.device_count() > 1:`,
+    `if world_size > 1:`): the other arm trains in one process, where a shared seed matters not."""
+    test = guard.test
+    if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+        return False
+    target = test.comparisons[0]
+    bound = int_value(target.comparator)
+    operator = target.operator
+    if guard.negated:
+        return isinstance(operator, cst.Equal) and bound == 1 or isinstance(operator, cst.LessThanEqual) \
+            and bound == 1 or isinstance(operator, cst.LessThan) and bound == 2
+    return isinstance(operator, cst.GreaterThan) and bound == 1 \
+        or isinstance(operator, cst.GreaterThanEqual) and bound == 2 \
+        or isinstance(operator, cst.NotEqual) and bound == 1
 
 
 def _field_of(node: cst.BaseExpression) -> tuple[cst.Name | None, str | None]:
