@@ -194,6 +194,12 @@ def lint_project(root: Path, files: dict[str, str], *targets: str, select: str =
     return lint_findings(root, *targets, select=select)
 
 
+def finding_lines(root: Path, files: dict[str, str], select: str, target: str = "train.py") -> list[tuple[str, int]]:
+    """(file name, line) of each finding of `select` when `target` of the project `files` is linted."""
+    return sorted((Path(f["path"]).name, f["location"]["line"])
+                  for f in lint_project(root, files, target, select=select))
+
+
 def finding_set(root: Path, *targets: str, select: str = "DDP0") -> set[tuple[str, int, str]]:
     """(file name, line, code) of each finding."""
     return {(Path(f["path"]).name, f["location"]["line"], f["code"]) for f in lint_findings(root, *targets, select=select)}

@@ -6,13 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import lint_project
-
-
-def lines(tmp_path: Path, files: dict[str, str], select: str, target: str = "train.py") -> list[tuple[str, int]]:
-    """(file name, line) of each finding of `select` when `target` is linted."""
-    return sorted((Path(f["path"]).name, f["location"]["line"])
-                  for f in lint_project(tmp_path, files, target, select=select))
+from tests.helpers import finding_lines as lines
 
 
 # A segmentation zoo: a builder picks the network by name from a table and passes its keyword
