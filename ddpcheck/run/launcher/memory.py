@@ -28,8 +28,11 @@ def available_mib(meminfo: str = "/proc/meminfo") -> int | None:
                 if line.startswith("MemAvailable:"):
                     return int(line.split()[1]) // 1024
     except (OSError, ValueError, IndexError):
+        pass
+    try:  # no /proc (macOS): free pages undercount reclaimable cache, so this errs on the safe side
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2**20
+    except (AttributeError, OSError, ValueError):
         return None
-    return None
 
 
 def rank_mib() -> int:

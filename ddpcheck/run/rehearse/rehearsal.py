@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from ddpcheck.errors import UserError
+from ddpcheck.run.launcher import memory
 from ddpcheck.run.rehearse import judge, plan, report, runner
 
 ENV_JOBS = "DDPCHECK_REHEARSE_JOBS"  # how many ranks run at once (1: one after another); default: CPUs and memory
@@ -189,7 +190,7 @@ def _slots(baseline: runner.RankRun) -> int:
     jobs = os.environ.get(ENV_JOBS, "").strip()
     if jobs.isdigit() and int(jobs) > 0:
         return int(jobs)
-    return parallel_ranks(_cpus(), _available_mb(), baseline.peak_mb)
+    return parallel_ranks(_cpus(), memory.available_mib(), baseline.peak_mb)
 
 
 def parallel_ranks(cpus: int, available_mb: float | None, rank_mb: float | None) -> int:
@@ -205,20 +206,6 @@ def _cpus() -> int:
         return len(os.sched_getaffinity(0))  # the CPUs this process may use (a container's share)
     except (AttributeError, OSError):
         return os.cpu_count() or 1
-
-
-def _available_mb() -> float | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 1024.0
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 def _say(options: Any, message: str) -> None:
