@@ -148,6 +148,21 @@ def test_bad_config_is_one_line_exit_2(tmp_path, bad, content, expected):
     assert "Traceback" not in r.stderr
 
 
+def test_bad_config_beside_the_files_named_is_one_line_exit_2(tmp_path, bad):
+    # Files named on the command line, their pyproject.toml found beside them (not in the cwd):
+    # the same one line as for a folder, not an "internal error" per file.
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text('[tool.ddpcheck]\nselect = 5\n')
+    (project / "train.py").write_text(bad.read_text())
+    (project / "util.py").write_text("x = 1\n")
+    r = run_lint(str(project / "train.py"), str(project / "util.py"), cwd=tmp_path)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "must be a list of strings" in err[0] and "pyproject.toml" in err[0], r.stderr
+    assert "internal error" not in r.stderr
+
+
 def test_explicit_config_file(tmp_path, bad):
     cfg = tmp_path / "other.toml"
     cfg.write_text('[tool.ddpcheck]\nignore = ["DDP001"]\n')

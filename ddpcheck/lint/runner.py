@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from ddpcheck.config import Settings, SettingsResolver
+from ddpcheck.errors import UserError
 from ddpcheck.findings import Finding, ToolError
 from ddpcheck.lint.source_text import comments_only_undecodable
 from ddpcheck.tool_codes import InternalError, SyntaxErrorInFile, UnreadableFile, UnusedNoqa
@@ -173,6 +174,8 @@ def lint_files(files: list[Path], resolver: SettingsResolver, *, jobs: int | Non
     for display, path, data, source in items:
         try:
             prepared = _prepare(display, path, data, source, resolver, known, static, scan, helper, cache, raw, result)
+        except UserError:
+            raise  # a broken configuration: one line for the whole run, as when a folder is linted
         except Exception as err:  # noqa: BLE001 — a bug of ours on one file; the others go on
             result.errors.append(internal_error(display, err))
             failed.add(display)
