@@ -35,10 +35,11 @@ class GlobalRankAsDevice(Rule):
 
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
     `device_ids=[x]` (also a list held in a local name, `device_ids = [rank] if
-    torch.cuda.is_available() else None`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
+    torch.cuda.is_available() else None`, or kept on an object, `args.device_ids = device_ids`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
     or a `f"cuda:{x}"` string (also one built in a variable first, `dev = f"cuda:{rank}"`, then
     `torch.device(dev)`: reported where the string is built) — is `dist.get_rank()`, the `RANK` environment variable, an MPI
-    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
+    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them, or a list of GPUs (its
+    name says so) looked up by them (`config.gpu_ids[rank]`) — also an attribute a
     set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
     `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`), a field of
     a `@dataclass` made from it (`JobInfo(rank=...)`, or filled by a subclass's
