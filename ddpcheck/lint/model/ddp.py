@@ -495,7 +495,7 @@ def uses_cuda(model: Model, site: CallSite) -> bool:
         return False
     if site.method == "cuda":
         return True
-    if name == api.DDP and site.has_keyword("device_ids"):
+    if name == api.DDP and site.has_keyword("device_ids") and not _no_devices(model, site):
         return True
     if name == api.TORCH_DEVICE or site.method == "to":
         first = site.arg("device", 0)
@@ -503,6 +503,16 @@ def uses_cuda(model: Model, site: CallSite) -> bool:
             return True
     device = site.arg("device")
     return device is not None and is_cuda_value(model, site, device)
+
+
+def _no_devices(model: Model, site: CallSite) -> bool:
+    """`device_ids=None` (itself, or a name every value of which is `None`): the wrap of a model
+    on the CPU, as a gloo run writes it, names no GPU."""
+    ids = site.arg("device_ids")
+    if ids is None:
+        return False
+    values = model.values.at_call(site, ids)
+    return bool(values) and all(isinstance(v.node, cst.Name) and v.node.value == "None" for v in values)
 
 
 _RANK_WRAPPERS = frozenset({"int", "str"})

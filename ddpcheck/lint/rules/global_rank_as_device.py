@@ -35,10 +35,11 @@ class GlobalRankAsDevice(Rule):
 
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
     `device_ids=[x]` (also a list held in a local name, `device_ids = [rank] if
-    torch.cuda.is_available() else None`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
+    torch.cuda.is_available() else None`, or kept on an object, `args.device_ids = device_ids`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
     or a `f"cuda:{x}"` string (also one built in a variable first, `dev = f"cuda:{rank}"`, then
     `torch.device(dev)`: reported where the string is built) — is `dist.get_rank()`, the `RANK` environment variable, an MPI
-    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them — also an attribute a
+    job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them, or a list of GPUs (its
+    name says so) looked up by them (`config.gpu_ids[rank]`) — also an attribute a
     set-up helper fills on the object it is given (`init_distributed_mode(args)` setting
     `args.rank = int(os.environ["RANK"])`, then `torch.cuda.set_device(args.rank)`), a field of
     a `@dataclass` made from it (`JobInfo(rank=...)`, or filled by a subclass's
@@ -234,7 +235,7 @@ class GlobalRankAsDevice(Rule):
     def _rank_in(self, value: Value) -> tuple[str, Value] | None:
         found = global_rank_origin(self.model, value) or self._modulo_constant(value) \
             or self._in_mapping(value) or self._rank_block(value) or self._composed_rank(value) \
-            or self._shifted_rank(value)
+            or self._shifted_rank(value) or self._listed_by_rank(value)
         if found and _fallback_without_local_rank(value, found[0]):
             return None  # read only where the launcher gave no local rank (see below)
         return found
@@ -293,6 +294,25 @@ class GlobalRankAsDevice(Rule):
                 # becomes a device.)
                 sign = "-" if isinstance(node.operator, cst.Subtract) else "+"
                 return f"{found[0]} {sign} {shift}", value
+        return None
+
+    def _listed_by_rank(self, value: Value) -> tuple[str, Value] | None:
+        """`config.gpu_ids[rank]` with `rank = dist.get_rank()`: a list of GPUs (its name says
+        so: `gpu_ids`, `devices`) looked up by the global rank. On a second node the lookup runs
+        past the list, or past the machine's GPUs. The lookup is where the rank becomes a
+        device."""
+        node = value.node
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1 \
+                or not isinstance(node.slice[0].slice, cst.Index):
+            return None
+        base = dotted(node.value) if isinstance(node.value, (cst.Name, cst.Attribute)) else None
+        if base is None or not _DEVICE_NAME.search(base.rsplit(".", 1)[-1]):
+            return None
+        key = node.slice[0].slice.value
+        for inner in self.model.values.of(value.module, key, value.scope, value.frame, at=value.at):
+            found = global_rank_origin(self.model, inner)
+            if found:
+                return f"{base}[{found[0]}]", value
         return None
 
     def _machine_gpus(self, value: Value, count: cst.BaseExpression) -> bool:
@@ -405,10 +425,11 @@ class GlobalRankAsDevice(Rule):
             ids = site.arg("device_ids", 1)
             if isinstance(ids, (cst.List, cst.Tuple)):
                 found += [e.value for e in ids.elements]
-            elif isinstance(ids, cst.Name):
+            elif isinstance(ids, (cst.Name, cst.Attribute)):
                 # `device_ids = [rank] if torch.cuda.is_available() else None`, then
-                # `DDP(model, device_ids=device_ids)`: the lists the local name holds, read where
-                # they are made (in the same function, so their names are read at the call).
+                # `DDP(model, device_ids=device_ids)` (or the list kept on an object first,
+                # `args.device_ids = device_ids`): the lists the name holds, read where they are
+                # made (in the same function, so their names are read at the call).
                 for held in self.model.values.at_call(site, ids):
                     if isinstance(held.node, (cst.List, cst.Tuple)) and held.module is site.module \
                             and held.scope is site.scope:
