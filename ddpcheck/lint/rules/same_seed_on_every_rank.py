@@ -7,10 +7,12 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import Resolve, is_rank_value
+from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_rank_value
 from ddpcheck.lint.model.ddp import feed
+from ddpcheck.lint.model.index import join_import
 from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
 from ddpcheck.lint.model.options import option_default
+from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value
@@ -54,7 +56,7 @@ class SameSeedOnEveryRank(Rule):
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
     gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
-    reads a JSON/YAML file and mentions nothing that differs between ranks: rank, environment,
+    reads a JSON/YAML/INI file and mentions nothing that differs between ranks: rank, environment,
     clock, random draws, or a project configuration class whose constructor reads the file and
     whose class mentions none of them, `Config(args.config)`; `wandb.config` filled from the
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
@@ -77,7 +79,10 @@ class SameSeedOnEveryRank(Rule):
     seeds, environment, init, not a builder such as `create_model()` whose seed fixes the
     weights it draws) is reported where the script calls it,
     unless that function wraps a model in DDP itself (its own seed is reported where it is
-    written, when its module is linted). Where only the GPU generators are seeded alike
+    written, when its module is linted). A project module the file imports at its top that
+    seeds torch at its own top level (`torch.manual_seed(config.seed)` in `setup.py` beside the
+    `config` it builds) seeds every rank when it is imported, spawned workers too: reported
+    there, unless the run seeds torch with the rank somewhere. Where only the GPU generators are seeded alike
     (`torch.cuda.manual_seed(args.seed)`, torch's own generator never seeded), the workers'
     seeds still differ, so the call is reported only when the model drops out (dropout on the
     GPU draws from that generator; where the data is sharded, a library network built from its
@@ -88,12 +93,15 @@ class SameSeedOnEveryRank(Rule):
     (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
     as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
-    same function or `__main__` block (also a spawn only when there are several GPUs,
-    `if torch.cuda.device_count() > 1:`, the other arm training in one process), or before a project function there that spawns
+    same function or `__main__` block (also a spawn only when there are several GPUs or the run
+    is distributed, `if torch.cuda.device_count() > 1:`, `if args.distributed:`, the other arm
+    training in one process), or before a project function there that spawns
     (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start) (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
     worker and is reported); a seed that, on every path, is set again later with the rank in it
-    (`torch.manual_seed(args.seed + rank)` at the top of the training function called next).
+    (`torch.manual_seed(args.seed + rank)` at the top of the training function called next,
+    also in the worker a project function spawns, a few calls down, or on both arms of a later
+    `if`/`else`).
 
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
@@ -355,6 +363,7 @@ class SameSeedOnEveryRank(Rule):
 
     def finish(self) -> None:
         model = self.model
+        self._reseeds: dict[tuple[int, str, int], bool] = {}
         if not model.uses_ddp:
             return
         # The file trains on several ranks: it loads data through a DistributedSampler (its own
@@ -451,6 +460,15 @@ class SameSeedOnEveryRank(Rule):
                 if literal is not None:
                     self.report(site.node, self.MESSAGE.format(seed=literal), module=site.module,
                                 related=model.paths.chain(site))
+        # A project module the file imports at its top seeds torch when it is imported
+        # (`torch.manual_seed(config.seed)` beside `config = Configuration(...)` in setup.py):
+        # every rank, spawned workers too, runs that module's top level on import.
+        for site in self._seeds_on_import():
+            seeds_cpu = True
+            seed = site.arg("seed", 0)
+            if seed is not None and self._same_everywhere(site, seed, model.resolver_for(site.module)):
+                self.report(site.node, self.MESSAGE.format(seed=model.text_of(site.module, seed)),
+                            module=site.module)
         # Only the GPU generators seeded (`torch.cuda.manual_seed(args.seed)`, torch's own generator
         # left alone): the workers' seeds differ, but dropout on the GPU draws from the seeded
         # generator, alike on every rank. A library network built from its configuration
@@ -463,6 +481,31 @@ class SameSeedOnEveryRank(Rule):
                     self.report(site.node, self.GPU_MESSAGE.format(seed=model.text_of(site.module, seed)),
                                 module=site.module, related=model.paths.chain(site))
                     break
+
+    def _seeds_on_import(self) -> list[CallSite]:
+        """The seeding calls at the top level of the project modules the linted file imports at
+        its own top level, under no condition and in no loop, when the run seeds torch with the
+        rank nowhere (a per-rank seed later in the run would replace it)."""
+        model = self.model
+        root = model.root
+        here = resolved_path(root.path)
+        if here is None:
+            return []
+        modules: dict[int, ModuleModel] = {}
+        for statement in root.tree.body:
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                for origin in _import_origins(small):
+                    where = locate(here, origin)
+                    module = model.project_model(where[0]) if where is not None else None
+                    if module is not None and module is not root:
+                        modules[id(module)] = module
+        found = [c for module in modules.values() for c in module.calls_in("<module>")
+                 if model.api(c) in _SEEDERS and not c.guards and not c.loops]
+        if not found or any(model.api(c) in _SEEDERS and self._reseeds_per_rank(c, 0) for c in model.paths.sites()):
+            return []
+        return found
 
     def _literal_seed_inside(self, call: CallSite, depth: int) -> str | None:
         """The literal seed a project function of another module that `call` runs gives torch
@@ -496,13 +539,25 @@ class SameSeedOnEveryRank(Rule):
     def _reseeded_per_rank_later(self, site: CallSite) -> bool:
         """Whether torch is seeded again after `site`, on every path through it, with a seed that
         mentions the rank (`torch.manual_seed(args.seed + rank)` at the start of the training
-        function it goes on to call): the same seed only sets up what runs before, and
-        training draws from the per-rank one."""
+        function it goes on to call, also in the worker a later `mp.spawn` starts): the same
+        seed only sets up what runs before, and training draws from the per-rank one. A later
+        `if`/`else` whose arms both reseed so (`if args.multinode: train_distributed(...) else:
+        train_multiprocess(...)`, each reaching a training function that seeds with the rank)
+        counts as a path that does."""
         held = {(id(g.node), g.negated) for g in site.guards}
-        return any(other.index > site.index and not other.loops
-                   and {(id(g.node), g.negated) for g in other.guards} <= held
-                   and self._reseeds_per_rank(other, 2)
-                   for other in site.module.calls_in(site.scope.qualname))
+        later = [other for other in site.module.calls_in(site.scope.qualname)
+                 if other.index > site.index and not other.loops]
+        arms: dict[int, set[bool]] = {}
+        for other in later:
+            guards = {(id(g.node), g.negated) for g in other.guards}
+            extra = guards - held
+            if len(extra) > 1 or not self._reseeds_per_rank(other, _RESEED_DEPTH):
+                continue
+            if not extra:
+                return True
+            node, negated = next(iter(extra))
+            arms.setdefault(node, set()).add(negated)
+        return any(len(sides) == 2 for sides in arms.values())
 
     def _reseeds_per_rank(self, call: CallSite, depth: int) -> bool:
         """Whether `call` seeds torch with a seed that mentions the rank: directly, through a
@@ -523,10 +578,19 @@ class SameSeedOnEveryRank(Rule):
                         passed, model.resolver_for(call.module, call.scope)):
                     return True
                 continue
-            if any(not inner.guards and self._reseeds_per_rank(inner, depth - 1)
-                   for inner in function.module.calls_in(function.qualname)):
+            if self._function_reseeds(function, depth - 1):
                 return True
         return False
+
+    def _function_reseeds(self, function: Function, depth: int) -> bool:
+        """Whether `function` seeds torch with the rank under no condition, `depth` calls deep."""
+        key = (id(function.module), function.qualname, depth)
+        cache = self._reseeds
+        if key not in cache:
+            cache[key] = False  # a recursive call in progress answers no
+            cache[key] = any(not inner.guards and self._reseeds_per_rank(inner, depth)
+                             for inner in function.module.calls_in(function.qualname))
+        return cache[key]
 
     def _launcher_only(self, site: CallSite) -> bool:
         """The call seeds only the process that starts the workers: every path through it goes
@@ -534,7 +598,9 @@ class SameSeedOnEveryRank(Rule):
         process is the launcher, not a rank. Spawned workers import the script afresh without
         running its `__main__` block, so the seed never reaches them (code at module level
         outside that block runs in every worker, and is reported; a spawn only on one arm of an
-        `if` leaves the other arm, a torchrun path, seeding its ranks). The spawn may sit in a
+        `if` leaves the other arm, a torchrun path, seeding its ranks, unless that arm is the
+        run in one process: `if args.distributed: mp.spawn(...)` or `if device_count() > 1:`,
+        the other arm calling the worker directly). The spawn may sit in a
         project function called later (`Trainer(cfg).run()`), in a file no outside launcher can
         start."""
         model = self.model
@@ -550,8 +616,10 @@ class SameSeedOnEveryRank(Rule):
         # starts the workers too, when no outside launcher can start the file: no torchrun path
         # it could take instead.
         spawns_below = not model.torchrun_path
+        resolve = model.resolver_for(site.module, scope)
         return any(other.index > site.index
-                   and all((id(g.node), g.negated) in held or _several_devices(g) for g in other.guards)
+                   and all((id(g.node), g.negated) in held or _several_devices(g)
+                           or is_distributed_test(g.test, resolve) is (not g.negated) for g in other.guards)
                    and (model.api(other) in _SPAWNERS
                         or spawns_below and (other.target is None or other.target.external is None)
                         and "spawn" in model.facts.of_call(other))
@@ -827,16 +895,30 @@ _GPU_SEEDERS = frozenset({"torch.cuda.manual_seed", "torch.cuda.manual_seed_all"
 _SPAWNERS = api.SPAWN | {"torch.multiprocessing.spawn.spawn"}
 
 
+# How many calls deep a later per-rank seed is looked for: `main()` calling `train_distributed()`,
+# whose `mp.spawn` starts the worker that calls `train_model()`, which seeds with the rank.
+_RESEED_DEPTH = 4
+
 # Checks a seeding helper makes before seeding the GPU generators too (`if torch.cuda.is_available():
 # torch.cuda.manual_seed_all(seed)`).
 _SEEDING_CHECKS = frozenset({"torch.cuda.is_available", "torch.cuda.device_count"})
 # A worker_init_fn that seeds a generator.
 _WORKER_SEEDS = re.compile(r"\b(manual_)?seed\s*\(")
-# A configuration loader reads the command line or a file.
-_LOADS = re.compile(r"\bparse_(known_)?args\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
+# A configuration loader reads the command line or a file (JSON, YAML, TOML, INI).
+_LOADS = re.compile(r"\bparse_(known_)?args\(|\bConfigParser\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
 # Anything that may differ between ranks, in a loader's text.
 _PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|time|uuid|getpid|hostname|socket|device_count|dist\.",
                        re.IGNORECASE)
+
+
+def _import_origins(statement: cst.BaseSmallStatement) -> list[str]:
+    """The dotted names an `import` or `from ... import` statement imports."""
+    if isinstance(statement, cst.Import):
+        return [dotted(alias.name) or "" for alias in statement.names]
+    if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
+        module = "." * len(statement.relative) + (dotted(statement.module) or "" if statement.module else "")
+        return [join_import(module, dotted(alias.name) or "") for alias in statement.names]
+    return []
 
 
 def _several_devices(guard: Guard) -> bool:
