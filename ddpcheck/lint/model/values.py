@@ -847,6 +847,13 @@ class Values:
         callers = [(c, b) for c, b in self.model.graph.callers(function)[:MAX_CALLERS]
                    if not self.model.paths.dead(c)]  # (a helper module's self-test passes nothing to the run)
         for call, bound in callers:
+            if bound == "spawn" and param.index == (1 if function.owner is not None and not function.is_static else 0):
+                # The process index `mp.spawn` hands its worker first: a value of its own on
+                # each process (the local rank), neither a caller's argument nor the default.
+                # Beside a plain call (`else: main_worker(args.gpu, args)`) it is still a leaf.
+                found = True
+                yield Value(module, param, scope, frame, at)
+                continue
             passed = self.model.graph.argument_for(call, function, param, bound)
             if passed is None or isinstance(passed, CallSite):
                 forwarded = list(self._forwarded(call, param, None, depth - 1, seen))
