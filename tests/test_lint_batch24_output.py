@@ -80,3 +80,124 @@ def test_spawn_index_guard_beside_a_plain_call_is_clean(tmp_path: Path) -> None:
 def test_unguarded_save_in_spawned_worker_is_still_reported(tmp_path: Path) -> None:
     files = {"train.py": SPAWN_INDEX_SCRIPT.format(guard="if epoch % 2 == 0:")}
     assert lines(tmp_path, files, "DDP010,DDP020") == [("train.py", 18), ("train.py", 19)]
+
+
+# A trainer class whose validation wraps `enumerate(self.valid_loader)` in a progress bar with
+# no `disable=`; the loader is built elsewhere (the trainer does not see a DataLoader), but the
+# loop runs the model the trainer holds, `self.model(data)`, on its items.
+VALID_BAR_TRAINER = """\
+    import torch
+    from tqdm import tqdm
+
+
+    class Trainer:
+        def __init__(self, model, optimizer, device, data_loader, valid_loader):
+            self.model = model
+            self.optimizer = optimizer
+            self.device = device
+            self.data_loader = data_loader
+            self.valid_loader = valid_loader
+
+        def train_epoch(self, epoch):
+            self.model.train()
+            for data, target in self.data_loader:
+                data, target = data.to(self.device), target.to(self.device)
+                self.optimizer.zero_grad()
+                loss = torch.nn.functional.cross_entropy(self.model(data), target)
+                loss.backward()
+                self.optimizer.step()
+            return self.valid_epoch(epoch)
+
+        def valid_epoch(self, epoch):
+            self.model.eval()
+            outputs = []
+            with torch.no_grad():
+                for idx, (data, target) in tqdm(enumerate(self.valid_loader){bar_args}):
+                    data = data.to(self.device)
+                    {body}
+            return outputs
+"""
+
+VALID_BAR_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from trainer import Trainer
+
+
+    def main(loaders):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01 * dist.get_world_size())
+        trainer = Trainer(model, optimizer, local_rank, loaders["train"], loaders["valid"])
+        for epoch in range(10):
+            trainer.train_epoch(epoch)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(torch.load("loaders.pt"))
+"""
+
+
+def test_bar_over_a_validation_loop_of_the_held_model_is_reported(tmp_path: Path) -> None:
+    files = {"trainer.py": VALID_BAR_TRAINER.format(bar_args="", body="outputs.append(self.model(data))"),
+             "train.py": VALID_BAR_SCRIPT}
+    assert lines(tmp_path, files, "DDP020") == [("trainer.py", 27)]
+
+
+def test_bar_over_a_validation_loop_disabled_off_rank_zero_is_clean(tmp_path: Path) -> None:
+    files = {"trainer.py": VALID_BAR_TRAINER.format(bar_args=", disable=dist.get_rank() != 0",
+                                                    body="outputs.append(self.model(data))").replace(
+                 "import torch\n", "import torch\n    import torch.distributed as dist\n", 1),
+             "train.py": VALID_BAR_SCRIPT}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+# A rank-0 save of the DDP wrapper's state dict, bare, as `best.pth`; the resume loads an entry of
+# another checkpoint (`ckpt["model_state_dict"]`) into the wrapper. The bare file has no such
+# entry: the resume is not what reads it back.
+BEST_SAVE_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+        resume = os.environ["RESUME"]
+        if os.path.exists(resume):
+            checkpoint = torch.load(resume, map_location="cpu")
+            model.load_state_dict({loaded})
+        best = 0.0
+        for epoch in range(10):
+            score = float(torch.rand(1))
+            if dist.get_rank() == 0 and score > best:
+                best = score
+                torch.save(model.state_dict(), "best.pth")
+            if dist.get_rank() == 0:
+                torch.save({{"model_state_dict": model.module.state_dict()}}, "last.pth")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_bare_state_dict_beside_a_resume_that_reads_an_entry_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": BEST_SAVE_SCRIPT.format(loaded='checkpoint["model_state_dict"]')}
+    assert lines(tmp_path, files, "DDP019") == [("train.py", 22)]
+
+
+def test_bare_state_dict_beside_a_resume_of_the_whole_file_is_clean(tmp_path: Path) -> None:
+    # The resume loads what it read as a whole: it may read `best.pth` back into the wrapper.
+    files = {"train.py": BEST_SAVE_SCRIPT.format(loaded="checkpoint")}
+    assert lines(tmp_path, files, "DDP019") == []
