@@ -201,3 +201,53 @@ def test_bare_state_dict_beside_a_resume_of_the_whole_file_is_clean(tmp_path: Pa
     # The resume loads what it read as a whole: it may read `best.pth` back into the wrapper.
     files = {"train.py": BEST_SAVE_SCRIPT.format(loaded="checkpoint")}
     assert lines(tmp_path, files, "DDP019") == []
+
+
+# A clustering step under `if is_master or not computed:` with `computed` a flag the loop sets
+# False, then True once the features are on disk: every rank takes the branch the first time
+# round (its gather runs everywhere), rank 0 alone afterwards, reading the saved file.
+PROGRESS_FLAG_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+
+    def features(model, loader, load_saved):
+        if load_saved:
+            return torch.load("features.pt")
+        out = torch.cat([model(x) for x in loader])
+        gathered = [torch.zeros_like(out) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, out)
+        return torch.cat(gathered)
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        is_master = dist.get_rank() == 0
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        loader = torch.utils.data.DataLoader(torch.randn(64, 8), batch_size=8)
+        computed = False
+        for epoch in range(10):
+            if is_master or not {flag}:
+                feats = features(model, loader, load_saved=computed)
+            if is_master:
+                torch.save(feats, "features.pt")
+            computed = True
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main(None)
+"""
+
+
+def test_rank_test_or_a_flag_flipped_by_the_loop_is_no_rank_branch(tmp_path: Path) -> None:
+    files = {"train.py": PROGRESS_FLAG_SCRIPT.format(flag="computed")}
+    assert lines(tmp_path, files, "DDP009") == []
+
+
+def test_rank_test_or_not_distributed_is_still_a_rank_branch(tmp_path: Path) -> None:
+    files = {"train.py": PROGRESS_FLAG_SCRIPT.format(flag="dist.is_initialized()")}
+    assert lines(tmp_path, files, "DDP009") == [("train.py", 25)]

@@ -453,6 +453,18 @@ class Names:
     def __call__(self, expr: cst.BaseExpression) -> str | None:
         return self.model.resolver.qualname(self.module, expr)
 
+    def progress_flag(self, expr: cst.BaseExpression) -> bool:
+        """A local name the function sets both False and True, and to nothing else
+        (`embeddings_computed = False`, later `embeddings_computed = True`): a record of what the
+        run has done so far, not of how it was launched."""
+        if self.scope is None or not isinstance(expr, cst.Name):
+            return False
+        bindings = self.scope.lookup(expr.value)
+        if not bindings or self.scope.owner_of(expr.value) is not self.scope:
+            return False
+        values = {b.value if isinstance(b, cst.Name) else None for b in bindings}
+        return values == {"True", "False"}
+
     def held_test(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The expressions a flag variable is assigned from (`ok = a and is_master()`), when every
         assignment is a test (a comparison, a boolean operation, a `not`, a call)."""
