@@ -251,3 +251,58 @@ def test_rank_test_or_a_flag_flipped_by_the_loop_is_no_rank_branch(tmp_path: Pat
 def test_rank_test_or_not_distributed_is_still_a_rank_branch(tmp_path: Path) -> None:
     files = {"train.py": PROGRESS_FLAG_SCRIPT.format(flag="dist.is_initialized()")}
     assert lines(tmp_path, files, "DDP009") == [("train.py", 25)]
+
+
+# A harness method, called at each pruning level, that prints and sets the instance's scheduler:
+# a guard around the call would leave the other ranks without one, so the print is the place.
+LEVELS_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+
+
+    class Harness:
+        def __init__(self, model, loader, lr):
+            self.model = model
+            self.loader = loader
+            self.lr = lr
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+
+        def _setup_scheduler(self, epochs):
+            print(f"setting up a scheduler for {{epochs}} epochs")
+            {body}
+
+        def train_level(self, epochs):
+            self._setup_scheduler(epochs)
+            for epoch in range(epochs):
+                for x, y in self.loader:
+                    self.optimizer.zero_grad()
+                    torch.nn.functional.mse_loss(self.model(x), y).backward()
+                    self.optimizer.step()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 2)),
+                                             sampler=torch.utils.data.distributed.DistributedSampler(range(64)))
+        harness = Harness(model, loader, float(os.environ["LR"]))
+        for level in range(5):
+            harness.train_level(10)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_print_in_a_method_that_sets_the_instance_state_is_reported_at_the_print(tmp_path: Path) -> None:
+    body = "self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, epochs)"
+    assert lines(tmp_path, {"train.py": LEVELS_SCRIPT.format(body=body)}, "DDP020") == [("train.py", 14)]
+
+
+def test_print_in_a_method_that_only_prints_is_reported_at_the_call(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": LEVELS_SCRIPT.format(body="return None")}, "DDP020") == [("train.py", 18)]

@@ -571,7 +571,8 @@ class PrintOnEveryRank(Rule):
         (itself or through a call), writes entries of an object it did not make (`for group
         in optimizer.param_groups: group["lr"] = lr`), or runs a project function that trains or
         evaluates (an epoch-end validation callback that calls the evaluation it was given, then
-        prints the score). Not a printer (`display()`), which only formats and prints."""
+        prints the score), or sets an attribute of its instance (`self.scheduler = ...`). Not a
+        printer (`display()`), which only formats and prints."""
         module, scope = function.module, function.scope
         facts = self.model.facts
         calls = module.calls_in(function.qualname)
@@ -586,7 +587,9 @@ class PrintOnEveryRank(Rule):
             made = scope.assignments.get(name, [])
             if not made or not all(_fresh_container(b) for b in made):
                 return True
-        return False
+        # A method that sets what its instance holds (`self.scheduler = ...` in a harness's
+        # `_setup_scheduler()`): the other ranks need it set too.
+        return function.owner is not None and any(name.startswith("self.") for name in scope.assignments)
 
     def _unreached_from(self, site: CallSite, frame: Frame) -> bool:
         """A guard of `site` that the arguments of this call make false."""
