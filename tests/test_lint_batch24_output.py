@@ -267,6 +267,7 @@ LEVELS_SCRIPT = """\
             self.loader = loader
             self.lr = lr
             self.optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+            self.scheduler = None
 
         def _setup_scheduler(self, epochs):
             print(f"setting up a scheduler for {{epochs}} epochs")
@@ -279,6 +280,8 @@ LEVELS_SCRIPT = """\
                     self.optimizer.zero_grad()
                     torch.nn.functional.mse_loss(self.model(x), y).backward()
                     self.optimizer.step()
+                    if self.scheduler is not None:
+                        self.scheduler.step()
 
 
     def main():
@@ -301,8 +304,8 @@ LEVELS_SCRIPT = """\
 
 def test_print_in_a_method_that_sets_the_instance_state_is_reported_at_the_print(tmp_path: Path) -> None:
     body = "self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, epochs)"
-    assert lines(tmp_path, {"train.py": LEVELS_SCRIPT.format(body=body)}, "DDP020") == [("train.py", 14)]
+    assert lines(tmp_path, {"train.py": LEVELS_SCRIPT.format(body=body)}, "DDP020") == [("train.py", 15)]
 
 
 def test_print_in_a_method_that_only_prints_is_reported_at_the_call(tmp_path: Path) -> None:
-    assert lines(tmp_path, {"train.py": LEVELS_SCRIPT.format(body="return None")}, "DDP020") == [("train.py", 18)]
+    assert lines(tmp_path, {"train.py": LEVELS_SCRIPT.format(body="return None")}, "DDP020") == [("train.py", 19)]
