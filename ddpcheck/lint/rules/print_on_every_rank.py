@@ -588,16 +588,17 @@ class PrintOnEveryRank(Rule):
             if not made or not all(_fresh_container(b) for b in made):
                 return True
         # A method that sets what its instance holds for its other methods (`self.scheduler =
-        # ...` in a harness's `_setup_scheduler()`, stepped in its training loop): the other
-        # ranks need it set too. (Not a callback's own record, `self.best`, that only it reads.)
+        # ...` in a harness's `_setup_scheduler()`, stepped in the training loop of its class or
+        # a base class): the other ranks need it set too. (Not a callback's own record,
+        # `self.best`, that only it reads.)
         owner = function.owner
         set_here = [name[len("self."):] for name in scope.assignments
                     if name.startswith("self.") and name.count(".") == 1]
         if owner is None or not set_here:
             return False
-        prefix = function.qualname.rsplit(".", 1)[0] + "."
-        others = [module.code(module.functions[q]) for q in module.functions
-                  if q.startswith(prefix) and q != function.qualname and "." not in q[len(prefix):]
+        others = [where.code(where.functions[q]) for where, info in self.model.graph.mro(module, owner)
+                  for q in info.methods.values()
+                  if q in where.functions and not (where is module and q == function.qualname)
                   and not q.endswith(".__init__")]
         return any(re.search(rf"\bself\.{re.escape(attr)}\b", text) for attr in set_here for text in others)
 
