@@ -144,7 +144,11 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
     """A test that holds only when the run is not distributed: `not args.distributed`,
     `not dist.is_initialized()`, `world_size == 1`, `local_rank == -1`."""
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-        return True  # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible
+        # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible; not a
+        # flag the function flips as it goes (`is_main or not embeddings_computed`: every rank
+        # the first time round).
+        progress = getattr(resolve, "progress_flag", None)
+        return not (progress is not None and progress(test.expression))
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
         # `not dist.is_available() or not dist.is_initialized() or rank == 0` groups as
         # `(A or B) or C`: the left part holds off a distributed run when each side does.

@@ -453,6 +453,26 @@ class Names:
     def __call__(self, expr: cst.BaseExpression) -> str | None:
         return self.model.resolver.qualname(self.module, expr)
 
+    def progress_flag(self, expr: cst.BaseExpression) -> bool:
+        """A local name the function sets both False and True, and to nothing else, True inside a
+        loop (`embeddings_computed = False`, then `embeddings_computed = True` at the end of an
+        epoch): a record of what the run has done so far, not of how it was launched (nor a
+        name that says it is distributed, `distributed = False` then `if ...: distributed =
+        True`)."""
+        from ddpcheck.lint.model.conditions import is_distributed_test
+
+        if self.scope is None or not isinstance(expr, cst.Name) or is_distributed_test(expr, self) is not None:
+            return False
+        bindings = self.scope.lookup(expr.value)
+        if not bindings or self.scope.owner_of(expr.value) is not self.scope:
+            return False
+        values = [b.value if isinstance(b, cst.Name) else None for b in bindings]
+        if set(values) != {"True", "False"}:
+            return False
+        points = self.scope.points.get(expr.value, [])
+        return len(points) == len(bindings) and any(
+            value == "True" and point is not None and point.loops for value, point in zip(values, points))
+
     def held_test(self, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
         """The expressions a flag variable is assigned from (`ok = a and is_master()`), when every
         assignment is a test (a comparison, a boolean operation, a `not`, a call)."""

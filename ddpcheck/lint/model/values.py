@@ -847,6 +847,13 @@ class Values:
         callers = [(c, b) for c, b in self.model.graph.callers(function)[:MAX_CALLERS]
                    if not self.model.paths.dead(c)]  # (a helper module's self-test passes nothing to the run)
         for call, bound in callers:
+            if bound == "spawn" and _spawn_position(function, param):
+                # The process index `mp.spawn` hands its worker first: a value of its own on
+                # each process (the local rank), neither a caller's argument nor the default.
+                # Beside a plain call (`else: main_worker(args.gpu, args)`) it is still a leaf.
+                found = True
+                yield Value(module, param, scope, frame, at)
+                continue
             passed = self.model.graph.argument_for(call, function, param, bound)
             if passed is None or isinstance(passed, CallSite):
                 forwarded = list(self._forwarded(call, param, None, depth - 1, seen))
@@ -869,6 +876,12 @@ class Values:
             yield from self._eval(module, param.default, scope, None, depth - 1, seen, None)
         if not found:
             yield Value(module, param, scope, frame, at)
+
+    def spawn_index(self, module: ModuleModel, param: Param) -> bool:
+        """`param` is where `mp.spawn` hands its worker the process index."""
+        function = Function(module, param.function)
+        return _spawn_position(function, param) and any(
+            bound == "spawn" for _, bound in self.model.graph.callers(function))
 
     def _unpacked_keyword(self, call: CallSite, name: str, frame: Frame | None) -> list[Value]:
         """The entry `name` of the dict `call` unpacks (`train(**kwargs)` after `kwargs =
@@ -1450,6 +1463,8 @@ class Values:
         if _noneness(self._literal(value)) is False:
             return True
         node = value.node
+        if isinstance(node, Param):
+            return self.spawn_index(value.module, node)  # (a process index: an int)
         if isinstance(node, (cst.BinaryOperation, cst.ConcatenatedString)):
             return True
         if isinstance(node, cst.Call):
@@ -1994,3 +2009,9 @@ def _test_text(module: ModuleModel, test: cst.BaseExpression) -> str:
     if found is None:
         found = texts[id(test)] = " ".join(module.code(test).split())
     return str(found)
+
+
+def _spawn_position(function: Function, param: Param) -> bool:
+    """`param` is the first parameter a worker takes (after `self` of a method): the process
+    index `mp.spawn` passes."""
+    return param.index == (1 if function.owner is not None and not function.is_static else 0)

@@ -46,6 +46,11 @@ def _steps(facts: frozenset[str]) -> bool:
     return bool(found) and not (found == {"collective"} and "barrier" in facts)
 
 
+def _held_by_self(func: cst.BaseExpression) -> bool:
+    """`self.model`: an object the instance holds, called (a trainer's `self.model(data)`)."""
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+
+
 class Loops:
     def __init__(self, model: Model) -> None:
         self.model = model
@@ -109,7 +114,8 @@ class Loops:
 
     def _forwards_items(self, loop: Loop, body: list[CallSite], scope: Scope | None = None) -> bool:
         """Whether the body calls an object that is neither a known API nor a function (of the
-        project or imported) with the loop's items (`for x, y in loader: model(x)`, also through
+        project or imported) with the loop's items (`for x, y in loader: model(x)`, or a model the
+        instance holds, `self.model(x)` in a trainer's method; also through
         names the body unpacks or derives from them, a few steps deep: `images, targets = batch`;
         `for path in paths: name = basename(path); lq = load(join(folder, name)); model(lq)`):
         a model's forward."""
@@ -123,11 +129,15 @@ class Loops:
                     break
                 items |= more
         for call in body:
-            if not isinstance(call.node.func, cst.Name) or hasattr(builtins, call.node.func.value) \
-                    or self.model.api(call) is not None \
-                    or self.model.graph.targets(call) \
-                    or self.model.resolver.name(call.module, call.node.func.value, call.scope) is not None:
-                continue  # an API, a project function or an imported one: not a model object
+            func = call.node.func
+            if isinstance(func, cst.Name):
+                if hasattr(builtins, func.value) \
+                        or self.model.resolver.name(call.module, func.value, call.scope) is not None:
+                    continue  # a builtin or an imported function: not a model object
+            elif not _held_by_self(func):
+                continue
+            if self.model.api(call) is not None or self.model.graph.targets(call):
+                continue  # an API or a project function (a method of the class): not a model object
             if any(n.value in items for a in call.node.args for n in _names(a.value)):
                 return True
         return False

@@ -51,7 +51,9 @@ class DdpStateDictPrefix(Rule):
     only for the files those loads read: where every such load spells its file name and a state
     dict is saved only under other names, `best_model.prm` beside the `checkpoint.pth` a resume
     reads, that save is still reported, not one whose checkpoint is also saved as the file the
-    resume reads; `{}` in a name matches any text),
+    resume reads; `{}` in a name matches any text; where every such load reads an entry of the
+    checkpoint, `ddp.load_state_dict(ckpt["model_state_dict"])`, a state dict saved bare,
+    `torch.save(model.state_dict(), "best.pth")`, is still reported: it has no such entry),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
     `consume_prefix_in_state_dict_if_present` is used), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that hands a model to a
@@ -205,6 +207,7 @@ class DdpStateDictPrefix(Rule):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
         read: list[frozenset[str] | None] = []
+        self._entry_loads: list[bool] = []
         if self._loads_into_ddp(loaders, read) and not plain_readers(model, loaders):
             # Checkpoints are loaded into the DDP model: the prefix round-trips — for the files
             # those loads read. A save to a file none of them reads (`best_model.pth` beside
@@ -293,6 +296,13 @@ class DdpStateDictPrefix(Rule):
         those loads read is spelled (`read`: the file names of each load, None where a load's path
         is not spelled, such as `args.resume`), and each file the state dict is saved to is
         spelled and differs from them."""
+        if read and len(self._entry_loads) == len(read) and all(self._entry_loads):
+            # Every such load reads an entry of the checkpoint (`ddp.load_state_dict(
+            # ckpt["model_state_dict"])`): a state dict saved bare (`torch.save(model.state_dict(),
+            # "best.pth")`) has no such entry, so none of them reads it back.
+            bare = [(save, value, sd) for save, value, sd in found if self._saved_bare(save, sd)]
+            if bare:
+                return bare
         if not read or any(files is None for files in read):
             return []
         names = {name for files in read if files is not None for name in files}
@@ -304,6 +314,17 @@ class DdpStateDictPrefix(Rule):
             if written is None or any(same_file(a, b) for a in written for b in names):
                 read_back.add(id(sd))
         return [(save, value, sd) for save, value, sd in found if id(sd) not in read_back]
+
+    def _saved_bare(self, save: CallSite, sd: cst.Call) -> bool:
+        """`save` writes the state dict `sd` itself, not a dict that holds it: `torch.save(
+        model.state_dict(), path)`, or a name bound to it alone."""
+        obj = save.arg("obj", 0)
+        if obj is sd:
+            return True
+        if not isinstance(obj, cst.Name):
+            return False
+        values = self.model.values.at_call(save, obj)
+        return bool(values) and all(v.node is sd for v in values)
 
     def _loads_into_ddp(self, loaders: list[Function], read: list[frozenset[str] | None]) -> bool:
         """Checkpoints are loaded into the DDP model: `ddp.load_state_dict(torch.load(...)[k])`,
@@ -324,6 +345,7 @@ class DdpStateDictPrefix(Rule):
                 ):
                     found = True
                     read.append(self._files_read(site, loaded))
+                    self._entry_loads.append(_entry_of_load(loaded))
             elif site.target is not None and site.target.external is None:
                 passed = [a for a in site.node.args
                           if any(holds_ddp(model, v) for v in model.values.at_call(site, a.value))]
@@ -335,6 +357,7 @@ class DdpStateDictPrefix(Rule):
                     found = True
                     loaders += [f for f, _ in targets]
                     read += [self._function_reads(f) for f, _ in targets]
+                    self._entry_loads += [False for _ in targets]  # (what it loads is not read here)
         return found
 
     def _loads_into(self, function: Function, names: set[str] | None, depth: int) -> bool:
@@ -429,6 +452,13 @@ class DdpStateDictPrefix(Rule):
                 return None
             names |= files
         return frozenset(names) if loads else None
+
+
+def _entry_of_load(loaded: cst.BaseExpression) -> bool:
+    """The state dict loaded is an entry, spelled by a literal key, of what was read
+    (`ckpt["model_state_dict"]`, `torch.load(path)["model"]`)."""
+    return isinstance(loaded, cst.Subscript) and len(loaded.slice) == 1 \
+        and isinstance(loaded.slice[0].slice, cst.Index) and isinstance(loaded.slice[0].slice.value, cst.SimpleString)
 
 
 def _inner_module(node: object) -> bool:

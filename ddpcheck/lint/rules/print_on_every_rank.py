@@ -571,7 +571,8 @@ class PrintOnEveryRank(Rule):
         (itself or through a call), writes entries of an object it did not make (`for group
         in optimizer.param_groups: group["lr"] = lr`), or runs a project function that trains or
         evaluates (an epoch-end validation callback that calls the evaluation it was given, then
-        prints the score). Not a printer (`display()`), which only formats and prints."""
+        prints the score), or sets an attribute of its instance (`self.scheduler = ...`). Not a
+        printer (`display()`), which only formats and prints."""
         module, scope = function.module, function.scope
         facts = self.model.facts
         calls = module.calls_in(function.qualname)
@@ -586,7 +587,20 @@ class PrintOnEveryRank(Rule):
             made = scope.assignments.get(name, [])
             if not made or not all(_fresh_container(b) for b in made):
                 return True
-        return False
+        # A method that sets what its instance holds for its other methods (`self.scheduler =
+        # ...` in a harness's `_setup_scheduler()`, stepped in the training loop of its class or
+        # a base class): the other ranks need it set too. (Not a callback's own record,
+        # `self.best`, that only it reads.)
+        owner = function.owner
+        set_here = [name[len("self."):] for name in scope.assignments
+                    if name.startswith("self.") and name.count(".") == 1]
+        if owner is None or not set_here:
+            return False
+        others = [where.code(where.functions[q]) for where, info in self.model.graph.mro(module, owner)
+                  for q in info.methods.values()
+                  if q in where.functions and not (where is module and q == function.qualname)
+                  and not q.endswith(".__init__")]
+        return any(re.search(rf"\bself\.{re.escape(attr)}\b", text) for attr in set_here for text in others)
 
     def _unreached_from(self, site: CallSite, frame: Frame) -> bool:
         """A guard of `site` that the arguments of this call make false."""
