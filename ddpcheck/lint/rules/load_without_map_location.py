@@ -45,7 +45,10 @@ class LoadWithoutMapLocation(Rule):
     state dict (`load_state_dict`: an ensemble of checkpoints is reported), or when what
     is loaded is handed to a `DataLoader`, a `Dataset`, or a project function that builds one
     (`graphs = torch.load(shard)` then `make_loader(graphs, batch, rank)`) and never to a
-    `load_state_dict`: preprocessed data, not a checkpoint. Also not
+    `load_state_dict`: preprocessed data, not a checkpoint; nor a load that reads back what the
+    same function otherwise computes and saves under the same name (`if os.path.exists(pkl):
+    emb = torch.load(f)` / `else: emb = embed(loader); torch.save(emb, f)`): a cache of outputs.
+    Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
     `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
     run takes (the ImageNet example's `if args.gpu is None:` resume where the caller always sets
@@ -53,7 +56,8 @@ class LoadWithoutMapLocation(Rule):
     call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
     class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
     outside launcher starts), and runs that pin each process to one GPU with
-    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU), nor a load handed straight
+    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU; not so where the launcher
+    sets it before it starts the workers, `--gpu 0,1` listing the GPUs they share), nor a load handed straight
     to the `load_state_dict` of a learning-rate scheduler or a `GradScaler`
     (`scheduler.load_state_dict(torch.load(path))`, the receiver built by
     `torch.optim.lr_scheduler` or named `scheduler`/`lr_sched`/`scaler`): their state dicts hold

@@ -107,6 +107,16 @@ class SetEpochNotCalled(Rule):
     a `get_batch()` that step-based training calls) is reported at that restart: it is where
     each epoch begins, and where the `set_epoch` belongs.
 
+    A loader wrapped in `itertools.cycle` (`batches = cycle(loader)`, then a step loop) is
+    reported at the `cycle(...)` call: cycle keeps the first pass and replays it, so every pass
+    after the first repeats its order.
+
+    A `set_epoch` on a parameter of the function that runs the epochs does not count for a call
+    of that function that hands it the loader together with another sampler (the data loaded
+    again, `dataset, train_sampler = load_data(args)`, and `train(train_sampler=train_sampler,
+    data_loader=data_loader)` with the loader built from the first sampler): there the loader's
+    own sampler never gets its epoch, and the epoch loop is reported.
+
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
