@@ -7,9 +7,9 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.alternatives import bound_name, one_per_value
-from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.conditions import exclusive_arms, is_rank_value
 from ddpcheck.lint.model.ddp import per_rank_or_memory
-from ddpcheck.lint.model.module import CallSite
+from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.model.syntax import dotted, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
@@ -45,7 +45,10 @@ class LoadWithoutMapLocation(Rule):
     state dict (`load_state_dict`: an ensemble of checkpoints is reported), or when what
     is loaded is handed to a `DataLoader`, a `Dataset`, or a project function that builds one
     (`graphs = torch.load(shard)` then `make_loader(graphs, batch, rank)`) and never to a
-    `load_state_dict`: preprocessed data, not a checkpoint. Also not
+    `load_state_dict`: preprocessed data, not a checkpoint; nor a load that reads back what the
+    same function otherwise computes and saves under the same name (`if os.path.exists(pkl):
+    emb = torch.load(f)` / `else: emb = embed(loader); torch.save(emb, f)`): a cache of outputs.
+    Also not
     reported: a file named per rank (each rank reloads what it saved), a loader `load_<x>` whose
     `save_<x>` beside it moves the tensors to the CPU before saving, a load under a condition no
     run takes (the ImageNet example's `if args.gpu is None:` resume where the caller always sets
@@ -53,7 +56,8 @@ class LoadWithoutMapLocation(Rule):
     call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
     class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
     outside launcher starts), and runs that pin each process to one GPU with
-    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU), nor a load handed straight
+    `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU; not so where the launcher
+    sets it before it starts the workers, `--gpu 0,1` listing the GPUs they share), nor a load handed straight
     to the `load_state_dict` of a learning-rate scheduler or a `GradScaler`
     (`scheduler.load_state_dict(torch.load(path))`, the receiver built by
     `torch.optim.lr_scheduler` or named `scheduler`/`lr_sched`/`scaler`): their state dicts hold
@@ -293,7 +297,7 @@ class LoadWithoutMapLocation(Rule):
                 continue  # cached data, or a file this rank saved from its own GPU
             if self._saved_from_cpu(site) or self._in_the_launcher(site) or self._tensorless_state(site):
                 continue
-            if self._used_as_data(site):
+            if self._used_as_data(site) or self._memoized(site):
                 continue
             if pinned is None:
                 pinned = self._one_gpu_per_process()
@@ -359,15 +363,33 @@ class LoadWithoutMapLocation(Rule):
         scopes += [(f.module, f.scope) for f in model.paths.reached()]
         for module, scope in scopes:
             resolve = model.resolver_for(module, scope)
-            for key, value, _, _ in scope.updates.get("os.environ", ()):
+            for key, value, _, point in scope.updates.get("os.environ", ()):
                 if key != "CUDA_VISIBLE_DEVICES":
                     continue
+                if self._starts_workers_after(module, scope.qualname, point.tick):
+                    continue  # the launcher lists the GPUs its workers share (`--gpu 0,1`)
                 text = string_text(value)
                 if text is not None and text.strip().isdigit():
                     return True
                 if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and is_rank_value(sub, resolve)
                        for sub in subexpressions(value)):
                     return True  # `str(args.gpu)`, `str(local_rank)`
+        return False
+
+    def _starts_workers_after(self, module: ModuleModel, qualname: str, tick: int) -> bool:
+        """The body `qualname` goes on to start the worker processes after `tick`
+        (`mp.spawn(...)`, or a project function that calls it: `launch_processes(args, cfg)`):
+        what it put in `CUDA_VISIBLE_DEVICES` is the set of GPUs all its workers share."""
+        model = self.model
+        for call in module.calls_in(qualname):
+            if call.tick <= tick:
+                continue
+            if model.api(call) in api.PROCESS_STARTERS:
+                return True
+            for function, _ in model.graph.targets(call):
+                if any(model.api(inner) in api.PROCESS_STARTERS
+                       for inner in function.module.calls_in(function.qualname)):
+                    return True
         return False
 
     def _saved_from_cpu(self, site: CallSite) -> bool:
@@ -477,6 +499,21 @@ class LoadWithoutMapLocation(Rule):
             if any(isinstance(v, cst.Name) and v.value == name for v in handed) and self._builds_data(call):
                 data = True
         return data
+
+    def _memoized(self, site: CallSite) -> bool:
+        """The load reads back a result the same function otherwise computes and saves
+        (`if os.path.exists(pkl): emb = torch.load(f)` / `else: emb = compute(...);
+        torch.save(emb, f)`): a cache of computed outputs, not a checkpoint of a model."""
+        name = bound_name(site)
+        if name is None or "." in name:
+            return False
+        for call in site.module.calls_in(site.scope.qualname):
+            if self.model.api(call) != api.SAVE:
+                continue
+            obj = call.arg("obj", 0)
+            if isinstance(obj, cst.Name) and obj.value == name and exclusive_arms(site.guards, call.guards):
+                return True
+        return False
 
     def _builds_data(self, call: CallSite) -> bool:
         """`call` makes a DataLoader or a Dataset, itself or in the body of the project function

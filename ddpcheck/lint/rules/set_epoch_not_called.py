@@ -14,7 +14,7 @@ from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, subexpressions
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.values import Frame, Value, Values
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Calls that take a loader without iterating it.
@@ -107,6 +107,16 @@ class SetEpochNotCalled(Rule):
     a `get_batch()` that step-based training calls) is reported at that restart: it is where
     each epoch begins, and where the `set_epoch` belongs.
 
+    A loader wrapped in `itertools.cycle` (`batches = cycle(loader)`, then a step loop) is
+    reported at the `cycle(...)` call: cycle keeps the first pass and replays it, so every pass
+    after the first repeats its order.
+
+    A `set_epoch` on a parameter of the function that runs the epochs does not count for a call
+    of that function that hands it the loader together with another sampler (the data loaded
+    again, `dataset, train_sampler = load_data(args)`, and `train(train_sampler=train_sampler,
+    data_loader=data_loader)` with the loader built from the first sampler): there the loader's
+    own sampler never gets its epoch, and the epoch loop is reported.
+
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
@@ -160,6 +170,19 @@ class SetEpochNotCalled(Rule):
         "DistributedSampler shuffles but `set_epoch` is never called on it, and `{helper}()` starts "
         "the loader over each time it runs out: every pass reuses the same order; iterate the "
         "loader in an epoch loop that calls `{sampler}.set_epoch(epoch)` before each pass"
+    )
+
+    ANOTHER = (
+        "DistributedSampler shuffles but, where `{call}()` hands this loop a new sampler with the "
+        "old loader, the `set_epoch` here reaches the new one: the loader still draws from its "
+        "first sampler, which reuses one order every epoch; pass the loader's own sampler, or "
+        "rebuild the loader from the new one"
+    )
+
+    CYCLED = (
+        "DistributedSampler shuffles but `set_epoch` is never called on it, and `itertools.cycle()` "
+        "replays the loader's first pass over and over: every pass reuses the same order; iterate "
+        "the loader in an epoch loop that calls `{sampler}.set_epoch(epoch)` before each pass"
     )
 
     STALE = (
@@ -486,8 +509,9 @@ class SetEpochNotCalled(Rule):
                         self.report(epoch_loop[0], self.ONCE.format(sampler=self._expression(
                             found, epoch_loop[1], epoch_loop[2], epoch_loop[3])), module=epoch_loop[1])
                         continue
-            if any(not self._stale(s) and not any(self._overrides(later, s) for later in setting)
-                   for s in setting):
+            live = [s for s in setting if not self._stale(s) and not any(self._overrides(later, s) for later in setting)]
+            handed = self._handed_another(found, live) if live else None
+            if live and handed is None:
                 continue
             stale = [s for s in setting if self._stale(s)]
             if stale:
@@ -523,10 +547,16 @@ class SetEpochNotCalled(Rule):
                 fix = remedies.set_epoch(node, target, guard) if target is not None else None
             # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
             message = self.MESSAGE.format(sampler=expression)
-            if isinstance(node, cst.Call):  # a helper that restarts the loader (see _restarts)
+            if handed is not None:
+                fix = None
+                message = self.ANOTHER.format(call=handed.module.code(handed.node.func).strip())
+            started = module.call_at(node) if isinstance(node, cst.Call) else None
+            if started is not None and model.api(started) == "itertools.cycle":
+                message = self.CYCLED.format(sampler=expression)
+            elif isinstance(node, cst.Call):  # a helper that restarts the loader (see _restarts)
                 message = self.RESTART.format(helper=module.code(node.func), sampler=expression)
             self.report(node, message, fix=fix, module=module,
-                        related=[made] if made is not None else [])
+                        related=([made] if made is not None else []) + ([handed] if handed is not None else []))
 
     def _order_free(self, found: Feed) -> bool:
         """The loader's dataset is, on every path, an instance of a project class whose
@@ -638,6 +668,45 @@ class SetEpochNotCalled(Rule):
             if value.call is None or not self.model.constructs(value, api.SAMPLER):
                 return True  # unknown: it may be this one
         return False
+
+    def _handed_another(self, found: Feed, setting: list[CallSite]) -> CallSite | None:
+        """A call of the function whose `set_epoch` calls (`setting`, all on a parameter of that
+        one function) would reach the sampler, that hands it this loader but a sampler certainly
+        not this loader's (`train(train_sampler=new_sampler, data_loader=old_loader)` after a
+        second `load_data()`): in that run the loader's sampler never gets its epoch."""
+        values = self.model.values
+        scopes = {id(s.scope) for s in setting}
+        if len(scopes) != 1:
+            return None
+        for frame in values.frames(setting[0]):
+            if frame is None:
+                return None
+            call = frame.call
+            if not any(v.node is found.loader.node for a in call.node.args
+                       for v in values.at_call(call, a.value)):
+                continue
+            if not all(self._certainly_other(found, s, frame) for s in setting):
+                continue
+            return call
+        return None
+
+    def _certainly_other(self, found: Feed, site: CallSite, frame: Frame) -> bool:
+        """In `frame`, the receiver of `set_epoch` call `site` holds only samplers that are not
+        the one that feeds the loader (another construction, or the same one made by another
+        call of the function that builds it)."""
+        receiver = site.receiver
+        if receiver is None:
+            return False
+        seen = False
+        for value in self.model.values.at_call(site, receiver, frame):
+            if is_none(value.node):
+                continue
+            if value.call is None or not self.model.constructs(value, api.SAMPLER):
+                return False
+            if value.node is found.sampler.node and Values.same_object(value, found.sampler):
+                return False
+            seen = True
+        return seen
 
     def _dataset_own_set_epoch(self, value: Value) -> bool:
         """A project Dataset (not a sampler) whose own `set_epoch` sets only its own state: it
@@ -763,6 +832,10 @@ class SetEpochNotCalled(Rule):
                         # outermost loop of the function is the epoch loop.
                         return call.loops[0], call.module, call.scope, dotted(a.value) or "loader", False
                     continue
+                if self.model.api(call) == "itertools.cycle":
+                    # `itertools.cycle(loader)` keeps what the first pass yields and replays it:
+                    # however long the run, every pass is the first epoch's order.
+                    return call.node, call.module, call.scope, dotted(a.value) or "loader", True
                 restart = self._restarts(call, a.value)
                 if restart is not None and self._repeats(found, *restart):
                     # `batches = infinite(loader)`, whose `while True:` starts the loader over
