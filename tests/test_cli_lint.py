@@ -171,6 +171,44 @@ def test_explicit_config_file(tmp_path, bad):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
+def test_a_value_that_flows_through_its_own_call_is_checked_not_an_internal_error(tmp_path):
+    # `timed(fn)` runs `fn()`; the loss it returns is handed back as `timed(loss.backward)`: the
+    # call's callee depends on the call's own result. Unknown there, not an endless descent.
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent("""\
+        import time
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        def timed(fn):
+            start = time.perf_counter()
+            result = fn()
+            return result, time.perf_counter() - start
+
+        def step(model, optimizer, x, y):
+            out, _ = timed(lambda: model(x))
+            loss, _ = timed(lambda: torch.nn.functional.cross_entropy(out, y))
+            _, spent = timed(loss.backward)
+            _, spent = timed(optimizer.step)
+            return spent
+
+        def main():
+            dist.init_process_group("gloo")
+            model = DDP(torch.nn.Linear(4, 2))
+            optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+            for _ in range(3):
+                step(model, optimizer, torch.randn(8, 4), torch.randint(0, 2, (8,)))
+            dist.destroy_process_group()
+
+        if __name__ == "__main__":
+            main()
+        """))
+    r = run_lint("--output-format", "json", str(script))
+    assert "internal error" not in r.stderr and r.returncode in (0, 1), r.stderr
+    assert json.loads(r.stdout)["errors"] == []
+
+
 def test_syntax_error_is_a_finding_and_others_still_linted(tmp_path, bad):
     broken = tmp_path / "broken.py"
     broken.write_text("import torch\ndef f(:\n    pass\n")

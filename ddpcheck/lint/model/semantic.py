@@ -120,6 +120,9 @@ class Model:
         found = site.api_memo
         if found is not UNASKED:
             return cast("str | None", found)  # what _api answered the first time
+        # Asked again while this answer is being worked out (a value that flows through the call
+        # itself, `x = f(x)` across methods): unknown from there, not an endless descent.
+        site.api_memo = None
         found = self._api(site)
         site.api_memo = found
         return found
