@@ -144,3 +144,48 @@ def test_rendezvous_written_beside_world_size_with_rank_from_the_launcher(tmp_pa
 def test_rendezvous_written_with_rank_and_world_size_is_clean(tmp_path: Path) -> None:
     files = {"train.py": RDZV_SCRIPT, "ddp_util.py": DDP_UTIL.format(rank='os.environ["RANK"] = "0"')}
     assert lines(tmp_path, files, "DDP015") == []
+
+
+# The local rank taken from the old launcher's flag; a helper reads LOCAL_RANK only to print
+# on one process (or to take the rank from it).
+LAUNCH_UTIL = """\
+    import os
+
+
+    def print0(*args, **kwargs):
+        if "LOCAL_RANK" not in os.environ or {test}:
+            print(*args, **kwargs)
+"""
+
+LAUNCH_SCRIPT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from utils import print0
+
+
+    def train(opt):
+        model = torch.nn.Linear(4, 1).cuda()
+        print0(model(torch.ones(2, 4).cuda()))
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", default=-1, type=int)
+        opt = parser.parse_args()
+        dist.init_process_group(backend="nccl")
+        torch.cuda.set_device(opt.local_rank)
+        train(opt)
+"""
+
+
+def test_local_rank_flag_beside_a_helper_that_compares_local_rank(tmp_path: Path) -> None:
+    files = {"train.py": LAUNCH_SCRIPT, "utils.py": LAUNCH_UTIL.format(test='int(os.environ["LOCAL_RANK"]) == 0')}
+    assert lines(tmp_path, files, "DDP008") == [("train.py", 14)]
+
+
+def test_local_rank_flag_beside_a_helper_that_reads_local_rank_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": LAUNCH_SCRIPT,
+             "utils.py": LAUNCH_UTIL.format(test='torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) is None')}
+    files["utils.py"] = files["utils.py"].replace("import os", "import os\n    import torch")
+    assert lines(tmp_path, files, "DDP008") == []
