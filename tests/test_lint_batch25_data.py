@@ -1,57 +1,13 @@
-"""Data and launch mechanisms seen on public scripts of batch 25: a padded evaluation sampler
-whose loaders drop their last partial batch (DDP018), a `set_epoch` given the epoch loop's own
-bound (DDP002), and a rendezvous written beside a WORLD_SIZE taken from the GPU count under a
-launcher (DDP015). Each through `ddpcheck lint` on a small project, with a clean variant."""
+"""Data and launch mechanisms seen on public scripts of batch 25: a `set_epoch` given the epoch
+loop's own bound (DDP002), a rendezvous written beside a WORLD_SIZE taken from the GPU count
+under a launcher (DDP015), and a LOCAL_RANK compared with a number that gives the script no
+local rank (DDP008). Each through `ddpcheck lint` on a small project, with a clean variant."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from tests.helpers import finding_lines as lines
-
-
-# An evaluation sampler that pads, its loader dropping (or keeping) the last partial batch, and
-# the validation loss all-reduced.
-EVAL_SCRIPT = """\
-    import os
-    import torch
-    import torch.distributed as dist
-    from torch.utils.data import DataLoader, DistributedSampler
-
-
-    def evaluate(model, loader):
-        total = torch.zeros(1).cuda()
-        with torch.no_grad():
-            for x, y in loader:
-                total += model(x.cuda()).sum()
-        dist.all_reduce(total)
-        return total.item()
-
-
-    def main():
-        dist.init_process_group("nccl")
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        model = torch.nn.Linear(4, 1).cuda()
-        val_set = torch.load("val.pt")
-        val_sampler = DistributedSampler(val_set, shuffle=False)
-        val_loader = DataLoader(val_set, batch_size=256, sampler=val_sampler, num_workers=4{drop})
-        print(evaluate(model, val_loader))
-        dist.destroy_process_group()
-
-
-    if __name__ == "__main__":
-        main()
-"""
-
-
-def test_padded_eval_sampler_with_a_loader_keeping_the_last_batch(tmp_path: Path) -> None:
-    files = {"train.py": EVAL_SCRIPT.format(drop="")}
-    assert lines(tmp_path, files, "DDP018") == [("train.py", 21)]
-
-
-def test_padded_eval_sampler_whose_loader_drops_the_last_batch_is_clean(tmp_path: Path) -> None:
-    files = {"train.py": EVAL_SCRIPT.format(drop=", drop_last=True")}
-    assert lines(tmp_path, files, "DDP018") == []
 
 
 # The epoch loop's sampler gets an epoch: the loop counter, or the number of epochs that bounds it.

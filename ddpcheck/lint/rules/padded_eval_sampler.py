@@ -284,8 +284,7 @@ class PaddedEvalSampler(Rule):
     enough to make a paper's number irreproducible.
 
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
-    passes `drop_last=True` (a known, unbiased subset) or every loader it feeds does (each
-    rank's last partial batch, where the repeats sit, is dropped), or when the run reduces nothing with
+    passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
     `all_reduce` and the predictions it gathers (`all_gather*`, `gather*`) are cut to the set's
     length (`preds[:len(dataset)]`; a literal bound, `f"{t:.3f}"[:4]`, is no set's length) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
     where they are gathered or where the gathering function's result is used, a helper that
@@ -464,8 +463,7 @@ class PaddedEvalSampler(Rule):
             if not any(id(g.node) in averaged for g in gathers):
                 return
         for site in samplers:
-            if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site) \
-                    and not self._loaders_drop_last(site):
+            if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site):
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
@@ -646,17 +644,6 @@ class PaddedEvalSampler(Rule):
         if function is not None and self._built_for_evaluation(function, 2, sampler=site):
             return True
         return self._feeds_only_evaluation(site)
-
-    def _loaders_drop_last(self, site: CallSite) -> bool:
-        """Every loader the sampler feeds passes `drop_last=True`: each rank's final partial
-        batch, where the sampler puts its repeated samples, is dropped, so the evaluation reads
-        a known subset rather than counting samples twice."""
-        model = self.model
-        loaders = [c for c in model.paths.sites() if model.makes(c, api.DATALOADER)
-                   and any(v.node is site.node for v in sampler_values(model, c)[0])]
-        return bool(loaders) and all(
-            is_true(c.arg("drop_last", 8) if model.api(c) == api.DATALOADER else argument(c.node, "drop_last"))
-            for c in loaders)
 
     def _feeds_only_evaluation(self, site: CallSite) -> bool:
         """The loaders the sampler feeds are read only under `torch.no_grad()`, back-propagating
