@@ -550,10 +550,13 @@ def _parses_module_parser(module: ModuleModel, function: str) -> bool:
 def _reads_local_rank_env(text: str) -> bool:
     """Whether code reads LOCAL_RANK from the environment. Writing it (`os.environ["LOCAL_RANK"]
     = str(args.local_rank)`, the flag handed on to code that reads the variable) or asking
-    whether it is set (`if "LOCAL_RANK" not in os.environ:`) takes no rank from it."""
+    whether it is set (`if "LOCAL_RANK" not in os.environ:`) takes no rank from it, nor does
+    comparing it with a number (`int(os.environ["LOCAL_RANK"]) == 0` to print on one process)."""
     for m in _READS_LOCAL_RANK_ENV.finditer(text):
         after = text[m.end():m.end() + 40]
         if re.match(r"\s*\]\s*=(?!=)", after) or re.match(r"\s*(?:not\s+)?in\b", after):
+            continue
+        if re.match(r"""\s*(?:\]|,[^()\n]*\))\s*\)?\s*[=!]=\s*['"]?\d""", after):
             continue
         return True
     return False

@@ -106,7 +106,8 @@ class HardCodedRendezvous(Rule):
     `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it).
     So is a script whose process groups take their rank and world size from nowhere but the
     environment (`init_process_group("nccl")` with no `rank=`/`world_size=`, no spawn, and no
-    write of RANK or WORLD_SIZE): only a launcher can have set those, and it set the rendezvous
+    write of RANK; a WORLD_SIZE written from the GPU count leaves the rank to the environment
+    still): only a launcher can have set it, and it set the rendezvous
     with them. The DDP tutorial's form is reported too: a script that
     starts no workers itself (no `mp.spawn`, no `multiprocessing.Process`) and passes a literal
     `init_method="tcp://localhost:29500"` together with `rank=`/`world_size=`: it is meant to be
@@ -474,8 +475,8 @@ class HardCodedRendezvous(Rule):
 
     def _launcher_numbers_only(self) -> bool:
         """Every process group the file sets up meets through `env://` with neither `rank=` nor
-        `world_size=`, and the file writes neither RANK nor WORLD_SIZE nor reads a scheduler's
-        variables: each process's rank and the world size can only come from the launcher that
+        `world_size=`, and the file neither writes RANK nor reads a scheduler's
+        variables: each process's rank can only come from the launcher that
         started it (torchrun, `torch.distributed.launch`), which exports the rendezvous too."""
         model = self.model
         if _SCHEDULER_ENV.search(code_only(model.root.source)):
@@ -490,7 +491,8 @@ class HardCodedRendezvous(Rule):
             if call.arg("rank", 4) is not None or call.arg("world_size", 3) is not None \
                     or call.arg("store", 5) is not None or call.has_star_kwargs:
                 return False
-        return not any(access.written and access.key in ("RANK", "WORLD_SIZE")
+        # (a WORLD_SIZE written from the GPU count leaves each process's RANK to the launcher)
+        return not any(access.written and access.key == "RANK"
                        for module in {id(c.module): c.module for c in inits}.values() for access in module.env)
 
     def _launch_flag_with_env_rendezvous(self) -> bool:

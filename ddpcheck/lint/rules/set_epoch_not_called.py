@@ -120,6 +120,8 @@ class SetEpochNotCalled(Rule):
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
+    So is a `set_epoch(args.epochs)` in `for epoch in range(args.epochs):`: the loop's bound,
+    which the loop never changes, is the same on every pass.
     A `set_epoch` that runs once, in the epoch loop's own function but outside any loop
     (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets the first epoch only:
     when no other `set_epoch` reaches the sampler, the epoch loop is reported.
@@ -725,6 +727,8 @@ class SetEpochNotCalled(Rule):
         set in a constructor, or once on resume): the start epoch on every pass, so the order
         never changes."""
         epoch = argument(site.node, "epoch", 0)
+        if self._loop_bound(site, epoch):
+            return True
         if not isinstance(epoch, cst.Attribute) or dotted(epoch.value) != "self" or site.scope.class_scope is None:
             return False
         attr = re.escape(epoch.attr.value)
@@ -750,6 +754,26 @@ class SetEpochNotCalled(Rule):
             if inside < len(writes.findall(text)):
                 return False  # a write outside any function
         return found
+
+    @staticmethod
+    def _loop_bound(site: CallSite, epoch: cst.BaseExpression | None) -> bool:
+        """`set_epoch(args.epochs)` inside `for epoch in range(args.epochs):`: the argument is
+        part of what the loop iterates over (its bound, read once) and the loop neither binds
+        nor writes it, so every pass passes the same value."""
+        text = dotted(epoch)
+        if text is None:
+            return False
+        root = text.split(".")[0]
+        for loop in site.loops:
+            if not isinstance(loop, cst.For) or not any(dotted(sub) == text for sub in subexpressions(loop.iter)):
+                continue
+            if any(isinstance(sub, cst.Name) and sub.value == root for sub in subexpressions(loop.target)):
+                return False
+            name = re.escape(text)
+            writes = re.compile(rf"(?<![\w.]){name}\s*(\+|-|\*)?=(?!=)|(?<![\w.]){re.escape(root)}\s*=(?!=)"
+                                rf"|\bfor\b[^\n]*(?<![\w.]){re.escape(root)}\b[^\n]*\bin\b|setattr\(|\bglobal\b|\bnonlocal\b")
+            return not writes.search(code_only(site.module.code(loop.body)))
+        return False
 
     def _written_in_loop(self, function: Function, node: cst.FunctionDef, writes: re.Pattern[str],
                          depth: int) -> bool:
