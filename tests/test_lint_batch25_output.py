@@ -79,3 +79,53 @@ def test_info_with_a_handler_added_in_a_helper_module_is_reported(tmp_path: Path
                              "logging.getLogger().addHandler(logging.StreamHandler(sys.stdout))\n"
                              "logging.getLogger().setLevel(logging.INFO)\n")
     assert lines(tmp_path, files, "DDP020") == [("train.py", 24)]
+
+
+# A step loop that stops the job on a non-finite loss, then prints every few steps: the print runs
+# while the data is sound, on every rank; a message under the anomaly test itself stays silent.
+STEPS = """\
+    import math
+    import os
+    import sys
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["RANK"])
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        model = DDP(torch.nn.Linear(8, 1).cuda())
+        data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+        loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for step, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+            loss_value = loss.item()
+            if {test}:
+                print(f"Loss is {{loss_value}}, stopping training")
+                sys.exit(1)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if step % 50 == 0:
+                print(f"step {{step}}: loss = {{loss_value}}")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_print_after_an_exit_on_a_non_finite_loss_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": STEPS.format(test="not math.isfinite(loss_value)")}
+    assert lines(tmp_path, files, "DDP020") == [("train.py", 29)]
+
+
+def test_print_after_an_exit_on_a_nan_loss_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": STEPS.format(test="torch.isnan(loss).any()")}
+    assert lines(tmp_path, files, "DDP020") == [("train.py", 29)]

@@ -1052,6 +1052,8 @@ class PrintOnEveryRank(Rule):
         for guard in site.guards:
             if self._synced_gradient_test(site, guard.test):
                 continue  # `if math.isnan(grad_norm):` after DDP averaged the gradients: the same on every rank
+            if _normal_path(guard):
+                continue  # `if not math.isfinite(loss): sys.exit(1)` above it: printed while the data is sound
             for sub in subexpressions(guard.test):
                 if not isinstance(sub, cst.Call):
                     continue
@@ -1225,6 +1227,23 @@ class PrintOnEveryRank(Rule):
             return True  # made in this module
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
+
+
+def _normal_path(guard: Guard) -> bool:
+    """The code runs when a one-call value test finds nothing wrong: after `if not
+    math.isfinite(loss): sys.exit(1)`, or in the `else:` of `if torch.isnan(loss).any():`. A
+    finite test (`isfinite`, `all`) holds on sound data; the others (`isnan`, `isinf`, `any`)
+    on an anomaly."""
+    test = guard.test
+    flipped = guard.negated
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, flipped = test.expression, not flipped
+    if not isinstance(test, cst.Call) or not isinstance(test.func, cst.Attribute):
+        return False
+    sound = test.func.attr.value in ("isfinite", "all")
+    if not sound and test.func.attr.value not in ("isnan", "isinf", "any"):
+        return False
+    return sound != flipped
 
 
 def _fresh_container(binding: object) -> bool:
