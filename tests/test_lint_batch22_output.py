@@ -63,6 +63,7 @@ FIT = """\
 """
 
 MONITOR_SCRIPT = """\
+    import logging
     import os
     import torch
     import torch.distributed as dist
@@ -74,6 +75,7 @@ MONITOR_SCRIPT = """\
 
 
     def main():
+        logging.basicConfig(level=logging.INFO)
         local_rank = int(os.environ["LOCAL_RANK"])
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl")

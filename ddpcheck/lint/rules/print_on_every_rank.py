@@ -23,6 +23,13 @@ _LOG_METHODS = frozenset({"info", "debug", "warning", "log"})
 _LOGGERS = re.compile(r"^(logger|log|logging|LOGGER|_logger|_LOGGER)$")
 _LOG_SETUP_METHODS = frozenset({"setLevel", "addHandler", "removeHandler", "disable"})
 _LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
+# Anything that may give the root logger a handler or a level below WARNING: the standard calls,
+# a project or library logger factory (`setup_logger(...)`, `coloredlogs.install()`), or a
+# framework that sets logging up for the script it runs (hydra, absl, detectron2, mmcv, fairseq).
+_LOG_CONFIG = re.compile(r"basicConfig|addHandler|dictConfig|fileConfig|setLevel|handlers|coloredlogs"
+                         r"|(setup|init|create|make|config\w*|build|get_\w*)_?log|hydra|absl|detectron2|mmcv"
+                         r"|mmengine|fairseq|loguru|rich\.logging|transformers\.logging|logzero", re.I)
+_LOG_FRAMEWORKS = re.compile(r"^\s*(from|import)\s+(hydra|absl|detectron2|mmcv|mmengine|fairseq)\b", re.M)
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
 _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
@@ -460,6 +467,7 @@ class PrintOnEveryRank(Rule):
             return
         self.loops = Loops(model)
         self._silenced_logging: bool | None = None
+        self._configured_logging: bool | None = None
         self._tagged_logging: bool | None = None
         self._moved: dict[str, bool] = {}
         print_silenced = self._print_silenced()
@@ -484,6 +492,8 @@ class PrintOnEveryRank(Rule):
                 continue
             if kind == "tqdm" and self._console_moved("sys.stderr"):
                 continue  # (a progress bar writes to `sys.stderr`)
+            if kind == "logging" and site.method in ("info", "debug") and not self._logging_configured():
+                continue  # no handler nor level is ever set: Python drops records below WARNING
             if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
                                       or not self._logger_visible(site) or self._logger_tagged(site)):
                 continue
@@ -900,6 +910,31 @@ class PrintOnEveryRank(Rule):
                     return True
         return False
 
+    def _logging_configured(self) -> bool:
+        """Some file of the project may set logging up (a handler, a level, `basicConfig`, a
+        logger factory or a framework that configures it). Where none does, the root logger
+        keeps its default: only WARNING and above reach the console (through `lastResort`),
+        so an `info` or `debug` record is printed by no rank. Unknown counts as configured:
+        a file we cannot read, or a linted source without a path."""
+        if self._configured_logging is None:
+            configured = self.model.root.path is None or any(
+                _LOG_CONFIG.search(site.dotted or site.method or "") for site in self.model.paths.sites())
+            files = set(project_files(self.model.root.path))
+            for module in self.model.paths.modules():
+                where = resolved_path(module.path)
+                if where is not None:
+                    files.add(where)
+            texts: list[str | None] = [self.model.root.source]
+            texts += [self.model.project.text(path) for path in sorted(files)]
+            # What runs when a file is imported or run: its unindented statements (imports of a
+            # framework aside, the calls of functions we reach are judged above).
+            configured = configured or not files or any(
+                text is None or any(_LOG_CONFIG.search(line) for line in text.splitlines()
+                                    if line[:1].strip() and not line.startswith(("import ", "from ", "#")))
+                for text in texts) or bool(_LOG_FRAMEWORKS.search(self.model.root.source))
+            self._configured_logging = configured
+        return self._configured_logging
+
     def _logging_silenced(self) -> bool:
         """Logging is configured by rank on the run: a level, handler or `basicConfig` set under
         a rank guard (`if rank != 0: logger.setLevel("ERROR")`, a logger factory that adds
@@ -1017,6 +1052,8 @@ class PrintOnEveryRank(Rule):
         for guard in site.guards:
             if self._synced_gradient_test(site, guard.test):
                 continue  # `if math.isnan(grad_norm):` after DDP averaged the gradients: the same on every rank
+            if _normal_path(guard):
+                continue  # `if not math.isfinite(loss): sys.exit(1)` above it: printed while the data is sound
             for sub in subexpressions(guard.test):
                 if not isinstance(sub, cst.Call):
                     continue
@@ -1190,6 +1227,23 @@ class PrintOnEveryRank(Rule):
             return True  # made in this module
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
+
+
+def _normal_path(guard: Guard) -> bool:
+    """The code runs when a one-call value test finds nothing wrong: after `if not
+    math.isfinite(loss): sys.exit(1)`, or in the `else:` of `if torch.isnan(loss).any():`. A
+    finite test (`isfinite`, `all`) holds on sound data; the others (`isnan`, `isinf`, `any`)
+    on an anomaly."""
+    test = guard.test
+    flipped = guard.negated
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, flipped = test.expression, not flipped
+    if not isinstance(test, cst.Call) or not isinstance(test.func, cst.Attribute):
+        return False
+    sound = test.func.attr.value in ("isfinite", "all")
+    if not sound and test.func.attr.value not in ("isnan", "isinf", "any"):
+        return False
+    return sound != flipped
 
 
 def _fresh_container(binding: object) -> bool:
