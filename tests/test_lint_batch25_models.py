@@ -84,3 +84,80 @@ def test_a_weight_init_that_only_tests_for_batchnorm_swaps_nothing(tmp_path: Pat
 def test_batchnorm_kept_is_reported(tmp_path: Path) -> None:
     files = _norm_project("pass")
     assert lines(tmp_path, files, "DDP012") == [("train.py", 15)]
+
+
+# A Dataset holding its own generator, loaded by a project helper that builds the DataLoader;
+# the worker count is an option a project helper adds to the script's parser.
+RNG_DATA = """\
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, Dataset, DistributedSampler
+
+
+    class PairDataset(Dataset):
+        def __init__(self, files, max_offset=3):
+            self.files = files
+            self.max_offset = max_offset
+            self.rng = np.random.default_rng()
+
+        def __len__(self):
+            return len(self.files)
+
+        def __getitem__(self, index):
+            offset = self.rng.integers(0, self.max_offset, endpoint=True)
+            return torch.tensor([index, offset])
+
+
+    def make_distributed_dataloader(dataset, batch_size, shuffle, num_workers, rank, world_size):
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=shuffle)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, drop_last=True,
+                          num_workers=num_workers, pin_memory=True)
+"""
+
+RNG_CLI = """\
+    def add_computing_args(parser):
+        parser.add_argument("--num_workers", action="store", type=int, default={workers})
+        return parser
+"""
+
+RNG_SCRIPT = """\
+    import argparse
+    import torch.distributed as dist
+    import cli
+    from data import PairDataset, make_distributed_dataloader
+
+    parser = argparse.ArgumentParser()
+    parser = cli.add_computing_args(parser=parser)
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        num_workers = args.num_workers
+        train_dataset = PairDataset(["a", "b"])
+        loader = make_distributed_dataloader(train_dataset, 8, shuffle=True, num_workers=num_workers,
+                                             rank=rank, world_size=world_size)
+        for batch in loader:
+            pass
+
+
+    if __name__ == "__main__":
+        main(parser.parse_args())
+"""
+
+
+def test_dataset_rng_loaded_by_a_project_helper_with_workers_is_reported(tmp_path: Path) -> None:
+    files = {"data.py": RNG_DATA, "cli.py": RNG_CLI.format(workers=4), "train.py": RNG_SCRIPT}
+    assert lines(tmp_path, files, "DDP028") == [("data.py", 10)]
+
+
+def test_dataset_rng_loaded_by_a_project_helper_without_workers_is_not_reported(tmp_path: Path) -> None:
+    files = {"data.py": RNG_DATA, "cli.py": RNG_CLI.format(workers=0), "train.py": RNG_SCRIPT}
+    assert lines(tmp_path, files, "DDP028") == []
+
+
+def test_dataset_rng_reseeded_by_the_helpers_worker_init_fn_is_not_reported(tmp_path: Path) -> None:
+    data = RNG_DATA.replace("num_workers=num_workers, pin_memory=True)",
+                            "num_workers=num_workers, worker_init_fn=reseed)")
+    files = {"data.py": data, "cli.py": RNG_CLI.format(workers=4), "train.py": RNG_SCRIPT}
+    assert lines(tmp_path, files, "DDP028") == []
