@@ -161,3 +161,80 @@ def test_dataset_rng_reseeded_by_the_helpers_worker_init_fn_is_not_reported(tmp_
                             "num_workers=num_workers, worker_init_fn=reseed)")
     files = {"data.py": data, "cli.py": RNG_CLI.format(workers=4), "train.py": RNG_SCRIPT}
     assert lines(tmp_path, files, "DDP028") == []
+
+
+# A checkpoint helper handed the DDP model moves the wrapped module to the CPU on rank 0.
+CKPT_HELPER = """\
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+
+    def save_model_and_optimizer(model, optimizer, epoch, filepath):
+        is_ddp = isinstance(model, nn.parallel.DistributedDataParallel)
+        save_rank = dist.get_rank() if dist.is_initialized() else 0
+        if save_rank == 0:
+            if is_ddp:
+                model_cpu = {move}
+            else:
+                model_cpu = model
+            checkpoint = {{"epoch": epoch, "model_state_dict": model_cpu.state_dict(),
+                          "optimizer_state_dict": optimizer.state_dict()}}
+            torch.save(checkpoint, filepath)
+        if dist.is_initialized():
+            dist.barrier()
+"""
+
+CKPT_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from checkpointing import save_model_and_optimizer
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        model = nn.Linear(8, 8).to(device)
+        model = {wrap}
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        for epoch in range(10):
+            loss = model(torch.randn(4, 8, device=device)).sum()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            save_model_and_optimizer(model, optimizer, epoch, "ckpt.pth")
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _ckpt_project(move: str, wrap: str = "DDP(model, device_ids=[local_rank])") -> dict[str, str]:
+    return {"checkpointing.py": CKPT_HELPER.format(move=move), "train.py": CKPT_SCRIPT.format(wrap=wrap)}
+
+
+def test_wrapped_module_moved_to_cpu_by_a_helper_handed_the_wrapper_is_reported(tmp_path: Path) -> None:
+    files = _ckpt_project('model.module.to("cpu")')
+    assert lines(tmp_path, files, "DDP014") == [("checkpointing.py", 11)]
+
+
+def test_wrapped_module_state_copied_by_the_helper_is_not_reported(tmp_path: Path) -> None:
+    files = _ckpt_project("model.module")
+    assert lines(tmp_path, files, "DDP014") == []
+
+
+def test_wrapped_module_moved_to_its_own_gpu_by_the_helper_is_not_reported(tmp_path: Path) -> None:
+    files = _ckpt_project("model.module.to(device)")
+    assert lines(tmp_path, files, "DDP014") == []
+
+
+def test_plain_model_moved_to_cpu_by_the_helper_is_not_reported(tmp_path: Path) -> None:
+    files = _ckpt_project('model.module.to("cpu")', wrap="model")
+    assert lines(tmp_path, files, "DDP014") == []
