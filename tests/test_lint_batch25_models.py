@@ -238,3 +238,71 @@ def test_wrapped_module_moved_to_its_own_gpu_by_the_helper_is_not_reported(tmp_p
 def test_plain_model_moved_to_cpu_by_the_helper_is_not_reported(tmp_path: Path) -> None:
     files = _ckpt_project('model.module.to("cpu")', wrap="model")
     assert lines(tmp_path, files, "DDP014") == []
+
+
+# A trainer that takes its parts as `**kwargs` and runs a method of the inner module.
+KW_TRAINER = """\
+    class MultiTrainer:
+        def __init__(self, **kwargs):
+            self.net = kwargs["net"]
+            self.train_dl = kwargs["train_dl"]
+            self.optimizer = kwargs["optimizer"]
+
+        def train(self):
+            for imgs, labels in self.train_dl:
+                out1, out2 = {forward}
+                loss = out1.sum() + out2.sum()
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+"""
+
+KW_NETS = """\
+    import torch.nn as nn
+
+
+    class MultiNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(4, 4)
+            self.b = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.a(x), self.b(x)
+
+        def forward_proxy(self, x):
+            return self.a(x), self.b(x)
+"""
+
+KW_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from trainer import MultiTrainer
+    from nets import MultiNet
+
+
+    def main(gpu, loader):
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(gpu)
+        net = MultiNet().cuda()
+        net = DDP(net, device_ids=[gpu])
+        optimizer = torch.optim.AdamW(net.parameters(), lr=1e-4)
+        trainer = MultiTrainer(net=net, train_dl=loader, optimizer=optimizer)
+        for epoch in range(10):
+            trainer.train()
+"""
+
+
+def _kw_project(forward: str) -> dict[str, str]:
+    return {"trainer.py": KW_TRAINER.format(forward=forward), "nets.py": KW_NETS, "train.py": KW_SCRIPT}
+
+
+def test_inner_method_of_a_wrapper_handed_through_kwargs_is_reported(tmp_path: Path) -> None:
+    files = _kw_project("self.net.module.forward_proxy(imgs.cuda())")
+    assert lines(tmp_path, files, "DDP013") == [("trainer.py", 9)]
+
+
+def test_wrapper_handed_through_kwargs_called_is_not_reported(tmp_path: Path) -> None:
+    files = _kw_project("self.net(imgs.cuda())")
+    assert lines(tmp_path, files, "DDP013") == []
