@@ -305,9 +305,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if target is None or target.kind != "function" or target.path is None or not site.node.args:
                 continue
             module = self.model.project_model(target.path)
-            function = _top_level_defs(module).get(target.name) if module is not None else None
-            if module is None or not isinstance(function, cst.FunctionDef) \
-                    or not _swaps_batchnorm(module.code(function)):
+            defined = _top_level_defs(module).get(target.name) if module is not None else None
+            if module is None or not isinstance(defined, cst.FunctionDef) \
+                    or not _swaps_batchnorm(module.code(defined)):
                 continue
             given = [v for a in site.node.args for v in self.model.values.at_call(site, a.value)]
             if any(id(v.node) in held for v in given):
