@@ -306,3 +306,48 @@ def test_inner_method_of_a_wrapper_handed_through_kwargs_is_reported(tmp_path: P
 def test_wrapper_handed_through_kwargs_called_is_not_reported(tmp_path: Path) -> None:
     files = _kw_project("self.net(imgs.cuda())")
     assert lines(tmp_path, files, "DDP013") == []
+
+
+# A trainer class of a helper module touches CUDA in its constructor and sets
+# CUDA_VISIBLE_DEVICES later, in the method that sets up the process group.
+CVD_TRAINER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, batch_size):
+            self.batch_size = batch_size
+            self.device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+            self.model = torch.nn.Linear(4, 4)
+
+        def init_ddp(self, rank=0):
+            os.environ["MASTER_ADDR"] = "localhost"
+            os.environ["CUDA_VISIBLE_DEVICES"] = "0,1"
+            dist.init_process_group(backend="nccl")
+            return dist.get_rank()
+
+        def train(self, epochs):
+            {start}
+"""
+
+CVD_MAIN = """\
+    from trainer import Trainer
+
+    if __name__ == "__main__":
+        trainer = Trainer(256)
+        trainer.train(60)
+"""
+
+
+def test_cuda_visible_devices_set_after_the_constructor_touched_cuda_is_reported(tmp_path: Path) -> None:
+    files = {"trainer.py": CVD_TRAINER.format(start="rank = self.init_ddp()"), "train.py": CVD_MAIN}
+    assert lines(tmp_path, files, "DDP032") == [("trainer.py", 16)]
+
+
+def test_cuda_visible_devices_set_in_a_spawned_method_is_not_reported(tmp_path: Path) -> None:
+    files = {"trainer.py": CVD_TRAINER.format(start="mp.spawn(self.init_ddp, nprocs=2)"), "train.py": CVD_MAIN}
+    assert lines(tmp_path, files, "DDP032") == []
