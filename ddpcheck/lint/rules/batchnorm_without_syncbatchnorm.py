@@ -113,7 +113,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     module that builds `nn.BatchNorm2d` beside such a backbone is still reported. A network
     built with `nn.SyncBatchNorm` given as an argument (`get_model(name, norm_layer=norm)` with
     `norm = nn.SyncBatchNorm if args.distributed else nn.BatchNorm2d`, also through builders that
-    pass `**kwargs` on) is not reported: the caller picks its norm layer.
+    pass `**kwargs` on) is not reported: the caller picks its norm layer. Nor is a network that
+    went through a project function swapping its BatchNorm layers for another norm layer before
+    the wrap (`model = convert_groupnorm_model(model)`, or in place, `bn_to_gn(model)`): one that
+    tests modules for BatchNorm and builds `GroupNorm`, `LayerNorm`, `InstanceNorm`,
+    `FrozenBatchNorm2d` or `Identity`, and no BatchNorm.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only

@@ -38,8 +38,12 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
 
     Reported at the assignment (or `os.environ.update` / `setdefault` / `os.putenv`) when an
     initialising call comes before it in the same function, or runs at import time (module level,
-    outside `if __name__ == "__main__":`) of the same file. A process started afterwards
-    (`mp.spawn`, `subprocess`) is not affected and is not reported.
+    outside `if __name__ == "__main__":`) of the same file, or runs in the constructor of the
+    class whose other method makes the assignment (`self.device = torch.device("cuda" if
+    torch.cuda.is_available() else "cpu")` in `__init__`, the variable set in `init_ddp`: the
+    instance is built before its methods run) — in the linted file and in the project functions
+    it runs. A process started afterwards (`mp.spawn`, `subprocess`, also `mp.spawn(self.worker)`
+    for the method that sets the variable) is not affected and is not reported.
 
     ## How to fix
     Set `CUDA_VISIBLE_DEVICES` before anything touches CUDA — first thing in the worker, or

@@ -39,8 +39,11 @@ class DatasetRngCopiedToWorkers(Rule):
 
     Reported at the RNG's construction when a class assigns one to `self.x` in a method, uses
     `self.x` in another method (`__getitem__` or what it calls), and a DataLoader of the linted
-    file loads an instance of it with `num_workers` known to be above 0 (a literal, or an
-    `args.x` whose `add_argument` default is one) and no `worker_init_fn`.
+    file, or of a project helper it calls (`make_loader(dataset, num_workers=args.workers)`, read
+    once per call), loads an instance of it with `num_workers` known to be above 0 (a literal,
+    or an `args.x` whose `add_argument` default is one, also where a project function adds the
+    option to the script's parser, `parser = cli.add_computing_args(parser)`) and no
+    `worker_init_fn`.
 
     ## How to fix
     Draw from the global generators PyTorch reseeds per worker (`random`, `np.random`,

@@ -43,7 +43,9 @@ class ModelMovedAfterWrapping(Rule):
     `self.model.to(self.device)`), when the attribute may hold the DDP wrapper (a lone
     `self.model.to(device)` there may move nothing and is not reported), or where a function's
     parameter is handed the wrapper or the module it holds (`self._snapshot(self.model.module)`
-    with `def _snapshot(self, model): model.cpu()`) and moved to the CPU or cast there. Not reported: a move to the
+    with `def _snapshot(self, model): model.cpu()`) and moved to the CPU or cast there — also
+    its `.module` moved, `model.module.to("cpu")` in a checkpoint helper handed the wrapper (a
+    move to the CPU leaves the GPU whatever it was spelled as). Not reported: a move to the
     device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
     `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
