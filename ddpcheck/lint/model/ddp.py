@@ -374,6 +374,36 @@ def option_values(model: Model, value: Value) -> list[Value]:
             found = _declared_default(model, base.module, node)
             if found:
                 return found
+        if base.call is not None:
+            found = _helper_declared_default(model, base, node)
+            if found:
+                return found
+    return []
+
+
+def _helper_declared_default(model: Model, made: Value, node: cst.Attribute) -> list[Value]:
+    """The default of an option that a project function adds to the parser the namespace comes
+    from: `parser = cli.add_computing_args(parser=parser)`, then `args = parser.parse_args()`."""
+    call = made.call
+    assert call is not None
+    func = call.func
+    if not (isinstance(func, cst.Attribute) and func.attr.value in ("parse_args", "parse_known_args")
+            and isinstance(func.value, cst.Name)):
+        return []
+    name = func.value.value
+    scope: Scope | None = made.scope
+    while scope is not None and name not in scope.assignments:
+        scope = scope.parent
+    for binding in scope.assignments.get(name, []) if scope is not None else []:
+        bound = getattr(binding, "value", binding)
+        site = made.module.call_at(bound) if isinstance(bound, cst.Call) else None
+        target = site.target if site is not None else None
+        if target is None or target.kind != "function" or target.path is None:
+            continue
+        helper = model.project_model(Path(target.path))
+        found = _declared_default(model, helper, node) if helper is not None else []
+        if found:
+            return found
     return []
 
 

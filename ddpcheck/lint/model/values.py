@@ -1114,6 +1114,11 @@ class Values:
                         for part in table:
                             yield from self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at)
                     return
+            if isinstance(text, str) and isinstance(node.value, cst.Name):
+                given = self._star_keyword(module, node.value.value, text, scope, frame, depth, seen)
+                if given is not None:
+                    yield from given
+                    return
             written = self._written_entry(module, node.value, text, scope, at) if isinstance(text, str) else None
             if written is not None:
                 # `cfg["lr"] = 1e-3` after `cfg = load_config()`: the entry as the script last set
@@ -1144,6 +1149,32 @@ class Values:
             if found:
                 return
         yield Value(module, node, scope, frame, at)
+
+    def _star_keyword(self, module: ModuleModel, name: str, key: str, scope: Scope, frame: Frame | None,
+                      depth: int, seen: set[tuple[int, int]]) -> list[Value] | None:
+        """`kwargs["net"]` of a function's `**kwargs` parameter never rebound there: the keyword
+        argument `net=` of each known call (`MultiTrainer(net=net, ...)` for `def __init__(self,
+        **kwargs): self.net = kwargs["net"]`), in `frame`'s call where it is the function's. None
+        when no call is known or one of them passes the keyword through `**` (not known here)."""
+        function = scope.function
+        bindings = function.assignments.get(name, []) if function is not None else []
+        if len(bindings) != 1 or not isinstance(bindings[0], Param) or bindings[0].star != "**":
+            return None
+        param = bindings[0]
+        owner = Function(module, param.function)
+        if frame is not None and frame.function.module is module and frame.function.qualname == param.function:
+            calls: list[tuple[CallSite, Frame | None]] = [(frame.call, frame.caller)]
+        else:
+            calls = [(c, None) for c, _ in self.model.graph.callers(owner)[:MAX_CALLERS] if not self.model.paths.dead(c)]
+        out: list[Value] = []
+        for call, caller in calls:
+            passed = next((a.value for a in call.node.args if a.keyword is not None and a.keyword.value == key), None)
+            if passed is None:
+                if call.has_star_kwargs:
+                    return None
+                continue  # (a `KeyError` there, or a `.get` default: nothing this call gives)
+            out += self._eval(call.module, passed, call.scope, caller, depth - 1, seen, call.point)
+        return out or None
 
     def _written_later(self, base: Value, key: str) -> list[cst.BaseExpression] | None:
         """For a dict literal reached from another scope (`models = {}` in the caller that passes

@@ -37,6 +37,11 @@ _CONVERSION = re.compile(r"SyncBatchNorm[ \t]*\.|convert_sync_batchnorm|\bsync_?
 # `nn.SyncBatchNorm(c)` built directly: the layers of that code are synchronised; the BatchNorm
 # layers that other modules of the network build are not (a backbone with SyncBatchNorm beside a
 # decoder with BatchNorm2d).
+# A test that a module is BatchNorm, and a norm layer built to stand in for it (`_swaps_batchnorm`).
+_BATCHNORM_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*\(?[^()]*BatchNorm"
+                             r"|(?P<q>[\"'])[^\"'\n]*BatchNorm[^\"'\n]*(?P=q)\s+(?:not\s+)?in\s+"
+                             r"|\.(?:find|startswith|endswith)\s*\(\s*[\"'][^\"'\n]*BatchNorm")
+_REPLACEMENT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm|FrozenBatchNorm2d|Identity)\s*\(")
 _SYNC_LAYER = re.compile(r"SyncBatchNorm[ \t]*\(")
 # The text of a call with plain keyword arguments: `()`, `(pretrained=True, num_classes=10)`.
 _PLAIN_CALL = re.compile(r"\((?:\s*\w+\s*=\s*[\w.]+\s*,?)*\s*\)")
@@ -108,7 +113,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     module that builds `nn.BatchNorm2d` beside such a backbone is still reported. A network
     built with `nn.SyncBatchNorm` given as an argument (`get_model(name, norm_layer=norm)` with
     `norm = nn.SyncBatchNorm if args.distributed else nn.BatchNorm2d`, also through builders that
-    pass `**kwargs` on) is not reported: the caller picks its norm layer.
+    pass `**kwargs` on) is not reported: the caller picks its norm layer. Nor is a network that
+    went through a project function swapping its BatchNorm layers for another norm layer before
+    the wrap (`model = convert_groupnorm_model(model)`, or in place, `bn_to_gn(model)`): one that
+    tests modules for BatchNorm and builds `GroupNorm`, `LayerNorm`, `InstanceNorm`,
+    `FrozenBatchNorm2d` or `Identity`, and no BatchNorm.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only
@@ -272,9 +281,42 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             # A second model (a teacher beside its student) is reported when it is itself known
             # to hold BatchNorm; BatchNorm built somewhere in the script says nothing about it.
             loose = not reported and root_builds and wrap.module is model.root
-            if (loose or self._wraps_batchnorm(wrap)) and not self._statistics_frozen(wrap):
+            if (loose or self._wraps_batchnorm(wrap)) and not self._statistics_frozen(wrap) \
+                    and not self._swapped_out(wrap):
                 self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
                 reported.add(key)
+
+    def _swapped_out(self, wrap: CallSite) -> bool:
+        """The wrapped network went through a function of the project that swaps its BatchNorm
+        layers for another norm layer (`model = convert_groupnorm_model(model)`, or in place,
+        `bn_to_gn(model)`): one that tests its modules for BatchNorm and builds the other layer
+        (see `_swaps_batchnorm`). Its result is what the function builds, or the model it was
+        given with the layers replaced."""
+        inner = wrap.arg("module", 0)
+        if inner is None:
+            return False
+        values = self.model.values.at_call(wrap, inner)
+        for value in values:
+            function = value.scope.function
+            if function is not None and isinstance(function.node, cst.FunctionDef) \
+                    and _swaps_batchnorm(value.module.code(function.node)):
+                return True  # a leaf the converter returns (`return mod`)
+        held = {id(v.node) for v in values if isinstance(v.node, cst.Call)}
+        if not held:
+            return False
+        for site in self.model.paths.sites():
+            target = site.target
+            if target is None or target.kind != "function" or target.path is None or not site.node.args:
+                continue
+            module = self.model.project_model(target.path)
+            defined = _top_level_defs(module).get(target.name) if module is not None else None
+            if module is None or not isinstance(defined, cst.FunctionDef) \
+                    or not _swaps_batchnorm(module.code(defined)):
+                continue
+            given = [v for a in site.node.args for v in self.model.values.at_call(site, a.value)]
+            if any(id(v.node) in held for v in given):
+                return True  # converted in place: the same network, its layers replaced
+        return False
 
     def _statistics_frozen(self, wrap: CallSite) -> bool:
         """BatchNorm never normalises with batch statistics: the function that back-propagates
@@ -1211,6 +1253,14 @@ class _DropBranches(cst.CSTTransformer):
 def _unsynced_batchnorm(text: str) -> bool:
     """Code that builds torch's BatchNorm layers and no SyncBatchNorm layer of its own."""
     return bool(_BATCHNORM_TEXT.search(_without_rebound(text))) and not _SYNC_LAYER.search(text)
+
+
+def _swaps_batchnorm(text: str) -> bool:
+    """Code of a function that replaces BatchNorm layers with another norm layer: it tests a
+    module for BatchNorm (`isinstance(m, nn.BatchNorm2d)`, `"BatchNorm" in name`) and builds
+    GroupNorm, LayerNorm, InstanceNorm, a frozen BatchNorm or an identity, and no BatchNorm."""
+    code = code_only(text)
+    return bool(_BATCHNORM_TEST.search(code)) and bool(_REPLACEMENT.search(code)) and not _BUILDS.search(code)
 
 
 def _converts(text: str) -> bool:

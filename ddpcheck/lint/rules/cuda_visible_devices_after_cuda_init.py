@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import string_text
 from ddpcheck.lint.positions import node_ranges
@@ -35,8 +38,12 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
 
     Reported at the assignment (or `os.environ.update` / `setdefault` / `os.putenv`) when an
     initialising call comes before it in the same function, or runs at import time (module level,
-    outside `if __name__ == "__main__":`) of the same file. A process started afterwards
-    (`mp.spawn`, `subprocess`) is not affected and is not reported.
+    outside `if __name__ == "__main__":`) of the same file, or runs in the constructor of the
+    class whose other method makes the assignment (`self.device = torch.device("cuda" if
+    torch.cuda.is_available() else "cpu")` in `__init__`, the variable set in `init_ddp`: the
+    instance is built before its methods run) — in the linted file and in the project functions
+    it runs. A process started afterwards (`mp.spawn`, `subprocess`, also `mp.spawn(self.worker)`
+    for the method that sets the variable) is not affected and is not reported.
 
     ## How to fix
     Set `CUDA_VISIBLE_DEVICES` before anything touches CUDA — first thing in the worker, or
@@ -108,10 +115,21 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
 
     def finish(self) -> None:
         model = self.model
-        root = model.root
+        reached = {(id(f.module), f.qualname) for f in model.paths.reached()}
+        for module in model.paths.modules():
+            if module is model.root:
+                self._check(module, None)
+            else:
+                self._check(module, reached)
+
+    def _check(self, root: ModuleModel, reached: set[tuple[int, str]] | None) -> None:
+        """The writes of `root` after an initialising call; for a project module the linted file
+        reaches (`reached`: the functions it runs), the writes in those functions only."""
         if _VARIABLE not in root.source:
             return
         writes = self._writes(root)
+        if reached is not None:
+            writes = [(n, s) for n, s in writes if s.function is not None and (id(root), s.function.qualname) in reached]
         if not writes:
             return
         inits = [c for c in root.calls if self._initialises(c)]
@@ -130,8 +148,9 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
                 same = call.scope.function is function and at[0] < where[0]
                 at_import = call.scope is root.module_scope and not self._under_main_guard(root, call) \
                     and function is not None
-                if same or at_import:
-                    self.report(node, self.MESSAGE.format(call=root.code(call.node.func).strip() + "()", line=at[0]))
+                if same or at_import or _constructed_before(root, call.scope, scope):
+                    self.report(node, self.MESSAGE.format(call=root.code(call.node.func).strip() + "()", line=at[0]),
+                                module=root)
                     break
 
     def _writes(self, root: ModuleModel) -> list[tuple[cst.CSTNode, Scope]]:
@@ -159,3 +178,17 @@ class CudaVisibleDevicesAfterCudaInit(Rule):
     @staticmethod
     def _under_main_guard(root: ModuleModel, call: CallSite) -> bool:
         return any(g.node in root.main_guards for g in call.guards)
+
+
+def _constructed_before(module: ModuleModel, init: Scope, write: Scope) -> bool:
+    """`init` is the constructor of the class whose other method `write` is in: the constructor
+    has run on the instance before any of its methods can (`self.model = Net().cuda()` in
+    `__init__`, `os.environ["CUDA_VISIBLE_DEVICES"] = ...` in `init_ddp`). Not for a method
+    handed over as a callable (`mp.spawn(self.worker, ...)`): it may run in a new process."""
+    constructor, method = init.function, write.function
+    if constructor is None or method is None or constructor.name != "__init__" or method.name == "__init__":
+        return False
+    owner = constructor.parent
+    if owner is None or owner.kind != "class" or method.parent is not owner:
+        return False
+    return not re.search(rf"\.{re.escape(method.name)}\b(?!\s*\()", code_only(module.source))

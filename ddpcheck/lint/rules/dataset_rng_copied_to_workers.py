@@ -6,8 +6,10 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.ddp import option_values
 from ddpcheck.lint.model.module import CallSite, ClassInfo, ModuleModel
 from ddpcheck.lint.model.syntax import dotted, int_value
+from ddpcheck.lint.model.values import Frame
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import int_default
 from ddpcheck.lint.rules._classes import classes_of, method_calls
@@ -37,8 +39,11 @@ class DatasetRngCopiedToWorkers(Rule):
 
     Reported at the RNG's construction when a class assigns one to `self.x` in a method, uses
     `self.x` in another method (`__getitem__` or what it calls), and a DataLoader of the linted
-    file loads an instance of it with `num_workers` known to be above 0 (a literal, or an
-    `args.x` whose `add_argument` default is one) and no `worker_init_fn`.
+    file, or of a project helper it calls (`make_loader(dataset, num_workers=args.workers)`, read
+    once per call), loads an instance of it with `num_workers` known to be above 0 (a literal,
+    or an `args.x` whose `add_argument` default is one, also where a project function adds the
+    option to the script's parser, `parser = cli.add_computing_args(parser)`) and no
+    `worker_init_fn`.
 
     ## How to fix
     Draw from the global generators PyTorch reseeds per worker (`random`, `np.random`,
@@ -152,35 +157,47 @@ class DatasetRngCopiedToWorkers(Rule):
         model = self.model
         reported: set[int] = set()
         for site in model.paths.sites():
-            if model.api(site) != api.DATALOADER or site.module is not model.root:
+            if model.api(site) != api.DATALOADER:
                 continue
-            workers = self._workers(site)
-            if workers is None or site.arg("worker_init_fn") is not None or site.has_star_kwargs:
+            if site.arg("worker_init_fn") is not None or site.has_star_kwargs:
                 continue
             dataset = site.arg("dataset", 0)
             if dataset is None:
                 continue
-            for module, info in classes_of(model, model.values.at_call(site, dataset)):
-                for owner_module, owner in model.graph.mro(module, info):
-                    for target, node in self._held_rngs(owner_module, owner):
-                        if id(node) in reported:
-                            continue
-                        reported.add(id(node))
-                        self.report(node, self.MESSAGE.format(target=target, workers=workers),
-                                    module=owner_module, related=[site] if owner_module is not model.root else ())
+            # A loader built in a helper of the project (`make_loader(ds, num_workers=args.workers)`)
+            # is read once per caller: the dataset and the worker count of one call go together.
+            frames = [None] if site.module is model.root else model.values.frames(site)
+            for frame in frames:
+                if site.module is not model.root and frame is None:
+                    continue  # a helper nobody is seen calling: its dataset is not known
+                workers = self._workers(site, frame)
+                if workers is None:
+                    continue
+                for module, info in classes_of(model, model.values.at_call(site, dataset, frame)):
+                    for owner_module, owner in model.graph.mro(module, info):
+                        for target, node in self._held_rngs(owner_module, owner):
+                            if id(node) in reported:
+                                continue
+                            reported.add(id(node))
+                            self.report(node, self.MESSAGE.format(target=target, workers=workers),
+                                        module=owner_module, related=[site] if owner_module is not model.root else ())
 
-    def _workers(self, site: CallSite) -> int | None:
+    def _workers(self, site: CallSite, frame: Frame | None = None) -> int | None:
         given = site.arg("num_workers", 5)
         if given is None:
             return None
         count = int_value(given)
         if count is None:
-            for value in self.model.values.at_call(site, given):
+            for value in self.model.values.at_call(site, given, frame):
                 node = value.node
                 if isinstance(node, cst.BaseExpression):
                     count = int_value(node)
                     if count is None:
                         count = int_default(value.module, node)
+                    if count is None:
+                        # declared where the namespace is made: a project helper's `add_argument`
+                        count = next((c for c in (int_value(d.node) for d in option_values(self.model, value)
+                                                  if isinstance(d.node, cst.BaseExpression)) if c is not None), None)
                 if count is not None:
                     break
         return count if count is not None and count > 0 else None

@@ -43,7 +43,9 @@ class ModelMovedAfterWrapping(Rule):
     `self.model.to(self.device)`), when the attribute may hold the DDP wrapper (a lone
     `self.model.to(device)` there may move nothing and is not reported), or where a function's
     parameter is handed the wrapper or the module it holds (`self._snapshot(self.model.module)`
-    with `def _snapshot(self, model): model.cpu()`) and moved to the CPU or cast there. Not reported: a move to the
+    with `def _snapshot(self, model): model.cpu()`) and moved to the CPU or cast there — also
+    its `.module` moved, `model.module.to("cpu")` in a checkpoint helper handed the wrapper (a
+    move to the CPU leaves the GPU whatever it was spelled as). Not reported: a move to the
     device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
     `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
@@ -229,10 +231,17 @@ class ModelMovedAfterWrapping(Rule):
         model = self.model
         done: set[int] = set()
         for site in model.paths.sites():
-            if site.qualname is not None or site.method not in _DEFINITE or site.receiver is None:
+            if site.qualname is not None or site.receiver is None \
+                    or site.method not in _DEFINITE and not _to_cpu(site.node):
                 continue
             name = dotted(strip_moves(site.receiver))
-            if not self._held_wrap(site, name):
+            if name is not None and name.endswith(".module") and name.count(".") == 1:
+                # `model.module.to("cpu")` of a parameter handed the wrapper: the wrapped module
+                # is the one DDP holds.
+                name = name[:-len(".module")]
+                if not self._handed_wrap(site, name, inner=True):
+                    continue
+            elif not self._held_wrap(site, name):
                 continue
             assert name is not None
             if "." not in name:
@@ -277,13 +286,18 @@ class ModelMovedAfterWrapping(Rule):
         return receiver is not None and any(
             is_ddp(self.model, v) for v in self.model.values.at_call(site, strip_moves(receiver)))
 
-    def _handed_wrap(self, site: CallSite, name: str) -> bool:
+    def _handed_wrap(self, site: CallSite, name: str, inner: bool = False) -> bool:
+        """Parameter `name` of the function `site` is in, never rebound there, is handed the
+        DDP wrapper (or the module it holds); `inner`: the move is of its `.module`, and only the
+        wrapper itself counts."""
         function = site.scope.function
         if function is None or site.receiver is None:
             return False
         bindings = function.assignments.get(name, [])
         if not bindings or not all(isinstance(b, Param) for b in bindings) or not self._on_distributed_path(site):
             return False
+        if inner:
+            return any(is_ddp(self.model, v) for v in self.model.values.at_call(site, cst.Name(name)))
         if self._receiver_holds_wrap(site):
             return True
         # Handed the module the wrapper holds (`self._snapshot(self.model.module)`): moving it
@@ -475,6 +489,16 @@ class ModelMovedAfterWrapping(Rule):
             cached = {id(n): i for i, n in enumerate(_descendants(scope_node))}
             memo[id(scope_node)] = cached
         return cached
+
+
+def _to_cpu(call: cst.Call) -> bool:
+    """`x.to("cpu")`, `x.to(device="cpu")`, `x.to(torch.device("cpu"))`: a move that certainly
+    leaves the GPU a DDP model lives on."""
+    first = call.args[0].value if len(call.args) == 1 else None
+    if isinstance(first, cst.Call) and dotted(first.func) in ("torch.device", "device") and len(first.args) == 1:
+        first = first.args[0].value
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" \
+        and isinstance(first, cst.SimpleString) and first.evaluated_value in ("cpu", b"cpu")
 
 
 def _moves_name_before(module: ModuleModel, scope: Scope, name: str, index: int) -> bool:
