@@ -390,11 +390,7 @@ def _helper_declared_default(model: Model, made: Value, node: cst.Attribute) -> 
     if not (isinstance(func, cst.Attribute) and func.attr.value in ("parse_args", "parse_known_args")
             and isinstance(func.value, cst.Name)):
         return []
-    name = func.value.value
-    scope: Scope | None = made.scope
-    while scope is not None and name not in scope.assignments:
-        scope = scope.parent
-    for binding in scope.assignments.get(name, []) if scope is not None else []:
+    for binding in made.scope.lookup(func.value.value):
         bound = getattr(binding, "value", binding)
         site = made.module.call_at(bound) if isinstance(bound, cst.Call) else None
         target = site.target if site is not None else None
