@@ -11,13 +11,73 @@ import re
 
 import libcst as cst
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import Guard
 from ddpcheck.lint.model.syntax import dotted, int_value, is_none, last_name
 
-Resolve = Callable[[cst.BaseExpression], "str | None"]
+
+
+class Resolve(Protocol):
+    """What the readers ask about the names in a test: the canonical API name an expression
+    names, and what the value flow knows of a flag (the model's `Names` answers all of it;
+    `NamesOnly` answers "unknown" to everything but the API names)."""
+
+    def __call__(self, expr: cst.BaseExpression) -> str | None: ...
+
+    def bound_to_rank(self, expr: cst.BaseExpression) -> bool:
+        """A variable or helper call whose value is a rank read (`gpu = get_local_rank()`)."""
+        ...
+
+    def progress_flag(self, expr: cst.BaseExpression) -> bool:
+        """A local flag the function flips as it goes (`done = False` ... `done = True`)."""
+        ...
+
+    def main_rank_set(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """A name whose every value is a literal set naming rank 0 only (`ranks=[0]`)."""
+        ...
+
+    def set_sides(self, expr: cst.BaseExpression, depth: int) -> bool | None:
+        """Whether a name holds something other than None on rank 0 only (True) or off it (False)."""
+        ...
+
+    def returned_sides(self, call: cst.Call, depth: int) -> set[bool | None]:
+        """`selects_main_rank` of what a project function called here returns."""
+        ...
+
+    def held_sides(self, expr: cst.BaseExpression, depth: int) -> set[bool | None]:
+        """`selects_main_rank` of the tests a flag variable holds."""
+        ...
+
+
+@dataclass(frozen=True)
+class NamesOnly:
+    """A `Resolve` over a plain name reader: API names only, every value-flow question unknown."""
+
+    qualname: Callable[[cst.BaseExpression], "str | None"]
+
+    def __call__(self, expr: cst.BaseExpression) -> str | None:
+        return self.qualname(expr)
+
+    def bound_to_rank(self, expr: cst.BaseExpression) -> bool:
+        return False
+
+    def progress_flag(self, expr: cst.BaseExpression) -> bool:
+        return False
+
+    def main_rank_set(self, expr: cst.BaseExpression, depth: int) -> bool:
+        return False
+
+    def set_sides(self, expr: cst.BaseExpression, depth: int) -> bool | None:
+        return None
+
+    def returned_sides(self, call: cst.Call, depth: int) -> set[bool | None]:
+        return set()
+
+    def held_sides(self, expr: cst.BaseExpression, depth: int) -> set[bool | None]:
+        return set()
 
 # Names whose value is a rank (global or local).
 _RANK_NAME = re.compile(
@@ -69,8 +129,7 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
             text = first.evaluated_value if name == "get" and isinstance(first, cst.SimpleString) else None
             return isinstance(text, str) and bool(_RANK_NAME.search(text))
         # A project helper that returns the rank (`def rank(): ... return dist.get_rank()`).
-        bound = getattr(resolve, "bound_to_rank", None)
-        return bool(bound is not None and bound(expr))
+        return resolve.bound_to_rank(expr)
     if isinstance(expr, cst.Subscript):
         base = dotted(expr.value) or ""
         if base.endswith("environ") and len(expr.slice) == 1:
@@ -81,8 +140,7 @@ def is_rank_value(expr: cst.BaseExpression, resolve: Resolve) -> bool:
     name = last_name(expr)
     if name and _RANK_NAME.search(name):
         return True
-    bound = getattr(resolve, "bound_to_rank", None)
-    return bool(bound is not None and bound(expr))
+    return resolve.bound_to_rank(expr)
 
 
 def _is_rank_env_key(expr: cst.BaseExpression) -> bool:
@@ -147,8 +205,7 @@ def _is_not_distributed(test: cst.BaseExpression, resolve: Resolve) -> bool:
         # `not <is distributed>`: the only reading that makes `... or rank == 0` sensible; not a
         # flag the function flips as it goes (`is_main or not embeddings_computed`: every rank
         # the first time round).
-        progress = getattr(resolve, "progress_flag", None)
-        return not (progress is not None and progress(test.expression))
+        return not resolve.progress_flag(test.expression)
     if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.Or):
         # `not dist.is_available() or not dist.is_initialized() or rank == 0` groups as
         # `(A or B) or C`: the left part holds off a distributed run when each side does.
@@ -225,8 +282,7 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                     and value is left and _depth < 3:
                 # `if dist.get_rank() in ranks:` in `def log_dist(msg, ranks)`, every caller
                 # passing `[0]`: the ranks named are the main one.
-                held_set = getattr(resolve, "main_rank_set", None)
-                if held_set is not None and held_set(other, _depth + 1):
+                if resolve.main_rank_set(other, _depth + 1):
                     return isinstance(op, cst.In)
             if isinstance(op, (cst.GreaterThan,)) and _is_zero_or_minus_one(other) and value is left:
                 return False  # rank > 0
@@ -245,8 +301,7 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
                 and _depth < 3:
             # `evaluator = KNN(...)` under `if local_rank == 0:` and `evaluator = None` in its
             # `else`: `evaluator is not None` holds on rank 0 only.
-            set_sides = getattr(resolve, "set_sides", None)
-            side = set_sides(left, _depth + 1) if set_sides is not None else None
+            side = resolve.set_sides(left, _depth + 1)
             if side is not None:
                 return side if isinstance(op, cst.IsNot) else not side
         # `args.rank % ngpus == 0`
@@ -258,22 +313,20 @@ def selects_main_rank(test: cst.BaseExpression, resolve: Resolve, _depth: int = 
         name = last_name(test.func)
         if name and _MAIN_PROCESS.match(name):
             return True
-        returned = getattr(resolve, "returned_sides", None)
-        if returned is not None and _depth < 3:
+        if _depth < 3:
             # `if primary():` of a project helper that returns `get_rank() == 0` once the run is
             # distributed (and True on a single process).
-            answers: set[bool | None] = returned(test, _depth + 1)
+            answers = resolve.returned_sides(test, _depth + 1)
             if len(answers) == 1:
                 return answers.pop()
         return None
     name = last_name(test)
     if name and _MAIN_PROCESS.match(name):
         return True
-    held = getattr(resolve, "held_sides", None)
-    if held is not None and isinstance(test, (cst.Name, cst.Attribute)) and _depth < 3:
+    if isinstance(test, (cst.Name, cst.Attribute)) and _depth < 3:
         # `save_logs = args.logs and is_master(args)`, then `if save_logs:`; `is_master = rank ==
         # 0` passed to a trainer that tests `if self.is_master:` (or a flag named otherwise).
-        sides: set[bool | None] = held(test, _depth + 1)
+        sides = resolve.held_sides(test, _depth + 1)
         if len(sides) == 1:
             return sides.pop()
     return None
@@ -536,8 +589,7 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
 def _read_as_rank(expr: cst.BaseExpression, resolve: Resolve) -> bool:
     """A local variable the value flow binds to a rank read (`gpu_id = get_local_rank()`), not
     an option or an attribute that may be set elsewhere."""
-    bound = getattr(resolve, "bound_to_rank", None)
-    return isinstance(expr, cst.Name) and bound is not None and bool(bound(expr))
+    return isinstance(expr, cst.Name) and resolve.bound_to_rank(expr)
 
 
 def _key(expr: cst.BaseExpression) -> str | None:

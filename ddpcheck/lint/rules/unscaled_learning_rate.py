@@ -2,14 +2,14 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Callable, Iterator
+from typing import Iterator
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.alternatives import one_per_value
-from ddpcheck.lint.model.conditions import is_rank_value
+from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import unread_result
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope
@@ -642,7 +642,7 @@ def _is_zero(node: object) -> bool:
 
 
 
-def _rank_slice(node: cst.CSTNode, resolve: Callable[[cst.BaseExpression], str | None]) -> bool:
+def _rank_slice(node: cst.CSTNode, resolve: Resolve) -> bool:
     """`x[a:b]` whose bounds both read the rank: one rank's share of `x`."""
     if not (isinstance(node, cst.Subscript) and len(node.slice) == 1 and isinstance(node.slice[0].slice, cst.Slice)):
         return False
