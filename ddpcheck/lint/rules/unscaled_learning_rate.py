@@ -226,7 +226,7 @@ defines no function or class, only values),
             name = model.api(site)
             if name == api.ZERO_OPTIMIZER:
                 lr = site.arg("lr")
-            elif api.is_optimizer(name) and name != api.ZERO_OPTIMIZER:
+            elif model.builds_optimizer(site):
                 lr = site.arg("lr", 1)
             else:
                 continue
