@@ -84,3 +84,119 @@ def test_find_unused_parameters_with_a_project_loss_under_labels_is_clean(tmp_pa
                                          "                loss = loss_fct(x[0], labels)"),
              "train.py": NET_SCRIPT}
     assert lines(tmp_path, files, "DDP027") == []
+
+
+# A launcher in scripts/ that puts the project root on sys.path through `os.pardir`, and a
+# trainer class in utils/ that evaluates on a DistributedSampler shard and hands the figures,
+# packed in lists beside the training ones, to a helper that writes them to the log on rank 0.
+RUN = """\
+    import os, sys
+    import torch
+    from torch.distributed import init_process_group, destroy_process_group
+    CUR_DIR = os.path.dirname(__file__)
+    ROOT_DIR = os.path.abspath(os.path.join(CUR_DIR, os.pardir))
+    sys.path.extend([ROOT_DIR, CUR_DIR])
+
+    from utils.trainer import Trainer, make_loaders
+
+
+    def main():
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        init_process_group(backend="nccl")
+        train_loader, val_loader = make_loaders()
+        trainer = Trainer(torch.nn.Linear(8, 2))
+        trainer.fit(train_loader, val_loader)
+        destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+TRAINER = """\
+    import os
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+
+    def make_loaders():
+        data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+        train_loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data))
+        val_loader = DataLoader(data, batch_size=8, sampler=DistributedSampler(data, shuffle=False))
+        return train_loader, val_loader
+
+
+    class Trainer:
+        def __init__(self, model):
+            self.gpu_id = int(os.environ["LOCAL_RANK"])
+            self.model = DDP(model.to(self.gpu_id), device_ids=[self.gpu_id])
+            self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        def train(self, loader):
+            total = 0.0
+            for x, y in loader:
+                loss = torch.nn.functional.cross_entropy(self.model(x), y)
+                self.optimizer.zero_grad()
+                loss.backward()
+                self.optimizer.step()
+                total += loss.item()
+            return total / len(loader)
+
+        @torch.no_grad()
+        def evaluate(self, loader):
+            total = 0.0
+            correct = 0
+            for x, y in loader:
+                out = self.model(x)
+                total += torch.nn.functional.cross_entropy(out, y).item()
+                correct += (out.argmax(1) == y).sum().item()
+            {reduce}
+            return total / len(loader), correct / len(loader.dataset)
+
+        def _write_log(self, epoch, train_loss, val_loss, val_acc):
+            print(f"epoch {{epoch}} train loss {{train_loss}}")
+            print(f"epoch {{epoch}} val loss {{val_loss}} acc {{val_acc}}")
+
+        def save_and_log(self, epoch, losses, val_acc):
+            if self.gpu_id == 0:
+                torch.save(self.model.module.state_dict(), "last.pt")
+                self._write_log(epoch, train_loss=losses[0], val_loss=losses[1], val_acc=val_acc)
+
+        def fit(self, train_loader, val_loader):
+            for epoch in range(10):
+                train_loader.sampler.set_epoch(epoch)
+                train_loss = self.train(train_loader)
+                val_loss, val_acc = self.evaluate(val_loader)
+                self.save_and_log(epoch, losses=[train_loss, val_loss], val_acc=val_acc)
+"""
+
+
+def test_metrics_handed_in_lists_to_a_logging_helper_are_reported_where_it_logs(tmp_path: Path) -> None:
+    files = {"scripts/run.py": RUN, "utils/__init__.py": "", "utils/trainer.py": TRAINER.format(reduce="pass")}
+    assert lines(tmp_path, files, "DDP036", target="scripts/run.py") == [("trainer.py", 44)]
+
+
+def test_metrics_reduced_before_they_are_returned_are_clean(tmp_path: Path) -> None:
+    reduce = ("stats = torch.tensor([total, correct])\n"
+              "            torch.distributed.all_reduce(stats)\n"
+              "            total, correct = stats.tolist()")
+    files = {"scripts/run.py": RUN, "utils/__init__.py": "", "utils/trainer.py": TRAINER.format(reduce=reduce)}
+    assert lines(tmp_path, files, "DDP036", target="scripts/run.py") == []
+
+
+def test_training_loss_handed_in_the_same_list_is_clean(tmp_path: Path) -> None:
+    # Only the training loss is written: it is one rank's by design, not an evaluation metric.
+    trainer = TRAINER.format(reduce="pass").replace(
+        'print(f"epoch {epoch} val loss {val_loss} acc {val_acc}")', "pass")
+    files = {"scripts/run.py": RUN, "utils/__init__.py": "", "utils/trainer.py": trainer}
+    assert lines(tmp_path, files, "DDP036", target="scripts/run.py") == []
+
+
+def test_project_root_put_on_sys_path_through_os_pardir_is_followed(tmp_path: Path) -> None:
+    # The trainer's module is found through `os.path.join(CUR_DIR, os.pardir)`: its checkpoint,
+    # saved by every rank, is reported.
+    trainer = TRAINER.format(reduce="pass").replace("            if self.gpu_id == 0:\n", "            if True:\n")
+    files = {"scripts/run.py": RUN, "utils/__init__.py": "", "utils/trainer.py": trainer}
+    assert lines(tmp_path, files, "DDP010", target="scripts/run.py") == [("trainer.py", 48)]
