@@ -200,3 +200,96 @@ def test_project_root_put_on_sys_path_through_os_pardir_is_followed(tmp_path: Pa
     trainer = TRAINER.format(reduce="pass").replace("            if self.gpu_id == 0:\n", "            if True:\n")
     files = {"scripts/run.py": RUN, "utils/__init__.py": "", "utils/trainer.py": trainer}
     assert lines(tmp_path, files, "DDP010", target="scripts/run.py") == [("trainer.py", 48)]
+
+
+# Networks chosen by name through a table of factory functions (`func_dict[name](...)`), or a
+# function that returns the table's entry (`get_func_by_name(name)(...)`).
+NETS = """\
+    import torch.nn as nn
+
+
+    def conv_bn(cin, cout):
+        result = nn.Sequential()
+        result.add_module("conv", nn.Conv2d(cin, cout, 3, padding=1, bias=False))
+        result.add_module("{norm_name}", {norm}(cout))
+        return result
+
+
+    class PlainNet(nn.Module):
+        def __init__(self, widths, num_classes=1000):
+            super().__init__()
+            self.stages = nn.Sequential(*[conv_bn(a, b) for a, b in zip([3] + widths[:-1], widths)])
+            self.linear = nn.Linear(widths[-1], num_classes)
+
+        def forward(self, x):
+            x = self.stages(x)
+            return self.linear(x.mean((2, 3)))
+
+
+    def create_plain_a(deploy=False):
+        return PlainNet([32, 64, 128])
+
+
+    def create_plain_b(deploy=False):
+        return PlainNet([64, 128, 256])
+
+
+    func_dict = {{"plain-a": create_plain_a, "plain-b": create_plain_b}}
+
+
+    def get_func_by_name(name):
+        return func_dict[name]
+
+
+    def create_by_name(name, deploy=False):
+        {create}
+"""
+
+NETS_SCRIPT = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from nets import create_by_name
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--arch", default="plain-a")
+    args = parser.parse_args()
+    local_rank = int(os.environ["LOCAL_RANK"])
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl")
+    model = create_by_name(args.arch).cuda()
+    model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(10):
+        loss = model(torch.randn(8, 3, 32, 32).cuda()).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_batchnorm_network_built_through_a_function_returning_the_factory_is_reported(tmp_path: Path) -> None:
+    files = {"nets.py": NETS.format(norm_name="bn", norm="nn.BatchNorm2d",
+                                    create="return get_func_by_name(name)(deploy=deploy)"),
+             "train.py": NETS_SCRIPT}
+    assert lines(tmp_path, files, "DDP012") == [("train.py", 14)]
+
+
+def test_groupnorm_network_built_through_a_function_returning_the_factory_is_clean(tmp_path: Path) -> None:
+    files = {"nets.py": NETS.format(norm_name="gn", norm="(lambda c: nn.GroupNorm(8, c))",
+                                    create="return get_func_by_name(name)(deploy=deploy)"),
+             "train.py": NETS_SCRIPT}
+    assert lines(tmp_path, files, "DDP012") == []
+
+
+def test_factory_table_with_a_network_without_batchnorm_is_clean(tmp_path: Path) -> None:
+    # `--arch mlp` picks a network with no BatchNorm: which one runs is unknown.
+    nets = NETS.format(norm_name="bn", norm="nn.BatchNorm2d",
+                       create="return get_func_by_name(name)(deploy=deploy)")
+    nets = nets.replace('"plain-b": create_plain_b}', '"plain-b": create_plain_b, "mlp": create_mlp}')
+    nets = nets.replace("    func_dict = ", "    def create_mlp(deploy=False):\n"
+                                            "        return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 10))\n\n\n"
+                                            "    func_dict = ")
+    files = {"nets.py": nets, "train.py": NETS_SCRIPT}
+    assert lines(tmp_path, files, "DDP012") == []

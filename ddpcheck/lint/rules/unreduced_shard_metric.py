@@ -655,9 +655,9 @@ class UnreducedShardMetric(Rule):
                 # (Or handed on, maybe packed in a list, to a project function that reports
                 # the figure itself or hands it further: `self.save_and_log(losses=[train_loss,
                 # val_loss])` → `self._write_log(val_loss=losses[1])` → `log.write(...)`.)
-                inside = self._reported_inside(site, {name: _WHOLE for name in names & _names_in(site.node)})
-                if inside is not None:
-                    reporter, metric = inside
+                handed_on = self._reported_inside(site, {name: _WHOLE for name in names & _names_in(site.node)})
+                if handed_on is not None:
+                    reporter, metric = handed_on
                     self.report(reporter.node, self.MESSAGE.format(
                         metric=metric, counters=", ".join(sorted(counters))), module=reporter.module)
                     break
