@@ -40,7 +40,8 @@ class FindUnusedParametersUnneeded(Rule):
     layer they assign is read in their `forward`, each `forward` is straight-line code (no `if`,
     no early `return`, no `try`; `if self.bn is not None: x = self.bn(x)` for a layer built only
     in some configurations does not count as a branch, nor does an `if` that uses no layer,
-    such as `if self.config.pooling: x = F.max_pool2d(x, 2)`) and returns one value (not a tuple, list or dict, whose parts a
+    such as `if self.config.pooling: x = F.max_pool2d(x, 2)`, or one that only computes a torch
+    loss when given labels, `if labels is not None: loss = nn.CrossEntropyLoss()(x, labels)`) and returns one value (not a tuple, list or dict, whose parts a
     loss might leave out), and nothing reaches members dynamically or changes `requires_grad`. A
     forward that keeps part of a library model member's output (`self.bert(ids)[0]`,
     `.last_hidden_state`) is not reported: the pooler of a pretrained transformer makes the
