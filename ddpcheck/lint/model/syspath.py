@@ -32,6 +32,7 @@ _MAX_FILES = 64  # modules read per folder
 _MAX_BYTES = 200_000
 _PATH_FUNCS = {"dirname", "abspath", "realpath", "normpath", "join"}
 _ADDERS = {"insert", "append", "extend"}
+_OS_DIRS = {"pardir": "..", "curdir": "."}
 
 
 class _Unknown(Exception):
@@ -91,6 +92,10 @@ def _relative_part(node: ast.expr, names: dict[str, ast.expr], file: Path, depth
     """A later argument of `join` or the right of `/`: a plain string stays relative."""
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
+    # `os.path.join(CUR_DIR, os.pardir)`: the parent directory, spelled by the os module.
+    if isinstance(node, ast.Attribute) and node.attr in _OS_DIRS and isinstance(node.value, ast.Name) \
+            and node.value.id == "os":
+        return _OS_DIRS[node.attr]
     return _value(node, names, file, depth + 1)
 
 

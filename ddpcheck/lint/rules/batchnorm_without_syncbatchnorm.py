@@ -86,7 +86,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     where every module of that project package whose builder fits the call builds BatchNorm, or
     picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`
     or `factory = MODEL_DICT[name]; factory(**opts)` in a builder, or `MODEL_DICT[name][0](...)`
-    over entries `(resnet8, ckpt_path)`, whose every entry is a project network class or builder
+    over entries `(resnet8, ckpt_path)`, or `get_func_by_name(name)(...)` where that function
+    returns `func_dict[name]`, whose every entry is a project network class or builder
     function that builds BatchNorm, or wraps a network whose class is picked that way from a table of
     project classes only, `distiller_dict[cfg.TYPE](student, teacher)`, and the networks it is
     given build BatchNorm (a
@@ -444,7 +445,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     def _registry_builds_batchnorm(self, made: Value) -> bool:
         """`{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`, or `factory =
         MODEL_DICT[name]; factory(**opts)`, or `MODEL_DICT[name][0](num_classes=n)` over entries
-        `(resnet8, ckpt_path)`: a network class or builder function picked by key from a literal
+        `(resnet8, ckpt_path)`, or `get_func_by_name(name)(...)` where that function returns
+        `func_dict[name]`: a network class or builder function picked by key from a literal
         table. True when every one the callee may be is a project class or builder function
         that builds BatchNorm; an entry the model cannot read leaves the choice unknown."""
         picked = self._registry_picks(made)
@@ -472,7 +474,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         call = made.call
         assert call is not None
         func = call.func
-        if not isinstance(func, (cst.Subscript, cst.Name)):
+        # (Also a function that returns the table's entry: `get_func_by_name(name)(...)` over
+        # `def get_func_by_name(name): return func_dict[name]`.)
+        if not isinstance(func, (cst.Subscript, cst.Name, cst.Call)):
             return None
         picked: list[Value] = []
         for value in self.model.values.of(made.module, func, made.scope, made.frame, at=made.at):

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Callable, Iterator
 
 import libcst as cst
 
@@ -40,7 +40,8 @@ class FindUnusedParametersUnneeded(Rule):
     layer they assign is read in their `forward`, each `forward` is straight-line code (no `if`,
     no early `return`, no `try`; `if self.bn is not None: x = self.bn(x)` for a layer built only
     in some configurations does not count as a branch, nor does an `if` that uses no layer,
-    such as `if self.config.pooling: x = F.max_pool2d(x, 2)`) and returns one value (not a tuple, list or dict, whose parts a
+    such as `if self.config.pooling: x = F.max_pool2d(x, 2)`, or one that only computes a torch
+    loss when given labels, `if labels is not None: loss = nn.CrossEntropyLoss()(x, labels)`) and returns one value (not a tuple, list or dict, whose parts a
     loss might leave out), and nothing reaches members dynamically or changes `requires_grad`. A
     forward that keeps part of a library model member's output (`self.bert(ids)[0]`,
     `.last_hidden_state`) is not reported: the pooler of a pretrained transformer makes the
@@ -211,8 +212,7 @@ class FindUnusedParametersUnneeded(Rule):
         # A depth chosen by option (`resnet50`, `resnet101`, `resnet152`): each runs every layer.
         return " / ".join(sorted(names)) if names else None
 
-    @staticmethod
-    def _uses_everything(module: ModuleModel, info: ClassInfo) -> bool:
+    def _uses_everything(self, module: ModuleModel, info: ClassInfo) -> bool:
         if dynamic_members(module, info) or "requires_grad" in module.source:
             return False
         forward_name = info.methods.get("forward")
@@ -223,7 +223,7 @@ class FindUnusedParametersUnneeded(Rule):
         layers = {attr for attr in members
                   if any(isinstance(getattr(v, "value", v), cst.Call)
                          for v in info.scope.assignments[f"self.{attr}"])}
-        if not _straight_line(forward, layers):
+        if not _straight_line(forward, layers, lambda call: self._torch_call(module, call)):
             return False
         for attr in members:
             if attr not in layers:
@@ -232,6 +232,26 @@ class FindUnusedParametersUnneeded(Rule):
                 return False
         return True
 
+
+    def _torch_call(self, module: ModuleModel, call: cst.Call) -> bool:
+        """A call of torch (`nn.CrossEntropyLoss()`, `torch.cat(...)`), or of a local name every
+        binding of which is such a call (`loss_fct = nn.CrossEntropyLoss(); loss_fct(x, y)`): it
+        reaches no layer of the model, so an `if` that makes it leaves every parameter's part in
+        the graph as it was."""
+        site = module.call_at(call)
+        if site is None:
+            return False
+        if (self.model.api(site) or "").startswith("torch."):
+            return True
+        if not isinstance(call.func, cst.Name):
+            return False
+        bindings = site.scope.assignments.get(call.func.value, ())
+        for binding in bindings:
+            value = getattr(binding, "value", binding)
+            made = module.call_at(value) if isinstance(value, cst.Call) else None
+            if made is None or not (self.model.api(made) or "").startswith("torch."):
+                return False
+        return bool(bindings)
 
     def _part_of_library_output(self, module: ModuleModel, info: ClassInfo) -> bool:
         """`forward` keeps only part of what a library model member returns
@@ -281,7 +301,8 @@ def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:
             stack.extend(children(current))
 
 
-def _straight_line(function: cst.FunctionDef, layers: set[str]) -> bool:
+def _straight_line(function: cst.FunctionDef, layers: set[str],
+                   torch_call: Callable[[cst.Call], bool]) -> bool:
     body = function.body.body
     stack: list[cst.CSTNode] = list(body)
     while stack:
@@ -289,7 +310,7 @@ def _straight_line(function: cst.FunctionDef, layers: set[str]) -> bool:
         if isinstance(node, cst.If) and _optional_layer(node):
             stack.extend(children(node.body))  # runs exactly when the layer exists
             continue
-        if isinstance(node, cst.If) and _without_layers(node, layers):
+        if isinstance(node, cst.If) and _without_layers(node, layers, torch_call):
             continue  # `if pooling: x = F.max_pool2d(x, 2)`: the same layers run either way
         if isinstance(node, (cst.If, cst.IfExp, cst.Try, cst.While, cst.Break, cst.Continue, cst.Raise)):
             return False
@@ -302,12 +323,13 @@ def _straight_line(function: cst.FunctionDef, layers: set[str]) -> bool:
     return not isinstance(returns[0].value, (cst.Tuple, cst.List, cst.Dict))
 
 
-def _without_layers(node: cst.If, layers: set[str]) -> bool:
+def _without_layers(node: cst.If, layers: set[str], torch_call: Callable[[cst.Call], bool]) -> bool:
     """An `if` whose arms touch no layer of `self` (nor `self` itself, nor a member of a
     member: only plain attributes such as `self.config.pooling` are read), call no
-    function of the project and leave the forward nowhere early: `F.max_pool2d` under a
-    configuration flag changes no parameter's part in the graph. Its test is evaluated
-    either way."""
+    function of the project (only torch's, or a local bound to one, such as a loss built
+    in the arm) and leave the forward nowhere early: `F.max_pool2d` under a configuration
+    flag, or `if labels is not None: loss = nn.CrossEntropyLoss()(x, labels)`, changes no
+    parameter's part in the graph. Its test is evaluated either way."""
     arms: list[cst.CSTNode] = [node.body]
     if node.orelse is not None:
         arms.append(node.orelse)
@@ -326,7 +348,8 @@ def _without_layers(node: cst.If, layers: set[str]) -> bool:
             return False
         if isinstance(current, cst.Call):
             name = dotted(current.func)
-            if name is None or not name.startswith(("F.", "torch.", "nn.functional.")):
+            if (name is None or not name.startswith(("F.", "torch.", "nn.functional."))) \
+                    and not torch_call(current):
                 return False
         stack.extend(children(current))
     return True

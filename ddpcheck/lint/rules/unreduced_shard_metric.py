@@ -74,7 +74,10 @@ class UnreducedShardMetric(Rule):
     returned to the caller are followed into the callers of the same file: a caller that assigns
     the result (`dev = eval_dev(...)`) and reports it before any collective (itself, or by
     handing it to a project function that only reports: `self.print_metrics(val_metrics)`
-    printing each entry and returning nothing), or loops over it
+    printing each entry and returning nothing, or by handing it, also packed in a list beside
+    other figures, to project functions that report it or hand it on in turn, with no collective
+    on the way: `self.save_and_log(losses=[train_loss, val_loss])` → `self._write_log(
+    val_loss=losses[1])` → `log.write(...)`, reported at that write), or loops over it
     (`for name, value in metrics.items(): writer.add_scalar(name, value, epoch)`), or takes a
     figure from it (`val_loss = val_loss_dict["total"]`), is reported
     there — unless the loop trains, or a collective in the loop may reduce the counters: one
@@ -649,6 +652,58 @@ class UnreducedShardMetric(Rule):
                         metric=sorted(names & _names_in(site.node))[0], counters=", ".join(sorted(counters))),
                         module=root)
                     break
+                # (Or handed on, maybe packed in a list, to a project function that reports
+                # the figure itself or hands it further: `self.save_and_log(losses=[train_loss,
+                # val_loss])` → `self._write_log(val_loss=losses[1])` → `log.write(...)`.)
+                handed_on = self._reported_inside(site, {name: _WHOLE for name in names & _names_in(site.node)})
+                if handed_on is not None:
+                    reporter, metric = handed_on
+                    self.report(reporter.node, self.MESSAGE.format(
+                        metric=metric, counters=", ".join(sorted(counters))), module=reporter.module)
+                    break
+
+    def _reported_inside(self, site: CallSite, held: dict[str, frozenset[int | None]],
+                         depth: int = 3) -> tuple[CallSite, str] | None:
+        """The report, in a project function `site` runs, of what `site` hands it from `held`
+        (a name → the entries of it that hold the metric: `_WHOLE`, or the indices of a list
+        it was packed in), followed through further project calls that hand it on; with the
+        metric's parameter name. None where a collective comes first on the way (it may
+        reduce it), where a function `site` may run does not report it, or where it is not
+        handed at all."""
+        model = self.model
+        targets = model.graph.targets(site)
+        if depth <= 0 or not targets or model.facts.does(site, "collective"):
+            return None
+        found: tuple[CallSite, str] | None = None
+        for function, bound in targets:
+            fed: dict[str, frozenset[int | None]] = {}
+            for param in function.params():
+                passed = model.graph.argument_for(site, function, param, bound)
+                if isinstance(passed, cst.BaseExpression):
+                    entries = _entries_fed(passed, held)
+                    if entries:
+                        fed[param.name] = entries
+            if not fed:
+                return None
+            here: tuple[CallSite, str] | None = None
+            for call in sorted(function.module.calls_in(function.qualname), key=lambda c: c.tick):
+                if model.facts.does(call, "collective"):
+                    return None
+                if self._reports(call):
+                    read = [name for name in fed if _reads(call.node, name, fed[name])]
+                    if read:
+                        here = (call, sorted(read)[0])
+                        break
+                    continue
+                passed_on = {name: fed[name] for name in fed if _reads(call.node, name, fed[name])}
+                if passed_on:
+                    here = self._reported_inside(call, passed_on, depth - 1)
+                    if here is not None:
+                        break
+            if here is None:
+                return None
+            found = found or here
+        return found
 
     def _reduces_in_loop(self, site: CallSite, loop: ForSite, counter: str) -> bool:
         """A collective inside the loop that may reduce `counter`: handed it or a value made from
@@ -849,6 +904,43 @@ def _names_in(node: cst.CSTNode) -> set[str]:
         if name is not None:
             out.add(name)
     return out
+
+
+# Every entry of a value holds the metric (it is the metric, or made from it).
+_WHOLE: frozenset[int | None] = frozenset({None})
+
+
+def _entries_fed(passed: cst.BaseExpression, held: dict[str, frozenset[int | None]]) -> frozenset[int | None]:
+    """Which entries of the argument `passed` hold a metric of `held`: `_WHOLE` where it reads
+    one, the positions of a list or tuple literal whose elements read one (`[train_loss,
+    val_loss]` → {1}), nothing otherwise."""
+    if isinstance(passed, (cst.List, cst.Tuple)):
+        if any(isinstance(e, cst.StarredElement) for e in passed.elements):
+            return _WHOLE if any(_reads(passed, name, entries) for name, entries in held.items()) else frozenset()
+        return frozenset(i for i, element in enumerate(passed.elements)
+                         if any(_reads(element.value, name, entries) for name, entries in held.items()))
+    return _WHOLE if any(_reads(passed, name, entries) for name, entries in held.items()) else frozenset()
+
+
+def _reads(node: cst.CSTNode, name: str, entries: frozenset[int | None]) -> bool:
+    """`node` reads the metric `name` holds: the name itself where it holds it whole, or an entry
+    of it (`losses[1]`) at a position that holds it; the whole list (`print(losses)`) reads every
+    entry."""
+    stack: list[cst.CSTNode] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Subscript) and dotted(current.value) == name and len(current.slice) == 1:
+            index = current.slice[0].slice
+            if isinstance(index, cst.Index) and isinstance(index.value, cst.Integer):
+                if None in entries or int(index.value.value) in entries:
+                    return True
+                continue  # another entry, one that does not hold the metric
+        if isinstance(current, (cst.Name, cst.Attribute)) and dotted(current) == name:
+            return True
+        if isinstance(current, (cst.Lambda, cst.FunctionDef)):
+            continue
+        stack.extend(children(current))
+    return False
 
 
 def _passes(site: CallSite, counters: set[str]) -> bool:
