@@ -187,3 +187,86 @@ def test_shuffle_of_the_single_process_loader_is_no_draw_of_the_job(tmp_path: Pa
 def test_same_seed_with_dropout_is_still_reported(tmp_path: Path) -> None:
     files = {"train.py": SEED_SCRIPT.format(dropout="self.drop = nn.Dropout(0.5)")}
     assert lines(tmp_path, files, "DDP029") == [("train.py", 27)]
+
+
+# A validation loader over timm's ordered sampler, and a metric all-reduced over the ranks.
+TIMM_SCRIPT = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+    {sampler_import}
+
+
+    def validate(model, loader):
+        correct = torch.zeros(1).cuda()
+        total = torch.zeros(1).cuda()
+        with torch.no_grad():
+            for x, y in loader:
+                correct += (model(x.cuda()).argmax(1) == y.cuda()).sum()
+                total += y.numel()
+        dist.all_reduce(correct)
+        dist.all_reduce(total)
+        return (correct / total).item()
+
+
+    def main():
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group(backend="nccl")
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2).cuda(), device_ids=[local_rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_set = TensorDataset(torch.zeros(64, 8), torch.zeros(64, dtype=torch.long))
+        val_set = TensorDataset(torch.zeros(50, 8), torch.zeros(50, dtype=torch.long))
+        sampler_train = DistributedSampler(train_set)
+        sampler_val = {sampler_val}
+        train_loader = DataLoader(train_set, batch_size=8, sampler=sampler_train)
+        val_loader = DataLoader(val_set, batch_size=8, sampler=sampler_val)
+        for epoch in range(3):
+            sampler_train.set_epoch(epoch)
+            for x, y in train_loader:
+                loss = torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            print(validate(model, val_loader))
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_timm_ordered_sampler_pads_the_evaluation_set(tmp_path: Path) -> None:
+    files = {"train.py": TIMM_SCRIPT.format(sampler_import="from timm.data.loader import OrderedDistributedSampler",
+                                            sampler_val="OrderedDistributedSampler(val_set)")}
+    assert lines(tmp_path, files, "DDP018") == [("train.py", 29)]
+
+
+def test_timm_ordered_sampler_through_the_package(tmp_path: Path) -> None:
+    files = {"train.py": TIMM_SCRIPT.format(sampler_import="import timm.data",
+                                            sampler_val="timm.data.OrderedDistributedSampler(val_set)")}
+    assert lines(tmp_path, files, "DDP018") == [("train.py", 29)]
+
+
+def test_a_project_sampler_of_the_same_name_that_pads_nothing_is_clean(tmp_path: Path) -> None:
+    # Not timm's: a project class of the same name that keeps each rank's own share.
+    files = {"train.py": TIMM_SCRIPT.format(sampler_import="from samplers import OrderedDistributedSampler",
+                                            sampler_val="OrderedDistributedSampler(val_set)"),
+             "samplers.py": """\
+    import torch.distributed as dist
+    from torch.utils.data import Sampler
+
+
+    class OrderedDistributedSampler(Sampler):
+        def __init__(self, dataset):
+            self.dataset = dataset
+
+        def __iter__(self):
+            return iter(range(dist.get_rank(), len(self.dataset), dist.get_world_size()))
+
+        def __len__(self):
+            return len(range(dist.get_rank(), len(self.dataset), dist.get_world_size()))
+"""}
+    assert lines(tmp_path, files, "DDP018") == []
