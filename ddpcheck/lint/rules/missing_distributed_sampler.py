@@ -157,7 +157,8 @@ class MissingDistributedSampler(Rule):
     every caller hands `source="web"`), loaders of a function that hands its training to another
     engine (`deepspeed.initialize(...)` shards its own), loaders made in the process that starts
     the workers (beside `mp.spawn`: its single-GPU fallback), loaders built only on rank 0 (e.g. for evaluation on the
-    main process) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
+    main process; also in a function the run calls only under a rank-0 test, `if rank == 0:
+    self.sampling(step)`, followed three calls up) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
     where it is not), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
