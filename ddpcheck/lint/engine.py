@@ -95,7 +95,7 @@ def _lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: P
             tree = parse_module(source)
         except cst.ParserSyntaxError as err:
             return [_syntax_finding(path, source, err)]
-        except RecursionError:
+        except (cst.CSTValidationError, RecursionError):  # (libcst's node checks failing on text Python rejects too)
             return [_syntax_finding(path, source, None)]
         if freeze_tree:
             # The parse leaves no cyclic garbage, and the tree lives on in the project's models:

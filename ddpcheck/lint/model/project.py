@@ -421,7 +421,7 @@ class Project:
         if text is not None and self.build is not None:
             try:
                 tree = parse_module(text)
-            except (cst.ParserSyntaxError, RecursionError):
+            except (cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
                 tree = None
             if tree is not None:
                 model = self.build(str(path), text, tree, self)
