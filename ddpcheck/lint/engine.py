@@ -20,6 +20,7 @@ from ddpcheck.findings import Edit, Finding, Fix, Related
 from ddpcheck.lint import suppress, traverse
 from ddpcheck.lint.model.build import Hook, build, walk
 from ddpcheck.lint.model.module import ModuleModel
+from ddpcheck.lint.model.parse import parse_module
 from ddpcheck.lint.model.project import Project
 from ddpcheck.lint.model.semantic import Model
 from ddpcheck.lint.positions import Span, code_at, node_spans
@@ -91,10 +92,10 @@ def _lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: P
     tree = project.parsed_tree(path, source)  # already read as another file's helper module
     if tree is None:
         try:
-            tree = cst.parse_module(source)
+            tree = parse_module(source)
         except cst.ParserSyntaxError as err:
             return [_syntax_finding(path, source, err)]
-        except RecursionError:
+        except (cst.CSTValidationError, RecursionError):  # (libcst's node checks failing on text Python rejects too)
             return [_syntax_finding(path, source, None)]
         if freeze_tree:
             # The parse leaves no cyclic garbage, and the tree lives on in the project's models:
@@ -126,7 +127,7 @@ def model_of(path: str, source: str, project: Project | None = None) -> Model:
     """The semantic model of one file's text in its project, without running rules."""
     project = project if project is not None else _RUN_PROJECT
     project.build = _build_helper
-    tree = project.parsed_tree(path, source) or cst.parse_module(source)
+    tree = project.parsed_tree(path, source) or parse_module(source)
     model = Model(build(path, source, tree), project)
     project.remember(model.root)
     return model

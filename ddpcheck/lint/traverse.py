@@ -11,7 +11,11 @@ visitor that does not descend. tests/test_traverse.py checks the call sequence a
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 import libcst as cst
+from libcst._nodes.base import CSTNode
 
 _ORDER: dict[type, tuple[str, ...]] = {}
 # Attributes libcst visits only when set (everything else is visited even when None).
@@ -41,9 +45,28 @@ class _Probe(cst.CSTVisitor):
         pass
 
 
+def _no_validation(self: CSTNode) -> None:
+    return None
+
+
+@contextmanager
+def unvalidated() -> Iterator[None]:
+    """Build libcst nodes without libcst's node checks. A few of them reject valid Python (a
+    comprehension's element glued to `for`: `[(a if c else b)for a in xs]`), so a tree parsed from
+    such a file could not be rebuilt from its own children; a tree parsed from text Python reads
+    needs no check. (A linting process runs one thread.)"""
+    validate = CSTNode.__post_init__
+    CSTNode.__post_init__ = _no_validation  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        CSTNode.__post_init__ = validate  # type: ignore[method-assign]
+
+
 def _order(node: cst.CSTNode) -> tuple[str, ...]:
     probe = _Probe(node)
-    node._visit_and_replace_children(probe)
+    with unvalidated():  # the probe rebuilds the node from its own children: nothing new to check
+        node._visit_and_replace_children(probe)
     attributes = probe.attributes
     for name in _ONLY_WHEN_SET:
         # Learnt from a node where it was unset: it comes last when present (f-string `{x:spec}`).
@@ -188,7 +211,8 @@ def replace(root: cst.CSTNode, old: cst.CSTNode, new: cst.CSTNode) -> cst.CSTNod
     """`root.deep_replace(old, new)` for a node replaced by a node, rebuilding only the path from
     `root` down to `old` (deep_replace rebuilds the whole tree). Same resulting tree."""
     if not isinstance(new, cst.CSTNode):
-        return root.deep_replace(old, new)  # removals and flattening: libcst's own way
+        with unvalidated():  # (the rest of the tree is rebuilt as it was parsed)
+            return root.deep_replace(old, new)  # removals and flattening: libcst's own way
     path: list[tuple[cst.CSTNode, str]] = []
     if not _path_to(root, old, path):
         return root

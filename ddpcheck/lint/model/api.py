@@ -50,6 +50,15 @@ UNPADDED_WHEN_FALSE: dict[str, tuple[str, int]] = {
     "monai.data.DistributedSampler": ("even_divisible", 1),
     "monai.data.samplers.DistributedSampler": ("even_divisible", 1),
 }
+# Library samplers that split the dataset between the ranks and pad every shard to the same length
+# by repeating samples, with no option to turn that off: timm's OrderedDistributedSampler
+# (`indices += indices[:(self.total_size - len(indices))]`, then `indices[rank::num_replicas]`;
+# exported by `timm.data` and imported into `timm.data.loader`). Read from timm's source.
+PADDING_SAMPLERS = frozenset({
+    "timm.data.OrderedDistributedSampler",
+    "timm.data.loader.OrderedDistributedSampler",
+    "timm.data.distributed_sampler.OrderedDistributedSampler",
+})
 # Samplers that draw from the whole dataset on every rank.
 LOCAL_SAMPLERS = frozenset({
     "torch.utils.data.RandomSampler",

@@ -10,6 +10,7 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 
 if TYPE_CHECKING:
@@ -140,9 +141,32 @@ def _drawing_texts(model: Model) -> list[str]:
         if own:
             loaded = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, own))) + r")\.from_pretrained\s*\(")
             texts = [loaded.sub("", text) for text in texts]
+        own_text = code_only(root.source)
+        single = _single_run_loaders(model)
+        if single:
+            texts = [_without(text, single) if text == own_text else text for text in texts]
         found = [_drawing_text(text) for text in texts]
         root.memo["drawing_texts"] = found
     return list(found)
+
+
+def _single_run_loaders(model: Model) -> list[str]:
+    """The code of the linted file's DataLoader calls that only a run without the process group
+    makes (the `else` of `if use_ddp:`, where the distributed arm builds its loader with a
+    DistributedSampler): a `shuffle=True` there draws nothing in the distributed job."""
+    root = model.root
+    found: list[str] = []
+    for call in root.calls:
+        if model.api(call) == api.DATALOADER and model.paths.single_only(call) is not None:
+            found.append(root.code(call.node))
+    return found
+
+
+def _without(text: str, codes: list[str]) -> str:
+    # A call whose code holds a comment is not found in the comment-free text: it stays a draw.
+    for code in codes:
+        text = text.replace(code, "")
+    return text
 
 
 def draws_random(model: Model) -> bool:

@@ -157,7 +157,8 @@ class MissingDistributedSampler(Rule):
     every caller hands `source="web"`), loaders of a function that hands its training to another
     engine (`deepspeed.initialize(...)` shards its own), loaders made in the process that starts
     the workers (beside `mp.spawn`: its single-GPU fallback), loaders built only on rank 0 (e.g. for evaluation on the
-    main process) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
+    main process; also in a function the run calls only under a rank-0 test, `if rank == 0:
+    self.sampling(step)`, followed three calls up) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
     where it is not), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
@@ -416,7 +417,7 @@ class MissingDistributedSampler(Rule):
             return False  # over the evaluation set (`DataLoader(dataset_val, ...)`): an evaluation loader
         if self._built_for_evaluation_only(site):
             return False
-        if model.paths.main_only(site) or model.paths.single_only(site):
+        if model.paths.main_only(site) or model.paths.single_only(site) or self._called_on_main_only(site):
             return False
         if model.paths.engine_run(site) or model.paths.launcher_only(site):
             return False  # another engine's loader, or one in the process that starts the workers
@@ -424,6 +425,22 @@ class MissingDistributedSampler(Rule):
             return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)
         if self._read_only_to_evaluate(site):
             return False
+        return True
+
+    def _called_on_main_only(self, site: CallSite) -> bool:
+        """Every call of the run that reaches the loader's function, followed three calls up, runs
+        under a rank-0 test (`if self.local_rank == 0: self.sampling(i)`, where `sampling` builds
+        a loader to draw a few images to show): the other ranks never make the loader."""
+        paths = self.model.paths
+        if paths.function_of(site) is None:
+            return False
+        guards = paths.rank_guards_up(site, 3)
+        if not guards:
+            return False
+        for call, guard in guards:
+            kind = paths.kind(call.module, guard, call.scope)
+            if kind != "main" and not (kind == "flag" and not self.model.torchrun_path):
+                return False
         return True
 
     def _read_only_to_evaluate(self, site: CallSite) -> bool:

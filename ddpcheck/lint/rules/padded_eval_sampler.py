@@ -292,7 +292,8 @@ class PaddedEvalSampler(Rule):
     torch.cat(preds))`) and gathered per-rank values that are then averaged
     (`mean(all_gather(loss))`) count the padding like an all-reduce. A gather in a training
     step collects training statistics, not the evaluation's; an evaluation function with its own
-    loop counts wherever it is called from. Project samplers written like
+    loop counts wherever it is called from. timm's `OrderedDistributedSampler` pads the same way,
+    always (it has no `drop_last`). Project samplers written like
     `DistributedSampler` (splitting by `num_replicas`, padding to a `total_size`) count too, and so
     do project subclasses of it: `drop_last` is read from what their constructor hands
     `super().__init__`, and one with its own `__iter__` counts only when that pads to
@@ -464,12 +465,13 @@ class PaddedEvalSampler(Rule):
                 return
         for site in samplers:
             if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site):
+                fix = "use a sampler that does not pad" if model.api(site) in api.PADDING_SAMPLERS \
+                    else "pass `drop_last=True`"
                 self.report(
                     site.node,
                     "this evaluation DistributedSampler pads the set with repeated samples and the "
                     "metric is reduced over the ranks (all-reduced, or gathered whole), so some samples "
-                    "count twice; evaluate exactly (gather predictions and trim to len(dataset)) or pass "
-                    "`drop_last=True`",
+                    f"count twice; evaluate exactly (gather predictions and trim to len(dataset)) or {fix}",
                     module=site.module, related=model.paths.chain(site),
                 )
 

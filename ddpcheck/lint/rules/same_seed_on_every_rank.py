@@ -50,7 +50,8 @@ class SameSeedOnEveryRank(Rule):
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
     sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors — not a
     synthetic set drawn once inside `TensorDataset(torch.randn(n, d), ...)` — or
-    Python/NumPy draws, a shuffling DataLoader, not a sampler's order (`RandomSampler`) nor a set a
+    Python/NumPy draws, a shuffling DataLoader — not one of the file that only the
+    non-distributed branch builds, the `else` of `if use_ddp:` —, not a sampler's order (`RandomSampler`) nor a set a
     dataset's constructor draws once (`self.x = torch.randn(n, d)`), a library model with its own dropout, not a tokenizer's or a
     configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
