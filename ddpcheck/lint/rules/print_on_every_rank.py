@@ -34,6 +34,8 @@ _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
 _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
+# `pprint(res)`: a print of the value's layout (to `sys.stdout` unless given a stream).
+_PPRINTS = frozenset({"pprint.pprint", "pprint.pp"})
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 # What moves a progress bar on by hand, or changes what it shows.
 _BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description_str", "set_postfix",
@@ -497,7 +499,7 @@ class PrintOnEveryRank(Rule):
             if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
                                       or not self._logger_visible(site) or self._logger_tagged(site)):
                 continue
-            if self._once(site):
+            if self._once(site, kind):
                 continue
             called: set[tuple[int, str | None]] = set()
             for place in self._places(site, kind, 0):
@@ -545,6 +547,7 @@ class PrintOnEveryRank(Rule):
         if loops.does_work(function):
             return [site] if self._called_per_iteration(function, depth) else []
         out: list[CallSite] = []
+        kept = False
         for caller, bound in self.model.graph.callers(function):
             frame = Frame(function, caller, None, bound)
             if self._unreached_from(site, frame):
@@ -553,10 +556,13 @@ class PrintOnEveryRank(Rule):
                 continue  # `log_dist(msg, [0])` of a helper that prints `if dist.get_rank() in ranks:`
             if not self._guarded(caller) and not self._once(caller) \
                     and not self._tags_through(caller, function, bound, site):
-                out += self._places(caller, None, depth + 1)
-        if out and self._changes_state(function):
-            # `half_learning_rate(optimizer, ...)` sets the rate and prints it: a guard around
-            # the call would leave the other ranks' rate unset, so the guard goes on the output.
+                found = self._places(caller, None, depth + 1)
+                kept = kept or bool(found) and _result_kept(caller, function)
+                out += found
+        if out and (kept or self._changes_state(function)):
+            # `half_learning_rate(optimizer, ...)` sets the rate and prints it, `res =
+            # validate(...)` computes what the caller goes on with: a guard around the call
+            # would leave the other ranks without it, so the guard goes on the output.
             return [site]
         return out
 
@@ -756,21 +762,25 @@ class PrintOnEveryRank(Rule):
                 and paths.every_rank(site) is not None
         return paths.every_rank(site) is not None
 
-    def _once(self, site: CallSite) -> bool:
+    def _once(self, site: CallSite, kind: str | None = None) -> bool:
         """The message is printed once, not at each step: on the way out (`print("Done!");
         break`, an error message before `sys.exit(1)` or `raise`), or at one value of the loop
         variable (`if epoch == args.start_epoch:`), or while making a file that is missing (`if
         not os.path.exists(path): print("Downloading ..."); download(path)`): the file is there
-        the next time."""
+        the next time. A progress bar made at one value of the loop variable (`if epoch ==
+        start: bar = tqdm(range(n - done))`) still redraws at each step of that pass."""
         if not site.guards:
             return False
-        if any(_makes_missing_file(g) for g in site.guards):
+        # Only the arm itself: after an early exit (`if os.path.exists(done): ...; return`) a
+        # loop runs at each step of the run all the same.
+        if any(_makes_missing_file(g) and (not site.loops or _holds(g.node, site.node)) for g in site.guards):
             return True
         # Only the variables of training or evaluation loops count: one value of a loop over
         # metric names (`for n, v in zip(names, values): if n == "Acc": print(...)`) is printed
         # at every epoch all the same.
         work = self.loops.work_loops(site)
-        counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)}
+        counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)} \
+            if kind != "tqdm" else set()
         if counters and any(_pins(g, counters) for g in site.guards) and not self._outer_loop_repeats(site):
             return True
         if any(_pins_counter(site, g) for g in site.guards):
@@ -1194,6 +1204,9 @@ class PrintOnEveryRank(Rule):
                 return None  # `print(row, file=f)` writes a file, not the console
             return "print"
         q = self.model.api(site) or ""
+        if q in _PPRINTS:
+            out = site.arg("stream", 1)
+            return "print" if out is None or dotted(out) in _CONSOLE else None
         if q in _BARS:
             return "tqdm"
         if q in _TQDM_WRITES:
@@ -1379,6 +1392,19 @@ def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
                 if isinstance(bound, cst.CSTNode) and bound is not test and _grows_with_world(bound, scope, depth - 1):
                     return True
     return False
+
+
+def _result_kept(caller: CallSite, function: Function) -> bool:
+    """`res = validate(...)` (or `return validate(...)`) of a function that returns a value: the
+    caller goes on with what the call computes."""
+    returned = function.module.returns.get(function.qualname, [])
+    if not any(not (isinstance(v, cst.Name) and v.value == "None") for v in returned):
+        return False
+    scope = caller.scope
+    if any(b is caller.node for bound in scope.assignments.values() for b in bound):
+        return True
+    outer = scope.function
+    return outer is not None and any(v is caller.node for v in caller.module.returns.get(outer.qualname, []))
 
 
 def _names(target: cst.BaseExpression) -> set[str]:
