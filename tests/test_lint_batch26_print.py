@@ -219,3 +219,68 @@ def test_printing_function_whose_result_is_dropped_is_reported_at_its_call(tmp_p
     # Nothing the caller uses comes back: the guard goes around the call, where it is reported.
     files = _pc(pprint="pass", clf="validate_classification(loaders, model)")
     assert lines(tmp_path, files, "DDP020") == [("utils.py", 37)]
+
+
+# A script whose root logger only a project factory would configure: defined in a helper module
+# beside it, called (or not) by the script.
+LOG_TRAIN = """\
+    import os
+    from logging import getLogger
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader
+    from torch.utils.data.distributed import DistributedSampler
+    from log_setup import create_logger
+
+    logger = getLogger()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["RANK"])
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+        {setup}
+        model = DDP(torch.nn.Linear(8, 1).cuda())
+        data = torch.utils.data.TensorDataset(torch.randn(64, 8), torch.randn(64, 1))
+        sampler = DistributedSampler(data)
+        loader = DataLoader(data, batch_size=8, sampler=sampler)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for epoch in range(10):
+            sampler.set_epoch(epoch)
+            logger.info(f"Start training epoch: {{epoch}}")
+            for x, y in loader:
+                loss = torch.nn.functional.mse_loss(model(x.cuda()), y.cuda())
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+LOG_SETUP = """\
+    import logging
+
+
+    def create_logger(filepath):
+        logger = logging.getLogger()
+        logger.setLevel(logging.INFO)
+        logger.addHandler(logging.StreamHandler())
+        logger.addHandler(logging.FileHandler(filepath))
+        return logger
+"""
+
+
+def test_info_with_a_logger_factory_never_called_stays_silent(tmp_path: Path) -> None:
+    # The factory's `def` line configures nothing: the root logger keeps WARNING on every rank.
+    files = {"train.py": LOG_TRAIN.format(setup="pass"), "log_setup.py": LOG_SETUP}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+def test_info_with_a_logger_factory_called_on_every_rank_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": LOG_TRAIN.format(setup='create_logger("train.log")'), "log_setup.py": LOG_SETUP}
+    assert lines(tmp_path, files, "DDP020") == [("train.py", 26)]

@@ -36,6 +36,8 @@ _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
 # `pprint(res)`: a print of the value's layout (to `sys.stdout` unless given a stream).
 _PPRINTS = frozenset({"pprint.pprint", "pprint.pp"})
+# Unindented lines that run nothing of their own when the file is imported.
+_NOT_RUN = ("import ", "from ", "#", "def ", "async def ", "class ")
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 # What moves a progress bar on by hand, or changes what it shows.
 _BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description_str", "set_postfix",
@@ -68,14 +70,15 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `pprint`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there. One
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
-    epoch-end validation callback) — is reported at its output: a guard around its call would
+    epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
+    validate_classification(loaders, model)`) — is reported at its output: a guard around its call would
     change what the other ranks do.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
@@ -119,9 +122,11 @@ class PrintOnEveryRank(Rule):
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
-    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs) or of a step counter no loop resets (`if self.step == 0:`
+    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs, nor a progress bar made there, `if epoch == start: bar = tqdm(range(n - done))`, which draws at each step of that epoch) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
-    os.path.exists(path): print("Downloading ...")`: the file is there the next time); warnings printed when a test
+    os.path.exists(path): print("Downloading ...")`: the file is there the next time; not a
+    loop after an early exit on a finished file, `if os.path.exists(done): ...; return`); `info` records where no file
+    sets logging up (a logger factory's `def` line sets nothing up until it is called); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
     of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
     gives about its own data (a test on the norm `clip_grad_norm_` returns is not one: DDP
@@ -937,10 +942,11 @@ class PrintOnEveryRank(Rule):
             texts: list[str | None] = [self.model.root.source]
             texts += [self.model.project.text(path) for path in sorted(files)]
             # What runs when a file is imported or run: its unindented statements (imports of a
-            # framework aside, the calls of functions we reach are judged above).
+            # framework aside, the calls of functions we reach are judged above; a `def
+            # create_logger(...)` line defines a factory, which configures nothing until called).
             configured = configured or not files or any(
                 text is None or any(_LOG_CONFIG.search(line) for line in text.splitlines()
-                                    if line[:1].strip() and not line.startswith(("import ", "from ", "#")))
+                                    if line[:1].strip() and not line.startswith(_NOT_RUN))
                 for text in texts) or bool(_LOG_FRAMEWORKS.search(self.model.root.source))
             self._configured_logging = configured
         return self._configured_logging
