@@ -29,6 +29,8 @@ _LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
 _LOG_CONFIG = re.compile(r"basicConfig|addHandler|dictConfig|fileConfig|setLevel|handlers|coloredlogs"
                          r"|(setup|init|create|make|config\w*|build|get_\w*)_?log|hydra|absl|detectron2|mmcv"
                          r"|mmengine|fairseq|loguru|rich\.logging|transformers\.logging|logzero", re.I)
+# loguru's logger writes INFO records to stderr from the import on, with no set-up call.
+_LOGURU = re.compile(r"^\s*(from|import)\s+loguru\b", re.M)
 _LOG_FRAMEWORKS = re.compile(r"^\s*(from|import)\s+(hydra|absl|detectron2|mmcv|mmengine|fairseq)\b", re.M)
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
@@ -947,7 +949,8 @@ class PrintOnEveryRank(Rule):
             configured = configured or not files or any(
                 text is None or any(_LOG_CONFIG.search(line) for line in text.splitlines()
                                     if line[:1].strip() and not line.startswith(_NOT_RUN))
-                for text in texts) or bool(_LOG_FRAMEWORKS.search(self.model.root.source))
+                for text in texts) or bool(_LOG_FRAMEWORKS.search(self.model.root.source)) \
+                or any(text is not None and _LOGURU.search(text) for text in texts)
             self._configured_logging = configured
         return self._configured_logging
 
