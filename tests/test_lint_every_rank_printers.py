@@ -292,9 +292,10 @@ def test_a_trange_labelled_with_the_rank_is_meant_per_rank(tmp_path) -> None:
 
 
 def test_a_rollout_bar_handed_the_rank_but_not_naming_it_is_reported(tmp_path) -> None:
-    # `rollout(policy, 64, rank)` hands the rank on, but the bar's label never uses it.
+    # `rollout(policy, 64, rank)` hands the rank on, but the bar's label never uses it. The
+    # caller keeps the games the rollout returns, so the bar is reported, not the call.
     write_project(tmp_path, {"train.py": BARS.format(disable=', desc=f"train rank {rank}"', label='"self-play"')})
-    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 23, "DDP020")}
+    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 11, "DDP020")}
 
 
 def test_a_disabled_trange_and_a_bar_labelled_with_the_rank_are_quiet(tmp_path) -> None:

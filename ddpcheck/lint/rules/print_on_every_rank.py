@@ -29,11 +29,17 @@ _LOG_SETUP_APIS = frozenset({"logging.basicConfig", "logging.disable"})
 _LOG_CONFIG = re.compile(r"basicConfig|addHandler|dictConfig|fileConfig|setLevel|handlers|coloredlogs"
                          r"|(setup|init|create|make|config\w*|build|get_\w*)_?log|hydra|absl|detectron2|mmcv"
                          r"|mmengine|fairseq|loguru|rich\.logging|transformers\.logging|logzero", re.I)
+# loguru's logger writes INFO records to stderr from the import on, with no set-up call.
+_LOGURU = re.compile(r"^\s*(from|import)\s+loguru\b", re.M)
 _LOG_FRAMEWORKS = re.compile(r"^\s*(from|import)\s+(hydra|absl|detectron2|mmcv|mmengine|fairseq)\b", re.M)
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
 _BARS = api.TQDM | frozenset({"tqdm.trange", "tqdm.auto.trange", "tqdm.notebook.trange", "tqdm.std.trange"})
 _PRINT_TARGETS = frozenset({"builtins.print", "__builtin__.print", "__builtins__.print"})
+# `pprint(res)`: a print of the value's layout (to `sys.stdout` unless given a stream).
+_PPRINTS = frozenset({"pprint.pprint", "pprint.pp"})
+# Unindented lines that run nothing of their own when the file is imported.
+_NOT_RUN = ("import ", "from ", "#", "def ", "async def ", "class ")
 _EXITS = frozenset({"sys.exit", "exit", "quit", "os._exit"})
 # What moves a progress bar on by hand, or changes what it shows.
 _BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description_str", "set_postfix",
@@ -66,14 +72,15 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported (`print`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `pprint`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
     `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there. One
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
-    epoch-end validation callback) — is reported at its output: a guard around its call would
+    epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
+    validate_classification(loaders, model)`) — is reported at its output: a guard around its call would
     change what the other ranks do.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
@@ -117,9 +124,11 @@ class PrintOnEveryRank(Rule):
     messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
     `break` out of a loop that sits in an epoch loop still repeats each epoch) or
     at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
-    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs) or of a step counter no loop resets (`if self.step == 0:`
+    `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs, nor a progress bar made there, `if epoch == start: bar = tqdm(range(n - done))`, which draws at each step of that epoch) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
-    os.path.exists(path): print("Downloading ...")`: the file is there the next time); warnings printed when a test
+    os.path.exists(path): print("Downloading ...")`: the file is there the next time; not a
+    loop after an early exit on a finished file, `if os.path.exists(done): ...; return`); `info` records where no file
+    sets logging up (a logger factory's `def` line sets nothing up until it is called); warnings printed when a test
     on tensor values holds (`if torch.min(y) < -1.0:`, `if loss.isnan():`, also around the call
     of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
     gives about its own data (a test on the norm `clip_grad_norm_` returns is not one: DDP
@@ -497,7 +506,7 @@ class PrintOnEveryRank(Rule):
             if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
                                       or not self._logger_visible(site) or self._logger_tagged(site)):
                 continue
-            if self._once(site):
+            if self._once(site, kind):
                 continue
             called: set[tuple[int, str | None]] = set()
             for place in self._places(site, kind, 0):
@@ -545,6 +554,7 @@ class PrintOnEveryRank(Rule):
         if loops.does_work(function):
             return [site] if self._called_per_iteration(function, depth) else []
         out: list[CallSite] = []
+        kept = False
         for caller, bound in self.model.graph.callers(function):
             frame = Frame(function, caller, None, bound)
             if self._unreached_from(site, frame):
@@ -553,10 +563,13 @@ class PrintOnEveryRank(Rule):
                 continue  # `log_dist(msg, [0])` of a helper that prints `if dist.get_rank() in ranks:`
             if not self._guarded(caller) and not self._once(caller) \
                     and not self._tags_through(caller, function, bound, site):
-                out += self._places(caller, None, depth + 1)
-        if out and self._changes_state(function):
-            # `half_learning_rate(optimizer, ...)` sets the rate and prints it: a guard around
-            # the call would leave the other ranks' rate unset, so the guard goes on the output.
+                found = self._places(caller, None, depth + 1)
+                kept = kept or bool(found) and _result_kept(caller, function)
+                out += found
+        if out and (kept or self._changes_state(function)):
+            # `half_learning_rate(optimizer, ...)` sets the rate and prints it, `res =
+            # validate(...)` computes what the caller goes on with: a guard around the call
+            # would leave the other ranks without it, so the guard goes on the output.
             return [site]
         return out
 
@@ -756,21 +769,25 @@ class PrintOnEveryRank(Rule):
                 and paths.every_rank(site) is not None
         return paths.every_rank(site) is not None
 
-    def _once(self, site: CallSite) -> bool:
+    def _once(self, site: CallSite, kind: str | None = None) -> bool:
         """The message is printed once, not at each step: on the way out (`print("Done!");
         break`, an error message before `sys.exit(1)` or `raise`), or at one value of the loop
         variable (`if epoch == args.start_epoch:`), or while making a file that is missing (`if
         not os.path.exists(path): print("Downloading ..."); download(path)`): the file is there
-        the next time."""
+        the next time. A progress bar made at one value of the loop variable (`if epoch ==
+        start: bar = tqdm(range(n - done))`) still redraws at each step of that pass."""
         if not site.guards:
             return False
-        if any(_makes_missing_file(g) for g in site.guards):
+        # Only the arm itself: after an early exit (`if os.path.exists(done): ...; return`) a
+        # loop runs at each step of the run all the same.
+        if any(_makes_missing_file(g) and (not site.loops or _holds(g.node, site.node)) for g in site.guards):
             return True
         # Only the variables of training or evaluation loops count: one value of a loop over
         # metric names (`for n, v in zip(names, values): if n == "Acc": print(...)`) is printed
         # at every epoch all the same.
         work = self.loops.work_loops(site)
-        counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)}
+        counters = {n for loop in work if isinstance(loop, cst.For) for n in _names(loop.target)} \
+            if kind != "tqdm" else set()
         if counters and any(_pins(g, counters) for g in site.guards) and not self._outer_loop_repeats(site):
             return True
         if any(_pins_counter(site, g) for g in site.guards):
@@ -927,11 +944,13 @@ class PrintOnEveryRank(Rule):
             texts: list[str | None] = [self.model.root.source]
             texts += [self.model.project.text(path) for path in sorted(files)]
             # What runs when a file is imported or run: its unindented statements (imports of a
-            # framework aside, the calls of functions we reach are judged above).
+            # framework aside, the calls of functions we reach are judged above; a `def
+            # create_logger(...)` line defines a factory, which configures nothing until called).
             configured = configured or not files or any(
                 text is None or any(_LOG_CONFIG.search(line) for line in text.splitlines()
-                                    if line[:1].strip() and not line.startswith(("import ", "from ", "#")))
-                for text in texts) or bool(_LOG_FRAMEWORKS.search(self.model.root.source))
+                                    if line[:1].strip() and not line.startswith(_NOT_RUN))
+                for text in texts) or bool(_LOG_FRAMEWORKS.search(self.model.root.source)) \
+                or any(text is not None and _LOGURU.search(text) for text in texts)
             self._configured_logging = configured
         return self._configured_logging
 
@@ -1194,6 +1213,9 @@ class PrintOnEveryRank(Rule):
                 return None  # `print(row, file=f)` writes a file, not the console
             return "print"
         q = self.model.api(site) or ""
+        if q in _PPRINTS:
+            out = site.arg("stream", 1)
+            return "print" if out is None or dotted(out) in _CONSOLE else None
         if q in _BARS:
             return "tqdm"
         if q in _TQDM_WRITES:
@@ -1379,6 +1401,19 @@ def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
                 if isinstance(bound, cst.CSTNode) and bound is not test and _grows_with_world(bound, scope, depth - 1):
                     return True
     return False
+
+
+def _result_kept(caller: CallSite, function: Function) -> bool:
+    """`res = validate(...)` (or `return validate(...)`) of a function that returns a value: the
+    caller goes on with what the call computes."""
+    returned = function.module.returns.get(function.qualname, [])
+    if not any(not (isinstance(v, cst.Name) and v.value == "None") for v in returned):
+        return False
+    scope = caller.scope
+    if any(b is caller.node for bound in scope.assignments.values() for b in bound):
+        return True
+    outer = scope.function
+    return outer is not None and any(v is caller.node for v in caller.module.returns.get(outer.qualname, []))
 
 
 def _names(target: cst.BaseExpression) -> set[str]:
