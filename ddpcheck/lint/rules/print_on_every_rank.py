@@ -10,6 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
+from ddpcheck.lint.model.parse import parse_module
 from ddpcheck.lint.model.paths import handler_calls
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
@@ -897,8 +898,8 @@ class PrintOnEveryRank(Rule):
             if script.name not in text and not (path.parent == script.parent and "__file__" in text):
                 continue
             try:
-                tree = cst.parse_module(text)
-            except (cst.ParserSyntaxError, RecursionError):
+                tree = parse_module(text)
+            except (cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
                 continue
             if _starts_with_stdout_by_index(tree):
                 return True
