@@ -170,11 +170,7 @@ class Model:
         """`site` makes an optimizer: a torch one (`torch.optim.SGD(...)`), another library's
         built the same way, or a project class derived from `torch.optim.Optimizer` (`class
         Lars(Optimizer)`, made as `Lars(params, lr=lr)`)."""
-        if api.is_optimizer(self.api(site)):
-            return True
-        target = site.target
-        return target is not None and target.kind == "class" and target.external is None \
-            and self.graph.is_subclass(target, api.OPTIMIZER_BASE)
+        return api.is_optimizer(self.api(site)) or self.makes(site, api.OPTIMIZER_BASE)
 
     def api_of(self, value: Value) -> str | None:
         """The API a leaf value calls (`DDP(model)` → torch.nn.parallel.DistributedDataParallel)."""

@@ -15,7 +15,7 @@ from ddpcheck.lint.model.paths import handler_calls
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.values import Frame
+from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import dotted, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._loops import Loops
@@ -1198,6 +1198,12 @@ class PrintOnEveryRank(Rule):
                for bound in site.scope.lookup(receiver)):
             return True
         node = site.receiver
+        if isinstance(node, cst.Attribute):
+            # `self.log = logger` set from a trainer's argument: every logger it may hold is made
+            # named with the rank (`logging.getLogger(f"GPU{local_rank}")`, also inside a
+            # project factory the caller used).
+            made = [value for value in self.model.values.at_call(site, node) if value.call is not None]
+            return bool(made) and all(self._named_for_rank(value) for value in made)
         if not isinstance(node, cst.Name):
             return False
         bindings = site.scope.lookup(node.value)
@@ -1206,6 +1212,16 @@ class PrintOnEveryRank(Rule):
         values = self.model.values.at_call(site, node)
         return bool(values) and all(
             isinstance(v.node, cst.Call) and _RANK.search(v.module.code(v.node)) for v in values)
+
+    def _named_for_rank(self, value: Value) -> bool:
+        """A leaf `logging.getLogger(name)` whose name, or the local value of a name in it,
+        mentions the rank."""
+        call = value.call
+        made = value.module.call_at(call) if call is not None else None
+        if made is None or self.model.api(made) != "logging.getLogger":
+            return False
+        name = made.arg("name", 0)
+        return name is not None and _mentions_rank(value.module, value.scope, name)
 
     def _kind(self, site: CallSite) -> str | None:
         if site.dotted == "print" and "print" not in site.module.functions:
@@ -1238,6 +1254,8 @@ class PrintOnEveryRank(Rule):
         q = self.model.api(site) or ""
         if q.startswith("logging."):
             return True
+        if self._made_by_rank_aware_factory(site):
+            return False
         root = (site.receiver_name or "").split(".", 1)[0]
         target = self.model.resolver.name(site.module, root, site.scope) if root else None
         if target is None:
@@ -1250,6 +1268,26 @@ class PrintOnEveryRank(Rule):
             return True  # made in this module
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
+
+
+    def _made_by_rank_aware_factory(self, site: CallSite) -> bool:
+        """The logger comes from a project function the value flow does not enter and that
+        mentions ranks (`self.log = logger` in a trainer given `create_logger(local_rank, ...)`):
+        such a factory may set each rank's level or name, and the records may be quiet or
+        tagged off rank 0."""
+        receiver = site.receiver
+        if receiver is None or isinstance(receiver, cst.Name):
+            return False  # a name: judged by `_logger_visible`'s import and `_logger_tagged`
+        for value in self.model.values.at_call(site, receiver):
+            call = value.call
+            made = value.module.call_at(call) if call is not None else None
+            target = made.target if made is not None else None
+            if target is None or target.external is not None or target.path is None or target.kind != "function":
+                continue
+            text = self.model.project.text(target.path)
+            if text is None or _RANK.search(text):
+                return True
+        return False
 
 
 def _normal_path(guard: Guard) -> bool:
@@ -1267,6 +1305,15 @@ def _normal_path(guard: Guard) -> bool:
     if not sound and test.func.attr.value not in ("isnan", "isinf", "any"):
         return False
     return sound != flipped
+
+
+def _mentions_rank(module: ModuleModel, scope: Scope, node: cst.BaseExpression) -> bool:
+    """The expression's text, or the value of a local name in it, mentions the rank."""
+    if _RANK.search(module.code(node)):
+        return True
+    return any(isinstance(sub, cst.Name) and any(
+        isinstance(b, cst.CSTNode) and b is not node and _RANK.search(module.code(b)) for b in scope.lookup(sub.value))
+        for sub in subexpressions(node))
 
 
 def _fresh_container(binding: object) -> bool:
