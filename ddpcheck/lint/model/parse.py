@@ -28,6 +28,11 @@ def _python_reads(text: str) -> bool:
     return True
 
 
+# What `parse_module` raises where a file cannot be read: a reader that only skips such files
+# catches these.
+PARSE_ERRORS = (cst.ParserSyntaxError, cst.CSTValidationError, RecursionError)
+
+
 def parse_module(text: str) -> cst.Module:
     """The text's tree; raises cst.ParserSyntaxError (or RecursionError) where libcst cannot read it,
     and cst.CSTValidationError where Python cannot either."""

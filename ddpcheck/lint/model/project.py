@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Callable
 import libcst as cst
 
 from ddpcheck.lint.model.index import ModuleIndex, read_index
-from ddpcheck.lint.model.parse import parse_module
+from ddpcheck.lint.model.parse import PARSE_ERRORS, parse_module
 from ddpcheck.lint.model.syspath import added_roots
 
 # The module path of a `from` line, the rest of an `import` line.
@@ -421,7 +421,7 @@ class Project:
         if text is not None and self.build is not None:
             try:
                 tree = parse_module(text)
-            except (cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
+            except PARSE_ERRORS:
                 tree = None
             if tree is not None:
                 model = self.build(str(path), text, tree, self)

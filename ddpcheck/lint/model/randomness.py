@@ -135,16 +135,17 @@ def _drawing_texts(model: Model) -> list[str]:
     found = root.memo.get("drawing_texts")
     if found is None:
         texts = [code_only(text) for text in model.graph.reached_code(root)]
+        single = _single_run_loaders(model)
+        if single:
+            # The linted file's own text loses the loaders only its single-process run builds.
+            own_text = code_only(root.source)
+            texts = [_without(text, single) if text == own_text else text for text in texts]
         own: set[str] = set()
         if any(_OWN_FROM_PRETRAINED.search(text) for text in texts):
             own = {name for text in texts for name in _CLASS.findall(text)}
         if own:
             loaded = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, own))) + r")\.from_pretrained\s*\(")
             texts = [loaded.sub("", text) for text in texts]
-        own_text = code_only(root.source)
-        single = _single_run_loaders(model)
-        if single:
-            texts = [_without(text, single) if text == own_text else text for text in texts]
         found = [_drawing_text(text) for text in texts]
         root.memo["drawing_texts"] = found
     return list(found)

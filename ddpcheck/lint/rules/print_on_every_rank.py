@@ -10,7 +10,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
-from ddpcheck.lint.model.parse import parse_module
+from ddpcheck.lint.model.parse import PARSE_ERRORS, parse_module
 from ddpcheck.lint.model.paths import handler_calls
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
@@ -899,7 +899,7 @@ class PrintOnEveryRank(Rule):
                 continue
             try:
                 tree = parse_module(text)
-            except (cst.ParserSyntaxError, cst.CSTValidationError, RecursionError):
+            except PARSE_ERRORS:
                 continue
             if _starts_with_stdout_by_index(tree):
                 return True
@@ -1307,13 +1307,17 @@ def _normal_path(guard: Guard) -> bool:
     return sound != flipped
 
 
-def _mentions_rank(module: ModuleModel, scope: Scope, node: cst.BaseExpression) -> bool:
-    """The expression's text, or the value of a local name in it, mentions the rank."""
+def _mentions_rank(module: ModuleModel, scope: Scope, node: cst.CSTNode) -> bool:
+    """The expression's text, or the value of a name in it (as bound in `scope`), mentions the rank."""
     if _RANK.search(module.code(node)):
         return True
-    return any(isinstance(sub, cst.Name) and any(
-        isinstance(b, cst.CSTNode) and b is not node and _RANK.search(module.code(b)) for b in scope.lookup(sub.value))
-        for sub in subexpressions(node))
+    for sub in subexpressions(node):
+        if isinstance(sub, cst.Name):
+            for bound in scope.lookup(sub.value):
+                value = bound.node.value if isinstance(bound, Augmented) else bound
+                if isinstance(value, cst.CSTNode) and value is not node and _RANK.search(module.code(value)):
+                    return True
+    return False
 
 
 def _fresh_container(binding: object) -> bool:
@@ -1327,16 +1331,7 @@ def _fresh_container(binding: object) -> bool:
 
 def _names_rank(site: CallSite, node: cst.CSTNode) -> bool:
     """The expression's text, or the value of a name in it, mentions the rank."""
-    module = site.module
-    if _RANK.search(module.code(node)):
-        return True
-    for sub in subexpressions(node):
-        if isinstance(sub, cst.Name):
-            for bound in site.scope.lookup(sub.value):
-                value = bound.node.value if isinstance(bound, Augmented) else bound
-                if isinstance(value, cst.CSTNode) and value is not node and _RANK.search(module.code(value)):
-                    return True
-    return False
+    return _mentions_rank(site.module, site.scope, node)
 
 
 _STARTERS = frozenset({"Popen", "run", "call", "check_call", "check_output"})
