@@ -172,3 +172,56 @@ def test_project_sampler_that_does_not_shard_leaves_the_seed_alone(tmp_path: Pat
     files["data/samplers.py"] = files["data/samplers.py"].replace("num_replicas", "copies").replace(
         "total_size", "size")
     assert lines(tmp_path, files, "DDP029") == []
+
+
+# A spawn script whose device helper sets the device while it lists the GPUs, on rank 0 only.
+DEVICE_HELPER = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def show_devices(rank, world_size):
+        {guard}
+            for i in range(torch.cuda.device_count()):
+                torch.cuda.set_device(torch.device(f"cuda:{{rank}}"))
+                print(f"cuda:{{i}}: {{torch.cuda.get_device_name(i)}} [rank={{rank}}/{{world_size}}]")
+
+
+    def setup(rank, world_size):
+        os.environ["MASTER_ADDR"] = "localhost"
+        os.environ["MASTER_PORT"] = "12355"
+        dist.init_process_group("nccl", rank=rank, world_size=world_size)
+
+
+    def train(rank, world_size):
+        show_devices(rank, world_size)
+        setup(rank, world_size)
+        device = torch.device(f"cuda:{{rank}}")
+        model = DDP(nn.Linear(10, 2).to(device), device_ids=[rank])
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        world_size = torch.cuda.device_count()
+        mp.spawn(train, args=(world_size,), nprocs=world_size, join=True)
+"""
+
+
+def test_device_set_on_rank_zero_only_leaves_the_others_on_gpu_zero(tmp_path: Path) -> None:
+    files = {"train.py": DEVICE_HELPER.format(guard="if rank == 0:")}
+    assert lines(tmp_path, files, "DDP003") == [("train.py", 19)]
+
+
+def test_device_set_on_every_rank_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": DEVICE_HELPER.format(guard="if torch.cuda.is_available():")}
+    assert lines(tmp_path, files, "DDP003") == []
+
+
+def test_device_set_on_every_rank_but_zero_is_left_alone(tmp_path: Path) -> None:
+    files = {"train.py": DEVICE_HELPER.format(guard="if rank != 0:")}
+    assert lines(tmp_path, files, "DDP003") == []
