@@ -225,3 +225,56 @@ def test_device_set_on_every_rank_is_clean(tmp_path: Path) -> None:
 def test_device_set_on_every_rank_but_zero_is_left_alone(tmp_path: Path) -> None:
     files = {"train.py": DEVICE_HELPER.format(guard="if rank != 0:")}
     assert lines(tmp_path, files, "DDP003") == []
+
+
+# A script with two modes, each its own function that makes the process group and trains.
+TWO_MODES = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--local_rank", type=int, default=0)
+    parser.add_argument("--mode", default="train")
+    args = parser.parse_args()
+
+
+    def train_model(model, loader):
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl")
+        model = nn.parallel.DistributedDataParallel(model.cuda(), device_ids=[args.local_rank])
+        for x in loader:
+            model(x.cuda()).sum().backward()
+
+
+    def train_with_penalty(model, loader):
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl")
+        model = nn.parallel.DistributedDataParallel(model.cuda(), device_ids=[args.local_rank])
+        for x in loader:
+            (model(x.cuda()).sum() + 1e-4 * sum(p.abs().sum() for p in model.parameters())).backward()
+        {teardown}
+
+
+    def main():
+        model, loader = nn.Linear(4, 2), [torch.randn(8, 4)]
+        if args.mode == "train":
+            train_model(model, loader)
+        elif args.mode == "penalty":
+            train_with_penalty(model, loader)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_each_mode_that_makes_a_group_and_leaves_it_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": TWO_MODES.format(teardown="")}
+    assert lines(tmp_path, files, "DDP005") == [("train.py", 14), ("train.py", 22)]
+
+
+def test_a_teardown_in_one_mode_leaves_the_file_as_it_was(tmp_path: Path) -> None:
+    files = {"train.py": TWO_MODES.format(teardown="dist.destroy_process_group()")}
+    assert lines(tmp_path, files, "DDP005") == []
