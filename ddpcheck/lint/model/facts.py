@@ -16,8 +16,7 @@ import libcst as cst
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, selects_main_rank
 from ddpcheck.lint.model.graph import CallGraph
-from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope, Target
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import string_text
 from ddpcheck.lint.model.values import definition_truth
 
@@ -78,18 +77,6 @@ def _training_only(site: CallSite) -> bool:
     return False
 
 
-def written_like_distributed_sampler(graph: CallGraph, target: Target) -> bool:
-    """A project `Sampler` subclass written as torch's DistributedSampler is (copies of it): it
-    splits by `num_replicas` and pads to a `total_size`."""
-    if target.kind != "class" or not graph.is_subclass(target, api.SAMPLER):
-        return False
-    found = graph.class_at(target)
-    if found is None:
-        return False
-    code = code_only(found[0].code(found[1].node))
-    return "num_replicas" in code and "total_size" in code
-
-
 class Facts:
     def __init__(self, model: FactsModel) -> None:
         self.model = model
@@ -134,8 +121,7 @@ class Facts:
         """A project class derived from a torch class that establishes a fact is built like it:
         `DSElasticDistributedSampler(dataset=ds)` of `class DSElasticDistributedSampler(
         DistributedSampler)` makes a DistributedSampler, a `DistributedDataParallel` subclass
-        wraps the model. So does a project `Sampler` written as a copy of torch's
-        DistributedSampler (`written_like_distributed_sampler`): it shards the same way."""
+        wraps the model."""
         target = site.target
         if target is None or target.kind != "class" or target.external is not None:
             return frozenset()
@@ -143,8 +129,6 @@ class Facts:
         found = self._class_facts.get(key)
         if found is None:
             found = frozenset(fact for fact, base in _CLASS_FACTS.items() if self.model.graph.is_subclass(target, base))
-            if "distributed_sampler" not in found and written_like_distributed_sampler(self.model.graph, target):
-                found |= {"distributed_sampler"}
             self._class_facts[key] = found
         return found
 

@@ -24,8 +24,9 @@ from typing import cast
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.facts import Facts, written_like_distributed_sampler
+from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import UNASKED, Binding, CallSite, Guard, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
@@ -211,7 +212,14 @@ class Model:
         that splits by `num_replicas` and pads to a `total_size`, as copies of torch's do)."""
         if self.makes(site, api.DISTRIBUTED_SAMPLER):
             return True
-        return site.target is not None and written_like_distributed_sampler(self.graph, site.target)
+        target = site.target
+        if target is None or target.kind != "class" or not self.graph.is_subclass(target, api.SAMPLER):
+            return False
+        found = self.graph.class_at(target)
+        if found is None:
+            return False
+        code = code_only(found[0].code(found[1].node))
+        return "num_replicas" in code and "total_size" in code
 
     def constructs(self, value: Value, api_class: str) -> bool:
         """Whether a leaf value is an instance of the outside class `api_class`, made by calling

@@ -44,9 +44,7 @@ class SameSeedOnEveryRank(Rule):
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
     seeders such as `transformers.set_seed` or RecBole's `init_seed`) that runs on every rank of a file whose DataLoader
-    uses a DistributedSampler (built in the file or in a project function it calls; also a
-    project `Sampler` written as a copy of torch's, splitting by `num_replicas` and padding to a
-    `total_size`), that hands
+    uses a DistributedSampler (built in the file or in a project function it calls), that hands
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
