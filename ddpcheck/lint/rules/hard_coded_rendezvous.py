@@ -82,6 +82,15 @@ def _statements(node: cst.CSTNode) -> list[cst.CSTNode]:
     return out
 
 
+def _argv_word(expr: cst.BaseExpression) -> bool:
+    """`sys.argv[1]`, also through `int(...)`: a positional word of the command line."""
+    while isinstance(expr, cst.Call) and dotted(expr.func) in ("int", "str") and len(expr.args) == 1:
+        expr = expr.args[0].value
+    return isinstance(expr, cst.Subscript) and (dotted(expr.value) or "") in ("sys.argv", "argv") \
+        and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index) \
+        and int_value(expr.slice[0].slice.value) not in (None, 0)
+
+
 def _literal(expr: cst.BaseExpression) -> bool:
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.Integer)):
         return True
@@ -153,7 +162,9 @@ class HardCodedRendezvous(Rule):
     torchrun's runs take, and a literal there is reported), and scripts that start their own
     workers with `mp.spawn` (they must set the rendezvous themselves; a free-port helper is best)
     on a loopback address or a host name, or with a rank that adds a node's offset
-    (`node_rank * gpus + gpu`: the job spans machines and the address is the first node's).
+    (`node_rank * gpus + gpu`: the job spans machines and the address is the first node's), nor
+    a script whose rank is a positional word of its command line (`rank=int(sys.argv[1])`):
+    each process is started by hand with its own number, which no launcher gives.
 
     ## How to fix
     In a spawn script, meet on `localhost` (127.0.0.1) with a free port. Otherwise call
@@ -437,6 +448,8 @@ class HardCodedRendezvous(Rule):
             rank, world = call.arg("rank"), call.arg("world_size")
             if rank is None or world is None or (int_value(rank) is not None and int_value(world) is not None):
                 continue  # a literal rank and size: a fixed, hand-made job
+            if self._rank_from_argv(call, rank):
+                continue  # each process started by hand with its own rank: no launcher there
             if entry is None:
                 entry = model.is_entry_point()
             if entry:
@@ -459,6 +472,15 @@ class HardCodedRendezvous(Rule):
             return False
         values = self.model.values.at_call(call, value)
         return bool(values) and all(isinstance(v.node, cst.Integer) for v in values)
+
+    def _rank_from_argv(self, call: CallSite, rank: cst.BaseExpression) -> bool:
+        """The rank is a positional word of the command line (`rank=int(sys.argv[1])`, or a name
+        every value of which is one): each process is started by hand with its own number. A
+        launcher gives every worker the same words (torch.distributed.launch puts
+        `--local-rank=N` first), so no launcher starts such a script."""
+        leaves = [rank] if isinstance(rank, cst.Call) else \
+            [v.node for v in self.model.values.at_call(call, rank) if isinstance(v.node, cst.BaseExpression)]
+        return bool(leaves) and all(_argv_word(leaf) for leaf in leaves)
 
     def _always_literal(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> bool:
         """A literal, or a parameter (or name) every value of which is one: `os.environ[

@@ -30,7 +30,9 @@ class MissingDestroyProcessGroup(Rule):
     point and block the progress of another member of the process group" — and now and then a job
     that hangs or exits non-zero after training finished.
 
-    Reported at the `init_process_group` call (or the call of a helper that makes it) in a script
+    Reported at the `init_process_group` call (or the call of a helper that makes it; in the
+    file itself, the first in each of its functions: a script's modes, `train_model()` and
+    `train_with_csgd()`, each make a group) in a script
     that is run directly (a `__main__` guard or work at module level) when neither
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
     it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with
@@ -293,8 +295,15 @@ class MissingDestroyProcessGroup(Rule):
             return
         # Last, as it follows the project's functions: one of them tears down.
         # Every init the run may go through in a helper (a SLURM branch and a torchrun branch are
-        # two places); the file's own first one otherwise.
-        for init in sites if sites[0].module is not root else sites[:1]:
+        # two places); otherwise the file's own first one in each of its functions (the modes of a
+        # script, `train_model()` and `train_with_csgd()`, each make a group and leave it).
+        if sites[0].module is root:
+            firsts: dict[str, CallSite] = {}
+            for init in sites:
+                if init.module is root and (not firsts or not model.paths.uncalled(init)):
+                    firsts.setdefault(init.scope.qualname, init)
+            sites = list(firsts.values())
+        for init in sites:
             fix = self._fix(init) if init.module is model.root else None
             self.report(init.node, module=init.module, related=model.paths.chain(init), fix=fix)
 

@@ -52,7 +52,10 @@ class MissingSetDevice(Rule):
     setter's; a move to a device named explicitly inside such a call is no such work); moving a loss module that holds no
     tensor (`nn.CrossEntropyLoss().cuda()`) or handing a device to a project object is no work. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
-    branch uses CUDA (the two are given as related locations). Helper modules that are only imported (no `__main__`
+    branch uses CUDA (the two are given as related locations), and when every setter of the
+    file runs on rank 0 only (or on each node's first process: `if rank == 0:` around
+    `torch.cuda.set_device(...)` in a helper that lists the GPUs) and no call of the file reaches
+    one in another module: the other ranks keep GPU 0. Helper modules that are only imported (no `__main__`
     guard, no work at module level) are not reported: the script that calls them may set the
     device. A module the project's packaging installs as a command (a `console_scripts` entry
     of `setup.py`/`setup.cfg`, `[project.scripts]` of `pyproject.toml`) is a script.
@@ -163,6 +166,12 @@ class MissingSetDevice(Rule):
         "rank starts on GPU 0 there; set the device on every path (`torch.cuda.set_device(local_rank)`)"
     )
 
+    SOME_RANKS_MESSAGE = (
+        "`torch.cuda.set_device` runs only on some ranks (under `{test}`): every other rank's current "
+        "device stays GPU 0, where CUDA's defaults land (`.cuda()`, contexts, NCCL communicators); "
+        "call `torch.cuda.set_device(local_rank)` on every rank before any CUDA work"
+    )
+
     LATE_MESSAGE = (
         "`torch.cuda.set_device` runs only after CUDA work (`{work}`): until it runs every rank's "
         "current device is GPU 0, where CUDA's defaults land (`.cuda()`, contexts, NCCL communicators); "
@@ -206,6 +215,8 @@ class MissingSetDevice(Rule):
                 and not any(uses_cuda(model, c) for c in model.paths.sites() if c.module is not root):
             return  # (CUDA work in the project functions the run reaches counts too: a spawned worker's)
         direct = [c for c in root.calls if model.api(c) in api.SET_DEVICE | api.DEVICE_CONTEXTS]
+        if direct and self._setters_on_some_ranks(direct):
+            return
         if direct:
             # Every CUDA use of the file is listed only when a setter sits in a branch.
             if not self._on_one_branch(direct, lambda: [c for c in root.calls if uses_cuda(model, c)]):
@@ -219,6 +230,40 @@ class MissingSetDevice(Rule):
             return
         init = sites[0]
         self.report(init.node, module=init.module, related=model.paths.chain(init))
+
+    def _setters_on_some_ranks(self, direct: list[CallSite]) -> bool:
+        """Every setter of the file runs on a part of the ranks only (`if rank == 0:` around
+        `torch.cuda.set_device(...)` in a helper that prints the GPUs), and no call of the file
+        reaches a setter elsewhere: the other ranks never set their device. True when reported."""
+        model = self.model
+        partial = [c for c in direct if model.paths.restricted(c) in _SOME_RANKS]
+        if len(partial) < len(direct):
+            return False
+        held = {id(c.node) for c in partial}
+        # The file's calls that reach a setter (a helper, the worker `mp.spawn` runs) reach only
+        # these: every function on the way is the file's own, and sets the device nowhere else.
+        seen: set[str] = set()
+        for call in model.root.calls:
+            if id(call.node) in held or "set_device" not in model.facts.of_call(call):
+                continue
+            if model.api(call) in api.SET_DEVICE | api.DEVICE_CONTEXTS:
+                return False
+            for function, _ in model.graph.targets(call):
+                if function.module is not model.root:
+                    return False  # a setter in another module: not read here
+                seen.add(function.qualname)
+        if not seen <= set(model.root.functions):
+            return False
+        first = partial[0]
+        guard = model.paths.main_only(first) or model.paths.rank_guard(first, False) or model.paths.some_only(first)
+        test = " ".join(first.module.code(guard.test).split()) if guard is not None else "a rank test"
+        if guard is not None and guard.negated:
+            test = f"not ({test})"
+        inits = model.init_sites()
+        where = inits[0] if inits else partial[0]
+        self.report(where.node, self.SOME_RANKS_MESSAGE.format(test=test), module=where.module,
+                    related=[*model.paths.chain(where), first])
+        return True
 
     def _device_by_rank(self, site: CallSite) -> bool:
         """A move to, or a DDP wrap on, a GPU numbered by a rank (`.to(rank)`, `.cuda(gpu)`,
@@ -442,6 +487,10 @@ def _several_devices(target: cst.Subscript, module: ModuleModel) -> bool:
 
 
 _ENVIRONMENT = re.compile(r"environ|getenv")
+# What `Paths.restricted` says of code that rank 0 (or each node's first process) alone runs: the
+# others keep GPU 0, which is not theirs. (Code that only rank 0 skips leaves rank 0 on GPU 0, its own
+# on the first node.)
+_SOME_RANKS = frozenset({"main", "node"})
 _DEVICE_LIST = re.compile(r"(?:device_ids|devices|gpus|gpu_ids|visible_devices)\b", re.I)
 _PER_PROCESS = re.compile(r"rank|local|\bgpu\b|\bdevice_id\b|\bidx\b|\bindex\b|\bi\b|\[\s*\w+\s*\]\s*\)?$", re.I)
 
