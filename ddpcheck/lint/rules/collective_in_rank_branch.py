@@ -85,7 +85,8 @@ class CollectiveInRankBranch(Rule):
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
-    for the encoder); a
+    for the encoder), or of a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10,
+    64), nn.ReLU(), nn.Linear(64, 2))`; a layer of another library counts as holding some); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
     -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
     as `if args.local_rank not in [-1, 0] and not evaluate:` where `evaluate` is a function of
@@ -680,11 +681,29 @@ class CollectiveInRankBranch(Rule):
         inner = argument(call, "module", 0)
         if inner is None:
             return True
-        for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at):
-            instance = self.model.graph.instance_of(value)
-            if instance is None:
-                return True  # an outside model: buffers unknown
-            if self._instance_buffers(value, instance, 2):
+        return any(self._value_buffers(value, 2)
+                   for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at))
+
+    def _value_buffers(self, value: Value, depth: int) -> bool:
+        """Whether the module a value builds may hold buffers: a project network whose code makes
+        some, torch's own layers that keep none (`nn.Linear`, `nn.ReLU`), or a container of them
+        (`nn.Sequential(nn.Linear(8, 16), nn.ReLU())`, whose parts are each read). Anything else
+        is an outside model whose buffers are unknown."""
+        instance = self.model.graph.instance_of(value)
+        if instance is not None:
+            return self._instance_buffers(value, instance, 2)
+        call = value.call
+        name = self.model.api_of(value) if call is not None else None
+        if call is None or name is None:
+            return True
+        if name in _BUFFERLESS_LAYERS:
+            return False
+        if name != "torch.nn.Sequential" or depth <= 0 or not call.args:
+            return True
+        for arg in call.args:
+            parts = [] if arg.star else self.model.values.of(value.module, arg.value, value.scope, value.frame,
+                                                             at=value.at)
+            if not parts or any(self._value_buffers(part, depth - 1) for part in parts):
                 return True
         return False
 
@@ -743,6 +762,18 @@ _TIMM_HELPERS = re.compile(
     r"(?:(?:DropPath|drop_path|trunc_normal_|to_2tuple|to_ntuple|lecun_normal_|Mlp)[ \t]*,?[ \t]*)+$",
     re.M,
 )
+
+
+# torch's layers that register no buffer: DDP's forward has nothing of theirs to broadcast.
+_BUFFERLESS_LAYERS = frozenset(f"torch.nn.{name}" for name in (
+    "Linear", "Bilinear", "Identity", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "ReLU", "ReLU6", "LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish",
+    "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Softplus", "Hardtanh", "Hardswish", "Hardsigmoid",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Flatten", "Unflatten",
+    "LayerNorm", "GroupNorm", "Embedding", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d",
+    "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Upsample", "PixelShuffle", "LSTM", "GRU", "RNN",
+))
 
 
 # Aggregates of a list of Python numbers.
