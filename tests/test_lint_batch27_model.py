@@ -70,3 +70,166 @@ def test_rank_zero_forward_of_a_sequential_with_an_outside_layer_is_reported(tmp
     files = {"train.py": RANK0_EVAL.format(middle="torchlayers.Normalize(64)").replace(
         "from torch import nn\n", "from torch import nn\n    import torchlayers\n")}
     assert lines(tmp_path, files, "DDP009") == [("train.py", 35)]
+
+
+# A perceptual loss around a pretrained recogniser, frozen in its constructor and wrapped in DDP
+# beside a generator without BatchNorm.
+FACE_NET = """\
+    import torch
+    from torch import nn
+
+
+    class Recogniser(nn.Module):
+        def __init__(self, depth=50):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(3, 64, 3), nn.BatchNorm2d(64), nn.PReLU(64))
+            self.head = nn.Linear(64, 512)
+
+        def forward(self, x):
+            return self.head(self.body(x).mean((2, 3)))
+"""
+
+ID_LOSS = """\
+    import torch
+    from torch import nn
+    from facenet import Recogniser
+
+
+    class IdentityLoss(nn.Module):
+        def __init__(self, weights, device="cuda"):
+            super().__init__()
+            self.net = Recogniser(depth=50).to(device)
+            self.net.load_state_dict(torch.load(weights, map_location="cpu"))
+            self.pool = nn.AdaptiveAvgPool2d((112, 112))
+            {extra}
+
+        def forward(self, fake, real):
+            a = self.net(self.pool(fake))
+            b = self.net(self.pool(real)).detach()
+            return (1 - (a * b).sum(1)).mean()
+"""
+
+GAN_SCRIPT = """\
+    import argparse
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from losses import IdentityLoss
+
+
+    class Generator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.LeakyReLU(0.2), nn.Conv2d(64, 3, 3, padding=1))
+
+        def forward(self, x):
+            return self.net(x)
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--local_rank", type=int, default=0)
+        args = parser.parse_args()
+        torch.cuda.set_device(args.local_rank)
+        dist.init_process_group(backend="nccl", init_method="env://")
+        generator = Generator().cuda()
+        id_loss = IdentityLoss("weights/recogniser.pth", "cuda")
+        generator = nn.parallel.DistributedDataParallel(generator, device_ids=[args.local_rank])
+        id_loss = nn.parallel.DistributedDataParallel(id_loss, device_ids=[args.local_rank], broadcast_buffers=False)
+        optimizer = torch.optim.Adam(generator.parameters(), lr=2e-3)
+        for step in range(1000):
+            {mode}
+            real = torch.randn(4, 3, 256, 256).cuda()
+            fake = generator(real)
+            loss = id_loss(fake, real)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _gan(extra: str, mode: str = "pass") -> dict[str, str]:
+    return {"facenet.py": FACE_NET, "losses.py": ID_LOSS.format(extra=extra),
+            "train.py": GAN_SCRIPT.format(mode=mode)}
+
+
+def test_loss_network_frozen_in_its_constructor_is_clean(tmp_path: Path) -> None:
+    assert lines(tmp_path, _gan("self.net.eval()"), "DDP012") == []
+
+
+def test_loss_network_left_in_train_mode_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, _gan("pass"), "DDP012") == [("train.py", 26)]
+
+
+def test_loss_network_frozen_but_put_back_in_train_mode_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, _gan("self.net.eval()", mode="id_loss.train()"), "DDP012") == [("train.py", 26)]
+
+
+def test_loss_network_with_a_second_batchnorm_part_not_frozen_is_reported(tmp_path: Path) -> None:
+    extra = "self.net.eval()\n            self.proj = nn.Sequential(nn.Linear(512, 128), nn.BatchNorm1d(128))"
+    assert lines(tmp_path, _gan(extra), "DDP012") == [("train.py", 26)]
+
+
+# Distillation: a pretrained teacher wrapped in DDP and kept in eval mode, beside the student the
+# training loop puts in train mode.
+DISTILL = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    import torchvision.models as models
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel
+
+
+    class Student(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.features = nn.Sequential(nn.Conv2d(3, 32, 3), nn.BatchNorm2d(32), nn.ReLU())
+            self.fc = nn.Linear(32, 1000)
+
+        def forward(self, x):
+            return self.fc(self.features(x).mean((2, 3)))
+
+
+    def train(loader, student, teacher, optimizer):
+        student.train()
+        teacher.eval()
+        for images, _ in loader:
+            images = images.cuda()
+            with torch.no_grad():
+                target = teacher(images).softmax(1)
+            loss = -(target * student(images).log_softmax(1)).sum(1).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
+    def worker(gpu, world_size):
+        torch.cuda.set_device(gpu)
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", rank=gpu, world_size=world_size)
+        teacher = models.resnet34(pretrained=True).cuda()
+        teacher = DistributedDataParallel(teacher, device_ids=[gpu])
+        for p in teacher.parameters():
+            p.requires_grad = False
+        student = Student().cuda(gpu)
+        student = DistributedDataParallel(student, device_ids=[gpu])
+        optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 3, 32, 32), torch.zeros(64)))
+        for epoch in range(10):
+            train(loader, student, {teacher})
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        mp.spawn(worker, args=(torch.cuda.device_count(),), nprocs=torch.cuda.device_count())
+"""
+
+
+def test_frozen_teacher_beside_a_trained_student_is_not_reported(tmp_path: Path) -> None:
+    files = {"train.py": DISTILL.replace("{teacher}", "teacher, optimizer")}
+    assert lines(tmp_path, files, "DDP012") == [("train.py", 40)]

@@ -12,6 +12,7 @@ from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
@@ -85,8 +86,9 @@ class CollectiveInRankBranch(Rule):
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
-    for the encoder), or of a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10,
-    64), nn.ReLU(), nn.Linear(64, 2))`; a layer of another library counts as holding some); a
+    for the encoder), or, under `torch.no_grad()` or in a function that never back-propagates, of
+    a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
+    nn.Linear(64, 2))`; a layer of another library counts as holding some); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
     -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
     as `if args.local_rank not in [-1, 0] and not evaluate:` where `evaluate` is a function of
@@ -595,7 +597,7 @@ class CollectiveInRankBranch(Rule):
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return False
         for value in self.model.values.at_call(site, func):
-            if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value):
+            if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value, site):
                 return True
         return False
 
@@ -670,10 +672,13 @@ class CollectiveInRankBranch(Rule):
                             return True
         return False
 
-    def _broadcasts(self, wrap: Value) -> bool:
+    def _broadcasts(self, wrap: Value, forward: CallSite | None = None) -> bool:
         """DDP's forward broadcasts the module's buffers from rank 0 (unless `broadcast_buffers=
         False`); a module of the project whose code holds no buffers (no norm layers with running
-        statistics, no `register_buffer`) has none to send."""
+        statistics, no `register_buffer`) has none to send, nor, at a `forward` that runs under
+        `torch.no_grad()` or in a function that never back-propagates, a stack of torch's own
+        layers that keep none (a training forward of such a toy model stays reported: its
+        backward reduces gradients)."""
         call = wrap.call
         assert call is not None
         if is_false(argument(call, "broadcast_buffers", 4)):
@@ -681,10 +686,13 @@ class CollectiveInRankBranch(Rule):
         inner = argument(call, "module", 0)
         if inner is None:
             return True
-        return any(self._value_buffers(value, 2)
+        layers = forward is not None and (
+            is_no_grad(self.model, forward.module, forward.withs, forward.scope.qualname)
+            or not any(c.method == "backward" for c in forward.module.calls_in(forward.scope.qualname)))
+        return any(self._value_buffers(value, 2, layers)
                    for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at))
 
-    def _value_buffers(self, value: Value, depth: int) -> bool:
+    def _value_buffers(self, value: Value, depth: int, layers: bool) -> bool:
         """Whether the module a value builds may hold buffers: a project network whose code makes
         some, torch's own layers that keep none (`nn.Linear`, `nn.ReLU`), or a container of them
         (`nn.Sequential(nn.Linear(8, 16), nn.ReLU())`, whose parts are each read). Anything else
@@ -694,7 +702,7 @@ class CollectiveInRankBranch(Rule):
             return self._instance_buffers(value, instance, 2)
         call = value.call
         name = self.model.api_of(value) if call is not None else None
-        if call is None or name is None:
+        if call is None or name is None or not layers:
             return True
         if name in _BUFFERLESS_LAYERS:
             return False
@@ -703,7 +711,7 @@ class CollectiveInRankBranch(Rule):
         for arg in call.args:
             parts = [] if arg.star else self.model.values.of(value.module, arg.value, value.scope, value.frame,
                                                              at=value.at)
-            if not parts or any(self._value_buffers(part, depth - 1) for part in parts):
+            if not parts or any(self._value_buffers(part, depth - 1, layers) for part in parts):
                 return True
         return False
 
