@@ -118,7 +118,12 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     went through a project function swapping its BatchNorm layers for another norm layer before
     the wrap (`model = convert_groupnorm_model(model)`, or in place, `bn_to_gn(model)`): one that
     tests modules for BatchNorm and builds `GroupNorm`, `LayerNorm`, `InstanceNorm`,
-    `FrozenBatchNorm2d` or `Identity`, and no BatchNorm.
+    `FrozenBatchNorm2d` or `Identity`, and no BatchNorm. Nor is a network whose BatchNorm never
+    sees a batch's statistics: one the training function puts in eval mode (a linear probe, a
+    frozen teacher beside the student it distils into; the student's `.train()` does not count
+    for the teacher), or a project class whose constructor puts every part that builds BatchNorm
+    in eval mode (`self.facenet = Backbone(...)`, then `self.facenet.eval()`, in a loss network),
+    as long as nothing that may be that model is put back in train mode.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only
