@@ -233,3 +233,115 @@ DISTILL = """\
 def test_frozen_teacher_beside_a_trained_student_is_not_reported(tmp_path: Path) -> None:
     files = {"train.py": DISTILL.replace("{teacher}", "teacher, optimizer")}
     assert lines(tmp_path, files, "DDP012") == [("train.py", 40)]
+
+
+# A template's evaluation helper moves the model it is handed to the device of the options,
+# the DDP wrapper on the distributed path.
+TEMPLATE_HELPERS = """\
+    import torch
+
+
+    def test(model, loader, args):
+        correct = 0
+        model.to(args.device)
+        model.eval()
+        with torch.no_grad():
+            for data, target in loader:
+                out = model(data.to(args.device))
+                correct += (out.argmax(1) == target.to(args.device)).sum().item()
+        return correct / len(loader.dataset)
+"""
+
+TEMPLATE_SCRIPT = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from helpers import test
+
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 4)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu", type=int, default=0)
+    parser.add_argument("--distributed", action="store_true")
+    args = parser.parse_args()
+    args.device = torch.device(f"cuda:{args.gpu}")
+    if args.distributed:
+        args.gpu = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(args.gpu)
+        dist.init_process_group("nccl")
+    model = Net(){moved}
+    if args.distributed:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[args.gpu])
+    else:
+        model = model.to(args.device)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(32, 16), torch.zeros(32).long()))
+    print(test(model, loader, args))
+"""
+
+
+def test_helper_moving_a_wrapper_whose_module_never_moved_is_reported(tmp_path: Path) -> None:
+    files = {"helpers.py": TEMPLATE_HELPERS, "train.py": TEMPLATE_SCRIPT.replace("{moved}", "")}
+    assert lines(tmp_path, files, "DDP014") == [("helpers.py", 6)]
+
+
+def test_helper_moving_a_wrapper_whose_module_was_moved_first_is_clean(tmp_path: Path) -> None:
+    # The module is on its GPU before the wrap: the helper's move may move nothing.
+    files = {"helpers.py": TEMPLATE_HELPERS, "train.py": TEMPLATE_SCRIPT.replace("{moved}", ".cuda(args.gpu)")}
+    assert lines(tmp_path, files, "DDP014") == []
+
+
+# A trainer converts the networks it is handed to channels-last in its constructor; the script
+# hands it the DDP wrappers.
+TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, cfg, net_G, opt_G):
+            self.cfg = cfg
+            self.net_G = net_G
+            self.opt_G = opt_G
+            if cfg.channels_last:
+                self.net_G = self.net_G.to({conversion})
+
+        def step(self, data):
+            loss = self.net_G(data).mean()
+            self.opt_G.zero_grad()
+            loss.backward()
+            self.opt_G.step()
+
+
+    def main(cfg, local_rank):
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", init_method="env://")
+        net_G = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Conv2d(16, 3, 3)).cuda()
+        net_G = DDP(net_G, device_ids=[local_rank])
+        opt_G = torch.optim.Adam(net_G.parameters(), lr=1e-4)
+        trainer = Trainer(cfg, net_G, opt_G)
+        for it in range(cfg.max_iter):
+            trainer.step(torch.randn(2, 3, 64, 64).cuda())
+        dist.destroy_process_group()
+"""
+
+
+def test_wrapper_converted_to_channels_last_in_a_constructor_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": TRAINER.format(conversion="memory_format=torch.channels_last")}
+    assert lines(tmp_path, files, "DDP014") == [("train.py", 13)]
+
+
+def test_wrapper_moved_to_its_own_device_in_a_constructor_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": TRAINER.format(conversion="'cuda'")}
+    assert lines(tmp_path, files, "DDP014") == []
