@@ -345,3 +345,11 @@ def test_wrapper_converted_to_channels_last_in_a_constructor_is_reported(tmp_pat
 def test_wrapper_moved_to_its_own_device_in_a_constructor_is_clean(tmp_path: Path) -> None:
     files = {"train.py": TRAINER.format(conversion="'cuda'")}
     assert lines(tmp_path, files, "DDP014") == []
+
+
+def test_helper_moving_a_wrapper_of_a_module_a_builder_made_is_clean(tmp_path: Path) -> None:
+    # The builder may move the module before returning it: not known to be unmoved.
+    script = TEMPLATE_SCRIPT.replace("{moved}", "").replace(
+        "    model = Net()\n", "    def build():\n        net = Net()\n        net.cuda()\n        return net\n\n\n    model = build()\n")
+    files = {"helpers.py": TEMPLATE_HELPERS, "train.py": script}
+    assert lines(tmp_path, files, "DDP014") == []

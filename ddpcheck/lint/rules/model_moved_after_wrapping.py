@@ -278,6 +278,11 @@ class ModelMovedAfterWrapping(Rule):
             made = value.module.call_at(value.call) if value.call is not None else None
             if made is None or not self._unmoved_before(made, value):
                 return False
+            inner = made.arg("module", 0)
+            assert inner is not None
+            leaves = self.model.values.of(value.module, inner, value.scope, value.frame, at=made.point)
+            if not leaves or any(leaf.scope is not made.scope or leaf.call is None for leaf in leaves):
+                return False  # built by a function that may move it before it returns it
         return bool(held)
 
     def _held_wrap(self, site: CallSite, name: str | None) -> bool:
