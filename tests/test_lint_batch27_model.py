@@ -353,3 +353,48 @@ def test_helper_moving_a_wrapper_of_a_module_a_builder_made_is_clean(tmp_path: P
         "    model = Net()\n", "    def build():\n        net = Net()\n        net.cuda()\n        return net\n\n\n    model = build()\n")
     files = {"helpers.py": TEMPLATE_HELPERS, "train.py": script}
     assert lines(tmp_path, files, "DDP014") == []
+
+
+# A trainer object keeps the DDP wrapper in an attribute; the script moves it through the object.
+HELD = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, local_rank):
+            self.device = torch.device("cuda", local_rank)
+            self.model = nn.Linear(8, 1).to(self.device)
+            self.model = DDP(self.model, device_ids=[local_rank])
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+        def step(self):
+            loss = self.model(torch.randn(4, 8, device=self.device)).sum()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        trainer = Trainer(local_rank)
+        for _ in range(10):
+            trainer.step()
+        if dist.get_rank() == 0:
+            trainer.model.to({target})
+            torch.save(trainer.model.module.state_dict(), "model.pt")
+        dist.destroy_process_group()
+"""
+
+
+def test_wrapper_held_by_an_object_moved_to_the_cpu_is_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": HELD.format(target="'cpu'")}, "DDP014") == [("train.py", 30)]
+
+
+def test_wrapper_held_by_an_object_moved_to_its_device_is_clean(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": HELD.format(target="trainer.device")}, "DDP014") == []

@@ -49,7 +49,10 @@ class ModelMovedAfterWrapping(Rule):
     cast (`self.net_G = self.net_G.to(memory_format=torch.channels_last)`, also in the
     constructor that is handed the wrapper), and so does a move to any device in a helper handed
     the wrapper (`def test(model, loader, args): model.to(args.device)`) when the module it wraps
-    was, as far as the lint can see, never moved before the wrap. Not reported: a move to the
+    was, as far as the lint can see, never moved before the wrap (built in the wrapping function,
+    not by a builder that may move it), and a move of the wrapper through the object that holds
+    it (`trainer.model.to("cpu")` to save it, with `Trainer` keeping `self.model = DDP(...)`).
+    Not reported: a move to the
     device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
     `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
@@ -292,6 +295,9 @@ class ModelMovedAfterWrapping(Rule):
         (`self._snapshot(self.model)` with `def _snapshot(self, model): model.cpu()`)."""
         if name is not None and "." not in name:
             return self._handed_wrap(site, name)
+        if name is not None and name.count(".") == 1 and not name.startswith("self."):
+            # `trainer.model.to("cpu")` on an object whose attribute holds the wrapper.
+            return self._on_distributed_path(site) and self._receiver_holds_wrap(site)
         if name is None or not name.startswith("self.") or name.count(".") != 1:
             return False
         function = site.scope.function
