@@ -118,7 +118,12 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     went through a project function swapping its BatchNorm layers for another norm layer before
     the wrap (`model = convert_groupnorm_model(model)`, or in place, `bn_to_gn(model)`): one that
     tests modules for BatchNorm and builds `GroupNorm`, `LayerNorm`, `InstanceNorm`,
-    `FrozenBatchNorm2d` or `Identity`, and no BatchNorm.
+    `FrozenBatchNorm2d` or `Identity`, and no BatchNorm. Nor is a network whose BatchNorm never
+    sees a batch's statistics: one the training function puts in eval mode (a linear probe, a
+    frozen teacher beside the student it distils into; the student's `.train()` does not count
+    for the teacher), or a project class whose constructor puts every part that builds BatchNorm
+    in eval mode (`self.facenet = Backbone(...)`, then `self.facenet.eval()`, in a loss network),
+    as long as nothing that may be that model is put back in train mode.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only
@@ -283,7 +288,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             # to hold BatchNorm; BatchNorm built somewhere in the script says nothing about it.
             loose = not reported and root_builds and wrap.module is model.root
             if (loose or self._wraps_batchnorm(wrap)) and not self._statistics_frozen(wrap) \
-                    and not self._swapped_out(wrap):
+                    and not self._swapped_out(wrap) and not self._frozen_by_its_class(wrap):
                 self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
                 reported.add(key)
 
@@ -339,6 +344,61 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 return False
         return frozen
 
+    def _frozen_by_its_class(self, wrap: CallSite) -> bool:
+        """The wrapped network is a project class whose constructor puts every part of it that
+        builds BatchNorm in eval mode (a loss network around a pretrained face recogniser:
+        `self.facenet = Backbone(...).to(device)`, then `self.facenet.eval()`), and nothing the
+        run reaches may put a model back into train mode: its BatchNorm layers normalise with
+        their frozen running statistics on every rank. A layer built anywhere else in the class,
+        a project base class, or a `.train()` on anything that may be the model keeps the
+        finding."""
+        inner = wrap.arg("module", 0)
+        values = self.model.values.at_call(wrap, inner) if inner is not None else []
+        if not values:
+            return False
+        graph = self.model.graph
+        for value in values:
+            instance = graph.instance_of(value)
+            if instance is None or len(graph.mro(*instance)) != 1:
+                return False
+            module, info = instance
+            init = info.methods.get("__init__")
+            if init is None:
+                return False
+            frozen = {dotted(c.receiver) for c in module.calls_in(init)
+                      if c.method == "eval" and not c.node.args and c.receiver is not None and not c.guards}
+            if "self" in frozen:
+                continue
+            held: dict[int, str] = {}  # a call that builds a part → the attribute it is set to
+            for key, bindings in info.scope.assignments.items():
+                for binding in bindings:
+                    node = getattr(binding, "value", binding)
+                    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                            and node.func.attr.value in ("to", "cuda", "eval", "float", "requires_grad_"):
+                        node = node.func.value
+                    held[id(node)] = key
+            seen = False
+            for function in info.methods.values():
+                for site in module.calls_in(function):
+                    target = site.target
+                    found = graph.class_at(target) if target is not None and target.kind == "class" else None
+                    part = held.get(id(site.node))
+                    if _builds_batchnorm(self.model.api(site)) or self._builds_configured_batchnorm(site) \
+                            or (found is not None and self._class_builds_batchnorm(*found, set())):
+                        seen = True
+                        if part not in frozen:
+                            return False
+                    elif target is not None and target.kind == "function" and part is not None \
+                            and part not in frozen:
+                        return False  # a part a project function builds: its layers unknown
+            if not seen:
+                return False  # the BatchNorm the network holds is built where this cannot see
+        for site in self.model.paths.sites():
+            if site.method == "train" and site.receiver is not None and not is_false(site.arg("mode", 0)) \
+                    and self._holds(site, wrap, certain=False):
+                return False
+        return True
+
     def _holds(self, site: CallSite, wrap: CallSite, certain: bool) -> bool:
         """Whether the receiver of `site` holds the DDP model `wrap` makes (`certain`: for sure; else:
         it may, or the model cannot tell)."""
@@ -347,6 +407,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         for value in values:
             if value.node is wrap.node:
                 return True
+            if isinstance(value.node, cst.Call) and self.model.api_of(value) == api.DDP:
+                continue  # another DDP model (the student trained beside a frozen teacher)
             if not certain and (self.model.graph.instance_of(value) is None or self.model.graph.is_network(value)):
                 return True  # unknown, an outside object or a project network: it may be the model
         return False

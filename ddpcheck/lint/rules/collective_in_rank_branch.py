@@ -12,6 +12,7 @@ from ddpcheck.lint.model.conditions import selects_main_rank
 from ddpcheck.lint.model.ddp import before, is_ddp
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
@@ -85,7 +86,9 @@ class CollectiveInRankBranch(Rule):
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
-    for the encoder); a
+    for the encoder), or, under `torch.no_grad()` or in a function that never back-propagates, of
+    a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
+    nn.Linear(64, 2))`; a layer of another library counts as holding some); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
     -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
     as `if args.local_rank not in [-1, 0] and not evaluate:` where `evaluate` is a function of
@@ -594,7 +597,7 @@ class CollectiveInRankBranch(Rule):
         if not isinstance(func, (cst.Name, cst.Attribute)):
             return False
         for value in self.model.values.at_call(site, func):
-            if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value):
+            if is_ddp(self.model, value) and before(value, site) and self._broadcasts(value, site):
                 return True
         return False
 
@@ -669,10 +672,13 @@ class CollectiveInRankBranch(Rule):
                             return True
         return False
 
-    def _broadcasts(self, wrap: Value) -> bool:
+    def _broadcasts(self, wrap: Value, forward: CallSite | None = None) -> bool:
         """DDP's forward broadcasts the module's buffers from rank 0 (unless `broadcast_buffers=
         False`); a module of the project whose code holds no buffers (no norm layers with running
-        statistics, no `register_buffer`) has none to send."""
+        statistics, no `register_buffer`) has none to send, nor, at a `forward` that runs under
+        `torch.no_grad()` or in a function that never back-propagates, a stack of torch's own
+        layers that keep none (a training forward of such a toy model stays reported: its
+        backward reduces gradients)."""
         call = wrap.call
         assert call is not None
         if is_false(argument(call, "broadcast_buffers", 4)):
@@ -680,11 +686,32 @@ class CollectiveInRankBranch(Rule):
         inner = argument(call, "module", 0)
         if inner is None:
             return True
-        for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at):
-            instance = self.model.graph.instance_of(value)
-            if instance is None:
-                return True  # an outside model: buffers unknown
-            if self._instance_buffers(value, instance, 2):
+        layers = forward is not None and (
+            is_no_grad(self.model, forward.module, forward.withs, forward.scope.qualname)
+            or not any(c.method == "backward" for c in forward.module.calls_in(forward.scope.qualname)))
+        return any(self._value_buffers(value, 2, layers)
+                   for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at))
+
+    def _value_buffers(self, value: Value, depth: int, layers: bool) -> bool:
+        """Whether the module a value builds may hold buffers: a project network whose code makes
+        some, torch's own layers that keep none (`nn.Linear`, `nn.ReLU`), or a container of them
+        (`nn.Sequential(nn.Linear(8, 16), nn.ReLU())`, whose parts are each read). Anything else
+        is an outside model whose buffers are unknown."""
+        instance = self.model.graph.instance_of(value)
+        if instance is not None:
+            return self._instance_buffers(value, instance, 2)
+        call = value.call
+        name = self.model.api_of(value) if call is not None else None
+        if call is None or name is None or not layers:
+            return True
+        if name in _BUFFERLESS_LAYERS:
+            return False
+        if name != "torch.nn.Sequential" or depth <= 0 or not call.args:
+            return True
+        for arg in call.args:
+            parts = [] if arg.star else self.model.values.of(value.module, arg.value, value.scope, value.frame,
+                                                             at=value.at)
+            if not parts or any(self._value_buffers(part, depth - 1, layers) for part in parts):
                 return True
         return False
 
@@ -743,6 +770,18 @@ _TIMM_HELPERS = re.compile(
     r"(?:(?:DropPath|drop_path|trunc_normal_|to_2tuple|to_ntuple|lecun_normal_|Mlp)[ \t]*,?[ \t]*)+$",
     re.M,
 )
+
+
+# torch's layers that register no buffer: DDP's forward has nothing of theirs to broadcast.
+_BUFFERLESS_LAYERS = frozenset(f"torch.nn.{name}" for name in (
+    "Linear", "Bilinear", "Identity", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "ConvTranspose3d", "ReLU", "ReLU6", "LeakyReLU", "PReLU", "ELU", "SELU", "CELU", "GELU", "SiLU", "Mish",
+    "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Softplus", "Hardtanh", "Hardswish", "Hardsigmoid",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d", "AlphaDropout", "Flatten", "Unflatten",
+    "LayerNorm", "GroupNorm", "Embedding", "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d",
+    "AvgPool2d", "AvgPool3d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d",
+    "AdaptiveMaxPool1d", "AdaptiveMaxPool2d", "Upsample", "PixelShuffle", "LSTM", "GRU", "RNN",
+))
 
 
 # Aggregates of a list of Python numbers.

@@ -45,7 +45,14 @@ class ModelMovedAfterWrapping(Rule):
     parameter is handed the wrapper or the module it holds (`self._snapshot(self.model.module)`
     with `def _snapshot(self, model): model.cpu()`) and moved to the CPU or cast there — also
     its `.module` moved, `model.module.to("cpu")` in a checkpoint helper handed the wrapper (a
-    move to the CPU leaves the GPU whatever it was spelled as). Not reported: a move to the
+    move to the CPU leaves the GPU whatever it was spelled as). A change of layout counts as a
+    cast (`self.net_G = self.net_G.to(memory_format=torch.channels_last)`, also in the
+    constructor that is handed the wrapper), and so does a move to any device in a helper handed
+    the wrapper (`def test(model, loader, args): model.to(args.device)`) when the module it wraps
+    was, as far as the lint can see, never moved before the wrap (built in the wrapping function,
+    not by a builder that may move it), and a move of the wrapper through the object that holds
+    it (`trainer.model.to("cpu")` to save it, with `Trainer` keeping `self.model = DDP(...)`).
+    Not reported: a move to the
     device the module was moved to before the wrap, however the two are spelled (`.cuda()` before,
     `.to(device)` with `device = torch.device("cuda")` after: both the current GPU); a move
     of the module that is then wrapped again (`model.to(device)`, then `DDP(model)` for a second
@@ -231,8 +238,10 @@ class ModelMovedAfterWrapping(Rule):
         model = self.model
         done: set[int] = set()
         for site in model.paths.sites():
-            if site.qualname is not None or site.receiver is None \
-                    or site.method not in _DEFINITE and not _to_cpu(site.node):
+            if site.qualname is not None or site.receiver is None or site.method not in _MOVES:
+                continue
+            definite = site.method in _DEFINITE or _to_cpu(site.node) or _changes_layout(site.node)
+            if not definite and not self._moves_unmoved_wrap(site):
                 continue
             name = dotted(strip_moves(site.receiver))
             if name is not None and name.endswith(".module") and name.count(".") == 1:
@@ -259,6 +268,26 @@ class ModelMovedAfterWrapping(Rule):
                     done.add(id(later.node))
                     self.report(later.node, module=later.module, related=model.paths.chain(later))
 
+    def _moves_unmoved_wrap(self, site: CallSite) -> bool:
+        """A move to a device (`model.to(args.device)` in an evaluation helper) of what may be a
+        DDP wrapper whose module, everywhere the model can see, was never moved before the wrap
+        (the other values it may hold, the plain model of a single-process run, move freely):
+        whatever device it names, the parameters change device under DDP."""
+        receiver = site.receiver
+        if receiver is None:
+            return False
+        held = [v for v in self.model.values.at_call(site, strip_moves(receiver)) if is_ddp(self.model, v)]
+        for value in held:
+            made = value.module.call_at(value.call) if value.call is not None else None
+            if made is None or not self._unmoved_before(made, value):
+                return False
+            inner = made.arg("module", 0)
+            assert inner is not None
+            leaves = self.model.values.of(value.module, inner, value.scope, value.frame, at=made.point)
+            if not leaves or any(leaf.scope is not made.scope or leaf.call is None for leaf in leaves):
+                return False  # built by a function that may move it before it returns it
+        return bool(held)
+
     def _held_wrap(self, site: CallSite, name: str | None) -> bool:
         """`name` is `self.attr` in a method (not the constructor) of a class that sets the
         attribute in its constructor only, and it may hold the DDP wrapper there; or `name` is a
@@ -266,11 +295,18 @@ class ModelMovedAfterWrapping(Rule):
         (`self._snapshot(self.model)` with `def _snapshot(self, model): model.cpu()`)."""
         if name is not None and "." not in name:
             return self._handed_wrap(site, name)
+        if name is not None and name.count(".") == 1 and not name.startswith("self."):
+            # `trainer.model.to("cpu")` on an object whose attribute holds the wrapper.
+            return self._on_distributed_path(site) and self._receiver_holds_wrap(site)
         if name is None or not name.startswith("self.") or name.count(".") != 1:
             return False
         function = site.scope.function
         owner = site.scope.class_scope
-        if function is None or owner is None or function.name == "__init__" or name in function.assignments:
+        if function is not None and owner is not None and function.name == "__init__":
+            # `self.net = self.net.to(memory_format=...)` in the constructor, the attribute just
+            # set from what it is handed: the wrapper, when the callers hand it one.
+            return self._on_distributed_path(site) and self._receiver_holds_wrap(site)
+        if function is None or owner is None or name in function.assignments:
             return False
         bindings = owner.assignments.get(name, [])
         if not bindings or not all(isinstance(b, Shared) and b.scope.name == "__init__" for b in bindings):
@@ -347,6 +383,11 @@ class ModelMovedAfterWrapping(Rule):
         for leaf in self.model.values.of(value.module, inner, value.scope, value.frame, at=wrap.point):
             node = leaf.node
             if not isinstance(node, cst.BaseExpression) or isinstance(node, cst.Call) and strip_moves(node) is not node:
+                return False
+        for binding in wrap.scope.reaching(name, wrap.point):
+            # `model = Net().cuda(gpu)`: the values the model reads are the module itself, the
+            # move taken off, so the binding is read as written.
+            if isinstance(binding, cst.Call) and strip_moves(binding) is not binding:
                 return False
         if _moves_name_before(wrap.module, wrap.scope, name, wrap.index):
             return False
@@ -499,6 +540,13 @@ def _to_cpu(call: cst.Call) -> bool:
         first = first.args[0].value
     return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" \
         and isinstance(first, cst.SimpleString) and first.evaluated_value in ("cpu", b"cpu")
+
+
+def _changes_layout(call: cst.Call) -> bool:
+    """`x.to(memory_format=torch.channels_last)`: the parameters are replaced by tensors of
+    another layout, under the gradient buckets DDP built for the old one."""
+    return isinstance(call.func, cst.Attribute) and call.func.attr.value == "to" \
+        and any(a.keyword is not None and a.keyword.value == "memory_format" for a in call.args)
 
 
 def _moves_name_before(module: ModuleModel, scope: Scope, name: str, index: int) -> bool:
