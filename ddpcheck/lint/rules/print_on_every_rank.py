@@ -53,6 +53,8 @@ _FILE_HANDLER = re.compile(r"(?:^|\.)\w*FileHandler$")
 _CONSOLE_HANDLER = re.compile(r"(?:^|\.)(?:StreamHandler|RichHandler|TqdmLoggingHandler)$")
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
+# The text of a device string (`f"cuda:{rank}"`, `"npu:" + str(local_rank)`).
+_DEVICE_TEXT = re.compile(r"\b(cuda|npu|xpu|hpu|mlu)\b")
 # Calls that name the process a message comes from, which tells the ranks' lines apart as the rank does.
 _PROCESS_IDS = frozenset({"os.getpid", "multiprocessing.current_process", "torch.multiprocessing.current_process"})
 # A message that names the process rank: not a retrieval metric's rank (`"CMC curve, Rank-{:<3}"`,
@@ -1011,11 +1013,34 @@ class PrintOnEveryRank(Rule):
                    or isinstance(sub, cst.Call) and resolve(sub.func) in _PROCESS_IDS
                    for sub in subexpressions(arg.value)):
                 return True  # (`f"[MEM-{os.getpid()}] ..."`: tagged with the process, as good as the rank)
+            if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
+                   for sub in subexpressions(arg.value)):
+                return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
                     node = bound.node.value if isinstance(bound, Augmented) else bound
                     if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
                         return True
+        return False
+
+    def _rank_device(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """`expr` holds the rank's own device, built from the rank (`torch.device(f"cuda:{rank}")`,
+        `f"cuda:{local_rank}"`, also passed in by a caller): one GPU per process, so a message
+        that names it tells the ranks' lines apart as the rank does."""
+        for value in self.model.values.at_call(site, expr):
+            node = value.node
+            if not isinstance(node, cst.BaseExpression):
+                continue
+            if isinstance(node, cst.Call):
+                if self.model.api_of(value) != api.TORCH_DEVICE:
+                    continue
+            elif not isinstance(node, (cst.FormattedString, cst.BinaryOperation, cst.ConcatenatedString)) \
+                    or not _DEVICE_TEXT.search(value.module.code(node)):
+                continue
+            resolve = self.model.resolver_for(value.module, value.scope)
+            if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and is_rank_value(sub, resolve)
+                   for sub in subexpressions(node) if sub is not node):
+                return True
         return False
 
     def _tags_through(self, caller: CallSite, function: Function, bound: str, site: CallSite) -> bool:
@@ -1224,7 +1249,10 @@ class PrintOnEveryRank(Rule):
         return name is not None and _mentions_rank(value.module, value.scope, name)
 
     def _kind(self, site: CallSite) -> str | None:
-        if site.dotted == "print" and "print" not in site.module.functions:
+        # `from utils.dist import master_only_print as print` rebinds the name: the calls run the
+        # project function, whose own output is judged where it writes.
+        if site.dotted == "print" and "print" not in site.module.functions \
+                and (site.module.names.origin("print") or "builtins.print") in _PRINT_TARGETS:
             out = site.arg("file")
             if out is not None and dotted(out) not in _CONSOLE:
                 return None  # `print(row, file=f)` writes a file, not the console
