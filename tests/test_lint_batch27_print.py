@@ -83,6 +83,9 @@ def test_print_imported_as_a_rank_zero_helper_stays_silent(tmp_path: Path) -> No
     # The name is followed into the helper: one that prints on every rank is reported where the
     # loop calls it, the place for the guard.
     assert lines(tmp_path / "every", _gan("print_everywhere"), "DDP020") == [("train.py", 20)]
+    # An installed package's print writes to the console like the builtin.
+    files = {"train.py": GAN_SCRIPT.format(helper="print").replace("from utils.distributed import", "from rich import")}
+    assert lines(tmp_path / "rich", files, "DDP020") == [("train.py", 20)]
 
 
 # Per-batch prints that name the rank's own GPU (`torch.device(f"cuda:{rank}")`, passed in).

@@ -1249,10 +1249,7 @@ class PrintOnEveryRank(Rule):
         return name is not None and _mentions_rank(value.module, value.scope, name)
 
     def _kind(self, site: CallSite) -> str | None:
-        # `from utils.dist import master_only_print as print` rebinds the name: the calls run the
-        # project function, whose own output is judged where it writes.
-        if site.dotted == "print" and "print" not in site.module.functions \
-                and (site.module.names.origin("print") or "builtins.print") in _PRINT_TARGETS:
+        if site.dotted == "print" and "print" not in site.module.functions and not self._print_rebound(site):
             out = site.arg("file")
             if out is not None and dotted(out) not in _CONSOLE:
                 return None  # `print(row, file=f)` writes a file, not the console
@@ -1274,6 +1271,17 @@ class PrintOnEveryRank(Rule):
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"
         return None
+
+    @staticmethod
+    def _print_rebound(site: CallSite) -> bool:
+        """`from utils.dist import master_only_print as print`: the calls run the project function,
+        whose own output is judged where it writes (a name we cannot resolve is not known to
+        print). An installed package's print (`from rich import print`) writes to the console."""
+        origin = site.module.names.origin("print")
+        if origin is None or origin in _PRINT_TARGETS:
+            return False
+        target = site.target
+        return target is None or target.external is None
 
     def _logger_visible(self, site: CallSite) -> bool:
         """Whether we can see how the logger is configured: `logging` itself or a logger made in
