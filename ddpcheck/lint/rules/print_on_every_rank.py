@@ -115,9 +115,13 @@ class PrintOnEveryRank(Rule):
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
     colorlog's, rich's — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
-    out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
+    out of sight); `print(..., file=f)`; a `print` the module rebinds by importing a project
+    function under that name (`from utils.distributed import master_only_print as print`: the
+    function's own output is judged where it writes); messages that name the rank (in the call or in the
     variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
-    result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, or a value
+    result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, the rank's own
+    device, `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")` (also
+    passed in by the caller), or a value
     that is the rank under another name:
     `template.format(self.gpu_id, loss)`; for output in a function called from the loop, the
     rank the caller passes counts only where it fills a parameter the output names, directly or

@@ -61,7 +61,10 @@ class RankLocalBreak(Rule):
     script imports is a training loop. Also reported: a variable a
     `while` loop's condition reads, set inside the loop under a rank guard only (`if rank == 0:
     ... epoch = swa.start` under `while epoch < max_epochs:`), unless a collective in the loop
-    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). And a `return`
+    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`); and the flag of
+    `while not done:` (or `while running:`) set to end the loop under a test of the rank's own
+    values (a retry loop around a mixed-precision step, `if not torch.isfinite(loss): done =
+    True`), in a loop that makes no collective: that rank leaves as a `break` would. And a `return`
     (or a loop's `continue`) in an `except` handler for an error one rank can meet on its own
     (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
     mentions out-of-memory) that comes before
@@ -491,7 +494,8 @@ class RankLocalBreak(Rule):
         name = test.value
         inside = {id(n) for n in subexpressions(loop.body)}
         for binding, point in zip(scope.assignments.get(name, []), scope.points.get(name, [])):
-            if point is None or loop not in point.loops or not (is_true(binding) if ending else is_false(binding)):
+            if point is None or loop not in point.loops or not isinstance(binding, cst.BaseExpression) \
+                    or not (is_true(binding) if ending else is_false(binding)):
                 continue
             guards = [g for g in point.guards if id(g.node) in inside and not _early_exit(g)]
             if not guards or guards[-1].negated or not isinstance(guards[-1].node, cst.If):
