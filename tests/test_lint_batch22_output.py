@@ -177,7 +177,8 @@ def test_message_tagged_with_the_process_id_is_clean(tmp_path: Path) -> None:
 
 
 def test_untagged_memory_report_is_reported_at_its_call(tmp_path: Path) -> None:
-    files = {"util.py": MEMORY_UTIL.format(tag="mem"), "train.py": MEMORY_SCRIPT}
+    # (Without the device either: `torch.device("cuda", local_rank)` names the rank's own GPU.)
+    files = {"util.py": MEMORY_UTIL.format(tag="mem").replace("-{device}]", "]"), "train.py": MEMORY_SCRIPT}
     assert lines(tmp_path, files, "DDP020") == [("train.py", 21)]
 
 

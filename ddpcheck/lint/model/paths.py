@@ -29,7 +29,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    Resolve, bounded_rank, is_distributed_test, selects_main_rank, vacuous_without_flag, widened,
+    Resolve, bounded_rank, is_distributed_test, selects_main_rank, vacuous_without_flag, whole_rank_test, widened,
 )
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
@@ -247,6 +247,8 @@ class Paths:
         side = selects_main_rank(guard.test, resolve)
         if side is None and scope is not None:
             side = self._presence_side(module, guard.test, scope, guard.node)
+        if side is None and guard.negated and _false_past_rank_zero(guard.test, resolve):
+            side = False  # read as `rank != 0` in its `else` (the code after `if ...: return`)
         if side is not None and widened(guard.test, guard.negated, resolve):
             return None  # the else of `if rank == 0 and x:` runs on every rank where x is false
         if side is not None:
@@ -1163,3 +1165,14 @@ def _picked_constant(test: cst.BaseExpression) -> tuple[str, str] | None:
         if name and text is not None:
             return name, text
     return None
+
+
+def _false_past_rank_zero(test: cst.BaseExpression, resolve: Resolve) -> bool:
+    """An `or` one of whose operands holds on exactly the ranks but 0 (`if not enabled or not
+    is_main(rank): return`): where the whole test is false, that operand is too, so only rank 0
+    gets there (at most: the other operands narrow it further)."""
+    if not isinstance(test, cst.BooleanOperation) or not isinstance(test.operator, cst.Or):
+        return False
+    return any(_false_past_rank_zero(side, resolve)
+               or selects_main_rank(side, resolve) is False and whole_rank_test(side, resolve)
+               for side in (test.left, test.right))

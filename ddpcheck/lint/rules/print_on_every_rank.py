@@ -53,6 +53,8 @@ _FILE_HANDLER = re.compile(r"(?:^|\.)\w*FileHandler$")
 _CONSOLE_HANDLER = re.compile(r"(?:^|\.)(?:StreamHandler|RichHandler|TqdmLoggingHandler)$")
 _CONSOLE = frozenset({"sys.stdout", "sys.stderr"})
 _RANK = re.compile(r"rank", re.I)
+# The text of a device string (`f"cuda:{rank}"`, `"npu:" + str(local_rank)`).
+_DEVICE_TEXT = re.compile(r"\b(cuda|npu|xpu|hpu|mlu)\b")
 # Calls that name the process a message comes from, which tells the ranks' lines apart as the rank does.
 _PROCESS_IDS = frozenset({"os.getpid", "multiprocessing.current_process", "torch.multiprocessing.current_process"})
 # A message that names the process rank: not a retrieval metric's rank (`"CMC curve, Rank-{:<3}"`,
@@ -113,9 +115,13 @@ class PrintOnEveryRank(Rule):
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
     colorlog's, rich's — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
-    out of sight); `print(..., file=f)`; messages that name the rank (in the call or in the
+    out of sight); `print(..., file=f)`; a `print` the module rebinds by importing a project
+    function under that name (`from utils.distributed import master_only_print as print`: the
+    function's own output is judged where it writes); messages that name the rank (in the call or in the
     variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
-    result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, or a value
+    result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, the rank's own
+    device, `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")` (also
+    passed in by the caller), or a value
     that is the rank under another name:
     `template.format(self.gpu_id, loss)`; for output in a function called from the loop, the
     rank the caller passes counts only where it fills a parameter the output names, directly or
@@ -1011,11 +1017,34 @@ class PrintOnEveryRank(Rule):
                    or isinstance(sub, cst.Call) and resolve(sub.func) in _PROCESS_IDS
                    for sub in subexpressions(arg.value)):
                 return True  # (`f"[MEM-{os.getpid()}] ..."`: tagged with the process, as good as the rank)
+            if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
+                   for sub in subexpressions(arg.value)):
+                return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
                     node = bound.node.value if isinstance(bound, Augmented) else bound
                     if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
                         return True
+        return False
+
+    def _rank_device(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """`expr` holds the rank's own device, built from the rank (`torch.device(f"cuda:{rank}")`,
+        `f"cuda:{local_rank}"`, also passed in by a caller): one GPU per process, so a message
+        that names it tells the ranks' lines apart as the rank does."""
+        for value in self.model.values.at_call(site, expr):
+            node = value.node
+            if not isinstance(node, cst.BaseExpression):
+                continue
+            if isinstance(node, cst.Call):
+                if self.model.api_of(value) != api.TORCH_DEVICE:
+                    continue
+            elif not isinstance(node, (cst.FormattedString, cst.BinaryOperation, cst.ConcatenatedString)) \
+                    or not _DEVICE_TEXT.search(value.module.code(node)):
+                continue
+            resolve = self.model.resolver_for(value.module, value.scope)
+            if any(isinstance(sub, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)) and is_rank_value(sub, resolve)
+                   for sub in subexpressions(node) if sub is not node):
+                return True
         return False
 
     def _tags_through(self, caller: CallSite, function: Function, bound: str, site: CallSite) -> bool:
@@ -1224,7 +1253,7 @@ class PrintOnEveryRank(Rule):
         return name is not None and _mentions_rank(value.module, value.scope, name)
 
     def _kind(self, site: CallSite) -> str | None:
-        if site.dotted == "print" and "print" not in site.module.functions:
+        if site.dotted == "print" and "print" not in site.module.functions and not self._print_rebound(site):
             out = site.arg("file")
             if out is not None and dotted(out) not in _CONSOLE:
                 return None  # `print(row, file=f)` writes a file, not the console
@@ -1246,6 +1275,17 @@ class PrintOnEveryRank(Rule):
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"
         return None
+
+    @staticmethod
+    def _print_rebound(site: CallSite) -> bool:
+        """`from utils.dist import master_only_print as print`: the calls run the project function,
+        whose own output is judged where it writes (a name we cannot resolve is not known to
+        print). An installed package's print (`from rich import print`) writes to the console."""
+        origin = site.module.names.origin("print")
+        if origin is None or origin in _PRINT_TARGETS:
+            return False
+        target = site.target
+        return target is None or target.external is None
 
     def _logger_visible(self, site: CallSite) -> bool:
         """Whether we can see how the logger is configured: `logging` itself or a logger made in

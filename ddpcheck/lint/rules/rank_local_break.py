@@ -61,7 +61,10 @@ class RankLocalBreak(Rule):
     script imports is a training loop. Also reported: a variable a
     `while` loop's condition reads, set inside the loop under a rank guard only (`if rank == 0:
     ... epoch = swa.start` under `while epoch < max_epochs:`), unless a collective in the loop
-    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`). And a `return`
+    carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`); and the flag of
+    `while not done:` (or `while running:`) set to end the loop under a test of the rank's own
+    values (a retry loop around a mixed-precision step, `if not torch.isfinite(loss): done =
+    True`), in a loop that makes no collective: that rank leaves as a `break` would. And a `return`
     (or a loop's `continue`) in an `except` handler for an error one rank can meet on its own
     (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
     mentions out-of-memory) that comes before
@@ -143,6 +146,11 @@ class RankLocalBreak(Rule):
         "(exit status 0), so the launcher does not stop the others: they wait in their next "
         "all-reduce until the timeout; agree on it across ranks (all_reduce the flag), or raise "
         "(or exit non-zero) so the whole job stops"
+    )
+    FLAG_MESSAGE = (
+        "`{flag}` on a condition each rank evaluates on its own (`{test}`) ends `while {loop}` on "
+        "this rank only: the other ranks go round again and wait in their next all-reduce until "
+        "the timeout; agree on it across ranks (all_reduce the flag) before setting it"
     )
     GUARDED_MESSAGE = (
         "the backward in this loop runs only when `{test}` holds, a test of this rank's own values: "
@@ -458,6 +466,8 @@ class RankLocalBreak(Rule):
             # make the ranks agree.
             if any(_carries(model.api(c), c, scope) & _reads(scope, loop.test) for c in collectives):
                 continue
+            if not collectives:
+                self._flag_cleared_locally(root, loop, scope)
             for name in sorted(read):
                 ranked = model.paths.set_by_rank(root, scope, name, flags=False)
                 if ranked is None:
@@ -470,6 +480,32 @@ class RankLocalBreak(Rule):
                             name=name, test=model.text_of(root, loop.test), guard=model.text_of(root, guard.test)),
                             module=root)
                         break
+
+    def _flag_cleared_locally(self, root: ModuleModel, loop: cst.While, scope: Scope) -> None:
+        """`while not done:` (or `while running:`) whose flag is set to end the loop under a test
+        of the rank's own values (`if not torch.isfinite(loss): done = True`, a retry loop around
+        a step): that rank leaves as a `break` would, and the others go round again into a
+        backward nobody pairs."""
+        test, ending = loop.test, False
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, ending = test.expression, True
+        if not isinstance(test, cst.Name):
+            return
+        name = test.value
+        inside = {id(n) for n in subexpressions(loop.body)}
+        for binding, point in zip(scope.assignments.get(name, []), scope.points.get(name, [])):
+            if point is None or loop not in point.loops or not isinstance(binding, cst.BaseExpression) \
+                    or not (is_true(binding) if ending else is_false(binding)):
+                continue
+            guards = [g for g in point.guards if id(g.node) in inside and not _early_exit(g)]
+            if not guards or guards[-1].negated or not isinstance(guards[-1].node, cst.If):
+                continue
+            guard = guards[-1]
+            if not self._local_value(root, scope, guard.test):
+                continue
+            self.report(binding, self.FLAG_MESSAGE.format(
+                flag=f"{name} = {'True' if ending else 'False'}", test=self.model.text_of(root, guard.test),
+                loop=self.model.text_of(root, loop.test)), module=root)
 
     def _skips_on_error(self, root: ModuleModel) -> None:
         """`except RuntimeError as e: if "out of memory" in str(e): return False` before the
