@@ -164,7 +164,8 @@ class HardCodedRendezvous(Rule):
     on a loopback address or a host name, or with a rank that adds a node's offset
     (`node_rank * gpus + gpu`: the job spans machines and the address is the first node's), nor
     a script whose rank is a positional word of its command line (`rank=int(sys.argv[1])`):
-    each process is started by hand with its own number, which no launcher gives.
+    each process is started by hand with its own number, which no launcher gives (unless the
+    file's own usage text launches it with one: then it is meant for that launcher).
 
     ## How to fix
     In a spawn script, meet on `localhost` (127.0.0.1) with a free port. Otherwise call
@@ -448,8 +449,8 @@ class HardCodedRendezvous(Rule):
             rank, world = call.arg("rank"), call.arg("world_size")
             if rank is None or world is None or (int_value(rank) is not None and int_value(world) is not None):
                 continue  # a literal rank and size: a fixed, hand-made job
-            if self._rank_from_argv(call, rank):
-                continue  # each process started by hand with its own rank: no launcher there
+            if self._rank_from_argv(call, rank) and not model.launched_by_usage():
+                continue  # each process started by hand with its own rank, and no launcher named for it
             if entry is None:
                 entry = model.is_entry_point()
             if entry:
