@@ -72,6 +72,62 @@ def test_rank_zero_forward_of_a_sequential_with_an_outside_layer_is_reported(tmp
     assert lines(tmp_path, files, "DDP009") == [("train.py", 35)]
 
 
+# Rank 0 evaluates in a function of its own that never back-propagates, gradients on.
+RANK0_EVAL_WITH_GRAD = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+
+    def final_eval(ddp_model, dataset, rank):
+        if rank == 0:
+            ddp_model.eval()
+            for x, y in DataLoader(dataset, batch_size=64):
+                out = ddp_model(x.cuda())
+
+
+    def main():
+        dist.init_process_group(backend="nccl")
+        rank = dist.get_rank()
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        dataset = TensorDataset(torch.randn(256, 10), torch.randint(0, 2, (256,)))
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=32, sampler=sampler)
+        model = nn.Sequential(nn.Linear(10, 64), nn.ReLU(), nn.Linear(64, 2)).to(local_rank)
+        ddp_model = nn.parallel.DistributedDataParallel(model, device_ids=[local_rank])
+        optimizer = torch.optim.Adam(ddp_model.parameters(), lr=1e-3)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for x, y in loader:
+                loss = nn.functional.cross_entropy(ddp_model(x.cuda()), y.cuda())
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        final_eval(ddp_model, dataset, rank)
+        dist.destroy_process_group()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_rank_zero_forward_of_bufferless_layers_with_gradients_on_is_reported(tmp_path: Path) -> None:
+    # With gradients on, DDP's forward may rebuild its buckets (a broadcast from rank 0), buffers
+    # or not: only a forward under no_grad is known to make no collective, also in a function
+    # that never back-propagates.
+    assert lines(tmp_path, {"train.py": RANK0_EVAL_WITH_GRAD}, "DDP009") == [("train.py", 12)]
+    quiet = RANK0_EVAL_WITH_GRAD.replace(
+        "            for x, y in DataLoader(dataset, batch_size=64):\n                out = ddp_model(x.cuda())\n",
+        "            with torch.no_grad():\n                for x, y in DataLoader(dataset, batch_size=64):\n"
+        "                    out = ddp_model(x.cuda())\n")
+    assert "no_grad" in quiet
+    assert lines(tmp_path / "quiet", {"train.py": quiet}, "DDP009") == []
+
+
 # A perceptual loss around a pretrained recogniser, frozen in its constructor and wrapped in DDP
 # beside a generator without BatchNorm.
 FACE_NET = """\

@@ -86,8 +86,8 @@ class CollectiveInRankBranch(Rule):
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
-    for the encoder), or, under `torch.no_grad()` or in a function that never back-propagates, of
-    a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
+    for the encoder), or, under `torch.no_grad()` (with gradients on, DDP's forward may rebuild
+    its buckets, a broadcast from rank 0), of a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
     nn.Linear(64, 2))`; a layer of another library counts as holding some); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
     -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
@@ -676,9 +676,8 @@ class CollectiveInRankBranch(Rule):
         """DDP's forward broadcasts the module's buffers from rank 0 (unless `broadcast_buffers=
         False`); a module of the project whose code holds no buffers (no norm layers with running
         statistics, no `register_buffer`) has none to send, nor, at a `forward` that runs under
-        `torch.no_grad()` or in a function that never back-propagates, a stack of torch's own
-        layers that keep none (a training forward of such a toy model stays reported: its
-        backward reduces gradients)."""
+        `torch.no_grad()`, a stack of torch's own layers that keep none (with gradients on, the
+        forward may rebuild DDP's buckets, and a training forward's backward reduces gradients)."""
         call = wrap.call
         assert call is not None
         if is_false(argument(call, "broadcast_buffers", 4)):
@@ -686,9 +685,10 @@ class CollectiveInRankBranch(Rule):
         inner = argument(call, "module", 0)
         if inner is None:
             return True
-        layers = forward is not None and (
-            is_no_grad(self.model, forward.module, forward.withs, forward.scope.qualname)
-            or not any(c.method == "backward" for c in forward.module.calls_in(forward.scope.qualname)))
+        # Only under no_grad: with gradients on, DDP's forward may rebuild its buckets, which
+        # broadcasts from rank 0 (`_pre_forward`: `torch.is_grad_enabled() and
+        # self.reducer._rebuild_buckets()`), buffers or not.
+        layers = forward is not None and is_no_grad(self.model, forward.module, forward.withs, forward.scope.qualname)
         return any(self._value_buffers(value, 2, layers)
                    for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at))
 
