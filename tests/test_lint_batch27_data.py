@@ -37,6 +37,14 @@ def test_rank_name_bound_from_argv_is_a_hand_started_job(tmp_path: Path) -> None
     assert lines(tmp_path, files, "DDP015") == []
 
 
+def test_rank_from_argv_in_a_file_its_usage_text_launches_is_still_reported(tmp_path: Path) -> None:
+    # The DDP tutorial's form: the usage comment starts the file with a launcher, which sets the
+    # rendezvous itself (and whose first word would not even be the rank).
+    script = "    # Launch with: torchrun --nproc_per_node=2 train.py\n" + HAND_STARTED.format(
+        rank_line="", rank="int(sys.argv[1])")
+    assert lines(tmp_path, {"train.py": script}, "DDP015") == [("train.py", 10)]
+
+
 def test_rank_from_a_flag_with_a_hard_coded_url_is_still_reported(tmp_path: Path) -> None:
     files = {"train.py": HAND_STARTED.format(rank_line="import argparse\n    args = argparse.ArgumentParser().parse_args()",
                                              rank="args.rank")}
