@@ -1017,14 +1017,14 @@ class PrintOnEveryRank(Rule):
                    or isinstance(sub, cst.Call) and resolve(sub.func) in _PROCESS_IDS
                    for sub in subexpressions(arg.value)):
                 return True  # (`f"[MEM-{os.getpid()}] ..."`: tagged with the process, as good as the rank)
-            if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
-                   for sub in subexpressions(arg.value)):
-                return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
             if isinstance(arg.value, cst.Name):
                 for bound in site.scope.lookup(arg.value.value):
                     node = bound.node.value if isinstance(bound, Augmented) else bound
                     if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
                         return True
+            if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
+                   for sub in subexpressions(arg.value)):
+                return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
         return False
 
     def _rank_device(self, site: CallSite, expr: cst.BaseExpression) -> bool:
