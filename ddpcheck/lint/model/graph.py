@@ -204,6 +204,14 @@ class CallGraph:
                 info = value.module.classes.get(owner.qualname) if owner is not None else None
                 if info is not None:
                     function = self.method(value.module, info, node.attr.value)
+            elif function is None and isinstance(node, cst.Attribute):
+                # `mp.spawn(trainer.train, ...)` after `trainer = Trainer(cfg)`: the bound method
+                # of each project class the object may be an instance of.
+                for held in self.model.values.of(value.module, node.value, value.scope, value.frame, at=value.at):
+                    for owner_module, info in self.instances_of(held):
+                        bound = self.method(owner_module, info, node.attr.value)
+                        if bound is not None and bound not in out:
+                            out.append(bound)
             if function is None and isinstance(node, (cst.Name, cst.Attribute)):
                 name = dotted(node)
                 found = self.model.resolver.name(value.module, name, value.scope) if name else None
