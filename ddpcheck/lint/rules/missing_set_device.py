@@ -37,9 +37,11 @@ class MissingSetDevice(Rule):
     `torch.cuda.device(...)`, passes `device_id=` to `init_process_group`, or pins the process
     with `CUDA_VISIBLE_DEVICES` (`torch.accelerator.set_device_index` counts too; a list of
     GPUs every process shares, `"0,1,2,3"` or the configuration's `cfg["device_ids"]`, pins none,
-    nor does one GPU named by a literal at import, `"1"`, in a script that numbers its GPUs by
+    nor does one GPU named by a literal at import, `"1"`, or an option read there, `args.cuda`
+    (every process parses the same command line; not one named for the process, `args.gpu`,
+    `args.local_rank`, nor a value from the environment), in a script that numbers its GPUs by
     rank, `.to(rank)` or `device_ids=[rank]`: written for one visible GPU per process, which the
-    literal, a one-GPU setting the same in every process, does not give;
+    setting, the same in every process, does not give;
     nor does a read of the variable, such as a log line that names the GPU, or a line left
     commented out). A device held
     in a variable (`device = "cuda" if ... else "cpu"`) is CUDA. CUDA used only on the path that runs
@@ -455,14 +457,22 @@ def _within(guards: tuple[Guard, ...], held: tuple[Guard, ...]) -> bool:
 
 def _one_gpu_for_all(access: EnvAccess, module: ModuleModel) -> bool:
     """`os.environ["CUDA_VISIBLE_DEVICES"] = "1"` at module level under no condition: a literal
-    naming one GPU, the same in every process (each spawned worker imports the module again)."""
+    naming one GPU, the same in every process (each spawned worker imports the module again);
+    so is an option read there (`= args.cuda`), which every process parses from the same
+    command line — unless its name says it is the process's own (`args.local_rank`, `args.gpu`)
+    or it comes from the environment, which a launcher may set per process."""
     if access.guards or access.scope.kind != "module":
         return False
     for node in module.tree.body:
         for line in node.body if isinstance(node, cst.SimpleStatementLine) else ():
             if isinstance(line, cst.Assign) and any(t.target is access.node for t in line.targets):
-                text = string_text(line.value) if isinstance(line.value, cst.SimpleString) else None
-                return text is not None and text.strip().isdigit()
+                value = line.value
+                if isinstance(value, cst.SimpleString):
+                    text = string_text(value)
+                    return text is not None and text.strip().isdigit()
+                code = module.code(value)
+                return isinstance(value, (cst.Attribute, cst.Subscript)) \
+                    and not _PER_PROCESS.search(code) and not _ENVIRONMENT.search(code)
     return False
 
 
