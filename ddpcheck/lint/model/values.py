@@ -177,6 +177,11 @@ _SHARED, _PARAM, _ITEM, _ELEMENT, _LEAF, _IFEXP, _BOOLEAN, _NAME, _CALL, _SUBSCR
 _BRANCH: dict[type, int] = {}
 
 
+def _conjunction(test: cst.BaseExpression) -> bool:
+    """`a and b` (in parentheses or not): a test whose negation is a disjunction."""
+    return isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And)
+
+
 def _bypassed(point: Point | None, bindings: Sequence[tuple[Binding, Point | None]], at: Point | None) -> list[Guard]:
     """The `if`s without `else` that rebind the name between `point` and the use `at` (`if
     isinstance(model, DDP): model = model.module` after `def run(model):`): the binding at `point`
@@ -186,7 +191,10 @@ def _bypassed(point: Point | None, bindings: Sequence[tuple[Binding, Point | Non
     held = {id(g.node) for g in at.guards}
     passed: list[Guard] = []
     for _, later in bindings:
-        if later is None or not later.guards or not point.tick < later.tick < at.tick or later.loops != at.loops:
+        # (The `if` may sit outside a loop the use is in: `if isinstance(proj, DDP): proj =
+        # proj.module`, then `for i in range(3): proj[str(i)](h)`.)
+        if later is None or not later.guards or not point.tick < later.tick < at.tick \
+                or tuple(at.loops[:len(later.loops)]) != tuple(later.loops):
             continue
         *outer, last = later.guards
         if not isinstance(last.node, cst.If) or last.node.orelse is not None or last.negated \
@@ -455,6 +463,10 @@ class Values:
         resolve = self.model.resolver_for(module)
         unwrapped = single = multi = False
         for guard in guards:
+            if guard.negated and _conjunction(guard.test):
+                # The `else` of `if a and b:` holds where either is false: it says nothing of `a`
+                # (`if args.n_gpu > 1 and not training: model = DataParallel(model)`).
+                continue
             wrapped = self.wrapped_test(module, guard.test)
             if wrapped is not None and wrapped == guard.negated:
                 unwrapped = True
