@@ -993,9 +993,20 @@ class PrintOnEveryRank(Rule):
 
     def _console_handler_added(self, site: CallSite) -> bool:
         """A handler that writes to the console is added (`logging.root.addHandler(sh)` with `sh =
-        colorlog.StreamHandler()`), under no condition on the rank."""
-        return site.method == "addHandler" and not self._ranked_log_setup(site) \
-            and self._handler_made(site, site.arg("hdlr", 0), _CONSOLE_HANDLER)
+        colorlog.StreamHandler()`), under no condition on the rank; also by `logging.basicConfig(...)`
+        with no file nor handler list, which gives the root logger a `sys.stderr` handler (or
+        one on the stream it is given, `stream=sys.stdout`)."""
+        if site.method != "addHandler" and self.model.api(site) != "logging.basicConfig":
+            return False
+        if self._ranked_log_setup(site):
+            return False
+        if site.method == "addHandler":
+            return self._handler_made(site, site.arg("hdlr", 0), _CONSOLE_HANDLER)
+        if site.has_keyword("filename") or site.has_keyword("handlers") \
+                or any(arg.star for arg in site.node.args):
+            return False
+        stream = site.arg("stream")
+        return stream is None or dotted(stream) in _CONSOLE
 
     def _rank_tagged(self, site: CallSite, kind: str | None = None) -> bool:
         """The message names the rank, in the call or in the variable it is built in
@@ -1274,7 +1285,19 @@ class PrintOnEveryRank(Rule):
             receiver = site.receiver_name or ""
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"
+            if self._made_by_get_logger(site):
+                return "logging"
         return None
+
+    def _made_by_get_logger(self, site: CallSite) -> bool:
+        """The receiver, under any name (`print_logger = logger(path)`), holds only loggers that
+        `logging.getLogger` made, also inside a project factory that returns one: a name alone
+        cannot tell a logger from a metrics logger's `.log(...)`, the value can."""
+        receiver = site.receiver
+        if receiver is None:
+            return False
+        values = self.model.values.at_call(site, receiver)
+        return bool(values) and all(self.model.api_of(value) == "logging.getLogger" for value in values)
 
     @staticmethod
     def _print_rebound(site: CallSite) -> bool:
