@@ -8,7 +8,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
-from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
+from ddpcheck.lint.model.ddp import wraps
+from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.parse import PARSE_ERRORS, parse_module
 from ddpcheck.lint.model.paths import handler_calls
@@ -530,6 +531,52 @@ class PrintOnEveryRank(Rule):
                         continue
                     called.add(key)
                 self._report(site, place, kind)
+        if not print_silenced and not self._console_moved("sys.stdout"):
+            for site in self._forward_prints():
+                if id(site.node) not in reported:
+                    reported.add(id(site.node))
+                    self._report(site, site, "print")
+
+    # --- the network's forward ---------------------------------------------------------------
+    def _forward_prints(self) -> list[CallSite]:
+        """Unguarded prints in the `forward` of a project network that every rank wraps in DDP,
+        or of a layer of the project it holds and runs there (`self.attention(x)`): the forward
+        runs at each step of training, on every rank. A print under any test (`if self.debug:`,
+        `if not self.training:`) is left alone."""
+        model = self.model
+        graph = model.graph
+        classes: list[tuple[ModuleModel, ClassInfo]] = []
+        for module in model.paths.modules():
+            for wrap in wraps(model, module):
+                if wrap.inner is None or model.paths.every_rank(wrap.site) is None:
+                    continue
+                for value in model.values.at_call(wrap.site, wrap.inner):
+                    if graph.is_network(value):
+                        classes += graph.instances_of(value)
+        out: list[CallSite] = []
+        seen: set[tuple[int, str]] = set()
+        depth = 0
+        while classes and depth <= _MAX_HOPS:
+            layers: list[tuple[ModuleModel, ClassInfo]] = []
+            for module, info in classes:
+                forward = graph.method(module, info, "forward")
+                if forward is None or (id(forward.module), forward.qualname) in seen:
+                    continue
+                seen.add((id(forward.module), forward.qualname))
+                owner = forward.owner
+                for site in forward.module.calls_in(forward.qualname):
+                    if self._kind(site) == "print" and not site.guards and not self._rank_tagged(site, "print") \
+                            and id(site.node) not in handler_calls(site.module):
+                        out.append(site)
+                    func = site.node.func
+                    if owner is not None and isinstance(func, cst.Attribute) and dotted(func.value) == "self":
+                        held = cst.Attribute(cst.Name("self"), cst.Name(func.attr.value))
+                        for value in model.values.of(forward.module, held, owner.scope):
+                            if graph.is_network(value):
+                                layers += graph.instances_of(value)
+            classes = layers
+            depth += 1
+        return out
 
     def _report(self, site: CallSite, place: CallSite, kind: str) -> None:
         chain = self.model.paths.chain(place)
