@@ -380,3 +380,57 @@ def test_print_in_the_forward_under_a_debug_switch_is_clean(tmp_path: Path) -> N
                  show='if self.debug:\n                print("attention input", x.size())'),
              "train.py": FORWARD_SCRIPT}
     assert lines(tmp_path, files, "DDP020") == []
+
+
+# The same logging set-up in a trainer class whose records are shown under a flag set from the
+# rank in `__init__`, combined with a configuration switch.
+FLAG_TRAINER = """\
+    import logging
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    import logging_utils
+    logging_utils.config_logger()
+
+
+    class Trainer:
+        def __init__(self, params):
+            self.world_rank = 0
+            if int(os.environ.get("WORLD_SIZE", 1)) > 1:
+                dist.init_process_group(backend="nccl", init_method="env://")
+                self.world_rank = dist.get_rank()
+            self.log_to_screen = params.log_to_screen and self.world_rank == 0
+            if self.world_rank == 0:
+                logging_utils.log_to_file(os.path.join(params.exp_dir, "out.log"))
+            self.model = DistributedDataParallel(torch.nn.Linear(8, 2).cuda())
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+            self.params = params
+
+        def train(self):
+            for epoch in range(self.params.max_epochs):
+                for inp, tar in self.params.loader:
+                    loss = ((self.model(inp.cuda()) - tar.cuda()) ** 2).mean()
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+                if self.log_to_screen:
+                    logging.info("Train loss: {}".format(loss.item()))
+
+
+    if __name__ == "__main__":
+        Trainer(load_params()).train()
+"""
+
+
+def test_log_under_a_flag_an_attribute_holds_from_a_rank_test_is_clean(tmp_path: Path) -> None:
+    files = {"logging_utils.py": ROOT_LOG_UTIL.format(config="format=_format, level=log_level"),
+             "train.py": FLAG_TRAINER}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+def test_log_under_a_flag_an_attribute_holds_from_a_config_switch_is_reported(tmp_path: Path) -> None:
+    files = {"logging_utils.py": ROOT_LOG_UTIL.format(config="format=_format, level=log_level"),
+             "train.py": FLAG_TRAINER.replace("params.log_to_screen and self.world_rank == 0",
+                                              "params.log_to_screen and params.verbose")}
+    assert lines(tmp_path, files, "DDP020") == [("train.py", 31)]
