@@ -76,7 +76,9 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported (`print`, `pprint`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `pprint`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls, also on
+    a logger known by its value rather than its name, `print_logger = logger(path)` of a project
+    factory that returns `logging.getLogger(...)`): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
@@ -85,7 +87,9 @@ class PrintOnEveryRank(Rule):
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
     epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
     validate_classification(loaders, model)`) — is reported at its output: a guard around its call would
-    change what the other ranks do.
+    change what the other ranks do. Unguarded prints in the `forward` of a project network that every
+    rank wraps in DDP, or of a project layer it runs there (`self.attention(x)`), repeat at each
+    training step of every rank (a print under any test, `if self.debug:`, is left alone).
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -114,7 +118,7 @@ class PrintOnEveryRank(Rule):
     rank == 0:`, `else: logger = dummy_logger()` or `get_logger(dir, verbose=False)`), a logger whose methods are swapped for a project wrapper with
     `setattr`/`__setattr__`; not where the only set-up by rank is a file handler's, `if rank ==
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
-    colorlog's, rich's — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
+    colorlog's, rich's, the one `logging.basicConfig(...)` with no file gives — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
