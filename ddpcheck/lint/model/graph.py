@@ -93,6 +93,9 @@ class CallGraph:
         self._classes: dict[tuple[str, str], tuple[ModuleModel, ClassInfo] | None] = {}
         self._class_reads: dict[tuple[int, int, str], bool] = {}  # (module, class, attribute) -> not assigned by name
         self._in_progress: set[int] = set()
+        # Set while a lookup rests on a parameter whose callers the reach has not all found yet
+        # (see _held_functions): such an answer is not kept.
+        self._provisional = False
         self._methods: dict[str, frozenset[str]] = {}
         self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
         self._chosen: dict[int, list[tuple[ModuleModel, ClassInfo]]] = {}
@@ -632,11 +635,14 @@ class CallGraph:
         if key in self._in_progress:
             return []
         self._in_progress.add(key)
+        outer, self._provisional = self._provisional, False
         try:
             found = self._find(site)
         finally:
             self._in_progress.discard(key)
-        self._targets[key] = found
+            provisional, self._provisional = self._provisional, outer or self._provisional
+        if not provisional:
+            self._targets[key] = found
         return found
 
     @staticmethod
@@ -885,7 +891,7 @@ class CallGraph:
         if not site.scope.lookup(name) and not name.startswith("self."):
             return out
         if "__call__" not in self.method_names(site.module):
-            return [(f, "") for f in self.functions_in(site, func) if f.owner is None]
+            return self._held_functions(site, func)
         for value in self.model.values.at_call(site, func):
             if self.is_network(value):
                 continue  # running a project network's forward is not DDP work to follow
@@ -893,7 +899,29 @@ class CallGraph:
                 found = self.method(*instance, "__call__")
                 if found is not None and all(found != f for f, _ in out):
                     out.append((found, "instance"))
-        return out or [(f, "") for f in self.functions_in(site, func) if f.owner is None]
+        return out or self._held_functions(site, func)
+
+    def _held_functions(self, site: CallSite, func: cst.BaseExpression) -> list[Callee]:
+        """The project functions a variable or attribute called at `site` holds: plain
+        functions, and the methods it was handed bound to their object (`self.fn = fn` in a
+        coordinator's `__init__`, given `Coordinator(self._worker, n)`, then `self.fn(rank)`),
+        which take their `self` from the binding."""
+        out: list[Callee] = [(f, "") for f in self.functions_in(site, func) if f.owner is None]
+        for value in self.model.values.at_call(site, func):
+            node = value.node
+            if isinstance(node, Param) and not self.model.reach_complete:
+                # `self.fn = fn` in `__init__`: the callers that hand the function in may be
+                # found later in the reach.
+                self._provisional = True
+            if not (isinstance(node, cst.Attribute) and isinstance(node.value, cst.Name)
+                    and node.value.value == "self"):
+                continue
+            owner = value.scope.class_scope
+            info = value.module.classes.get(owner.qualname) if owner is not None else None
+            found = self.method(value.module, info, node.attr.value) if info is not None else None
+            if found is not None and not found.is_static and all(found != f for f, _ in out):
+                out.append((found, "method"))
+        return out
 
     def _of_target(self, target: Target) -> list[Callee]:
         if target.path is None:

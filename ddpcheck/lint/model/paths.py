@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Protocol
 
@@ -125,12 +126,15 @@ class Paths:
                         continue
                     self._edges.setdefault(callee, []).append((site, bound))
                     key = (id(callee.module), callee.qualname)
-                    if key in seen or hops >= MAX_HOPS or len(self._reached) >= MAX_FUNCTIONS:
+                    # The worker `mp.spawn` (or a Process) starts is each process's own entry:
+                    # the calls that led to the start do not count against the depth it runs at.
+                    started = bound in ("spawn", "process")
+                    if key in seen or hops >= MAX_HOPS and not started or len(self._reached) >= MAX_FUNCTIONS:
                         continue
                     seen.add(key)
                     self._reached.append(callee)
                     self._parent[callee] = site
-                    todo.append((callee.module, callee.qualname, hops + 1))
+                    todo.append((callee.module, callee.qualname, min(hops, MAX_HOPS - 1) if started else hops + 1))
         self.complete = True
 
     def _builds_a_module(self, site: CallSite) -> bool:
@@ -916,12 +920,18 @@ class Paths:
         return any(id(g.node) in mains and not g.negated for g in site.guards)
 
     def _function_every_rank(self, function: Function, seen: frozenset[Function],
-                             inner: CallSite | None = None) -> list[CallSite] | None:
+                             inner: CallSite | None = None,
+                             dispatch: _OnSelf | None = None) -> list[CallSite] | None:
         """A chain along which every rank calls `function` and, through it, `inner` (a call in
-        it: a caller whose arguments make a guard of `inner` false does not count)."""
+        it: a caller whose arguments make a guard of `inner` false does not count). With
+        `dispatch`, `function` is a method that reaches `inner` through `self.<name>()` calls,
+        which depend on the object it runs on: a call of `function` on objects of subclasses
+        that override a method on the way (`trainer.train()` on a `DDPTrainer` with its own
+        `_run_epoch`), or whose own `self.<test>()` guarding the way returns a rank-0 test
+        (`if self._should_save(epoch):`), does not count."""
         key = (id(function.module), function.qualname)
         # The answer depends on `inner` only when its guards read names the arguments may set.
-        shared = inner is None or not _reads_names(inner)
+        shared = (inner is None or not _reads_names(inner)) and dispatch is None
         if shared and key in self._every:
             return self._every[key]
         if function in seen:
@@ -935,11 +945,21 @@ class Paths:
                 continue
             if inner is not None and self._dead_from(inner, function, call, bound):
                 continue
+            on_self = bound == "method" and _on_self(call)
+            if dispatch is not None and bound == "method" and not on_self and self._not_run_on(call, dispatch):
+                continue
             outer = self.function_of(call)
             if outer is None:
                 result = [call]
                 break
-            above = self._function_every_rank(outer, seen, call)
+            # `self.step()` in a base method: the object the base method runs on decides which
+            # `step` runs, and what its `self.<test>()` guards return, so the question goes up
+            # with it to the call on the object.
+            above_dispatch = None
+            if on_self and function.owner is not None:
+                above_dispatch = _OnSelf((*(dispatch.methods if dispatch else ()), function),
+                                         (*(dispatch.tests if dispatch else ()), *_self_tests(call)))
+            above = self._function_every_rank(outer, seen, call, above_dispatch)
             if above is not None:
                 result = above + [call]
                 break
@@ -950,6 +970,37 @@ class Paths:
         if shared and not seen - {function}:  # a complete answer
             self._every[key] = result
         return result
+
+    def _not_run_on(self, call: CallSite, dispatch: _OnSelf) -> bool:
+        """Every object `call`'s receiver may hold is an instance of a project class that
+        overrides one of `dispatch`'s methods (its name resolves to another function there), or
+        whose method of one of `dispatch`'s test names returns a rank-0 test."""
+        func = call.node.func
+        if not isinstance(func, cst.Attribute):
+            return False
+        graph = self.model.graph
+        values = self.model.values.at_call(call, func.value)
+        if not values:
+            return False
+        for value in values:
+            instances = graph.instances_of(value)
+            if not instances:
+                return False
+            for module, info in instances:
+                if all(graph.method(module, info, m.name) == m for m in dispatch.methods) \
+                        and not any(self._returns_main_test(graph.method(module, info, t)) for t in dispatch.tests):
+                    return False
+        return True
+
+    def _returns_main_test(self, function: Function | None) -> bool:
+        """Every `return` of the method gives a test that holds on rank 0 only (`return
+        self._rank == 0 and self.cfg.save`)."""
+        if function is None:
+            return False
+        scope = function.scope
+        resolve = self.model.resolver_for(function.module, scope)
+        returned = [r.value for r in _returns(function.node.body)]
+        return bool(returned) and all(r is not None and selects_main_rank(r, resolve) is True for r in returned)
 
     def _both_arms(self, callers: list[tuple[CallSite, str]], seen: frozenset[Function],
                    inner: CallSite | None, function: Function) -> list[CallSite] | None:
@@ -1176,3 +1227,40 @@ def _false_past_rank_zero(test: cst.BaseExpression, resolve: Resolve) -> bool:
     return any(_false_past_rank_zero(side, resolve)
                or selects_main_rank(side, resolve) is False and whole_rank_test(side, resolve)
                for side in (test.left, test.right))
+
+
+def _on_self(call: CallSite) -> bool:
+    """`self.name(...)`: a method called on the object the calling method runs on."""
+    func = call.node.func
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
+
+
+@dataclass(frozen=True)
+class _OnSelf:
+    """What a method's path runs through the object it is called on: the methods it reaches by
+    `self.<name>()`, and the names of the `self.<test>()` methods whose results guard the way."""
+
+    methods: tuple[Function, ...]
+    tests: tuple[str, ...]
+
+
+def _self_tests(call: CallSite) -> tuple[str, ...]:
+    """The names of the `self.<test>(...)` calls that make up the guards of `call`, where the
+    guard holds when the call returns true (`if self._should_save(epoch):`)."""
+    out = []
+    for guard in call.guards:
+        test = guard.test
+        if guard.negated or not isinstance(test, cst.Call) or not isinstance(test.func, cst.Attribute):
+            continue
+        if isinstance(test.func.value, cst.Name) and test.func.value.value == "self":
+            out.append(test.func.attr.value)
+    return tuple(out)
+
+
+def _returns(body: cst.CSTNode) -> Iterator[cst.Return]:
+    """The `return` statements of a function body, not of the functions and classes nested in it."""
+    for node in children(body):
+        if isinstance(node, cst.Return):
+            yield node
+        elif not isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            yield from _returns(node)

@@ -507,6 +507,9 @@ class Names:
         name = dotted(expr)
         if self.scope is None or name is None or name in self._holding:
             return {None}
+        own = self._attribute_tests(name, depth)
+        if own is not None:
+            return {own}
         self._holding.add(name)
         try:
             values = self.model.values.of(self.module, expr, self.scope, depth=8)
@@ -700,6 +703,25 @@ class Names:
                 if last:
                     found.append(last[-1])
         return found if len(found) == 1 else []
+
+    def _attribute_tests(self, name: str, depth: int) -> bool | None:
+        """`self.log_to_screen = params.log_to_screen and self.world_rank == 0` in a method of the
+        class: where every assignment of the attribute in the class's methods is a test and all
+        select the same ranks, that side (the value flow reads the operands of `and` apart)."""
+        from ddpcheck.lint.model.conditions import selects_main_rank
+
+        owner = self.scope.class_scope if self.scope is not None else None
+        info = self.module.classes.get(owner.qualname) if owner is not None else None
+        if info is None or not name.startswith("self.") or name.count(".") != 1:
+            return None
+        sides: set[bool | None] = set()
+        for qualname in info.methods.values():
+            scope = self.module.function_scopes.get(qualname)
+            for bound in scope.assignments.get(name, []) if scope is not None else []:
+                if not isinstance(bound, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)):
+                    return None
+                sides.add(selects_main_rank(bound, self.model.resolver_for(self.module, scope), depth))
+        return sides.pop() if len(sides) == 1 else None
 
     def _held(self, name: str) -> list[cst.BaseExpression]:
         assert self.scope is not None

@@ -8,7 +8,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
-from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Param, Point, Scope, Shared
+from ddpcheck.lint.model.ddp import wraps
+from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.parse import PARSE_ERRORS, parse_module
 from ddpcheck.lint.model.paths import handler_calls
@@ -75,7 +76,9 @@ class PrintOnEveryRank(Rule):
     matters (an error on one rank) is hard to find. Harmless for correctness, hence off by
     default and informational.
 
-    Reported (`print`, `pprint`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls): output inside a training or evaluation loop — a loop over a DataLoader, or one
+    Reported (`print`, `pprint`, `tqdm.write`, progress bars — `tqdm`, `trange` —, logger calls, also on
+    a logger known by its value rather than its name, `print_logger = logger(path)` of a project
+    factory that returns `logging.getLogger(...)`): output inside a training or evaluation loop — a loop over a DataLoader, or one
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
@@ -84,7 +87,9 @@ class PrintOnEveryRank(Rule):
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
     epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
     validate_classification(loaders, model)`) — is reported at its output: a guard around its call would
-    change what the other ranks do.
+    change what the other ranks do. Unguarded prints in the `forward` of a project network that every
+    rank wraps in DDP, or of a project layer it runs there (`self.attention(x)`), repeat at each
+    training step of every rank (a print under any test, `if self.debug:`, is left alone).
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -113,7 +118,7 @@ class PrintOnEveryRank(Rule):
     rank == 0:`, `else: logger = dummy_logger()` or `get_logger(dir, verbose=False)`), a logger whose methods are swapped for a project wrapper with
     `setattr`/`__setattr__`; not where the only set-up by rank is a file handler's, `if rank ==
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
-    colorlog's, rich's — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
+    colorlog's, rich's, the one `logging.basicConfig(...)` with no file gives — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
@@ -530,6 +535,52 @@ class PrintOnEveryRank(Rule):
                         continue
                     called.add(key)
                 self._report(site, place, kind)
+        if not print_silenced and not self._console_moved("sys.stdout"):
+            for site in self._forward_prints():
+                if id(site.node) not in reported:
+                    reported.add(id(site.node))
+                    self._report(site, site, "print")
+
+    # --- the network's forward ---------------------------------------------------------------
+    def _forward_prints(self) -> list[CallSite]:
+        """Unguarded prints in the `forward` of a project network that every rank wraps in DDP,
+        or of a layer of the project it holds and runs there (`self.attention(x)`): the forward
+        runs at each step of training, on every rank. A print under any test (`if self.debug:`,
+        `if not self.training:`) is left alone."""
+        model = self.model
+        graph = model.graph
+        classes: list[tuple[ModuleModel, ClassInfo]] = []
+        for module in model.paths.modules():
+            for wrap in wraps(model, module):
+                if wrap.inner is None or model.paths.every_rank(wrap.site) is None:
+                    continue
+                for value in model.values.at_call(wrap.site, wrap.inner):
+                    if graph.is_network(value):
+                        classes += graph.instances_of(value)
+        out: list[CallSite] = []
+        seen: set[tuple[int, str]] = set()
+        depth = 0
+        while classes and depth <= _MAX_HOPS:
+            layers: list[tuple[ModuleModel, ClassInfo]] = []
+            for module, info in classes:
+                forward = graph.method(module, info, "forward")
+                if forward is None or (id(forward.module), forward.qualname) in seen:
+                    continue
+                seen.add((id(forward.module), forward.qualname))
+                owner = forward.owner
+                for site in forward.module.calls_in(forward.qualname):
+                    if self._kind(site) == "print" and not site.guards and not self._rank_tagged(site, "print") \
+                            and id(site.node) not in handler_calls(site.module):
+                        out.append(site)
+                    func = site.node.func
+                    if owner is not None and isinstance(func, cst.Attribute) and dotted(func.value) == "self":
+                        held = cst.Attribute(cst.Name("self"), cst.Name(func.attr.value))
+                        for value in model.values.of(forward.module, held, owner.scope):
+                            if graph.is_network(value):
+                                layers += graph.instances_of(value)
+            classes = layers
+            depth += 1
+        return out
 
     def _report(self, site: CallSite, place: CallSite, kind: str) -> None:
         chain = self.model.paths.chain(place)
@@ -993,9 +1044,20 @@ class PrintOnEveryRank(Rule):
 
     def _console_handler_added(self, site: CallSite) -> bool:
         """A handler that writes to the console is added (`logging.root.addHandler(sh)` with `sh =
-        colorlog.StreamHandler()`), under no condition on the rank."""
-        return site.method == "addHandler" and not self._ranked_log_setup(site) \
-            and self._handler_made(site, site.arg("hdlr", 0), _CONSOLE_HANDLER)
+        colorlog.StreamHandler()`), under no condition on the rank; also by `logging.basicConfig(...)`
+        with no file nor handler list, which gives the root logger a `sys.stderr` handler (or
+        one on the stream it is given, `stream=sys.stdout`)."""
+        if site.method != "addHandler" and self.model.api(site) != "logging.basicConfig":
+            return False
+        if self._ranked_log_setup(site):
+            return False
+        if site.method == "addHandler":
+            return self._handler_made(site, site.arg("hdlr", 0), _CONSOLE_HANDLER)
+        if site.has_keyword("filename") or site.has_keyword("handlers") \
+                or any(arg.star for arg in site.node.args):
+            return False
+        stream = site.arg("stream")
+        return stream is None or dotted(stream) in _CONSOLE
 
     def _rank_tagged(self, site: CallSite, kind: str | None = None) -> bool:
         """The message names the rank, in the call or in the variable it is built in
@@ -1274,7 +1336,19 @@ class PrintOnEveryRank(Rule):
             receiver = site.receiver_name or ""
             if q.startswith("logging.") or _LOGGERS.match(receiver.rsplit(".", 1)[-1]):
                 return "logging"
+            if self._made_by_get_logger(site):
+                return "logging"
         return None
+
+    def _made_by_get_logger(self, site: CallSite) -> bool:
+        """The receiver, under any name (`print_logger = logger(path)`), holds only loggers that
+        `logging.getLogger` made, also inside a project factory that returns one: a name alone
+        cannot tell a logger from a metrics logger's `.log(...)`, the value can."""
+        receiver = site.receiver
+        if receiver is None:
+            return False
+        values = self.model.values.at_call(site, receiver)
+        return bool(values) and all(self.model.api_of(value) == "logging.getLogger" for value in values)
 
     @staticmethod
     def _print_rebound(site: CallSite) -> bool:
