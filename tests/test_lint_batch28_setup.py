@@ -52,3 +52,114 @@ def test_address_and_port_written_apart_are_two_findings(tmp_path: Path) -> None
               '        print("rendezvous")\n'
               '        os.environ["MASTER_PORT"] = "29500"\n')
     assert lines(tmp_path, _rendezvous(writes), "DDP015") == [("train.py", 16), ("train.py", 18)]
+
+
+# A loader wrapped in a class defined where the loader is built, whose `__iter__` loops over the
+# loader it was given (moving each batch to the device); the epoch loop iterates the wrapper.
+WRAPPED = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def build_data(args, dataset, rank):
+        dev = torch.device(f"cuda:{rank}")
+        loader = DataLoader(dataset, batch_size=args.batch_size, shuffle=False,
+                            sampler=DistributedSampler(dataset))
+
+        def to_device(x, y):
+            return x.to(dev), y.to(dev)
+
+        class DeviceLoader:
+            def __init__(self, dl, func):
+                self.dl = dl
+                self.func = func
+
+            def __len__(self):
+                return len(self.dl)
+
+            def __iter__(self):
+                for b in self.dl:
+                    yield self.func(*b)
+
+        return DeviceLoader(loader, to_device)
+
+
+    def train(loader, model, opt, epochs):
+        for epoch in range(epochs):
+    {set_epoch}
+            for x, y in loader:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+
+
+    def main(args, dataset, model, opt):
+        dist.init_process_group("nccl")
+        rank = dist.get_rank()
+        loader = build_data(args, dataset, rank)
+        train(loader, model, opt, args.epochs)
+
+
+    if __name__ == "__main__":
+        main(parse(), make_dataset(), make_model(), make_opt())
+"""
+
+
+def _wrapped(set_epoch: str) -> dict[str, str]:
+    return {"train.py": WRAPPED.replace("    {set_epoch}\n", set_epoch)}
+
+
+def test_loader_iterated_through_a_local_wrapper_class_needs_set_epoch(tmp_path: Path) -> None:
+    assert lines(tmp_path, _wrapped(""), "DDP002") == [("train.py", 31)]
+
+
+def test_set_epoch_through_the_wrapper_attribute_is_clean(tmp_path: Path) -> None:
+    files = _wrapped("            loader.dl.sampler.set_epoch(epoch)\n")
+    assert lines(tmp_path, files, "DDP002") == []
+
+
+# The command line parsed at the top level of a config module, the namespace imported by the
+# script: the `--local_rank` flag there is the script's only source of the local rank.
+OPTIONS = """\
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--config", default="configs/base.yaml")
+    parser.add_argument("--local_rank", type=int, default=0, help="passed by the launcher")
+    parser.add_argument("--epochs", type=int, default=10)
+    args = parser.parse_args()
+"""
+
+NAMESPACE_SCRIPT = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from options import args
+
+
+    def main():
+        dist.init_process_group(backend="nccl")
+        torch.cuda.set_device(args.local_rank)
+        model = DDP(torch.nn.Linear(4, 4).cuda(), device_ids=[{device}])
+        return model
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_local_rank_flag_of_an_imported_parsed_namespace(tmp_path: Path) -> None:
+    files = {"options.py": OPTIONS, "train.py": NAMESPACE_SCRIPT.replace("{device}", "args.local_rank")}
+    assert lines(tmp_path, files, "DDP008") == [("options.py", 5)]
+
+
+def test_imported_namespace_whose_flag_the_script_never_reads_is_clean(tmp_path: Path) -> None:
+    script = NAMESPACE_SCRIPT.replace("{device}", "local_rank").replace(
+        "        torch.cuda.set_device(args.local_rank)\n",
+        "        local_rank = int(os.environ[\"LOCAL_RANK\"])\n        torch.cuda.set_device(local_rank)\n").replace(
+        "import torch\n", "import os\n    import torch\n", 1)
+    files = {"options.py": OPTIONS, "train.py": script}
+    assert lines(tmp_path, files, "DDP008") == []
