@@ -163,3 +163,94 @@ def test_imported_namespace_whose_flag_the_script_never_reads_is_clean(tmp_path:
         "import torch\n", "import os\n    import torch\n", 1)
     files = {"options.py": OPTIONS, "train.py": script}
     assert lines(tmp_path, files, "DDP008") == []
+
+
+# A trainer class of another module copies the seed of a YAML configuration into `self.seed`
+# and seeds torch with it; the configuration loader falls back to None when the file does not
+# parse. The training data draws random crops, so every rank's workers draw the same ones.
+CONFIG_UTIL = """\
+    import yaml
+
+
+    def get_config(args):
+        with open(args.filename) as file:
+            try:
+                config = yaml.safe_load(file)
+                config = Namespace(**config)
+            except yaml.YAMLError as exc:
+                config = None
+                print(exc)
+        return config
+"""
+
+TRAINER = """\
+    import torch
+
+
+    class Trainer:
+        def __init__(self, config, loader):
+            self.seed = config.seed
+            self.loader = loader
+            self.model = None
+            self.build()
+
+        def build(self):
+            self.model = torch.nn.Linear(8, 8).cuda()
+            torch.manual_seed(self.seed)
+
+        def run(self, epochs):
+            for epoch in range(epochs):
+                self.loader.sampler.set_epoch(epoch)
+                for x in self.loader:
+                    self.model(x.cuda()).sum().backward()
+"""
+
+SEEDED_SCRIPT = """\
+    import argparse
+    import os
+    import random
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Dataset, DistributedSampler
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from trainer import Trainer
+    from util import get_config
+
+
+    class Crops(Dataset):
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            start = random.randint(0, 8)
+            return torch.arange(start, start + 8).float()
+
+
+    def main():
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--filename", default="configs/base.yaml")
+        config = get_config(parser.parse_args())
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        data = Crops()
+        loader = DataLoader(data, batch_size=4, sampler=DistributedSampler(data), num_workers=2)
+        trainer = Trainer(config, loader)
+        trainer.model = DDP(trainer.model)
+        trainer.run(10)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_seed_copied_from_a_yaml_config_into_the_trainer_is_the_same_on_every_rank(tmp_path: Path) -> None:
+    files = {"util.py": CONFIG_UTIL, "trainer.py": TRAINER, "train.py": SEEDED_SCRIPT}
+    assert lines(tmp_path, files, "DDP029") == [("trainer.py", 13)]
+
+
+def test_trainer_seed_with_the_rank_added_is_clean(tmp_path: Path) -> None:
+    trainer = TRAINER.replace("torch.manual_seed(self.seed)",
+                              "torch.manual_seed(self.seed + torch.distributed.get_rank())")
+    files = {"util.py": CONFIG_UTIL, "trainer.py": trainer, "train.py": SEEDED_SCRIPT}
+    assert lines(tmp_path, files, "DDP029") == []
