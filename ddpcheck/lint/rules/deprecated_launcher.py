@@ -413,8 +413,10 @@ class DeprecatedLauncher(Rule):
         the script reads the command line through it."""
         path = resolved_path(importer.path)
         where = locate(path, origin) if path is not None else None
-        other = self.model.project_model(where[0]) if where is not None and where[1] else None
-        if other is None or "." in where[1]:
+        if where is None or not where[1] or "." in where[1]:
+            return None
+        other = self.model.project_model(where[0])
+        if other is None:
             return None
         bound = re.compile(r"^" + re.escape(where[1]) + r"\s*(?:,\s*\w+\s*)?=\s*\w+\.parse(?:_known)?_args\(", re.M)
         return other if bound.search(code_only(other.source)) else None

@@ -425,10 +425,10 @@ class HardCodedRendezvous(Rule):
         torchrun = model.torchrun_path or self._launcher_numbers_only()
         launch = not torchrun and self._launch_flag_with_env_rendezvous()
         if torchrun:
-            for first, keys in self._write_runs():
+            for first, run_keys in self._write_runs():
                 # (the first key names it, as a helper's writes are named when a script runs
                 # that helper: a lint of both files then gives one finding)
-                self.report(first, self.WRITE_MESSAGE.format(key=keys[0]))
+                self.report(first, self.WRITE_MESSAGE.format(key=run_keys[0]))
             self._helper_writes()
         elif launch:
             # One finding for the address and port written together: they are one rendezvous.
