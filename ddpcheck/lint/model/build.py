@@ -15,7 +15,7 @@ import libcst as cst
 from ddpcheck.lint import traverse
 from ddpcheck.lint.model.module import (
     Augmented, CallSite, ClassInfo, Element, EnvAccess, ExitSite, ForSite, Guard, WhileSite, Item, ModuleModel, Param, Point,
-    Scope, Shared, UNASKED,
+    Scope, Shared, Span, UNASKED,
 )
 from ddpcheck.lint.model.syntax import dotted
 
@@ -34,6 +34,7 @@ class Walker(cst.CSTVisitor):
         self.loops: list[cst.CSTNode] = []
         self.guards: list[Guard] = []
         self.withs: list[cst.With] = []
+        self.handlers: list[Span] = []  # the `except` handlers around the walk's position
         self._saved: list[tuple[list[cst.CSTNode], list[Guard], list[cst.With]]] = []
         # Names a function declares `global`, by the function's scope: what it assigns to them
         # binds the module's names.
@@ -281,7 +282,7 @@ class Walker(cst.CSTVisitor):
     def _record(self, name: str, value: cst.BaseExpression | Item | Element | Augmented) -> None:
         scope = self.scope
         self.tick += 1
-        point = Point(self.tick, tuple(self.loops), tuple(self.guards))
+        point = Point(self.tick, tuple(self.loops), tuple(self.guards), self.handlers[-1] if self.handlers else None)
         if name in self._globals.get(id(scope), ()):
             # `global is_distributed` then `is_distributed = True` in `init()`: a binding of the
             # module's name, made when the function runs (any time, as seen from other code);
@@ -365,6 +366,14 @@ class Walker(cst.CSTVisitor):
     def _pop_guard(self) -> None:
         self.guards.pop()
 
+    def _enter_handler(self, node: cst.CSTNode) -> None:
+        self.handlers.append(Span())
+
+    def _leave_handler(self, node: cst.CSTNode) -> None:
+        # Every point inside the handler has a smaller tick than its end; every point after, not.
+        self.tick += 1
+        self.handlers.pop().end = self.tick
+
     def _push_with(self, node: cst.With) -> None:
         self.withs.append(node)
 
@@ -436,6 +445,8 @@ _OWN_VISIT: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.Subscript, Walker._subscript),
     _own(cst.IndentedBlock, Walker._enter_block),
     _own(cst.Module, Walker._enter_block),
+    _own(cst.ExceptHandler, Walker._enter_handler),
+    _own(cst.ExceptStarHandler, Walker._enter_handler),
 ])
 _OWN_LEAVE: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.Assign, Walker._assign),
@@ -446,6 +457,8 @@ _OWN_LEAVE: dict[type[cst.CSTNode], _Own] = dict([
     _own(cst.IndentedBlock, Walker._leave_block),
     _own(cst.Module, Walker._leave_block),
     _own(cst.If, Walker._early_exit),
+    _own(cst.ExceptHandler, Walker._leave_handler),
+    _own(cst.ExceptStarHandler, Walker._leave_handler),
 ])
 _OWN_ATTR_VISIT: dict[tuple[type[cst.CSTNode], str], _Own] = dict([
     _own_attr(cst.For, "body", Walker._for_body),

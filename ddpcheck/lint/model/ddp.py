@@ -887,3 +887,43 @@ def unread_loader(model: Model, site: CallSite) -> bool:
         if not unread_result(loader):
             return False
     return True
+
+
+def wrapped_iterables(model: Model, value: Value) -> list[tuple[str, Value]]:
+    """What an instance of a project wrapper yields from, when `value` constructs one: a class
+    whose `__iter__` loops over `self.x` (also through `iter`/`enumerate`), which its constructor
+    sets straight from one of its parameters (`self.dl = dl`); the values the construction
+    passes there (`WrappedDataLoader(train_loader, preprocess)`: `train_loader`'s). Iterating
+    the wrapper iterates them), each with the attribute that holds it (`dl`). Empty for anything
+    else."""
+    call = value.call
+    found = model.graph.instance_of(value) if call is not None else None
+    site = value.module.call_at(call) if call is not None else None
+    if found is None or site is None:
+        return []
+    iterate = model.graph.method(*found, "__iter__")
+    init = model.graph.method(*found, "__init__")
+    node = iterate.module.functions.get(iterate.qualname) if iterate is not None else None
+    if node is None or init is None:
+        return []
+    out: list[tuple[str, Value]] = []
+    for loop in subexpressions(node.body):
+        if not isinstance(loop, cst.For):
+            continue
+        source: cst.BaseExpression = loop.iter
+        while isinstance(source, cst.Call) and dotted(source.func) in ("iter", "enumerate") and source.args:
+            source = source.args[0].value
+        attribute = dotted(source) or ""
+        if not attribute.startswith("self.") or attribute.count(".") != 1:
+            continue
+        for _, info in model.graph.mro(*found):
+            for bound in info.scope.assignments.get(attribute, ()):
+                held = getattr(bound, "value", None)
+                if not isinstance(held, cst.Name):
+                    continue
+                param = next((p for p in init.params() if p.name == held.value), None)
+                passed = model.graph.argument_for(site, init, param, "constructor") if param is not None else None
+                if isinstance(passed, cst.BaseExpression):
+                    out += [(attribute[5:], v) for v in
+                            model.values.of(value.module, passed, value.scope, value.frame, at=value.at)]
+    return out

@@ -263,9 +263,27 @@ class CallGraph:
             return None
         site = value.module.call_at(call)
         target = site.target if site is not None else None
+        if target is None and site is not None:
+            return self._nested_class(site)
         if target is None or target.kind != "class":
             return None
         return self.class_at(target)
+
+    @staticmethod
+    def _nested_class(site: CallSite) -> tuple[ModuleModel, ClassInfo] | None:
+        """The class a call names when that class is defined in an enclosing function (`class
+        WrappedDataLoader:` inside `build_dataset`, then `WrappedDataLoader(loader, f)` there):
+        names bound in a function resolve to no target, but the class is the project's."""
+        func = site.node.func
+        if not isinstance(func, cst.Name):
+            return None
+        for scope in site.scope.chain():
+            if scope.kind != "function":
+                continue
+            if func.value in scope.assignments:
+                info = site.module.classes.get(f"{scope.qualname}.{func.value}")
+                return (site.module, info) if info is not None else None
+        return None
 
     def instances_of(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]:
         """The project classes a value may be an instance of: `instance_of`, or, for a call of a

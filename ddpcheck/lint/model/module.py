@@ -35,14 +35,24 @@ class Target:
     kind: str = "external"
 
 
+@dataclass(eq=False, repr=False)
+class Span:
+    """The ticks an `except` handler covers: what is bound there, up to `end` (set when the
+    walk leaves the handler), runs only when the `try` body raised."""
+
+    end: int = 1 << 62
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Point:
     """Where in its scope something happens: the traversal's counter (`tick`), and the loops and
-    guards around it. Used to tell which bindings of a name reach a use."""
+    guards around it (a binding's point also the innermost `except` handler it sits in). Used
+    to tell which bindings of a name reach a use."""
 
     tick: int
     loops: tuple[cst.CSTNode, ...] = ()
     guards: tuple[Guard, ...] = ()
+    handler: Span | None = None
 
     def reaches(self, use: Point) -> bool:
         """A binding made here may be what `use` sees: it comes first, or a loop around both
@@ -78,6 +88,10 @@ class Point:
         if self.tick >= use.tick:
             return False
         if any(loop not in use.loops for loop in self.loops):
+            return False
+        if self.handler is not None and use.tick >= self.handler.end:
+            # `except ...: config = None` after `try: config = load(f)`: past the handler, the
+            # name holds either; the handler runs only when the body raised.
             return False
         arms = {(id(g.node), g.negated) for g in use.guards}
         return all((id(g.node), g.negated) in arms for g in self.guards)

@@ -102,7 +102,8 @@ class DeprecatedLauncher(Rule):
     source of the local rank; so is one added at the top level of a config module whose parser
     the script parses, directly (`from opts import parser; parser.parse_args()`) or through a
     function of that module (`args = config.get_args()` that calls the module's
-    `parser.parse_known_args()`).
+    `parser.parse_known_args()`), or imports the namespace that module parses at its top level
+    (`from opts import args` beside `args = parser.parse_args()` there).
 
     ## How to fix
     Launch with `torchrun --nproc_per_node=N script.py` and read the local rank with
@@ -400,9 +401,25 @@ class DeprecatedLauncher(Rule):
             for m in attribute.finditer(text):
                 if _ASSIGNED.match(text, m.end()):
                     continue  # `args.local_rank = -1` before the namespace is handed on: a write
-                if other.names.origin(m.group(1).split(".")[0]) is None:
+                base = m.group(1).split(".")[0]
+                origin = other.names.origin(base)
+                if origin is None or self._parsed_namespace(other, origin) is not None:
                     return True
         return False
+
+    def _parsed_namespace(self, importer: ModuleModel, origin: str) -> ModuleModel | None:
+        """The project module whose module-level parse the imported name `origin` is (`from
+        options import args` with `args = parser.parse_args()` at the top level of options.py):
+        the script reads the command line through it."""
+        path = resolved_path(importer.path)
+        where = locate(path, origin) if path is not None else None
+        if where is None or not where[1] or "." in where[1]:
+            return None
+        other = self.model.project_model(where[0])
+        if other is None:
+            return None
+        bound = re.compile(r"^" + re.escape(where[1]) + r"\s*(?:,\s*\w+\s*)?=\s*\w+\.parse(?:_known)?_args\(", re.M)
+        return other if bound.search(code_only(other.source)) else None
 
     def _overwritten_first(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
         """The flag's entry is set from the process group or the environment right after the
@@ -498,7 +515,8 @@ class DeprecatedLauncher(Rule):
 
     def _imported_parser_flags(self) -> list[tuple[ModuleModel, cst.CSTNode, CallSite | None]]:
         """`--local_rank` added at module level of a project module whose parser the script
-        imports and parses (`from opts import parser; args = parser.parse_args()`)."""
+        imports and parses (`from opts import parser; args = parser.parse_args()`), or whose
+        parsed namespace it imports (`from opts import args`)."""
         model = self.model
         root = model.root
         path = resolved_path(root.path)
@@ -517,6 +535,11 @@ class DeprecatedLauncher(Rule):
             origin = root.names.origin(receiver.value) if isinstance(receiver, cst.Name) else None
             where = locate(path, origin) if origin else None
             other = model.project_model(where[0]) if where is not None else None
+            if other is not None:
+                parsers.append(other)
+        # `from options import args`, the namespace options.py parses at its top level.
+        for origin in set(root.names.aliases.values()):
+            other = self._parsed_namespace(root, origin)
             if other is not None:
                 parsers.append(other)
         for other in parsers:

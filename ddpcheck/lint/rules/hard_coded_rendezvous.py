@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 from urllib.parse import urlsplit
 
 import libcst as cst
@@ -142,6 +142,10 @@ class HardCodedRendezvous(Rule):
     The local rank as `rank=` or the GPU count as `world_size=` (this machine's numbers, not
     the job's) is DDP037's.
 
+    Literal writes in consecutive statements (`os.environ["MASTER_ADDR"] = "127.0.0.1"` then
+    `os.environ["MASTER_PORT"] = "29500"`) set one rendezvous and are reported once, at the
+    first; writes apart (one under an `if`, one after it) are reported each.
+
     Literal `MASTER_ADDR`/`MASTER_PORT`/... writes in the project functions such a script runs
     (a `setup_ddp()` of another module) are reported too, once per function, at the first —
     also a parameter written there that every call passes a literal or leaves at its literal
@@ -254,7 +258,7 @@ class HardCodedRendezvous(Rule):
             dist.init_process_group("nccl")
             local_rank = int(os.getenv("LOCAL_RANK"))
             """,
-            lines=(3, 4),
+            lines=(3,),
         ),
         Invalid(
             """
@@ -328,9 +332,26 @@ class HardCodedRendezvous(Rule):
     def __init__(self, model: Model, reported: list[Pending] | None = None) -> None:
         super().__init__(model, reported)
         self._writes: list[tuple[cst.CSTNode, str, cst.Subscript]] = []
+        # Where each statement stands: (its block, its index there); the statement being visited.
+        self._place: dict[int, tuple[int, int]] = {}
+        self._statement: cst.CSTNode | None = None
+        self._write_statement: dict[int, cst.CSTNode] = {}
         self._addr_writes: list[tuple[cst.CSTNode, cst.BaseExpression]] = []
         self._written: set[int] = set()
         self._guard_stack: list[list[cst.BaseExpression | bool]] = []  # [test, in its else]
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self._places(node.body)
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._places(node.body)
+
+    def _places(self, body: Sequence[cst.BaseStatement]) -> None:
+        for index, statement in enumerate(body):
+            self._place[id(statement)] = (id(body), index)
+
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self._statement = node
 
     def visit_Assign(self, node: cst.Assign) -> None:
         for target in node.targets:
@@ -345,6 +366,8 @@ class HardCodedRendezvous(Rule):
                 if key in _RENDEZVOUS_ENV | _LAUNCHER_ENV and _literal(node.value):
                     if not any(self._excuses(g) for g in self._guard_stack):
                         self._writes.append((node, key, t))
+                        if self._statement is not None:
+                            self._write_statement[id(node)] = self._statement
 
     def visit_If(self, node: cst.If) -> None:
         self._guard_stack.append([node.test, False])
@@ -402,10 +425,10 @@ class HardCodedRendezvous(Rule):
         torchrun = model.torchrun_path or self._launcher_numbers_only()
         launch = not torchrun and self._launch_flag_with_env_rendezvous()
         if torchrun:
-            for node, key, target in self._writes:
-                if self._single_process_only(target):
-                    continue
-                self.report(node, self.WRITE_MESSAGE.format(key=key))
+            for first, run_keys in self._write_runs():
+                # (the first key names it, as a helper's writes are named when a script runs
+                # that helper: a lint of both files then gives one finding)
+                self.report(first, self.WRITE_MESSAGE.format(key=run_keys[0]))
             self._helper_writes()
         elif launch:
             # One finding for the address and port written together: they are one rendezvous.
@@ -456,6 +479,27 @@ class HardCodedRendezvous(Rule):
             if entry:
                 self.report(call.node, self.SEED_MESSAGE.format(url=repr(url)),
                             fix=remedies.env_rendezvous(call.node, method, []))
+
+    def _write_runs(self) -> list[tuple[cst.CSTNode, list[str]]]:
+        """The literal writes to report, a run of them in consecutive statements of one block
+        (`os.environ["MASTER_ADDR"] = ...` then `os.environ["MASTER_PORT"] = ...`) as one: they
+        set one rendezvous, and one edit removes them. Writes apart (one under an `if`, one after
+        it) are reported each."""
+        runs: list[tuple[cst.CSTNode, list[str]]] = []
+        last: tuple[int, int] | None = None
+        for node, key, target in self._writes:
+            if self._single_process_only(target):
+                continue
+            statement = self._write_statement.get(id(node))
+            place = self._place.get(id(statement)) if statement is not None else None
+            if runs and place is not None and last is not None and place[0] == last[0] \
+                    and place[1] - last[1] in (0, 1):
+                if key not in runs[-1][1]:
+                    runs[-1][1].append(key)
+            else:
+                runs.append((node, [key]))
+            last = place
+        return runs
 
     WRITE_MESSAGE = (
         "`os.environ[{key!r}]` is hard-coded in a script torchrun launches; it overrides the "

@@ -15,7 +15,7 @@ from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, int_value
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import option_defaults
@@ -63,7 +63,7 @@ class SameSeedOnEveryRank(Rule):
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
-    declared `argparse.Namespace`; `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor; `vars(args)` of a parsed namespace),
+    declared `argparse.Namespace`; `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor (also the field copied into the object, `self.seed = config.seed`, then `torch.manual_seed(self.seed)`; a loader that returns None when the file does not parse has no field there); `vars(args)` of a parsed namespace),
     and nothing in it comes from the rank (a project rank helper that returns a literal until the
     process group is set up, `if not is_dist_avail_and_initialized(): return 0`, called before
     the run sets the group up, in `main()` ahead of the worker that initialises, gives that
@@ -734,6 +734,9 @@ class SameSeedOnEveryRank(Rule):
         if base is None or field is None or _reassigned(value.module, field):
             return False
         bases = self.model.values.of(value.module, base, value.scope, value.frame, at=value.at)
+        # (a `None` the loader returns when the file does not parse has no field: reading it
+        # raises, so that path seeds nothing)
+        bases = [b for b in bases if not (isinstance(b.node, cst.CSTNode) and is_none(b.node))] or bases
         if bases and all(self._alike(b, field) for b in bases):
             return True
         # `self.cfg["SEED"]` of `self.cfg = load_config(path)` set in the constructor: the
@@ -963,8 +966,15 @@ def _option(module: ModuleModel, dest: str) -> bool:
 
 
 def _reassigned(module: ModuleModel, dest: str) -> bool:
+    """Some code of the module writes the field (`args.seed = args.seed + rank`, `cfg["seed"] +=
+    1`); copying it unchanged into another object (`self.seed = config.seed`) is no write."""
     field = re.escape(dest)
-    return re.search(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", module.source) is not None
+    copy = re.compile(rf"\s*[\w.]+\.{field}\s*(?:#[^\n]*)?$", re.M)
+    for m in re.finditer(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", module.source):
+        if m.group(2).startswith("=") and copy.match(module.source, m.end() - 1):
+            continue
+        return True
+    return False
 
 
 # Configuration nodes every rank builds alike from the same defaults, files and command line.

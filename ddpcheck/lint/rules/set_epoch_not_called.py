@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values, training_scopes
+from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values, training_scopes, wrapped_iterables
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
@@ -96,6 +96,12 @@ class SetEpochNotCalled(Rule):
     whose dataset is, on every path, a project class whose `__getitem__` never reads the index it
     is given (it draws each item from an on-line generator or at random): the order changes
     nothing.
+
+    A project wrapper of the loader whose `__iter__` loops over what its constructor stored
+    (`class WrappedDataLoader: def __init__(self, dl, func): self.dl = dl` ... `for b in
+    self.dl: yield self.func(*b)`, also a class defined inside the function that builds the
+    loader) is the loader where the loop iterates it; the sampler is then reached as
+    `wrapper.dl.sampler`.
 
     A project helper handed the loader that starts it over each time it runs out (`def
     endless(iterable): it = iter(iterable); while True: ... except StopIteration: it =
@@ -478,6 +484,7 @@ class SetEpochNotCalled(Rule):
     def finish(self) -> None:
         model = self.model
         self._backprop: bool | None = None
+        self._wrapped: dict[int, str] = {}
         feeds: list[Feed] = []
         seen: set[int] = set()
         for site in model.paths.sites():
@@ -799,7 +806,24 @@ class SetEpochNotCalled(Rule):
 
     def _holds_loader(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
                       at: Point) -> bool:
-        return any(v.node is loader for v in self.model.values.of(module, expr, scope, at=at))
+        found = False
+        for value in self.model.values.of(module, expr, scope, at=at):
+            if value.node is loader:
+                found = True
+                continue
+            # A project wrapper whose `__iter__` iterates the loader (`WrappedDataLoader(loader,
+            # preprocess)`): iterating it iterates the loader, reached as `wrapper.dl`.
+            for attribute, inner in wrapped_iterables(self.model, value):
+                if inner.node is loader:
+                    self._wrapped[id(expr)] = attribute
+                    found = True
+        return found
+
+    def _loader_name(self, expr: cst.BaseExpression) -> str:
+        """How the loop's code names the loader: through a wrapper's attribute where it holds one."""
+        name = dotted(expr) or "loader"
+        attribute = self._wrapped.get(id(expr))
+        return f"{name}.{attribute}" if attribute is not None and name != "loader" else name
 
     def _iterated(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope, loader: cst.Call,
                   at: Point) -> cst.BaseExpression | None:
@@ -836,11 +860,11 @@ class SetEpochNotCalled(Rule):
                     # the loader from each file does not, the epoch loop around it does.
                     for loop in reversed(site.loops):
                         if self._repeats(found, loop, module, site.scope):
-                            return loop, module, site.scope, dotted(used) or "loader", False
+                            return loop, module, site.scope, self._loader_name(used), False
                     continue
                 # `def train_epoch(self): for x in self.loader` run from an epoch loop (tried
                 # last: a loop that hands the loader to the function names it itself).
-                later.append((module, site.scope, dotted(used) or "loader", -1))
+                later.append((module, site.scope, self._loader_name(used), -1))
         for call in paths.sites():
             if not self._iterates(call) or self._without_grad(call.module, call.withs, call.scope) \
                     or self._evaluates(call) or id(call.node) in measuring:
@@ -854,23 +878,23 @@ class SetEpochNotCalled(Rule):
                     if self._repeats(found, call.loops[0], call.module, call.scope):
                         # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
                         # outermost loop of the function is the epoch loop.
-                        return call.loops[0], call.module, call.scope, dotted(a.value) or "loader", False
+                        return call.loops[0], call.module, call.scope, self._loader_name(a.value), False
                     continue
                 if self.model.api(call) == "itertools.cycle":
                     # `itertools.cycle(loader)` keeps what the first pass yields and replays it:
                     # however long the run, every pass is the first epoch's order.
-                    return call.node, call.module, call.scope, dotted(a.value) or "loader", True
+                    return call.node, call.module, call.scope, self._loader_name(a.value), True
                 restart = self._restarts(call, a.value)
                 if restart is not None and self._repeats(found, *restart):
                     # `batches = infinite(loader)`, whose `while True:` starts the loader over
                     # each time it runs out: every restart is an epoch, and none can set it.
-                    return call.node, call.module, call.scope, dotted(a.value) or "loader", True
+                    return call.node, call.module, call.scope, self._loader_name(a.value), True
                 # `self.it = iter(self.loader)` when the data runs out, in a `get_batch()` the
                 # step loop calls: each restart is a new epoch. Restarted in an `except
                 # StopIteration:` handler, the restart itself is the epoch's start.
                 if _on_stop_iteration(call):
-                    return call.node, call.module, call.scope, dotted(a.value) or "loader", True
-                later.append((call.module, call.scope, dotted(a.value) or "loader", 0))
+                    return call.node, call.module, call.scope, self._loader_name(a.value), True
+                later.append((call.module, call.scope, self._loader_name(a.value), 0))
         for module, scope, name, which in later:
             outer = self._looping_caller(module, scope)
             if outer is not None and self._repeats(found, outer.loops[which], outer.module, outer.scope):
