@@ -436,10 +436,13 @@ class UnreducedShardMetric(Rule):
                 out.add(name)
         return out
 
-    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None) -> bool:
+    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None,
+                 seen: frozenset[str] = frozenset()) -> bool:
         """`expr` holds a value reduced across ranks: a collective in it, or (in `loop`) a name
         it reads that the loop binds from one (`loss = reduce_tensor(loss.clone())` before
-        `test_loss += loss.item()`)."""
+        `test_loss += loss.item()`), also by unpacking (`pred, target = gather([pred, target])`)
+        or through a name the loop makes from such a name (`pred = pred.cpu()` after the
+        gather)."""
         for sub in expressions(expr):  # (calls and names: the tokens are not read)
             site = root.call_at(sub) if isinstance(sub, cst.Call) else None
             if site is not None and self.model.facts.does(site, "data_collective"):
@@ -453,10 +456,16 @@ class UnreducedShardMetric(Rule):
                 if any(key is not None and loop.node in point.loops and self._reduces(root, value)
                        for key, value, _, point in loop.scope.updates.get(sub.value, ())):
                     return True  # (`losses[k] = reduce_tensor(losses[k])`, then `total[k] += losses[k]`)
+                if sub.value in seen:
+                    continue
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
-                    if isinstance(value, cst.BaseExpression) and point is not None and loop.node in point.loops \
-                            and self._reduces(root, value):
+                    if point is None or loop.node not in point.loops:
+                        continue
+                    if isinstance(value, Item):
+                        value = value.value
+                    if isinstance(value, cst.BaseExpression) \
+                            and self._reduces(root, value, loop, seen | {sub.value}):
                         return True
         return False
 

@@ -1,0 +1,74 @@
+"""What the lint reads of values gathered across ranks and of a network's branches, on mechanisms
+seen on public scripts of batch 28, each through `ddpcheck lint` on a small project written in the
+style of the scripts, with a variant that must stay silent or be reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import finding_lines as lines
+
+
+# Predictions and targets gathered from every rank inside the evaluation loop (by a project
+# helper that all_gathers each tensor it is handed), unpacked, then moved to the CPU before the
+# count: the count is the whole set's.
+GATHER_UTIL = """\
+    import torch
+    import torch.distributed as dist
+
+
+    def gather_all(tensors):
+        out = []
+        for t in tensors:
+            slots = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+            dist.all_gather(slots, t)
+            out.append(torch.cat(slots, dim=0))
+        return out
+"""
+
+GATHER_EVAL = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+    import comm
+
+
+    def evaluate(model, test_set, args):
+        loader = DataLoader(test_set, batch_size=256, sampler=DistributedSampler(test_set, shuffle=False))
+        model.eval()
+        hits = 0
+        with torch.no_grad():
+            for images, labels in loader:
+                labels = labels.cuda()
+                guess = model(images.cuda()).argmax(dim=1)
+                {gather}
+                guess = guess.cpu()
+                labels = labels.cpu()
+                hits += guess.eq(labels).sum().item()
+        if dist.get_rank() == 0:
+            print("accuracy", hits / len(test_set))
+"""
+
+
+def test_count_of_predictions_gathered_in_the_loop_is_clean(tmp_path: Path) -> None:
+    files = {"comm.py": GATHER_UTIL, "train.py": GATHER_EVAL.format(
+        gather="if args.world > 1:\n                    guess, labels = comm.gather_all([guess, labels])")}
+    assert lines(tmp_path, files, "DDP036") == []
+
+
+def test_count_of_predictions_gathered_unconditionally_is_clean(tmp_path: Path) -> None:
+    files = {"comm.py": GATHER_UTIL, "train.py": GATHER_EVAL.format(
+        gather="guess, labels = comm.gather_all([guess, labels])")}
+    assert lines(tmp_path, files, "DDP036") == []
+
+
+def test_count_of_predictions_not_gathered_is_reported(tmp_path: Path) -> None:
+    files = {"comm.py": GATHER_UTIL, "train.py": GATHER_EVAL.format(gather="pass")}
+    assert lines(tmp_path, files, "DDP036") == [("train.py", 20)]
+
+
+def test_count_beside_a_gather_of_other_values_is_reported(tmp_path: Path) -> None:
+    # Only the logits are gathered (for a later confusion matrix); the count is this rank's.
+    files = {"comm.py": GATHER_UTIL, "train.py": GATHER_EVAL.format(
+        gather="[everyone] = comm.gather_all([images.cuda()])")}
+    assert lines(tmp_path, files, "DDP036") == [("train.py", 20)]
