@@ -72,3 +72,59 @@ def test_count_beside_a_gather_of_other_values_is_reported(tmp_path: Path) -> No
     files = {"comm.py": GATHER_UTIL, "train.py": GATHER_EVAL.format(
         gather="[everyone] = comm.gather_all([images.cuda()])")}
     assert lines(tmp_path, files, "DDP036") == [("train.py", 20)]
+
+
+# A Hugging Face vision network picked by a command-line option: transformers' ResNet is made of
+# convolutions with BatchNorm2d; its ViT and Swin use LayerNorm.
+HF_VISION = """\
+    import argparse
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def build(args, rank):
+        if args.model == "vit":
+            from transformers import ViTConfig, ViTForImageClassification
+            net = ViTForImageClassification(ViTConfig(image_size=32, num_labels=100))
+        elif args.model == "resnet":
+            from transformers import ResNetConfig, ResNetForImageClassification
+            net = ResNetForImageClassification(ResNetConfig(num_labels=100))
+        net = net.to(torch.device("cuda", rank))
+        net = DDP(net, device_ids=[rank])
+        return net
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--model", type=str, default="{default}", choices=["vit", "resnet"])
+        args = parser.parse_args()
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(rank)
+        model = build(args, rank)
+"""
+
+
+def test_transformers_resnet_by_default_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": HF_VISION.format(default="resnet")}
+    assert lines(tmp_path, files, "DDP012") == [("train.py", 16)]
+
+
+def test_transformers_vit_by_default_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": HF_VISION.format(default="vit")}
+    assert lines(tmp_path, files, "DDP012") == []
+
+
+def test_pretrained_transformers_resnet_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": HF_VISION.format(default="resnet").replace(
+        "ResNetForImageClassification(ResNetConfig(num_labels=100))",
+        "ResNetForImageClassification.from_pretrained(\"microsoft/resnet-50\")")}
+    assert lines(tmp_path, files, "DDP012") == [("train.py", 16)]
+
+
+def test_transformers_resnet_converted_to_sync_batchnorm_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": HF_VISION.format(default="resnet").replace(
+        "net = DDP(", "net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)\n        net = DDP(")}
+    assert lines(tmp_path, files, "DDP012") == []

@@ -275,8 +275,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if any(_converts(m.source) for m in model.paths.modules()):
             return
         off = {id(b) for b in _switched_off_branches(model.root)}
-        root_builds = any(_builds_batchnorm(model.api(c)) and not any(id(g.node) in off for g in c.guards)
-                          for c in model.root.calls)
+        # (Nor on a branch the command line's defaults do not take: `elif args.model == "resnet":`
+        # with `--model` defaulting to "vit".)
+        root_builds = any(_builds_batchnorm(model.api(c)) and not any(
+            id(g.node) in off or default_rules_out(model.root, g.test, g.negated) for g in c.guards)
+            for c in model.root.calls)
         reported: set[str] = set()
         for wrap in wraps:
             inner = wrap.arg("module", 0)
@@ -1340,6 +1343,11 @@ def _builds_batchnorm(name: str | None) -> bool:
         model = name[5:].split(".", 1)[0].lower()
         return model.startswith(api.TIMM_BATCHNORM_FAMILIES) and not model.startswith("resnetv2") \
             or (model.startswith("vgg") and model.endswith("_bn"))
+    if name is not None and name.startswith("transformers."):
+        # `ResNetForImageClassification(config)`, `.from_pretrained("microsoft/resnet-50")`.
+        parts = name.split(".")
+        return api.TRANSFORMERS_BATCHNORM_NETWORK.fullmatch(
+            parts[-2] if parts[-1] == "from_pretrained" and len(parts) > 2 else parts[-1]) is not None
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
         name.startswith("torchvision.models.vgg") and name.endswith("_bn")))
 
