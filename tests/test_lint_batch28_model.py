@@ -128,3 +128,74 @@ def test_transformers_resnet_converted_to_sync_batchnorm_is_clean(tmp_path: Path
     files = {"train.py": HF_VISION.format(default="resnet").replace(
         "net = DDP(", "net = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net)\n        net = DDP(")}
     assert lines(tmp_path, files, "DDP012") == []
+
+
+# A network whose forward computes a second branch and returns only the first: the second
+# branch's layers never reach the loss, so DDP waits for their gradients.
+BRANCHES = """\
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class TwoBranch(nn.Module):
+        def __init__(self, dim, cond):
+            super().__init__()
+            self.act = nn.LeakyReLU(0.01)
+            self.main_linear = nn.Linear(dim + cond, dim)
+            self.side_linear = nn.Linear(cond, dim)
+            self.head = nn.Linear(dim, 1)
+
+        def forward(self, x, c):
+            h = self.main_linear(torch.cat([x, c], -1))
+            h = self.act(h)
+            side = self.side_linear(c)
+            side = self.act(side)
+            {use}
+            return self.head(h)
+
+
+    def main(local_rank, loader):
+        dist.init_process_group("nccl")
+        net = TwoBranch(32, 4).cuda(local_rank)
+        net = DDP(net, device_ids=[local_rank])
+        opt = torch.optim.Adam(net.parameters())
+        for x, c, y in loader:
+            loss = (net(x.cuda(), c.cuda()) - y.cuda()).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+"""
+
+
+def test_branch_computed_in_forward_but_never_returned_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": BRANCHES.format(use="pass")}
+    assert lines(tmp_path, files, "DDP026") == [("train.py", 12)]
+
+
+def test_branch_computed_in_forward_and_added_to_the_output_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": BRANCHES.format(use="h = h + side")}
+    assert lines(tmp_path, files, "DDP026") == []
+
+
+def test_branch_kept_on_the_module_is_clean(tmp_path: Path) -> None:
+    # Stored for a caller that may add it to the loss: unknown, so not reported.
+    files = {"train.py": BRANCHES.format(use="self.last_side = side")}
+    assert lines(tmp_path, files, "DDP026") == []
+
+
+def test_branch_handed_to_a_call_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": BRANCHES.format(use="self.cache.append(side)")}
+    assert lines(tmp_path, files, "DDP026") == []
+
+
+def test_branch_read_by_a_condition_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": BRANCHES.format(use="if side.mean() > 0:\n                h = h * 2")}
+    assert lines(tmp_path, files, "DDP026") == []
+
+
+def test_branch_added_in_place_to_the_output_is_clean(tmp_path: Path) -> None:
+    files = {"train.py": BRANCHES.format(use="pass").replace(
+        "side = self.act(side)", "side = h.add_(self.act(side))")}
+    assert lines(tmp_path, files, "DDP026") == []
