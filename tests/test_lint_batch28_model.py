@@ -199,3 +199,65 @@ def test_branch_added_in_place_to_the_output_is_clean(tmp_path: Path) -> None:
     files = {"train.py": BRANCHES.format(use="pass").replace(
         "side = self.act(side)", "side = h.add_(self.act(side))")}
     assert lines(tmp_path, files, "DDP026") == []
+
+
+# Pair verification: embeddings collected over the rank's shard, handed to a project helper
+# whose figures come back unpacked into names, then printed.
+ROC_UTIL = """\
+    import numpy as np
+    {imports}
+
+
+    def roc_figures(emb_a, emb_b, same):
+        {body}
+        dist_ = ((emb_a - emb_b) ** 2).sum(1).numpy()
+        same = np.asarray(same)
+        thresholds = np.arange(0, 4, 0.01)
+        tp = np.array([((dist_ < t) & same).sum() for t in thresholds])
+        fp = np.array([((dist_ < t) & ~same).sum() for t in thresholds])
+        best = thresholds[np.argmax(tp - fp)]
+        return tp, fp, best
+"""
+
+ROC_EVAL = """\
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.data import DataLoader, DistributedSampler
+    from metrics import roc_figures
+
+
+    class Learner:
+        def __init__(self, model, val_set, batch_size):
+            self.model = model
+            self.val_loader = DataLoader(val_set, batch_size=batch_size,
+                                         sampler=DistributedSampler(val_set, shuffle=False))
+
+        def evaluate(self, device):
+            self.model.eval()
+            embs_a, embs_b, same_list = [], [], []
+            with torch.no_grad():
+                for batch in self.val_loader:
+                    embs_a.append(F.normalize(self.model(batch["a"].to(device))).cpu())
+                    embs_b.append(F.normalize(self.model(batch["b"].to(device))).cpu())
+                    same_list += batch["same"]
+            tp, fp, best = roc_figures(torch.vstack(embs_a), torch.vstack(embs_b), same_list)
+            precision = tp.max() / (tp.max() + fp.max())
+            print("best threshold", best, "precision", precision)
+"""
+
+
+def test_figures_unpacked_from_a_helper_on_the_shard_are_reported(tmp_path: Path) -> None:
+    files = {"metrics.py": ROC_UTIL.format(imports="", body="pass"), "train.py": ROC_EVAL}
+    assert lines(tmp_path, files, "DDP036") == [("train.py", 23)]
+
+
+def test_figures_unpacked_from_a_helper_that_gathers_are_clean(tmp_path: Path) -> None:
+    files = {"metrics.py": ROC_UTIL.format(
+        imports="import torch\n    import torch.distributed as dist",
+        body="parts = [None] * dist.get_world_size()\n"
+             "        dist.all_gather_object(parts, (emb_a, emb_b, same))\n"
+             "        emb_a = torch.cat([p[0] for p in parts])\n"
+             "        emb_b = torch.cat([p[1] for p in parts])\n"
+             "        same = [s for p in parts for s in p[2]]"),
+        "train.py": ROC_EVAL}
+    assert lines(tmp_path, files, "DDP036") == []
