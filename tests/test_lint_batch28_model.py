@@ -261,3 +261,12 @@ def test_figures_unpacked_from_a_helper_that_gathers_are_clean(tmp_path: Path) -
              "        same = [s for p in parts for s in p[2]]"),
         "train.py": ROC_EVAL}
     assert lines(tmp_path, files, "DDP036") == []
+
+
+def test_loss_read_before_the_labels_are_gathered_is_reported(tmp_path: Path) -> None:
+    # The loss is computed from this rank's labels; only afterwards are they gathered.
+    files = {"comm.py": GATHER_UTIL, "train.py": GATHER_EVAL.format(gather="pass").replace(
+        "hits += guess.eq(labels).sum().item()",
+        "hits += torch.nn.functional.cross_entropy(guess.float(), labels).item()\n"
+        "                [guess, labels] = comm.gather_all([guess, labels])")}
+    assert lines(tmp_path, files, "DDP036") == [("train.py", 21)]

@@ -354,7 +354,8 @@ class UnreducedShardMetric(Rule):
                 node = value.node
                 if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, (cst.Integer, cst.Float)):
                     continue
-                if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value, loop):
+                if on_single_process_only(point.guards, resolve) is not None \
+                        or self._reduces(root, node.value, loop, before=point.tick):
                     continue
                 out.add(name)
         # `totals[k] += v.item()`: a dict (or array) of sums, one entry per loss term.
@@ -439,12 +440,13 @@ class UnreducedShardMetric(Rule):
         return out
 
     def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None,
-                 seen: frozenset[str] = frozenset()) -> bool:
+                 seen: frozenset[str] = frozenset(), before: int | None = None) -> bool:
         """`expr` holds a value reduced across ranks: a collective in it, or (in `loop`) a name
         it reads that the loop binds from one (`loss = reduce_tensor(loss.clone())` before
         `test_loss += loss.item()`), also by unpacking (`pred, target = gather([pred, target])`)
         or through a name the loop makes from such a name (`pred = pred.cpu()` after the
-        gather)."""
+        gather) — bindings before `before` only, when it is given (`loss = criterion(out,
+        labels)` read before `labels = gather(labels)`: the loss is this rank's)."""
         for sub in expressions(expr):  # (calls and names: the tokens are not read)
             site = root.call_at(sub) if isinstance(sub, cst.Call) else None
             if site is not None and self.model.facts.does(site, "data_collective"):
@@ -464,10 +466,16 @@ class UnreducedShardMetric(Rule):
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
                     if point is None or loop.node not in point.loops:
                         continue
+                    if before is None:
+                        if isinstance(value, cst.BaseExpression) and self._reduces(root, value):
+                            return True
+                        continue
+                    if point.tick >= before:
+                        continue
                     if isinstance(value, Item):
                         value = value.value
                     if isinstance(value, cst.BaseExpression) \
-                            and self._reduces(root, value, loop, seen | {sub.value}):
+                            and self._reduces(root, value, loop, seen | {sub.value}, point.tick):
                         return True
         return False
 
