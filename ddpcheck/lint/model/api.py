@@ -199,6 +199,12 @@ BATCHNORM_MODEL_PREFIXES = tuple(
     )
 )
 
+# Hugging Face transformers' PyTorch vision networks made of convolutions with BatchNorm (their
+# ViT, Swin, ConvNeXt and the like use LayerNorm; BiT uses GroupNorm).
+TRANSFORMERS_BATCHNORM_NETWORK = re.compile(
+    r"(?:ResNet|RegNet|MobileNetV1|MobileNetV2|EfficientNet)"
+    r"(?:Model|ForImageClassification|Backbone|ForSemanticSegmentation)")
+
 # Model factories that build a network from its name: `get_model("resnet50")`,
 # `timm.create_model("efficientnet_b0")`.
 MODEL_BY_NAME = frozenset({"torchvision.models.get_model", "timm.create_model", "timm.models.create_model"})

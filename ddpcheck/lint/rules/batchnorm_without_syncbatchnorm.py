@@ -64,7 +64,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     Off by default and informational: per-GPU BatchNorm is a legitimate choice (Goyal et al.
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
-    (`resnet50()`, `densenet121()`, ...), or wraps a network of the project whose code builds
+    (`resnet50()`, `densenet121()`, ...) or a transformers one (`ResNetForImageClassification(
+    config)`, also `.from_pretrained(...)`; RegNet, MobileNet, EfficientNet) — not on a branch the
+    command line's defaults do not take —, or wraps a network of the project whose code builds
     them (its class, its bases — with the module-level code and the functions and classes of their
     module that they name, not the module's other networks —, the project modules they import,
     of which a class imported by name counts only if that code uses it, as the code it reaches
@@ -275,8 +277,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if any(_converts(m.source) for m in model.paths.modules()):
             return
         off = {id(b) for b in _switched_off_branches(model.root)}
-        root_builds = any(_builds_batchnorm(model.api(c)) and not any(id(g.node) in off for g in c.guards)
-                          for c in model.root.calls)
+        # (Nor on a branch the command line's defaults do not take: `elif args.model == "resnet":`
+        # with `--model` defaulting to "vit".)
+        root_builds = any(_builds_batchnorm(model.api(c)) and not any(
+            id(g.node) in off or default_rules_out(model.root, g.test, g.negated) for g in c.guards)
+            for c in model.root.calls)
         reported: set[str] = set()
         for wrap in wraps:
             inner = wrap.arg("module", 0)
@@ -1340,6 +1345,11 @@ def _builds_batchnorm(name: str | None) -> bool:
         model = name[5:].split(".", 1)[0].lower()
         return model.startswith(api.TIMM_BATCHNORM_FAMILIES) and not model.startswith("resnetv2") \
             or (model.startswith("vgg") and model.endswith("_bn"))
+    if name is not None and name.startswith("transformers."):
+        # `ResNetForImageClassification(config)`, `.from_pretrained("microsoft/resnet-50")`.
+        parts = name.split(".")
+        return api.TRANSFORMERS_BATCHNORM_NETWORK.fullmatch(
+            parts[-2] if parts[-1] == "from_pretrained" and len(parts) > 2 else parts[-1]) is not None
     return name is not None and (name in api.BATCHNORMS or name.startswith(api.BATCHNORM_MODEL_PREFIXES) or (
         name.startswith("torchvision.models.vgg") and name.endswith("_bn")))
 

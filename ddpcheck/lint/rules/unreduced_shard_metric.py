@@ -62,15 +62,17 @@ class UnreducedShardMetric(Rule):
     `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
     and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`;
     nor when it computes a value from them that is bound to a name, making no collective:
-    `loss_dict = aggregate_loss_dict(per_batch_dicts)` is followed like `acc = correct / total`). A
+    `loss_dict = aggregate_loss_dict(per_batch_dicts)`, or `tp, fp, best = roc_figures(embs,
+    same)`, is followed like `acc = correct / total`). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
     counters clears them, an all-reduce of the loss alone leaves the accuracy counted beside it
     unreduced, a barrier reduces nothing, and a project function that makes collectives
     without being handed anything (`sync_all()`) is taken to reduce everything. A value added
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
     loss.item()`, in place: `dist.all_reduce(loss)` then `test_loss += loss`, or entry by
-    entry: `losses[k] = reduce_tensor(losses[k])` then `totals[k] += losses[k]`) is every
-    rank's. Metrics
+    entry: `losses[k] = reduce_tensor(losses[k])` then `totals[k] += losses[k]`; gathered and
+    unpacked, `pred, target = gather([pred, target])`, also moved after, `pred = pred.cpu()`,
+    then `correct += pred.eq(target).sum()`) is every rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
     the result (`dev = eval_dev(...)`) and reports it before any collective (itself, or by
     handing it to a project function that only reports: `self.print_metrics(val_metrics)`
@@ -352,7 +354,8 @@ class UnreducedShardMetric(Rule):
                 node = value.node
                 if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, (cst.Integer, cst.Float)):
                     continue
-                if on_single_process_only(point.guards, resolve) is not None or self._reduces(root, node.value, loop):
+                if on_single_process_only(point.guards, resolve) is not None \
+                        or self._reduces(root, node.value, loop, before=point.tick):
                     continue
                 out.add(name)
         # `totals[k] += v.item()`: a dict (or array) of sums, one entry per loss term.
@@ -436,10 +439,14 @@ class UnreducedShardMetric(Rule):
                 out.add(name)
         return out
 
-    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None) -> bool:
+    def _reduces(self, root: ModuleModel, expr: cst.BaseExpression, loop: ForSite | None = None,
+                 seen: frozenset[str] = frozenset(), before: int | None = None) -> bool:
         """`expr` holds a value reduced across ranks: a collective in it, or (in `loop`) a name
         it reads that the loop binds from one (`loss = reduce_tensor(loss.clone())` before
-        `test_loss += loss.item()`)."""
+        `test_loss += loss.item()`), also by unpacking (`pred, target = gather([pred, target])`)
+        or through a name the loop makes from such a name (`pred = pred.cpu()` after the
+        gather) — bindings before `before` only, when it is given (`loss = criterion(out,
+        labels)` read before `labels = gather(labels)`: the loss is this rank's)."""
         for sub in expressions(expr):  # (calls and names: the tokens are not read)
             site = root.call_at(sub) if isinstance(sub, cst.Call) else None
             if site is not None and self.model.facts.does(site, "data_collective"):
@@ -453,10 +460,22 @@ class UnreducedShardMetric(Rule):
                 if any(key is not None and loop.node in point.loops and self._reduces(root, value)
                        for key, value, _, point in loop.scope.updates.get(sub.value, ())):
                     return True  # (`losses[k] = reduce_tensor(losses[k])`, then `total[k] += losses[k]`)
+                if sub.value in seen:
+                    continue
                 scope = loop.scope
                 for value, point in zip(scope.assignments.get(sub.value, ()), scope.points.get(sub.value, ())):
-                    if isinstance(value, cst.BaseExpression) and point is not None and loop.node in point.loops \
-                            and self._reduces(root, value):
+                    if point is None or loop.node not in point.loops:
+                        continue
+                    if before is None:
+                        if isinstance(value, cst.BaseExpression) and self._reduces(root, value):
+                            return True
+                        continue
+                    if point.tick >= before:
+                        continue
+                    if isinstance(value, Item):
+                        value = value.value
+                    if isinstance(value, cst.BaseExpression) \
+                            and self._reduces(root, value, loop, seen | {sub.value}, point.tick):
                         return True
         return False
 
@@ -748,12 +767,13 @@ class UnreducedShardMetric(Rule):
 
     def _transforms(self, root: ModuleModel, site: CallSite) -> bool:
         """`site` computes a value from what it is handed and binds it to a name (`loss_dict =
-        aggregate_loss_dict(agg_loss_dict)`, averaging a list of per-batch dicts): every project
+        aggregate_loss_dict(agg_loss_dict)`, averaging a list of per-batch dicts; or unpacks it
+        into names, `tp, fp, thresholds = roc_counts(embeddings, labels)`): every project
         function it may run returns a value and makes no collective, so the result is as much
         one rank's as the counters it was made from (and is followed like `acc = correct /
         total`)."""
         targets = self.model.graph.targets(site)
-        if not targets or self.model.facts.does(site, "collective") or not root.assigned_names(site.node):
+        if not targets or self.model.facts.does(site, "collective") or not _bound(root, site):
             return False
         return all(_returns(function.node) and all(r.value is not None for r in _returns(function.node))
                    for function, _ in targets)
@@ -792,6 +812,14 @@ class UnreducedShardMetric(Rule):
         name = self.model.api(site) or dotted(site.node.func) or ""
         return name in _REPORTERS or (site.method in _REPORT_METHODS and name != "print") \
             or name.startswith("wandb.log") or name == "wandb.log"
+
+
+def _bound(root: ModuleModel, site: CallSite) -> bool:
+    """What `site` returns is bound to a name, or unpacked into names (`a, b = f(x)`)."""
+    if root.assigned_names(site.node):
+        return True
+    return any(isinstance(value, Item) and value.value is site.node
+               for values in site.scope.assignments.values() for value in values)
 
 
 def _named_first(name: str) -> tuple[bool, str]:

@@ -7,6 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model.ddp import strip_moves, wraps
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, is_false, is_true, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._classes import (
@@ -37,7 +38,11 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
 
     Reported at the layer's construction when the class DDP wraps (or a class it builds) assigns
     a layer that owns parameters (`nn.Linear`, `nn.Conv2d`, `nn.Embedding`, `nn.LayerNorm`, ...,
-    or `nn.Parameter`) to `self.x` and no method of the class ever reads `self.x`; DDP is built
+    or `nn.Parameter`) to `self.x` and no method of the class ever reads `self.x` — or reads it
+    only where `forward` computes a branch whose values never reach what it returns (`side =
+    self.side_linear(c)`, with `side` read by nothing but other such assignments; a value read
+    by a condition, a call made for its effect or an assignment to an attribute counts as
+    used) —; DDP is built
     without `find_unused_parameters=True` and without `static_graph=True`. Classes that reach
     their members dynamically (`getattr(self, ...)`, `self.children()`, `self.parameters()`) and
     files that change `requires_grad` are not judged for that. Also reported in the file that
@@ -67,6 +72,13 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
         "`self.{attr}` of `{cls}` is never used, so its parameters get no gradient and DDP (without "
         "`find_unused_parameters=True`) fails at the second iteration; remove the layer, freeze it, "
         "or pass `find_unused_parameters=True`"
+    )
+
+    DEAD_MESSAGE = (
+        "`self.{attr}` of `{cls}` is called in `forward`, but what it computes never reaches what "
+        "`forward` returns, so its parameters get no gradient and DDP (without "
+        "`find_unused_parameters=True`) fails at the second iteration; use its output, remove the "
+        "layer, or pass `find_unused_parameters=True`"
     )
 
     VALID = [
@@ -151,12 +163,16 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                     if id(node) in reported or self._read_anywhere(module, info, attr):
                         continue
                     reported.add(id(node))
-                    self.report(node, self.MESSAGE.format(attr=attr, cls=info.qualname), module=module)
+                    message = self.DEAD_MESSAGE if self_references(module, info, attr) else self.MESSAGE
+                    self.report(node, message.format(attr=attr, cls=info.qualname), module=module)
 
     @staticmethod
     def _read_anywhere(module: ModuleModel, info: ClassInfo, attr: str) -> bool:
-        """`self.attr` is read in a method of the class or of a project subclass in the module."""
-        if self_references(module, info, attr):
+        """`self.attr` is read in a method of the class or of a project subclass in the module
+        (other than where `forward` computes a value from it that never reaches what it returns:
+        `side = self.side_linear(c)` and `side` read by nothing but other such values)."""
+        references = self_references(module, info, attr)
+        if references and not _dead_in_forward(module, info, [node for _, node in references]):
             return True
         name = info.qualname.rsplit(".", 1)[-1]
         for other in module.classes.values():
@@ -269,3 +285,105 @@ def _rebound(site: CallSite, name: str, before: int) -> bool:
             continue
         return True
     return False
+
+
+# Calls through which a function's body reaches its local names without naming them.
+_REFLECTIVE = ("locals(", "vars(", "eval(", "exec(")
+
+
+def _dead_in_forward(module: ModuleModel, info: ClassInfo, reads: list[cst.Attribute]) -> bool:
+    """Every one of `reads` (the `self.x` reads of one member) is in the value of a plain
+    assignment of the class's `forward` to names whose values never reach its `return`: read by
+    no other statement than such assignments (`side = self.side_linear(c)`, then `side =
+    self.act(side)`, and `side` read nowhere else). A name read by any other statement (a
+    condition, a call made for its effect, an assignment to an attribute or an entry, a nested
+    function) counts as used, wherever it stands."""
+    qualname = info.methods.get("forward")
+    if qualname is None or qualname not in module.functions:
+        return False
+    forward = Function(module, qualname).node
+    if any(word in module.code(forward) for word in _REFLECTIVE):
+        return False
+    if not any(isinstance(node, cst.Return) and node.value is not None for node in subexpressions(forward.body)):
+        return False
+    assignments: list[tuple[set[str], set[str], set[int]]] = []
+    live: set[str] = set()
+    for statement, skip in _statements_of(forward.body):
+        if isinstance(statement, cst.Assign) and all(_plain_targets(t.target) for t in statement.targets) \
+                and not _writes_elsewhere(statement.value):
+            targets = {n for t in statement.targets for n in _read_names(t.target)}
+            inner = {id(n) for n in subexpressions(statement.value) if isinstance(n, cst.Attribute)}
+            assignments.append((targets, _read_names(statement.value), inner))
+        else:
+            live |= _read_names(statement, skip)
+    grown = True
+    while grown:
+        grown = False
+        for targets, read, _ in assignments:
+            if targets & live and not read <= live:
+                live |= read
+                grown = True
+    dead = {i for targets, _, inner in assignments if not targets & live for i in inner}
+    return all(id(node) in dead for node in reads)
+
+
+def _statements_of(body: cst.CSTNode) -> list[tuple[cst.CSTNode, frozenset[int]]]:
+    """The small statements of a function's body and its compound statements, in order, each
+    with the ids of the blocks under it that are not its own to read (a compound statement
+    stands for its header: `if test:`, `for x in xs:`); a nested function or class is one
+    statement, read whole."""
+    out: list[tuple[cst.CSTNode, frozenset[int]]] = []
+    clauses = (cst.Else, cst.ExceptHandler, cst.ExceptStarHandler, cst.Finally, cst.MatchCase)
+    stack: list[cst.CSTNode] = [body]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.SimpleStatementLine):
+            out.extend((small, frozenset()) for small in current.body)
+        elif isinstance(current, (cst.FunctionDef, cst.ClassDef)):
+            out.append((current, frozenset()))
+        elif isinstance(current, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+            stack.extend(reversed(current.body))
+        elif isinstance(current, (cst.BaseCompoundStatement, *clauses)):
+            blocks = [child for child in current.children
+                      if isinstance(child, (cst.BaseSuite, cst.BaseCompoundStatement, *clauses))]
+            out.append((current, frozenset(id(b) for b in blocks)))
+            stack.extend(reversed(blocks))
+    return out
+
+
+def _writes_elsewhere(value: cst.BaseExpression) -> bool:
+    """A value whose computation may put its result into another name: `(b := ...)`, an in-place
+    method (`h.add_(...)`), an `out=` argument."""
+    for node in subexpressions(value):
+        if isinstance(node, cst.NamedExpr):
+            return True
+        if isinstance(node, cst.Call) and (
+                isinstance(node.func, cst.Attribute) and node.func.attr.value.endswith("_")
+                or any(a.keyword is not None and a.keyword.value == "out" for a in node.args)):
+            return True
+    return False
+
+
+def _plain_targets(target: cst.BaseExpression) -> bool:
+    """`x`, `a, b`, `(a, [b, c])`: names only."""
+    if isinstance(target, cst.Name):
+        return True
+    if isinstance(target, (cst.Tuple, cst.List)):
+        return all(isinstance(e, cst.Element) and _plain_targets(e.value) for e in target.elements)
+    return False
+
+
+def _read_names(node: cst.CSTNode, skip: frozenset[int] = frozenset()) -> set[str]:
+    """The names `node` mentions outside the blocks `skip` (an attribute's own name is not one:
+    `self.x` reads `self`)."""
+    out: set[str] = set()
+    stack: list[cst.CSTNode] = [c for c in node.children if id(c) not in skip] if skip else [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Name):
+            out.add(current.value)
+        elif isinstance(current, cst.Attribute):
+            stack.append(current.value)
+            continue
+        stack.extend(current.children)
+    return out
