@@ -31,8 +31,7 @@ class UnwrappedModelTrained(Rule):
     `torch.compile(ddp_model).module` is the module inside DDP) and through the project: `net = model.module if isinstance(model, DDP)
     else model` in a helper, or `if type(model) == DDP: model = model.module` before
     `model.forward(x)` (an `if` without `else` rebinds the name on the runs it is handed a
-    wrapper; also in a loss helper the step calls, before a loop over a count that runs the module
-    or an entry of it: `for i in range(3): proj[str(i)](h[i])` on a ModuleDict), a wrapper kept only for its module (`self.model = DDP(net).module`), a loss method
+    wrapper), a wrapper kept only for its module (`self.model = DDP(net).module`), a loss method
     held in a variable (`loss_fn = loss_fn or self.model.calculate_loss`, the default `None`
     left), a property that returns `self.model.module`, a method of the inner
     module (`model.module.encode(x)` in a loop, or `self._get_model().compute_loss(batch)` in a
@@ -314,15 +313,6 @@ class UnwrappedModelTrained(Rule):
             found = self._match(site, values, inner)
             if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
                 return None
-        elif found is None and isinstance(func, cst.Subscript) and values and all(v.node is func for v in values):
-            # An entry of the inner module (`proj = proj.module`, then `proj[str(i)](h)` on a
-            # ModuleDict or ModuleList): a layer of it, run outside DDP's hooks.
-            values = self.model.values.at_call(site, func.value)
-            if any(holds_ddp(self.model, v) and before(v, site) for v in values):
-                return None
-            found = self._match(site, values, inner)
-            if found is not None and self._step_calls_wrapper(site, found) and not self._own_backward(site, found):
-                return None
         elif found is None and values and all(
                 isinstance(v.node, cst.Attribute) and v.node is not func and v.node.attr.value not in MODULE_API
                 and not _on_self(v.node) for v in values):
@@ -489,12 +479,7 @@ class UnwrappedModelTrained(Rule):
         # per function; the two tests that can still say no cost more per call.
         if not _beside_backward(site, backwards):
             enclosing = self.model.paths.function_of(site)
-            # A loop of the helper over data is an evaluation of its own; one over a count
-            # (`for i in range(3): proj[str(i)](h[i])`, the layers of a distillation loss) is
-            # part of the step that calls it.
-            if enclosing is None or site.loops and not (all(_counted(loop) for loop in site.loops)
-                                                         and _returns_result(site)) \
-                    or not self._called_in_step(enclosing, depth):
+            if enclosing is None or site.loops or not self._called_in_step(enclosing, depth):
                 return False
         function = site.scope.function
         if is_no_grad(self.model, site.module, site.withs, function.qualname if function else None):
@@ -529,41 +514,12 @@ class UnwrappedModelTrained(Rule):
         return False
 
 
-def _counted(loop: cst.CSTNode) -> bool:
-    """`for i in range(n):` (also through `enumerate`/`zip`, or over a literal list or tuple):
-    a loop over a count or a fixed set of items, not over data."""
-    if not isinstance(loop, cst.For):
-        return False
-    source = loop.iter
-    while isinstance(source, cst.Call) and isinstance(source.func, cst.Name) \
-            and source.func.value in ("enumerate", "zip") and source.args:
-        if source.func.value == "zip" and len(source.args) > 1:
-            return all(_counted(loop.with_changes(iter=a.value)) for a in source.args)
-        source = source.args[0].value
-    if isinstance(source, cst.Call) and isinstance(source.func, cst.Name) and source.func.value == "range":
-        return True
-    return isinstance(source, (cst.List, cst.Tuple))
-
-
-def _returns_result(site: CallSite) -> bool:
-    """What `site` computes reaches a `return` of its function with its graph (the loss a
-    helper sums over the layers it projects), not read out as numbers (`.cpu().numpy()` into
-    the buffers of a rollout)."""
-    function = site.scope.node
-    if not isinstance(function, cst.FunctionDef):
-        return False
-    fed = _fed_names(_assignments(function), [site.node], detached=False)
-    ids = {id(site.node)}
-    return any(isinstance(n, cst.Return) and n.value is not None and not _detaches(n.value)
-               and _mentions(n.value, fed, ids) for n in _walk(function))
-
-
 def _unresolved_callee(site: CallSite) -> bool:
     """A call whose callee is a value to evaluate (`model(x)`, `ddp.module(x)`, `self.net(x)`),
     not a resolved function or class, nor the running network itself (`self(x)`: the call of
     that method counts)."""
     func = site.node.func
-    if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+    if site.qualname is not None or not isinstance(func, (cst.Name, cst.Attribute, cst.Call)):
         return False
     return not (isinstance(func, cst.Name) and func.value == "self")
 
@@ -665,7 +621,7 @@ def _mentions(node: cst.CSTNode, names: set[str], ids: set[int]) -> bool:
 
 
 def _detaches(value: cst.BaseExpression) -> bool:
-    return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("detach", "item", "numpy", "tolist")
+    return any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value in ("detach", "item")
                for n in _walk(value))
 
 
