@@ -191,8 +191,8 @@ def _bypassed(point: Point | None, bindings: Sequence[tuple[Binding, Point | Non
     held = {id(g.node) for g in at.guards}
     passed: list[Guard] = []
     for _, later in bindings:
-        # (The `if` may sit outside a loop the use is in: `if isinstance(proj, DDP): proj =
-        # proj.module`, then `for i in range(3): proj[str(i)](h)`.)
+        # (The `if` may sit outside a loop the use is in: `if isinstance(model, DDP): model =
+        # model.module`, then `for x, y in loader: model(x)` in an evaluation helper.)
         if later is None or not later.guards or not point.tick < later.tick < at.tick \
                 or tuple(at.loops[:len(later.loops)]) != tuple(later.loops):
             continue
