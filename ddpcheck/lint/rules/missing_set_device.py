@@ -191,9 +191,9 @@ class MissingSetDevice(Rule):
         visible = [a for a in root.env if a.written and a.key == "CUDA_VISIBLE_DEVICES"]
         # A list of several GPUs (`",".join(gpus)`, `"0,1,2,3"`) set for the processes to share
         # pins none of them: each still starts on the first.
-        # So does one GPU named by a literal for every process alike (`"1"` at import) in a script
+        # So does a setting every process makes alike (`"1"` or `args.cuda` at import) in a script
         # that numbers its GPUs by rank (`.to(rank)`, `device_ids=[rank]`): written for several
-        # visible GPUs, one per process, which the literal (a one-GPU setting) does not give.
+        # visible GPUs, one per process, which a setting shared by all processes does not give.
         ranked: list[bool] = []
 
         def by_rank() -> bool:
@@ -201,7 +201,7 @@ class MissingSetDevice(Rule):
                 ranked.append(any(self._device_by_rank(c) for c in model.paths.sites()))
             return ranked[0]
         shared = [a for a in visible if _several_devices(a.node, root)
-                  or _one_gpu_for_all(a, root) and by_rank()]
+                  or _same_in_every_process(a, root) and by_rank()]
         if len(shared) < len(visible):
             return
         # Other mentions may set it another way (`env={"CUDA_VISIBLE_DEVICES": ...}`); a comment,
@@ -455,7 +455,7 @@ def _within(guards: tuple[Guard, ...], held: tuple[Guard, ...]) -> bool:
     return all(any(same_test(g, h) for h in held) for g in guards)
 
 
-def _one_gpu_for_all(access: EnvAccess, module: ModuleModel) -> bool:
+def _same_in_every_process(access: EnvAccess, module: ModuleModel) -> bool:
     """`os.environ["CUDA_VISIBLE_DEVICES"] = "1"` at module level under no condition: a literal
     naming one GPU, the same in every process (each spawned worker imports the module again);
     so is an option read there (`= args.cuda`), which every process parses from the same
