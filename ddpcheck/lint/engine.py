@@ -109,6 +109,11 @@ def _lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: P
     walk(module, visit, leave)
     model.start()
     project.remember(module)
+    # The reach (which project functions the file runs) is found before any rule asks: a rule
+    # that asked first would see answers resting on callers not found yet, and what one rule
+    # reports would depend on which others ran before it.
+    model.values.fresh_budget()
+    model.paths.compute()
     call_hooks = [r.on_call for r in instances if type(r).on_call is not Rule.on_call]
     if call_hooks:
         model.values.fresh_budget()

@@ -72,6 +72,11 @@ class BaseInit:
 
 
 _MAX_MRO = 8
+# Lookups of callees in progress at once: each may read values that ask for other calls' callees
+# (a parameter's callers, a variable holding one of many functions); a chain longer than this
+# is unknown rather than deeper than Python's stack (sixty `if kind == ...: return fn` branches
+# each calling a parameter).
+_MAX_NESTED_LOOKUPS = 24
 # Method names too common to pin on one class by name alone.
 _COMMON = frozenset({
     "__init__", "__call__", "forward", "update", "step", "reset", "save", "load", "log", "get", "set",
@@ -96,6 +101,7 @@ class CallGraph:
         # Set while a lookup rests on a parameter whose callers the reach has not all found yet
         # (see _held_functions): such an answer is not kept.
         self._provisional = False
+        self._pending: dict[int, list[Callee]] = {}
         self._methods: dict[str, frozenset[str]] = {}
         self._passed_names: dict[tuple[int, str], dict[str, list[CallSite]]] = {}
         self._chosen: dict[int, list[tuple[ModuleModel, ClassInfo]]] = {}
@@ -650,7 +656,14 @@ class CallGraph:
         cached = self._targets.get(key)
         if cached is not None:
             return cached
-        if key in self._in_progress:
+        if not self.model.reach_complete:
+            # An answer resting on callers the reach has not all found serves until the reach
+            # is complete: asked again and again while it grows, it would cost its work each
+            # time and could spend the reach's whole evaluation budget.
+            held = self._pending.get(key)
+            if held is not None:
+                return held
+        if key in self._in_progress or len(self._in_progress) >= _MAX_NESTED_LOOKUPS:
             return []
         self._in_progress.add(key)
         outer, self._provisional = self._provisional, False
@@ -661,6 +674,8 @@ class CallGraph:
             provisional, self._provisional = self._provisional, outer or self._provisional
         if not provisional:
             self._targets[key] = found
+        elif not self.model.reach_complete:
+            self._pending[key] = found
         return found
 
     @staticmethod
