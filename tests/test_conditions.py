@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from ddpcheck.lint.model.conditions import NamesOnly, selects_main_rank
+from ddpcheck.lint.model.conditions import NamesOnly, is_distributed_test, selects_main_rank
 
 # API names only: the value flow knows nothing here.
 _resolve = NamesOnly(lambda expr: None)
@@ -30,3 +30,17 @@ _resolve = NamesOnly(lambda expr: None)
 ])
 def test_selects_main_rank(test, expected):
     assert selects_main_rank(cst.parse_expression(test), _resolve) is expected
+
+
+@pytest.mark.parametrize("test,expected", [
+    ("args.distributed", True),
+    ("not args.distributed", False),
+    ("world_size == 1", False),
+    ("args.distributed and args.shard", True),  # holds only in distributed runs
+    # Holds outside distributed runs, and in distributed runs without the shard option: neither.
+    ("not (args.distributed and args.shard)", None),
+    ("not (args.distributed and world_size > 1)", False),
+    ("not (args.distributed or world_size > 1)", False),
+])
+def test_is_distributed_test(test, expected):
+    assert is_distributed_test(cst.parse_expression(test), _resolve) is expected

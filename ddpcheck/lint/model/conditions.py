@@ -517,6 +517,11 @@ def is_distributed_test(test: cst.BaseExpression, resolve: Resolve) -> bool | No
         inner = is_distributed_test(spelled[0], resolve)
         return None if inner is None else inner != spelled[1]
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        if isinstance(test.expression, cst.BooleanOperation) and isinstance(test.expression.operator, cst.And) \
+                and is_distributed_test(test.expression.left, resolve) != is_distributed_test(test.expression.right, resolve):
+            # `distributed and x` holds only in distributed runs, not in every one: its negation
+            # (`not distributed or not x`) holds in some distributed runs too, and says neither.
+            return None
         inner = is_distributed_test(test.expression, resolve)
         return None if inner is None else not inner
     if isinstance(test, cst.BooleanOperation):
