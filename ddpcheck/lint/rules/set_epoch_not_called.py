@@ -13,7 +13,7 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Frame, Value, Values
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -127,7 +127,8 @@ class SetEpochNotCalled(Rule):
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
     So is a `set_epoch(args.epochs)` in `for epoch in range(args.epochs):`: the loop's bound,
-    which the loop never changes, is the same on every pass.
+    which the loop never changes, is the same on every pass; and a number written in
+    (`loader.sampler.set_epoch(2)` in the epoch loop).
     A `set_epoch` that runs once, in the epoch loop's own function but outside any loop
     (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets the first epoch only:
     when no other `set_epoch` reaches the sampler, the epoch loop is reported.
@@ -734,6 +735,8 @@ class SetEpochNotCalled(Rule):
         set in a constructor, or once on resume): the start epoch on every pass, so the order
         never changes."""
         epoch = argument(site.node, "epoch", 0)
+        if epoch is not None and int_value(epoch) is not None:
+            return True  # `set_epoch(2)`: a number written in, the same whenever it runs
         if self._loop_bound(site, epoch):
             return True
         if not isinstance(epoch, cst.Attribute) or dotted(epoch.value) != "self" or site.scope.class_scope is None:
