@@ -52,3 +52,11 @@ def test_a_literal_epoch_is_the_same_on_every_pass(tmp_path: Path) -> None:
 def test_the_loop_counter_is_clean(tmp_path: Path) -> None:
     counted = SCRIPT.replace("set_epoch(2)", "set_epoch(epoch)")
     assert lines(tmp_path, {"train.py": counted}, "DDP002") == []
+
+
+def test_a_reset_to_zero_after_the_live_set_epoch_is_clean(tmp_path: Path) -> None:
+    # `set_epoch(0)` before an evaluation pass: the next pass sets the epoch again first.
+    reset = SCRIPT.replace("set_epoch(2)", "set_epoch(epoch)").replace(
+        "                optimizer.step()\n",
+        "                optimizer.step()\n            trainloader.sampler.set_epoch(0)\n")
+    assert lines(tmp_path, {"train.py": reset}, "DDP002") == []

@@ -52,6 +52,12 @@ def _assigned_in(loop: cst.CSTNode, name: str) -> Iterator[cst.BaseExpression]:
         stack.extend(children(node))
 
 
+def _constant_epoch(call: CallSite) -> bool:
+    """`set_epoch(2)`: a number written in, the same whenever it runs."""
+    epoch = argument(call.node, "epoch", 0)
+    return epoch is not None and int_value(epoch) is not None
+
+
 def _on_stop_iteration(call: CallSite) -> bool:
     """`call` sits in an `except StopIteration:` handler of its function."""
     for node in subexpressions(call.scope.node):
@@ -128,7 +134,8 @@ class SetEpochNotCalled(Rule):
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
     So is a `set_epoch(args.epochs)` in `for epoch in range(args.epochs):`: the loop's bound,
     which the loop never changes, is the same on every pass; and a number written in
-    (`loader.sampler.set_epoch(2)` in the epoch loop).
+    (`loader.sampler.set_epoch(2)` in the epoch loop; a `set_epoch(0)` after a live one, before
+    an evaluation, undoes nothing: the next pass sets the epoch again).
     A `set_epoch` that runs once, in the epoch loop's own function but outside any loop
     (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets the first epoch only:
     when no other `set_epoch` reaches the sampler, the epoch loop is reported.
@@ -519,11 +526,15 @@ class SetEpochNotCalled(Rule):
                         self.report(epoch_loop[0], self.ONCE.format(sampler=self._expression(
                             found, epoch_loop[1], epoch_loop[2], epoch_loop[3])), module=epoch_loop[1])
                         continue
-            live = [s for s in setting if not self._stale(s) and not any(self._overrides(later, s) for later in setting)]
+            # (A number written in, `set_epoch(2)`, is the same on every pass; but written after
+            # a live one, `set_epoch(0)` before an evaluation, it undoes nothing the next pass
+            # does not set again.)
+            live = [s for s in setting if not self._stale(s) and not _constant_epoch(s)
+                    and not any(self._overrides(later, s) for later in setting)]
             handed = self._handed_another(found, live) if live else None
             if live and handed is None:
                 continue
-            stale = [s for s in setting if self._stale(s)]
+            stale = [s for s in setting if self._stale(s) or _constant_epoch(s)]
             if stale:
                 # `set_epoch(self.epoch)` with an epoch that never advances: the fix is its argument.
                 for site in stale:
@@ -735,8 +746,6 @@ class SetEpochNotCalled(Rule):
         set in a constructor, or once on resume): the start epoch on every pass, so the order
         never changes."""
         epoch = argument(site.node, "epoch", 0)
-        if epoch is not None and int_value(epoch) is not None:
-            return True  # `set_epoch(2)`: a number written in, the same whenever it runs
         if self._loop_bound(site, epoch):
             return True
         if not isinstance(epoch, cst.Attribute) or dotted(epoch.value) != "self" or site.scope.class_scope is None:
