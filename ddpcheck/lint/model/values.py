@@ -1267,6 +1267,11 @@ class Values:
         node = base.node
         if depth <= 0:
             return
+        if isinstance(node, cst.DictComp) and (key is not None or number is not None):
+            # `{split: DataLoader(sets[split], sampler=samplers[split]) for split in splits}`:
+            # whatever the key, an entry is what the comprehension computes.
+            yield from self._eval(base.module, node.value, base.scope, base.frame, depth, seen, base.at)
+            return
         if number is not None and isinstance(node, (cst.Tuple, cst.List)):
             elements = node.elements
             if 0 <= number < len(elements) and not isinstance(elements[number], cst.StarredElement):

@@ -4,11 +4,12 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model.ddp import is_optimizer_step, wraps
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import Augmented, CallSite, Element, Param, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, Element, ModuleModel, Param, Scope
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, dotted, int_value
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -33,13 +34,17 @@ class AccumulationWithoutNoSync(Rule):
     loss = self.training_step(b); scaler.step(opt) else: loss = self.training_step(b)`), and the
     micro-batch loop may sit in a
     method that makes no step, its caller stepping after it (`self.compute_gradients(chunks)`
-    then `self.apply_gradients()`).
+    then `self.apply_gradients()`). An AMP arm and a plain arm of one `if` (`if conf.half:`
+    ... `scaler.step(opt)` / `else:` ... `optimizer.step()`, each under the counter test) are
+    one place to fix: reported once, at the first arm's backward.
 
     Not reported: backward passes of a function that hands its training to another engine
     (`model_engine.backward(loss)` after `deepspeed.initialize(...)`, which accumulates itself);
     files whose code mentions `no_sync` or `require_backward_grad_sync` anywhere
     (they handle it, perhaps through a helper or a `contextlib` switch; a comment, such as a
-    `# with model.no_sync():` left commented out, does not count), and loops whose step runs
+    `# with model.no_sync():` left commented out, does not count, nor a `no_sync` used only
+    under a test only an FSDP model passes, `if isinstance(model, FSDP) and ii != accum - 1:`,
+    which leaves the DDP model syncing), and loops whose step runs
     after every backward — also a sub-batch loop that runs once per batch: `for i in range(0,
     len(data), args.batch_size):` over the batches of a DataLoader built with that same
     `batch_size=args.batch_size` (Horovod's example, whose loader batch is `batch_size *
@@ -136,7 +141,7 @@ class AccumulationWithoutNoSync(Rule):
         sites = list(model.paths.sites())
         modules = list({id(s.module): s.module for s in sites}.values()) or [model.root]
         # Code, not a comment: `# with model.no_sync():` left commented out syncs every micro-batch.
-        if any(_skips_sync(m.source) for m in modules):
+        if any(_skips_sync(m.source) and not self._fsdp_only_sync(m) for m in modules):
             return
         if not any(wraps(model, m) for m in modules) and not any(
             "ddp_wrap" in model.facts.of_call(c) for c in model.root.calls if c.target is not None
@@ -155,7 +160,7 @@ class AccumulationWithoutNoSync(Rule):
         found: dict[int, CallSite] = {}
         for b in backwards:
             if any(s.scope is b.scope and s.loops == b.loops and s.index > b.index and not self._counted(s, b)
-                   for s in steps):
+                   and not exclusive_arms(s.guards, b.guards) for s in steps):
                 continue  # its own step follows it in the same iteration: not accumulation
             for s in steps:
                 if s.scope is b.scope and self._accumulates(b, s):
@@ -166,11 +171,46 @@ class AccumulationWithoutNoSync(Rule):
             else:
                 if b.loops and not any(s.scope is b.scope for s in steps) and self._stepped_after(b, steps):
                     found[id(b.loops[0])] = b
-        for b in found.values():
+        # An AMP arm and a plain arm of one `if`, each with its own step, are one place to fix:
+        # reported once, at the first.
+        kept: list[CallSite] = []
+        for b in sorted(found.values(), key=lambda c: (c.module.path, c.index)):
+            if not any(k.module is b.module and k.scope is b.scope and exclusive_arms(k.guards, b.guards) for k in kept):
+                kept.append(b)
+        for b in kept:
             self.report(b.node, module=b.module, related=model.paths.chain(b))
         for site in sites:
             if site.loops and self._steps_on_a_counter(site):
                 self.report(site.node, module=site.module, related=model.paths.chain(site))
+
+    def _fsdp_only_sync(self, module: ModuleModel) -> bool:
+        """Every `no_sync` / `require_backward_grad_sync` of `module` sits in the body of a test
+        only an FSDP model passes (`if isinstance(model, FSDP) and ii != accum - 1:
+        maybe_no_sync = model.no_sync`): the DDP model still syncs every micro-batch."""
+        mentions: list[bool] = []  # one per mention: whether an FSDP test guards it
+        stack: list[tuple[cst.CSTNode, bool]] = [(module.tree, False)]
+        while stack:
+            node, fsdp = stack.pop()
+            if isinstance(node, cst.If):
+                stack += [(node.test, fsdp), (node.body, fsdp or self._fsdp_test(module, node.test))]
+                if node.orelse is not None:
+                    stack.append((node.orelse, fsdp))
+                continue
+            if isinstance(node, cst.Attribute) and node.attr.value in ("no_sync", "require_backward_grad_sync"):
+                mentions.append(fsdp)
+            stack += [(child, fsdp) for child in children(node)]
+        return bool(mentions) and all(mentions)
+
+    def _fsdp_test(self, module: ModuleModel, test: cst.BaseExpression) -> bool:
+        """`isinstance(model, FSDP)`, alone or as a term of an `and`."""
+        if isinstance(test, cst.BooleanOperation):
+            return isinstance(test.operator, cst.And) and (
+                self._fsdp_test(module, test.left) or self._fsdp_test(module, test.right))
+        if not (isinstance(test, cst.Call) and dotted(test.func) == "isinstance" and len(test.args) == 2):
+            return False
+        kinds = test.args[1].value
+        named = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+        return all((self.model.qualname(module, n) or "").endswith("FullyShardedDataParallel") for n in named)
 
     def _accumulates(self, b: CallSite, s: CallSite) -> bool:
         n = len(s.loops)
@@ -189,6 +229,10 @@ class AccumulationWithoutNoSync(Rule):
         # (The same `if` taken the same way; the `else` of the step's `if`, where the
         # accumulating micro-batches back-propagate, is the other arm of the test.)
         own = {(id(g.node), g.negated) for g in b.guards}
+        if any((id(g.node), not g.negated) in own and not self._counter_expr(s, g.test) for g in s.guards):
+            # The other arm of an `if` the backward is in (`if conf.half: ... scaler.step(opt)`
+            # / `else: ... optimizer.step()`): never the step of the same pass.
+            return False
         for guard in s.guards:
             if (id(guard.node), guard.negated) in own:
                 continue

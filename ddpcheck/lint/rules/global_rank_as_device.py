@@ -12,7 +12,7 @@ from ddpcheck.lint.model.syntax import dotted, int_value, string_text
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 
-_DEVICE_KEYWORDS = ("device", "map_location", "output_device")
+_DEVICE_KEYWORDS = ("device", "device_id", "map_location", "output_device")
 _DEVICE_COUNT = frozenset({"torch.cuda.device_count", "torch.accelerator.device_count"})
 # How scripts name the GPUs (or processes) of one machine.
 _MACHINE_COUNT = re.compile(
@@ -35,7 +35,7 @@ class GlobalRankAsDevice(Rule):
 
     Reported where a device index — `torch.cuda.set_device(x)`, `.cuda(x)`, `.to(x)`,
     `device_ids=[x]` (also a list held in a local name, `device_ids = [rank] if
-    torch.cuda.is_available() else None`, or kept on an object, `args.device_ids = device_ids`), `output_device=x`, `device=x`, `map_location=x`, `torch.device("cuda", x)`
+    torch.cuda.is_available() else None`, or kept on an object, `args.device_ids = device_ids`), `output_device=x`, `device=x`, `device_id=x` (a DALI pipeline's), `map_location=x`, `torch.device("cuda", x)`
     or a `f"cuda:{x}"` string (also one built in a variable first, `dev = f"cuda:{rank}"`, then
     `torch.device(dev)`: reported where the string is built) — is `dist.get_rank()`, the `RANK` environment variable, an MPI
     job's `MPI.COMM_WORLD.Get_rank()`, or a variable assigned from them, or a list of GPUs (its
@@ -74,7 +74,9 @@ class GlobalRankAsDevice(Rule):
     One finding per value of the rank, however many places use it as the device: it sits at the
     first device use (in the function that reads the rank) — or where the rank is read into a
     name that says it holds a device (`gpu_id = dist.get_rank()`): there the rank becomes the
-    device —, and the message counts the others.
+    device; or, where that name is a parameter of a project function (`def __init__(self, root,
+    batch, device_id=0)` passing it on as `device_id=`), at the argument each caller hands it
+    (`DaliImageNet(root, 256, self.rank)`) —, and the message counts the others.
     The fix is one — the local rank for that variable — and twenty `.cuda(rank)` calls would
     otherwise bury the report.
 
@@ -218,9 +220,35 @@ class GlobalRankAsDevice(Rule):
                 # `dev = f"cuda:{rank}"`: the rank becomes a device where the string is built.
                 where, module = text_value.node, text_value.module
             elif isinstance(expr, cst.Name) and _DEVICE_NAME.search(expr.value) and isinstance(origin.node, cst.CSTNode):
+                handed = self._handed_to_parameter(site, expr)
+                if handed:
+                    # `Dataset_dali(root, batch, workers, self.rank)` into a parameter named
+                    # `device_id`: the rank becomes a device where each caller hands it over.
+                    for caller, passed, shown in handed:
+                        self.report(passed, self.MESSAGE.format(index=shown, source=source), module=caller.module,
+                                    related=[*model.paths.chain(caller), site])
+                    continue
                 # `gpu_id = dist.get_rank()`: the rank becomes a device where the name is bound.
                 where, module = origin.node, origin.module
             self.report(where, message, module=module, related=model.paths.chain(site))
+
+    def _handed_to_parameter(self, site: CallSite, name: cst.Name) -> list[tuple[CallSite, cst.BaseExpression, str]]:
+        """The arguments holding the global rank that the callers of `site`'s function pass to
+        its parameter `name` (named for a device): where each caller makes the rank a device."""
+        model = self.model
+        function = model.paths.function_of(site)
+        if function is None:
+            return []
+        bindings = site.scope.assignments.get(name.value, [])
+        param = next((p for p in function.params() if p.name == name.value), None)
+        if param is None or any(b is not param for b in bindings):
+            return []  # (a parameter the function sets again holds its own value there)
+        out: list[tuple[CallSite, cst.BaseExpression, str]] = []
+        for caller, bound in model.graph.callers(function):
+            passed = model.graph.argument_for(caller, function, param, bound)
+            if isinstance(passed, cst.BaseExpression) and self._origin(caller, passed) is not None:
+                out.append((caller, passed, " ".join(caller.module.code(passed).split())))
+        return out
 
     def _origin(self, site: CallSite, expr: cst.BaseExpression) -> tuple[str, Value, Value | None] | None:
         for value in self.model.values.at_call(site, expr):

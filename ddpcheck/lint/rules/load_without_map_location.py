@@ -19,6 +19,11 @@ _TENSORLESS_OWNER = re.compile(r"(^|_)(lr_)?sched(uler)?s?$|(^|_)(grad_|amp_)?sc
 # What a loader of data is built from: the loaded object is data, not a checkpoint.
 _DATA_CLASSES = (api.DATALOADER, api.DATASET)
 
+# torch's own datasets built from what they are handed (`Subset(train_set, torch.load(idx))`:
+# the loaded object is the indices or the tensors of the data).
+_TORCH_DATASETS = frozenset(f"torch.utils.data{m}.{name}" for m in ("", ".dataset")
+                            for name in ("Subset", "TensorDataset", "ConcatDataset", "StackDataset"))
+
 # Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
 _DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus", re.I)
 
@@ -43,7 +48,8 @@ class LoadWithoutMapLocation(Rule):
     load reads one of many files per pass of a loop (`for path in shard_files: torch.load(path)`,
     `files[i]` in `for i in order:`: data read in shards) and nothing in that loop restores a
     state dict (`load_state_dict`: an ensemble of checkpoints is reported), or when what
-    is loaded is handed to a `DataLoader`, a `Dataset`, or a project function that builds one
+    is loaded is handed to a `DataLoader`, a `Dataset` (torch's own too: the indices of
+    `Subset(train_set, torch.load(idx_file))`), or a project function that builds one
     (`graphs = torch.load(shard)` then `make_loader(graphs, batch, rank)`) and never to a
     `load_state_dict`: preprocessed data, not a checkpoint; nor a load that reads back what the
     same function otherwise computes and saves under the same name (`if os.path.exists(pkl):
@@ -519,7 +525,7 @@ class LoadWithoutMapLocation(Rule):
         """`call` makes a DataLoader or a Dataset, itself or in the body of the project function
         it runs (`make_loader(graphs, ...)` returning `DataLoader(...)`)."""
         model = self.model
-        if any(model.makes(call, kind) for kind in _DATA_CLASSES):
+        if model.api(call) in _TORCH_DATASETS or any(model.makes(call, kind) for kind in _DATA_CLASSES):
             return True
         for function, _ in model.graph.targets(call):
             if any(model.makes(inner, kind) for inner in function.module.calls_in(function.qualname)

@@ -593,7 +593,7 @@ class SameSeedOnEveryRank(Rule):
                              for inner in function.module.calls_in(function.qualname))
         return cache[key]
 
-    def _launcher_only(self, site: CallSite) -> bool:
+    def _launcher_only(self, site: CallSite, depth: int = 3) -> bool:
         """The call seeds only the process that starts the workers: every path through it goes
         on to `mp.spawn` in the same function (or under `if __name__ == "__main__":`), so the
         process is the launcher, not a rank. Spawned workers import the script afresh without
@@ -603,7 +603,22 @@ class SameSeedOnEveryRank(Rule):
         run in one process: `if args.distributed: mp.spawn(...)` or `if device_count() > 1:`,
         the other arm calling the worker directly). The spawn may sit in a
         project function called later (`Trainer(cfg).run()`), in a file no outside launcher can
-        start."""
+        start. The seed may also sit in a project function that only such calls make
+        (`args, config = parse_args_and_config()` in the `__main__` block before `mp.spawn`,
+        the function seeding as it parses), followed `depth` calls up: it runs in the launcher
+        alone."""
+        if self._spawns_after(site):
+            return True
+        function = self.model.paths.function_of(site)
+        if function is None or depth <= 0:
+            return False
+        callers = self.model.graph.callers(function)
+        # A worker handed to `mp.spawn` (or a Process) runs in the workers, not the launcher.
+        return bool(callers) and all(bound not in ("spawn", "process") and self._launcher_only(call, depth - 1)
+                                     for call, bound in callers)
+
+    def _spawns_after(self, site: CallSite) -> bool:
+        """Every path through `site` goes on to an `mp.spawn` in the same function or block."""
         model = self.model
         scope = site.scope
         if scope is site.module.module_scope:

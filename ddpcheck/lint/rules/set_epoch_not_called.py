@@ -13,7 +13,7 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import argument, children, dotted, is_false, is_none, subexpressions
+from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_false, is_none, subexpressions
 from ddpcheck.lint.model.values import Frame, Value, Values
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -50,6 +50,12 @@ def _assigned_in(loop: cst.CSTNode, name: str) -> Iterator[cst.BaseExpression]:
                 and isinstance(node.target, cst.Name) and node.target.value == name:
             yield node.value
         stack.extend(children(node))
+
+
+def _constant_epoch(call: CallSite) -> bool:
+    """`set_epoch(2)`: a number written in, the same whenever it runs."""
+    epoch = argument(call.node, "epoch", 0)
+    return epoch is not None and int_value(epoch) is not None
 
 
 def _on_stop_iteration(call: CallSite) -> bool:
@@ -127,7 +133,9 @@ class SetEpochNotCalled(Rule):
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
     is reported itself (also when an earlier `set_epoch(e)` in the same function is undone by it).
     So is a `set_epoch(args.epochs)` in `for epoch in range(args.epochs):`: the loop's bound,
-    which the loop never changes, is the same on every pass.
+    which the loop never changes, is the same on every pass; and a number written in
+    (`loader.sampler.set_epoch(2)` in the epoch loop; a `set_epoch(0)` after a live one, before
+    an evaluation, undoes nothing: the next pass sets the epoch again).
     A `set_epoch` that runs once, in the epoch loop's own function but outside any loop
     (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets the first epoch only:
     when no other `set_epoch` reaches the sampler, the epoch loop is reported.
@@ -518,11 +526,15 @@ class SetEpochNotCalled(Rule):
                         self.report(epoch_loop[0], self.ONCE.format(sampler=self._expression(
                             found, epoch_loop[1], epoch_loop[2], epoch_loop[3])), module=epoch_loop[1])
                         continue
-            live = [s for s in setting if not self._stale(s) and not any(self._overrides(later, s) for later in setting)]
+            # (A number written in, `set_epoch(2)`, is the same on every pass; but written after
+            # a live one, `set_epoch(0)` before an evaluation, it undoes nothing the next pass
+            # does not set again.)
+            live = [s for s in setting if not self._stale(s) and not _constant_epoch(s)
+                    and not any(self._overrides(later, s) for later in setting)]
             handed = self._handed_another(found, live) if live else None
             if live and handed is None:
                 continue
-            stale = [s for s in setting if self._stale(s)]
+            stale = [s for s in setting if self._stale(s) or _constant_epoch(s)]
             if stale:
                 # `set_epoch(self.epoch)` with an epoch that never advances: the fix is its argument.
                 for site in stale:
