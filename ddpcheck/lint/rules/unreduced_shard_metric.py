@@ -540,7 +540,7 @@ class UnreducedShardMetric(Rule):
             if call is None:
                 continue
             site = value.module.call_at(call)
-            if site is not None and model.makes(site, api.DATALOADER) and feed(model, site) is not None:
+            if site is not None and model.makes(site, api.DATALOADER) and feed(model, site, value.frame) is not None:
                 return True
             if site is not None and self._hand_sharded(site):
                 return True
@@ -761,7 +761,8 @@ class UnreducedShardMetric(Rule):
             site = value.module.call_at(value.call) if value.call is not None else None
             if site is None:
                 return True  # not known: as before
-            if self.model.makes(site, api.DATALOADER) and feed(self.model, site) is not None or self._hand_sharded(site):
+            if self.model.makes(site, api.DATALOADER) and feed(self.model, site, value.frame) is not None \
+                    or self._hand_sharded(site):
                 return True
         return False
 
