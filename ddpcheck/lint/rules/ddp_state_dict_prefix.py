@@ -55,7 +55,8 @@ class DdpStateDictPrefix(Rule):
     checkpoint, `ddp.load_state_dict(ckpt["model_state_dict"])`, a state dict saved bare,
     `torch.save(model.state_dict(), "best.pth")`, is still reported: it has no such entry),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
-    `consume_prefix_in_state_dict_if_present` is used), loads through a project function that strips it (`load_state_dict(fix_keys(
+    `consume_prefix_in_state_dict_if_present` is used, or a state dict is rebuilt with its keys
+    cut at a fixed position, `for k, v in sd.items(): new_sd[k[7:]] = v`), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that hands a model to a
     project loader, defined anywhere in the project, that loads a checkpoint into it and strips
     the prefix (`load_weights(net, cfg.test.model_path)`), or that loads checkpoints and
@@ -492,13 +493,26 @@ def _receiving(site: CallSite, function: Function, bound: str, passed: list[cst.
 
 def _strips_prefix(source: str) -> bool:
     """The code names the wrapper's key prefix (`"module."`, `'module.backbone.'`) or torch's
-    helper that removes it."""
+    helper that removes it, or rebuilds a state dict with its keys cut at a fixed position
+    (`for k, v in ckpt.items(): new_sd[k[7:]] = v`, also through `name = k[7:]`): the project
+    knows its keys carry a prefix and drops it by its length."""
     # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
     # `in` rules them out faster than the pattern's scan with its look-behind at every character.
     if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
         if _PREFIX.search(source):
             return True
-    return "consume_prefix_in_state_dict" in source
+    if "consume_prefix_in_state_dict" in source:
+        return True
+    if ".items()" not in source or ":]" not in source:
+        return False
+    for loop in _KEY_LOOP.finditer(source):
+        key = re.escape(loop.group(1))
+        if re.search(rf"(?:\[\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*\]\s*=|\b\w+\s*=\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*(?:#.*)?$)",
+                     source[loop.end():], re.MULTILINE):
+            return True
+    return False
 
 
 _PREFIX = re.compile(r"""(?<![\w.])['"](?:_orig_mod\.)?module\.""")
+# `for k, v in state_dict.items():` — the key's name.
+_KEY_LOOP = re.compile(r"\bfor\s+(\w+)\s*,\s*\w+\s+in\s+[^\n]*\.items\(\)\s*:")
