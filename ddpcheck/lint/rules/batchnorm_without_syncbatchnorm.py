@@ -65,7 +65,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...) or a transformers one (`ResNetForImageClassification(
-    config)`, also `.from_pretrained(...)`; RegNet, MobileNet, EfficientNet) — not on a branch the
+    config)`, also `.from_pretrained(...)`; RegNet, MobileNet, EfficientNet, and the
+    segmentation networks of SegFormer and UperNet, whose heads hold a BatchNorm2d) — not on a branch the
     command line's defaults do not take —, or wraps a network of the project whose code builds
     them (its class, its bases — with the module-level code and the functions and classes of their
     module that they name, not the module's other networks —, the project modules they import,
