@@ -105,3 +105,13 @@ def test_wrapping_script_loading_the_saved_entry_is_clean(tmp_path: Path) -> Non
     files["evaluate.py"] = files["evaluate.py"].replace(
         "model = Segmenter().cuda()", "model = torch.nn.DataParallel(Segmenter().cuda())")
     assert lines(tmp_path, files, "DDP019") == []
+
+
+def test_plain_trainer_that_saves_its_own_checkpoints_is_clean(tmp_path: Path) -> None:
+    # A single-GPU twin that resumes from the `checkpoint["model"]` it saves itself.
+    files = _project('"model"')
+    files["evaluate.py"] = files["evaluate.py"].replace(
+        "        print(score(model, torch.randn(1, 3, 64, 64).cuda()))\n",
+        "        print(score(model, torch.randn(1, 3, 64, 64).cuda()))\n"
+        "        torch.save({\"model\": model.state_dict()}, args.model_path)\n")
+    assert lines(tmp_path, files, "DDP019") == []

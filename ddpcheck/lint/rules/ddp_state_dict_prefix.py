@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import before, holds_ddp
 from ddpcheck.lint.model.module import CallSite, Point, Scope
 from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
@@ -50,8 +51,8 @@ class DdpStateDictPrefix(Rule):
     on; not a training function that only builds a loss network loading its own pretrained
     weights) (unless a plain-model script beside it — a
     single-GPU twin of the training script — reads them through the same project loader, or
-    one that wraps no model and joins no process group loads the entry the run saves the DDP
-    state dict under, `model.load_state_dict(checkpoint["model"])` in an evaluation script; and
+    one that wraps no model, joins no process group and saves no checkpoint loads the entry the
+    run saves the DDP state dict under, `model.load_state_dict(checkpoint["model"])` in an evaluation script; and
     only for the files those loads read: where every such load spells its file name and a state
     dict is saved only under other names, `best_model.prm` beside the `checkpoint.pth` a resume
     reads, that save is still reported, not one whose checkpoint is also saved as the file the
@@ -367,8 +368,8 @@ class DdpStateDictPrefix(Rule):
         return found
 
     def _plain_entry_readers(self, found: list[tuple[CallSite, Value, cst.Call]]) -> bool:
-        """Another script of the project, one that wraps no model and joins no process group (an
-        evaluation script), loads the entry of a checkpoint the run saves the DDP state dict
+        """Another script of the project, one that wraps no model, joins no process group and
+        saves no checkpoint of its own (an evaluation script), loads the entry of a checkpoint the run saves the DDP state dict
         under into its model (`model.load_state_dict(checkpoint["model"])` beside the run's
         `{"model": model.state_dict(), ...}`): the resume's DDP load round-trips the prefix,
         that one does not."""
@@ -388,7 +389,12 @@ class DdpStateDictPrefix(Rule):
             if path in run or model.project.passes(path, _wraps_or_joins):
                 continue
             text = model.project.text(path)
-            if text is not None and "torch.load(" in text and reads.search(text) is not None:
+            if text is None or "torch.load(" not in text:
+                continue
+            code = code_only(text)
+            # (A script that saves checkpoints too reads back its own: a single-GPU trainer
+            # resuming from the `state["model"]` it wrote.)
+            if "torch.load(" in code and "torch.save(" not in code and reads.search(code) is not None:
                 return True
         return False
 

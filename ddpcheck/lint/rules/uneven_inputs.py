@@ -211,11 +211,12 @@ class UnevenInputs(Rule):
         reported: set[int] = set()
         self._reached_strides(reported)
         self._node_splits()
-        strided: list[tuple[cst.Subscript, bool]] = []
+        strided: list[tuple[cst.Subscript, bool, bool]] = []
         for scope, node in _expressions(root):
             for sub in expressions(node):  # (subscripts and calls: the tokens are not read)
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
-                    strided.append((sub, self._feeds_training(root, scope, set(root.assigned_names(node)), 0)))
+                    strided.append((sub, self._feeds_training(root, scope, set(root.assigned_names(node)), 0),
+                                    self._backward_in(root, scope)))
                 elif isinstance(sub, cst.Call) and _range_by_rank(sub, resolve, scope) and id(sub) not in reported \
                         and self._feeds_training(root, scope, set(root.assigned_names(node)), 0):
                     # `idx = list(range(rank, n, world_size))`, then the rows it picks are trained on
@@ -231,9 +232,11 @@ class UnevenInputs(Rule):
         # `files[rank::world_size]`: where one of the script's strided splits is seen to reach
         # training, the splits beside it that are not (the validation shots split the same
         # way, iterated without a backward) are evaluation splits; otherwise each is reported.
-        training = any(feeds for _, feeds in strided)
-        for sub, feeds in strided:
-            if feeds or not training:
+        # A split that reaches no training loop in a function that makes no backward (the
+        # validation keys of an evaluation method) is not judged either.
+        training = any(feeds for _, feeds, _ in strided)
+        for sub, feeds, steps in strided:
+            if feeds or not training and steps:
                 self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for loop in root.fors:
             # `for i in range(rank, len(files), world_size):` around a backward or a collective
@@ -262,6 +265,13 @@ class UnevenInputs(Rule):
                     self.report(_rank_filter(module, function) or function.name,
                                 self.MESSAGE.format(split=f"{info.qualname}.__iter__"), module=module)
         self._rank_filtering_samplers()
+
+    def _backward_in(self, module: ModuleModel, scope: Scope) -> bool:
+        """A backward in the scope itself or in a function it calls (module level: anywhere in
+        the module)."""
+        model = self.model
+        calls = module.calls if scope.kind == "module" else module.calls_in(scope.qualname)
+        return any(c.method == "backward" or model.facts.does(c, "backward") for c in calls)
 
     def _reached_strides(self, reported: set[int]) -> None:
         """`idx = np.arange(rank, len(ds), world_size)` in a project module the script reaches
