@@ -87,3 +87,33 @@ def test_validation_loss_reduced_before_the_print_is_clean(tmp_path: Path) -> No
     reduce = ("t = torch.tensor([loss_valid], device=device_ids[0]); dist.all_reduce(t); "
               "loss_valid = t.item() / dist.get_world_size()")
     assert lines(tmp_path, _script(reduce=reduce), "DDP036") == []
+
+
+VALIDATION_METHOD = """\
+    import torch
+    import torch.distributed as dist
+    from shots.datasets import ShotDataset
+
+
+    class Trainer:
+        def __init__(self, network, keys, local_rank):
+            self.network = network
+            self.keys = keys
+            self.local_rank = local_rank
+
+        def train_step(self, batch):
+            loss = self.network(batch).mean()
+            loss.backward()
+
+        def validate(self):
+            val_keys = self.keys[self.local_rank::dist.get_world_size()]
+            dataset_val = ShotDataset(val_keys)
+            with torch.no_grad():
+                for case in dataset_val:
+                    print(self.network(case).argmax())
+"""
+
+
+def test_keys_split_by_an_evaluation_method_are_clean(tmp_path: Path) -> None:
+    files = {"train.py": VALIDATION_METHOD, "shots/__init__.py": "", "shots/datasets.py": "class ShotDataset:\n    pass\n"}
+    assert lines(tmp_path, files, "DDP034") == []

@@ -53,7 +53,8 @@ class UnevenInputs(Rule):
     world_size`, then `files[rank * per:(rank + 1) * per]`; not `torch.cuda.device_count() //
     local_world_size`). Where one strided split is seen to reach a loop that back-propagates,
     the strided splits beside it that do not (the validation items split the same way) are
-    not reported. A piece bound to local names that no back-propagating loop iterates (nor a loader
+    not reported, nor is one that reaches no such loop in a function that makes no backward
+    (the validation keys an evaluation method splits among the ranks). A piece bound to local names that no back-propagating loop iterates (nor a loader
     built from it, nor a project function it is handed to, nor the caller it is returned to) is
     one batch: `obs = torch.chunk(obs, world_size)[rank]`, then one forward over all of it per
     optimizer step makes the same number of backward passes on every rank, and is not reported. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
