@@ -200,10 +200,13 @@ BATCHNORM_MODEL_PREFIXES = tuple(
 )
 
 # Hugging Face transformers' PyTorch vision networks made of convolutions with BatchNorm (their
-# ViT, Swin, ConvNeXt and the like use LayerNorm; BiT uses GroupNorm).
+# ViT, Swin, ConvNeXt and the like use LayerNorm; BiT uses GroupNorm). SegFormer's and UperNet's
+# segmentation heads fuse their features through a BatchNorm2d (SegFormer's encoder alone,
+# `SegformerModel`, has none).
 TRANSFORMERS_BATCHNORM_NETWORK = re.compile(
     r"(?:ResNet|RegNet|MobileNetV1|MobileNetV2|EfficientNet)"
-    r"(?:Model|ForImageClassification|Backbone|ForSemanticSegmentation)")
+    r"(?:Model|ForImageClassification|Backbone|ForSemanticSegmentation)"
+    r"|(?:Segformer|UperNet)ForSemanticSegmentation")
 
 # Model factories that build a network from its name: `get_model("resnet50")`,
 # `timm.create_model("efficientnet_b0")`.

@@ -232,9 +232,12 @@ class Feed:
     via_batch_sampler: bool
 
 
-def sampler_values(model: Model, loader: CallSite) -> tuple[list[Value], bool]:
+def sampler_values(model: Model, loader: CallSite, frame: Frame | None = None) -> tuple[list[Value], bool]:
     """What a DataLoader gets as `sampler=` — or, failing that, `batch_sampler=` (then True).
-    Positions are torch's; a project subclass of DataLoader is read by keyword only."""
+    Positions are torch's; a project subclass of DataLoader is read by keyword only. `frame`:
+    the call of the loader's function being followed, when known: its arguments decide the
+    branches the sampler is chosen in (`if distributed: sampler = DistributedSampler(ds)` in
+    `get_loaders(bs, distributed=False)` gives no sampler)."""
     torch_own = model.api(loader) == api.DATALOADER
     if not torch_own and model.graph.base_init(loader, api.DATALOADER) is not None:
         # A project subclass: what its constructor hands DataLoader's (`super().__init__(ds,
@@ -246,10 +249,10 @@ def sampler_values(model: Model, loader: CallSite) -> tuple[list[Value], bool]:
             if passed:
                 return passed, batch
         return [], False
-    given = model.values.keyword(loader, "sampler", 3 if torch_own else None)
+    given = model.values.keyword(loader, "sampler", 3 if torch_own else None, frame)
     if given:
         return given, False
-    return model.values.keyword(loader, "batch_sampler", 4 if torch_own else None), True
+    return model.values.keyword(loader, "batch_sampler", 4 if torch_own else None, frame), True
 
 
 def distributed_sampler(model: Model, values: list[Value], via_batch: bool) -> Value | None:
@@ -267,8 +270,8 @@ def distributed_sampler(model: Model, values: list[Value], via_batch: bool) -> V
     return None
 
 
-def feed(model: Model, loader: CallSite) -> Feed | None:
-    values, via_batch = sampler_values(model, loader)
+def feed(model: Model, loader: CallSite, frame: Frame | None = None) -> Feed | None:
+    values, via_batch = sampler_values(model, loader, frame)
     sampler = distributed_sampler(model, values, via_batch)
     return Feed(loader, sampler, via_batch) if sampler is not None else None
 

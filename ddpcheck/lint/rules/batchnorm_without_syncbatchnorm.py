@@ -65,7 +65,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
     (`resnet50()`, `densenet121()`, ...) or a transformers one (`ResNetForImageClassification(
-    config)`, also `.from_pretrained(...)`; RegNet, MobileNet, EfficientNet) — not on a branch the
+    config)`, also `.from_pretrained(...)`; RegNet, MobileNet, EfficientNet, and the
+    segmentation networks of SegFormer and UperNet, whose heads hold a BatchNorm2d) — not on a branch the
     command line's defaults do not take —, or wraps a network of the project whose code builds
     them (its class, its bases — with the module-level code and the functions and classes of their
     module that they name, not the module's other networks —, the project modules they import,
@@ -86,6 +87,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
     where every module of that project package whose builder fits the call builds BatchNorm, or
+    with `eval(self.arch + "_sparse_" + self.dataset_type)(...)` where every function or class
+    the script defines or imports whose name fits the literal pieces is the project's, from a
+    module that builds BatchNorm, or
     picks its class by key from a literal table, `{"alg": AlgNet, "vol": VolNet}[cfg.model.name](cfg)`
     or `factory = MODEL_DICT[name]; factory(**opts)` in a builder, or `MODEL_DICT[name][0](...)`
     over entries `(resnet8, ckpt_path)`, or `get_func_by_name(name)(...)` where that function
@@ -723,6 +727,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if self._library_network_by_name(made, func.args[0].value):
             return True
         parts = _string_parts(func.args[0].value)
+        if self._global_by_pattern(made, parts):
+            return True
         if len(parts) < 3 or not isinstance(parts[0], str) or not isinstance(parts[-1], str):
             return False
         package, builder = parts[0], parts[-1]
@@ -748,6 +754,35 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 return False
             found += 1
         return found > 0
+
+    def _global_by_pattern(self, made: Value, parts: list[str | None]) -> bool:
+        """`eval(self.arch + "_sparse_" + self.dataset_type)(...)`: `eval` reads the module's own
+        names, so the builder is one of the functions or classes the module defines or imports
+        whose name fits the string's literal pieces (`resnet_56_sparse_cifar10`,
+        `VGG_16_bn_sparse_cifar10`, ...). True when there is one and every one is the project's,
+        from a module that builds BatchNorm (its code or the project modules it imports) and
+        converts none."""
+        literal = [p for p in parts if p is not None]
+        if None not in parts or sum(len(p) for p in literal) < 3 or not all(re.fullmatch(r"\w+", p) for p in literal):
+            return False
+        pattern = re.compile("".join(re.escape(p) if p is not None else r"\w+" for p in parts))
+        module = made.module
+        names = {n for n in (*module.names.aliases, *module.functions, *module.classes)
+                 if "." not in n and pattern.fullmatch(n)}
+        if not names:
+            return False
+        for name in sorted(names):
+            target = self.model.resolver.name(module, name, module.module_scope)
+            if target is None or target.external is not None or target.path is None \
+                    or target.kind not in ("function", "class"):
+                return False
+            other = self.model.project_model(target.path)
+            if other is None:
+                return False
+            texts = [code_only(t) for t in [other.source, *self._imported_texts(other)]]
+            if any(_converts(t) for t in texts) or not any(_unsynced_batchnorm(t) for t in texts):
+                return False
+        return True
 
     def _library_network_by_name(self, made: Value, text: cst.BaseExpression, built: bool = False) -> bool:
         """`eval("torchvision.models." + args.model)(pretrained=True)`: a library's network

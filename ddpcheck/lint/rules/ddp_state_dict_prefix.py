@@ -6,6 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import before, holds_ddp
 from ddpcheck.lint.model.module import CallSite, Point, Scope
 from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
@@ -16,6 +17,8 @@ from ddpcheck.lint.rules._checkpoints import (
     loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
     saved_file_names, spelled_files,
 )
+from ddpcheck.lint.model.project import resolved_path
+from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.rules._wrappers import saved_state_dicts
 
 
@@ -47,7 +50,9 @@ class DdpStateDictPrefix(Rule):
     loads a state dict read from a file in its own body, or through a call that passes the model
     on; not a training function that only builds a loss network loading its own pretrained
     weights) (unless a plain-model script beside it — a
-    single-GPU twin of the training script — reads them through the same project loader; and
+    single-GPU twin of the training script — reads them through the same project loader, or
+    one that wraps no model, joins no process group and saves no checkpoint loads the entry the
+    run saves the DDP state dict under, `model.load_state_dict(checkpoint["model"])` in an evaluation script; and
     only for the files those loads read: where every such load spells its file name and a state
     dict is saved only under other names, `best_model.prm` beside the `checkpoint.pth` a resume
     reads, that save is still reported, not one whose checkpoint is also saved as the file the
@@ -55,7 +60,8 @@ class DdpStateDictPrefix(Rule):
     checkpoint, `ddp.load_state_dict(ckpt["model_state_dict"])`, a state dict saved bare,
     `torch.save(model.state_dict(), "best.pth")`, is still reported: it has no such entry),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
-    `consume_prefix_in_state_dict_if_present` is used), loads through a project function that strips it (`load_state_dict(fix_keys(
+    `consume_prefix_in_state_dict_if_present` is used, or a state dict is rebuilt with its keys
+    cut at a fixed position, `for k, v in sd.items(): new_sd[k[7:]] = v`), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that hands a model to a
     project loader, defined anywhere in the project, that loads a checkpoint into it and strips
     the prefix (`load_weights(net, cfg.test.model_path)`), or that loads checkpoints and
@@ -208,7 +214,8 @@ class DdpStateDictPrefix(Rule):
         loaders: list[Function] = []
         read: list[frozenset[str] | None] = []
         self._entry_loads: list[bool] = []
-        if self._loads_into_ddp(loaders, read) and not plain_readers(model, loaders):
+        if self._loads_into_ddp(loaders, read) and not plain_readers(model, loaders) \
+                and not self._plain_entry_readers(found):
             # Checkpoints are loaded into the DDP model: the prefix round-trips — for the files
             # those loads read. A save to a file none of them reads (`best_model.pth` beside
             # the `checkpoint.pth` a resume reads) is not read back that way.
@@ -360,6 +367,37 @@ class DdpStateDictPrefix(Rule):
                     self._entry_loads += [False for _ in targets]  # (what it loads is not read here)
         return found
 
+    def _plain_entry_readers(self, found: list[tuple[CallSite, Value, cst.Call]]) -> bool:
+        """Another script of the project, one that wraps no model, joins no process group and
+        saves no checkpoint of its own (an evaluation script), loads the entry of a checkpoint the run saves the DDP state dict
+        under into its model (`model.load_state_dict(checkpoint["model"])` beside the run's
+        `{"model": model.state_dict(), ...}`): the resume's DDP load round-trips the prefix,
+        that one does not."""
+        model = self.model
+        entries: set[str] = set()
+        for save, _, sd in found:
+            function = save.scope.function
+            code = save.module.code(function.node) if function is not None else save.module.source
+            made = re.escape(save.module.code(sd))
+            for pattern in (rf"""(["'])(\w+)\1\s*:\s*{made}""", rf"""\[\s*(["'])(\w+)\1\s*\]\s*=\s*{made}"""):
+                entries |= {m.group(2) for m in re.finditer(pattern, code)}
+        if not entries:
+            return False
+        reads = re.compile(r"""load_state_dict\(\s*\w+\[\s*(["'])(%s)\1\s*\]""" % "|".join(map(re.escape, sorted(entries))))
+        run = {resolved_path(m.path) for m in model.paths.modules()}
+        for path in project_files(model.root.path):
+            if path in run or model.project.passes(path, _wraps_or_joins):
+                continue
+            text = model.project.text(path)
+            if text is None or "torch.load(" not in text:
+                continue
+            code = code_only(text)
+            # (A script that saves checkpoints too reads back its own: a single-GPU trainer
+            # resuming from the `state["model"]` it wrote.)
+            if "torch.load(" in code and "torch.save(" not in code and reads.search(code) is not None:
+                return True
+        return False
+
     def _loads_into(self, function: Function, names: set[str] | None, depth: int) -> bool:
         """`function` loads a state dict read from a file in its own body, or through a call that
         passes on one of `names` (its parameters that receive the DDP model; None: not known):
@@ -492,13 +530,35 @@ def _receiving(site: CallSite, function: Function, bound: str, passed: list[cst.
 
 def _strips_prefix(source: str) -> bool:
     """The code names the wrapper's key prefix (`"module."`, `'module.backbone.'`) or torch's
-    helper that removes it."""
+    helper that removes it, or rebuilds a state dict with its keys cut at a fixed position
+    (`for k, v in ckpt.items(): new_sd[k[7:]] = v`, also through `name = k[7:]`): the project
+    knows its keys carry a prefix and drops it by its length."""
     # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
     # `in` rules them out faster than the pattern's scan with its look-behind at every character.
     if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
         if _PREFIX.search(source):
             return True
-    return "consume_prefix_in_state_dict" in source
+    if "consume_prefix_in_state_dict" in source:
+        return True
+    if ".items()" not in source or ":]" not in source:
+        return False
+    for loop in _KEY_LOOP.finditer(source):
+        key = re.escape(loop.group(1))
+        if re.search(rf"(?:\[\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*\]\s*=|\b\w+\s*=\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*(?:#.*)?$)",
+                     source[loop.end():], re.MULTILINE):
+            return True
+    return False
 
 
 _PREFIX = re.compile(r"""(?<![\w.])['"](?:_orig_mod\.)?module\.""")
+# A script that wraps a model or joins a process group (torch.distributed imported for an
+# `if dist.is_initialized():` in a shared helper is neither).
+_WRAPS_OR_JOINS = re.compile(r"DataParallel|\baccelerate\b|deepspeed|lightning|horovod|\.module\b|init_process_group")
+
+
+def _wraps_or_joins(text: str) -> bool:
+    return _WRAPS_OR_JOINS.search(text) is not None
+
+
+# `for k, v in state_dict.items():` — the key's name.
+_KEY_LOOP = re.compile(r"\bfor\s+(\w+)\s*,\s*\w+\s+in\s+[^\n]*\.items\(\)\s*:")

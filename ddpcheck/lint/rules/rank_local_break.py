@@ -64,7 +64,8 @@ class RankLocalBreak(Rule):
     carries it (`dist.broadcast(t, src=0)` with the counter read back from `t`); and the flag of
     `while not done:` (or `while running:`) set to end the loop under a test of the rank's own
     values (a retry loop around a mixed-precision step, `if not torch.isfinite(loss): done =
-    True`), in a loop that makes no collective: that rank leaves as a `break` would. And a `return`
+    True`; the loop's forward may run in a project function handed the DDP model, `loss =
+    dsm_loss(score, x, sigmas)` calling `scorenet(...)`), in a loop that makes no collective: that rank leaves as a `break` would. And a `return`
     (or a loop's `continue`) in an `except` handler for an error one rank can meet on its own
     (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
     mentions out-of-memory) that comes before
@@ -651,10 +652,25 @@ class RankLocalBreak(Rule):
         return False
 
     def _forwards(self, calls: list[CallSite]) -> bool:
+        """One of `calls` runs a DDP model's forward: calls the wrapper itself, or hands it to a
+        project function that calls the parameter it receives it as (`loss = dsm_loss(score,
+        batch, sigmas)` whose body makes `scores = scorenet(x)`)."""
+        model = self.model
         for site in calls:
             if isinstance(site.node.func, cst.Name):
-                if any(is_ddp(self.model, v) for v in self.model.values.at_call(site, site.node.func)):
+                if any(is_ddp(model, v) for v in model.values.at_call(site, site.node.func)):
                     return True
+            for function, bound in model.graph.targets(site):
+                called = {c.node.func.value for c in function.module.calls_in(function.qualname)
+                          if isinstance(c.node.func, cst.Name) and c.scope.function is not None
+                          and c.scope.qualname == function.qualname}
+                for param in function.params():
+                    if param.name not in called:
+                        continue
+                    passed = model.graph.argument_for(site, function, param, bound)
+                    if isinstance(passed, cst.BaseExpression) \
+                            and any(is_ddp(model, v) for v in model.values.at_call(site, passed)):
+                        return True
         return False
 
     def _local_value(self, root: ModuleModel, scope: Scope, test: cst.BaseExpression) -> bool:

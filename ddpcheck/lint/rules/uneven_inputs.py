@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from typing import TYPE_CHECKING, Iterator
 
 import libcst as cst
@@ -47,7 +49,12 @@ class UnevenInputs(Rule):
     Reported at the split (or in the class's `__iter__`: at the test that keeps the rank's items,
     `if i % self.num_replicas != self.rank: continue`, when one test names both, else at the `def`) when the file trains with it and contains
     no `join()` of DDP's (a string's or a path's `join` does not count) and no truncation to a multiple of the
-    world size. A piece bound to local names that no back-propagating loop iterates (nor a loader
+    world size (a floor division by the world size that bounds a slice: `per = len(files) //
+    world_size`, then `files[rank * per:(rank + 1) * per]`; not `torch.cuda.device_count() //
+    local_world_size`). Where one strided split is seen to reach a loop that back-propagates,
+    the strided splits beside it that do not (the validation items split the same way) are
+    not reported, nor is one that reaches no such loop in a function that makes no backward
+    (the validation keys an evaluation method splits among the ranks). A piece bound to local names that no back-propagating loop iterates (nor a loader
     built from it, nor a project function it is handed to, nor the caller it is returned to) is
     one batch: `obs = torch.chunk(obs, world_size)[rank]`, then one forward over all of it per
     optimizer step makes the same number of backward passes on every rank, and is not reported. A tensor method split (`idx.split(ceil(n / world_size))[rank]`, `.chunk`,
@@ -197,7 +204,7 @@ class UnevenInputs(Rule):
         if self._joins():
             return  # DDP's join evens the inputs out
         self._samplers_evening_nothing()
-        if "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+        if _truncates(source):
             return  # a truncation to a multiple of the world size
         if not any(c.method == "backward" for c in root.calls):
             return
@@ -205,10 +212,12 @@ class UnevenInputs(Rule):
         reported: set[int] = set()
         self._reached_strides(reported)
         self._node_splits()
+        strided: list[tuple[cst.Subscript, bool, bool]] = []
         for scope, node in _expressions(root):
             for sub in expressions(node):  # (subscripts and calls: the tokens are not read)
                 if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
-                    self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
+                    strided.append((sub, self._feeds_training(root, scope, set(root.assigned_names(node)), 0),
+                                    self._backward_in(root, scope)))
                 elif isinstance(sub, cst.Call) and _range_by_rank(sub, resolve, scope) and id(sub) not in reported \
                         and self._feeds_training(root, scope, set(root.assigned_names(node)), 0):
                     # `idx = list(range(rank, n, world_size))`, then the rows it picks are trained on
@@ -221,6 +230,15 @@ class UnevenInputs(Rule):
                     if model.api(site) in _SPLITTERS and not self._whole_batch(root, scope, node) or (
                             _split_method(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
+        # `files[rank::world_size]`: where one of the script's strided splits is seen to reach
+        # training, the splits beside it that are not (the validation shots split the same
+        # way, iterated without a backward) are evaluation splits; otherwise each is reported.
+        # A split that reaches no training loop in a function that makes no backward (the
+        # validation keys of an evaluation method) is not judged either.
+        training = any(feeds for _, feeds, _ in strided)
+        for sub, feeds, steps in strided:
+            if feeds or not training and steps:
+                self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for loop in root.fors:
             # `for i in range(rank, len(files), world_size):` around a backward or a collective
             for sub in expressions(loop.node.iter):
@@ -249,6 +267,13 @@ class UnevenInputs(Rule):
                                 self.MESSAGE.format(split=f"{info.qualname}.__iter__"), module=module)
         self._rank_filtering_samplers()
 
+    def _backward_in(self, module: ModuleModel, scope: Scope) -> bool:
+        """A backward in the scope itself or in a function it calls (module level: anywhere in
+        the module)."""
+        model = self.model
+        calls = module.calls if scope.kind == "module" else module.calls_in(scope.qualname)
+        return any(c.method == "backward" or model.facts.does(c, "backward") for c in calls)
+
     def _reached_strides(self, reported: set[int]) -> None:
         """`idx = np.arange(rank, len(ds), world_size)` in a project module the script reaches
         (a data module's loader builder), when the rows it picks reach a loop that
@@ -256,7 +281,7 @@ class UnevenInputs(Rule):
         model = self.model
         for module in model.paths.modules():
             source = module.source
-            if module is model.root or "//" in source and any(w in source for w in _WORLD) and "[:" in source:
+            if module is model.root or _truncates(source):
                 continue  # the script is read below; a module that truncates evens its shares
             resolve = model.resolver_for(module)
             for scope, node in _expressions(module):
@@ -488,6 +513,25 @@ def _carries(expr: cst.BaseExpression, names: set[str]) -> bool:
                 if isinstance(sub, cst.Subscript) and all(isinstance(e.slice, cst.Index) for e in sub.slice)}
     return any(isinstance(sub, cst.Name) and sub.value in names and id(sub) not in elements
                for sub in subexpressions(expr))
+
+
+def _truncates(source: str) -> bool:
+    """The text cuts the data to a multiple of the world size: a floor division by the world
+    size that bounds a slice, in the slice itself (`idx[: usable // world]`) or through the name
+    it is bound to (`per = len(files) // world`, then `files[rank * per:(rank + 1) * per]`). A
+    quotient used elsewhere (`n_gpus = torch.cuda.device_count() // local_world_size`, a batch
+    size per rank) cuts nothing."""
+    if "//" not in source or "[" not in source or not any(w in source for w in (*_WORLD, "world", "World")):
+        return False
+    world = "|".join(re.escape(w) for w in (*_WORLD, "world", "World"))
+    division = rf"//[^\n#]*(?:{world})"
+    if re.search(rf"\[[^\]\n]*(?::[^\]\n]*{division}|{division}[^\]\n]*:)", source):
+        return True
+    for bound in re.finditer(rf"^[ \t]*(\w+)\s*=[^\n#]*{division}", source, re.MULTILINE):
+        name = re.escape(bound.group(1))
+        if re.search(rf"\[[^\]\n]*(?::[^\]\n]*\b{name}\b|\b{name}\b[^\]\n]*:)", source):
+            return True
+    return False
 
 
 def split_by_rank(model: Model) -> bool:

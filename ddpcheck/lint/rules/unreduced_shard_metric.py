@@ -55,7 +55,8 @@ class UnreducedShardMetric(Rule):
     module the run reaches; loaders derived from torch's, such as PyG's, count, and so does one
     taken from a dict of loaders filled in a loop: `loaders[split] = DataLoader(...)`, then
     `evaluate(model, loaders["val"])`), when what it reports is
-    computed from counters the loop accumulated and no collective after the loop may reduce them
+    computed from counters the loop accumulated (also through an entry of an array of
+    per-epoch figures, `losses_valid[epoch] = loss_valid / n`) and no collective after the loop may reduce them
     (nor are they handed to a project function — reading a running-metric object's figures
     back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
     method makes no collective —, unless that function only logs them:
@@ -87,7 +88,8 @@ class UnreducedShardMetric(Rule):
     predictions in the loop, `preds = gather(preds)`, leaves the loss summed beside them one
     rank's). A
     batch source built for one rank (`get_batch_iterator(path, bs, rank=rank,
-    world_size=world_size)`), or a loader whose sampler or batch sampler is a project one built
+    world_size=world_size)`), a loader over a dataset built from this rank's slice of the
+    items (`DataLoader(ShotDataset(shots[rank::world_size]))`), or a loader whose sampler or batch sampler is a project one built
     with the rank and the number of ranks (`RankBucketBatchSampler(buckets, bs, world_size,
     rank)`, by keyword or by the parameter names of its class), is a shard as a
     DistributedSampler's loader is; so is an array a loop over `range(...)` walks by hand in
@@ -540,12 +542,37 @@ class UnreducedShardMetric(Rule):
             if call is None:
                 continue
             site = value.module.call_at(call)
-            if site is not None and model.makes(site, api.DATALOADER) and feed(model, site) is not None:
+            if site is not None and model.makes(site, api.DATALOADER) and feed(model, site, value.frame) is not None:
                 return True
             if site is not None and self._hand_sharded(site):
                 return True
             if site is not None and model.makes(site, api.DATALOADER) and self._sampler_for_rank(site):
                 return True
+            if site is not None and model.makes(site, api.DATALOADER) and self._dataset_of_share(site):
+                return True
+        return False
+
+    def _dataset_of_share(self, loader: CallSite) -> bool:
+        """The loader's dataset is built from this rank's slice of the items (`ds =
+        ShotDataset(shots[rank::world_size], ...)`): each rank evaluates its own items, as with
+        a DistributedSampler."""
+        dataset = loader.arg("dataset", 0)
+        if dataset is None:
+            return False
+        for value in self.model.values.at_call(loader, dataset):
+            call = value.call
+            if call is None:
+                continue
+            for arg in call.args:
+                if arg.star:
+                    continue
+                held = [arg.value] if not isinstance(arg.value, cst.Name) else None
+                values = self.model.values.of(value.module, arg.value, value.scope, value.frame, at=value.at) \
+                    if held is None else None
+                if held is not None and self._rank_share(Value(value.module, arg.value, value.scope, value.frame, value.at)):
+                    return True
+                if values and any(self._rank_share(v) for v in values):
+                    return True
         return False
 
     def _hand_batched_share(self, root: ModuleModel, loop: ForSite) -> bool:
@@ -761,7 +788,8 @@ class UnreducedShardMetric(Rule):
             site = value.module.call_at(value.call) if value.call is not None else None
             if site is None:
                 return True  # not known: as before
-            if self.model.makes(site, api.DATALOADER) and feed(self.model, site) is not None or self._hand_sharded(site):
+            if self.model.makes(site, api.DATALOADER) and feed(self.model, site, value.frame) is not None \
+                    or self._hand_sharded(site):
                 return True
         return False
 
@@ -840,8 +868,29 @@ def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3)
                 value = held.value if isinstance(held, Item) else held
                 if isinstance(value, cst.BaseExpression):
                     values.append(value)
+            # (`losses_valid[epoch] = loss_valid / n`: an entry of an array of per-epoch figures.)
+            values += _entries_written(loop.scope.node).get(name, [])
             if any(_derived(loop, counters, _names_in(v), depth - 1) for v in values):
                 out.add(name)
+    return out
+
+
+@lru_cache(maxsize=256)
+def _entries_written(function: cst.CSTNode) -> dict[str, list[cst.BaseExpression]]:
+    """What the function's own statements assign to entries of its names: `name[key] = value`
+    (not in nested functions)."""
+    out: dict[str, list[cst.BaseExpression]] = {}
+    stack: list[cst.CSTNode] = list(children(function))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            continue
+        if isinstance(node, cst.Assign):
+            for target in node.targets:
+                if isinstance(target.target, cst.Subscript) and isinstance(target.target.value, cst.Name):
+                    out.setdefault(target.target.value.value, []).append(node.value)
+        if type(node) not in NO_STATEMENTS_BELOW:
+            stack.extend(children(node))
     return out
 
 

@@ -6,7 +6,7 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.conditions import exclusive_arms
-from ddpcheck.lint.model.ddp import strip_moves, wraps
+from ddpcheck.lint.model.ddp import is_ddp, strip_moves, wraps
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, is_false, is_true, last_name, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
@@ -20,6 +20,7 @@ from ddpcheck.lint.rules._classes import (
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.module import CallSite, ClassInfo, ForSite, ModuleModel
+    from ddpcheck.lint.model.values import Value
 
 
 class UnusedSubmoduleWithoutFindUnused(Rule):
@@ -53,6 +54,11 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
     freezing everything for a final evaluation waits for nothing, and so does a loop that freezes
     every parameter of the DDP model itself, `for p in teacher.parameters(): p.requires_grad =
     False` with no condition: no parameter of it gets a gradient, so its reducer waits for none).
+    Also reported at the call of a project class's method that freezes part of the DDP model
+    the instance holds (`for p in self.model.module.evm_net.parameters(): p.requires_grad =
+    False`, `self.model` a DDP wrapper built without either flag) when a backward follows the
+    call in its function or its loop (`solver.freeze_evm_net()` at epoch 0, then the training
+    step).
 
     ## How to fix
     Delete the layer, or freeze it (`self.x.requires_grad_(False)`), or pass
@@ -146,6 +152,7 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
 
     def finish(self) -> None:
         model = self.model
+        self._frozen_by_method()
         if "requires_grad" in model.root.source:
             self._frozen_after_wrap()
             return
@@ -214,6 +221,59 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
                     self.report(loop.node, self.FROZEN_MESSAGE)
                     break
 
+    def _frozen_by_method(self) -> None:
+        """A method of a project class freezes part of the DDP model it holds (`for p in
+        self.model.module.evm_net.parameters(): p.requires_grad = False`, `self.model` a DDP
+        wrapper built without `find_unused_parameters` or `static_graph`), and the run calls it
+        and then trains (`solver.freeze_evm_net()`, then a training step): reported at that
+        call."""
+        model = self.model
+        for module in model.paths.modules():
+            if "requires_grad" not in module.source:
+                continue
+            for loop in module.fors:
+                scope = loop.scope
+                if scope.function is None or not scope.qualname.count("."):
+                    continue  # (a method: `Class.freeze`)
+                iterable = loop.node.iter
+                if not (isinstance(iterable, cst.Call) and isinstance(iterable.func, cst.Attribute)
+                        and iterable.func.attr.value in ("parameters", "named_parameters")):
+                    continue
+                receiver = iterable.func.value
+                wrapper = _wrapper_of(receiver)
+                whole = isinstance(receiver, cst.Attribute) and receiver.value is wrapper
+                if wrapper is None or not _freezes(loop.node) or whole and _freezes_every_item(loop.node):
+                    continue  # (the whole inner module frozen: no parameter of it waits)
+                wrapped = [v for v in model.values.of(module, wrapper, scope, at=loop.point) if is_ddp(model, v)]
+                if not wrapped or any(self._lets_unused(v) for v in wrapped):
+                    continue
+                for call, _ in model.graph.callers(Function(module, scope.qualname)):
+                    if self._trains_after_call(call):
+                        self.report(call.node, self.FROZEN_MESSAGE, module=call.module)
+                        break
+
+    @staticmethod
+    def _lets_unused(value: Value) -> bool:
+        """The DDP wrapper built at `value` tolerates parameters without gradients (or is not
+        known)."""
+        call = value.call
+        site = value.module.call_at(call) if call is not None else None
+        return site is None or site.has_star_kwargs or is_true(site.arg("find_unused_parameters")) \
+            or is_true(site.arg("static_graph"))
+
+    def _trains_after_call(self, call: CallSite) -> bool:
+        """A backward follows `call` in its function (or in a function it calls), or in the
+        same loop: the next iteration's step."""
+        model = self.model
+        for later in call.module.calls_in(call.scope.qualname):
+            if later.scope is not call.scope or later is call:
+                continue
+            if later.point.tick <= call.point.tick and not (set(call.loops) & set(later.loops)):
+                continue
+            if later.method == "backward" or "backward" in model.facts.of_call(later):
+                return True
+        return False
+
     def _trains_after(self, loop: ForSite) -> bool:
         """A backward follows the loop in its function (itself or in a function it calls):
         freezing everything for a final evaluation, with no training step after it, waits for
@@ -225,6 +285,17 @@ class UnusedSubmoduleWithoutFindUnused(Rule):
             if call.method == "backward" or "backward" in model.facts.of_call(call):
                 return True
         return False
+
+
+def _wrapper_of(receiver: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`self.model` in `self.model.module.evm_net` (or `self.model.module`): the expression the
+    inner module is read from."""
+    node = receiver
+    while isinstance(node, cst.Attribute):
+        if node.attr.value == "module":
+            return node.value
+        node = node.value
+    return None
 
 
 def _freezes(loop: cst.For) -> bool:
