@@ -33,6 +33,8 @@ _LOG_CONFIG = re.compile(r"basicConfig|addHandler|dictConfig|fileConfig|setLevel
                          r"|mmengine|fairseq|loguru|rich\.logging|transformers\.logging|logzero", re.I)
 # loguru's logger writes INFO records to stderr from the import on, with no set-up call.
 _LOGURU = re.compile(r"^\s*(from|import)\s+loguru\b", re.M)
+# What changes where loguru's records go (or whether they are written at all).
+_LOGURU_SETUP = frozenset({"remove", "add", "configure", "disable", "enable", "level", "patch", "bind"})
 _LOG_FRAMEWORKS = re.compile(r"^\s*(from|import)\s+(hydra|absl|detectron2|mmcv|mmengine|fairseq)\b", re.M)
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
@@ -490,6 +492,7 @@ class PrintOnEveryRank(Rule):
         self._silenced_logging: bool | None = None
         self._configured_logging: bool | None = None
         self._tagged_logging: bool | None = None
+        self._loguru_configured: bool | None = None
         self._moved: dict[str, bool] = {}
         print_silenced = self._print_silenced()
         reported: set[int] = set()
@@ -591,8 +594,9 @@ class PrintOnEveryRank(Rule):
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
                         module=site.module, related=chain)
             return
-        name = place.dotted or "this call"
-        self.report(place.node, f"`{name}(...)` writes to the console on every rank at each step or epoch, so the "
+        # (a call on an expression, `unwrap(model).sample()`, has no dotted name to show)
+        name = f"`{place.dotted}(...)`" if place.dotted else "this call"
+        self.report(place.node, f"{name} writes to the console on every rank at each step or epoch, so the "
                                 f"output is repeated once per process; guard the call with `if rank == 0:`",
                     module=place.module, related=[*chain, site])
 
@@ -873,6 +877,12 @@ class PrintOnEveryRank(Rule):
             return False
         if _breaks(block) and any(self.loops.is_work(site.module, loop, site.scope) for loop in site.loops[:-1]):
             return False  # `break` out of the evaluation loop inside the epoch loop: once per epoch
+        if _breaks(block, (cst.Break, cst.Return)):
+            # `break` out of the batch loop of a `train_epoch()`, or `return` from it, where a
+            # caller's epoch loop runs the function: the message comes again at the next epoch.
+            function = self.model.paths.function_of(site)
+            if function is not None and self._called_per_iteration(function, 0):
+                return False
         return True
 
     def _outer_loop_repeats(self, site: CallSite) -> bool:
@@ -1375,6 +1385,8 @@ class PrintOnEveryRank(Rule):
         if target is None:
             return True  # created here
         if target.external is not None:
+            if target.external == "loguru.logger":
+                return not self._loguru_set_up()
             return target.external.startswith("logging")
         if target.path is None:
             return False
@@ -1383,6 +1395,17 @@ class PrintOnEveryRank(Rule):
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
 
+
+    def _loguru_set_up(self) -> bool:
+        """loguru's `logger` is one object that writes every record (DEBUG up) to `sys.stderr`
+        from the import on: unless the run changes its sinks or silences it (`logger.remove()`,
+        `logger.add(...)`, `logger.configure(...)`, `logger.disable(...)`, maybe on some ranks
+        only), every rank prints each record."""
+        if self._loguru_configured is None:
+            self._loguru_configured = any(
+                site.method in _LOGURU_SETUP and (self.model.api(site) or "").startswith("loguru.")
+                for site in self.model.paths.sites())
+        return self._loguru_configured
 
     def _made_by_rank_aware_factory(self, site: CallSite) -> bool:
         """The logger comes from a project function the value flow does not enter and that
@@ -1499,7 +1522,8 @@ def _holds(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
 
 
 def _leaves(block: cst.BaseSuite) -> bool:
-    """The block ends by leaving the loop or the program: `break`, `raise`, `sys.exit(...)`."""
+    """The block ends by leaving the loop, the function or the program: `break`, `return`,
+    `raise`, `sys.exit(...)`."""
     statements = block.body
     if not statements:
         return False
@@ -1512,15 +1536,15 @@ def _leaves(block: cst.BaseSuite) -> bool:
         return False
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         return dotted(small.value.func) in _EXITS
-    return isinstance(small, (cst.Break, cst.Raise))
+    return isinstance(small, (cst.Break, cst.Return, cst.Raise))
 
 
-def _breaks(block: cst.BaseSuite) -> bool:
-    """The block ends with `break` (it leaves its loop, not the program)."""
+def _breaks(block: cst.BaseSuite, kinds: tuple[type[cst.BaseSmallStatement], ...] = (cst.Break,)) -> bool:
+    """The block ends with `break` (it leaves its loop, not the program), or with one of `kinds`."""
     last = block.body[-1] if block.body else None
     if isinstance(block, cst.SimpleStatementSuite):
-        return isinstance(last, cst.Break)
-    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], cst.Break)
+        return isinstance(last, kinds)
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], kinds)
 
 
 def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
@@ -1561,13 +1585,16 @@ def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
 
 
 def _result_kept(caller: CallSite, function: Function) -> bool:
-    """`res = validate(...)` (or `return validate(...)`) of a function that returns a value: the
-    caller goes on with what the call computes."""
+    """`res = validate(...)`, `data["train"] = get_dataset(...)` (or `return validate(...)`) of a
+    function that returns a value: the caller goes on with what the call computes."""
     returned = function.module.returns.get(function.qualname, [])
     if not any(not (isinstance(v, cst.Name) and v.value == "None") for v in returned):
         return False
     scope = caller.scope
     if any(b is caller.node for bound in scope.assignments.values() for b in bound):
+        return True
+    # (also an entry of a dict, `data["train"] = get_dataset(args, epoch)`)
+    if any(entry[1] is caller.node for entries in scope.updates.values() for entry in entries):
         return True
     outer = scope.function
     return outer is not None and any(v is caller.node for v in caller.module.returns.get(outer.qualname, []))
