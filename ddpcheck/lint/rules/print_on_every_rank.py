@@ -88,7 +88,8 @@ class PrintOnEveryRank(Rule):
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
     epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
-    validate_classification(loaders, model)`) — is reported at its output: a guard around its call would
+    validate_classification(loaders, model)`, also in a dict entry, `data["train"] =
+    get_dataset(args, epoch)`) — is reported at its output: a guard around its call would
     change what the other ranks do. Unguarded prints in the `forward` of a project network that every
     rank wraps in DDP, or of a project layer it runs there (`self.attention(x)`), repeat at each
     training step of every rank (a print under any test, `if self.debug:`, is left alone).
@@ -122,7 +123,9 @@ class PrintOnEveryRank(Rule):
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
     colorlog's, rich's, the one `logging.basicConfig(...)` with no file gives — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
-    out of sight); `print(..., file=f)`; a `print` the module rebinds by importing a project
+    out of sight) — but loguru's `logger`, which writes every record to stderr from the import
+    on, is reported unless the run changes its sinks (`logger.remove()`, `logger.add(...)`,
+    `logger.disable(...)`); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
     function's own output is judged where it writes); messages that name the rank (in the call or in the
     variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
@@ -135,8 +138,10 @@ class PrintOnEveryRank(Rule):
     through the value it prints: `evaluate(rank=rank, ...)` that prints `f"Evaluating {name}"`
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
-    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
-    `break` out of a loop that sits in an epoch loop still repeats each epoch) or
+    messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
+    error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
+    each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch
+    loop runs) or
     at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
     `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs, nor a progress bar made there, `if epoch == start: bar = tqdm(range(n - done))`, which draws at each step of that epoch) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
