@@ -1,6 +1,8 @@
 """loguru's `logger` writes every record (DEBUG up) to stderr from the import on: a
 `logger.debug(...)` at each training step prints on every rank unless the run changes loguru's
-sinks. Through `ddpcheck lint` on a small project, with clean variants."""
+sinks (a file sink added on rank 0 leaves the console sink on every rank). A message that a
+project helper tags with the rank is meant to come from every rank. Through `ddpcheck lint`
+on a small project, with clean variants."""
 
 from __future__ import annotations
 
@@ -32,8 +34,12 @@ SCRIPT = """\
                 loss = net(x.cuda()).mean()
                 loss.backward()
                 solver.step()
-                logger.debug("[%03d] step %d loss %.4f" % (epoch, index, loss.item()))
+                logger.debug({message})
         dist.destroy_process_group()
+
+
+    def tag(msg):
+        return f"[R:{{dist.get_rank()}}] {{msg}}"
 
 
     if __name__ == "__main__":
@@ -42,16 +48,29 @@ SCRIPT = """\
 """
 
 
+STEP = '"[%03d] step %d loss %.4f" % (epoch, index, loss.item())'
+
+
 def test_loguru_debug_in_the_step_loop_is_reported(tmp_path: Path) -> None:
-    files = {"learn.py": SCRIPT.format(setup="pass")}
+    files = {"learn.py": SCRIPT.format(message=STEP, setup="pass")}
     assert lines(tmp_path, files, "DDP020", target="learn.py") == [("learn.py", 24)]
 
 
 def test_loguru_sinks_removed_on_other_ranks_is_clean(tmp_path: Path) -> None:
-    files = {"learn.py": SCRIPT.format(setup="if gpu_idx != 0:\n            logger.remove()")}
+    files = {"learn.py": SCRIPT.format(message=STEP, setup="if gpu_idx != 0:\n            logger.remove()")}
     assert lines(tmp_path, files, "DDP020", target="learn.py") == []
 
 
 def test_loguru_disabled_is_clean(tmp_path: Path) -> None:
-    files = {"learn.py": SCRIPT.format(setup='logger.disable("__main__")')}
+    files = {"learn.py": SCRIPT.format(message=STEP, setup='logger.disable("__main__")')}
+    assert lines(tmp_path, files, "DDP020", target="learn.py") == []
+
+
+def test_loguru_file_sink_on_rank_zero_only_is_still_reported(tmp_path: Path) -> None:
+    files = {"learn.py": SCRIPT.format(message=STEP, setup='if gpu_idx == 0:\n            logger.add("train.log")')}
+    assert lines(tmp_path, files, "DDP020", target="learn.py") == [("learn.py", 25)]
+
+
+def test_message_tagged_with_the_rank_by_a_project_helper_is_clean(tmp_path: Path) -> None:
+    files = {"learn.py": SCRIPT.format(message=f"tag({STEP})", setup="pass")}
     assert lines(tmp_path, files, "DDP020", target="learn.py") == []

@@ -34,7 +34,7 @@ _LOG_CONFIG = re.compile(r"basicConfig|addHandler|dictConfig|fileConfig|setLevel
 # loguru's logger writes INFO records to stderr from the import on, with no set-up call.
 _LOGURU = re.compile(r"^\s*(from|import)\s+loguru\b", re.M)
 # What changes where loguru's records go (or whether they are written at all).
-_LOGURU_SETUP = frozenset({"remove", "add", "configure", "disable", "enable", "level", "patch", "bind"})
+_LOGURU_SETUP = frozenset({"remove", "configure", "disable"})
 _LOG_FRAMEWORKS = re.compile(r"^\s*(from|import)\s+(hydra|absl|detectron2|mmcv|mmengine|fairseq)\b", re.M)
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
@@ -124,11 +124,12 @@ class PrintOnEveryRank(Rule):
     colorlog's, rich's, the one `logging.basicConfig(...)` with no file gives — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
     out of sight) — but loguru's `logger`, which writes every record to stderr from the import
-    on, is reported unless the run changes its sinks (`logger.remove()`, `logger.add(...)`,
-    `logger.disable(...)`); `print(..., file=f)`; a `print` the module rebinds by importing a project
+    on, is reported unless the run takes that sink away (`logger.remove()`, `logger.configure(...)`,
+    `logger.disable(...)`; a file sink `logger.add(path)` on rank 0 leaves it); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
     function's own output is judged where it writes); messages that name the rank (in the call or in the
-    variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
+    variable holding the message, or through a project helper that returns it tagged,
+    `logger.info(format_msg(text))` with `return f"[R:{rank}] {msg}"` — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
     result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, the rank's own
     device, `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")` (also
     passed in by the caller), or a value
@@ -1102,6 +1103,20 @@ class PrintOnEveryRank(Rule):
             if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
                    for sub in subexpressions(arg.value)):
                 return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
+            if any(isinstance(sub, cst.Call) and self._tagging_helper(site, sub) for sub in subexpressions(arg.value)):
+                return True  # `logger.info(format_msg("..."))` with `return f"[R:{rank}] {msg}"`
+        return False
+
+    def _tagging_helper(self, site: CallSite, call: cst.Call) -> bool:
+        """`call` runs a project function that returns the message with the rank in it
+        (`def format_msg(msg): return f"[R:{get_rank()}] {msg}"`)."""
+        inner = site.module.call_at(call)
+        if inner is None:
+            return False
+        for callee, _ in self.model.graph.targets(inner):
+            returned = callee.module.returns.get(callee.qualname, [])
+            if any(_RANK_NAMED.search(callee.module.code(value)) for value in returned):
+                return True
         return False
 
     def _rank_device(self, site: CallSite, expr: cst.BaseExpression) -> bool:
@@ -1403,9 +1418,9 @@ class PrintOnEveryRank(Rule):
 
     def _loguru_set_up(self) -> bool:
         """loguru's `logger` is one object that writes every record (DEBUG up) to `sys.stderr`
-        from the import on: unless the run changes its sinks or silences it (`logger.remove()`,
-        `logger.add(...)`, `logger.configure(...)`, `logger.disable(...)`, maybe on some ranks
-        only), every rank prints each record."""
+        from the import on: unless the run takes that sink away or silences it (`logger.remove()`,
+        `logger.configure(handlers=...)`, `logger.disable(...)`, maybe on some ranks only), every
+        rank prints each record (`logger.add(path)` on rank 0 only adds a file beside it)."""
         if self._loguru_configured is None:
             self._loguru_configured = any(
                 site.method in _LOGURU_SETUP and (self.model.api(site) or "").startswith("loguru.")
