@@ -32,7 +32,7 @@ from ddpcheck.lint.model.paths import Paths
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import dotted, statements, string_text
+from ddpcheck.lint.model.syntax import dotted, statements, string_text, subexpressions
 from ddpcheck.lint.model.values import Value, Values
 
 _ENTRY_TEXT = ("__main__",)
@@ -517,10 +517,13 @@ class Names:
             if literal is not None:
                 return {literal}
             sides: set[bool | None] = set()
+            falsy = _falsy_left_operands(values)
             for value in values:
                 node = value.node
                 if isinstance(node, cst.Name) and node.value in ("False", "None"):
                     continue
+                if id(node) in falsy:
+                    continue  # the value of `a and b` only where `a` is false: the flag fails there
                 resolve = self.model.resolver_for(value.module, value.scope)
                 if isinstance(node, cst.Name) and node.value == "True" and not value.arms \
                         and _demoted_elsewhere(value, values, self.model, depth):
@@ -821,6 +824,24 @@ def _not_built_for_distributed(guard: Guard, resolve: Names) -> bool:
         inner = test.expression
         return isinstance(inner, cst.Call) and resolve(inner.func) == "torch.distributed.is_available"
     return False
+
+
+def _falsy_left_operands(values: list[Value]) -> set[int]:
+    """The leaves (by node id) that come from the left operand of an `and` another leaf was
+    chosen through (`save_logs = args.logs and args.logs != "none" and is_master(args)`): the
+    value flow reads the operands apart, and such a leaf is the flag's value only where it is
+    false, so a test of the flag never holds through it."""
+    lefts: list[cst.BaseExpression] = []
+    for value in values:
+        for arm in value.arms:
+            whole = arm.node
+            if isinstance(whole, cst.BooleanOperation) and isinstance(whole.operator, cst.And) \
+                    and arm.test is whole.left and not arm.negated:
+                lefts.append(whole.left)
+    if not lefts:
+        return set()
+    inside = {id(sub) for left in lefts for sub in subexpressions(left)}
+    return {id(value.node) for value in values if id(value.node) in inside}
 
 
 def _demoted_elsewhere(default: Value, values: list[Value], model: Model, depth: int) -> bool:

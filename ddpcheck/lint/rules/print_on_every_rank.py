@@ -33,6 +33,8 @@ _LOG_CONFIG = re.compile(r"basicConfig|addHandler|dictConfig|fileConfig|setLevel
                          r"|mmengine|fairseq|loguru|rich\.logging|transformers\.logging|logzero", re.I)
 # loguru's logger writes INFO records to stderr from the import on, with no set-up call.
 _LOGURU = re.compile(r"^\s*(from|import)\s+loguru\b", re.M)
+# What changes where loguru's records go (or whether they are written at all).
+_LOGURU_SETUP = frozenset({"remove", "configure", "disable"})
 _LOG_FRAMEWORKS = re.compile(r"^\s*(from|import)\s+(hydra|absl|detectron2|mmcv|mmengine|fairseq)\b", re.M)
 _TQDM_WRITES = frozenset(f"{bar}.write" for bar in api.TQDM)
 # `trange(n)` is `tqdm(range(n))`: a bar over the steps of the loop it drives.
@@ -86,7 +88,8 @@ class PrintOnEveryRank(Rule):
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
     epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
-    validate_classification(loaders, model)`) — is reported at its output: a guard around its call would
+    validate_classification(loaders, model)`, also in a dict entry, `data["train"] =
+    get_dataset(args, epoch)`) — is reported at its output: a guard around its call would
     change what the other ranks do. Unguarded prints in the `forward` of a project network that every
     rank wraps in DDP, or of a project layer it runs there (`self.attention(x)`), repeat at each
     training step of every rank (a print under any test, `if self.debug:`, is left alone).
@@ -120,10 +123,13 @@ class PrintOnEveryRank(Rule):
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
     colorlog's, rich's, the one `logging.basicConfig(...)` with no file gives — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
-    out of sight); `print(..., file=f)`; a `print` the module rebinds by importing a project
+    out of sight) — but loguru's `logger`, which writes every record to stderr from the import
+    on, is reported unless the run takes that sink away (`logger.remove()`, `logger.configure(...)`,
+    `logger.disable(...)`; a file sink `logger.add(path)` on rank 0 leaves it); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
     function's own output is judged where it writes); messages that name the rank (in the call or in the
-    variable holding the message — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
+    variable holding the message, or through a project helper that returns it tagged,
+    `logger.info(format_msg(text))` with `return f"[R:{rank}] {msg}"` — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
     result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, the rank's own
     device, `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")` (also
     passed in by the caller), or a value
@@ -133,8 +139,10 @@ class PrintOnEveryRank(Rule):
     through the value it prints: `evaluate(rank=rank, ...)` that prints `f"Evaluating {name}"`
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
-    messages on the way out of a loop (`print("Done"); break`, an error before `sys.exit`; a
-    `break` out of a loop that sits in an epoch loop still repeats each epoch) or
+    messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
+    error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
+    each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch
+    loop runs) or
     at one value of the loop variable of a training or evaluation loop (`if epoch == start_epoch:`, or an `and` that fixes every such loop around the call:
     `if epoch == start_epoch and i == 0:`; not of a loop over metric names, `if n == "Acc":`, which prints at every epoch, nor `if itr == 0:` in the batch loop of a `train_epoch()` that a caller's epoch loop runs, nor a progress bar made there, `if epoch == start: bar = tqdm(range(n - done))`, which draws at each step of that epoch) or of a step counter no loop resets (`if self.step == 0:`
     with `self.step += 1`); messages printed while a missing file is made (`if not
@@ -490,6 +498,7 @@ class PrintOnEveryRank(Rule):
         self._silenced_logging: bool | None = None
         self._configured_logging: bool | None = None
         self._tagged_logging: bool | None = None
+        self._loguru_configured: bool | None = None
         self._moved: dict[str, bool] = {}
         print_silenced = self._print_silenced()
         reported: set[int] = set()
@@ -591,8 +600,9 @@ class PrintOnEveryRank(Rule):
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
                         module=site.module, related=chain)
             return
-        name = place.dotted or "this call"
-        self.report(place.node, f"`{name}(...)` writes to the console on every rank at each step or epoch, so the "
+        # (a call on an expression, `unwrap(model).sample()`, has no dotted name to show)
+        name = f"`{place.dotted}(...)`" if place.dotted else "this call"
+        self.report(place.node, f"{name} writes to the console on every rank at each step or epoch, so the "
                                 f"output is repeated once per process; guard the call with `if rank == 0:`",
                     module=place.module, related=[*chain, site])
 
@@ -873,6 +883,12 @@ class PrintOnEveryRank(Rule):
             return False
         if _breaks(block) and any(self.loops.is_work(site.module, loop, site.scope) for loop in site.loops[:-1]):
             return False  # `break` out of the evaluation loop inside the epoch loop: once per epoch
+        if _breaks(block, (cst.Break, cst.Return)):
+            # `break` out of the batch loop of a `train_epoch()`, or `return` from it, where a
+            # caller's epoch loop runs the function: the message comes again at the next epoch.
+            function = self.model.paths.function_of(site)
+            if function is not None and self._called_per_iteration(function, 0):
+                return False
         return True
 
     def _outer_loop_repeats(self, site: CallSite) -> bool:
@@ -1087,6 +1103,20 @@ class PrintOnEveryRank(Rule):
             if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
                    for sub in subexpressions(arg.value)):
                 return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
+            if any(isinstance(sub, cst.Call) and self._tagging_helper(site, sub) for sub in subexpressions(arg.value)):
+                return True  # `logger.info(format_msg("..."))` with `return f"[R:{rank}] {msg}"`
+        return False
+
+    def _tagging_helper(self, site: CallSite, call: cst.Call) -> bool:
+        """`call` runs a project function that returns the message with the rank in it
+        (`def format_msg(msg): return f"[R:{get_rank()}] {msg}"`)."""
+        inner = site.module.call_at(call)
+        if inner is None:
+            return False
+        for callee, _ in self.model.graph.targets(inner):
+            returned = callee.module.returns.get(callee.qualname, [])
+            if any(_RANK_NAMED.search(callee.module.code(value)) for value in returned):
+                return True
         return False
 
     def _rank_device(self, site: CallSite, expr: cst.BaseExpression) -> bool:
@@ -1375,6 +1405,8 @@ class PrintOnEveryRank(Rule):
         if target is None:
             return True  # created here
         if target.external is not None:
+            if target.external == "loguru.logger":
+                return not self._loguru_set_up()
             return target.external.startswith("logging")
         if target.path is None:
             return False
@@ -1383,6 +1415,17 @@ class PrintOnEveryRank(Rule):
         text = self.model.project.text(target.path)
         return text is not None and not _RANK.search(text)
 
+
+    def _loguru_set_up(self) -> bool:
+        """loguru's `logger` is one object that writes every record (DEBUG up) to `sys.stderr`
+        from the import on: unless the run takes that sink away or silences it (`logger.remove()`,
+        `logger.configure(handlers=...)`, `logger.disable(...)`, maybe on some ranks only), every
+        rank prints each record (`logger.add(path)` on rank 0 only adds a file beside it)."""
+        if self._loguru_configured is None:
+            self._loguru_configured = any(
+                site.method in _LOGURU_SETUP and (self.model.api(site) or "").startswith("loguru.")
+                for site in self.model.paths.sites())
+        return self._loguru_configured
 
     def _made_by_rank_aware_factory(self, site: CallSite) -> bool:
         """The logger comes from a project function the value flow does not enter and that
@@ -1499,7 +1542,8 @@ def _holds(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:
 
 
 def _leaves(block: cst.BaseSuite) -> bool:
-    """The block ends by leaving the loop or the program: `break`, `raise`, `sys.exit(...)`."""
+    """The block ends by leaving the loop, the function or the program: `break`, `return`,
+    `raise`, `sys.exit(...)`."""
     statements = block.body
     if not statements:
         return False
@@ -1512,15 +1556,15 @@ def _leaves(block: cst.BaseSuite) -> bool:
         return False
     if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call):
         return dotted(small.value.func) in _EXITS
-    return isinstance(small, (cst.Break, cst.Raise))
+    return isinstance(small, (cst.Break, cst.Return, cst.Raise))
 
 
-def _breaks(block: cst.BaseSuite) -> bool:
-    """The block ends with `break` (it leaves its loop, not the program)."""
+def _breaks(block: cst.BaseSuite, kinds: tuple[type[cst.BaseSmallStatement], ...] = (cst.Break,)) -> bool:
+    """The block ends with `break` (it leaves its loop, not the program), or with one of `kinds`."""
     last = block.body[-1] if block.body else None
     if isinstance(block, cst.SimpleStatementSuite):
-        return isinstance(last, cst.Break)
-    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], cst.Break)
+        return isinstance(last, kinds)
+    return isinstance(last, cst.SimpleStatementLine) and bool(last.body) and isinstance(last.body[-1], kinds)
 
 
 def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
@@ -1561,13 +1605,16 @@ def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
 
 
 def _result_kept(caller: CallSite, function: Function) -> bool:
-    """`res = validate(...)` (or `return validate(...)`) of a function that returns a value: the
-    caller goes on with what the call computes."""
+    """`res = validate(...)`, `data["train"] = get_dataset(...)` (or `return validate(...)`) of a
+    function that returns a value: the caller goes on with what the call computes."""
     returned = function.module.returns.get(function.qualname, [])
     if not any(not (isinstance(v, cst.Name) and v.value == "None") for v in returned):
         return False
     scope = caller.scope
     if any(b is caller.node for bound in scope.assignments.values() for b in bound):
+        return True
+    # (also an entry of a dict, `data["train"] = get_dataset(args, epoch)`)
+    if any(entry[1] is caller.node for entries in scope.updates.values() for entry in entries):
         return True
     outer = scope.function
     return outer is not None and any(v is caller.node for v in caller.module.returns.get(outer.qualname, []))
