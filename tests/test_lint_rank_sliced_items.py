@@ -117,3 +117,45 @@ VALIDATION_METHOD = """\
 def test_keys_split_by_an_evaluation_method_are_clean(tmp_path: Path) -> None:
     files = {"train.py": VALIDATION_METHOD, "shots/__init__.py": "", "shots/datasets.py": "class ShotDataset:\n    pass\n"}
     assert lines(tmp_path, files, "DDP034") == []
+
+
+# A trainer class whose final validation splits the case keys among the ranks and makes a barrier
+# every few cases, only up to the number of cases every rank has.
+TRAINER = """\
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    class Trainer:
+        def __init__(self, network, keys, local_rank):
+            self.local_rank = local_rank
+            self.keys = keys
+            self.network = DDP(network)
+            self.optimizer = torch.optim.SGD(self.network.parameters(), lr=0.01)
+
+        def train_step(self, batch):
+            self.optimizer.zero_grad()
+            self.network(batch).sum().backward()
+            self.optimizer.step()
+
+        def validate(self):
+            val_keys = self.keys
+            last_barrier_at_idx = len(val_keys) // dist.get_world_size() - 1
+            val_keys = val_keys[self.local_rank::dist.get_world_size()]
+            for i, key in enumerate(val_keys):
+                with torch.no_grad():
+                    self.network.module(torch.load(key))
+                if {guard}(i + 1) % 20 == 0:
+                    dist.barrier()
+"""
+
+
+def test_a_split_whose_collectives_stop_at_the_common_count_is_clean(tmp_path: Path) -> None:
+    files = {"trainer.py": TRAINER.replace("{guard}", "i < last_barrier_at_idx and ")}
+    assert lines(tmp_path, files, "DDP034", target="trainer.py") == []
+
+
+def test_a_split_with_a_barrier_on_every_rank_share_is_reported(tmp_path: Path) -> None:
+    files = {"trainer.py": TRAINER.replace("{guard}", "")}
+    assert lines(tmp_path, files, "DDP034", target="trainer.py") == [("trainer.py", 21)]

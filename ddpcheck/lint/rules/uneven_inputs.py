@@ -518,7 +518,9 @@ def _carries(expr: cst.BaseExpression, names: set[str]) -> bool:
 def _truncates(source: str) -> bool:
     """The text cuts the data to a multiple of the world size: a floor division by the world
     size that bounds a slice, in the slice itself (`idx[: usable // world]`) or through the name
-    it is bound to (`per = len(files) // world`, then `files[rank * per:(rank + 1) * per]`). A
+    it is bound to (`per = len(files) // world`, then `files[rank * per:(rank + 1) * per]`), or
+    through a name that bounds an index test (`last = len(keys) // world - 1`, then `if i < last:
+    dist.barrier()`: collectives only up to the count every rank reaches). A
     quotient used elsewhere (`n_gpus = torch.cuda.device_count() // local_world_size`, a batch
     size per rank) cuts nothing."""
     if "//" not in source or "[" not in source or not any(w in source for w in (*_WORLD, "world", "World")):
@@ -530,6 +532,10 @@ def _truncates(source: str) -> bool:
     for bound in re.finditer(rf"^[ \t]*(\w+)\s*=[^\n#]*{division}", source, re.MULTILINE):
         name = re.escape(bound.group(1))
         if re.search(rf"\[[^\]\n]*(?::[^\]\n]*\b{name}\b|\b{name}\b[^\]\n]*:)", source):
+            return True
+        # `last = len(keys) // world - 1`, then `if i < last: dist.barrier()`: the collectives
+        # stop at the count every rank reaches, which evens the shares out by hand.
+        if re.search(rf"\bif\b[^\n#]*(?:<=?\s*{name}\b|\b{name}\s*>=?)", source):
             return True
     return False
 
