@@ -26,9 +26,11 @@ Strips = Callable[[str], bool]  # whether a piece of code removes the prefix fro
 # Text of a file that may hold a model some wrapper has (whose keys carry the wrapper's prefix
 # too: `DataParallel`, `model.module`) or that takes part in a distributed run: such a file is no
 # plain-model reader.
-_WRAPPING_TEXT = re.compile(
-    r"DataParallel|torch\.distributed|\baccelerate\b|deepspeed|lightning|horovod|\.module\b|init_process_group"
-)
+_WRAPPING_OR_JOINING = r"DataParallel|\baccelerate\b|deepspeed|lightning|horovod|\.module\b|init_process_group"
+_WRAPPING_TEXT = re.compile(r"torch\.distributed|" + _WRAPPING_OR_JOINING)
+# The same without `torch.distributed` alone: a script importing it for an `if
+# dist.is_initialized():` in a shared helper neither wraps a model nor joins a process group.
+_WRAPS_OR_JOINS = re.compile(_WRAPPING_OR_JOINING)
 
 
 def _is_load(model: Model, site: CallSite) -> bool:
@@ -352,6 +354,11 @@ _OWN_RUN_TEXT = re.compile(r"init_process_group|DistributedDataParallel|\bDDP\b|
 
 def _wrapping_text(text: str) -> bool:
     return _WRAPPING_TEXT.search(text) is not None
+
+
+def wraps_or_joins(text: str) -> bool:
+    """The text wraps a model or joins a process group (see `_WRAPS_OR_JOINS`)."""
+    return _WRAPS_OR_JOINS.search(text) is not None
 
 
 def plain_readers(model: Model, loaders: list[Function]) -> bool:

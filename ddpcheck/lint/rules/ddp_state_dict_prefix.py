@@ -15,7 +15,7 @@ from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
     loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
-    saved_file_names, spelled_files,
+    saved_file_names, spelled_files, wraps_or_joins,
 )
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
@@ -386,7 +386,7 @@ class DdpStateDictPrefix(Rule):
         reads = re.compile(r"""load_state_dict\(\s*\w+\[\s*(["'])(%s)\1\s*\]""" % "|".join(map(re.escape, sorted(entries))))
         run = {resolved_path(m.path) for m in model.paths.modules()}
         for path in project_files(model.root.path):
-            if path in run or model.project.passes(path, _wraps_or_joins):
+            if path in run or model.project.passes(path, wraps_or_joins):
                 continue
             text = model.project.text(path)
             if text is None or "torch.load(" not in text:
@@ -551,14 +551,5 @@ def _strips_prefix(source: str) -> bool:
 
 
 _PREFIX = re.compile(r"""(?<![\w.])['"](?:_orig_mod\.)?module\.""")
-# A script that wraps a model or joins a process group (torch.distributed imported for an
-# `if dist.is_initialized():` in a shared helper is neither).
-_WRAPS_OR_JOINS = re.compile(r"DataParallel|\baccelerate\b|deepspeed|lightning|horovod|\.module\b|init_process_group")
-
-
-def _wraps_or_joins(text: str) -> bool:
-    return _WRAPS_OR_JOINS.search(text) is not None
-
-
 # `for k, v in state_dict.items():` — the key's name.
 _KEY_LOOP = re.compile(r"\bfor\s+(\w+)\s*,\s*\w+\s+in\s+[^\n]*\.items\(\)\s*:")

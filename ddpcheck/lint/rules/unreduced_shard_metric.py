@@ -566,12 +566,11 @@ class UnreducedShardMetric(Rule):
             for arg in call.args:
                 if arg.star:
                     continue
-                held = [arg.value] if not isinstance(arg.value, cst.Name) else None
-                values = self.model.values.of(value.module, arg.value, value.scope, value.frame, at=value.at) \
-                    if held is None else None
-                if held is not None and self._rank_share(Value(value.module, arg.value, value.scope, value.frame, value.at)):
-                    return True
-                if values and any(self._rank_share(v) for v in values):
+                if isinstance(arg.value, cst.Name):
+                    shares = self.model.values.of(value.module, arg.value, value.scope, value.frame, at=value.at)
+                else:
+                    shares = [Value(value.module, arg.value, value.scope, value.frame, value.at)]
+                if any(self._rank_share(v) for v in shares):
                     return True
         return False
 
