@@ -110,7 +110,8 @@ class PrintOnEveryRank(Rule):
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
     command-line switch such as `disable=args.no_progress`, also one declared by a parser in a
     project module the script reaches, `args = get_args()`, unless the script assigns the field) and `tqdm(...) if is_main else loader`, `print` replaced by
-    `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
+    `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module, or by the
+    top-level code of a project module the script imports, `builtins.print = rank0_print`) unless the replacement is made only for `mp.spawn` workers while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
@@ -128,7 +129,8 @@ class PrintOnEveryRank(Rule):
     `logger.disable(...)`; a file sink `logger.add(path)` on rank 0 leaves it); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
     function's own output is judged where it writes); messages that name the rank (in the call or in the
-    variable holding the message, or through a project helper that returns it tagged,
+    variable holding the message — also a line kept in parts, `head, tail = f"[GPU {rank}] ", ""`
+    then `print(head + tail, end="\\r")` —, or through a project helper that returns it tagged,
     `logger.info(format_msg(text))` with `return f"[R:{rank}] {msg}"` — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
     result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, the rank's own
     device, `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")` (also
@@ -138,7 +140,8 @@ class PrintOnEveryRank(Rule):
     rank the caller passes counts only where it fills a parameter the output names, directly or
     through the value it prints: `evaluate(rank=rank, ...)` that prints `f"Evaluating {name}"`
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
-    {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
+    {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys); a print of spaces only
+    (`print(" " * 80, end="\\r")`, which wipes a line and shows nothing);
     messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
     error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
     each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch

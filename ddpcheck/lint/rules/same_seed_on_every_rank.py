@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_rank_value
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.index import join_import
+from ddpcheck.lint.model.index import code_only, join_import
 from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.project import locate, resolved_path
@@ -43,7 +43,7 @@ class SameSeedOnEveryRank(Rule):
     deliberate, and the effect is a loss of diversity, not wrong gradients.
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
-    seeders such as `transformers.set_seed` or RecBole's `init_seed`) that runs on every rank of a file whose DataLoader
+    seeders such as `transformers.set_seed`, RecBole's `init_seed` or PyG's `seed_everything`) that runs on every rank of a file whose DataLoader
     uses a DistributedSampler (built in the file or in a project function it calls), that hands
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
@@ -58,8 +58,9 @@ class SameSeedOnEveryRank(Rule):
     gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML/INI file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws, or a project configuration class whose constructor reads the file and
-    whose class mentions none of them, `Config(args.config)`; `wandb.config` filled from the
+    clock, random draws — in its code: not in its messages —, or a project configuration class whose
+    constructor reads the file, itself or through a method it calls, and whose class mentions none
+    of them, `Config(args.config)`; also read with a literal default, `cfg.get("seed", 42)`; `wandb.config` filled from the
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
@@ -817,13 +818,23 @@ class SameSeedOnEveryRank(Rule):
         """Whether the class a constructor belongs to mentions nothing that differs between ranks
         in any of its methods (a `self.seed += rank` in another method would make it differ)."""
         owner = function.owner
-        return owner is not None and _PER_RANK.search(function.module.code(owner.node)) is None
+        return owner is not None and _per_rank(function.module.code(owner.node)) is None
 
     def _loader(self, function: Function) -> bool:
-        return _LOADS.search(function.module.code(function.node)) is not None and self._rank_free(function, 3)
+        return self._reads_settings(function, 2) and self._rank_free(function, 3)
+
+    def _reads_settings(self, function: Function, depth: int) -> bool:
+        """The function parses the command line or reads a settings file, itself or through a
+        project function it calls (a constructor handing the reading to `self._load_files(paths)`)."""
+        if _LOADS.search(function.module.code(function.node)) is not None:
+            return True
+        return depth > 0 and any(
+            callee.node is not function.node and self._reads_settings(callee, depth - 1)
+            for site in function.module.calls_in(function.qualname)
+            for callee, _ in self.model.graph.targets(site))
 
     def _rank_free(self, function: Function, depth: int) -> bool:
-        if depth <= 0 or _PER_RANK.search(function.module.code(function.node)) is not None:
+        if depth <= 0 or _per_rank(function.module.code(function.node)) is not None:
             return False
         for site in function.module.calls_in(function.qualname):
             for callee, _bound in self.model.graph.targets(site):
@@ -831,7 +842,7 @@ class SameSeedOnEveryRank(Rule):
                     continue
                 owner = callee.owner
                 text = callee.module.code(owner.node) if owner is not None and _bound == "constructor" else ""
-                if text and _PER_RANK.search(text) is not None or not self._rank_free(callee, depth - 1):
+                if text and _per_rank(text) is not None or not self._rank_free(callee, depth - 1):
                     return False
         return True
 
@@ -903,6 +914,7 @@ _LIBRARY_SEEDERS = frozenset({
     "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
     "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed", "recbole.utils.init_seed", "recbole.utils.utils.init_seed",
+    "torch_geometric.seed_everything", "torch_geometric.seed.seed_everything",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 # Functions that set up a run (its environment, its seeds), as named.
@@ -925,9 +937,28 @@ _SEEDING_CHECKS = frozenset({"torch.cuda.is_available", "torch.cuda.device_count
 _WORKER_SEEDS = re.compile(r"\b(manual_)?seed\s*\(")
 # A configuration loader reads the command line or a file (JSON, YAML, TOML, INI).
 _LOADS = re.compile(r"\bparse_(known_)?args\(|\bConfigParser\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
-# Anything that may differ between ranks, in a loader's text.
-_PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|time|uuid|getpid|hostname|socket|device_count|dist\.",
+# Anything that may differ between ranks, in a loader's text (the clock, not `RuntimeError`).
+_PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|(?<!run)time|uuid|getpid|hostname|socket|device_count|dist\.",
                        re.IGNORECASE)
+
+
+# String literals, one after another (a prefix, the quote, the text): a plain one with a space in
+# it is a message (`'Ranking metrics and value metrics can not be used at the same time.'`), not a
+# key (`cfg["local_rank"]`); an f-string formats values and stays.
+_STRING = re.compile(r"""(?<![\w])([rRbBuUfF]{0,2})(['"])((?:(?!\2)[^\\\n]|\\.)*)\2""")
+
+
+def _unprosed(m: re.Match[str]) -> str:
+    prefix, quote, text = m.group(1), m.group(2), m.group(3)
+    if "f" in prefix.lower() or not any(c.isspace() for c in text):
+        return m.group(0)
+    return prefix + quote + quote
+
+
+def _per_rank(text: str) -> re.Match[str] | None:
+    """What in a loader's or a configuration class's code may differ between ranks, read in its
+    code only: its docstrings, comments and messages are prose."""
+    return _PER_RANK.search(_STRING.sub(_unprosed, code_only(text)))
 
 
 def _import_origins(statement: cst.BaseSmallStatement) -> list[str]:
@@ -969,6 +1000,15 @@ def _field_of(node: cst.BaseExpression) -> tuple[cst.Name | None, str | None]:
                 and isinstance(node.slice[0].slice.value, cst.SimpleString):
             field = field or node.slice[0].slice.value.raw_value
             node = node.value
+        elif field is None and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "get" and 1 <= len(node.args) <= 2 \
+                and not any(a.star or a.keyword is not None for a in node.args) \
+                and isinstance(node.args[0].value, cst.SimpleString):
+            # `cfg.get("seed", 42)`: the field, or a literal default when the file leaves it out.
+            if len(node.args) == 2 and int_value(node.args[1].value) is None:
+                break
+            field = node.args[0].value.raw_value
+            node = node.func.value
         else:
             break
     return (node, field) if isinstance(node, cst.Name) else (None, None)
