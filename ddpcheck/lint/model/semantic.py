@@ -816,7 +816,7 @@ def _top_statements(body: Sequence[cst.BaseStatement]) -> list[cst.SimpleStateme
     for statement in body:
         if isinstance(statement, cst.SimpleStatementLine):
             found.append(statement)
-        elif isinstance(statement, cst.Try):
+        elif isinstance(statement, cst.Try) and isinstance(statement.body, cst.IndentedBlock):
             found += _top_statements(statement.body.body)
     return found
 
