@@ -159,3 +159,11 @@ def test_a_line_of_text_beside_the_spaces_is_still_output(tmp_path) -> None:
                            head='bar, stats = f"[GPU {gpu}] epoch {epoch}: ", ""')
     write_project(tmp_path, {"train.py": code})
     assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 14, "DDP020")}
+
+
+def test_an_empty_line_printed_on_every_rank_is_still_output(tmp_path) -> None:
+    # `print("")` and spaces ending in a new line each leave a line per rank.
+    for wipe in ('print("")', 'print(" " * 120)'):
+        code = PROGRESS.format(wipe=wipe, head='bar, stats = f"[GPU {gpu}] epoch {epoch}: ", ""')
+        write_project(tmp_path, {"train.py": code})
+        assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 14, "DDP020")}

@@ -1504,16 +1504,19 @@ def _mentions_rank(module: ModuleModel, scope: Scope, node: cst.CSTNode) -> bool
 
 
 def _blank_only(call: cst.Call) -> bool:
-    """A print of spaces only (`print(" " * width, end="\\r")`, wiping a progress line before it
-    is redrawn): nothing shows, however many ranks write it."""
+    """A print of spaces only that ends without a new line (`print(" " * width, end="\\r")`,
+    wiping a progress line before it is redrawn): nothing shows, however many ranks write it.
+    (`print("")` writes an empty line on each rank.)"""
     values = [a.value for a in call.args if a.keyword is None]
-    if not values or any(a.star for a in call.args):
+    end = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "end"), None)
+    end_text = string_text(end) if isinstance(end, cst.SimpleString) else None
+    if not values or any(a.star for a in call.args) or end_text is None or "\n" in end_text:
         return False
     for value in values:
         if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
             value = value.left if isinstance(value.left, cst.SimpleString) else value.right
         text = string_text(value) if isinstance(value, cst.SimpleString) else None
-        if text is None or text.strip(" ") != "":
+        if not text or text.strip(" ") != "":
             return False
     return True
 
