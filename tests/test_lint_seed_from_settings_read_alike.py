@@ -221,3 +221,67 @@ def test_a_settings_class_that_mixes_in_the_rank_is_quiet(tmp_path: Path) -> Non
     extra = 'self.store["seed"] = self.store.get("seed", 0) + int(os.environ.get("RANK", 0))'
     files = {"run.py": RUN, "settings.py": SETTINGS.replace("{extra}", extra).replace("import yaml", "import os\n    import yaml")}
     assert _lines(lint_project(tmp_path, files, "run.py", select="DDP029")) == []
+
+
+RESEEDED = """\
+    import argparse
+    import os
+    import random
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def set_seed(args):
+        random.seed(args.seed)
+        np.random.seed(args.seed)
+        torch.manual_seed(args.seed)
+
+
+    def main(args):
+        dist.init_process_group("nccl")
+        local_rank = int(os.environ["LOCAL_RANK"])
+        torch.cuda.set_device(local_rank)
+        set_seed(args)
+        net = torch.nn.Sequential(torch.nn.Linear(32, 2), torch.nn.Dropout(0.3)).cuda()
+        model = DDP(net, device_ids=[local_rank])
+        loader = DataLoader(examples, batch_size=16, sampler=DistributedSampler(examples))
+        for epoch in range(1, args.epochs + 1):
+            kept = args.seed
+            {write}
+            set_seed(args)
+            args.seed = kept
+            for x in loader:
+                model(x.cuda()).sum().backward()
+
+
+    if __name__ == "__main__":
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--seed", type=int, default=2233)
+        parser.add_argument("--epochs", type=int, default=3)
+        main(parser.parse_args())
+"""
+
+
+def test_a_seed_moved_by_the_epoch_on_every_rank_alike_is_still_the_same(tmp_path: Path) -> None:
+    # `args.seed += epoch` (and restoring it) gives every rank the same seed again.
+    code = RESEEDED.replace("{write}", "args.seed += epoch")
+    assert _lines(lint_project(tmp_path, {"train.py": code}, "train.py", select="DDP029")) == [22]
+
+
+def test_a_seed_moved_by_the_rank_is_quiet(tmp_path: Path) -> None:
+    code = RESEEDED.replace("{write}", "args.seed += epoch + dist.get_rank()")
+    assert _lines(lint_project(tmp_path, {"train.py": code}, "train.py", select="DDP029")) == []
+
+
+def test_a_seed_moved_on_some_ranks_only_is_quiet(tmp_path: Path) -> None:
+    code = RESEEDED.replace("{write}", "if local_rank > 0:\n                args.seed += 1")
+    assert _lines(lint_project(tmp_path, {"train.py": code}, "train.py", select="DDP029")) == []
+
+
+def test_a_seed_moved_by_what_a_call_returns_is_quiet(tmp_path: Path) -> None:
+    code = RESEEDED.replace("{write}", "args.seed = pick_seed(epoch)")
+    assert _lines(lint_project(tmp_path, {"train.py": code}, "train.py", select="DDP029")) == []

@@ -55,7 +55,9 @@ class SameSeedOnEveryRank(Rule):
     dataset's constructor draws once (`self.x = torch.randn(n, d)`), a library model with its own dropout, not a tokenizer's or a
     configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
-    gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
+    gets the same command line; also converted, `int(args.seed)`; also where the file moves it alike on
+    every rank, `args.seed += epoch` in the epoch loop, but not by the rank, under a rank test or
+    to what a call returns) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML/INI file and mentions nothing that differs between ranks: rank, environment,
     clock, random draws — in its code: not in its messages —, or a project configuration class whose
@@ -1021,15 +1023,59 @@ def _option(module: ModuleModel, dest: str) -> bool:
 
 
 def _reassigned(module: ModuleModel, dest: str) -> bool:
-    """Some code of the module writes the field (`args.seed = args.seed + rank`, `cfg["seed"] +=
-    1`); copying it unchanged into another object (`self.seed = config.seed`) is no write."""
+    """Some code of the module writes the field (`args.seed = args.seed + rank`, `cfg["seed"] =
+    seed` with `seed = base + rank`); copying it unchanged into another object (`self.seed =
+    config.seed`) is no write, and neither is a write every rank makes alike (see `_alike_write`:
+    `args.seed += epoch` in the epoch loop, `args.seed = saved` with `saved = args.seed`)."""
     field = re.escape(dest)
     copy = re.compile(rf"\s*[\w.]+\.{field}\s*(?:#[^\n]*)?$", re.M)
-    for m in re.finditer(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", module.source):
-        if m.group(2).startswith("=") and copy.match(module.source, m.end() - 1):
+    source = module.source
+    for m in re.finditer(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", source):
+        if m.group(2).startswith("=") and copy.match(source, m.end() - 1):
+            continue
+        if _alike_write(source, m.start(), m.end() - (1 if m.group(2).startswith("=") else 0)):
             continue
         return True
     return False
+
+
+def _alike_write(source: str, start: int, value_at: int) -> bool:
+    """The write at `start` gives every rank the same value, read in the text: its value, and the
+    names it reads, mention nothing per rank (`_PER_RANK`), each name being a loop variable
+    (`for epoch in range(...)`) or assigned in the module only from such text (`saved =
+    args.seed`), and no block around the write tests anything per rank (`if rank == 1:`). A
+    name bound any other way (a parameter) leaves the write unknown: a write."""
+    line_start = source.rfind("\n", 0, start) + 1
+    line_end = source.find("\n", value_at)
+    value = source[value_at:line_end if line_end >= 0 else len(source)]
+    value = value.split("#", 1)[0]
+    if not value.strip() or value.rstrip().endswith(("(", "[", "{", ",", "\\")) or _per_rank(value):
+        return False
+    if any(call not in ("int", "float", "str") for call in re.findall(r"([\w.]+)\s*\(", value)):
+        return False  # what a call returns is not read here
+    for name in set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*\()", value)):
+        if name in ("True", "False", "None", "int", "float"):
+            continue
+        loop = re.search(rf"^\s*(?:async\s+)?for\s+(?:[\w\s,()]*\b)?{name}\b[\w\s,()]*\bin\b([^\n]*)", source, re.M)
+        bound = [b for b in re.findall(rf"^\s*{name}\s*=(?!=)([^\n]*)", source, re.M)]
+        if loop is None and not bound and not re.search(rf"\b{name}\s*\.", value):
+            return False
+        if loop is not None and _per_rank(loop.group(1)) or any(_per_rank(b) or b.strip() == "" for b in bound):
+            return False
+    # The blocks around the write: each line above it that is indented less opens one.
+    indent = len(source[line_start:start]) - len(source[line_start:start].lstrip())
+    at = line_start
+    while indent > 0 and at > 0:
+        above_start = source.rfind("\n", 0, at - 1) + 1
+        line = source[above_start:at - 1]
+        stripped = line.lstrip()
+        depth = len(line) - len(stripped)
+        if stripped and not stripped.startswith("#") and depth < indent:
+            if _per_rank(stripped.split("#", 1)[0]):
+                return False
+            indent = depth
+        at = above_start
+    return True
 
 
 # Configuration nodes every rank builds alike from the same defaults, files and command line.
