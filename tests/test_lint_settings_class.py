@@ -1,8 +1,8 @@
 """An attribute of an instance of a plain settings class in the script (`class TrainConfig: lr =
 5e-5`, `cfg = TrainConfig()`, `AdamW(..., lr=cfg.lr)`), through `ddpcheck lint`: the value is the
 class body's literal, so the fixed learning rate is reported like `lr=5e-5` would be. A dataclass
-(whose defaults a command-line binder fills), a class with a settings library's base, and a script
-that sets the attributes by name from a file stay unknown."""
+that a command-line binder fills, a class with a settings library's base, and a script that sets
+the attributes by name from a file stay unknown."""
 
 from __future__ import annotations
 
@@ -60,10 +60,13 @@ def test_a_rate_from_a_plain_settings_class_is_a_constant(tmp_path: Path) -> Non
 
 
 def test_settings_that_something_else_may_fill_stay_unknown(tmp_path: Path) -> None:
-    dataclass = SETTINGS_TRAIN.replace("import os\n", "import os\n    from dataclasses import dataclass\n").replace(
+    # A dataclass a command-line binder fills (its defaults are only where the binder starts).
+    dataclass = SETTINGS_TRAIN.replace("import os\n", "import os\n    from dataclasses import dataclass\n"
+                                       "    from transformers import HfArgumentParser\n").replace(
         "class TrainConfig:\n        batch_size = 72\n        lr = 5e-5\n        weight_decay = 0.1\n",
         "@dataclass\n    class TrainConfig:\n        batch_size: int = 72\n        lr: float = 5e-5\n"
-        "        weight_decay: float = 0.1\n")
+        "        weight_decay: float = 0.1\n").replace(
+        "        cfg = TrainConfig()\n", "        (cfg,) = HfArgumentParser(TrainConfig).parse_args_into_dataclasses()\n")
     library = SETTINGS_TRAIN.replace("import os\n", "import os\n    from pydantic_settings import BaseSettings\n").replace(
         "class TrainConfig:", "class TrainConfig(BaseSettings):")
     by_name = SETTINGS_TRAIN.replace("        cfg = TrainConfig()\n",

@@ -49,6 +49,7 @@ class GraphModel(Protocol):
     def resolve_in(self, path: Path, name: str) -> Target | None: ...
     def edges_into(self, function: Function) -> list[tuple[CallSite, str]]: ...
     def api(self, site: CallSite) -> str | None: ...
+    def imported_modules(self, module: ModuleModel) -> list[ModuleModel]: ...
 
 
 _METHOD_DEF = re.compile(r"^[ \t]+def[ \t]+(\w+)[ \t]*\(", re.MULTILINE)
@@ -433,6 +434,11 @@ class CallGraph:
             own = next((Function(m, c.methods["__init__"]) for m, c in chain[:index] if "__init__" in c.methods), None)
             if own is None:
                 passed = argument(site.node, attr, None if any(a.star for a in site.node.args) else fields.index(attr))
+                if passed is None and _defaults_stand(owner_module, owner, site, attr,
+                                                      self.model.imported_modules(site.module)):
+                    # `cfg = TrainConfig()` of a dataclass nothing binds: the class body's default.
+                    return [Value(owner_module, b, owner.scope, None) for b in owner.scope.assignments.get(attr, ())
+                            if isinstance(b, cst.BaseExpression)]
                 return [Value(site.module, passed, site.scope, frame, site.point)] if passed is not None else []
             # A subclass's constructor: its `super().__init__(...)` call to the generated one.
             inner = Frame(own, site, frame, "constructor")
@@ -1286,6 +1292,35 @@ _EXTERNAL_BASES = {
 def _sets_by_name(module: ModuleModel) -> bool:
     """The module writes attributes by name (`setattr(cfg, k, v)`, `cfg.__dict__.update(...)`)."""
     return bool(re.search(r"\bsetattr\(|__dict__\.update\(|vars\([^)]*\)\.update\(", module.source))
+
+
+def _defaults_stand(module: ModuleModel, info: ClassInfo, site: CallSite, attr: str,
+                    imported: list[ModuleModel]) -> bool:
+    """A dataclass instance made with the field left to its default (no `*args` nor `**kw` in
+    the call) keeps that default: the class is only ever defined, imported, called or named in
+    annotations in its own module and the one that makes it — never handed to a command-line
+    binder (`HfArgumentParser(TrainConfig)`, `tyro.cli(TrainConfig)`) —, and neither these nor
+    the project modules the maker imports write the field (`cfg.lr = args.lr`) or attributes by
+    name (`setattr(cfg, k, v)`)."""
+    if any(a.star for a in site.node.args):
+        return False
+    name = info.node.name.value
+    written = re.compile(rf"\.{re.escape(attr)}\s*(?:[-+*/]?=)(?!=)")
+    if any(written.search(m.source) or _sets_by_name(m) for m in imported):
+        return False
+    for other in {id(m): m for m in (module, site.module)}.values():
+        source = other.source
+        if written.search(source) or _sets_by_name(other):
+            return False
+        for m in re.finditer(rf"(?<![\w.]){re.escape(name)}\b", source):
+            line = source[source.rfind("\n", 0, m.start()) + 1:m.start()]
+            after = source[m.end():m.end() + 3].lstrip()
+            if after.startswith("(") \
+                    or re.search(r"(?:^\s*class|\w\s*:|->)\s*$", line) \
+                    or re.match(r"\s*(?:from\s+\S+\s+)?import\b", line):
+                continue
+            return False
+    return True
 
 
 def _is_dataclass(module: ModuleModel, info: ClassInfo) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from collections.abc import Sequence
 from typing import cast
 
 import libcst as cst
@@ -26,10 +27,10 @@ import libcst as cst
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
-from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.index import code_only, join_import
 from ddpcheck.lint.model.module import UNASKED, Binding, CallSite, Guard, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.paths import Paths
-from ddpcheck.lint.model.project import Project, resolved_path
+from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, statements, string_text, subexpressions
@@ -64,6 +65,7 @@ class Model:
         self._torchrun: bool | None = None
         self._own_keys: frozenset[str] | None = None
         self._one_machine: bool | None = None
+        self._imported: dict[int, list[ModuleModel]] = {}
         if not defer:
             self.start()
 
@@ -83,6 +85,25 @@ class Model:
             module.memo["resolved"] = True
             Resolver(self.project).resolve_calls(module)
         return module
+
+    def imported_modules(self, module: ModuleModel) -> list[ModuleModel]:
+        """The project modules `module` imports at its top level (also inside a top-level `try:`),
+        in order: their own top-level code runs when `module` is loaded (`import dist_utils`
+        whose last line is `builtins.print = rank0_print`)."""
+        found = self._imported.get(id(module))
+        if found is None:
+            here = resolved_path(module.path)
+            modules: dict[int, ModuleModel] = {}
+            if here is not None:
+                for statement in _top_statements(module.tree.body):
+                    for small in statement.body:
+                        for origin in import_origins(small):
+                            where = locate(here, origin)
+                            other = self.project_model(where[0]) if where is not None else None
+                            if other is not None and other is not module and other is not self.root:
+                                modules[id(other)] = other
+            found = self._imported[id(module)] = list(modules.values())
+        return found
 
     def is_root(self, target: Target) -> bool:
         """Whether a project Target lies in the linted file itself."""
@@ -777,6 +798,27 @@ class Names:
             return False
         finally:
             self._holding.discard(key)
+
+
+def import_origins(statement: cst.BaseSmallStatement) -> list[str]:
+    """The dotted names an `import` or `from ... import` statement imports."""
+    if isinstance(statement, cst.Import):
+        return [dotted(alias.name) or "" for alias in statement.names]
+    if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
+        module = "." * len(statement.relative) + (dotted(statement.module) or "" if statement.module else "")
+        return [join_import(module, dotted(alias.name) or "") for alias in statement.names]
+    return []
+
+
+def _top_statements(body: Sequence[cst.BaseStatement]) -> list[cst.SimpleStatementLine]:
+    """The simple statements of a module's top level, and of the `try:` bodies there."""
+    found: list[cst.SimpleStatementLine] = []
+    for statement in body:
+        if isinstance(statement, cst.SimpleStatementLine):
+            found.append(statement)
+        elif isinstance(statement, cst.Try) and isinstance(statement.body, cst.IndentedBlock):
+            found += _top_statements(statement.body.body)
+    return found
 
 
 def _single_process_only(node: cst.BaseExpression, resolve: Names) -> bool:

@@ -1146,6 +1146,11 @@ class Values:
                 for value in filled:
                     yield from self._eval(module, value, scope, frame, depth - 1, seen, at)
                 return
+            if isinstance(text, str) and any(self._rewritten_by_unknown_key(b) for b in bases):
+                # `config_ = {"lr": 0.1, ...}`, then `for k in given: config_[k] = given[k]`:
+                # any entry may be the caller's.
+                yield Value(module, node, scope, frame, at)
+                return
             for base in bases:
                 later = self._written_later(base, text) if isinstance(text, str) else None
                 if later is not None:
@@ -1187,6 +1192,21 @@ class Values:
                 continue  # (a `KeyError` there, or a `.get` default: nothing this call gives)
             out += self._eval(call.module, passed, call.scope, caller, depth - 1, seen, call.point)
         return out or None
+
+    @staticmethod
+    def _rewritten_by_unknown_key(base: Value) -> bool:
+        """A dict literal with entries, bound to a name in its scope, that the scope then writes
+        under keys known only at run time (`defaults[k] = given[k]` in a loop, `defaults.update(given)`):
+        its literal entries may not be what it holds."""
+        node = base.node
+        if not isinstance(node, cst.Dict) or not node.elements:
+            return False
+        names = [n for n in base.module.assigned_names(node) if "." not in n]
+        if len(names) != 1:
+            return False
+        # (Any such write in the scope: the dict leaves it by `return` after them, while the point
+        # it was reached at is its own binding.)
+        return any(key in (None, "") for key, _, _, _ in base.scope.updates.get(names[0], ()))
 
     def _written_later(self, base: Value, key: str) -> list[cst.BaseExpression] | None:
         """For a dict literal reached from another scope (`models = {}` in the caller that passes

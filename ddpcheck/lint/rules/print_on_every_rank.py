@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
 from ddpcheck.lint.model.ddp import wraps
-from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, ModuleModel, Param, Point, Scope, Shared
+from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, Item, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.parse import PARSE_ERRORS, parse_module
 from ddpcheck.lint.model.paths import handler_calls
@@ -17,7 +17,7 @@ from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
-from ddpcheck.lint.model.syntax import dotted, last_name, subexpressions
+from ddpcheck.lint.model.syntax import dotted, last_name, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._loops import Loops
 
@@ -110,7 +110,8 @@ class PrintOnEveryRank(Rule):
     `tqdm(..., disable=...)` (unless the flag is the same on every rank: `False`, or a
     command-line switch such as `disable=args.no_progress`, also one declared by a parser in a
     project module the script reaches, `args = get_args()`, unless the script assigns the field) and `tqdm(...) if is_main else loader`, `print` replaced by
-    `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module) unless the replacement is made only for `mp.spawn` workers while torchrun
+    `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module, or by the
+    top-level code of a project module the script imports, `builtins.print = rank0_print`) unless the replacement is made only for `mp.spawn` workers while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
@@ -128,7 +129,8 @@ class PrintOnEveryRank(Rule):
     `logger.disable(...)`; a file sink `logger.add(path)` on rank 0 leaves it); `print(..., file=f)`; a `print` the module rebinds by importing a project
     function under that name (`from utils.distributed import master_only_print as print`: the
     function's own output is judged where it writes); messages that name the rank (in the call or in the
-    variable holding the message, or through a project helper that returns it tagged,
+    variable holding the message — also a line kept in parts, `head, tail = f"[GPU {rank}] ", ""`
+    then `print(head + tail, end="\\r")` —, or through a project helper that returns it tagged,
     `logger.info(format_msg(text))` with `return f"[R:{rank}] {msg}"` — a retrieval metric's `"Rank-{}"`/`"Rank@1"` names a place in a
     result list, not the process —, the process id, `f"[MEM-{os.getpid()}] ..."`, the rank's own
     device, `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")` (also
@@ -138,7 +140,8 @@ class PrintOnEveryRank(Rule):
     rank the caller passes counts only where it fills a parameter the output names, directly or
     through the value it prints: `evaluate(rank=rank, ...)` that prints `f"Evaluating {name}"`
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
-    {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys);
+    {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys); a print of spaces only
+    (`print(" " * 80, end="\\r")`, which wipes a line and shows nothing);
     messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
     error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
     each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch
@@ -915,6 +918,13 @@ class PrintOnEveryRank(Rule):
             if points:
                 conditions += [p.guards if p is not None else () for p in points]
                 overrides.append((root, scope))
+        # A project module the file imports that replaces `builtins.print` in its own top-level
+        # code (`builtins.print = rank0_print` after the function): the import itself silences.
+        for module in self._loaded_modules():
+            points = _print_bindings(module, module.module_scope)
+            if points:
+                conditions += [p.guards if p is not None else () for p in points]
+                overrides.append((module, module.module_scope))
         for call in root.calls:
             target = call.target
             if target is not None and not model.is_root(target) and "silences_print" in model.facts.of_call(call):
@@ -934,6 +944,18 @@ class PrintOnEveryRank(Rule):
         if not model.torchrun_path:
             return True
         return not all(any(_needs_launch_flag(g) for g in guards) for guards in conditions)
+
+    def _loaded_modules(self) -> list[ModuleModel]:
+        """The project modules whose top-level code runs when the file starts: those it imports
+        at its top level, and those these import in turn (two steps: a package's `__init__`
+        importing its helpers)."""
+        model = self.model
+        found: dict[int, ModuleModel] = {}
+        for module in model.imported_modules(model.root):
+            found.setdefault(id(module), module)
+            for inner in model.imported_modules(module):
+                found.setdefault(id(inner), inner)
+        return list(found.values())
 
     def _console_moved(self, stream: str) -> bool:
         """The script points `stream` elsewhere on the ranks but rank 0 (`if local_rank != 0:
@@ -1095,11 +1117,13 @@ class PrintOnEveryRank(Rule):
                    or isinstance(sub, cst.Call) and resolve(sub.func) in _PROCESS_IDS
                    for sub in subexpressions(arg.value)):
                 return True  # (`f"[MEM-{os.getpid()}] ..."`: tagged with the process, as good as the rank)
-            if isinstance(arg.value, cst.Name):
-                for bound in site.scope.lookup(arg.value.value):
-                    node = bound.node.value if isinstance(bound, Augmented) else bound
-                    if isinstance(node, cst.CSTNode) and _RANK_NAMED.search(module.code(node)):
-                        return True
+            for name in _joined_names(arg.value):
+                for bound in site.scope.lookup(name.value):
+                    node = _bound_text(bound)
+                    if node is not None and (_RANK_NAMED.search(module.code(node)) or _text_built(node) and any(
+                            isinstance(sub, (cst.Name, cst.Attribute)) and is_rank_value(sub, resolve)
+                            for sub in subexpressions(node))):
+                        return True  # (`head = f"[GPU {gpu}] "` in an `mp.spawn` worker `def worker(gpu, ...)`)
             if any(isinstance(sub, (cst.Name, cst.Attribute)) and self._rank_device(site, sub)
                    for sub in subexpressions(arg.value)):
                 return True  # `print("GPU", device, ...)` with `device = torch.device(f"cuda:{rank}")`
@@ -1349,6 +1373,8 @@ class PrintOnEveryRank(Rule):
             out = site.arg("file")
             if out is not None and dotted(out) not in _CONSOLE:
                 return None  # `print(row, file=f)` writes a file, not the console
+            if _blank_only(site.node):
+                return None  # `print(" " * 80, end="\r")`: clears the line, shows nothing
             return "print"
         q = self.model.api(site) or ""
         if q in _PPRINTS:
@@ -1477,6 +1503,56 @@ def _mentions_rank(module: ModuleModel, scope: Scope, node: cst.CSTNode) -> bool
     return False
 
 
+def _blank_only(call: cst.Call) -> bool:
+    """A print of spaces only that ends without a new line (`print(" " * width, end="\\r")`,
+    wiping a progress line before it is redrawn): nothing shows, however many ranks write it.
+    (`print("")` writes an empty line on each rank.)"""
+    values = [a.value for a in call.args if a.keyword is None]
+    end = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "end"), None)
+    end_text = string_text(end) if isinstance(end, cst.SimpleString) else None
+    if not values or any(a.star for a in call.args) or end_text is None or "\n" in end_text:
+        return False
+    for value in values:
+        if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Multiply):
+            value = value.left if isinstance(value.left, cst.SimpleString) else value.right
+        text = string_text(value) if isinstance(value, cst.SimpleString) else None
+        if not text or text.strip(" ") != "":
+            return False
+    return True
+
+
+def _joined_names(expr: cst.BaseExpression) -> list[cst.Name]:
+    """The variables a message is joined from: `msg` itself, or each name of `head + tail`
+    (a progress line kept in parts, `print(prefix + stats, end="\\r")`)."""
+    if isinstance(expr, cst.Name):
+        return [expr]
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return _joined_names(expr.left) + _joined_names(expr.right)
+    return []
+
+
+def _text_built(node: cst.CSTNode) -> bool:
+    """Text put together with values in it (an f-string, `"..." % x`, `a + b`, `"...".format(x)`),
+    not a value itself (`shard = data[rank]`)."""
+    if isinstance(node, cst.Call):
+        return isinstance(node.func, cst.Attribute) and node.func.attr.value == "format"
+    return isinstance(node, (cst.FormattedString, cst.ConcatenatedString, cst.BinaryOperation))
+
+
+def _bound_text(bound: object) -> cst.CSTNode | None:
+    """The expression a binding gives the name: the right side of `x += ...`, or the matching
+    element of a tuple assigned at once (`head, tail = f"[GPU {rank}] ", ""`)."""
+    if isinstance(bound, Augmented):
+        return bound.node.value
+    if isinstance(bound, Item):
+        value = bound.value
+        if isinstance(value, (cst.Tuple, cst.List)) and 0 <= bound.index < len(value.elements) \
+                and not any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return value.elements[bound.index].value
+        return None
+    return bound if isinstance(bound, cst.CSTNode) else None
+
+
 def _fresh_container(binding: object) -> bool:
     """A dict or list the function makes itself (`row = {}`, `stats = dict()`): what it writes
     into it stays in the function unless it is returned."""
@@ -1580,8 +1656,12 @@ def _prints_on_large_jobs(module: ModuleModel, scope: Scope) -> bool:
     """The replacement `print` defined in `scope` prints when the world size passes a bound
     (`force = force or (get_world_size() > 8)`; `if is_master or force:`)."""
     prefix = scope.qualname + "."
+    # At a module's top level the replacement is a function of that module, named where it is
+    # assigned (`builtins.print = rank0_print`).
+    named = {binding.value for name, bindings in scope.assignments.items() if name.endswith(".print")
+             for binding in bindings if isinstance(binding, cst.Name)} if scope.kind == "module" else set()
     for qualname, inner in module.function_scopes.items():
-        if qualname.startswith(prefix) and any(
+        if (qualname.startswith(prefix) or qualname in named) and any(
             _grows_with_world(g.test, inner, 2) for call in module.calls_in(qualname) for g in call.guards
         ):
             return True

@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_rank_value
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.index import join_import
+from ddpcheck.lint.model.index import code_only, join_import
 from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.project import locate, resolved_path
@@ -43,7 +43,7 @@ class SameSeedOnEveryRank(Rule):
     deliberate, and the effect is a loss of diversity, not wrong gradients.
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
-    seeders such as `transformers.set_seed` or RecBole's `init_seed`) that runs on every rank of a file whose DataLoader
+    seeders such as `transformers.set_seed`, RecBole's `init_seed` or PyG's `seed_everything`) that runs on every rank of a file whose DataLoader
     uses a DistributedSampler (built in the file or in a project function it calls), that hands
     each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
@@ -55,11 +55,14 @@ class SameSeedOnEveryRank(Rule):
     dataset's constructor draws once (`self.x = torch.randn(n, d)`), a library model with its own dropout, not a tokenizer's or a
     configuration's `from_pretrained`, which loads no network — in the file
     or a project module it imports), and the seed is a literal, a command-line option of the file (whatever its default: every rank
-    gets the same command line; also converted, `int(args.seed)`) or a field of a configuration that every rank loads the same way
+    gets the same command line; also converted, `int(args.seed)`; also where the file moves it alike on
+    every rank, `args.seed += epoch` in the epoch loop, but not by the rank, under a rank test or
+    to what a call returns) or a field of a configuration that every rank loads the same way
     (`hps.train.seed` of `hps = get_hparams()`, a project function that parses the command line or
     reads a JSON/YAML/INI file and mentions nothing that differs between ranks: rank, environment,
-    clock, random draws, or a project configuration class whose constructor reads the file and
-    whose class mentions none of them, `Config(args.config)`; `wandb.config` filled from the
+    clock, random draws — in its code: not in its messages —, or a project configuration class whose
+    constructor reads the file, itself or through a method it calls, and whose class mentions none
+    of them, `Config(args.config)`; also read with a literal default, `cfg.get("seed", 42)`; `wandb.config` filled from the
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
@@ -817,13 +820,23 @@ class SameSeedOnEveryRank(Rule):
         """Whether the class a constructor belongs to mentions nothing that differs between ranks
         in any of its methods (a `self.seed += rank` in another method would make it differ)."""
         owner = function.owner
-        return owner is not None and _PER_RANK.search(function.module.code(owner.node)) is None
+        return owner is not None and _per_rank(function.module.code(owner.node)) is None
 
     def _loader(self, function: Function) -> bool:
-        return _LOADS.search(function.module.code(function.node)) is not None and self._rank_free(function, 3)
+        return self._reads_settings(function, 2) and self._rank_free(function, 3)
+
+    def _reads_settings(self, function: Function, depth: int) -> bool:
+        """The function parses the command line or reads a settings file, itself or through a
+        project function it calls (a constructor handing the reading to `self._load_files(paths)`)."""
+        if _LOADS.search(function.module.code(function.node)) is not None:
+            return True
+        return depth > 0 and any(
+            callee.node is not function.node and self._reads_settings(callee, depth - 1)
+            for site in function.module.calls_in(function.qualname)
+            for callee, _ in self.model.graph.targets(site))
 
     def _rank_free(self, function: Function, depth: int) -> bool:
-        if depth <= 0 or _PER_RANK.search(function.module.code(function.node)) is not None:
+        if depth <= 0 or _per_rank(function.module.code(function.node)) is not None:
             return False
         for site in function.module.calls_in(function.qualname):
             for callee, _bound in self.model.graph.targets(site):
@@ -831,7 +844,7 @@ class SameSeedOnEveryRank(Rule):
                     continue
                 owner = callee.owner
                 text = callee.module.code(owner.node) if owner is not None and _bound == "constructor" else ""
-                if text and _PER_RANK.search(text) is not None or not self._rank_free(callee, depth - 1):
+                if text and _per_rank(text) is not None or not self._rank_free(callee, depth - 1):
                     return False
         return True
 
@@ -903,6 +916,7 @@ _LIBRARY_SEEDERS = frozenset({
     "transformers.set_seed", "transformers.trainer_utils.set_seed", "accelerate.utils.set_seed",
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
     "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed", "recbole.utils.init_seed", "recbole.utils.utils.init_seed",
+    "torch_geometric.seed_everything", "torch_geometric.seed.seed_everything",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 # Functions that set up a run (its environment, its seeds), as named.
@@ -925,9 +939,28 @@ _SEEDING_CHECKS = frozenset({"torch.cuda.is_available", "torch.cuda.device_count
 _WORKER_SEEDS = re.compile(r"\b(manual_)?seed\s*\(")
 # A configuration loader reads the command line or a file (JSON, YAML, TOML, INI).
 _LOADS = re.compile(r"\bparse_(known_)?args\(|\bConfigParser\(|\b(json|yaml|toml|tomllib|omegaconf|OmegaConf)\.\w*load")
-# Anything that may differ between ranks, in a loader's text.
-_PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|time|uuid|getpid|hostname|socket|device_count|dist\.",
+# Anything that may differ between ranks, in a loader's text (the clock, not `RuntimeError`).
+_PER_RANK = re.compile(r"rank|environ|getenv|rand|seed\(|secrets|(?<!run)time|uuid|getpid|hostname|socket|device_count|dist\.",
                        re.IGNORECASE)
+
+
+# String literals, one after another (a prefix, the quote, the text): a plain one with a space in
+# it is a message (`'Ranking metrics and value metrics can not be used at the same time.'`), not a
+# key (`cfg["local_rank"]`); an f-string formats values and stays.
+_STRING = re.compile(r"""(?<![\w])([rRbBuUfF]{0,2})(['"])((?:(?!\2)[^\\\n]|\\.)*)\2""")
+
+
+def _unprosed(m: re.Match[str]) -> str:
+    prefix, quote, text = m.group(1), m.group(2), m.group(3)
+    if "f" in prefix.lower() or not any(c.isspace() for c in text):
+        return m.group(0)
+    return prefix + quote + quote
+
+
+def _per_rank(text: str) -> re.Match[str] | None:
+    """What in a loader's or a configuration class's code may differ between ranks, read in its
+    code only: its docstrings, comments and messages are prose."""
+    return _PER_RANK.search(_STRING.sub(_unprosed, code_only(text)))
 
 
 def _import_origins(statement: cst.BaseSmallStatement) -> list[str]:
@@ -969,6 +1002,15 @@ def _field_of(node: cst.BaseExpression) -> tuple[cst.Name | None, str | None]:
                 and isinstance(node.slice[0].slice.value, cst.SimpleString):
             field = field or node.slice[0].slice.value.raw_value
             node = node.value
+        elif field is None and isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) \
+                and node.func.attr.value == "get" and 1 <= len(node.args) <= 2 \
+                and not any(a.star or a.keyword is not None for a in node.args) \
+                and isinstance(node.args[0].value, cst.SimpleString):
+            # `cfg.get("seed", 42)`: the field, or a literal default when the file leaves it out.
+            if len(node.args) == 2 and int_value(node.args[1].value) is None:
+                break
+            field = node.args[0].value.raw_value
+            node = node.func.value
         else:
             break
     return (node, field) if isinstance(node, cst.Name) else (None, None)
@@ -981,15 +1023,59 @@ def _option(module: ModuleModel, dest: str) -> bool:
 
 
 def _reassigned(module: ModuleModel, dest: str) -> bool:
-    """Some code of the module writes the field (`args.seed = args.seed + rank`, `cfg["seed"] +=
-    1`); copying it unchanged into another object (`self.seed = config.seed`) is no write."""
+    """Some code of the module writes the field (`args.seed = args.seed + rank`, `cfg["seed"] =
+    seed` with `seed = base + rank`); copying it unchanged into another object (`self.seed =
+    config.seed`) is no write, and neither is a write every rank makes alike (see `_alike_write`:
+    `args.seed += epoch` in the epoch loop, `args.seed = saved` with `saved = args.seed`)."""
     field = re.escape(dest)
     copy = re.compile(rf"\s*[\w.]+\.{field}\s*(?:#[^\n]*)?$", re.M)
-    for m in re.finditer(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", module.source):
-        if m.group(2).startswith("=") and copy.match(module.source, m.end() - 1):
+    source = module.source
+    for m in re.finditer(rf"(\.{field}|\[['\"]{field}['\"]\])\s*(=[^=]|[-+*/|&]=)", source):
+        if m.group(2).startswith("=") and copy.match(source, m.end() - 1):
+            continue
+        if _alike_write(source, m.start(), m.end() - (1 if m.group(2).startswith("=") else 0)):
             continue
         return True
     return False
+
+
+def _alike_write(source: str, start: int, value_at: int) -> bool:
+    """The write at `start` gives every rank the same value, read in the text: its value, and the
+    names it reads, mention nothing per rank (`_PER_RANK`), each name being a loop variable
+    (`for epoch in range(...)`) or assigned in the module only from such text (`saved =
+    args.seed`), and no block around the write tests anything per rank (`if rank == 1:`). A
+    name bound any other way (a parameter) leaves the write unknown: a write."""
+    line_start = source.rfind("\n", 0, start) + 1
+    line_end = source.find("\n", value_at)
+    value = source[value_at:line_end if line_end >= 0 else len(source)]
+    value = value.split("#", 1)[0]
+    if not value.strip() or value.rstrip().endswith(("(", "[", "{", ",", "\\")) or _per_rank(value):
+        return False
+    if any(call not in ("int", "float", "str") for call in re.findall(r"([\w.]+)\s*\(", value)):
+        return False  # what a call returns is not read here
+    for name in set(re.findall(r"(?<![\w.])([A-Za-z_]\w*)\b(?!\s*\()", value)):
+        if name in ("True", "False", "None", "int", "float"):
+            continue
+        loop = re.search(rf"^\s*(?:async\s+)?for\s+(?:[\w\s,()]*\b)?{name}\b[\w\s,()]*\bin\b([^\n]*)", source, re.M)
+        bound = [b for b in re.findall(rf"^\s*{name}\s*=(?!=)([^\n]*)", source, re.M)]
+        if loop is None and not bound and not re.search(rf"\b{name}\s*\.", value):
+            return False
+        if loop is not None and _per_rank(loop.group(1)) or any(_per_rank(b) or b.strip() == "" for b in bound):
+            return False
+    # The blocks around the write: each line above it that is indented less opens one.
+    indent = len(source[line_start:start]) - len(source[line_start:start].lstrip())
+    at = line_start
+    while indent > 0 and at > 0:
+        above_start = source.rfind("\n", 0, at - 1) + 1
+        line = source[above_start:at - 1]
+        stripped = line.lstrip()
+        depth = len(line) - len(stripped)
+        if stripped and not stripped.startswith("#") and depth < indent:
+            if _per_rank(stripped.split("#", 1)[0]):
+                return False
+            indent = depth
+        at = above_start
+    return True
 
 
 # Configuration nodes every rank builds alike from the same defaults, files and command line.

@@ -61,8 +61,10 @@ class UnscaledLearningRate(Rule):
     only from number literals, an entry the script itself sets to one (`cfg["lr"] = 1e-3`
     after `cfg = load_config()`), or an attribute of a plain settings class of the script
     (`class TrainConfig: lr = 5e-5`, `cfg = TrainConfig()`, or read on the class itself,
-    `TrainConfig.lr`, where nothing assigns it; not a dataclass, whose defaults a
-    command-line binder may fill, nor one whose attributes the script sets by name) or of an
+    `TrainConfig.lr`, where nothing assigns it; a dataclass made with the field left to its
+    default, `TrainConfig()`, where the class is only called or named in annotations — not
+    handed to a command-line binder that fills its defaults, `HfArgumentParser(TrainConfig)` —
+    and nothing writes the field; not a class whose attributes the script sets by name) or of an
     attribute dict the script fills with literals (`cfg = EasyDict({"emb_size": 768})`,
     `SimpleNamespace(lr=1e-3)`), also inside arithmetic (`cfg.emb_size ** -0.5`, a Noam rate) — and nothing in it or in the names it comes from mentions the
     world size (`get_world_size()`, `WORLD_SIZE`, `world_size`, `ngpus`, a global batch size).
@@ -96,7 +98,7 @@ defines no function or class, only values),
     nor `lr=0`, a placeholder that a schedule overwrites every step, nor `lr=1.0` under a
     `LambdaLR`, whose lambda then returns the rate itself. A literal passed into the
     project function that builds the optimizer (`build_optimizer(model, lr=0.01)`) is reported
-    where it is written. A schedule that sets the rate from a peak of its own
+    where it is written (at each, where several calls pass their own). A schedule that sets the rate from a peak of its own
     (`OneCycleLR(optimizer, max_lr=5e-4)`, `CyclicLR`'s `max_lr`) overrides what the optimizer
     was given: a constant peak is reported at the peak, read the same way (once per optimizer:
     at the optimizer when its own rate is a constant too), and under a peak that is not a
@@ -263,10 +265,14 @@ defines no function or class, only values),
         # One optimizer built one way or another in the arms of one `if` chain is one optimizer.
         for site in one_per_value(list(found)):
             where, passed = found[site]
-            if passed and isinstance(passed[0].node, cst.CSTNode):
+            written = list({id(v.node): v for v in passed if isinstance(v.node, cst.CSTNode)}.values())
+            if written:
                 # The literal is passed in by a caller (`build_optimizer(model, lr=0.01)`):
-                # report where it is written.
-                self.report(passed[0].node, module=passed[0].module, related=[site])
+                # report where it is written — each one where callers pass their own
+                # (`build(gen, lr=cfg.gen_lr)` and `build(disc, lr=cfg.disc_lr)`).
+                for value in written:
+                    assert isinstance(value.node, cst.CSTNode)
+                    self.report(value.node, module=value.module, related=[site])
             else:
                 self.report(where, module=site.module, related=model.paths.chain(site))
         self._cycle_rates(sites, reported)
