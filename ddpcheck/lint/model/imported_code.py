@@ -22,10 +22,12 @@ def code_reached(text: str, names: frozenset[str]) -> str:
 
     def source(node: ast.stmt) -> str:
         first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])
-        return "".join(lines[first - 1:node.end_lineno])
+        text = "".join(lines[first - 1:node.end_lineno])
+        # The file's last statement may end without a new line: it must not run into the next.
+        return text if text.endswith("\n") else text + "\n"
 
     definitions: dict[str, list[ast.stmt]] = {}
-    kept: list[str] = []
+    kept: list[ast.stmt] = []
     wanted = set(names)
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -37,7 +39,7 @@ def code_reached(text: str, names: frozenset[str]) -> str:
         elif not _main_guard(node):
             # Statements that run at import, and the definitions they call or export
             # (`model = build()`, `__all__ = ["Net"]`).
-            kept.append(source(node))
+            kept.append(node)
             wanted |= _names(node)
     reached: set[str] = set()
     while wanted:
@@ -46,9 +48,12 @@ def code_reached(text: str, names: frozenset[str]) -> str:
             continue
         reached.add(name)
         for node in definitions[name]:
-            kept.append(source(node))
+            kept.append(node)
             wanted |= _names(node) - reached
-    return "".join(kept)
+    # In the module's own order, whatever order the names were reached in: the readers of this
+    # text match patterns across statements, and the same project must read the same every run.
+    kept.sort(key=lambda node: node.lineno)
+    return "".join(source(node) for node in kept)
 
 
 def _names(node: ast.AST) -> set[str]:
