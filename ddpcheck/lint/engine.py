@@ -114,6 +114,9 @@ def _lint_source(path: str, source: str, rules: Iterable[type[Rule]], project: P
     # reports would depend on which others ran before it.
     model.values.fresh_budget()
     model.paths.compute()
+    # So are the file-wide answers most rules start from, each with a budget of its own, for the
+    # same reason: on a large project the first rule to ask could spend all it had left on them.
+    model.settle_file_answers()
     call_hooks = [r.on_call for r in instances if type(r).on_call is not Rule.on_call]
     if call_hooks:
         model.values.fresh_budget()

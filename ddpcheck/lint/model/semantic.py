@@ -258,6 +258,15 @@ class Model:
             and self.graph.is_subclass(site.target, api_class)
 
     # --- whole-file facts ----------------------------------------------------------------------
+    def settle_file_answers(self) -> None:
+        """Find whether the file takes part in DDP and whether an outside launcher can start it,
+        each with a whole evaluation budget: the answers every rule then reads are the same
+        whichever rule asks first and whatever it has spent."""
+        self.values.fresh_budget()
+        self.uses_ddp  # noqa: B018 (computed and kept)
+        self.values.fresh_budget()
+        self.torchrun_path  # noqa: B018
+
     @property
     def uses_ddp(self) -> bool:
         """The file takes part in DDP training: it initialises a process group, wraps a model in
