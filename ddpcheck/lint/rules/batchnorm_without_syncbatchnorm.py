@@ -73,7 +73,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     of which a class imported by name counts only if that code uses it, as the code it reaches
     — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`; only the classes
+    and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`, `resnet.__getattribute__(args.arch)(...)`; only the classes
     and builder functions the key may name, `def ResNet18(): return ResNet(...)`, when they are all
     known — also through a package's `from .resnet import *` —, else the whole module, with the
     modules a package's `__init__` re-exports whole) are looked into, and so is the model apex's
@@ -1019,6 +1019,11 @@ def _looked_up_by_name(func: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
     if isinstance(func, cst.Call) and dotted(func.func) == "getattr" and len(func.args) in (2, 3) \
             and not any(a.keyword is not None or a.star for a in func.args):
         return func.args[0].value, func.args[1].value
+    # `models.__getattribute__(key)`: the attribute look-up `getattr` makes, called by its name.
+    if isinstance(func, cst.Call) and isinstance(func.func, cst.Attribute) \
+            and func.func.attr.value == "__getattribute__" and len(func.args) == 1 \
+            and func.args[0].keyword is None and not func.args[0].star:
+        return func.func.value, func.args[0].value
     return None
 
 
