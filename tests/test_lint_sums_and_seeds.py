@@ -697,3 +697,46 @@ def test_a_reduced_loss_read_afterwards_is_reported(tmp_path):
                                 "            print(f\"epoch {epoch} loss {train_loss.item():.3f}\")\n")
     assert read != EPOCH_COUNTS
     assert _lint(tmp_path, {"train.py": read}, "train.py", "DDP022") == {("train.py", 20, "DDP022")}
+
+
+# --- DDP022: sums and their count reduced in one tensor, read back by unpacking ------------------
+
+UNPACKED = """\
+import torch
+import torch.distributed as dist
+
+
+def train(model, loader, optimizer, epochs, device):
+    for epoch in range(epochs):
+        running_loss, running_acc, steps = 0.0, 0.0, 0
+        for x, y in loader:
+            out = model(x.to(device))
+            loss = torch.nn.functional.cross_entropy(out, y.to(device))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            running_loss += loss.item()
+            running_acc += (out.argmax(1) == y.to(device)).float().mean().item()
+            steps += 1
+        epoch_loss = torch.tensor([running_loss, running_acc, steps], device=device)
+        dist.all_reduce(epoch_loss)
+        loss_sum, acc_sum, all_steps = epoch_loss.tolist()
+{read}
+
+
+if __name__ == "__main__":
+    dist.init_process_group("nccl")
+    train(*build())
+"""
+
+
+def test_sums_unpacked_from_the_reduced_tensor_and_divided_by_its_count_are_means(tmp_path):
+    # The count travels in the same tensor: each sum divided by the reduced count is a mean.
+    read = "        print(loss_sum / max(all_steps, 1), acc_sum / max(all_steps, 1))"
+    assert _lint(tmp_path, {"train.py": UNPACKED.format(read=read)}, "train.py", "DDP022") == set()
+
+
+def test_values_unpacked_from_the_reduced_tensor_but_not_divided_are_still_reported(tmp_path):
+    # Read back, but nothing divides by the count (nor by the world size): N times the mean.
+    read = "        print(loss_sum, acc_sum, all_steps)"
+    assert _lint(tmp_path, {"train.py": UNPACKED.format(read=read)}, "train.py", "DDP022") == {("train.py", 18, "DDP022")}

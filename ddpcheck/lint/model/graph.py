@@ -5,8 +5,9 @@ Followed: plain calls of project functions (imported, re-exported, star-imported
 the model knows obj's class (`logger = MetricLogger()`, `self.scaler = NativeScaler()`, a
 parameter every caller passes an instance to), constructors (→ `__init__`), constructors of a
 class chosen at run time (`Exp = ForecastExp` on one branch and `ImputeExp` on another, then
-`Exp(args)`; `BACKENDS[name](args)` over a dict of classes: each class it may be, and the methods
-of each on the instance), calls of instances (→ `__call__`), and, for a method name defined by exactly one class of the module and the project
+`Exp(args)`; `BACKENDS[name](args)` over a dict of classes, `tasks.__dict__[name]()` over a
+project package that holds only classes: each class it may be, and the methods of each on the
+instance), calls of instances (→ `__call__`), and, for a method name defined by exactly one class of the module and the project
 modules it imports, `x.m()` on an object of unknown class. Properties are followed by the value
 flow (values.py).
 """
@@ -310,7 +311,8 @@ class CallGraph:
         rather than a class's name: every leaf of its value flow names a project class (one
         leaf the model cannot read, and the callee is unknown)."""
         func = site.node.func
-        if not isinstance(func, (cst.Name, cst.Subscript)):
+        looked_up = isinstance(func, cst.Call) and dotted(func.func) == "getattr"  # `getattr(tasks, name)()`
+        if not isinstance(func, (cst.Name, cst.Subscript)) and not looked_up:
             return []
         key = id(site.node)
         found = self._chosen.get(key)
@@ -318,16 +320,57 @@ class CallGraph:
             return found
         self._chosen[key] = []  # (a cycle through this call reads as unknown)
         found = []
-        if isinstance(func, cst.Subscript) or site.scope.lookup(func.value):
+        if not isinstance(func, cst.Name) or site.scope.lookup(func.value):
             for value in self.model.values.at_call(site, func):
                 named = self._class_named(value)
-                if named is None:
+                listed = [named] if named is not None else self._namespace_classes(value)
+                if not listed:
                     found = []
                     break
-                if all(named[1] is not c[1] for c in found):
-                    found.append(named)
+                for one in listed:
+                    if all(one[1] is not c[1] for c in found):
+                        found.append(one)
         self._chosen[key] = found
         return found
+
+    def _namespace_classes(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]:
+        """`tasks.__dict__[cfg.TASK]` or `getattr(tasks, name)` over a project module (a
+        package's `__init__` that imports its task classes): each class the module's top level
+        holds, the key being unknown. Empty unless every name there that could be called is a
+        project class — a function, a value or a star import leaves the choice unknown;
+        submodules and plain `import x` modules are not callable and are passed over."""
+        node = value.node
+        holder: cst.BaseExpression | None = None
+        if isinstance(node, cst.Subscript) and isinstance(node.value, cst.Attribute) \
+                and node.value.attr.value == "__dict__" and len(node.slice) == 1:
+            holder = node.value.value
+        elif isinstance(node, cst.Call) and dotted(node.func) == "getattr" and len(node.args) == 2 \
+                and not any(a.keyword is not None or a.star for a in node.args):
+            holder = node.args[0].value
+        name = dotted(holder) if holder is not None else None
+        target = self.model.resolver.name(value.module, name, value.scope) if name else None
+        if target is None or target.kind != "module" or target.path is None:
+            return []
+        index = self.model.project.index(target.path)
+        if index is None or index.stars or index.functions \
+                or any(not (n.startswith("__") and n.endswith("__")) for n in index.assigned):
+            return []
+        out: list[tuple[ModuleModel, ClassInfo]] = []
+        for defined in index.classes:
+            found = self.class_at(Target(None, target.path, defined, "class"))
+            if found is None:
+                return []
+            out.append(found)
+        for alias, origin in index.aliases.items():
+            imported = self.model.resolver.in_module(target.path, alias)
+            if imported is not None and imported.kind == "module" or imported is not None \
+                    and imported.external is not None and origin == alias and "." not in origin:
+                continue  # a submodule, `import torch`: not a class the key could name
+            found = self.class_at(imported) if imported is not None else None
+            if found is None:
+                return []
+            out.append(found)
+        return out
 
     def _class_named(self, value: Value) -> tuple[ModuleModel, ClassInfo] | None:
         """The project class a leaf names (`ExpForecast`, `backends.NcclBackend`), not calls."""

@@ -1120,11 +1120,14 @@ class Values:
                 # `MODELS[name]` with a key known only at run time: any entry of a table written
                 # as one dict literal; unknown when a base is anything else.
                 entries = [self._table_entries(b) for b in bases]
-                if bases and all(e is not None for e in entries):
+                if bases and any(e is not None for e in entries):
+                    # (A base that is no table — a list filled by `append` on another branch —
+                    # leaves the subscript itself among the values: unknown there.)
                     for base, table in zip(bases, entries):
-                        assert table is not None
-                        for part in table:
+                        for part in table or ():
                             yield from self._eval(base.module, part, base.scope, base.frame, depth - 1, seen, base.at)
+                    if not all(e is not None for e in entries):
+                        yield Value(module, node, scope, frame, at)
                     return
             if isinstance(text, str) and isinstance(node.value, cst.Name):
                 given = self._star_keyword(module, node.value.value, text, scope, frame, depth, seen)
@@ -1272,8 +1275,18 @@ class Values:
     @staticmethod
     def _table_entries(base: Value) -> list[cst.BaseExpression] | None:
         """The values of a dict literal of plain entries (no `**` merge), whatever its keys
-        (`{"nccl": DDPBackend, None: SingleBackend}`), or None."""
+        (`{"nccl": DDPBackend, None: SingleBackend}`), or the one value every element of a
+        replicated list (`[loader] * n`) or a list comprehension holds, whatever the index; or
+        None."""
         node = base.node
+        if isinstance(node, cst.ListComp):
+            # `[DataLoader(...) for _ in range(world_size)]`: every element is what it computes.
+            return [node.elt]
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Multiply) \
+                and isinstance(node.left, (cst.List, cst.Tuple)) and len(node.left.elements) == 1 \
+                and not isinstance(node.left.elements[0], cst.StarredElement):
+            # `[loader] * world_size`: every element is that one object.
+            return [node.left.elements[0].value]
         if not isinstance(node, cst.Dict) or not node.elements \
                 or not all(isinstance(e, cst.DictElement) for e in node.elements):
             return None

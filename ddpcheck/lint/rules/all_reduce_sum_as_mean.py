@@ -7,7 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
-from ddpcheck.lint.model.module import Augmented, CallSite, ModuleModel, Scope
+from ddpcheck.lint.model.module import Augmented, CallSite, Item, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -43,7 +43,8 @@ class AllReduceSumAsMean(Rule):
     histogram, bincount or confusion matrix), tensors each rank fills only at its own entries
     (`scores[start + i, idx] = s` with `start = rank * step`, in the reducing function or a
     project function that returns the tensor: the SUM gathers the parts), and functions that mention the world
-    size (or a division of the tensor) in the loop around the reduce or, outside loops, anywhere in
+    size (or a division of the tensor, also of a value read back from it by another,
+    `loss_sum, n = stats.tolist()` then `loss_sum / max(n, 1)`) in the loop around the reduce or, outside loops, anywhere in
     the function — for an attribute (`self.dice`), anywhere in its class (a `value` property that
     divides it by a count). Nor is a local of a function that nothing reads after the reduce
     (the epoch's summed training loss reduced beside the accuracy counts, only the counts read).
@@ -332,6 +333,8 @@ class AllReduceSumAsMean(Rule):
         # `loss / n`, `loss.div_(n)`, `metrics[0] / metrics[1]`, `loss.item() / n`
         if re.search(rf"\b{re.escape(written)}(\[[^\]]*\])?(\.item\(\))?\s*(/|\.div|\*|\.mul)", code):
             return None
+        if _divided_after_unpacking(site.scope, written, code):
+            return None
         return written
 
 
@@ -360,6 +363,30 @@ class AllReduceSumAsMean(Rule):
             if any(_rank_index(element.slice, scope, resolve, 2) for element in node.slice):
                 return _written(scope.node, node)
         return False
+
+
+def _divided_after_unpacking(scope: Scope, written: str, code: str) -> bool:
+    """Sums and their count reduced in one tensor, read back into names and divided:
+    `loss_sum, n = stats.tolist()` then `loss_sum / max(n, 1)` — one name read from the tensor
+    divided by another read from it (the reduced count), as `stats[0] / stats[1]` is."""
+    unpacked: dict[int, list[str]] = {}  # the unpacked value -> the names it is read into
+    for name, bound in scope.assignments.items():
+        for item in bound:
+            if not isinstance(item, Item):
+                continue
+            # (`stats.tolist()`, `stats.cpu().numpy()`, `stats`: rooted at the reduced tensor.)
+            root = item.value
+            while isinstance(root, cst.Call) and isinstance(root.func, cst.Attribute):
+                root = root.func.value
+            if dotted(root) == written:
+                unpacked.setdefault(id(item.value), []).append(name)
+    for names in unpacked.values():
+        for part in names:
+            for count in names:
+                if part != count and re.search(
+                        rf"\b{re.escape(part)}\b\s*/\s*(?:\w+\()?\s*{re.escape(count)}\b", code):
+                    return True
+    return False
 
 
 def _written(root: cst.CSTNode, target: cst.Subscript) -> bool:

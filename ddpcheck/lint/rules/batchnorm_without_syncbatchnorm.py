@@ -64,7 +64,9 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     Off by default and informational: per-GPU BatchNorm is a legitimate choice (Goyal et al.
     use it on purpose). Enable it with `--extend-select DDP012`. Reported at the DDP wrap when
     the file builds `nn.BatchNorm1d/2d/3d` layers or a torchvision model made of them
-    (`resnet50()`, `densenet121()`, ...) or a transformers one (`ResNetForImageClassification(
+    (`resnet50()`, `densenet121()`, ...; not when that is built inside a class of the script
+    that the wrapped networks — all instances of project classes — neither are nor name, such as
+    a frozen VGG-BN in a perceptual-loss module) or a transformers one (`ResNetForImageClassification(
     config)`, also `.from_pretrained(...)`; RegNet, MobileNet, EfficientNet, and the
     segmentation networks of SegFormer and UperNet, whose heads hold a BatchNorm2d) — not on a branch the
     command line's defaults do not take —, or wraps a network of the project whose code builds
@@ -73,7 +75,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     of which a class imported by name counts only if that code uses it, as the code it reaches
     — `from blocks import ConvAttention, NormAttention` and only `NormAttention` built —;
     `nn.Sequential(backbone, head)`
-    and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`; only the classes
+    and `resnet.__dict__[args.arch](...)` (or `getattr(resnet, args.arch)(...)`, `resnet.__getattribute__(args.arch)(...)`; only the classes
     and builder functions the key may name, `def ResNet18(): return ResNet(...)`, when they are all
     known — also through a package's `from .resnet import *` —, else the whole module, with the
     modules a package's `__init__` re-exports whole) are looked into, and so is the model apex's
@@ -283,9 +285,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         off = {id(b) for b in _switched_off_branches(model.root)}
         # (Nor on a branch the command line's defaults do not take: `elif args.model == "resnet":`
         # with `--model` defaulting to "vit".)
-        root_builds = any(_builds_batchnorm(model.api(c)) and not any(
-            id(g.node) in off or default_rules_out(model.root, g.test, g.negated) for g in c.guards)
-            for c in model.root.calls)
+        root_builders = [c for c in model.root.calls if _builds_batchnorm(model.api(c)) and not any(
+            id(g.node) in off or default_rules_out(model.root, g.test, g.negated) for g in c.guards)]
         reported: set[str] = set()
         for wrap in wraps:
             inner = wrap.arg("module", 0)
@@ -295,7 +296,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                 continue  # the same model wrapped in another branch of the same function
             # A second model (a teacher beside its student) is reported when it is itself known
             # to hold BatchNorm; BatchNorm built somewhere in the script says nothing about it.
-            loose = not reported and root_builds and wrap.module is model.root
+            loose = not reported and wrap.module is model.root \
+                and any(not self._built_apart(c, wrap) for c in root_builders)
             if (loose or self._wraps_batchnorm(wrap)) and not self._statistics_frozen(wrap) \
                     and not self._swapped_out(wrap) and not self._frozen_by_its_class(wrap):
                 self.report(wrap.node, module=wrap.module, related=model.paths.chain(wrap))
@@ -421,6 +423,35 @@ class BatchnormWithoutSyncbatchnorm(Rule):
             if not certain and (self.model.graph.instance_of(value) is None or self.model.graph.is_network(value)):
                 return True  # unknown, an outside object or a project network: it may be the model
         return False
+
+    def _built_apart(self, builder: CallSite, wrap: CallSite) -> bool:
+        """BatchNorm built in a class of the script (`vgg19_bn()` inside a perceptual-loss
+        class) that is not what the wrap holds: every value the wrap is handed is an instance of
+        a project class, and none of those classes (nor their bases) is that class or names it
+        in the code it reaches."""
+        owner = next((s for s in builder.scope.chain() if s.kind == "class"), None)
+        inner = wrap.arg("module", 0)
+        if owner is None or inner is None:
+            return False
+        while owner.parent is not None and owner.parent.kind == "class":
+            owner = owner.parent  # (the outermost class: a nested one is part of it)
+        short = owner.qualname.rpartition(".")[2]
+        values = self.model.values.at_call(wrap, inner)
+        if not values:
+            return False
+        for value in values:
+            node = value.node
+            call = node.value if isinstance(node, Item) and isinstance(node.value, cst.Call) else value.call
+            instances = self.model.graph.instances_of(Value(value.module, call, value.scope, value.frame, value.at)) \
+                if call is not None else []
+            if not instances:
+                return False  # a network the model cannot name: BatchNorm in the script may be in it
+            for module, info in (c for instance in instances for c in self.model.graph.mro(*instance)):
+                if module is builder.module and info.scope is owner:
+                    return False
+                if re.search(rf"\b{re.escape(short)}\b", code_only(_reachable_code(module, info)[0])):
+                    return False
+        return True
 
     def _wraps_batchnorm(self, wrap: CallSite) -> bool:
         """The wrapped network is a class of the project whose code (its module, its bases' and
@@ -1019,6 +1050,11 @@ def _looked_up_by_name(func: cst.BaseExpression) -> tuple[cst.BaseExpression, cs
     if isinstance(func, cst.Call) and dotted(func.func) == "getattr" and len(func.args) in (2, 3) \
             and not any(a.keyword is not None or a.star for a in func.args):
         return func.args[0].value, func.args[1].value
+    # `models.__getattribute__(key)`: the attribute look-up `getattr` makes, called by its name.
+    if isinstance(func, cst.Call) and isinstance(func.func, cst.Attribute) \
+            and func.func.attr.value == "__getattribute__" and len(func.args) == 1 \
+            and func.args[0].keyword is None and not func.args[0].star:
+        return func.func.value, func.args[0].value
     return None
 
 

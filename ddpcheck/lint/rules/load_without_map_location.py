@@ -24,8 +24,9 @@ _DATA_CLASSES = (api.DATALOADER, api.DATASET)
 _TORCH_DATASETS = frozenset(f"torch.utils.data{m}.{name}" for m in ("", ".dataset")
                             for name in ("Subset", "TensorDataset", "ConcatDataset", "StackDataset"))
 
-# Paths that name cached data rather than a checkpoint: tensors saved from the CPU.
-_DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus", re.I)
+# Paths that name cached data rather than a checkpoint: tensors saved from the CPU (also a table
+# of precomputed embeddings, `description_embeddings.pt`, as features are).
+_DATA_WORDS = re.compile(r"cache|feature|token|vocab|dataset|examples|corpus|embeddings", re.I)
 
 
 class LoadWithoutMapLocation(Rule):
@@ -44,7 +45,7 @@ class LoadWithoutMapLocation(Rule):
     torch.load(weights))` in `__init__`, in a method `__init__` calls on self, or in a network
     it builds there) —, unless the load runs on rank 0 only or only in a
     non-distributed run (`if not args.distributed:`), or when the path names cached data rather than
-    a checkpoint (`cached_features.pt`, `tokens_cache`), which is saved from the CPU, or when the
+    a checkpoint (`cached_features.pt`, `tokens_cache`, `text_embeddings.pt`), which is saved from the CPU, or when the
     load reads one of many files per pass of a loop (`for path in shard_files: torch.load(path)`,
     `files[i]` in `for i in order:`: data read in shards) and nothing in that loop restores a
     state dict (`load_state_dict`: an ensemble of checkpoints is reported), or when what

@@ -156,7 +156,8 @@ class MissingDistributedSampler(Rule):
     Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
     every caller hands `source="web"`), loaders of a function that hands its training to another
     engine (`deepspeed.initialize(...)` shards its own), loaders made in the process that starts
-    the workers (beside `mp.spawn`: its single-GPU fallback), loaders built only on rank 0 (e.g. for evaluation on the
+    the workers (beside `mp.spawn`: its single-GPU fallback) unless a worker trains on them
+    (`mp.spawn(train, args=(n, [loader] * n))`, then `for x, y in loaders[rank]:`), loaders built only on rank 0 (e.g. for evaluation on the
     main process; also in a function the run calls only under a rank-0 test, `if rank == 0:
     self.sampling(step)`, followed three calls up) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
@@ -419,13 +420,28 @@ class MissingDistributedSampler(Rule):
             return False
         if model.paths.main_only(site) or model.paths.single_only(site) or self._called_on_main_only(site):
             return False
-        if model.paths.engine_run(site) or model.paths.launcher_only(site):
-            return False  # another engine's loader, or one in the process that starts the workers
+        if model.paths.engine_run(site):
+            return False  # another engine's loader
+        if model.paths.launcher_only(site) and not self._trained_on_in_workers(site):
+            return False  # one in the process that starts the workers, for its own use
         if model.paths.never(site) is not None or model.paths.dead(site):
             return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)
         if self._read_only_to_evaluate(site):
             return False
         return True
+
+    def _trained_on_in_workers(self, site: CallSite) -> bool:
+        """A loader the starting process makes and hands to the workers (`mp.spawn(train,
+        args=(world_size, loaders))`, then `for x, y in loaders[rank]:`): a loop that iterates it
+        back-propagates, in a function the workers run. Each worker reads the whole set."""
+        model = self.model
+        for module, loop in loops_over(model, site.node):
+            if loop.scope.kind != "function" or id(loop.scope) not in training_scopes(model, module):
+                continue
+            function = loop.scope.qualname
+            if not any(model.api(c) in api.SPAWN for c in module.calls_in(function)):
+                return True
+        return False
 
     def _called_on_main_only(self, site: CallSite) -> bool:
         """Every call of the run that reaches the loader's function, followed three calls up, runs

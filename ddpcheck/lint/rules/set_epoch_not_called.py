@@ -81,7 +81,9 @@ class SetEpochNotCalled(Rule):
     shuffling work properly across multiple epochs. Otherwise, the same ordering will be always
     used."
 
-    Reported at the epoch loop (where `set_epoch` goes; the sampler is a related location) when
+    Reported at the epoch loop (where `set_epoch` goes; the sampler is a related location; at
+    each, when the loaders of one construction — a table of loaders built in one comprehension —
+    are iterated by the epoch loops of several functions, a pretraining and a fine-tuning stage) when
     a `DistributedSampler` (a project subclass, MONAI's, or a project sampler written like it
     whose order is drawn from the `self.epoch` its `set_epoch` sets) whose `shuffle` may be true (it defaults to
     `True`; a config value may turn it on) feeds a training `DataLoader` (as `sampler=` or inside
@@ -542,42 +544,46 @@ class SetEpochNotCalled(Rule):
                         self.report(site.node, self.STALE.format(epoch=site.module.code(site.node.args[0].value)),
                                     module=site.module)
                 continue
-            loop = self._epoch_loop(found)
-            if loop is None:
-                continue
-            node, module, scope, loader, in_caller = loop
-            expression = self._expression(found, module, scope, loader)
+            for loop in self._epoch_loops(found):
+                self._report_loop(found, loop, handed)
+
+    def _report_loop(self, found: Feed, loop: tuple[cst.CSTNode, ModuleModel, Scope, str, bool],
+                     handed: CallSite | None) -> None:
+        """The finding at one epoch loop of the feed (see `_epoch_loops`)."""
+        model = self.model
+        node, module, scope, loader, in_caller = loop
+        expression = self._expression(found, module, scope, loader)
+        fix = None
+        made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
+        # A sampler made anew inside the loop does not exist yet at the loop's first line.
+        rebuilt = made is not None and self._made_within(node, module, made, 4, set()) is not None
+        if module is model.root and not rebuilt and not in_caller:
+            given, _ = sampler_values(model, found.loader)
+            conditional = any(isinstance(v.node, cst.CSTNode) and is_none(v.node) for v in given) \
+                or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
+            own_name = not expression.endswith(".sampler")
+            guard = ("none" if own_name else "hasattr") if conditional else None
+            target: str | None = expression
+            if guard != "none" and remedies.made_on_some_paths([found.loader, *([made] if made else [])],
+                                                               module, node, scope):
+                # `if args.distributed: sampler = DistributedSampler(ds); loader = ...` and an
+                # epoch loop for both modes: reach the sampler through the loader the loop
+                # iterates, when it has one with `set_epoch`.
+                target = remedies.through_loader(loader, scope, found.via_batch_sampler)
+                guard = "hasattr"
+            fix = remedies.set_epoch(node, target, guard) if target is not None else None
+        # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
+        message = self.MESSAGE.format(sampler=expression)
+        if handed is not None:
             fix = None
-            made = found.sampler.module.call_at(found.sampler.call) if found.sampler.call is not None else None
-            # A sampler made anew inside the loop does not exist yet at the loop's first line.
-            rebuilt = made is not None and self._made_within(node, module, made, 4, set()) is not None
-            if module is model.root and not rebuilt and not in_caller:
-                given, _ = sampler_values(model, found.loader)
-                conditional = any(isinstance(v.node, cst.CSTNode) and is_none(v.node) for v in given) \
-                    or any(model.api_of(v) in api.LOCAL_SAMPLERS for v in given)
-                own_name = not expression.endswith(".sampler")
-                guard = ("none" if own_name else "hasattr") if conditional else None
-                target: str | None = expression
-                if guard != "none" and remedies.made_on_some_paths([found.loader, *([made] if made else [])],
-                                                                   module, node, scope):
-                    # `if args.distributed: sampler = DistributedSampler(ds); loader = ...` and an
-                    # epoch loop for both modes: reach the sampler through the loader the loop
-                    # iterates, when it has one with `set_epoch`.
-                    target = remedies.through_loader(loader, scope, found.via_batch_sampler)
-                    guard = "hasattr"
-                fix = remedies.set_epoch(node, target, guard) if target is not None else None
-            # Reported at the epoch loop, where `set_epoch` goes; the sampler is a related location.
-            message = self.MESSAGE.format(sampler=expression)
-            if handed is not None:
-                fix = None
-                message = self.ANOTHER.format(call=handed.module.code(handed.node.func).strip())
-            started = module.call_at(node) if isinstance(node, cst.Call) else None
-            if started is not None and model.api(started) == "itertools.cycle":
-                message = self.CYCLED.format(sampler=expression)
-            elif isinstance(node, cst.Call):  # a helper that restarts the loader (see _restarts)
-                message = self.RESTART.format(helper=module.code(node.func), sampler=expression)
-            self.report(node, message, fix=fix, module=module,
-                        related=([made] if made is not None else []) + ([handed] if handed is not None else []))
+            message = self.ANOTHER.format(call=handed.module.code(handed.node.func).strip())
+        started = module.call_at(node) if isinstance(node, cst.Call) else None
+        if started is not None and model.api(started) == "itertools.cycle":
+            message = self.CYCLED.format(sampler=expression)
+        elif isinstance(node, cst.Call):  # a helper that restarts the loader (see _restarts)
+            message = self.RESTART.format(helper=module.code(node.func), sampler=expression)
+        self.report(node, message, fix=fix, module=module,
+                    related=([made] if made is not None else []) + ([handed] if handed is not None else []))
 
     def _order_free(self, found: Feed) -> bool:
         """The loader's dataset is, on every path, an instance of a project class whose
@@ -855,6 +861,25 @@ class SetEpochNotCalled(Rule):
         with its module and scope and how the loader is named there: the first such loop that
         repeats one order (see _repeats); last, whether that loop is a caller's (the loader is
         named in the callee, so no fix is offered)."""
+        loops = self._epoch_loops(found, every=False)
+        return loops[0] if loops else None
+
+    def _epoch_loops(self, found: Feed, every: bool = True) -> list[tuple[cst.CSTNode, ModuleModel, Scope, str, bool]]:
+        """`_epoch_loop`, and with `every` also the epoch loops of other functions that iterate
+        the same loader in a loop of their own or hand it to a call inside one (a pretraining
+        and a fine-tuning stage reading one loader of a table each: each needs its
+        `set_epoch`), in the order the run's modules list them."""
+        out: list[tuple[cst.CSTNode, ModuleModel, Scope, str, bool]] = []
+
+        def add(found_loop: tuple[cst.CSTNode, ModuleModel, Scope, str, bool], own: bool = False) -> bool:
+            """Keep one loop per function; True when the search may stop. Past the first, only
+            `own` loops count: a function's epoch loop around its own iteration of the loader
+            (a call handed the loader, a restarting helper, is where the first one's loader
+            goes, not another stage)."""
+            if not out or own and all(o[2] is not found_loop[2] for o in out):
+                out.append(found_loop)
+            return not every
+
         loader = found.loader.node
         paths = self.model.paths
         later: list[tuple[ModuleModel, Scope, str, int]] = []  # iterated where no loop is: callers'
@@ -872,7 +897,9 @@ class SetEpochNotCalled(Rule):
                     # the loader from each file does not, the epoch loop around it does.
                     for loop in reversed(site.loops):
                         if self._repeats(found, loop, module, site.scope):
-                            return loop, module, site.scope, self._loader_name(used), False
+                            if add((loop, module, site.scope, self._loader_name(used), False), own=True):
+                                return out
+                            break
                     continue
                 # `def train_epoch(self): for x in self.loader` run from an epoch loop (tried
                 # last: a loop that hands the loader to the function names it itself).
@@ -890,28 +917,37 @@ class SetEpochNotCalled(Rule):
                     if self._repeats(found, call.loops[0], call.module, call.scope):
                         # `iter(loader)` deep in a step loop, `train_one_epoch(loader)`: the
                         # outermost loop of the function is the epoch loop.
-                        return call.loops[0], call.module, call.scope, self._loader_name(a.value), False
+                        if add((call.loops[0], call.module, call.scope, self._loader_name(a.value), False)):
+                            return out
                     continue
                 if self.model.api(call) == "itertools.cycle":
                     # `itertools.cycle(loader)` keeps what the first pass yields and replays it:
                     # however long the run, every pass is the first epoch's order.
-                    return call.node, call.module, call.scope, self._loader_name(a.value), True
+                    if add((call.node, call.module, call.scope, self._loader_name(a.value), True)):
+                        return out
+                    continue
                 restart = self._restarts(call, a.value)
                 if restart is not None and self._repeats(found, *restart):
                     # `batches = infinite(loader)`, whose `while True:` starts the loader over
                     # each time it runs out: every restart is an epoch, and none can set it.
-                    return call.node, call.module, call.scope, self._loader_name(a.value), True
+                    if add((call.node, call.module, call.scope, self._loader_name(a.value), True)):
+                        return out
+                    continue
                 # `self.it = iter(self.loader)` when the data runs out, in a `get_batch()` the
                 # step loop calls: each restart is a new epoch. Restarted in an `except
                 # StopIteration:` handler, the restart itself is the epoch's start.
                 if _on_stop_iteration(call):
-                    return call.node, call.module, call.scope, self._loader_name(a.value), True
+                    if add((call.node, call.module, call.scope, self._loader_name(a.value), True)):
+                        return out
+                    continue
                 later.append((call.module, call.scope, self._loader_name(a.value), 0))
+        if out:
+            return out
         for module, scope, name, which in later:
             outer = self._looping_caller(module, scope)
             if outer is not None and self._repeats(found, outer.loops[which], outer.module, outer.scope):
-                return outer.loops[which], outer.module, outer.scope, name, True
-        return None
+                return [(outer.loops[which], outer.module, outer.scope, name, True)]
+        return []
 
     def _restarts(self, call: CallSite, arg: cst.BaseExpression) -> tuple[cst.CSTNode, ModuleModel, Scope] | None:
         """The loop of a project function that iterates what `call` passes it as `arg` anew on
