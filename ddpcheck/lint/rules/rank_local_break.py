@@ -70,7 +70,9 @@ class RankLocalBreak(Rule):
     (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
     mentions out-of-memory) that comes before
     the function's backward: a step helper that catches a CUDA out-of-memory on its batch and
-    returns skips the backward the other ranks make. Also reported: a `continue` that comes before the loop's
+    returns skips the backward the other ranks make; also a loop's `continue` in such a handler
+    whose `try` holds the backward (`try: self.run_micro_batch(mb)` / `except
+    torch.cuda.OutOfMemoryError: continue`): the rank that met the error never finished it. Also reported: a `continue` that comes before the loop's
     `backward()` on a test of the rank's own values — a local call in the test or in what a plain
     name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`), or `if loss is
     None: continue` (or `== None`) where `loss` was computed from the loop's own batch or from
@@ -524,11 +526,22 @@ class RankLocalBreak(Rule):
             if not backwards:
                 continue
             order: dict[int, int] | None = None
+            tries: dict[int, cst.Try] | None = None
             for handler, exit_node, loop in _error_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 here = order.get(id(exit_node), -1)
                 later = [c for c in backwards if order.get(id(c.node), -1) > here
                          and (loop is None or loop in c.loops)]
+                if not later and loop is not None:
+                    # The backward sits in the `try` itself (`try: self.run_micro_batch(mb)`
+                    # / `except torch.cuda.OutOfMemoryError: continue`): the rank that met the
+                    # error never finishes it, and the `continue` takes it on as if it had.
+                    tries = tries if tries is not None else _tries_of(scope.node)
+                    trying = tries.get(id(handler))
+                    if trying is not None:
+                        start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
+                        later = [c for c in backwards if loop in c.loops
+                                 and start < order.get(id(c.node), -1) < end]
                 if not later:
                     continue
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
@@ -955,6 +968,19 @@ def _carries(name: str | None, site: CallSite, scope: Scope) -> set[str]:
     if (name or "").startswith("torch.distributed"):
         return {n.value for a in site.node.args for n in subexpressions(a.value) if isinstance(n, cst.Name)}
     return {t for t, values in scope.assignments.items() if any(v is site.node for v in values)}
+
+
+def _tries_of(function: cst.CSTNode) -> dict[int, cst.Try]:
+    """Each `except` handler under `function` (by id) -> its `try`."""
+    found: dict[int, cst.Try] = {}
+    stack = [function]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Try):
+            found.update((id(h), current) for h in current.handlers)
+        if type(current) not in NO_STATEMENTS_BELOW:
+            stack.extend(children(current))
+    return found
 
 
 def _order(node: cst.CSTNode) -> dict[int, int]:
