@@ -45,7 +45,8 @@ class RankLocalBreak(Rule):
     (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`, also where
     `val_loss = self.validate(loader)` is the answer of a project function that makes no
     collective and returns a sum it adds the rank's own values to in a loop, `total_loss +=
-    loss.item()`), or the
+    loss.item()`, or a figure of a list it appends them to, `rmse.append(loss.item() ** 0.5)`
+    then `return sum(rmse) / len(rmse)`), or the
     answer of a project method that returns an attribute of its object it updates only under a
     rank condition (`stop = trainer.save_models(dir)`, whose `self.stale += 1` sits under `if
     self.rank == 0:`), and the loop makes no collective call that could agree on the decision (a
@@ -593,8 +594,9 @@ class RankLocalBreak(Rule):
     def _returns_own_sum(self, site: CallSite) -> bool:
         """A project function, making no collective, that returns a sum it adds the rank's own
         values to in a loop of its own (`total_loss += loss.item()` over its loader, then `return
-        total_loss / num_batches`): each rank gets its own answer (`val_loss =
-        self.validate(val_loader)`)."""
+        total_loss / num_batches`), or a figure of a list it appends them to there
+        (`losses.append(loss.item() ** 0.5)`, then `return sum(losses) / len(losses)`): each rank
+        gets its own answer (`val_loss = self.validate(val_loader)`)."""
         if self.model.facts.does(site, "collective"):
             return False
         for callee, _ in self.model.graph.targets(site):
@@ -602,10 +604,19 @@ class RankLocalBreak(Rule):
             scope = module.function_scopes.get(callee.qualname)
             if scope is None:
                 continue
+            appended: dict[str, list[CallSite]] = {}
+            for call in module.calls_in(callee.qualname):
+                receiver = call.receiver
+                if call.method == "append" and call.loops and receiver is not None and isinstance(receiver, cst.Name):
+                    appended.setdefault(receiver.value, []).append(call)
             for value in module.returns.get(callee.qualname, ()):
                 for node in subexpressions(value):
                     if not isinstance(node, cst.Name):
                         continue
+                    for call in appended.get(node.value, ()):
+                        item = call.arg("object", 0)
+                        if item is not None and self._local(module, scope, item, 0):
+                            return True
                     points = scope.points.get(node.value, [])
                     for binding, point in zip(scope.assignments.get(node.value, []), points):
                         if isinstance(binding, Augmented) and point is not None and point.loops \
