@@ -49,7 +49,9 @@ class RankLocalBreak(Rule):
     then `return sum(rmse) / len(rmse)`), or the
     answer of a project method that returns an attribute of its object it updates only under a
     rank condition (`stop = trainer.save_models(dir)`, whose `self.stale += 1` sits under `if
-    self.rank == 0:`), and the loop makes no collective call that could agree on the decision (a
+    self.rank == 0:`), or a `threading.Event` that only the module's signal handlers set
+    (`EXIT.is_set()`, `EXIT.set()` in the function `signal.signal(signal.SIGTERM, ...)` registers:
+    each process meets its signal at its own step), and the loop makes no collective call that could agree on the decision (a
     barrier, or a project function whose only collectives are barriers, carries no decision).
     A member of an object whose methods set it on some ranks only and make no collective
     (`early_stopping(val_f1)` returning first `if self.device != 0:`, then `if
@@ -591,6 +593,29 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
+    def _set_by_signal(self, root: ModuleModel, scope: Scope, event: cst.BaseExpression) -> bool:
+        """`event` is a `threading.Event()` of a project module set (`EXIT.set()`) only in
+        functions that module registers as signal handlers (`signal.signal(signal.SIGTERM,
+        handler)`): each process receives its signals on its own (a SLURM preemption, a Ctrl-C
+        that reaches ranks at different steps), so `EXIT.is_set()` is that rank's own."""
+        model = self.model
+        for value in model.values.of(root, event, scope):
+            call = value.call
+            if call is None or model.api_of(value) != "threading.Event":
+                continue
+            module = value.module
+            names = [n for n, bindings in module.module_scope.assignments.items()
+                     if any(b is call for b in bindings)]
+            if len(names) != 1:
+                continue
+            handlers = {dotted(c.node.args[1].value) for c in module.calls
+                        if model.api(c) == "signal.signal" and len(c.node.args) >= 2}
+            setters = [c for c in module.calls if c.method == "set" and c.receiver is not None
+                       and dotted(c.receiver) == names[0]]
+            if setters and all(c.scope.kind == "function" and c.scope.qualname in handlers for c in setters):
+                return True
+        return False
+
     def _returns_own_sum(self, site: CallSite) -> bool:
         """A project function, making no collective, that returns a sum it adds the rank's own
         values to in a loop of its own (`total_loss += loss.item()` over its loader, then `return
@@ -753,6 +778,9 @@ class RankLocalBreak(Rule):
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
                     return True
                 if site is not None and depth > 0 and (self._returns_ranked(site) or self._returns_own_sum(site)):
+                    return True
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "is_set" and not node.args \
+                        and self._set_by_signal(root, scope, node.func.value):
                     return True
             elif isinstance(node, cst.Attribute) and depth > 0 and self._member_ranked(root, scope, node):
                 return True
