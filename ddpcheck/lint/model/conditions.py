@@ -654,3 +654,56 @@ def exclusive_arms(a: tuple[Guard, ...], b: tuple[Guard, ...]) -> bool:
     `if` (at most one of the two runs)."""
     arms = {id(g.node): g.negated for g in a}
     return any(id(g.node) in arms and arms[id(g.node)] != g.negated for g in b)
+
+
+def contradictory(a: tuple[Guard, ...], b: tuple[Guard, ...]) -> bool:
+    """Whether code under guards `a` and code under guards `b` can never both run: different
+    arms of the same `if`, or tests of the same setting that cannot both hold. `if backend ==
+    "deepspeed" and ds is not None:` (taken) against the `else` of a later `if backend ==
+    "deepspeed":`, or against `elif backend == "ddp":`: the first requires a term the second
+    denies. Only terms written alike are compared; a test the reader cannot split says nothing."""
+    if exclusive_arms(a, b):
+        return True
+    held_a, denied_a = _terms(a)
+    held_b, denied_b = _terms(b)
+    return any(t.deep_equals(u) for t in held_a for u in denied_b) \
+        or any(t.deep_equals(u) for t in held_b for u in denied_a) \
+        or any(_other_value(t, u) for t in held_a for u in held_b)
+
+
+def _terms(guards: tuple[Guard, ...]) -> tuple[list[cst.BaseExpression], list[cst.BaseExpression]]:
+    """The terms the guards require true (the `and`-terms of a taken test) and those they require
+    false (a not-taken test that is one term)."""
+    held: list[cst.BaseExpression] = []
+    denied: list[cst.BaseExpression] = []
+    for guard in guards:
+        if guard.negated:
+            if not isinstance(guard.test, cst.BooleanOperation):
+                denied.append(guard.test)
+            continue
+        stack = [guard.test]
+        while stack:
+            test = stack.pop()
+            if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
+                stack += [test.left, test.right]
+            else:
+                held.append(test)
+    return held, denied
+
+
+def _other_value(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:
+    """`x == "ddp"` and `x == "deepspeed"`: one name equal to two different literals."""
+    def split(test: cst.BaseExpression) -> tuple[str, str] | None:
+        if not (isinstance(test, cst.Comparison) and len(test.comparisons) == 1
+                and isinstance(test.comparisons[0].operator, cst.Equal)):
+            return None
+        name, value = dotted(test.left), test.comparisons[0].comparator
+        if name is None:
+            return None
+        if isinstance(value, cst.SimpleString):
+            text = value.evaluated_value
+            return (name, repr(text)) if isinstance(text, str) else None
+        number = int_value(value)
+        return None if number is None else (name, str(number))
+    left, right = split(a), split(b)
+    return left is not None and right is not None and left[0] == right[0] and left[1] != right[1]

@@ -30,7 +30,7 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import (
-    Resolve, bounded_rank, is_distributed_test, selects_main_rank, vacuous_without_flag, whole_rank_test, widened,
+    Resolve, bounded_rank, contradictory, is_distributed_test, selects_main_rank, vacuous_without_flag, whole_rank_test, widened,
 )
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
@@ -514,7 +514,10 @@ class Paths:
         """`site` is in a function that hands its training to another engine
         (`model_engine, optimizer, loader, _ = deepspeed.initialize(...)`): the loaders, backward
         passes and steps there are that engine's, not DDP's."""
-        return any(self.model.api(c) in api.ENGINE_BUILDERS for c in site.module.calls_in(site.scope.qualname))
+        # (Not a site the engine's set-up can never run beside: the `else` of `if backend ==
+        # "deepspeed":` when the engine is built under `if backend == "deepspeed" and ...:`.)
+        return any(self.model.api(c) in api.ENGINE_BUILDERS and not contradictory(c.guards, site.guards)
+                   for c in site.module.calls_in(site.scope.qualname))
 
     def on_error_only(self, site: CallSite, depth: int = 3) -> bool:
         """`site` runs only when something failed: it sits in an `except` handler, or in a

@@ -134,3 +134,78 @@ def _state_dicts_in(model: Model, save: CallSite, obj: cst.BaseExpression
                 where = value.module.call_at(sd)
                 if where is not None:
                     yield save, value, sd, where
+            for named_value, named in _named_into_dict(model, value, sd, 3):
+                where = named_value.module.call_at(named)
+                if where is not None:
+                    yield save, named_value, named, where
+
+
+NAMED = ("named_parameters", "named_buffers")
+
+
+def _named(expr: cst.BaseExpression) -> bool:
+    """`x.named_parameters()` / `x.named_buffers()`: (name, tensor) pairs named as the state
+    dict of `x` names them (a DDP wrapper's with `module.` first)."""
+    return isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) \
+        and expr.func.attr.value in NAMED and not expr.args
+
+
+def _named_into_dict(model: Model, value: Value, node: cst.CSTNode, depth: int
+                     ) -> Iterator[tuple[Value, cst.Call]]:
+    """The `x.named_parameters()` calls whose names become the keys of the dict `node` makes,
+    each with the value it is written in: `{k: v for k, v in x.named_parameters() if ...}`,
+    `dict(x.named_parameters())`, and the same through the names the pairs or such a dict are
+    bound to (`{k: t.cpu() for k, t in kept.items()}` after `kept = {k: t for k, t in
+    named_params if "lora_" in k}` in a helper handed `model.named_parameters()`). A key made
+    of the name alone or spelled from it; what else is done to the names is not followed."""
+    if isinstance(node, cst.Call) and dotted(node.func) == "dict" and len(node.args) == 1 \
+            and node.args[0].keyword is None and not node.args[0].star:
+        yield from _named_pairs(model, value, node.args[0].value, depth)
+        return
+    if not isinstance(node, cst.DictComp):
+        return
+    for_in: cst.CompFor | None = node.for_in
+    while for_in is not None:
+        first = _first_target(for_in.target)
+        if first is not None and _uses(node.key, first):
+            yield from _named_pairs(model, value, for_in.iter, depth)
+        for_in = for_in.inner_for_in
+
+
+def _named_pairs(model: Model, value: Value, expr: cst.BaseExpression, depth: int
+                 ) -> Iterator[tuple[Value, cst.Call]]:
+    """(name, tensor) pairs of `x.named_parameters()` that `expr`, iterated, gives: the call
+    itself, the `.items()` of a dict keyed by such names, or a name bound to either."""
+    if _named(expr):
+        assert isinstance(expr, cst.Call)
+        yield value, expr
+        return
+    if depth <= 0:
+        return
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "items" \
+            and not expr.args:
+        for held in model.values.of(value.module, expr.func.value, value.scope, value.frame, at=value.at):
+            if isinstance(held.node, cst.CSTNode):
+                yield from _named_into_dict(model, held, held.node, depth - 1)
+        return
+    if isinstance(expr, cst.Name):
+        for held in model.values.of(value.module, expr, value.scope, value.frame, at=value.at):
+            if isinstance(held.node, cst.BaseExpression) and held.node is not expr:
+                yield from _named_pairs(model, held, held.node, depth - 1)
+
+
+def _first_target(target: cst.BaseExpression) -> str | None:
+    """`k` of `for k, v in ...`."""
+    if isinstance(target, (cst.Tuple, cst.List)) and len(target.elements) == 2 \
+            and isinstance(target.elements[0].value, cst.Name):
+        return target.elements[0].value.value
+    return None
+
+
+def _uses(expr: cst.BaseExpression, name: str) -> bool:
+    """`name` itself, or a text spelled from it (`f"{name}.weight"`, `prefix + name`)."""
+    if isinstance(expr, cst.Name):
+        return expr.value == name
+    if isinstance(expr, (cst.FormattedString, cst.BinaryOperation)):
+        return any(isinstance(n, cst.Name) and n.value == name for n in expressions(expr))
+    return False

@@ -45,7 +45,9 @@ class CheckpointSavedByEveryRank(Rule):
     `if my_state[0] == 2:` on the value each rank received from `scatter_object_list`), a path that contains the rank (`f"ckpt_rank{rank}.pt"`: one
     file per rank on purpose), a path named after the batch of a loop over a DataLoader (`for
     scan_id, x in loader:` then `torch.save(out, f"{scan_id[0]}.pt")`: one file per sample, each
-    rank writing its own shard's), saves into memory (`io.BytesIO`), functions nobody calls
+    rank writing its own shard's), a path named after a number read from the rank's own tensor
+    in a function that makes no collective (`f"{epoch}_{psnr.item()}.tar"`: one file per rank),
+    saves into memory (`io.BytesIO`), functions nobody calls
     on every rank, and a save beside the `mp.spawn(...)` that starts the workers (after it
     returns, in the one process that launched them) in a script torchrun cannot start. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
     are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
@@ -264,7 +266,7 @@ class CheckpointSavedByEveryRank(Rule):
             target = self._file(site)
             if target is False or per_rank_or_memory(model, site, target or None):
                 continue
-            if target is not None and self._named_by_sample(site, target):
+            if target is not None and (self._named_by_sample(site, target) or self._named_by_own_value(site, target)):
                 continue
             if model.paths.ranks(site) != "every":
                 continue
@@ -294,6 +296,25 @@ class CheckpointSavedByEveryRank(Rule):
                 items = {n.value for n in subexpressions(_items(loop.node)) if isinstance(n, cst.Name)}
                 if items & named and self._loops.iterates_batches(value.module, loop.node.iter, loop.scope, loop.point):
                     return True
+        return False
+
+    def _named_by_own_value(self, site: CallSite, target: cst.BaseExpression) -> bool:
+        """The file is named after a number each rank reads from its own tensor (`f"{epoch}_
+        {psnr.item()}.tar"`, `psnr` from the rank's last batch) in a function that exchanges
+        nothing with the other ranks (no collective call, itself or in the project functions it
+        calls): each rank writes its own file, not one file all of them write. A value some
+        collective may have made equal on every rank is not read that way."""
+        model = self.model
+        for value in model.values.at_call(site, target):
+            if not isinstance(value.node, cst.CSTNode):
+                continue
+            if not any(isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute) and n.func.attr.value == "item"
+                       and not n.args for n in subexpressions(value.node)):
+                continue
+            calls = list(value.module.calls_in(value.scope.qualname))
+            if any(model.api(c) in api.COLLECTIVES or model.facts.does(c, "collective") for c in calls):
+                continue
+            return True
         return False
 
     def _file(self, site: CallSite) -> cst.BaseExpression | None | Literal[False]:

@@ -59,8 +59,8 @@ class CompiledStateDictPrefix(Rule):
     severity = Severity.INFO
     fixable = True
     MESSAGE = (
-        "`{receiver}.state_dict()` of a compiled model saves every key with a `{prefix}` prefix, "
-        "which the plain model cannot load; save `{fixed}.state_dict()`"
+        "`{receiver}.{method}()` of a compiled model saves every key with a `{prefix}` prefix, "
+        "which the plain model cannot load; save `{fixed}.{method}()`"
     )
 
     VALID = [
@@ -125,7 +125,7 @@ class CompiledStateDictPrefix(Rule):
         found: list[tuple[cst.Call, cst.Attribute, Stack, bool, ModuleModel, CallSite]] = []
         for save, value, sd, where in saved_state_dicts(model):
             if not isinstance(sd.func, cst.Attribute):
-                continue  # (saved_state_dicts yields `x.state_dict()` calls only)
+                continue  # (saved_state_dicts yields `x.state_dict()` / `x.named_parameters()` calls only)
             if model.paths.single_only(where) or model.paths.single_only(save):
                 continue  # the branch of a script's non-distributed mode: outside what this checks
             base, chain = attribute_chain(sd.func.value)
@@ -153,8 +153,8 @@ class CompiledStateDictPrefix(Rule):
         fix = None
         if own:
             new = sd.with_changes(func=func.with_changes(value=cst.Attribute(receiver_node, cst.Name(step))))
-            fix = Replace(sd, new, f"Save `{fixed}.state_dict()`", Applicability.UNSAFE)
-        self.report(sd, self.MESSAGE.format(receiver=receiver, prefix=prefix, fixed=fixed), fix,
+            fix = Replace(sd, new, f"Save `{fixed}.{func.attr.value}()`", Applicability.UNSAFE)
+        self.report(sd, self.MESSAGE.format(receiver=receiver, prefix=prefix, fixed=fixed, method=func.attr.value), fix,
                     module=module, related=self.model.paths.chain(save))
 
 

@@ -36,7 +36,9 @@ class DdpStateDictPrefix(Rule):
 
     Reported at the `state_dict()` call whose result `torch.save` writes, directly, inside the
     object it saves (also a dict filled entry by entry before the save: `ckpt = {}; ckpt["G"] =
-    G.state_dict()`), or through a project save helper: one that takes the object as a parameter,
+    G.state_dict()`; also a dict keyed by the names of `named_parameters()`, `{k: v for k, v in
+    model.named_parameters() if "lora_" in k}` or `dict(...)`, written there or in a project helper
+    handed those pairs, reported at the `named_parameters()` call), or through a project save helper: one that takes the object as a parameter,
     or forwards its `*args` (`def save_on_master(*args, **kwargs): torch.save(*args, **kwargs)`
     called as `save_on_master(model.state_dict(), path)`; a caller that passes a `*` of its own
     is not read). The DDP model compiled afterwards (`torch.compile(DDP(model))`, keys
@@ -228,11 +230,12 @@ class DdpStateDictPrefix(Rule):
             new = sd.with_changes(
                 func=sd.func.with_changes(value=cst.Attribute(sd.func.value, cst.Name("module")))
             )
-            fix = Replace(sd, new, f"Save `{receiver}.module.state_dict()`") if value.module is model.root else None
+            method = sd.func.attr.value  # `state_dict`, or `named_parameters` whose names key a saved dict
+            fix = Replace(sd, new, f"Save `{receiver}.module.{method}()`") if value.module is model.root else None
             self.report(
                 sd,
-                f"`{receiver}.state_dict()` of the DDP model saves every key with a `module.` "
-                f"prefix, which the plain model cannot load; save `{receiver}.module.state_dict()`",
+                f"`{receiver}.{method}()` of the DDP model saves every key with a `module.` "
+                f"prefix, which the plain model cannot load; save `{receiver}.module.{method}()`",
                 fix, module=value.module, related=model.paths.chain(site),
             )
 

@@ -49,7 +49,10 @@ class FindUnusedParametersUnneeded(Rule):
     such as an LSTM's `[0]`, use every parameter for each output). A torchvision classifier
     (`models.resnet50()`, VGG, DenseNet, MobileNet, EfficientNet, RegNet, ConvNeXt and the like)
     is reported too (also one of several chosen by option: `resnet50` or `resnet101`): its forward runs every layer; Inception and GoogLeNet, whose auxiliary
-    heads add outputs in training, are not.
+    heads add outputs in training, are not. So is a Hugging Face causal LM of a dense decoder
+    family (`LlamaForCausalLM.from_pretrained(path)`; Mistral, Qwen2, Gemma, OPT, GPT-NeoX, GPT-2's
+    `GPT2LMHeadModel`): every parameter is on the path to its logits; not an `AutoModelForCausalLM`,
+    which may load a mixture of experts.
 
     ## How to fix
     Remove `find_unused_parameters=True`. If some iterations do skip layers, keep it, or use
@@ -152,7 +155,7 @@ class FindUnusedParametersUnneeded(Rule):
                 continue
             inner = model.values.at_call(site, wrap.inner)
             library = self._library_classifier(inner)
-            if library is not None and self._torch_layers_only(site, wrap.inner):
+            if library is not None and self._torch_layers_only(site, wrap.inner, replaced_only=any(n.endswith(_HF) for n in library.split(" / "))):
                 self.report(flag, self.MESSAGE.format(cls=library))
                 continue
             roots = classes_of(model, inner)
@@ -177,15 +180,19 @@ class FindUnusedParametersUnneeded(Rule):
         first = nodes[0]
         return first if is_true(first) else None
 
-    def _torch_layers_only(self, site: CallSite, inner: cst.BaseExpression) -> bool:
+    def _torch_layers_only(self, site: CallSite, inner: cst.BaseExpression, replaced_only: bool = False) -> bool:
         """Every member the script assigns on the wrapped model (`model.fc = nn.Linear(2048, 10)`)
-        is a torch.nn layer: a head of the project's own could leave parameters unused."""
+        is a torch.nn layer: a head of the project's own could leave parameters unused. With
+        `replaced_only` (a transformers model, whose forward calls only its own members) none may
+        be assigned at all: a new `model.value_head = nn.Linear(...)` is never run by it."""
         name = dotted(inner)
         if name is None:
             return False
         for key, bindings in site.scope.assignments.items():
             if not key.startswith(name + "."):
                 continue
+            if replaced_only:
+                return False
             for binding in bindings:
                 value = getattr(binding, "value", binding)
                 call = site.module.call_at(value) if isinstance(value, cst.Call) else None
@@ -203,6 +210,19 @@ class FindUnusedParametersUnneeded(Rule):
             call = value.call
             site = value.module.call_at(call) if call is not None else None
             name = self.model.api(site) if site is not None else None
+            if name is not None and name.startswith("transformers."):
+                # A Hugging Face causal LM of a dense decoder family, built or loaded
+                # (`LlamaForCausalLM.from_pretrained(path)`): every parameter, the embeddings,
+                # every decoder layer, the final norm and the LM head, is on the path to the
+                # logits the loss is computed from. (An `AutoModelForCausalLM` may be a
+                # mixture of experts, whose router leaves experts out: not judged.)
+                parts = name.split(".")
+                if parts[-1] in ("from_pretrained", "from_config", "_from_config"):
+                    parts.pop()
+                if not _DENSE_CAUSAL_LM.match(parts[-1]):
+                    return None
+                names.add(parts[-1])
+                continue
             if name is None or not name.startswith("torchvision.models."):
                 return None
             short = name.rsplit(".", 1)[1]
@@ -290,6 +310,12 @@ _FULL_CLASSIFIER = re.compile(
     r"|efficientnet_v2_[sml]|regnet_[xy]_\d+(gf|mf)|shufflenet_v2_x\d_\d|squeezenet1_[01]"
     r"|mnasnet\d_\d+|convnext_(tiny|small|base|large))$"
 )
+
+
+_HF = ("ForCausalLM", "LMHeadModel")
+# Dense decoder-only language models of transformers whose forward runs every layer and
+# returns logits made by all of them (no mixture of experts, no auxiliary heads).
+_DENSE_CAUSAL_LM = re.compile(r"((Llama|Mistral|Qwen2|Gemma|Gemma2|OPT|GPTNeoX)ForCausalLM|GPT2LMHeadModel)$")
 
 
 def _walk(node: cst.CSTNode) -> Iterator[cst.CSTNode]:

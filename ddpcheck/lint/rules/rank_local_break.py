@@ -45,10 +45,13 @@ class RankLocalBreak(Rule):
     (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`, also where
     `val_loss = self.validate(loader)` is the answer of a project function that makes no
     collective and returns a sum it adds the rank's own values to in a loop, `total_loss +=
-    loss.item()`), or the
+    loss.item()`, or a figure of a list it appends them to, `rmse.append(loss.item() ** 0.5)`
+    then `return sum(rmse) / len(rmse)`), or the
     answer of a project method that returns an attribute of its object it updates only under a
     rank condition (`stop = trainer.save_models(dir)`, whose `self.stale += 1` sits under `if
-    self.rank == 0:`), and the loop makes no collective call that could agree on the decision (a
+    self.rank == 0:`), or a `threading.Event` that only the module's signal handlers set
+    (`EXIT.is_set()`, `EXIT.set()` in the function `signal.signal(signal.SIGTERM, ...)` registers:
+    each process meets its signal at its own step), and the loop makes no collective call that could agree on the decision (a
     barrier, or a project function whose only collectives are barriers, carries no decision).
     A member of an object whose methods set it on some ranks only and make no collective
     (`early_stopping(val_f1)` returning first `if self.device != 0:`, then `if
@@ -70,7 +73,9 @@ class RankLocalBreak(Rule):
     (`RuntimeError`, torch's `OutOfMemoryError`; `except Exception:` or a bare `except:` that
     mentions out-of-memory) that comes before
     the function's backward: a step helper that catches a CUDA out-of-memory on its batch and
-    returns skips the backward the other ranks make. Also reported: a `continue` that comes before the loop's
+    returns skips the backward the other ranks make; also a loop's `continue` in such a handler
+    whose `try` holds the backward (`try: self.run_micro_batch(mb)` / `except
+    torch.cuda.OutOfMemoryError: continue`): the rank that met the error never finished it. Also reported: a `continue` that comes before the loop's
     `backward()` on a test of the rank's own values — a local call in the test or in what a plain
     name in it holds (`if torch.isnan(loss): continue`, `value = loss.item()`), or `if loss is
     None: continue` (or `== None`) where `loss` was computed from the loop's own batch or from
@@ -524,11 +529,22 @@ class RankLocalBreak(Rule):
             if not backwards:
                 continue
             order: dict[int, int] | None = None
+            tries: dict[int, cst.Try] | None = None
             for handler, exit_node, loop in _error_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 here = order.get(id(exit_node), -1)
                 later = [c for c in backwards if order.get(id(c.node), -1) > here
                          and (loop is None or loop in c.loops)]
+                if not later and loop is not None:
+                    # The backward sits in the `try` itself (`try: self.run_micro_batch(mb)`
+                    # / `except torch.cuda.OutOfMemoryError: continue`): the rank that met the
+                    # error never finishes it, and the `continue` takes it on as if it had.
+                    tries = tries if tries is not None else _tries_of(scope.node)
+                    trying = tries.get(id(handler))
+                    if trying is not None:
+                        start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
+                        later = [c for c in backwards if loop in c.loops
+                                 and start < order.get(id(c.node), -1) < end]
                 if not later:
                     continue
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
@@ -577,11 +593,35 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
+    def _set_by_signal(self, root: ModuleModel, scope: Scope, event: cst.BaseExpression) -> bool:
+        """`event` is a `threading.Event()` of a project module set (`EXIT.set()`) only in
+        functions that module registers as signal handlers (`signal.signal(signal.SIGTERM,
+        handler)`): each process receives its signals on its own (a SLURM preemption, a Ctrl-C
+        that reaches ranks at different steps), so `EXIT.is_set()` is that rank's own."""
+        model = self.model
+        for value in model.values.of(root, event, scope):
+            call = value.call
+            if call is None or model.api_of(value) != "threading.Event":
+                continue
+            module = value.module
+            names = [n for n, bindings in module.module_scope.assignments.items()
+                     if any(b is call for b in bindings)]
+            if len(names) != 1:
+                continue
+            handlers = {dotted(c.node.args[1].value) for c in module.calls
+                        if model.api(c) == "signal.signal" and len(c.node.args) >= 2}
+            setters = [c for c in module.calls if c.method == "set" and c.receiver is not None
+                       and dotted(c.receiver) == names[0]]
+            if setters and all(c.scope.kind == "function" and c.scope.qualname in handlers for c in setters):
+                return True
+        return False
+
     def _returns_own_sum(self, site: CallSite) -> bool:
         """A project function, making no collective, that returns a sum it adds the rank's own
         values to in a loop of its own (`total_loss += loss.item()` over its loader, then `return
-        total_loss / num_batches`): each rank gets its own answer (`val_loss =
-        self.validate(val_loader)`)."""
+        total_loss / num_batches`), or a figure of a list it appends them to there
+        (`losses.append(loss.item() ** 0.5)`, then `return sum(losses) / len(losses)`): each rank
+        gets its own answer (`val_loss = self.validate(val_loader)`)."""
         if self.model.facts.does(site, "collective"):
             return False
         for callee, _ in self.model.graph.targets(site):
@@ -589,10 +629,19 @@ class RankLocalBreak(Rule):
             scope = module.function_scopes.get(callee.qualname)
             if scope is None:
                 continue
+            appended: dict[str, list[CallSite]] = {}
+            for call in module.calls_in(callee.qualname):
+                receiver = call.receiver
+                if call.method == "append" and call.loops and receiver is not None and isinstance(receiver, cst.Name):
+                    appended.setdefault(receiver.value, []).append(call)
             for value in module.returns.get(callee.qualname, ()):
                 for node in subexpressions(value):
                     if not isinstance(node, cst.Name):
                         continue
+                    for call in appended.get(node.value, ()):
+                        item = call.arg("object", 0)
+                        if item is not None and self._local(module, scope, item, 0):
+                            return True
                     points = scope.points.get(node.value, [])
                     for binding, point in zip(scope.assignments.get(node.value, []), points):
                         if isinstance(binding, Augmented) and point is not None and point.loops \
@@ -729,6 +778,9 @@ class RankLocalBreak(Rule):
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
                     return True
                 if site is not None and depth > 0 and (self._returns_ranked(site) or self._returns_own_sum(site)):
+                    return True
+                if isinstance(node.func, cst.Attribute) and node.func.attr.value == "is_set" and not node.args \
+                        and self._set_by_signal(root, scope, node.func.value):
                     return True
             elif isinstance(node, cst.Attribute) and depth > 0 and self._member_ranked(root, scope, node):
                 return True
@@ -955,6 +1007,19 @@ def _carries(name: str | None, site: CallSite, scope: Scope) -> set[str]:
     if (name or "").startswith("torch.distributed"):
         return {n.value for a in site.node.args for n in subexpressions(a.value) if isinstance(n, cst.Name)}
     return {t for t, values in scope.assignments.items() if any(v is site.node for v in values)}
+
+
+def _tries_of(function: cst.CSTNode) -> dict[int, cst.Try]:
+    """Each `except` handler under `function` (by id) -> its `try`."""
+    found: dict[int, cst.Try] = {}
+    stack = [function]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, cst.Try):
+            found.update((id(h), current) for h in current.handlers)
+        if type(current) not in NO_STATEMENTS_BELOW:
+            stack.extend(children(current))
+    return found
 
 
 def _order(node: cst.CSTNode) -> dict[int, int]:

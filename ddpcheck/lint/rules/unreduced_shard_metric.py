@@ -38,7 +38,7 @@ class UnreducedShardMetric(Rule):
     that adds to its entries and makes no collective: `self.aggregate_metrics(epoch_metrics,
     outputs, batch)`), and running-average objects it feeds
     (`meter.update(loss.item())`, where `meter` is an instance of a project class whose `update`
-    adds to its own attributes), and lists it appends the batch's values to (`losses.append(
+    adds to its own attributes; also a meter the object keeps, `self.val_loss.update(...)`), and lists it appends the batch's values to (`losses.append(
     loss.item())`, then `statistics.mean(losses)`, or turned into a tensor after the loop,
     `top1 = torch.Tensor(top1)`, then `top1.mean()`; also the lists of a `defaultdict(list)`,
     one per loss term: `log_losses[k].append(v.item())`), hold that rank's shard only until they are all-reduced (or
@@ -54,7 +54,8 @@ class UnreducedShardMetric(Rule):
     ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
     module the run reaches; loaders derived from torch's, such as PyG's, count, and so does one
     taken from a dict of loaders filled in a loop: `loaders[split] = DataLoader(...)`, then
-    `evaluate(model, loaders["val"])`), when what it reports is
+    `evaluate(model, loaders["val"])`; also wrapped in a progress bar bound first, `bar =
+    tqdm(self.val_loader)` then `for x, y in bar:`), when what it reports is
     computed from counters the loop accumulated (also through an entry of an array of
     per-epoch figures, `losses_valid[epoch] = loss_valid / n`) and no collective after the loop may reduce them
     (nor are they handed to a project function — reading a running-metric object's figures
@@ -517,10 +518,13 @@ class UnreducedShardMetric(Rule):
             return out
         for site in sites:
             func = site.node.func
-            if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name) \
+            # (A meter the object keeps, `self.valid_cost.update(loss.item(), n)`, as well.)
+            if not isinstance(func, cst.Attribute) or not (isinstance(func.value, cst.Name) or _self_member(func.value)) \
                     or model.facts.does(site, "collective"):
                 continue
-            name = func.value.value
+            name = dotted(func.value)
+            if name is None:
+                continue
             for value in model.values.of(root, func.value, loop.scope, at=site.point):
                 found = model.graph.instance_of(value)
                 update = model.graph.method(*found, "update") if found is not None else None
@@ -537,7 +541,15 @@ class UnreducedShardMetric(Rule):
         loader = _iterated(loop.node.iter)
         if loader is None:
             return False
-        for value in model.values.of(root, loader, loop.scope, at=loop.point):
+        values = list(model.values.of(root, loader, loop.scope, at=loop.point))  # (a copy: added to below)
+        for value in list(values):
+            # A progress bar bound first (`bar = tqdm(self.valid_loader)`, then `for x, y in
+            # bar:`) iterates the loader it wraps.
+            call = value.call
+            if call is not None and dotted(call.func) in _WRAPPING and call.args and call.args[0].keyword is None \
+                    and not call.args[0].star:
+                values += model.values.of(value.module, call.args[0].value, value.scope, value.frame, at=value.at)
+        for value in values:
             call = value.call
             if call is None:
                 continue
@@ -914,6 +926,9 @@ def _hand_batched(loop: ForSite) -> set[str]:
     return out
 
 
+_WRAPPING = frozenset({"tqdm", "tqdm.tqdm", "enumerate"})
+
+
 def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
     """The loader in `loader`, `enumerate(loader)`, `tqdm(loader, ...)`."""
     if isinstance(expr, (cst.Name, cst.Attribute)):
@@ -971,6 +986,11 @@ def _adds_to_entries(function: cst.FunctionDef, param: str) -> bool:
         if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             stack.extend(children(node))
     return False
+
+
+def _self_member(expr: cst.BaseExpression) -> bool:
+    """`self.x`: an attribute of the object a method runs on."""
+    return isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name) and expr.value.value == "self"
 
 
 def _names_in(node: cst.CSTNode) -> set[str]:
