@@ -9,10 +9,9 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_rank_value
 from ddpcheck.lint.model.ddp import feed
-from ddpcheck.lint.model.index import code_only, join_import
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
 from ddpcheck.lint.model.options import option_default
-from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
@@ -491,21 +490,7 @@ class SameSeedOnEveryRank(Rule):
         its own top level, under no condition and in no loop, when the run seeds torch with the
         rank nowhere (a per-rank seed later in the run would replace it)."""
         model = self.model
-        root = model.root
-        here = resolved_path(root.path)
-        if here is None:
-            return []
-        modules: dict[int, ModuleModel] = {}
-        for statement in root.tree.body:
-            if not isinstance(statement, cst.SimpleStatementLine):
-                continue
-            for small in statement.body:
-                for origin in _import_origins(small):
-                    where = locate(here, origin)
-                    module = model.project_model(where[0]) if where is not None else None
-                    if module is not None and module is not root:
-                        modules[id(module)] = module
-        found = [c for module in modules.values() for c in module.calls_in("<module>")
+        found = [c for module in model.imported_modules(model.root) for c in module.calls_in("<module>")
                  if model.api(c) in _SEEDERS and not c.guards and not c.loops]
         if not found or any(model.api(c) in _SEEDERS and self._reseeds_per_rank(c, 0) for c in model.paths.sites()):
             return []
@@ -961,16 +946,6 @@ def _per_rank(text: str) -> re.Match[str] | None:
     """What in a loader's or a configuration class's code may differ between ranks, read in its
     code only: its docstrings, comments and messages are prose."""
     return _PER_RANK.search(_STRING.sub(_unprosed, code_only(text)))
-
-
-def _import_origins(statement: cst.BaseSmallStatement) -> list[str]:
-    """The dotted names an `import` or `from ... import` statement imports."""
-    if isinstance(statement, cst.Import):
-        return [dotted(alias.name) or "" for alias in statement.names]
-    if isinstance(statement, cst.ImportFrom) and not isinstance(statement.names, cst.ImportStar):
-        module = "." * len(statement.relative) + (dotted(statement.module) or "" if statement.module else "")
-        return [join_import(module, dotted(alias.name) or "") for alias in statement.names]
-    return []
 
 
 def _several_devices(guard: Guard) -> bool:
