@@ -529,8 +529,7 @@ class RankLocalBreak(Rule):
             if not backwards:
                 continue
             order: dict[int, int] | None = None
-            tries: dict[int, cst.Try] | None = None
-            for handler, exit_node, loop in _error_exits(scope.node):
+            for handler, trying, exit_node, loop in _error_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 here = order.get(id(exit_node), -1)
                 later = [c for c in backwards if order.get(id(c.node), -1) > here
@@ -539,12 +538,9 @@ class RankLocalBreak(Rule):
                     # The backward sits in the `try` itself (`try: self.run_micro_batch(mb)`
                     # / `except torch.cuda.OutOfMemoryError: continue`): the rank that met the
                     # error never finishes it, and the `continue` takes it on as if it had.
-                    tries = tries if tries is not None else _tries_of(scope.node)
-                    trying = tries.get(id(handler))
-                    if trying is not None:
-                        start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
-                        later = [c for c in backwards if loop in c.loops
-                                 and start < order.get(id(c.node), -1) < end]
+                    start, end = order.get(id(trying.body), -1), order.get(id(handler), -1)
+                    later = [c for c in backwards if loop in c.loops
+                             and start < order.get(id(c.node), -1) < end]
                 if not later:
                     continue
                 keyword = "return" if isinstance(exit_node, cst.Return) else "continue"
@@ -875,29 +871,30 @@ _BROAD_ERRORS = frozenset({"Exception", "BaseException"})
 _ABOUT_MEMORY = re.compile(r"out of memory|\bOOM\b|OutOfMemory|OOM_", re.IGNORECASE)
 
 
-def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Return | cst.Continue, cst.CSTNode | None]]:
-    """(handler, exit, the loop a `continue` belongs to) for each `return` or `continue` in an
-    `except` handler of `function` that catches an error a rank meets on its own (nested
-    functions and classes left out; a `continue` only when the `try` sits in a loop of the
-    function)."""
-    found: list[tuple[cst.ExceptHandler, cst.Return | cst.Continue, cst.CSTNode | None]] = []
+def _error_exits(function: cst.CSTNode) -> Iterator[tuple[cst.ExceptHandler, cst.Try, cst.Return | cst.Continue,
+                                                          cst.CSTNode | None]]:
+    """(handler, its `try`, exit, the loop a `continue` belongs to) for each `return` or
+    `continue` in an `except` handler of `function` that catches an error a rank meets on its
+    own (nested functions and classes left out; a `continue` only when the `try` sits in a loop
+    of the function)."""
+    found: list[tuple[cst.ExceptHandler, cst.Try, cst.Return | cst.Continue, cst.CSTNode | None]] = []
 
-    def walk(node: cst.CSTNode, loop: cst.CSTNode | None, handler: cst.ExceptHandler | None,
+    def walk(node: cst.CSTNode, loop: cst.CSTNode | None, caught: tuple[cst.ExceptHandler, cst.Try] | None,
              handler_loop: cst.CSTNode | None) -> None:
         for child in children(node):
             if isinstance(child, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
                 continue
-            if isinstance(child, cst.ExceptHandler) and _catches_rank_error(child):
-                walk(child, loop, child, loop)
+            if isinstance(child, cst.ExceptHandler) and isinstance(node, cst.Try) and _catches_rank_error(child):
+                walk(child, loop, (child, node), loop)
                 continue
-            if handler is not None and isinstance(child, cst.Return):
-                found.append((handler, child, None))
-            elif handler is not None and isinstance(child, cst.Continue) and loop is handler_loop \
+            if caught is not None and isinstance(child, cst.Return):
+                found.append((*caught, child, None))
+            elif caught is not None and isinstance(child, cst.Continue) and loop is handler_loop \
                     and loop is not None:
-                found.append((handler, child, loop))
+                found.append((*caught, child, loop))
             inner = child if isinstance(child, (cst.For, cst.While)) else loop
             if type(child) not in NO_STATEMENTS_BELOW:  # (no handler, return or continue below)
-                walk(child, inner, handler, handler_loop)
+                walk(child, inner, caught, handler_loop)
 
     walk(function, None, None, None)  # (a module's statements are its children: its loops too)
     return iter(found)
@@ -1007,19 +1004,6 @@ def _carries(name: str | None, site: CallSite, scope: Scope) -> set[str]:
     if (name or "").startswith("torch.distributed"):
         return {n.value for a in site.node.args for n in subexpressions(a.value) if isinstance(n, cst.Name)}
     return {t for t, values in scope.assignments.items() if any(v is site.node for v in values)}
-
-
-def _tries_of(function: cst.CSTNode) -> dict[int, cst.Try]:
-    """Each `except` handler under `function` (by id) -> its `try`."""
-    found: dict[int, cst.Try] = {}
-    stack = [function]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, cst.Try):
-            found.update((id(h), current) for h in current.handlers)
-        if type(current) not in NO_STATEMENTS_BELOW:
-            stack.extend(children(current))
-    return found
 
 
 def _order(node: cst.CSTNode) -> dict[int, int]:
