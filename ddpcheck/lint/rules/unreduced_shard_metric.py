@@ -546,8 +546,9 @@ class UnreducedShardMetric(Rule):
             # A progress bar bound first (`bar = tqdm(self.valid_loader)`, then `for x, y in
             # bar:`) iterates the loader it wraps.
             call = value.call
-            if call is not None and dotted(call.func) in _WRAPPING and call.args and call.args[0].keyword is None \
-                    and not call.args[0].star:
+            wrapper = model.api_of(value)
+            if call is not None and (wrapper in api.TQDM or wrapper == "enumerate") and call.args \
+                    and call.args[0].keyword is None and not call.args[0].star:
                 values += model.values.of(value.module, call.args[0].value, value.scope, value.frame, at=value.at)
         for value in values:
             call = value.call
@@ -924,9 +925,6 @@ def _hand_batched(loop: ForSite) -> set[str]:
         if not isinstance(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
             stack.extend(children(node))
     return out
-
-
-_WRAPPING = frozenset({"tqdm", "tqdm.tqdm", "enumerate"})
 
 
 def _iterated(expr: cst.BaseExpression) -> cst.BaseExpression | None:
