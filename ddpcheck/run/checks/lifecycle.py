@@ -45,9 +45,10 @@ class InitProcessGroupMissing(RuntimeCheck):
     name = "init-process-group-missing"
     severity = Severity.ERROR
     # Without a process group nothing is sharded or synchronised: the data and gradient
-    # findings that follow are this one's consequences, not faults of their own.
+    # findings that follow are this one's consequences, not faults of their own; and no rank waits
+    # for another, so one rank's slower steps cost the others nothing (DDP140).
     explains = ("DDP100", "DDP101", "DDP102", "DDP103", "DDP104", "DDP105", "DDP106", "DDP107", "DDP111",
-                "DDP115")
+                "DDP115", "DDP140")
     INVALID = ("""
         model = Net()
         for x, y in loader:

@@ -63,7 +63,8 @@ class StragglerRank(RuntimeCheck):
     phases, leaving out the phases where ranks wait for each other, with the median of the other
     ranks. A rank whose excess is at least 20 % of the others' median step (and 5 ms), and that
     is the slowest in at least two thirds of the steps (a busy machine slows some rank in some
-    steps; a straggler is slow step after step), is reported with the phase it comes from.
+    steps; a straggler is slow step after step), is reported with the phase it comes from. Ranks
+    without a process group (DDP108) never wait for each other, so their speeds are not compared.
 
     ## How to fix
 
