@@ -18,7 +18,7 @@ from ddpcheck.lint.model.conditions import Resolve, selects_main_rank
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import string_text
-from ddpcheck.lint.model.values import definition_truth
+from ddpcheck.lint.model.values import Values, definition_truth
 
 
 class FactsModel(Protocol):
@@ -26,6 +26,8 @@ class FactsModel(Protocol):
 
     @property
     def graph(self) -> CallGraph: ...
+    @property
+    def values(self) -> Values: ...
     @property
     def own_launcher_keys(self) -> frozenset[str]: ...
     def resolver_for(self, module: ModuleModel, scope: Scope | None = None) -> Resolve: ...
@@ -153,7 +155,8 @@ class Facts:
                 found |= self._passed_on(site, self.of_scope(callee.module, callee.qualname, seen))
         found |= self._body(module, qualname)
         result = frozenset(found)
-        if not _seen:  # only complete answers are kept (a cycle may still be open below)
+        # Only complete answers are kept: a cycle may still be open below, or the budget ran out.
+        if not _seen and self.model.values.whole:
             self._memo[key] = result
         return result
 

@@ -330,7 +330,10 @@ class CallGraph:
                 for one in listed:
                     if all(one[1] is not c[1] for c in found):
                         found.append(one)
-        self._chosen[key] = found
+        if self.model.values.whole:
+            self._chosen[key] = found
+        else:
+            del self._chosen[key]
         return found
 
     def _namespace_classes(self, value: Value) -> list[tuple[ModuleModel, ClassInfo]]:
@@ -721,7 +724,7 @@ class CallGraph:
         finally:
             self._in_progress.discard(key)
             provisional, self._provisional = self._provisional, outer or self._provisional
-        if not provisional:
+        if not provisional and self.model.values.whole:
             self._targets[key] = found
         elif not self.model.reach_complete:
             self._pending[key] = found
@@ -887,7 +890,7 @@ class CallGraph:
             init = sub.methods.get("__init__")
             if init is not None and self.callers(Function(sub_module, init)):
                 found.append((sub_module, sub))
-        if self.model.reach_complete:
+        if self.model.reach_complete and self.model.values.whole:
             self._subclasses[key] = found
         return found
 
@@ -1272,7 +1275,7 @@ class CallGraph:
             if id(call.node) not in seen:
                 seen.add(id(call.node))
                 out.append((call, bound))
-        if self.model.reach_complete:
+        if self.model.reach_complete and self.model.values.whole:
             self._callers[key] = out
         return out
 

@@ -242,7 +242,10 @@ class Paths:
             kind = self._kind(module, guard, scope)
         finally:
             self._nesting -= 1
-        self._kinds[key] = kind
+        if self.model.values.whole:
+            self._kinds[key] = kind
+        else:
+            del self._kinds[key]
         return kind
 
     def _kind(self, module: ModuleModel, guard: Guard, scope: Scope | None) -> str | None:
@@ -600,7 +603,10 @@ class Paths:
                 found = Guard(expr, False, expr)
                 self._kinds[id(expr) * 2] = "main"
                 break
-        self._decorated[key] = found
+        if self.model.values.whole:
+            self._decorated[key] = found
+        else:
+            del self._decorated[key]
         return found
 
     def _runs_on_rank_zero(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope) -> bool:
@@ -686,7 +692,8 @@ class Paths:
         found = self._ranks.get(key)
         if found is None:
             found = self._ranks_of(site)
-            self._ranks[key] = found
+            if self.model.values.whole:
+                self._ranks[key] = found
         return found
 
     def _ranks_of(self, site: CallSite) -> str:
@@ -855,7 +862,7 @@ class Paths:
             found = not self._runs_unnamed(function) and not self.model.graph.callers(function) and len(
                 re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
             ) == 1  # its own `def` only
-            if self.model.reach_complete:
+            if self.model.reach_complete and self.model.values.whole:
                 self._uncalled[key] = found
         return found
 
@@ -897,7 +904,7 @@ class Paths:
             return found
         found = not self.model.graph.callers(function) and _only_module_attributes(module, name) \
             and not self._script_imported()
-        if self.model.reach_complete:
+        if self.model.reach_complete and self.model.values.whole:
             self._uncalled[key] = found
         return found
 
@@ -970,7 +977,7 @@ class Paths:
             result = self._both_arms(callers, seen, inner, function)
         if result is None and not callers and self._is_entry(function):
             result = []
-        if shared and not seen - {function}:  # a complete answer
+        if shared and not seen - {function} and self.model.values.whole:  # a complete answer
             self._every[key] = result
         return result
 

@@ -324,6 +324,14 @@ class Values:
         rules ran before it and how much they spent."""
         self.budget = STEPS_PER_RULE
 
+    @property
+    def whole(self) -> bool:
+        """No evaluation since the budget was renewed has been cut short by it. Only an answer
+        worked out while this holds may be kept for later askers: one cut short would hand the
+        next rule, with its fresh budget, what the previous rule could afford, so that what a rule
+        reports would depend on which rules ran before it."""
+        return self.budget > 0
+
     def of(self, module: ModuleModel, expr: Binding, scope: Scope, frame: Frame | None = None,
            depth: int = DEPTH, at: Point | None = None) -> list[Value]:
         """The leaves `expr` (in `module`, `scope`, `frame`, evaluated at point `at` of its scope,
@@ -1427,7 +1435,7 @@ class Values:
             found = self._outcome(module, test, scope, frame, at, parameters_only)
         finally:
             self._testing -= 1
-        if frame is None and at is None:
+        if frame is None and at is None and self.whole:
             self._outcomes[key] = found
         return found
 
