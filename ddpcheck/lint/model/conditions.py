@@ -686,6 +686,8 @@ def _terms(guards: tuple[Guard, ...]) -> tuple[list[cst.BaseExpression], list[cs
             test = stack.pop()
             if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
                 stack += [test.left, test.right]
+            elif isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+                denied.append(test.expression)  # `not opt.fp16` holds: `opt.fp16` does not
             else:
                 held.append(test)
     return held, denied

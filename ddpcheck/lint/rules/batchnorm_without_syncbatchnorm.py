@@ -43,6 +43,10 @@ _BATCHNORM_TEST = re.compile(r"\b(?:isinstance|issubclass)\s*\([^,()]+,\s*\(?[^(
                              r"|\.(?:find|startswith|endswith)\s*\(\s*[\"'][^\"'\n]*BatchNorm")
 _REPLACEMENT = re.compile(r"\b(?:InstanceNorm[123]d|GroupNorm|LayerNorm|FrozenBatchNorm2d|Identity)\s*\(")
 _SYNC_LAYER = re.compile(r"SyncBatchNorm[ \t]*\(")
+# An import statement names what the code may use (`from lib.sync_batchnorm.batchnorm import
+# SynchronizedBatchNorm2d`, a module path): only the code that uses it converts.
+_IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+[\w.]+[ \t]+import[ \t]*(?:\([^)]*\)|[^\n]*)|import[ \t]+[^\n]*)$",
+                     re.MULTILINE)
 # The text of a call with plain keyword arguments: `()`, `(pretrained=True, num_classes=10)`.
 _PLAIN_CALL = re.compile(r"\((?:\s*\w+\s*=\s*[\w.]+\s*,?)*\s*\)")
 # Where a sync-BN flag is only declared (`parser.add_argument("--syncBN", action="store_true",
@@ -112,7 +116,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     count, nor do the tests of class names, `classname.find("BatchNorm2d")`), and no code the run reaches converts
     to `SyncBatchNorm` — a conversion behind a flag
     (`if args.sync_bn: model = nn.SyncBatchNorm.convert_sync_batchnorm(model)`) counts; a
-    `--sync-bn` option that is declared but never read converts nothing. A library network named
+    `--sync-bn` option that is declared but never read converts nothing, nor does an import
+    (`from lib.sync_batchnorm import SynchronizedBatchNorm2d` beside `nn.BatchNorm2d` layers). A library network named
     by a string (`eval("torchvision.models." + args.model)` with `--model` defaulting to
     `resnet18`, or `eval(f"torchvision.models.{args.arch}()")` that also calls it) is read by the
     names the string may hold. An option that a library's parser declares (no default in sight)
@@ -1408,7 +1413,8 @@ def _swaps_batchnorm(text: str) -> bool:
 def _converts(text: str) -> bool:
     """Code (not prose, not a flag's bare declaration) that converts to SyncBatchNorm or reads
     a sync-BN flag."""
-    return bool(_CONVERSION.search(_DECLARATION.sub("", code_only(text))))
+    code = _IMPORT.sub("", _DECLARATION.sub("", code_only(text)))
+    return bool(_CONVERSION.search(code))
 
 
 def _builds_batchnorm(name: str | None) -> bool:

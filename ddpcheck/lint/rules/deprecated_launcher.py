@@ -90,7 +90,9 @@ class DeprecatedLauncher(Rule):
     args.local_rank)`, nor a write to it, `args.local_rank = -1` before the namespace is handed
     to the test run, nor a copy of the namespace, `argparse.Namespace(**vars(args))`, whose
     entries are read by attribute like the original's), nor one whose entry is set from the process group or the environment
-    right after the parse, before anything reads it (`opt.local_rank = dist.get_rank()`). The
+    right after the parse, before anything reads it (`opt.local_rank = dist.get_rank()`), or in
+    the function the top level hands the parsed namespace to (`main(args)`), right after its
+    `init_process_group` and before that function or the top level reads it. The
     two spellings the launcher has passed, `--local-rank` beside `--local_rank` for one entry,
     are one finding, at the first.
 
@@ -357,7 +359,8 @@ class DeprecatedLauncher(Rule):
                     continue
                 if call is not None and not self._flag_read(module, call, flag):
                     continue  # a flag nothing reads: the local rank comes from elsewhere
-                if call is not None and self._overwritten_first(module, call, flag):
+                if call is not None and (self._overwritten_first(module, call, flag)
+                                         or _overwritten_on_entry(module, _dest(call, flag))):
                     continue
                 if call is not None and self._replaced_by_spawn(module, call, flag):
                     continue
@@ -566,6 +569,61 @@ def _parses_module_parser(module: ModuleModel, function: str) -> bool:
         receiver = call.node.func.value
         if isinstance(receiver, cst.Name) and receiver.value not in call.scope.assignments \
                 and receiver.value in module.module_scope.assignments:
+            return True
+    return False
+
+
+def _overwritten_on_entry(module: ModuleModel, dest: str) -> bool:
+    """The function the script's top level runs with the parsed namespace (`main(args)`, the
+    parse in a `parse_args()` builder) sets the flag's entry from the process group right after
+    `init_process_group`, in the same block and before the function reads it (`dist.
+    init_process_group(...)`, then `args.local_rank = dist.get_rank()`), and the top level reads
+    it only after that call: where there is a process group the flag's value is never used (off
+    it, the default only picks the single process's GPU)."""
+    if not dest:
+        return False
+    lines = code_only(module.source).split("\n")
+    read = re.compile(r"\.\s*" + re.escape(dest) + r"\b(?![ \t]*=(?!=))")
+    written = re.compile(r"^([ \t]+)\w+\." + re.escape(dest) + r"\s*=(?!=)([^\n]*)$")
+
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip())
+
+    def top_level(at: int) -> str | None:
+        """The top-level statement line `at` belongs to: None for module-level code, else the
+        name of the top-level function (or class) it is in."""
+        for i in range(at, -1, -1):
+            if lines[i].strip() and indent(lines[i]) == 0 and not lines[i].lstrip().startswith("@"):
+                found = re.match(r"(?:async\s+)?(?:def|class)\s+(\w+)", lines[i])
+                return found.group(1) if found else None
+        return None
+
+    for at, line in enumerate(lines):
+        found = written.match(line)
+        if found is None or dest in found.group(2) or "get_rank" not in found.group(2):
+            continue
+        function = top_level(at)
+        start = next((i for i in range(at, -1, -1) if indent(lines[i]) == 0 and lines[i].strip()), 0)
+        if function is None or not lines[start].startswith("def") or any(read.search(lines[i]) for i in range(start, at)):
+            continue
+        # The process group is set up just before, in the same block: every run that has one
+        # writes the entry.
+        level, init = indent(line), None
+        for i in range(at - 1, start, -1):
+            if not lines[i].strip():
+                continue
+            if indent(lines[i]) < level:
+                break
+            if indent(lines[i]) == level and "init_process_group(" in lines[i]:
+                init = i
+                break
+        if init is None:
+            continue
+        called = re.compile(r"^[ \t]*(?:[\w., ]+=[ \t]*)?" + re.escape(function) + r"\s*\(")
+        entry = next((i for i, text in enumerate(lines) if called.match(text) and top_level(i) is None), None)
+        if entry is None:
+            continue
+        if not any(read.search(lines[i]) for i in range(entry) if top_level(i) is None):
             return True
     return False
 

@@ -5,7 +5,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Wrap, before, is_ddp, strip_moves, wraps
-from ddpcheck.lint.model.conditions import exclusive_arms, on_single_process_only
+from ddpcheck.lint.model.conditions import contradictory, exclusive_arms, on_single_process_only
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
@@ -59,7 +59,9 @@ class ModelMovedAfterWrapping(Rule):
     stage), where the move comes before the wrap used from then on. Also reported: apex's
     `amp.initialize(model, optimizer, opt_level=...)` handed the DDP wrapper (alone or in a list
     of models), which apex refuses with a RuntimeError at every opt level: it casts the models it
-    is given, so it must run before the wrap.
+    is given, so it must run before the wrap. Not where the wrap is made only where
+    `amp.initialize` is not called (`if not opt.fp16: model = DDP(model)` in a builder
+    `create_model(opt)`, the caller's `if opt.fp16: amp.initialize(model, ...)`).
 
     ## How to fix
     Move (and cast) first, wrap last: `model = Net().to(device); model = DDP(model,
@@ -219,7 +221,8 @@ class ModelMovedAfterWrapping(Rule):
             if models is None:
                 continue
             exprs = [e.value for e in models.elements] if isinstance(models, (cst.List, cst.Tuple)) else [models]
-            if any(is_ddp(model, v) and before(v, site) for e in exprs for v in model.values.at_call(site, e)):
+            if any(is_ddp(model, v) and before(v, site) and not self._wrapped_off_this_path(v, site)
+                   for e in exprs for v in model.values.at_call(site, e)):
                 self.report(
                     site.node,
                     "apex `amp.initialize` is handed the model after DDP wrapped it: apex refuses a "
@@ -227,6 +230,34 @@ class ModelMovedAfterWrapping(Rule):
                     "`amp.initialize` first, then wrap its result in DDP",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _wrapped_off_this_path(self, value: Value, site: CallSite) -> bool:
+        """The wrap `value` comes from runs only where `site` cannot: its tests contradict those
+        of `site` (`if not opt.fp16: model = DDP(model)` in the builder `create_model(opt)`, and
+        `if opt.fp16: amp.initialize(model, ...)` in its caller). A builder's tests are read in
+        the caller's terms only where each parameter they name is handed the caller's variable
+        of the same name in `site`'s function."""
+        made = value.module.call_at(value.call) if value.call is not None else None
+        if made is None:
+            return False
+        frame = value.frame
+        if frame is None:
+            return made.scope is site.scope and contradictory(made.guards, site.guards)
+        if frame.caller is not None or frame.call.scope is not site.scope or made.scope is not frame.function.scope:
+            return False
+        bindings = made.scope.assignments
+        named = {n.value for g in made.guards for n in subexpressions(g.test) if isinstance(n, cst.Name)}
+        for name in named:
+            param = next((b for b in bindings.get(name, []) if isinstance(b, Param)), None)
+            if param is None:
+                continue
+            if len(bindings.get(name, [])) != 1:
+                return False  # rebound in the builder: not the caller's value any more
+            shift = 0 if frame.bound == "" else 1
+            passed = frame.call.arg(name, param.index - shift if param.index is not None else None)
+            if not isinstance(passed, cst.Name) or passed.value != name:
+                return False
+        return contradictory(made.guards + frame.call.guards, site.guards)
 
     def _moved_held_wraps(self) -> None:
         """`self.model.cpu()` in a method of a class whose constructor keeps what it is handed
