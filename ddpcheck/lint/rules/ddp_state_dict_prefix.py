@@ -211,7 +211,7 @@ class DdpStateDictPrefix(Rule):
         if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
                 or project_strips(model, _strips_prefix) \
                 or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])) \
-                or project_reads_into_ddp(model):
+                or project_reads_into_ddp(model, [save for save, _, _ in found]):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
         read: list[frozenset[str] | None] = []
@@ -539,7 +539,8 @@ def _strips_prefix(source: str) -> bool:
     # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
     # `in` rules them out faster than the pattern's scan with its look-behind at every character.
     if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
-        if _PREFIX.search(source):
+        # (Not in a comment: `# k = "module." + k`, a rename the code no longer does.)
+        if _PREFIX.search(source) and _PREFIX.search(code_only(source)):
             return True
     if "consume_prefix_in_state_dict" in source:
         return True
