@@ -72,8 +72,9 @@ class DdpStateDictPrefix(Rule):
     load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes
     defined in that module) or, saving nothing and
     running no distributed job itself, loads them into a model a `DataParallel` wrapper holds, or,
-    saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script)
-    (its keys carry the same prefix; a script that saves too counts where the code around its
+    saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script;
+    not one whose load spells only other file names than the run's saves spell: another
+    example's `final_model.pth` beside the run's `best_metric_model.pth`) (its keys carry the same prefix; a script that saves too counts where the code around its
     load names the file the run saves, such as a single-GPU twin resuming from `best.pth`), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
