@@ -14,8 +14,9 @@ from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Pa
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.world import is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import option_defaults
 from ddpcheck.lint.rules.uneven_inputs import split_by_rank
@@ -42,9 +43,13 @@ class SameSeedOnEveryRank(Rule):
     deliberate, and the effect is a loss of diversity, not wrong gradients.
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
-    seeders such as `transformers.set_seed`, RecBole's `init_seed` or PyG's `seed_everything`) that runs on every rank of a file whose DataLoader
+    seeders such as `transformers.set_seed`, RecBole's `init_seed`, PyG's `seed_everything` or
+    MONAI's `set_determinism`) that runs on every rank of a file whose DataLoader
     uses a DistributedSampler (built in the file or in a project function it calls), that hands
-    each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
+    each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`,
+    a slice whose two bounds both come from the rank, `rays[bounds[rank]:bounds[rank + 1]]`,
+    `x[rank * n:(rank + 1) * n]`, the rank's part of a split into world-size parts,
+    `partition_dataset(data, num_partitions=world_size)[rank]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
     sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors — not a
@@ -104,7 +109,8 @@ class SameSeedOnEveryRank(Rule):
     worker and is reported); a seed that, on every path, is set again later with the rank in it
     (`torch.manual_seed(args.seed + rank)` at the top of the training function called next,
     also in the worker a project function spawns, a few calls down, or on both arms of a later
-    `if`/`else`).
+    `if`/`else`; for a seed at a module's top level outside its `__main__` block, which runs
+    first in every process, a per-rank seed under no condition anywhere on the run).
 
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
@@ -377,7 +383,7 @@ class SameSeedOnEveryRank(Rule):
         # are too often initialisation or generation code to stand alone.
         sharded = any(model.api(s) == api.DATALOADER and feed(model, s) is not None
                       or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
-            or split_by_rank(model)
+            or split_by_rank(model) or _shared_out_by_rank(model)
         if not sharded:
             if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
                 return
@@ -404,7 +410,7 @@ class SameSeedOnEveryRank(Rule):
                 seeds_cpu = True
             if model.paths.rank_guard(site) is not None or self._launcher_only(site) or model.paths.single_only(site):
                 continue
-            if self._reseeded_per_rank_later(site):
+            if self._reseeded_per_rank_later(site) or self._top_level_reseeded(site):
                 continue
             if model.api(site) in _GPU_SEEDERS:
                 gpu_only.append(site)
@@ -495,6 +501,17 @@ class SameSeedOnEveryRank(Rule):
         if not found or any(model.api(c) in _SEEDERS and self._reseeds_per_rank(c, 0) for c in model.paths.sites()):
             return []
         return found
+
+    def _top_level_reseeded(self, site: CallSite) -> bool:
+        """`site` seeds at the top level of a module, outside its `__main__` block: it runs on
+        import, first in every process, spawned workers too (as `_seeds_on_import`); and the run
+        seeds torch with the rank, under no condition in its function (`torch.manual_seed(seed +
+        rank)` at the top of the worker): the per-rank seed replaces it."""
+        model = self.model
+        if site.scope is not site.module.module_scope or site.loops or site.guards:
+            return False
+        return any(other is not site and not other.guards and model.api(other) in _SEEDERS
+                   and self._reseeds_per_rank(other, 0) for other in model.paths.sites())
 
     def _literal_seed_inside(self, call: CallSite, depth: int) -> str | None:
         """The literal seed a project function of another module that `call` runs gives torch
@@ -902,6 +919,8 @@ _LIBRARY_SEEDERS = frozenset({
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
     "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed", "recbole.utils.init_seed", "recbole.utils.utils.init_seed",
     "torch_geometric.seed_everything", "torch_geometric.seed.seed_everything",
+    # MONAI: `set_determinism(seed=...)` calls `torch.manual_seed(seed)` (and seeds random, numpy).
+    "monai.utils.set_determinism", "monai.utils.misc.set_determinism",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 # Functions that set up a run (its environment, its seeds), as named.
@@ -1170,3 +1189,57 @@ def _zero_until_initialized(function: Function) -> bool:
     statement = inner[0].body[0]
     return isinstance(statement, cst.Return) and statement.value is not None \
         and int_value(statement.value) is not None
+
+
+def _shared_out_by_rank(model: Model) -> bool:
+    """Whether the linted file takes each rank's own share of the data by hand in a way
+    `split_by_rank` does not read: a contiguous slice whose two bounds both come from the rank
+    (`rays[bounds[rank]:bounds[rank + 1]]`, `x[rank * n:(rank + 1) * n]`; one bound alone,
+    `x[rank:]`, is no share), or the rank's item of what a call made into as many parts as
+    there are ranks (`partition_dataset(data, num_partitions=world_size)[rank]`), anywhere in
+    its code (a dataset method's `return` too)."""
+    root = model.root
+    found = root.memo.get("shared_out_by_rank")
+    if found is None:
+        found = _finds_share(root, model.resolver_for(root))
+        root.memo["shared_out_by_rank"] = found
+    return bool(found)
+
+
+def _finds_share(root: ModuleModel, resolve: Resolve) -> bool:
+    stack: list[cst.CSTNode] = [root.tree]
+    while stack:
+        node = stack.pop()
+        stack.extend(children(node))
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+            continue
+        piece = node.slice[0].slice
+        if isinstance(piece, cst.Slice):
+            if piece.step is None and piece.lower is not None and piece.upper is not None \
+                    and _rank_bound(piece.lower, resolve) and _rank_bound(piece.upper, resolve):
+                return True
+        elif isinstance(node.value, cst.Call) and is_rank_value(piece.value, resolve) \
+                and any(is_world_value(sub, None, resolve) for arg in node.value.args
+                        for sub in subexpressions(arg.value) if isinstance(sub, (cst.Name, cst.Attribute, cst.Call))):
+            return True
+    return False
+
+
+def _rank_bound(expr: cst.BaseExpression, resolve: Resolve) -> bool:
+    """A slice bound taken from the rank: `bounds[rank]`, `bounds[rank + 1]`, `rank * n`,
+    `(rank + 1) * n`."""
+    if isinstance(expr, cst.Subscript):
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return False
+        return _rank_or_next(expr.slice[0].slice.value, resolve)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        return _rank_or_next(expr.left, resolve) or _rank_or_next(expr.right, resolve)
+    return False
+
+
+def _rank_or_next(expr: cst.BaseExpression, resolve: Resolve) -> bool:
+    """`rank` or `rank + 1`."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) \
+            and isinstance(expr.right, cst.Integer) and expr.right.value == "1":
+        expr = expr.left
+    return not isinstance(expr, (cst.Integer, cst.BinaryOperation)) and is_rank_value(expr, resolve)
