@@ -146,3 +146,93 @@ def test_rank_part_with_fixed_transforms_draws_nothing(tmp_path: Path) -> None:
 def test_set_determinism_offset_by_the_rank_is_clean(tmp_path: Path) -> None:
     files = _volumes(seed='args.seed + int(os.environ["RANK"])')
     assert lines(tmp_path, files, "DDP029") == []
+
+
+# A loader factory in another module hands its DataLoader a generator seeded at import.
+BUILD = """\
+    import random
+
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    {generator}
+
+
+    def seed_worker(worker_id):
+        seed = torch.initial_seed() % 2**32
+        np.random.seed(seed)
+        random.seed(seed)
+
+
+    def make_loader(dataset, batch_size, workers):
+        sampler = DistributedSampler(dataset)
+        loader = DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=workers,
+                            worker_init_fn=seed_worker, generator={passed})
+        return loader, sampler
+"""
+
+CROPS = """\
+    import os
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from build import make_loader
+
+
+    class Crops(torch.utils.data.Dataset):
+        def __len__(self):
+            return 512
+
+        def __getitem__(self, i):
+            x = np.random.rand(3, 16, 16).astype("float32")
+            return torch.from_numpy(x[:, : np.random.randint(8, 16)]).mean()
+
+
+    def main():
+        dist.init_process_group("nccl")
+        rank = int(os.environ["LOCAL_RANK"])
+        model = DDP(torch.nn.Linear(1, 1).cuda(rank), device_ids=[rank])
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        loader, sampler = make_loader(Crops(), 8, 4)
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for x in loader:
+                loss = model(x[:, None].cuda(rank)).pow(2).mean()
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def _loader(generator: str, passed: str = "g") -> dict[str, str]:
+    return {"train.py": CROPS, "build.py": BUILD.replace("{generator}", generator).replace("{passed}", passed)}
+
+
+def test_loader_generator_seeded_alike_at_import(tmp_path: Path) -> None:
+    files = _loader("g = torch.Generator()\n    g.manual_seed(0)")
+    assert lines(tmp_path, files, "DDP029") == [("build.py", 8)]
+
+
+def test_loader_generator_seeded_alike_inline(tmp_path: Path) -> None:
+    files = _loader("", "torch.Generator().manual_seed(1234)")
+    assert lines(tmp_path, files, "DDP029") == [("build.py", 19)]
+
+
+def test_loader_generator_seeded_with_the_rank_is_clean(tmp_path: Path) -> None:
+    files = _loader("", 'torch.Generator().manual_seed(1234 + int(os.environ["RANK"]))')
+    files["build.py"] = "    import os\n" + files["build.py"]
+    assert lines(tmp_path, files, "DDP029") == []
+
+
+def test_loader_generator_without_workers_is_clean(tmp_path: Path) -> None:
+    # The base seed reaches only worker processes; none is started.
+    files = _loader("g = torch.Generator()\n    g.manual_seed(0)")
+    files["train.py"] = files["train.py"].replace("make_loader(Crops(), 8, 4)", "make_loader(Crops(), 8, 0)")
+    assert lines(tmp_path, files, "DDP029") == []

@@ -112,6 +112,12 @@ class SameSeedOnEveryRank(Rule):
     `if`/`else`; for a seed at a module's top level outside its `__main__` block, which runs
     first in every process, a per-rank seed under no condition anywhere on the run).
 
+    Also reported: a `torch.Generator` seeded with the same value on every rank (`g =
+    torch.Generator(); g.manual_seed(0)` at a module's top level, `torch.Generator().manual_seed(0)`)
+    and handed as `generator=` to a DataLoader with workers that a DistributedSampler feeds: the
+    workers' base seed is drawn from it, not from torch's generator (unless the loader's
+    `worker_init_fn` reseeds with the rank).
+
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
     and `numpy`). DDP broadcasts rank 0's parameters when it wraps the model, so the replicas
@@ -138,6 +144,10 @@ class SameSeedOnEveryRank(Rule):
     GPU_MESSAGE = (
         "every rank seeds the GPU generator with the same `{seed}`: dropout on the GPU draws the same "
         "masks on every rank; offset the seed by the rank"
+    )
+    GENERATOR_MESSAGE = (
+        "every rank seeds the DataLoader's generator with the same `{seed}`: its workers get the same "
+        "base seed on every rank and draw the same augmentation; offset the seed by the rank"
     )
 
     VALID = [
@@ -381,8 +391,12 @@ class SameSeedOnEveryRank(Rule):
         # DDP itself or through the project with no sharding in sight (every rank reads the same
         # data). There only the model's dropout counts as a draw: the other draws the text shows
         # are too often initialisation or generation code to stand alone.
+        # (Also a project sampler written like torch's, `DistIterSampler(ds, world, rank)`,
+        # handed to a project loader factory.)
         sharded = any(model.api(s) == api.DATALOADER and feed(model, s) is not None
-                      or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
+                      or model.facts.does(s, "distributed_sampler")
+                      or s.target is not None and s.target.kind == "class" and model.shards_like_distributed_sampler(s)
+                      for s in model.root.calls) \
             or split_by_rank(model) or _shared_out_by_rank(model)
         if not sharded:
             if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
@@ -478,6 +492,7 @@ class SameSeedOnEveryRank(Rule):
             if seed is not None and self._same_everywhere(site, seed, model.resolver_for(site.module)):
                 self.report(site.node, self.MESSAGE.format(seed=model.text_of(site.module, seed)),
                             module=site.module)
+        self._loader_generators_seeded_alike()
         # Only the GPU generators seeded (`torch.cuda.manual_seed(args.seed)`, torch's own generator
         # left alone): the workers' seeds differ, but dropout on the GPU draws from the seeded
         # generator, alike on every rank. A library network built from its configuration
@@ -490,6 +505,72 @@ class SameSeedOnEveryRank(Rule):
                     self.report(site.node, self.GPU_MESSAGE.format(seed=model.text_of(site.module, seed)),
                                 module=site.module, related=model.paths.chain(site))
                     break
+
+    def _loader_generators_seeded_alike(self) -> None:
+        """A DataLoader of the run fed by a DistributedSampler takes `generator=g`, a
+        `torch.Generator()` seeded with the same value on every rank (`g = torch.Generator();
+        g.manual_seed(0)` at a module's top level, or `torch.Generator().manual_seed(0)` passed
+        inline): torch 2.13 draws the workers' base seed from that generator (`_base_seed =
+        torch.empty(...).random_(generator=loader.generator)`), so worker k of every rank is
+        seeded alike, whatever torch's own generator holds. Reported at the generator's
+        `manual_seed` call, unless the loader's `worker_init_fn` reseeds with the rank or the
+        loader starts no workers (`num_workers` left out or 0)."""
+        model = self.model
+        reported: set[int] = set()
+        for site in model.paths.sites():
+            if model.api(site) != api.DATALOADER or model.paths.rank_guard(site) is not None:
+                continue
+            given = site.arg("generator", 12)
+            workers = site.arg("num_workers", 5)
+            if given is None or workers is None or self._no_workers(site, workers) \
+                    or feed(model, site) is None or self._init_reseeds(site):
+                continue  # (without workers the generator seeds nothing that draws)
+            for value in model.values.at_call(site, given):
+                for seeding in self._generator_seeds(value, given):
+                    if id(seeding.node) in reported or model.paths.rank_guard(seeding) is not None:
+                        continue
+                    seed = seeding.arg("seed", 0)
+                    if seed is not None and self._same_everywhere(seeding, seed, model.resolver_for(seeding.module)):
+                        reported.add(id(seeding.node))
+                        self.report(seeding.node, self.GENERATOR_MESSAGE.format(
+                            seed=model.text_of(seeding.module, seed)), module=seeding.module)
+
+    def _no_workers(self, site: CallSite, workers: cst.BaseExpression) -> bool:
+        """`num_workers` is 0 on every path (also a parameter every caller passes 0)."""
+        if int_value(workers) is not None:
+            return int_value(workers) == 0
+        values = self.model.values.at_call(site, workers)
+        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and int_value(v.node) == 0 for v in values)
+
+    def _generator_seeds(self, value: Value, given: cst.BaseExpression) -> list[CallSite]:
+        """The `manual_seed` calls that seed the generator `value` holds: chained on its
+        construction, or made on the name it is bound to in the scope that builds it."""
+        model = self.model
+        call = value.call
+        if call is None:
+            return []
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "manual_seed" \
+                and isinstance(call.func.value, cst.Call) \
+                and model.qualname(value.module, call.func.value.func, value.scope) == _GENERATOR:
+            site = value.module.call_at(call)
+            return [site] if site is not None else []
+        if model.api_of(value) != _GENERATOR:
+            return []
+        name = dotted(given)
+        if not name:
+            return []
+        return [c for c in value.module.calls if c.method == "manual_seed" and c.scope is value.scope
+                and c.receiver is not None and dotted(c.receiver) == name and not c.loops]
+
+    def _init_reseeds(self, site: CallSite) -> bool:
+        """The loader's `worker_init_fn`, a function of its module, mentions the rank."""
+        init = site.arg("worker_init_fn", 10)
+        if init is None:
+            return False
+        if not isinstance(init, cst.Name):
+            return True  # (a partial or a lambda: not read)
+        function = site.module.functions.get(init.value)
+        return function is None or re.search(r"rank", site.module.code(function), re.IGNORECASE) is not None
 
     def _seeds_on_import(self) -> list[CallSite]:
         """The seeding calls at the top level of the project modules the linted file imports at
@@ -904,6 +985,7 @@ class SameSeedOnEveryRank(Rule):
 
 
 _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+_GENERATOR = "torch.Generator"
 # Readers of a configuration file: every rank that reads the same path holds the same values.
 _FILE_LOADS = frozenset({
     "json.load", "json.loads", "yaml.safe_load", "yaml.load", "yaml.full_load", "toml.load", "tomllib.load",
