@@ -236,3 +236,85 @@ def test_loader_generator_without_workers_is_clean(tmp_path: Path) -> None:
     files = _loader("g = torch.Generator()\n    g.manual_seed(0)")
     files["train.py"] = files["train.py"].replace("make_loader(Crops(), 8, 4)", "make_loader(Crops(), 8, 0)")
     assert lines(tmp_path, files, "DDP029") == []
+
+
+SAMPLER = """\
+    import math
+
+    import torch
+    from torch.utils.data.sampler import Sampler
+
+
+    class IterSampler(Sampler):
+        def __init__(self, dataset, num_replicas, rank, ratio=100):
+            self.dataset = dataset
+            self.num_replicas = num_replicas
+            self.rank = rank
+            self.epoch = 0
+            self.num_samples = int(math.ceil(len(dataset) * ratio / num_replicas))
+            self.total_size = self.num_samples * num_replicas
+
+        def __iter__(self):
+            g = torch.Generator()
+            g.manual_seed(self.epoch)
+            indices = torch.randperm(self.total_size, generator=g).tolist()
+            indices = [i % len(self.dataset) for i in indices]
+            return iter(indices[self.rank:self.total_size:self.num_replicas])
+
+        def __len__(self):
+            return self.num_samples
+
+        def set_epoch(self, epoch):
+            self.epoch = epoch
+
+
+    def create_dataloader(dataset, batch_size, sampler):
+        return torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=4,
+                                           sampler=sampler, drop_last=True)
+"""
+
+FRAMES = """\
+    import random
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from data_sampler import IterSampler, create_dataloader
+
+
+    class Frames(torch.utils.data.Dataset):
+        def __len__(self):
+            return 100
+
+        def __getitem__(self, i):
+            start = random.randint(0, 10)
+            return torch.arange(start, start + 4, dtype=torch.float32)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        world_size, rank = dist.get_world_size(), dist.get_rank()
+        torch.manual_seed(10)
+        sampler = {sampler}
+        loader = create_dataloader(Frames(), 8, sampler)
+        model = DDP(torch.nn.Linear(4, 1).cuda(), device_ids=[rank])
+        for x in loader:
+            model(x.cuda()).sum().backward()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_project_sampler_written_like_torchs_shards(tmp_path: Path) -> None:
+    files = {"train.py": FRAMES.replace("{sampler}", "IterSampler(Frames(), world_size, rank)"),
+             "data_sampler.py": SAMPLER}
+    assert lines(tmp_path, files, "DDP029") == [("train.py", 21)]
+
+
+def test_project_sampler_that_does_not_shard_is_no_share(tmp_path: Path) -> None:
+    # (No share, no dropout: nothing says the ranks should draw differently.)
+    files = {"train.py": FRAMES.replace("{sampler}", "torch.utils.data.SequentialSampler(Frames())"),
+             "data_sampler.py": SAMPLER}
+    assert lines(tmp_path, files, "DDP029") == []
