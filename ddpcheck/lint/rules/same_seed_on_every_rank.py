@@ -1300,7 +1300,7 @@ def _finds_share(root: ModuleModel, resolve: Resolve) -> bool:
             if piece.step is None and piece.lower is not None and piece.upper is not None \
                     and _rank_bound(piece.lower, resolve) and _rank_bound(piece.upper, resolve):
                 return True
-        elif isinstance(node.value, cst.Call) and is_rank_value(piece.value, resolve) \
+        elif isinstance(piece, cst.Index) and isinstance(node.value, cst.Call) and is_rank_value(piece.value, resolve) \
                 and any(is_world_value(sub, None, resolve) for arg in node.value.args
                         for sub in subexpressions(arg.value) if isinstance(sub, (cst.Name, cst.Attribute, cst.Call))):
             return True
