@@ -391,12 +391,8 @@ class SameSeedOnEveryRank(Rule):
         # DDP itself or through the project with no sharding in sight (every rank reads the same
         # data). There only the model's dropout counts as a draw: the other draws the text shows
         # are too often initialisation or generation code to stand alone.
-        # (Also a project sampler written like torch's, `DistIterSampler(ds, world, rank)`,
-        # handed to a project loader factory.)
         sharded = any(model.api(s) == api.DATALOADER and feed(model, s) is not None
-                      or model.facts.does(s, "distributed_sampler")
-                      or s.target is not None and s.target.kind == "class" and model.shards_like_distributed_sampler(s)
-                      for s in model.root.calls) \
+                      or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
             or split_by_rank(model) or _shared_out_by_rank(model)
         if not sharded:
             if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
