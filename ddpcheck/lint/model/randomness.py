@@ -1,4 +1,4 @@
-"""Whether a job draws random numbers while it trains: dropout, random augmentation, random
+"""Whether a job draws random numbers while it trains: dropout, random augmentation (also MONAI's `Rand...` transforms), random
 tensors, Python's or NumPy's random draws, a shuffling DataLoader (not a sampler's order). Read from the code (comments
 and docstrings left out) of the linted file and the project code it imports (a model class in `models/net.py` that holds
 `nn.Dropout` counts; of a module imported by name, what the names reach: graph.reached_code). Seeding calls (`random.seed`, `np.random.seed`) are not draws, nor is a
@@ -38,7 +38,8 @@ _DRAWS = re.compile(
     _MODEL_DRAWS.pattern
     # A sampler's order (`RandomSampler`, a dataset's own `shuffle=True`) is no per-sample draw:
     # the same seed gives the ranks the same order of their own shards, not the same augmentation.
-    + r"|\bRandom(?!\w*Sampler\b)[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
+    # MONAI's random transforms are spelled `Rand...` (`RandFlipd(...)`, `RandSpatialCropd(...)`).
+    + r"|\bRandom(?!\w*Sampler\b)[A-Z]\w*\s*\(|\bRand(?!om)[A-Z]\w*\s*\(|\bRand(Augment|omErasing)|\b(Auto|TrivialAugment)\w*\(|\bmix_?up\b|\bcut_?mix\b"
     r"|\btorch\.(rand|randn|randint|randperm|rand_like|randn_like|randint_like|bernoulli|multinomial|normal|poisson)\s*\("
     r"|\.(normal_|uniform_|bernoulli_|random_|exponential_|cauchy_|geometric_|log_normal_)\s*\("
     r"|\b(np|numpy)\.random\.(?!seed\b|get_state\b|set_state\b)\w+"

@@ -249,11 +249,15 @@ def project_loads_wrapped(model: Model, files: frozenset[str] = frozenset()) -> 
     return False
 
 
-def project_reads_into_ddp(model: Model) -> bool:
+def project_reads_into_ddp(model: Model, saves: Sequence[CallSite] = ()) -> bool:
     """A script of the project that saves no checkpoint (a distributed inference or evaluation
     script) loads one into a model the DDP wrapper holds (`model = DDP(model);
     model.load_state_dict(torch.load(path)["state_dict"])`): the project reads the run's
-    checkpoints back with the `module.` prefix they carry."""
+    checkpoints back with the `module.` prefix they carry — not where every file of `saves`
+    (the run's saves) and every file that load reads are spelled, and none of them is the
+    same (an evaluation script beside it that reads `final_model.pth`, another example's
+    checkpoint, while the run writes `best_metric_model.pth`)."""
+    written = _spelled_saves(model, saves)
     for module in _readers(model, _ddp_reader_text):
         if module is model.root:
             continue
@@ -261,8 +265,42 @@ def project_reads_into_ddp(model: Model) -> bool:
             if site.method != "load_state_dict" or site.receiver is None:
                 continue
             if any(model.constructs(v, api.DDP) for v in model.values.at_call(site, site.receiver)):
+                if written is not None:
+                    reads = _spelled_reads(model, site)
+                    if reads is not None and not any(same_file(a, b) for a in written for b in reads):
+                        continue
                 return True
     return False
+
+
+def _spelled_saves(model: Model, saves: Sequence[CallSite]) -> frozenset[str] | None:
+    """The file names `saves` write, where each spells them; None where one does not."""
+    names: set[str] = set()
+    for save in saves:
+        files = spelled_files(model, save.module, save.arg("f", 1), save.scope, at=save.point)
+        if files is None:
+            return None
+        names |= files
+    return frozenset(names) if names else None
+
+
+def _spelled_reads(model: Model, site: CallSite) -> frozenset[str] | None:
+    """The file names the `torch.load` calls behind what `site` (a `load_state_dict(...)`)
+    loads read, where each spells them (`torch.load("final_model.pth")`); None otherwise."""
+    loaded = site.arg("state_dict", 0)
+    if loaded is None:
+        return None
+    names: set[str] = set()
+    for value in model.values.at_call(site, loaded):
+        if not isinstance(value.node, cst.CSTNode):
+            return None
+        for sub in subexpressions(value.node):
+            if isinstance(sub, cst.Call) and model.qualname(value.module, sub.func, value.scope) == api.LOAD:
+                files = spelled_files(model, value.module, argument(sub, "f", 0), value.scope, value.frame, value.at)
+                if files is None:
+                    return None
+                names |= files
+    return frozenset(names) if names else None
 
 
 def _ddp_reader_text(text: str) -> bool:

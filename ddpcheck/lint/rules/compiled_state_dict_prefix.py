@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+from typing import Callable
+
 import libcst as cst
 
 from ddpcheck.findings import Applicability, Severity
 from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, project_strips
+from ddpcheck.lint.rules.ddp_state_dict_prefix import _strips_prefix as strips_ddp_prefix
 from ddpcheck.lint.rules._wrappers import (
     Stack,
     at_site,
@@ -32,7 +35,9 @@ class CompiledStateDictPrefix(Rule):
     module after the `.module` / `._orig_mod` steps written, unless the file strips the prefix
     itself, the loaded state dict goes through a project function that strips it, or a script
     beside the file or below its folder loads checkpoints and strips it (an inference or export
-    script). `model.compile()` (the in-place method) keeps the keys and is not reported, nor is a
+    script); for the compiled DDP model, whose keys start with `_orig_mod.module.`, the project
+    must strip the wrapper's `module.` too (a loader that drops only `_orig_mod.` leaves it).
+    `model.compile()` (the in-place method) keeps the keys and is not reported, nor is a
     save in the branch of a non-distributed mode (`model.module.state_dict() if args.distributed
     else model.state_dict()` where only the single-process run compiles), nor a `torch.compile`
     made only on the non-distributed path (`if not distributed: model = torch.compile(model)`):
@@ -120,8 +125,6 @@ class CompiledStateDictPrefix(Rule):
 
     def finish(self) -> None:
         model = self.model
-        if "_orig_mod." in model.root.source:
-            return  # the file strips the prefix itself
         found: list[tuple[cst.Call, cst.Attribute, Stack, bool, ModuleModel, CallSite]] = []
         for save, value, sd, where in saved_state_dicts(model):
             if not isinstance(sd.func, cst.Attribute):
@@ -138,10 +141,24 @@ class CompiledStateDictPrefix(Rule):
                 if stack and stack[0] == "compile":
                     found.append((sd, sd.func, stack, value.module is model.root, value.module, save))
                     break
-        if not found or loaded_through_stripper(model, _strips_prefix) or project_strips(model, _strips_prefix):
-            return  # the project's loading code removes the prefix (an inference script's renaming)
-        for report in found:
+        if not found:
+            return
+        # The compiled DDP model's keys start with `_orig_mod.module.`: a loader that drops only
+        # `_orig_mod.` still leaves `module.`, which the plain model cannot load either. Its
+        # checkpoints are read back only where the project also drops the wrapper's prefix.
+        compiled_ddp = [report for report in found if report[2][1:2] == ("ddp",)]
+        found = [report for report in found if report[2][1:2] != ("ddp",)]
+        if compiled_ddp and self._strips(_strips_prefix) and self._strips(_strips_wrapper_prefix):
+            compiled_ddp = []
+        if found and self._strips(_strips_prefix):
+            found = []  # the project's loading code removes the prefix (an inference script's renaming)
+        for report in [*found, *compiled_ddp]:
             self._report(*report)
+
+    def _strips(self, strips: Callable[[str], bool]) -> bool:
+        """The file itself, or the project's loading code, names the prefix `strips` tests for."""
+        model = self.model
+        return strips(model.root.source) or loaded_through_stripper(model, strips) or project_strips(model, strips)
 
     def _report(self, sd: cst.Call, func: cst.Attribute, stack: Stack, own: bool, module: ModuleModel,
                 save: CallSite) -> None:
@@ -161,3 +178,8 @@ class CompiledStateDictPrefix(Rule):
 def _strips_prefix(code: str) -> bool:
     """The code names the compiled module's key prefix (`key.replace("_orig_mod.", "")`)."""
     return "_orig_mod." in code
+
+
+def _strips_wrapper_prefix(code: str) -> bool:
+    """The code strips the DDP wrapper's key prefix (`module.`; see DDP019)."""
+    return strips_ddp_prefix(code)

@@ -72,8 +72,9 @@ class DdpStateDictPrefix(Rule):
     load_state_dict(...)`, nor, for a load in a module's top-level code, the functions and classes
     defined in that module) or, saving nothing and
     running no distributed job itself, loads them into a model a `DataParallel` wrapper holds, or,
-    saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script)
-    (its keys carry the same prefix; a script that saves too counts where the code around its
+    saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script;
+    not one whose load spells only other file names than the run's saves spell: another
+    example's `final_model.pth` beside the run's `best_metric_model.pth`) (its keys carry the same prefix; a script that saves too counts where the code around its
     load names the file the run saves, such as a single-GPU twin resuming from `best.pth`), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
@@ -211,7 +212,7 @@ class DdpStateDictPrefix(Rule):
         if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
                 or project_strips(model, _strips_prefix) \
                 or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])) \
-                or project_reads_into_ddp(model):
+                or project_reads_into_ddp(model, [save for save, _, _ in found]):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
         loaders: list[Function] = []
         read: list[frozenset[str] | None] = []
@@ -539,7 +540,8 @@ def _strips_prefix(source: str) -> bool:
     # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
     # `in` rules them out faster than the pattern's scan with its look-behind at every character.
     if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
-        if _PREFIX.search(source):
+        # (Not in a comment: `# k = "module." + k`, a rename the code no longer does.)
+        if _PREFIX.search(source) and _PREFIX.search(code_only(source)):
             return True
     if "consume_prefix_in_state_dict" in source:
         return True

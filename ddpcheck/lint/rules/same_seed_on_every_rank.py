@@ -14,8 +14,9 @@ from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Pa
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none, subexpressions
 from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.world import is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import option_defaults
 from ddpcheck.lint.rules.uneven_inputs import split_by_rank
@@ -42,9 +43,13 @@ class SameSeedOnEveryRank(Rule):
     deliberate, and the effect is a loss of diversity, not wrong gradients.
 
     Reported at a `torch.manual_seed(...)` call (also `torch.random.manual_seed`, and library
-    seeders such as `transformers.set_seed`, RecBole's `init_seed` or PyG's `seed_everything`) that runs on every rank of a file whose DataLoader
+    seeders such as `transformers.set_seed`, RecBole's `init_seed`, PyG's `seed_everything` or
+    MONAI's `set_determinism`) that runs on every rank of a file whose DataLoader
     uses a DistributedSampler (built in the file or in a project function it calls), that hands
-    each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`),
+    each rank its own share of the data by hand (`idx.split(...)[rank]`, `files[rank::world_size]`,
+    a slice whose two bounds both come from the rank, `rays[bounds[rank]:bounds[rank + 1]]`,
+    `x[rank * n:(rank + 1) * n]`, the rank's part of a split into world-size parts,
+    `partition_dataset(data, num_partitions=world_size)[rank]`),
     or that wraps a model in DDP (itself or through the project: without a sampler every rank
     reads the same data, and with the same seed draws the same dropout masks on it too; with no
     sharding in sight only dropout in the code counts as a draw), when training draws random numbers (dropout, random augmentation, random tensors — not a
@@ -104,7 +109,14 @@ class SameSeedOnEveryRank(Rule):
     worker and is reported); a seed that, on every path, is set again later with the rank in it
     (`torch.manual_seed(args.seed + rank)` at the top of the training function called next,
     also in the worker a project function spawns, a few calls down, or on both arms of a later
-    `if`/`else`).
+    `if`/`else`; for a seed at a module's top level outside its `__main__` block, which runs
+    first in every process, a per-rank seed under no condition anywhere on the run).
+
+    Also reported: a `torch.Generator` seeded with the same value on every rank (`g =
+    torch.Generator(); g.manual_seed(0)` at a module's top level, `torch.Generator().manual_seed(0)`)
+    and handed as `generator=` to a DataLoader with workers that a DistributedSampler feeds: the
+    workers' base seed is drawn from it, not from torch's generator (unless the loader's
+    `worker_init_fn` reseeds with the rank).
 
     ## How to fix
     Offset the seed by the rank: `torch.manual_seed(args.seed + rank)` (and the same for `random`
@@ -132,6 +144,10 @@ class SameSeedOnEveryRank(Rule):
     GPU_MESSAGE = (
         "every rank seeds the GPU generator with the same `{seed}`: dropout on the GPU draws the same "
         "masks on every rank; offset the seed by the rank"
+    )
+    GENERATOR_MESSAGE = (
+        "every rank seeds the DataLoader's generator with the same `{seed}`: its workers get the same "
+        "base seed on every rank and draw the same augmentation; offset the seed by the rank"
     )
 
     VALID = [
@@ -377,7 +393,7 @@ class SameSeedOnEveryRank(Rule):
         # are too often initialisation or generation code to stand alone.
         sharded = any(model.api(s) == api.DATALOADER and feed(model, s) is not None
                       or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
-            or split_by_rank(model)
+            or split_by_rank(model) or _shared_out_by_rank(model)
         if not sharded:
             if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
                 return
@@ -404,7 +420,7 @@ class SameSeedOnEveryRank(Rule):
                 seeds_cpu = True
             if model.paths.rank_guard(site) is not None or self._launcher_only(site) or model.paths.single_only(site):
                 continue
-            if self._reseeded_per_rank_later(site):
+            if self._reseeded_per_rank_later(site) or self._top_level_reseeded(site):
                 continue
             if model.api(site) in _GPU_SEEDERS:
                 gpu_only.append(site)
@@ -472,6 +488,7 @@ class SameSeedOnEveryRank(Rule):
             if seed is not None and self._same_everywhere(site, seed, model.resolver_for(site.module)):
                 self.report(site.node, self.MESSAGE.format(seed=model.text_of(site.module, seed)),
                             module=site.module)
+        self._loader_generators_seeded_alike()
         # Only the GPU generators seeded (`torch.cuda.manual_seed(args.seed)`, torch's own generator
         # left alone): the workers' seeds differ, but dropout on the GPU draws from the seeded
         # generator, alike on every rank. A library network built from its configuration
@@ -485,6 +502,72 @@ class SameSeedOnEveryRank(Rule):
                                 module=site.module, related=model.paths.chain(site))
                     break
 
+    def _loader_generators_seeded_alike(self) -> None:
+        """A DataLoader of the run fed by a DistributedSampler takes `generator=g`, a
+        `torch.Generator()` seeded with the same value on every rank (`g = torch.Generator();
+        g.manual_seed(0)` at a module's top level, or `torch.Generator().manual_seed(0)` passed
+        inline): torch 2.13 draws the workers' base seed from that generator (`_base_seed =
+        torch.empty(...).random_(generator=loader.generator)`), so worker k of every rank is
+        seeded alike, whatever torch's own generator holds. Reported at the generator's
+        `manual_seed` call, unless the loader's `worker_init_fn` reseeds with the rank or the
+        loader starts no workers (`num_workers` left out or 0)."""
+        model = self.model
+        reported: set[int] = set()
+        for site in model.paths.sites():
+            if model.api(site) != api.DATALOADER or model.paths.rank_guard(site) is not None:
+                continue
+            given = site.arg("generator", 12)
+            workers = site.arg("num_workers", 5)
+            if given is None or workers is None or self._no_workers(site, workers) \
+                    or feed(model, site) is None or self._init_reseeds(site):
+                continue  # (without workers the generator seeds nothing that draws)
+            for value in model.values.at_call(site, given):
+                for seeding in self._generator_seeds(value, given):
+                    if id(seeding.node) in reported or model.paths.rank_guard(seeding) is not None:
+                        continue
+                    seed = seeding.arg("seed", 0)
+                    if seed is not None and self._same_everywhere(seeding, seed, model.resolver_for(seeding.module)):
+                        reported.add(id(seeding.node))
+                        self.report(seeding.node, self.GENERATOR_MESSAGE.format(
+                            seed=model.text_of(seeding.module, seed)), module=seeding.module)
+
+    def _no_workers(self, site: CallSite, workers: cst.BaseExpression) -> bool:
+        """`num_workers` is 0 on every path (also a parameter every caller passes 0)."""
+        if int_value(workers) is not None:
+            return int_value(workers) == 0
+        values = self.model.values.at_call(site, workers)
+        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and int_value(v.node) == 0 for v in values)
+
+    def _generator_seeds(self, value: Value, given: cst.BaseExpression) -> list[CallSite]:
+        """The `manual_seed` calls that seed the generator `value` holds: chained on its
+        construction, or made on the name it is bound to in the scope that builds it."""
+        model = self.model
+        call = value.call
+        if call is None:
+            return []
+        if isinstance(call.func, cst.Attribute) and call.func.attr.value == "manual_seed" \
+                and isinstance(call.func.value, cst.Call) \
+                and model.qualname(value.module, call.func.value.func, value.scope) == _GENERATOR:
+            site = value.module.call_at(call)
+            return [site] if site is not None else []
+        if model.api_of(value) != _GENERATOR:
+            return []
+        name = dotted(given)
+        if not name:
+            return []
+        return [c for c in value.module.calls if c.method == "manual_seed" and c.scope is value.scope
+                and c.receiver is not None and dotted(c.receiver) == name and not c.loops]
+
+    def _init_reseeds(self, site: CallSite) -> bool:
+        """The loader's `worker_init_fn`, a function of its module, mentions the rank."""
+        init = site.arg("worker_init_fn", 10)
+        if init is None:
+            return False
+        if not isinstance(init, cst.Name):
+            return True  # (a partial or a lambda: not read)
+        function = site.module.functions.get(init.value)
+        return function is None or re.search(r"rank", site.module.code(function), re.IGNORECASE) is not None
+
     def _seeds_on_import(self) -> list[CallSite]:
         """The seeding calls at the top level of the project modules the linted file imports at
         its own top level, under no condition and in no loop, when the run seeds torch with the
@@ -495,6 +578,17 @@ class SameSeedOnEveryRank(Rule):
         if not found or any(model.api(c) in _SEEDERS and self._reseeds_per_rank(c, 0) for c in model.paths.sites()):
             return []
         return found
+
+    def _top_level_reseeded(self, site: CallSite) -> bool:
+        """`site` seeds at the top level of a module, outside its `__main__` block: it runs on
+        import, first in every process, spawned workers too (as `_seeds_on_import`); and the run
+        seeds torch with the rank, under no condition in its function (`torch.manual_seed(seed +
+        rank)` at the top of the worker): the per-rank seed replaces it."""
+        model = self.model
+        if site.scope is not site.module.module_scope or site.loops or site.guards:
+            return False
+        return any(other is not site and not other.guards and model.api(other) in _SEEDERS
+                   and self._reseeds_per_rank(other, 0) for other in model.paths.sites())
 
     def _literal_seed_inside(self, call: CallSite, depth: int) -> str | None:
         """The literal seed a project function of another module that `call` runs gives torch
@@ -887,6 +981,7 @@ class SameSeedOnEveryRank(Rule):
 
 
 _SEEDERS = frozenset({"torch.manual_seed", "torch.random.manual_seed"})
+_GENERATOR = "torch.Generator"
 # Readers of a configuration file: every rank that reads the same path holds the same values.
 _FILE_LOADS = frozenset({
     "json.load", "json.loads", "yaml.safe_load", "yaml.load", "yaml.full_load", "toml.load", "tomllib.load",
@@ -902,6 +997,8 @@ _LIBRARY_SEEDERS = frozenset({
     "lightning.seed_everything", "lightning.pytorch.seed_everything", "pytorch_lightning.seed_everything",
     "lhotse.utils.fix_random_seed", "lhotse.fix_random_seed", "recbole.utils.init_seed", "recbole.utils.utils.init_seed",
     "torch_geometric.seed_everything", "torch_geometric.seed.seed_everything",
+    # MONAI: `set_determinism(seed=...)` calls `torch.manual_seed(seed)` (and seeds random, numpy).
+    "monai.utils.set_determinism", "monai.utils.misc.set_determinism",
 })
 _SEEDERS = _SEEDERS | _LIBRARY_SEEDERS
 # Functions that set up a run (its environment, its seeds), as named.
@@ -1170,3 +1267,57 @@ def _zero_until_initialized(function: Function) -> bool:
     statement = inner[0].body[0]
     return isinstance(statement, cst.Return) and statement.value is not None \
         and int_value(statement.value) is not None
+
+
+def _shared_out_by_rank(model: Model) -> bool:
+    """Whether the linted file takes each rank's own share of the data by hand in a way
+    `split_by_rank` does not read: a contiguous slice whose two bounds both come from the rank
+    (`rays[bounds[rank]:bounds[rank + 1]]`, `x[rank * n:(rank + 1) * n]`; one bound alone,
+    `x[rank:]`, is no share), or the rank's item of what a call made into as many parts as
+    there are ranks (`partition_dataset(data, num_partitions=world_size)[rank]`), anywhere in
+    its code (a dataset method's `return` too)."""
+    root = model.root
+    found = root.memo.get("shared_out_by_rank")
+    if found is None:
+        found = _finds_share(root, model.resolver_for(root))
+        root.memo["shared_out_by_rank"] = found
+    return bool(found)
+
+
+def _finds_share(root: ModuleModel, resolve: Resolve) -> bool:
+    stack: list[cst.CSTNode] = [root.tree]
+    while stack:
+        node = stack.pop()
+        stack.extend(children(node))
+        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
+            continue
+        piece = node.slice[0].slice
+        if isinstance(piece, cst.Slice):
+            if piece.step is None and piece.lower is not None and piece.upper is not None \
+                    and _rank_bound(piece.lower, resolve) and _rank_bound(piece.upper, resolve):
+                return True
+        elif isinstance(piece, cst.Index) and isinstance(node.value, cst.Call) and is_rank_value(piece.value, resolve) \
+                and any(is_world_value(sub, None, resolve) for arg in node.value.args
+                        for sub in subexpressions(arg.value) if isinstance(sub, (cst.Name, cst.Attribute, cst.Call))):
+            return True
+    return False
+
+
+def _rank_bound(expr: cst.BaseExpression, resolve: Resolve) -> bool:
+    """A slice bound taken from the rank: `bounds[rank]`, `bounds[rank + 1]`, `rank * n`,
+    `(rank + 1) * n`."""
+    if isinstance(expr, cst.Subscript):
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return False
+        return _rank_or_next(expr.slice[0].slice.value, resolve)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
+        return _rank_or_next(expr.left, resolve) or _rank_or_next(expr.right, resolve)
+    return False
+
+
+def _rank_or_next(expr: cst.BaseExpression, resolve: Resolve) -> bool:
+    """`rank` or `rank + 1`."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) \
+            and isinstance(expr.right, cst.Integer) and expr.right.value == "1":
+        expr = expr.left
+    return not isinstance(expr, (cst.Integer, cst.BinaryOperation)) and is_rank_value(expr, resolve)
