@@ -360,6 +360,10 @@ class UnreducedShardMetric(Rule):
             targets = model.graph.targets(site)
             if not targets or any(r.value is not None for f, _ in targets for r in _returns(f.node)):
                 continue
+            # (A method that writes what it is handed, `writer.test_logging(loss, step)`, reports
+            # it there: that call is the report, not a feeding.)
+            if any(self._reports(c) for f, _ in targets for c in f.module.calls_in(f.qualname)):
+                continue
             if not any(_derived(loop, counters, _names_in(a.value)) for a in site.node.args):
                 continue
             out.add(receiver)
