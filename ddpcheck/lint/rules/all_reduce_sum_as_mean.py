@@ -214,11 +214,11 @@ class AllReduceSumAsMean(Rule):
                 continue
             wrong = self._divided_by_an_option(site, name)
             if wrong is not None:
-                tensor, divisor = wrong
-                reported.add((id(site.scope), tensor))
+                summed, divisor = wrong
+                reported.add((id(site.scope), summed))
                 self.report(
                     site.node,
-                    f"`{tensor}` is summed over ranks and divided by `{divisor}`, a command-line option that "
+                    f"`{summed}` is summed over ranks and divided by `{divisor}`, a command-line option that "
                     f"is not the world size, so the mean is off whenever the two differ; divide by "
                     f"`dist.get_world_size()`",
                     module=site.module, related=model.paths.chain(site),
