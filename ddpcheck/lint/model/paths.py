@@ -824,6 +824,12 @@ class Paths:
             return []
         return self._function_every_rank(function, frozenset(), site)
 
+    def function_every_rank(self, function: Function) -> list[CallSite] | None:
+        """A chain of calls (outermost first) along which every rank runs `function`, also
+        through the two arms of one rank test (`if rank == 0: train(..., writer)` / `else:
+        train(..., None)`); None when none is known."""
+        return self._function_every_rank(function, frozenset())
+
     def dead(self, site: CallSite) -> bool:
         """`site` never runs when the linted file runs: it sits in an imported module's
         `__main__` block, or in a function called only from there (`_self_test()`)."""

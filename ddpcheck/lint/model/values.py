@@ -418,6 +418,8 @@ class Values:
                 yield from self._eval(module, node.iterable, scope, frame, depth - 1, seen, at)
             else:
                 yielded = self._yielded(module, node, scope, frame, depth, seen, at)
+                if yielded is None:
+                    yielded = self._listed(module, node, scope, frame, depth, seen, at)
                 if yielded is not None:
                     yield from yielded
                 else:
@@ -1033,6 +1035,32 @@ class Values:
                     else:
                         found.extend(self._item(whole, node.index, depth - 1, seen))
         return found
+
+    def _listed(self, module: ModuleModel, node: Element, scope: Scope, frame: Frame | None, depth: int,
+                seen: set[tuple[int, int]], at: Point | None) -> list[Value] | None:
+        """`for calc in calcs:` (or `for i, calc in enumerate(calcs):`) where every value of
+        `calcs` is a list the code builds (`calcs = [Scorer(t) for t in thresholds]`, `[a, b]`):
+        what its elements are. None when any value is something else (the element stays
+        unknown)."""
+        iterable, index = node.iterable, node.index
+        if isinstance(iterable, cst.Call) and dotted(iterable.func) == "enumerate" and len(iterable.args) == 1 \
+                and iterable.args[0].keyword is None and not iterable.args[0].star and index == 1:
+            iterable, index = iterable.args[0].value, None
+        if index is not None or depth <= 1:
+            return None
+        found: list[Value] = []
+        for whole in self._eval(module, iterable, scope, frame, depth - 1, seen, at):
+            made = whole.node
+            if isinstance(made, cst.ListComp):
+                parts: list[cst.BaseExpression] = [made.elt]
+            elif isinstance(made, (cst.List, cst.Tuple)) and made.elements \
+                    and not any(isinstance(e, cst.StarredElement) for e in made.elements):
+                parts = [e.value for e in made.elements]
+            else:
+                return None
+            for part in parts:
+                found.extend(self._eval(whole.module, part, whole.scope, whole.frame, depth - 1, seen, whole.at))
+        return found or None
 
     def _item(self, whole: Value, index: int, depth: int, seen: set[tuple[int, int]]) -> Iterator[Value]:
         node = whole.node

@@ -8,11 +8,14 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.module import Augmented, CallSite, Item, ModuleModel, Scope
+from ddpcheck.lint.model.options import option_defaults
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MEAN_LIKE = re.compile(r"loss|acc|mean|avg|average|metric|ppl|perplexity|error|score|top1|top5|iou|dice", re.I)
 _SUM_LIKE = re.compile(r"sum|total|count|num|correct|cnt|^n_|tp|fp|fn|hist|confusion|size", re.I)
+# Names of a count of ranks (an option so named may well be set to the world size).
+_WORLD_LIKE = re.compile(r"world|size|gpu|proc|replica|node|device|rank|dist|card|parallel", re.I)
 _SCALES = ("world_size", "get_world_size", "nprocs", "num_gpus", "ngpus", "n_gpu", "num_replicas",
            "num_processes", "AVG", "WORLD_SIZE")
 
@@ -209,6 +212,18 @@ class AllReduceSumAsMean(Rule):
                     module=site.module, related=model.paths.chain(site),
                 )
                 continue
+            wrong = self._divided_by_an_option(site, name)
+            if wrong is not None:
+                summed, divisor = wrong
+                reported.add((id(site.scope), summed))
+                self.report(
+                    site.node,
+                    f"`{summed}` is summed over ranks and divided by `{divisor}`, a command-line option that "
+                    f"is not the world size, so the mean is off whenever the two differ; divide by "
+                    f"`dist.get_world_size()`",
+                    module=site.module, related=model.paths.chain(site),
+                )
+                continue
             tensor = self._unscaled_mean(site, name)
             if tensor is not None and (id(site.scope), tensor) not in reported:
                 reported.add((id(site.scope), tensor))
@@ -218,6 +233,53 @@ class AllReduceSumAsMean(Rule):
                     f"times the mean; divide it by `dist.get_world_size()` after the reduce",
                     module=site.module, related=model.paths.chain(site),
                 )
+
+    def _divided_by_an_option(self, site: CallSite, name: str) -> tuple[str, str] | None:
+        """A mean helper (`reduce_mean(t, nprocs)`: sum, then divide by a parameter) whose
+        every caller passes for the divisor a command-line option that does not name the world
+        size (`args.workers`, declared by `add_argument('--workers', ...)` and assigned nowhere):
+        the option holds whatever the command line says, not the number of ranks."""
+        if not self._sums(site, name):
+            return None
+        tensor = site.arg("tensor", 0)
+        if not isinstance(tensor, cst.Name) or site.scope.kind != "function":
+            return None
+        written = tensor.value
+        function = self.model.paths.function_of(site)
+        if function is None:
+            return None
+        code = site.module.code(site.scope.node)
+        if "get_world_size" in code or "WORLD_SIZE" in code:
+            return None
+        found = re.search(rf"\b{re.escape(written)}\s*/=?\s*(\w+)\b|\b{re.escape(written)}\.div_?\(\s*(\w+)\s*\)", code)
+        if found is None:
+            return None
+        divisor = found.group(1) or found.group(2)
+        param = next((p for p in function.params() if p.name == divisor and not p.star), None)
+        if param is None:
+            return None
+        callers = self.model.graph.callers(function)
+        if not callers:
+            return None
+        shown: str | None = None
+        for call, bound in callers:
+            passed = self.model.graph.argument_for(call, function, param, bound)
+            if not isinstance(passed, cst.Attribute) or not self._an_option_not_the_world(passed.attr.value):
+                return None
+            shown = shown or dotted(passed)
+        return (written, shown) if shown is not None else None
+
+    def _an_option_not_the_world(self, attr: str) -> bool:
+        """`attr` is an option some module of the run declares with argparse, its name says
+        nothing of ranks, processes or devices, and no module of the run assigns it."""
+        if _WORLD_LIKE.search(attr):
+            return False
+        modules = self.model.paths.modules()
+        if not any(attr in option_defaults(m) for m in modules):
+            return False
+        assigned = re.compile(rf"\.{re.escape(attr)}\s*(=[^=]|[-+*/]=)|setattr\("
+                              r"|(vars\([^)]*\)|__dict__)\s*(\[|\.update\()")
+        return not any(assigned.search(m.source) for m in modules)
 
     def _reduced_again(self, site: CallSite, name: str,
                        reduced: dict[tuple[int, str], list[CallSite]]) -> str | None:

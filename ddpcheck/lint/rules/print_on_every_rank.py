@@ -50,6 +50,10 @@ _BAR_STEPS = frozenset({"update", "refresh", "set_description", "set_description
                         "set_postfix_str"})
 _BAR_LABELS = frozenset({"set_description", "set_description_str", "set_postfix", "set_postfix_str"})
 _MAX_HOPS = 3
+# The levels of the standard logging constants, and of the logger methods that log at them.
+_LEVELS = {"logging.NOTSET": 0, "logging.DEBUG": 10, "logging.INFO": 20, "logging.WARNING": 30, "logging.WARN": 30,
+           "logging.ERROR": 40, "logging.CRITICAL": 50, "logging.FATAL": 50}
+_METHOD_LEVELS = {"debug": 10, "info": 20, "warning": 30, "warn": 30, "error": 40, "exception": 40, "critical": 50}
 # Logging handlers by what they write to: a file (`logging.FileHandler`, the rotating ones of
 # `logging.handlers`) or the console (`logging.StreamHandler`, `colorlog.StreamHandler`, rich's).
 _FILE_HANDLER = re.compile(r"(?:^|\.)\w*FileHandler$")
@@ -502,6 +506,8 @@ class PrintOnEveryRank(Rule):
         self._configured_logging: bool | None = None
         self._tagged_logging: bool | None = None
         self._loguru_configured: bool | None = None
+        self._wandb_everywhere: bool | None = None
+        self._disabled: int | None = None
         self._moved: dict[str, bool] = {}
         print_silenced = self._print_silenced()
         reported: set[int] = set()
@@ -527,6 +533,8 @@ class PrintOnEveryRank(Rule):
                 continue  # (a progress bar writes to `sys.stderr`)
             if kind == "logging" and site.method in ("info", "debug") and not self._logging_configured():
                 continue  # no handler nor level is ever set: Python drops records below WARNING
+            if kind == "logging" and _METHOD_LEVELS.get(site.method or "", 100) <= self._disabled_level():
+                continue  # `logging.disable(logging.WARNING)` on every rank: the record is dropped
             if kind == "logging" and (self._logging_silenced() or self._logging_tagged()
                                       or not self._logger_visible(site) or self._logger_tagged(site)):
                 continue
@@ -598,7 +606,7 @@ class PrintOnEveryRank(Rule):
         chain = self.model.paths.chain(place)
         if place is site:
             what = {"print": "`print`", "write": "`tqdm.write`", "tqdm": "this progress bar",
-                    "logging": "this log call"}[kind]
+                    "logging": "this log call", "wandb": "`wandb.log` (each rank started its own run)"}[kind]
             how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
                         module=site.module, related=chain)
@@ -706,11 +714,19 @@ class PrintOnEveryRank(Rule):
         loop (directly or through other calls)."""
         if depth > _MAX_HOPS:
             return False
+        chain: list[CallSite] | None = None
         for caller, _ in self.model.graph.callers(function):
+            arm = False
             if self._guarded(caller):
-                continue
+                # `if rank == 0: train_epoch(..., writer)` / `else: train_epoch(..., None)`: each
+                # call is kept to some ranks, the two together reach every rank.
+                if chain is None:
+                    chain = self.model.paths.function_every_rank(function) or []
+                if not any(c is caller for c in chain):
+                    continue
+                arm = True
             if self.loops.work_loops(caller):
-                if self._runs_on_every_rank(caller):
+                if arm or self._runs_on_every_rank(caller):
                     return True
                 continue
             outer = self.model.paths.function_of(caller)
@@ -1050,6 +1066,23 @@ class PrintOnEveryRank(Rule):
             self._configured_logging = configured
         return self._configured_logging
 
+    def _disabled_level(self) -> int:
+        """The level up to which `logging.disable(level)` drops every record on every rank of
+        the run (`logging.disable(logging.WARNING)` at the top of the script); -1 when no call
+        does, or one is kept to some ranks, or its level is not a known constant (a later
+        `logging.disable(logging.NOTSET)` turns it back on: the lowest level counts)."""
+        if self._disabled is None:
+            paths = self.model.paths
+            calls = [s for s in paths.sites() if self.model.api(s) == "logging.disable"]
+            levels = []
+            for call in calls:
+                level = call.arg("level", 0)
+                name = (self.model.qualname(call.module, level, call.scope) or "") if level is not None else \
+                    "logging.CRITICAL"
+                levels.append(_LEVELS.get(name, -1) if paths.ranks(call) == "every" else -1)
+            self._disabled = min(levels) if levels else -1
+        return self._disabled
+
     def _logging_silenced(self) -> bool:
         """Logging is configured by rank on the run: a level, handler or `basicConfig` set under
         a rank guard (`if rank != 0: logger.setLevel("ERROR")`, a logger factory that adds
@@ -1384,6 +1417,8 @@ class PrintOnEveryRank(Rule):
             return "tqdm"
         if q in _TQDM_WRITES:
             return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
+        if q == "wandb.log" and self._wandb_on_every_rank():
+            return "wandb"
         if site.method in _LOG_METHODS:
             if any(bound == "method" for _, bound in self.model.graph.targets(site)):
                 # `log.info(msg)` on an instance of a project class (even one passed in under the
@@ -1395,6 +1430,21 @@ class PrintOnEveryRank(Rule):
             if self._made_by_get_logger(site):
                 return "logging"
         return None
+
+    def _wandb_on_every_rank(self) -> bool:
+        """Every rank starts its own wandb run: each `wandb.init(...)` of the run is reached on
+        every rank, with no `mode=` (`mode="disabled"` off rank 0 turns the other runs off) and
+        no `WANDB_MODE` / `WANDB_DISABLED` set in the code. Then `wandb.log` on every rank
+        records the same figures once per process. (Where only rank 0 starts a run, the other
+        ranks' `wandb.log` records nothing.)"""
+        if self._wandb_everywhere is None:
+            paths = self.model.paths
+            inits = [s for s in paths.sites() if self.model.api(s) == "wandb.init"]
+            self._wandb_everywhere = bool(inits) and all(
+                not s.has_keyword("mode") and not s.has_keyword("settings") and paths.ranks(s) == "every"
+                for s in inits) and not any(
+                re.search(r"WANDB_(MODE|DISABLED|SILENT)", m.source) for m in paths.modules())
+        return self._wandb_everywhere
 
     def _made_by_get_logger(self, site: CallSite) -> bool:
         """The receiver, under any name (`print_logger = logger(path)`), holds only loggers that

@@ -11,7 +11,7 @@ from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import feed, sampler_values
 from ddpcheck.lint.model.conditions import is_rank_value, on_single_process_only
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import Augmented, CallSite, ForSite, Item, ModuleModel
+from ddpcheck.lint.model.module import Augmented, CallSite, Element, ForSite, Item, ModuleModel
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import children, dotted, expressions
@@ -315,6 +315,8 @@ class UnreducedShardMetric(Rule):
             counters = {c for c in counters if not any(self._covers(s, loop, c) for s in later)}
             if not counters:
                 continue
+            # (Objects fed them after the loop carry them: `calc.step(preds, gts)`, then `calc.compute()`.)
+            counters |= self._fed_after(loop, counters, later)
             # (`metric.compute()` on the running-metric object itself, making no collective,
             # only reads its sums back.)
             handed = [s for s in later if model.graph.targets(s) and _passes(s, counters)
@@ -340,6 +342,36 @@ class UnreducedShardMetric(Rule):
                     break
             else:
                 self._returned(root, loop, counters)
+
+    def _fed_after(self, loop: ForSite, counters: set[str], later: list[CallSite]) -> set[str]:
+        """Project objects handed the shard's values after the loop by a method that keeps them
+        and gives nothing back (`calc.step(preds, gts)` for each batch's collected predictions,
+        whose body stores them on the object) and makes no collective: what the object later
+        computes (`figures = calc.compute_metrics()`) is made from that rank's shard only. Also
+        the list such an object is drawn from (`for calc in calcs: calc.step(...)`), so that the
+        same objects read in another loop over it are followed."""
+        model = self.model
+        scope = loop.scope
+        out: set[str] = set()
+        for site in later:
+            receiver = site.receiver_name
+            if receiver is None or receiver not in scope.assignments or model.facts.does(site, "collective"):
+                continue
+            targets = model.graph.targets(site)
+            if not targets or any(r.value is not None for f, _ in targets for r in _returns(f.node)):
+                continue
+            # (A method that writes what it is handed, `writer.test_logging(loss, step)`, reports
+            # it there: that call is the report, not a feeding.)
+            if any(self._reports(c) for f, _ in targets for c in f.module.calls_in(f.qualname)):
+                continue
+            if not any(_derived(loop, counters, _names_in(a.value)) for a in site.node.args):
+                continue
+            out.add(receiver)
+            for held in scope.assignments[receiver]:
+                source = _element_source(held)
+                if isinstance(source, cst.Name):
+                    out.add(source.value)
+        return out
 
     def _accumulated(self, root: ModuleModel, loop: ForSite) -> set[str]:
         """Names `+=`-ed in the loop body with something the batch gives (`correct += ...sum()`,
@@ -877,7 +909,10 @@ def _derived(loop: ForSite, counters: set[str], names: set[str], depth: int = 3)
             # (`loss, acc = meter.compute()`: each name unpacked from a value made from counters.)
             values: list[cst.BaseExpression] = []
             for held in assignments.get(name, ()):
-                value = held.value if isinstance(held, Item) else held
+                # (`for preds, gts in zip(all_preds, all_gts)`: an element of a list of counters;
+                # the index `enumerate` adds is not.)
+                value = _element_source(held, plain=False) if isinstance(held, Element) else \
+                    held.value if isinstance(held, Item) else held
                 if isinstance(value, cst.BaseExpression):
                     values.append(value)
             # (`losses_valid[epoch] = loss_valid / n`: an entry of an array of per-epoch figures.)
@@ -946,8 +981,35 @@ def _empty_list(binding: object) -> bool:
     return isinstance(binding, cst.Call) and dotted(binding.func) == "list" and not binding.args
 
 
+def _element_source(binding: object, plain: bool = True) -> cst.BaseExpression | None:
+    """What a loop variable is an element of: `calcs` for `calc` of `for calc in calcs` or of
+    `for i, calc in enumerate(calcs)`, `preds` for `p` of `for p, g in zip(preds, gts)`; None for
+    the index `enumerate` counts, a `with` target, or a place deeper in the target. Not `plain`:
+    only through `zip` and `enumerate` (`for key in figures` walks a dict's keys, not figures)."""
+    if not isinstance(binding, Element) or binding.via_with or binding.index == -1:
+        return None
+    iterable, index = binding.iterable, binding.index
+    if isinstance(iterable, cst.Call) and dotted(iterable.func) in ("enumerate", "zip") and iterable.args \
+            and not any(a.star or a.keyword is not None for a in iterable.args):
+        if dotted(iterable.func) == "enumerate":
+            if index == 0 or len(iterable.args) != 1:
+                return None
+            return iterable.args[0].value
+        if index is None or index >= len(iterable.args):
+            return None
+        return iterable.args[index].value
+    return iterable if plain else None
+
+
 def _list_table(binding: object, qualname: str | None) -> bool:
-    """`x = defaultdict(list)`: a table of lists, one per key."""
+    """`x = defaultdict(list)`: a table of lists, one per key; or `{k: [] for k in keys}`, or
+    `{"pred": [], "gt": []}`."""
+    if isinstance(binding, cst.DictComp):
+        return isinstance(binding.value, cst.List) and not binding.value.elements
+    if isinstance(binding, cst.Dict):
+        return bool(binding.elements) and all(
+            isinstance(e, cst.DictElement) and isinstance(e.value, cst.List) and not e.value.elements
+            for e in binding.elements)
     return isinstance(binding, cst.Call) and qualname == "collections.defaultdict" and len(binding.args) == 1 \
         and isinstance(binding.args[0].value, cst.Name) and binding.args[0].value.value == "list"
 
