@@ -97,6 +97,9 @@ class PrintOnEveryRank(Rule):
     change what the other ranks do. Unguarded prints in the `forward` of a project network that every
     rank wraps in DDP, or of a project layer it runs there (`self.attention(x)`), repeat at each
     training step of every rank (a print under any test, `if self.debug:`, is left alone).
+    `wandb.log` counts as output where every rank starts its own run (each `wandb.init` reached
+    on every rank, with no `mode=` or `settings=` and no `WANDB_MODE` / `WANDB_DISABLED` in the
+    code): the dashboard then holds N copies of the run.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -124,7 +127,8 @@ class PrintOnEveryRank(Rule):
     handler, a project function (not a method) that sets logging up and is called on some ranks
     only, or with other arguments on the other ranks (`logger = create_logger(dir)` under `if
     rank == 0:`, `else: logger = dummy_logger()` or `get_logger(dir, verbose=False)`), a logger whose methods are swapped for a project wrapper with
-    `setattr`/`__setattr__`; not where the only set-up by rank is a file handler's, `if rank ==
+    `setattr`/`__setattr__`; records at or below a level that `logging.disable(level)` on every
+    rank drops; not where the only set-up by rank is a file handler's, `if rank ==
     0: root.addHandler(logging.FileHandler(path))`, beside a console handler — `StreamHandler`,
     colorlog's, rich's, the one `logging.basicConfig(...)` with no file gives — added on every rank: the console still shows each rank's records); logging whose format carries the rank (`basicConfig(format=f"[rank {rank}] ...")`,
     a `Formatter` built with it) or a logger named with the rank (`getLogger(f"rank{rank}")`), or a logger passed in that every caller made with the rank (`setup_logger(rank, world_size)`); loggers imported from installed packages (their configuration is
@@ -1435,8 +1439,8 @@ class PrintOnEveryRank(Rule):
         """Every rank starts its own wandb run: each `wandb.init(...)` of the run is reached on
         every rank, with no `mode=` (`mode="disabled"` off rank 0 turns the other runs off) and
         no `WANDB_MODE` / `WANDB_DISABLED` set in the code. Then `wandb.log` on every rank
-        records the same figures once per process. (Where only rank 0 starts a run, the other
-        ranks' `wandb.log` records nothing.)"""
+        records the same figures once per process, in as many runs. (Where only rank 0 starts a
+        run, the question is another one: a rank that logs without a run of its own.)"""
         if self._wandb_everywhere is None:
             paths = self.model.paths
             inits = [s for s in paths.sites() if self.model.api(s) == "wandb.init"]
