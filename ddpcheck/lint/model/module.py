@@ -429,6 +429,7 @@ class ModuleModel:
         self.path = path
         self.source = source
         self.tree = tree
+        self._code: dict[int, tuple[cst.CSTNode, str]] = {}  # id(node) → the node and its text (see code)
         self.names = ImportMap()
         self.calls: list[CallSite] = []
         self.functions: dict[str, cst.FunctionDef] = {}  # qualified name within the module → def
@@ -491,7 +492,15 @@ class ModuleModel:
         return self.targets.get(id(value), [])
 
     def code(self, node: cst.CSTNode) -> str:
-        return self.tree.code_for_node(node)
+        """The node's text. Kept: rules ask for the same function's or class's text again and
+        again, and libcst regenerates it from the tree each time. The node is kept with its
+        text: a node made for one question and dropped would free its id for the next one."""
+        kept = self._code.get(id(node))
+        if kept is not None and kept[0] is node:
+            return kept[1]
+        text = self.tree.code_for_node(node)
+        self._code[id(node)] = (node, text)
+        return text
 
     def __repr__(self) -> str:
         return f"<ModuleModel {self.path}>"

@@ -284,8 +284,23 @@ class UnreducedShardMetric(Rule):
     ]
 
     def finish(self) -> None:
+        self._in_place: dict[int, dict[int, set[str]]] = {}
         for module in self.model.paths.modules():
             self._module(module)
+
+    def _reduced_in_place(self, root: ModuleModel) -> dict[int, set[str]]:
+        """id(loop) → the names a sum reduction in that loop reduces in place
+        (`dist.all_reduce(loss)`), for every loop of `root` (read once per module)."""
+        found = self._in_place.get(id(root))
+        if found is None:
+            found = {}
+            for c in root.calls:
+                tensor = c.arg("tensor", 0)
+                if c.loops and isinstance(tensor, cst.Name) and self.model.api(c) in api.SUM_REDUCTIONS:
+                    for loop in c.loops:
+                        found.setdefault(id(loop), set()).add(tensor.value)
+            self._in_place[id(root)] = found
+        return found
 
     def _module(self, root: ModuleModel) -> None:
         """The evaluation loops of one module the run reaches (the script, or a project module
@@ -488,9 +503,7 @@ class UnreducedShardMetric(Rule):
                 return True
             if loop is not None and isinstance(sub, cst.Name):
                 # Reduced in place in the loop (`dist.all_reduce(loss)`, then `total += loss`).
-                if any(loop.node in c.loops and self.model.api(c) in api.SUM_REDUCTIONS
-                       and isinstance(c.arg("tensor", 0), cst.Name)
-                       and getattr(c.arg("tensor", 0), "value", None) == sub.value for c in root.calls):
+                if sub.value in self._reduced_in_place(root).get(id(loop.node), ()):
                     return True
                 if any(key is not None and loop.node in point.loops and self._reduces(root, value)
                        for key, value, _, point in loop.scope.updates.get(sub.value, ())):
