@@ -426,3 +426,31 @@ def plain_readers(model: Model, loaders: list[Function]) -> bool:
                     and (Path(target.path), target.name) in where:
                 return True
     return False
+
+
+def strips_module_prefix(source: str) -> bool:
+    """The code names the wrapper's key prefix (`"module."`, `'module.backbone.'`) or torch's
+    helper that removes it, or rebuilds a state dict with its keys cut at a fixed position
+    (`for k, v in ckpt.items(): new_sd[k[7:]] = v`, also through `name = k[7:]`): the project
+    knows its keys carry a prefix and drops it by its length."""
+    # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
+    # `in` rules them out faster than the pattern's scan with its look-behind at every character.
+    if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
+        # (Not in a comment: `# k = "module." + k`, a rename the code no longer does.)
+        if _PREFIX.search(source) and _PREFIX.search(code_only(source)):
+            return True
+    if "consume_prefix_in_state_dict" in source:
+        return True
+    if ".items()" not in source or ":]" not in source:
+        return False
+    for loop in _KEY_LOOP.finditer(source):
+        key = re.escape(loop.group(1))
+        if re.search(rf"(?:\[\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*\]\s*=|\b\w+\s*=\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*(?:#.*)?$)",
+                     source[loop.end():], re.MULTILINE):
+            return True
+    return False
+
+
+_PREFIX = re.compile(r"""(?<![\w.])['"](?:_orig_mod\.)?module\.""")
+# `for k, v in state_dict.items():` — the key's name.
+_KEY_LOOP = re.compile(r"\bfor\s+(\w+)\s*,\s*\w+\s+in\s+[^\n]*\.items\(\)\s*:")

@@ -7,8 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Applicability, Severity
 from ddpcheck.lint.model.module import CallSite, ModuleModel
 from ddpcheck.lint.rule import Invalid, Replace, Rule
-from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, project_strips
-from ddpcheck.lint.rules.ddp_state_dict_prefix import _strips_prefix as strips_ddp_prefix
+from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, project_strips, strips_module_prefix
 from ddpcheck.lint.rules._wrappers import (
     Stack,
     at_site,
@@ -148,7 +147,7 @@ class CompiledStateDictPrefix(Rule):
         # checkpoints are read back only where the project also drops the wrapper's prefix.
         compiled_ddp = [report for report in found if report[2][1:2] == ("ddp",)]
         found = [report for report in found if report[2][1:2] != ("ddp",)]
-        if compiled_ddp and self._strips(_strips_prefix) and self._strips(_strips_wrapper_prefix):
+        if compiled_ddp and self._strips(_strips_prefix) and self._strips(strips_module_prefix):
             compiled_ddp = []
         if found and self._strips(_strips_prefix):
             found = []  # the project's loading code removes the prefix (an inference script's renaming)
@@ -178,8 +177,3 @@ class CompiledStateDictPrefix(Rule):
 def _strips_prefix(code: str) -> bool:
     """The code names the compiled module's key prefix (`key.replace("_orig_mod.", "")`)."""
     return "_orig_mod." in code
-
-
-def _strips_wrapper_prefix(code: str) -> bool:
-    """The code strips the DDP wrapper's key prefix (`module.`; see DDP019)."""
-    return strips_ddp_prefix(code)

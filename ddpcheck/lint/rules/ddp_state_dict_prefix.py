@@ -15,7 +15,7 @@ from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import (
     loaded_through_stripper, plain_readers, project_loads_wrapped, project_reads_into_ddp, project_strips, same_file,
-    saved_file_names, spelled_files, wraps_or_joins,
+    saved_file_names, spelled_files, strips_module_prefix, wraps_or_joins,
 )
 from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.scripts import project_files
@@ -206,11 +206,11 @@ class DdpStateDictPrefix(Rule):
                  if model.paths.restricted(save) != "never" and self._of_ddp(where, save)]
         if not found:
             return
-        if any(_strips_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
-                or _strips_prefix(model.root.source):
+        if any(strips_module_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
+                or strips_module_prefix(model.root.source):
             return
-        if self._loader_strips() or loaded_through_stripper(model, _strips_prefix) \
-                or project_strips(model, _strips_prefix) \
+        if self._loader_strips() or loaded_through_stripper(model, strips_module_prefix) \
+                or project_strips(model, strips_module_prefix) \
                 or project_loads_wrapped(model, saved_file_names(model, [save for save, _, _ in found])) \
                 or project_reads_into_ddp(model, [save for save, _, _ in found]):
             return  # the project's loading code strips the prefix (`key[len("module."):]`)
@@ -435,7 +435,7 @@ class DdpStateDictPrefix(Rule):
             if function is None or (id(site.module), function.qualname) in seen:
                 continue
             seen.add((id(site.module), function.qualname))
-            if _strips_prefix(site.module.code(function.node)):
+            if strips_module_prefix(site.module.code(function.node)):
                 return True
         return False
 
@@ -530,31 +530,3 @@ def _receiving(site: CallSite, function: Function, bound: str, passed: list[cst.
             names.add(params[positional + shift].name.value)
         positional += 1
     return names
-
-
-def _strips_prefix(source: str) -> bool:
-    """The code names the wrapper's key prefix (`"module."`, `'module.backbone.'`) or torch's
-    helper that removes it, or rebuilds a state dict with its keys cut at a fixed position
-    (`for k, v in ckpt.items(): new_sd[k[7:]] = v`, also through `name = k[7:]`): the project
-    knows its keys carry a prefix and drops it by its length."""
-    # The pattern needs a quote right before `module.`: most texts hold neither spelling, and
-    # `in` rules them out faster than the pattern's scan with its look-behind at every character.
-    if "'module." in source or '"module.' in source or "_orig_mod.module." in source:
-        # (Not in a comment: `# k = "module." + k`, a rename the code no longer does.)
-        if _PREFIX.search(source) and _PREFIX.search(code_only(source)):
-            return True
-    if "consume_prefix_in_state_dict" in source:
-        return True
-    if ".items()" not in source or ":]" not in source:
-        return False
-    for loop in _KEY_LOOP.finditer(source):
-        key = re.escape(loop.group(1))
-        if re.search(rf"(?:\[\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*\]\s*=|\b\w+\s*=\s*{key}\[\s*[1-9]\d*\s*:\s*\]\s*(?:#.*)?$)",
-                     source[loop.end():], re.MULTILINE):
-            return True
-    return False
-
-
-_PREFIX = re.compile(r"""(?<![\w.])['"](?:_orig_mod\.)?module\.""")
-# `for k, v in state_dict.items():` — the key's name.
-_KEY_LOOP = re.compile(r"\bfor\s+(\w+)\s*,\s*\w+\s+in\s+[^\n]*\.items\(\)\s*:")
