@@ -13,13 +13,12 @@ from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
 from ddpcheck.lint.model.options import option_default
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
+from ddpcheck.lint.model.shares import takes_own_share
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none, subexpressions
+from ddpcheck.lint.model.syntax import children, dotted, int_value, is_none
 from ddpcheck.lint.model.values import Value
-from ddpcheck.lint.model.world import is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._argparse import option_defaults
-from ddpcheck.lint.rules.uneven_inputs import split_by_rank
 
 if TYPE_CHECKING:
     from ddpcheck.lint.model.semantic import Model
@@ -393,7 +392,7 @@ class SameSeedOnEveryRank(Rule):
         # are too often initialisation or generation code to stand alone.
         sharded = any(model.api(s) == api.DATALOADER and feed(model, s) is not None
                       or model.facts.does(s, "distributed_sampler") for s in model.root.calls) \
-            or split_by_rank(model) or _shared_out_by_rank(model)
+            or takes_own_share(model)
         if not sharded:
             if not any(model.api(s) == api.DDP or model.facts.does(s, "ddp_wrap") for s in model.root.calls):
                 return
@@ -1267,57 +1266,3 @@ def _zero_until_initialized(function: Function) -> bool:
     statement = inner[0].body[0]
     return isinstance(statement, cst.Return) and statement.value is not None \
         and int_value(statement.value) is not None
-
-
-def _shared_out_by_rank(model: Model) -> bool:
-    """Whether the linted file takes each rank's own share of the data by hand in a way
-    `split_by_rank` does not read: a contiguous slice whose two bounds both come from the rank
-    (`rays[bounds[rank]:bounds[rank + 1]]`, `x[rank * n:(rank + 1) * n]`; one bound alone,
-    `x[rank:]`, is no share), or the rank's item of what a call made into as many parts as
-    there are ranks (`partition_dataset(data, num_partitions=world_size)[rank]`), anywhere in
-    its code (a dataset method's `return` too)."""
-    root = model.root
-    found = root.memo.get("shared_out_by_rank")
-    if found is None:
-        found = _finds_share(root, model.resolver_for(root))
-        root.memo["shared_out_by_rank"] = found
-    return bool(found)
-
-
-def _finds_share(root: ModuleModel, resolve: Resolve) -> bool:
-    stack: list[cst.CSTNode] = [root.tree]
-    while stack:
-        node = stack.pop()
-        stack.extend(children(node))
-        if not isinstance(node, cst.Subscript) or len(node.slice) != 1:
-            continue
-        piece = node.slice[0].slice
-        if isinstance(piece, cst.Slice):
-            if piece.step is None and piece.lower is not None and piece.upper is not None \
-                    and _rank_bound(piece.lower, resolve) and _rank_bound(piece.upper, resolve):
-                return True
-        elif isinstance(piece, cst.Index) and isinstance(node.value, cst.Call) and is_rank_value(piece.value, resolve) \
-                and any(is_world_value(sub, None, resolve) for arg in node.value.args
-                        for sub in subexpressions(arg.value) if isinstance(sub, (cst.Name, cst.Attribute, cst.Call))):
-            return True
-    return False
-
-
-def _rank_bound(expr: cst.BaseExpression, resolve: Resolve) -> bool:
-    """A slice bound taken from the rank: `bounds[rank]`, `bounds[rank + 1]`, `rank * n`,
-    `(rank + 1) * n`."""
-    if isinstance(expr, cst.Subscript):
-        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
-            return False
-        return _rank_or_next(expr.slice[0].slice.value, resolve)
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Multiply):
-        return _rank_or_next(expr.left, resolve) or _rank_or_next(expr.right, resolve)
-    return False
-
-
-def _rank_or_next(expr: cst.BaseExpression, resolve: Resolve) -> bool:
-    """`rank` or `rank + 1`."""
-    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add) \
-            and isinstance(expr.right, cst.Integer) and expr.right.value == "1":
-        expr = expr.left
-    return not isinstance(expr, (cst.Integer, cst.BinaryOperation)) and is_rank_value(expr, resolve)

@@ -2,8 +2,6 @@ from __future__ import annotations
 
 import re
 
-from typing import TYPE_CHECKING, Iterator
-
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -12,16 +10,13 @@ from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import evens_nothing, is_ddp, is_eval_name, loops_over, sampler_values
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
+from ddpcheck.lint.model.shares import SPLITTERS, assigned_expressions, indexed_by_rank, split_per_rank, strided_by_rank
 from ddpcheck.lint.model.syntax import children, dotted, expressions, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rules._classes import classes_of
 
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.semantic import Model
-
-_SPLITTERS = frozenset({"numpy.array_split", "torch.chunk", "torch.tensor_split", "numpy.split"})
 _WORLD = WORLD_NAMES
 # What a sampler that evens the shards out writes: padding to a total size, a per-rank count.
 _EVENS = ("total_size", "num_samples", "pad", "ceil", "[:")
@@ -213,9 +208,9 @@ class UnevenInputs(Rule):
         self._reached_strides(reported)
         self._node_splits()
         strided: list[tuple[cst.Subscript, bool, bool]] = []
-        for scope, node in _expressions(root):
+        for scope, node in assigned_expressions(root):
             for sub in expressions(node):  # (subscripts and calls: the tokens are not read)
-                if isinstance(sub, cst.Subscript) and _strided_by_rank(sub, resolve, scope):
+                if isinstance(sub, cst.Subscript) and strided_by_rank(sub, resolve, scope):
                     strided.append((sub, self._feeds_training(root, scope, set(root.assigned_names(node)), 0),
                                     self._backward_in(root, scope)))
                 elif isinstance(sub, cst.Call) and _range_by_rank(sub, resolve, scope) and id(sub) not in reported \
@@ -223,12 +218,12 @@ class UnevenInputs(Rule):
                     # `idx = list(range(rank, n, world_size))`, then the rows it picks are trained on
                     reported.add(id(sub))
                     self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
-                elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and _by_rank(sub, resolve):
+                elif isinstance(sub, cst.Subscript) and isinstance(sub.value, cst.Call) and indexed_by_rank(sub, resolve):
                     site = root.call_at(sub.value)
                     if site is None:
                         continue
-                    if model.api(site) in _SPLITTERS and not self._whole_batch(root, scope, node) or (
-                            _split_method(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
+                    if model.api(site) in SPLITTERS and not self._whole_batch(root, scope, node) or (
+                            split_per_rank(site) and sub is node and self._trains_with(scope, root.assigned_names(node))):
                         self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         # `files[rank::world_size]`: where one of the script's strided splits is seen to reach
         # training, the splits beside it that are not (the validation shots split the same
@@ -284,7 +279,7 @@ class UnevenInputs(Rule):
             if module is model.root or _truncates(source):
                 continue  # the script is read below; a module that truncates evens its shares
             resolve = model.resolver_for(module)
-            for scope, node in _expressions(module):
+            for scope, node in assigned_expressions(module):
                 for sub in expressions(node):
                     if isinstance(sub, cst.Call) and id(sub) not in reported and _range_by_rank(sub, resolve, scope) \
                             and self._feeds_training(module, scope, set(module.assigned_names(node)), 0):
@@ -540,32 +535,6 @@ def _truncates(source: str) -> bool:
     return False
 
 
-def split_by_rank(model: Model) -> bool:
-    """Whether the linted file gives each rank its own share of the data by hand: an assignment of
-    `x[rank::world_size]`, `np.array_split(x, world_size)[rank]` or `idx.split(...)[rank]`."""
-    root = model.root
-    resolve = model.resolver_for(root)
-    for _scope, node in _expressions(root):
-        if not isinstance(node, cst.Subscript):
-            continue
-        if _strided_by_rank(node, resolve, _scope):
-            return True
-        if isinstance(node.value, cst.Call) and _by_rank(node, resolve):
-            site = root.call_at(node.value)
-            if site is not None and (model.api(site) in _SPLITTERS or _split_method(site)):
-                return True
-    return False
-
-
-def _strided_by_rank(sub: cst.Subscript, resolve: Resolve, scope: Scope) -> bool:
-    """`x[rank::world_size]` (the world size by its value: `ws = dist.get_world_size()`)."""
-    if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Slice):
-        return False
-    piece = sub.slice[0].slice
-    return piece.lower is not None and piece.step is not None and is_rank_value(piece.lower, resolve) \
-        and is_world_value(piece.step, scope, resolve)
-
-
 def _range_by_rank(call: cst.Call, resolve: Resolve, scope: Scope) -> bool:
     """`range(rank, n, world_size)` (or numpy's and torch's `arange`): every world-size-th index
     from the rank's own."""
@@ -574,28 +543,5 @@ def _range_by_rank(call: cst.Call, resolve: Resolve, scope: Scope) -> bool:
     return is_rank_value(call.args[0].value, resolve) and is_world_value(call.args[2].value, scope, resolve)
 
 
-def _by_rank(sub: cst.Subscript, resolve: Resolve) -> bool:
-    return len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) and is_rank_value(sub.slice[0].slice.value, resolve)
-
-
 def _mentions(expr: cst.BaseExpression, names: set[str]) -> bool:
     return any(isinstance(sub, cst.Name) and sub.value in names for sub in subexpressions(expr))
-
-
-def _split_method(site: CallSite) -> bool:
-    """`idx.split(ceil(len(idx) / world_size))`, `idx.chunk(world_size)`, `x.tensor_split(world_size)`:
-    a tensor split into one piece per rank (a world-size argument tells it from `text.split(",")`)."""
-    if site.method not in ("split", "chunk", "tensor_split"):
-        return False
-    return any(any(w in (dotted(sub) or "") for w in _WORLD)
-               for arg in site.node.args for sub in subexpressions(arg.value)
-               if isinstance(sub, (cst.Name, cst.Attribute)))
-
-
-def _expressions(root: ModuleModel) -> Iterator[tuple[Scope, cst.BaseExpression]]:
-    scopes: list[Scope] = [root.module_scope, *root.function_scopes.values()]
-    for scope in scopes:
-        for values in scope.assignments.values():
-            for value in values:
-                if isinstance(value, cst.BaseExpression):
-                    yield scope, value
