@@ -70,3 +70,14 @@ def test_a_wrap_the_builder_makes_only_without_mixed_precision_is_never_initiali
 ])
 def test_a_wrap_that_may_reach_amp_initialize_is_reported(tmp_path, wrap_test, call):
     assert _found(tmp_path, wrap_test, call) == {("train.py", 13, "DDP014")}
+
+
+def test_the_builder_test_is_read_through_whatever_name_the_caller_passes(tmp_path):
+    # The caller calls its namespace `args`, the builder its parameter `cfg`: `not cfg.half`
+    # in the builder is `not args.half` at this call, the caller's `if args.half:` denies it.
+    write_project(tmp_path, {
+        "train.py": TRAIN.replace("CALL", "net = build_trainer(cfg)").replace("cfg", "args"),
+        "nets/__init__.py": "",
+        "nets/builder.py": BUILDER.replace("WRAP_TEST", "not cfg.half"),
+    })
+    assert finding_set(tmp_path, "train.py", select="DDP014") == set()

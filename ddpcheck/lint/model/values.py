@@ -171,6 +171,56 @@ class Value:
         return f"<Value {' '.join(text.split())[:60]!r} in {self.scope.qualname}>"
 
 
+def in_caller_terms(guards: Sequence[Guard], frame: Frame) -> tuple[Guard, ...] | None:
+    """`guards` of code in `frame.function` written in the terms of the call's own function: each
+    parameter a test names is replaced by the argument the call passes it (`def build(opt): if not
+    opt.fp16: ...` called as `build(args)` reads `if not args.fp16:`). None where a named parameter
+    is rebound in the function, not passed (its default is not the caller's value), or passed by
+    `*args`/`**kwargs`: those tests are not the caller's to compare."""
+    bindings = frame.function.scope.assignments
+    shift = 0 if frame.bound == "" else 1
+    passed: dict[str, cst.BaseExpression] = {}
+    for guard in guards:
+        for node in subexpressions(guard.test):
+            if not isinstance(node, cst.Name) or node.value in passed:
+                continue
+            bound = bindings.get(node.value, [])
+            param = next((b for b in bound if isinstance(b, Param)), None)
+            if param is None:
+                continue
+            if len(bound) != 1 or param.star:
+                return None
+            position = param.index - shift if param.index is not None else None
+            if position is not None and position < 0:
+                return None  # the receiver of a method: not an argument of the call
+            argument_passed = frame.call.arg(param.name, position)
+            if argument_passed is None:
+                return None
+            passed[node.value] = argument_passed
+    if not passed:
+        return tuple(guards)
+    rename = _Substitute(passed)
+    return tuple(Guard(test=guard.test.visit(rename), negated=guard.negated, node=guard.node)  # type: ignore[arg-type]
+                 for guard in guards)
+
+
+class _Substitute(cst.CSTTransformer):
+    """Replaces names by expressions, not the attribute names (`opt.fp16`'s `fp16`) nor keywords."""
+
+    def __init__(self, passed: dict[str, cst.BaseExpression]) -> None:
+        super().__init__()
+        self.passed = passed
+
+    def leave_Name(self, original_node: cst.Name, updated_node: cst.Name) -> cst.BaseExpression:
+        return self.passed.get(original_node.value, updated_node)
+
+    def leave_Attribute(self, original_node: cst.Attribute, updated_node: cst.Attribute) -> cst.Attribute:
+        return updated_node.with_changes(attr=original_node.attr)
+
+    def leave_Arg(self, original_node: cst.Arg, updated_node: cst.Arg) -> cst.Arg:
+        return updated_node.with_changes(keyword=original_node.keyword)
+
+
 # The step a node's type takes (see Values._step), found once per type: isinstance against
 # libcst's node classes goes through ABCMeta, and the evaluator asks it for every step.
 _SHARED, _PARAM, _ITEM, _ELEMENT, _LEAF, _IFEXP, _BOOLEAN, _NAME, _CALL, _SUBSCRIPT = range(10)

@@ -9,7 +9,7 @@ from ddpcheck.lint.model.conditions import contradictory, exclusive_arms, on_sin
 from ddpcheck.lint.model.module import CallSite, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
-from ddpcheck.lint.model.values import Value
+from ddpcheck.lint.model.values import Value, in_caller_terms
 from ddpcheck.lint.rule import Invalid, Rule
 
 _MOVES = ("to", "cuda", "cpu", "half", "bfloat16", "double")
@@ -234,9 +234,8 @@ class ModelMovedAfterWrapping(Rule):
     def _wrapped_off_this_path(self, value: Value, site: CallSite) -> bool:
         """The wrap `value` comes from runs only where `site` cannot: its tests contradict those
         of `site` (`if not opt.fp16: model = DDP(model)` in the builder `create_model(opt)`, and
-        `if opt.fp16: amp.initialize(model, ...)` in its caller). A builder's tests are read in
-        the caller's terms only where each parameter they name is handed the caller's variable
-        of the same name in `site`'s function."""
+        `if opt.fp16: amp.initialize(model, ...)` in its caller), the builder's tests read in the
+        caller's terms (values.in_caller_terms)."""
         made = value.module.call_at(value.call) if value.call is not None else None
         if made is None:
             return False
@@ -245,19 +244,8 @@ class ModelMovedAfterWrapping(Rule):
             return made.scope is site.scope and contradictory(made.guards, site.guards)
         if frame.caller is not None or frame.call.scope is not site.scope or made.scope is not frame.function.scope:
             return False
-        bindings = made.scope.assignments
-        named = {n.value for g in made.guards for n in subexpressions(g.test) if isinstance(n, cst.Name)}
-        for name in named:
-            param = next((b for b in bindings.get(name, []) if isinstance(b, Param)), None)
-            if param is None:
-                continue
-            if len(bindings.get(name, [])) != 1:
-                return False  # rebound in the builder: not the caller's value any more
-            shift = 0 if frame.bound == "" else 1
-            passed = frame.call.arg(name, param.index - shift if param.index is not None else None)
-            if not isinstance(passed, cst.Name) or passed.value != name:
-                return False
-        return contradictory(made.guards + frame.call.guards, site.guards)
+        translated = in_caller_terms(made.guards, frame)
+        return translated is not None and contradictory(translated + frame.call.guards, site.guards)
 
     def _moved_held_wraps(self) -> None:
         """`self.model.cpu()` in a method of a class whose constructor keeps what it is handed
