@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 import re
 
 import libcst as cst
@@ -582,50 +582,93 @@ def _overwritten_on_entry(module: ModuleModel, dest: str) -> bool:
     it, the default only picks the single process's GPU)."""
     if not dest:
         return False
-    lines = code_only(module.source).split("\n")
-    read = re.compile(r"\.\s*" + re.escape(dest) + r"\b(?![ \t]*=(?!=))")
-    written = re.compile(r"^([ \t]+)\w+\." + re.escape(dest) + r"\s*=(?!=)([^\n]*)$")
-
-    def indent(line: str) -> int:
-        return len(line) - len(line.lstrip())
-
-    def top_level(at: int) -> str | None:
-        """The top-level statement line `at` belongs to: None for module-level code, else the
-        name of the top-level function (or class) it is in."""
-        for i in range(at, -1, -1):
-            if lines[i].strip() and indent(lines[i]) == 0 and not lines[i].lstrip().startswith("@"):
-                found = re.match(r"(?:async\s+)?(?:def|class)\s+(\w+)", lines[i])
-                return found.group(1) if found else None
-        return None
-
-    for at, line in enumerate(lines):
-        found = written.match(line)
-        if found is None or dest in found.group(2) or "get_rank" not in found.group(2):
+    for statement in module.tree.body:
+        if not isinstance(statement, cst.FunctionDef):
             continue
-        function = top_level(at)
-        start = next((i for i in range(at, -1, -1) if indent(lines[i]) == 0 and lines[i].strip()), 0)
-        if function is None or not lines[start].startswith("def") or any(read.search(lines[i]) for i in range(start, at)):
+        written = _written_after_init(module, statement, dest)
+        if written is None or _reads_entry(_in_order(statement, until=written), dest):
             continue
-        # The process group is set up just before, in the same block: every run that has one
-        # writes the entry.
-        level, init = indent(line), None
-        for i in range(at - 1, start, -1):
-            if not lines[i].strip():
-                continue
-            if indent(lines[i]) < level:
-                break
-            if indent(lines[i]) == level and "init_process_group(" in lines[i]:
-                init = i
-                break
-        if init is None:
-            continue
-        called = re.compile(r"^[ \t]*(?:[\w., ]+=[ \t]*)?" + re.escape(function) + r"\s*\(")
-        entry = next((i for i, text in enumerate(lines) if called.match(text) and top_level(i) is None), None)
-        if entry is None:
-            continue
-        if not any(read.search(lines[i]) for i in range(entry) if top_level(i) is None):
+        entry = _entry_call(module.tree, statement.name.value)
+        if entry is not None and not _reads_entry(_in_order(module.tree, until=entry, top_level=True), dest):
             return True
     return False
+
+
+def _written_after_init(module: ModuleModel, function: cst.FunctionDef, dest: str) -> cst.CSTNode | None:
+    """The statement `ns.<dest> = <value from get_rank>` in `function` whose block runs
+    `init_process_group(...)` in an earlier statement."""
+    blocks: list[Sequence[cst.BaseStatement]] = [function.body.body] if isinstance(function.body, cst.IndentedBlock) else []
+    while blocks:
+        block = blocks.pop()
+        for at, statement in enumerate(block):
+            if not isinstance(statement, cst.SimpleStatementLine):
+                blocks.extend(_blocks_of(statement))
+                continue
+            small = statement.body[0]
+            if not (isinstance(small, cst.Assign) and len(small.targets) == 1):
+                continue
+            target = small.targets[0].target
+            if not (isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name) and target.attr.value == dest):
+                continue
+            value = module.code(small.value)
+            if dest in value or "get_rank" not in value:
+                continue
+            if any(isinstance(earlier, cst.SimpleStatementLine) and "init_process_group(" in module.code(earlier)
+                   for earlier in block[:at]):
+                return statement
+    return None
+
+
+def _blocks_of(statement: cst.BaseStatement) -> list[Sequence[cst.BaseStatement]]:
+    """The statement lists a compound statement holds (its body, `else`/`elif` arms, handlers)."""
+    found: list[Sequence[cst.BaseStatement]] = []
+    stack: list[cst.CSTNode] = [statement]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.IndentedBlock):
+            found.append(node.body)
+        elif not isinstance(node, (cst.BaseExpression, cst.FunctionDef, cst.ClassDef)) or node is statement:
+            stack.extend(children(node))
+    return found
+
+
+def _in_order(root: cst.CSTNode, until: cst.CSTNode | None, top_level: bool = False) -> list[cst.CSTNode]:
+    """The nodes of `root` in source order up to `until` (left out; None: all); `top_level` leaves out the
+    bodies of functions and classes (module-level code only)."""
+    seen: list[cst.CSTNode] = []
+    stack: list[cst.CSTNode] = [root]
+    while stack:
+        node = stack.pop()
+        if node is until:
+            break
+        if top_level and node is not root and isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        seen.append(node)
+        stack.extend(reversed(list(children(node))))
+    return seen
+
+
+def _reads_entry(nodes: list[cst.CSTNode], dest: str) -> bool:
+    """Whether `ns.<dest>` is read among `nodes` (written as an assignment's target is no read)."""
+    targets = {id(t.target) for n in nodes if isinstance(n, cst.Assign) for t in n.targets}
+    return any(isinstance(n, cst.Attribute) and n.attr.value == dest and id(n) not in targets for n in nodes)
+
+
+def _entry_call(tree: cst.Module, function: str) -> cst.CSTNode | None:
+    """The first module-level statement (under `if __name__ == "__main__":` too) that calls
+    `function(...)`, alone or bound to names."""
+    for node in _module_statements(tree):
+        small = node.body[0]
+        value = small.value if isinstance(small, (cst.Expr, cst.Assign)) else None
+        if isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == function:
+            return node
+    return None
+
+
+def _module_statements(tree: cst.Module) -> list[cst.SimpleStatementLine]:
+    """The module's simple statements outside functions and classes, in source order."""
+    return [n for n in _in_order(tree, until=None, top_level=True)
+            if isinstance(n, cst.SimpleStatementLine)]
 
 
 def _reads_local_rank_env(text: str) -> bool:
