@@ -135,3 +135,18 @@ def test_meters_fed_a_loss_by_the_evaluation_count_the_padding(tmp_path: Path) -
 def test_a_meter_fed_through_the_logger_s_dict_counts_the_padding(tmp_path: Path) -> None:
     feed = 'logger.meters["error"].update(model(x.cuda()).mean().item())'
     assert _lint(tmp_path, feed) == {("main.py", 14, "DDP018")}
+
+
+def test_an_evaluation_called_from_a_function_that_trains_inline_still_counts(tmp_path: Path) -> None:
+    # The epoch loop trains in its own inner loop, then calls the evaluation, whose meters are
+    # fed a loss: the call is no training statistic.
+    main = MAIN.replace("""            train_one_epoch(model, train_loader, optimizer)
+""", """            for x, y in train_loader:
+                optimizer.zero_grad()
+                torch.nn.functional.cross_entropy(model(x.cuda()), y.cuda()).backward()
+                optimizer.step()
+""")
+    assert "backward" in main
+    engine = ENGINE.replace("FEED", "logger.update(loss=model(x.cuda()).mean().item())")
+    write_project(tmp_path, {"meters.py": METERS, "engine.py": engine, "main.py": main})
+    assert finding_set(tmp_path, "main.py", select="DDP018") == {("main.py", 14, "DDP018")}

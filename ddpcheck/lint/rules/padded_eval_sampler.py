@@ -279,16 +279,29 @@ _SHOWS = frozenset({"print", "str", "repr", "format", "info", "debug", "warning"
 
 
 def _after_training_only(site: CallSite) -> bool:
-    """`site` is in a function whose loops train (`backward()` at their own level) and none of
-    which evaluates (a loop with no `backward()` or `step()`): a training epoch that synchronises
+    """`site` is a method of an object its function's training loop fed (`metric_logger.update(
+    loss=...)` in a loop that calls `backward()` at its own level), in a function none of whose
+    loops evaluates (a loop with no `backward()` or `step()`): a training epoch that synchronises
     its loss meters after its loop (`metric_logger.synchronize_between_processes()`) reduces
     training statistics, not an evaluation's metric."""
     function = site.scope.function
-    if function is None or not isinstance(function.node, cst.FunctionDef):
+    receiver = site.receiver
+    if function is None or not isinstance(function.node, cst.FunctionDef) or not isinstance(receiver, cst.Name):
         return False
     node = function.node
-    loops = [n for n in subexpressions(node.body) if isinstance(n, (cst.For, cst.While))]
-    return any(_calls_backward_at_its_level(loop) for loop in loops) and not _evaluation_loop(node)
+    training = [n for n in subexpressions(node.body)
+                if isinstance(n, (cst.For, cst.While)) and _calls_backward_at_its_level(n)]
+    if not training or _evaluation_loop(node):
+        return False
+    return any(c.scope is site.scope and c is not site and any(loop in c.loops for loop in training)
+               and _root_name(c.receiver) == receiver.value for c in site.module.calls)
+
+
+def _root_name(expr: cst.BaseExpression | None) -> str | None:
+    """`logger` of `logger.meters["loss"]`, of `logger`."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
 
 
 def _unfed_local(site: CallSite) -> bool:
