@@ -150,3 +150,35 @@ def test_an_evaluation_called_from_a_function_that_trains_inline_still_counts(tm
     engine = ENGINE.replace("FEED", "logger.update(loss=model(x.cuda()).mean().item())")
     write_project(tmp_path, {"meters.py": METERS, "engine.py": engine, "main.py": main})
     assert finding_set(tmp_path, "main.py", select="DDP018") == {("main.py", 14, "DDP018")}
+
+
+def test_an_evaluation_method_of_a_local_object_is_no_meter_sync(tmp_path: Path) -> None:
+    # `runner.evaluate()` reads the padded loader itself and all-reduces its sum: whatever the
+    # runner was fed, the method is no synchronisation of fed meters.
+    script = """\
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class Runner:
+        def __init__(self, model, loader):
+            self.model, self.loader = model, loader
+
+        @torch.no_grad()
+        def evaluate(self):
+            total = torch.zeros(1, device="cuda")
+            for x, y in self.loader:
+                total += (self.model(x.cuda()).argmax(1) == y.cuda()).sum()
+            dist.all_reduce(total)
+            return total.item()
+
+
+    def main(model, val_set):
+        dist.init_process_group("nccl")
+        val_sampler = DistributedSampler(val_set, shuffle=False)
+        runner = Runner(model, DataLoader(val_set, batch_size=16, sampler=val_sampler))
+        print(runner.evaluate())
+    """
+    write_project(tmp_path, {"main.py": script})
+    assert finding_set(tmp_path, "main.py", select="DDP018") == {("main.py", 21, "DDP018")}

@@ -274,6 +274,9 @@ def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
 _FEEDS = ("update", "add", "append", "extend", "record", "put", "push", "log", "accumulate", "step")
 # Methods that set an object up or read it out without feeding it data.
 _NOT_FEEDING = frozenset({"add_meter", "log_every", "synchronize_between_processes", "reset"})
+# A method that synchronises what an object holds (`synchronize_between_processes`, `sync`,
+# `all_reduce`, `gather_metrics`), not one that may read the data itself (`evaluate`).
+_SYNCS = re.compile(r"sync|reduce|gather", re.I)
 # Calls that only show an object.
 _SHOWS = frozenset({"print", "str", "repr", "format", "info", "debug", "warning"})
 
@@ -312,8 +315,9 @@ def _unfed_local(site: CallSite) -> bool:
     assignment into it, and it is handed to no call. Its reduction sums meters that hold no
     sample of the evaluation."""
     receiver = site.receiver
-    if not isinstance(receiver, cst.Name) or site.scope.kind != "function" or site.method is None:
-        return False
+    if not isinstance(receiver, cst.Name) or site.scope.kind != "function" or site.method is None \
+            or not _SYNCS.search(site.method):
+        return False  # (`trainer.evaluate()` may read the data itself)
     name = receiver.value
     bound = site.scope.assignments.get(name, ())
     if not bound or not all(isinstance(b, cst.Call) for b in bound):
