@@ -26,6 +26,8 @@ _WORLD_PARAMS = frozenset({"world_size", "num_replicas", "num_shards"})
 _REPORTERS = frozenset({"print", "logging.info", "logging.warning"})
 # Methods that give the same rows of an array in another shape, type or place.
 _SAME_ROWS = frozenset({"reshape", "view", "astype", "copy", "to", "cuda", "float", "long"})
+# Values added to a name that count no sample: a literal step (`+= 1`), text (`msg += "S"`).
+_NOT_COUNTED = (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
 _REPORT_METHODS = frozenset({"info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics", "write"})
 
 
@@ -421,8 +423,8 @@ class UnreducedShardMetric(Rule):
                 if not (isinstance(value, Augmented) and point is not None and loop.node in point.loops):
                     continue
                 node = value.node
-                if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, (cst.Integer, cst.Float)):
-                    continue
+                if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, _NOT_COUNTED):
+                    continue  # (a step `+= 1`, or text: `msg += "S"` marks a line of a log)
                 if on_single_process_only(point.guards, resolve) is not None \
                         or self._reduces(root, node.value, loop, before=point.tick):
                     continue
@@ -440,7 +442,7 @@ class UnreducedShardMetric(Rule):
                 continue
             if isinstance(current, cst.AugAssign) and isinstance(current.operator, cst.AddAssign) \
                     and isinstance(current.target, cst.Subscript) and isinstance(current.target.value, cst.Name) \
-                    and not isinstance(current.value, (cst.Integer, cst.Float)) \
+                    and not isinstance(current.value, _NOT_COUNTED) \
                     and current.target.value.value in scope.assignments:
                 held = reduced if self._reduces(root, current.value, loop) else plain
                 held.add(current.target.value.value)
