@@ -44,3 +44,52 @@ def test_a_loader_dropping_its_partial_last_batch_drops_the_repeats(tmp_path: Pa
 
 def test_batches_of_one_sample_keep_the_repeats(tmp_path: Path) -> None:
     assert _lint(tmp_path, "1") == {("main.py", 18, "DDP018")}
+
+
+PROJECT_SAMPLER = """\
+    import math
+
+    import torch
+    import torch.distributed as dist
+    from torch.utils.data import DataLoader, Sampler
+
+
+    class BlockSampler(Sampler):
+        # Pads its index list with whole blocks of `block` indices: a repeat may fill a batch.
+        def __init__(self, indices, block, num_replicas=None, rank=None):
+            self.num_replicas = num_replicas or dist.get_world_size()
+            self.rank = dist.get_rank() if rank is None else rank
+            self.indices = list(indices)
+            self.block = block
+            self.num_samples = math.ceil(len(self.indices) / (self.num_replicas * block)) * block
+            self.total_size = self.num_samples * self.num_replicas
+
+        def __iter__(self):
+            indices = self.indices + self.indices[:self.total_size - len(self.indices)]
+            return iter(indices[self.rank * self.num_samples:(self.rank + 1) * self.num_samples])
+
+        def __len__(self):
+            return self.num_samples
+
+
+    @torch.no_grad()
+    def evaluate(model, loader):
+        total = torch.zeros(2, device="cuda")
+        for x, y in loader:
+            total[0] += torch.nn.functional.mse_loss(model(x.cuda()), y.cuda(), reduction="sum")
+            total[1] += y.numel()
+        dist.all_reduce(total)
+        return (total[0] / total[1]).item()
+
+
+    def main(model, val_set, batch_size):
+        dist.init_process_group("nccl")
+        val_sampler = BlockSampler(range(len(val_set)), block=batch_size)
+        val_loader = DataLoader(val_set, batch_size=batch_size, sampler=val_sampler, drop_last=True)
+        print(evaluate(model, val_loader))
+    """
+
+
+def test_a_project_sampler_padding_whole_blocks_keeps_its_repeats(tmp_path: Path) -> None:
+    write_project(tmp_path, {"main.py": PROJECT_SAMPLER})
+    assert finding_set(tmp_path, "main.py", select="DDP018") == {("main.py", 38, "DDP018")}
