@@ -1834,9 +1834,9 @@ class Values:
         `base` set it, in the scope that made it: `name.update(key=v)`, or `name.update(other)`
         with `other` an attribute dict or a dict that has the key."""
         attr = node.attr.value
-        for name, bound in base.scope.assignments.items():
+        for name in base.scope.updates:  # (few names are updated: looked up from them)
             marker = (id(base.scope), name)
-            if marker in self._expanding or not any(b is base.node for b in bound):
+            if marker in self._expanding or not any(b is base.node for b in base.scope.assignments.get(name, ())):
                 continue
             self._expanding.add(marker)
             try:
