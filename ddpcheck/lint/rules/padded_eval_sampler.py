@@ -373,8 +373,8 @@ class PaddedEvalSampler(Rule):
     enough to make a paper's number irreproducible.
 
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
-    passes `drop_last=True` (a known, unbiased subset), or when every loader torch's sampler feeds
-    passes `drop_last=True` with a batch size other than a literal 1 (the repeats are the last indices
+    passes `drop_last=True` (a known, unbiased subset), or when every loader it feeds passes
+    `drop_last=True` with a batch size other than a literal 1 (the repeats are the last indices
     of the last ranks' shards, in the partial batch the loader drops), or when the run reduces nothing with
     `all_reduce` and the predictions it gathers (`all_gather*`, `gather*`) are cut to the set's
     length (`preds[:len(dataset)]`; a literal bound, `f"{t:.3f}"[:4]`, is no set's length) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
@@ -748,12 +748,10 @@ class PaddedEvalSampler(Rule):
         return self._feeds_only_evaluation(site)
 
     def _last_batch_dropped(self, site: CallSite) -> bool:
-        """Every loader torch's DistributedSampler feeds passes `drop_last=True` with a batch size
-        other than a literal 1: the padding's repeats are the last indices of the last ranks' shards, which
+        """Every loader the sampler feeds passes `drop_last=True` with a batch size other than a
+        literal 1: the padding's repeats are the last indices of the last ranks' shards, which
         sit in the final partial batch that the loader drops."""
         model = self.model
-        if model.api(site) != api.DISTRIBUTED_SAMPLER:
-            return False  # (a project sampler may pad whole batches: `chunk_size=batch_size`)
         loaders = [c for c in model.paths.sites() if model.makes(c, api.DATALOADER)
                    and any(v.node is site.node for v in sampler_values(model, c)[0])]
         for loader in loaders:
