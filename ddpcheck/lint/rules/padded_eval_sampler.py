@@ -373,9 +373,7 @@ class PaddedEvalSampler(Rule):
     enough to make a paper's number irreproducible.
 
     Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
-    passes `drop_last=True` (a known, unbiased subset), or when every loader it feeds passes
-    `drop_last=True` with a batch size other than a literal 1 (the repeats are the last indices
-    of the last ranks' shards, in the partial batch the loader drops), or when the run reduces nothing with
+    passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
     `all_reduce` and the predictions it gathers (`all_gather*`, `gather*`) are cut to the set's
     length (`preds[:len(dataset)]`; a literal bound, `f"{t:.3f}"[:4]`, is no set's length) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
     where they are gathered or where the gathering function's result is used, a helper that
@@ -559,8 +557,7 @@ class PaddedEvalSampler(Rule):
             if not any(id(g.node) in averaged for g in gathers):
                 return
         for site in samplers:
-            if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site) \
-                    and not self._last_batch_dropped(site):
+            if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site):
                 fix = "use a sampler that does not pad" if model.api(site) in api.PADDING_SAMPLERS \
                     else "pass `drop_last=True`"
                 self.report(
@@ -746,19 +743,6 @@ class PaddedEvalSampler(Rule):
         if function is not None and self._built_for_evaluation(function, 2, sampler=site):
             return True
         return self._feeds_only_evaluation(site)
-
-    def _last_batch_dropped(self, site: CallSite) -> bool:
-        """Every loader the sampler feeds passes `drop_last=True` with a batch size other than a
-        literal 1: the padding's repeats are the last indices of the last ranks' shards, which
-        sit in the final partial batch that the loader drops."""
-        model = self.model
-        loaders = [c for c in model.paths.sites() if model.makes(c, api.DATALOADER)
-                   and any(v.node is site.node for v in sampler_values(model, c)[0])]
-        for loader in loaders:
-            size = loader.arg("batch_size", 1)
-            if not is_true(loader.arg("drop_last")) or size is None or isinstance(size, cst.Integer) and size.value == "1":
-                return False
-        return bool(loaders)
 
     def _feeds_only_evaluation(self, site: CallSite) -> bool:
         """The loaders the sampler feeds are read only under `torch.no_grad()`, back-propagating
