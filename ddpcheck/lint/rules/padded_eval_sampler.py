@@ -289,8 +289,9 @@ def _after_training_only(site: CallSite) -> bool:
     training statistics, not an evaluation's metric."""
     function = site.scope.function
     receiver = site.receiver
-    if function is None or not isinstance(function.node, cst.FunctionDef) or not isinstance(receiver, cst.Name):
-        return False
+    if function is None or not isinstance(function.node, cst.FunctionDef) or not isinstance(receiver, cst.Name) \
+            or receiver.value == "self" or site.method is None or not _SYNCS.search(site.method):
+        return False  # (`self.validate(loader)` is no synchronisation of what the loop fed)
     node = function.node
     training = [n for n in subexpressions(node.body)
                 if isinstance(n, (cst.For, cst.While)) and _calls_backward_at_its_level(n)]
