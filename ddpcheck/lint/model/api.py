@@ -161,6 +161,14 @@ COMPILE = "torch.compile"
 ATTRIBUTE_DICTS = frozenset({"easydict.EasyDict", "addict.Dict", "addict.addict.Dict", "munch.Munch", "munch.munchify",
                              "attrdict.AttrDict", "ml_collections.ConfigDict", "types.SimpleNamespace",
                              "argparse.Namespace"})
+# The class names such dicts go by in the many small packages that ship one (`nincore.AttrDict`,
+# `utils.DotDict` of an installed toolkit): an outside class so named reads the same way.
+_ATTRIBUTE_DICT_NAMES = frozenset({"AttrDict", "EasyDict", "DotDict", "AttributeDict", "Munch"})
+
+
+def is_attribute_dict(name: str | None) -> bool:
+    """`name` (an outside class's canonical name) is a dict whose entries are read as attributes."""
+    return name is not None and (name in ATTRIBUTE_DICTS or name.rsplit(".", 1)[-1] in _ATTRIBUTE_DICT_NAMES)
 BATCHNORMS = frozenset(
     f"torch.nn.{lazy}BatchNorm{d}d" for lazy in ("", "Lazy") for d in (1, 2, 3)
 ) | frozenset({

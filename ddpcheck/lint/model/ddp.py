@@ -638,7 +638,7 @@ def _env_key(model: Model, value: Value, key: cst.BaseExpression | None) -> str 
 
 # `dev` as a word of its own (`dev_loader`, `self.dev_set`), not the start of `device`; `fid`
 # (the FID's reference images: `data_loader_fid`, `is_for_fid`) likewise, not inside `confidence`.
-_EVAL_WORDS = re.compile(r"val|test|eval|(?:^|[._])dev(?:_|set|$)|(?:^|[._])fid(?:_|$)", re.I)
+_EVAL_WORDS = re.compile(r"val|test|eval|(?:^|[._])dev(?:_|set|$)|(?:^|[._])va(?:_|$)|(?:^|[._])fid(?:_|$)", re.I)
 
 
 def training_scopes(model: Model, module: ModuleModel) -> set[int]:

@@ -143,6 +143,15 @@ def _locate_absolute(folder: Path, dotted: str) -> tuple[Path, str] | None:
     if not roots:
         roots = tuple(r for r, package in _folders_above(folder)
                       if head in _top_names(r) and _imports_package(r, package))
+    if not roots:
+        # `pkg/cli/train.py` importing `engine.loop` from its sibling package `pkg/engine/`: the
+        # script is started with the folder above its own on the path (`PYTHONPATH=. python
+        # cli/train.py`). A package (with `__init__.py`) there, inside the project, only.
+        above = _package_top(folder).parent
+        project = _project_root(folder)
+        if above != folder and (project is None or above.is_relative_to(project)) and _outside_packages(above) \
+                and head in _top_names(above) and (above / head / "__init__.py").is_file():
+            roots = (above,)
     found = _split(dotted, roots) if roots else None
     if found is None:
         # `COIGAN/setup.py` installs the package `COIGAN/COIGAN/`: a script of the repository
@@ -150,6 +159,14 @@ def _locate_absolute(folder: Path, dotted: str) -> tuple[Path, str] | None:
         nested = tuple(r for r in _nested_projects(folder) if head in _top_names(r))
         found = _split(dotted, nested) if nested else None
     return found
+
+
+def _package_top(folder: Path) -> Path:
+    """The top folder of the package `folder` is in (`folder` itself outside any package)."""
+    top = folder
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    return top
 
 
 @lru_cache(maxsize=1024)

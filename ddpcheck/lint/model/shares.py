@@ -71,6 +71,25 @@ def split_per_rank(site: CallSite) -> bool:
                if isinstance(sub, (cst.Name, cst.Attribute)))
 
 
+def is_own_share(model: Model, module: ModuleModel, expr: object, scope: Scope) -> bool:
+    """`expr` (a value's node) is one rank's share in any of the shapes above: `x[rank::world]`,
+    `x[rank * n:(rank + 1) * n]`, `bounds[rank]:bounds[rank + 1]`, `np.array_split(x, world)[rank]`.
+    Data read this way needs no sampler to shard it (DDP001 asks)."""
+    if not isinstance(expr, cst.Subscript) or len(expr.slice) != 1:
+        return False
+    resolve = model.resolver_for(module, scope)
+    if strided_by_rank(expr, resolve, scope):
+        return True
+    piece = expr.slice[0].slice
+    if isinstance(piece, cst.Slice):
+        return piece.step is None and piece.lower is not None and piece.upper is not None \
+            and _rank_bound(piece.lower, resolve) and _rank_bound(piece.upper, resolve)
+    if isinstance(expr.value, cst.Call) and indexed_by_rank(expr, resolve):
+        site = module.call_at(expr.value)
+        return site is not None and (model.api(site) in SPLITTERS or split_per_rank(site))
+    return False
+
+
 def _assigned_share(model: Model, root: ModuleModel, resolve: Resolve) -> bool:
     for scope, node in assigned_expressions(root):
         if not isinstance(node, cst.Subscript):

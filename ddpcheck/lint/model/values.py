@@ -840,7 +840,7 @@ class Values:
             if inner is not None:
                 yield from self._eval(base.module, inner, base.scope, base.frame, depth - 1, seen, self._call_point(base))
                 return
-            if name in api.ATTRIBUTE_DICTS:
+            if api.is_attribute_dict(name):
                 # `cfg = EasyDict({"lr": 1e-3})` / `SimpleNamespace(lr=1e-3)`: the attribute is the entry.
                 given = argument(call, attr)
                 if given is not None:
@@ -855,6 +855,13 @@ class Values:
                         for entry in self._entry_values(whole, attr, None, depth - 1, seen):
                             found = True
                             yield entry
+                if found:
+                    return
+                # `args = AttrDict(vars(args))`, later `args.update(conf)` with `conf =
+                # AttrDict(train_loader=loader)`: the entry the update puts there.
+                for entry in self._attribute_dict_updates(base, node, module, scope, frame, depth, seen, at):
+                    found = True
+                    yield entry
                 if found:
                     return
         if call is not None and attr in _BASE_ATTRIBUTES:
@@ -1819,6 +1826,31 @@ class Values:
                 continue  # (bound to another dict after this write)
             out += self.of(site.module, value, scope, at=point)
         return out
+
+    def _attribute_dict_updates(self, base: Value, node: cst.Attribute, module: ModuleModel, scope: Scope,
+                                frame: Frame | None, depth: int, seen: set[tuple[int, int]],
+                                at: Point | None) -> Iterator[Value]:
+        """Entry `node.attr` as the `update(...)` calls on a name bound to the attribute dict
+        `base` set it, in the scope that made it: `name.update(key=v)`, or `name.update(other)`
+        with `other` an attribute dict or a dict that has the key."""
+        attr = node.attr.value
+        for name in base.scope.updates:  # (few names are updated: looked up from them)
+            marker = (id(base.scope), name)
+            if marker in self._expanding or not any(b is base.node for b in base.scope.assignments.get(name, ())):
+                continue
+            self._expanding.add(marker)
+            try:
+                for key, value, _, point in base.scope.updates.get(name, ()):
+                    if key == attr:
+                        yield from self._eval(base.module, value, base.scope, base.frame, depth - 1, seen, point)
+                    elif key is None:
+                        for held in self._eval(base.module, value, base.scope, base.frame, depth - 1, seen, point):
+                            if held.call is not None and api.is_attribute_dict(self.model.api_of(held)):
+                                yield from self._attribute(held, node, module, scope, frame, depth - 1, seen, at)
+                            else:
+                                yield from self._entry_values(held, attr, None, depth - 1, seen)
+            finally:
+                self._expanding.discard(marker)
 
     def _updated(self, module: ModuleModel, scope: Scope, name: str, key: str, at: Point | None) -> list[Value]:
         """What the entries added to the dict `name` later (`kw.update(...)`, `kw["k"] = v`) put

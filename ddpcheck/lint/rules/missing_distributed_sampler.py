@@ -16,6 +16,7 @@ from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, P
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.conditions import is_rank_value
 from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.shares import is_own_share
 from ddpcheck.lint.model.syntax import children, dotted, is_none, string_text, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
@@ -669,11 +670,29 @@ class MissingDistributedSampler(Rule):
                     return False
         return True
 
+    def _own_share(self, value: Value) -> bool:
+        """The dataset is the rank's own share, cut by hand before the loader (`tokens =
+        tokens[rank * n:(rank + 1) * n]`, `files[rank::world_size]`), or a dataset made over one
+        (`TensorDataset(tokens)`): each rank already reads only its part. Any value that reaches
+        the loader counts: the single-process arm (`if rank is not None:` left) reads all."""
+        model = self.model
+        if is_own_share(model, value.module, value.node, value.scope):
+            return True
+        if value.call is None:
+            return False
+        for a in value.call.args:
+            for held in model.values.of(value.module, a.value, value.scope, value.frame, at=value.at):
+                if is_own_share(model, held.module, held.node, held.scope):
+                    return True
+        return False
+
     def _iterable(self, site: CallSite, dataset: cst.BaseExpression) -> bool:
         """The dataset shards itself: an IterableDataset (a torch one, a project subclass, or an
         outside class whose name says so), or a dataset made with the rank
         (`ImageDataset(files, shard=dist.get_rank(), num_shards=...)`)."""
         for value in self.model.values.at_call(site, dataset):
+            if self._own_share(value):
+                return True
             if value.call is None:
                 continue
             resolve = self.model.resolver_for(value.module)

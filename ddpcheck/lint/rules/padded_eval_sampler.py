@@ -270,6 +270,96 @@ def _inside_gathering_helper(gather: CallSite, gathers: list[CallSite]) -> bool:
         g is not gather and g.target is not None and g.target.name == function.qualname for g in gathers)
 
 
+# Method names that put data into an object (a meter, a logger of meters, a metric).
+_FEEDS = ("update", "add", "append", "extend", "record", "put", "push", "log", "accumulate", "step")
+# Methods that set an object up or read it out without feeding it data.
+_NOT_FEEDING = frozenset({"add_meter", "log_every", "synchronize_between_processes", "reset"})
+# A method that synchronises what an object holds (`synchronize_between_processes`, `sync`,
+# `all_reduce`, `gather_metrics`), not one that may read the data itself (`evaluate`).
+_SYNCS = re.compile(r"sync|reduce|gather", re.I)
+# Calls that only show an object.
+_SHOWS = frozenset({"print", "str", "repr", "format", "info", "debug", "warning"})
+
+
+def _after_training_only(site: CallSite) -> bool:
+    """`site` is a method of an object its function's training loop fed (`metric_logger.update(
+    loss=...)` in a loop that calls `backward()` at its own level), in a function none of whose
+    loops evaluates (a loop with no `backward()` or `step()`): a training epoch that synchronises
+    its loss meters after its loop (`metric_logger.synchronize_between_processes()`) reduces
+    training statistics, not an evaluation's metric."""
+    function = site.scope.function
+    receiver = site.receiver
+    if function is None or not isinstance(function.node, cst.FunctionDef) or not isinstance(receiver, cst.Name) \
+            or receiver.value == "self" or site.method is None or not _SYNCS.search(site.method):
+        return False  # (`self.validate(loader)` is no synchronisation of what the loop fed)
+    node = function.node
+    training = [n for n in subexpressions(node.body)
+                if isinstance(n, (cst.For, cst.While)) and _calls_backward_at_its_level(n)]
+    if not training or _evaluation_loop(node):
+        return False
+    return any(c.scope is site.scope and c is not site and any(loop in c.loops for loop in training)
+               and _root_name(c.receiver) == receiver.value for c in site.module.calls)
+
+
+def _root_name(expr: cst.BaseExpression | None) -> str | None:
+    """`logger` of `logger.meters["loss"]`, of `logger`."""
+    while isinstance(expr, (cst.Attribute, cst.Subscript)):
+        expr = expr.value
+    return expr.value if isinstance(expr, cst.Name) else None
+
+
+def _unfed_local(site: CallSite) -> bool:
+    """`site` is a method call (not a direct collective) on an object its function makes itself
+    (`metric_logger = MetricLogger()`, then `metric_logger.synchronize_between_processes()`)
+    and nothing in the function feeds it: no method that puts data in (`update`, `add`,
+    `log`, ...), also through an attribute (`metric_logger.meters["acc"].update(v)`), no
+    assignment into it, and it is handed to no call. Its reduction sums meters that hold no
+    sample of the evaluation."""
+    receiver = site.receiver
+    if not isinstance(receiver, cst.Name) or site.scope.kind != "function" or site.method is None \
+            or not _SYNCS.search(site.method):
+        return False  # (`trainer.evaluate()` may read the data itself)
+    name = receiver.value
+    bound = site.scope.assignments.get(name, ())
+    if not bound or not all(isinstance(b, cst.Call) for b in bound):
+        return False  # a parameter, or not a new object: a caller may have fed it
+    for node, parents in _with_parents(site.scope.node):
+        if not (isinstance(node, cst.Name) and node.value == name) or not parents:
+            continue
+        # The chain of attributes, subscripts and calls the name heads.
+        top: cst.CSTNode = node
+        chain: list[cst.CSTNode] = []
+        for i in range(len(parents) - 1, -1, -1):
+            parent = parents[i]
+            if isinstance(parent, cst.Attribute) and parent.value is top \
+                    or isinstance(parent, cst.Subscript) and parent.value is top \
+                    or isinstance(parent, cst.Call) and parent.func is top:
+                chain.append(parent)
+                top = parent
+                continue
+            if isinstance(parent, cst.Arg) and not chain and i > 0:
+                call = parents[i - 1]
+                shown = isinstance(call, cst.Call) and (dotted(call.func) or "").rsplit(".", 1)[-1] in _SHOWS
+                if not shown:
+                    return False  # handed whole to a call, which may feed it
+            if isinstance(parent, (cst.AssignTarget, cst.AugAssign)) and chain:
+                return False  # `logger.meters["x"] = ...`, `logger.total += v`
+            break
+        methods = [c.func.attr.value for c in chain
+                   if isinstance(c, cst.Call) and isinstance(c.func, cst.Attribute)]
+        if any(m not in _NOT_FEEDING and any(m.startswith(f) or m.endswith(f) for f in _FEEDS) for m in methods):
+            return False
+    return True
+
+
+def _with_parents(root: cst.CSTNode) -> Iterator[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]]:
+    stack: list[tuple[cst.CSTNode, tuple[cst.CSTNode, ...]]] = [(root, ())]
+    while stack:
+        node, parents = stack.pop()
+        yield node, parents
+        stack.extend((child, parents + (node,)) for child in children(node))
+
+
 class PaddedEvalSampler(Rule):
     """An evaluation loader uses a padding DistributedSampler and the metric is all-reduced: some samples count twice.
 
@@ -320,7 +410,11 @@ class PaddedEvalSampler(Rule):
     sampler class handed to the builder (`build(cfg, DistributedSampler)`, then `sampler(
     val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
-    reduces no metric. MONAI's `DistributedSampler` pads like torch's unless it is made with
+    reduces no metric; nor does a meter logger's synchronisation in a training epoch whose loops all
+    back-propagate (its loss meters, after the loop), or in an evaluation that makes the logger
+    itself and never feeds it (`metric_logger.synchronize_between_processes()` where no
+    `update`/`add`/`log` call, nor any call it is handed to, puts a value in: the scores come from
+    elsewhere). MONAI's `DistributedSampler` pads like torch's unless it is made with
     `even_divisible=False`. A sampler whose loaders nothing reads (`test_loader = DataLoader(
     test_set, sampler=test_sampler)` in a function that never uses `test_loader`, the sampler
     read nowhere else) feeds no evaluation and is not reported; a loader that is returned,
@@ -508,6 +602,10 @@ class PaddedEvalSampler(Rule):
             return False
         if self._called_only_in_training(site):
             return False  # (`reduce_loss(loss)` after each `backward()`: a training loss)
+        if _after_training_only(site):
+            return False  # (a training epoch's meters synchronised after its loop)
+        if _unfed_local(site):
+            return False  # (`logger.synchronize_between_processes()` of meters nothing updated)
         if "all_reduce" in self.model.facts.direct(site):
             return not _capped_loop(site.scope.node)
         if depth <= 0:

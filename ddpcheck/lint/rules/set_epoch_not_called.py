@@ -10,7 +10,8 @@ from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import Feed, feed, is_eval_name, sampler_values, training_scopes, wrapped_iterables
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope, Target
+from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_false, is_none, subexpressions
@@ -50,6 +51,28 @@ def _assigned_in(loop: cst.CSTNode, name: str) -> Iterator[cst.BaseExpression]:
                 and isinstance(node.target, cst.Name) and node.target.value == name:
             yield node.value
         stack.extend(children(node))
+
+
+def _set_before_rebuild(site: CallSite) -> bool:
+    """`sampler.set_epoch(epoch)` and, further down the same pass of its loop, `sampler =
+    build_sampler(...)` handed on to what makes the loader (`build_loader(ds, sampler=sampler)`):
+    the epoch goes to the last pass's sampler, which is dropped, and the new one starts at epoch
+    0 every pass. A rebinding under a test the `set_epoch` does not share may not happen."""
+    receiver = site.receiver
+    if not isinstance(receiver, cst.Name) or not site.loops:
+        return False
+    loop, name, scope = site.loops[-1], receiver.value, site.scope
+    own = {id(g.node) for g in site.guards}
+    for value, point in zip(scope.assignments.get(name, ()), scope.points.get(name, ())):
+        if point is None or loop not in point.loops or point.tick <= site.tick or not isinstance(value, cst.Call):
+            continue
+        if point.loops[-1] is not loop or any(id(g.node) not in own for g in point.guards):
+            continue
+        if any(c.scope is scope and c.tick > point.tick and loop in c.loops
+               and any(isinstance(a.value, cst.Name) and a.value.value == name for a in c.node.args)
+               for c in site.module.calls):
+            return True
+    return False
 
 
 def _constant_epoch(call: CallSite) -> bool:
@@ -129,7 +152,11 @@ class SetEpochNotCalled(Rule):
     of that function that hands it the loader together with another sampler (the data loaded
     again, `dataset, train_sampler = load_data(args)`, and `train(train_sampler=train_sampler,
     data_loader=data_loader)` with the loader built from the first sampler): there the loader's
-    own sampler never gets its epoch, and the epoch loop is reported.
+    own sampler never gets its epoch, and the epoch loop is reported. Nor does a `set_epoch` on a
+    name that the same pass of its loop then binds to a new sampler handed on to the loader's
+    builder (`sampler.set_epoch(epoch)`, then `sampler = build_sampler(ds)` and
+    `build_loader(ds, sampler)`): the epoch reaches the dropped sampler, and the new one starts at
+    0 every pass. A project Dataset's `self.set_epoch(0)` in its own methods sets its own state.
 
     A `set_epoch(self.epoch)` whose attribute nothing in a loop ever writes (it is set in the
     constructor, or once on resume) passes the start epoch on every pass: it does not count, and
@@ -515,7 +542,8 @@ class SetEpochNotCalled(Rule):
         # draws from the sampler sets its epoch.
         set_epochs = [s for s in model.paths.sites() if s.method == "set_epoch"]
         for found in feeds:
-            setting = [s for s in set_epochs if self._every_drawing_rank(found, s) and self._may_set(found, s)]
+            setting = [s for s in set_epochs if self._every_drawing_rank(found, s) and self._may_set(found, s)
+                       and not _set_before_rebuild(s)]
             if setting:
                 # A set_epoch that runs once, in the epoch loop's own function outside any loop
                 # (`sampler.set_epoch(start_epoch)` before `for epoch in ...:`), sets one epoch:
@@ -685,6 +713,8 @@ class SetEpochNotCalled(Rule):
         sampler does not count."""
         receiver = site.receiver
         assert receiver is not None
+        if self._own_on_self(site):
+            return False  # `self.set_epoch(0)` in a project dataset's own method
         for value in self.model.values.at_call(site, receiver):
             if value.node is found.sampler.node:
                 return True
@@ -734,6 +764,23 @@ class SetEpochNotCalled(Rule):
                 return False
             seen = True
         return seen
+
+    def _own_on_self(self, site: CallSite) -> bool:
+        """`self.set_epoch(0)` in a method of a project class that is a Dataset and no sampler
+        (`__init__` of a video dataset drawing its first epoch's clips), whose own `set_epoch`
+        passes the epoch to no other `set_epoch`: the dataset's own state, not a sampler's."""
+        receiver, class_scope = site.receiver, site.scope.class_scope
+        if not (isinstance(receiver, cst.Name) and receiver.value == "self") or class_scope is None:
+            return False
+        info = next((c for c in site.module.classes.values() if c.scope is class_scope), None)
+        graph = self.model.graph
+        path = resolved_path(site.module.path) if info is not None else None
+        target = Target(None, path, info.qualname, "class") if info is not None and path is not None else None
+        if info is None or target is None or graph.is_subclass(target, api.SAMPLER) \
+                or not graph.is_subclass(target, api.DATASET):
+            return False
+        method = graph.method(site.module, info, "set_epoch")
+        return method is not None and ".set_epoch(" not in code_only(method.module.code(method.node))
 
     def _dataset_own_set_epoch(self, value: Value) -> bool:
         """A project Dataset (not a sampler) whose own `set_epoch` sets only its own state: it

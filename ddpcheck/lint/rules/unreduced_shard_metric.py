@@ -26,7 +26,9 @@ _WORLD_PARAMS = frozenset({"world_size", "num_replicas", "num_shards"})
 _REPORTERS = frozenset({"print", "logging.info", "logging.warning"})
 # Methods that give the same rows of an array in another shape, type or place.
 _SAME_ROWS = frozenset({"reshape", "view", "astype", "copy", "to", "cuda", "float", "long"})
-_REPORT_METHODS = frozenset({"info", "log", "add_scalar", "add_scalars", "log_metrics", "write"})
+# Values added to a name that count no sample: a literal step (`+= 1`), text (`msg += "S"`).
+_NOT_COUNTED = (cst.Integer, cst.Float, cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)
+_REPORT_METHODS = frozenset({"info", "log", "add_scalar", "add_scalars", "log_metric", "log_metrics", "write"})
 
 
 class UnreducedShardMetric(Rule):
@@ -51,7 +53,7 @@ class UnreducedShardMetric(Rule):
     Model selection and early stopping then follow noise.
 
     Reported at the print / log call (`print`, `logger.info`, `writer.add_scalar`, `wandb.log`,
-    ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
+    `mlflow.log_metric`, ...) after a loop over a DataLoader fed by a DistributedSampler (in the script or in a project
     module the run reaches; loaders derived from torch's, such as PyG's, count, and so does one
     taken from a dict of loaders filled in a loop: `loaders[split] = DataLoader(...)`, then
     `evaluate(model, loaders["val"])`; also wrapped in a progress bar bound first, `bar =
@@ -98,7 +100,9 @@ class UnreducedShardMetric(Rule):
     function a rank's slice (`Xi[rank * n:(rank + 1) * n]`, also reshaped or permuted on the
     way): its metrics are reported at that caller, not at one that hands it the whole set. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
-    not an evaluation metric.
+    not an evaluation metric. A step helper shared by training and evaluation whose backward
+    the call's arguments rule out (`loss, p, y = _step(model, batch, criterion)` with `if optim
+    is not None: loss.backward()` and `optim=None` by default) does not make the loop a training one.
 
     ## How to fix
     All-reduce the sums before dividing: `stats = torch.tensor([correct, total], device=device);
@@ -312,8 +316,8 @@ class UnreducedShardMetric(Rule):
             counters = self._accumulated(root, loop) | self._meters(root, loop) | self._collected(root, loop)
             if not counters or not self._sharded(root, loop):
                 continue
-            backwards = [c for c in root.calls
-                         if loop.node in c.loops and (c.method == "backward" or model.facts.does(c, "backward"))]
+            backwards = [c for c in root.calls if loop.node in c.loops and (
+                c.method == "backward" or model.facts.does(c, "backward") and not self._no_backward_here(c))]
             if backwards:
                 # A training loop: one rank's training loss is not an evaluation metric. (Unless a
                 # caller's arguments leave its backward out: `run_one_epoch("val", ...)` under
@@ -357,6 +361,23 @@ class UnreducedShardMetric(Rule):
                     break
             else:
                 self._returned(root, loop, counters)
+
+    def _no_backward_here(self, site: CallSite) -> bool:
+        """`site` calls a project function whose backward this call's arguments rule out: every
+        backward in it (its own, or through a call it makes) sits under a test the call leaves
+        false (`_step(model, batch, criterion)` and `if optim is not None: loss.backward()`, with
+        `optim=None` by default): a shared step helper run for evaluation."""
+        model = self.model
+        targets = model.graph.targets(site)
+        if not targets:
+            return False
+        for function, bound in targets:
+            frame = Frame(function, site, None, bound)
+            inner = [c for c in function.module.calls_in(function.qualname)
+                     if c.method == "backward" or model.facts.does(c, "backward")]
+            if not inner or any(model.paths.never(c, frame) is None for c in inner):
+                return False
+        return True
 
     def _fed_after(self, loop: ForSite, counters: set[str], later: list[CallSite]) -> set[str]:
         """Project objects handed the shard's values after the loop by a method that keeps them
@@ -402,8 +423,8 @@ class UnreducedShardMetric(Rule):
                 if not (isinstance(value, Augmented) and point is not None and loop.node in point.loops):
                     continue
                 node = value.node
-                if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, (cst.Integer, cst.Float)):
-                    continue
+                if not isinstance(node.operator, cst.AddAssign) or isinstance(node.value, _NOT_COUNTED):
+                    continue  # (a step `+= 1`, or text: `msg += "S"` marks a line of a log)
                 if on_single_process_only(point.guards, resolve) is not None \
                         or self._reduces(root, node.value, loop, before=point.tick):
                     continue
@@ -421,7 +442,7 @@ class UnreducedShardMetric(Rule):
                 continue
             if isinstance(current, cst.AugAssign) and isinstance(current.operator, cst.AddAssign) \
                     and isinstance(current.target, cst.Subscript) and isinstance(current.target.value, cst.Name) \
-                    and not isinstance(current.value, (cst.Integer, cst.Float)) \
+                    and not isinstance(current.value, _NOT_COUNTED) \
                     and current.target.value.value in scope.assignments:
                 held = reduced if self._reduces(root, current.value, loop) else plain
                 held.add(current.target.value.value)
