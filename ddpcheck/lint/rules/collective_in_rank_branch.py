@@ -49,7 +49,8 @@ class CollectiveInRankBranch(Rule):
     — and of Horovod), for a call of the DDP-wrapped model (also through an outside function
     that runs a forward of the module it is handed: a model summary, `torchsummary.summary(model,
     (3, 224, 224))`, or a FLOP count, `thop.profile(model, inputs=(x,))`; torchinfo's
-    `summary(model)` with no input runs none), and for calls of functions and
+    `summary(model)` with no input runs none; also a function of the project that runs the DDP
+    model its module's top-level code binds, `estimate_loss()` calling the global `model`), and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
@@ -637,8 +638,12 @@ class CollectiveInRankBranch(Rule):
         """`self.evaluate()` where the method (or a method of the same object it calls) runs the
         DDP wrapper the object holds (`self.net(x)` with `self.net` set to the wrapper)."""
         func = site.node.func
-        if depth <= 0 or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-                              and func.value.value == "self"):
+        if depth <= 0:
+            return False
+        if isinstance(func, cst.Name):
+            return self._function_forwards_global_ddp(site, depth)
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                and func.value.value == "self"):
             return False
         for callee, bound in self.model.graph.targets(site):
             if bound != "method":
@@ -647,6 +652,25 @@ class CollectiveInRankBranch(Rule):
                 if call.scope.function is not callee.scope.function:
                     continue
                 if self._is_ddp_model(call) or self._method_forwards_ddp(call, depth - 1):
+                    return True
+        return False
+
+    def _function_forwards_global_ddp(self, site: CallSite, depth: int) -> bool:
+        """`estimate_loss()` where the function of the project runs the DDP wrapper that its
+        module's top-level code binds (`model = DDP(model)` at module level, `model(x)` in the
+        function, which reads the global): the same forward as one written at the call. A name
+        the function binds or is handed is its own (see `_forwards_ddp_argument`)."""
+        for callee, bound in self.model.graph.targets(site):
+            if bound != "":
+                continue
+            own = callee.scope.assignments
+            for call in callee.module.calls_in(callee.qualname):
+                if call.scope.function is not callee.scope.function:
+                    continue
+                func = call.node.func
+                if isinstance(func, cst.Name) and func.value not in own and self._is_ddp_model(call):
+                    return True
+                if isinstance(func, cst.Name) and self._method_forwards_ddp(call, depth - 1):
                     return True
         return False
 
