@@ -96,3 +96,52 @@ def test_a_cpu_device_with_the_rank_as_index_is_clean(tmp_path: Path) -> None:
         .replace("device_ids=[distributed_rank()]", "device_ids=None"),
     })
     assert finding_set(tmp_path, "train.py", select="DDP007") == set()
+
+
+ENV = """\
+    import os
+
+    import torch
+    import torch.distributed as dist
+
+    RANK = int(os.environ.get("RANK", -1))
+    WORLD_SIZE = int(os.environ.get("WORLD_SIZE", 1))
+
+
+    def setup(seed):
+        torch.manual_seed(seed)
+        torch.cuda.set_device(RANK)
+        dist.init_process_group("nccl", rank=RANK, world_size=WORLD_SIZE)
+    """
+
+RUN = """\
+    import torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from env import RANK, WORLD_SIZE, setup
+
+
+    def main(net, loader):
+        setup(seed=1234 + RANK)
+        if WORLD_SIZE > 1:
+            net.to(f"cuda:{RANK}")
+            net = DDP(net, device_ids=[RANK], output_device=RANK)
+        opt = torch.optim.SGD(net.parameters(), lr=0.01)
+        for x, y in loader:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            opt.step()
+    """
+
+
+def test_a_global_rank_imported_by_another_module_is_reported_in_each_module(tmp_path: Path) -> None:
+    # The imported value is the global rank (right for the process group and the seed): the
+    # module that reads it and the one that imports it each make it a device, each a fix.
+    write_project(tmp_path, {"env.py": ENV, "run.py": RUN})
+    assert finding_set(tmp_path, "run.py", select="DDP007") == {("env.py", 12, "DDP007"), ("run.py", 10, "DDP007")}
+
+
+def test_one_module_using_the_rank_in_several_places_is_reported_once(tmp_path: Path) -> None:
+    write_project(tmp_path, {"env.py": ENV.replace("torch.cuda.set_device(RANK)", "torch.cuda.set_device(0)"),
+                             "run.py": RUN})
+    assert finding_set(tmp_path, "run.py", select="DDP007") == {("run.py", 10, "DDP007")}

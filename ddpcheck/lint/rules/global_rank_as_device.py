@@ -84,7 +84,9 @@ class GlobalRankAsDevice(Rule):
     (the fix goes there), unless the helper's name says it hands back a device
     (`get_device()`: fixed once, in the helper). `torch.device(kind, x)` with a device type
     chosen at run time (`config["DEVICE"]`) is read as a CUDA index: an index only means
-    something for an accelerator.
+    something for an accelerator. A rank read in a module's top-level code (`RANK =
+    int(os.environ["RANK"])`) and imported by another module that makes it a device too is
+    reported in each module: each module's uses are their own fix.
 
     ## How to fix
     Use the local rank: with torchrun, `local_rank = int(os.environ["LOCAL_RANK"])`, then
@@ -202,7 +204,11 @@ class GlobalRankAsDevice(Rule):
         # each with the device string the rank was built into in a variable first (`dev =
         # f"cuda:{rank}"`), if any.
         Use = tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str, "Value | None"]
-        uses: dict[int, tuple[Value, list[Use]]] = {}
+        # Keyed by the read and, for a rank read in a module's top-level code and used as a
+        # device in another module that imports it (`from utils_ddp import RANK`), by the using module: each module's
+        # uses are their own fix (the value itself is the global rank, right for the process
+        # group and the seed).
+        uses: dict[tuple[int, int], tuple[Value, list[Use]]] = {}
         for site in model.paths.sites():
             for index in self._device_indices(site):
                 for expr in _index_values(index):
@@ -210,7 +216,9 @@ class GlobalRankAsDevice(Rule):
                     if found:
                         source, origin, built = found
                         read = _read_through(origin)
-                        key = id(read.node) if read is not None else id(origin.node)
+                        key: tuple[int, int] = (id(read.node), 0) if read is not None else \
+                            (id(origin.node), 0 if site.module is origin.module or origin.frame is not None
+                             or origin.scope is not origin.module.module_scope else id(site.module))
                         uses.setdefault(key, (origin, []))[1].append((site, index, expr, source, built))
                         break
         for origin, group in uses.values():
