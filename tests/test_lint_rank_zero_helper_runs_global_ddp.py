@@ -107,3 +107,65 @@ def test_a_helper_that_binds_its_own_model_is_clean(tmp_path: Path) -> None:
         "    model.eval()\n", "    model = Net(16).cuda()\n    model.eval()\n", 1)
     write_project(tmp_path, {"net.py": NET.replace("BUFFER", BUFFER), "train.py": text})
     assert finding_set(tmp_path, "train.py", select="DDP009") == set()
+
+
+FUSED = """\
+    import torch
+    import torch.nn as nn
+
+
+    class Attention(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.qkv = nn.Linear(n, 3 * n)
+            self.fused = hasattr(torch.nn.functional, "scaled_dot_product_attention")
+            if not self.fused:
+                # only PyTorch before 2.0 needs the mask
+                self.register_buffer("mask", torch.ones(n, n).tril())
+
+        def forward(self, x):
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            if self.fused:
+                return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return (q @ k.transpose(-2, -1)).masked_fill(self.mask == 0, float("-inf")).softmax(-1) @ v
+
+
+    class Net(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.blocks = nn.ModuleList([Attention(n) for _ in range(2)])
+
+        def forward(self, x, y):
+            for block in self.blocks:
+                x = block(x)
+            return x, (x - y).pow(2).mean()
+    """
+
+
+def test_a_mask_buffer_only_for_pytorch_without_fused_attention_is_clean(tmp_path: Path) -> None:
+    # Every PyTorch since 2.0 has the fused attention: the buffer is never registered.
+    write_project(tmp_path, {"net.py": FUSED, "train.py": TRAIN.replace("EVAL_MODEL", "model")})
+    assert finding_set(tmp_path, "train.py", select="DDP009") == set()
+
+
+def test_a_mask_buffer_registered_whatever_the_version_is_reported(tmp_path: Path) -> None:
+    net = FUSED.replace("if not self.fused:", "if True:")
+    write_project(tmp_path, {"net.py": net, "train.py": TRAIN.replace("EVAL_MODEL", "model")})
+    assert finding_set(tmp_path, "train.py", select="DDP009") == {("train.py", 37, "DDP009")}
+
+
+def _compiled(text: str) -> str:
+    return text.replace("model = Net(16).cuda()\n", "model = Net(16).cuda()\n    model = torch.compile(model)\n")
+
+
+def test_a_compiled_network_without_buffers_is_clean(tmp_path: Path) -> None:
+    # The compiled wrapper holds the network it is given: its buffers are that network's.
+    write_project(tmp_path, {"net.py": NET.replace("BUFFER", "self.scale = 1.0"),
+                             "train.py": _compiled(TRAIN).replace("EVAL_MODEL", "model")})
+    assert finding_set(tmp_path, "train.py", select="DDP009") == set()
+
+
+def test_a_compiled_network_with_buffers_is_reported(tmp_path: Path) -> None:
+    write_project(tmp_path, {"net.py": NET.replace("BUFFER", BUFFER),
+                             "train.py": _compiled(TRAIN).replace("EVAL_MODEL", "model")})
+    assert finding_set(tmp_path, "train.py", select="DDP009") == {("train.py", 38, "DDP009")}

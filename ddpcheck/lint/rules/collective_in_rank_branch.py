@@ -87,7 +87,9 @@ class CollectiveInRankBranch(Rule):
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
-    for the encoder), or, under `torch.no_grad()` (with gradients on, DDP's forward may rebuild
+    for the encoder; a causal-mask buffer registered only under `if not self.flash:` with
+    `self.flash = hasattr(F, "scaled_dot_product_attention")`, for PyTorch before 2.0, is never
+    made; a `torch.compile`d network holds the buffers of the one it is given), or, under `torch.no_grad()` (with gradients on, DDP's forward may rebuild
     its buckets, a broadcast from rank 0), of a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
     nn.Linear(64, 2))`; a layer of another library counts as holding some); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
@@ -726,6 +728,13 @@ class CollectiveInRankBranch(Rule):
             return self._instance_buffers(value, instance, 2)
         call = value.call
         name = self.model.api_of(value) if call is not None else None
+        if call is not None and name == api.COMPILE and depth > 0:
+            # `torch.compile(model)`: the compiled wrapper holds the module it is given, and its
+            # buffers are that module's.
+            inner = argument(call, "model", 0)
+            parts = self.model.values.of(value.module, inner, value.scope, value.frame, at=value.at) \
+                if inner is not None else []
+            return not parts or any(self._value_buffers(part, depth - 1, layers) for part in parts)
         if call is None or name is None or not layers:
             return True
         if name in _BUFFERLESS_LAYERS:
@@ -858,9 +867,38 @@ _TIMM_VIT = re.compile(r"""\btimm\.create_model\(\s*['"](?:vit|deit)_[\w.]*['"](
 _IMPORT_TIMM = re.compile(r"^[ \t]*import[ \t]+timm[ \t]*$", re.M)
 
 
+# `self.flash = hasattr(torch.nn.functional, "scaled_dot_product_attention")`: true on every
+# PyTorch since 2.0, where the fused attention needs no causal-mask buffer.
+_FUSED_ATTENTION_FLAG = re.compile(
+    r"""\bself\.(\w+)\s*=\s*hasattr\(\s*(?:torch\.nn\.functional|F)\s*,\s*['"]scaled_dot_product_attention['"]\s*\)""")
+
+
+def _without_fallback_buffers(code: str) -> str:
+    """`code` less the blocks under `if not self.flash:` where `self.flash` says whether PyTorch
+    has its fused attention (`hasattr(F, "scaled_dot_product_attention")`, PyTorch 2.0 on): the
+    causal-mask buffer registered there only for older versions is never made."""
+    flags = set(_FUSED_ATTENTION_FLAG.findall(code))
+    if not flags:
+        return code
+    opening = re.compile(rf"^([ \t]*)if[ \t]+not[ \t]+self\.(?:{'|'.join(map(re.escape, flags))})[ \t]*:[ \t]*$")
+    out: list[str] = []
+    skipping: int | None = None  # the indent of the `if` whose block is left out
+    for line in code.split("\n"):
+        if skipping is not None:
+            if not line.strip() or len(line) - len(line.lstrip()) > skipping:
+                continue
+            skipping = None
+        found = opening.match(line)
+        if found:
+            skipping = len(found.group(1).expandtabs())
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def _holds_buffers(source: str) -> bool:
     """Whether a module's code may give a network buffers (see `_BUFFERS`)."""
-    code = _TIMM_HELPERS.sub("", code_only(source))
+    code = _TIMM_HELPERS.sub("", _without_fallback_buffers(code_only(source)))
     vits = _TIMM_VIT.sub("", code)
     if vits != code and not re.search(r"\btimm\.", vits):
         code = _IMPORT_TIMM.sub("", vits)
