@@ -169,3 +169,10 @@ def test_a_compiled_network_with_buffers_is_reported(tmp_path: Path) -> None:
     write_project(tmp_path, {"net.py": NET.replace("BUFFER", BUFFER),
                              "train.py": _compiled(TRAIN).replace("EVAL_MODEL", "model")})
     assert finding_set(tmp_path, "train.py", select="DDP009") == {("train.py", 38, "DDP009")}
+
+
+def test_a_network_the_lint_cannot_read_is_clean(tmp_path: Path) -> None:
+    # `Net` comes from an outside package: its buffers are unknown, and unknown is no finding.
+    write_project(tmp_path, {"train.py": TRAIN.replace("EVAL_MODEL", "model").replace("from net import Net",
+                                                                                        "from gptlib import Net")})
+    assert finding_set(tmp_path, "train.py", select="DDP009") == set()

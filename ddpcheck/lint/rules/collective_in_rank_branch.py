@@ -50,7 +50,8 @@ class CollectiveInRankBranch(Rule):
     that runs a forward of the module it is handed: a model summary, `torchsummary.summary(model,
     (3, 224, 224))`, or a FLOP count, `thop.profile(model, inputs=(x,))`; torchinfo's
     `summary(model)` with no input runs none; also a function of the project that runs the DDP
-    model its module's top-level code binds, `estimate_loss()` calling the global `model`), and for calls of functions and
+    model its module's top-level code binds, `estimate_loss()` calling the global `model`, where the
+    network is one of the project's known to make buffers), and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
@@ -670,10 +671,35 @@ class CollectiveInRankBranch(Rule):
                 if call.scope.function is not callee.scope.function:
                     continue
                 func = call.node.func
-                if isinstance(func, cst.Name) and func.value not in own and self._is_ddp_model(call):
+                if isinstance(func, cst.Name) and func.value not in own and self._is_ddp_model(call) \
+                        and self._known_buffers(call, func):
                     return True
                 if isinstance(func, cst.Name) and self._method_forwards_ddp(call, depth - 1):
                     return True
+        return False
+
+    def _known_buffers(self, site: CallSite, func: cst.BaseExpression) -> bool:
+        """The DDP wrapper `func` calls at `site` holds a network of the project known to make
+        buffers (`torch.compile`d or not): read through a global, an unknown network stays
+        silent."""
+        for value in self.model.values.at_call(site, func):
+            call = value.call
+            inner = argument(call, "module", 0) if call is not None and is_ddp(self.model, value) else None
+            if inner is None:
+                continue
+            todo = self.model.values.of(value.module, inner, value.scope, value.frame, at=value.at)
+            for _ in range(2):
+                compiled = []
+                for part in todo:
+                    instance = self.model.graph.instance_of(part)
+                    if instance is not None and self._instance_buffers(part, instance, 2):
+                        return True
+                    made = part.call
+                    if made is not None and self.model.api_of(part) == api.COMPILE:
+                        given = argument(made, "model", 0)
+                        if given is not None:
+                            compiled += self.model.values.of(part.module, given, part.scope, part.frame, at=part.at)
+                todo = compiled
         return False
 
     def _calls_ddp(self, frame: Frame, name: str, depth: int) -> bool:
