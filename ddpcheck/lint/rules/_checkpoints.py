@@ -234,7 +234,8 @@ def project_loads_wrapped(model: Model, files: frozenset[str] = frozenset()) -> 
     model's keys carry the same `module.` prefix, so the project reads the run's checkpoints
     back with it. A script that saves too, or runs DDP itself, round-trips its own — unless the
     code around its load names one of `files`, the file names the run saves to (a single-GPU
-    `DataParallel` twin that resumes from the `best.pth` the DDP run writes)."""
+    `DataParallel` twin that resumes from the `best.pth` the DDP run writes, or reads the
+    numbered snapshots `str(i) + '.pt'` the run writes as `str(step) + '.pt'`: both `{}.pt`)."""
     for module in _readers(model, _wrapped_reader_text):
         saves = "torch.save" in module.source
         if saves and not files:
@@ -315,8 +316,18 @@ def _wrapped_reader_text(text: str) -> bool:
 _FILE_NAME = re.compile(r"""['"](?:[^'"\n]*/)?([\w\-{}]+\.\w+)['"]""")
 
 
-def _file_names(code: str) -> set[str]:
-    return set(_FILE_NAME.findall(code))
+# Only the extension spelled, after a name built at run time (`str(step) + '.pt'`).
+_BUILT_NAME = re.compile(r"""\+\s*['"](\.\w+)['"]""")
+
+
+def _file_names(code: str, built: bool = False) -> set[str]:
+    """The file names literals in `code` spell; `built`: also a name whose stem is built at run
+    time and whose extension is added as a literal (`str(i) + '.pt'`), as `{}.pt` (a numbered
+    snapshot: any stem)."""
+    found = set(_FILE_NAME.findall(code))
+    if built:
+        found |= {"{}" + ext for ext in _BUILT_NAME.findall(code)}
+    return found
 
 
 def _loaded_file_names(model: Model, site: CallSite) -> set[str]:
@@ -325,11 +336,11 @@ def _loaded_file_names(model: Model, site: CallSite) -> set[str]:
     loaded = site.arg("state_dict", 0)
     if loaded is None:
         return set()
-    found = _file_names(site.module.code(loaded))
+    found = _file_names(site.module.code(loaded), built=True)
     for value in model.values.at_call(site, loaded):
         if not isinstance(value.node, cst.CSTNode):
             continue
-        found |= _file_names(value.module.code(value.node))
+        found |= _file_names(value.module.code(value.node), built=True)
         for sub in subexpressions(value.node):
             if not isinstance(sub, cst.Call) or model.qualname(value.module, sub.func, value.scope) != api.LOAD:
                 continue
@@ -338,7 +349,7 @@ def _loaded_file_names(model: Model, site: CallSite) -> set[str]:
                 continue
             for held in model.values.of(value.module, path, value.scope, value.frame, at=value.at):
                 if isinstance(held.node, cst.CSTNode):
-                    found |= _file_names(held.module.code(held.node))
+                    found |= _file_names(held.module.code(held.node), built=True)
     return found
 
 
@@ -350,10 +361,10 @@ def saved_file_names(model: Model, saves: list[CallSite]) -> frozenset[str]:
         path = save.arg("f", 1)
         if path is None:
             continue
-        found |= _file_names(save.module.code(path))
+        found |= _file_names(save.module.code(path), built=True)
         for value in model.values.at_call(save, path):
             if isinstance(value.node, cst.CSTNode):
-                found |= _file_names(value.module.code(value.node))
+                found |= _file_names(value.module.code(value.node), built=True)
     return frozenset(found)
 
 

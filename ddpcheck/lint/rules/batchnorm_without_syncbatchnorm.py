@@ -93,6 +93,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     `mobilenetv3_large_100`, `regnety_040`, ...; the name may be an option's default declared in
     another module's parser), or builds it with `eval("models." + cfg.MODEL.NAME + ".get_net")(cfg)`
     where every module of that project package whose builder fits the call builds BatchNorm, or
+    with `eval("networks.resnet." + args.model)()` where every name the value may hold (literals,
+    an option's default) is a class or builder function of that project module that builds it, or
     with `eval(self.arch + "_sparse_" + self.dataset_type)(...)` where every function or class
     the script defines or imports whose name fits the literal pieces is the project's, from a
     module that builds BatchNorm, or
@@ -559,19 +561,37 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         picked = self._registry_picks(made)
         if picked is None:
             return False
-        for value in picked:
-            target = self._entry_target(value)
-            found = self.model.graph.class_at(target) if target is not None else None
-            if found is not None:
-                if not self._instance_builds_batchnorm(found):
-                    return False
-                continue
-            # A builder function of the project (`def resnet8(**kw): return ResNet(8, ...)`).
-            texts = self._definition_texts(target) if target is not None and target.kind == "function" else None
-            code = [code_only(t) for t in texts or ()]
-            if not code or any(_converts(t) for t in code) or not any(_unsynced_batchnorm(t) for t in code):
-                return False
-        return True
+        return all(self._target_builds_batchnorm(self._entry_target(value)) for value in picked)
+
+    def _target_builds_batchnorm(self, target: Target | None) -> bool:
+        """`target` is a project network class whose code builds BatchNorm, or a builder function
+        of the project (`def resnet8(**kw): return ResNet(8, ...)`) whose module does, neither
+        converting them."""
+        found = self.model.graph.class_at(target) if target is not None else None
+        if found is not None:
+            return self._instance_builds_batchnorm(found)
+        texts = self._definition_texts(target) if target is not None and target.kind == "function" else None
+        code = [code_only(t) for t in texts or ()]
+        return bool(code) and not any(_converts(t) for t in code) and any(_unsynced_batchnorm(t) for t in code)
+
+    def _project_network_by_name(self, made: Value, text: cst.BaseExpression) -> bool:
+        """`eval("networks.resnet." + args.model)()`: a network of a project module named by the
+        module's dotted path and a value whose strings are known (literals, an option's default);
+        True when every name it may hold is a class or builder function of that module that
+        builds BatchNorm."""
+        if not isinstance(text, cst.BinaryOperation) or not isinstance(text.operator, cst.Add):
+            return False
+        prefix, named = string_text(text.left), text.right
+        if prefix is None or not prefix.endswith(".") or string_text(named) is not None:
+            return False
+        resolver = self.model.resolver
+        target = resolver.name(made.module, prefix[:-1], made.scope)
+        if target is None or target.external is not None or target.kind != "module":
+            return False
+        names = self._names_of(made, named)
+        return bool(names) and all(
+            n.isidentifier() and self._target_builds_batchnorm(resolver.name(made.module, f"{prefix}{n}", made.scope))
+            for n in names)
 
     def _registry_picks(self, made: Value) -> list[Value] | None:
         """The entries of the literal table(s) the callee of `made` is picked from by key (see
@@ -760,7 +780,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         if not (isinstance(func, cst.Call) and dotted(func.func) == "eval" and len(func.args) == 1) \
                 or made.scope.lookup("eval"):
             return False
-        if self._library_network_by_name(made, func.args[0].value):
+        if self._library_network_by_name(made, func.args[0].value) \
+                or self._project_network_by_name(made, func.args[0].value):
             return True
         parts = _string_parts(func.args[0].value)
         if self._global_by_pattern(made, parts):

@@ -49,7 +49,9 @@ class CollectiveInRankBranch(Rule):
     — and of Horovod), for a call of the DDP-wrapped model (also through an outside function
     that runs a forward of the module it is handed: a model summary, `torchsummary.summary(model,
     (3, 224, 224))`, or a FLOP count, `thop.profile(model, inputs=(x,))`; torchinfo's
-    `summary(model)` with no input runs none), and for calls of functions and
+    `summary(model)` with no input runs none; also a function of the project that runs the DDP
+    model its module's top-level code binds, `estimate_loss()` calling the global `model`, where the
+    network is one of the project's known to make buffers), and for calls of functions and
     methods of the project that perform one, however deep, when they sit under a rank condition
     (`if rank == 0`, `if dist.get_rank() == 0`, `if is_main_process()`,
     `if local_rank in (-1, 0)`, the statements after `if rank != 0: return`, `if evaluator is not
@@ -86,7 +88,9 @@ class CollectiveInRankBranch(Rule):
     do layers that are only named for a network, `self.resnet_conv_first` — 
     read from the code of the network's class, its project bases and the classes of its file
     that it names, so a BatchNorm head class written beside a LayerNorm encoder does not count
-    for the encoder), or, under `torch.no_grad()` (with gradients on, DDP's forward may rebuild
+    for the encoder; a causal-mask buffer registered only under `if not self.flash:` with
+    `self.flash = hasattr(F, "scaled_dot_product_attention")`, for PyTorch before 2.0, is never
+    made; a `torch.compile`d network holds the buffers of the one it is given), or, under `torch.no_grad()` (with gradients on, DDP's forward may rebuild
     its buckets, a broadcast from rank 0), of a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
     nn.Linear(64, 2))`; a layer of another library counts as holding some); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
@@ -637,8 +641,12 @@ class CollectiveInRankBranch(Rule):
         """`self.evaluate()` where the method (or a method of the same object it calls) runs the
         DDP wrapper the object holds (`self.net(x)` with `self.net` set to the wrapper)."""
         func = site.node.func
-        if depth <= 0 or not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-                              and func.value.value == "self"):
+        if depth <= 0:
+            return False
+        if isinstance(func, cst.Name):
+            return self._function_forwards_global_ddp(site, depth)
+        if not (isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+                and func.value.value == "self"):
             return False
         for callee, bound in self.model.graph.targets(site):
             if bound != "method":
@@ -648,6 +656,50 @@ class CollectiveInRankBranch(Rule):
                     continue
                 if self._is_ddp_model(call) or self._method_forwards_ddp(call, depth - 1):
                     return True
+        return False
+
+    def _function_forwards_global_ddp(self, site: CallSite, depth: int) -> bool:
+        """`estimate_loss()` where the function of the project runs the DDP wrapper that its
+        module's top-level code binds (`model = DDP(model)` at module level, `model(x)` in the
+        function, which reads the global): the same forward as one written at the call. A name
+        the function binds or is handed is its own (see `_forwards_ddp_argument`)."""
+        for callee, bound in self.model.graph.targets(site):
+            if bound != "":
+                continue
+            own = callee.scope.assignments
+            for call in callee.module.calls_in(callee.qualname):
+                if call.scope.function is not callee.scope.function:
+                    continue
+                func = call.node.func
+                if isinstance(func, cst.Name) and func.value not in own and self._is_ddp_model(call) \
+                        and self._known_buffers(call, func):
+                    return True
+                if isinstance(func, cst.Name) and self._method_forwards_ddp(call, depth - 1):
+                    return True
+        return False
+
+    def _known_buffers(self, site: CallSite, func: cst.BaseExpression) -> bool:
+        """The DDP wrapper `func` calls at `site` holds a network of the project known to make
+        buffers (`torch.compile`d or not): read through a global, an unknown network stays
+        silent."""
+        for value in self.model.values.at_call(site, func):
+            call = value.call
+            inner = argument(call, "module", 0) if call is not None and is_ddp(self.model, value) else None
+            if inner is None:
+                continue
+            todo = self.model.values.of(value.module, inner, value.scope, value.frame, at=value.at)
+            for _ in range(2):
+                compiled = []
+                for part in todo:
+                    instance = self.model.graph.instance_of(part)
+                    if instance is not None and self._instance_buffers(part, instance, 2):
+                        return True
+                    made = part.call
+                    if made is not None and self.model.api_of(part) == api.COMPILE:
+                        given = argument(made, "model", 0)
+                        if given is not None:
+                            compiled += self.model.values.of(part.module, given, part.scope, part.frame, at=part.at)
+                todo = compiled
         return False
 
     def _calls_ddp(self, frame: Frame, name: str, depth: int) -> bool:
@@ -702,6 +754,13 @@ class CollectiveInRankBranch(Rule):
             return self._instance_buffers(value, instance, 2)
         call = value.call
         name = self.model.api_of(value) if call is not None else None
+        if call is not None and name == api.COMPILE and depth > 0:
+            # `torch.compile(model)`: the compiled wrapper holds the module it is given, and its
+            # buffers are that module's.
+            inner = argument(call, "model", 0)
+            parts = self.model.values.of(value.module, inner, value.scope, value.frame, at=value.at) \
+                if inner is not None else []
+            return not parts or any(self._value_buffers(part, depth - 1, layers) for part in parts)
         if call is None or name is None or not layers:
             return True
         if name in _BUFFERLESS_LAYERS:
@@ -834,9 +893,38 @@ _TIMM_VIT = re.compile(r"""\btimm\.create_model\(\s*['"](?:vit|deit)_[\w.]*['"](
 _IMPORT_TIMM = re.compile(r"^[ \t]*import[ \t]+timm[ \t]*$", re.M)
 
 
+# `self.flash = hasattr(torch.nn.functional, "scaled_dot_product_attention")`: true on every
+# PyTorch since 2.0, where the fused attention needs no causal-mask buffer.
+_FUSED_ATTENTION_FLAG = re.compile(
+    r"""\bself\.(\w+)\s*=\s*hasattr\(\s*(?:torch\.nn\.functional|F)\s*,\s*['"]scaled_dot_product_attention['"]\s*\)""")
+
+
+def _without_fallback_buffers(code: str) -> str:
+    """`code` less the blocks under `if not self.flash:` where `self.flash` says whether PyTorch
+    has its fused attention (`hasattr(F, "scaled_dot_product_attention")`, PyTorch 2.0 on): the
+    causal-mask buffer registered there only for older versions is never made."""
+    flags = set(_FUSED_ATTENTION_FLAG.findall(code))
+    if not flags:
+        return code
+    opening = re.compile(rf"^([ \t]*)if[ \t]+not[ \t]+self\.(?:{'|'.join(map(re.escape, flags))})[ \t]*:[ \t]*$")
+    out: list[str] = []
+    skipping: int | None = None  # the indent of the `if` whose block is left out
+    for line in code.split("\n"):
+        if skipping is not None:
+            if not line.strip() or len(line) - len(line.lstrip()) > skipping:
+                continue
+            skipping = None
+        found = opening.match(line)
+        if found:
+            skipping = len(found.group(1).expandtabs())
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
 def _holds_buffers(source: str) -> bool:
     """Whether a module's code may give a network buffers (see `_BUFFERS`)."""
-    code = _TIMM_HELPERS.sub("", code_only(source))
+    code = _TIMM_HELPERS.sub("", _without_fallback_buffers(code_only(source)))
     vits = _TIMM_VIT.sub("", code)
     if vits != code and not re.search(r"\btimm\.", vits):
         code = _IMPORT_TIMM.sub("", vits)

@@ -75,7 +75,8 @@ class DdpStateDictPrefix(Rule):
     saving nothing, loads them into a model the DDP wrapper holds (a distributed inference script;
     not one whose load spells only other file names than the run's saves spell: another
     example's `final_model.pth` beside the run's `best_metric_model.pth`) (its keys carry the same prefix; a script that saves too counts where the code around its
-    load names the file the run saves, such as a single-GPU twin resuming from `best.pth`), saves
+    load names the file the run saves, such as a single-GPU twin resuming from `best.pth`, or
+    numbered snapshots read back as the run writes them, `str(i) + '.pt'`), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
     helper every caller leaves at its default 0).

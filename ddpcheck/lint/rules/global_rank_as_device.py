@@ -78,7 +78,15 @@ class GlobalRankAsDevice(Rule):
     batch, device_id=0)` passing it on as `device_id=`), at the argument each caller hands it
     (`DaliImageNet(root, 256, self.rank)`) —, and the message counts the others.
     The fix is one — the local rank for that variable — and twenty `.cuda(rank)` calls would
-    otherwise bury the report.
+    otherwise bury the report. A rank read through a project helper that hands it back
+    (`def distributed_rank(): return dist.get_rank()`, also used to seed and to pick the main
+    process) is read anew at each call of it: each call used as a device is its own finding
+    (the fix goes there), unless the helper's name says it hands back a device
+    (`get_device()`: fixed once, in the helper). `torch.device(kind, x)` with a device type
+    chosen at run time (`config["DEVICE"]`) is read as a CUDA index: an index only means
+    something for an accelerator. A rank read in a module's top-level code (`RANK =
+    int(os.environ["RANK"])`) and imported by another module that makes it a device too is
+    reported in each module: each module's uses are their own fix.
 
     ## How to fix
     Use the local rank: with torchrun, `local_rank = int(os.environ["LOCAL_RANK"])`, then
@@ -196,19 +204,29 @@ class GlobalRankAsDevice(Rule):
         # each with the device string the rank was built into in a variable first (`dev =
         # f"cuda:{rank}"`), if any.
         Use = tuple[CallSite, cst.BaseExpression, cst.BaseExpression, str, "Value | None"]
-        uses: dict[int, tuple[Value, list[Use]]] = {}
+        # Keyed by the read and, for a rank read in a module's top-level code and used as a
+        # device in another module that imports it (`from utils_ddp import RANK`), by the using module: each module's
+        # uses are their own fix (the value itself is the global rank, right for the process
+        # group and the seed).
+        uses: dict[tuple[int, int], tuple[Value, list[Use]]] = {}
         for site in model.paths.sites():
             for index in self._device_indices(site):
                 for expr in _index_values(index):
                     found = self._origin(site, expr)
                     if found:
                         source, origin, built = found
-                        uses.setdefault(id(origin.node), (origin, []))[1].append((site, index, expr, source, built))
+                        read = _read_through(origin)
+                        key: tuple[int, int] = (id(read.node), 0) if read is not None else \
+                            (id(origin.node), 0 if site.module is origin.module or origin.frame is not None
+                             or origin.scope is not origin.module.module_scope else id(site.module))
+                        uses.setdefault(key, (origin, []))[1].append((site, index, expr, source, built))
                         break
         for origin, group in uses.values():
             # Shown where the value is read and first used (its own function), not wherever the
             # walk met it first.
-            group.sort(key=lambda use: (use[0].module is not origin.module, use[0].scope is not origin.scope))
+            read = _read_through(origin)
+            home = (read.module, read.scope) if read is not None else (origin.module, origin.scope)
+            group.sort(key=lambda use: (use[0].module is not home[0], use[0].scope is not home[1]))
             site, index, expr, source, text_value = group[0]
             text = " ".join(site.module.code(expr).split())
             message = (self.MODULO_MESSAGE if "%" in source else self.MESSAGE).format(index=text, source=source)
@@ -474,6 +492,23 @@ _PAIRED_RANK = {"LOCAL_RANK": "RANK", "SLURM_LOCALID": "SLURM_PROCID",
                 "OMPI_COMM_WORLD_LOCAL_RANK": "OMPI_COMM_WORLD_RANK"}
 
 
+def _read_through(origin: Value) -> CallSite | None:
+    """The call of a project helper that hands back the global rank (`def distributed_rank():
+    return dist.get_rank()`), where the rank was read through one: each call of it is a read of
+    its own, whose value the caller decides to use as a device (the helper serves seeding and
+    `is_main_process` too), so the fix goes at each such call. None where the rank was read in
+    place, or through a helper whose name says it hands back a device (`get_device()`: the fix
+    is in the helper, once)."""
+    frame = origin.frame
+    if frame is None:
+        return None
+    while frame.caller is not None:
+        frame = frame.caller
+    if frame.bound not in ("", "method") or _DEVICE_NAME.search(frame.function.name):
+        return None  # (an attribute of an object a constructor built is one value, read once)
+    return frame.call
+
+
 def _fallback_without_local_rank(value: Value, source: str) -> bool:
     """The environment's global rank read only where that launcher's local rank is absent: the
     `elif "RANK" in os.environ:` (or `else`) of `if "LOCAL_RANK" in os.environ:`. A launcher
@@ -538,7 +573,10 @@ def _index_values(index: cst.BaseExpression) -> list[cst.BaseExpression]:
         first = index.args[0].value
         if len(index.args) == 1 and string_text(first) is None:
             return [first]
-        if len(index.args) == 2 and _is_cuda_text(first):
+        if len(index.args) == 2 and (_is_cuda_text(first) or not isinstance(
+                first, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString))):
+            # `torch.device(config["DEVICE"], rank)`: a type chosen at run time, given an index —
+            # an index only means something for an accelerator.
             return [index.args[1].value]
         return []
     if isinstance(index, cst.Dict):

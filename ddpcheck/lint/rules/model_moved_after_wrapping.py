@@ -459,14 +459,24 @@ class ModelMovedAfterWrapping(Rule):
         if not isinstance(move.func, cst.Attribute):
             return False
         method = move.func.attr.value
-        if method == "cuda":
-            return not move.args
-        if method != "to" or len(move.args) != 1 or move.args[0].keyword not in (None, "device") \
-                or move.args[0].star:
+        if method == "cuda" and not move.args:
+            return True
+        if method not in ("to", "cuda") or len(move.args) != 1 or move.args[0].star \
+                or move.args[0].keyword is not None and move.args[0].keyword.value != "device":
             return False
         values = self.model.values.of(module, move.args[0].value, scope, None, depth=4)
-        return bool(values) and all(isinstance(v.node, cst.BaseExpression) and self._plain_cuda(v)
-                                    for v in values)
+        if method == "cuda":
+            # `.cuda(torch.cuda.current_device())`: the index of the current device.
+            return bool(values) and all(self._current_index(v) for v in values)
+        return bool(values) and all(isinstance(v.node, cst.BaseExpression)
+                                    and (self._plain_cuda(v) or self._current_index(v)) for v in values)
+
+    def _current_index(self, value: Value) -> bool:
+        """`torch.cuda.current_device()`: the index of the current CUDA device (a move to it,
+        `.to(index)` or `.cuda(index)`, is a move to the current device)."""
+        node = value.node
+        return isinstance(node, cst.Call) and not node.args and self.model.resolver.qualname(
+            value.module, node.func, value.scope) == "torch.cuda.current_device"
 
     def _plain_cuda(self, value: Value) -> bool:
         node = value.node
