@@ -22,7 +22,7 @@ from typing import Protocol
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.imported_code import code_reached
+from ddpcheck.lint.model.imported_code import code_reached, module_attributes_used
 from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope, Target
 from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
@@ -1102,20 +1102,26 @@ class CallGraph:
             index = self.model.project.index(path)
             if index is None:
                 continue
-            origins = [(origin, False) for origin in index.aliases.values()] + [(s, True) for s in index.stars]
-            for origin, star in origins:
+            origins = [(origin, local) for local, origin in index.aliases.items()] + [(s, None) for s in index.stars]
+            for origin, local in origins:
                 where = locate(path, origin)
                 if where is None:
                     continue
                 file, rest = where
-                name = rest.split(".", 1)[0] if rest and not star else None
+                names: frozenset[str] | None = frozenset({rest.split(".", 1)[0]}) if rest and local else None
+                if names is None and local is not None and "." not in local and file.name != "__init__.py":
+                    # A module file imported whole under a name (`from utils import split`): the
+                    # importer reaches what it reads on that name (`split.make_split`), nothing
+                    # more where it never reads it (the module's import-time statements stay).
+                    text = self.model.project.text(path)
+                    names = module_attributes_used(text, local) if text is not None else None
                 before = wanted.get(file, set())
                 if file not in wanted:
                     todo.append(file)
-                if name is None:
+                if names is None:
                     wanted[file] = None
                 elif before is not None:
-                    wanted[file] = before | {name}
+                    wanted[file] = before | names
         return wanted
 
     def reached_code(self, module: ModuleModel) -> list[str]:

@@ -155,11 +155,12 @@ def _drawing_texts(model: Model) -> list[str]:
 def _single_run_loaders(model: Model) -> list[str]:
     """The code of the linted file's DataLoader calls that only a run without the process group
     makes (the `else` of `if use_ddp:`, where the distributed arm builds its loader with a
-    DistributedSampler): a `shuffle=True` there draws nothing in the distributed job."""
+    DistributedSampler): a `shuffle=True` there draws nothing in the distributed job. A library
+    loader derived from torch's (`torch_geometric.loader.DataLoader`) is one too."""
     root = model.root
     found: list[str] = []
     for call in root.calls:
-        if model.api(call) == api.DATALOADER and model.paths.single_only(call) is not None:
+        if model.makes(call, api.DATALOADER) and model.paths.single_only(call) is not None:
             found.append(root.code(call.node))
     return found
 
