@@ -137,3 +137,50 @@ def test_module_imported_whole_and_handed_on_counts_whole(tmp_path: Path) -> Non
     # Read bare (passed to a call), the module may be used for anything: all of it counts.
     files = _sharded("train_idx, _ = getattr(splits, 'fixed_split')(len(data))")
     assert lines(tmp_path, files, "DDP029") == [("train.py", 14)]
+
+
+ONCE = """\
+    import argparse
+    import random
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    def make_points(size):
+        left = [(random.uniform(0.0, 0.5), 0) for _ in range(size // 2)]
+        right = [(random.uniform(0.5, 1.0), 1) for _ in range(size // 2)]
+        return left + right
+
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--local_rank", type=int, default=0)
+    args = parser.parse_args()
+    dist.init_process_group("nccl")
+    torch.manual_seed(args.seed)
+    points = make_points(10000)
+    loader = DataLoader(points, batch_size=64, sampler=DistributedSampler(points), num_workers=2)
+    net = DDP(torch.nn.Linear(1, 2).cuda(), device_ids=[args.local_rank])
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+    for epoch in range(10):
+        {per_epoch}
+        for x, y in loader:
+            loss = torch.nn.functional.cross_entropy(net(x.float().unsqueeze(1).cuda()), y.cuda())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+"""
+
+
+def test_data_set_drawn_once_by_a_function_of_the_file_draws_nothing_while_training(tmp_path: Path) -> None:
+    files = {"train.py": ONCE.replace("{per_epoch}", "pass")}
+    assert lines(tmp_path, files, "DDP029") == []
+
+
+def test_data_set_drawn_again_in_the_epoch_loop_draws(tmp_path: Path) -> None:
+    # Drawn again at every epoch: with the same seed every rank redraws the same points.
+    files = {"train.py": ONCE.replace("{per_epoch}", "extra = make_points(100)\n        loader2 = DataLoader(extra)")}
+    assert lines(tmp_path, files, "DDP029") == [("train.py", 21)]
