@@ -112,7 +112,10 @@ class HardCodedRendezvous(Rule):
     `torch.distributed.launch` passes, and whose process group meets through `env://` (the
     default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
     reported too, once, at the first of them (not when it reads a scheduler's variables,
-    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it).
+    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it);
+    so is a process group of such a script, or of a project function it runs, that meets at a
+    host written at the call (`init_method="tcp://127.0.0.1:%d" % tcp_port`, whatever the port;
+    not a URL read from a flag).
     So is a script whose process groups take their rank and world size from nowhere but the
     environment (`init_process_group("nccl")` with no `rank=`/`world_size=`, no spawn, and no
     write of RANK; a WORLD_SIZE written from the GPU count leaves the rank to the environment

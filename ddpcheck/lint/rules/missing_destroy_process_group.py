@@ -35,7 +35,8 @@ class MissingDestroyProcessGroup(Rule):
 
     Reported at the `init_process_group` call (or the call of a helper that makes it; in the
     file itself, the first in each of its functions: a script's modes, `train_model()` and
-    `train_with_csgd()`, each make a group) in a script
+    `train_with_csgd()`, each make a group; the set-ups one call picks by name,
+    `getattr(common_utils, "init_dist_%s" % args.launcher)(...)`, once, at the first) in a script
     that is run directly (a `__main__` guard or work at module level) when neither
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
     it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with

@@ -91,7 +91,9 @@ class RankLocalBreak(Rule):
     on its own, inside a loop that back-propagates: torchrun stops the other workers when one
     fails, not when one exits with status 0, so they wait in their next all-reduce. The same clean
     exit under an `if` on the rank's own values in such a loop (`if torch.isnan(loss): quit()`)
-    is reported, unless a collective earlier in the loop may have agreed on the test, and so is
+    is reported, unless a collective earlier in the loop may have agreed on the test (one that
+    leaves agreed values in what the test reads: not `reduce_dict(loss_dict)` reducing a stacked
+    copy of the losses before `if torch.isnan(losses): continue`), and so is
     one under a rank test (`if rank == 0: ... if epoch >= max_epoch: quit()`): only those
     ranks end, and the others go round again into a backward nobody pairs. So is a
     loop whose every backward sits under an `if` on the rank's own values, with none in the
