@@ -22,8 +22,9 @@ from typing import Protocol
 import libcst as cst
 
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.imported_code import code_reached
+from ddpcheck.lint.model.imported_code import code_reached, module_attributes_used
 from ddpcheck.lint.model.module import Binding, CallSite, ClassInfo, ModuleModel, Param, Point, Scope, Target
+from ddpcheck.lint.model.options import option_choices
 from ddpcheck.lint.model.project import Project, locate, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function, decorator_names
@@ -947,13 +948,25 @@ class CallGraph:
         out: list[Callee] = []
         for value in self.model.values.at_call(site, func.args[1].value):
             name = string_text(value.node) if isinstance(value.node, cst.SimpleString) else None
-            if name is None or name not in module.functions or "." in name:
+            spelled = _spelled_names(value) if name is None else None
+            if spelled is not None:
+                # `getattr(common_utils, "init_dist_%s" % args.launcher)(...)` with `--launcher`
+                # one of `choices=["none", "pytorch", "slurm"]`: the functions of the module the
+                # choices name (`init_dist_pytorch`, `init_dist_slurm`). A name the command line
+                # spells freely stays unknown.
+                names = sorted(n for n in spelled if n in module.functions)
+                if not names:
+                    return []
+            elif name is None or name not in module.functions or "." in name:
                 return []
-            function = Function(module, name)
-            if self._builds_network(function):
-                return []
-            if all(function != f for f, _ in out):
-                out.append((function, ""))
+            else:
+                names = [name]
+            for name in names:
+                function = Function(module, name)
+                if self._builds_network(function):
+                    return []
+                if all(function != f for f, _ in out):
+                    out.append((function, ""))
         return out
 
     def _function_named(self, value: Value) -> Function | None:
@@ -1102,20 +1115,26 @@ class CallGraph:
             index = self.model.project.index(path)
             if index is None:
                 continue
-            origins = [(origin, False) for origin in index.aliases.values()] + [(s, True) for s in index.stars]
-            for origin, star in origins:
+            origins = [(origin, local) for local, origin in index.aliases.items()] + [(s, None) for s in index.stars]
+            for origin, local in origins:
                 where = locate(path, origin)
                 if where is None:
                     continue
                 file, rest = where
-                name = rest.split(".", 1)[0] if rest and not star else None
+                names: frozenset[str] | None = frozenset({rest.split(".", 1)[0]}) if rest and local else None
+                if names is None and local is not None and "." not in local and file.name != "__init__.py":
+                    # A module file imported whole under a name (`from utils import split`): the
+                    # importer reaches what it reads on that name (`split.make_split`), nothing
+                    # more where it never reads it (the module's import-time statements stay).
+                    text = self.model.project.text(path)
+                    names = module_attributes_used(text, local) if text is not None else None
                 before = wanted.get(file, set())
                 if file not in wanted:
                     todo.append(file)
-                if name is None:
+                if names is None:
                     wanted[file] = None
                 elif before is not None:
-                    wanted[file] = before | {name}
+                    wanted[file] = before | names
         return wanted
 
     def reached_code(self, module: ModuleModel) -> list[str]:
@@ -1377,3 +1396,42 @@ def _is_dataclass(module: ModuleModel, info: ClassInfo) -> bool:
         if name in ("dataclasses.dataclass", "pydantic.dataclasses.dataclass"):
             return True
     return False
+
+
+
+def _spelled_names(value: Value) -> list[str] | None:
+    """The names a string built from literal text around one command-line option with `choices`
+    can spell: `"init_%s" % args.mode`, `f"init_{args.mode}"`, `"init_" + args.mode` with
+    `--mode` one of `choices=[...]`; None for anything else."""
+    node = value.node
+    parts: list[str | None] = []
+    picked: cst.BaseExpression | None = None
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo) \
+            and isinstance(node.left, cst.SimpleString):
+        text = string_text(node.left)
+        if text is None or text.count("%s") != 1 or text.count("%") != 1:
+            return None
+        before, after = text.split("%s")
+        parts, picked = [before, None, after], node.right
+    elif isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Add) \
+            and isinstance(node.left, cst.SimpleString):
+        text = string_text(node.left)
+        if text is None:
+            return None
+        parts, picked = [text, None], node.right
+    elif isinstance(node, cst.FormattedString):
+        for part in node.parts:
+            if isinstance(part, cst.FormattedStringText):
+                parts.append(part.value)
+            elif isinstance(part, cst.FormattedStringExpression) and picked is None \
+                    and not part.format_spec and not part.conversion:
+                parts.append(None)
+                picked = part.expression
+            else:
+                return None
+    if picked is None:
+        return None
+    choices = option_choices(value.module, picked)
+    if not choices:
+        return None
+    return ["".join(p if p is not None else choice for p in parts) for choice in choices]

@@ -75,3 +75,41 @@ def _main_guard(node: ast.stmt) -> bool:
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__"
             and len(test.comparators) == 1 and isinstance(test.comparators[0], ast.Constant)
             and test.comparators[0].value == "__main__")
+
+
+@lru_cache(maxsize=512)
+def _name_uses(text: str) -> dict[str, frozenset[str] | None]:
+    """Each name the code of `text` reads, with the attributes it reads on it (`split.make`), or
+    None where the name is read bare too (passed on, `getattr(split, name)`)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return {}
+    attributes: dict[str, set[str]] = {}
+    bare: set[str] = set()
+    seen: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            attributes.setdefault(node.value.id, set()).add(node.attr)
+            seen.add(id(node.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and id(node) not in seen:
+            bare.add(node.id)
+    out: dict[str, frozenset[str] | None] = {name: frozenset(attrs) for name, attrs in attributes.items()}
+    for name in bare:
+        out[name] = None
+    return out
+
+
+def module_attributes_used(text: str, name: str) -> frozenset[str] | None:
+    """The attributes the code of `text` reads on the module it imports whole as `name` (`from
+    utils import split`, then `split.make_split(...)`): what of that module the importer can
+    reach, besides its import-time statements; empty where the code never reads the name; None
+    where it reads it bare as well (or the text does not parse): then the whole module."""
+    uses = _name_uses(text)
+    if not uses and text.strip():
+        try:
+            ast.parse(text)
+        except (SyntaxError, ValueError):
+            return None
+    return uses.get(name, frozenset())

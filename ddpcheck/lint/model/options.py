@@ -155,3 +155,28 @@ def default_takes(module: ModuleModel, test: cst.BaseExpression, negated: bool) 
     if re.search(rf"\.{attr}\s*(=[^=]|[-+*/|&]=)", module.source) or "vars(" in module.source:
         return None
     return (value != inverted) != negated
+
+
+def option_choices(module: ModuleModel, expr: cst.BaseExpression) -> tuple[str, ...] | None:
+    """The strings the option `expr` (`args.launcher`) may hold, when `module` declares it with
+    `choices=` of string literals (`choices=["none", "pytorch", "slurm"]`); None otherwise."""
+    if not (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)):
+        return None
+    wanted = expr.attr.value
+    for site in module.calls:
+        if site.method != "add_argument":
+            continue
+        named = [f for f in (string_text(a.value) for a in site.node.args if a.keyword is None) if f]
+        dest = string_text(site.arg("dest"))
+        if dest is None:
+            longs = [f for f in named if f.startswith("--")]
+            chosen = longs[0] if longs else (named[0] if named else None)
+            dest = chosen.lstrip("-").replace("-", "_") if chosen else None
+        if dest != wanted:
+            continue
+        choices = site.arg("choices")
+        if not isinstance(choices, (cst.List, cst.Tuple)):
+            return None
+        texts = [string_text(e.value) if isinstance(e, cst.Element) else None for e in choices.elements]
+        return tuple(t for t in texts if t is not None) if all(t is not None for t in texts) and texts else None
+    return None

@@ -473,6 +473,11 @@ class Paths:
             chosen = module.memo.get("init_picks", {}).get(picked[0]) if picked is not None else None
             if chosen and picked is not None and picked[1] not in chosen:
                 return False
+            if chosen and picked is not None and chosen == {picked[1]}:
+                # The same test of the same setting as the set-up's (`if args.parallel == "DDP":`
+                # again further down, around the wrap or the final evaluation): its branch is the
+                # distributed run's, its `else` the single process's.
+                return True
             return None
         if len(arms) != 1:
             return None

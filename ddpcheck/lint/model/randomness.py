@@ -2,7 +2,7 @@
 tensors, Python's or NumPy's random draws, a shuffling DataLoader (not a sampler's order). Read from the code (comments
 and docstrings left out) of the linted file and the project code it imports (a model class in `models/net.py` that holds
 `nn.Dropout` counts; of a module imported by name, what the names reach: graph.reached_code). Seeding calls (`random.seed`, `np.random.seed`) are not draws, nor is a
-synthetic set drawn inside `TensorDataset(...)`, nor the initialisation of parameters."""
+synthetic set drawn inside `TensorDataset(...)`, nor the draws of a function of the linted file that builds the data set once (`trainset = build_fake_data(n)` outside any loop, handed to a DataLoader), nor the initialisation of parameters."""
 
 from __future__ import annotations
 
@@ -10,10 +10,13 @@ import ast
 import re
 from typing import TYPE_CHECKING
 
+import libcst as cst
+
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 
 if TYPE_CHECKING:
+    from ddpcheck.lint.model.module import CallSite
     from ddpcheck.lint.model.semantic import Model
 
 # Dropout itself, in code (not in comments or docstrings).
@@ -141,6 +144,11 @@ def _drawing_texts(model: Model) -> list[str]:
             # The linted file's own text loses the loaders only its single-process run builds.
             own_text = code_only(root.source)
             texts = [_without(text, single) if text == own_text else text for text in texts]
+        builders = _data_builders(model)
+        if builders:
+            # ... and the number draws of its functions that build the data set once.
+            own_text = code_only(root.source)
+            texts = [_drawn_once(text, builders) if text == own_text else text for text in texts]
         own: set[str] = set()
         if any(_OWN_FROM_PRETRAINED.search(text) for text in texts):
             own = {name for text in texts for name in _CLASS.findall(text)}
@@ -155,13 +163,56 @@ def _drawing_texts(model: Model) -> list[str]:
 def _single_run_loaders(model: Model) -> list[str]:
     """The code of the linted file's DataLoader calls that only a run without the process group
     makes (the `else` of `if use_ddp:`, where the distributed arm builds its loader with a
-    DistributedSampler): a `shuffle=True` there draws nothing in the distributed job."""
+    DistributedSampler): a `shuffle=True` there draws nothing in the distributed job. A library
+    loader derived from torch's (`torch_geometric.loader.DataLoader`) is one too."""
     root = model.root
     found: list[str] = []
     for call in root.calls:
-        if model.api(call) == api.DATALOADER and model.paths.single_only(call) is not None:
+        if model.makes(call, api.DATALOADER) and model.paths.single_only(call) is not None:
             found.append(root.code(call.node))
     return found
+
+
+def _data_builders(model: Model) -> list[str]:
+    """The code (comments left out) of the linted file's functions that build a data set once:
+    every call of the function is made outside any loop and binds a name that a DataLoader or a
+    Dataset of the same scope is given (`trainset = build_fake_data(size=10000)`, then
+    `DataLoader(trainset, sampler=...)`). Its draws make the set, the same on every rank that
+    seeds alike, which the sampler then shards: no draw while training."""
+    root = model.root
+    out: list[str] = []
+    for name, node in root.functions.items():
+        if "." in name:
+            continue
+        calls = [c for c in root.calls if isinstance(c.node.func, cst.Name) and c.node.func.value == name]
+        if not calls or any(c.loops or not _feeds_a_loader(model, c) for c in calls):
+            continue
+        out.append(code_only(root.code(node)))
+    return out
+
+
+def _feeds_a_loader(model: Model, site: CallSite) -> bool:
+    """The call's answer is bound to a name handed first to a DataLoader or a Dataset in the
+    same scope."""
+    bound = {n for n, values in site.scope.assignments.items() if any(v is site.node for v in values)}
+    if not bound:
+        return False
+    for call in site.module.calls_in(site.scope.qualname):
+        if call.scope is not site.scope:
+            continue
+        first = call.arg("dataset", 0)
+        if isinstance(first, cst.Name) and first.value in bound and (
+                model.makes(call, api.DATALOADER) or model.makes(call, api.DATASET)
+                or (model.api(call) or "").startswith("torch.utils.data.")):
+            return True
+    return False
+
+
+def _drawn_once(text: str, codes: list[str]) -> str:
+    for code in codes:
+        if code in text:
+            text = text.replace(code, _NUMBER_DRAWS.sub("", code))
+    return text
 
 
 def _without(text: str, codes: list[str]) -> str:

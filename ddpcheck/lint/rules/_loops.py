@@ -18,7 +18,8 @@ import libcst as cst
 
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_optimizer_step
-from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Point, Scope
+from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Point, Scope, Target
+from ddpcheck.lint.model.project import resolved_path
 from ddpcheck.lint.model.syntax import subexpressions
 
 if TYPE_CHECKING:
@@ -136,11 +137,28 @@ class Loops:
                     continue  # a builtin or an imported function: not a model object
             elif not _held_by_self(func):
                 continue
-            if self.model.api(call) is not None or self.model.graph.targets(call):
+            if self.model.api(call) is not None or self.model.graph.targets(call) and not self._own_network_method(call):
                 continue  # an API or a project function (a method of the class): not a model object
             if any(n.value in items for a in call.node.args for n in _names(a.value)):
                 return True
         return False
+
+    def _own_network_method(self, call: CallSite) -> bool:
+        """`self.infer(x)` in a method of a project network (an `nn.Module` subclass) calling
+        another method of its own class: the network's own forward on the items (its
+        evaluation loop's `logits = self.infer(batch)`)."""
+        func = call.node.func
+        owner = call.scope.class_scope
+        if not _held_by_self(func) or owner is None or not isinstance(func, cst.Attribute):
+            return False
+        info = call.module.classes.get(owner.qualname)
+        path = resolved_path(call.module.path)
+        if info is None or path is None:
+            return False
+        graph = self.model.graph
+        if not graph.is_subclass(Target(None, path, owner.qualname, "class"), api.MODULE_BASE):
+            return False
+        return all(function.owner is not None for function, _ in graph.targets(call))
 
     def iterates_batches(self, module: ModuleModel, expr: cst.BaseExpression, scope: Scope,
                          at: Point | None = None, depth: int = 2) -> bool:

@@ -112,7 +112,10 @@ class HardCodedRendezvous(Rule):
     `torch.distributed.launch` passes, and whose process group meets through `env://` (the
     default), is started the same way: the literal `MASTER_ADDR`/`MASTER_PORT` it writes are
     reported too, once, at the first of them (not when it reads a scheduler's variables,
-    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it).
+    `SLURM_*`, `OMPI_*`, `PMI_*`: srun and mpirun export no rendezvous, the script must set it);
+    so is a process group of such a script, or of a project function it runs, that meets at a
+    host written at the call (`init_method="tcp://127.0.0.1:%d" % tcp_port`, whatever the port;
+    not a URL read from a flag).
     So is a script whose process groups take their rank and world size from nowhere but the
     environment (`init_process_group("nccl")` with no `rank=`/`world_size=`, no spawn, and no
     write of RANK; a WORLD_SIZE written from the GPU count leaves the rank to the environment
@@ -424,6 +427,9 @@ class HardCodedRendezvous(Rule):
             return
         torchrun = model.torchrun_path or self._launcher_numbers_only()
         launch = not torchrun and self._launch_flag_with_env_rendezvous()
+        reported: set[int] = set()
+        if not torchrun and not launch and self._launch_flag():
+            reported = self._launch_flag_with_host_url()
         if torchrun:
             for first, run_keys in self._write_runs():
                 # (the first key names it, as a helper's writes are named when a script runs
@@ -443,7 +449,7 @@ class HardCodedRendezvous(Rule):
                 )
         entry = None
         for call in root.calls:
-            if model.api(call) != api.INIT_PROCESS_GROUP or model.paths.uncalled(call):
+            if model.api(call) != api.INIT_PROCESS_GROUP or model.paths.uncalled(call) or id(call.node) in reported:
                 continue
             method = call.arg("init_method")
             url = self._literal_url(call, method) if method is not None else None
@@ -562,17 +568,47 @@ class HardCodedRendezvous(Rule):
         return not any(access.written and access.key == "RANK"
                        for module in {id(c.module): c.module for c in inits}.values() for access in module.env)
 
+    def _launch_flag(self) -> bool:
+        """The file takes the `--local_rank` flag that `torch.distributed.launch` passes each
+        process it starts, and reads no scheduler's variables (srun and mpirun export no
+        rendezvous: such a script sets its own)."""
+        model = self.model
+        if _SCHEDULER_ENV.search(code_only(model.root.source)):
+            return False
+        return any(c.method == "add_argument" and any(
+            a.keyword is None and string_text(a.value) in ("--local_rank", "--local-rank") for a in c.node.args)
+            for c in model.root.calls)
+
+    HOST_URL_MESSAGE = (
+        "init_process_group meets at the hard-coded `{url}` in a script torch.distributed.launch starts "
+        "(it takes `--local_rank`): it overrides the launcher's MASTER_ADDR/MASTER_PORT and cannot span "
+        "nodes; drop `init_method` and let the default `env://` read the launcher's rendezvous"
+    )
+
+    def _launch_flag_with_host_url(self) -> set[int]:
+        """In a script the launcher starts (it takes `--local_rank`), a process group that meets
+        at a host written in the code (`init_method="tcp://127.0.0.1:%d" % tcp_port`, the port
+        from a flag or not) ignores the rendezvous the launcher exported. Only a URL written at
+        the call counts: one read from a flag (`--dist-url`) is the user's to set."""
+        model = self.model
+        reported: set[int] = set()
+        for call in model.init_sites():
+            method = call.arg("init_method")
+            host = _written_host_url(method) if method is not None else None
+            if host is None or model.paths.single_only(call) is not None or model.paths.uncalled(call):
+                continue
+            self.report(call.node, self.HOST_URL_MESSAGE.format(url=host), module=call.module,
+                        related=model.paths.chain(call))
+            reported.add(id(call.node))
+        return reported
+
     def _launch_flag_with_env_rendezvous(self) -> bool:
         """The file takes the `--local_rank` flag that `torch.distributed.launch` passes each
         process it starts, and every process group its run sets
         up meets through `env://` (the default, or that literal): the MASTER_ADDR/MASTER_PORT it
         reads are the launcher's."""
         model = self.model
-        if _SCHEDULER_ENV.search(code_only(model.root.source)):
-            return False  # started by srun/mpirun, which export no rendezvous: the script sets its own
-        if not any(c.method == "add_argument" and any(
-                a.keyword is None and string_text(a.value) in ("--local_rank", "--local-rank") for a in c.node.args)
-                for c in model.root.calls):
+        if not self._launch_flag():
             return False
         inits = model.init_sites()
         for call in inits:
@@ -702,3 +738,22 @@ class HardCodedRendezvous(Rule):
                 return None
             out.append(texts.pop() or "")
         return "".join(out)
+
+
+_HOST_URL = re.compile(r"tcp://([\w.\-]+|\[[0-9a-fA-F:]+\]):")
+
+
+def _written_host_url(node: cst.BaseExpression) -> str | None:
+    """`"tcp://127.0.0.1:23456"`, `"tcp://127.0.0.1:%d" % port`, `f"tcp://localhost:{port}"` or
+    `"tcp://127.0.0.1:" + str(port)` written at the call: the URL's literal start up to the port
+    (`tcp://127.0.0.1:`), None when the host is not written there."""
+    if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Modulo, cst.Add)):
+        node = node.left
+    if isinstance(node, cst.SimpleString):
+        text = string_text(node)
+    elif isinstance(node, cst.FormattedString) and node.parts and isinstance(node.parts[0], cst.FormattedStringText):
+        text = node.parts[0].value
+    else:
+        return None
+    found = _HOST_URL.match(text or "")
+    return found.group(0) if found else None

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from typing import cast
 
 import libcst as cst
 
@@ -503,7 +504,7 @@ class LoadWithoutMapLocation(Rule):
                 continue
             if call.method == "load_state_dict":
                 return False  # a checkpoint after all
-            if any(isinstance(v, cst.Name) and v.value == name for v in handed) and self._builds_data(call):
+            if any(isinstance(v, cst.Name) and v.value == name for v in handed) and self._builds_data(call, name):
                 data = True
         return data
 
@@ -522,16 +523,24 @@ class LoadWithoutMapLocation(Rule):
                 return True
         return False
 
-    def _builds_data(self, call: CallSite) -> bool:
-        """`call` makes a DataLoader or a Dataset, itself or in the body of the project function
-        it runs (`make_loader(graphs, ...)` returning `DataLoader(...)`)."""
+    def _builds_data(self, call: CallSite, name: str) -> bool:
+        """`call` makes a DataLoader or a Dataset of `name`, itself or in the body of the project
+        function it runs, which hands the parameter `name` is passed to on to that DataLoader
+        (`make_loader(graphs, ...)` returning `DataLoader(graphs, ...)`). A function that builds
+        a loader of something else (`train(model, data, ...)` batching `data`) does not make the
+        model it is handed data."""
         model = self.model
         if model.api(call) in _TORCH_DATASETS or any(model.makes(call, kind) for kind in _DATA_CLASSES):
             return True
-        for function, _ in model.graph.targets(call):
-            if any(model.makes(inner, kind) for inner in function.module.calls_in(function.qualname)
-                   for kind in _DATA_CLASSES):
-                return True
+        for function, bound in model.graph.targets(call):
+            params = [p for p in function.params()
+                      if isinstance(model.graph.argument_for(call, function, p, bound), cst.Name)
+                      and cast(cst.Name, model.graph.argument_for(call, function, p, bound)).value == name]
+            for inner in function.module.calls_in(function.qualname):
+                if not any(model.makes(inner, kind) for kind in _DATA_CLASSES):
+                    continue
+                if any(_reads(a.value, p.name) for a in inner.node.args for p in params):
+                    return True
         return False
 
     def _cached_data(self, site: CallSite) -> bool:

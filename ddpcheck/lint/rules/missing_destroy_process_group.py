@@ -3,11 +3,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import libcst as cst
+
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
 from ddpcheck.lint.model.symbols import Function
+from ddpcheck.lint.model.syntax import dotted
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 
 if TYPE_CHECKING:
@@ -32,7 +35,8 @@ class MissingDestroyProcessGroup(Rule):
 
     Reported at the `init_process_group` call (or the call of a helper that makes it; in the
     file itself, the first in each of its functions: a script's modes, `train_model()` and
-    `train_with_csgd()`, each make a group) in a script
+    `train_with_csgd()`, each make a group; the set-ups one call picks by name,
+    `getattr(common_utils, "init_dist_%s" % args.launcher)(...)`, once, at the first) in a script
     that is run directly (a `__main__` guard or work at module level) when neither
     `destroy_process_group` nor a helper known to call it appears anywhere in the file; passing
     it as a callback (`atexit.register(dist.destroy_process_group)`) counts. Also reported (with
@@ -303,9 +307,18 @@ class MissingDestroyProcessGroup(Rule):
                 if init.module is root and (not firsts or not model.paths.uncalled(init)):
                     firsts.setdefault(init.scope.qualname, init)
             sites = list(firsts.values())
+        dispatched: set[int] = set()
         for init in sites:
+            chain = model.paths.chain(init)
+            # The set-ups one call picks by name (`getattr(common_utils, "init_dist_%s" %
+            # args.launcher)(...)`) are one set-up of the run: reported once, at the first.
+            picking = next((c for c in reversed(chain) if _picks_by_name(c)), None)
+            if picking is not None:
+                if id(picking.node) in dispatched:
+                    continue
+                dispatched.add(id(picking.node))
             fix = self._fix(init) if init.module is model.root else None
-            self.report(init.node, module=init.module, related=model.paths.chain(init), fix=fix)
+            self.report(init.node, module=init.module, related=chain, fix=fix)
 
     def _leaking_workers(self) -> None:
         """A worker the run spawns (`mp.spawn(self.bert_worker, ...)`) that sets up its group
@@ -392,3 +405,9 @@ def _describe(module: ModuleModel, guard: Guard) -> str:
 
 def _without_comments(source: str) -> str:
     return "\n".join(line.split("#", 1)[0] for line in source.splitlines() if "destroy_process_group" in line)
+
+
+def _picks_by_name(call: CallSite) -> bool:
+    """`getattr(module, name)(...)`: a call of the function a name picks."""
+    func = call.node.func
+    return isinstance(func, cst.Call) and dotted(func.func) == "getattr"

@@ -9,7 +9,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import LAUNCH_FLAG, Resolve, is_rank_value, main_rank_literal, selects_main_rank
 from ddpcheck.lint.model.ddp import wraps
-from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, Item, ModuleModel, Param, Point, Scope, Shared
+from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared
 from ddpcheck.lint.model.options import command_line_switch
 from ddpcheck.lint.model.parse import PARSE_ERRORS, parse_module
 from ddpcheck.lint.model.paths import handler_calls
@@ -766,7 +766,7 @@ class PrintOnEveryRank(Rule):
         function, or the `self.<name>` attribute, in any method of the same class."""
         scope = site.scope
         names = {n for n, bound in scope.assignments.items() if n.count(".") <= 1
-                 and any(b is site.node for b in bound)}
+                 and any(_binds_bar(b, site.node) for b in bound)}
         if not names:
             return []
         function = self.model.paths.function_of(site)
@@ -797,7 +797,7 @@ class PrintOnEveryRank(Rule):
         if not isinstance(iterable, cst.Name):
             return False
         bindings = site.scope.assignments.get(iterable.value, [])
-        return len(bindings) == 1 and bindings[0] is site.node
+        return len(bindings) == 1 and _binds_bar(bindings[0], site.node)
 
     def _shown_everywhere(self, site: CallSite) -> bool:
         """`tqdm(..., disable=X)` where X is known to be the same on every rank: `False`, or an
@@ -1664,6 +1664,12 @@ def _null_but_one(value: cst.BaseExpression) -> bool:
 
 def _path(site: CallSite) -> Path | None:
     return resolved_path(site.module.path)
+
+
+def _binds_bar(binding: object, bar: cst.CSTNode) -> bool:
+    """The binding holds the bar `bar` builds: `bar = tqdm(...)`, or `with tqdm(...) as bar:`
+    (a bar's `__enter__` returns the bar itself)."""
+    return binding is bar or isinstance(binding, Element) and binding.via_with and binding.iterable is bar
 
 
 def _holds(outer: cst.CSTNode, inner: cst.CSTNode) -> bool:

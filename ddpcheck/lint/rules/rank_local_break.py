@@ -91,7 +91,9 @@ class RankLocalBreak(Rule):
     on its own, inside a loop that back-propagates: torchrun stops the other workers when one
     fails, not when one exits with status 0, so they wait in their next all-reduce. The same clean
     exit under an `if` on the rank's own values in such a loop (`if torch.isnan(loss): quit()`)
-    is reported, unless a collective earlier in the loop may have agreed on the test, and so is
+    is reported, unless a collective earlier in the loop may have agreed on the test (one that
+    leaves agreed values in what the test reads: not `reduce_dict(loss_dict)` reducing a stacked
+    copy of the losses before `if torch.isnan(losses): continue`), and so is
     one under a rank test (`if rank == 0: ... if epoch >= max_epoch: quit()`): only those
     ranks end, and the others go round again into a backward nobody pairs. So is a
     loop whose every backward sits under an `if` on the rank's own values, with none in the
@@ -313,7 +315,8 @@ class RankLocalBreak(Rule):
                     here = places.get(id(exit_node), -1)
                     if isinstance(exit_node, cst.Continue) \
                             and (self._local_value(root, loop.scope, guard_test) or _none_from_batch(loop, guard_test)) \
-                            and all(places.get(id(c.node), -1) > here for c in agreeing):
+                            and all(places.get(id(c.node), -1) > here or not self._agrees_on(c, loop.scope, guard_test)
+                                    for c in agreeing):
                         self._skip(root, loop, exit_node, guard_test, body_calls, places, agreeing)
                     elif not isinstance(exit_node, cst.Continue) and self._kept_by_one(root, loop, guard_test):
                         self.report(exit_node, self.MESSAGE.format(
@@ -407,7 +410,7 @@ class RankLocalBreak(Rule):
             order = _order(loop.node)
             here = order.get(id(guard.node), -1)
             if any(model.facts.does(c, "data_collective") and -1 < order.get(id(c.node), -1) < here
-                   for c in body_calls):
+                   and self._agrees_on(c, loop.scope, guard.test) for c in body_calls):
                 continue
             self.report(guard.test, self.GUARDED_MESSAGE.format(test=model.text_of(root, guard.test)),
                         module=root)
@@ -425,6 +428,40 @@ class RankLocalBreak(Rule):
             self.report(exit_node, self.SKIP_MESSAGE.format(test=text), module=root)
         elif any(order.get(id(c.node), -1) > here for c in agreeing):
             self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text), module=root)
+
+    def _agrees_on(self, site: CallSite, scope: Scope, test: cst.BaseExpression) -> bool:
+        """Whether the collective `site`, made before a skip, may have agreed on what its test
+        reads: it leaves agreed values in names the test reads (torch's own in place on what
+        they are given; a project function in what it returns, and in what it is given where
+        one of its collectives works on a parameter in place, or where it is not known).
+        `loss_dict_reduced = reduce_dict(loss_dict)` reducing a stacked copy agrees on nothing
+        that `if torch.isnan(losses): continue` reads."""
+        name = self.model.api(site)
+        carried = _carries(name, site, scope)
+        # What an expression around the call takes from its answer (`agreed = reduce(logs)["loss"]`).
+        carried |= {t for t, values in scope.assignments.items()
+                    if any(isinstance(v, cst.CSTNode) and any(sub is site.node for sub in subexpressions(v))
+                           for v in values)}
+        if not (name or "").startswith("torch.distributed") and self._in_place(site):
+            carried |= {n.value for a in site.node.args for n in subexpressions(a.value) if isinstance(n, cst.Name)}
+        return bool(carried & _reads(scope, test))
+
+    def _in_place(self, site: CallSite) -> bool:
+        """A project function one of whose torch collectives works on one of its parameters
+        (`dist.all_reduce(tensor)` on `def reduce_tensor(tensor)`), or one that is not known."""
+        model = self.model
+        targets = model.graph.targets(site)
+        if not targets:
+            return True
+        for function, _ in targets:
+            params = {p.name for p in function.params()}
+            for call in function.module.calls_in(function.qualname):
+                if not (model.api(call) or "").startswith("torch.distributed") and not model.facts.does(call, "data_collective"):
+                    continue
+                if any(isinstance(n, cst.Name) and n.value in params
+                       for a in call.node.args for n in subexpressions(a.value)):
+                    return True
+        return False
 
     def _single(self, root: ModuleModel, loop: LoopSite, node: cst.CSTNode) -> bool:
         """The exit sits under a test that holds only in a run that is not distributed."""
