@@ -1398,7 +1398,6 @@ def _is_dataclass(module: ModuleModel, info: ClassInfo) -> bool:
     return False
 
 
-
 def _spelled_names(value: Value) -> list[str] | None:
     """The names a string built from literal text around one command-line option with `choices`
     can spell: `"init_%s" % args.mode`, `f"init_{args.mode}"`, `"init_" + args.mode` with
