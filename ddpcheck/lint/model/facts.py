@@ -83,6 +83,12 @@ class Facts:
     def __init__(self, model: FactsModel) -> None:
         self.model = model
         self._memo: dict[tuple[int, str], frozenset[str]] = {}
+        # Answers worked out after the budget ran out, kept for the rest of that budget only: the
+        # rule that ran it out asks the same functions again and again (a project of hundreds of
+        # files re-walked its call graph for every call), while the next rule, with a fresh
+        # budget, must not inherit them.
+        self._cut_memo: dict[tuple[int, str], frozenset[str]] = {}
+        self._cut_period = -1
         self._class_facts: dict[tuple[str, str], frozenset[str]] = {}
 
     def of_call(self, site: CallSite) -> frozenset[str]:
@@ -141,6 +147,13 @@ class Facts:
         cached = self._memo.get(key)
         if cached is not None:
             return cached
+        values = self.model.values
+        if self._cut_period != values.period:
+            self._cut_memo.clear()
+            self._cut_period = values.period
+        cached = self._cut_memo.get(key)
+        if cached is not None:
+            return cached
         if key in _seen:
             return frozenset()  # recursion: what the cycle adds is counted once
         seen = _seen | {key}
@@ -156,8 +169,11 @@ class Facts:
         found |= self._body(module, qualname)
         result = frozenset(found)
         # Only complete answers are kept: a cycle may still be open below, or the budget ran out.
-        if not _seen and self.model.values.whole:
-            self._memo[key] = result
+        if not _seen:
+            if values.whole:
+                self._memo[key] = result
+            else:
+                self._cut_memo[key] = result
         return result
 
     def _passed_on(self, site: CallSite, inherited: frozenset[str]) -> frozenset[str]:

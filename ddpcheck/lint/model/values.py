@@ -361,6 +361,7 @@ class Values:
     def __init__(self, model: ValuesModel) -> None:
         self.model = model
         self.budget = STEPS_PER_RULE
+        self.period = 0  # counts the budgets given: answers cut short are kept only within one
         self._parting = False
         self._inherited_memo: dict[tuple[int, str], list[tuple[ModuleModel, Scope]]] = {}
         self._left_memo: dict[tuple[int, str], set[int]] = {}  # (method scope, attribute) → bindings it leaves
@@ -373,6 +374,7 @@ class Values:
         """Give the next rule the whole budget: what one rule finds must not depend on which
         rules ran before it and how much they spent."""
         self.budget = STEPS_PER_RULE
+        self.period += 1
 
     @property
     def whole(self) -> bool:
