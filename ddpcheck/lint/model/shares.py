@@ -30,8 +30,8 @@ def takes_own_share(model: Model) -> bool:
     root = model.root
     found = root.memo.get("takes_own_share")
     if found is None:
-        resolve = model.resolver_for(root)
-        found = _assigned_share(model, root, resolve) or _share_anywhere(root, resolve)
+        found = any(is_own_share(model, root, value, scope) for scope, value in assigned_expressions(root)) \
+            or _share_anywhere(root, model.resolver_for(root))
         root.memo["takes_own_share"] = found
     return bool(found)
 
@@ -87,19 +87,6 @@ def is_own_share(model: Model, module: ModuleModel, expr: object, scope: Scope) 
     if isinstance(expr.value, cst.Call) and indexed_by_rank(expr, resolve):
         site = module.call_at(expr.value)
         return site is not None and (model.api(site) in SPLITTERS or split_per_rank(site))
-    return False
-
-
-def _assigned_share(model: Model, root: ModuleModel, resolve: Resolve) -> bool:
-    for scope, node in assigned_expressions(root):
-        if not isinstance(node, cst.Subscript):
-            continue
-        if strided_by_rank(node, resolve, scope):
-            return True
-        if isinstance(node.value, cst.Call) and indexed_by_rank(node, resolve):
-            site = root.call_at(node.value)
-            if site is not None and (model.api(site) in SPLITTERS or split_per_rank(site)):
-                return True
     return False
 
 
