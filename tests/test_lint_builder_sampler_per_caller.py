@@ -4,7 +4,6 @@ projects in tmp_path."""
 
 from __future__ import annotations
 
-import pytest
 
 from tests.helpers import finding_set, write_project
 

@@ -120,7 +120,7 @@ def test_a_rank_that_crashes_early_leaves_the_checks_not_reached(tmp_path, how, 
     assert "DDP109" not in codes(data) and "DDP108" not in codes(data)
     for code in ("DDP105", "DDP106", "DDP109"):
         assert status(data, code) == "not-reached", (code, status(data, code))
-        assert f"rank 1 crashed (" in detail(data, code) and f"dies_early.py:{line}) {before}" in detail(data, code)
+        assert "rank 1 crashed (" in detail(data, code) and f"dies_early.py:{line}) {before}" in detail(data, code)
     assert not any(c["status"] == "fail" for c in data["run"]["checks"])
     # The root cause leads: the crash is the first finding; rank 0 was only stopped.
     assert data["findings"][0]["code"] == "DDP120"

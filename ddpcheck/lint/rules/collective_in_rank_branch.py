@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 import re
 from dataclasses import dataclass
 
@@ -17,9 +16,6 @@ from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.rule import Invalid, Rule
-
-if TYPE_CHECKING:
-    from ddpcheck.lint.model.symbols import Function
 
 
 @dataclass(frozen=True)

@@ -327,7 +327,6 @@ class MissingSetDevice(Rule):
         wrap, then `learning(...)` calling `torch.cuda.set_device`): that work, and the CUDA
         context it creates, has already landed on GPU 0."""
         model = self.model
-        root = model.root
         first: CallSite | None = None
         setters = [s for s in setters if not self._without_group(s, 2)]
         if not setters:

@@ -4,12 +4,11 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model.conditions import exclusive_arms
-from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import MODULE_API, Wrap, before, forwards_to_module, holds_ddp, holds_parameters, is_ddp, runs_layers, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.symbols import Function
-from ddpcheck.lint.model.syntax import children, dotted, is_false, is_true
+from ddpcheck.lint.model.syntax import children, is_false, is_true
 from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Rule
 

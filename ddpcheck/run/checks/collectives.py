@@ -22,7 +22,7 @@ from ddpcheck.run.checks._compare import at_least
 from ddpcheck.run.calls import WORLD, CallLog, first_mismatch, ranks_text
 from ddpcheck.run.records import HANG_VERDICT_FILE, Record, section
 from ddpcheck.run.registry import Probe, RuntimeCheck
-from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
+from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict
 
 if TYPE_CHECKING:
     from torch.optim import Optimizer

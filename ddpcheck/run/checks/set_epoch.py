@@ -9,16 +9,13 @@ change between them."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddpcheck.run.checks._loader_indices import HEAD, capture, is_training, loader_label, loader_place, loaders_by_index
 from ddpcheck.run.records import Record
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
 from ddpcheck.findings import Severity
 from ddpcheck.run.registry import Probe, RuntimeCheck
-
-if TYPE_CHECKING:
-    from ddpcheck.run.rank.session import Session
 
 
 class MissingSetEpoch(RuntimeCheck):

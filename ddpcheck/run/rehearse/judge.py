@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpcheck.catalog import code_named
-from ddpcheck.findings import Finding, Severity
+from ddpcheck.findings import Finding
 from ddpcheck.run.calls import CallLog, first_mismatch, short
 from ddpcheck.run.rehearse.plan import SamplerShards, batches, rank_ranges, strided_shard
 from ddpcheck.run.rehearse.runner import RankRun
