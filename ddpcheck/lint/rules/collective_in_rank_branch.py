@@ -14,7 +14,7 @@ from ddpcheck.lint.model.module import Augmented, CallSite, ClassInfo, Guard, Mo
 from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, subexpressions
-from ddpcheck.lint.model.values import Frame, Value
+from ddpcheck.lint.model.values import Frame, Value, off_default_branch
 from ddpcheck.lint.rule import Invalid, Rule
 
 
@@ -737,8 +737,11 @@ class CollectiveInRankBranch(Rule):
         # broadcasts from rank 0 (`_pre_forward`: `torch.is_grad_enabled() and
         # self.reducer._rebuild_buckets()`), buffers or not.
         layers = forward is not None and is_no_grad(self.model, forward.module, forward.withs, forward.scope.qualname)
+        # A network built on a branch the command line's defaults do not take (`if "CNN" in
+        # model_name:` with `--model_name` defaulting to "FNO") is not the one a run holds.
         return any(self._value_buffers(value, 2, layers)
-                   for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at))
+                   for value in self.model.values.of(wrap.module, inner, wrap.scope, wrap.frame, at=wrap.at)
+                   if not off_default_branch(value))
 
     def _value_buffers(self, value: Value, depth: int, layers: bool) -> bool:
         """Whether the module a value builds may hold buffers: a project network whose code makes
