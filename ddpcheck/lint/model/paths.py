@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, Sequence
 
 import libcst as cst
 
@@ -778,7 +778,7 @@ class Paths:
         return argument(binding, "iterable", 0)
 
     def _wraps_own_value(self, scope: Scope, name: str, inner: cst.BaseExpression, point: Point,
-                         everywhere: list[tuple[object, Point]]) -> bool:
+                         everywhere: Sequence[tuple[object, Point]]) -> bool:
         """`pbar = enumerate(loader)`, then `if rank == 0: pbar = tqdm(pbar, ...)`: the bar is made
         over the name's own value, and every binding of it that reaches the bar is one made on
         every rank, so iterating either yields the same items."""

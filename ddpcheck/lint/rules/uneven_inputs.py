@@ -10,12 +10,14 @@ from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import evens_nothing, is_ddp, is_eval_name, loops_over, sampler_values
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.shares import SPLITTERS, assigned_expressions, indexed_by_rank, split_per_rank, strided_by_rank
 from ddpcheck.lint.model.syntax import children, dotted, expressions, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rules._classes import classes_of
+from ddpcheck.lint.rules._forwards import DdpForwards
 
 _WORLD = WORLD_NAMES
 # What a sampler that evens the shards out writes: padding to a total size, a per-rank count.
@@ -26,7 +28,7 @@ _RANGES = frozenset({"range", "np.arange", "numpy.arange", "torch.arange"})
 _SPLIT_BY_NODE = "datasets.distributed.split_dataset_by_node"
 
 
-class UnevenInputs(Rule):
+class UnevenInputs(Rule, DdpForwards):
     """Each rank gets its share of the data by a hand-made split (or a rank-sharded IterableDataset) that can leave ranks with different numbers of batches, and nothing evens them out.
 
     `files[rank::world_size]`, `np.array_split(samples, world_size)[rank]` and an
@@ -91,6 +93,7 @@ class UnevenInputs(Rule):
     """
 
     code = "DDP034"
+    known_only = True  # (a DDP forward counts as a collective when its network holds buffers)
     name = "uneven-inputs"
     severity = Severity.WARNING
     MESSAGE = (
@@ -423,11 +426,15 @@ class UnevenInputs(Rule):
         return False
 
     def _works_in(self, module: ModuleModel, loop: cst.CSTNode) -> bool:
-        """A call inside `loop` back-propagates or makes a collective (directly or in a helper)."""
+        """A call inside `loop` back-propagates or makes a collective (directly or in a helper),
+        the forward of a DDP model among them, called with gradients on (it broadcasts the
+        network's buffers each time: an evaluation of each rank's share through the wrapper,
+        `model.infer(seq)`; with gradients off only the first forward after training does)."""
         facts = self.model.facts
-        return any(loop in c.loops and (c.method == "backward" or facts.does(c, "backward")
-                                        or facts.does(c, "collective"))
-                   for c in module.calls)
+        inside = [c for c in module.calls if loop in c.loops]
+        return any(c.method == "backward" or facts.does(c, "backward") or facts.does(c, "collective")
+                   for c in inside) or any(self.forwards_ddp(c) for c in inside
+                                           if not is_no_grad(self.model, c.module, c.withs, c.scope.qualname))
 
     def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0,
                         uncapped: bool = False) -> bool:
