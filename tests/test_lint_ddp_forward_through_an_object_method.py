@@ -3,8 +3,7 @@ of a model class whose `infer` calls `self.net(x)`, the wrapper it holds): a col
 network holds buffers, which DDP broadcasts on each forward with gradients on. DDP034: a strided
 loop of such calls (`for i in range(rank, n, world_size):`) runs a different number of them on
 the ranks; with gradients off, only the first forward after training broadcasts, and a network
-without buffers has nothing to send. DDP009: the same call on rank 0 only. Through `ddpcheck
-lint` on a small project."""
+without buffers has nothing to send. Through `ddpcheck lint` on a small project."""
 
 from __future__ import annotations
 
@@ -91,17 +90,16 @@ NO_GRAD = "with torch.no_grad():\n                return self.net(frames)"
 def _findings(tmp_path: Path, norm: str, infer: str) -> list[tuple[str, int]]:
     files = {"nets.py": NETS.replace("{norm}", norm), "wrapper.py": WRAPPER.replace("{infer}", infer),
              "train.py": TRAIN}
-    found = lint_project(tmp_path, files, "train.py", select="DDP009,DDP034")
+    found = lint_project(tmp_path, files, "train.py", select="DDP034")
     return sorted((f["code"], f["location"]["line"]) for f in found)
 
 
 def test_forward_of_a_network_with_buffers_through_a_method_is_a_collective(tmp_path: Path) -> None:
-    assert _findings(tmp_path, "nn.BatchNorm2d(width)", FORWARD) == [("DDP009", 24), ("DDP034", 20)]
+    assert _findings(tmp_path, "nn.BatchNorm2d(width)", FORWARD) == [("DDP034", 20)]
 
 
 def test_forward_with_gradients_off_broadcasts_once_and_the_loop_is_even(tmp_path: Path) -> None:
-    # Rank 0's lone call still makes the first (broadcasting) forward after training.
-    assert _findings(tmp_path, "nn.BatchNorm2d(width)", NO_GRAD) == [("DDP009", 24)]
+    assert _findings(tmp_path, "nn.BatchNorm2d(width)", NO_GRAD) == []
 
 
 def test_network_without_buffers_makes_no_collective(tmp_path: Path) -> None:

@@ -97,15 +97,18 @@ class DdpForwards:
 
     def _method_forwards_ddp(self, site: CallSite, depth: int = 2) -> bool:
         """`self.evaluate()` where the method (or a method of the same object it calls) runs the
-        DDP wrapper the object holds (`self.net(x)` with `self.net` set to the wrapper); also a
-        method of another object of the project (`model.infer(x)` of a model class whose `infer`
-        calls `self.net_G(x)`), resolved by the call graph."""
+        DDP wrapper the object holds (`self.net(x)` with `self.net` set to the wrapper); with
+        `known_only`, also a method of another object of the project (`model.infer(x)` of a model
+        class whose `infer` calls `self.net_G(x)`), resolved by the call graph."""
         func = site.node.func
         if depth <= 0:
             return False
         if isinstance(func, cst.Name):
             return self._function_forwards_global_ddp(site, depth)
-        if not (isinstance(func, cst.Attribute) and isinstance(func.value, (cst.Name, cst.Attribute))):
+        if not isinstance(func, cst.Attribute):
+            return False
+        own = isinstance(func.value, cst.Name) and func.value.value == "self"
+        if not own and not (self.known_only and isinstance(func.value, (cst.Name, cst.Attribute))):
             return False
         for callee, bound in self.model.graph.targets(site):
             if bound != "method":
