@@ -289,8 +289,9 @@ def pads(model: Model, site: CallSite) -> bool:
     DistributedSampler, a library sampler that always pads (api.PADDING_SAMPLERS), or a project subclass with `drop_last` false (or left at its default)
     — a subclass with its own `__iter__` only when that code pads to a `total_size` — or a
     project sampler written like it (see Model.shards_like_distributed_sampler); not one whose
-    total is the dataset's own length (see evens_nothing)."""
-    if evens_nothing(model, site):
+    total is the dataset's own length (see evens_nothing), nor one that cuts it to a multiple of
+    the world size (see drops_remainder)."""
+    if evens_nothing(model, site) or drops_remainder(model, site):
         return False
     if model.api(site) in api.PADDING_SAMPLERS:
         return True
@@ -322,8 +323,11 @@ def pads(model: Model, site: CallSite) -> bool:
         and not site.has_star_kwargs
 
 
-# `self.total_size = len(self.dataset)`: the shards add up to the dataset itself.
-_WHOLE_TOTAL = re.compile(r"self\.total_size\s*=\s*len\(\s*(self\.)?dataset\s*\)")
+# `self.total_size = len(self.dataset)`: the shards add up to the dataset itself. The length
+# alone ends the statement: `len(dataset) - len(dataset) % self.num_replicas` cuts it to a
+# multiple of the world size, which every rank shares alike.
+_WHOLE_TOTAL = re.compile(r"self\.total_size[ \t]*=[ \t]*len\([ \t]*(self\.)?dataset[ \t]*\)[ \t]*(?:#[^\n]*)?$",
+                          re.MULTILINE)
 
 
 def evens_nothing(model: Model, site: CallSite) -> bool:
@@ -340,6 +344,27 @@ def evens_nothing(model: Model, site: CallSite) -> bool:
                              or model.shards_like_distributed_sampler(site)):
         return False
     return any(_WHOLE_TOTAL.search(code_only(module.code(info.node))) for module, info in model.graph.mro(*found))
+
+
+# `self.total_size = len(dataset) - len(dataset) % self.num_replicas`, or `len(self.dataset) //
+# self.num_replicas * self.num_replicas`: the total cut down to a multiple of the world size.
+_LENGTH = r"len\([ \t]*(?:self\.)?dataset[ \t]*\)"
+_CUT_TOTAL = re.compile(
+    rf"self\.total_size[ \t]*=[ \t]*(?:{_LENGTH}[ \t]*-[ \t]*\(?[ \t]*{_LENGTH}[ \t]*%[ \t]*self\.num_replicas"
+    rf"|\(?[ \t]*{_LENGTH}[ \t]*//[ \t]*self\.num_replicas[ \t]*\)?[ \t]*\*[ \t]*self\.num_replicas)")
+
+
+def drops_remainder(model: Model, site: CallSite) -> bool:
+    """The sampler built at `site` is a project subclass of DistributedSampler that cuts its
+    `total_size` to a multiple of the world size (`len(dataset) - len(dataset) %
+    self.num_replicas`): every rank gets `total_size // num_replicas` samples, none repeated."""
+    target = site.target
+    if target is None or target.kind != "class" or model.api(site) == api.DISTRIBUTED_SAMPLER:
+        return False
+    found = model.graph.class_at(target)
+    if found is None or not model.graph.is_subclass(target, api.DISTRIBUTED_SAMPLER):
+        return False
+    return any(_CUT_TOTAL.search(code_only(module.code(info.node))) for module, info in model.graph.mro(*found))
 
 
 def _chosen_distributed_sampler(model: Model, site: CallSite) -> bool:

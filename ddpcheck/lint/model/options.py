@@ -9,7 +9,7 @@ import re
 
 import libcst as cst
 
-from ddpcheck.lint.model.module import ModuleModel
+from ddpcheck.lint.model.module import ModuleModel, Scope
 from ddpcheck.lint.model.syntax import string_text
 
 
@@ -95,10 +95,13 @@ def command_line_switch(module: ModuleModel, expr: cst.BaseExpression) -> bool:
                 or "vars(" in source or ".__dict__" in source)
 
 
-def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bool) -> bool:
+def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bool,
+                      scope: Scope | None = None) -> bool:
     """Whether the defaults of the command line leave a branch untaken: `if args.model ==
     "PatchTST":` (negated False) when `--model` defaults to another name, or `"ETSformer" in
-    args.model` when the default does not contain it — unless the module assigns that attribute."""
+    args.model` when the default does not contain it — unless the module assigns that attribute.
+    With `scope` (where the test is read), a name the option was copied into counts as the
+    option: `model_name = args.model_name`, then `if "CNN" in model_name:`."""
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
         return False
     comp = test.comparisons[0]
@@ -111,6 +114,10 @@ def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bo
         option, literal = right, left
     else:
         return False
+    if isinstance(option, cst.Name) and scope is not None:
+        copied = _copied_option(scope, option.value)
+        if copied is not None:
+            option = copied
     if not isinstance(literal, cst.SimpleString) or not isinstance(option, cst.Attribute):
         return False
     default = option_default(module, option)
@@ -125,6 +132,19 @@ def default_rules_out(module: ModuleModel, test: cst.BaseExpression, negated: bo
         return False
     holds = wanted == given if isinstance(operator, cst.Equal) else wanted in given
     return holds == negated
+
+
+def _copied_option(scope: Scope, name: str) -> cst.Attribute | None:
+    """The option `args.x` that the name is bound to, when that is its one binding where it is
+    read (`model_name = args.model_name`, and nothing rebinds `model_name`)."""
+    owner = scope.owner_of(name)
+    bindings = owner.assignments.get(name, []) if owner is not None else []
+    if len(bindings) != 1:
+        return None
+    bound = bindings[0]
+    if isinstance(bound, cst.Attribute) and isinstance(bound.value, cst.Name):
+        return bound
+    return None
 
 
 def default_takes(module: ModuleModel, test: cst.BaseExpression, negated: bool) -> bool | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Protocol
+from typing import Iterator, Protocol, Sequence
 
 import libcst as cst
 
@@ -761,6 +761,8 @@ class Paths:
             if inner is not None and any(self.model.values.same_value(module, scope, inner, point, b, p)
                                          for b, p in everywhere):
                 continue
+            if inner is not None and self._wraps_own_value(scope, name, inner, point, everywhere):
+                continue
             if found is None or (self.kind(module, guard, scope) == "main"
                                  and self.kind(module, found, scope) != "main"):
                 found = guard  # (a rank-0 binding first)
@@ -774,6 +776,17 @@ class Paths:
         if self.model.resolver.qualname(module, binding.func, scope) not in api.TQDM:
             return None
         return argument(binding, "iterable", 0)
+
+    def _wraps_own_value(self, scope: Scope, name: str, inner: cst.BaseExpression, point: Point,
+                         everywhere: Sequence[tuple[object, Point]]) -> bool:
+        """`pbar = enumerate(loader)`, then `if rank == 0: pbar = tqdm(pbar, ...)`: the bar is made
+        over the name's own value, and every binding of it that reaches the bar is one made on
+        every rank, so iterating either yields the same items."""
+        if not isinstance(inner, cst.Name) or inner.value != name:
+            return False
+        before = self.model.values.reaching(scope, name, point)
+        shared = {id(b) for b, _ in everywhere}
+        return bool(before) and all(p is not None and id(b) in shared for b, p in before)
 
     def _ranked(self, module: ModuleModel, scope: Scope, point: Point, flags: bool) -> Guard | None:
         """The guard of `point` that keeps it off some ranks (main, other, or the spawn path's),

@@ -73,6 +73,15 @@ def _value(node: ast.expr, names: dict[str, ast.expr], file: Path, depth: int = 
                 raise _Unknown
             return os.path.dirname(values[0]) if name == "dirname" else os.path.abspath(values[0])
         raise _Unknown
+    # `file_path.split("Demo")[0]`: the path up to the first folder of that name (the project's
+    # root, seen from a script inside it); str.split's own reading of the text.
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == 0 \
+            and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) \
+            and node.value.func.attr == "split" and len(node.value.args) == 1 and not node.value.keywords:
+        separator = node.value.args[0]
+        if isinstance(separator, ast.Constant) and isinstance(separator.value, str) and separator.value:
+            return again(node.value.func.value).split(separator.value)[0]
+        raise _Unknown
     if isinstance(node, ast.Attribute) and node.attr == "parent":
         return os.path.dirname(os.path.abspath(again(node.value)))
     if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "parents":

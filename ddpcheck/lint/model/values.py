@@ -38,7 +38,7 @@ from ddpcheck.lint.model.module import (
     Augmented, Binding, CallSite, ClassInfo, Element, Guard, Item, ModuleModel, Param, Point, Scope, Shared,
 )
 from ddpcheck.lint.model.index import code_only
-from ddpcheck.lint.model.options import constant_flag
+from ddpcheck.lint.model.options import constant_flag, default_rules_out
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import argument, children, dotted, int_value, is_none, last_name, subexpressions
@@ -169,6 +169,15 @@ class Value:
         node = self.node
         text = self.module.code(node) if isinstance(node, cst.CSTNode) else repr(node)
         return f"<Value {' '.join(text.split())[:60]!r} in {self.scope.qualname}>"
+
+
+def off_default_branch(value: Value) -> bool:
+    """The leaf is chosen on a branch the command line's defaults do not take (`if args.model ==
+    "PatchTST":`, or `if "CNN" in model_name:` after `model_name = args.model_name`, with
+    `--model_name` defaulting to "FNO"): the network a default run builds is another."""
+    at = value.at.guards if value.at is not None else ()
+    return any(default_rules_out(value.module, g.test, g.negated, value.scope) for g in at) \
+        or any(default_rules_out(value.module, g.test, g.negated) for g in value.arms)
 
 
 def in_caller_terms(guards: Sequence[Guard], frame: Frame) -> tuple[Guard, ...] | None:

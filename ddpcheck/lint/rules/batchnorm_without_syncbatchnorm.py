@@ -14,7 +14,7 @@ from ddpcheck.lint.model.module import CallSite, ClassInfo, Item, ModuleModel, P
 from ddpcheck.lint.model.options import default_rules_out
 from ddpcheck.lint.model.project import locate, resolved_path
 from ddpcheck.lint.model.syntax import argument, dotted, is_false, string_text
-from ddpcheck.lint.model.values import Frame, Value
+from ddpcheck.lint.model.values import Frame, Value, off_default_branch
 from ddpcheck.lint.rule import Invalid, Rule
 
 # Code that converts (or lets a flag convert) to SyncBatchNorm: `nn.SyncBatchNorm.convert_...`,
@@ -293,7 +293,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         # (Nor on a branch the command line's defaults do not take: `elif args.model == "resnet":`
         # with `--model` defaulting to "vit".)
         root_builders = [c for c in model.root.calls if _builds_batchnorm(model.api(c)) and not any(
-            id(g.node) in off or default_rules_out(model.root, g.test, g.negated) for g in c.guards)]
+            id(g.node) in off or default_rules_out(model.root, g.test, g.negated, c.scope) for g in c.guards)]
         reported: set[str] = set()
         for wrap in wraps:
             inner = wrap.arg("module", 0)
@@ -472,7 +472,7 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     def _has_batchnorm(self, values: list[Value], depth: int) -> bool:
         graph = self.model.graph
         for value in values:
-            if any(default_rules_out(value.module, g.test, g.negated) for g in value.conditions):
+            if off_default_branch(value):
                 continue  # built on a branch the command line's defaults do not take (`--model PatchTST`)
             node = value.node
             call = node.value if isinstance(node, Item) and isinstance(node.value, cst.Call) else value.call

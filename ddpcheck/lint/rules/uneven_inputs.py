@@ -10,12 +10,14 @@ from ddpcheck.lint.model.conditions import Resolve, is_rank_value
 from ddpcheck.lint.model.ddp import evens_nothing, is_ddp, is_eval_name, loops_over, sampler_values
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Item, ModuleModel, Scope
+from ddpcheck.lint.model.paths import is_no_grad
 from ddpcheck.lint.model.shares import SPLITTERS, assigned_expressions, indexed_by_rank, split_per_rank, strided_by_rank
 from ddpcheck.lint.model.syntax import children, dotted, expressions, is_none, subexpressions
 from ddpcheck.lint.model.world import WORLD_NAMES, is_world_value
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.rules._classes import classes_of
+from ddpcheck.lint.rules._forwards import DdpForwards
 
 _WORLD = WORLD_NAMES
 # What a sampler that evens the shards out writes: padding to a total size, a per-rank count.
@@ -26,7 +28,7 @@ _RANGES = frozenset({"range", "np.arange", "numpy.arange", "torch.arange"})
 _SPLIT_BY_NODE = "datasets.distributed.split_dataset_by_node"
 
 
-class UnevenInputs(Rule):
+class UnevenInputs(Rule, DdpForwards):
     """Each rank gets its share of the data by a hand-made split (or a rank-sharded IterableDataset) that can leave ranks with different numbers of batches, and nothing evens them out.
 
     `files[rank::world_size]`, `np.array_split(samples, world_size)[rank]` and an
@@ -91,6 +93,7 @@ class UnevenInputs(Rule):
     """
 
     code = "DDP034"
+    known_only = True  # (a DDP forward counts as a collective when its network holds buffers)
     name = "uneven-inputs"
     severity = Severity.WARNING
     MESSAGE = (
@@ -201,10 +204,11 @@ class UnevenInputs(Rule):
         self._samplers_evening_nothing()
         if _truncates(source):
             return  # a truncation to a multiple of the world size
-        if not any(c.method == "backward" for c in root.calls):
-            return
         resolve = model.resolver_for(root)
         reported: set[int] = set()
+        self._strided_loop_headers(resolve, reported)
+        if not any(c.method == "backward" for c in root.calls):
+            return
         self._reached_strides(reported)
         self._node_splits()
         strided: list[tuple[cst.Subscript, bool, bool]] = []
@@ -234,13 +238,6 @@ class UnevenInputs(Rule):
         for sub, feeds, steps in strided:
             if feeds or not training and steps:
                 self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
-        for loop in root.fors:
-            # `for i in range(rank, len(files), world_size):` around a backward or a collective
-            for sub in expressions(loop.node.iter):
-                if isinstance(sub, cst.Call) and id(sub) not in reported \
-                        and _range_by_rank(sub, resolve, loop.scope) and self._works_in(root, loop.node):
-                    reported.add(id(sub))
-                    self.report(sub, self.MESSAGE.format(split=model.text_of(root, sub)))
         for site in root.calls:
             if model.api(site) != api.DATALOADER:
                 continue
@@ -261,6 +258,18 @@ class UnevenInputs(Rule):
                     self.report(_rank_filter(module, function) or function.name,
                                 self.MESSAGE.format(split=f"{info.qualname}.__iter__"), module=module)
         self._rank_filtering_samplers()
+
+    def _strided_loop_headers(self, resolve: Resolve, reported: set[int]) -> None:
+        """`for i in range(rank, len(files), world_size):` around a backward or a collective:
+        the first `len % world_size` ranks run the body once more. The script need not
+        back-propagate itself (an evaluation in the script, the training step in a model class)."""
+        root = self.model.root
+        for loop in root.fors:
+            for sub in expressions(loop.node.iter):
+                if isinstance(sub, cst.Call) and id(sub) not in reported \
+                        and _range_by_rank(sub, resolve, loop.scope) and self._works_in(root, loop.node):
+                    reported.add(id(sub))
+                    self.report(sub, self.MESSAGE.format(split=self.model.text_of(root, sub)))
 
     def _backward_in(self, module: ModuleModel, scope: Scope) -> bool:
         """A backward in the scope itself or in a function it calls (module level: anywhere in
@@ -406,6 +415,8 @@ class UnevenInputs(Rule):
             if isinstance(receiver, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)) \
                     or (dotted(receiver) or "").endswith("path"):
                 continue  # `"|".join(names)`, `os.path.join(...)`
+            if name.startswith(("os.", "posixpath.", "ntpath.", "shlex.", "str.", "threading.", "multiprocessing.")):
+                continue  # the path's join however imported (`import os.path as osp`), a thread's
             values = model.values.at_call(site, receiver)
             known = bool(values) and all(isinstance(v.node, (cst.Call, cst.SimpleString, cst.FormattedString,
                                                                cst.ConcatenatedString)) or is_none(v.node)
@@ -415,11 +426,15 @@ class UnevenInputs(Rule):
         return False
 
     def _works_in(self, module: ModuleModel, loop: cst.CSTNode) -> bool:
-        """A call inside `loop` back-propagates or makes a collective (directly or in a helper)."""
+        """A call inside `loop` back-propagates or makes a collective (directly or in a helper),
+        the forward of a DDP model among them, called with gradients on (it broadcasts the
+        network's buffers each time: an evaluation of each rank's share through the wrapper,
+        `model.infer(seq)`; with gradients off only the first forward after training does)."""
         facts = self.model.facts
-        return any(loop in c.loops and (c.method == "backward" or facts.does(c, "backward")
-                                        or facts.does(c, "collective"))
-                   for c in module.calls)
+        inside = [c for c in module.calls if loop in c.loops]
+        return any(c.method == "backward" or facts.does(c, "backward") or facts.does(c, "collective")
+                   for c in inside) or any(self.forwards_ddp(c) for c in inside
+                                           if not is_no_grad(self.model, c.module, c.withs, c.scope.qualname))
 
     def _feeds_training(self, module: ModuleModel, scope: Scope, names: set[str], depth: int, ups: int = 0,
                         uncapped: bool = False) -> bool:
@@ -537,8 +552,12 @@ def _truncates(source: str) -> bool:
 
 def _range_by_rank(call: cst.Call, resolve: Resolve, scope: Scope) -> bool:
     """`range(rank, n, world_size)` (or numpy's and torch's `arange`): every world-size-th index
-    from the rank's own."""
+    from the rank's own; not when the stop is cut to a multiple of the world size (`n //
+    world_size * world_size`), which gives every rank the same count."""
     if dotted(call.func) not in _RANGES or len(call.args) != 3 or any(a.keyword or a.star for a in call.args):
+        return False
+    if any(isinstance(sub, cst.BinaryOperation) and isinstance(sub.operator, cst.FloorDivide)
+           and is_world_value(sub.right, scope, resolve) for sub in subexpressions(call.args[1].value)):
         return False
     return is_rank_value(call.args[0].value, resolve) and is_world_value(call.args[2].value, scope, resolve)
 
