@@ -261,7 +261,8 @@ class Paths:
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"
-            if main and vacuous_without_flag(guard.test) is not None:
+            flag = vacuous_without_flag(guard.test) if main else None
+            if flag is not None and not self._flag_starts_group(module, flag):
                 kind = "flag"
         else:
             distributed = is_distributed_test(guard.test, resolve)
@@ -440,6 +441,40 @@ class Paths:
             module.memo["launch_off"] = flags
         off, on = flags
         return name in off and name not in on and "*" not in on
+
+    def _flag_starts_group(self, module: ModuleModel, flag: str) -> bool:
+        """Whether the launch-mode flag `flag` (a last name) is the only way this file's run sets up
+        the process group: every set-up here (`init_process_group`, or a call that reaches it)
+        runs under a test that requires it (`if args.multiprocessing_distributed: ... init`). Then
+        a run without the flag is a single process, and `not <flag> or rank == 0` is a rank-0
+        test on every launch path, not only on the spawned one."""
+        memo: dict[str, bool] | None = module.memo.get("flag_starts_group")
+        if memo is None:
+            memo = module.memo["flag_starts_group"] = {}
+        if flag in memo:
+            return memo[flag]
+        memo[flag] = False  # (asked again while it is answered: not known)
+        mains = {id(n) for n in module.main_guards}
+        found = False
+        for site in module.calls:
+            if site.qualname != api.INIT_PROCESS_GROUP:
+                # A call into another module that sets the group up counts as a set-up here; a
+                # function of this file (`main()` under the `__main__` test) is read at its own
+                # set-up call instead.
+                if site.target is None or "init_process_group" not in self.model.facts.of_call(site):
+                    continue
+                callees = self.model.graph.targets(site)
+                if callees and all(f.module is module for f, _ in callees):
+                    continue
+            found = True
+            required = any(
+                last_name(part) == flag
+                for g in site.guards if id(g.node) not in mains and not g.negated
+                for part in _conjuncts(g.test) if isinstance(part, (cst.Name, cst.Attribute)))
+            if not required:
+                return False
+        memo[flag] = found
+        return found
 
     def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
         """Whether the `if` `node` is the "are we distributed?" test of its code: True when its
