@@ -144,12 +144,12 @@ def _state_dicts_in(model: Model, save: CallSite, obj: cst.BaseExpression
             if not isinstance(entry, cst.Name):
                 continue
             for held in model.values.of(value.module, entry, value.scope, value.frame, at=value.at):
-                sd = held.node
-                if isinstance(sd, cst.Call) and isinstance(sd.func, cst.Attribute) \
-                        and sd.func.attr.value == "state_dict" and not sd.args:
-                    where = held.module.call_at(sd)
+                bound = held.node
+                if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Attribute) \
+                        and bound.func.attr.value == "state_dict" and not bound.args:
+                    where = held.module.call_at(bound)
                     if where is not None:
-                        yield save, held, sd, where
+                        yield save, held, bound, where
 
 
 def _entries(node: cst.CSTNode) -> list[cst.BaseExpression]:
