@@ -73,3 +73,40 @@ def test_a_script_torchrun_may_start_runs_the_same_arm_on_every_rank(tmp_path):
     ).replace("    import argparse\n", "    import argparse\n    import os\n")
     _write(tmp_path, {"main.py": text})
     assert _findings(tmp_path, "main.py", select="DDP011") == {("main.py", 19, "DDP011"), ("main.py", 27, "DDP011")}
+
+
+# A function that spawns workers which enter it again (with the device set): its code after the
+# spawn branch is the workers'.
+REENTERED = """\
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+    def run(weights, device_id=None, n_devices=None):
+        if n_devices is None:
+            n_devices = torch.cuda.device_count()
+            if n_devices > 1:
+                mp.spawn(_worker, (weights, n_devices), n_devices)
+                return
+        if device_id is not None:
+            dist.init_process_group("nccl", init_method="tcp://127.0.0.1:23456", rank=device_id,
+                                    world_size=n_devices)
+            torch.cuda.set_device(device_id)
+        model = DDP(torch.nn.Linear(8, 8).cuda(), device_ids=[device_id])
+        model.module.load_state_dict(torch.load(weights))
+
+
+    def _worker(index, weights, n_devices):
+        run(weights, device_id=index, n_devices=n_devices)
+
+
+    if __name__ == "__main__":
+        run("model.pt")
+    """
+
+
+def test_a_load_in_the_function_the_workers_enter_again_is_every_rank_s(tmp_path):
+    _write(tmp_path, {"main.py": REENTERED})
+    assert _findings(tmp_path, "main.py", select="DDP011") == {("main.py", 18, "DDP011")}

@@ -584,13 +584,29 @@ class Paths:
         `depth` calls up. The workers' process groups are not that process's."""
         if self.model.api(site) in api.SPAWN:
             return False  # the function handed to `mp.spawn` runs in the workers
-        if any(self.model.api(c) in api.SPAWN for c in site.module.calls_in(site.scope.qualname)):
-            return True
         function = self.function_of(site)
+        if any(self.model.api(c) in api.SPAWN for c in site.module.calls_in(site.scope.qualname)):
+            # Not a function the workers enter as well (`def main(..., n_devices=None):` that
+            # spawns `_main_mp`, which calls `main(**kwargs)` again in every worker).
+            return function is None or not self._entered_by_workers(function)
         if function is None or depth <= 0:
             return False
         callers = self._run_callers(function)
         return bool(callers) and all(self.launcher_only(c, depth - 1) for c in callers)
+
+    def _entered_by_workers(self, function: Function, depth: int = 3) -> bool:
+        """`function` is a worker `mp.spawn` starts, or one a worker calls (followed `depth`
+        calls up)."""
+        graph = self.model.graph
+        workers = [f for c in self.sites() if self.model.api(c) in api.SPAWN
+                   for f, bound in graph.targets(c) if bound == "spawn"]
+        frontier = [function]
+        for _ in range(depth):
+            if any(f == w for f in frontier for w in workers):
+                return True
+            frontier = [f for c in frontier for call in self._run_callers(c)
+                        if (f := self.function_of(call)) is not None]
+        return any(f == w for f in frontier for w in workers)
 
     def _run_callers(self, function: Function) -> list[CallSite]:
         """The calls of the run (`sites()`) that may call `function`."""
