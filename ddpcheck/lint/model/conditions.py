@@ -687,10 +687,17 @@ def _terms(guards: tuple[Guard, ...]) -> tuple[list[cst.BaseExpression], list[cs
             if isinstance(test, cst.BooleanOperation) and isinstance(test.operator, cst.And):
                 stack += [test.left, test.right]
             elif isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
-                denied.append(test.expression)  # `not opt.fp16` holds: `opt.fp16` does not
+                # `not opt.fp16` holds: `opt.fp16` does not (`not (step % k == 0)`: the test
+                # inside its parentheses, as `if step % k == 0:` writes it).
+                denied.append(_bare(test.expression))
             else:
                 held.append(test)
     return held, denied
+
+
+def _bare(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` without the parentheses around it."""
+    return expr.with_changes(lpar=[], rpar=[]) if getattr(expr, "lpar", None) else expr
 
 
 def _other_value(a: cst.BaseExpression, b: cst.BaseExpression) -> bool:

@@ -261,7 +261,8 @@ class Paths:
         if side is not None:
             main = side != guard.negated
             kind = "main" if main else "other"
-            if main and vacuous_without_flag(guard.test) is not None:
+            flag = vacuous_without_flag(guard.test) if main else None
+            if flag is not None and not self._flag_starts_group(module, flag):
                 kind = "flag"
         else:
             distributed = is_distributed_test(guard.test, resolve)
@@ -441,6 +442,40 @@ class Paths:
         off, on = flags
         return name in off and name not in on and "*" not in on
 
+    def _flag_starts_group(self, module: ModuleModel, flag: str) -> bool:
+        """Whether the launch-mode flag `flag` (a last name) is the only way this file's run sets up
+        the process group: every set-up here (`init_process_group`, or a call that reaches it)
+        runs under a test that requires it (`if args.multiprocessing_distributed: ... init`). Then
+        a run without the flag is a single process, and `not <flag> or rank == 0` is a rank-0
+        test on every launch path, not only on the spawned one."""
+        memo: dict[str, bool] | None = module.memo.get("flag_starts_group")
+        if memo is None:
+            memo = module.memo["flag_starts_group"] = {}
+        if flag in memo:
+            return memo[flag]
+        memo[flag] = False  # (asked again while it is answered: not known)
+        mains = {id(n) for n in module.main_guards}
+        found = False
+        for site in module.calls:
+            if site.qualname != api.INIT_PROCESS_GROUP:
+                # A call into another module that sets the group up counts as a set-up here; a
+                # function of this file (`main()` under the `__main__` test) is read at its own
+                # set-up call instead.
+                if site.target is None or "init_process_group" not in self.model.facts.of_call(site):
+                    continue
+                callees = self.model.graph.targets(site)
+                if callees and all(f.module is module for f, _ in callees):
+                    continue
+            found = True
+            required = any(
+                last_name(part) == flag
+                for g in site.guards if id(g.node) not in mains and not g.negated
+                for part in _conjuncts(g.test) if isinstance(part, (cst.Name, cst.Attribute)))
+            if not required:
+                return False
+        memo[flag] = found
+        return found
+
     def _initialises_on(self, module: ModuleModel, node: cst.CSTNode) -> bool | None:
         """Whether the `if` `node` is the "are we distributed?" test of its code: True when its
         branch sets up the process group and its other branch does not (`if
@@ -549,13 +584,29 @@ class Paths:
         `depth` calls up. The workers' process groups are not that process's."""
         if self.model.api(site) in api.SPAWN:
             return False  # the function handed to `mp.spawn` runs in the workers
-        if any(self.model.api(c) in api.SPAWN for c in site.module.calls_in(site.scope.qualname)):
-            return True
         function = self.function_of(site)
+        if any(self.model.api(c) in api.SPAWN for c in site.module.calls_in(site.scope.qualname)):
+            # Not a function the workers enter as well (`def main(..., n_devices=None):` that
+            # spawns `_main_mp`, which calls `main(**kwargs)` again in every worker).
+            return function is None or not self._entered_by_workers(function)
         if function is None or depth <= 0:
             return False
         callers = self._run_callers(function)
         return bool(callers) and all(self.launcher_only(c, depth - 1) for c in callers)
+
+    def _entered_by_workers(self, function: Function, depth: int = 3) -> bool:
+        """`function` is a worker `mp.spawn` starts, or one a worker calls (followed `depth`
+        calls up)."""
+        graph = self.model.graph
+        workers = [f for c in self.sites() if self.model.api(c) in api.SPAWN
+                   for f, bound in graph.targets(c) if bound == "spawn"]
+        frontier = [function]
+        for _ in range(depth):
+            if any(f == w for f in frontier for w in workers):
+                return True
+            frontier = [f for c in frontier for call in self._run_callers(c)
+                        if (f := self.function_of(call)) is not None]
+        return any(f == w for f in frontier for w in workers)
 
     def _run_callers(self, function: Function) -> list[CallSite]:
         """The calls of the run (`sites()`) that may call `function`."""

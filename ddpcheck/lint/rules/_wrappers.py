@@ -138,6 +138,27 @@ def _state_dicts_in(model: Model, save: CallSite, obj: cst.BaseExpression
                 where = named_value.module.call_at(named)
                 if where is not None:
                     yield save, named_value, named, where
+        # An entry given by a name bound to the call before (`state = net.state_dict()`, then
+        # `torch.save({"model": state, "epoch": epoch}, path)`).
+        for entry in _entries(node):
+            if not isinstance(entry, cst.Name):
+                continue
+            for held in model.values.of(value.module, entry, value.scope, value.frame, at=value.at):
+                bound = held.node
+                if isinstance(bound, cst.Call) and isinstance(bound.func, cst.Attribute) \
+                        and bound.func.attr.value == "state_dict" and not bound.args:
+                    where = held.module.call_at(bound)
+                    if where is not None:
+                        yield save, held, bound, where
+
+
+def _entries(node: cst.CSTNode) -> list[cst.BaseExpression]:
+    """The values a dict, list or tuple display holds."""
+    if isinstance(node, cst.Dict):
+        return [e.value for e in node.elements if isinstance(e, cst.DictElement)]
+    if isinstance(node, (cst.List, cst.Tuple)):
+        return [e.value for e in node.elements if isinstance(e, cst.Element)]
+    return []
 
 
 NAMED = ("named_parameters", "named_buffers")

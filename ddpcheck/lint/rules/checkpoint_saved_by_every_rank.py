@@ -7,6 +7,8 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint import remedies
 from ddpcheck.lint.model import api
+from ddpcheck.lint.model.alternatives import bound_name
+from ddpcheck.lint.model.conditions import exclusive_arms
 from ddpcheck.lint.model.ddp import per_rank_or_memory, wraps
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.model.syntax import subexpressions
@@ -47,7 +49,10 @@ class CheckpointSavedByEveryRank(Rule):
     scan_id, x in loader:` then `torch.save(out, f"{scan_id[0]}.pt")`: one file per sample, each
     rank writing its own shard's), a path named after a number read from the rank's own tensor
     in a function that makes no collective (`f"{epoch}_{psnr.item()}.tar"`: one file per rank),
-    saves into memory (`io.BytesIO`), functions nobody calls
+    saves into memory (`io.BytesIO`), a save that fills a cache the same function otherwise
+    loads into the same name (`try: vocab = torch.load(f)` / `except: vocab = build(corpus);
+    torch.save(vocab, f)`, or the two arms of `if os.path.exists(f):`; not the model's state
+    dict kept that way), functions nobody calls
     on every rank, and a save beside the `mp.spawn(...)` that starts the workers (after it
     returns, in the one process that launched them) in a script torchrun cannot start. TorchScript exports (`torch.jit.save(m, path)`, `torch.jit.script(model).save(path)`)
     are checkpoints too, and so is `save_pretrained(directory)` of the model DDP wraps
@@ -268,6 +273,8 @@ class CheckpointSavedByEveryRank(Rule):
                 continue
             if target is not None and (self._named_by_sample(site, target) or self._named_by_own_value(site, target)):
                 continue
+            if self._fills_cache(site):
+                continue
             if model.paths.ranks(site) != "every":
                 continue
             if not model.torchrun_path and model.paths.launcher_only(site):
@@ -278,6 +285,26 @@ class CheckpointSavedByEveryRank(Rule):
             fix = remedies.guard_on_rank_zero(model.root, site.node) if site.module is model.root else None
             message = self.PRETRAINED_MESSAGE if site.method == "save_pretrained" else None
             self.report(site.node, message, module=site.module, related=chain, fix=fix)
+
+    def _fills_cache(self, site: CallSite) -> bool:
+        """The save writes back a value the same function otherwise loads into the same name: in
+        the other arm of an `if` (`if os.path.exists(f): vocab = torch.load(f)` / `else: vocab =
+        build(...); torch.save(vocab, f)`) or in the `except` of a `try` that loads it (`try:
+        vocab = torch.load(f)` / `except: ...; torch.save(vocab, f)`). A cache of data the run
+        computes, not a checkpoint of the model."""
+        obj = site.arg("obj", 0)
+        if not isinstance(obj, cst.Name) or site.scope.kind != "function":
+            return False
+        loads = [c for c in site.module.calls_in(site.scope.qualname)
+                 if self.model.api(c) == api.LOAD and c.scope is site.scope and bound_name(c) == obj.value]
+        if not loads:
+            return False
+        if any(isinstance(b, cst.Call) and isinstance(b.func, cst.Attribute) and b.func.attr.value == "state_dict"
+               for b in site.scope.assignments.get(obj.value, [])):
+            return False  # the model's weights, kept for a rerun: a checkpoint all the same
+        if any(exclusive_arms(c.guards, site.guards) for c in loads):
+            return True
+        return _saved_in_handler(site.scope.node, site.node, {id(c.node) for c in loads})
 
     def _named_by_sample(self, site: CallSite, target: cst.BaseExpression) -> bool:
         """The file is named after an item of a loop over a DataLoader's batches (`for scan_id,
@@ -350,6 +377,16 @@ class CheckpointSavedByEveryRank(Rule):
                         self._inner |= {id(v.node) for v in model.values.of(
                             module, wrap.inner, wrap.site.scope, at=wrap.site.point)}
         return self._inner
+
+
+def _saved_in_handler(scope: cst.CSTNode, save: cst.Call, loads: set[int]) -> bool:
+    """A `try` of `scope` makes one of the `loads` (ids of calls) in its body and `save` in one
+    of its `except` handlers."""
+    for node in subexpressions(scope):
+        if isinstance(node, cst.Try) and any(id(sub) in loads for sub in subexpressions(node.body)) \
+                and any(sub is save for handler in node.handlers for sub in subexpressions(handler)):
+            return True
+    return False
 
 
 def _items(loop: cst.For) -> cst.BaseExpression:

@@ -1,20 +1,25 @@
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import libcst as cst
 
 from ddpcheck.findings import Applicability, Severity
 from ddpcheck.lint.model.module import CallSite, ModuleModel
+from ddpcheck.lint.model.values import Value
 from ddpcheck.lint.rule import Invalid, Replace, Rule
 from ddpcheck.lint.rules._checkpoints import loaded_through_stripper, project_strips, strips_module_prefix
 from ddpcheck.lint.rules._wrappers import (
+    DEPTH,
     Stack,
-    at_site,
     attribute_chain,
     saved_state_dicts,
+    stacks_of,
     unwrap,
 )
+
+if TYPE_CHECKING:
+    from ddpcheck.lint.model.semantic import Model
 
 
 class CompiledStateDictPrefix(Rule):
@@ -31,7 +36,9 @@ class CompiledStateDictPrefix(Rule):
     _orig_mod...", and a run resumed without `--compile` cannot read its own checkpoints.
 
     Reported at `x.state_dict()` inside a `torch.save(...)` when `x` is (on some path) a compiled
-    module after the `.module` / `._orig_mod` steps written, unless the file strips the prefix
+    module after the `.module` / `._orig_mod` steps written (also where the step is written
+    where the receiver is made: `net = model.module if distributed else model`, then `state =
+    net.state_dict()` saved as `{"model": state}`), unless the file strips the prefix
     itself, the loaded state dict goes through a project function that strips it, or a script
     beside the file or below its folder loads checkpoints and strips it (an inference or export
     script); for the compiled DDP model, whose keys start with `_orig_mod.module.`, the project
@@ -130,13 +137,7 @@ class CompiledStateDictPrefix(Rule):
                 continue  # (saved_state_dicts yields `x.state_dict()` / `x.named_parameters()` calls only)
             if model.paths.single_only(where) or model.paths.single_only(save):
                 continue  # the branch of a script's non-distributed mode: outside what this checks
-            base, chain = attribute_chain(sd.func.value)
-            for held in at_site(model, where, base):
-                stack: Stack | None = held
-                for step in chain:
-                    if stack is None:
-                        break
-                    stack = unwrap(stack, step.attr.value)
+            for stack in _receiver_stacks(model, where, sd.func.value):
                 if stack and stack[0] == "compile":
                     found.append((sd, sd.func, stack, value.module is model.root, value.module, save))
                     break
@@ -167,11 +168,48 @@ class CompiledStateDictPrefix(Rule):
         prefix = "_orig_mod.module." if step == "module" else "_orig_mod."
         fixed = f"{receiver}.{step}"
         fix = None
-        if own:
+        if own and isinstance(receiver_node, (cst.Name, cst.Attribute)):  # (not each arm of `a if c else b`)
             new = sd.with_changes(func=func.with_changes(value=cst.Attribute(receiver_node, cst.Name(step))))
             fix = Replace(sd, new, f"Save `{fixed}.{func.attr.value}()`", Applicability.UNSAFE)
         self.report(sd, self.MESSAGE.format(receiver=receiver, prefix=prefix, fixed=fixed, method=func.attr.value), fix,
                     module=module, related=self.model.paths.chain(save))
+
+
+def _receiver_stacks(model: Model, site: CallSite, expr: cst.BaseExpression) -> list[Stack]:
+    """The wrapper stacks `expr` (at `site`) may hold once its `.module` / `._orig_mod` steps are
+    taken, also where a step is written where the value is made: `net = model.module`, or an
+    arm of `(model.module if distributed else model)`."""
+    base, chain = attribute_chain(expr)
+    out: list[Stack] = []
+    for stack in _held(model, model.values.at_call(site, base), DEPTH):
+        for step in chain:
+            if stack is None:
+                break
+            stack = unwrap(stack, step.attr.value)
+        if stack is not None and stack not in out:
+            out.append(stack)
+    return out
+
+
+def _held(model: Model, values: list[Value], depth: int) -> list[Stack | None]:
+    """The stacks of `values`, a leaf that is itself `x.module` / `x._orig_mod` read as the
+    stacks of `x` after those steps."""
+    out: list[Stack | None] = []
+    for value in values:
+        node = value.node
+        inner, chain = attribute_chain(node) if isinstance(node, cst.Attribute) else (node, [])
+        if not chain or depth <= 0:
+            out += stacks_of(model, [value])
+            continue
+        assert isinstance(inner, cst.BaseExpression)
+        for stack in _held(model, model.values.of(value.module, inner, value.scope, value.frame, at=value.at),
+                           depth - 1):
+            for step in chain:
+                if stack is None:
+                    break
+                stack = unwrap(stack, step.attr.value)
+            out.append(stack)
+    return out
 
 
 def _strips_prefix(code: str) -> bool:

@@ -62,7 +62,8 @@ class LoadWithoutMapLocation(Rule):
     run takes (the ImageNet example's `if args.gpu is None:` resume where the caller always sets
     `args.gpu = dist.get_rank()` before `main_worker(args)`), a load in a method of a plain class of the script that nothing calls (its only
     call commented out, `# fitter.load(path)`; a method called by name, through `getattr`, of a
-    class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers (in a script no
+    class with bases, or of a script another module imports may run), a load in the launching process before it `mp.spawn`s the workers, beside the spawn or in a function
+    only that block calls (`if mode == "train": mp.spawn(...)` / `else: test()`; in a script no
     outside launcher starts), and runs that pin each process to one GPU with
     `CUDA_VISIBLE_DEVICES` (`cuda:0` is then every process's own GPU; not so where the launcher
     sets it before it starts the workers, `--gpu 0,1` listing the GPUs they share), nor a load handed straight
@@ -429,11 +430,15 @@ class LoadWithoutMapLocation(Rule):
 
     def _in_the_launcher(self, site: CallSite) -> bool:
         """The load runs in the process that starts the workers, before it starts them
-        (`dataset = Reddit(root)` then `mp.spawn(run, args=(dataset,))` under `__main__`), in a
-        script no outside launcher starts: once, not on every rank."""
+        (`dataset = Reddit(root)` then `mp.spawn(run, args=(dataset,))` under `__main__`), or
+        beside the start in its block and in the functions only that block calls (`if mode ==
+        "train": mp.spawn(train, ...)` / `else: test()`), in a script no outside launcher
+        starts: once, not on every rank."""
         model = self.model
         if model.torchrun_path:
             return False  # under torchrun every rank runs that code too
+        if model.paths.launcher_only(site):
+            return True
         chain = model.paths.chain(site)
         first = chain[0] if chain else site
         if first.module is not model.root:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.lint.model.conditions import contradictory
 from ddpcheck.lint.model.ddp import is_optimizer_step
 from ddpcheck.lint.model.module import CallSite
 from ddpcheck.lint.rule import Invalid, Rule
@@ -16,6 +17,12 @@ class OptimizerStepInsideNoSync(Rule):
     local and are synchronized only by the first backward *outside* the block. A step taken
     inside the block updates each replica with its own local gradients: the replicas silently
     diverge, and the loss still goes down on every rank.
+
+    Reported at the step inside a `with` whose context may be a DDP `no_sync()`. A context chosen
+    by branch (`cm = model.no_sync()` on the accumulation steps, `cm = nullcontext()` on the
+    update step) is `no_sync()` only where its branch can run together with the step's own test:
+    a step under `if step % k == k - 1:` in the `with cm:` of `cm = model.no_sync() if not (step %
+    k == k - 1) else nullcontext()` runs in the `nullcontext()` and is not reported.
 
     ## How to fix
     Keep only the forward and backward of the non-final micro-batches inside `no_sync()`; run the
@@ -83,8 +90,13 @@ class OptimizerStepInsideNoSync(Rule):
                 self.report(site.node, module=site.module, related=model.paths.chain(site))
 
     def _is_no_sync(self, site: CallSite, expr: cst.BaseExpression) -> bool:
+        """The context entered around `site` may be a `no_sync()`: a context chosen by branch
+        (`cm = model.no_sync()` when the step is not due, `nullcontext()` otherwise) is one only
+        where the branch that makes it can run with the step's own guards (`if step_due:`)."""
         for value in self.model.values.at_call(site, expr):
             call = value.call
             if call is not None and isinstance(call.func, cst.Attribute) and call.func.attr.value == "no_sync":
+                if value.scope is site.scope and contradictory(value.conditions, site.guards):
+                    continue
                 return True
         return False

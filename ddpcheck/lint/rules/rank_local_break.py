@@ -86,7 +86,9 @@ class RankLocalBreak(Rule):
     the loop (an evaluation's periodic all-reduce) is reported too: that rank skips its share.
     Also reported: a `break` out of the training loop, or a `continue` past a `try` that holds
     the loop's backward, in a handler that catches every error (`except Exception:`, a bare
-    `except:`): the rank that meets the error leaves or skips alone. And a clean exit
+    `except:`): the rank that meets the error leaves or skips alone (also where the loop's forward
+    and backward run in a project step function handed the DDP model, `loss = train_step(model,
+    optimizer, batch)`). And a clean exit
     (`quit()`, `exit()`, `sys.exit()`, `sys.exit(0)`) in a handler for an error one rank can meet
     on its own, inside a loop that back-propagates: torchrun stops the other workers when one
     fails, not when one exits with status 0, so they wait in their next all-reduce. The same clean
@@ -593,7 +595,8 @@ class RankLocalBreak(Rule):
             for handler, trying, left, loop in _broad_exits(scope.node):
                 order = order if order is not None else _order(scope.node)
                 in_loop = [c for c in backwards if loop in c.loops]
-                if not self._pairs_across_ranks([c for c in root.calls_in(qualname) if loop in c.loops]):
+                in_loop_calls = [c for c in root.calls_in(qualname) if loop in c.loops]
+                if not self._pairs_across_ranks(in_loop_calls) and not self._forwards(in_loop_calls):
                     continue  # (a probe of a plain model, `except Exception: break` at its memory limit)
                 if isinstance(left, cst.Break):
                     what = "leave the training loop alone"
