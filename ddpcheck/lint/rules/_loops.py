@@ -5,7 +5,8 @@ state_dict keys).
 A loop is one when it iterates a DataLoader (directly, through `enumerate`/`zip`/`tqdm`/a
 metric logger's `log_every(loader)`, or through a value that holds one), or when its body —
 directly or through the project functions it calls — back-propagates, steps an optimizer, makes
-a collective call, or runs such a loop (the epoch loop around `train_one_epoch(...)`). Everything
+a collective call, or runs such a loop (the epoch loop around `train_one_epoch(...)`); not one whose
+body sets the process group up or wraps a fresh model in DDP (a loop over whole runs). Everything
 is read from the model's recorded calls and loops; answers are memoised per loop and function.
 """
 
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 Loop = cst.CSTNode  # a For or While node, as recorded in CallSite.loops
 # Facts (model/facts.py) that make a loop body a step of the job.
 _STEP_FACTS = frozenset({"backward", "collective"})
+# Facts that make a loop body a whole run (set-up, then training) rather than a step or an epoch.
+_RUN_FACTS = frozenset({"init_process_group", "ddp_wrap"})
 MAX_DEPTH = 3  # project functions followed below a loop
 # Assignments followed from a loop's items to the names derived from them in its body.
 _DERIVED_STEPS = 4
@@ -72,10 +75,12 @@ class Loops:
     def _work(self, module: ModuleModel, loop: Loop, scope: Scope, depth: int) -> bool:
         body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
         facts = self.model.facts
-        if any("init_process_group" in facts.of_call(call) for call in body):
-            # A loop whose body creates the process group (`for run in range(args.itr): exp =
-            # Exp(args); exp.train()`) runs that body once per process: a second
-            # `init_process_group` raises. Its messages are start-up output, not per-epoch.
+        if any(facts.of_call(call) & _RUN_FACTS for call in body):
+            # A loop whose body creates the process group runs that body once per process: a
+            # second `init_process_group` raises. One whose body wraps a fresh model in DDP
+            # (`for run in range(args.itr): exp = Exp(args); exp.train(); exp.test()`, with the
+            # wrap in the constructor; a loop over folds or stages) repeats whole runs, each with
+            # its own epoch loop inside: its own messages come once per run, not per epoch.
             return False
         if isinstance(loop, cst.For):
             point = next((f.point for f in module.fors if f.node is loop), None)

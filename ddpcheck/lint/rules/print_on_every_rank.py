@@ -99,7 +99,8 @@ class PrintOnEveryRank(Rule):
     training step of every rank (a print under any test, `if self.debug:`, is left alone).
     `wandb.log` counts as output where every rank starts its own run (each `wandb.init` reached
     on every rank, with no `mode=` or `settings=` and no `WANDB_MODE` / `WANDB_DISABLED` in the
-    code): the dashboard then holds N copies of the run.
+    code), also as `run.log(...)` on the run object `wandb.init(...)` returned: the dashboard then
+    holds N copies of the run.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -150,6 +151,10 @@ class PrintOnEveryRank(Rule):
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys); a print of spaces only
     (`print(" " * 80, end="\\r")`, which wipes a line and shows nothing);
+    messages of a loop that repeats whole runs, each pass building a model and wrapping it in DDP
+    (`for ii in range(args.itr): exp = Exp(args); exp.train(setting); exp.test(setting)`, the
+    wrap in the constructor): they come once per run, not per epoch (the epoch loop inside
+    each run is still one);
     messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
     error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
     each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch
@@ -610,7 +615,8 @@ class PrintOnEveryRank(Rule):
         chain = self.model.paths.chain(place)
         if place is site:
             what = {"print": "`print`", "write": "`tqdm.write`", "tqdm": "this progress bar",
-                    "logging": "this log call", "wandb": "`wandb.log` (each rank started its own run)"}[kind]
+                    "logging": "this log call",
+                    "wandb": f"`{site.dotted or 'wandb.log'}` (each rank started its own run)"}[kind]
             how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
                         module=site.module, related=chain)
@@ -1421,7 +1427,7 @@ class PrintOnEveryRank(Rule):
             return "tqdm"
         if q in _TQDM_WRITES:
             return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
-        if q == "wandb.log" and self._wandb_on_every_rank():
+        if (q == "wandb.log" or self._wandb_run_log(site)) and self._wandb_on_every_rank():
             return "wandb"
         if site.method in _LOG_METHODS:
             if any(bound == "method" for _, bound in self.model.graph.targets(site)):
@@ -1449,6 +1455,15 @@ class PrintOnEveryRank(Rule):
                 for s in inits) and not any(
                 re.search(r"WANDB_(MODE|DISABLED|SILENT)", m.source) for m in paths.modules())
         return self._wandb_everywhere
+
+    def _wandb_run_log(self, site: CallSite) -> bool:
+        """`run.log(...)` on the run object `wandb.init(...)` returned (`run = wandb.init(...)`,
+        also kept on the instance or passed in): the same call as `wandb.log` on that run."""
+        receiver = site.receiver
+        if site.method != "log" or receiver is None:
+            return False
+        values = self.model.values.at_call(site, receiver)
+        return bool(values) and all(self.model.api_of(value) == "wandb.init" for value in values)
 
     def _made_by_get_logger(self, site: CallSite) -> bool:
         """The receiver, under any name (`print_logger = logger(path)`), holds only loggers that
