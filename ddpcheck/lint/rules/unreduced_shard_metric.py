@@ -64,7 +64,9 @@ class UnreducedShardMetric(Rule):
     back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
     method makes no collective —, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
-    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`;
+    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`, also
+    a message made from them first, `outstr = "acc %.3f" % acc; io.cprint(outstr)` with a
+    `cprint(self, text)` that prints `text`;
     nor when it computes a value from them that is bound to a name, making no collective:
     `loss_dict = aggregate_loss_dict(per_batch_dicts)`, or `tp, fp, best = roc_figures(embs,
     same)`, is followed like `acc = correct / total`). A
@@ -78,7 +80,8 @@ class UnreducedShardMetric(Rule):
     unpacked, `pred, target = gather([pred, target])`, also moved after, `pred = pred.cpu()`,
     then `correct += pred.eq(target).sum()`) is every rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
-    the result (`dev = eval_dev(...)`) and reports it before any collective (itself, or by
+    the result (`dev = eval_dev(...)`) and reports it before any collective that carries data (a
+    barrier does not: `dist.barrier()`, then `if rank == 0: print(dev)`) (itself, or by
     handing it to a project function that only reports: `self.print_metrics(val_metrics)`
     printing each entry and returning nothing, or by handing it, also packed in a list beside
     other figures, to project functions that report it or hand it on in turn, with no collective
@@ -349,7 +352,10 @@ class UnreducedShardMetric(Rule):
             if any(not self._logs_only(s) and not self._reports_handed(s, loop, counters) for s in handed):
                 continue
             for site in later:
-                if not (self._reports(site) or site in handed):
+                # (A message made from them handed to a project printer, `outstr = "acc %.3f" %
+                # acc` then `io.cprint(outstr)` whose body prints its `text`, reports them too.)
+                if not (self._reports(site) or site in handed
+                        or model.graph.targets(site) and self._reports_handed(site, loop, counters)):
                     continue
                 used = _derived(loop, counters, _names_in(site.node))
                 if used:
@@ -766,8 +772,8 @@ class UnreducedShardMetric(Rule):
                 names |= more
             for site in sorted((s for s in root.calls if s.scope is call.scope and s.tick > call.tick),
                                key=lambda s: s.tick):
-                if model.facts.does(site, "collective"):
-                    break
+                if model.facts.does(site, "data_collective"):
+                    break  # (a barrier, `dist.barrier()` before rank 0 reports, reduces nothing)
                 # (Or handed to a project function that only reports: `self.print_metrics(
                 # val_metrics, loader)` printing each entry.)
                 if (self._reports(site) or model.graph.targets(site) and self._logs_only(site)) \
