@@ -546,9 +546,9 @@ class PaddedEvalSampler(Rule):
                 # A builder whose callers choose `drop_last` (`def prepare_dl(ds, drop_last): ...
                 # DistributedSampler(ds, drop_last=drop_last)`, called with `drop_last=False`
                 # for the test set): the sampler pads on the runs of those calls.
-                callers = self._padding_callers(site)
-                if callers:
-                    samplers.append((site, callers))
+                padding = self._padding_callers(site)
+                if padding:
+                    samplers.append((site, padding))
         if not samplers:
             return
         # (a reduction in a helper of the script that nothing calls reduces nothing)
@@ -572,8 +572,8 @@ class PaddedEvalSampler(Rule):
                 return
             if not any(id(g.node) in averaged for g in gathers):
                 return
-        for site, callers in samplers:
-            if self._for_evaluation(site, callers) and not unread_loader(model, site) \
+        for site, padding_calls in samplers:
+            if self._for_evaluation(site, padding_calls) and not unread_loader(model, site) \
                     and not bypassed_sampler(model, site):
                 fix = "use a sampler that does not pad" if model.api(site) in api.PADDING_SAMPLERS \
                     else "pass `drop_last=True`"

@@ -19,6 +19,7 @@ from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import dotted, last_name, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._crashes import Crashes
 from ddpcheck.lint.rules._loops import Loops
 
 _LOG_METHODS = frozenset({"info", "debug", "warning", "log"})
@@ -151,6 +152,9 @@ class PrintOnEveryRank(Rule):
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys); a print of spaces only
     (`print(" " * 80, end="\\r")`, which wipes a line and shows nothing);
+    output that a function reaches only after a top-level read of an attribute its object cannot
+    have (`colors = loader.dataset.palette` where the project's dataset class never sets
+    `palette`: AttributeError there on every run);
     messages of a loop that repeats whole runs, each pass building a model and wrapping it in DDP
     (`for ii in range(args.itr): exp = Exp(args); exp.train(setting); exp.test(setting)`, the
     wrap in the constructor): they come once per run, not per epoch (the epoch loop inside
@@ -511,6 +515,7 @@ class PrintOnEveryRank(Rule):
         if not model.uses_ddp:
             return
         self.loops = Loops(model)
+        self.crashes = Crashes(model)
         self._silenced_logging: bool | None = None
         self._configured_logging: bool | None = None
         self._tagged_logging: bool | None = None
@@ -528,6 +533,8 @@ class PrintOnEveryRank(Rule):
                 continue
             if self._guarded(site):
                 continue
+            if self.crashes.site_stopped(site):
+                continue  # (an attribute its object lacks is read above it: the function raises first)
             if not model.torchrun_path and model.paths.launcher_only(site):
                 continue  # the one process that starts the workers (`mp.spawn(...)` beside it)
             if self._rank_tagged(site, kind):
@@ -650,6 +657,8 @@ class PrintOnEveryRank(Rule):
                 continue  # `else: logging.info(value)` of `if isinstance(msg, str):`, called with text
             if self._main_ranks_named(site, frame):
                 continue  # `log_dist(msg, [0])` of a helper that prints `if dist.get_rank() in ranks:`
+            if self.crashes.site_stopped(caller):
+                continue  # (the caller raises before it gets there)
             if not self._guarded(caller) and not self._once(caller) \
                     and not self._tags_through(caller, function, bound, site):
                 found = self._places(caller, None, depth + 1)

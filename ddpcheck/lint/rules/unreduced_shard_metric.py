@@ -16,6 +16,7 @@ from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import children, dotted, expressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._crashes import Crashes
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
 # Parameters that hand a batch source its rank, and the number of ranks.
@@ -103,7 +104,9 @@ class UnreducedShardMetric(Rule):
     function a rank's slice (`Xi[rank * n:(rank + 1) * n]`, also reshaped or permuted on the
     way): its metrics are reported at that caller, not at one that hands it the whole set. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
-    not an evaluation metric. A step helper shared by training and evaluation whose backward
+    not an evaluation metric. A loop that its function reaches only after a top-level read of
+    an attribute its object cannot have (`colors = loader.dataset.palette` where the project's
+    dataset class never sets `palette`) never runs. A step helper shared by training and evaluation whose backward
     the call's arguments rule out (`loss, p, y = _step(model, batch, criterion)` with `if optim
     is not None: loss.backward()` and `optim=None` by default) does not make the loop a training one.
 
@@ -292,6 +295,7 @@ class UnreducedShardMetric(Rule):
 
     def finish(self) -> None:
         self._in_place: dict[int, dict[int, set[str]]] = {}
+        self._crashes = Crashes(self.model)
         for module in self.model.paths.modules():
             self._module(module)
 
@@ -316,6 +320,8 @@ class UnreducedShardMetric(Rule):
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
+            if self._crashes.stopped_before(root, loop.scope, loop.node):
+                continue  # (the function raises before its loop: `colors = loader.dataset.palette` it lacks)
             counters = self._accumulated(root, loop) | self._meters(root, loop) | self._collected(root, loop)
             if not counters or not self._sharded(root, loop):
                 continue
