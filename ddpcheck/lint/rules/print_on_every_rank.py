@@ -173,7 +173,9 @@ class PrintOnEveryRank(Rule):
     of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
     gives about its own data (a test on the norm `clip_grad_norm_` returns is not one: DDP
     averaged those gradients, so every rank prints the same warning); output in an `except` handler for an error (a rank reporting its
-    own failure; `except StopIteration:` at the end of a pass is still reported); output under a
+    own failure; `except StopIteration:` at the end of a pass is still reported, and so is the
+    handler of a `try` that clips the gradients with `error_if_nonfinite=True`: DDP averaged
+    them, so every rank raises and reports the same error); output under a
     project check that returns a rank-0 test when an option asks for it (`if self.only_main:
     return is_main_process()`); `print` in a script that a launcher of the project starts with
     stdout sent to the null device on all processes but one (`stdout=None if i == 0 else
@@ -541,7 +543,8 @@ class PrintOnEveryRank(Rule):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
-            if kind != "tqdm" and id(site.node) in handler_calls(site.module, errors_only=True):
+            if kind != "tqdm" and id(site.node) in handler_calls(site.module, errors_only=True) \
+                    and not self._synced_gradient_error(site):
                 continue  # `except Exception as e: print(e)`: a rank reporting its own failure
             if kind == "print" and (print_silenced or self._console_moved("sys.stdout")):
                 continue
@@ -1261,6 +1264,22 @@ class PrintOnEveryRank(Rule):
                                      for v in values):
                 return False
         return True
+
+    def _synced_gradient_error(self, site: CallSite) -> bool:
+        """`site` is in the handler of a `try` whose body clips the gradients with
+        `error_if_nonfinite=True` (`try: clip_grad_norm_(params, max_norm, error_if_nonfinite=True);
+        scaler.step(optimizer)` / `except RuntimeError: log.warning("NaN in gradients")`): DDP
+        averaged those gradients, so every rank raises, and reports, the same error."""
+        for node in subexpressions(site.scope.node):
+            if not isinstance(node, cst.Try) or not any(_holds(h, site.node) for h in node.handlers):
+                continue
+            for call in subexpressions(node.body):
+                if isinstance(call, cst.Call) and (dotted(call.func) or "").endswith("clip_grad_norm_"):
+                    flag = next((a.value for a in call.args if a.keyword is not None
+                                 and a.keyword.value == "error_if_nonfinite"), None)
+                    if flag is not None and isinstance(flag, cst.Name) and flag.value == "True":
+                        return True
+        return False
 
     def _data_check(self, site: CallSite) -> bool:
         """Printed when a test on tensor values holds (`if torch.min(y) < -1.0:`, `if
