@@ -89,7 +89,9 @@ class PrintOnEveryRank(Rule):
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
-    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there. One
+    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there; a
+    progress bar in a function such a loop calls (`for batch in tqdm(testloader):` in the test
+    helper an epoch-end `self.test()` runs) is reported on the bar, where `disable=` goes. One
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
     epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
@@ -667,6 +669,11 @@ class PrintOnEveryRank(Rule):
                 found = self._places(caller, None, depth + 1)
                 kept = kept or bool(found) and _result_kept(caller, function)
                 out += found
+        if out and kind == "tqdm":
+            # A progress bar in a function the loop runs at each step or epoch (`for batch in
+            # tqdm(testloader):` in the `test_*()` helper an epoch-end `self.test()` calls): the
+            # fix is on the bar itself (`disable=rank != 0`), not around the call.
+            return [site]
         if out and (kept or self._changes_state(function)):
             # `half_learning_rate(optimizer, ...)` sets the rate and prints it, `res =
             # validate(...)` computes what the caller goes on with: a guard around the call
