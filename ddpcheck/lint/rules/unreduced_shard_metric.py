@@ -73,7 +73,8 @@ class UnreducedShardMetric(Rule):
     same)`, is followed like `acc = correct / total`). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
     counters clears them, an all-reduce of the loss alone leaves the accuracy counted beside it
-    unreduced, a barrier reduces nothing, and a project function that makes collectives
+    unreduced, a method of a meter the function made that makes a collective
+    (`acc_meter.all_reduce()`) reduces that meter only, a barrier reduces nothing, and a project function that makes collectives
     without being handed anything (`sync_all()`) is taken to reduce everything. A value added
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
     loss.item()`, in place: `dist.all_reduce(loss)` then `test_loss += loss`, or entry by
@@ -81,7 +82,8 @@ class UnreducedShardMetric(Rule):
     unpacked, `pred, target = gather([pred, target])`, also moved after, `pred = pred.cpu()`,
     then `correct += pred.eq(target).sum()`) is every rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
-    the result (`dev = eval_dev(...)`) and reports it before any collective that carries data (a
+    the result (`dev = eval_dev(...)`; unpacked, `val_loss, val_acc = evaluate(...)`, only the
+    names at the places of the returned tuple made from the unreduced counters) and reports it before any collective that carries data (a
     barrier does not: `dist.barrier()`, then `if rank == 0: print(dev)`) (itself, or by
     handing it to a project function that only reports: `self.print_metrics(val_metrics)`
     printing each entry and returning nothing, or by handing it, also packed in a list beside
@@ -573,6 +575,12 @@ class UnreducedShardMetric(Rule):
             return True
         if model.api(site) is not None:
             return False
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value != "self" \
+                and func.value.value in loop.scope.assignments:
+            # `top1.all_reduce()` on a meter the function made: it synchronises that meter, not
+            # the loss meter counted beside it.
+            return False
         # A project function: what it reaches without arguments is unknown.
         return not site.node.args or counter.startswith("self.")
 
@@ -757,9 +765,14 @@ class UnreducedShardMetric(Rule):
                 continue
             if any(model.paths.never(b, Frame(function, call, None, bound)) is None for b in backwards):
                 continue  # this call trains
+            # `acc, marg = f()`: the names it unpacks to, only those whose place holds a figure of
+            # the counters where every return is a tuple of the same length (`return
+            # loss_meter.avg, acc_meter.avg` with the accuracy meter reduced: the loss only).
+            places = _tuple_places(loop, counters, _returns(function.node))
             names = set(root.assigned_names(call.node)) | {
                 name for name, values in call.scope.assignments.items()
-                if any(isinstance(v, Item) and v.value is call.node for v in values)}  # `acc, marg = f()`
+                if any(isinstance(v, Item) and v.value is call.node and (places is None or v.index in places)
+                       for v in values)}
             if not names:
                 continue  # passed straight on (`reduce_scalar(eval_dev(...))`)
             # `for k, v in metrics.items(): writer.add_scalar(k, v, epoch)`: the loop's
@@ -938,6 +951,22 @@ def _bound(root: ModuleModel, site: CallSite) -> bool:
         return True
     return any(isinstance(value, Item) and value.value is site.node
                for values in site.scope.assignments.values() for value in values)
+
+
+def _tuple_places(loop: ForSite, counters: set[str], returns: list[cst.Return]) -> set[int] | None:
+    """The positions of the returned tuple that hold a value made from `counters`, where every
+    return of the function is a tuple of the same length; None otherwise."""
+    places: set[int] = set()
+    length: int | None = None
+    for r in returns:
+        value = r.value
+        if not isinstance(value, cst.Tuple) or any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return None
+        if length is not None and len(value.elements) != length:
+            return None
+        length = len(value.elements)
+        places |= {i for i, e in enumerate(value.elements) if _derived(loop, counters, _names_in(e.value))}
+    return places if length is not None else None
 
 
 def _named_first(name: str) -> tuple[bool, str]:
