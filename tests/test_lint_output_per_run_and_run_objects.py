@@ -182,3 +182,56 @@ def test_log_method_of_another_object_is_clean(tmp_path: Path) -> None:
     source = RUN_OBJECT.format(init_args="config={}").replace(
         "tracker.log(", "history.log(").replace("step = 0\n", "step = 0\n            history = Recorder()\n")
     assert lines(tmp_path, {"train.py": source}, "DDP020") == []
+
+
+# The same network trained on in stages: each pass wraps the network it is handed (pruned a
+# little more each level) and trains it; the per-level message repeats within the one run.
+STAGES = """\
+    import os
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler
+
+
+    class LevelTrainer:
+        def __init__(self, net, gpu):
+            self.net = DistributedDataParallel(net.cuda(gpu), device_ids=[gpu])
+            self.optimizer = torch.optim.SGD(self.net.parameters(), lr=0.1)
+
+        def fit(self, loader, epochs):
+            for epoch in range(epochs):
+                for x, y in loader:
+                    loss = torch.nn.functional.cross_entropy(self.net(x.cuda()), y.cuda())
+                    self.optimizer.zero_grad()
+                    loss.backward()
+                    self.optimizer.step()
+
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+
+    def main():
+        dist.init_process_group("nccl")
+        gpu = int(os.environ["LOCAL_RANK"])
+        net = Net()
+        loader = DataLoader(train_set, batch_size=32, sampler=DistributedSampler(train_set))
+        for level in range(5):
+            prune(net, amount=0.2)
+            print("pruned level", level)
+            LevelTrainer(net, gpu).fit(loader, 10)
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_loop_over_stages_of_one_network_is_still_reported(tmp_path: Path) -> None:
+    assert lines(tmp_path, {"train.py": STAGES}, "DDP020") == [("train.py", 38)]

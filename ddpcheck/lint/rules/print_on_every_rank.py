@@ -160,7 +160,8 @@ class PrintOnEveryRank(Rule):
     messages of a loop that repeats whole runs, each pass building a model and wrapping it in DDP
     (`for ii in range(args.itr): exp = Exp(args); exp.train(setting); exp.test(setting)`, the
     wrap in the constructor): they come once per run, not per epoch (the epoch loop inside
-    each run is still one);
+    each run is still one; a pass that wraps a network handed in from outside it, `Trainer(net,
+    gpu).fit(...)` at each pruning level, trains one network in stages and is a training loop);
     messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
     error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
     each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch

@@ -342,7 +342,8 @@ class UnreducedShardMetric(Rule):
                      and loop.node not in s.loops]
             # A collective reduces what it is handed: `dist.all_reduce(loss_t)` says nothing of
             # the accuracy counted beside the loss, and a barrier reduces nothing.
-            counters = {c for c in counters if not any(self._covers(s, loop, c) for s in later)}
+            fed = set(counters)
+            counters = {c for c in counters if not any(self._covers(s, loop, c, fed) for s in later)}
             if not counters:
                 continue
             # (Objects fed them after the loop carry them: `calc.step(preds, gts)`, then `calc.compute()`.)
@@ -562,7 +563,7 @@ class UnreducedShardMetric(Rule):
                         return True
         return False
 
-    def _covers(self, site: CallSite, loop: ForSite, counter: str) -> bool:
+    def _covers(self, site: CallSite, loop: ForSite, counter: str, fed: set[str]) -> bool:
         """A collective after the loop that may reduce `counter`: one handed the counter or a
         value made from it (`stats = torch.tensor([correct, total])`, `dist.all_reduce(stats)`),
         a method of it (`meter.synchronize_between_processes()`), or a project call that may
@@ -577,9 +578,10 @@ class UnreducedShardMetric(Rule):
             return False
         func = site.node.func
         if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value != "self" \
-                and func.value.value in loop.scope.assignments:
-            # `top1.all_reduce()` on a meter the function made: it synchronises that meter, not
-            # the loss meter counted beside it.
+                and func.value.value in loop.scope.assignments and func.value.value in fed:
+            # `top1.all_reduce()` on a meter the loop fed: it synchronises that meter, not the
+            # loss meter counted beside it. (A logger of meters the loop feeds in a way not
+            # followed, `logger.synchronize_between_processes()`, may hold what is read after it.)
             return False
         # A project function: what it reaches without arguments is unknown.
         return not site.node.args or counter.startswith("self.")
