@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.helpers import finding_lines as lines
+from tests.helpers import finding_lines as lines, lint_project
 
 
 # A file logger made by a project factory on every rank, under a name no logger pattern knows.
@@ -69,11 +69,23 @@ def test_logger_known_by_its_value_is_reported(tmp_path: Path) -> None:
 
 
 def test_metrics_logger_log_method_is_not_a_logger(tmp_path: Path) -> None:
-    # `run.log(...)` of an experiment tracker: a `log` method, not a logging.Logger.
+    # `run.log(...)` of an experiment tracker: a `log` method, not a logging.Logger. (Where every
+    # rank starts its own run it is that run's `log`, reported as such: see the wandb case below.)
+    files = {"utilities.py": LOG_FACTORY,
+             "train.py": LOG_SCRIPT.format(
+                 extra_import="import wandb",
+                 make='run = wandb.init(project=args.exp, mode="online" if args.rank == 0 else "disabled")',
+                 report="run.log({'loss': loss.item()})")}
+    assert lines(tmp_path, files, "DDP020") == []
+
+
+def test_run_object_log_of_every_rank_is_reported_as_the_run_s(tmp_path: Path) -> None:
     files = {"utilities.py": LOG_FACTORY,
              "train.py": LOG_SCRIPT.format(extra_import="import wandb", make="run = wandb.init(project=args.exp)",
                                            report="run.log({'loss': loss.item()})")}
-    assert lines(tmp_path, files, "DDP020") == []
+    findings = lint_project(tmp_path, files, "train.py", select="DDP020")
+    assert [(f["location"]["line"], "`run.log` (each rank started its own run)" in f["message"])
+            for f in findings] == [(26, True)]
 
 
 # The root logger gets a console handler from `basicConfig` at import, on every rank; rank 0 adds

@@ -259,9 +259,9 @@ QUIET_RUN = """\
     args.local_rank = int(os.environ["LOCAL_RANK"])
     dist.init_process_group("nccl")
     with QuietOnOtherRanks(args.local_rank):
+        exp = ForecastExp(args)
         for run in range(3):
             print(f"run {run}: training")
-            exp = ForecastExp(args)
             exp.fit(make_loader(args), "checkpoints")
     """
 
@@ -271,4 +271,6 @@ def test_prints_inside_a_block_that_sends_stdout_of_other_ranks_away_are_printed
     assert _findings(tmp_path, "run.py", select="DDP020") == set()
     loud = _variant(QUIET_RUN, "    with QuietOnOtherRanks(args.local_rank):\n", "    if True:\n")
     _write(tmp_path, {"run.py": loud})
-    assert ("run.py", 13, "DDP020") in _findings(tmp_path, "run.py", select="DDP020")
+    # (The experiment is built once, before the loop: a loop that built a fresh DDP model at
+    # each pass would repeat whole runs, and its message would come once per run.)
+    assert ("run.py", 14, "DDP020") in _findings(tmp_path, "run.py", select="DDP020")

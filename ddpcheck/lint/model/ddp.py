@@ -284,19 +284,20 @@ def sampler_option(model: Model, site: CallSite, keyword: str, position: int,
     return model.graph.base_argument(site, api.DISTRIBUTED_SAMPLER, keyword, position, frame)
 
 
-def pads(model: Model, site: CallSite) -> bool:
+def pads(model: Model, site: CallSite, frame: Frame | None = None) -> bool:
     """A sampler built at `site` pads its shards to equal length by repeating samples: torch's
     DistributedSampler, a library sampler that always pads (api.PADDING_SAMPLERS), or a project subclass with `drop_last` false (or left at its default)
     — a subclass with its own `__iter__` only when that code pads to a `total_size` — or a
     project sampler written like it (see Model.shards_like_distributed_sampler); not one whose
     total is the dataset's own length (see evens_nothing), nor one that cuts it to a multiple of
-    the world size (see drops_remainder)."""
+    the world size (see drops_remainder). With `frame` (a call of the builder that makes the
+    sampler), `drop_last` is read as that call passes it."""
     if evens_nothing(model, site) or drops_remainder(model, site):
         return False
     if model.api(site) in api.PADDING_SAMPLERS:
         return True
     if model.makes(site, api.DISTRIBUTED_SAMPLER):
-        drop = sampler_option(model, site, "drop_last", 5)
+        drop = sampler_option(model, site, "drop_last", 5, frame)
         if drop is None or not all(isinstance(v.node, cst.BaseExpression) and is_false(v.node)
                                    or off_by_default(model, v) for v in drop):
             return False

@@ -5,7 +5,8 @@ state_dict keys).
 A loop is one when it iterates a DataLoader (directly, through `enumerate`/`zip`/`tqdm`/a
 metric logger's `log_every(loader)`, or through a value that holds one), or when its body —
 directly or through the project functions it calls — back-propagates, steps an optimizer, makes
-a collective call, or runs such a loop (the epoch loop around `train_one_epoch(...)`). Everything
+a collective call, or runs such a loop (the epoch loop around `train_one_epoch(...)`); not one whose
+body sets the process group up or wraps in DDP a model it builds itself (a loop over whole runs). Everything
 is read from the model's recorded calls and loops; answers are memoised per loop and function.
 """
 
@@ -72,10 +73,12 @@ class Loops:
     def _work(self, module: ModuleModel, loop: Loop, scope: Scope, depth: int) -> bool:
         body = [c for c in module.calls_in(scope.qualname) if loop in c.loops]
         facts = self.model.facts
-        if any("init_process_group" in facts.of_call(call) for call in body):
-            # A loop whose body creates the process group (`for run in range(args.itr): exp =
-            # Exp(args); exp.train()`) runs that body once per process: a second
-            # `init_process_group` raises. Its messages are start-up output, not per-epoch.
+        if any(self._whole_run(call) for call in body):
+            # A loop whose body creates the process group runs that body once per process: a
+            # second `init_process_group` raises. One whose body wraps a fresh model in DDP
+            # (`for run in range(args.itr): exp = Exp(args); exp.train(); exp.test()`, with the
+            # model built and wrapped in the constructor) repeats whole runs, each with its own
+            # epoch loop inside: its own messages come once per run, not per epoch.
             return False
         if isinstance(loop, cst.For):
             point = next((f.point for f in module.fors if f.node is loop), None)
@@ -106,6 +109,19 @@ class Loops:
                 if self.does_work(callee, depth + 1):
                     return True
         return False
+
+    def _whole_run(self, call: CallSite) -> bool:
+        """`call` sets the process group up, or wraps in DDP a model it does not take from its
+        caller: a model handed in (`Harness(model=net, ...)` at each pruning level, the same
+        network trained on in stages) makes the loop one run's stages, not repeated runs."""
+        facts = self.model.facts.of_call(call)
+        if "init_process_group" in facts:
+            return True
+        if "ddp_wrap" not in facts:
+            return False
+        graph = self.model.graph
+        return not any(graph.is_network(value)
+                       for arg in call.node.args for value in self.model.values.at_call(call, arg.value))
 
     def forwards_items(self, module: ModuleModel, loop: Loop, scope: Scope) -> bool:
         """Whether the body of `loop` runs a model's forward on the loop's items (`for batch in

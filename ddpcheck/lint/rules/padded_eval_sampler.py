@@ -408,7 +408,10 @@ class PaddedEvalSampler(Rule):
     calls `backward()`, or steps the optimizer after a project call does; also in a helper that
     only such loops call, `reduce_loss(loss)` after each step) is no metric. A
     sampler class handed to the builder (`build(cfg, DistributedSampler)`, then `sampler(
-    val_set)`) is torch's own on that path. An all-reduce of a tensor made of constants and never added
+    val_set)`) is torch's own on that path. A builder whose callers pass `drop_last`
+    (`DistributedSampler(ds, drop_last=drop_last)` in `prepare_dl(ds, drop_last, bs)`) pads on the
+    run of a call that passes a false value, and counts when such a call builds the evaluation
+    loader (`test_loader = prepare_dl(test_set, drop_last=False, bs=n)`), whatever the others pass. An all-reduce of a tensor made of constants and never added
     to (`probe = torch.ones(1).cuda(); dist.all_reduce(probe)`, a check of the process group)
     reduces no metric; nor does a meter logger's synchronisation in a training epoch whose loops all
     back-propagate (its loss meters, after the loop), or in an evaluation that makes the logger
@@ -533,7 +536,19 @@ class PaddedEvalSampler(Rule):
 
     def finish(self) -> None:
         model = self.model
-        samplers = [s for s in model.paths.sites() if pads(model, s) and model.paths.never(s) is None]
+        samplers: list[tuple[CallSite, list[CallSite] | None]] = []
+        for site in model.paths.sites():
+            if model.paths.never(site) is not None:
+                continue
+            if pads(model, site):
+                samplers.append((site, None))
+            elif model.makes(site, api.DISTRIBUTED_SAMPLER):
+                # A builder whose callers choose `drop_last` (`def prepare_dl(ds, drop_last): ...
+                # DistributedSampler(ds, drop_last=drop_last)`, called with `drop_last=False`
+                # for the test set): the sampler pads on the runs of those calls.
+                padding = self._padding_callers(site)
+                if padding:
+                    samplers.append((site, padding))
         if not samplers:
             return
         # (a reduction in a helper of the script that nothing calls reduces nothing)
@@ -557,8 +572,9 @@ class PaddedEvalSampler(Rule):
                 return
             if not any(id(g.node) in averaged for g in gathers):
                 return
-        for site in samplers:
-            if self._for_evaluation(site) and not unread_loader(model, site) and not bypassed_sampler(model, site):
+        for site, padding_calls in samplers:
+            if self._for_evaluation(site, padding_calls) and not unread_loader(model, site) \
+                    and not bypassed_sampler(model, site):
                 fix = "use a sampler that does not pad" if model.api(site) in api.PADDING_SAMPLERS \
                     else "pass `drop_last=True`"
                 self.report(
@@ -715,7 +731,18 @@ class PaddedEvalSampler(Rule):
                         return True
         return False
 
-    def _for_evaluation(self, site: CallSite) -> bool:
+    def _padding_callers(self, site: CallSite) -> list[CallSite]:
+        """The calls of the function that builds the sampler at `site` on whose run it pads
+        (`drop_last` false as that call passes it)."""
+        function = self.model.paths.function_of(site)
+        if function is None:
+            return []
+        return [caller for caller, bound in self.model.graph.callers(function)[:8]
+                if not self.model.paths.dead(caller) and pads(self.model, site, Frame(function, caller, None, bound))]
+
+    def _for_evaluation(self, site: CallSite, callers: list[CallSite] | None = None) -> bool:
+        """The sampler at `site` serves an evaluation set; with `callers`, the calls of its
+        builder on whose run it pads, on the run of one of those."""
         # A sampler made inside the loader's call goes by the loader's names
         # (`eval_loader = DataLoader(ds, sampler=DistributedSampler(ds))`).
         names = site.module.assigned_names(site.node) or [
@@ -733,6 +760,9 @@ class PaddedEvalSampler(Rule):
         if not named_train and any(_selects_training(g.test, g.negated) for g in site.guards):
             return False  # the builder's training arm (`if flag == "train":`), whoever calls it
         function = self.model.paths.function_of(site)
+        if callers is not None:
+            return not named_train and function is not None \
+                and self._built_for_evaluation(function, 2, sampler=site, only=callers)
         if named_train:
             # A builder that serves every set may name its one sampler after training
             # (`train_sampler = DistributedSampler(data_set, shuffle=flag == "train")`): it is
@@ -778,13 +808,14 @@ class PaddedEvalSampler(Rule):
         return any(_SET_WORDS.search(site.module.code(guard.test)) for guard in site.guards)
 
     def _built_for_evaluation(self, function: Function, depth: int, strict: bool = False,
-                              sampler: CallSite | None = None) -> bool:
-        """A builder (`build_loader(dataset, is_train)`) that some caller uses for an evaluation
-        set: the caller names what it gets or what it passes for validation or testing
-        (`val_loader = build_loader(val_set, False)`, `split="test"`), or passes False for the
-        training switch (`is_train=False`, `shuffle=False`); followed up to `depth` callers."""
+                              sampler: CallSite | None = None, only: list[CallSite] | None = None) -> bool:
+        """A builder (`build_loader(dataset, is_train)`) that some caller (of `only`, when
+        given) uses for an evaluation set: the caller names what it gets or what it passes for
+        validation or testing (`val_loader = build_loader(val_set, False)`, `split="test"`), or
+        passes False for the training switch (`is_train=False`, `shuffle=False`); followed up
+        to `depth` callers."""
         for caller, bound in self.model.graph.callers(function)[:8]:
-            if self.model.paths.dead(caller):
+            if self.model.paths.dead(caller) or only is not None and not any(caller is c for c in only):
                 continue
             # (`val_sampler, val_loader = make_loader(args, ds)`: the names it unpacks to too.)
             names = list(caller.module.assigned_names(caller.node)) + [

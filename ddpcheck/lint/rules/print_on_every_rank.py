@@ -19,6 +19,7 @@ from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import dotted, last_name, string_text, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._crashes import Crashes
 from ddpcheck.lint.rules._loops import Loops
 
 _LOG_METHODS = frozenset({"info", "debug", "warning", "log"})
@@ -88,7 +89,9 @@ class PrintOnEveryRank(Rule):
     whose body back-propagates, steps an optimizer, makes a collective call or runs such a loop
     (the epoch loop), and a progress bar over a loop that runs a model on its items (also `for i, _ in enumerate(bar):`), or one advanced or relabelled by hand at each step of such a loop through the name or `self` attribute it is bound to (`self.bar.set_description(...)`, `bar.update(1)`) — and the per-epoch messages of a function that trains or evaluates when
     it is called from such a loop. A function that only prints (a progress printer's
-    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there. One
+    `display()`, a logger wrapper) is reported where the loop calls it: the guard goes there; a
+    progress bar in a function such a loop calls (`for batch in tqdm(testloader):` in the test
+    helper an epoch-end `self.test()` runs) is reported on the bar, where `disable=` goes. One
     that does more — sets the rate in the optimizer's parameter groups and prints it, saves a
     checkpoint and says so, runs the evaluation it was handed and prints the score (an
     epoch-end validation callback), returns what it computes to a caller that keeps it (`res =
@@ -99,7 +102,8 @@ class PrintOnEveryRank(Rule):
     training step of every rank (a print under any test, `if self.debug:`, is left alone).
     `wandb.log` counts as output where every rank starts its own run (each `wandb.init` reached
     on every rank, with no `mode=` or `settings=` and no `WANDB_MODE` / `WANDB_DISABLED` in the
-    code): the dashboard then holds N copies of the run.
+    code), also as `run.log(...)` on the run object `wandb.init(...)` returned: the dashboard then
+    holds N copies of the run.
 
     Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
@@ -150,6 +154,14 @@ class PrintOnEveryRank(Rule):
     repeats it on every rank) and progress bars labelled with it (`desc=f"rank
     {rank}"`, or `bar.set_postfix({f"{rank}_loss": loss})` on the name the bar is bound to); start-up loops (over arguments, files, state_dict keys); a print of spaces only
     (`print(" " * 80, end="\\r")`, which wipes a line and shows nothing);
+    output that a function reaches only after a top-level read of an attribute its object cannot
+    have (`colors = loader.dataset.palette` where the project's dataset class never sets
+    `palette`: AttributeError there on every run);
+    messages of a loop that repeats whole runs, each pass building a model and wrapping it in DDP
+    (`for ii in range(args.itr): exp = Exp(args); exp.train(setting); exp.test(setting)`, the
+    wrap in the constructor): they come once per run, not per epoch (the epoch loop inside
+    each run is still one; a pass that wraps a network handed in from outside it, `Trainer(net,
+    gpu).fit(...)` at each pruning level, trains one network in stages and is a training loop);
     messages on the way out of a loop (`print("Done"); break`, `print("zero loss"); return`, an
     error before `sys.exit`; a `break` out of a loop that sits in an epoch loop still repeats
     each epoch, and so does a `break` or `return` in a `train_epoch()` that a caller's epoch
@@ -164,7 +176,9 @@ class PrintOnEveryRank(Rule):
     of a project function that prints: `if torch.isnan(loss): self.alert(msg)`), which each rank
     gives about its own data (a test on the norm `clip_grad_norm_` returns is not one: DDP
     averaged those gradients, so every rank prints the same warning); output in an `except` handler for an error (a rank reporting its
-    own failure; `except StopIteration:` at the end of a pass is still reported); output under a
+    own failure; `except StopIteration:` at the end of a pass is still reported, and so is the
+    handler of a `try` that clips the gradients with `error_if_nonfinite=True`: DDP averaged
+    them, so every rank raises and reports the same error); output under a
     project check that returns a rank-0 test when an option asks for it (`if self.only_main:
     return is_main_process()`); `print` in a script that a launcher of the project starts with
     stdout sent to the null device on all processes but one (`stdout=None if i == 0 else
@@ -506,6 +520,7 @@ class PrintOnEveryRank(Rule):
         if not model.uses_ddp:
             return
         self.loops = Loops(model)
+        self.crashes = Crashes(model)
         self._silenced_logging: bool | None = None
         self._configured_logging: bool | None = None
         self._tagged_logging: bool | None = None
@@ -523,13 +538,16 @@ class PrintOnEveryRank(Rule):
                 continue
             if self._guarded(site):
                 continue
+            if self.crashes.site_stopped(site):
+                continue  # (an attribute its object lacks is read above it: the function raises first)
             if not model.torchrun_path and model.paths.launcher_only(site):
                 continue  # the one process that starts the workers (`mp.spawn(...)` beside it)
             if self._rank_tagged(site, kind):
                 continue  # `print(f"[rank {rank}] ...")`: output meant to come from every rank
             if kind != "tqdm" and self._data_check(site):
                 continue  # `if torch.min(y) < -1: print(...)`: about this rank's own batch
-            if kind != "tqdm" and id(site.node) in handler_calls(site.module, errors_only=True):
+            if kind != "tqdm" and id(site.node) in handler_calls(site.module, errors_only=True) \
+                    and not self._synced_gradient_error(site):
                 continue  # `except Exception as e: print(e)`: a rank reporting its own failure
             if kind == "print" and (print_silenced or self._console_moved("sys.stdout")):
                 continue
@@ -610,7 +628,8 @@ class PrintOnEveryRank(Rule):
         chain = self.model.paths.chain(place)
         if place is site:
             what = {"print": "`print`", "write": "`tqdm.write`", "tqdm": "this progress bar",
-                    "logging": "this log call", "wandb": "`wandb.log` (each rank started its own run)"}[kind]
+                    "logging": "this log call",
+                    "wandb": f"`{site.dotted or 'wandb.log'}` (each rank started its own run)"}[kind]
             how = "pass `disable=rank != 0`" if kind == "tqdm" else "guard it with `if rank == 0:`"
             self.report(site.node, f"{what} runs on every rank, so the output is repeated once per process; {how}",
                         module=site.module, related=chain)
@@ -644,11 +663,18 @@ class PrintOnEveryRank(Rule):
                 continue  # `else: logging.info(value)` of `if isinstance(msg, str):`, called with text
             if self._main_ranks_named(site, frame):
                 continue  # `log_dist(msg, [0])` of a helper that prints `if dist.get_rank() in ranks:`
+            if self.crashes.site_stopped(caller):
+                continue  # (the caller raises before it gets there)
             if not self._guarded(caller) and not self._once(caller) \
                     and not self._tags_through(caller, function, bound, site):
                 found = self._places(caller, None, depth + 1)
                 kept = kept or bool(found) and _result_kept(caller, function)
                 out += found
+        if out and kind == "tqdm":
+            # A progress bar in a function the loop runs at each step or epoch (`for batch in
+            # tqdm(testloader):` in the `test_*()` helper an epoch-end `self.test()` calls): the
+            # fix is on the bar itself (`disable=rank != 0`), not around the call.
+            return [site]
         if out and (kept or self._changes_state(function)):
             # `half_learning_rate(optimizer, ...)` sets the rate and prints it, `res =
             # validate(...)` computes what the caller goes on with: a guard around the call
@@ -1247,6 +1273,22 @@ class PrintOnEveryRank(Rule):
                 return False
         return True
 
+    def _synced_gradient_error(self, site: CallSite) -> bool:
+        """`site` is in the handler of a `try` whose body clips the gradients with
+        `error_if_nonfinite=True` (`try: clip_grad_norm_(params, max_norm, error_if_nonfinite=True);
+        scaler.step(optimizer)` / `except RuntimeError: log.warning("NaN in gradients")`): DDP
+        averaged those gradients, so every rank raises, and reports, the same error."""
+        for node in subexpressions(site.scope.node):
+            if not isinstance(node, cst.Try) or not any(_holds(h, site.node) for h in node.handlers):
+                continue
+            for call in subexpressions(node.body):
+                if isinstance(call, cst.Call) and (dotted(call.func) or "").endswith("clip_grad_norm_"):
+                    flag = next((a.value for a in call.args if a.keyword is not None
+                                 and a.keyword.value == "error_if_nonfinite"), None)
+                    if flag is not None and isinstance(flag, cst.Name) and flag.value == "True":
+                        return True
+        return False
+
     def _data_check(self, site: CallSite) -> bool:
         """Printed when a test on tensor values holds (`if torch.min(y) < -1.0:`, `if
         loss.isnan():`): each rank reports an anomaly of its own data, once, not a copy of the
@@ -1421,7 +1463,7 @@ class PrintOnEveryRank(Rule):
             return "tqdm"
         if q in _TQDM_WRITES:
             return "write"  # `tqdm.write(...)`: a print that keeps the bars intact, not `builtins.print`
-        if q == "wandb.log" and self._wandb_on_every_rank():
+        if (q == "wandb.log" or self._wandb_run_log(site)) and self._wandb_on_every_rank():
             return "wandb"
         if site.method in _LOG_METHODS:
             if any(bound == "method" for _, bound in self.model.graph.targets(site)):
@@ -1449,6 +1491,15 @@ class PrintOnEveryRank(Rule):
                 for s in inits) and not any(
                 re.search(r"WANDB_(MODE|DISABLED|SILENT)", m.source) for m in paths.modules())
         return self._wandb_everywhere
+
+    def _wandb_run_log(self, site: CallSite) -> bool:
+        """`run.log(...)` on the run object `wandb.init(...)` returned (`run = wandb.init(...)`,
+        also kept on the instance or passed in): the same call as `wandb.log` on that run."""
+        receiver = site.receiver
+        if site.method != "log" or receiver is None:
+            return False
+        values = self.model.values.at_call(site, receiver)
+        return bool(values) and all(self.model.api_of(value) == "wandb.init" for value in values)
 
     def _made_by_get_logger(self, site: CallSite) -> bool:
         """The receiver, under any name (`print_logger = logger(path)`), holds only loggers that

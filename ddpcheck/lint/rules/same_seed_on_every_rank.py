@@ -65,7 +65,9 @@ class SameSeedOnEveryRank(Rule):
     reads a JSON/YAML/INI file and mentions nothing that differs between ranks: rank, environment,
     clock, random draws — in its code: not in its messages —, or a project configuration class whose
     constructor reads the file, itself or through a method it calls, and whose class mentions none
-    of them, `Config(args.config)`; also read with a literal default, `cfg.get("seed", 42)`; `wandb.config` filled from the
+    of them, `Config(args.config)`; also read with a literal default, `cfg.get("seed", 42)`, or with
+    another field of the same configuration that has one, `cfg.get("seed", cfg.get("random_seed",
+    42))`; `wandb.config` filled from the
     command line; `cfg.seed` of the configuration Hydra hands an `@hydra.main` function;
     `cfg.SEED` of a configuration object a project module builds at import, `_C = CN()` of yacs
     or `__C = AttrDict()`, that the module sets only at module level; the fields of a parameter
@@ -1077,14 +1079,28 @@ def _field_of(node: cst.BaseExpression) -> tuple[cst.Name | None, str | None]:
                 and node.func.attr.value == "get" and 1 <= len(node.args) <= 2 \
                 and not any(a.star or a.keyword is not None for a in node.args) \
                 and isinstance(node.args[0].value, cst.SimpleString):
-            # `cfg.get("seed", 42)`: the field, or a literal default when the file leaves it out.
-            if len(node.args) == 2 and int_value(node.args[1].value) is None:
+            # `cfg.get("seed", 42)`: the field, or a literal default when the file leaves it out
+            # (also the field under another name of the same configuration, with a literal
+            # default in turn: `cfg.get("seed", cfg.get("random_seed", 42))`).
+            if len(node.args) == 2 and int_value(node.args[1].value) is None \
+                    and not _same_root_default(node.args[1].value, node.func.value):
                 break
             field = node.args[0].value.raw_value
             node = node.func.value
         else:
             break
     return (node, field) if isinstance(node, cst.Name) else (None, None)
+
+
+def _same_root_default(default: cst.BaseExpression, owner: cst.BaseExpression) -> bool:
+    """`default` reads another field of the configuration `owner` (the same text) with a literal
+    default of its own: `cfg.get("random_seed", 42)` as the default of `cfg.get("seed", ...)`."""
+    if not (isinstance(default, cst.Call) and isinstance(default.func, cst.Attribute)
+            and default.func.attr.value == "get"):
+        return False
+    root, field = _field_of(default)
+    return root is not None and field is not None \
+        and cst.Module([]).code_for_node(default.func.value) == cst.Module([]).code_for_node(owner)
 
 
 def _option(module: ModuleModel, dest: str) -> bool:

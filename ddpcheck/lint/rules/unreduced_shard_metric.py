@@ -16,6 +16,7 @@ from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Frame, Value
 from ddpcheck.lint.model.syntax import children, dotted, expressions
 from ddpcheck.lint.rule import Invalid, Rule
+from ddpcheck.lint.rules._crashes import Crashes
 from ddpcheck.lint.traverse import NO_STATEMENTS_BELOW
 
 # Parameters that hand a batch source its rank, and the number of ranks.
@@ -64,13 +65,16 @@ class UnreducedShardMetric(Rule):
     back with its own method, `loss, acc = metric.compute()`, is not handing it on when that
     method makes no collective —, unless that function only logs them:
     `writer.test_logging(loss, step)` whose body calls `add_scalar`, or writes what it is handed
-    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`;
+    and returns something else: `best = log_and_save(model, writer, epoch, val_loss, best)`, also
+    a message made from them first, `outstr = "acc %.3f" % acc; io.cprint(outstr)` with a
+    `cprint(self, text)` that prints `text`;
     nor when it computes a value from them that is bound to a name, making no collective:
     `loss_dict = aggregate_loss_dict(per_batch_dicts)`, or `tp, fp, best = roc_figures(embs,
     same)`, is followed like `acc = correct / total`). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
     counters clears them, an all-reduce of the loss alone leaves the accuracy counted beside it
-    unreduced, a barrier reduces nothing, and a project function that makes collectives
+    unreduced, a method of a meter the function made that makes a collective
+    (`acc_meter.all_reduce()`) reduces that meter only, a barrier reduces nothing, and a project function that makes collectives
     without being handed anything (`sync_all()`) is taken to reduce everything. A value added
     to a counter after the loop reduced it (`loss = reduce_mean(loss)` then `test_loss +=
     loss.item()`, in place: `dist.all_reduce(loss)` then `test_loss += loss`, or entry by
@@ -78,7 +82,9 @@ class UnreducedShardMetric(Rule):
     unpacked, `pred, target = gather([pred, target])`, also moved after, `pred = pred.cpu()`,
     then `correct += pred.eq(target).sum()`) is every rank's. Metrics
     returned to the caller are followed into the callers of the same file: a caller that assigns
-    the result (`dev = eval_dev(...)`) and reports it before any collective (itself, or by
+    the result (`dev = eval_dev(...)`; unpacked, `val_loss, val_acc = evaluate(...)`, only the
+    names at the places of the returned tuple made from the unreduced counters) and reports it before any collective that carries data (a
+    barrier does not: `dist.barrier()`, then `if rank == 0: print(dev)`) (itself, or by
     handing it to a project function that only reports: `self.print_metrics(val_metrics)`
     printing each entry and returning nothing, or by handing it, also packed in a list beside
     other figures, to project functions that report it or hand it on in turn, with no collective
@@ -100,7 +106,9 @@ class UnreducedShardMetric(Rule):
     function a rank's slice (`Xi[rank * n:(rank + 1) * n]`, also reshaped or permuted on the
     way): its metrics are reported at that caller, not at one that hands it the whole set. A loop that
     back-propagates is a training loop: the training loss it sums is one rank's, by design, and
-    not an evaluation metric. A step helper shared by training and evaluation whose backward
+    not an evaluation metric. A loop that its function reaches only after a top-level read of
+    an attribute its object cannot have (`colors = loader.dataset.palette` where the project's
+    dataset class never sets `palette`) never runs. A step helper shared by training and evaluation whose backward
     the call's arguments rule out (`loss, p, y = _step(model, batch, criterion)` with `if optim
     is not None: loss.backward()` and `optim=None` by default) does not make the loop a training one.
 
@@ -289,6 +297,7 @@ class UnreducedShardMetric(Rule):
 
     def finish(self) -> None:
         self._in_place: dict[int, dict[int, set[str]]] = {}
+        self._crashes = Crashes(self.model)
         for module in self.model.paths.modules():
             self._module(module)
 
@@ -313,6 +322,8 @@ class UnreducedShardMetric(Rule):
         for loop in root.fors:
             if loop.scope.function is None:
                 continue
+            if self._crashes.stopped_before(root, loop.scope, loop.node):
+                continue  # (the function raises before its loop: `colors = loader.dataset.palette` it lacks)
             counters = self._accumulated(root, loop) | self._meters(root, loop) | self._collected(root, loop)
             if not counters or not self._sharded(root, loop):
                 continue
@@ -331,7 +342,8 @@ class UnreducedShardMetric(Rule):
                      and loop.node not in s.loops]
             # A collective reduces what it is handed: `dist.all_reduce(loss_t)` says nothing of
             # the accuracy counted beside the loss, and a barrier reduces nothing.
-            counters = {c for c in counters if not any(self._covers(s, loop, c) for s in later)}
+            fed = set(counters)
+            counters = {c for c in counters if not any(self._covers(s, loop, c, fed) for s in later)}
             if not counters:
                 continue
             # (Objects fed them after the loop carry them: `calc.step(preds, gts)`, then `calc.compute()`.)
@@ -349,7 +361,10 @@ class UnreducedShardMetric(Rule):
             if any(not self._logs_only(s) and not self._reports_handed(s, loop, counters) for s in handed):
                 continue
             for site in later:
-                if not (self._reports(site) or site in handed):
+                # (A message made from them handed to a project printer, `outstr = "acc %.3f" %
+                # acc` then `io.cprint(outstr)` whose body prints its `text`, reports them too.)
+                if not (self._reports(site) or site in handed
+                        or model.graph.targets(site) and self._reports_handed(site, loop, counters)):
                     continue
                 used = _derived(loop, counters, _names_in(site.node))
                 if used:
@@ -548,7 +563,7 @@ class UnreducedShardMetric(Rule):
                         return True
         return False
 
-    def _covers(self, site: CallSite, loop: ForSite, counter: str) -> bool:
+    def _covers(self, site: CallSite, loop: ForSite, counter: str, fed: set[str]) -> bool:
         """A collective after the loop that may reduce `counter`: one handed the counter or a
         value made from it (`stats = torch.tensor([correct, total])`, `dist.all_reduce(stats)`),
         a method of it (`meter.synchronize_between_processes()`), or a project call that may
@@ -560,6 +575,13 @@ class UnreducedShardMetric(Rule):
         if _derived(loop, {counter}, _names_in(site.node)):
             return True
         if model.api(site) is not None:
+            return False
+        func = site.node.func
+        if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value != "self" \
+                and func.value.value in loop.scope.assignments and func.value.value in fed:
+            # `top1.all_reduce()` on a meter the loop fed: it synchronises that meter, not the
+            # loss meter counted beside it. (A logger of meters the loop feeds in a way not
+            # followed, `logger.synchronize_between_processes()`, may hold what is read after it.)
             return False
         # A project function: what it reaches without arguments is unknown.
         return not site.node.args or counter.startswith("self.")
@@ -745,9 +767,14 @@ class UnreducedShardMetric(Rule):
                 continue
             if any(model.paths.never(b, Frame(function, call, None, bound)) is None for b in backwards):
                 continue  # this call trains
+            # `acc, marg = f()`: the names it unpacks to, only those whose place holds a figure of
+            # the counters where every return is a tuple of the same length (`return
+            # loss_meter.avg, acc_meter.avg` with the accuracy meter reduced: the loss only).
+            places = _tuple_places(loop, counters, _returns(function.node))
             names = set(root.assigned_names(call.node)) | {
                 name for name, values in call.scope.assignments.items()
-                if any(isinstance(v, Item) and v.value is call.node for v in values)}  # `acc, marg = f()`
+                if any(isinstance(v, Item) and v.value is call.node and (places is None or v.index in places)
+                       for v in values)}
             if not names:
                 continue  # passed straight on (`reduce_scalar(eval_dev(...))`)
             # `for k, v in metrics.items(): writer.add_scalar(k, v, epoch)`: the loop's
@@ -766,8 +793,8 @@ class UnreducedShardMetric(Rule):
                 names |= more
             for site in sorted((s for s in root.calls if s.scope is call.scope and s.tick > call.tick),
                                key=lambda s: s.tick):
-                if model.facts.does(site, "collective"):
-                    break
+                if model.facts.does(site, "data_collective"):
+                    break  # (a barrier, `dist.barrier()` before rank 0 reports, reduces nothing)
                 # (Or handed to a project function that only reports: `self.print_metrics(
                 # val_metrics, loader)` printing each entry.)
                 if (self._reports(site) or model.graph.targets(site) and self._logs_only(site)) \
@@ -926,6 +953,22 @@ def _bound(root: ModuleModel, site: CallSite) -> bool:
         return True
     return any(isinstance(value, Item) and value.value is site.node
                for values in site.scope.assignments.values() for value in values)
+
+
+def _tuple_places(loop: ForSite, counters: set[str], returns: list[cst.Return]) -> set[int] | None:
+    """The positions of the returned tuple that hold a value made from `counters`, where every
+    return of the function is a tuple of the same length; None otherwise."""
+    places: set[int] = set()
+    length: int | None = None
+    for r in returns:
+        value = r.value
+        if not isinstance(value, cst.Tuple) or any(isinstance(e, cst.StarredElement) for e in value.elements):
+            return None
+        if length is not None and len(value.elements) != length:
+            return None
+        length = len(value.elements)
+        places |= {i for i, e in enumerate(value.elements) if _derived(loop, counters, _names_in(e.value))}
+    return places if length is not None else None
 
 
 def _named_first(name: str) -> tuple[bool, str]:
