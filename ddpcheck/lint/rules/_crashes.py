@@ -37,7 +37,7 @@ class Crashes:
         self.model = model
         self._statements: dict[int, dict[int, int]] = {}  # id(function node) → id(node) → statement index
         self._stops: dict[int, int | None] = {}  # id(function node) → index of the first crashing statement
-        self._names: dict[str, bool] = {}
+        self._names: dict[tuple[str, frozenset[int]], bool] = {}
 
     def stopped_before(self, module: ModuleModel, scope: Scope, node: cst.CSTNode) -> bool:
         """Whether `node`, in function `scope` of `module`, comes after a top-level statement of
@@ -88,12 +88,14 @@ class Crashes:
         values = self.model.values.of(module, read.value, scope)
         if not values:
             return False
+        owners: list[ModuleModel] = []
         for value in values:
             classes = graph.instances_of(value)
             if not classes:
                 return False
             for owner_module, info in classes:
                 for held_module, held in graph.mro(owner_module, info):
+                    owners.append(held_module)
                     if attr in held.methods or attr in held.scope.assignments \
                             or f"self.{attr}" in held.scope.assignments or held.node.decorators \
                             or _DYNAMIC.search(held_module.code(held.node)) \
@@ -101,8 +103,7 @@ class Crashes:
                         return False  # (a decorated class, `@dataclass`, makes its own fields)
                     if not all(self._plain_or_project(held_module, held, base) for base in held.bases):
                         return False
-        return self._only_read(attr, [m for value in values for owner_module, info in graph.instances_of(value)
-                                      for m, _ in graph.mro(owner_module, info)])
+        return self._only_read(attr, owners)
 
     def _plain_or_project(self, module: ModuleModel, info: ClassInfo, base: cst.BaseExpression) -> bool:
         """A base that is a project class, `object` or torch's `Dataset`."""
@@ -121,14 +122,16 @@ class Crashes:
         on an object other than `self` (`obj.attr = ...`; `self.attr = ...` in a method of
         another class sets that class's instances), and none names it in a string (`setattr(obj,
         "attr", v)`, `getattr`, a key)."""
-        found = self._names.get(attr)
+        # (The answer depends on the modules read as well as the name: keyed by both.)
+        key = (attr, frozenset(id(m) for m in also))
+        found = self._names.get(key)
         if found is None:
             name = re.escape(attr)
             written = re.compile(rf"(?<!\bself)\.{name}\s*(=[^=]|[-+*/|&]=)")
             quoted = re.compile(rf"['\"]{name}['\"]")
             found = not any(written.search(m.source) or quoted.search(m.source)
                             for m in {id(m): m for m in [*self.model.paths.modules(), *also]}.values())
-            self._names[attr] = found
+            self._names[key] = found
         return found
 
 
