@@ -80,13 +80,42 @@ class StepLog:
 # --- judging, in the launcher ------------------------------------------------------------------
 
 def logs_by_rank(records: list[Record], probe: str, key: str = "steps") -> dict[int, dict[str, Any]]:
-    """rank -> that rank's log of `probe` (ranks without one are left out)."""
+    """rank -> that rank's log of `probe` (ranks without one are left out), up to the step where
+    the ranks' step counts stopped pairing up (`misaligned_step`)."""
     out = {}
     for r in records:
         log = section(r, probe).get(key)
         if isinstance(log, dict):
             out[int(r["rank"])] = log
-    return out
+    cut = misaligned_step(records)
+    return out if cut is None else {rank: _before(log, cut) for rank, log in out.items()}
+
+
+def misaligned_step(records: list[Record]) -> int | None:
+    """The first checked step that the ranks took at different lines of the script (an optimizer
+    some ranks step alone shifts their step count), or None."""
+    steps = [int(m["step"]) for r in records if isinstance(m := r.get("steps_misaligned"), dict)]
+    return min(steps) if steps else None
+
+
+def misaligned(records: list[Record]) -> str:
+    """What a row says when the ranks' steps stopped pairing up, or ""."""
+    cut = misaligned_step(records)
+    if cut is None:
+        return ""
+    sites = {int(r["rank"]): r["steps_misaligned"].get("site") for r in records
+             if isinstance(r.get("steps_misaligned"), dict) and r["steps_misaligned"].get("site")}
+    said = "; ".join(f"rank {rank} at {site}" for rank, site in sorted(sites.items()))
+    return (f"compared only before optimizer step {cut}: there the ranks stepped at different lines"
+            f"{' (' + said + ')' if said else ''}, so an optimizer some ranks step alone makes the "
+            "same step number mean different points of training")
+
+
+def _before(log: dict[str, Any], cut: int) -> dict[str, Any]:
+    kept = [e for e in log.get("steps", []) if int(e[0]) < cut]
+    return {**log, "steps": kept, "differ": [e for e in log.get("differ", []) if int(e[0]) < cut],
+            "detail": [d for d in log.get("detail", []) if int(d.get("step", 0)) < cut],
+            "count": len(kept), "rolling": 0, "differing": 0}
 
 
 def entries(log: dict[str, Any]) -> dict[int, list[Any]]:
@@ -127,11 +156,14 @@ def first_mismatch(logs: dict[int, dict[str, Any]]) -> tuple[int | None, dict[in
 
 
 def realigned(records: list[Record]) -> str:
-    """What a passing row adds when DDP's Join() made the ranks take different numbers of steps."""
+    """What a passing row adds when DDP's Join() made the ranks take different numbers of steps,
+    or an optimizer that some ranks step alone shifted their step counts."""
+    said = ""
     if any(r.get("steps_realigned") for r in records):
-        return ("; at the steps the ranks took together (a step that only some ranks took inside "
+        said = ("; at the steps the ranks took together (a step that only some ranks took inside "
                 "DDP's Join() is compared with nothing)")
-    return ""
+    cut = misaligned(records)
+    return said + (f"; {cut}" if cut else "")
 
 
 def not_last_word(records: list[Record]) -> tuple[int, ...]:

@@ -236,6 +236,7 @@ def capture(session: Session) -> None:
         except StopIteration:
             record["complete"] = True
             record["steps"] = session.step - record["step"]
+            record["optimizers"] = session.stepped_since(record["step"])
             epoch.sync()
             raise
         record["steps"] = session.step - record["step"]
@@ -265,6 +266,8 @@ def capture(session: Session) -> None:
 
     def _new_epoch(state: dict[str, Any], it: Any) -> None:
         if state["epoch"] is not None:
+            before = state["epoch"].record
+            before["optimizers"] = session.stepped_since(before["step"])
             state["epoch"].sync()
         _name(state)
         sampler = state["sampler"]() if state["sampler"] is not None else None
@@ -298,6 +301,9 @@ def capture(session: Session) -> None:
     def at_end(why: str) -> None:
         for state in loaders.values():
             if state["epoch"] is not None:
+                record = state["epoch"].record
+                if not record["complete"]:
+                    record["optimizers"] = session.stepped_since(record["step"])
                 state["epoch"].sync()
 
     setattr(dl.DataLoader, "__init__", __init__)

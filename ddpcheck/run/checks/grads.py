@@ -25,6 +25,7 @@ from ddpcheck.run.checks._compare import (
     entries,
     first_mismatch,
     logs_by_rank,
+    misaligned,
     realigned,
     where,
 )
@@ -195,7 +196,7 @@ def _without(logs: dict[int, dict[str, Any]], steps: set[int]) -> dict[int, dict
 def judge(records: list[Record], ctx: Context) -> list[Verdict]:
     logs = logs_by_rank(records, NAME)
     if len(logs) < 2 or not any(log.get("count") for log in logs.values()):
-        return [Verdict(GradientsDiffer.code, SKIP, "no optimizer step on two or more ranks")]
+        return [Verdict(GradientsDiffer.code, SKIP, misaligned(records) or "no optimizer step on two or more ranks")]
     sharded, only = sharded_only(records, NAME)
     if only:
         return [Verdict(GradientsDiffer.code, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",

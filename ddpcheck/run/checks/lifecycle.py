@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 import socket
 
-from ddpcheck.run.checks._compare import at_least
+from ddpcheck.run.checks._compare import at_least, misaligned, misaligned_step
 from ddpcheck.run.checks._replicas import reduced_by_hand, reduced_in_step, sharded_only
 from ddpcheck.run.records import Record, node_of, section
 from ddpcheck.run.verdict import FAIL, PASS, SKIP, Context, Verdict, plural
@@ -389,6 +389,9 @@ def _synchronised_by_hand(records: list[Record], ctx: Context) -> str | None:
                for r in records), default=0)
     if steps < 1 or own < steps:
         return None
+    if misaligned_step(records) is not None:
+        return (f"the script reduces with collectives of its own ({plural(own, 'collective')}); its replicas "
+                f"were {misaligned(records)}")
     (g,) = verdicts_of(GRADS, records, ctx)
     p = verdicts_of(PARAMS, records, ctx)[0]
     if reduced_by_hand(records, GRADS) and FAIL in (g.status, p.status):

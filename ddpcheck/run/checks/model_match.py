@@ -182,7 +182,6 @@ def capture(session: Session) -> None:
         digest = zlib.crc32(repr(rows).encode())
         from ddpcheck.run.rank.ledger import LEDGER
 
-        session.finish_exchange()
         LEDGER.enter_ours("ddpcheck's comparison of the model wrapped in DDP")
         try:
             mine = torch.tensor([digest, len(rows)], dtype=torch.int64)

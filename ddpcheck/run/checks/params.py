@@ -17,6 +17,8 @@ from ddpcheck.run.checks._compare import (
     differing_tensors,
     first_mismatch,
     logs_by_rank,
+    misaligned,
+    misaligned_step,
     realigned,
     where,
 )
@@ -204,8 +206,10 @@ def _params(records: list[Record]) -> Verdict:
     logs = logs_by_rank(records, NAME)
     ends = {int(r["rank"]): section(r, NAME)["end"] for r in records
             if (section(r, NAME).get("end") or {}).get("names")}  # parameters to compare at the end
+    if misaligned_step(records) is not None:
+        ends = {}  # the ranks' last steps are not the same point of training either
     if len(logs) < 2 or (not any(log.get("count") for log in logs.values()) and len(ends) < 2):
-        return Verdict(PARAMS, SKIP, "no optimizer step on two or more ranks")
+        return Verdict(PARAMS, SKIP, misaligned(records) or "no optimizer step on two or more ranks")
     sharded, only = sharded_only(records, NAME)
     if only:
         return Verdict(PARAMS, SKIP, f"{plural(sharded, 'sharded parameter')}: {SHARDED}",

@@ -4,6 +4,8 @@ never called, so every epoch reuses epoch 0's permutation. Uses the index captur
 An epoch is a training pass over the loader (one during which an optimizer step was taken): a
 peek at one batch before `set_epoch` (it draws in the previous epoch's order), a warm-up batch or
 an evaluation pass over the training set in the same epoch are not epochs of their own. Two
+passes whose optimizers train different models (one way, then another, on the same data on
+purpose) are not one run's consecutive epochs. Two
 consecutive training passes fail when their order is the same and the sampler's epoch did not
 change between them."""
 
@@ -63,6 +65,15 @@ def _same_order(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return n >= 4 and a["head"][:n] == b["head"][:n]
 
 
+def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two passes trained the same run: a pass whose optimizer steps train only models
+    the other pass never trained trains another model (a script that trains one way, then another,
+    on the same loader with the same order on purpose). Records without the list: the same run."""
+    if a.get("optimizers") is None or b.get("optimizers") is None:
+        return True
+    return bool(set(a["optimizers"]) & set(b["optimizers"]))
+
+
 def _sequences(records: list[Record]) -> list[tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]]:
     """(first loader info, {rank: epochs in order}) per creation site: a script that builds a new
     DataLoader every epoch at the same line gives one sequence of epochs too."""
@@ -88,7 +99,7 @@ def judge(records: list[Record], ctx: Context) -> list[Verdict]:
             for e in range(len(epochs) - 1):
                 a, b = epochs[e], epochs[e + 1]
                 moved = a.get("sampler_epoch") is not None and a.get("sampler_epoch") != b.get("sampler_epoch")
-                if not moved and _same_order(a, b):
+                if not moved and _same_run(a, b) and _same_order(a, b):
                     label = loader_label(info)
                     stayed = (f" (sampler.epoch stayed {b['sampler_epoch']})"
                               if b.get("sampler_epoch") is not None else "")

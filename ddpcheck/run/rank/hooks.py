@@ -71,8 +71,12 @@ def install(session: Session) -> None:
         if session.group is None:
             try:
                 # Same place in every rank's program order, so every rank creates it together.
-                session.group = dist.new_group(backend="gloo", timeout=timedelta(
-                    seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "120"))))
+                timeout = timedelta(seconds=float(os.environ.get("DDPCHECK_EXCHANGE_TIMEOUT", "120")))
+                session.group = dist.new_group(backend="gloo", timeout=timeout)
+                # The checked steps' exchange has a group of its own: a rank that stepped an
+                # optimizer of its own has an exchange in flight that no other rank matches, and
+                # on a shared group ddpcheck's next comparison would pair with it.
+                session.steps_group = dist.new_group(backend="gloo", timeout=timeout)
             except Exception as exc:  # noqa: BLE001
                 session.meta["group_error"] = f"{type(exc).__name__}: {exc}"[:500]
         for after in session.after_init:
@@ -83,7 +87,7 @@ def install(session: Session) -> None:
     def destroy_process_group(group: Any = None) -> Any:
         if group is None or group is c10d.GroupMember.WORLD:
             session.end("destroy_process_group")
-            session.group = None  # destroyed with the default group
+            session.group = session.steps_group = None  # destroyed with the default group
         return original_destroy(group)
 
     for module in (c10d, dist):

@@ -14,7 +14,7 @@ ddpcheck's run-time support append callbacks to them in their `capture(session)`
 | `before_step` | before a *checked* optimizer step | optimizer, step (1-based) |
 | `after_step` | after a checked step, before the exchange | optimizer, step |
 | `before_exchange` / `after_exchange` | around the wait for a checked step's all-gather | step |
-| `on_exchange` | when that all-gather has finished (at the next checked step, or at the end) | step, every rank's row: [step, one int64 per `add_slot`] |
+| `on_exchange` | when that all-gather has finished (at the next checked step, or at the end) | step, every rank's row: [step, the step's call site, one int64 per `add_slot`] |
 | `on_join_enter` / `on_join_exit` | entering / leaving DDP's `Join()` context (uneven inputs); on leaving, the step numbers are realigned first (`align_steps`) | - |
 | `at_end` | once: destroy_process_group, or exit | why ("destroy_process_group" / "exit") |
 | `before_finish` | when the rank's program has ended | exit code, the uncaught exception or None |
@@ -29,6 +29,13 @@ ddpcheck's time stays out of it). They cost a truthiness test while nobody liste
 An optimizer step taken inside another one's step (ZeroRedundancyOptimizer steps its local
 optimizer; a wrapper optimizer steps the one it wraps) is part of the outer step: only the
 outermost step counts, and the hooks see it alone.
+
+Every rank counts its optimizer steps, so an optimizer that some ranks step alone (a reference
+model trained on rank 0 only, to compare with the distributed one) shifts their count: the same
+step number then names different points of training. The exchange carries the line each rank's
+checked step was called from; where those lines differ the ranks are no longer comparable step
+by step, so the live exchange stops (ddpcheck's own all-gathers would no longer pair up) and the
+judges compare only the steps before (`steps_misaligned` in the record).
 
 An unchecked optimizer step costs the hook layer a counter increment and one comparison (with
 `next_checked`); no callback runs and nothing is allocated. The per-rank record is one JSON file, `<record_dir>/rank-<R>.json`, rewritten
@@ -89,8 +96,17 @@ class Session:
         self.step = 0
         self.taken = 0  # optimizer.step() calls this rank really made
         self.stepping: list[int] = []  # id() of the optimizers inside their step, outermost first
+        # A number for each model an optimizer trains (known by its first parameter: an optimizer
+        # made anew each epoch still trains the same model), in the order this rank first stepped
+        # them, and the step number of its last step (which models a pass over a loader trained).
+        self.optimizer_numbers: dict[int, int] = {}
+        self.last_step_of: dict[int, int] = {}
+        self._step_site = -1  # the call site of the checked step under way (crc32 of file:line)
+        self._step_site_text = ""
+        self._in_flight_site = ""  # the call site of the step whose exchange is in flight
         self.next_checked = options.next_checked(0)  # the next optimizer step to check
         self.group: ProcessGroup | None = None  # ddpcheck's own gloo group, once the user's one exists
+        self.steps_group: ProcessGroup | None = None  # another, for the checked steps' exchange alone
         self.sections: dict[str, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []
         self.before_init: list[Callable[[dict[str, Any]], None]] = []
@@ -163,7 +179,11 @@ class Session:
     def add_slot(self, name: str) -> int:
         """A place for one int64 in the rows of the checked-step exchange; its index in each row."""
         self.slots.append(name)
-        return len(self.slots)  # row[0] is the step
+        return len(self.slots) + 1  # row[0] is the step, row[1] its call site
+
+    def stepped_since(self, step: int) -> list[int]:
+        """The numbers of the models this rank stepped an optimizer of after optimizer step `step`."""
+        return sorted(n for n, last in self.last_step_of.items() if last > step)
 
     def stage(self, slot: str, value: int) -> None:
         """A digest to compare across ranks at this checked step, in a slot added before."""
@@ -259,6 +279,7 @@ class Session:
         if len(self.stepping) > 1:
             return
         if self.step + 1 == self.next_checked:
+            self._step_site, self._step_site_text = step_site()
             for fn in self.before_step:
                 guard(fn, optimizer, self.step + 1)
         if self.on_phase:
@@ -273,6 +294,11 @@ class Session:
             self.phase("step", False)
         self.step += 1
         self.taken += 1
+        key = trained_by(optimizer)
+        number = self.optimizer_numbers.get(key)
+        if number is None:
+            number = self.optimizer_numbers[key] = len(self.optimizer_numbers)
+        self.last_step_of[number] = self.step
         if self.step != self.next_checked:
             self.forwards = self.unsynced = 0
             return
@@ -332,8 +358,8 @@ class Session:
         return self.param_names.get(id(param), fallback)
 
     def exchange(self, step: int) -> bool:
-        """Start the all-gather of this step's digests over ddpcheck's own gloo group (never the
-        user's), after finishing the previous one. It runs in gloo's background while the script
+        """Start the all-gather of this step's digests over ddpcheck's own gloo group for steps
+        (never the user's), after finishing the previous one. It runs in gloo's background while the script
         computes its next steps; its rows reach `on_exchange` when it is finished: at the next
         checked step, or at the end. True if it started."""
         self.finish_exchange()
@@ -342,19 +368,21 @@ class Session:
         import torch
         from torch._C._distributed_c10d import AllgatherOptions
 
-        mine = torch.tensor([step] + [self.staged.get(s, -1) for s in self.slots], dtype=torch.int64)
+        mine = torch.tensor([step, self._step_site] + [self.staged.get(s, -1) for s in self.slots],
+                            dtype=torch.int64)
         out = [torch.empty_like(mine) for _ in range(self.world_size)]
         opts = AllgatherOptions()
         opts.asyncOp = True
         try:
             # Straight to the group (what `dist.all_gather` ends in): ddpcheck's own traffic needs
             # neither torch's argument checks nor the wrappers that record the user's collectives.
-            work = self.group.allgather([out], [mine], opts)
+            work = (self.steps_group or self.group).allgather([out], [mine], opts)
         except Exception as exc:  # a rank left: keep the run, drop live checks
             self.exchange_ok = False
             self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
             return False
         self._in_flight = (step, out, work)
+        self._in_flight_site = self._step_site_text
         return True
 
     def finish_exchange(self, timeout_s: float | None = None) -> None:
@@ -382,6 +410,12 @@ class Session:
             for after in self.after_exchange:
                 guard(after, step)
         rows = [t.tolist() for t in out]
+        if len({row[1] for row in rows if row[1] >= 0}) > 1:
+            # The ranks took this step at different lines: their counts no longer pair up.
+            self.exchange_ok = False
+            self.meta["steps_misaligned"] = {"step": step, "site": self._in_flight_site}
+            self.flush(force=True)
+            return
         for on_exchange in self.on_exchange:
             guard(on_exchange, step, rows)
 
@@ -393,3 +427,26 @@ def guard(fn: Callable[[Unpack[_Args]], None], *args: Unpack[_Args]) -> None:
     except Exception as exc:  # noqa: BLE001 - deliberately broad, see docstring
         name = getattr(fn, "__qualname__", repr(fn))
         print(f"ddpcheck: internal error in {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+
+
+def step_site() -> tuple[int, str]:
+    """(a number the same on every rank for the same line, `file:line`) of the user's line that
+    called the optimizer step under way; (-1, "") where no user frame calls it. The file's base
+    name, not its path: nodes may hold the script at different paths."""
+    import zlib
+
+    from ddpcheck.run.rank.sites import user_frame
+
+    frame = user_frame(sys._getframe(1))
+    if frame is None:
+        return -1, ""
+    text = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return zlib.crc32(text.encode()), text
+
+
+def trained_by(optimizer: Optimizer) -> int:
+    """What an optimizer trains, as a key: its first parameter's identity (or its own)."""
+    try:
+        return id(optimizer.param_groups[0]["params"][0])
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return id(optimizer)
