@@ -553,6 +553,19 @@ class Paths:
             found += above
         return found
 
+    def single_up(self, site: CallSite, depth: int = 3) -> bool:
+        """`site` runs only in a non-distributed run: its own guards say so, or every call of the
+        run that reaches its function does, followed `depth` calls up (`if args.distributed:
+        train_ddp(cfg)` / `else: train(cfg)`, where `train` builds its own loader). False where
+        some way there is open to a distributed run, or the function has no known caller."""
+        if self.single_only(site) is not None:
+            return True
+        function = self.function_of(site)
+        if function is None or depth <= 0:
+            return False
+        callers = self._run_callers(function)
+        return bool(callers) and all(self.single_up(caller, depth - 1) for caller in callers)
+
     def engine_run(self, site: CallSite) -> bool:
         """`site` is in a function that hands its training to another engine
         (`model_engine, optimizer, loader, _ = deepspeed.initialize(...)`): the loaders, backward

@@ -162,7 +162,8 @@ class MissingDistributedSampler(Rule):
     main process; also in a function the run calls only under a rank-0 test, `if rank == 0:
     self.sampling(step)`, followed three calls up) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
-    where it is not), loaders
+    where it is not; also in a function that only such a branch calls, `if args.distributed:
+    train_ddp(cfg)` / `else: train(cfg)`, followed three calls up), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
     — a torch one or a project subclass, also when a builder of another module makes it, unless
     the project subclass is read whole and plainly yields the same items on every rank (its code
@@ -419,7 +420,7 @@ class MissingDistributedSampler(Rule):
             return False  # over the evaluation set (`DataLoader(dataset_val, ...)`): an evaluation loader
         if self._built_for_evaluation_only(site):
             return False
-        if model.paths.main_only(site) or model.paths.single_only(site) or self._called_on_main_only(site):
+        if model.paths.main_only(site) or model.paths.single_up(site) or self._called_on_main_only(site):
             return False
         if model.paths.engine_run(site):
             return False  # another engine's loader

@@ -105,7 +105,8 @@ class PrintOnEveryRank(Rule):
     code), also as `run.log(...)` on the run object `wandb.init(...)` returned: the dashboard then
     holds N copies of the run.
 
-    Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
+    Not reported: calls in a top-level function of the script that nothing calls or names (a
+    set-up left beside the one the run uses), calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
     `cond and opt["rank"] == 0`, `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag
     assigned or passed from one — `Trainer(..., verbose=rank == 0)` then `if self.verbose:` —,
@@ -882,8 +883,10 @@ class PrintOnEveryRank(Rule):
         if function is None:
             return True
         if not self.model.graph.callers(function):
+            # (Not a top-level function of the script that nothing calls or names: a set-up
+            # left beside the one the run uses never runs.)
             return site.module is self.model.root and self.model.is_entry_point() \
-                and paths.every_rank(site) is not None
+                and not paths.uncalled(site) and paths.every_rank(site) is not None
         return paths.every_rank(site) is not None
 
     def _once(self, site: CallSite, kind: str | None = None) -> bool:
