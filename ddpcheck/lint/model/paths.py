@@ -553,6 +553,19 @@ class Paths:
             found += above
         return found
 
+    def single_up(self, site: CallSite, depth: int = 3) -> bool:
+        """`site` runs only in a non-distributed run: its own guards say so, or every call of the
+        run that reaches its function does, followed `depth` calls up (`if args.distributed:
+        train_ddp(cfg)` / `else: train(cfg)`, where `train` builds its own loader). False where
+        some way there is open to a distributed run, or the function has no known caller."""
+        if self.single_only(site) is not None:
+            return True
+        function = self.function_of(site)
+        if function is None or depth <= 0:
+            return False
+        callers = self._run_callers(function)
+        return bool(callers) and all(self.single_up(caller, depth - 1) for caller in callers)
+
     def engine_run(self, site: CallSite) -> bool:
         """`site` is in a function that hands its training to another engine
         (`model_engine, optimizer, loader, _ = deepspeed.initialize(...)`): the loaders, backward
@@ -593,6 +606,29 @@ class Paths:
             return False
         callers = self._run_callers(function)
         return bool(callers) and all(self.launcher_only(c, depth - 1) for c in callers)
+
+    def outside_workers(self, site: CallSite) -> bool:
+        """`site` runs in the starting process of a script that makes its own workers and sets
+        the process group up only in them: torchrun cannot start it, every start is an
+        `mp.spawn` of a known project function, every `init_process_group` of the run sits in
+        a function the workers enter, and no worker enters `site`'s function (followed six
+        calls up). That process has no process group (a mode of the script that inspects the
+        data or the model, `elif args.mode == "check": check(args)`): it is a single process."""
+        model = self.model
+        function = self.function_of(site)
+        if function is None or model.torchrun_path:
+            return False
+        memo: bool | None = model.root.memo.get("group_only_in_workers")
+        if memo is None:
+            sites = self.sites()
+            starts = [c for c in sites if model.api(c) in api.PROCESS_STARTERS]
+            spawned = all(model.api(c) in api.SPAWN and any(b == "spawn" for _, b in model.graph.targets(c))
+                          for c in starts)
+            inits = [c for c in sites if model.api(c) == api.INIT_PROCESS_GROUP]
+            memo = bool(starts) and spawned and bool(inits) and all(
+                (f := self.function_of(c)) is not None and self._entered_by_workers(f, 6) for c in inits)
+            model.root.memo["group_only_in_workers"] = memo
+        return memo and not self._entered_by_workers(function, 6)
 
     def _entered_by_workers(self, function: Function, depth: int = 3) -> bool:
         """`function` is a worker `mp.spawn` starts, or one a worker calls (followed `depth`

@@ -157,12 +157,15 @@ class MissingDistributedSampler(Rule):
     Not reported: loaders built in a branch no run takes (`if source == "toy":` in a builder
     every caller hands `source="web"`), loaders of a function that hands its training to another
     engine (`deepspeed.initialize(...)` shards its own), loaders made in the process that starts
-    the workers (beside `mp.spawn`: its single-GPU fallback) unless a worker trains on them
+    the workers (beside `mp.spawn`: its single-GPU fallback; or, in a script that torchrun cannot start
+    and that sets the process group up only in the workers it spawns, in a function no worker
+    enters: `elif args.mode == "inspect": inspect_batch(args)`) unless a worker trains on them
     (`mp.spawn(train, args=(n, [loader] * n))`, then `for x, y in loaders[rank]:`), loaders built only on rank 0 (e.g. for evaluation on the
     main process; also in a function the run calls only under a rank-0 test, `if rank == 0:
     self.sampling(step)`, followed three calls up) or only in the non-distributed branch of a script (`if not args.distributed:`, or the else of `if
     parallel:` where `parallel` is set True only where the process group is set up and False
-    where it is not), loaders
+    where it is not; also in a function that only such a branch calls, `if args.distributed:
+    train_ddp(cfg)` / `else: train(cfg)`, followed three calls up), loaders
     over an `IterableDataset` (they must shard themselves; `ddpcheck run` checks that at run time)
     — a torch one or a project subclass, also when a builder of another module makes it, unless
     the project subclass is read whole and plainly yields the same items on every rank (its code
@@ -419,11 +422,12 @@ class MissingDistributedSampler(Rule):
             return False  # over the evaluation set (`DataLoader(dataset_val, ...)`): an evaluation loader
         if self._built_for_evaluation_only(site):
             return False
-        if model.paths.main_only(site) or model.paths.single_only(site) or self._called_on_main_only(site):
+        if model.paths.main_only(site) or model.paths.single_up(site) or self._called_on_main_only(site):
             return False
         if model.paths.engine_run(site):
             return False  # another engine's loader
-        if model.paths.launcher_only(site) and not self._trained_on_in_workers(site):
+        if (model.paths.launcher_only(site) or model.paths.outside_workers(site)) \
+                and not self._trained_on_in_workers(site):
             return False  # one in the process that starts the workers, for its own use
         if model.paths.never(site) is not None or model.paths.dead(site):
             return False  # a branch no run takes (`if kind == "toy":` that every caller leaves)

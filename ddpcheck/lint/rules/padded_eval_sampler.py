@@ -206,7 +206,9 @@ _TRIMS = frozenset({"unique", "narrow", "drop_duplicates", "set", "fromkeys"})
 def _trims(scope: cst.CSTNode) -> bool:
     """`scope` cuts rows to a length (`x[:n]`, `x[a:b]`; a cut along a later dimension, `y[:,
     :n]`, keeps every row; a literal bound, `str(t)[:2]`, is no set's length), drops repeats (`np.unique`, `set(ids)`) or keys rows by sample
-    (`dict(zip(ids, preds))`)."""
+    (`dict(zip(ids, preds))`, or a merge of the gathered parts by their keys: `_merged_by_key`)."""
+    if _merged_by_key(scope):
+        return True
     for node in subexpressions(scope):
         if isinstance(node, cst.Subscript) and node.slice and isinstance(node.slice[0].slice, cst.Slice) \
                 and node.slice[0].slice.upper is not None and not _literal(node.slice[0].slice.upper):
@@ -217,6 +219,47 @@ def _trims(scope: cst.CSTNode) -> bool:
         if name in _TRIMS or name in ("dict", "OrderedDict") and any(
                 isinstance(a.value, cst.Call) and dotted(a.value.func) == "zip" for a in node.args):
             return True
+    return False
+
+
+def _merged_by_key(scope: cst.CSTNode) -> bool:
+    """What each rank sent (the list an `all_gather_object` in `scope` filled) is merged by key:
+    `for part in gathered: for idx, pred in part.items(): merged[idx] = pred`. Each rank keyed
+    its predictions by sample index, so a padded repeat writes its sample's slot again."""
+    gathered = {dotted(node.args[0].value) for node in subexpressions(scope)
+                if isinstance(node, cst.Call) and node.args
+                and (dotted(node.func) or "").rsplit(".", 1)[-1] == "all_gather_object"}
+    gathered.discard(None)
+    if not gathered:
+        return False
+    for node in _in_source_order(scope):
+        if isinstance(node, cst.For) and isinstance(node.target, cst.Name) and dotted(node.iter) in gathered:
+            part = node.target.value
+            for inner in _in_source_order(node.body):
+                if isinstance(inner, cst.For) and _rekeys_by_sample(inner, part):
+                    return True
+    return False
+
+
+def _rekeys_by_sample(loop: cst.For, rows: str) -> bool:
+    """`for key, value in rows.items():` whose body stores `value` under `key` (`merged[key] =
+    value`): the rows are kept by their own key, once each."""
+    target = loop.target
+    call = loop.iter
+    if not (isinstance(target, cst.Tuple) and len(target.elements) == 2 and isinstance(call, cst.Call)
+            and isinstance(call.func, cst.Attribute) and call.func.attr.value == "items" and not call.args
+            and dotted(call.func.value) == rows):
+        return False
+    key, value = (e.value for e in target.elements)
+    if not (isinstance(key, cst.Name) and isinstance(value, cst.Name)):
+        return False
+    for node in _in_source_order(loop.body):
+        if isinstance(node, cst.Assign) and isinstance(node.value, cst.Name) and node.value.value == value.value:
+            for t in node.targets:
+                sub = t.target
+                if isinstance(sub, cst.Subscript) and len(sub.slice) == 1 and isinstance(sub.slice[0].slice, cst.Index) \
+                        and isinstance(sub.slice[0].slice.value, cst.Name) and sub.slice[0].slice.value.value == key.value:
+                    return True
     return False
 
 
@@ -373,10 +416,13 @@ class PaddedEvalSampler(Rule):
     and changes with the number of GPUs (up to `world_size - 1` duplicated samples). Small, but
     enough to make a paper's number irreproducible.
 
-    Informational: with a large evaluation set the bias is tiny. Not reported when the sampler
+    Informational: with a large evaluation set the bias is tiny. Not reported when the sampler is
+    built in a function of the script that nothing calls or names, or when the sampler
     passes `drop_last=True` (a known, unbiased subset), or when the run reduces nothing with
     `all_reduce` and the predictions it gathers (`all_gather*`, `gather*`) are cut to the set's
-    length (`preds[:len(dataset)]`; a literal bound, `f"{t:.3f}"[:4]`, is no set's length) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`)
+    length (`preds[:len(dataset)]`; a literal bound, `f"{t:.3f}"[:4]`, is no set's length) or rid of repeats (`unique`, `set()`, `dict(zip(ids, p))`, or per-rank dicts keyed by sample index
+    gathered with `all_gather_object` and merged by key: `for part in parts: for i, p in part.items():
+    merged[i] = p`)
     where they are gathered or where the gathering function's result is used, a helper that
     gathers included; gathered rows used whole (`accuracy_score(torch.cat(labels),
     torch.cat(preds))`) and gathered per-rank values that are then averaged
@@ -538,8 +584,8 @@ class PaddedEvalSampler(Rule):
         model = self.model
         samplers: list[tuple[CallSite, list[CallSite] | None]] = []
         for site in model.paths.sites():
-            if model.paths.never(site) is not None:
-                continue
+            if model.paths.never(site) is not None or model.paths.uncalled(site):
+                continue  # (also a builder of the script that nothing calls: its sampler is never made)
             if pads(model, site):
                 samplers.append((site, None))
             elif model.makes(site, api.DISTRIBUTED_SAMPLER):

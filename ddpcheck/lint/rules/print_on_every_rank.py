@@ -99,13 +99,16 @@ class PrintOnEveryRank(Rule):
     get_dataset(args, epoch)`) — is reported at its output: a guard around its call would
     change what the other ranks do. Unguarded prints in the `forward` of a project network that every
     rank wraps in DDP, or of a project layer it runs there (`self.attention(x)`), repeat at each
-    training step of every rank (a print under any test, `if self.debug:`, is left alone).
+    training step of every rank (a print under any test, `if self.debug:`, is left alone, but
+    for the arm a flag parameter's default takes, `if not sample:` of `forward(self, x, y=None,
+    mask=None, sample=False)`, where nothing on the run passes `sample=`).
     `wandb.log` counts as output where every rank starts its own run (each `wandb.init` reached
     on every rank, with no `mode=` or `settings=` and no `WANDB_MODE` / `WANDB_DISABLED` in the
     code), also as `run.log(...)` on the run object `wandb.init(...)` returned: the dashboard then
     holds N copies of the run.
 
-    Not reported: calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
+    Not reported: calls in a top-level function of the script that nothing calls or names (a
+    set-up left beside the one the run uses), calls under a rank guard (`if rank == 0:`, `if rank == "0":` with the rank
     kept as the environment's string, `if is_main_process():`,
     `cond and opt["rank"] == 0`, `if args.local_rank == -1 or dist.get_rank() == 0:`, a flag
     assigned or passed from one — `Trainer(..., verbose=rank == 0)` then `if self.verbose:` —,
@@ -122,7 +125,8 @@ class PrintOnEveryRank(Rule):
     command-line switch such as `disable=args.no_progress`, also one declared by a parser in a
     project module the script reaches, `args = get_args()`, unless the script assigns the field) and `tqdm(...) if is_main else loader`, `print` replaced by
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module, or by the
-    top-level code of a project module the script imports, `builtins.print = rank0_print`) unless the replacement is made only for `mp.spawn` workers while torchrun
+    top-level code of a project module the script imports, `builtins.print = rank0_print`) unless the replacement is made only for `mp.spawn` workers or a job scheduler's
+    start (`or (args.is_slurm_job and args.rank != 0)`) while torchrun
     can start the script, or lets every rank print on large jobs (`force = force or
     get_world_size() > 8`); logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
@@ -588,7 +592,8 @@ class PrintOnEveryRank(Rule):
         """Unguarded prints in the `forward` of a project network that every rank wraps in DDP,
         or of a layer of the project it holds and runs there (`self.attention(x)`): the forward
         runs at each step of training, on every rank. A print under any test (`if self.debug:`,
-        `if not self.training:`) is left alone."""
+        `if not self.training:`) is left alone, but for the arm a flag parameter's default takes
+        (`_default_arm`)."""
         model = self.model
         graph = model.graph
         classes: list[tuple[ModuleModel, ClassInfo]] = []
@@ -611,8 +616,8 @@ class PrintOnEveryRank(Rule):
                 seen.add((id(forward.module), forward.qualname))
                 owner = forward.owner
                 for site in forward.module.calls_in(forward.qualname):
-                    if self._kind(site) == "print" and not site.guards and not self._rank_tagged(site, "print") \
-                            and id(site.node) not in handler_calls(site.module):
+                    if self._kind(site) == "print" and all(self._default_arm(forward, g) for g in site.guards) \
+                            and not self._rank_tagged(site, "print") and id(site.node) not in handler_calls(site.module):
                         out.append(site)
                     func = site.node.func
                     if owner is not None and isinstance(func, cst.Attribute) and dotted(func.value) == "self":
@@ -623,6 +628,33 @@ class PrintOnEveryRank(Rule):
             classes = layers
             depth += 1
         return out
+
+    def _default_arm(self, forward: Function, guard: Guard) -> bool:
+        """The arm a forward takes with a flag parameter left to its default (`if not
+        generate:` of `def forward(self, x, ..., generate=False)`): past the first three
+        positional parameters or keyword-only, never reassigned, and passed by name nowhere on
+        the run, so the training step's call leaves it so."""
+        test, negated = guard.test, guard.negated
+        while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            test, negated = test.expression, not negated
+        if not isinstance(test, cst.Name):
+            return False
+        bindings = forward.scope.assignments.get(test.value, ())
+        params = [b for b in bindings if isinstance(b, Param)]
+        if len(params) != 1 or len(bindings) != 1:
+            return False
+        param = params[0]
+        default = param.default
+        if param.star or (param.index is not None and param.index <= 3) \
+                or not isinstance(default, cst.Name) or default.value not in ("True", "False", "None"):
+            return False
+        if (default.value == "True") == negated:
+            return False  # the default takes the other arm
+        memo: set[str] | None = self.model.root.memo.get("keywords_passed")
+        if memo is None:
+            memo = {a.keyword.value for c in self.model.paths.sites() for a in c.node.args if a.keyword is not None}
+            self.model.root.memo["keywords_passed"] = memo
+        return test.value not in memo
 
     def _report(self, site: CallSite, place: CallSite, kind: str) -> None:
         chain = self.model.paths.chain(place)
@@ -882,8 +914,10 @@ class PrintOnEveryRank(Rule):
         if function is None:
             return True
         if not self.model.graph.callers(function):
+            # (Not a top-level function of the script that nothing calls or names: a set-up
+            # left beside the one the run uses never runs.)
             return site.module is self.model.root and self.model.is_entry_point() \
-                and paths.every_rank(site) is not None
+                and not paths.uncalled(site) and paths.every_rank(site) is not None
         return paths.every_rank(site) is not None
 
     def _once(self, site: CallSite, kind: str | None = None) -> bool:
@@ -1871,14 +1905,26 @@ def _pins_counter(site: CallSite, guard: Guard) -> bool:
 
 def _needs_launch_flag(guard: Guard) -> bool:
     """The guard's branch is taken only when a launch-mode flag is set
-    (`if args.multiprocessing_distributed and args.gpu != 0:`)."""
-    if guard.negated:
-        return False
-    test = guard.test
-    operands = [test.left, test.right] if isinstance(test, cst.BooleanOperation) \
-        and isinstance(test.operator, cst.And) else [test]
-    return any(isinstance(o, (cst.Name, cst.Attribute)) and LAUNCH_FLAG.search(last_name(o) or "")
-               for o in operands)
+    (`if args.multiprocessing_distributed and args.gpu != 0:`), also when each side of an `or`
+    needs one, a scheduler's flag included (`args.multiprocessing_distributed and args.gpu != 0
+    or (args.is_slurm_job and args.rank != 0)`): a torchrun start sets neither."""
+    return not guard.negated and _flag_required(guard.test)
+
+
+# A flag that records a start by a job scheduler (`args.is_slurm_job = "SLURM_JOB_ID" in
+# os.environ`): a torchrun start does not set it either.
+_SCHEDULER_FLAG = re.compile(r"slurm", re.I)
+
+
+def _flag_required(test: cst.BaseExpression) -> bool:
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.Or):
+            return _flag_required(test.left) and _flag_required(test.right)
+        return _flag_required(test.left) or _flag_required(test.right)
+    if isinstance(test, (cst.Name, cst.Attribute)):
+        name = last_name(test) or ""
+        return bool(LAUNCH_FLAG.search(name) or _SCHEDULER_FLAG.search(name))
+    return False
 
 
 # Tests of whether a file or folder is there (`os.path.exists(p)`, `Path(p).is_file()`).
