@@ -955,8 +955,8 @@ class Paths:
             return True
         module = function.module
         if depth == 0 or module is not self.model.root or not module.main_guards \
-                or function.owner is not None or "." in function.qualname:
-            return False
+                or function.owner is not None or "." in function.qualname or module.decorators.get(function.qualname):
+            return False  # (a decorated helper may be registered and called by name)
         callers = self.model.graph.callers(function)
         if not callers or any(call.module is not module for call, _ in callers):
             return False

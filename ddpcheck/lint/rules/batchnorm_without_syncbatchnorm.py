@@ -1197,7 +1197,9 @@ def _constructor_left_off(node: cst.ClassDef, site: CallSite) -> list[cst.If]:
     while scope is not None and scope.kind != "function":
         scope = scope.parent
     outer = scope.node if scope is not None and isinstance(scope.node, cst.FunctionDef) else None
-    return _switched_off(init, [(site.node, outer)])
+    # A value handed on from the constructing code's own parameter (`ConvUnit(c, c, norm=norm)`)
+    # is what that code was given, which its default does not tell.
+    return _switched_off(init, [(site.node, outer)], outer_defaults=False)
 
 
 def _unbound_init(node: cst.ClassDef) -> cst.FunctionDef | None:
@@ -1226,7 +1228,7 @@ def _constructor_switched_off(module: ModuleModel, node: cst.ClassDef, followed:
     named = sum(len(pattern.findall(code_only(module.code(n)))) for n in followed if n is not node)
     if not callers or named != len(callers):
         return []
-    return _switched_off(init, callers)
+    return _switched_off(init, callers, outer_defaults=False)
 
 
 @functools.lru_cache(maxsize=8)
@@ -1278,14 +1280,15 @@ def _scoped_calls(node: cst.CSTNode) -> list[_Scoped]:
     return found
 
 
-def _switched_off(function: cst.FunctionDef, calls: list[_Scoped]) -> list[cst.If]:
+def _switched_off(function: cst.FunctionDef, calls: list[_Scoped], outer_defaults: bool = True) -> list[cst.If]:
     """The `if flag:` blocks of `function` (`if flag == True:`; their `else` stays) testing a parameter whose default is
     False or None, where every one of `calls` (at least one) leaves it at that default or
     passes False/None; and the blocks that test a parameter against strings (`if norm ==
     "batch":`, `elif norm.lower() in ("bn", "batch"):`) where every call gives it another string:
     a literal, the parameter's default, or a parameter of the function the call is written in
     that its body does not rebind, by that parameter's default (`get_norm(ch, norm)` in `def
-    __init__(self, ch, norm="instance")`). A call passing `*args`/`**kwargs` may give anything."""
+    __init__(self, ch, norm="instance")`; not with `outer_defaults` off). A call passing
+    `*args`/`**kwargs` may give anything."""
     if not calls or any(a.star for c, _ in calls for a in c.args):
         return []
     ordered = [*function.params.posonly_params, *function.params.params]
@@ -1302,7 +1305,8 @@ def _switched_off(function: cst.FunctionDef, calls: list[_Scoped]) -> list[cst.I
         if index is None or _rebinds(function, name):
             continue  # (`batch_norm = cfg.bn` in the body: the default is not what is tested)
         if selector is not None:
-            if all(_selects_other(c, scope, name, index, default, selector[1], selector[2]) for c, scope in calls):
+            if all(_selects_other(c, scope if outer_defaults else None, name, index, default, selector[1], selector[2])
+                   for c, scope in calls):
                 off.append(stmt)
             continue
         if default is None or not (is_false(default) or _is_none(default)):
