@@ -166,3 +166,50 @@ def test_a_helper_also_called_by_the_run_is_reported(tmp_path: Path) -> None:
     text = TWO_SETUPS.replace('torch.save(net.module.state_dict(), "new.pt")', 'write_ckpt(net, opt, "new.pt")')
     write_project(tmp_path, {"train.py": text})
     assert finding_set(tmp_path, "train.py", select="DDP019") == {("train.py", 15, "DDP019")}
+
+
+FLAG_LAYERS = """\
+    import torch.nn as nn
+
+
+    class Stage(nn.Module):
+        def __init__(self, channels, use_bn=False):
+            super().__init__()
+            self.conv = nn.Conv2d(channels, channels, 3, padding=1)
+            self.bn = None
+            if use_bn:
+                self.bn = nn.BatchNorm2d(channels)
+
+        def forward(self, x):
+            x = self.conv(x)
+            return self.bn(x) if self.bn is not None else x
+
+
+    class Tower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stages = nn.Sequential(Stage(16), Stage(16){second})
+
+        def forward(self, x):
+            return self.stages(x)
+    """
+
+TOWER_TRAIN = CRITIC_TRAIN.replace("Critic", "Tower")
+
+
+def test_a_layer_class_flag_left_false_builds_no_batchnorm(tmp_path: Path) -> None:
+    write_project(tmp_path, {"layers.py": FLAG_LAYERS.format(second=""), "train.py": TOWER_TRAIN})
+    assert finding_set(tmp_path, "train.py", "layers.py", select="DDP012") == set()
+    write_project(tmp_path, {"layers.py": FLAG_LAYERS.format(second=", Stage(16, use_bn=True)"),
+                             "train.py": TOWER_TRAIN})
+    assert finding_set(tmp_path, "train.py", "layers.py", select="DDP012") == {("train.py", 11, "DDP012")}
+
+
+def test_a_subclass_of_the_layer_class_may_switch_batchnorm_on(tmp_path: Path) -> None:
+    layers = FLAG_LAYERS.format(second=", NormedStage(16)") + """
+    class NormedStage(Stage):
+        def __init__(self, channels):
+            super().__init__(channels, True)
+    """
+    write_project(tmp_path, {"layers.py": layers, "train.py": TOWER_TRAIN})
+    assert finding_set(tmp_path, "train.py", "layers.py", select="DDP012") == {("train.py", 11, "DDP012")}
