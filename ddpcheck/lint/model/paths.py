@@ -977,6 +977,34 @@ class Paths:
                 self._uncalled[key] = found
         return found
 
+    def never_runs(self, site: CallSite) -> bool:
+        """`site` sits in a function of the linted script that no run reaches: one nothing calls
+        or names (`uncalled`), or a top-level helper whose every call sits in such a function
+        (`save_checkpoint` called only from a `train_v1` the `__main__` block no longer runs),
+        two calls up at most. The helper's name appears in the script only in its `def` and in
+        those calls (not passed as a callback), and no other project module imports the script."""
+        function = self.function_of(site)
+        return function is not None and self._never_runs(function, 2)
+
+    def _never_runs(self, function: Function, depth: int) -> bool:
+        if self.uncalled_function(function):
+            return True
+        module = function.module
+        if depth == 0 or module is not self.model.root or not module.main_guards \
+                or function.owner is not None or "." in function.qualname or module.decorators.get(function.qualname):
+            return False  # (a decorated helper may be registered and called by name)
+        callers = self.model.graph.callers(function)
+        if not callers or any(call.module is not module for call, _ in callers):
+            return False
+        named = len(re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(module.source)))
+        if named != 1 + len(callers) or self._script_imported():
+            return False
+        for call, _ in callers:
+            outer = self.function_of(call)
+            if outer is None or outer.qualname == function.qualname or not self._never_runs(outer, depth - 1):
+                return False
+        return True
+
     def _runs_unnamed(self, function: Function) -> bool:
         """`function`, named nowhere in the script's code, may still run (see uncalled_function)."""
         if not self._is_entry(function):

@@ -111,7 +111,11 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     batch_norm=False)` or `if batch_norm == True:`, or a norm factory's `if norm_type.lower() ==
     "batch":` where every call gives another string — a literal, the default, or the caller's own
     parameter by its default, `get_norm_layer(ch, norm)` in `def __init__(self, ch,
-    norm="instance")` —, is not built — also where the network's module
+    norm="instance")` —, is not built, nor is BatchNorm that a layer class builds in its
+    `__init__` only behind such a switch (`if norm == "bn": self.norm = nn.BatchNorm2d(c)` in
+    `def __init__(self, i, o, norm="none")`) where every construction the network's code makes
+    leaves it off, `ConvBlock(i, o, 3)` — not where that code also names the class otherwise
+    (`partial(ConvBlock, norm="bn")`, a subclass) —, also where the network's module
     imports the builder from another project module, `from layers import make_mlp`, whose other
     code (another network of that module) then does not count either —, and then neither do the
     `isinstance(m, nn.BatchNorm2d)` tests of a weight-init loop, in the class or its bases,
@@ -139,6 +143,10 @@ class BatchnormWithoutSyncbatchnorm(Rule):
     for the teacher), or a project class whose constructor puts every part that builds BatchNorm
     in eval mode (`self.facenet = Backbone(...)`, then `self.facenet.eval()`, in a loss network),
     as long as nothing that may be that model is put back in train mode.
+
+    A wrap in a function of the script that no run reaches (a second set-up left beside the one
+    the `__main__` block calls, which nothing calls or names) is not reported, nor does BatchNorm
+    built only in code such a set-up calls count.
 
     Each model wrapped is reported once in each function that wraps it (a teacher and its
     student both; the same model wrapped in two branches of one function once); a second model only
@@ -284,7 +292,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
 
     def finish(self) -> None:
         model = self.model
-        wraps = [c for c in model.paths.sites() if model.api(c) == api.DDP]
+        # (Not a wrap in a set-up the run never reaches: `def train_v1(...)` nothing calls.)
+        wraps = [c for c in model.paths.sites() if model.api(c) == api.DDP and not model.paths.never_runs(c)]
         if not wraps:
             return
         if any(_converts(m.source) for m in model.paths.modules()):
@@ -292,7 +301,8 @@ class BatchnormWithoutSyncbatchnorm(Rule):
         off = {id(b) for b in _switched_off_branches(model.root)}
         # (Nor on a branch the command line's defaults do not take: `elif args.model == "resnet":`
         # with `--model` defaulting to "vit".)
-        root_builders = [c for c in model.root.calls if _builds_batchnorm(model.api(c)) and not any(
+        root_builders = [c for c in model.root.calls if _builds_batchnorm(model.api(c))
+                         and not model.paths.never_runs(c) and not any(
             id(g.node) in off or default_rules_out(model.root, g.test, g.negated, c.scope) for g in c.guards)]
         reported: set[str] = set()
         for wrap in wraps:
@@ -883,25 +893,35 @@ class BatchnormWithoutSyncbatchnorm(Rule):
                     names.append(text)
         return names
 
-    def _class_builds_batchnorm(self, module: ModuleModel, info: ClassInfo, seen: set[int]) -> bool:
+    def _class_builds_batchnorm(self, module: ModuleModel, info: ClassInfo, seen: set[object],
+                                built_by: CallSite | None = None) -> bool:
         """Whether a project network class, or a project class its methods build, builds BatchNorm
-        layers (a bounded walk: at most 32 classes), none of their modules converting them."""
+        layers (a bounded walk: at most 32 classes), none of their modules converting them. A
+        class reached through its construction `built_by` builds nothing behind a switch of its
+        `__init__` that this call leaves off (`ConvBlock(c, c)` of `def __init__(self, i, o,
+        norm="none")`, `if norm == "bn":`)."""
         graph = self.model.graph
         for owner_module, owner in graph.mro(module, info):
-            if id(owner) in seen or len(seen) >= 32:
+            off: frozenset[int] = frozenset()
+            if owner is info and built_by is not None:
+                off = frozenset(id(b) for b in _constructor_left_off(owner.node, built_by))
+            key: object = (id(owner), off) if off else id(owner)
+            if key in seen or len(seen) >= 32:
                 continue
-            seen.add(id(owner))
+            seen.add(key)
             if _converts(owner_module.source):
                 return False
             if _SYNC_LAYER.search(code_only(owner_module.source)):
                 continue  # its own layers are built synchronised
             for function in owner.methods.values():
                 for site in owner_module.calls_in(function):
+                    if off and any(id(g.node) in off and not g.negated for g in site.guards):
+                        continue
                     if _builds_batchnorm(self.model.api(site)) or self._builds_configured_batchnorm(site):
                         return True
                     target = site.target
                     found = graph.class_at(target) if target is not None and target.kind == "class" else None
-                    if found is not None and self._class_builds_batchnorm(*found, seen):
+                    if found is not None and self._class_builds_batchnorm(*found, seen, site):
                         return True
         return False
 
@@ -1143,6 +1163,14 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
     parts = []
     switched_off = False
     for node in followed:
+        if isinstance(node, cst.ClassDef) and node is not root:
+            off = _constructor_switched_off(module, node, followed, calls)
+            if off:
+                built = node.visit(_DropBranches(off))
+                if any(_BATCHNORM_TEXT.search(module.code(b)) for b in off):
+                    switched_off = True
+                parts.append(module.code(built) if isinstance(built, cst.CSTNode) else "")
+                continue
         if isinstance(node, cst.FunctionDef):
             callers = [c for c in calls if isinstance(c[0].func, cst.Name) and c[0].func.value == node.name.value]
             off = _switched_off(node, callers + list(external) if node is root else callers)
@@ -1157,6 +1185,50 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
     if switched_off and not _BUILDS.search(code_only(text)):
         text = _TYPE_TEST.sub("", text)
     return text, switched_off
+
+
+def _constructor_left_off(node: cst.ClassDef, site: CallSite) -> list[cst.If]:
+    """The branches of class `node`'s `__init__` that the construction `site` leaves off (see
+    `_switched_off`)."""
+    init = _unbound_init(node)
+    if init is None:
+        return []
+    scope: Scope | None = site.scope
+    while scope is not None and scope.kind != "function":
+        scope = scope.parent
+    outer = scope.node if scope is not None and isinstance(scope.node, cst.FunctionDef) else None
+    # A value handed on from the constructing code's own parameter (`ConvUnit(c, c, norm=norm)`)
+    # is what that code was given, which its default does not tell.
+    return _switched_off(init, [(site.node, outer)], outer_defaults=False)
+
+
+def _unbound_init(node: cst.ClassDef) -> cst.FunctionDef | None:
+    """The class's own `__init__` without `self`, whose parameters then line up with the
+    arguments of a construction; None where it has none."""
+    init = next((s for s in node.body.body if isinstance(s, cst.FunctionDef) and s.name.value == "__init__"), None)
+    if init is None or not init.params.params or init.params.posonly_params:
+        return None
+    return init.with_changes(params=init.params.with_changes(params=init.params.params[1:]))
+
+
+def _constructor_switched_off(module: ModuleModel, node: cst.ClassDef, followed: list[cst.CSTNode],
+                              calls: list[_Scoped]) -> list[cst.If]:
+    """The branches of a layer class's `__init__` that every construction the followed code
+    makes leaves off, as for a builder function (`_switched_off`): `if norm == "bn":
+    self.norm = nn.BatchNorm2d(c)` in `def __init__(self, c, norm="none")` where every
+    `ConvBlock(...)` gives `norm` no value or another string. Only where the followed code names
+    the class in nothing but direct calls: a subclass, `partial(ConvBlock, norm="bn")` or
+    `block = ConvBlock` may construct it otherwise."""
+    name = node.name.value
+    init = _unbound_init(node)
+    if init is None:
+        return []
+    callers = [c for c in calls if isinstance(c[0].func, cst.Name) and c[0].func.value == name]
+    pattern = re.compile(rf"(?<![\w.]){re.escape(name)}\b")
+    named = sum(len(pattern.findall(code_only(module.code(n)))) for n in followed if n is not node)
+    if not callers or named != len(callers):
+        return []
+    return _switched_off(init, callers, outer_defaults=False)
 
 
 @functools.lru_cache(maxsize=8)
@@ -1208,14 +1280,15 @@ def _scoped_calls(node: cst.CSTNode) -> list[_Scoped]:
     return found
 
 
-def _switched_off(function: cst.FunctionDef, calls: list[_Scoped]) -> list[cst.If]:
+def _switched_off(function: cst.FunctionDef, calls: list[_Scoped], outer_defaults: bool = True) -> list[cst.If]:
     """The `if flag:` blocks of `function` (`if flag == True:`; their `else` stays) testing a parameter whose default is
     False or None, where every one of `calls` (at least one) leaves it at that default or
     passes False/None; and the blocks that test a parameter against strings (`if norm ==
     "batch":`, `elif norm.lower() in ("bn", "batch"):`) where every call gives it another string:
     a literal, the parameter's default, or a parameter of the function the call is written in
     that its body does not rebind, by that parameter's default (`get_norm(ch, norm)` in `def
-    __init__(self, ch, norm="instance")`). A call passing `*args`/`**kwargs` may give anything."""
+    __init__(self, ch, norm="instance")`; not with `outer_defaults` off). A call passing
+    `*args`/`**kwargs` may give anything."""
     if not calls or any(a.star for c, _ in calls for a in c.args):
         return []
     ordered = [*function.params.posonly_params, *function.params.params]
@@ -1232,7 +1305,8 @@ def _switched_off(function: cst.FunctionDef, calls: list[_Scoped]) -> list[cst.I
         if index is None or _rebinds(function, name):
             continue  # (`batch_norm = cfg.bn` in the body: the default is not what is tested)
         if selector is not None:
-            if all(_selects_other(c, scope, name, index, default, selector[1], selector[2]) for c, scope in calls):
+            if all(_selects_other(c, scope if outer_defaults else None, name, index, default, selector[1], selector[2])
+                   for c, scope in calls):
                 off.append(stmt)
             continue
         if default is None or not (is_false(default) or _is_none(default)):

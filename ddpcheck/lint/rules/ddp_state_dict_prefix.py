@@ -79,7 +79,9 @@ class DdpStateDictPrefix(Rule):
     numbered snapshots read back as the run writes them, `str(i) + '.pt'`), saves
     `ddp_model.module.state_dict()` (also as `(m.module if multi_gpu else m).state_dict()` or
     after `if args.distributed: model = model.module`), or saves in a branch no run takes (`if log_every > 0:` in a
-    helper every caller leaves at its default 0).
+    helper every caller leaves at its default 0), or in a function of the script that no run
+    reaches (a save helper called only from a second set-up left beside the one the `__main__`
+    block calls, which nothing calls or names).
 
     ## How to fix
     Save `ddp_model.module.state_dict()` (the fix does that; unsafe, since it changes the
@@ -204,7 +206,8 @@ class DdpStateDictPrefix(Rule):
     def finish(self) -> None:
         model = self.model
         found = [(save, value, sd) for save, value, sd, where in saved_state_dicts(model)
-                 if model.paths.restricted(save) != "never" and self._of_ddp(where, save)]
+                 if model.paths.restricted(save) != "never" and not model.paths.never_runs(save)
+                 and self._of_ddp(where, save)]
         if not found:
             return
         if any(strips_module_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \

@@ -86,7 +86,9 @@ class GlobalRankAsDevice(Rule):
     chosen at run time (`config["DEVICE"]`) is read as a CUDA index: an index only means
     something for an accelerator. A rank read in a module's top-level code (`RANK =
     int(os.environ["RANK"])`) and imported by another module that makes it a device too is
-    reported in each module: each module's uses are their own fix.
+    reported in each module: each module's uses are their own fix. A device use in a function
+    of the script that no run reaches (a second set-up left beside the one the `__main__` block
+    calls, which nothing calls or names) is not reported.
 
     ## How to fix
     Use the local rank: with torchrun, `local_rank = int(os.environ["LOCAL_RANK"])`, then
@@ -210,6 +212,8 @@ class GlobalRankAsDevice(Rule):
         # group and the seed).
         uses: dict[tuple[int, int], tuple[Value, list[Use]]] = {}
         for site in model.paths.sites():
+            if model.paths.never_runs(site):
+                continue  # a set-up left beside the one the run uses (`def train_v1(...)` nothing calls)
             for index in self._device_indices(site):
                 for expr in _index_values(index):
                     found = self._origin(site, expr)
