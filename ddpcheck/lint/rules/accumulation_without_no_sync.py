@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import builtins
+import re
+
 import libcst as cst
 
 from ddpcheck.findings import Severity
@@ -37,6 +40,10 @@ class AccumulationWithoutNoSync(Rule):
     then `self.apply_gradients()`). An AMP arm and a plain arm of one `if` (`if conf.half:`
     ... `scaler.step(opt)` / `else:` ... `optimizer.step()`, each under the counter test) are
     one place to fix: reported once, at the first arm's backward.
+    The step may also be a project function the loop calls on a counter after a function that
+    back-propagates (`engine.train_step(batch)`, then `if engine.steps % k == 0:
+    engine.apply_update()`): reported at that function's `backward()`; and the counter test may
+    be joined with another (`if should_step or is_last:`).
 
     Not reported: backward passes of a function that hands its training to another engine
     (`model_engine.backward(loss)` after `deepspeed.initialize(...)`, which accumulates itself);
@@ -44,7 +51,11 @@ class AccumulationWithoutNoSync(Rule):
     (they handle it, perhaps through a helper or a `contextlib` switch; a comment, such as a
     `# with model.no_sync():` left commented out, does not count, nor a `no_sync` used only
     under a test only an FSDP model passes, `if isinstance(model, FSDP) and ii != accum - 1:`,
-    which leaves the DDP model syncing), and loops whose step runs
+    which leaves the DDP model syncing, nor a
+    `with model.no_sync():` around neither the forward nor the backward — `loss =
+    criterion(pred, y)` there, the forward before it and `loss.backward()` after it: DDP decides at
+    the forward whether the backward syncs; such a block is judged in its own function, the rest of
+    the file still trusted), and loops whose step runs
     after every backward — also a sub-batch loop that runs once per batch: `for i in range(0,
     len(data), args.batch_size):` over the batches of a DataLoader built with that same
     `batch_size=args.batch_size` (Horovod's example, whose loader batch is `batch_size *
@@ -141,7 +152,19 @@ class AccumulationWithoutNoSync(Rule):
         sites = list(model.paths.sites())
         modules = list({id(s.module): s.module for s in sites}.values()) or [model.root]
         # Code, not a comment: `# with model.no_sync():` left commented out syncs every micro-batch.
-        if any(_skips_sync(m.source) and not self._fsdp_only_sync(m) for m in modules):
+        # A `with model.no_sync():` around neither the forward nor the backward skips nothing: a
+        # function whose every mention is such a block still syncs every micro-batch, whatever
+        # the rest of the file does.
+        idle: set[tuple[int, str]] = set()
+        skipping = False
+        for m in modules:
+            if not _skips_sync(m.source) or self._fsdp_only_sync(m):
+                continue
+            mentions = self._no_sync_mentions(m)
+            if not mentions or not all(i for _, i in mentions):
+                skipping = True
+            idle |= {(id(m), f) for f, _ in mentions if f is not None} - {(id(m), f) for f, i in mentions if not i}
+        if skipping and not idle:
             return
         if not any(wraps(model, m) for m in modules) and not any(
             "ddp_wrap" in model.facts.of_call(c) for c in model.root.calls if c.target is not None
@@ -169,17 +192,24 @@ class AccumulationWithoutNoSync(Rule):
                     found[id(s.node)] = b
                     break
             else:
+                if b.loops and not any(s.scope is b.scope for s in steps):
+                    helper = self._helper_step_on_a_counter(b, steps)
+                    if helper is not None:
+                        found[id(helper.node)] = self._backward_inside(b)
+                        continue
                 if b.loops and not any(s.scope is b.scope for s in steps) and self._stepped_after(b, steps):
                     found[id(b.loops[0])] = b
         # An AMP arm and a plain arm of one `if`, each with its own step, are one place to fix:
         # reported once, at the first.
         kept: list[CallSite] = []
-        for b in sorted(found.values(), key=lambda c: (c.module.path, c.index)):
+        for b in sorted({id(c.node): c for c in found.values()}.values(), key=lambda c: (c.module.path, c.index)):
             if not any(k.module is b.module and k.scope is b.scope and exclusive_arms(k.guards, b.guards) for k in kept):
                 kept.append(b)
+        if skipping:
+            kept = [b for b in kept if (id(b.module), b.scope.qualname) in idle]
         for b in kept:
             self.report(b.node, module=b.module, related=model.paths.chain(b))
-        for site in sites:
+        for site in sites if not skipping else ():
             if site.loops and self._steps_on_a_counter(site):
                 self.report(site.node, module=site.module, related=model.paths.chain(site))
 
@@ -200,6 +230,71 @@ class AccumulationWithoutNoSync(Rule):
                 mentions.append(fsdp)
             stack += [(child, fsdp) for child in children(node)]
         return bool(mentions) and all(mentions)
+
+    def _no_sync_mentions(self, module: ModuleModel) -> list[tuple[str | None, bool]]:
+        """Each `no_sync` / `require_backward_grad_sync` of `module`, with the function it is
+        written in (None at module level) and whether it is idle: the `no_sync()` of a `with`
+        whose body neither runs the model nor back-propagates (`with self.model.no_sync(): loss =
+        self.get_loss(pred, batch)`, the forward before it and `loss.backward()` after it). DDP
+        decides at the forward whether the backward syncs, so every micro-batch still syncs. A
+        body that calls the model, hands it on, back-propagates, or calls something whose code
+        (followed a few calls down) names the model or back-propagates, or that the analysis
+        cannot follow, is not idle."""
+        idle: set[int] = set()
+        mentions: list[tuple[int, str | None]] = []
+        stack: list[tuple[cst.CSTNode, str | None, str]] = [(module.tree, None, "")]
+        while stack:
+            node, function, prefix = stack.pop()
+            if isinstance(node, cst.ClassDef):
+                prefix = f"{prefix}{node.name.value}."
+            elif isinstance(node, cst.FunctionDef):
+                function = f"{prefix}{node.name.value}"
+                prefix = f"{function}."
+            if isinstance(node, cst.With):
+                for item in node.items:
+                    call = item.item
+                    if isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute) \
+                            and call.func.attr.value == "no_sync" and not call.args \
+                            and self._idle_body(module, node.body, module.code(call.func.value)):
+                        idle.add(id(call.func))
+            if isinstance(node, cst.Attribute) and node.attr.value in ("no_sync", "require_backward_grad_sync"):
+                mentions.append((id(node), function))
+            stack.extend((child, function, prefix) for child in children(node))
+        return [(function, key in idle) for key, function in mentions]
+
+    def _idle_body(self, module: ModuleModel, body: cst.CSTNode, receiver: str) -> bool:
+        """`body` neither runs `receiver` (the DDP model's text) nor back-propagates, itself or in
+        the project functions it calls (three calls down)."""
+        named = re.compile(r"(?<![\w.])%s(?!\w)" % re.escape(receiver))
+        if "backward" in module.code(body) or named.search(module.code(body)):
+            return False
+        seen: set[tuple[int, str]] = set()
+        frontier: list[CallSite] = []
+        stack: list[cst.CSTNode] = [body]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.Call):
+                site = module.call_at(node)
+                if site is not None:
+                    frontier.append(site)
+            stack.extend(children(node))
+        for _ in range(3):
+            following: list[CallSite] = []
+            for site in frontier:
+                targets = self.model.graph.targets(site)
+                if not targets and self.model.api(site) is None and _opaque(site.node.func):
+                    return False  # a call the analysis cannot follow (a `functools.partial` of the model)
+                for function, _bound in targets:
+                    key = (id(function.module), function.qualname)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    code = function.module.code(function.node)
+                    if "backward" in code or named.search(code):
+                        return False
+                    following.extend(function.module.calls_in(function.qualname))
+            frontier = following
+        return all(not self.model.graph.targets(c) for c in frontier)
 
     def _fsdp_test(self, module: ModuleModel, test: cst.BaseExpression) -> bool:
         """`isinstance(model, FSDP)`, alone or as a term of an `and`."""
@@ -298,6 +393,27 @@ class AccumulationWithoutNoSync(Rule):
         targets = self.model.graph.targets(call)
         return bool(targets) and all(bound not in ("spawn", "process") for _, bound in targets)
 
+    def _helper_step_on_a_counter(self, b: CallSite, steps: list[CallSite]) -> CallSite | None:
+        """A call after `b` in the same iteration of a project function that steps the optimizer
+        and does not back-propagate (`trainer.optimizer_step()`), under a counter test that `b`
+        is not under (`loss = trainer.training_step()` on every batch, then `if step %
+        num_steps_update == 0: trainer.optimizer_step()`): the step runs once every so many
+        backward passes."""
+        for other in b.module.calls_in(b.scope.qualname):
+            if other.loops != b.loops or other.index <= b.index or not self._runs_here(other) \
+                    or "backward" in self.model.facts.of_call(other):
+                continue
+            if self._steps_inside(other, steps) and self._counted(other, b):
+                return other
+        return None
+
+    def _backward_inside(self, call: CallSite) -> CallSite:
+        """The one `backward()` the project function `call` runs in its own body (where the
+        micro-batch's all-reduce starts, the line a fix goes on), else `call` itself."""
+        inside = [c for function, _ in self.model.graph.targets(call)
+                  for c in function.module.calls_in(function.qualname) if c.method == "backward"]
+        return inside[0] if len(inside) == 1 else call
+
     def _stepped_after(self, b: CallSite, steps: list[CallSite]) -> bool:
         """`b` back-propagates in a loop over micro-batches of a function that makes no step
         (`def compute_gradients(self, batches): for b in batches: ...backward()`), and a caller
@@ -345,6 +461,10 @@ class AccumulationWithoutNoSync(Rule):
         (`is_update = True if step % args.grad_acc == 0 else False`)."""
         if _counter(site.module.code(expr)):
             return True
+        if isinstance(expr, cst.BooleanOperation):
+            # `if should_step or is_last:` with `should_step = (i + 1) % accum == 0`: a counter
+            # test still, the step also taken at the end of the epoch.
+            return self._counter_expr(site, expr.left) or self._counter_expr(site, expr.right)
         if self._reset_counter(site, expr):
             return True
         name = dotted(expr)
@@ -404,6 +524,19 @@ def _length_of(expr: cst.BaseExpression) -> cst.BaseExpression | None:
             and int_value(expr.slice[0].slice.value) == 0:
         return expr.value.value
     return None
+
+
+_BUILTINS = frozenset(vars(builtins))
+
+
+def _opaque(func: cst.BaseExpression) -> bool:
+    """A callee the analysis cannot see into that may run the model: a local or a parameter
+    (`compute_losses()` of `functools.partial(diffusion.losses, model, ...)`), or an attribute
+    of the object (`self.loss_fn(...)`). Not a builtin, nor a method of a value
+    (`(w * loss).sum()`), which is a tensor's."""
+    if isinstance(func, cst.Name):
+        return func.value not in _BUILTINS
+    return isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name) and func.value.value == "self"
 
 
 def _skips_sync(source: str) -> bool:

@@ -75,7 +75,10 @@ class DeprecatedLauncher(Rule):
     entry only with a number or SLURM's own variable, `params.local_rank = int(os.environ
     ["SLURM_LOCALID"])` on the cluster path and `0` on the single-GPU one, leaves the flag the
     launcher path's source, and an object keeping a parameter as `self.local_rank` writes no
-    entry of the namespace), or imports `deepspeed`
+    entry of the namespace; where the script itself hands the flag to
+    `torch.cuda.set_device(args.local_rank)` and no module of the run sets that entry from the
+    environment or the process group, a helper reading LOCAL_RANK for something else, such as
+    downloading weights on local rank 0 only, does not change where the device comes from), or imports `deepspeed`
     (whose launcher does pass the flag). Writing the variable from the flag (`os.environ
     ["LOCAL_RANK"] = str(args.local_rank)` where it is unset) is no read of it, and no read of
     the flag either. A file's launch commands are one reliance on the launcher: reported once,
@@ -354,8 +357,13 @@ class DeprecatedLauncher(Rule):
                 key = (id(module), _dest(call, flag) if call is not None else _flag_text(flag))
                 if key in said:
                     continue
-                if helper_local or helper_env and (call is None or self._dest_written(module, call, flag)
-                                                   or not self._flag_read(module, call, flag, named=True)):
+                # The script hands the flag's value itself to `torch.cuda.set_device(args.local_rank)`:
+                # that is the device, whatever a helper reads LOCAL_RANK for (a download on local
+                # rank 0), unless it writes the entry from the environment or the group first.
+                device = call is not None and module is model.root and self._flag_sets_device(module, call, flag)
+                if not device and (helper_local or helper_env and (
+                        call is None or self._dest_written(module, call, flag)
+                        or not self._flag_read(module, call, flag, named=True))):
                     continue
                 if call is not None and not self._flag_read(module, call, flag):
                     continue  # a flag nothing reads: the local rank comes from elsewhere
@@ -381,6 +389,34 @@ class DeprecatedLauncher(Rule):
             self.report(usage[0], self.COMMENT_MESSAGE, line_in=_line_in(usage[0]))
         else:
             self._helper_usage()
+
+    def _flag_sets_device(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode) -> bool:
+        """`module` passes the flag's entry of the parsed namespace straight to a set-device call
+        (`torch.cuda.set_device(args.local_rank)`), and no module of the run sets that entry from
+        the environment or the process group (`args.local_rank = int(os.environ["LOCAL_RANK"])`)."""
+        dest = _dest(call, flag)
+        if not dest:
+            return False
+        from_env = re.compile(r"(?:\.\s*" + re.escape(dest) + r"""|\[\s*['"]""" + re.escape(dest)
+                              + r"""['"]\s*\])\s*=(?!=)[^\n]*(?:environ|get_rank|get_local_rank)""")
+        if any(from_env.search(code_only(other.source)) for other in self._reached(module)):
+            return False
+        # A set-device of the run that takes LOCAL_RANK itself (a helper's
+        # `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`) may be the one that counts.
+        if any(self.model.api(c) in api.SET_DEVICE and "LOCAL_RANK" in c.module.code(c.node)
+               for c in self.model.paths.sites()):
+            return False
+        for site in module.calls:
+            if self.model.api(site) not in api.SET_DEVICE:
+                continue
+            device = site.arg("device", 0)
+            name = dotted(device) if device is not None else None
+            if name is None or not name.endswith("." + dest) or name.count(".") != 1:
+                continue
+            origin = module.names.origin(name.split(".")[0])
+            if origin is None or self._parsed_namespace(module, origin) is not None:
+                return True
+        return False
 
     def _flag_read(self, module: ModuleModel, call: cst.Call, flag: cst.CSTNode, named: bool = False) -> bool:
         """Whether the run may read the flag's value: `args.local_rank` (a base that is not an

@@ -105,7 +105,10 @@ class SameSeedOnEveryRank(Rule):
     same function or `__main__` block (also a spawn only when there are several GPUs or the run
     is distributed, `if torch.cuda.device_count() > 1:`, `if args.distributed:`, the other arm
     training in one process), or before a project function there that spawns
-    (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start) (spawned workers start a fresh interpreter that skips that
+    (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start), or anywhere on
+    the launching process's own path of such a file when nothing on that path sets up a process group
+    (`main()` seeding, then `mp.spawn(worker)` on one arm and a pool of folds or a single-GPU run on
+    the others; a test mode the `__main__` block calls instead) (spawned workers start a fresh interpreter that skips that
     block, so the seed never reaches them; a seed at module level outside it runs in every
     worker and is reported); a seed that, on every path, is set again later with the rank in it
     (`torch.manual_seed(args.seed + rank)` at the top of the training function called next,
@@ -692,6 +695,8 @@ class SameSeedOnEveryRank(Rule):
         alone."""
         if self._spawns_after(site):
             return True
+        if self._in_launcher_alone(site):
+            return True
         function = self.model.paths.function_of(site)
         if function is None or depth <= 0:
             return False
@@ -699,6 +704,78 @@ class SameSeedOnEveryRank(Rule):
         # A worker handed to `mp.spawn` (or a Process) runs in the workers, not the launcher.
         return bool(callers) and all(bound not in ("spawn", "process") and self._launcher_only(call, depth - 1)
                                      for call, bound in callers)
+
+    def _in_launcher_alone(self, site: CallSite) -> bool:
+        """`site` runs in the launching process of a file that never becomes a rank itself: no
+        outside launcher can start it (see `torchrun_path`), it starts its workers with
+        `mp.spawn` or a Process, and no call that process makes, followed through the project,
+        sets up a process group (`init_process_group` is reached only inside the workers). A
+        seed anywhere on the launcher's own path (`main()` seeding, then choosing between
+        `mp.spawn(worker)` and a pool of cross-validation folds or a single-GPU run) seeds no
+        rank. Code at the file's top level outside its `__main__` block runs in every spawned
+        worker again, and a function the workers reach runs there: neither counts."""
+        walk = self._launcher_walk()
+        if walk is None:
+            return False
+        launcher, workers = walk
+        model = self.model
+        function = model.paths.function_of(site)
+        if function is None:
+            if site.module is not model.root or site.scope is not site.module.module_scope:
+                return False
+            mains = {id(node) for node in site.module.main_guards}
+            return any(id(g.node) in mains for g in site.guards)
+        key = (id(function.module), function.qualname)
+        return key in launcher and key not in workers
+
+    def _launcher_walk(self) -> tuple[set[tuple[int, str]], set[tuple[int, str]]] | None:
+        """The project functions the launching process runs, and those its spawned workers run
+        (each as (module id, qualified name)), or None where the launching process may join a
+        process group itself, an outside launcher may start the file, or the walk is cut short."""
+        if hasattr(self, "_walk_memo"):
+            return self._walk_memo
+        self._walk_memo: tuple[set[tuple[int, str]], set[tuple[int, str]]] | None = None
+        model = self.model
+        root = model.root
+        if model.torchrun_path or not model.starts_workers():
+            return None
+        launcher: set[tuple[int, str]] = set()
+        workers: set[tuple[int, str]] = set()
+        started: list[Function] = []
+        frontier = list(root.calls_in(root.module_scope.qualname))
+        budget = 20000
+        while frontier:
+            budget -= 1
+            if budget <= 0:
+                return None
+            call = frontier.pop()
+            name = model.api(call) or ""
+            if name == api.INIT_PROCESS_GROUP or _JOINS.search(call.method or name.rsplit(".", 1)[-1]):
+                return None  # this process sets up a group (or may: a library's set-up helper)
+            for function, bound in model.graph.targets(call):
+                if bound in ("spawn", "process"):
+                    started.append(function)
+                    continue
+                key = (id(function.module), function.qualname)
+                if key not in launcher:
+                    launcher.add(key)
+                    frontier.extend(function.module.calls_in(function.qualname))
+        if not started:
+            return None
+        pending = list(started)
+        while pending:
+            budget -= 1
+            if budget <= 0:
+                return None
+            function = pending.pop()
+            key = (id(function.module), function.qualname)
+            if key in workers:
+                continue
+            workers.add(key)
+            for call in function.module.calls_in(function.qualname):
+                pending.extend(f for f, _ in model.graph.targets(call))
+        self._walk_memo = (launcher, workers)
+        return self._walk_memo
 
     def _spawns_after(self, site: CallSite) -> bool:
         """Every path through `site` goes on to an `mp.spawn` in the same function or block."""
@@ -1044,6 +1121,11 @@ def _per_rank(text: str) -> re.Match[str] | None:
     """What in a loader's or a configuration class's code may differ between ranks, read in its
     code only: its docstrings, comments and messages are prose."""
     return _PER_RANK.search(_STRING.sub(_unprosed, code_only(text)))
+
+
+# A call that sets up a process group, by its name where it is a library's (`init_distributed`,
+# `init_dist`, `setup_distributed`): the process that makes it may be a rank.
+_JOINS = re.compile(r"^(?:init_process_group|init_dist\w*|setup_dist\w*|initialize_distributed\w*)$")
 
 
 def _several_devices(guard: Guard) -> bool:

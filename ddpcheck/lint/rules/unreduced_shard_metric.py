@@ -100,8 +100,10 @@ class UnreducedShardMetric(Rule):
     world_size=world_size)`), a loader over a dataset built from this rank's slice of the
     items (`DataLoader(ShotDataset(shots[rank::world_size]))`), or a loader whose sampler or batch sampler is a project one built
     with the rank and the number of ranks (`RankBucketBatchSampler(buckets, bs, world_size,
-    rank)`, by keyword or by the parameter names of its class), is a shard as a
-    DistributedSampler's loader is; so is an array a loop over `range(...)` walks by hand in
+    rank)`, by keyword or by the parameter names of its class; where a loader builder takes the
+    sampler as a parameter, the one this call of the builder hands it: `make_loader(val_set,
+    opts, None)` beside `make_loader(train_set, opts, train_sampler)` reads the whole set), is a
+    shard as a DistributedSampler's loader is; so is an array a loop over `range(...)` walks by hand in
     batches (`xb = Xi[offset:end]`, `Xi` a parameter of its function) where a caller hands the
     function a rank's slice (`Xi[rank * n:(rank + 1) * n]`, also reshaped or permuted on the
     way): its metrics are reported at that caller, not at one that hands it the whole set. A loop that
@@ -647,7 +649,7 @@ class UnreducedShardMetric(Rule):
                 return True
             if site is not None and self._hand_sharded(site):
                 return True
-            if site is not None and model.makes(site, api.DATALOADER) and self._sampler_for_rank(site):
+            if site is not None and model.makes(site, api.DATALOADER) and self._sampler_for_rank(site, value.frame):
                 return True
             if site is not None and model.makes(site, api.DATALOADER) and self._dataset_of_share(site):
                 return True
@@ -710,11 +712,11 @@ class UnreducedShardMetric(Rule):
         return any(self._rank_share(v, depth - 1)
                    for v in self.model.values.of(value.module, inner, value.scope, at=value.at))
 
-    def _sampler_for_rank(self, loader: CallSite) -> bool:
+    def _sampler_for_rank(self, loader: CallSite, frame: Frame | None = None) -> bool:
         """The loader's sampler (or batch sampler) is a project one built for one rank
         (`DistributedBucketBatchSampler(buckets, bs, world_size, rank)`): a shard, as a
         DistributedSampler's."""
-        values, _ = sampler_values(self.model, loader)
+        values, _ = sampler_values(self.model, loader, frame)
         for value in values:
             site = value.module.call_at(value.call) if value.call is not None else None
             if site is not None and self.model.graph.targets(site) and self._hand_sharded(site):
