@@ -1163,24 +1163,19 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
     parts = []
     switched_off = False
     for node in followed:
+        off: list[cst.If] = []
         if isinstance(node, cst.ClassDef) and node is not root:
             off = _constructor_switched_off(module, node, followed, calls)
-            if off:
-                built = node.visit(_DropBranches(off))
-                if any(_BATCHNORM_TEXT.search(module.code(b)) for b in off):
-                    switched_off = True
-                parts.append(module.code(built) if isinstance(built, cst.CSTNode) else "")
-                continue
-        if isinstance(node, cst.FunctionDef):
+        elif isinstance(node, cst.FunctionDef):
             callers = [c for c in calls if isinstance(c[0].func, cst.Name) and c[0].func.value == node.name.value]
             off = _switched_off(node, callers + list(external) if node is root else callers)
-            if off:
-                kept = node.visit(_DropBranches(off))
-                if any(_BATCHNORM_TEXT.search(module.code(b)) for b in off):
-                    switched_off = True
-                parts.append(module.code(kept) if isinstance(kept, cst.CSTNode) else "")
-                continue
-        parts.append(module.code(node))
+        if not off:
+            parts.append(module.code(node))
+            continue
+        kept = node.visit(_DropBranches(off))
+        if any(_BATCHNORM_TEXT.search(module.code(b)) for b in off):
+            switched_off = True
+        parts.append(module.code(kept) if isinstance(kept, cst.CSTNode) else "")
     text = "\n".join(parts)
     if switched_off and not _BUILDS.search(code_only(text)):
         text = _TYPE_TEST.sub("", text)
