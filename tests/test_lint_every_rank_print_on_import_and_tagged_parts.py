@@ -88,13 +88,15 @@ def test_a_swap_inside_a_function_nobody_calls_silences_nothing(tmp_path) -> Non
     assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 22, "DDP020")}
 
 
-def test_a_swap_that_lets_every_rank_print_on_large_jobs_silences_nothing(tmp_path) -> None:
+def test_a_swap_that_lets_every_rank_print_past_a_world_size_still_silences(tmp_path) -> None:
+    # The size a job is launched at is not in the code: the override silences the launches a
+    # repository documents for one node, and lint stays silent rather than guess a larger one.
     comm = COMM.format(swap="builtins.print = _print_on_first").replace(
         'if _world_rank <= 0 or kwargs.pop("everywhere", False):',
         "if _world_rank <= 0 or dist.get_world_size() > 8:")
     write_project(tmp_path, {"train.py": TRAIN.format(imports="import comm_utils as comm"),
                              "comm_utils.py": comm})
-    assert finding_set(tmp_path, "train.py", select="DDP020") == {("train.py", 22, "DDP020")}
+    assert finding_set(tmp_path, "train.py", select="DDP020") == set()
 
 
 def test_without_the_import_the_loop_print_is_reported(tmp_path) -> None:

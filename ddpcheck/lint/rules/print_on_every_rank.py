@@ -127,8 +127,9 @@ class PrintOnEveryRank(Rule):
     `builtins.print` on the run (DeiT's `setup_for_distributed`, also in a helper module, or by the
     top-level code of a project module the script imports, `builtins.print = rank0_print`) unless the replacement is made only for `mp.spawn` workers or a job scheduler's
     start (`or (args.is_slurm_job and args.rank != 0)`) while torchrun
-    can start the script, or lets every rank print on large jobs (`force = force or
-    get_world_size() > 8`); logging configured by rank on the run (a level, handler or
+    can start the script (one that also lets every rank print on jobs past a size, `force = force
+    or get_world_size() > 8`, still silences: the size a job is launched at is not in the code);
+    logging configured by rank on the run (a level, handler or
     `basicConfig` set under a rank guard or from a rank test — also through a variable,
     `level = WARNING` under `if rank != 0:` —, or from a test that reads the rank among other
     things, `CRITICAL if local_rank != 0 or args.silent else INFO` —, a logger factory that gives the other ranks no
@@ -206,6 +207,33 @@ class PrintOnEveryRank(Rule):
     default_enabled = False
 
     VALID = [
+        """
+        # The replacement print lets every rank through on jobs larger than one node: the size a
+        # job is launched at is not in the code, so the override counts as silencing.
+        import builtins
+        import torch.distributed as dist
+
+        def setup_for_distributed(is_master):
+            builtin_print = builtins.print
+            def print(*args, **kwargs):
+                force = kwargs.pop("force", False)
+                force = force or dist.get_world_size() > 8
+                if is_master or force:
+                    builtin_print(*args, **kwargs)
+            builtins.print = print
+
+        def main():
+            dist.init_process_group("nccl")
+            setup_for_distributed(dist.get_rank() == 0)
+            for epoch in range(args.epochs):
+                for x, y in loader:
+                    model(x, y).backward()
+                    optimizer.step()
+                print(f"epoch {epoch} done")
+
+        if __name__ == "__main__":
+            main()
+        """,
         """
         import torch.distributed as dist
         from torch.utils.data import DataLoader, DistributedSampler
@@ -486,35 +514,6 @@ class PrintOnEveryRank(Rule):
                 main()
             """,
             lines=(15,),
-        ),
-        Invalid(
-            """
-            # The replacement print lets every rank through on jobs larger than one node.
-            import builtins
-            import torch.distributed as dist
-
-            def setup_for_distributed(is_master):
-                builtin_print = builtins.print
-                def print(*args, **kwargs):
-                    force = kwargs.pop("force", False)
-                    force = force or dist.get_world_size() > 8
-                    if is_master or force:
-                        builtin_print(*args, **kwargs)
-                builtins.print = print
-
-            def main():
-                dist.init_process_group("nccl")
-                setup_for_distributed(dist.get_rank() == 0)
-                for epoch in range(args.epochs):
-                    for x, y in loader:
-                        model(x, y).backward()
-                        optimizer.step()
-                    print(f"epoch {epoch} done")
-
-            if __name__ == "__main__":
-                main()
-            """,
-            lines=(21,),
         ),
     ]
 
@@ -987,24 +986,21 @@ class PrintOnEveryRank(Rule):
         """`builtins.print` is replaced on the run (DeiT's `setup_for_distributed`), in this file
         or by a project function it calls — unless the replacement is made only under a launch
         flag (`if args.multiprocessing_distributed and args.gpu != 0:`) that a torchrun start
-        does not set, or lets every rank print on large jobs (`force = force or
-        get_world_size() > 8`)."""
+        does not set. A replacement that lets every rank print past a world size (`force = force
+        or get_world_size() > 8`) silences: the launch size is not in the code."""
         model = self.model
         root = model.root
         conditions: list[tuple[Guard, ...]] = []
-        overrides: list[tuple[ModuleModel, Scope]] = []
         for scope in (root.module_scope, *root.function_scopes.values()):
             points = _print_bindings(root, scope)
             if points:
                 conditions += [p.guards if p is not None else () for p in points]
-                overrides.append((root, scope))
         # A project module the file imports that replaces `builtins.print` in its own top-level
         # code (`builtins.print = rank0_print` after the function): the import itself silences.
         for module in self._loaded_modules():
             points = _print_bindings(module, module.module_scope)
             if points:
                 conditions += [p.guards if p is not None else () for p in points]
-                overrides.append((module, module.module_scope))
         for call in root.calls:
             target = call.target
             if target is not None and not model.is_root(target) and "silences_print" in model.facts.of_call(call):
@@ -1016,11 +1012,6 @@ class PrintOnEveryRank(Rule):
             # device on all but one: the script's prints reach the console once. A script
             # torchrun can also start is not covered: that start leaves stdout alone.
             return not model.torchrun_path and self._launcher_hides_stdout()
-        for function in model.paths.reached():
-            if _print_bindings(function.module, function.scope):
-                overrides.append((function.module, function.scope))
-        if any(_prints_on_large_jobs(module, scope) for module, scope in overrides):
-            return False
         if not model.torchrun_path:
             return True
         return not all(any(_needs_launch_flag(g) for g in guards) for guards in conditions)
@@ -1795,38 +1786,6 @@ def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
         if name.endswith(".print") and (module.names.origin(name) or name) in _PRINT_TARGETS:
             found += points
     return found
-
-
-def _prints_on_large_jobs(module: ModuleModel, scope: Scope) -> bool:
-    """The replacement `print` defined in `scope` prints when the world size passes a bound
-    (`force = force or (get_world_size() > 8)`; `if is_master or force:`)."""
-    prefix = scope.qualname + "."
-    # At a module's top level the replacement is a function of that module, named where it is
-    # assigned (`builtins.print = rank0_print`).
-    named = {binding.value for name, bindings in scope.assignments.items() if name.endswith(".print")
-             for binding in bindings if isinstance(binding, cst.Name)} if scope.kind == "module" else set()
-    for qualname, inner in module.function_scopes.items():
-        if (qualname.startswith(prefix) or qualname in named) and any(
-            _grows_with_world(g.test, inner, 2) for call in module.calls_in(qualname) for g in call.guards
-        ):
-            return True
-    return False
-
-
-def _grows_with_world(test: cst.CSTNode, scope: Scope, depth: int) -> bool:
-    """`test` holds when the world size is above a bound, directly or through the flags it
-    reads (`force` assigned from `force or world_size > 8`)."""
-    for sub in subexpressions(test):
-        if isinstance(sub, cst.Comparison) and len(sub.comparisons) == 1 \
-                and isinstance(sub.comparisons[0].operator, (cst.GreaterThan, cst.GreaterThanEqual)):
-            left = sub.left.func if isinstance(sub.left, cst.Call) else sub.left
-            if (last_name(left) or "").lower().endswith("world_size"):
-                return True
-        if isinstance(sub, cst.Name) and depth > 0:
-            for bound in scope.lookup(sub.value):
-                if isinstance(bound, cst.CSTNode) and bound is not test and _grows_with_world(bound, scope, depth - 1):
-                    return True
-    return False
 
 
 def _result_kept(caller: CallSite, function: Function) -> bool:
