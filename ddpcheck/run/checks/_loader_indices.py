@@ -236,7 +236,7 @@ def capture(session: Session) -> None:
         except StopIteration:
             record["complete"] = True
             record["steps"] = session.step - record["step"]
-            record["optimizers"] = session.stepped_since(record["step"])
+            record["trained"] = session.trained_since(record["step"])
             epoch.sync()
             raise
         record["steps"] = session.step - record["step"]
@@ -267,7 +267,8 @@ def capture(session: Session) -> None:
     def _new_epoch(state: dict[str, Any], it: Any) -> None:
         if state["epoch"] is not None:
             before = state["epoch"].record
-            before["optimizers"] = session.stepped_since(before["step"])
+            if not before["complete"]:  # (a complete pass was read when it ended)
+                before["trained"] = session.trained_since(before["step"])
             state["epoch"].sync()
         _name(state)
         sampler = state["sampler"]() if state["sampler"] is not None else None
@@ -303,7 +304,7 @@ def capture(session: Session) -> None:
             if state["epoch"] is not None:
                 record = state["epoch"].record
                 if not record["complete"]:
-                    record["optimizers"] = session.stepped_since(record["step"])
+                    record["trained"] = session.trained_since(record["step"])
                 state["epoch"].sync()
 
     setattr(dl.DataLoader, "__init__", __init__)

@@ -66,12 +66,12 @@ def _same_order(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 
 def _same_run(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two passes trained the same run: a pass whose optimizer steps train only models
-    the other pass never trained trains another model (a script that trains one way, then another,
-    on the same loader with the same order on purpose). Records without the list: the same run."""
-    if a.get("optimizers") is None or b.get("optimizers") is None:
+    """Whether two passes trained the same run: a pass whose last optimizer step trained another
+    model than the other's (a script that trains one way, then another, on the same loader with
+    the same order on purpose) is not. Records without the key: the same run."""
+    if a.get("trained") is None or b.get("trained") is None:
         return True
-    return bool(set(a["optimizers"]) & set(b["optimizers"]))
+    return bool(a["trained"] == b["trained"])
 
 
 def _sequences(records: list[Record]) -> list[tuple[dict[str, Any], dict[int, list[dict[str, Any]]]]]:

@@ -96,13 +96,10 @@ class Session:
         self.step = 0
         self.taken = 0  # optimizer.step() calls this rank really made
         self.stepping: list[int] = []  # id() of the optimizers inside their step, outermost first
-        # A number for each model an optimizer trains (known by its first parameter: an optimizer
-        # made anew each epoch still trains the same model), in the order this rank first stepped
-        # them, and the step number of its last step (which models a pass over a loader trained).
-        self.optimizer_numbers: dict[int, int] = {}
-        self.last_step_of: dict[int, int] = {}
-        self._step_site = -1  # the call site of the checked step under way (crc32 of file:line)
-        self._step_site_text = ""
+        # The optimizer of the last (outermost) step: what a pass over a loader trained is read
+        # from it when the pass ends, so an unchecked step pays one assignment.
+        self.last_stepped: Optimizer | None = None
+        self._step_site = (-1, "")  # the call site of the checked step under way (see step_site)
         self._in_flight_site = ""  # the call site of the step whose exchange is in flight
         self.next_checked = options.next_checked(0)  # the next optimizer step to check
         self.group: ProcessGroup | None = None  # ddpcheck's own gloo group, once the user's one exists
@@ -181,9 +178,12 @@ class Session:
         self.slots.append(name)
         return len(self.slots) + 1  # row[0] is the step, row[1] its call site
 
-    def stepped_since(self, step: int) -> list[int]:
-        """The numbers of the models this rank stepped an optimizer of after optimizer step `step`."""
-        return sorted(n for n, last in self.last_step_of.items() if last > step)
+    def trained_since(self, step: int) -> int | None:
+        """What the last optimizer step after optimizer step `step` trained (`trained_by`), or None
+        if this rank took none since."""
+        if self.step <= step or self.last_stepped is None:
+            return None
+        return trained_by(self.last_stepped)
 
     def stage(self, slot: str, value: int) -> None:
         """A digest to compare across ranks at this checked step, in a slot added before."""
@@ -279,7 +279,7 @@ class Session:
         if len(self.stepping) > 1:
             return
         if self.step + 1 == self.next_checked:
-            self._step_site, self._step_site_text = step_site()
+            self._step_site = step_site()
             for fn in self.before_step:
                 guard(fn, optimizer, self.step + 1)
         if self.on_phase:
@@ -294,11 +294,7 @@ class Session:
             self.phase("step", False)
         self.step += 1
         self.taken += 1
-        key = trained_by(optimizer)
-        number = self.optimizer_numbers.get(key)
-        if number is None:
-            number = self.optimizer_numbers[key] = len(self.optimizer_numbers)
-        self.last_step_of[number] = self.step
+        self.last_stepped = optimizer
         if self.step != self.next_checked:
             self.forwards = self.unsynced = 0
             return
@@ -368,7 +364,7 @@ class Session:
         import torch
         from torch._C._distributed_c10d import AllgatherOptions
 
-        mine = torch.tensor([step, self._step_site] + [self.staged.get(s, -1) for s in self.slots],
+        mine = torch.tensor([step, self._step_site[0]] + [self.staged.get(s, -1) for s in self.slots],
                             dtype=torch.int64)
         out = [torch.empty_like(mine) for _ in range(self.world_size)]
         opts = AllgatherOptions()
@@ -382,7 +378,7 @@ class Session:
             self.meta["exchange_error"] = f"{type(exc).__name__}: {exc}"[:500]
             return False
         self._in_flight = (step, out, work)
-        self._in_flight_site = self._step_site_text
+        self._in_flight_site = self._step_site[1]
         return True
 
     def finish_exchange(self, timeout_s: float | None = None) -> None:
@@ -445,7 +441,8 @@ def step_site() -> tuple[int, str]:
 
 
 def trained_by(optimizer: Optimizer) -> int:
-    """What an optimizer trains, as a key: its first parameter's identity (or its own)."""
+    """What an optimizer trains, as a key: its first parameter's identity (or its own), so that an
+    optimizer made anew each epoch still trains the same model."""
     try:
         return id(optimizer.param_groups[0]["params"][0])
     except (AttributeError, IndexError, KeyError, TypeError):
