@@ -63,7 +63,9 @@ class DdpStateDictPrefix(Rule):
     `torch.save(model.state_dict(), "best.pth")`, is still reported: it has no such entry),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
     `consume_prefix_in_state_dict_if_present` is used, or a state dict is rebuilt with its keys
-    cut at a fixed position, `for k, v in sd.items(): new_sd[k[7:]] = v`), loads through a project function that strips it (`load_state_dict(fix_keys(
+    cut at a fixed position, `for k, v in sd.items(): new_sd[k[7:]] = v`; not a loop that writes
+    the stripped copies back into the wrapper's own state dict, `state = model.state_dict()` then
+    `state[k.replace("module.", "")] = v`, which keeps every prefixed key), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that hands a model to a
     project loader, defined anywhere in the project, that loads a checkpoint into it and strips
     the prefix (`load_weights(net, cfg.test.model_path)`), or that loads checkpoints and
