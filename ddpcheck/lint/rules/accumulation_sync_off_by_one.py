@@ -8,7 +8,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.ddp import is_ddp, is_optimizer_step
-from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel
+from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Scope
 from ddpcheck.lint.model.syntax import children, dotted, int_value, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 
@@ -38,6 +38,9 @@ class AccumulationSyncOffByOne(Rule):
     `with model.no_sync():` (or a project helper returning `model.no_sync()` for a DDP model,
     passed nothing from the counter) that the step is outside of, with no collective and no
     `require_backward_grad_sync` in the loop: the last micro-batch does not synchronise either.
+    And a switch set in the loop, before the DDP forward, from a test of values the loop never
+    changes (`model.require_backward_grad_sync = accum_steps == 1`) while the optimizer steps
+    after every backward: whenever the test is false, no step's gradients were all-reduced.
 
     ## How to fix
     Use one expression for both decisions, e.g.
@@ -62,6 +65,12 @@ class AccumulationSyncOffByOne(Rule):
         "the optimizer steps after micro-batches that all ran under `{no_sync}`, the last one "
         "included: no backward all-reduces the gradients, so every rank steps on its own; leave "
         "the last micro-batch before the step outside `no_sync`"
+    )
+    INVARIANT_MESSAGE = (
+        "`{switch}` is set from values the training loop never changes while `{step}` runs "
+        "after every backward: whenever it is false (accumulation on) no backward all-reduces and "
+        "every rank steps on its own gradients; set it to whether this micro-batch is the last "
+        "before the step, and step only then"
     )
     LATE_MESSAGE = (
         "`{switch}` is set after this micro-step's forward: DDP reads the flag when the forward "
@@ -166,6 +175,9 @@ class AccumulationSyncOffByOne(Rule):
                                                         step=module.code(step.node)))
             for value, name in self._late_switches(module):
                 self.report(value, self.LATE_MESSAGE.format(switch=f"{name} = {module.code(value).strip()}"))
+            for value, name, step in self._invariant_switches(module):
+                self.report(value, self.INVARIANT_MESSAGE.format(
+                    switch=f"{name} = {' '.join(module.code(value).split())}", step=module.code(step.node)))
             for step, with_node in self._never_synced(module, steps):
                 self.report(step.node, self.ALWAYS_MESSAGE.format(
                     no_sync=" ".join(module.code(with_node.items[0].item).split())))
@@ -278,6 +290,63 @@ class AccumulationSyncOffByOne(Rule):
                     if before and later_backward and not any(c.tick > point.tick for c in forwards) \
                             and self._wraps(module, before[0]):
                         yield value, name
+
+    def _invariant_switches(self, module: ModuleModel) -> Iterator[tuple[cst.BaseExpression, str, CallSite]]:
+        """`model.require_backward_grad_sync = <test>` set in a training loop from values the loop
+        never changes (`accum_steps == 1`: no loop counter, no call), before that pass's forward of
+        the same DDP model, while the optimizer step after the backward runs on every pass of the
+        loop: the flag is the same on every pass, so whenever the test is false (the accumulation
+        the switch was written for) every step follows a backward that did not all-reduce. A test
+        the loop can change, a step under a condition in the loop, a second switch or a collective
+        in the loop are not judged."""
+        for scope in [module.module_scope, *module.function_scopes.values()]:
+            for name, bindings in scope.assignments.items():
+                if not name.endswith(".require_backward_grad_sync"):
+                    continue
+                receiver = name[: -len(".require_backward_grad_sync")]
+                points = scope.points.get(name, [])
+                for value, point in zip(bindings, points):
+                    if point is None or not point.loops or not isinstance(value, cst.BaseExpression):
+                        continue
+                    loop = point.loops[-1]
+                    if sum(1 for p in points if p is not None and loop in p.loops) != 1 \
+                            or not self._loop_invariant_test(scope, value, point.loops):
+                        continue
+                    inside = [c for c in module.calls if c.scope is scope and loop in c.loops]
+                    if any(api.is_collective(self.model.api(c)) for c in inside):
+                        continue
+                    forwards = [c for c in inside if dotted(c.node.func) == receiver and c.tick > point.tick]
+                    if not forwards or not self._wraps(module, forwards[0]):
+                        continue
+                    backwards = [c for c in inside if c.method == "backward" and c.tick > forwards[0].tick]
+                    if not backwards:
+                        continue
+                    step = next((c for c in inside if c.method == "step" and c.tick > backwards[0].tick
+                                 and not any(_contains(loop, g.node) for g in c.guards)
+                                 and not any(_contains(loop, w) for w in c.withs)
+                                 and is_optimizer_step(self.model, c)), None)
+                    if step is not None:
+                        yield value, name, step
+
+    @staticmethod
+    def _loop_invariant_test(scope: Scope, value: cst.BaseExpression, loops: tuple[cst.CSTNode, ...]) -> bool:
+        """A comparison (or `not`/`and`/`or` of them) of names, attributes, subscripts and
+        constants, none of them bound inside the loops around the switch (their targets
+        included) and no call: the same value on every pass."""
+        test = _unparen(value)
+        if not isinstance(test, (cst.Comparison, cst.BooleanOperation, cst.UnaryOperation)):
+            return False
+        if any(isinstance(sub, (cst.Call, cst.Await, cst.Yield, cst.NamedExpr, cst.Lambda))
+               for sub in subexpressions(test)):
+            return False
+        bound = {name for name, points in scope.points.items()
+                 if any(p is not None and any(loop in p.loops for loop in loops) for p in points)}
+        for loop in loops:
+            if isinstance(loop, cst.For):
+                bound.update(n.value for n in subexpressions(loop.target) if isinstance(n, cst.Name))
+        reads = [r for r in _reads(test) if r not in ("True", "False", "None")]
+        return bool(reads) and not any(
+            read == b or read.startswith(b + ".") or b.startswith(read + ".") for read in reads for b in bound)
 
     def _wraps(self, module: ModuleModel, forward: CallSite) -> bool:
         values = self.model.values.at_call(forward, forward.node.func)
@@ -413,6 +482,17 @@ def _ifexp_holding(module: ModuleModel, site: CallSite) -> cst.IfExp | None:
             if isinstance(binding, cst.IfExp) and (_contains(binding.body, site.node) or _contains(binding.orelse, site.node)):
                 return binding
     return None
+
+
+def _reads(expr: cst.CSTNode) -> Iterator[str]:
+    """The names and attribute chains an expression reads (`cfg.accum`, `args`)."""
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        name = dotted(expr)
+        if name is not None:
+            yield name
+            return
+    for child in children(expr):
+        yield from _reads(child)
 
 
 def _contains(tree: cst.CSTNode, node: cst.CSTNode) -> bool:

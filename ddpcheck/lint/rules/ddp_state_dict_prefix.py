@@ -8,7 +8,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.ddp import before, holds_ddp
-from ddpcheck.lint.model.module import CallSite, Point, Scope
+from ddpcheck.lint.model.module import CallSite, ModuleModel, Point, Scope
 from ddpcheck.lint.model.syntax import argument, dotted, subexpressions
 from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.values import Value
@@ -63,7 +63,9 @@ class DdpStateDictPrefix(Rule):
     `torch.save(model.state_dict(), "best.pth")`, is still reported: it has no such entry),
     strips the prefix (`"module."` or `"_orig_mod.module."` appears in the file, or
     `consume_prefix_in_state_dict_if_present` is used, or a state dict is rebuilt with its keys
-    cut at a fixed position, `for k, v in sd.items(): new_sd[k[7:]] = v`), loads through a project function that strips it (`load_state_dict(fix_keys(
+    cut at a fixed position, `for k, v in sd.items(): new_sd[k[7:]] = v`; not a loop that writes
+    the stripped copies back into the wrapper's own state dict, `state = model.state_dict()` then
+    `state[k.replace("module.", "")] = v`, which keeps every prefixed key), loads through a project function that strips it (`load_state_dict(fix_keys(
     torch.load(path)))`), has a script beside it or below its folder that hands a model to a
     project loader, defined anywhere in the project, that loads a checkpoint into it and strips
     the prefix (`load_weights(net, cfg.test.model_path)`), or that loads checkpoints and
@@ -210,8 +212,8 @@ class DdpStateDictPrefix(Rule):
                  and self._of_ddp(where, save)]
         if not found:
             return
-        if any(strips_module_prefix(m.source) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
-                or strips_module_prefix(model.root.source):
+        if any(strips_module_prefix(_stripping_text(m)) for m in {id(s.module): s.module for s, _, _ in found}.values()) \
+                or strips_module_prefix(_stripping_text(model.root)):
             return
         if self._loader_strips() or loaded_through_stripper(model, strips_module_prefix) \
                 or project_strips(model, strips_module_prefix) \
@@ -498,6 +500,46 @@ class DdpStateDictPrefix(Rule):
                 return None
             names |= files
         return frozenset(names) if loads else None
+
+
+def _stripping_text(module: ModuleModel) -> str:
+    """The module's source less its loops that write the stripped keys back into the wrapper's own
+    state dict (`state = model.state_dict()`, then `for k, v in model.state_dict().items():
+    state[k.replace("module.", "")] = v`): the dict saved keeps every `module.` key beside the
+    copies, so a plain model still meets keys it does not have. Such a loop strips nothing."""
+    memo = module.memo.get("ddp019_stripping_text")
+    if isinstance(memo, str):
+        return memo
+    cuts: list[list[str]] = []
+    for loop in module.fors:
+        node = loop.node
+        if not (isinstance(node.iter, cst.Call) and isinstance(node.iter.func, cst.Attribute)
+                and node.iter.func.attr.value == "items"):
+            continue
+        if any(isinstance(sub, cst.Del) or isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute)
+               and sub.func.attr.value == "pop" for sub in subexpressions(node.body)):
+            continue  # (the old key dropped as the new one is written: a strip in place)
+        for sub in subexpressions(node.body):
+            if not (isinstance(sub, cst.Assign) and len(sub.targets) == 1
+                    and isinstance(sub.targets[0].target, cst.Subscript)):
+                continue
+            held = dotted(sub.targets[0].target.value)
+            bound = loop.scope.assignments.get(held, []) if held is not None else []
+            if bound and all(isinstance(b, cst.Call) and isinstance(b.func, cst.Attribute)
+                             and b.func.attr.value == "state_dict" and not b.args for b in bound):
+                text = cst.Module(body=[]).code_for_node(node.with_changes(leading_lines=()))
+                cuts.append([line.strip() for line in text.splitlines()])
+                break
+    lines = module.source.splitlines()
+    for cut in cuts:
+        # (The loop's own lines, matched without their indentation: it may sit in a function.)
+        for start in range(len(lines) - len(cut) + 1):
+            if all(lines[start + i].strip() == want for i, want in enumerate(cut)):
+                del lines[start:start + len(cut)]
+                break
+    source = "\n".join(lines)
+    module.memo["ddp019_stripping_text"] = source
+    return source
 
 
 def _entry_of_load(loaded: cst.BaseExpression) -> bool:

@@ -1789,13 +1789,16 @@ def _print_bindings(module: ModuleModel, scope: Scope) -> list[Point | None]:
 
 
 def _result_kept(caller: CallSite, function: Function) -> bool:
-    """`res = validate(...)`, `data["train"] = get_dataset(...)` (or `return validate(...)`) of a
-    function that returns a value: the caller goes on with what the call computes."""
+    """`res = validate(...)`, `psnr, ssim = test(...)`, `data["train"] = get_dataset(...)` (or
+    `return validate(...)`) of a function that returns a value: the caller goes on with what the
+    call computes."""
     returned = function.module.returns.get(function.qualname, [])
     if not any(not (isinstance(v, cst.Name) and v.value == "None") for v in returned):
         return False
     scope = caller.scope
-    if any(b is caller.node for bound in scope.assignments.values() for b in bound):
+    # (unpacked into several names, each is an `Item` of the call)
+    if any(b is caller.node or isinstance(b, Item) and b.value is caller.node
+           for bound in scope.assignments.values() for b in bound):
         return True
     # (also an entry of a dict, `data["train"] = get_dataset(args, epoch)`)
     if any(entry[1] is caller.node for entries in scope.updates.values() for entry in entries):

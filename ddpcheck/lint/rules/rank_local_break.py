@@ -19,6 +19,11 @@ _LOCAL_CALLS = frozenset({
     "math.isnan", "math.isinf", "math.isfinite", "torch.isnan", "torch.isinf", "torch.isfinite",
     "numpy.isnan", "numpy.isinf", "numpy.isfinite", "os.path.exists",
 })
+# What a rank sees on disk when it looks (`_answers_from_disk`).
+_DISK_LOOKS = frozenset({
+    "glob.glob", "glob.iglob", "os.listdir", "os.scandir", "os.walk", "os.path.exists", "os.path.isfile",
+    "os.path.isdir", "os.path.getmtime",
+})
 _LOCAL_METHODS = frozenset({"item", "tolist", "isnan", "isinf", "isfinite"})
 
 
@@ -38,9 +43,13 @@ class RankLocalBreak(Rule):
     batches, so this is the remaining way for the ranks to disagree.
 
     Reported at the `break` / `return` inside a loop (`for` or `while`) that runs a DDP model's
-    forward or a `backward()` (itself or in a project function it calls), when its `if` reads the clock, a
+    forward or a `backward()` (itself or in a project function it calls), or makes a collective on
+    every rank at each pass (a barrier included: a polling evaluation loop whose evaluation waits
+    in barriers), when its `if` reads the clock, a
     tensor's `.item()`, `isnan`/`isinf` or a file's existence (directly or through a variable
-    assigned from one in the function), or a variable the function updates only under a rank
+    assigned from one in the function, or the answer of a project function, making no
+    collective, that lists a folder, globs or tests a file and returns from a loop or an `if` of
+    its own: what this rank found on disk when it looked), or a variable the function updates only under a rank
     condition (an early-stopping counter kept by rank 0) or under a test of the rank's own values
     (`if not improved: stale += 1` with `improved` set under `if val_loss < best:`, also where
     `val_loss = self.validate(loader)` is the answer of a project function that makes no
@@ -83,7 +92,7 @@ class RankLocalBreak(Rule):
     backward the others make, and their gradient all-reduces no longer pair up. A skip on
     counters read from a dict or an object (`if step < state["epoch_step"]: continue` on resume)
     is not reported. A `continue` on such a test before a collective every rank makes later in
-    the loop (an evaluation's periodic all-reduce) is reported too: that rank skips its share.
+    the loop (an evaluation's periodic all-reduce, or its barrier) is reported too: that rank skips its share.
     Also reported: a `break` out of the training loop, or a `continue` past a `try` that holds
     the loop's backward, in a handler that catches every error (`except Exception:`, a bare
     `except:`): the rank that meets the error leaves or skips alone (also where the loop's forward
@@ -294,7 +303,7 @@ class RankLocalBreak(Rule):
             body_calls = [c for c in root.calls if loop.node in c.loops]
             # A backward in the loop, or in a project function it calls (`train_one_epoch(...)`).
             if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
-                    and not self._forwards(body_calls):
+                    and not self._forwards(body_calls) and not self._collective_each_pass(body_calls):
                 continue
             if any(model.paths.kind(root, g, loop.scope) in ("main", "other") for g in loop.guards):
                 continue  # a loop one rank runs alone (rank 0's evaluation): leaving it early strands no peer
@@ -428,7 +437,8 @@ class RankLocalBreak(Rule):
         if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
                and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
             self.report(exit_node, self.SKIP_MESSAGE.format(test=text), module=root)
-        elif any(order.get(id(c.node), -1) > here for c in agreeing):
+        elif any(order.get(id(c.node), -1) > here for c in agreeing) \
+                or any(order.get(id(c.node), -1) > here for c in self._collectives(body_calls)):
             self.report(exit_node, self.SKIP_COLLECTIVE_MESSAGE.format(test=text), module=root)
 
     def _agrees_on(self, site: CallSite, scope: Scope, test: cst.BaseExpression) -> bool:
@@ -502,7 +512,7 @@ class RankLocalBreak(Rule):
         for loop, scope in loops.values():
             body_calls = [c for c in root.calls if loop in c.loops]
             if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
-                    and not self._forwards(body_calls):
+                    and not self._forwards(body_calls) and not self._collective_each_pass(body_calls):
                 continue
             read = {n.value for n in subexpressions(loop.test) if isinstance(n, cst.Name)}
             collectives = [c for c in body_calls if model.facts.does(c, "data_collective")
@@ -614,6 +624,24 @@ class RankLocalBreak(Rule):
                     caught = f"`except {model.text_of(root, handler.type)}:`" if handler.type else "bare `except:`"
                     self.report(left, self.BROAD_MESSAGE.format(exit=keyword, caught=caught, what=what), module=root)
 
+    def _answers_from_disk(self, site: CallSite) -> bool:
+        """A project function, making no collective, that looks at the file system (lists a
+        folder, globs, tests a file's existence) and returns from inside a loop or an `if` of its
+        own (`for ckpt in glob(...): if ckpt not in done: return ckpt` / `return None`): its
+        answer is what this rank found on disk when it looked, which another rank, looking a
+        moment earlier or later (or after a peer wrote a record file), need not find."""
+        if site.target is None or site.target.kind != "function" or self.model.facts.does(site, "collective"):
+            return False
+        for callee, _ in self.model.graph.targets(site):
+            calls = callee.module.calls_in(callee.qualname)
+            if not any(self.model.api(c) in _DISK_LOOKS for c in calls):
+                continue
+            if any(exit.scope.kind == "function" and exit.scope.qualname == callee.qualname
+                   and isinstance(exit.node, cst.Return) and (exit.loops or exit.guards)
+                   for exit in callee.module.exits):
+                return True
+        return False
+
     def _returns_ranked(self, site: CallSite) -> bool:
         """A project method that returns an attribute of its object it updates only under a rank
         condition (`if self.rank == 0: ... self.stale += 1` then `return self.stale >= patience`,
@@ -724,6 +752,17 @@ class RankLocalBreak(Rule):
                     return True
         return False
 
+    def _collectives(self, calls: list[CallSite]) -> list[CallSite]:
+        """The calls that make a collective on every rank, a barrier included (itself, or in a
+        project function: an evaluation that gathers its results through files between
+        barriers): a rank that leaves or skips the pass leaves the others waiting in it."""
+        model = self.model
+        return [c for c in calls if (model.facts.does(c, "collective") or model.api(c) in api.BARRIERS)
+                and model.paths.rank_guard(c) is None]
+
+    def _collective_each_pass(self, calls: list[CallSite]) -> bool:
+        return bool(self._collectives(calls))
+
     def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
         """The loop makes something the ranks must do together: a collective, or a forward of a
         DDP model (`model(x)`, `self.model(x)`)."""
@@ -810,6 +849,8 @@ class RankLocalBreak(Rule):
                 site = root.call_at(node)
                 name = self.model.api(site) if site is not None else None
                 if name in _LOCAL_CALLS:
+                    return True
+                if site is not None and self._answers_from_disk(site):
                     return True
                 if isinstance(node.func, cst.Attribute) and node.func.attr.value in _LOCAL_METHODS:
                     return True
