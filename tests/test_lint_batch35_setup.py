@@ -1,0 +1,96 @@
+"""Set-up rules on mechanisms seen on public scripts of batch 35: each through `ddpcheck lint` on a
+small project written in the style of the scripts, with a variant that is reported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import finding_lines as lines
+
+
+# A script that spawns one worker per GPU when `--spawn` is on, and otherwise calls the worker
+# itself with `--gpu` (None by default). `--spawn` is a store_true flag whose default is True: no
+# command line turns it off, so the `else:` arm never runs and every worker gets its spawn index.
+SPAWN_FLAG = """\
+    import argparse
+    import random
+
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gpu", default=None, type=int)
+    parser.add_argument("--seed", default=None, type=int)
+    parser.add_argument("--nodes", default=1, type=int)
+    parser.add_argument("--spawn", action="store_true", default=True)
+
+
+    class Crops(torch.utils.data.Dataset):
+        def __len__(self):
+            return 64
+
+        def __getitem__(self, i):
+            return torch.rand(8) * random.random()
+
+
+    def main():
+        args = parser.parse_args()
+        if args.seed is not None:
+            random.seed(args.seed)
+            torch.manual_seed(args.seed)
+        gpus = torch.cuda.device_count()
+        if args.spawn:
+            mp.spawn(worker, nprocs=gpus, args=(gpus, args))
+        else:
+            worker(args.gpu, gpus, args)
+
+
+    def worker(gpu, gpus, args):
+        args.gpu = gpu
+        dist.init_process_group("nccl", init_method="env://", world_size=gpus * args.nodes, rank=gpu)
+        net = torch.nn.Linear(8, 8)
+        if args.gpu is not None:
+            torch.cuda.set_device(args.gpu)
+            net = DDP(net.cuda(args.gpu), device_ids=[args.gpu])
+        else:
+            net = DDP(net.cuda())
+        data = Crops()
+        sampler = torch.utils.data.distributed.DistributedSampler(data)
+        for x in torch.utils.data.DataLoader(data, batch_size=2, num_workers=2, sampler=sampler):
+            net(x.cuda()).sum().backward()
+
+
+    if __name__ == "__main__":
+        main()
+"""
+
+
+def test_flag_that_cannot_be_turned_off_leaves_its_else_arm_dead(tmp_path: Path) -> None:
+    # The worker's `args.gpu` is always the spawn index: set_device runs on every path.
+    assert lines(tmp_path, {"train.py": SPAWN_FLAG}, "DDP003") == []
+
+
+def test_flag_that_can_be_off_keeps_the_direct_call(tmp_path: Path) -> None:
+    files = {"train.py": SPAWN_FLAG.replace('action="store_true", default=True', 'action="store_true"')}
+    assert lines(tmp_path, files, "DDP003") == [("train.py", 38)]
+
+
+def test_store_false_flag_with_default_false_is_always_off(tmp_path: Path) -> None:
+    # The same constant written the other way round: `if not args.no_spawn:` always spawns.
+    files = {"train.py": SPAWN_FLAG.replace('"--spawn", action="store_true", default=True',
+                                            '"--no-spawn", action="store_false", default=False')
+             .replace("    if args.spawn:", "    if not args.no_spawn:")}
+    assert lines(tmp_path, files, "DDP003") == []
+
+
+def test_seed_before_an_always_taken_spawn_seeds_no_rank(tmp_path: Path) -> None:
+    # The seed is set in the launching process only; spawned workers start a fresh interpreter.
+    assert lines(tmp_path, {"train.py": SPAWN_FLAG}, "DDP029") == []
+
+
+def test_seed_before_a_spawn_the_command_line_can_skip_is_reported(tmp_path: Path) -> None:
+    # Without `--spawn` the launching process is the worker (under an outside launcher: every rank).
+    files = {"train.py": SPAWN_FLAG.replace('action="store_true", default=True', 'action="store_true"')}
+    assert lines(tmp_path, files, "DDP029") == [("train.py", 28)]
