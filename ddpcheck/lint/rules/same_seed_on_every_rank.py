@@ -102,7 +102,8 @@ class SameSeedOnEveryRank(Rule):
     (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
     as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
-    same function or `__main__` block (also a spawn only when there are several GPUs or the run
+    same function or `__main__` block (also a spawn under a flag the command line cannot turn
+    off, `action="store_true", default=True`; a spawn only when there are several GPUs or the run
     is distributed, `if torch.cuda.device_count() > 1:`, `if args.distributed:`, the other arm
     training in one process), or before a project function there that spawns
     (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start), or anywhere on
