@@ -94,3 +94,101 @@ def test_seed_before_a_spawn_the_command_line_can_skip_is_reported(tmp_path: Pat
     # Without `--spawn` the launching process is the worker (under an outside launcher: every rank).
     files = {"train.py": SPAWN_FLAG.replace('action="store_true", default=True', 'action="store_true"')}
     assert lines(tmp_path, files, "DDP029") == [("train.py", 28)]
+
+
+# A classifier whose `--local_rank` flag (required: only the old launcher passes it) is copied into
+# a configuration object's field by the project's config builder; the script sets the device from
+# that field. A data sampler reads LOCAL_RANK from the environment, but only to pick its slice of
+# the node's images: the device still comes from the flag.
+CONFIG = """\
+    class Node(dict):
+        def __getattr__(self, key):
+            return self[key]
+
+        def __setattr__(self, key, value):
+            self[key] = value
+
+
+    _C = Node()
+    _C.LOCAL_RANK = 0
+    _C.BATCH = 64
+
+
+    def get_config(args):
+        config = Node(_C)
+        if args.batch_size:
+            config.BATCH = args.batch_size
+        config.LOCAL_RANK = args.local_rank
+        return config
+"""
+
+SAMPLER = """\
+    import os
+
+    import torch
+
+
+    class NodeShardSampler(torch.utils.data.Sampler):
+        # Each process of a node reads its own slice of the images held in memory.
+
+        def __init__(self, dataset, local_rank=None):
+            if local_rank is None:
+                local_rank = int(os.environ.get("LOCAL_RANK", 0))
+            self.local_rank = local_rank
+            self.local_size = int(os.environ.get("LOCAL_SIZE", 1))
+            self.dataset = dataset
+
+        def __iter__(self):
+            return iter(range(self.local_rank, len(self.dataset), self.local_size))
+
+        def __len__(self):
+            return len(self.dataset) // self.local_size
+
+
+    def build_loader(dataset, batch):
+        return torch.utils.data.DataLoader(dataset, batch_size=batch, sampler=NodeShardSampler(dataset))
+"""
+
+CLASSIFIER = """\
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from config import get_config
+    from data import build_loader
+
+
+    def parse_option():
+        parser = argparse.ArgumentParser("classifier")
+        parser.add_argument("--batch-size", type=int)
+        parser.add_argument("--local_rank", type=int, required=True, help="local rank for DDP")
+        args, _ = parser.parse_known_args()
+        return args, get_config(args)
+
+
+    def main(config):
+        model = DDP(torch.nn.Linear(8, 2).cuda(), device_ids=[config.LOCAL_RANK])
+        for x in build_loader(torch.randn(64, 8), config.BATCH):
+            model(x.cuda()).sum().backward()
+
+
+    if __name__ == "__main__":
+        _, config = parse_option()
+        torch.cuda.set_device(config.LOCAL_RANK)
+        dist.init_process_group(backend="nccl", init_method="env://")
+        main(config)
+"""
+
+
+def test_flag_copied_into_a_config_field_that_sets_the_device_is_reported(tmp_path: Path) -> None:
+    files = {"train.py": CLASSIFIER, "config.py": CONFIG, "data.py": SAMPLER}
+    assert lines(tmp_path, files, "DDP008") == [("train.py", 14)]
+
+
+def test_config_field_read_from_the_environment_is_silent(tmp_path: Path) -> None:
+    config = "    import os\n" + CONFIG.replace("config.LOCAL_RANK = args.local_rank",
+                                                  'config.LOCAL_RANK = int(os.environ.get("LOCAL_RANK", args.local_rank))')
+    files = {"train.py": CLASSIFIER, "config.py": config, "data.py": SAMPLER}
+    assert lines(tmp_path, files, "DDP008") == []
