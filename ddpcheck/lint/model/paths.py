@@ -36,6 +36,7 @@ from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Param, Point, Scope
+from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.project import Project, resolved_path
 from ddpcheck.lint.model.resolve import Resolver
 from ddpcheck.lint.model.scripts import project_files
@@ -937,8 +938,10 @@ class Paths:
 
     def dead(self, site: CallSite) -> bool:
         """`site` never runs when the linted file runs: it sits in an imported module's
-        `__main__` block, or in a function called only from there (`_self_test()`)."""
-        if self.imported_main(site):
+        `__main__` block, or in a function called only from there (`_self_test()`), or on the
+        arm of an `if` that a flag the command line cannot change rules out (`else:` of `if
+        args.multiprocessing_distributed:` declared `action="store_true", default=True`)."""
+        if self.imported_main(site) or self.flag_rules_out(site):
             return True
         function = self.function_of(site)
         if function is None:
@@ -946,7 +949,15 @@ class Paths:
         if function.module is self.model.root:
             return self.unused_method(function)
         callers = self.model.graph.callers(function)
-        return bool(callers) and all(self.imported_main(call) for call, _ in callers)
+        return bool(callers) and all(self.imported_main(call) or self.flag_rules_out(call) for call, _ in callers)
+
+    @staticmethod
+    def flag_rules_out(site: CallSite) -> bool:
+        """A guard of `site` is a flag its module declares with one value only (a store_true
+        option with `default=True`, or store_false with `default=False`, never assigned), and
+        `site` sits on the arm that value never takes. Read from the declarations alone, so
+        it is safe to ask while values are being followed."""
+        return any(constant_flag(site.module, g.test) is g.negated for g in site.guards)
 
     def uncalled(self, site: CallSite) -> bool:
         """`site` sits in a top-level function of the linted file, a script (it has a `__main__`

@@ -59,7 +59,9 @@ class AccumulationWithoutNoSync(Rule):
     after every backward — also a sub-batch loop that runs once per batch: `for i in range(0,
     len(data), args.batch_size):` over the batches of a DataLoader built with that same
     `batch_size=args.batch_size` (Horovod's example, whose loader batch is `batch_size *
-    batches_per_allreduce`, is still reported).
+    batches_per_allreduce`, is still reported) — and a counter test on the arm where the count is
+    at most one (`update_grad=(idx + 1) % accum == 0` in the `else:` of `if accum > 1:`), which
+    holds on every iteration.
 
     ## How to fix
     Wrap the forward and backward of the non-final micro-batches in `with model.no_sync():`
@@ -458,7 +460,11 @@ class AccumulationWithoutNoSync(Rule):
 
     def _counter_expr(self, site: CallSite, expr: cst.BaseExpression) -> bool:
         """A counter test, written there or in the variable's assignment
-        (`is_update = True if step % args.grad_acc == 0 else False`)."""
+        (`is_update = True if step % args.grad_acc == 0 else False`). Not one whose every
+        divisor the site's guards hold at one or less (`(idx + 1) % accum == 0` in the `else:`
+        of `if accum > 1:`): there it holds on every iteration, nothing accumulates."""
+        if _divisors_at_most_one(site, expr):
+            return False
         if _counter(site.module.code(expr)):
             return True
         if isinstance(expr, cst.BooleanOperation):
@@ -544,6 +550,35 @@ def _skips_sync(source: str) -> bool:
         return False
     code = code_only(source)
     return "no_sync" in code or "require_backward_grad_sync" in code
+
+
+def _divisors_at_most_one(site: CallSite, expr: cst.BaseExpression) -> bool:
+    """Every `a % n` in `expr` has a divisor `n` that a guard of `site` holds at one or less: the
+    arm of `if n > 1:` (or `n >= 2`, `n != 1`) not taken, or that of `if n == 1:` / `n <= 1` / `n < 2` taken."""
+    divisors: list[str] = []
+    pending: list[cst.CSTNode] = [expr]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, cst.Modulo):
+            divisors.append(" ".join(site.module.code(node.right).split()))
+        pending.extend(children(node))
+    if not divisors:
+        return False
+    small: set[str] = set()
+    for guard in site.guards:
+        test = guard.test
+        if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
+            continue
+        op, bound = test.comparisons[0].operator, int_value(test.comparisons[0].comparator)
+        if bound is None:
+            continue
+        left = " ".join(site.module.code(test.left).split())
+        held_small = (isinstance(op, (cst.GreaterThan, cst.NotEqual)) and bound == 1
+                      or isinstance(op, cst.GreaterThanEqual) and bound == 2) if guard.negated else (
+            isinstance(op, (cst.Equal, cst.LessThanEqual)) and bound == 1 or isinstance(op, cst.LessThan) and bound == 2)
+        if held_small:
+            small.add(left)
+    return all(d in small for d in divisors)
 
 
 def _counter(code: str) -> bool:

@@ -76,7 +76,9 @@ class DeprecatedLauncher(Rule):
     ["SLURM_LOCALID"])` on the cluster path and `0` on the single-GPU one, leaves the flag the
     launcher path's source, and an object keeping a parameter as `self.local_rank` writes no
     entry of the namespace; where the script itself hands the flag to
-    `torch.cuda.set_device(args.local_rank)` and no module of the run sets that entry from the
+    `torch.cuda.set_device(args.local_rank)`, or a field the run copies the flag into
+    (`config.LOCAL_RANK = args.local_rank` in a config builder, then
+    `torch.cuda.set_device(config.LOCAL_RANK)`), and no module of the run sets that entry from the
     environment or the process group, a helper reading LOCAL_RANK for something else, such as
     downloading weights on local rank 0 only, does not change where the device comes from), or imports `deepspeed`
     (whose launcher does pass the flag). Writing the variable from the flag (`os.environ
@@ -397,13 +399,22 @@ class DeprecatedLauncher(Rule):
         dest = _dest(call, flag)
         if not dest:
             return False
-        from_env = re.compile(r"(?:\.\s*" + re.escape(dest) + r"""|\[\s*['"]""" + re.escape(dest)
-                              + r"""['"]\s*\])\s*=(?!=)[^\n]*(?:environ|get_rank|get_local_rank)""")
-        if any(from_env.search(code_only(other.source)) for other in self._reached(module)):
-            return False
+        reached = [code_only(other.source) for other in self._reached(module)]
+        # The entry copied into a field of a configuration object (`config.LOCAL_RANK =
+        # args.local_rank` in the project's `update_config(config, args)`): the script that sets
+        # the device from that field (`torch.cuda.set_device(config.LOCAL_RANK)`) takes it from the flag.
+        copy = re.compile(r"^[ \t]*[A-Za-z_]\w*\s*\.\s*([A-Za-z_]\w*)\s*=(?!=)\s*[A-Za-z_]\w*\s*\.\s*"
+                          + re.escape(dest) + r"[ \t]*(?:#.*)?$", re.MULTILINE)
+        fields = {dest} | {m.group(1) for text in reached for m in copy.finditer(text)}
+        for field in fields:
+            from_env = re.compile(r"(?:\.\s*" + re.escape(field) + r"""|\[\s*['"]""" + re.escape(field)
+                                  + r"""['"]\s*\])\s*=(?!=)[^\n]*(?:environ|get_rank|get_local_rank)""")
+            if any(from_env.search(text) for text in reached):
+                return False
         # A set-device of the run that takes LOCAL_RANK itself (a helper's
         # `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`) may be the one that counts.
-        if any(self.model.api(c) in api.SET_DEVICE and "LOCAL_RANK" in c.module.code(c.node)
+        # (The variable's name as text: a field that copied the flag, `config.LOCAL_RANK`, is no read of it.)
+        if any(self.model.api(c) in api.SET_DEVICE and _READS_LOCAL_RANK_ENV.search(c.module.code(c.node))
                for c in self.model.paths.sites()):
             return False
         for site in module.calls:
@@ -411,7 +422,7 @@ class DeprecatedLauncher(Rule):
                 continue
             device = site.arg("device", 0)
             name = dotted(device) if device is not None else None
-            if name is None or not name.endswith("." + dest) or name.count(".") != 1:
+            if name is None or name.count(".") != 1 or name.rsplit(".", 1)[1] not in fields:
                 continue
             origin = module.names.origin(name.split(".")[0])
             if origin is None or self._parsed_namespace(module, origin) is not None:

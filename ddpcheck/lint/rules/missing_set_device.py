@@ -54,7 +54,10 @@ class MissingSetDevice(Rule):
     setter's; a move to a device named explicitly inside such a call is no such work); moving a loss module that holds no
     tensor (`nn.CrossEntropyLoss().cuda()`) or handing a device to a project object is no work. Also reported, at the same
     call, when the device is set on one branch only (`if args.gpu is not None:`) and the other
-    branch uses CUDA (the two are given as related locations), and when every setter of the
+    branch uses CUDA (the two are given as related locations; a worker that gets its device from
+    `mp.spawn`, and is called directly only on an arm a flag the command line cannot change rules
+    out, `else:` of `if args.spawn:` declared `action="store_true", default=True`, always has
+    one), and when every setter of the
     file runs on rank 0 only (or on each node's first process: `if rank == 0:` around
     `torch.cuda.set_device(...)` in a helper that lists the GPUs) and no call of the file reaches
     one in another module: the other ranks keep GPU 0. Helper modules that are only imported (no `__main__`

@@ -11,7 +11,7 @@ from ddpcheck.lint.model.conditions import Resolve, is_distributed_test, is_rank
 from ddpcheck.lint.model.ddp import feed
 from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import CallSite, Element, Guard, ModuleModel, Param
-from ddpcheck.lint.model.options import option_default
+from ddpcheck.lint.model.options import constant_flag, option_default
 from ddpcheck.lint.model.randomness import draws_random, model_draws_random, model_drops_out
 from ddpcheck.lint.model.shares import takes_own_share
 from ddpcheck.lint.model.symbols import Function
@@ -102,7 +102,8 @@ class SameSeedOnEveryRank(Rule):
     (`AutoModelForCausalLM.from_config(config)`, whose configuration may set no dropout) counts
     as a draw only where the data is sharded. Not
     reported: a seed set only in the process that starts the workers, before `mp.spawn` in the
-    same function or `__main__` block (also a spawn only when there are several GPUs or the run
+    same function or `__main__` block (also a spawn under a flag the command line cannot turn
+    off, `action="store_true", default=True`; a spawn only when there are several GPUs or the run
     is distributed, `if torch.cuda.device_count() > 1:`, `if args.distributed:`, the other arm
     training in one process), or before a project function there that spawns
     (`Trainer(cfg).run()` calling `mp.spawn`, in a file no outside launcher can start), or anywhere on
@@ -795,7 +796,9 @@ class SameSeedOnEveryRank(Rule):
         resolve = model.resolver_for(site.module, scope)
         return any(other.index > site.index
                    and all((id(g.node), g.negated) in held or _several_devices(g)
-                           or is_distributed_test(g.test, resolve) is (not g.negated) for g in other.guards)
+                           or is_distributed_test(g.test, resolve) is (not g.negated)
+                           # a flag the command line cannot turn off: every run takes that arm
+                           or constant_flag(site.module, g.test) is (not g.negated) for g in other.guards)
                    and (model.api(other) in _SPAWNERS
                         or spawns_below and (other.target is None or other.target.external is None)
                         and "spawn" in model.facts.of_call(other))
