@@ -136,6 +136,23 @@ class Paths:
                     self._reached.append(callee)
                     self._parent[callee] = site
                     todo.append((callee.module, callee.qualname, min(hops, MAX_HOPS - 1) if started else hops + 1))
+            if module is not root and hops < MAX_HOPS:
+                # A closure the function makes and returns (`def make_hook(): def hook(state,
+                # bucket): ...; return hook`): whoever called the factory runs it, or hands it
+                # to what does (a comm hook, a scheduler's lambda, a collate function).
+                for value in module.returns.get(qualname, []):
+                    nested = f"{qualname}.{value.value}" if isinstance(value, cst.Name) else None
+                    key = (id(module), nested or "")
+                    if nested is None or nested not in module.functions or key in seen \
+                            or len(self._reached) >= MAX_FUNCTIONS:
+                        continue
+                    closure = Function(module, nested)
+                    parent = self._parent.get(Function(module, qualname))
+                    seen.add(key)
+                    self._reached.append(closure)
+                    if parent is not None:
+                        self._parent[closure] = parent
+                    todo.append((module, nested, hops + 1))
         self.complete = True
 
     def _builds_a_module(self, site: CallSite) -> bool:

@@ -7,6 +7,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
 from ddpcheck.lint.model.conditions import Resolve, is_rank_value
+from ddpcheck.lint.model.index import code_only
 from ddpcheck.lint.model.module import Augmented, CallSite, Item, ModuleModel, Scope
 from ddpcheck.lint.model.options import option_defaults
 from ddpcheck.lint.model.syntax import children, dotted, subexpressions
@@ -35,6 +36,13 @@ class AllReduceSumAsMean(Rule):
     Also reported: the same tensor SUM-reduced twice in a row (a copy-pasted `all_reduce` line,
     nothing assigned to it between): the second reduce multiplies the sum by N again, and the one
     division by the world size that follows leaves it N times too large.
+
+    Also reported: a DDP communication hook (`model.register_comm_hook(state, hook)`) that
+    SUM-reduces its gradient bucket (`bucket.buffer()`, the parameter annotated `GradBucket` or
+    named as a bucket; also a tensor made from it, compressed or packed) and divides or scales
+    nowhere in the hook: the bucket holds this rank's mean gradient, DDP expects the hook to
+    average it (its own `allreduce_hook` divides by the group's size), and every step then applies
+    world_size times the gradient.
 
     One finding per tensor and function: the same loss reduced again further on (the flipped
     input's pass of an evaluation loop) has the same fix. Functions of a script that nothing
@@ -141,6 +149,17 @@ class AllReduceSumAsMean(Rule):
     INVALID = [
         Invalid(
             """
+            # A communication hook that sums the gradient bucket and returns it undivided.
+            import torch.distributed as dist
+            def sum_hook(state, bucket: dist.GradBucket):
+                grads = bucket.buffer()
+                fut = dist.all_reduce(grads, async_op=True).get_future()
+                return fut.then(lambda f: f.value()[0])
+            """,
+            lines=(5,),
+        ),
+        Invalid(
+            """
             import torch.distributed as dist
             def train_one_epoch():
                 loss = criterion(out, y)
@@ -221,6 +240,17 @@ class AllReduceSumAsMean(Rule):
                     f"`{summed}` is summed over ranks and divided by `{divisor}`, a command-line option that "
                     f"is not the world size, so the mean is off whenever the two differ; divide by "
                     f"`dist.get_world_size()`",
+                    module=site.module, related=model.paths.chain(site),
+                )
+                continue
+            gradient = self._unscaled_bucket(site, name)
+            if gradient is not None and (id(site.scope), gradient) not in reported:
+                reported.add((id(site.scope), gradient))
+                self.report(
+                    site.node,
+                    f"`{gradient}` holds this rank's gradient bucket and is summed over ranks in a DDP "
+                    f"communication hook that never divides by the world size: every step applies "
+                    f"world_size times the mean gradient; divide the bucket by the process group's size",
                     module=site.module, related=model.paths.chain(site),
                 )
                 continue
@@ -364,6 +394,32 @@ class AllReduceSumAsMean(Rule):
             stack.extend((child, inner) for child in reversed(list(children(node))))
         return False
 
+    def _unscaled_bucket(self, site: CallSite, name: str) -> str | None:
+        """A DDP communication hook's SUM: the reduced tensor is made, in the hook, from its
+        gradient bucket (`bucket.buffer()`, `bucket.get_tensor()`, where `bucket` is a parameter
+        annotated `GradBucket`, or unannotated and named as a bucket), and nothing in the hook (its callbacks included) divides or
+        scales: the bucket holds this rank's mean gradient, which DDP expects the hook to
+        average (its own `allreduce_hook` divides by the group's size first)."""
+        if not self._sums(site, name) or site.scope.kind != "function":
+            return None
+        tensor = site.arg("tensor", 0)
+        if not isinstance(tensor, cst.Name):
+            return None
+        function = site.scope.node
+        assert isinstance(function, cst.FunctionDef)
+        buckets = {p.name.value for p in function.params.params if (
+            (dotted(p.annotation.annotation) or "").rsplit(".", 1)[-1] == "GradBucket" if p.annotation is not None
+            else "bucket" in p.name.value.lower())}
+        if not buckets or not _made_from_bucket(site.scope, tensor.value, buckets, 4):
+            return None
+        code = code_only(site.module.code(function))
+        # Any division or scaling (`tensor.div_(group.size())`, `/ world_size`, `mul_(1 / n)`),
+        # floor division of a length aside (`tensor.size(0) // 2` picks a slice), or any
+        # mention of the number of ranks: the hook may average; unknown.
+        if any(s in code for s in _SCALES) or re.search(r"div|mul|(?<!/)/(?!/)|\.size\(\s*\)|world|nranks", code):
+            return None
+        return tensor.value
+
     def _unscaled_mean(self, site: CallSite, name: str) -> str | None:
         op = site.arg("op", 1 if name.endswith("all_reduce") else 2)
         if op is not None:
@@ -425,6 +481,30 @@ class AllReduceSumAsMean(Rule):
             if any(_rank_index(element.slice, scope, resolve, 2) for element in node.slice):
                 return _written(scope.node, node)
         return False
+
+
+def _made_from_bucket(scope: Scope, name: str, buckets: set[str], depth: int) -> bool:
+    """Every value bound to `name` in `scope` reads a gradient bucket's tensor (`b.buffer()`,
+    `b.get_tensor()`, `b` in `buckets`), directly or through locals bound from it (`tensor =
+    bucket.buffer()`, then `compressed = dct(tensor)[:n]`)."""
+    bound = scope.assignments.get(name, [])
+    if not bound or not all(isinstance(b, cst.BaseExpression) for b in bound):
+        return False
+    for value in bound:
+        assert isinstance(value, cst.BaseExpression)
+        found = False
+        for sub in subexpressions(value):
+            if isinstance(sub, cst.Call) and isinstance(sub.func, cst.Attribute) \
+                    and sub.func.attr.value in ("buffer", "get_tensor") and dotted(sub.func.value) in buckets:
+                found = True
+            elif depth > 0 and isinstance(sub, cst.Name) and sub.value != name and sub.value in scope.assignments \
+                    and _made_from_bucket(scope, sub.value, buckets, depth - 1):
+                found = True
+            if found:
+                break
+        if not found:
+            return False
+    return True
 
 
 def _divided_after_unpacking(scope: Scope, written: str, code: str) -> bool:

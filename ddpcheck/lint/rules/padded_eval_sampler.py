@@ -452,7 +452,10 @@ class PaddedEvalSampler(Rule):
     the padding skews no more than the sampling (a bound set to the loader's length when no cap
     is asked for, `limit = len(loader)`, reads the whole padded shard: reported); an all-reduce in a training loop (one that
     calls `backward()`, or steps the optimizer after a project call does; also in a helper that
-    only such loops call, `reduce_loss(loss)` after each step) is no metric. A
+    only such loops call, `reduce_loss(loss)` after each step) is no metric, unless what it sums
+    is only ever bound from calls of project functions that evaluate (a loop training nothing):
+    `val_loss, bleu = self._eval_test()` every `eval_steps` inside the training loop, then
+    `dist.all_reduce(bleu)`. A
     sampler class handed to the builder (`build(cfg, DistributedSampler)`, then `sampler(
     val_set)`) is torch's own on that path. A builder whose callers pass `drop_last`
     (`DistributedSampler(ds, drop_last=drop_last)` in `prepare_dl(ds, drop_last, bs)`) pads on the
@@ -660,11 +663,14 @@ class PaddedEvalSampler(Rule):
         evaluation; one in a function that stops its evaluation loop after a number of batches
         (`if k >= eval_iters: break`) reduces an estimate from a sample, which padding does not
         skew any more than the sampling. Past `depth` project calls, any all-reduce counts."""
-        if "all_reduce" not in self.model.facts.of_call(site) or self._in_training_loop(site):
+        if "all_reduce" not in self.model.facts.of_call(site):
+            return False
+        evaluation = self._reduces_an_evaluation(site)
+        if self._in_training_loop(site) and not evaluation:
             return False
         if self._called_only_in_training(site):
             return False  # (`reduce_loss(loss)` after each `backward()`: a training loss)
-        if _after_training_only(site):
+        if not evaluation and _after_training_only(site):
             return False  # (a training epoch's meters synchronised after its loop)
         if _unfed_local(site):
             return False  # (`logger.synchronize_between_processes()` of meters nothing updated)
@@ -678,6 +684,26 @@ class PaddedEvalSampler(Rule):
         return any(self._reduces_outside_backward(inner, depth - 1, seen)
                    for callee, _ in self.model.graph.targets(site)
                    for inner in callee.module.calls_in(callee.qualname))
+
+    def _reduces_an_evaluation(self, site: CallSite) -> bool:
+        """`site` all-reduces what an evaluation returned: its tensor is bound, in its function,
+        only from calls of project functions that loop over data training nothing (`val_loss,
+        bleu = self._eval_test()` inside the training loop every `eval_steps`, then
+        `dist.all_reduce(bleu)`): the evaluation's metric, though the reduce sits in a training
+        step."""
+        tensor = site.arg("tensor", 0)
+        if not isinstance(tensor, cst.Name):
+            return False
+        bound = site.scope.assignments.get(tensor.value, [])
+        if not bound:
+            return False
+        for value in bound:
+            made = value.value if isinstance(value, Item) else value
+            call = site.module.call_at(made) if isinstance(made, cst.Call) else None
+            targets = self.model.graph.targets(call) if call is not None else []
+            if not targets or not all(_evaluation_loop(f.node) for f, _ in targets):
+                return False
+        return True
 
     def _called_only_in_training(self, site: CallSite) -> bool:
         """Every call of `site`'s function is made in a training loop itself (not through an

@@ -70,7 +70,12 @@ class UnreducedShardMetric(Rule):
     `cprint(self, text)` that prints `text`;
     nor when it computes a value from them that is bound to a name, making no collective:
     `loss_dict = aggregate_loss_dict(per_batch_dicts)`, or `tp, fp, best = roc_figures(embs,
-    same)`, is followed like `acc = correct / total`). A
+    same)`, or builds a project object from them that is bound to a name or read at once by a
+    method whose result is, `metrics = Validator(gt, preds).compute_metrics()`, is followed like
+    `acc = correct / total`). A collective after the first report of a figure made from them
+    (`print(metrics)`, then `coco_evaluator.synchronize_between_processes()`) comes too late for
+    that report (a report naming the rank, `print(f"rank {rank}: {acc}")`, shows the rank's own
+    figure as such and does not count). A
     collective reduces what it is handed: `dist.all_reduce(stats)` with `stats` made from the
     counters clears them, an all-reduce of the loss alone leaves the accuracy counted beside it
     unreduced, a method of a meter the function made that makes a collective
@@ -345,7 +350,15 @@ class UnreducedShardMetric(Rule):
             # A collective reduces what it is handed: `dist.all_reduce(loss_t)` says nothing of
             # the accuracy counted beside the loss, and a barrier reduces nothing.
             fed = set(counters)
-            counters = {c for c in counters if not any(self._covers(s, loop, c, fed) for s in later)}
+            # A collective after the first report of a figure made from them comes too late for
+            # it (`print(metrics)`, then `evaluator.synchronize_between_processes()` for another
+            # result). (A report that names the rank, `print(f"rank {rank}: {acc}")`, shows
+            # that rank's figure as such.)
+            first = min((s.tick for s in later if self._reports(s)
+                         and not any("rank" in n.lower() for n in _names_in(s.node))
+                         and _derived(loop, counters, _names_in(s.node))), default=None)
+            covering = [s for s in later if first is None or s.tick < first]
+            counters = {c for c in counters if not any(self._covers(s, loop, c, fed) for s in covering)}
             if not counters:
                 continue
             # (Objects fed them after the loop carry them: `calc.step(preds, gts)`, then `calc.compute()`.)
@@ -908,10 +921,29 @@ class UnreducedShardMetric(Rule):
         one rank's as the counters it was made from (and is followed like `acc = correct /
         total`)."""
         targets = self.model.graph.targets(site)
-        if not targets or self.model.facts.does(site, "collective") or not _bound(root, site):
+        if not targets or self.model.facts.does(site, "collective"):
+            return False
+        if self._builds_from(root, site):
+            return True
+        if not _bound(root, site):
             return False
         return all(_returns(function.node) and all(r.value is not None for r in _returns(function.node))
                    for function, _ in targets)
+
+    def _builds_from(self, root: ModuleModel, site: CallSite) -> bool:
+        """`site` builds an object of a project class from what it is handed, and the object is
+        bound to a name or read at once by one of its methods whose result is bound to a name
+        (`metrics = Validator(gt, preds).compute_metrics()`), neither making a collective: what
+        the object gives back is made from that rank's values only (and followed like `acc =
+        correct / total`)."""
+        target = site.target
+        if target is None or target.kind != "class" or target.external is not None:
+            return False
+        if _bound(root, site):
+            return True
+        outer = next((c for c in root.calls if c.scope is site.scope and isinstance(c.node.func, cst.Attribute)
+                      and c.node.func.value is site.node), None)
+        return outer is not None and _bound(root, outer) and not self.model.facts.does(outer, "collective")
 
     def _logs_only(self, site: CallSite) -> bool:
         """Every project function `site` may run reports something and returns nothing."""
