@@ -6,8 +6,11 @@ import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.lint.model import api
-from ddpcheck.lint.model.conditions import selects_main_rank
+from ddpcheck.lint.model.conditions import exclusive_arms, selects_main_rank
+from ddpcheck.lint.model.ddp import is_ddp
 from ddpcheck.lint.model.module import Augmented, CallSite, Guard, ModuleModel, Point, Scope
+from ddpcheck.lint.model.paths import is_no_grad
+from ddpcheck.lint.model.symbols import Function
 from ddpcheck.lint.model.syntax import dotted, subexpressions
 from ddpcheck.lint.rule import Invalid, Rule
 from ddpcheck.lint.rules._forwards import DdpForwards
@@ -83,7 +86,12 @@ class CollectiveInRankBranch(Rule, DdpForwards):
     `self.flash = hasattr(F, "scaled_dot_product_attention")`, for PyTorch before 2.0, is never
     made; a `torch.compile`d network holds the buffers of the one it is given), or, under `torch.no_grad()` (with gradients on, DDP's forward may rebuild
     its buckets, a broadcast from rank 0), of a stack of torch's own layers that keep none (`nn.Sequential(nn.Linear(10, 64), nn.ReLU(),
-    nn.Linear(64, 2))`; a layer of another library counts as holding some); a
+    nn.Linear(64, 2))`; a layer of another library counts as holding some), nor under
+    `torch.no_grad()` when the last forward of that wrapper before it, on its process, also ran
+    under no_grad (DDP broadcasts buffers only at the first forward after one with gradients on:
+    a rank-0 `trainer.test()` after a `train()` whose every epoch ends with a validation on every
+    rank sends nothing; a validation only some epochs run, or a training forward last, still
+    counts); a
     call under a further test that holds only outside a distributed run (`if args.local_rank ==
     -1: evaluate(...)` inside the rank-0 block); collectives under a test no run passes — such
     as `if args.local_rank not in [-1, 0] and not evaluate:` where `evaluate` is a function of
@@ -378,6 +386,8 @@ class CollectiveInRankBranch(Rule, DdpForwards):
             elif name is not None and site.target is None:
                 continue  # an outside API that is not a collective
             elif self._is_ddp_model(site):
+                if self._quiet_forward(site):
+                    continue
                 kind = "forward"
             elif self._forwards_ddp_argument(site) or self._method_forwards_ddp(site):
                 kind = "helper_forward"
@@ -564,6 +574,88 @@ class CollectiveInRankBranch(Rule, DdpForwards):
                 return part.value, guard
         return None
 
+    # --- forwards that broadcast nothing ---------------------------------------------------
+    # DDP broadcasts the buffers at a forward only while `require_forward_param_sync` holds, and
+    # every forward sets that flag from its own mode (`_post_forward`: on after a forward with
+    # gradients on, off after one under no_grad; on when the wrapper is built). A rank-0 forward
+    # under no_grad whose process last ran that wrapper under no_grad too (the every-rank
+    # validation at the end of `train()`, then `if rank == 0: trainer.test()`) sends nothing.
+
+    def _quiet_forward(self, site: CallSite) -> bool:
+        """`site`, a call of a DDP wrapper under `torch.no_grad()`, is known to follow, on its
+        process, a forward of the same wrapper that also ran under no_grad, with no forward
+        with gradients on between them."""
+        model = self.model
+        if not is_no_grad(model, site.module, site.withs, site.scope.qualname):
+            return False
+        wraps = {id(v.call) for v in model.values.at_call(site, site.node.func)
+                 if v.call is not None and is_ddp(model, v)}
+        return bool(wraps) and self._last_before(site, wraps, _FORWARD_DEPTH) is True
+
+    def _last_before(self, site: CallSite, wraps: set[int], depth: int) -> bool | None:
+        """Whether the last forward of the wrappers `wraps` before `site` ran under no_grad
+        (True), with gradients on or not at all (False: the wrapper starts with the flag on), or
+        is not known (None): a forward on a branch `site` may run without, a call that may run
+        the wrapper in a way not read. Read in `site`'s function, then in every caller of it,
+        `depth` calls up."""
+        calls = [c for c in site.module.calls_in(site.scope.qualname) if c.scope is site.scope and c is not site]
+        # A forward later in a loop around `site` comes before it on the next pass.
+        for call in calls:
+            if call.tick > site.tick and any(loop in call.loops for loop in site.loops) \
+                    and self._forward_event(call, wraps, depth) not in ("none", "quiet"):
+                return None
+        for call in sorted((c for c in calls if c.tick < site.tick), key=lambda c: -c.tick):
+            if exclusive_arms(call.guards, site.guards):
+                continue
+            event = self._forward_event(call, wraps, depth)
+            if event == "none":
+                continue
+            held = {(id(g.node), g.negated) for g in site.guards}
+            if event == "unknown" or any((id(g.node), g.negated) not in held for g in call.guards):
+                return None  # (a forward on a branch: the one before it may be the last)
+            return event == "quiet"
+        function = self.model.paths.function_of(site)
+        if function is None or depth <= 0:
+            return False if function is None else None
+        callers = self.model.graph.callers(function)
+        if not callers:
+            return None
+        answers = {self._last_before(caller, wraps, depth - 1) for caller, _ in callers}
+        return answers.pop() if len(answers) == 1 else None if None in answers else False
+
+    def _forward_event(self, call: CallSite, wraps: set[int], depth: int) -> str:
+        """What `call` does to the wrappers `wraps`: "none" (no forward of them), "quiet" (its
+        last forward of them runs under no_grad), "loud" (with gradients on), "unknown"."""
+        model = self.model
+        quiet = is_no_grad(model, call.module, call.withs, call.scope.qualname)
+        func = call.node.func
+        if isinstance(func, (cst.Name, cst.Attribute)) and any(
+                v.call is not None and id(v.call) in wraps and is_ddp(model, v) for v in model.values.at_call(call, func)):
+            return "quiet" if quiet else "loud"
+        name = model.api(call)
+        if name is not None and self._library_forwards_ddp(call, name) or self._forwards_ddp_argument(call):
+            # (handed the wrapper: how the function runs it is not read here)
+            return "quiet" if quiet else "unknown"
+        events = {self._last_in(callee, wraps, depth - 1) for callee, _ in model.graph.targets(call)} \
+            if depth > 0 else set()
+        events.discard("none")
+        if not events:
+            return "none"
+        event = events.pop() if len(events) == 1 else "unknown"
+        return "quiet" if quiet else event
+
+    def _last_in(self, function: Function, wraps: set[int], depth: int) -> str:
+        """The last forward of the wrappers `wraps` that `function` makes (see _forward_event);
+        "unknown" when it runs on a branch, so that an earlier one may be the last."""
+        calls = [c for c in function.module.calls_in(function.qualname)
+                 if c.scope.function is function.scope.function]
+        for call in sorted(calls, key=lambda c: -c.tick):
+            event = self._forward_event(call, wraps, depth)
+            if event == "none":
+                continue
+            return "unknown" if call.guards else event
+        return "none"
+
     @staticmethod
     def _performs_collective(facts: frozenset[str]) -> bool:
         """A collective that runs only in training mode (under `if self.training:`) does not run
@@ -583,6 +675,9 @@ class CollectiveInRankBranch(Rule, DdpForwards):
         """True when the call runs on rank 0 only, False when on every rank but rank 0."""
         resolve = self.model.resolver_for(c.call.module, c.call.scope)
         return bool(selects_main_rank(c.guard.test, resolve)) != c.guard.negated
+
+# How many calls up (and down) the last forward before a rank-0 forward is looked for.
+_FORWARD_DEPTH = 3
 
 # Aggregates of a list of Python numbers.
 _AGGREGATES = frozenset({"numpy.mean", "numpy.average", "numpy.sum", "numpy.median", "statistics.mean",

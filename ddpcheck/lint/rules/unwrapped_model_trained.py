@@ -68,7 +68,8 @@ class UnwrappedModelTrained(Rule):
     inner module under `torch.no_grad()` /
     `torch.inference_mode()` (a block or a decorator),
     under a rank-0 guard (evaluating the plain module on the main process is the right way to
-    avoid a hang), or in loops without a `backward()`. A loop of forwards inside the step (one
+    avoid a hang), on the single-process path only (the `else` of `if use_ddp and world_size >
+    1:`, where the run never wrapped the model), or in loops without a `backward()`. A loop of forwards inside the step (one
     per ensemble member, `preds.append(net.rollout(x))`) whose results the step back-propagates
     after the loop is part of the training step. A method of the network counts as running its
     layers unless it is known not to: one that calls an attribute of the network which is no
@@ -239,6 +240,10 @@ class UnwrappedModelTrained(Rule):
                 continue
             ran = self._runs_inner(site, inner)
             if ran is None or _frozen_before(site):
+                continue
+            if model.paths.single_up(site):
+                # The `else` of `if use_ddp and world_size > 1:` (or a function only such an arm
+                # calls) trains the model the run never wrapped: no gradients to all-reduce.
                 continue
             handed = self._handed_inner(site, inner)
             at = handed or site
