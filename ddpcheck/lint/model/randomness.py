@@ -7,6 +7,7 @@ synthetic set drawn inside `TensorDataset(...)`, nor the draws of a function of 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -118,6 +119,7 @@ def _without_dataset_construction(text: str) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=256)  # the same project modules are reached from every script of a project
 def _drawing_text(text: str) -> str:
     """`text` without the draws that leave torch's global generator alone."""
     text = _without_dataset_construction(text)

@@ -1256,6 +1256,7 @@ def _scoped_calls_of(module: ModuleModel) -> list[_Scoped]:
     return found
 
 
+@functools.lru_cache(maxsize=1024)  # a module's statements are followed again for each class asked about
 def _scoped_calls(node: cst.CSTNode) -> list[_Scoped]:
     """The calls in `node`, each with the innermost function it is written in."""
     found: list[_Scoped] = []
