@@ -98,6 +98,8 @@ def _without_dataset_construction(text: str) -> str:
     """`text` without the number draws of a dataset's constructor (a class with `__getitem__`
     whose `__init__` draws `self.X = torch.randn(n, d)`): the set is drawn once, the same on
     every rank, which the sampler then shards; what `__getitem__` draws per sample stays."""
+    if "__getitem__" not in text:
+        return text  # no dataset class (and no parse of the whole text to find none)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
