@@ -34,7 +34,7 @@ from ddpcheck.lint.model.conditions import (
 )
 from ddpcheck.lint.model.facts import Facts
 from ddpcheck.lint.model.graph import CallGraph
-from ddpcheck.lint.model.index import code_only
+from ddpcheck.lint.model.index import bare_names, code_only
 from ddpcheck.lint.model.module import CallSite, Guard, ModuleModel, Param, Point, Scope
 from ddpcheck.lint.model.options import constant_flag
 from ddpcheck.lint.model.project import Project, resolved_path
@@ -998,9 +998,8 @@ class Paths:
         key = (id(function.module), function.qualname)
         found = self._uncalled.get(key)
         if found is None:
-            found = not self._runs_unnamed(function) and not self.model.graph.callers(function) and len(
-                re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(function.module.source))
-            ) == 1  # its own `def` only
+            found = not self._runs_unnamed(function) and not self.model.graph.callers(function) \
+                and bare_names(function.module.source)[function.name] == 1  # its own `def` only
             if self.model.reach_complete and self.model.values.whole:
                 self._uncalled[key] = found
         return found
@@ -1024,7 +1023,7 @@ class Paths:
         callers = self.model.graph.callers(function)
         if not callers or any(call.module is not module for call, _ in callers):
             return False
-        named = len(re.findall(rf"(?<![\w.]){re.escape(function.name)}\b", code_only(module.source)))
+        named = bare_names(module.source)[function.name]
         if named != 1 + len(callers) or self._script_imported():
             return False
         for call, _ in callers:

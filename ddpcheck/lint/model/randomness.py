@@ -7,6 +7,7 @@ synthetic set drawn inside `TensorDataset(...)`, nor the draws of a function of 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -97,6 +98,8 @@ def _without_dataset_construction(text: str) -> str:
     """`text` without the number draws of a dataset's constructor (a class with `__getitem__`
     whose `__init__` draws `self.X = torch.randn(n, d)`): the set is drawn once, the same on
     every rank, which the sampler then shards; what `__getitem__` draws per sample stays."""
+    if "__getitem__" not in text:
+        return text  # no dataset class (and no parse of the whole text to find none)
     try:
         tree = ast.parse(text)
     except (SyntaxError, ValueError):
@@ -118,6 +121,7 @@ def _without_dataset_construction(text: str) -> str:
     return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=256)  # the same project modules are reached from every script of a project
 def _drawing_text(text: str) -> str:
     """`text` without the draws that leave torch's global generator alone."""
     text = _without_dataset_construction(text)

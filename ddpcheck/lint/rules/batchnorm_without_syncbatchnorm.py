@@ -1159,7 +1159,13 @@ def _reachable_from(module: ModuleModel, root: cst.FunctionDef | cst.ClassDef,
             if name in defs and name not in seen:
                 seen.add(name)
                 todo.append(defs[name])
-    calls = [c for node in followed for c in _scoped_calls(node)]
+    by_definition, elsewhere = _calls_by_top_level(module)
+    calls = list(elsewhere)  # the calls of `outside`, which is always followed
+    for node in followed[len(outside):]:
+        if id(node) in by_definition:
+            calls += by_definition[id(node)]
+        elif node is root:  # a class written inside a function or a block
+            calls += _scoped_calls(node)
     parts = []
     switched_off = False
     for node in followed:
@@ -1254,6 +1260,25 @@ def _scoped_calls_of(module: ModuleModel) -> list[_Scoped]:
         node = scope.node if scope is not None else None
         found.append((site.node, node if isinstance(node, cst.FunctionDef) else None))
     return found
+
+
+@functools.lru_cache(maxsize=64)
+def _calls_by_top_level(module: ModuleModel) -> tuple[dict[int, list[_Scoped]], list[_Scoped]]:
+    """`_scoped_calls_of(module)` split by where they are written: in each top-level function or
+    class (by the definition's id), and in the rest of the module's code."""
+    tops = {id(stmt) for stmt in module.tree.body if isinstance(stmt, (cst.FunctionDef, cst.ClassDef))}
+    by_definition: dict[int, list[_Scoped]] = {}
+    elsewhere: list[_Scoped] = []
+    for site, scoped in zip(module.calls, _scoped_calls_of(module)):
+        scope: Scope = site.scope
+        while scope.parent is not None and scope.parent.parent is not None:
+            scope = scope.parent
+        key = id(scope.node)
+        if scope.parent is not None and key in tops:
+            by_definition.setdefault(key, []).append(scoped)
+        else:
+            elsewhere.append(scoped)
+    return by_definition, elsewhere
 
 
 def _scoped_calls(node: cst.CSTNode) -> list[_Scoped]:
