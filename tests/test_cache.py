@@ -175,7 +175,9 @@ def test_concurrent_runs_agree_and_leave_a_valid_cache(project):
     sys.path.insert(0, str(ROOT / "bench"))
     from corpus import ddp_script
 
-    for i in range(30):
+    # Four processes racing over the same dozen scripts write every cache entry at about the same
+    # time; more scripts only lengthened each lint (30 had made this the slowest lint test).
+    for i in range(12):
         (project / f"script_{i:02d}.py").write_text(ddp_script(i))
     expected = lint(project, "--no-cache").stdout
     procs = [
@@ -187,6 +189,6 @@ def test_concurrent_runs_agree_and_leave_a_valid_cache(project):
     for out, err in outputs:
         assert err == ""
         assert out == expected
-    assert len(entries(project)) == 32
+    assert len(entries(project)) == 12 + 2  # and train.py, helpers.py
     assert not list((project / ".ddpcheck_cache").rglob("*.tmp"))
     assert lint(project).stdout == expected

@@ -30,8 +30,25 @@ def _rel(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def run() -> tuple[dict[str, set], set]:
-    return stats.markers(FILES), stats.findings(DIRS)
+def run(request, tmp_path_factory) -> tuple[dict[str, set], set]:
+    if not hasattr(request.config, "workerinput"):  # one pytest process, no xdist worker
+        return stats.markers(FILES), stats.findings(DIRS)
+    # Under pytest-xdist each worker that runs a test of this module sets the fixture up: the
+    # first one lints the fixtures, the others wait for it and read its result (the lint of every
+    # fixture, once per test run, not once per worker). The workers' temporary folders share a parent.
+    import fcntl
+    import pickle
+
+    shared = tmp_path_factory.getbasetemp().parent
+    data = shared / "fixture-findings.pickle"
+    with open(shared / "fixture-findings.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not data.exists():
+            made = data.with_suffix(".tmp")
+            made.write_bytes(pickle.dumps((stats.markers(FILES), stats.findings(DIRS))))
+            made.replace(data)
+        result: tuple[dict[str, set], set] = pickle.loads(data.read_bytes())
+    return result
 
 
 def test_there_are_fixtures_of_every_kind():

@@ -9,10 +9,12 @@ from tests.conftest import FIXTURES, run_cli
 
 @pytest.fixture(scope="module")
 def scripts(tmp_path_factory):
-    # The single-file training scripts of the fixtures, each twice: enough files for workers.
+    # The single-file training scripts of the fixtures (over 30 of them): many files per worker. Each
+    # once: a second copy of a file only doubled the lint work, not the ways of handing files out.
     d = tmp_path_factory.mktemp("scripts")
     sources = sorted(FIXTURES.glob("lint/*.py")) + sorted(FIXTURES.glob("corpus/*.py"))
-    for i, path in enumerate(sources * 2):
+    assert len(sources) > 20
+    for i, path in enumerate(sources):
         (d / f"train_{i:02d}_{path.name}").write_text(path.read_text())
     (d / "broken.py").write_text("import torch\ndef f(:\n")  # a syntax error travels back too
     return d
