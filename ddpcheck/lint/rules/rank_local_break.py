@@ -558,9 +558,25 @@ class RankLocalBreak(Rule):
             guard = guards[-1]
             if not self._local_value(root, scope, guard.test):
                 continue
+            if self._breaks_a_training_loop_too(root, guard.node, point.loops[-1], loop):
+                continue  # (`stop = True; break`: one test to agree on, reported at the `break`)
             self.report(binding, self.FLAG_MESSAGE.format(
                 flag=f"{name} = {'True' if ending else 'False'}", test=self.model.text_of(root, guard.test),
                 loop=self.model.text_of(root, loop.test)), module=root)
+
+    def _breaks_a_training_loop_too(self, root: ModuleModel, guard: cst.CSTNode, innermost: cst.CSTNode,
+                                    loop: cst.While) -> bool:
+        """The `if` that sets the flag also `break`s out of an inner loop that trains (`for
+        batch in loader: ... if step > max_steps: stop = True; break` inside `while not stop:`):
+        that `break` is reported with the same test, the one place to fix."""
+        if innermost is loop or not isinstance(guard, cst.If) or not isinstance(guard.body, cst.IndentedBlock):
+            return False
+        if not any(isinstance(stmt, cst.SimpleStatementLine) and any(isinstance(p, cst.Break) for p in stmt.body)
+                   for stmt in guard.body.body):
+            return False
+        calls = [c for c in root.calls if innermost in c.loops]
+        return any(c.method == "backward" or self.model.facts.does(c, "backward") for c in calls) \
+            or self._forwards(calls)
 
     def _skips_on_error(self, root: ModuleModel) -> None:
         """`except RuntimeError as e: if "out of memory" in str(e): return False` before the
