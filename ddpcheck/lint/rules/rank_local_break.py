@@ -301,9 +301,7 @@ class RankLocalBreak(Rule):
             if not exits:
                 continue
             body_calls = [c for c in root.calls if loop.node in c.loops]
-            # A backward in the loop, or in a project function it calls (`train_one_epoch(...)`).
-            if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
-                    and not self._forwards(body_calls) and not self._collective_each_pass(body_calls):
+            if not self._pairs_each_pass(body_calls):
                 continue
             if any(model.paths.kind(root, g, loop.scope) in ("main", "other") for g in loop.guards):
                 continue  # a loop one rank runs alone (rank 0's evaluation): leaving it early strands no peer
@@ -336,7 +334,7 @@ class RankLocalBreak(Rule):
                 continue
             # Counts kept inside the loop are followed only for a loop that backpropagates.
             self._training_loop = loop.node if any(
-                c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) else None
+                self._backward(c) for c in body_calls) else None
             order: dict[int, int] | None = None
             for exit_node, guard_test in exits:
                 if isinstance(exit_node, cst.Continue):
@@ -361,7 +359,7 @@ class RankLocalBreak(Rule):
         others for it. A collective the loop makes before the exit may have agreed on the test
         (`dist.all_reduce(is_nan)` first): then it is not judged."""
         model = self.model
-        if not model.uses_ddp or not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls):
+        if not model.uses_ddp or not any(self._backward(c) for c in body_calls):
             return
         order: dict[int, int] | None = None
         outer = len(loop.guards)
@@ -384,7 +382,7 @@ class RankLocalBreak(Rule):
         that back-propagates: only those ranks end (cleanly, so the launcher waits on), and the
         others go round again into a backward nobody pairs."""
         model = self.model
-        if not model.uses_ddp or not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls):
+        if not model.uses_ddp or not any(self._backward(c) for c in body_calls):
             return
         outer = len(loop.guards)
         for site in body_calls:
@@ -405,7 +403,7 @@ class RankLocalBreak(Rule):
         if not model.uses_ddp:
             return
         backwards = [c for c in body_calls if c.loops[-1] is loop.node
-                     and (c.method == "backward" or model.facts.does(c, "backward"))]
+                     and (self._backward(c))]
         if not backwards:
             return
         outer = len(loop.guards)
@@ -435,7 +433,7 @@ class RankLocalBreak(Rule):
         here = order.get(id(exit_node), -1)
         text = model.text_of(root, test)
         if any(order.get(id(c.node), -1) > here and c.loops[-1] is loop.node
-               and (c.method == "backward" or model.facts.does(c, "backward")) for c in body_calls):
+               and (self._backward(c)) for c in body_calls):
             self.report(exit_node, self.SKIP_MESSAGE.format(test=text), module=root)
         elif any(order.get(id(c.node), -1) > here for c in agreeing) \
                 or any(order.get(id(c.node), -1) > here for c in self._collectives(body_calls)):
@@ -511,8 +509,7 @@ class RankLocalBreak(Rule):
                     loops.setdefault(id(node), (node, site.scope))
         for loop, scope in loops.values():
             body_calls = [c for c in root.calls if loop in c.loops]
-            if not any(c.method == "backward" or model.facts.does(c, "backward") for c in body_calls) \
-                    and not self._forwards(body_calls) and not self._collective_each_pass(body_calls):
+            if not self._pairs_each_pass(body_calls):
                 continue
             read = {n.value for n in subexpressions(loop.test) if isinstance(n, cst.Name)}
             collectives = [c for c in body_calls if model.facts.does(c, "data_collective")
@@ -575,8 +572,7 @@ class RankLocalBreak(Rule):
                    for stmt in guard.body.body):
             return False
         calls = [c for c in root.calls if innermost in c.loops]
-        return any(c.method == "backward" or self.model.facts.does(c, "backward") for c in calls) \
-            or self._forwards(calls)
+        return any(self._backward(c) for c in calls) or self._forwards(calls)
 
     def _skips_on_error(self, root: ModuleModel) -> None:
         """`except RuntimeError as e: if "out of memory" in str(e): return False` before the
@@ -590,7 +586,7 @@ class RankLocalBreak(Rule):
         scopes = [("<module>", root.module_scope), *root.function_scopes.items()]
         for qualname, scope in scopes:
             backwards = [c for c in root.calls_in(qualname)
-                         if c.method == "backward" or model.facts.does(c, "backward")]
+                         if self._backward(c)]
             if not backwards:
                 continue
             order: dict[int, int] | None = None
@@ -776,8 +772,15 @@ class RankLocalBreak(Rule):
         return [c for c in calls if (model.facts.does(c, "collective") or model.api(c) in api.BARRIERS)
                 and model.paths.rank_guard(c) is None]
 
-    def _collective_each_pass(self, calls: list[CallSite]) -> bool:
-        return bool(self._collectives(calls))
+    def _backward(self, call: CallSite) -> bool:
+        """`call` is a `backward()`, or a project function that makes one."""
+        return call.method == "backward" or self.model.facts.does(call, "backward")
+
+    def _pairs_each_pass(self, calls: list[CallSite]) -> bool:
+        """A loop with these calls makes, at each pass, something every rank must take part in:
+        a backward (itself or in a project function it calls, `train_one_epoch(...)`), a forward
+        of a DDP model, or a collective."""
+        return any(self._backward(c) for c in calls) or self._forwards(calls) or bool(self._collectives(calls))
 
     def _pairs_across_ranks(self, calls: list[CallSite]) -> bool:
         """The loop makes something the ranks must do together: a collective, or a forward of a
